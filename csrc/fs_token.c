@@ -1,0 +1,182 @@
+/* fs_token.c - tokenizer and validation for both dialects (see fs_token.h). */
+#include "fs_token.h"
+
+#include <string.h>
+
+#include "fs_alloc.h"
+
+void fs_tokens_init(fs_tokens *t)
+{
+    t->tok = t->inline_;
+    t->n = 0;
+    t->cap = FS_TOKENS_INLINE;
+}
+
+void fs_tokens_free(fs_tokens *t)
+{
+    if (t->tok != t->inline_)
+        FS_FREE(t->tok);
+    fs_tokens_init(t);
+}
+
+static int push(fs_tokens *t, uint32_t off, uint32_t len, const char *s)
+{
+    if (t->n == t->cap) {
+        uint32_t ncap = t->cap * 2;
+        fs_span *nt;
+        if (t->tok == t->inline_) {
+            nt = FS_MALLOC(sizeof(fs_span) * ncap);
+            if (nt) memcpy(nt, t->inline_, sizeof(fs_span) * t->n);
+        } else {
+            nt = FS_REALLOC(t->tok, sizeof(fs_span) * ncap);
+        }
+        if (!nt)
+            return FS_ENOMEM;
+        t->tok = nt;
+        t->cap = ncap;
+    }
+    fs_span *sp = &t->tok[t->n++];
+    sp->off = off;
+    sp->len = len;
+    sp->hash = fs_hash(s + off, len);
+    sp->kind = FS_TOK_LITERAL;
+    return FS_OK;
+}
+
+static int fail(fs_error *err, const char *reason, size_t pos)
+{
+    err->reason = reason;
+    err->pos = pos;
+    return FS_EINVAL;
+}
+
+static int is_nats_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f';
+}
+
+/* Length of the UTF-8 sequence starting at s[i], or 0 if it is malformed
+ * (overlong, surrogate, beyond U+10FFFF, truncated). */
+static size_t utf8_seq(const unsigned char *s, size_t i, size_t len)
+{
+    unsigned c = s[i];
+    if (c < 0x80) return 1;
+    size_t n;
+    unsigned min;
+    unsigned cp;
+    if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; min = 0x10000; }
+    else return 0;
+    if (i + n > len) return 0;
+    for (size_t k = 1; k < n; k++) {
+        if ((s[i + k] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+}
+
+static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
+{
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        unsigned char c = i < len ? (unsigned char)s[i] : '.';
+        if (c != '.') {
+            if (c == 0) return fail(err, "NUL byte", i);
+            if (is_nats_space(c)) return fail(err, "whitespace", i);
+            continue;
+        }
+        if (i == start) return fail(err, "empty token", i);
+        if (push(t, (uint32_t)start, (uint32_t)(i - start), s)) return FS_ENOMEM;
+        fs_span *sp = &t->tok[t->n - 1];
+        if (sp->len == 1 && (s[start] == '*' || s[start] == '>')) {
+            if (!is_filter) return fail(err, "wildcard in subject", start);
+            if (s[start] == '>') {
+                if (i != len) return fail(err, "'>' must be the last token", start);
+                sp->kind = FS_TOK_REST;
+            } else {
+                sp->kind = FS_TOK_ONE;
+            }
+        }
+        start = i + 1;
+    }
+    return FS_OK;
+}
+
+static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t start = 0;
+    size_t i = 0;
+    while (i <= len) {
+        unsigned char c = i < len ? u[i] : '/';
+        if (c != '/') {
+            if (c == 0) return fail(err, "NUL character", i);
+            if (c == '+' || c == '#') {
+                if (!is_filter) return fail(err, "wildcard character in topic", i);
+                int whole = i == start && (i + 1 == len || u[i + 1] == '/');
+                if (!whole) return fail(err, c == '+' ? "'+' must be a whole level" : "'#' must be a whole level", i);
+                if (c == '#' && i + 1 != len) return fail(err, "'#' must be the last level", i);
+            }
+            if (c < 0x80) { i++; continue; }
+            size_t n = utf8_seq(u, i, len);
+            if (!n) return fail(err, "invalid UTF-8", i);
+            i += n;
+            continue;
+        }
+        if (push(t, (uint32_t)start, (uint32_t)(i - start), s)) return FS_ENOMEM;
+        fs_span *sp = &t->tok[t->n - 1];
+        if (sp->len == 1 && s[start] == '+') sp->kind = FS_TOK_ONE;
+        else if (sp->len == 1 && s[start] == '#') sp->kind = FS_TOK_REST;
+        start = ++i;
+    }
+    return FS_OK;
+}
+
+int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
+                fs_tokens *t, fs_error *err)
+{
+    t->n = 0;
+    if (len == 0) return fail(err, "empty", 0);
+    if (len > FS_MAX_SUBJECT) return fail(err, "longer than 65,535 bytes", FS_MAX_SUBJECT);
+    return d == FS_NATS ? tokenize_nats(s, len, is_filter, t, err)
+                        : tokenize_mqtt(s, len, is_filter, t, err);
+}
+
+int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err)
+{
+    if (len == 0) return fail(err, "empty queue name", 0);
+    if (len > FS_MAX_SUBJECT) return fail(err, "queue name longer than 65,535 bytes", FS_MAX_SUBJECT);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)q[i];
+        if (c == 0) return fail(err, "NUL in queue name", i);
+        if (d == FS_NATS && is_nats_space(c)) return fail(err, "whitespace in queue name", i);
+        if (d == FS_MQTT && (c == '/' || c == '+' || c == '#'))
+            return fail(err, "'/', '+' or '#' in share group name", i);
+    }
+    return FS_OK;
+}
+
+#define SHARE "$share/"
+#define SHARE_LEN (sizeof(SHARE) - 1)
+
+int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
+                   const char **filter, size_t *flen, fs_error *err)
+{
+    if (len < SHARE_LEN || memcmp(s, SHARE, SHARE_LEN) != 0)
+        return 0;
+    const char *g = s + SHARE_LEN;
+    const char *slash = memchr(g, '/', len - SHARE_LEN);
+    if (!slash) return fail(err, "'$share/GROUP' without a filter", len);
+    *group = g;
+    *glen = (size_t)(slash - g);
+    *filter = slash + 1;
+    *flen = len - (size_t)(slash + 1 - s);
+    if (*glen == 0) return fail(err, "empty share group name", SHARE_LEN);
+    for (size_t i = 0; i < *glen; i++)
+        if (g[i] == '+' || g[i] == '#' || g[i] == 0)
+            return fail(err, "wildcard or NUL in share group name", SHARE_LEN + i);
+    if (*flen == 0) return fail(err, "empty filter after '$share/GROUP/'", len);
+    return 1;
+}

@@ -1,0 +1,90 @@
+/* fs_token.h - splitting and validating subjects and filters, both dialects.
+ *
+ *   NATS  "orders.*.created"   separator '.', '*' one token, '>' the rest (1+)
+ *   MQTT  "sport/+/score/#"    separator '/', '+' one level,  '#' the rest (0+)
+ *
+ * A token is a span (offset, length) into the caller's bytes; nothing is
+ * copied.  The span array starts inline and moves to the heap only for
+ * subjects deeper than FS_TOKENS_INLINE tokens.
+ */
+#ifndef FS_TOKEN_H
+#define FS_TOKEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FS_MAX_SUBJECT 65535u
+#define FS_TOKENS_INLINE 16
+
+typedef enum { FS_NATS = 0, FS_MQTT = 1 } fs_dialect;
+
+typedef enum { FS_TOK_LITERAL = 0, FS_TOK_ONE = 1, FS_TOK_REST = 2 } fs_tok_kind;
+
+typedef struct {
+    uint32_t off;
+    uint32_t len;
+    uint32_t hash;       /* fs_hash of the token's bytes */
+    uint32_t kind;       /* fs_tok_kind */
+} fs_span;
+
+typedef struct {
+    fs_span *tok;        /* tok == inline_ or a heap array */
+    uint32_t n;
+    uint32_t cap;
+    fs_span inline_[FS_TOKENS_INLINE];
+} fs_tokens;
+
+/* Why a subject/filter was refused: a static reason and the byte offset. */
+typedef struct {
+    const char *reason;
+    size_t pos;
+} fs_error;
+
+/* Status codes of the whole core. */
+enum {
+    FS_OK = 0,
+    FS_ENOMEM = -1,      /* an allocation failed; nothing was changed */
+    FS_EINVAL = -2,      /* invalid subject/filter/queue; see fs_error */
+    FS_ENOTFOUND = -3,   /* no such subscription */
+    FS_EBADDATA = -4     /* corrupt serialized data */
+};
+
+void fs_tokens_init(fs_tokens *t);
+void fs_tokens_free(fs_tokens *t);
+
+/* Split s[0..len) into t.  is_filter admits wildcards.  Returns FS_OK,
+ * FS_EINVAL (err filled in) or FS_ENOMEM. */
+int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
+                fs_tokens *t, fs_error *err);
+
+/* Validate a queue / share-group name.  FS_OK or FS_EINVAL. */
+int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err);
+
+/* MQTT "$share/GROUP/filter": if s starts with "$share/", store the group
+ * and the filter part and return 1; return 0 when it is not a share; return
+ * FS_EINVAL (err filled in) when it is a malformed one. */
+int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
+                   const char **filter, size_t *flen, fs_error *err);
+
+/* Fast hash of a short token (not cryptographic; stable across runs on one
+ * machine). */
+static inline uint32_t fs_hash(const char *p, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++) v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+        h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+    h = (h ^ v) * 0x94d049bb133111ebull;
+    h ^= h >> 32;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return (uint32_t)(h >> 32);
+}
+
+#endif

@@ -1,0 +1,1178 @@
+/* sublist.c - the trie: insert, remove with pruning, match, reverse match.
+ * See sublist.h for the layout. */
+#include "sublist.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+
+/* ------------------------------------------------------------------ types */
+
+typedef struct {
+    uint32_t hash;
+    uint32_t len;
+    fs_node *node;       /* NULL: empty slot */
+} fs_slot;
+
+typedef struct {
+    fs_slot *slots;      /* open addressing, linear probing, cap a power of 2 */
+    uint32_t cap, count;
+    fs_node *one;        /* the '*' / '+' child */
+    fs_node *rest;       /* the '>' / '#' child */
+} fs_level;
+
+typedef struct {
+    char *name;
+    int64_t *ids;        /* sorted */
+    uint32_t name_len, name_hash;
+    uint32_t n, cap;
+} fs_group;
+
+struct fs_node {
+    fs_node *parent;
+    fs_level *next;
+    union {
+        int64_t one;     /* subcap <= 1: the single id lives here */
+        int64_t *many;   /* sorted */
+    } subs;
+    fs_group *groups;
+    uint32_t nsubs, subcap;
+    uint32_t ngroups, gcap;
+    uint32_t hash;
+    uint32_t toklen;
+    uint32_t kind;       /* fs_tok_kind */
+    char tok[];
+};
+
+struct fs_sublist {
+    pthread_rwlock_t lock;
+    fs_dialect dialect;
+    fs_node *root;
+    uint64_t count;       /* subscriptions */
+    uint64_t nodes;
+    uint64_t mem;         /* bytes allocated for the index */
+    uint64_t generation;
+    uint64_t inserts, removes;
+    _Atomic uint64_t matches, fanout_total, fanout_max;
+};
+
+/* --------------------------------------------------------- small helpers */
+
+/* Grow *p (an array of elsize-byte items with capacity *cap) to hold need. */
+static int grow(void *p, size_t *cap, size_t need, size_t elsize)
+{
+    if (need <= *cap)
+        return FS_OK;
+    size_t ncap = *cap ? *cap : 8;
+    while (ncap < need)
+        ncap *= 2;
+    void *np = FS_REALLOC(*(void **)p, ncap * elsize);
+    if (!np)
+        return FS_ENOMEM;
+    *(void **)p = np;
+    *cap = ncap;
+    return FS_OK;
+}
+
+static void *sl_alloc(fs_sublist *sl, size_t size)
+{
+    void *p = FS_MALLOC(size);
+    if (p)
+        sl->mem += size;
+    return p;
+}
+
+static void *sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size)
+{
+    void *np = FS_REALLOC(p, size);
+    if (np)
+        sl->mem = sl->mem - old + size;
+    return np;
+}
+
+static void sl_free(fs_sublist *sl, void *p, size_t size)
+{
+    if (p) {
+        FS_FREE(p);
+        sl->mem -= size;
+    }
+}
+
+/* Binary search in a sorted id array: index of id, or of where it goes. */
+static uint32_t ids_find(const int64_t *ids, uint32_t n, int64_t id, int *found)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ids[mid] < id) lo = mid + 1;
+        else hi = mid;
+    }
+    *found = lo < n && ids[lo] == id;
+    return lo;
+}
+
+static inline const int64_t *node_ids(const fs_node *n)
+{
+    return n->subcap <= 1 ? &n->subs.one : n->subs.many;
+}
+
+static inline int node_empty(const fs_node *n)
+{
+    return n->nsubs == 0 && n->ngroups == 0 &&
+           (!n->next || (n->next->count == 0 && !n->next->one && !n->next->rest));
+}
+
+/* ---------------------------------------------------------------- levels */
+
+static fs_node *level_find(const fs_level *L, const char *tok, uint32_t len, uint32_t h)
+{
+    if (!L->cap)
+        return NULL;
+    uint32_t mask = L->cap - 1, i = h & mask;
+    for (uint32_t k = 0; k < L->cap; k++, i = (i + 1) & mask) {
+        const fs_slot *s = &L->slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == h && s->len == len && memcmp(s->node->tok, tok, len) == 0)
+            return s->node;
+    }
+    return NULL;
+}
+
+static void slot_place(fs_slot *slots, uint32_t cap, fs_slot e)
+{
+    uint32_t mask = cap - 1, i = e.hash & mask;
+    while (slots[i].node)
+        i = (i + 1) & mask;
+    slots[i] = e;
+}
+
+static uint32_t max_load(uint32_t cap)
+{
+    return cap <= 4 ? cap : cap / 4 * 3;
+}
+
+/* Add a literal child.  FS_OK or FS_ENOMEM (level unchanged). */
+static int level_add(fs_sublist *sl, fs_level *L, fs_node *n)
+{
+    if (L->count + 1 > max_load(L->cap)) {
+        uint32_t ncap = L->cap ? L->cap * 2 : 1;
+        fs_slot *ns = sl_alloc(sl, sizeof(fs_slot) * ncap);
+        if (!ns)
+            return FS_ENOMEM;
+        memset(ns, 0, sizeof(fs_slot) * ncap);
+        for (uint32_t i = 0; i < L->cap; i++)
+            if (L->slots[i].node)
+                slot_place(ns, ncap, L->slots[i]);
+        sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
+        L->slots = ns;
+        L->cap = ncap;
+    }
+    fs_slot e = {n->hash, n->toklen, n};
+    slot_place(L->slots, L->cap, e);
+    L->count++;
+    return FS_OK;
+}
+
+/* Remove a literal child (present).  Re-places the rest of its probe
+ * cluster so lookups stay correct; never allocates. */
+static void level_del(fs_level *L, const fs_node *n)
+{
+    uint32_t mask = L->cap - 1, i = n->hash & mask;
+    while (L->slots[i].node != n)
+        i = (i + 1) & mask;
+    L->slots[i].node = NULL;
+    L->count--;
+    for (uint32_t k = 1, j = (i + 1) & mask; k < L->cap; k++, j = (j + 1) & mask) {
+        if (!L->slots[j].node)
+            break;
+        fs_slot e = L->slots[j];
+        L->slots[j].node = NULL;
+        slot_place(L->slots, L->cap, e);
+    }
+}
+
+/* ----------------------------------------------------------------- nodes */
+
+static fs_node *node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp)
+{
+    fs_node *n = sl_alloc(sl, sizeof(fs_node) + sp->len);
+    if (!n)
+        return NULL;
+    memset(n, 0, sizeof(fs_node));
+    n->parent = parent;
+    n->hash = sp->hash;
+    n->toklen = sp->len;
+    n->kind = sp->kind;
+    memcpy(n->tok, tok, sp->len);
+    sl->nodes++;
+    return n;
+}
+
+static void group_free(fs_sublist *sl, fs_group *g)
+{
+    sl_free(sl, g->name, g->name_len ? g->name_len : 1);
+    sl_free(sl, g->ids, sizeof(int64_t) * g->cap);
+}
+
+/* Free a node's own contents and the node (children must be gone). */
+static void node_free(fs_sublist *sl, fs_node *n)
+{
+    if (n->subcap > 1)
+        sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
+    for (uint32_t i = 0; i < n->ngroups; i++)
+        group_free(sl, &n->groups[i]);
+    sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
+    if (n->next) {
+        sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
+        sl_free(sl, n->next, sizeof(fs_level));
+    }
+    sl_free(sl, n, sizeof(fs_node) + n->toklen);
+    sl->nodes--;
+}
+
+/* Remove empty nodes from n upwards (never the root). */
+static void prune(fs_sublist *sl, fs_node *n)
+{
+    while (n != sl->root && node_empty(n)) {
+        fs_node *parent = n->parent;
+        fs_level *L = parent->next;
+        if (n->kind == FS_TOK_ONE) L->one = NULL;
+        else if (n->kind == FS_TOK_REST) L->rest = NULL;
+        else level_del(L, n);
+        node_free(sl, n);
+        n = parent;
+    }
+    if (n->next && n->next->count == 0 && !n->next->one && !n->next->rest) {
+        sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
+        sl_free(sl, n->next, sizeof(fs_level));
+        n->next = NULL;
+    }
+}
+
+/* Insert id into a node's plain set.  1 new, 0 present, FS_ENOMEM. */
+static int node_add_sub(fs_sublist *sl, fs_node *n, int64_t id)
+{
+    if (n->nsubs == 0 && n->subcap <= 1) {
+        n->subs.one = id;
+        n->nsubs = 1;
+        n->subcap = 1;
+        return 1;
+    }
+    int found;
+    uint32_t at = ids_find(node_ids(n), n->nsubs, id, &found);
+    if (found)
+        return 0;
+    if (n->nsubs == UINT32_MAX)
+        return FS_ENOMEM;
+    if (n->nsubs == n->subcap) {
+        uint32_t ncap = n->subcap <= 1 ? 4 : n->subcap * 2;
+        int64_t *ids;
+        if (n->subcap <= 1) {
+            ids = sl_alloc(sl, sizeof(int64_t) * ncap);
+            if (!ids) return FS_ENOMEM;
+            ids[0] = n->subs.one;
+        } else {
+            ids = sl_realloc(sl, n->subs.many, sizeof(int64_t) * n->subcap, sizeof(int64_t) * ncap);
+            if (!ids) return FS_ENOMEM;
+        }
+        n->subs.many = ids;
+        n->subcap = ncap;
+    }
+    int64_t *ids = n->subcap <= 1 ? &n->subs.one : n->subs.many;
+    memmove(ids + at + 1, ids + at, sizeof(int64_t) * (n->nsubs - at));
+    ids[at] = id;
+    n->nsubs++;
+    return 1;
+}
+
+static int node_del_sub(fs_sublist *sl, fs_node *n, int64_t id)
+{
+    int found;
+    int64_t *ids = n->subcap <= 1 ? &n->subs.one : n->subs.many;
+    uint32_t at = ids_find(ids, n->nsubs, id, &found);
+    if (!found)
+        return 0;
+    memmove(ids + at, ids + at + 1, sizeof(int64_t) * (n->nsubs - at - 1));
+    n->nsubs--;
+    if (n->nsubs == 0 && n->subcap > 1) {
+        sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
+        n->subcap = 0;
+    }
+    return 1;
+}
+
+static fs_group *node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh)
+{
+    for (uint32_t i = 0; i < n->ngroups; i++) {
+        fs_group *g = &n->groups[i];
+        if (g->name_hash == qh && g->name_len == qlen && memcmp(g->name, q, qlen) == 0)
+            return g;
+    }
+    return NULL;
+}
+
+static int group_add(fs_sublist *sl, fs_group *g, int64_t id)
+{
+    int found;
+    uint32_t at = ids_find(g->ids, g->n, id, &found);
+    if (found)
+        return 0;
+    if (g->n == UINT32_MAX)
+        return FS_ENOMEM;
+    if (g->n == g->cap) {
+        uint32_t ncap = g->cap ? g->cap * 2 : 2;
+        int64_t *ids = sl_realloc(sl, g->ids, sizeof(int64_t) * g->cap, sizeof(int64_t) * ncap);
+        if (!ids) return FS_ENOMEM;
+        g->ids = ids;
+        g->cap = ncap;
+    }
+    memmove(g->ids + at + 1, g->ids + at, sizeof(int64_t) * (g->n - at));
+    g->ids[at] = id;
+    g->n++;
+    return 1;
+}
+
+/* Insert id into the node's group q, creating the group if needed.
+ * 1 new, 0 present, FS_ENOMEM (node unchanged). */
+static int node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id)
+{
+    uint32_t qh = fs_hash(q, qlen);
+    fs_group *g = node_find_group(n, q, qlen, qh);
+    if (g)
+        return group_add(sl, g, id);
+    fs_group fresh = {0};
+    fresh.name = sl_alloc(sl, qlen ? qlen : 1);
+    if (!fresh.name)
+        return FS_ENOMEM;
+    memcpy(fresh.name, q, qlen);
+    fresh.name_len = qlen;
+    fresh.name_hash = qh;
+    if (group_add(sl, &fresh, id) < 0) {
+        group_free(sl, &fresh);
+        return FS_ENOMEM;
+    }
+    if (n->ngroups == n->gcap) {
+        uint32_t ncap = n->gcap ? n->gcap * 2 : 1;
+        fs_group *gs = sl_realloc(sl, n->groups, sizeof(fs_group) * n->gcap, sizeof(fs_group) * ncap);
+        if (!gs) {
+            group_free(sl, &fresh);
+            return FS_ENOMEM;
+        }
+        n->groups = gs;
+        n->gcap = ncap;
+    }
+    n->groups[n->ngroups++] = fresh;
+    return 1;
+}
+
+static int node_del_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id)
+{
+    fs_group *g = node_find_group(n, q, qlen, fs_hash(q, qlen));
+    if (!g)
+        return 0;
+    int found;
+    uint32_t at = ids_find(g->ids, g->n, id, &found);
+    if (!found)
+        return 0;
+    memmove(g->ids + at, g->ids + at + 1, sizeof(int64_t) * (g->n - at - 1));
+    if (--g->n == 0) {
+        /* Drop the group; its slot is reused, the block is kept (removal
+         * never allocates) and freed when the node has no groups left. */
+        group_free(sl, g);
+        *g = n->groups[--n->ngroups];
+        if (n->ngroups == 0) {
+            sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
+            n->groups = NULL;
+            n->gcap = 0;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------- create / destroy */
+
+fs_sublist *fs_sublist_new(fs_dialect d)
+{
+    fs_sublist *sl = FS_MALLOC(sizeof(fs_sublist));
+    if (!sl)
+        return NULL;
+    memset(sl, 0, sizeof(*sl));
+    sl->dialect = d;
+    static const fs_span root_span = {0, 0, 0, FS_TOK_LITERAL};
+    sl->root = node_new(sl, NULL, "", &root_span);
+    if (!sl->root) {
+        FS_FREE(sl);
+        return NULL;
+    }
+    sl->nodes = 0;  /* the root is not counted */
+    if (pthread_rwlock_init(&sl->lock, NULL) != 0) {
+        FS_FREE(sl->root);
+        FS_FREE(sl);
+        return NULL;
+    }
+    return sl;
+}
+
+/* Free the whole trie without a stack: descend to a childless node, free
+ * it, climb to the parent.  Each level's scan position is kept in its cap
+ * field (the level is being destroyed anyway), so the walk is linear. */
+void fs_sublist_free(fs_sublist *sl)
+{
+    if (!sl)
+        return;
+    fs_node *n = sl->root;
+    while (n) {
+        fs_level *L = n->next;
+        fs_node *child = NULL;
+        if (L) {
+            while (L->cap > 0 && !child) {
+                fs_slot *s = &L->slots[L->cap - 1];
+                child = s->node;
+                s->node = NULL;
+                if (!child) L->cap--;
+            }
+            if (!child && L->one) { child = L->one; L->one = NULL; }
+            if (!child && L->rest) { child = L->rest; L->rest = NULL; }
+        }
+        if (child) {
+            n = child;
+            continue;
+        }
+        if (L) {
+            FS_FREE(L->slots);
+            FS_FREE(L);
+            n->next = NULL;
+        }
+        fs_node *parent = n->parent;
+        if (n->subcap > 1) FS_FREE(n->subs.many);
+        for (uint32_t i = 0; i < n->ngroups; i++) {
+            FS_FREE(n->groups[i].name);
+            FS_FREE(n->groups[i].ids);
+        }
+        FS_FREE(n->groups);
+        FS_FREE(n);
+        n = parent;
+    }
+    pthread_rwlock_destroy(&sl->lock);
+    FS_FREE(sl);
+}
+
+fs_dialect fs_sublist_dialect(const fs_sublist *sl) { return sl->dialect; }
+
+uint64_t fs_sublist_count(fs_sublist *sl)
+{
+    pthread_rwlock_rdlock(&sl->lock);
+    uint64_t c = sl->count;
+    pthread_rwlock_unlock(&sl->lock);
+    return c;
+}
+
+uint64_t fs_sublist_generation(fs_sublist *sl)
+{
+    pthread_rwlock_rdlock(&sl->lock);
+    uint64_t g = sl->generation;
+    pthread_rwlock_unlock(&sl->lock);
+    return g;
+}
+
+/* ------------------------------------------------------- insert / remove */
+
+/* A validated subscription: the filter's tokens plus where the queue is. */
+typedef struct {
+    const char *filter;
+    const char *queue;    /* NULL: plain */
+    uint32_t queue_len;
+} parsed_spec;
+
+/* Split "$share/G/f", check the queue, tokenize the filter into t. */
+static int parse_spec(fs_dialect d, const fs_spec *spec, fs_tokens *t, parsed_spec *out, fs_error *err)
+{
+    const char *f = spec->filter, *q = spec->queue;
+    size_t flen = spec->filter_len, qlen = spec->queue_len;
+    if (d == FS_MQTT) {
+        const char *g, *sf;
+        size_t glen, sflen;
+        int rc = fs_split_share(f, flen, &g, &glen, &sf, &sflen, err);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            if (q) {
+                err->reason = "both a '$share/' group and a queue given";
+                err->pos = 0;
+                return FS_EINVAL;
+            }
+            q = g;
+            qlen = glen;
+            size_t shift = (size_t)(sf - f);
+            f = sf;
+            flen = sflen;
+            rc = fs_tokenize(d, f, flen, 1, t, err);
+            if (rc == FS_EINVAL)
+                err->pos += shift;
+            if (rc < 0)
+                return rc;
+            goto tokenized;
+        }
+    }
+    {
+        int rc = fs_tokenize(d, f, flen, 1, t, err);
+        if (rc < 0)
+            return rc;
+    }
+tokenized:
+    if (q) {
+        int rc = fs_check_queue(d, q, qlen, err);
+        if (rc < 0)
+            return rc;
+    }
+    out->filter = f;
+    out->queue = q;
+    out->queue_len = (uint32_t)qlen;
+    return FS_OK;
+}
+
+/* Walk (and create) the path of t; add the subscription.  Caller holds the
+ * write lock.  1 new, 0 present, FS_ENOMEM (index unchanged). */
+static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id)
+{
+    fs_node *n = sl->root;
+    int rc;
+    for (uint32_t i = 0; i < t->n; i++) {
+        const fs_span *sp = &t->tok[i];
+        if (!n->next) {
+            n->next = sl_alloc(sl, sizeof(fs_level));
+            if (!n->next) { rc = FS_ENOMEM; goto fail; }
+            memset(n->next, 0, sizeof(fs_level));
+        }
+        fs_level *L = n->next;
+        fs_node *child;
+        if (sp->kind == FS_TOK_ONE) child = L->one;
+        else if (sp->kind == FS_TOK_REST) child = L->rest;
+        else child = level_find(L, ps->filter + sp->off, sp->len, sp->hash);
+        if (!child) {
+            child = node_new(sl, n, ps->filter + sp->off, sp);
+            if (!child) { rc = FS_ENOMEM; goto fail; }
+            if (sp->kind == FS_TOK_ONE) L->one = child;
+            else if (sp->kind == FS_TOK_REST) L->rest = child;
+            else if (level_add(sl, L, child) < 0) {
+                node_free(sl, child);
+                rc = FS_ENOMEM;
+                goto fail;
+            }
+        }
+        n = child;
+    }
+    rc = ps->queue ? node_add_queued(sl, n, ps->queue, ps->queue_len, id)
+                   : node_add_sub(sl, n, id);
+    if (rc < 0)
+        goto fail;
+    if (rc == 1) {
+        sl->count++;
+        sl->generation++;
+        sl->inserts++;
+    }
+    return rc;
+fail:
+    prune(sl, n);
+    return rc;
+}
+
+/* Find the node of t's path, or NULL. */
+static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const char *filter)
+{
+    fs_node *n = sl->root;
+    for (uint32_t i = 0; i < t->n && n; i++) {
+        const fs_span *sp = &t->tok[i];
+        fs_level *L = n->next;
+        if (!L) return NULL;
+        if (sp->kind == FS_TOK_ONE) n = L->one;
+        else if (sp->kind == FS_TOK_REST) n = L->rest;
+        else n = level_find(L, filter + sp->off, sp->len, sp->hash);
+    }
+    return n;
+}
+
+static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id)
+{
+    fs_node *n = find_locked(sl, t, ps->filter);
+    if (!n)
+        return 0;
+    int rc = ps->queue ? node_del_queued(sl, n, ps->queue, ps->queue_len, id)
+                       : node_del_sub(sl, n, id);
+    if (rc == 1) {
+        sl->count--;
+        sl->generation++;
+        sl->removes++;
+        prune(sl, n);
+    }
+    return rc;
+}
+
+int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err)
+{
+    fs_tokens t;
+    parsed_spec ps;
+    fs_tokens_init(&t);
+    int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
+    if (rc == FS_OK) {
+        pthread_rwlock_wrlock(&sl->lock);
+        rc = insert_locked(sl, &t, &ps, spec->id);
+        pthread_rwlock_unlock(&sl->lock);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err)
+{
+    fs_tokens t;
+    parsed_spec ps;
+    fs_tokens_init(&t);
+    int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
+    if (rc == FS_OK) {
+        pthread_rwlock_wrlock(&sl->lock);
+        rc = remove_locked(sl, &t, &ps, spec->id);
+        pthread_rwlock_unlock(&sl->lock);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                           size_t *changed, size_t *bad, fs_error *err)
+{
+    *changed = 0;
+    *bad = 0;
+    /* Remember which ones were new, to undo them if a later one fails. */
+    unsigned char *fresh = FS_MALLOC(n ? n : 1);
+    if (!fresh)
+        return FS_ENOMEM;
+    fs_tokens t;
+    parsed_spec ps;
+    fs_tokens_init(&t);
+    int rc = FS_OK;
+    size_t i;
+    pthread_rwlock_wrlock(&sl->lock);
+    for (i = 0; i < n; i++) {
+        rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
+        if (rc == FS_OK)
+            rc = insert_locked(sl, &t, &ps, specs[i].id);
+        if (rc < 0)
+            break;
+        fresh[i] = (unsigned char)rc;
+        *changed += (size_t)rc;
+        rc = FS_OK;
+    }
+    if (rc < 0) {
+        *bad = i;
+        /* Undo.  Tokens already have room for every filter before i, so
+         * parse_spec cannot fail here, and removal never allocates. */
+        fs_error ignored;
+        while (i-- > 0) {
+            if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
+                remove_locked(sl, &t, &ps, specs[i].id);
+        }
+        sl->inserts -= *changed;
+        sl->removes -= *changed;
+        *changed = 0;
+    }
+    pthread_rwlock_unlock(&sl->lock);
+    fs_tokens_free(&t);
+    FS_FREE(fresh);
+    return rc;
+}
+
+int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                           size_t *changed, size_t *bad, fs_error *err)
+{
+    *changed = 0;
+    *bad = 0;
+    fs_tokens t;
+    parsed_spec ps;
+    fs_tokens_init(&t);
+    int rc = FS_OK;
+    for (size_t i = 0; i < n && rc == FS_OK; i++) {
+        rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
+        if (rc < 0)
+            *bad = i;
+    }
+    if (rc == FS_OK) {
+        pthread_rwlock_wrlock(&sl->lock);
+        for (size_t i = 0; i < n; i++) {
+            parse_spec(sl->dialect, &specs[i], &t, &ps, err);
+            *changed += (size_t)remove_locked(sl, &t, &ps, specs[i].id);
+        }
+        pthread_rwlock_unlock(&sl->lock);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ match */
+
+void fs_scratch_init(fs_scratch *sc)
+{
+    memset(sc, 0, sizeof(*sc));
+    fs_tokens_init(&sc->toks);
+}
+
+void fs_scratch_free(fs_scratch *sc)
+{
+    fs_tokens_free(&sc->toks);
+    FS_FREE(sc->front);
+    FS_FREE(sc->next);
+    FS_FREE(sc->hits);
+    fs_scratch_init(sc);
+}
+
+static inline int push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)
+{
+    if (*n == *cap && grow(v, cap, *n + 1, sizeof(fs_node *)) < 0)
+        return FS_ENOMEM;
+    (*v)[(*n)++] = x;
+    return FS_OK;
+}
+
+static inline int has_subs(const fs_node *n) { return n->nsubs || n->ngroups; }
+
+/* Collect into sc->hits every node whose subscriptions match the tokenized
+ * subject s.  Caller holds the read lock. */
+static int walk_locked(const fs_sublist *sl, const char *s, fs_scratch *sc)
+{
+    const fs_tokens *t = &sc->toks;
+    int mqtt = sl->dialect == FS_MQTT;
+    int dollar = mqtt && s[0] == '$';
+    sc->nhits = 0;
+    sc->nfront = 0;
+    if (push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
+        return FS_ENOMEM;
+    for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
+        const fs_span *sp = &t->tok[i];
+        int wild_ok = !(dollar && i == 0);
+        sc->nnext = 0;
+        for (size_t k = 0; k < sc->nfront; k++) {
+            const fs_level *L = sc->front[k]->next;
+            if (!L)
+                continue;
+            if (wild_ok && L->rest && has_subs(L->rest) &&
+                push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
+                return FS_ENOMEM;
+            if (wild_ok && L->one &&
+                push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+                return FS_ENOMEM;
+            const fs_node *c = level_find(L, s + sp->off, sp->len, sp->hash);
+            if (c && push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+                return FS_ENOMEM;
+        }
+        const fs_node **tmp = sc->front;
+        sc->front = sc->next;
+        sc->next = tmp;
+        size_t tcap = sc->cap_front;
+        sc->cap_front = sc->cap_next;
+        sc->cap_next = tcap;
+        sc->nfront = sc->nnext;
+    }
+    for (size_t k = 0; k < sc->nfront; k++) {
+        const fs_node *n = sc->front[k];
+        if (has_subs(n) && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+            return FS_ENOMEM;
+        /* MQTT: "a/#" also matches "a" itself. */
+        if (mqtt && n->next && n->next->rest && has_subs(n->next->rest) &&
+            push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+void fs_result_init(fs_result *r) { memset(r, 0, sizeof(*r)); }
+
+void fs_result_free(fs_result *r)
+{
+    FS_FREE(r->ids);
+    FS_FREE(r->groups);
+    FS_FREE(r->arena);
+    fs_result_init(r);
+}
+
+static int arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (grow(arena, cap, *len + n, 1) < 0)
+        return FS_ENOMEM;
+    memcpy(*arena + *len, p, n);
+    *len += n;
+    return FS_OK;
+}
+
+/* Write the filter of node n (its path from the root) into an arena. */
+static int put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap)
+{
+    if (n == sl->root)
+        return FS_OK;
+    size_t total = 0;
+    for (const fs_node *p = n; p != sl->root; p = p->parent)
+        total += p->toklen + 1;
+    total -= 1;
+    if (grow(arena, cap, *len + total, 1) < 0)
+        return FS_ENOMEM;
+    char *end = *arena + *len + total;
+    char sep = sl->dialect == FS_NATS ? '.' : '/';
+    for (const fs_node *p = n; p != sl->root; p = p->parent) {
+        end -= p->toklen;
+        memcpy(end, p->tok, p->toklen);
+        if (p->parent != sl->root)
+            *--end = sep;
+    }
+    *len += total;
+    return FS_OK;
+}
+
+static int put_ids(fs_result *r, const int64_t *ids, size_t n)
+{
+    if (grow(&r->ids, &r->cap_ids, r->nids + n, sizeof(int64_t)) < 0)
+        return FS_ENOMEM;
+    memcpy(r->ids + r->nids, ids, sizeof(int64_t) * n);
+    r->nids += n;
+    return FS_OK;
+}
+
+/* Build r from sc->hits.  NATS groups merge by name across nodes; MQTT
+ * groups are (name, filter) pairs, one per node. */
+static int build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
+{
+    r->nids = r->nplain = r->ngroups = r->narena = 0;
+    for (size_t k = 0; k < sc->nhits; k++)
+        if (put_ids(r, node_ids(sc->hits[k]), sc->hits[k]->nsubs) < 0)
+            return FS_ENOMEM;
+    r->nplain = r->nids;
+    int nats = sl->dialect == FS_NATS;
+    for (size_t k = 0; k < sc->nhits; k++) {
+        const fs_node *n = sc->hits[k];
+        for (uint32_t gi = 0; gi < n->ngroups; gi++) {
+            const fs_group *g = &n->groups[gi];
+            if (nats) {
+                /* Already emitted with an earlier node? */
+                int seen = 0;
+                for (size_t j = 0; j < r->ngroups && !seen; j++) {
+                    const fs_group_out *o = &r->groups[j];
+                    seen = o->name_len == g->name_len && memcmp(r->arena + o->name_off, g->name, g->name_len) == 0;
+                }
+                if (seen)
+                    continue;
+            }
+            if (grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
+                return FS_ENOMEM;
+            fs_group_out *o = &r->groups[r->ngroups];
+            memset(o, 0, sizeof(*o));
+            o->name_off = r->narena;
+            o->name_len = g->name_len;
+            if (arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
+                return FS_ENOMEM;
+            if (!nats) {
+                o->filter_off = r->narena;
+                if (put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
+                    return FS_ENOMEM;
+                o->filter_len = r->narena - o->filter_off;
+            }
+            o->members_off = r->nids;
+            if (put_ids(r, g->ids, g->n) < 0)
+                return FS_ENOMEM;
+            if (nats) {
+                /* Gather the same-named group from the later nodes. */
+                for (size_t k2 = k + 1; k2 < sc->nhits; k2++) {
+                    const fs_node *n2 = sc->hits[k2];
+                    const fs_group *g2 = node_find_group(n2, g->name, g->name_len, g->name_hash);
+                    if (g2 && put_ids(r, g2->ids, g2->n) < 0)
+                        return FS_ENOMEM;
+                }
+            }
+            o->members_len = r->nids - o->members_off;
+            r->ngroups++;
+        }
+    }
+    return FS_OK;
+}
+
+static void count_match(fs_sublist *sl, uint64_t fanout)
+{
+    atomic_fetch_add_explicit(&sl->matches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sl->fanout_total, fanout, memory_order_relaxed);
+    uint64_t cur = atomic_load_explicit(&sl->fanout_max, memory_order_relaxed);
+    while (fanout > cur &&
+           !atomic_compare_exchange_weak_explicit(&sl->fanout_max, &cur, fanout,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
+                     fs_scratch *sc, fs_result *r, fs_error *err)
+{
+    int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
+    if (rc < 0)
+        return rc;
+    pthread_rwlock_rdlock(&sl->lock);
+    rc = walk_locked(sl, subject, sc);
+    if (rc == FS_OK)
+        rc = build_result(sl, sc, r);
+    pthread_rwlock_unlock(&sl->lock);
+    if (rc == FS_OK)
+        count_match(sl, r->nids);
+    return rc;
+}
+
+int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
+                        fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
+                        fs_error *err)
+{
+    *nplain = *nqueue = 0;
+    int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
+    if (rc < 0)
+        return rc;
+    pthread_rwlock_rdlock(&sl->lock);
+    rc = walk_locked(sl, subject, sc);
+    for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
+        const fs_node *n = sc->hits[k];
+        *nplain += n->nsubs;
+        for (uint32_t gi = 0; gi < n->ngroups; gi++)
+            *nqueue += n->groups[gi].n;
+    }
+    pthread_rwlock_unlock(&sl->lock);
+    if (rc == FS_OK)
+        count_match(sl, *nplain + *nqueue);
+    return rc;
+}
+
+/* ---------------------------------------------------------- reverse match */
+
+void fs_rresult_init(fs_rresult *r) { memset(r, 0, sizeof(*r)); }
+
+void fs_rresult_free(fs_rresult *r)
+{
+    FS_FREE(r->hits);
+    FS_FREE(r->arena);
+    fs_rresult_init(r);
+}
+
+/* Push every node below n (not n itself) onto sc->hits, skipping, when
+ * skip_dollar, literal children of n whose token starts with '$'.  Uses
+ * sc->next as the explicit stack. */
+static int push_descendants(const fs_node *n, int skip_dollar, fs_scratch *sc)
+{
+    sc->nnext = 0;
+    if (push_node(&sc->next, &sc->nnext, &sc->cap_next, n) < 0)
+        return FS_ENOMEM;
+    while (sc->nnext) {
+        const fs_node *x = sc->next[--sc->nnext];
+        if (x != n && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
+            return FS_ENOMEM;
+        const fs_level *L = x->next;
+        if (!L)
+            continue;
+        for (uint32_t i = 0; i < L->cap; i++) {
+            const fs_node *c = L->slots[i].node;
+            if (c && !(skip_dollar && x == n && c->toklen && c->tok[0] == '$') &&
+                push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+                return FS_ENOMEM;
+        }
+        if (L->one && push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+            return FS_ENOMEM;
+        if (L->rest && push_node(&sc->next, &sc->nnext, &sc->cap_next, L->rest) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+/* Collect into sc->hits every node whose filter intersects the query
+ * filter q (tokenized in sc->toks).  Nodes on the front are at depth i,
+ * aligned with q's first i tokens. */
+static int rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
+{
+    const fs_tokens *t = &sc->toks;
+    int mqtt = sl->dialect == FS_MQTT;
+    sc->nhits = 0;
+    sc->nfront = 0;
+    if (push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
+        return FS_ENOMEM;
+    /* The frontier is processed depth by depth, like walk_locked; the
+     * "next" array is borrowed by push_descendants, so collect the next
+     * depth into a separate region at the end of front instead. */
+    for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
+        const fs_span *sp = &t->tok[i];
+        int root = i == 0;
+        size_t end = sc->nfront;
+        for (size_t k = 0; k < end; k++) {
+            const fs_node *n = sc->front[k];
+            if (sp->kind == FS_TOK_REST) {
+                /* '>' matches 1+ tokens: everything below n; MQTT '#' also
+                 * n itself (0 tokens), except the root. */
+                if (mqtt && !root && has_subs(n) && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+                    return FS_ENOMEM;
+                if (push_descendants(n, mqtt && root, sc) < 0)
+                    return FS_ENOMEM;
+                continue;
+            }
+            const fs_level *L = n->next;
+            if (!L)
+                continue;
+            int q_dollar = mqtt && root && sp->kind == FS_TOK_LITERAL && sp->len && q[sp->off] == '$';
+            /* A stored rest-wildcard matches whatever the query's remaining
+             * 1+ tokens match. */
+            if (L->rest && !q_dollar && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
+                return FS_ENOMEM;
+            if (L->one && !q_dollar && push_node(&sc->front, &sc->nfront, &sc->cap_front, L->one) < 0)
+                return FS_ENOMEM;
+            if (sp->kind == FS_TOK_ONE) {
+                for (uint32_t s = 0; s < L->cap; s++) {
+                    const fs_node *c = L->slots[s].node;
+                    if (c && !(mqtt && root && c->toklen && c->tok[0] == '$') &&
+                        push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
+                        return FS_ENOMEM;
+                }
+            } else {
+                const fs_node *c = level_find(L, q + sp->off, sp->len, sp->hash);
+                if (c && push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
+                    return FS_ENOMEM;
+            }
+        }
+        memmove(sc->front, sc->front + end, sizeof(fs_node *) * (sc->nfront - end));
+        sc->nfront -= end;
+    }
+    /* Query exhausted with nodes aligned: those filters end here too.  A
+     * query ending in a rest-wildcard was fully handled in the loop. */
+    if (t->n && t->tok[t->n - 1].kind == FS_TOK_REST)
+        return FS_OK;
+    for (size_t k = 0; k < sc->nfront; k++) {
+        const fs_node *n = sc->front[k];
+        if (push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+            return FS_ENOMEM;
+        if (mqtt && n->next && n->next->rest &&
+            push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+static int rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r)
+{
+    if (grow(&r->hits, &r->cap_hits, r->nhits + 1, sizeof(fs_rhit)) < 0)
+        return FS_ENOMEM;
+    fs_rhit *h = &r->hits[r->nhits];
+    memset(h, 0, sizeof(*h));
+    h->id = id;
+    h->filter_off = r->narena;
+    if (put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
+        return FS_ENOMEM;
+    h->filter_len = r->narena - h->filter_off;
+    if (g) {
+        h->has_queue = 1;
+        h->queue_off = r->narena;
+        h->queue_len = g->name_len;
+        if (arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
+            return FS_ENOMEM;
+    }
+    r->nhits++;
+    return FS_OK;
+}
+
+int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
+                             fs_scratch *sc, fs_rresult *r, fs_error *err)
+{
+    r->nhits = r->narena = 0;
+    if (sl->dialect == FS_MQTT) {
+        const char *g, *f;
+        size_t glen, flen;
+        int rc = fs_split_share(filter, len, &g, &glen, &f, &flen, err);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            filter = f;
+            len = flen;
+        }
+    }
+    int rc = fs_tokenize(sl->dialect, filter, len, 1, &sc->toks, err);
+    if (rc < 0)
+        return rc;
+    pthread_rwlock_rdlock(&sl->lock);
+    rc = rwalk_locked(sl, filter, sc);
+    for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
+        const fs_node *n = sc->hits[k];
+        const int64_t *ids = node_ids(n);
+        for (uint32_t i = 0; rc == FS_OK && i < n->nsubs; i++)
+            rc = rhit_add(sl, n, NULL, ids[i], r);
+        for (uint32_t gi = 0; rc == FS_OK && gi < n->ngroups; gi++)
+            for (uint32_t i = 0; rc == FS_OK && i < n->groups[gi].n; i++)
+                rc = rhit_add(sl, n, &n->groups[gi], n->groups[gi].ids[i], r);
+    }
+    pthread_rwlock_unlock(&sl->lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ misc */
+
+void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
+{
+    pthread_rwlock_rdlock(&sl->lock);
+    st->subscriptions = sl->count;
+    st->nodes = sl->nodes;
+    st->memory_bytes = sl->mem + sizeof(fs_sublist);
+    st->inserts = sl->inserts;
+    st->removes = sl->removes;
+    st->generation = sl->generation;
+    pthread_rwlock_unlock(&sl->lock);
+    st->matches = atomic_load_explicit(&sl->matches, memory_order_relaxed);
+    st->fanout_total = atomic_load_explicit(&sl->fanout_total, memory_order_relaxed);
+    st->fanout_max = atomic_load_explicit(&sl->fanout_max, memory_order_relaxed);
+}
+
+int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
+                       const char *subject, size_t slen, int *which, fs_error *err)
+{
+    fs_tokens ft, st;
+    fs_tokens_init(&ft);
+    fs_tokens_init(&st);
+    int rc;
+    *which = 0;
+    if (d == FS_MQTT) {
+        const char *g, *f;
+        size_t glen, l;
+        rc = fs_split_share(filter, flen, &g, &glen, &f, &l, err);
+        if (rc < 0)
+            goto done;
+        if (rc == 1) {
+            filter = f;
+            flen = l;
+        }
+    }
+    rc = fs_tokenize(d, filter, flen, 1, &ft, err);
+    if (rc < 0)
+        goto done;
+    *which = 1;
+    rc = fs_tokenize(d, subject, slen, 0, &st, err);
+    if (rc < 0)
+        goto done;
+    rc = 0;
+    if (d == FS_MQTT && subject[0] == '$' && ft.tok[0].kind != FS_TOK_LITERAL)
+        goto done;
+    uint32_t i = 0;
+    for (; i < ft.n; i++) {
+        const fs_span *f = &ft.tok[i];
+        if (f->kind == FS_TOK_REST) {
+            /* NATS '>' needs at least one more token; MQTT '#' none. */
+            rc = d == FS_MQTT || i < st.n;
+            goto done;
+        }
+        if (i >= st.n)
+            goto done;
+        const fs_span *s = &st.tok[i];
+        if (f->kind == FS_TOK_LITERAL &&
+            (f->len != s->len || memcmp(filter + f->off, subject + s->off, f->len) != 0))
+            goto done;
+    }
+    rc = i == st.n;
+done:
+    fs_tokens_free(&ft);
+    fs_tokens_free(&st);
+    return rc;
+}

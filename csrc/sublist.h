@@ -1,0 +1,141 @@
+/* sublist.h - the subscription index: a trie of per-level hash tables.
+ *
+ *   root ──► level ─┬─ "orders" ─► node ──► level ─┬─ "eu" ─► node ...
+ *                   │   (hash table of literal     ├─ pwc  ─► node   ('*' / '+')
+ *                   │    token -> node)            └─ fwc  ─► node   ('>' / '#')
+ *                   ├─ pwc ─► node
+ *                   └─ fwc ─► node
+ *
+ *   node: parent, token bytes, plain subscription ids (sorted int64 array,
+ *         inline when there is one), queue groups (name + sorted member ids),
+ *         and the next level (NULL for a leaf).
+ *
+ * A subscription is the triple (filter, queue-or-none, sub_id).  Matching
+ * walks the subject one token per level, breadth first over an explicit
+ * frontier (no recursion), following the literal child and the one-level
+ * wildcard child and collecting the rest-wildcard child.  Emptied nodes are
+ * pruned on removal.  Every public function takes the index's read/write
+ * lock itself; results are copied out into caller-owned buffers, so nothing
+ * returned points into the trie.
+ */
+#ifndef FS_SUBLIST_H
+#define FS_SUBLIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs_token.h"
+
+typedef struct fs_sublist fs_sublist;
+typedef struct fs_node fs_node;
+
+/* One subscription to insert or remove in bulk.  queue == NULL: plain. */
+typedef struct {
+    const char *filter;
+    size_t filter_len;
+    const char *queue;
+    size_t queue_len;
+    int64_t id;
+} fs_spec;
+
+/* Per-call working memory, reusable across calls by one thread. */
+typedef struct {
+    fs_tokens toks;
+    const fs_node **front, **next, **hits;
+    size_t nfront, nnext, nhits;
+    size_t cap_front, cap_next, cap_hits;
+} fs_scratch;
+
+/* A group in a match result.  Byte ranges index fs_result.arena; members
+ * index fs_result.ids. */
+typedef struct {
+    size_t name_off, name_len;
+    size_t filter_off, filter_len;   /* MQTT: the group's filter; NATS: 0, 0 */
+    size_t members_off, members_len;
+} fs_group_out;
+
+/* What one subject matched: ids[0..nplain) are the plain subscriptions,
+ * then each group's members. */
+typedef struct {
+    int64_t *ids;
+    size_t nids, cap_ids, nplain;
+    fs_group_out *groups;
+    size_t ngroups, cap_groups;
+    char *arena;
+    size_t narena, cap_arena;
+} fs_result;
+
+/* One reverse-match hit. */
+typedef struct {
+    size_t filter_off, filter_len;
+    size_t queue_off, queue_len;
+    int has_queue;
+    int64_t id;
+} fs_rhit;
+
+typedef struct {
+    fs_rhit *hits;
+    size_t nhits, cap_hits;
+    char *arena;
+    size_t narena, cap_arena;
+} fs_rresult;
+
+typedef struct {
+    uint64_t subscriptions, nodes, memory_bytes;
+    uint64_t inserts, removes, matches, fanout_total, fanout_max;
+    uint64_t generation;
+} fs_stats;
+
+/* A new empty index; NULL when out of memory. */
+fs_sublist *fs_sublist_new(fs_dialect d);
+/* Frees everything the index holds (never allocates). */
+void fs_sublist_free(fs_sublist *sl);
+fs_dialect fs_sublist_dialect(const fs_sublist *sl);
+uint64_t fs_sublist_count(fs_sublist *sl);
+uint64_t fs_sublist_generation(fs_sublist *sl);
+
+/* Insert one subscription (queue NULL: plain; MQTT also takes
+ * "$share/GROUP/filter").  Returns 1 if new, 0 if it was already there,
+ * FS_EINVAL (err set; nothing changed) or FS_ENOMEM (nothing changed). */
+int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err);
+/* Remove one.  Returns 1 if removed, 0 if absent, FS_EINVAL. Never ENOMEM
+ * for filters of up to FS_TOKENS_INLINE tokens. */
+int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err);
+/* Bulk insert under one lock, all or nothing: returns FS_OK with *changed
+ * the number of new subscriptions, or FS_EINVAL with *bad the index of the
+ * offending spec, or FS_ENOMEM; on either error the index is unchanged. */
+int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                           size_t *changed, size_t *bad, fs_error *err);
+/* Bulk remove: validates all first, then removes; absent ones are skipped.
+ * FS_OK (*changed = number removed), FS_EINVAL (*bad set) or FS_ENOMEM. */
+int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                           size_t *changed, size_t *bad, fs_error *err);
+
+void fs_scratch_init(fs_scratch *sc);
+void fs_scratch_free(fs_scratch *sc);
+void fs_result_init(fs_result *r);
+void fs_result_free(fs_result *r);
+void fs_rresult_init(fs_rresult *r);
+void fs_rresult_free(fs_rresult *r);
+
+/* Match a literal subject into r (cleared first).  FS_OK, FS_EINVAL, FS_ENOMEM. */
+int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
+                     fs_scratch *sc, fs_result *r, fs_error *err);
+/* Count what a subject matches: plain subscriptions and queue members.
+ * FS_OK, FS_EINVAL, FS_ENOMEM. */
+int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
+                        fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
+                        fs_error *err);
+/* Every stored subscription whose filter intersects the given filter.
+ * FS_OK, FS_EINVAL, FS_ENOMEM. */
+int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
+                             fs_scratch *sc, fs_rresult *r, fs_error *err);
+
+void fs_sublist_stats(fs_sublist *sl, fs_stats *st);
+
+/* Does filter match subject?  1 yes, 0 no, FS_EINVAL (err names which:
+ * *which = 0 filter, 1 subject), FS_ENOMEM. */
+int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
+                       const char *subject, size_t slen, int *which, fs_error *err);
+
+#endif

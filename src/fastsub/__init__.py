@@ -1,0 +1,31 @@
+"""fastsub: the fastest subscription matcher a Python user can install.
+
+    >>> from fastsub import Sublist
+    >>> sl = Sublist("nats")
+    >>> sl.insert("orders.*.created", 17)
+    True
+    >>> sl.match("orders.eu.created").subs
+    [17]
+"""
+from fastsub._core import (
+    FastsubError,
+    InvalidSubjectError,
+    MatchResult,
+    Sublist,
+    is_valid_filter,
+    is_valid_subject,
+    subject_matches,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FastsubError",
+    "InvalidSubjectError",
+    "MatchResult",
+    "Sublist",
+    "is_valid_filter",
+    "is_valid_subject",
+    "subject_matches",
+    "__version__",
+]

@@ -1,0 +1,90 @@
+# Declarations of the C core (csrc/); see csrc/sublist.h for the contract.
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+
+cdef extern from "fs_alloc.h" nogil:
+    void fs_fault_inject(uint64_t nth)
+    uint64_t fs_fault_injected()
+    uint64_t fs_fault_counted()
+
+cdef extern from "fs_token.h" nogil:
+    ctypedef enum fs_dialect:
+        FS_NATS
+        FS_MQTT
+    ctypedef struct fs_error:
+        const char *reason
+        size_t pos
+    ctypedef struct fs_tokens:
+        pass
+    enum:
+        FS_OK
+        FS_ENOMEM
+        FS_EINVAL
+        FS_ENOTFOUND
+        FS_EBADDATA
+    void fs_tokens_init(fs_tokens *t)
+    void fs_tokens_free(fs_tokens *t)
+    int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
+    int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err)
+    int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
+                       const char **filter, size_t *flen, fs_error *err)
+
+cdef extern from "sublist.h" nogil:
+    ctypedef struct fs_sublist:
+        pass
+    ctypedef struct fs_spec:
+        const char *filter
+        size_t filter_len
+        const char *queue
+        size_t queue_len
+        int64_t id
+    ctypedef struct fs_scratch:
+        pass
+    ctypedef struct fs_group_out:
+        size_t name_off, name_len
+        size_t filter_off, filter_len
+        size_t members_off, members_len
+    ctypedef struct fs_result:
+        int64_t *ids
+        size_t nids, nplain
+        fs_group_out *groups
+        size_t ngroups
+        char *arena
+    ctypedef struct fs_rhit:
+        size_t filter_off, filter_len
+        size_t queue_off, queue_len
+        int has_queue
+        int64_t id
+    ctypedef struct fs_rresult:
+        fs_rhit *hits
+        size_t nhits
+        char *arena
+    ctypedef struct fs_stats:
+        uint64_t subscriptions, nodes, memory_bytes
+        uint64_t inserts, removes, matches, fanout_total, fanout_max
+        uint64_t generation
+
+    fs_sublist *fs_sublist_new(fs_dialect d)
+    void fs_sublist_free(fs_sublist *sl)
+    uint64_t fs_sublist_count(fs_sublist *sl)
+    uint64_t fs_sublist_generation(fs_sublist *sl)
+    int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err)
+    int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err)
+    int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                               size_t *changed, size_t *bad, fs_error *err)
+    int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                               size_t *changed, size_t *bad, fs_error *err)
+    void fs_scratch_init(fs_scratch *sc)
+    void fs_scratch_free(fs_scratch *sc)
+    void fs_result_init(fs_result *r)
+    void fs_result_free(fs_result *r)
+    void fs_rresult_init(fs_rresult *r)
+    void fs_rresult_free(fs_rresult *r)
+    int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
+                         fs_scratch *sc, fs_result *r, fs_error *err)
+    int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
+                            fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue, fs_error *err)
+    int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
+                                 fs_scratch *sc, fs_rresult *r, fs_error *err)
+    void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
+    int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
+                           const char *subject, size_t slen, int *which, fs_error *err)

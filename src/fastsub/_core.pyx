@@ -1,0 +1,431 @@
+# cython: language_level=3
+"""fastsub._core: the thin Cython layer over the C core in csrc/.
+
+It converts arguments, calls C, and turns C status codes into exceptions.
+Strings reach C as the UTF-8 buffers CPython caches in each str (no copy for
+ASCII strings); results come back in C-owned buffers and are converted here.
+"""
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memset
+
+from fastsub._core cimport *
+
+import operator
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+
+
+class FastsubError(Exception):
+    """Base of every error fastsub raises on its own account."""
+
+
+class InvalidSubjectError(FastsubError, ValueError):
+    """A subject, filter or queue name is malformed.
+
+    Attributes: ``subject`` (the input), ``reason`` (what is wrong) and
+    ``position`` (byte offset in its UTF-8 form, or None)."""
+
+    def __init__(self, message, subject=None, reason=None, position=None):
+        super().__init__(message)
+        self.subject = subject
+        self.reason = reason
+        self.position = position
+
+
+cdef object _shown(object s):
+    """repr of s, shortened for huge inputs."""
+    if len(s) > 80:
+        return repr(s[:60]) + f"... ({len(s)} characters)"
+    return repr(s)
+
+
+cdef object _invalid(str what, object s, fs_error *err):
+    reason = err.reason.decode("ascii")
+    return InvalidSubjectError(
+        f"invalid {what} {_shown(s)}: {reason} (at byte {err.pos})",
+        s, reason, err.pos)
+
+
+cdef const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
+    """The UTF-8 bytes of a str; TypeError for non-str, InvalidSubjectError
+    for strings that cannot be encoded (lone surrogates)."""
+    if type(s) is not str and not isinstance(s, str):
+        raise TypeError(f"{what} must be str, not {type(s).__name__}")
+    try:
+        return PyUnicode_AsUTF8AndSize(s, n)
+    except UnicodeEncodeError as e:
+        raise InvalidSubjectError(
+            f"invalid {what} {_shown(s)}: not valid UTF-8 (lone surrogate at character {e.start})",
+            s, "not valid UTF-8", None) from None
+
+
+cdef int64_t _sub_id(object sub_id) except? -1:
+    if type(sub_id) is not int:
+        try:
+            sub_id = operator.index(sub_id)
+        except TypeError:
+            raise TypeError(f"sub_id must be int, not {type(sub_id).__name__}") from None
+    if not (-0x8000000000000000 <= sub_id <= 0x7FFFFFFFFFFFFFFF):
+        raise OverflowError(f"sub_id {sub_id} is outside the signed 64-bit range")
+    return <int64_t>sub_id
+
+
+cdef fs_dialect _dialect(object d) except *:
+    if d == "nats":
+        return FS_NATS
+    if d == "mqtt":
+        return FS_MQTT
+    raise ValueError(f"dialect must be 'nats' or 'mqtt', not {d!r}")
+
+
+cdef str _decode(const char *p, size_t n):
+    return PyUnicode_DecodeUTF8(p, <Py_ssize_t>n, "surrogateescape")
+
+
+cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
+    cdef Py_ssize_t n
+    sp.filter = _utf8(f, "filter", &n)
+    sp.filter_len = <size_t>n
+    sp.id = _sub_id(sub_id)
+    if q is None:
+        sp.queue = NULL
+        sp.queue_len = 0
+    else:
+        sp.queue = _utf8(q, "queue", &n)
+        sp.queue_len = <size_t>n
+    return 0
+
+
+cdef object _spec_error(int rc, fs_error *err, object f, object q):
+    if rc == FS_ENOMEM:
+        return MemoryError()
+    # parse errors in the queue name name the queue, otherwise the filter
+    reason = err.reason.decode("ascii")
+    if q is not None and ("queue" in reason or "share group" in reason) and not reason.startswith("both"):
+        return _invalid("queue", q, err)
+    return _invalid("filter", f, err)
+
+
+cdef class MatchResult:
+    """The subscriptions matching one subject.
+
+    ``subs``: ids of the matching plain subscriptions (one per matching
+    (filter, id)); ``groups``: ``(queue, filter_or_None, members)`` per
+    matching queue group (NATS: merged by queue name, filter None; MQTT: one
+    per (group, filter))."""
+    cdef readonly list subs
+    cdef readonly list groups
+
+    def __len__(self):
+        return len(self.subs) + sum(len(g[2]) for g in self.groups)
+
+    def __repr__(self):
+        return f"MatchResult(subs={self.subs!r}, groups={self.groups!r})"
+
+
+cdef MatchResult _to_match_result(fs_result *r, bint mqtt):
+    cdef MatchResult m = MatchResult.__new__(MatchResult)
+    cdef size_t i, j
+    cdef fs_group_out *g
+    m.subs = [r.ids[i] for i in range(r.nplain)]
+    groups = []
+    for i in range(r.ngroups):
+        g = &r.groups[i]
+        members = [r.ids[j] for j in range(g.members_off, g.members_off + g.members_len)]
+        name = _decode(r.arena + g.name_off, g.name_len)
+        filt = _decode(r.arena + g.filter_off, g.filter_len) if mqtt else None
+        groups.append((name, filt, members))
+    m.groups = groups
+    return m
+
+
+cdef class Sublist:
+    """Sublist(dialect="nats", *, cache_size=0)
+
+    An index of subscriptions (filter, sub_id, queue) answering "which
+    subscriptions match this subject?".  Safe to use from many threads."""
+    cdef fs_sublist *sl
+    cdef fs_dialect _d
+    cdef readonly str dialect
+    cdef Py_ssize_t _cache_size
+
+    def __cinit__(self, dialect="nats", *, cache_size=0):
+        self._d = _dialect(dialect)
+        self.dialect = dialect
+        cache_size = operator.index(cache_size)
+        if cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0, not {cache_size}")
+        self._cache_size = cache_size
+        self.sl = fs_sublist_new(self._d)
+        if self.sl == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self.sl != NULL:
+            fs_sublist_free(self.sl)
+            self.sl = NULL
+
+    def __len__(self):
+        return fs_sublist_count(self.sl)
+
+    def __repr__(self):
+        return f"<fastsub.Sublist dialect={self.dialect!r} subscriptions={len(self)}>"
+
+    @property
+    def generation(self):
+        """Grows on every insert or remove that changed the index."""
+        return fs_sublist_generation(self.sl)
+
+    def insert(self, filter, sub_id, *, queue=None):
+        """insert(filter, sub_id, *, queue=None) -> bool
+
+        Add the subscription; True if it is new.  MQTT also takes
+        "$share/GROUP/filter" for a shared subscription."""
+        cdef fs_spec sp
+        cdef fs_error err
+        cdef int rc
+        _fill_spec(&sp, filter, sub_id, queue)
+        with nogil:
+            rc = fs_sublist_insert(self.sl, &sp, &err)
+        if rc < 0:
+            raise _spec_error(rc, &err, filter, queue)
+        return rc == 1
+
+    def discard(self, filter, sub_id, *, queue=None):
+        """discard(filter, sub_id, *, queue=None) -> bool
+
+        Remove the subscription if present; True if it was there."""
+        cdef fs_spec sp
+        cdef fs_error err
+        cdef int rc
+        _fill_spec(&sp, filter, sub_id, queue)
+        with nogil:
+            rc = fs_sublist_remove(self.sl, &sp, &err)
+        if rc < 0:
+            raise _spec_error(rc, &err, filter, queue)
+        return rc == 1
+
+    def remove(self, filter, sub_id, *, queue=None):
+        """remove(filter, sub_id, *, queue=None) -> None
+
+        Remove the subscription; KeyError if it is not there."""
+        if not self.discard(filter, sub_id, queue=queue):
+            raise KeyError((filter, sub_id, queue))
+
+    cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
+        filters = list(filters)
+        sub_ids = list(sub_ids)
+        cdef Py_ssize_t n = len(filters), i
+        if len(sub_ids) != n:
+            raise ValueError(f"filters and sub_ids differ in length ({n} != {len(sub_ids)})")
+        if queues is not None:
+            queues = list(queues)
+            if len(queues) != n:
+                raise ValueError(f"filters and queues differ in length ({n} != {len(queues)})")
+        cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
+        if specs == NULL:
+            raise MemoryError()
+        cdef size_t changed = 0, bad = 0
+        cdef fs_error err
+        cdef int rc
+        try:
+            for i in range(n):
+                try:
+                    _fill_spec(&specs[i], filters[i], sub_ids[i], None if queues is None else queues[i])
+                except (TypeError, OverflowError, InvalidSubjectError) as e:
+                    raise type(e)(f"item {i}: {e}") from None
+            with nogil:
+                if inserting:
+                    rc = fs_sublist_insert_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
+                else:
+                    rc = fs_sublist_remove_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
+            if rc < 0:
+                if rc == FS_ENOMEM:
+                    raise MemoryError()
+                e = _spec_error(rc, &err, filters[bad], None if queues is None else queues[bad])
+                raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position)
+            return changed
+        finally:
+            PyMem_Free(specs)
+
+    def insert_many(self, filters, sub_ids, queues=None):
+        """insert_many(filters, sub_ids, queues=None) -> int
+
+        Insert many subscriptions under one lock, all or nothing; returns how
+        many were new."""
+        return self._bulk(filters, sub_ids, queues, True)
+
+    def remove_many(self, filters, sub_ids, queues=None):
+        """remove_many(filters, sub_ids, queues=None) -> int
+
+        Remove many subscriptions (absent ones are skipped); returns how many
+        were removed.  Invalid input removes nothing."""
+        return self._bulk(filters, sub_ids, queues, False)
+
+    def match(self, subject):
+        """match(subject) -> MatchResult"""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(subject, "subject", &n)
+        cdef fs_scratch sc
+        cdef fs_result r
+        cdef fs_error err
+        cdef int rc
+        fs_scratch_init(&sc)
+        fs_result_init(&r)
+        try:
+            rc = fs_sublist_match(self.sl, s, <size_t>n, &sc, &r, &err)
+            if rc == FS_EINVAL:
+                raise _invalid("subject", subject, &err)
+            if rc < 0:
+                raise MemoryError()
+            return _to_match_result(&r, self._d == FS_MQTT)
+        finally:
+            fs_scratch_free(&sc)
+            fs_result_free(&r)
+
+    def num_interest(self, subject):
+        """num_interest(subject) -> (n_plain, n_queue_members)"""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(subject, "subject", &n)
+        cdef fs_scratch sc
+        cdef fs_error err
+        cdef uint64_t nplain = 0, nqueue = 0
+        cdef int rc
+        fs_scratch_init(&sc)
+        rc = fs_sublist_interest(self.sl, s, <size_t>n, &sc, &nplain, &nqueue, &err)
+        fs_scratch_free(&sc)
+        if rc == FS_EINVAL:
+            raise _invalid("subject", subject, &err)
+        if rc < 0:
+            raise MemoryError()
+        return (nplain, nqueue)
+
+    def has_interest(self, subject):
+        """has_interest(subject) -> bool"""
+        p, q = self.num_interest(subject)
+        return p + q > 0
+
+    def reverse_match(self, filter):
+        """reverse_match(filter) -> list[(filter, sub_id, queue)]
+
+        The stored subscriptions whose filter can match some subject that
+        the given filter matches."""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(filter, "filter", &n)
+        cdef fs_scratch sc
+        cdef fs_rresult r
+        cdef fs_error err
+        cdef int rc
+        cdef size_t i
+        cdef fs_rhit *h
+        fs_scratch_init(&sc)
+        fs_rresult_init(&r)
+        try:
+            rc = fs_sublist_reverse_match(self.sl, s, <size_t>n, &sc, &r, &err)
+            if rc == FS_EINVAL:
+                raise _invalid("filter", filter, &err)
+            if rc < 0:
+                raise MemoryError()
+            out = []
+            for i in range(r.nhits):
+                h = &r.hits[i]
+                out.append((_decode(r.arena + h.filter_off, h.filter_len), h.id,
+                            _decode(r.arena + h.queue_off, h.queue_len) if h.has_queue else None))
+            return out
+        finally:
+            fs_scratch_free(&sc)
+            fs_rresult_free(&r)
+
+    def stats(self):
+        """stats() -> dict of counters and sizes."""
+        cdef fs_stats st
+        fs_sublist_stats(self.sl, &st)
+        return {
+            "subscriptions": st.subscriptions,
+            "nodes": st.nodes,
+            "memory_bytes": st.memory_bytes,
+            "cache_entries": 0,
+            "cache_capacity": 0,
+            "inserts": st.inserts,
+            "removes": st.removes,
+            "matches": st.matches,
+            "cache_hits": 0,
+            "cache_misses": 0,
+            "cache_hit_rate": 0.0,
+            "max_fanout": st.fanout_max,
+            "avg_fanout": (st.fanout_total / st.matches) if st.matches else 0.0,
+            "generation": st.generation,
+        }
+
+
+def subject_matches(filter, subject, dialect="nats"):
+    """subject_matches(filter, subject, dialect="nats") -> bool"""
+    cdef fs_dialect d = _dialect(dialect)
+    cdef Py_ssize_t fn, sn
+    cdef const char *f = _utf8(filter, "filter", &fn)
+    cdef const char *s = _utf8(subject, "subject", &sn)
+    cdef fs_error err
+    cdef int which = 0
+    cdef int rc = fs_subject_matches(d, f, <size_t>fn, s, <size_t>sn, &which, &err)
+    if rc == FS_EINVAL:
+        raise _invalid("subject" if which else "filter", subject if which else filter, &err)
+    if rc < 0:
+        raise MemoryError()
+    return rc == 1
+
+
+cdef bint _valid(object s, str what, object dialect, bint is_filter) except -1:
+    cdef fs_dialect d = _dialect(dialect)
+    cdef Py_ssize_t n
+    cdef fs_tokens t
+    cdef fs_error err
+    cdef const char *g
+    cdef const char *f
+    cdef size_t glen, flen
+    cdef int rc
+    if not isinstance(s, str):
+        raise TypeError(f"{what} must be str, not {type(s).__name__}")
+    try:
+        p = _utf8(s, what, &n)
+    except InvalidSubjectError:
+        return False
+    cdef const char *cp = p
+    f = cp
+    flen = <size_t>n
+    if is_filter and d == FS_MQTT:
+        rc = fs_split_share(cp, <size_t>n, &g, &glen, &f, &flen, &err)
+        if rc < 0:
+            return False
+    fs_tokens_init(&t)
+    rc = fs_tokenize(d, f, flen, is_filter, &t, &err)
+    fs_tokens_free(&t)
+    if rc == FS_ENOMEM:
+        raise MemoryError()
+    return rc == FS_OK
+
+
+def is_valid_subject(subject, dialect="nats"):
+    """is_valid_subject(subject, dialect="nats") -> bool: a literal subject
+    that match() accepts."""
+    return _valid(subject, "subject", dialect, False)
+
+
+def is_valid_filter(filter, dialect="nats"):
+    """is_valid_filter(filter, dialect="nats") -> bool: a filter that
+    insert() accepts (MQTT: "$share/GROUP/filter" included)."""
+    return _valid(filter, "filter", dialect, True)
+
+
+def _fault_inject(nth):
+    """Testing hook: make the nth allocation of the C core from now fail
+    (0 turns it off).  Not thread-safe; for the fault-injection tests."""
+    fs_fault_inject(nth)
+
+
+def _fault_status():
+    """Testing hook: (allocations attempted, failures injected) since the
+    last _fault_inject call."""
+    return (fs_fault_counted(), fs_fault_injected())

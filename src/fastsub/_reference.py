@@ -1,0 +1,323 @@
+"""A slow, plainly correct, pure-Python matcher: the oracle the C engine is tested against.
+
+No trie and no cleverness: a ReferenceSublist is a set of subscriptions
+(filter, queue, sub_id), and every query compares token lists one
+subscription at a time.  The rules are those of DESIGN.md section 2:
+
+NATS  separator ".", "*" one whole token, ">" one or more tokens (last only);
+      empty tokens, whitespace (" \\t\\n\\r\\f") and NUL are invalid; a subject
+      may not contain a whole-token "*" or ">" ("a*b" and "x>" are literals).
+MQTT  separator "/", "+" one whole level, "#" zero or more levels (last only);
+      empty levels are valid; a topic may not contain "+" or "#" at all; a
+      filter whose first level is "+" or "#" never matches a topic starting
+      with "$"; "$share/GROUP/filter" is (filter, queue=GROUP).
+Both  non-empty, at most 65,535 UTF-8 bytes, no U+0000, no lone surrogates.
+"""
+from collections import namedtuple
+
+__all__ = [
+    "ReferenceSublist", "MatchResult", "subject_matches", "filters_intersect",
+    "is_valid_subject", "is_valid_filter", "validate_subject", "validate_filter",
+    "split_share",
+]
+
+MAX_BYTES = 65535
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+NATS_WHITESPACE = " \t\n\r\f"
+_SEP = {"nats": ".", "mqtt": "/"}
+_ONE = {"nats": "*", "mqtt": "+"}
+_REST = {"nats": ">", "mqtt": "#"}
+
+MatchResult = namedtuple("MatchResult", ["subs", "groups"])
+
+
+def _sep(dialect):
+    if dialect not in _SEP:
+        raise ValueError(f"unknown dialect {dialect!r}: expected 'nats' or 'mqtt'")
+    return _SEP[dialect]
+
+
+def _shown(s):
+    r = repr(s)
+    return r if len(r) <= 200 else r[:200] + "..."
+
+
+def _check_common(s, what):
+    """Type, encoding, length, NUL, emptiness: the rules both dialects share."""
+    if not isinstance(s, str):
+        raise TypeError(f"{what} must be str, not {type(s).__name__}")
+    try:
+        n = len(s.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"invalid {what} {_shown(s)}: not encodable as UTF-8 (lone surrogate)")
+    if n > MAX_BYTES:
+        raise ValueError(f"invalid {what} {_shown(s)}: too long ({n} bytes > {MAX_BYTES})")
+    if "\x00" in s:
+        raise ValueError(f"invalid {what} {_shown(s)}: contains NUL at {s.index(chr(0))}")
+    if s == "":
+        raise ValueError(f"invalid {what} {_shown(s)}: empty")
+
+
+def split_share(f):
+    """MQTT: '$share/G/f' -> (f, 'G'); any other filter -> (f, None). Raises ValueError."""
+    if not f.startswith("$share/"):
+        return f, None
+    parts = f.split("/", 2)
+    if len(parts) < 3 or parts[2] == "":
+        raise ValueError(f"invalid filter {_shown(f)}: shared subscription without a filter")
+    group = parts[1]
+    if group == "" or "+" in group or "#" in group:
+        raise ValueError(f"invalid filter {_shown(f)}: bad shared subscription group name {group!r}")
+    return parts[2], group
+
+
+def validate_subject(s, dialect="nats"):
+    """Raise TypeError / ValueError (with the reason) unless s is a valid literal subject."""
+    sep = _sep(dialect)
+    _check_common(s, "subject")
+    if dialect == "nats":
+        for c in NATS_WHITESPACE:
+            if c in s:
+                raise ValueError(f"invalid subject {_shown(s)}: whitespace at {s.index(c)}")
+        for i, t in enumerate(s.split(sep)):
+            if t == "":
+                raise ValueError(f"invalid subject {_shown(s)}: empty token {i}")
+            if t in ("*", ">"):
+                raise ValueError(f"invalid subject {_shown(s)}: wildcard in subject (token {i})")
+    else:
+        for c in "+#":
+            if c in s:
+                raise ValueError(f"invalid subject {_shown(s)}: wildcard {c!r} in topic at {s.index(c)}")
+
+
+def validate_filter(f, dialect="nats"):
+    """Raise TypeError / ValueError (with the reason) unless f is a valid filter.
+
+    For MQTT, '$share/G/filter' is accepted."""
+    sep = _sep(dialect)
+    _check_common(f, "filter")
+    if dialect == "nats":
+        for c in NATS_WHITESPACE:
+            if c in f:
+                raise ValueError(f"invalid filter {_shown(f)}: whitespace at {f.index(c)}")
+        tokens = f.split(sep)
+        for i, t in enumerate(tokens):
+            if t == "":
+                raise ValueError(f"invalid filter {_shown(f)}: empty token {i}")
+            if t == ">" and i != len(tokens) - 1:
+                raise ValueError(f"invalid filter {_shown(f)}: '>' not last (token {i})")
+    else:
+        inner, _ = split_share(f)
+        tokens = inner.split(sep)
+        for i, t in enumerate(tokens):
+            if t not in ("+", "#") and ("+" in t or "#" in t):
+                raise ValueError(f"invalid filter {_shown(f)}: wildcard not a whole level (level {i})")
+            if t == "#" and i != len(tokens) - 1:
+                raise ValueError(f"invalid filter {_shown(f)}: '#' not last (level {i})")
+
+
+def validate_queue(q, dialect="nats"):
+    if q is None:
+        return
+    if not isinstance(q, str):
+        raise TypeError(f"queue must be str or None, not {type(q).__name__}")
+    bad = NATS_WHITESPACE + "\x00" if dialect == "nats" else "/+#\x00"
+    if q == "" or any(c in q for c in bad):
+        raise ValueError(f"invalid queue name {_shown(q)}")
+    try:
+        q.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"invalid queue name {_shown(q)}: not encodable as UTF-8")
+
+
+def validate_sub_id(sub_id):
+    if not isinstance(sub_id, int):
+        raise TypeError(f"sub_id must be int, not {type(sub_id).__name__}")
+    if not INT64_MIN <= sub_id <= INT64_MAX:
+        raise OverflowError(f"sub_id {sub_id} outside signed 64-bit range")
+
+
+def _valid(check, s, dialect):
+    try:
+        check(s, dialect)
+        return True
+    except ValueError:
+        return False
+
+
+def is_valid_subject(s, dialect="nats"):
+    return _valid(validate_subject, s, dialect)
+
+
+def is_valid_filter(f, dialect="nats"):
+    return _valid(validate_filter, f, dialect)
+
+
+def _tokens_match(ftoks, stoks, dialect):
+    """Plain token-list comparison; both lists already valid."""
+    one, rest = _ONE[dialect], _REST[dialect]
+    if dialect == "mqtt" and stoks[0].startswith("$") and ftoks[0] in (one, rest):
+        return False
+    for i, ft in enumerate(ftoks):
+        if ft == rest:
+            # NATS '>' needs at least one more token; MQTT '#' takes zero or more.
+            return len(stoks) > i if dialect == "nats" else len(stoks) >= i
+        if i >= len(stoks):
+            return False
+        if ft != one and ft != stoks[i]:
+            return False
+    return len(ftoks) == len(stoks)
+
+
+def _inner(f, dialect):
+    return split_share(f)[0] if dialect == "mqtt" else f
+
+
+def subject_matches(filter, subject, dialect="nats"):
+    validate_filter(filter, dialect)
+    validate_subject(subject, dialect)
+    sep = _SEP[dialect]
+    return _tokens_match(_inner(filter, dialect).split(sep), subject.split(sep), dialect)
+
+
+def _witness(f1, f2, dialect):
+    """A subject (token list) both filters might match, or None if none can exist.
+
+    Where a level is free, pick "a": a valid token that is never a '$' topic."""
+    one, rest = _ONE[dialect], _REST[dialect]
+
+    def fill(toks):  # any subject the remaining tokens match (a rest wildcard takes one token)
+        return [("a" if t in (one, rest) else t) for t in toks]
+
+    out = []
+    i = 0
+    while True:
+        a = f1[i] if i < len(f1) else None
+        b = f2[i] if i < len(f2) else None
+        if a is None and b is None:
+            return out
+        if a == rest or b == rest:
+            other = f2 if a == rest else f1
+            if i < len(other):
+                return out + fill(other[i:])
+            # the other filter ended here: only MQTT's '#' may take zero levels
+            return out if dialect == "mqtt" else None
+        if a is None or b is None:
+            return None
+        if a == one:
+            out.append("a" if b == one else b)
+        elif b == one or a == b:
+            out.append(a)
+        else:
+            return None
+        i += 1
+
+
+def _intersect_tokens(t1, t2, dialect):
+    w = _witness(t1, t2, dialect)
+    if w is None:
+        return False
+    # The witness is only a candidate; keep the answer honest by checking it.
+    return (is_valid_subject(_SEP[dialect].join(w), dialect)
+            and _tokens_match(t1, w, dialect) and _tokens_match(t2, w, dialect))
+
+
+def filters_intersect(f1, f2, dialect="nats"):
+    """True if some valid subject matches both filters (exact)."""
+    validate_filter(f1, dialect)
+    validate_filter(f2, dialect)
+    sep = _SEP[dialect]
+    return _intersect_tokens(_inner(f1, dialect).split(sep), _inner(f2, dialect).split(sep), dialect)
+
+
+class ReferenceSublist:
+    """A set of (filter, queue, sub_id); every query scans it."""
+
+    def __init__(self, dialect="nats"):
+        _sep(dialect)
+        self.dialect = dialect
+        self._subs = set()
+
+    def _key(self, filter, sub_id, queue):
+        validate_filter(filter, self.dialect)
+        validate_sub_id(sub_id)
+        validate_queue(queue, self.dialect)
+        if self.dialect == "mqtt":
+            inner, group = split_share(filter)
+            if group is not None:
+                if queue is not None:
+                    raise ValueError(f"invalid filter {_shown(filter)}: both $share and queue= given")
+                filter, queue = inner, group
+        return (filter, queue, sub_id)
+
+    def insert(self, filter, sub_id, queue=None):
+        key = self._key(filter, sub_id, queue)
+        new = key not in self._subs
+        self._subs.add(key)
+        return new
+
+    def discard(self, filter, sub_id, queue=None):
+        key = self._key(filter, sub_id, queue)
+        present = key in self._subs
+        self._subs.discard(key)
+        return present
+
+    def remove(self, filter, sub_id, queue=None):
+        if not self.discard(filter, sub_id, queue):
+            raise KeyError((filter, sub_id, queue))
+
+    def _keys(self, filters, sub_ids, queues):
+        filters, sub_ids = list(filters), list(sub_ids)
+        queues = [None] * len(filters) if queues is None else list(queues)
+        if not len(filters) == len(sub_ids) == len(queues):
+            raise ValueError("filters, sub_ids and queues must have the same length")
+        return [self._key(f, i, q) for f, i, q in zip(filters, sub_ids, queues)]
+
+    def insert_many(self, filters, sub_ids, queues=None):
+        n = 0
+        for key in self._keys(filters, sub_ids, queues):  # validates all first
+            n += key not in self._subs
+            self._subs.add(key)
+        return n
+
+    def remove_many(self, filters, sub_ids, queues=None):
+        n = 0
+        for key in self._keys(filters, sub_ids, queues):
+            n += key in self._subs
+            self._subs.discard(key)
+        return n
+
+    def __len__(self):
+        return len(self._subs)
+
+    def __iter__(self):
+        return iter(sorted(self._subs, key=repr))
+
+    def match(self, subject):
+        validate_subject(subject, self.dialect)
+        stoks = subject.split(_SEP[self.dialect])
+        subs, groups = [], {}
+        for f, q, i in self._subs:
+            if not _tokens_match(f.split(_SEP[self.dialect]), stoks, self.dialect):
+                continue
+            if q is None:
+                subs.append(i)
+            else:
+                gkey = (q, None) if self.dialect == "nats" else (q, f)
+                groups.setdefault(gkey, []).append(i)
+        return MatchResult(sorted(subs),
+                           sorted((q, f, sorted(m)) for (q, f), m in groups.items()))
+
+    def num_interest(self, subject):
+        r = self.match(subject)
+        return (len(r.subs), sum(len(m) for _, _, m in r.groups))
+
+    def has_interest(self, subject):
+        return self.num_interest(subject) != (0, 0)
+
+    def reverse_match(self, filter):
+        validate_filter(filter, self.dialect)
+        sep = _SEP[self.dialect]
+        toks = _inner(filter, self.dialect).split(sep)
+        return sorted(((f, i, q) for f, q, i in self._subs
+                       if _intersect_tokens(toks, f.split(sep), self.dialect)), key=repr)

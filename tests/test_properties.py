@@ -1,0 +1,270 @@
+"""Hypothesis: the C engine against the pure-Python reference, both dialects.
+
+Token alphabets are tiny on purpose so that random filters and subjects
+actually match each other, and include the awkward cases: wildcards, '$'
+tokens, MQTT empty levels, queue groups and MQTT '$share/G/f'."""
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import fastsub
+from fastsub import InvalidSubjectError
+from fastsub import _reference as R
+
+SEP = {"nats": ".", "mqtt": "/"}
+ONE = {"nats": "*", "mqtt": "+"}
+REST = {"nats": ">", "mqtt": "#"}
+LITERALS = {"nats": ["a", "b", "$x"], "mqtt": ["a", "b", "$x", ""]}
+QUEUES = [None, None, "q", "r"]
+SUB_IDS = [0, 1, 2, -1, 2 ** 63 - 1, -(2 ** 63)]
+DIALECTS = ["nats", "mqtt"]
+
+PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def subjects(dialect):
+    return (st.lists(st.sampled_from(LITERALS[dialect]), min_size=1, max_size=4)
+            .map(SEP[dialect].join).filter(bool))
+
+
+@st.composite
+def filters(draw, dialect):
+    toks = draw(st.lists(st.sampled_from(LITERALS[dialect] + [ONE[dialect]] * 2), max_size=3))
+    if not toks or draw(st.integers(0, 2)) == 0:
+        toks.append(REST[dialect])
+    f = SEP[dialect].join(toks)
+    assume(f != "")
+    return f
+
+
+@st.composite
+def subscriptions(draw, dialect):
+    """(filter argument, sub_id, queue argument) as passed to insert()."""
+    f = draw(filters(dialect))
+    q = draw(st.sampled_from(QUEUES))
+    i = draw(st.sampled_from(SUB_IDS))
+    if dialect == "mqtt" and q is not None and draw(st.booleans()):
+        return f"$share/{q}/{f}", i, None
+    return f, i, q
+
+
+# characters that make strings valid, invalid, or interesting
+FUZZ_CHARS = {
+    "nats": ["a", "b", ".", ".", "*", ">", "$", " ", "\t", "\x00", "\u00e9", "/", "+", "#"],
+    "mqtt": ["a", "b", "/", "/", "+", "#", "$", " ", "\x00", "\u00e9", ".", "*", ">", "\ud800"],
+}
+
+
+def fuzz(dialect):
+    s = st.lists(st.sampled_from(FUZZ_CHARS[dialect]), max_size=8).map("".join)
+    if dialect == "mqtt":
+        s = st.one_of(s, s.map(lambda t: "$share/" + t), s.map(lambda t: "$share/g/" + t))
+    return s
+
+
+def norm(r):
+    return (sorted(r.subs), sorted(((q, f, sorted(m)) for q, f, m in r.groups), key=repr))
+
+
+def norm_reverse(rows):
+    return sorted((tuple(t) for t in rows), key=repr)
+
+
+# --- stateless properties -----------------------------------------------------
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_subject_matches_agrees(dialect, data):
+    f = data.draw(filters(dialect))
+    s = data.draw(subjects(dialect))
+    assert fastsub.subject_matches(f, s, dialect) is R.subject_matches(f, s, dialect)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_validity_agrees(dialect, data):
+    s = data.draw(fuzz(dialect))
+    vs, vf = R.is_valid_subject(s, dialect), R.is_valid_filter(s, dialect)
+    assert fastsub.is_valid_subject(s, dialect) is vs
+    assert fastsub.is_valid_filter(s, dialect) is vf
+    f = data.draw(st.one_of(fuzz(dialect), filters(dialect)))
+    try:
+        want = R.subject_matches(f, s, dialect)
+    except ValueError:
+        with pytest.raises(InvalidSubjectError):
+            fastsub.subject_matches(f, s, dialect)
+    else:
+        assert fastsub.subject_matches(f, s, dialect) is want
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_reference_intersection_is_complete(dialect, data):
+    # The reference's filters_intersect checks its own witness (so it never
+    # over-reports); here: whenever a subject matches both, it says so.
+    f1, f2 = data.draw(filters(dialect)), data.draw(filters(dialect))
+    s = data.draw(subjects(dialect))
+    both = R.subject_matches(f1, s, dialect) and R.subject_matches(f2, s, dialect)
+    got = R.filters_intersect(f1, f2, dialect)
+    assert got is R.filters_intersect(f2, f1, dialect)
+    if both:
+        assert got
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_reverse_match_is_intersection(dialect, data):
+    f1, f2 = data.draw(filters(dialect)), data.draw(filters(dialect))
+    sl = fastsub.Sublist(dialect)
+    sl.insert(f2, 1)
+    want = [(f2, 1, None)] if R.filters_intersect(f1, f2, dialect) else []
+    assert norm_reverse(sl.reverse_match(f1)) == want
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_bulk_index_agrees(dialect, data):
+    subs = data.draw(st.lists(subscriptions(dialect), max_size=40))
+    sl, ref = fastsub.Sublist(dialect), R.ReferenceSublist(dialect)
+    fs, ids, qs = ([s[k] for s in subs] for k in range(3))
+    assert sl.insert_many(fs, ids, qs) == ref.insert_many(fs, ids, qs)
+    assert len(sl) == len(ref)
+    for s in data.draw(st.lists(subjects(dialect), min_size=1, max_size=10)):
+        assert norm(sl.match(s)) == norm(ref.match(s)), s
+        assert tuple(sl.num_interest(s)) == ref.num_interest(s)
+    for f in data.draw(st.lists(filters(dialect), min_size=1, max_size=5)):
+        assert norm_reverse(sl.reverse_match(f)) == norm_reverse(ref.reverse_match(f)), f
+
+
+# --- stateful -----------------------------------------------------------------
+
+def make_machine(dialect):
+    bad_filter = {"nats": "a..b", "mqtt": "a/#/b"}[dialect]
+
+    class SublistMachine(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.ref = R.ReferenceSublist(dialect)
+            # uncached, and a tiny cache so that eviction and invalidation both happen
+            self.engines = [fastsub.Sublist(dialect), fastsub.Sublist(dialect, cache_size=4)]
+            self.gens = [e.generation for e in self.engines]
+
+        def _check_generation(self, changed):
+            for k, e in enumerate(self.engines):
+                g = e.generation
+                assert g > self.gens[k] if changed else g >= self.gens[k]
+                self.gens[k] = g
+
+        @rule(sub=subscriptions(dialect))
+        def insert(self, sub):
+            f, i, q = sub
+            want = self.ref.insert(f, i, queue=q)
+            for e in self.engines:
+                assert e.insert(f, i, queue=q) is want
+            self._check_generation(want)
+
+        @rule(sub=subscriptions(dialect))
+        def remove(self, sub):
+            f, i, q = sub
+            try:
+                self.ref.remove(f, i, queue=q)
+                present = True
+            except KeyError:
+                present = False
+            for e in self.engines:
+                if present:
+                    e.remove(f, i, queue=q)
+                else:
+                    with pytest.raises(KeyError):
+                        e.remove(f, i, queue=q)
+            self._check_generation(present)
+
+        @precondition(lambda self: len(self.ref) > 0)
+        @rule(data=st.data())
+        def remove_existing(self, data):
+            f, q, i = data.draw(st.sampled_from(sorted(self.ref._subs, key=repr)))
+            if dialect == "mqtt" and q is not None and data.draw(st.booleans()):
+                f, q = f"$share/{q}/{f}", None
+            self.ref.remove(f, i, queue=q)
+            for e in self.engines:
+                e.remove(f, i, queue=q)
+            self._check_generation(True)
+
+        @rule(sub=subscriptions(dialect))
+        def discard(self, sub):
+            f, i, q = sub
+            want = self.ref.discard(f, i, queue=q)
+            for e in self.engines:
+                assert e.discard(f, i, queue=q) is want
+            self._check_generation(want)
+
+        @rule(subs=st.lists(subscriptions(dialect), max_size=4), remove=st.booleans())
+        def many(self, subs, remove):
+            fs, ids, qs = ([s[k] for s in subs] for k in range(3))
+            name = "remove_many" if remove else "insert_many"
+            want = getattr(self.ref, name)(fs, ids, qs)
+            for e in self.engines:
+                assert getattr(e, name)(fs, ids, qs) == want
+            self._check_generation(want > 0)
+
+        @rule(subs=st.lists(subscriptions(dialect), max_size=4), remove=st.booleans(),
+              at=st.integers(0, 4))
+        def many_with_a_bad_row(self, subs, remove, at):
+            fs, ids, qs = ([s[k] for s in subs] for k in range(3))
+            at = min(at, len(fs))
+            fs.insert(at, bad_filter)
+            ids.insert(at, 1)
+            qs.insert(at, None)
+            name = "remove_many" if remove else "insert_many"
+            with pytest.raises(ValueError):
+                getattr(self.ref, name)(fs, ids, qs)
+            for e in self.engines:
+                with pytest.raises(InvalidSubjectError):
+                    getattr(e, name)(fs, ids, qs)
+            self._check_generation(False)
+
+        @rule(s=subjects(dialect))
+        def match(self, s):
+            want = norm(self.ref.match(s))
+            for e in self.engines:
+                assert norm(e.match(s)) == want, s
+
+        @rule(s=subjects(dialect))
+        def has_interest(self, s):
+            want = self.ref.has_interest(s)
+            for e in self.engines:
+                assert e.has_interest(s) is want, s
+
+        @rule(s=subjects(dialect))
+        def num_interest(self, s):
+            want = self.ref.num_interest(s)
+            for e in self.engines:
+                assert tuple(e.num_interest(s)) == want, s
+
+        @rule(f=filters(dialect))
+        def reverse_match(self, f):
+            want = norm_reverse(self.ref.reverse_match(f))
+            for e in self.engines:
+                assert norm_reverse(e.reverse_match(f)) == want, f
+
+        @invariant()
+        def same_len(self):
+            for e in self.engines:
+                assert len(e) == len(self.ref)
+
+    SublistMachine.__name__ = SublistMachine.__qualname__ = f"SublistMachine_{dialect}"
+    return SublistMachine
+
+
+STATEFUL = settings(max_examples=100, stateful_step_count=50, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+TestNatsStateMachine = make_machine("nats").TestCase
+TestNatsStateMachine.settings = STATEFUL
+TestMqttStateMachine = make_machine("mqtt").TestCase
+TestMqttStateMachine.settings = STATEFUL
