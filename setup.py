@@ -53,6 +53,8 @@ core_sources = sorted(glob.glob("csrc/*.c"))
 ext = Extension(
     "fastsub._core",
     sources=["src/fastsub/_core.pyx"],
+    # relink when the core library changes
+    depends=sorted(glob.glob("csrc/*.[ch]")),
     include_dirs=["csrc"],
     define_macros=defines,
     extra_compile_args=opt + instrument,

@@ -166,6 +166,7 @@ int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
 {
     if (len < SHARE_LEN || memcmp(s, SHARE, SHARE_LEN) != 0)
         return 0;
+    if (len > FS_MAX_SUBJECT) return fail(err, "longer than 65,535 bytes", FS_MAX_SUBJECT);
     const char *g = s + SHARE_LEN;
     const char *slash = memchr(g, '/', len - SHARE_LEN);
     if (!slash) return fail(err, "'$share/GROUP' without a filter", len);

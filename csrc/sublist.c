@@ -41,15 +41,16 @@ struct fs_node {
     uint32_t nsubs, subcap;
     uint32_t ngroups, gcap;
     uint32_t hash;
-    uint32_t toklen;
-    uint32_t kind;       /* fs_tok_kind */
+    uint16_t toklen;     /* a token, or a whole literal filter: <= 65,535 */
+    uint8_t kind;        /* fs_tok_kind */
     char tok[];
 };
 
 struct fs_sublist {
     pthread_rwlock_t lock;
     fs_dialect dialect;
-    fs_node *root;
+    fs_node *root;        /* the trie: filters with a wildcard */
+    fs_level literals;    /* whole literal filters -> entry (parent NULL) */
     uint64_t count;       /* subscriptions */
     uint64_t nodes;
     uint64_t mem;         /* bytes allocated for the index */
@@ -126,6 +127,25 @@ static inline int node_empty(const fs_node *n)
 
 /* ---------------------------------------------------------------- levels */
 
+/* Token equality without a libc call: tokens are short. */
+static inline int tok_eq(const char *a, const char *b, uint32_t n)
+{
+    while (n >= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+        a += 8;
+        b += 8;
+        n -= 8;
+    }
+    while (n--)
+        if (*a++ != *b++)
+            return 0;
+    return 1;
+}
+
 static fs_node *level_find(const fs_level *L, const char *tok, uint32_t len, uint32_t h)
 {
     if (!L->cap)
@@ -135,7 +155,7 @@ static fs_node *level_find(const fs_level *L, const char *tok, uint32_t len, uin
         const fs_slot *s = &L->slots[i];
         if (!s->node)
             return NULL;
-        if (s->hash == h && s->len == len && memcmp(s->node->tok, tok, len) == 0)
+        if (s->hash == h && s->len == len && tok_eq(s->node->tok, tok, len))
             return s->node;
     }
     return NULL;
@@ -204,8 +224,8 @@ static fs_node *node_new(fs_sublist *sl, fs_node *parent, const char *tok, const
     memset(n, 0, sizeof(fs_node));
     n->parent = parent;
     n->hash = sp->hash;
-    n->toklen = sp->len;
-    n->kind = sp->kind;
+    n->toklen = (uint16_t)sp->len;
+    n->kind = (uint8_t)sp->kind;
     memcpy(n->tok, tok, sp->len);
     sl->nodes++;
     return n;
@@ -233,9 +253,17 @@ static void node_free(fs_sublist *sl, fs_node *n)
     sl->nodes--;
 }
 
-/* Remove empty nodes from n upwards (never the root). */
+/* Remove empty nodes from n upwards (never the root); a literal-table
+ * entry is dropped from the table when empty. */
 static void prune(fs_sublist *sl, fs_node *n)
 {
+    if (n != sl->root && !n->parent) {      /* an entry of the literal table */
+        if (node_empty(n)) {
+            level_del(&sl->literals, n);
+            node_free(sl, n);
+        }
+        return;
+    }
     while (n != sl->root && node_empty(n)) {
         fs_node *parent = n->parent;
         fs_level *L = parent->next;
@@ -456,6 +484,10 @@ void fs_sublist_free(fs_sublist *sl)
         FS_FREE(n);
         n = parent;
     }
+    for (uint32_t i = 0; i < sl->literals.cap; i++)
+        if (sl->literals.slots[i].node)
+            node_free(sl, sl->literals.slots[i].node);
+    FS_FREE(sl->literals.slots);
     pthread_rwlock_destroy(&sl->lock);
     FS_FREE(sl);
 }
@@ -483,6 +515,8 @@ uint64_t fs_sublist_generation(fs_sublist *sl)
 /* A validated subscription: the filter's tokens plus where the queue is. */
 typedef struct {
     const char *filter;
+    uint32_t filter_len;
+    int literal;          /* no wildcard: lives in the literal table */
     const char *queue;    /* NULL: plain */
     uint32_t queue_len;
 } parsed_spec;
@@ -529,9 +563,30 @@ tokenized:
             return rc;
     }
     out->filter = f;
+    out->filter_len = (uint32_t)flen;
+    out->literal = 1;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->tok[i].kind != FS_TOK_LITERAL)
+            out->literal = 0;
     out->queue = q;
     out->queue_len = (uint32_t)qlen;
     return FS_OK;
+}
+
+int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err)
+{
+    fs_tokens t;
+    fs_tokens_init(&t);
+    int rc;
+    if (is_filter) {
+        fs_spec spec = {s, len, NULL, 0, 0};
+        parsed_spec ps;
+        rc = parse_spec(d, &spec, &t, &ps, err);
+    } else {
+        rc = fs_tokenize(d, s, len, 0, &t, err);
+    }
+    fs_tokens_free(&t);
+    return rc;
 }
 
 /* Walk (and create) the path of t; add the subscription.  Caller holds the
@@ -540,7 +595,20 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
 {
     fs_node *n = sl->root;
     int rc;
-    for (uint32_t i = 0; i < t->n; i++) {
+    if (ps->literal) {
+        fs_span whole = {0, ps->filter_len, fs_hash(ps->filter, ps->filter_len), FS_TOK_LITERAL};
+        n = level_find(&sl->literals, ps->filter, whole.len, whole.hash);
+        if (!n) {
+            n = node_new(sl, NULL, ps->filter, &whole);
+            if (!n)
+                return FS_ENOMEM;
+            if (level_add(sl, &sl->literals, n) < 0) {
+                node_free(sl, n);
+                return FS_ENOMEM;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < t->n && !ps->literal; i++) {
         const fs_span *sp = &t->tok[i];
         if (!n->next) {
             n->next = sl_alloc(sl, sizeof(fs_level));
@@ -581,8 +649,11 @@ fail:
 }
 
 /* Find the node of t's path, or NULL. */
-static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const char *filter)
+static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps)
 {
+    if (ps->literal)
+        return level_find(&sl->literals, ps->filter, ps->filter_len, fs_hash(ps->filter, ps->filter_len));
+    const char *filter = ps->filter;
     fs_node *n = sl->root;
     for (uint32_t i = 0; i < t->n && n; i++) {
         const fs_span *sp = &t->tok[i];
@@ -597,7 +668,7 @@ static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const char *filt
 
 static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id)
 {
-    fs_node *n = find_locked(sl, t, ps->filter);
+    fs_node *n = find_locked(sl, t, ps);
     if (!n)
         return 0;
     int rc = ps->queue ? node_del_queued(sl, n, ps->queue, ps->queue_len, id)
@@ -656,6 +727,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
     int rc = FS_OK;
     size_t i;
     pthread_rwlock_wrlock(&sl->lock);
+    uint64_t generation = sl->generation;
     for (i = 0; i < n; i++) {
         rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
         if (rc == FS_OK)
@@ -677,6 +749,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
         }
         sl->inserts -= *changed;
         sl->removes -= *changed;
+        sl->generation = generation;
         *changed = 0;
     }
     pthread_rwlock_unlock(&sl->lock);
@@ -740,13 +813,20 @@ static inline int has_subs(const fs_node *n) { return n->nsubs || n->ngroups; }
 
 /* Collect into sc->hits every node whose subscriptions match the tokenized
  * subject s.  Caller holds the read lock. */
-static int walk_locked(const fs_sublist *sl, const char *s, fs_scratch *sc)
+static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
 {
     const fs_tokens *t = &sc->toks;
     int mqtt = sl->dialect == FS_MQTT;
     int dollar = mqtt && s[0] == '$';
     sc->nhits = 0;
     sc->nfront = 0;
+    if (sl->literals.count) {
+        const fs_node *e = level_find(&sl->literals, s, (uint32_t)len, fs_hash(s, len));
+        if (e && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
+    }
+    if (!sl->root->next)
+        return FS_OK;
     if (push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
         return FS_ENOMEM;
     for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
@@ -811,6 +891,8 @@ static int put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t
 {
     if (n == sl->root)
         return FS_OK;
+    if (!n->parent)      /* a literal-table entry holds its whole filter */
+        return arena_put(arena, len, cap, n->tok, n->toklen);
     size_t total = 0;
     for (const fs_node *p = n; p != sl->root; p = p->parent)
         total += p->toklen + 1;
@@ -913,7 +995,7 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
     if (rc < 0)
         return rc;
     pthread_rwlock_rdlock(&sl->lock);
-    rc = walk_locked(sl, subject, sc);
+    rc = walk_locked(sl, subject, len, sc);
     if (rc == FS_OK)
         rc = build_result(sl, sc, r);
     pthread_rwlock_unlock(&sl->lock);
@@ -931,7 +1013,7 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     if (rc < 0)
         return rc;
     pthread_rwlock_rdlock(&sl->lock);
-    rc = walk_locked(sl, subject, sc);
+    rc = walk_locked(sl, subject, len, sc);
     for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
         *nplain += n->nsubs;
@@ -941,6 +1023,56 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     pthread_rwlock_unlock(&sl->lock);
     if (rc == FS_OK)
         count_match(sl, *nplain + *nqueue);
+    return rc;
+}
+
+/* Does filter f (tokens ft) match the literal subject s (tokens st)? */
+static int tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
+                        const char *s, const fs_tokens *st)
+{
+    if (d == FS_MQTT && s[0] == '$' && ft->tok[0].kind != FS_TOK_LITERAL)
+        return 0;
+    uint32_t i = 0;
+    for (; i < ft->n; i++) {
+        const fs_span *a = &ft->tok[i];
+        if (a->kind == FS_TOK_REST)      /* NATS '>' needs 1+ more tokens; MQTT '#' 0+ */
+            return d == FS_MQTT || i < st->n;
+        if (i >= st->n)
+            return 0;
+        const fs_span *b = &st->tok[i];
+        if (a->kind == FS_TOK_LITERAL &&
+            (a->len != b->len || memcmp(f + a->off, s + b->off, a->len) != 0))
+            return 0;
+    }
+    return i == st->n;
+}
+
+/* Add to sc->hits the literal-table entries that the query filter q
+ * (tokens in sc->toks) matches. */
+static int rliterals_locked(const fs_sublist *sl, const char *q, size_t len, fs_scratch *sc)
+{
+    const fs_level *L = &sl->literals;
+    const fs_tokens *qt = &sc->toks;
+    int literal = 1;
+    for (uint32_t i = 0; i < qt->n; i++)
+        literal &= qt->tok[i].kind == FS_TOK_LITERAL;
+    if (literal) {
+        const fs_node *e = level_find(L, q, (uint32_t)len, fs_hash(q, len));
+        return e ? push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) : FS_OK;
+    }
+    fs_tokens et;
+    fs_tokens_init(&et);
+    fs_error ignored;
+    int rc = FS_OK;
+    for (uint32_t i = 0; i < L->cap && rc == FS_OK; i++) {
+        const fs_node *e = L->slots[i].node;
+        if (!e)
+            continue;
+        rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 0, &et, &ignored);
+        if (rc == FS_OK && tokens_match(sl->dialect, q, qt, e->tok, &et))
+            rc = push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e);
+    }
+    fs_tokens_free(&et);
     return rc;
 }
 
@@ -1006,8 +1138,11 @@ static int rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
             const fs_node *n = sc->front[k];
             if (sp->kind == FS_TOK_REST) {
                 /* '>' matches 1+ tokens: everything below n; MQTT '#' also
-                 * n itself (0 tokens), except the root. */
-                if (mqtt && !root && has_subs(n) && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+                 * n itself (0 tokens), except the root and except where
+                 * that would be the one-empty-level topic "" (invalid). */
+                int empty_topic = i == 1 && (t->tok[0].len == 0 || (n->kind == FS_TOK_LITERAL && n->toklen == 0));
+                if (mqtt && !root && !empty_topic && has_subs(n) &&
+                    push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
                     return FS_ENOMEM;
                 if (push_descendants(n, mqtt && root, sc) < 0)
                     return FS_ENOMEM;
@@ -1047,7 +1182,10 @@ static int rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
         const fs_node *n = sc->front[k];
         if (push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
             return FS_ENOMEM;
-        if (mqtt && n->next && n->next->rest &&
+        /* MQTT "a/#" matches "a" too -- but "/#" cannot match "", which
+         * is not a valid topic. */
+        int empty_topic = n->parent == sl->root && n->toklen == 0;
+        if (mqtt && !empty_topic && n->next && n->next->rest &&
             push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
             return FS_ENOMEM;
     }
@@ -1096,6 +1234,8 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
         return rc;
     pthread_rwlock_rdlock(&sl->lock);
     rc = rwalk_locked(sl, filter, sc);
+    if (rc == FS_OK)
+        rc = rliterals_locked(sl, filter, len, sc);
     for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
         const int64_t *ids = node_ids(n);
@@ -1152,27 +1292,57 @@ int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
     rc = fs_tokenize(d, subject, slen, 0, &st, err);
     if (rc < 0)
         goto done;
-    rc = 0;
-    if (d == FS_MQTT && subject[0] == '$' && ft.tok[0].kind != FS_TOK_LITERAL)
-        goto done;
-    uint32_t i = 0;
-    for (; i < ft.n; i++) {
-        const fs_span *f = &ft.tok[i];
-        if (f->kind == FS_TOK_REST) {
-            /* NATS '>' needs at least one more token; MQTT '#' none. */
-            rc = d == FS_MQTT || i < st.n;
-            goto done;
-        }
-        if (i >= st.n)
-            goto done;
-        const fs_span *s = &st.tok[i];
-        if (f->kind == FS_TOK_LITERAL &&
-            (f->len != s->len || memcmp(filter + f->off, subject + s->off, f->len) != 0))
-            goto done;
-    }
-    rc = i == st.n;
+    rc = tokens_match(d, filter, &ft, subject, &st);
 done:
     fs_tokens_free(&ft);
     fs_tokens_free(&st);
     return rc;
+}
+
+/* ------------------------------------------------------ per-thread memory */
+
+static pthread_key_t workspace_key;
+static pthread_once_t workspace_once = PTHREAD_ONCE_INIT;
+static int workspace_key_ok;
+
+static void workspace_destroy(void *p)
+{
+    fs_workspace *w = p;
+    fs_scratch_free(&w->sc);
+    fs_result_free(&w->r);
+    FS_FREE(w);
+}
+
+static void workspace_key_create(void)
+{
+    workspace_key_ok = pthread_key_create(&workspace_key, workspace_destroy) == 0;
+}
+
+fs_workspace *fs_workspace_get(void)
+{
+    pthread_once(&workspace_once, workspace_key_create);
+    if (!workspace_key_ok)
+        return NULL;
+    fs_workspace *w = pthread_getspecific(workspace_key);
+    if (!w) {
+        w = FS_MALLOC(sizeof(fs_workspace));
+        if (!w)
+            return NULL;
+        fs_scratch_init(&w->sc);
+        fs_result_init(&w->r);
+        if (pthread_setspecific(workspace_key, w) != 0) {
+            FS_FREE(w);
+            return NULL;
+        }
+    }
+    return w;
+}
+
+void fs_workspace_trim(fs_workspace *w)
+{
+    if (w->r.cap_ids > 65536 || w->r.cap_arena > 1u << 20 || w->r.cap_groups > 4096)
+        fs_result_free(&w->r);
+    if (w->sc.cap_front > 65536 || w->sc.cap_next > 65536 || w->sc.cap_hits > 65536 ||
+        w->sc.toks.cap > 4096)
+        fs_scratch_free(&w->sc);
 }

@@ -133,6 +133,20 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
 
 void fs_sublist_stats(fs_sublist *sl, fs_stats *st);
 
+/* Working memory kept per thread (freed when the thread exits), so a
+ * single match allocates nothing once warm.  NULL when out of memory. */
+typedef struct {
+    fs_scratch sc;
+    fs_result r;
+} fs_workspace;
+fs_workspace *fs_workspace_get(void);
+/* Drop buffers a huge result left oversized. */
+void fs_workspace_trim(fs_workspace *w);
+
+/* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"
+ * included)?  FS_OK, FS_EINVAL (err set) or FS_ENOMEM. */
+int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err);
+
 /* Does filter match subject?  1 yes, 0 no, FS_EINVAL (err names which:
  * *which = 0 filter, 1 subject), FS_ENOMEM. */
 int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,

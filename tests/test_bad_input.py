@@ -111,7 +111,7 @@ INVALID_ROWS = [
     ("nats", "filter", "a..b", EMPTY),
     ("nats", "filter", ".a", EMPTY),
     ("nats", "filter", "a.", EMPTY),
-    ("nats", "filter", "a.>.", EMPTY),
+    ("nats", "filter", "a.>.", EMPTY + "|" + NOT_LAST),   # two problems: either may be named
     ("nats", "filter", " ", WS),
     ("nats", "filter", "a.\t", WS),
     ("nats", "filter", "a.>.b", NOT_LAST),
@@ -178,8 +178,9 @@ def check_invalid(impl, dialect, kind, s, pattern):
     else:
         calls = [lambda: sl.insert(s, 2), lambda: sl.remove(s, 1), lambda: sl.discard(s, 1),
                  lambda: sl.reverse_match(s), lambda: mod.subject_matches(s, "a", dialect),
-                 lambda: sl.insert(s, 2, queue="q"),
                  lambda: sl.insert_many(["b", s], [2, 2]), lambda: sl.remove_many(["a", s], [1, 1])]
+        if not s.startswith("$share/"):
+            calls.append(lambda: sl.insert(s, 2, queue="q"))
         assert mod.is_valid_filter(s, dialect) is False
     r = repr(s)
     shown = r if len(r) <= 200 else r[:30]

@@ -32,7 +32,9 @@ try:
 except ImportError:
     import brokers
 
-from brokers import mosquitto_server, nats_server  # noqa: F401  (fixtures)
+# the session fixtures that start the brokers
+mosquitto_server = brokers.mosquitto_server
+nats_server = brokers.nats_server
 
 pytestmark = pytest.mark.brokers
 

@@ -86,5 +86,11 @@ cdef extern from "sublist.h" nogil:
     int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
                                  fs_scratch *sc, fs_rresult *r, fs_error *err)
     void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
+    ctypedef struct fs_workspace:
+        fs_scratch sc
+        fs_result r
+    fs_workspace *fs_workspace_get()
+    void fs_workspace_trim(fs_workspace *w)
+    int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err)
     int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
                            const char *subject, size_t slen, int *which, fs_error *err)

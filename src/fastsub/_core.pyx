@@ -269,34 +269,32 @@ cdef class Sublist:
         """match(subject) -> MatchResult"""
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
-        cdef fs_scratch sc
-        cdef fs_result r
+        cdef fs_workspace *w = fs_workspace_get()
         cdef fs_error err
-        cdef int rc
-        fs_scratch_init(&sc)
-        fs_result_init(&r)
+        if w == NULL:
+            raise MemoryError()
+        cdef int rc = fs_sublist_match(self.sl, s, <size_t>n, &w.sc, &w.r, &err)
+        if rc == FS_EINVAL:
+            raise _invalid("subject", subject, &err)
+        if rc < 0:
+            fs_workspace_trim(w)
+            raise MemoryError()
         try:
-            rc = fs_sublist_match(self.sl, s, <size_t>n, &sc, &r, &err)
-            if rc == FS_EINVAL:
-                raise _invalid("subject", subject, &err)
-            if rc < 0:
-                raise MemoryError()
-            return _to_match_result(&r, self._d == FS_MQTT)
+            return _to_match_result(&w.r, self._d == FS_MQTT)
         finally:
-            fs_scratch_free(&sc)
-            fs_result_free(&r)
+            fs_workspace_trim(w)
 
     def num_interest(self, subject):
         """num_interest(subject) -> (n_plain, n_queue_members)"""
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
-        cdef fs_scratch sc
+        cdef fs_workspace *w = fs_workspace_get()
         cdef fs_error err
         cdef uint64_t nplain = 0, nqueue = 0
-        cdef int rc
-        fs_scratch_init(&sc)
-        rc = fs_sublist_interest(self.sl, s, <size_t>n, &sc, &nplain, &nqueue, &err)
-        fs_scratch_free(&sc)
+        if w == NULL:
+            raise MemoryError()
+        cdef int rc = fs_sublist_interest(self.sl, s, <size_t>n, &w.sc, &nplain, &nqueue, &err)
+        fs_workspace_trim(w)
         if rc == FS_EINVAL:
             raise _invalid("subject", subject, &err)
         if rc < 0:
@@ -380,28 +378,13 @@ def subject_matches(filter, subject, dialect="nats"):
 cdef bint _valid(object s, str what, object dialect, bint is_filter) except -1:
     cdef fs_dialect d = _dialect(dialect)
     cdef Py_ssize_t n
-    cdef fs_tokens t
+    cdef const char *p
     cdef fs_error err
-    cdef const char *g
-    cdef const char *f
-    cdef size_t glen, flen
-    cdef int rc
-    if not isinstance(s, str):
-        raise TypeError(f"{what} must be str, not {type(s).__name__}")
     try:
         p = _utf8(s, what, &n)
     except InvalidSubjectError:
         return False
-    cdef const char *cp = p
-    f = cp
-    flen = <size_t>n
-    if is_filter and d == FS_MQTT:
-        rc = fs_split_share(cp, <size_t>n, &g, &glen, &f, &flen, &err)
-        if rc < 0:
-            return False
-    fs_tokens_init(&t)
-    rc = fs_tokenize(d, f, flen, is_filter, &t, &err)
-    fs_tokens_free(&t)
+    cdef int rc = fs_validate(d, p, <size_t>n, is_filter, &err)
     if rc == FS_ENOMEM:
         raise MemoryError()
     return rc == FS_OK

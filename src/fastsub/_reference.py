@@ -138,6 +138,7 @@ def validate_sub_id(sub_id):
 
 
 def _valid(check, s, dialect):
+    _sep(dialect)  # an unknown dialect is an error, not "invalid"
     try:
         check(s, dialect)
         return True
