@@ -7,62 +7,12 @@
 #include <string.h>
 
 #include "fs_alloc.h"
-
-/* ------------------------------------------------------------------ types */
-
-typedef struct {
-    uint32_t hash;
-    uint32_t len;
-    fs_node *node;       /* NULL: empty slot */
-} fs_slot;
-
-typedef struct {
-    fs_slot *slots;      /* open addressing, linear probing, cap a power of 2 */
-    uint32_t cap, count;
-    fs_node *one;        /* the '*' / '+' child */
-    fs_node *rest;       /* the '>' / '#' child */
-} fs_level;
-
-typedef struct {
-    char *name;
-    int64_t *ids;        /* sorted */
-    uint32_t name_len, name_hash;
-    uint32_t n, cap;
-} fs_group;
-
-struct fs_node {
-    fs_node *parent;
-    fs_level *next;
-    union {
-        int64_t one;     /* subcap <= 1: the single id lives here */
-        int64_t *many;   /* sorted */
-    } subs;
-    fs_group *groups;
-    uint32_t nsubs, subcap;
-    uint32_t ngroups, gcap;
-    uint32_t hash;
-    uint16_t toklen;     /* a token, or a whole literal filter: <= 65,535 */
-    uint8_t kind;        /* fs_tok_kind */
-    char tok[];
-};
-
-struct fs_sublist {
-    pthread_rwlock_t lock;
-    fs_dialect dialect;
-    fs_node *root;        /* the trie: filters with a wildcard */
-    fs_level literals;    /* whole literal filters -> entry (parent NULL) */
-    uint64_t count;       /* subscriptions */
-    uint64_t nodes;
-    uint64_t mem;         /* bytes allocated for the index */
-    uint64_t generation;
-    uint64_t inserts, removes;
-    _Atomic uint64_t matches, fanout_total, fanout_max;
-};
+#include "fs_internal.h"
 
 /* --------------------------------------------------------- small helpers */
 
 /* Grow *p (an array of elsize-byte items with capacity *cap) to hold need. */
-static int grow(void *p, size_t *cap, size_t need, size_t elsize)
+int fs_grow(void *p, size_t *cap, size_t need, size_t elsize)
 {
     if (need <= *cap)
         return FS_OK;
@@ -77,7 +27,7 @@ static int grow(void *p, size_t *cap, size_t need, size_t elsize)
     return FS_OK;
 }
 
-static void *sl_alloc(fs_sublist *sl, size_t size)
+void *fs_sl_alloc(fs_sublist *sl, size_t size)
 {
     void *p = FS_MALLOC(size);
     if (p)
@@ -85,7 +35,7 @@ static void *sl_alloc(fs_sublist *sl, size_t size)
     return p;
 }
 
-static void *sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size)
+void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size)
 {
     void *np = FS_REALLOC(p, size);
     if (np)
@@ -93,7 +43,7 @@ static void *sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size)
     return np;
 }
 
-static void sl_free(fs_sublist *sl, void *p, size_t size)
+void fs_sl_free(fs_sublist *sl, void *p, size_t size)
 {
     if (p) {
         FS_FREE(p);
@@ -114,10 +64,6 @@ static uint32_t ids_find(const int64_t *ids, uint32_t n, int64_t id, int *found)
     return lo;
 }
 
-static inline const int64_t *node_ids(const fs_node *n)
-{
-    return n->subcap <= 1 ? &n->subs.one : n->subs.many;
-}
 
 static inline int node_empty(const fs_node *n)
 {
@@ -128,38 +74,7 @@ static inline int node_empty(const fs_node *n)
 /* ---------------------------------------------------------------- levels */
 
 /* Token equality without a libc call: tokens are short. */
-static inline int tok_eq(const char *a, const char *b, uint32_t n)
-{
-    while (n >= 8) {
-        uint64_t x, y;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        if (x != y)
-            return 0;
-        a += 8;
-        b += 8;
-        n -= 8;
-    }
-    while (n--)
-        if (*a++ != *b++)
-            return 0;
-    return 1;
-}
 
-static fs_node *level_find(const fs_level *L, const char *tok, uint32_t len, uint32_t h)
-{
-    if (!L->cap)
-        return NULL;
-    uint32_t mask = L->cap - 1, i = h & mask;
-    for (uint32_t k = 0; k < L->cap; k++, i = (i + 1) & mask) {
-        const fs_slot *s = &L->slots[i];
-        if (!s->node)
-            return NULL;
-        if (s->hash == h && s->len == len && tok_eq(s->node->tok, tok, len))
-            return s->node;
-    }
-    return NULL;
-}
 
 static void slot_place(fs_slot *slots, uint32_t cap, fs_slot e)
 {
@@ -175,18 +90,18 @@ static uint32_t max_load(uint32_t cap)
 }
 
 /* Add a literal child.  FS_OK or FS_ENOMEM (level unchanged). */
-static int level_add(fs_sublist *sl, fs_level *L, fs_node *n)
+int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n)
 {
     if (L->count + 1 > max_load(L->cap)) {
         uint32_t ncap = L->cap ? L->cap * 2 : 1;
-        fs_slot *ns = sl_alloc(sl, sizeof(fs_slot) * ncap);
+        fs_slot *ns = fs_sl_alloc(sl, sizeof(fs_slot) * ncap);
         if (!ns)
             return FS_ENOMEM;
         memset(ns, 0, sizeof(fs_slot) * ncap);
         for (uint32_t i = 0; i < L->cap; i++)
             if (L->slots[i].node)
                 slot_place(ns, ncap, L->slots[i]);
-        sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
+        fs_sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
         L->slots = ns;
         L->cap = ncap;
     }
@@ -198,7 +113,7 @@ static int level_add(fs_sublist *sl, fs_level *L, fs_node *n)
 
 /* Remove a literal child (present).  Re-places the rest of its probe
  * cluster so lookups stay correct; never allocates. */
-static void level_del(fs_level *L, const fs_node *n)
+void fs_level_del(fs_level *L, const fs_node *n)
 {
     uint32_t mask = L->cap - 1, i = n->hash & mask;
     while (L->slots[i].node != n)
@@ -216,9 +131,9 @@ static void level_del(fs_level *L, const fs_node *n)
 
 /* ----------------------------------------------------------------- nodes */
 
-static fs_node *node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp)
+fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp)
 {
-    fs_node *n = sl_alloc(sl, sizeof(fs_node) + sp->len);
+    fs_node *n = fs_sl_alloc(sl, sizeof(fs_node) + sp->len);
     if (!n)
         return NULL;
     memset(n, 0, sizeof(fs_node));
@@ -233,34 +148,34 @@ static fs_node *node_new(fs_sublist *sl, fs_node *parent, const char *tok, const
 
 static void group_free(fs_sublist *sl, fs_group *g)
 {
-    sl_free(sl, g->name, g->name_len ? g->name_len : 1);
-    sl_free(sl, g->ids, sizeof(int64_t) * g->cap);
+    fs_sl_free(sl, g->name, g->name_len ? g->name_len : 1);
+    fs_sl_free(sl, g->ids, sizeof(int64_t) * g->cap);
 }
 
 /* Free a node's own contents and the node (children must be gone). */
-static void node_free(fs_sublist *sl, fs_node *n)
+void fs_node_free(fs_sublist *sl, fs_node *n)
 {
     if (n->subcap > 1)
-        sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
+        fs_sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
     for (uint32_t i = 0; i < n->ngroups; i++)
         group_free(sl, &n->groups[i]);
-    sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
+    fs_sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
     if (n->next) {
-        sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
-        sl_free(sl, n->next, sizeof(fs_level));
+        fs_sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
+        fs_sl_free(sl, n->next, sizeof(fs_level));
     }
-    sl_free(sl, n, sizeof(fs_node) + n->toklen);
+    fs_sl_free(sl, n, sizeof(fs_node) + n->toklen);
     sl->nodes--;
 }
 
 /* Remove empty nodes from n upwards (never the root); a literal-table
  * entry is dropped from the table when empty. */
-static void prune(fs_sublist *sl, fs_node *n)
+void fs_prune(fs_sublist *sl, fs_node *n)
 {
     if (n != sl->root && !n->parent) {      /* an entry of the literal table */
         if (node_empty(n)) {
-            level_del(&sl->literals, n);
-            node_free(sl, n);
+            fs_level_del(&sl->literals, n);
+            fs_node_free(sl, n);
         }
         return;
     }
@@ -269,19 +184,19 @@ static void prune(fs_sublist *sl, fs_node *n)
         fs_level *L = parent->next;
         if (n->kind == FS_TOK_ONE) L->one = NULL;
         else if (n->kind == FS_TOK_REST) L->rest = NULL;
-        else level_del(L, n);
-        node_free(sl, n);
+        else fs_level_del(L, n);
+        fs_node_free(sl, n);
         n = parent;
     }
     if (n->next && n->next->count == 0 && !n->next->one && !n->next->rest) {
-        sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
-        sl_free(sl, n->next, sizeof(fs_level));
+        fs_sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
+        fs_sl_free(sl, n->next, sizeof(fs_level));
         n->next = NULL;
     }
 }
 
 /* Insert id into a node's plain set.  1 new, 0 present, FS_ENOMEM. */
-static int node_add_sub(fs_sublist *sl, fs_node *n, int64_t id)
+int fs_node_add_sub(fs_sublist *sl, fs_node *n, int64_t id)
 {
     if (n->nsubs == 0 && n->subcap <= 1) {
         n->subs.one = id;
@@ -290,7 +205,7 @@ static int node_add_sub(fs_sublist *sl, fs_node *n, int64_t id)
         return 1;
     }
     int found;
-    uint32_t at = ids_find(node_ids(n), n->nsubs, id, &found);
+    uint32_t at = ids_find(fs_node_ids(n), n->nsubs, id, &found);
     if (found)
         return 0;
     if (n->nsubs == UINT32_MAX)
@@ -299,11 +214,11 @@ static int node_add_sub(fs_sublist *sl, fs_node *n, int64_t id)
         uint32_t ncap = n->subcap <= 1 ? 4 : n->subcap * 2;
         int64_t *ids;
         if (n->subcap <= 1) {
-            ids = sl_alloc(sl, sizeof(int64_t) * ncap);
+            ids = fs_sl_alloc(sl, sizeof(int64_t) * ncap);
             if (!ids) return FS_ENOMEM;
             ids[0] = n->subs.one;
         } else {
-            ids = sl_realloc(sl, n->subs.many, sizeof(int64_t) * n->subcap, sizeof(int64_t) * ncap);
+            ids = fs_sl_realloc(sl, n->subs.many, sizeof(int64_t) * n->subcap, sizeof(int64_t) * ncap);
             if (!ids) return FS_ENOMEM;
         }
         n->subs.many = ids;
@@ -326,13 +241,13 @@ static int node_del_sub(fs_sublist *sl, fs_node *n, int64_t id)
     memmove(ids + at, ids + at + 1, sizeof(int64_t) * (n->nsubs - at - 1));
     n->nsubs--;
     if (n->nsubs == 0 && n->subcap > 1) {
-        sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
+        fs_sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
         n->subcap = 0;
     }
     return 1;
 }
 
-static fs_group *node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh)
+fs_group *fs_node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh)
 {
     for (uint32_t i = 0; i < n->ngroups; i++) {
         fs_group *g = &n->groups[i];
@@ -352,7 +267,7 @@ static int group_add(fs_sublist *sl, fs_group *g, int64_t id)
         return FS_ENOMEM;
     if (g->n == g->cap) {
         uint32_t ncap = g->cap ? g->cap * 2 : 2;
-        int64_t *ids = sl_realloc(sl, g->ids, sizeof(int64_t) * g->cap, sizeof(int64_t) * ncap);
+        int64_t *ids = fs_sl_realloc(sl, g->ids, sizeof(int64_t) * g->cap, sizeof(int64_t) * ncap);
         if (!ids) return FS_ENOMEM;
         g->ids = ids;
         g->cap = ncap;
@@ -365,14 +280,14 @@ static int group_add(fs_sublist *sl, fs_group *g, int64_t id)
 
 /* Insert id into the node's group q, creating the group if needed.
  * 1 new, 0 present, FS_ENOMEM (node unchanged). */
-static int node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id)
+int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id)
 {
     uint32_t qh = fs_hash(q, qlen);
-    fs_group *g = node_find_group(n, q, qlen, qh);
+    fs_group *g = fs_node_find_group(n, q, qlen, qh);
     if (g)
         return group_add(sl, g, id);
     fs_group fresh = {0};
-    fresh.name = sl_alloc(sl, qlen ? qlen : 1);
+    fresh.name = fs_sl_alloc(sl, qlen ? qlen : 1);
     if (!fresh.name)
         return FS_ENOMEM;
     memcpy(fresh.name, q, qlen);
@@ -384,7 +299,7 @@ static int node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t q
     }
     if (n->ngroups == n->gcap) {
         uint32_t ncap = n->gcap ? n->gcap * 2 : 1;
-        fs_group *gs = sl_realloc(sl, n->groups, sizeof(fs_group) * n->gcap, sizeof(fs_group) * ncap);
+        fs_group *gs = fs_sl_realloc(sl, n->groups, sizeof(fs_group) * n->gcap, sizeof(fs_group) * ncap);
         if (!gs) {
             group_free(sl, &fresh);
             return FS_ENOMEM;
@@ -398,7 +313,7 @@ static int node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t q
 
 static int node_del_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id)
 {
-    fs_group *g = node_find_group(n, q, qlen, fs_hash(q, qlen));
+    fs_group *g = fs_node_find_group(n, q, qlen, fs_hash(q, qlen));
     if (!g)
         return 0;
     int found;
@@ -412,7 +327,7 @@ static int node_del_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t q
         group_free(sl, g);
         *g = n->groups[--n->ngroups];
         if (n->ngroups == 0) {
-            sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
+            fs_sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
             n->groups = NULL;
             n->gcap = 0;
         }
@@ -430,7 +345,7 @@ fs_sublist *fs_sublist_new(fs_dialect d)
     memset(sl, 0, sizeof(*sl));
     sl->dialect = d;
     static const fs_span root_span = {0, 0, 0, FS_TOK_LITERAL};
-    sl->root = node_new(sl, NULL, "", &root_span);
+    sl->root = fs_node_new(sl, NULL, "", &root_span);
     if (!sl->root) {
         FS_FREE(sl);
         return NULL;
@@ -486,7 +401,7 @@ void fs_sublist_free(fs_sublist *sl)
     }
     for (uint32_t i = 0; i < sl->literals.cap; i++)
         if (sl->literals.slots[i].node)
-            node_free(sl, sl->literals.slots[i].node);
+            fs_node_free(sl, sl->literals.slots[i].node);
     FS_FREE(sl->literals.slots);
     pthread_rwlock_destroy(&sl->lock);
     FS_FREE(sl);
@@ -597,13 +512,13 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     int rc;
     if (ps->literal) {
         fs_span whole = {0, ps->filter_len, fs_hash(ps->filter, ps->filter_len), FS_TOK_LITERAL};
-        n = level_find(&sl->literals, ps->filter, whole.len, whole.hash);
+        n = fs_level_find(&sl->literals, ps->filter, whole.len, whole.hash);
         if (!n) {
-            n = node_new(sl, NULL, ps->filter, &whole);
+            n = fs_node_new(sl, NULL, ps->filter, &whole);
             if (!n)
                 return FS_ENOMEM;
-            if (level_add(sl, &sl->literals, n) < 0) {
-                node_free(sl, n);
+            if (fs_level_add(sl, &sl->literals, n) < 0) {
+                fs_node_free(sl, n);
                 return FS_ENOMEM;
             }
         }
@@ -611,7 +526,7 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     for (uint32_t i = 0; i < t->n && !ps->literal; i++) {
         const fs_span *sp = &t->tok[i];
         if (!n->next) {
-            n->next = sl_alloc(sl, sizeof(fs_level));
+            n->next = fs_sl_alloc(sl, sizeof(fs_level));
             if (!n->next) { rc = FS_ENOMEM; goto fail; }
             memset(n->next, 0, sizeof(fs_level));
         }
@@ -619,22 +534,22 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         fs_node *child;
         if (sp->kind == FS_TOK_ONE) child = L->one;
         else if (sp->kind == FS_TOK_REST) child = L->rest;
-        else child = level_find(L, ps->filter + sp->off, sp->len, sp->hash);
+        else child = fs_level_find(L, ps->filter + sp->off, sp->len, sp->hash);
         if (!child) {
-            child = node_new(sl, n, ps->filter + sp->off, sp);
+            child = fs_node_new(sl, n, ps->filter + sp->off, sp);
             if (!child) { rc = FS_ENOMEM; goto fail; }
             if (sp->kind == FS_TOK_ONE) L->one = child;
             else if (sp->kind == FS_TOK_REST) L->rest = child;
-            else if (level_add(sl, L, child) < 0) {
-                node_free(sl, child);
+            else if (fs_level_add(sl, L, child) < 0) {
+                fs_node_free(sl, child);
                 rc = FS_ENOMEM;
                 goto fail;
             }
         }
         n = child;
     }
-    rc = ps->queue ? node_add_queued(sl, n, ps->queue, ps->queue_len, id)
-                   : node_add_sub(sl, n, id);
+    rc = ps->queue ? fs_node_add_queued(sl, n, ps->queue, ps->queue_len, id)
+                   : fs_node_add_sub(sl, n, id);
     if (rc < 0)
         goto fail;
     if (rc == 1) {
@@ -644,7 +559,7 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     }
     return rc;
 fail:
-    prune(sl, n);
+    fs_prune(sl, n);
     return rc;
 }
 
@@ -652,7 +567,7 @@ fail:
 static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps)
 {
     if (ps->literal)
-        return level_find(&sl->literals, ps->filter, ps->filter_len, fs_hash(ps->filter, ps->filter_len));
+        return fs_level_find(&sl->literals, ps->filter, ps->filter_len, fs_hash(ps->filter, ps->filter_len));
     const char *filter = ps->filter;
     fs_node *n = sl->root;
     for (uint32_t i = 0; i < t->n && n; i++) {
@@ -661,7 +576,7 @@ static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spe
         if (!L) return NULL;
         if (sp->kind == FS_TOK_ONE) n = L->one;
         else if (sp->kind == FS_TOK_REST) n = L->rest;
-        else n = level_find(L, filter + sp->off, sp->len, sp->hash);
+        else n = fs_level_find(L, filter + sp->off, sp->len, sp->hash);
     }
     return n;
 }
@@ -677,7 +592,7 @@ static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         sl->count--;
         sl->generation++;
         sl->removes++;
-        prune(sl, n);
+        fs_prune(sl, n);
     }
     return rc;
 }
@@ -801,19 +716,11 @@ void fs_scratch_free(fs_scratch *sc)
     fs_scratch_init(sc);
 }
 
-static inline int push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)
-{
-    if (*n == *cap && grow(v, cap, *n + 1, sizeof(fs_node *)) < 0)
-        return FS_ENOMEM;
-    (*v)[(*n)++] = x;
-    return FS_OK;
-}
 
-static inline int has_subs(const fs_node *n) { return n->nsubs || n->ngroups; }
 
 /* Collect into sc->hits every node whose subscriptions match the tokenized
  * subject s.  Caller holds the read lock. */
-static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
+int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
 {
     const fs_tokens *t = &sc->toks;
     int mqtt = sl->dialect == FS_MQTT;
@@ -821,13 +728,13 @@ static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scrat
     sc->nhits = 0;
     sc->nfront = 0;
     if (sl->literals.count) {
-        const fs_node *e = level_find(&sl->literals, s, (uint32_t)len, fs_hash(s, len));
-        if (e && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+        const fs_node *e = fs_level_find(&sl->literals, s, (uint32_t)len, fs_hash(s, len));
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
     }
     if (!sl->root->next)
         return FS_OK;
-    if (push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
+    if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
         return FS_ENOMEM;
     for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
         const fs_span *sp = &t->tok[i];
@@ -837,14 +744,14 @@ static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scrat
             const fs_level *L = sc->front[k]->next;
             if (!L)
                 continue;
-            if (wild_ok && L->rest && has_subs(L->rest) &&
-                push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
+            if (wild_ok && L->rest && fs_has_subs(L->rest) &&
+                fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
                 return FS_ENOMEM;
             if (wild_ok && L->one &&
-                push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+                fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
                 return FS_ENOMEM;
-            const fs_node *c = level_find(L, s + sp->off, sp->len, sp->hash);
-            if (c && push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+            const fs_node *c = fs_level_find(L, s + sp->off, sp->len, sp->hash);
+            if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
         }
         const fs_node **tmp = sc->front;
@@ -857,11 +764,11 @@ static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scrat
     }
     for (size_t k = 0; k < sc->nfront; k++) {
         const fs_node *n = sc->front[k];
-        if (has_subs(n) && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+        if (fs_has_subs(n) && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
             return FS_ENOMEM;
         /* MQTT: "a/#" also matches "a" itself. */
-        if (mqtt && n->next && n->next->rest && has_subs(n->next->rest) &&
-            push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
+        if (mqtt && n->next && n->next->rest && fs_has_subs(n->next->rest) &&
+            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -877,9 +784,9 @@ void fs_result_free(fs_result *r)
     fs_result_init(r);
 }
 
-static int arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n)
+int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n)
 {
-    if (grow(arena, cap, *len + n, 1) < 0)
+    if (fs_grow(arena, cap, *len + n, 1) < 0)
         return FS_ENOMEM;
     memcpy(*arena + *len, p, n);
     *len += n;
@@ -887,17 +794,17 @@ static int arena_put(char **arena, size_t *len, size_t *cap, const char *p, size
 }
 
 /* Write the filter of node n (its path from the root) into an arena. */
-static int put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap)
+int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap)
 {
     if (n == sl->root)
         return FS_OK;
     if (!n->parent)      /* a literal-table entry holds its whole filter */
-        return arena_put(arena, len, cap, n->tok, n->toklen);
+        return fs_arena_put(arena, len, cap, n->tok, n->toklen);
     size_t total = 0;
     for (const fs_node *p = n; p != sl->root; p = p->parent)
         total += p->toklen + 1;
     total -= 1;
-    if (grow(arena, cap, *len + total, 1) < 0)
+    if (fs_grow(arena, cap, *len + total, 1) < 0)
         return FS_ENOMEM;
     char *end = *arena + *len + total;
     char sep = sl->dialect == FS_NATS ? '.' : '/';
@@ -913,7 +820,7 @@ static int put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t
 
 static int put_ids(fs_result *r, const int64_t *ids, size_t n)
 {
-    if (grow(&r->ids, &r->cap_ids, r->nids + n, sizeof(int64_t)) < 0)
+    if (fs_grow(&r->ids, &r->cap_ids, r->nids + n, sizeof(int64_t)) < 0)
         return FS_ENOMEM;
     memcpy(r->ids + r->nids, ids, sizeof(int64_t) * n);
     r->nids += n;
@@ -926,7 +833,7 @@ static int build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r
 {
     r->nids = r->nplain = r->ngroups = r->narena = 0;
     for (size_t k = 0; k < sc->nhits; k++)
-        if (put_ids(r, node_ids(sc->hits[k]), sc->hits[k]->nsubs) < 0)
+        if (put_ids(r, fs_node_ids(sc->hits[k]), sc->hits[k]->nsubs) < 0)
             return FS_ENOMEM;
     r->nplain = r->nids;
     int nats = sl->dialect == FS_NATS;
@@ -944,17 +851,17 @@ static int build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r
                 if (seen)
                     continue;
             }
-            if (grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
+            if (fs_grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
                 return FS_ENOMEM;
             fs_group_out *o = &r->groups[r->ngroups];
             memset(o, 0, sizeof(*o));
             o->name_off = r->narena;
             o->name_len = g->name_len;
-            if (arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
+            if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
                 return FS_ENOMEM;
             if (!nats) {
                 o->filter_off = r->narena;
-                if (put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
+                if (fs_put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
                     return FS_ENOMEM;
                 o->filter_len = r->narena - o->filter_off;
             }
@@ -965,7 +872,7 @@ static int build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r
                 /* Gather the same-named group from the later nodes. */
                 for (size_t k2 = k + 1; k2 < sc->nhits; k2++) {
                     const fs_node *n2 = sc->hits[k2];
-                    const fs_group *g2 = node_find_group(n2, g->name, g->name_len, g->name_hash);
+                    const fs_group *g2 = fs_node_find_group(n2, g->name, g->name_len, g->name_hash);
                     if (g2 && put_ids(r, g2->ids, g2->n) < 0)
                         return FS_ENOMEM;
                 }
@@ -995,7 +902,7 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
     if (rc < 0)
         return rc;
     pthread_rwlock_rdlock(&sl->lock);
-    rc = walk_locked(sl, subject, len, sc);
+    rc = fs_walk_locked(sl, subject, len, sc);
     if (rc == FS_OK)
         rc = build_result(sl, sc, r);
     pthread_rwlock_unlock(&sl->lock);
@@ -1013,7 +920,7 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     if (rc < 0)
         return rc;
     pthread_rwlock_rdlock(&sl->lock);
-    rc = walk_locked(sl, subject, len, sc);
+    rc = fs_walk_locked(sl, subject, len, sc);
     for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
         *nplain += n->nsubs;
@@ -1027,7 +934,7 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
 }
 
 /* Does filter f (tokens ft) match the literal subject s (tokens st)? */
-static int tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
+int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
                         const char *s, const fs_tokens *st)
 {
     if (d == FS_MQTT && s[0] == '$' && ft->tok[0].kind != FS_TOK_LITERAL)
@@ -1057,8 +964,8 @@ static int rliterals_locked(const fs_sublist *sl, const char *q, size_t len, fs_
     for (uint32_t i = 0; i < qt->n; i++)
         literal &= qt->tok[i].kind == FS_TOK_LITERAL;
     if (literal) {
-        const fs_node *e = level_find(L, q, (uint32_t)len, fs_hash(q, len));
-        return e ? push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) : FS_OK;
+        const fs_node *e = fs_level_find(L, q, (uint32_t)len, fs_hash(q, len));
+        return e ? fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) : FS_OK;
     }
     fs_tokens et;
     fs_tokens_init(&et);
@@ -1069,8 +976,8 @@ static int rliterals_locked(const fs_sublist *sl, const char *q, size_t len, fs_
         if (!e)
             continue;
         rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 0, &et, &ignored);
-        if (rc == FS_OK && tokens_match(sl->dialect, q, qt, e->tok, &et))
-            rc = push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e);
+        if (rc == FS_OK && fs_tokens_match(sl->dialect, q, qt, e->tok, &et))
+            rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e);
     }
     fs_tokens_free(&et);
     return rc;
@@ -1093,11 +1000,11 @@ void fs_rresult_free(fs_rresult *r)
 static int push_descendants(const fs_node *n, int skip_dollar, fs_scratch *sc)
 {
     sc->nnext = 0;
-    if (push_node(&sc->next, &sc->nnext, &sc->cap_next, n) < 0)
+    if (fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, n) < 0)
         return FS_ENOMEM;
     while (sc->nnext) {
         const fs_node *x = sc->next[--sc->nnext];
-        if (x != n && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
+        if (x != n && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
             return FS_ENOMEM;
         const fs_level *L = x->next;
         if (!L)
@@ -1105,12 +1012,12 @@ static int push_descendants(const fs_node *n, int skip_dollar, fs_scratch *sc)
         for (uint32_t i = 0; i < L->cap; i++) {
             const fs_node *c = L->slots[i].node;
             if (c && !(skip_dollar && x == n && c->toklen && c->tok[0] == '$') &&
-                push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+                fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
         }
-        if (L->one && push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+        if (L->one && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
             return FS_ENOMEM;
-        if (L->rest && push_node(&sc->next, &sc->nnext, &sc->cap_next, L->rest) < 0)
+        if (L->rest && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -1125,7 +1032,7 @@ static int rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
     int mqtt = sl->dialect == FS_MQTT;
     sc->nhits = 0;
     sc->nfront = 0;
-    if (push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
+    if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
         return FS_ENOMEM;
     /* The frontier is processed depth by depth, like walk_locked; the
      * "next" array is borrowed by push_descendants, so collect the next
@@ -1141,8 +1048,8 @@ static int rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
                  * n itself (0 tokens), except the root and except where
                  * that would be the one-empty-level topic "" (invalid). */
                 int empty_topic = i == 1 && (t->tok[0].len == 0 || (n->kind == FS_TOK_LITERAL && n->toklen == 0));
-                if (mqtt && !root && !empty_topic && has_subs(n) &&
-                    push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+                if (mqtt && !root && !empty_topic && fs_has_subs(n) &&
+                    fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
                     return FS_ENOMEM;
                 if (push_descendants(n, mqtt && root, sc) < 0)
                     return FS_ENOMEM;
@@ -1154,20 +1061,20 @@ static int rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
             int q_dollar = mqtt && root && sp->kind == FS_TOK_LITERAL && sp->len && q[sp->off] == '$';
             /* A stored rest-wildcard matches whatever the query's remaining
              * 1+ tokens match. */
-            if (L->rest && !q_dollar && push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
+            if (L->rest && !q_dollar && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
                 return FS_ENOMEM;
-            if (L->one && !q_dollar && push_node(&sc->front, &sc->nfront, &sc->cap_front, L->one) < 0)
+            if (L->one && !q_dollar && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, L->one) < 0)
                 return FS_ENOMEM;
             if (sp->kind == FS_TOK_ONE) {
                 for (uint32_t s = 0; s < L->cap; s++) {
                     const fs_node *c = L->slots[s].node;
                     if (c && !(mqtt && root && c->toklen && c->tok[0] == '$') &&
-                        push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
+                        fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
                         return FS_ENOMEM;
                 }
             } else {
-                const fs_node *c = level_find(L, q + sp->off, sp->len, sp->hash);
-                if (c && push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
+                const fs_node *c = fs_level_find(L, q + sp->off, sp->len, sp->hash);
+                if (c && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
                     return FS_ENOMEM;
             }
         }
@@ -1180,13 +1087,13 @@ static int rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
         return FS_OK;
     for (size_t k = 0; k < sc->nfront; k++) {
         const fs_node *n = sc->front[k];
-        if (push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+        if (fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
             return FS_ENOMEM;
         /* MQTT "a/#" matches "a" too -- but "/#" cannot match "", which
          * is not a valid topic. */
         int empty_topic = n->parent == sl->root && n->toklen == 0;
         if (mqtt && !empty_topic && n->next && n->next->rest &&
-            push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
+            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -1194,20 +1101,20 @@ static int rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
 
 static int rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r)
 {
-    if (grow(&r->hits, &r->cap_hits, r->nhits + 1, sizeof(fs_rhit)) < 0)
+    if (fs_grow(&r->hits, &r->cap_hits, r->nhits + 1, sizeof(fs_rhit)) < 0)
         return FS_ENOMEM;
     fs_rhit *h = &r->hits[r->nhits];
     memset(h, 0, sizeof(*h));
     h->id = id;
     h->filter_off = r->narena;
-    if (put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
+    if (fs_put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
         return FS_ENOMEM;
     h->filter_len = r->narena - h->filter_off;
     if (g) {
         h->has_queue = 1;
         h->queue_off = r->narena;
         h->queue_len = g->name_len;
-        if (arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
             return FS_ENOMEM;
     }
     r->nhits++;
@@ -1238,7 +1145,7 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
         rc = rliterals_locked(sl, filter, len, sc);
     for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
-        const int64_t *ids = node_ids(n);
+        const int64_t *ids = fs_node_ids(n);
         for (uint32_t i = 0; rc == FS_OK && i < n->nsubs; i++)
             rc = rhit_add(sl, n, NULL, ids[i], r);
         for (uint32_t gi = 0; rc == FS_OK && gi < n->ngroups; gi++)
@@ -1292,7 +1199,7 @@ int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
     rc = fs_tokenize(d, subject, slen, 0, &st, err);
     if (rc < 0)
         goto done;
-    rc = tokens_match(d, filter, &ft, subject, &st);
+    rc = fs_tokens_match(d, filter, &ft, subject, &st);
 done:
     fs_tokens_free(&ft);
     fs_tokens_free(&st);

@@ -1,0 +1,135 @@
+/* fs_internal.h - the trie's data layout, shared by the core's own files
+ * (sublist.c, the batch matcher, the cache, the serializer).  Not part of
+ * the public C API; see sublist.h for that. */
+#ifndef FS_INTERNAL_H
+#define FS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "sublist.h"
+
+typedef struct fs_cache fs_cache;
+
+typedef struct {
+    uint32_t hash;
+    uint32_t len;
+    fs_node *node;       /* NULL: empty slot */
+} fs_slot;
+
+typedef struct {
+    fs_slot *slots;      /* open addressing, linear probing, cap a power of 2 */
+    uint32_t cap, count;
+    fs_node *one;        /* the '*' / '+' child */
+    fs_node *rest;       /* the '>' / '#' child */
+} fs_level;
+
+typedef struct {
+    char *name;
+    int64_t *ids;        /* sorted */
+    uint32_t name_len, name_hash;
+    uint32_t n, cap;
+} fs_group;
+
+struct fs_node {
+    fs_node *parent;
+    fs_level *next;
+    union {
+        int64_t one;     /* subcap <= 1: the single id lives here */
+        int64_t *many;   /* sorted */
+    } subs;
+    fs_group *groups;
+    uint32_t nsubs, subcap;
+    uint32_t ngroups, gcap;
+    uint32_t hash;
+    uint16_t toklen;     /* a token, or a whole literal filter: <= 65,535 */
+    uint8_t kind;        /* fs_tok_kind */
+    char tok[];
+};
+
+struct fs_sublist {
+    pthread_rwlock_t lock;
+    fs_dialect dialect;
+    fs_node *root;        /* the trie: filters with a wildcard */
+    fs_level literals;    /* whole literal filters -> entry (parent NULL) */
+    fs_cache *cache;      /* LRU of match results; NULL when disabled */
+    uint64_t count;       /* subscriptions */
+    uint64_t nodes;
+    uint64_t mem;         /* bytes allocated for the index */
+    uint64_t generation;
+    uint64_t inserts, removes;
+    _Atomic uint64_t matches, fanout_total, fanout_max;
+};
+
+
+/* Helpers shared inside the core.  Status codes as in fs_token.h. */
+int fs_grow(void *p, size_t *cap, size_t need, size_t elsize);
+void *fs_sl_alloc(fs_sublist *sl, size_t size);
+void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size);
+void fs_sl_free(fs_sublist *sl, void *p, size_t size);
+int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n);
+void fs_level_del(fs_level *L, const fs_node *n);
+fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp);
+void fs_node_free(fs_sublist *sl, fs_node *n);
+void fs_prune(fs_sublist *sl, fs_node *n);
+int fs_node_add_sub(fs_sublist *sl, fs_node *n, int64_t id);
+int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id);
+fs_group *fs_node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh);
+/* Collect into sc->hits the nodes whose subscriptions match the subject
+ * tokenized in sc->toks.  Caller holds the read lock. */
+int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc);
+int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);
+int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
+int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
+                    const char *s, const fs_tokens *st);
+
+static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->ngroups; }
+
+static inline const int64_t *fs_node_ids(const fs_node *n)
+{
+    return n->subcap <= 1 ? &n->subs.one : n->subs.many;
+}
+
+static inline int fs_tok_eq(const char *a, const char *b, uint32_t n)
+{
+    while (n >= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+        a += 8;
+        b += 8;
+        n -= 8;
+    }
+    while (n--)
+        if (*a++ != *b++)
+            return 0;
+    return 1;
+}
+
+static inline fs_node *fs_level_find(const fs_level *L, const char *tok, uint32_t len, uint32_t h)
+{
+    if (!L->cap)
+        return NULL;
+    uint32_t mask = L->cap - 1, i = h & mask;
+    for (uint32_t k = 0; k < L->cap; k++, i = (i + 1) & mask) {
+        const fs_slot *s = &L->slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == h && s->len == len && fs_tok_eq(s->node->tok, tok, len))
+            return s->node;
+    }
+    return NULL;
+}
+
+static inline int fs_push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)
+{
+    if (*n == *cap && fs_grow(v, cap, *n + 1, sizeof(fs_node *)) < 0)
+        return FS_ENOMEM;
+    (*v)[(*n)++] = x;
+    return FS_OK;
+}
+
+#endif
