@@ -78,7 +78,11 @@ int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen,
 fs_group *fs_node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh);
 /* Collect into sc->hits the nodes whose subscriptions match the subject
  * tokenized in sc->toks.  Caller holds the read lock. */
-int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc);
+int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc);
+/* Tokenize, walk and build the full result of a subject (filling the cache
+ * if there is one).  Read lock held.  FS_OK, FS_EINVAL, FS_ENOMEM. */
+int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
+                      fs_scratch *sc, fs_result *r, fs_error *err);
 int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);
 int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
 int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,

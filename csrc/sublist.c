@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fs_alloc.h"
+#include "fs_cache.h"
 #include "fs_internal.h"
 
 /* --------------------------------------------------------- small helpers */
@@ -403,6 +404,7 @@ void fs_sublist_free(fs_sublist *sl)
         if (sl->literals.slots[i].node)
             fs_node_free(sl, sl->literals.slots[i].node);
     FS_FREE(sl->literals.slots);
+    fs_cache_free(sl->cache);
     pthread_rwlock_destroy(&sl->lock);
     FS_FREE(sl);
 }
@@ -556,6 +558,8 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         sl->count++;
         sl->generation++;
         sl->inserts++;
+        if (sl->cache)
+            fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
     }
     return rc;
 fail:
@@ -593,6 +597,8 @@ static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         sl->generation++;
         sl->removes++;
         fs_prune(sl, n);
+        if (sl->cache)
+            fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
     }
     return rc;
 }
@@ -720,7 +726,7 @@ void fs_scratch_free(fs_scratch *sc)
 
 /* Collect into sc->hits every node whose subscriptions match the tokenized
  * subject s.  Caller holds the read lock. */
-int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
+int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc)
 {
     const fs_tokens *t = &sc->toks;
     int mqtt = sl->dialect == FS_MQTT;
@@ -728,7 +734,7 @@ int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *
     sc->nhits = 0;
     sc->nfront = 0;
     if (sl->literals.count) {
-        const fs_node *e = fs_level_find(&sl->literals, s, (uint32_t)len, fs_hash(s, len));
+        const fs_node *e = fs_level_find(&sl->literals, s, (uint32_t)len, hash);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
     }
@@ -895,16 +901,49 @@ static void count_match(fs_sublist *sl, uint64_t fanout)
         ;
 }
 
+int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
+                      fs_scratch *sc, fs_result *r, fs_error *err)
+{
+    int rc = fs_tokenize(sl->dialect, s, len, 0, &sc->toks, err);
+    if (rc == FS_OK)
+        rc = fs_walk_locked(sl, s, len, hash, sc);
+    if (rc == FS_OK)
+        rc = build_result(sl, sc, r);
+    if (rc == FS_OK && sl->cache)
+        fs_cache_put(sl->cache, s, len, hash, r);
+    return rc;
+}
+
+static int result_copy(fs_result *dst, const fs_result *src)
+{
+    if (fs_grow(&dst->ids, &dst->cap_ids, src->nids, sizeof(int64_t)) < 0 ||
+        fs_grow(&dst->groups, &dst->cap_groups, src->ngroups, sizeof(fs_group_out)) < 0 ||
+        fs_grow(&dst->arena, &dst->cap_arena, src->narena, 1) < 0)
+        return FS_ENOMEM;
+    if (src->nids) memcpy(dst->ids, src->ids, sizeof(int64_t) * src->nids);
+    if (src->ngroups) memcpy(dst->groups, src->groups, sizeof(fs_group_out) * src->ngroups);
+    if (src->narena) memcpy(dst->arena, src->arena, src->narena);
+    dst->nids = src->nids;
+    dst->nplain = src->nplain;
+    dst->ngroups = src->ngroups;
+    dst->narena = src->narena;
+    return FS_OK;
+}
+
 int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
                      fs_scratch *sc, fs_result *r, fs_error *err)
 {
-    int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
-    if (rc < 0)
-        return rc;
+    uint32_t hash = fs_hash(subject, len);
+    int rc;
     pthread_rwlock_rdlock(&sl->lock);
-    rc = fs_walk_locked(sl, subject, len, sc);
-    if (rc == FS_OK)
-        rc = build_result(sl, sc, r);
+    fs_cache_shard *held;
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, 1, &held) : NULL;
+    if (cached) {
+        rc = result_copy(r, cached);
+        fs_cache_release(held);
+    } else {
+        rc = fs_compute_locked(sl, subject, len, hash, sc, r, err);
+    }
     pthread_rwlock_unlock(&sl->lock);
     if (rc == FS_OK)
         count_match(sl, r->nids);
@@ -916,21 +955,51 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
                         fs_error *err)
 {
     *nplain = *nqueue = 0;
-    int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
-    if (rc < 0)
-        return rc;
+    uint32_t hash = fs_hash(subject, len);
+    int rc = FS_OK;
     pthread_rwlock_rdlock(&sl->lock);
-    rc = fs_walk_locked(sl, subject, len, sc);
-    for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
-        const fs_node *n = sc->hits[k];
-        *nplain += n->nsubs;
-        for (uint32_t gi = 0; gi < n->ngroups; gi++)
-            *nqueue += n->groups[gi].n;
+    fs_cache_shard *held;
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, 1, &held) : NULL;
+    if (cached) {
+        *nplain = cached->nplain;
+        *nqueue = cached->nids - cached->nplain;
+        fs_cache_release(held);
+    } else if (sl->cache) {
+        /* Fill the cache: the next question about this subject is cheap. */
+        fs_result r;
+        fs_result_init(&r);
+        rc = fs_compute_locked(sl, subject, len, hash, sc, &r, err);
+        *nplain = r.nplain;
+        *nqueue = r.nids - r.nplain;
+        fs_result_free(&r);
+    } else {
+        rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
+        if (rc == FS_OK)
+            rc = fs_walk_locked(sl, subject, len, hash, sc);
+        for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
+            const fs_node *n = sc->hits[k];
+            *nplain += n->nsubs;
+            for (uint32_t gi = 0; gi < n->ngroups; gi++)
+                *nqueue += n->groups[gi].n;
+        }
     }
     pthread_rwlock_unlock(&sl->lock);
     if (rc == FS_OK)
         count_match(sl, *nplain + *nqueue);
     return rc;
+}
+
+int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
+{
+    fs_cache *c = NULL;
+    if (capacity && !(c = fs_cache_new(capacity)))
+        return FS_ENOMEM;
+    pthread_rwlock_wrlock(&sl->lock);
+    fs_cache *old = sl->cache;
+    sl->cache = c;
+    pthread_rwlock_unlock(&sl->lock);
+    fs_cache_free(old);
+    return FS_OK;
 }
 
 /* Does filter f (tokens ft) match the literal subject s (tokens st)? */
@@ -1167,6 +1236,11 @@ void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
     st->inserts = sl->inserts;
     st->removes = sl->removes;
     st->generation = sl->generation;
+    memset(&st->cache, 0, sizeof(st->cache));
+    if (sl->cache) {
+        fs_cache_stats_get(sl->cache, &st->cache);
+        st->memory_bytes += st->cache.bytes;
+    }
     pthread_rwlock_unlock(&sl->lock);
     st->matches = atomic_load_explicit(&sl->matches, memory_order_relaxed);
     st->fanout_total = atomic_load_explicit(&sl->fanout_total, memory_order_relaxed);

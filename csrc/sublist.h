@@ -81,9 +81,14 @@ typedef struct {
 } fs_rresult;
 
 typedef struct {
-    uint64_t subscriptions, nodes, memory_bytes;
+    uint64_t entries, capacity, hits, misses, bytes;
+} fs_cache_stats;
+
+typedef struct {
+    uint64_t subscriptions, nodes, memory_bytes;   /* memory: index + cache */
     uint64_t inserts, removes, matches, fanout_total, fanout_max;
     uint64_t generation;
+    fs_cache_stats cache;
 } fs_stats;
 
 /* A new empty index; NULL when out of memory. */
@@ -132,6 +137,10 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
                              fs_scratch *sc, fs_rresult *r, fs_error *err);
 
 void fs_sublist_stats(fs_sublist *sl, fs_stats *st);
+
+/* Give the index an LRU result cache of `capacity` entries, replacing any
+ * it had (0: no cache).  FS_OK or FS_ENOMEM (the old cache is kept). */
+int fs_sublist_set_cache(fs_sublist *sl, size_t capacity);
 
 /* Working memory kept per thread (freed when the thread exits), so a
  * single match allocates nothing once warm.  NULL when out of memory. */

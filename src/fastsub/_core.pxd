@@ -58,10 +58,13 @@ cdef extern from "sublist.h" nogil:
         fs_rhit *hits
         size_t nhits
         char *arena
+    ctypedef struct fs_cache_stats:
+        uint64_t entries, capacity, hits, misses, bytes
     ctypedef struct fs_stats:
         uint64_t subscriptions, nodes, memory_bytes
         uint64_t inserts, removes, matches, fanout_total, fanout_max
         uint64_t generation
+        fs_cache_stats cache
 
     fs_sublist *fs_sublist_new(fs_dialect d)
     void fs_sublist_free(fs_sublist *sl)
@@ -86,6 +89,7 @@ cdef extern from "sublist.h" nogil:
     int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
                                  fs_scratch *sc, fs_rresult *r, fs_error *err)
     void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
+    int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
     ctypedef struct fs_workspace:
         fs_scratch sc
         fs_result r

@@ -162,6 +162,8 @@ cdef class Sublist:
         self.sl = fs_sublist_new(self._d)
         if self.sl == NULL:
             raise MemoryError()
+        if cache_size and fs_sublist_set_cache(self.sl, <size_t>cache_size) != FS_OK:
+            raise MemoryError()
 
     def __dealloc__(self):
         if self.sl != NULL:
@@ -337,6 +339,22 @@ cdef class Sublist:
             fs_scratch_free(&sc)
             fs_rresult_free(&r)
 
+    def to_bytes(self):
+        """to_bytes() -> bytes: the index in fastsub's serialized format
+        (docs/FORMAT.md); Sublist.from_bytes() loads it back."""
+        return _sublist_to_bytes(self)
+
+    @staticmethod
+    def from_bytes(data, *, cache_size=0):
+        """Sublist.from_bytes(data, *, cache_size=0) -> Sublist
+
+        Load an index written by to_bytes().  Corrupt, truncated or hostile
+        data raises ValueError; nothing is trusted before it is checked."""
+        return _sublist_from_bytes(data, cache_size)
+
+    def __reduce__(self):
+        return (_sublist_from_bytes, (self.to_bytes(), self._cache_size))
+
     def stats(self):
         """stats() -> dict of counters and sizes."""
         cdef fs_stats st
@@ -345,18 +363,22 @@ cdef class Sublist:
             "subscriptions": st.subscriptions,
             "nodes": st.nodes,
             "memory_bytes": st.memory_bytes,
-            "cache_entries": 0,
-            "cache_capacity": 0,
+            "cache_entries": st.cache.entries,
+            "cache_capacity": st.cache.capacity,
             "inserts": st.inserts,
             "removes": st.removes,
             "matches": st.matches,
-            "cache_hits": 0,
-            "cache_misses": 0,
-            "cache_hit_rate": 0.0,
+            "cache_hits": st.cache.hits,
+            "cache_misses": st.cache.misses,
+            "cache_hit_rate": (st.cache.hits / (st.cache.hits + st.cache.misses)
+                               if st.cache.hits + st.cache.misses else 0.0),
             "max_fanout": st.fanout_max,
             "avg_fanout": (st.fanout_total / st.matches) if st.matches else 0.0,
             "generation": st.generation,
         }
+
+
+include "_serial.pxi"
 
 
 def subject_matches(filter, subject, dialect="nats"):
