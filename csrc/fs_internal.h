@@ -85,6 +85,8 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
                       fs_scratch *sc, fs_result *r, fs_error *err);
 int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);
 int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
+/* Add to the match statistics (thread-safe). */
+void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max);
 int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
                     const char *s, const fs_tokens *st);
 

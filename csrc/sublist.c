@@ -890,16 +890,18 @@ static int build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r
     return FS_OK;
 }
 
-static void count_match(fs_sublist *sl, uint64_t fanout)
+void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
 {
-    atomic_fetch_add_explicit(&sl->matches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sl->matches, matches, memory_order_relaxed);
     atomic_fetch_add_explicit(&sl->fanout_total, fanout, memory_order_relaxed);
     uint64_t cur = atomic_load_explicit(&sl->fanout_max, memory_order_relaxed);
-    while (fanout > cur &&
-           !atomic_compare_exchange_weak_explicit(&sl->fanout_max, &cur, fanout,
+    while (fanout_max > cur &&
+           !atomic_compare_exchange_weak_explicit(&sl->fanout_max, &cur, fanout_max,
                                                   memory_order_relaxed, memory_order_relaxed))
         ;
 }
+
+static void count_match(fs_sublist *sl, uint64_t fanout) { fs_count_matches(sl, 1, fanout, fanout); }
 
 int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
                       fs_scratch *sc, fs_result *r, fs_error *err)

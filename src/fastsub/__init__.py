@@ -8,6 +8,7 @@
     [17]
 """
 from fastsub._core import (
+    BatchResult,
     FastsubError,
     InvalidSubjectError,
     MatchResult,
@@ -20,6 +21,7 @@ from fastsub._core import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchResult",
     "FastsubError",
     "InvalidSubjectError",
     "MatchResult",

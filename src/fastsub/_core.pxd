@@ -1,7 +1,9 @@
 # Declarations of the C core (csrc/); see csrc/sublist.h for the contract.
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "fs_alloc.h" nogil:
+    void fs_free(void *p)
+    void *fs_realloc(void *p, size_t size)
     void fs_fault_inject(uint64_t nth)
     uint64_t fs_fault_injected()
     uint64_t fs_fault_counted()
@@ -98,3 +100,36 @@ cdef extern from "sublist.h" nogil:
     int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err)
     int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
                            const char *subject, size_t slen, int *which, fs_error *err)
+
+cdef extern from "fs_batch.h" nogil:
+    enum:
+        FS_STR_PTRS
+        FS_STR_ARROW
+        FS_QUEUES_PICK
+        FS_QUEUES_ALL
+        FS_QUEUES_NONE
+        FS_ECANCELLED
+    ctypedef struct fs_strings:
+        int layout
+        size_t n
+        const char *const *ptrs
+        const size_t *lens
+        const char *data
+        const int32_t *off32
+        const int64_t *off64
+        const uint8_t *validity
+        int64_t offset
+    ctypedef struct fs_idbuf:
+        int64_t *ids
+        size_t n, cap
+    ctypedef struct fs_batch_job:
+        pass
+    void fs_idbuf_free(fs_idbuf *b)
+    int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                      size_t begin, size_t end, int queues, int64_t *row_end,
+                      uint8_t *invalid, fs_idbuf *out, const void *cancel)
+    fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                                 int queues, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
+    int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
+    void fs_batch_cancel(fs_batch_job *job)
+    int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)

@@ -339,6 +339,18 @@ cdef class Sublist:
             fs_scratch_free(&sc)
             fs_rresult_free(&r)
 
+    def match_many(self, subjects, keys=None, queues="pick", threads=1):
+        """match_many(subjects, keys=None, queues="pick", threads=1) -> BatchResult
+
+        Match a whole column at once, without the GIL.  subjects: list of
+        str, numpy str/object array, or pyarrow (Large)StringArray /
+        ChunkedArray (read in place).  Null or invalid subjects are flagged
+        in .invalid and get no ids.  queues: "pick" (plain subs plus one
+        member per matching group, chosen from a hash of keys[i] -- or the
+        subject -- and the group, so reruns give the same rows), "all" or
+        "none".  threads: native threads to split the batch over."""
+        return _match_many(self, subjects, keys, queues, threads)
+
     def to_bytes(self):
         """to_bytes() -> bytes: the index in fastsub's serialized format
         (docs/FORMAT.md); Sublist.from_bytes() loads it back."""
@@ -378,6 +390,7 @@ cdef class Sublist:
         }
 
 
+include "_batch.pxi"
 include "_serial.pxi"
 
 

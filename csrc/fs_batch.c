@@ -1,0 +1,278 @@
+/* fs_batch.c - batch matching, on one thread or several (see fs_batch.h). */
+#include "fs_batch.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs_alloc.h"
+#include "fs_cache.h"
+#include "fs_internal.h"
+
+/* Rows per read-lock hold: writers wait at most this long, and a cancel
+ * request is seen this often. */
+#define ROWS_PER_LOCK 1024
+
+void fs_idbuf_free(fs_idbuf *b)
+{
+    FS_FREE(b->ids);
+    memset(b, 0, sizeof(*b));
+}
+
+/* Row i of a column: 1 with its bytes, 0 for a null (or a corrupt Arrow
+ * offset pair, which is treated the same). */
+static inline int get_str(const fs_strings *s, size_t i, const char **p, size_t *len)
+{
+    if (s->layout == FS_STR_PTRS) {
+        if (!s->ptrs[i])
+            return 0;
+        *p = s->ptrs[i];
+        *len = s->lens[i];
+        return 1;
+    }
+    int64_t j = s->offset + (int64_t)i;
+    if (s->validity && !((s->validity[j >> 3] >> (j & 7)) & 1))
+        return 0;
+    int64_t a = s->off32 ? s->off32[j] : s->off64[j];
+    int64_t b = s->off32 ? s->off32[j + 1] : s->off64[j + 1];
+    if (b < a)
+        return 0;
+    *p = s->data + a;
+    *len = (size_t)(b - a);
+    return 1;
+}
+
+/* Deterministic choice among n members for (key, group). */
+static inline size_t pick(uint32_t keyhash, const fs_result *r, const fs_group_out *g)
+{
+    uint64_t x = ((uint64_t)keyhash << 32) ^ fs_hash(r->arena + g->name_off, g->name_len);
+    if (g->filter_len)
+        x ^= (uint64_t)fs_hash(r->arena + g->filter_off, g->filter_len) << 16;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (size_t)(x % g->members_len);
+}
+
+static int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
+{
+    size_t extra = queues == FS_QUEUES_ALL ? r->nids - r->nplain
+                 : queues == FS_QUEUES_PICK ? r->ngroups : 0;
+    if (fs_grow(&out->ids, &out->cap, out->n + r->nplain + extra, sizeof(int64_t)) < 0)
+        return FS_ENOMEM;
+    int64_t *dst = out->ids + out->n;
+    if (queues == FS_QUEUES_ALL) {
+        memcpy(dst, r->ids, sizeof(int64_t) * r->nids);
+        out->n += r->nids;
+        return FS_OK;
+    }
+    memcpy(dst, r->ids, sizeof(int64_t) * r->nplain);
+    dst += r->nplain;
+    if (queues == FS_QUEUES_PICK)
+        for (size_t gi = 0; gi < r->ngroups; gi++) {
+            const fs_group_out *g = &r->groups[gi];
+            *dst++ = r->ids[g->members_off + pick(keyhash, r, g)];
+        }
+    out->n = (size_t)(dst - out->ids);
+    return FS_OK;
+}
+
+int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                  size_t begin, size_t end, int queues, int64_t *row_end,
+                  uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel)
+{
+    fs_workspace *w = fs_workspace_get();
+    if (!w)
+        return FS_ENOMEM;
+    int rc = FS_OK;
+    uint64_t matched = 0, fanout = 0, fanout_max = 0;
+    size_t i = begin;
+    while (i < end && rc == FS_OK) {
+        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed)) {
+            rc = FS_ECANCELLED;
+            break;
+        }
+        size_t stop = end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : end;
+        pthread_rwlock_rdlock(&sl->lock);
+        for (; i < stop; i++) {
+            const char *s, *k;
+            size_t len, klen;
+            size_t before = out->n;
+            invalid[i - begin] = 0;
+            if (!get_str(subjects, i, &s, &len)) {
+                invalid[i - begin] = 1;
+                row_end[i - begin] = (int64_t)out->n;
+                continue;
+            }
+            uint32_t hash = fs_hash(s, len);
+            uint32_t keyhash = keys && get_str(keys, i, &k, &klen) ? fs_hash(k, klen) : hash;
+            fs_cache_shard *held;
+            const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, s, len, hash, 1, &held) : NULL;
+            if (cached) {
+                rc = emit(cached, queues, keyhash, out);
+                fs_cache_release(held);
+            } else {
+                fs_error err;
+                rc = fs_compute_locked(sl, s, len, hash, &w->sc, &w->r, &err);
+                if (rc == FS_EINVAL) {
+                    invalid[i - begin] = 1;
+                    rc = FS_OK;
+                } else if (rc == FS_OK) {
+                    rc = emit(&w->r, queues, keyhash, out);
+                }
+            }
+            if (rc != FS_OK)
+                break;
+            row_end[i - begin] = (int64_t)out->n;
+            if (!invalid[i - begin]) {
+                uint64_t f = out->n - before;
+                matched++;
+                fanout += f;
+                if (f > fanout_max) fanout_max = f;
+            }
+        }
+        pthread_rwlock_unlock(&sl->lock);
+    }
+    fs_count_matches(sl, matched, fanout, fanout_max);
+    fs_workspace_trim(w);
+    return rc;
+}
+
+/* ------------------------------------------------------------ threads */
+
+typedef struct {
+    struct fs_batch_job *job;
+    pthread_t thread;
+    int started;
+    size_t begin, end;
+    fs_idbuf out;
+    int rc;
+} batch_part;
+
+struct fs_batch_job {
+    fs_sublist *sl;
+    fs_strings subjects, keys;
+    int has_keys, queues;
+    int64_t *row_end;
+    uint8_t *invalid;
+    atomic_int cancel;
+    pthread_mutex_t mu;
+    pthread_cond_t done;
+    unsigned running, nparts;
+    batch_part parts[];
+};
+
+static void *part_main(void *arg)
+{
+    batch_part *p = arg;
+    fs_batch_job *job = p->job;
+    p->rc = fs_match_rows(job->sl, &job->subjects, job->has_keys ? &job->keys : NULL,
+                          p->begin, p->end, job->queues, job->row_end + p->begin,
+                          job->invalid + p->begin, &p->out, &job->cancel);
+    pthread_mutex_lock(&job->mu);
+    job->running--;
+    pthread_cond_broadcast(&job->done);
+    pthread_mutex_unlock(&job->mu);
+    return NULL;
+}
+
+fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                             int queues, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
+{
+    size_t n = subjects->n;
+    if (nthreads == 0)
+        nthreads = 1;
+    fs_batch_job *job = FS_MALLOC(sizeof(fs_batch_job) + nthreads * sizeof(batch_part));
+    if (!job)
+        return NULL;
+    memset(job, 0, sizeof(fs_batch_job) + nthreads * sizeof(batch_part));
+    job->sl = sl;
+    job->subjects = *subjects;
+    if (keys) {
+        job->keys = *keys;
+        job->has_keys = 1;
+    }
+    job->queues = queues;
+    job->row_end = row_end;
+    job->invalid = invalid;
+    atomic_init(&job->cancel, 0);
+    pthread_mutex_init(&job->mu, NULL);
+    pthread_cond_init(&job->done, NULL);
+    job->nparts = nthreads;
+    for (unsigned t = 0; t < nthreads; t++) {
+        batch_part *p = &job->parts[t];
+        p->job = job;
+        p->begin = n * t / nthreads;
+        p->end = n * (t + 1) / nthreads;
+    }
+    pthread_mutex_lock(&job->mu);
+    for (unsigned t = 0; t < nthreads; t++) {
+        batch_part *p = &job->parts[t];
+        job->running++;
+        if (pthread_create(&p->thread, NULL, part_main, p) != 0) {
+            job->running--;
+            p->rc = FS_ENOMEM;
+            atomic_store(&job->cancel, 1);
+            break;
+        }
+        p->started = 1;
+    }
+    pthread_mutex_unlock(&job->mu);
+    return job;
+}
+
+int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(timeout_ms / 1000);
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&job->mu);
+    while (job->running && pthread_cond_timedwait(&job->done, &job->mu, &until) != ETIMEDOUT)
+        ;
+    int finished = job->running == 0;
+    pthread_mutex_unlock(&job->mu);
+    return finished;
+}
+
+void fs_batch_cancel(fs_batch_job *job) { atomic_store(&job->cancel, 1); }
+
+int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
+{
+    int rc = FS_OK;
+    size_t total = 0;
+    for (unsigned t = 0; t < job->nparts; t++) {
+        batch_part *p = &job->parts[t];
+        if (p->started)
+            pthread_join(p->thread, NULL);
+        if (p->rc == FS_ENOMEM || (p->rc != FS_OK && rc == FS_OK))
+            rc = p->rc;
+        total += p->out.n;
+    }
+    memset(out, 0, sizeof(*out));
+    if (rc == FS_OK && fs_grow(&out->ids, &out->cap, total, sizeof(int64_t)) < 0)
+        rc = FS_ENOMEM;
+    if (rc == FS_OK) {
+        for (unsigned t = 0; t < job->nparts; t++) {
+            batch_part *p = &job->parts[t];
+            if (p->out.n)
+                memcpy(out->ids + out->n, p->out.ids, sizeof(int64_t) * p->out.n);
+            for (size_t i = p->begin; i < p->end; i++)
+                job->row_end[i] += (int64_t)out->n;
+            out->n += p->out.n;
+        }
+    }
+    for (unsigned t = 0; t < job->nparts; t++)
+        fs_idbuf_free(&job->parts[t].out);
+    pthread_mutex_destroy(&job->mu);
+    pthread_cond_destroy(&job->done);
+    FS_FREE(job);
+    return rc;
+}

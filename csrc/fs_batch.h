@@ -1,0 +1,74 @@
+/* fs_batch.h - matching a column of subjects at once.
+ *
+ * Input: a column of strings in one of two layouts, read in place:
+ *   FS_STR_PTRS   ptrs[i], lens[i]            (ptrs[i] NULL: a null row)
+ *   FS_STR_ARROW  Arrow utf8 / large_utf8:   data, int32 or int64 offsets,
+ *                 optional validity bitmap, and the array's offset
+ * Output, CSR: row i's ids are ids[row_end[i-1] .. row_end[i]); invalid[i]
+ * is 1 for a null or invalid subject (which gets no ids and never stops
+ * the batch).
+ *
+ * Queue groups: FS_QUEUES_ALL emits every member, FS_QUEUES_NONE none, and
+ * FS_QUEUES_PICK one member per group, chosen from a hash of the row's key
+ * (or its subject) and the group, so the same input gives the same output.
+ */
+#ifndef FS_BATCH_H
+#define FS_BATCH_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sublist.h"
+
+enum { FS_STR_PTRS = 0, FS_STR_ARROW = 1 };
+enum { FS_QUEUES_PICK = 0, FS_QUEUES_ALL = 1, FS_QUEUES_NONE = 2 };
+
+typedef struct {
+    int layout;
+    size_t n;
+    const char *const *ptrs;      /* FS_STR_PTRS */
+    const size_t *lens;
+    const char *data;             /* FS_STR_ARROW */
+    const int32_t *off32;         /* exactly one of off32 / off64 */
+    const int64_t *off64;
+    const uint8_t *validity;      /* NULL: no nulls */
+    int64_t offset;               /* the Arrow array's offset */
+} fs_strings;
+
+/* A growable id buffer (FS_MALLOC'd; release with fs_idbuf_free). */
+typedef struct {
+    int64_t *ids;
+    size_t n, cap;
+} fs_idbuf;
+
+void fs_idbuf_free(fs_idbuf *b);
+
+/* Match rows [begin, end) of subjects (keys may be NULL), appending ids to
+ * out; row_end[i - begin] receives out->n after row i, invalid[i - begin]
+ * 1 or 0.  Stops early with FS_ECANCELLED when *cancel (may be NULL)
+ * becomes non-zero.
+ * FS_OK, FS_ENOMEM, FS_ECANCELLED. */
+#define FS_ECANCELLED (-5)
+int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                  size_t begin, size_t end, int queues, int64_t *row_end,
+                  uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel);
+
+/* The same over nthreads native threads, each taking a contiguous share
+ * of [0, n).  Start, poll, then finish. */
+typedef struct fs_batch_job fs_batch_job;
+
+/* Starts the threads.  row_end has n entries, invalid n.  NULL when out of
+ * memory or no thread could be started. */
+fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                             int queues, unsigned nthreads, int64_t *row_end, uint8_t *invalid);
+/* Wait up to timeout_ms for the job; 1 when all threads are done, else 0. */
+int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms);
+/* Ask the threads to stop early. */
+void fs_batch_cancel(fs_batch_job *job);
+/* Join the threads, concatenate their ids into *out (row_end becomes
+ * global), free the job.  FS_OK, FS_ENOMEM or FS_ECANCELLED; on error *out
+ * is empty. */
+int fs_batch_finish(fs_batch_job *job, fs_idbuf *out);
+
+#endif

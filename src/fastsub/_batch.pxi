@@ -1,0 +1,328 @@
+# Batch matching: Sublist.match_many and its result (included by _core.pyx).
+#
+# Input columns reach C without copying the strings: Python str through the
+# UTF-8 buffer CPython caches in each str, pyarrow (large_)string arrays
+# through their data/offsets/validity buffers.  Output ids are written by C
+# into one buffer that numpy and pyarrow then view without copying.
+
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
+from cpython.exc cimport PyErr_CheckSignals
+from libc.stdint cimport uintptr_t
+from libc.string cimport memcpy
+
+# Rows matched per GIL release on one thread (Ctrl-C is checked between).
+DEF ROWS_PER_CHUNK = 16384
+
+_QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_NONE}
+
+
+cdef class _IdBuffer:
+    """Owns the int64 id buffer the C core filled; exposes it read-only
+    through the buffer protocol so numpy/pyarrow view it in place."""
+    cdef int64_t *ids
+    cdef Py_ssize_t n
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("match_many ids are read-only")
+        self.shape[0] = self.n
+        self.strides[0] = sizeof(int64_t)
+        if self.ids != NULL:
+            buf.buf = <void *>self.ids
+        else:
+            buf.buf = <void *>&self.shape[0]     # any valid address for 0 bytes
+        buf.obj = self
+        buf.len = self.n * sizeof(int64_t)
+        buf.readonly = 1
+        buf.itemsize = sizeof(int64_t)
+        buf.format = NULL
+        if flags & PyBUF_FORMAT:
+            buf.format = b"q"
+        buf.ndim = 1
+        buf.shape = NULL
+        buf.strides = NULL
+        if flags & PyBUF_ND:
+            buf.shape = self.shape
+            buf.strides = self.strides
+        buf.suboffsets = NULL
+        buf.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        pass
+
+    def __dealloc__(self):
+        fs_free(self.ids)
+
+
+cdef _IdBuffer _take_ids(fs_idbuf *b):
+    cdef _IdBuffer out = _IdBuffer.__new__(_IdBuffer)
+    out.ids = b.ids
+    out.n = <Py_ssize_t>b.n
+    b.ids = NULL
+    b.n = b.cap = 0
+    return out
+
+
+cdef class _Column:
+    """A C view (fs_strings) of one column of strings, and the Python
+    objects that must outlive it."""
+    cdef fs_strings s
+    cdef object keep
+    cdef const char **ptrs
+    cdef size_t *lens
+
+    def __dealloc__(self):
+        PyMem_Free(self.ptrs)
+        PyMem_Free(self.lens)
+
+
+cdef bint _is_arrow(object x):
+    return type(x).__module__.startswith("pyarrow")
+
+
+cdef _Column _column_of_strs(object items):
+    """list/tuple of str (None and non-str rows become nulls)."""
+    cdef _Column c = _Column.__new__(_Column)
+    items = tuple(items)
+    c.keep = items
+    cdef Py_ssize_t n = len(items), i, ln
+    c.ptrs = <const char **>PyMem_Malloc(sizeof(char *) * (n if n else 1))
+    c.lens = <size_t *>PyMem_Malloc(sizeof(size_t) * (n if n else 1))
+    if c.ptrs == NULL or c.lens == NULL:
+        raise MemoryError()
+    for i in range(n):
+        x = items[i]
+        c.ptrs[i] = NULL
+        c.lens[i] = 0
+        if isinstance(x, str):
+            try:
+                c.ptrs[i] = PyUnicode_AsUTF8AndSize(x, &ln)
+                c.lens[i] = <size_t>ln
+            except UnicodeEncodeError:        # lone surrogate: an invalid row
+                c.ptrs[i] = NULL
+    c.s.layout = FS_STR_PTRS
+    c.s.n = <size_t>n
+    c.s.ptrs = c.ptrs
+    c.s.lens = c.lens
+    return c
+
+
+cdef _Column _column_of_arrow(object arr):
+    """pyarrow StringArray / LargeStringArray, read in place."""
+    import pyarrow as pa
+    t = arr.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        raise TypeError(f"match_many needs a string or large_string Arrow array, not {t}")
+    cdef _Column c = _Column.__new__(_Column)
+    c.keep = arr
+    validity, offsets, data = arr.buffers()[:3]
+    c.s.layout = FS_STR_ARROW
+    c.s.n = <size_t>len(arr)
+    c.s.offset = arr.offset
+    c.s.validity = <const uint8_t *><uintptr_t>validity.address if validity is not None and arr.null_count else NULL
+    if pa.types.is_string(t):
+        c.s.off32 = <const int32_t *><uintptr_t>offsets.address
+        c.s.off64 = NULL
+    else:
+        c.s.off32 = NULL
+        c.s.off64 = <const int64_t *><uintptr_t>offsets.address
+    c.s.data = <const char *><uintptr_t>data.address if data is not None else <const char *>c.s.off32
+    return c
+
+
+cdef list _segments(object col, str what):
+    """Split an input column into [(row_base, _Column)] without copying
+    strings: one segment, or one per chunk of a ChunkedArray."""
+    if _is_arrow(col):
+        import pyarrow as pa
+        if isinstance(col, pa.ChunkedArray):
+            out, base = [], 0
+            for chunk in col.chunks:
+                out.append((base, _column_of_arrow(chunk)))
+                base += len(chunk)
+            return out
+        if isinstance(col, pa.Array):
+            return [(0, _column_of_arrow(col))]
+        raise TypeError(f"{what}: unsupported Arrow object {type(col).__name__}")
+    if type(col).__module__ == "numpy" and type(col).__name__ == "ndarray":
+        if col.ndim != 1:
+            raise TypeError(f"{what} must be one-dimensional, not {col.ndim}-dimensional")
+        if col.dtype.kind not in "OUT":
+            raise TypeError(f"{what}: numpy arrays of dtype {col.dtype} are not strings")
+        return [(0, _column_of_strs(col.tolist()))]
+    if isinstance(col, (str, bytes)):
+        raise TypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
+    try:
+        return [(0, _column_of_strs(col))]
+    except TypeError:
+        raise TypeError(f"{what} must be a list of str, a numpy array or a pyarrow "
+                        f"string array, not {type(col).__name__}") from None
+
+
+cdef object _slice_keys(object keys, Py_ssize_t base, Py_ssize_t n):
+    if keys is None:
+        return None
+    return keys.slice(base, n) if _is_arrow(keys) else keys[base:base + n]
+
+
+cdef class BatchResult:
+    """What match_many found, in CSR form.
+
+    offsets: int64 array of n+1; row i's ids are sub_ids[offsets[i]:offsets[i+1]]
+    sub_ids: int64 array (read-only view of the C buffer)
+    invalid: bool array of n; True where the subject was null or invalid"""
+    cdef readonly object offsets
+    cdef readonly object sub_ids
+    cdef readonly object invalid
+
+    def __len__(self):
+        return len(self.invalid)
+
+    def __getitem__(self, i):
+        """The ids of row i (a numpy view)."""
+        n = len(self.invalid)
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} out of range for {n} rows")
+        return self.sub_ids[self.offsets[i]:self.offsets[i + 1]]
+
+    def counts(self):
+        """Number of ids per row (int64 array)."""
+        import numpy as np
+        return np.diff(self.offsets)
+
+    def to_arrow(self):
+        """A pyarrow ListArray (int32 offsets, int64 values; null where
+        invalid).  The values are not copied."""
+        import numpy as np
+        import pyarrow as pa
+        if len(self.sub_ids) > 0x7FFFFFFF:
+            raise OverflowError("more than 2**31-1 ids: split the batch for a 32-bit-offset ListArray")
+        values = pa.Array.from_buffers(pa.int64(), len(self.sub_ids), [None, pa.py_buffer(self.sub_ids)])
+        offsets = pa.array(self.offsets.astype(np.int32))
+        mask = pa.array(self.invalid) if self.invalid.any() else None
+        return pa.ListArray.from_arrays(offsets, values, mask=mask)
+
+    def __repr__(self):
+        return f"<fastsub.BatchResult rows={len(self)} ids={len(self.sub_ids)} invalid={int(self.invalid.sum())}>"
+
+
+cdef object _match_many(Sublist self, object subjects, object keys, object queues, object threads):
+    import numpy as np
+    if queues not in _QUEUE_MODES:
+        raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
+    cdef int mode = _QUEUE_MODES[queues]
+    threads = operator.index(threads)
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, not {threads}")
+    cdef unsigned nthreads = <unsigned>min(threads, 256)
+    segments = _segments(subjects, "subjects")
+    cdef Py_ssize_t n = 0
+    cdef _Column col, kcol
+    for _, col in segments:
+        n += <Py_ssize_t>col.s.n
+    if keys is not None:
+        if _is_arrow(keys):
+            import pyarrow as pa
+            if isinstance(keys, pa.ChunkedArray):
+                keys = keys.combine_chunks()
+        elif not isinstance(keys, (list, tuple)):
+            keys = list(keys.tolist() if hasattr(keys, "tolist") else keys)
+        if len(keys) != n:
+            raise ValueError(f"keys has {len(keys)} rows, subjects {n}")
+    offsets = np.empty(n + 1, dtype=np.int64)
+    invalid = np.empty(n, dtype=np.bool_)
+    offsets[0] = 0
+    cdef int64_t[::1] off_view = offsets
+    cdef uint8_t[::1] inv_view = invalid.view(np.uint8)
+    cdef fs_idbuf ids
+    cdef fs_idbuf part
+    cdef int rc = FS_OK
+    cdef const fs_strings *kp
+    cdef size_t base, begin, end, seg_n, k
+    cdef int64_t shift
+    cdef fs_batch_job *job
+    cdef bint done
+    cdef BatchResult result
+    memset(&ids, 0, sizeof(ids))
+    memset(&part, 0, sizeof(part))
+    try:
+        for seg_base, seg in segments:
+            col = seg
+            base = seg_base
+            seg_n = col.s.n
+            kcol = None
+            kp = NULL
+            if keys is not None:
+                kcol = _segments(_slice_keys(keys, seg_base, seg_n), "keys")[0][1]
+                kp = &kcol.s
+            if nthreads == 1 or seg_n < 2 * ROWS_PER_CHUNK:
+                begin = 0
+                while begin < seg_n:
+                    end = min(begin + ROWS_PER_CHUNK, seg_n)
+                    with nogil:
+                        rc = fs_match_rows(self.sl, &col.s, kp, begin, end, mode,
+                                           &off_view[base + begin + 1], &inv_view[base + begin], &ids, NULL)
+                    if rc != FS_OK:
+                        raise MemoryError()
+                    PyErr_CheckSignals()
+                    begin = end
+                continue
+            job = fs_batch_start(self.sl, &col.s, kp, mode, nthreads,
+                                 &off_view[base + 1], &inv_view[base])
+            if job == NULL:
+                raise MemoryError()
+            try:
+                done = False
+                while not done:
+                    with nogil:
+                        done = fs_batch_wait(job, 50)
+                    PyErr_CheckSignals()
+            except BaseException:
+                fs_batch_cancel(job)
+                with nogil:
+                    fs_batch_finish(job, &part)
+                fs_idbuf_free(&part)
+                raise
+            with nogil:
+                rc = fs_batch_finish(job, &part)
+            if rc != FS_OK:
+                fs_idbuf_free(&part)
+                raise MemoryError()
+            # append this segment's ids after what earlier segments produced
+            shift = <int64_t>ids.n
+            if ids.n == 0 and ids.ids == NULL:
+                ids = part
+                memset(&part, 0, sizeof(part))
+            else:
+                _append_ids(&ids, &part)
+                for k in range(seg_n):
+                    off_view[base + k + 1] += shift
+        result = <BatchResult>BatchResult.__new__(BatchResult)
+        result.offsets = offsets
+        result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)
+        result.invalid = invalid
+        return result
+    finally:
+        fs_idbuf_free(&ids)
+        fs_idbuf_free(&part)
+
+
+cdef int _append_ids(fs_idbuf *dst, fs_idbuf *src) except -1:
+    cdef size_t need = dst.n + src.n
+    cdef size_t cap = dst.cap
+    cdef int64_t *p
+    if need > cap:
+        cap = need
+        p = <int64_t *>fs_realloc(dst.ids, cap * sizeof(int64_t))
+        if p == NULL:
+            raise MemoryError()
+        dst.ids = p
+        dst.cap = cap
+    memcpy(dst.ids + dst.n, src.ids, sizeof(int64_t) * src.n)
+    dst.n = need
+    return 0
