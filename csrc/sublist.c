@@ -91,21 +91,33 @@ static uint32_t max_load(uint32_t cap)
 }
 
 /* Add a literal child.  FS_OK or FS_ENOMEM (level unchanged). */
+/* Rehash L into ncap slots (which must hold its entries).  FS_OK or
+ * FS_ENOMEM (L unchanged). */
+static int level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap)
+{
+    if (ncap == 0) {               /* only for an empty table */
+        fs_sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
+        L->slots = NULL;
+        L->cap = 0;
+        return FS_OK;
+    }
+    fs_slot *ns = fs_sl_alloc(sl, sizeof(fs_slot) * ncap);
+    if (!ns)
+        return FS_ENOMEM;
+    memset(ns, 0, sizeof(fs_slot) * ncap);
+    for (uint32_t i = 0; i < L->cap; i++)
+        if (L->slots[i].node)
+            slot_place(ns, ncap, L->slots[i]);
+    fs_sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
+    L->slots = ns;
+    L->cap = ncap;
+    return FS_OK;
+}
+
 int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n)
 {
-    if (L->count + 1 > max_load(L->cap)) {
-        uint32_t ncap = L->cap ? L->cap * 2 : 1;
-        fs_slot *ns = fs_sl_alloc(sl, sizeof(fs_slot) * ncap);
-        if (!ns)
-            return FS_ENOMEM;
-        memset(ns, 0, sizeof(fs_slot) * ncap);
-        for (uint32_t i = 0; i < L->cap; i++)
-            if (L->slots[i].node)
-                slot_place(ns, ncap, L->slots[i]);
-        fs_sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
-        L->slots = ns;
-        L->cap = ncap;
-    }
+    if (L->count + 1 > max_load(L->cap) && level_resize(sl, L, L->cap ? L->cap * 2 : 1) < 0)
+        return FS_ENOMEM;
     fs_slot e = {n->hash, n->toklen, n};
     slot_place(L->slots, L->cap, e);
     L->count++;
@@ -512,6 +524,11 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
 {
     fs_node *n = sl->root;
     int rc;
+    /* The one pre-existing level that gets a new child (every level below
+     * it is new), and its capacity before: a failed insert shrinks it back
+     * so that not even memory_bytes changes. */
+    fs_level *grown = NULL;
+    uint32_t grown_cap = 0;
     if (ps->literal) {
         fs_span whole = {0, ps->filter_len, fs_hash(ps->filter, ps->filter_len), FS_TOK_LITERAL};
         n = fs_level_find(&sl->literals, ps->filter, whole.len, whole.hash);
@@ -519,6 +536,8 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
             n = fs_node_new(sl, NULL, ps->filter, &whole);
             if (!n)
                 return FS_ENOMEM;
+            grown = &sl->literals;
+            grown_cap = grown->cap;
             if (fs_level_add(sl, &sl->literals, n) < 0) {
                 fs_node_free(sl, n);
                 return FS_ENOMEM;
@@ -527,7 +546,8 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     }
     for (uint32_t i = 0; i < t->n && !ps->literal; i++) {
         const fs_span *sp = &t->tok[i];
-        if (!n->next) {
+        int fresh_level = !n->next;
+        if (fresh_level) {
             n->next = fs_sl_alloc(sl, sizeof(fs_level));
             if (!n->next) { rc = FS_ENOMEM; goto fail; }
             memset(n->next, 0, sizeof(fs_level));
@@ -540,6 +560,10 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         if (!child) {
             child = fs_node_new(sl, n, ps->filter + sp->off, sp);
             if (!child) { rc = FS_ENOMEM; goto fail; }
+            if (!fresh_level && !grown) {
+                grown = L;
+                grown_cap = L->cap;
+            }
             if (sp->kind == FS_TOK_ONE) L->one = child;
             else if (sp->kind == FS_TOK_REST) L->rest = child;
             else if (fs_level_add(sl, L, child) < 0) {
@@ -564,6 +588,8 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     return rc;
 fail:
     fs_prune(sl, n);
+    if (grown && grown->cap != grown_cap && grown->count <= max_load(grown_cap))
+        level_resize(sl, grown, grown_cap);   /* best effort: keeps the bigger table if it fails */
     return rc;
 }
 
