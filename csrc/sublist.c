@@ -518,17 +518,29 @@ int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error
     return rc;
 }
 
+/* The one pre-existing level an insert added a child to (every level below
+ * it is new), and its capacity before, so that undoing the insert can
+ * shrink it back and leave not even memory_bytes changed. */
+typedef struct {
+    fs_level *level;
+    uint32_t cap;
+} growth;
+
+static void undo_growth(fs_sublist *sl, const growth *g)
+{
+    if (g->level && g->level->cap != g->cap && g->level->count <= max_load(g->cap))
+        level_resize(sl, g->level, g->cap);   /* best effort: keeps the bigger table if it fails */
+}
+
 /* Walk (and create) the path of t; add the subscription.  Caller holds the
  * write lock.  1 new, 0 present, FS_ENOMEM (index unchanged). */
-static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id)
+static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         growth *g)
 {
     fs_node *n = sl->root;
     int rc;
-    /* The one pre-existing level that gets a new child (every level below
-     * it is new), and its capacity before: a failed insert shrinks it back
-     * so that not even memory_bytes changes. */
-    fs_level *grown = NULL;
-    uint32_t grown_cap = 0;
+    g->level = NULL;
+    g->cap = 0;
     if (ps->literal) {
         fs_span whole = {0, ps->filter_len, fs_hash(ps->filter, ps->filter_len), FS_TOK_LITERAL};
         n = fs_level_find(&sl->literals, ps->filter, whole.len, whole.hash);
@@ -536,8 +548,8 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
             n = fs_node_new(sl, NULL, ps->filter, &whole);
             if (!n)
                 return FS_ENOMEM;
-            grown = &sl->literals;
-            grown_cap = grown->cap;
+            g->level = &sl->literals;
+            g->cap = g->level->cap;
             if (fs_level_add(sl, &sl->literals, n) < 0) {
                 fs_node_free(sl, n);
                 return FS_ENOMEM;
@@ -560,9 +572,9 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         if (!child) {
             child = fs_node_new(sl, n, ps->filter + sp->off, sp);
             if (!child) { rc = FS_ENOMEM; goto fail; }
-            if (!fresh_level && !grown) {
-                grown = L;
-                grown_cap = L->cap;
+            if (!fresh_level && !g->level) {
+                g->level = L;
+                g->cap = L->cap;
             }
             if (sp->kind == FS_TOK_ONE) L->one = child;
             else if (sp->kind == FS_TOK_REST) L->rest = child;
@@ -588,8 +600,7 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     return rc;
 fail:
     fs_prune(sl, n);
-    if (grown && grown->cap != grown_cap && grown->count <= max_load(grown_cap))
-        level_resize(sl, grown, grown_cap);   /* best effort: keeps the bigger table if it fails */
+    undo_growth(sl, g);
     return rc;
 }
 
@@ -636,8 +647,9 @@ int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     fs_tokens_init(&t);
     int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
     if (rc == FS_OK) {
+        growth g;
         pthread_rwlock_wrlock(&sl->lock);
-        rc = insert_locked(sl, &t, &ps, spec->id);
+        rc = insert_locked(sl, &t, &ps, spec->id, &g);
         pthread_rwlock_unlock(&sl->lock);
     }
     fs_tokens_free(&t);
@@ -664,10 +676,15 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
 {
     *changed = 0;
     *bad = 0;
-    /* Remember which ones were new, to undo them if a later one fails. */
+    /* Remember which ones were new and what they grew, to undo them if a
+     * later one fails. */
     unsigned char *fresh = FS_MALLOC(n ? n : 1);
-    if (!fresh)
+    growth *grew = FS_MALLOC(sizeof(growth) * (n ? n : 1));
+    if (!fresh || !grew) {
+        FS_FREE(fresh);
+        FS_FREE(grew);
         return FS_ENOMEM;
+    }
     fs_tokens t;
     parsed_spec ps;
     fs_tokens_init(&t);
@@ -678,7 +695,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
     for (i = 0; i < n; i++) {
         rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
         if (rc == FS_OK)
-            rc = insert_locked(sl, &t, &ps, specs[i].id);
+            rc = insert_locked(sl, &t, &ps, specs[i].id, &grew[i]);
         if (rc < 0)
             break;
         fresh[i] = (unsigned char)rc;
@@ -693,6 +710,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
         while (i-- > 0) {
             if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
                 remove_locked(sl, &t, &ps, specs[i].id);
+            undo_growth(sl, &grew[i]);
         }
         sl->inserts -= *changed;
         sl->removes -= *changed;
@@ -702,6 +720,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
     pthread_rwlock_unlock(&sl->lock);
     fs_tokens_free(&t);
     FS_FREE(fresh);
+    FS_FREE(grew);
     return rc;
 }
 
