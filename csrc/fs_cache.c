@@ -12,15 +12,25 @@ typedef struct fs_centry {
     struct fs_centry *hnext;          /* bucket chain */
     struct fs_centry *prev, *next;    /* LRU list, head = most recent */
     uint32_t hash, len;
+    uint32_t slot;                    /* index in the shard's summary array */
     size_t bytes;                     /* size of this allocation */
     const char *subject;              /* inside this allocation */
     fs_result r;                      /* its buffers are inside this allocation */
 } fs_centry;
 
+/* What invalidation needs to rule an entry out without touching it: the
+ * hashes of its first and last tokens and its token count, in one dense
+ * array per shard that a wildcard insert scans sequentially. */
+typedef struct {
+    uint32_t first, last, ntoks;
+    fs_centry *entry;
+} fs_summary;
+
 struct fs_cache_shard {
     atomic_flag lock;
     fs_centry **buckets;
     uint32_t nbuckets;
+    fs_summary *summ;                 /* capacity + 1 slots, count used */
     fs_centry *head, *tail;
     size_t count, capacity;
     uint64_t hits, misses, bytes;
@@ -80,6 +90,11 @@ fs_cache *fs_cache_new(size_t capacity)
         }
         memset(sh->buckets, 0, sizeof(fs_centry *) * nb);
         sh->nbuckets = nb;
+        sh->summ = FS_MALLOC(sizeof(fs_summary) * (sh->capacity + 1));
+        if (!sh->summ) {
+            fs_cache_free(c);
+            return NULL;
+        }
     }
     return c;
 }
@@ -95,6 +110,7 @@ void fs_cache_free(fs_cache *c)
             FS_FREE(e);
         }
         FS_FREE(sh->buckets);
+        FS_FREE(sh->summ);
     }
     FS_FREE(c);
 }
@@ -126,6 +142,8 @@ static void evict(fs_cache_shard *sh, fs_centry *e)
     *pp = e->hnext;
     lru_unlink(sh, e);
     sh->count--;
+    sh->summ[e->slot] = sh->summ[sh->count];      /* swap-remove its summary */
+    sh->summ[e->slot].entry->slot = e->slot;
     sh->bytes -= e->bytes;
     FS_FREE(e);
 }
@@ -164,7 +182,8 @@ void fs_cache_release(fs_cache_shard *held) { shard_unlock(held); }
 
 #define ALIGN8(x) (((x) + 7u) & ~(size_t)7u)
 
-void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash, const fs_result *r)
+void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
+                  const fs_tokens *t, const fs_result *r)
 {
     size_t ids_off = ALIGN8(sizeof(fs_centry));
     size_t groups_off = ids_off + sizeof(int64_t) * r->nids;
@@ -203,6 +222,8 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash, const f
     e->hnext = *b;
     *b = e;
     lru_push_head(sh, e);
+    e->slot = (uint32_t)sh->count;
+    sh->summ[sh->count] = (fs_summary){t->tok[0].hash, t->tok[t->n - 1].hash, t->n, e};
     sh->count++;
     sh->bytes += bytes;
     while (sh->count > sh->capacity)
@@ -223,19 +244,35 @@ void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t f
         shard_unlock(sh);
         return;
     }
+    /* What every matching subject must have: the filter's literal first
+     * token, its literal last token when it ends there, a token count. */
+    const fs_span *f0 = &ft->tok[0], *fl = &ft->tok[ft->n - 1];
+    int rest = fl->kind == FS_TOK_REST;
+    uint32_t min_toks = rest ? (d == FS_MQTT ? ft->n - 1 : ft->n) : ft->n;
+    int check_first = f0->kind == FS_TOK_LITERAL;
+    int check_last = !rest && fl->kind == FS_TOK_LITERAL;
     fs_tokens st;
     fs_tokens_init(&st);
     fs_error ignored;
     for (uint32_t i = 0; i < c->nshards; i++) {
         fs_cache_shard *sh = &c->shards[i];
         shard_lock(sh);
-        for (fs_centry *e = sh->head, *nx; e; e = nx) {
-            nx = e->next;
+        for (size_t k = 0; k < sh->count;) {
+            const fs_summary *m = &sh->summ[k];
+            if (m->ntoks < min_toks || (!rest && m->ntoks != ft->n) ||
+                (check_first && m->first != f0->hash) || (check_last && m->last != fl->hash)) {
+                k++;
+                continue;
+            }
+            fs_centry *e = m->entry;
             /* A subject that cannot be re-tokenized (out of memory) is
-             * evicted: dropping an entry is always safe. */
+             * evicted: dropping an entry is always safe.  Evicting moves
+             * the last summary into slot k, which is examined next. */
             if (fs_tokenize(d, e->subject, e->len, 0, &st, &ignored) != FS_OK ||
                 fs_tokens_match(d, filter, ft, e->subject, &st))
                 evict(sh, e);
+            else
+                k++;
         }
         shard_unlock(sh);
     }

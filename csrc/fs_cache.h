@@ -39,11 +39,13 @@ void fs_cache_release(fs_cache_shard *held);
 
 /* Store a copy of r for the subject (evicting the least recently used
  * entry when full).  Out of memory just leaves it uncached. */
-void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash, const fs_result *r);
+void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
+                  const fs_tokens *t, const fs_result *r);
 
 /* Evict every entry whose subject the filter (tokens ft) matches.  literal:
  * the filter has no wildcard, so only the entry for that exact subject can
- * match. */
+ * match.  Wildcard filters scan each shard's dense summary array (first and
+ * last token hashes, token count) and look closer only at candidates. */
 void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t flen,
                          const fs_tokens *ft, int literal);
 

@@ -957,7 +957,7 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
     if (rc == FS_OK)
         rc = build_result(sl, sc, r);
     if (rc == FS_OK && sl->cache)
-        fs_cache_put(sl->cache, s, len, hash, r);
+        fs_cache_put(sl->cache, s, len, hash, &sc->toks, r);
     return rc;
 }
 
