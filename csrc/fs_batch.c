@@ -46,20 +46,19 @@ static inline int get_str(const fs_strings *s, size_t i, const char **p, size_t 
     return 1;
 }
 
-/* Deterministic choice among n members for (key, group). */
-static inline size_t pick(uint32_t keyhash, const fs_result *r, const fs_group_out *g)
+/* Deterministic choice among n members for (row key, group key). */
+static inline size_t pick(uint32_t keyhash, uint32_t group_key, size_t n)
 {
-    uint64_t x = ((uint64_t)keyhash << 32) ^ fs_hash(r->arena + g->name_off, g->name_len);
-    if (g->filter_len)
-        x ^= (uint64_t)fs_hash(r->arena + g->filter_off, g->filter_len) << 16;
+    uint64_t x = ((uint64_t)keyhash << 32) ^ group_key;
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
     x *= 0xc4ceb9fe1a85ec53ull;
     x ^= x >> 33;
-    return (size_t)(x % g->members_len);
+    return (size_t)(x % n);
 }
 
+/* Emit a row from a built (or cached) result. */
 static int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
 {
     size_t extra = queues == FS_QUEUES_ALL ? r->nids - r->nplain
@@ -67,19 +66,74 @@ static int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
     if (fs_grow(&out->ids, &out->cap, out->n + r->nplain + extra, sizeof(int64_t)) < 0)
         return FS_ENOMEM;
     int64_t *dst = out->ids + out->n;
-    if (queues == FS_QUEUES_ALL) {
-        memcpy(dst, r->ids, sizeof(int64_t) * r->nids);
-        out->n += r->nids;
-        return FS_OK;
-    }
-    memcpy(dst, r->ids, sizeof(int64_t) * r->nplain);
-    dst += r->nplain;
+    size_t ncopy = queues == FS_QUEUES_ALL ? r->nids : r->nplain;
+    memcpy(dst, r->ids, sizeof(int64_t) * ncopy);
+    dst += ncopy;
     if (queues == FS_QUEUES_PICK)
         for (size_t gi = 0; gi < r->ngroups; gi++) {
             const fs_group_out *g = &r->groups[gi];
-            *dst++ = r->ids[g->members_off + pick(keyhash, r, g)];
+            *dst++ = r->ids[g->members_off + pick(keyhash, g->key_hash, g->members_len)];
         }
     out->n = (size_t)(dst - out->ids);
+    return FS_OK;
+}
+
+static int put(fs_idbuf *out, const int64_t *ids, size_t n)
+{
+    if (fs_grow(&out->ids, &out->cap, out->n + n, sizeof(int64_t)) < 0)
+        return FS_ENOMEM;
+    memcpy(out->ids + out->n, ids, sizeof(int64_t) * n);
+    out->n += n;
+    return FS_OK;
+}
+
+/* Emit a row straight from the matched nodes (no cache to fill), in the
+ * same order emit() gives for the built result: plain ids, then each
+ * group's members (NATS: merged by name across nodes). */
+static int emit_hits(const fs_sublist *sl, const fs_scratch *sc, int queues, uint32_t keyhash,
+                     fs_idbuf *out)
+{
+    for (size_t k = 0; k < sc->nhits; k++)
+        if (put(out, fs_node_ids(sc->hits[k]), sc->hits[k]->nsubs) < 0)
+            return FS_ENOMEM;
+    if (queues == FS_QUEUES_NONE)
+        return FS_OK;
+    for (size_t k = 0; k < sc->nhits; k++) {
+        const fs_node *n = sc->hits[k];
+        for (uint32_t gi = 0; gi < n->ngroups; gi++) {
+            const fs_group *g = &n->groups[gi];
+            if (fs_group_repeats(sl, sc, k, g))
+                continue;
+            /* The group's members: g's, then (NATS) the same name's on later hits. */
+            size_t total = g->n;
+            if (sl->dialect == FS_NATS)
+                for (size_t k2 = k + 1; k2 < sc->nhits; k2++) {
+                    const fs_group *g2 = fs_node_find_group(sc->hits[k2], g->name, g->name_len, g->name_hash);
+                    total += g2 ? g2->n : 0;
+                }
+            size_t want = queues == FS_QUEUES_PICK ? pick(keyhash, fs_group_key(sl, n, g), total) : SIZE_MAX;
+            const fs_group *cur = g;
+            size_t k2 = k;
+            for (;;) {
+                if (want == SIZE_MAX) {
+                    if (put(out, cur->ids, cur->n) < 0)
+                        return FS_ENOMEM;
+                } else if (want < cur->n) {
+                    if (put(out, &cur->ids[want], 1) < 0)
+                        return FS_ENOMEM;
+                    break;
+                } else {
+                    want -= cur->n;
+                }
+                cur = NULL;
+                if (sl->dialect == FS_NATS)
+                    while (!cur && ++k2 < sc->nhits)
+                        cur = fs_node_find_group(sc->hits[k2], g->name, g->name_len, g->name_hash);
+                if (!cur)
+                    break;
+            }
+        }
+    }
     return FS_OK;
 }
 
@@ -165,12 +219,20 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                     fs_cache_release(held);
                 } else {
                     fs_error err;
-                    rc = fs_compute_locked(sl, r->s, r->len, r->hash, &w->sc, &w->r, &err);
+                    if (sl->cache) {
+                        rc = fs_compute_locked(sl, r->s, r->len, r->hash, &w->sc, &w->r, &err);
+                        if (rc == FS_OK)
+                            rc = emit(&w->r, queues, keyhash, out);
+                    } else {
+                        rc = fs_tokenize(sl->dialect, r->s, r->len, 0, &w->sc.toks, &err);
+                        if (rc == FS_OK)
+                            rc = fs_walk_locked(sl, r->s, r->len, r->hash, &w->sc);
+                        if (rc == FS_OK)
+                            rc = emit_hits(sl, &w->sc, queues, keyhash, out);
+                    }
                     if (rc == FS_EINVAL) {
                         invalid[i - begin] = 1;
                         rc = FS_OK;
-                    } else if (rc == FS_OK) {
-                        rc = emit(&w->r, queues, keyhash, out);
                     }
                 }
                 if (rc != FS_OK)

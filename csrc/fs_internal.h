@@ -85,6 +85,12 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
                       fs_scratch *sc, fs_result *r, fs_error *err);
 int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);
 int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
+/* NATS merges same-named groups across the matched nodes: is hit k's group
+ * g already part of an earlier hit's group? (Always 0 for MQTT.) */
+int fs_group_repeats(const fs_sublist *sl, const fs_scratch *sc, size_t k, const fs_group *g);
+/* A hash identifying a result group (NATS: its name; MQTT: name and filter),
+ * stable across processes: queue picks are made from it. */
+uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
 /* Add to the match statistics (thread-safe). */
 void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max);
 int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,

@@ -878,6 +878,25 @@ static int put_ids(fs_result *r, const int64_t *ids, size_t n)
     return FS_OK;
 }
 
+int fs_group_repeats(const fs_sublist *sl, const fs_scratch *sc, size_t k, const fs_group *g)
+{
+    if (sl->dialect != FS_NATS)
+        return 0;
+    for (size_t j = 0; j < k; j++)
+        if (fs_node_find_group(sc->hits[j], g->name, g->name_len, g->name_hash))
+            return 1;
+    return 0;
+}
+
+uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
+{
+    uint64_t h = g->name_hash;
+    if (sl->dialect == FS_MQTT)        /* the group is (name, filter): fold in the path */
+        for (const fs_node *p = n; p && p != sl->root; p = p->parent)
+            h = (h ^ p->hash) * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
 /* Build r from sc->hits.  NATS groups merge by name across nodes; MQTT
  * groups are (name, filter) pairs, one per node. */
 static int build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
@@ -892,22 +911,15 @@ static int build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r
         const fs_node *n = sc->hits[k];
         for (uint32_t gi = 0; gi < n->ngroups; gi++) {
             const fs_group *g = &n->groups[gi];
-            if (nats) {
-                /* Already emitted with an earlier node? */
-                int seen = 0;
-                for (size_t j = 0; j < r->ngroups && !seen; j++) {
-                    const fs_group_out *o = &r->groups[j];
-                    seen = o->name_len == g->name_len && memcmp(r->arena + o->name_off, g->name, g->name_len) == 0;
-                }
-                if (seen)
-                    continue;
-            }
+            if (fs_group_repeats(sl, sc, k, g))     /* merged into an earlier node's group */
+                continue;
             if (fs_grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
                 return FS_ENOMEM;
             fs_group_out *o = &r->groups[r->ngroups];
             memset(o, 0, sizeof(*o));
             o->name_off = r->narena;
             o->name_len = g->name_len;
+            o->key_hash = fs_group_key(sl, n, g);
             if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
                 return FS_ENOMEM;
             if (!nats) {

@@ -52,6 +52,7 @@ typedef struct {
     size_t name_off, name_len;
     size_t filter_off, filter_len;   /* MQTT: the group's filter; NATS: 0, 0 */
     size_t members_off, members_len;
+    uint32_t key_hash;               /* identifies the group for queue picks */
 } fs_group_out;
 
 /* What one subject matched: ids[0..nplain) are the plain subscriptions,

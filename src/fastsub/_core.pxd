@@ -45,6 +45,7 @@ cdef extern from "sublist.h" nogil:
         size_t name_off, name_len
         size_t filter_off, filter_len
         size_t members_off, members_len
+        uint32_t key_hash
     ctypedef struct fs_result:
         int64_t *ids
         size_t nids, nplain

@@ -1,0 +1,952 @@
+/* fs_serial.c - dump an index to the format of docs/FORMAT.md and load it
+ * back, validating everything (see fs_serial.h). */
+#include "fs_serial.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_internal.h"
+
+static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\n'};
+
+/* Cheap lower bounds on the encoded size of one item, used to reject a
+ * count before anything is allocated from it. */
+#define MIN_ID 1u          /* one varint byte */
+#define MIN_GROUP 4u       /* name length, 1 name byte, member count, one id */
+#define MIN_LITERAL 4u     /* length, 1 byte, subscriptions varint, one id */
+#define MIN_CHILD 3u       /* token length (MQTT tokens may be empty), subs, children */
+#define MIN_NODE 2u        /* a wildcard child: subs, children (no token) */
+#define MAX_CHILDREN (1u << 30)
+
+/* ------------------------------------------------------- little endian */
+
+static inline uint64_t get_le(const unsigned char *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Spelled out so the compiler turns it into one load. */
+static inline uint64_t get64(const unsigned char *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static inline void put_le(unsigned char *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* ------------------------------------------------------------- checksum */
+
+/* XXH64 (Yann Collet's xxHash, 64-bit, seed 0), written out from its
+ * specification: four lanes over 32-byte stripes, so checking a blob costs
+ * a fraction of a nanosecond per byte. */
+#define XP1 0x9E3779B185EBCA87ull
+#define XP2 0xC2B2AE3D27D4EB4Full
+#define XP3 0x165667B19E3779F9ull
+#define XP4 0x85EBCA77C2B2AE63ull
+#define XP5 0x27D4EB2F165667C5ull
+
+static inline uint64_t rotl64(uint64_t x, unsigned r) { return (x << r) | (x >> (64 - r)); }
+
+static inline uint64_t xx_round(uint64_t acc, uint64_t in)
+{
+    acc += in * XP2;
+    return rotl64(acc, 31) * XP1;
+}
+
+static inline uint64_t xx_merge(uint64_t acc, uint64_t v)
+{
+    acc ^= xx_round(0, v);
+    return acc * XP1 + XP4;
+}
+
+uint64_t fs_serial_checksum(const void *data, size_t len)
+{
+    const unsigned char *p = data, *end = p + len;
+    uint64_t h;
+    if (len >= 32) {
+        uint64_t v1 = XP1 + XP2, v2 = XP2, v3 = 0, v4 = 0 - XP1;
+        const unsigned char *limit = end - 32;
+        do {
+            v1 = xx_round(v1, get64(p));
+            v2 = xx_round(v2, get64(p + 8));
+            v3 = xx_round(v3, get64(p + 16));
+            v4 = xx_round(v4, get64(p + 24));
+            p += 32;
+        } while (p <= limit);
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = xx_merge(h, v1);
+        h = xx_merge(h, v2);
+        h = xx_merge(h, v3);
+        h = xx_merge(h, v4);
+    } else {
+        h = XP5;
+    }
+    h += (uint64_t)len;
+    while (end - p >= 8) {
+        h ^= xx_round(0, get64(p));
+        h = rotl64(h, 27) * XP1 + XP4;
+        p += 8;
+    }
+    if (end - p >= 4) {
+        h ^= get_le(p, 4) * XP1;
+        h = rotl64(h, 23) * XP2 + XP3;
+        p += 4;
+    }
+    while (p < end) {
+        h ^= *p++ * XP5;
+        h = rotl64(h, 11) * XP1;
+    }
+    h ^= h >> 33;
+    h *= XP2;
+    h ^= h >> 29;
+    h *= XP3;
+    h ^= h >> 32;
+    return h;
+}
+
+/* --------------------------------------------------------------- sizing */
+
+/* The capacities a freshly built index ends up with (see sublist.c), so a
+ * loaded index has the same layout and memory_bytes. */
+static uint32_t table_cap(uint32_t count)
+{
+    if (count == 0)
+        return 0;
+    uint32_t cap = 1;
+    while ((cap <= 4 ? cap : cap / 4 * 3) < count)
+        cap *= 2;
+    return cap;
+}
+
+static uint32_t ids_cap(uint32_t n, uint32_t first)
+{
+    uint64_t cap = first;
+    while (cap < n)
+        cap *= 2;
+    return cap > UINT32_MAX ? n : (uint32_t)cap;
+}
+
+/* ================================================================= dump */
+
+typedef struct {
+    unsigned char *buf;
+    size_t len, cap;
+} wbuf;
+
+/* Make room for n more bytes.  FS_OK or FS_ENOMEM. */
+static int wb_room(wbuf *w, size_t n)
+{
+    if (w->cap - w->len >= n)
+        return FS_OK;
+    if (n > SIZE_MAX / 2 - w->len)
+        return FS_ENOMEM;
+    size_t need = w->len + n, ncap = w->cap ? w->cap : 4096;
+    while (ncap < need)
+        ncap *= 2;
+    unsigned char *nb = FS_REALLOC(w->buf, ncap);
+    if (!nb)
+        return FS_ENOMEM;
+    w->buf = nb;
+    w->cap = ncap;
+    return FS_OK;
+}
+
+/* The caller has made room (at most 10 bytes). */
+static inline void wb_uv(wbuf *w, uint64_t v)
+{
+    while (v >= 0x80) {
+        w->buf[w->len++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    w->buf[w->len++] = (unsigned char)v;
+}
+
+static int wb_ids(wbuf *w, const int64_t *ids, uint32_t n)
+{
+    if (wb_room(w, 10 * (size_t)n) < 0)
+        return FS_ENOMEM;
+    uint64_t first = (uint64_t)ids[0];
+    wb_uv(w, (first << 1) ^ (0 - (first >> 63)));   /* zigzag */
+    for (uint32_t i = 1; i < n; i++)
+        wb_uv(w, (uint64_t)ids[i] - (uint64_t)ids[i - 1] - 1);
+    return FS_OK;
+}
+
+static int wb_bytes(wbuf *w, const char *p, size_t n)
+{
+    if (wb_room(w, 10 + n) < 0)
+        return FS_ENOMEM;
+    wb_uv(w, n);
+    memcpy(w->buf + w->len, p, n);
+    w->len += n;
+    return FS_OK;
+}
+
+static int group_cmp(const void *a, const void *b)
+{
+    const fs_group *x = *(const fs_group *const *)a, *y = *(const fs_group *const *)b;
+    uint32_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, n);
+    if (c)
+        return c;
+    return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+typedef struct {
+    wbuf w;
+    const fs_group **gs;     /* scratch for sorting one node's groups */
+    size_t cap_gs;
+    uint64_t subs;
+} dumper;
+
+/* A node's subscriptions: plain ids, then its groups sorted by name. */
+static int dump_subs(dumper *d, const fs_node *n)
+{
+    if (wb_room(&d->w, 10) < 0)
+        return FS_ENOMEM;
+    wb_uv(&d->w, (uint64_t)n->nsubs << 1 | (n->ngroups > 0));
+    if (n->nsubs && wb_ids(&d->w, fs_node_ids(n), n->nsubs) < 0)
+        return FS_ENOMEM;
+    d->subs += n->nsubs;
+    if (!n->ngroups)
+        return FS_OK;
+    if (fs_grow(&d->gs, &d->cap_gs, n->ngroups, sizeof(*d->gs)) < 0 || wb_room(&d->w, 10) < 0)
+        return FS_ENOMEM;
+    wb_uv(&d->w, n->ngroups);
+    for (uint32_t i = 0; i < n->ngroups; i++)
+        d->gs[i] = &n->groups[i];
+    if (n->ngroups > 1)
+        qsort(d->gs, n->ngroups, sizeof(*d->gs), group_cmp);
+    for (uint32_t i = 0; i < n->ngroups; i++) {
+        const fs_group *g = d->gs[i];
+        if (wb_bytes(&d->w, g->name, g->name_len) < 0 || wb_room(&d->w, 10) < 0)
+            return FS_ENOMEM;
+        wb_uv(&d->w, g->n);
+        if (wb_ids(&d->w, g->ids, g->n) < 0)
+            return FS_ENOMEM;
+        d->subs += g->n;
+    }
+    return FS_OK;
+}
+
+static int has_children(const fs_node *n)
+{
+    return n->next && (n->next->count || n->next->one || n->next->rest);
+}
+
+/* A trie node's record: subscriptions, then its children word. */
+static int dump_record(dumper *d, const fs_node *n)
+{
+    if (dump_subs(d, n) < 0 || wb_room(&d->w, 10) < 0)
+        return FS_ENOMEM;
+    const fs_level *L = n->next;
+    uint64_t ch = 0;
+    if (L)
+        ch = (uint64_t)L->count << 2 | (L->one ? 1u : 0u) | (L->rest ? 2u : 0u);
+    wb_uv(&d->w, ch);
+    return FS_OK;
+}
+
+typedef struct {
+    const fs_node *n;
+    uint32_t slot;       /* next slot of n->next to look at */
+    int stage;           /* 0 literal children, 1 the one child, 2 the rest child */
+} wframe;
+
+static int dump_locked(fs_sublist *sl, dumper *d, uint64_t *nlit, uint64_t *ntrie)
+{
+    if (wb_room(&d->w, FS_SERIAL_HEADER) < 0)
+        return FS_ENOMEM;
+    d->w.len = FS_SERIAL_HEADER;     /* filled in at the end */
+
+    const fs_level *lit = &sl->literals;
+    for (uint32_t i = 0; i < lit->cap; i++) {
+        const fs_node *e = lit->slots[i].node;
+        if (!e)
+            continue;
+        if (wb_bytes(&d->w, e->tok, e->toklen) < 0 || dump_subs(d, e) < 0)
+            return FS_ENOMEM;
+        (*nlit)++;
+    }
+
+    /* The trie, preorder, with an explicit stack. */
+    wframe *stack = NULL;
+    size_t depth = 0, cap = 0;
+    int rc = dump_record(d, sl->root);
+    if (rc == FS_OK && has_children(sl->root)) {
+        if ((rc = fs_grow(&stack, &cap, 1, sizeof(wframe))) == FS_OK)
+            stack[depth++] = (wframe){sl->root, 0, 0};
+    }
+    while (rc == FS_OK && depth) {
+        wframe *f = &stack[depth - 1];
+        const fs_level *L = f->n->next;
+        const fs_node *c = NULL;
+        if (f->stage == 0) {
+            while (f->slot < L->cap && !L->slots[f->slot].node)
+                f->slot++;
+            if (f->slot < L->cap) {
+                c = L->slots[f->slot++].node;
+                rc = wb_bytes(&d->w, c->tok, c->toklen);
+            } else {
+                f->stage = 1;
+            }
+        } else if (f->stage == 1) {
+            c = L->one;
+            f->stage = 2;
+        } else if (f->stage == 2) {
+            c = L->rest;
+            f->stage = 3;
+        } else {
+            depth--;
+        }
+        if (!c || rc < 0)
+            continue;
+        (*ntrie)++;
+        rc = dump_record(d, c);
+        if (rc == FS_OK && has_children(c)) {
+            if ((rc = fs_grow(&stack, &cap, depth + 1, sizeof(wframe))) == FS_OK)
+                stack[depth++] = (wframe){c, 0, 0};
+        }
+    }
+    FS_FREE(stack);
+    return rc;
+}
+
+int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
+{
+    dumper d;
+    memset(&d, 0, sizeof(d));
+    uint64_t nlit = 0, ntrie = 0;
+    *out = NULL;
+    *len = 0;
+    pthread_rwlock_rdlock(&sl->lock);
+    fs_dialect dialect = sl->dialect;
+    int rc = dump_locked(sl, &d, &nlit, &ntrie);
+    pthread_rwlock_unlock(&sl->lock);
+    FS_FREE(d.gs);
+    if (rc == FS_OK)
+        rc = wb_room(&d.w, FS_SERIAL_TRAILER);
+    if (rc < 0) {
+        FS_FREE(d.w.buf);
+        return FS_ENOMEM;
+    }
+    unsigned char *h = d.w.buf;
+    memcpy(h, MAGIC, sizeof(MAGIC));
+    put_le(h + 8, FS_SERIAL_VERSION, 2);
+    put_le(h + 10, dialect == FS_MQTT ? 1u : 0u, 2);
+    put_le(h + 12, 0, 4);
+    put_le(h + 16, d.w.len - FS_SERIAL_HEADER, 8);
+    put_le(h + 24, d.subs, 8);
+    put_le(h + 32, nlit, 8);
+    put_le(h + 40, ntrie, 8);
+    put_le(h + d.w.len, fs_serial_checksum(h, d.w.len), 8);
+    d.w.len += FS_SERIAL_TRAILER;
+    *out = (char *)d.w.buf;
+    *len = d.w.len;
+    return FS_OK;
+}
+
+/* ================================================================= load */
+
+typedef struct {
+    const unsigned char *p;   /* the whole blob */
+    size_t pos, end;          /* end: the end of the payload */
+    fs_error *err;
+    fs_dialect d;
+    fs_sublist *sl;
+    uint64_t subs;            /* subscriptions read so far */
+} reader;
+
+static int bad(reader *r, const char *why, size_t pos)
+{
+    r->err->reason = why;
+    r->err->pos = pos;
+    return FS_EBADDATA;
+}
+
+static inline size_t left(const reader *r) { return r->end - r->pos; }
+
+static int rd_uv_slow(reader *r, uint64_t *v)
+{
+    size_t start = r->pos;
+    uint64_t x = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        if (r->pos >= r->end)
+            return bad(r, "record runs past the end of the payload", r->end);
+        unsigned b = r->p[r->pos++];
+        if (shift == 63 && b > 1)
+            return bad(r, "varint overflows 64 bits", start);
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            if (b == 0 && shift)
+                return bad(r, "non-canonical varint", start);
+            *v = x;
+            return FS_OK;
+        }
+    }
+}
+
+static inline int rd_uv(reader *r, uint64_t *v)
+{
+    if (r->pos < r->end && r->p[r->pos] < 0x80) {
+        *v = r->p[r->pos++];
+        return FS_OK;
+    }
+    return rd_uv_slow(r, v);
+}
+
+/* n >= 1 strictly increasing ids (the encoding cannot express anything
+ * else; only running past INT64_MAX is possible). */
+static int rd_ids(reader *r, int64_t *out, uint32_t n)
+{
+    uint64_t u;
+    if (rd_uv(r, &u) < 0)
+        return FS_EBADDATA;
+    uint64_t prev = (u >> 1) ^ (0 - (u & 1));
+    out[0] = (int64_t)prev;
+    for (uint32_t i = 1; i < n; i++) {
+        size_t at = r->pos;
+        if (rd_uv(r, &u) < 0)
+            return FS_EBADDATA;
+        /* room: how far prev is below INT64_MAX (exact in unsigned math) */
+        if (u >= (uint64_t)INT64_MAX - prev)
+            return bad(r, "id beyond the signed 64-bit range", at);
+        prev += u + 1;
+        out[i] = (int64_t)prev;
+    }
+    return FS_OK;
+}
+
+/* A length-prefixed string: checks the length against max and the bytes
+ * left; *s points into the blob, *at is where the bytes start. */
+static int rd_str(reader *r, size_t max, const char *too_long, const unsigned char **s,
+                  uint32_t *len)
+{
+    size_t at = r->pos;
+    uint64_t n;
+    if (rd_uv(r, &n) < 0)
+        return FS_EBADDATA;
+    if (n > max)
+        return bad(r, too_long, at);
+    if (n > left(r))
+        return bad(r, "record runs past the end of the payload", r->end);
+    *s = r->p + r->pos;
+    *len = (uint32_t)n;
+    r->pos += n;
+    return FS_OK;
+}
+
+/* ------------------------------------------------- token validation */
+
+enum { C_OK = 0, C_SEP, C_NUL, C_SPACE, C_WILD, C_HIGH };
+
+static const unsigned char nats_class[256] = {
+    [0] = C_NUL, ['.'] = C_SEP, [' '] = C_SPACE, ['\t'] = C_SPACE,
+    ['\n'] = C_SPACE, ['\r'] = C_SPACE, ['\f'] = C_SPACE,
+};
+
+#define HIGH16 C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, \
+               C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH
+static const unsigned char mqtt_class[256] = {
+    [0] = C_NUL, ['/'] = C_SEP, ['+'] = C_WILD, ['#'] = C_WILD,
+    [0x80] = HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16,
+};
+
+/* Length of the valid UTF-8 sequence at s[i], 0 if malformed (overlong,
+ * surrogate, beyond U+10FFFF, truncated) -- the tokenizer's rule. */
+static size_t utf8_seq(const unsigned char *s, size_t i, size_t len)
+{
+    unsigned c = s[i], cp, min;
+    size_t n;
+    if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; min = 0x10000; }
+    else return 0;
+    if (n > len - i)
+        return 0;
+    for (size_t k = 1; k < n; k++) {
+        if ((s[i + k] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+static int nats_wild(const unsigned char *t, size_t n)
+{
+    return n == 1 && (t[0] == '*' || t[0] == '>');
+}
+
+/* Word-at-a-time helpers: bit 7 of each byte of the result is set where
+ * the byte of x equals c (exact, no carries between bytes). */
+#define ONES 0x0101010101010101ull
+#define LOW7 0x7F7F7F7F7F7F7F7Full
+static inline uint64_t bytes_eq(uint64_t x, unsigned char c)
+{
+    uint64_t y = x ^ (ONES * c);
+    return ~(((y & LOW7) + LOW7) | y | LOW7);
+}
+
+/* Nonzero if some byte of x is below c (c <= 0x80). */
+static inline uint64_t any_below(uint64_t x, unsigned char c)
+{
+    return (x - ONES * c) & ~x & (ONES << 7);
+}
+
+/* The common case, eight bytes at a time: accept the literal token or
+ * filter t[0..n) (n >= 1) when it obviously is one -- plain printable
+ * ASCII, no wildcard characters, no empty token.  0 means "look closer". */
+static int literal_fast(fs_dialect d, const unsigned char *t, size_t n, int whole_filter)
+{
+    uint64_t prev_dot = 1;   /* the start acts as a separator */
+    size_t i = 0;
+    for (;; i += 8) {
+        uint64_t x;
+        if (i + 8 <= n) {
+            x = get64(t + i);
+        } else if (i == n) {
+            break;
+        } else if (n >= 8) {
+            /* the last, overlapping window: its earlier bytes passed already */
+            x = get64(t + n - 8);
+            prev_dot = 0;
+            i = n - 8;
+        } else {
+            x = 0x6161616161616161ull;     /* pad with 'a' */
+            for (size_t k = 0; k < n; k++)
+                x = (x & ~(0xffull << (8 * k))) | (uint64_t)t[k] << (8 * k);
+        }
+        if (d == FS_NATS) {
+            if (any_below(x, 0x21) || (x & (ONES << 7)) || bytes_eq(x, '*') || bytes_eq(x, '>'))
+                return 0;
+            uint64_t dots = bytes_eq(x, '.');
+            if (dots && (!whole_filter || (dots & ((dots << 8) | (prev_dot << 7)))))
+                return 0;
+            prev_dot = dots >> 63;
+        } else {
+            if (any_below(x, 1) || (x & (ONES << 7)) || bytes_eq(x, '+') || bytes_eq(x, '#') ||
+                (!whole_filter && bytes_eq(x, '/')))
+                return 0;
+        }
+        if (i + 8 >= n)
+            break;
+    }
+    return d == FS_MQTT || t[n - 1] != '.';
+}
+
+/* A literal token (whole_filter 0) or a whole literal filter (1) of the
+ * dialect, exactly as the tokenizer accepts it; at is its blob offset. */
+static int check_literal(reader *r, const unsigned char *t, size_t n, int whole_filter, size_t at)
+{
+    if (n && literal_fast(r->d, t, n, whole_filter))
+        return FS_OK;
+    if (r->d == FS_NATS) {
+        size_t start = 0;
+        for (size_t i = 0; i < n; i++) {
+            unsigned k = nats_class[t[i]];
+            if (k == C_OK)
+                continue;
+            if (k == C_NUL)
+                return bad(r, "NUL byte in a token", at + i);
+            if (k == C_SPACE)
+                return bad(r, "whitespace in a token", at + i);
+            if (!whole_filter)
+                return bad(r, "separator inside a token", at + i);
+            if (i == start)
+                return bad(r, "empty token", at + i);
+            if (nats_wild(t + start, i - start))
+                return bad(r, "wildcard in a literal filter", at + start);
+            start = i + 1;
+        }
+        if (start == n)
+            return bad(r, "empty token", at + n);
+        if (nats_wild(t + start, n - start))
+            return bad(r, whole_filter ? "wildcard in a literal filter" : "wildcard token stored as a literal", at + start);
+        return FS_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned k = mqtt_class[t[i]];
+        if (k == C_OK)
+            continue;
+        if (k == C_NUL)
+            return bad(r, "NUL character in a token", at + i);
+        if (k == C_WILD)
+            return bad(r, whole_filter ? "wildcard in a literal filter" : "wildcard character in a literal token", at + i);
+        if (k == C_SEP) {
+            if (!whole_filter)
+                return bad(r, "separator inside a token", at + i);
+            continue;
+        }
+        size_t m = utf8_seq(t, i, n);
+        if (!m)
+            return bad(r, "invalid UTF-8", at + i);
+        i += m - 1;
+    }
+    return FS_OK;
+}
+
+/* ---------------------------------------------------------- records */
+
+/* Read a node's subscriptions into n (already linked into the index, so
+ * fs_sublist_free releases whatever was attached when a read fails). */
+static int rd_subs(reader *r, fs_node *n)
+{
+    fs_sublist *sl = r->sl;
+    size_t at = r->pos;
+    uint64_t v;
+    if (rd_uv(r, &v) < 0)
+        return FS_EBADDATA;
+    uint64_t ns = v >> 1;
+    if (ns > left(r) / MIN_ID || ns > UINT32_MAX)
+        return bad(r, "id count exceeds the data", at);
+    if (ns == 1) {
+        n->subcap = 1;
+        if (rd_ids(r, &n->subs.one, 1) < 0)
+            return FS_EBADDATA;
+    } else if (ns > 1) {
+        uint32_t cap = ids_cap((uint32_t)ns, 4);
+        int64_t *ids = fs_sl_alloc(sl, sizeof(int64_t) * cap);
+        if (!ids)
+            return FS_ENOMEM;
+        n->subs.many = ids;
+        n->subcap = cap;
+        if (rd_ids(r, ids, (uint32_t)ns) < 0)
+            return FS_EBADDATA;
+    }
+    n->nsubs = (uint32_t)ns;
+    r->subs += ns;
+    if (!(v & 1))
+        return FS_OK;
+
+    at = r->pos;
+    uint64_t ng;
+    if (rd_uv(r, &ng) < 0)
+        return FS_EBADDATA;
+    if (ng == 0)
+        return bad(r, "zero queue groups after the groups flag", at);
+    if (ng > left(r) / MIN_GROUP)
+        return bad(r, "queue group count exceeds the data", at);
+    uint32_t gcap = ids_cap((uint32_t)ng, 1);
+    fs_group *gs = fs_sl_alloc(sl, sizeof(fs_group) * gcap);
+    if (!gs)
+        return FS_ENOMEM;
+    memset(gs, 0, sizeof(fs_group) * gcap);
+    n->groups = gs;
+    n->gcap = gcap;
+    for (uint32_t i = 0; i < ng; i++) {
+        fs_group *g = &gs[i];
+        n->ngroups = i + 1;
+        const unsigned char *name;
+        uint32_t qlen;
+        at = r->pos;
+        if (rd_str(r, FS_MAX_SUBJECT, "queue name longer than 65,535 bytes", &name, &qlen) < 0)
+            return FS_EBADDATA;
+        size_t name_at = r->pos - qlen;
+        fs_error qe;
+        if (fs_check_queue(r->d, (const char *)name, qlen, &qe) < 0)
+            return bad(r, qe.reason, name_at + qe.pos);
+        if (i > 0) {
+            const fs_group *pg = &gs[i - 1];
+            uint32_t m = pg->name_len < qlen ? pg->name_len : qlen;
+            int c = memcmp(pg->name, name, m);
+            if (c > 0 || (c == 0 && pg->name_len >= qlen))
+                return bad(r, "queue groups not in strictly increasing name order", at);
+        }
+        g->name = fs_sl_alloc(sl, qlen);
+        if (!g->name)
+            return FS_ENOMEM;
+        memcpy(g->name, name, qlen);
+        g->name_len = qlen;
+        g->name_hash = fs_hash((const char *)name, qlen);
+
+        at = r->pos;
+        uint64_t m;
+        if (rd_uv(r, &m) < 0)
+            return FS_EBADDATA;
+        if (m == 0)
+            return bad(r, "empty queue group", at);
+        if (m > left(r) / MIN_ID || m > UINT32_MAX)
+            return bad(r, "member count exceeds the data", at);
+        uint32_t cap = ids_cap((uint32_t)m, 2);
+        g->ids = fs_sl_alloc(sl, sizeof(int64_t) * cap);
+        if (!g->ids)
+            return FS_ENOMEM;
+        g->cap = cap;
+        if (rd_ids(r, g->ids, (uint32_t)m) < 0)
+            return FS_EBADDATA;
+        g->n = (uint32_t)m;
+        r->subs += m;
+    }
+    return FS_OK;
+}
+
+static int rd_literals(reader *r, uint64_t count)
+{
+    fs_sublist *sl = r->sl;
+    fs_level *L = &sl->literals;
+    uint32_t cap = table_cap((uint32_t)count);
+    if (cap) {
+        L->slots = fs_sl_alloc(sl, sizeof(fs_slot) * cap);
+        if (!L->slots)
+            return FS_ENOMEM;
+        memset(L->slots, 0, sizeof(fs_slot) * cap);
+        L->cap = cap;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        size_t at = r->pos;
+        const unsigned char *f;
+        uint32_t flen;
+        if (rd_str(r, FS_MAX_SUBJECT, "filter longer than 65,535 bytes", &f, &flen) < 0)
+            return FS_EBADDATA;
+        if (flen == 0)
+            return bad(r, "empty literal filter", at);
+        if (check_literal(r, f, flen, 1, r->pos - flen) < 0)
+            return FS_EBADDATA;
+        fs_span sp = {0, flen, fs_hash((const char *)f, flen), FS_TOK_LITERAL};
+        if (fs_level_find(L, (const char *)f, flen, sp.hash))
+            return bad(r, "duplicate literal filter", at);
+        fs_node *e = fs_node_new(sl, NULL, (const char *)f, &sp);
+        if (!e)
+            return FS_ENOMEM;
+        if (fs_level_add(sl, L, e) < 0) {
+            fs_node_free(sl, e);
+            return FS_ENOMEM;
+        }
+        size_t body = r->pos;
+        int rc = rd_subs(r, e);
+        if (rc < 0)
+            return rc;
+        if (!fs_has_subs(e))
+            return bad(r, "literal filter without subscriptions", body);
+        /* insert("$share/G/f") always makes a group: a plain subscription
+         * on a filter starting "$share/" cannot be built through the API */
+        if (r->d == FS_MQTT && e->nsubs && flen >= 7 && memcmp(f, "$share/", 7) == 0)
+            return bad(r, "plain subscription on a '$share/' filter", body);
+    }
+    return FS_OK;
+}
+
+typedef struct {
+    fs_node *n;
+    uint64_t lit_left;       /* literal children still to read */
+    uint32_t pathlen;        /* bytes of n's filter */
+    uint8_t wild;            /* bit 0: a one child to read, bit 1: a rest child */
+    uint8_t haswild;         /* n's path has a wildcard token */
+    uint8_t share;           /* MQTT: the filters below n start "$share/" */
+} rframe;
+
+/* Read the children word of node n (just read) and give n its level,
+ * pre-sized.  *ch is the word. */
+static int rd_children(reader *r, fs_node *n, uint64_t *ch)
+{
+    size_t at = r->pos;
+    if (rd_uv(r, ch) < 0)
+        return FS_EBADDATA;
+    if (*ch == 0)
+        return FS_OK;
+    if (n->kind == FS_TOK_REST)
+        return bad(r, r->d == FS_NATS ? "children under a '>' node" : "children under a '#' node", at);
+    uint64_t nlit = *ch >> 2;
+    if (nlit > left(r) / MIN_CHILD || nlit > MAX_CHILDREN)
+        return bad(r, "child count exceeds the data", at);
+    fs_sublist *sl = r->sl;
+    fs_level *L = fs_sl_alloc(sl, sizeof(fs_level));
+    if (!L)
+        return FS_ENOMEM;
+    memset(L, 0, sizeof(*L));
+    n->next = L;
+    uint32_t cap = table_cap((uint32_t)nlit);
+    if (cap) {
+        L->slots = fs_sl_alloc(sl, sizeof(fs_slot) * cap);
+        if (!L->slots)
+            return FS_ENOMEM;
+        memset(L->slots, 0, sizeof(fs_slot) * cap);
+        L->cap = cap;
+    }
+    return FS_OK;
+}
+
+static int rd_trie(reader *r, uint64_t *ntrie)
+{
+    fs_sublist *sl = r->sl;
+    const char *one = r->d == FS_NATS ? "*" : "+";
+    const char *rest = r->d == FS_NATS ? ">" : "#";
+    const fs_span one_sp = {0, 1, fs_hash(one, 1), FS_TOK_ONE};
+    const fs_span rest_sp = {0, 1, fs_hash(rest, 1), FS_TOK_REST};
+    rframe *stack = NULL;
+    size_t depth = 0, cap = 0;
+    uint64_t ch;
+
+    size_t at = r->pos;
+    int rc = rd_subs(r, sl->root);
+    if (rc == FS_OK && fs_has_subs(sl->root))
+        rc = bad(r, "subscriptions on the trie root", at);
+    if (rc == FS_OK)
+        rc = rd_children(r, sl->root, &ch);
+    if (rc == FS_OK && ch) {
+        if ((rc = fs_grow(&stack, &cap, 1, sizeof(rframe))) == FS_OK)
+            stack[depth++] = (rframe){sl->root, ch >> 2, 0, (uint8_t)(ch & 3), 0, 0};
+    }
+    while (rc == FS_OK && depth) {
+        rframe *f = &stack[depth - 1];
+        fs_node *parent = f->n, *c;
+        fs_level *L = parent->next;
+        uint32_t sep = parent == sl->root ? 0 : 1;
+        uint32_t pathlen;
+        uint8_t haswild = 1, share = f->share;
+        at = r->pos;
+        if (f->lit_left) {
+            f->lit_left--;
+            const unsigned char *t;
+            uint32_t tlen;
+            if ((rc = rd_str(r, FS_MAX_SUBJECT, "token longer than 65,535 bytes", &t, &tlen)) < 0)
+                break;
+            if ((rc = check_literal(r, t, tlen, 0, r->pos - tlen)) < 0)
+                break;
+            pathlen = f->pathlen + sep + tlen;
+            if (pathlen > FS_MAX_SUBJECT) {
+                rc = bad(r, "filter longer than 65,535 bytes", at);
+                break;
+            }
+            fs_span sp = {0, tlen, fs_hash((const char *)t, tlen), FS_TOK_LITERAL};
+            if (fs_level_find(L, (const char *)t, tlen, sp.hash)) {
+                rc = bad(r, "duplicate child token", at);
+                break;
+            }
+            if (!(c = fs_node_new(sl, parent, (const char *)t, &sp))) {
+                rc = FS_ENOMEM;
+                break;
+            }
+            if (fs_level_add(sl, L, c) < 0) {
+                fs_node_free(sl, c);
+                rc = FS_ENOMEM;
+                break;
+            }
+            haswild = f->haswild;
+            if (r->d == FS_MQTT && !sep && tlen == 6 && memcmp(t, "$share", 6) == 0)
+                share = 1;
+        } else if (f->wild) {
+            int is_one = f->wild & 1;
+            f->wild = (uint8_t)(f->wild & (is_one ? 2 : 1));
+            pathlen = f->pathlen + sep + 1;
+            if (pathlen > FS_MAX_SUBJECT) {
+                rc = bad(r, "filter longer than 65,535 bytes", at);
+                break;
+            }
+            if (!(c = fs_node_new(sl, parent, is_one ? one : rest, is_one ? &one_sp : &rest_sp))) {
+                rc = FS_ENOMEM;
+                break;
+            }
+            if (is_one) L->one = c;
+            else L->rest = c;
+        } else {
+            depth--;
+            continue;
+        }
+        (*ntrie)++;
+        size_t body = r->pos;
+        if ((rc = rd_subs(r, c)) < 0)
+            break;
+        if (fs_has_subs(c) && !haswild) {
+            rc = bad(r, "subscriptions on a trie path without a wildcard", body);
+            break;
+        }
+        if (c->nsubs && f->share) {
+            rc = bad(r, "plain subscription on a '$share/' filter", body);
+            break;
+        }
+        if ((rc = rd_children(r, c, &ch)) < 0)
+            break;
+        if (!ch && !fs_has_subs(c)) {
+            rc = bad(r, "empty trie node", body);
+            break;
+        }
+        if (ch) {
+            if ((rc = fs_grow(&stack, &cap, depth + 1, sizeof(rframe))) < 0)
+                break;
+            stack[depth++] = (rframe){c, ch >> 2, pathlen, (uint8_t)(ch & 3), haswild, share};
+        }
+    }
+    FS_FREE(stack);
+    return rc;
+}
+
+/* The fixed header and the checksum: everything before the structure. */
+static int check_envelope(reader *r, size_t len, uint64_t *payload)
+{
+    const unsigned char *p = r->p;
+    if (len < FS_SERIAL_HEADER)
+        return bad(r, "truncated header", len);
+    if (memcmp(p, MAGIC, sizeof(MAGIC)) != 0)
+        return bad(r, "bad magic (not a fastsub index)", 0);
+    if (get_le(p + 8, 2) != FS_SERIAL_VERSION)
+        return bad(r, "unsupported format version", 8);
+    uint64_t flags = get_le(p + 10, 2);
+    if (flags & ~(uint64_t)1)
+        return bad(r, "unknown flags", 10);
+    if (get_le(p + 12, 4) != 0)
+        return bad(r, "nonzero reserved field", 12);
+    *payload = get64(p + 16);
+    size_t room = len - FS_SERIAL_HEADER;
+    if (room < FS_SERIAL_TRAILER || *payload > room - FS_SERIAL_TRAILER)
+        return bad(r, "truncated data", len);
+    size_t end = FS_SERIAL_HEADER + (size_t)*payload;
+    if (room - FS_SERIAL_TRAILER > *payload)
+        return bad(r, "trailing bytes after the checksum", end + FS_SERIAL_TRAILER);
+    if (fs_serial_checksum(p, end) != get_le(p + end, 8))
+        return bad(r, "checksum mismatch", end);
+    r->d = (flags & 1) ? FS_MQTT : FS_NATS;
+    r->pos = FS_SERIAL_HEADER;
+    r->end = end;
+    return FS_OK;
+}
+
+int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err)
+{
+    reader r;
+    memset(&r, 0, sizeof(r));
+    r.p = (const unsigned char *)data;
+    r.err = err;
+    *out = NULL;
+    uint64_t payload;
+    int rc = check_envelope(&r, len, &payload);
+    if (rc < 0)
+        return rc;
+    uint64_t nsubs = get_le(r.p + 24, 8), nlit = get_le(r.p + 32, 8), ntrie = get_le(r.p + 40, 8);
+    if (nlit > payload / MIN_LITERAL)
+        return bad(&r, "literal filter count exceeds the data", 32);
+    if (ntrie > payload / MIN_NODE)
+        return bad(&r, "trie node count exceeds the data", 40);
+
+    fs_sublist *sl = fs_sublist_new(r.d);
+    if (!sl)
+        return FS_ENOMEM;
+    r.sl = sl;
+    uint64_t seen = 0;
+    rc = rd_literals(&r, nlit);
+    if (rc == FS_OK)
+        rc = rd_trie(&r, &seen);
+    if (rc == FS_OK && r.pos != r.end)
+        rc = bad(&r, "trailing bytes after the trie", r.pos);
+    if (rc == FS_OK && r.subs != nsubs)
+        rc = bad(&r, "subscription count does not match the header", 24);
+    if (rc == FS_OK && seen != ntrie)
+        rc = bad(&r, "trie node count does not match the header", 40);
+    if (rc < 0) {
+        fs_sublist_free(sl);
+        return rc;
+    }
+    sl->count = nsubs;
+    *out = sl;
+    return FS_OK;
+}
