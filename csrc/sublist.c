@@ -795,7 +795,9 @@ int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t has
             const fs_level *L = sc->front[k]->next;
             if (!L)
                 continue;
-            if (wild_ok && L->rest && fs_has_subs(L->rest) &&
+            /* A rest-wildcard node is a leaf, so it exists only while it
+             * holds subscriptions: no need to look inside it here. */
+            if (wild_ok && L->rest &&
                 fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
                 return FS_ENOMEM;
             if (wild_ok && L->one &&
@@ -818,7 +820,7 @@ int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t has
         if (fs_has_subs(n) && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
             return FS_ENOMEM;
         /* MQTT: "a/#" also matches "a" itself. */
-        if (mqtt && n->next && n->next->rest && fs_has_subs(n->next->rest) &&
+        if (mqtt && n->next && n->next->rest &&
             fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
             return FS_ENOMEM;
     }
