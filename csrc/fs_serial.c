@@ -17,7 +17,7 @@ static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\
 #define MIN_LITERAL 4u     /* length, 1 byte, subscriptions varint, one id */
 #define MIN_CHILD 3u       /* token length (MQTT tokens may be empty), subs, children */
 #define MIN_NODE 2u        /* a wildcard child: subs, children (no token) */
-#define MAX_CHILDREN (1u << 30)
+#define MAX_TABLE (1u << 30)  /* entries of one hash table or group list: keeps capacities in uint32 */
 
 /* ------------------------------------------------------- little endian */
 
@@ -426,7 +426,7 @@ static int rd_ids(reader *r, int64_t *out, uint32_t n)
 }
 
 /* A length-prefixed string: checks the length against max and the bytes
- * left; *s points into the blob, *at is where the bytes start. */
+ * left; *s points at its bytes in the blob (r->pos - *len after). */
 static int rd_str(reader *r, size_t max, const char *too_long, const unsigned char **s,
                   uint32_t *len)
 {
@@ -634,7 +634,7 @@ static int rd_subs(reader *r, fs_node *n)
         return FS_EBADDATA;
     if (ng == 0)
         return bad(r, "zero queue groups after the groups flag", at);
-    if (ng > left(r) / MIN_GROUP)
+    if (ng > left(r) / MIN_GROUP || ng > MAX_TABLE)
         return bad(r, "queue group count exceeds the data", at);
     uint32_t gcap = ids_cap((uint32_t)ng, 1);
     fs_group *gs = fs_sl_alloc(sl, sizeof(fs_group) * gcap);
@@ -757,7 +757,7 @@ static int rd_children(reader *r, fs_node *n, uint64_t *ch)
     if (n->kind == FS_TOK_REST)
         return bad(r, r->d == FS_NATS ? "children under a '>' node" : "children under a '#' node", at);
     uint64_t nlit = *ch >> 2;
-    if (nlit > left(r) / MIN_CHILD || nlit > MAX_CHILDREN)
+    if (nlit > left(r) / MIN_CHILD || nlit > MAX_TABLE)
         return bad(r, "child count exceeds the data", at);
     fs_sublist *sl = r->sl;
     fs_level *L = fs_sl_alloc(sl, sizeof(fs_level));
@@ -923,7 +923,7 @@ int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *er
     if (rc < 0)
         return rc;
     uint64_t nsubs = get_le(r.p + 24, 8), nlit = get_le(r.p + 32, 8), ntrie = get_le(r.p + 40, 8);
-    if (nlit > payload / MIN_LITERAL)
+    if (nlit > payload / MIN_LITERAL || nlit > MAX_TABLE)
         return bad(&r, "literal filter count exceeds the data", 32);
     if (ntrie > payload / MIN_NODE)
         return bad(&r, "trie node count exceeds the data", 40);

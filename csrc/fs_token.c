@@ -55,6 +55,7 @@ static int is_nats_space(unsigned char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f';
 }
 
+
 /* Length of the UTF-8 sequence starting at s[i], or 0 if it is malformed
  * (overlong, surrogate, beyond U+10FFFF, truncated). */
 static size_t utf8_seq(const unsigned char *s, size_t i, size_t len)
@@ -85,6 +86,13 @@ static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t,
         if (c != '.') {
             if (c == 0) return fail(err, "NUL byte", i);
             if (is_nats_space(c)) return fail(err, "whitespace", i);
+            if (c >= 0x80) {
+                /* Bytes from Arrow may be anything; a Python str is always
+                 * UTF-8, so both inputs agree only if this is checked. */
+                size_t n = utf8_seq((const unsigned char *)s, i, len);
+                if (!n) return fail(err, "invalid UTF-8", i);
+                i += n - 1;
+            }
             continue;
         }
         if (i == start) return fail(err, "empty token", i);

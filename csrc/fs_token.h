@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define FS_MAX_SUBJECT 65535u
 #define FS_TOKENS_INLINE 16
@@ -68,13 +69,25 @@ int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
 
 /* Fast hash of a short token (not cryptographic; stable across runs on one
  * machine). */
+/* 8 bytes as a little-endian integer, whatever the host's byte order
+ * (hashes feed queue picks, which must agree across machines). */
+static inline uint64_t fs_load_le64(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+/* Fast hash of a short token (not cryptographic; the same on every
+ * machine). */
 static inline uint32_t fs_hash(const char *p, size_t n)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
     while (n >= 8) {
-        uint64_t v = 0;
-        for (int i = 0; i < 8; i++) v |= (uint64_t)(unsigned char)p[i] << (8 * i);
-        h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
+        h = (h ^ fs_load_le64(p)) * 0xbf58476d1ce4e5b9ull;
         h ^= h >> 31;
         p += 8;
         n -= 8;

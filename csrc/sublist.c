@@ -535,7 +535,7 @@ static void undo_growth(fs_sublist *sl, const growth *g)
 /* Walk (and create) the path of t; add the subscription.  Caller holds the
  * write lock.  1 new, 0 present, FS_ENOMEM (index unchanged). */
 static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
-                         growth *g)
+                         growth *g, int invalidate)
 {
     fs_node *n = sl->root;
     int rc;
@@ -594,7 +594,7 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         sl->count++;
         sl->generation++;
         sl->inserts++;
-        if (sl->cache)
+        if (sl->cache && invalidate)
             fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
     }
     return rc;
@@ -622,7 +622,8 @@ static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spe
     return n;
 }
 
-static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id)
+static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         int invalidate)
 {
     fs_node *n = find_locked(sl, t, ps);
     if (!n)
@@ -634,7 +635,7 @@ static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         sl->generation++;
         sl->removes++;
         fs_prune(sl, n);
-        if (sl->cache)
+        if (sl->cache && invalidate)
             fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
     }
     return rc;
@@ -649,7 +650,7 @@ int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     if (rc == FS_OK) {
         growth g;
         pthread_rwlock_wrlock(&sl->lock);
-        rc = insert_locked(sl, &t, &ps, spec->id, &g);
+        rc = insert_locked(sl, &t, &ps, spec->id, &g, 1);
         pthread_rwlock_unlock(&sl->lock);
     }
     fs_tokens_free(&t);
@@ -664,7 +665,7 @@ int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
     if (rc == FS_OK) {
         pthread_rwlock_wrlock(&sl->lock);
-        rc = remove_locked(sl, &t, &ps, spec->id);
+        rc = remove_locked(sl, &t, &ps, spec->id, 1);
         pthread_rwlock_unlock(&sl->lock);
     }
     fs_tokens_free(&t);
@@ -695,7 +696,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
     for (i = 0; i < n; i++) {
         rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
         if (rc == FS_OK)
-            rc = insert_locked(sl, &t, &ps, specs[i].id, &grew[i]);
+            rc = insert_locked(sl, &t, &ps, specs[i].id, &grew[i], 0);
         if (rc < 0)
             break;
         fresh[i] = (unsigned char)rc;
@@ -709,13 +710,20 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
         fs_error ignored;
         while (i-- > 0) {
             if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
-                remove_locked(sl, &t, &ps, specs[i].id);
+                remove_locked(sl, &t, &ps, specs[i].id, 0);   /* the cache never saw it */
             undo_growth(sl, &grew[i]);
         }
         sl->inserts -= *changed;
         sl->removes -= *changed;
         sl->generation = generation;
         *changed = 0;
+    } else if (sl->cache) {
+        /* Only a batch that went in whole touches the cache: evict what
+         * the new subscriptions match (re-parsing cannot fail now). */
+        fs_error ignored;
+        for (i = 0; i < n; i++)
+            if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
+                fs_cache_invalidate(sl->cache, sl->dialect, ps.filter, ps.filter_len, &t, ps.literal);
     }
     pthread_rwlock_unlock(&sl->lock);
     fs_tokens_free(&t);
@@ -742,7 +750,7 @@ int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
         pthread_rwlock_wrlock(&sl->lock);
         for (size_t i = 0; i < n; i++) {
             parse_spec(sl->dialect, &specs[i], &t, &ps, err);
-            *changed += (size_t)remove_locked(sl, &t, &ps, specs[i].id);
+            *changed += (size_t)remove_locked(sl, &t, &ps, specs[i].id, 1);
         }
         pthread_rwlock_unlock(&sl->lock);
     }

@@ -1,0 +1,71 @@
+"""Regenerate the golden serialized indexes in this directory.
+
+    python tests/golden/make_golden.py
+
+Each NAME.fsb is Sublist.to_bytes() of a small index; NAME.json records the
+subscriptions it holds and the answers it gave when it was written.
+tests/test_serial.py loads every NAME.fsb and checks the answers still
+match, so a change to the format that breaks old files fails the tests.
+Only regenerate when the format version changes on purpose (and then keep
+the old files under a versioned name too)."""
+import json
+import os
+
+import fastsub
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SETS = {
+    "nats_small": ("nats", [
+        ("orders.eu.created", 1, None), ("orders.eu.created", 2, None), ("orders.*.created", 3, None),
+        ("orders.>", 4, "workers"), ("orders.>", 5, "workers"), ("orders.*.*", 6, "audit"),
+        ("orders.us.*", 7, "workers"), (">", 8, None), ("$SYS.>", 9, None), ("a*b.x>", 10, None),
+        ("orders.eu.created", -1, None), ("orders.eu.created", 2 ** 63 - 1, "workers"),
+        ("*.*.*", -(2 ** 63), None), ("\u00e9t\u00e9.*", 11, None),
+    ], ["orders.eu.created", "orders.us.created", "orders.us", "$SYS.x", "a*b.x>", "\u00e9t\u00e9.juin",
+        "x", "orders.eu.created.late"],
+       ["orders.>", ">", "orders.eu.*", "*.*.*", "$SYS.x", "\u00e9t\u00e9.*"]),
+    "mqtt_small": ("mqtt", [
+        ("sport/tennis/player1", 1, None), ("sport/tennis/+", 2, None), ("sport/#", 3, None),
+        ("#", 4, None), ("+/+", 5, None), ("$SYS/#", 6, None), ("$share/g1/sport/#", 7, None),
+        ("$share/g1/sport/#", 8, None), ("$share/g2/sport/tennis/+", 9, None), ("sport/#", 10, "g1"),
+        ("a//b", 11, None), ("/+", 12, None), ("a/", 13, None), ("$share/g/$share/x/+", 14, None),
+        ("caf\u00e9/+", 15, None),
+    ], ["sport/tennis/player1", "sport", "sport/tennis", "$SYS/x", "a//b", "/x", "a/", "$share/x/y",
+        "caf\u00e9/x", "q"],
+       ["#", "sport/+", "+/+", "$SYS/#", "a/+/b", "/#", "$share/x/#"]),
+    "nats_empty": ("nats", [], ["a", "a.b"], [">"]),
+}
+
+
+def norm(r):
+    return [sorted(r.subs), sorted(([q, f, sorted(m)] for q, f, m in r.groups), key=repr)]
+
+
+def main():
+    for name, (dialect, subs, subjects, qfilters) in SETS.items():
+        sl = fastsub.Sublist(dialect)
+        for f, i, q in subs:
+            sl.insert(f, i, queue=q)
+        stored = []
+        for f, i, q in subs:
+            if dialect == "mqtt" and f.startswith("$share/"):
+                q, f = f.split("/", 2)[1:]
+            stored.append([f, i, q])
+        want = {
+            "dialect": dialect,
+            "len": len(sl),
+            "stored": sorted(stored, key=repr),
+            "match": {s: norm(sl.match(s)) for s in subjects},
+            "num_interest": {s: list(sl.num_interest(s)) for s in subjects},
+            "reverse_match": {f: sorted((list(t) for t in sl.reverse_match(f)), key=repr) for f in qfilters},
+        }
+        with open(os.path.join(HERE, name + ".fsb"), "wb") as fh:
+            fh.write(sl.to_bytes())
+        with open(os.path.join(HERE, name + ".json"), "w") as fh:
+            json.dump(want, fh, indent=1, ensure_ascii=True, sort_keys=True)
+            fh.write("\n")
+
+
+if __name__ == "__main__":
+    main()
