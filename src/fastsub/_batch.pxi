@@ -161,6 +161,34 @@ cdef list _segments(object col, str what):
                         f"string array, not {type(col).__name__}") from None
 
 
+cdef object _checked_keys(object keys):
+    """keys as an Arrow string array or a list of str/None (None: the row's
+    subject is its key).  Anything else is a TypeError: a key that is
+    silently ignored would partition rows by the wrong thing."""
+    if _is_arrow(keys):
+        import pyarrow as pa
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        if not isinstance(keys, pa.Array) or not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
+            raise TypeError(f"keys must be a string Arrow array, not {getattr(keys, 'type', type(keys).__name__)}")
+        return keys
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"keys must be a sequence of str, not a single {type(keys).__name__}")
+    if type(keys).__module__ == "numpy" and type(keys).__name__ == "ndarray":
+        if keys.ndim != 1 or keys.dtype.kind not in "OUT":
+            raise TypeError(f"keys: numpy arrays of dtype {keys.dtype} are not strings")
+        keys = keys.tolist()
+    try:
+        keys = list(keys)
+    except TypeError:
+        raise TypeError(f"keys must be a list of str, a numpy array or a pyarrow string array, "
+                        f"not {type(keys).__name__}") from None
+    for i, k in enumerate(keys):
+        if k is not None and not isinstance(k, str):
+            raise TypeError(f"keys[{i}] must be str or None, not {type(k).__name__}")
+    return keys
+
+
 cdef object _slice_keys(object keys, Py_ssize_t base, Py_ssize_t n):
     if keys is None:
         return None
@@ -226,12 +254,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
     for _, col in segments:
         n += <Py_ssize_t>col.s.n
     if keys is not None:
-        if _is_arrow(keys):
-            import pyarrow as pa
-            if isinstance(keys, pa.ChunkedArray):
-                keys = keys.combine_chunks()
-        elif not isinstance(keys, (list, tuple)):
-            keys = list(keys.tolist() if hasattr(keys, "tolist") else keys)
+        keys = _checked_keys(keys)
         if len(keys) != n:
             raise ValueError(f"keys has {len(keys)} rows, subjects {n}")
     offsets = np.empty(n + 1, dtype=np.int64)

@@ -1,0 +1,425 @@
+"""The LRU result cache: it never changes an answer, evicts only what a
+change touches, and its statistics are exact.
+
+The stateful test runs a cached Sublist beside an uncached one and the
+pure-Python reference, and keeps a model of the cache (an OrderedDict LRU,
+evicting the subjects a changed filter matches) that predicts every hit,
+miss and the number of entries."""
+import pickle
+from collections import Counter, OrderedDict
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import fastsub
+from fastsub import InvalidSubjectError
+from fastsub import _reference as R
+from strategies import norm, norm_reverse, filters, subjects, subscriptions
+
+
+def cache_stats(sl):
+    st_ = sl.stats()
+    return {k: st_[k] for k in ("cache_entries", "cache_capacity", "cache_hits", "cache_misses")}
+
+
+# --- stateful: cached == uncached == reference, and the model predicts the stats ----
+
+def make_machine(dialect):
+    bad_filter = {"nats": "a..b", "mqtt": "a/#/b"}[dialect]
+
+    class CacheMachine(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.ref = R.ReferenceSublist(dialect)
+            self.plain = fastsub.Sublist(dialect)
+
+        @initialize(cap=st.sampled_from([1, 3, 5, 8]))
+        def make(self, cap):
+            self.cap = cap
+            self.cached = fastsub.Sublist(dialect, cache_size=cap)
+            self.lru = OrderedDict()          # subject -> None, oldest first
+            self.hits = self.misses = 0
+
+        # the model
+        def _lookup(self, s):
+            if s in self.lru:
+                self.hits += 1
+                self.lru.move_to_end(s)
+            else:
+                self.misses += 1
+                self.lru[s] = None
+                while len(self.lru) > self.cap:
+                    self.lru.popitem(last=False)
+
+        def _evict(self, f):
+            for s in [s for s in self.lru if R.subject_matches(f, s, dialect)]:
+                del self.lru[s]
+
+        # changes
+        def _change(self, name, f, i, q):
+            want = getattr(self.ref, name)(f, i, queue=q)
+            for e in (self.plain, self.cached):
+                assert getattr(e, name)(f, i, queue=q) is want
+            if want:
+                self._evict(f)
+
+        @rule(sub=subscriptions(dialect))
+        def insert(self, sub):
+            self._change("insert", *sub)
+
+        @rule(sub=subscriptions(dialect))
+        def discard(self, sub):
+            self._change("discard", *sub)
+
+        @precondition(lambda self: len(self.ref) > 0)
+        @rule(data=st.data())
+        def remove_existing(self, data):
+            f, q, i = data.draw(st.sampled_from(sorted(self.ref._subs, key=repr)))
+            self.ref.remove(f, i, queue=q)
+            for e in (self.plain, self.cached):
+                e.remove(f, i, queue=q)
+            self._evict(f)
+
+        @rule(sub=subscriptions(dialect))
+        def remove(self, sub):
+            f, i, q = sub
+            present = self.ref.discard(f, i, queue=q)
+            for e in (self.plain, self.cached):
+                if present:
+                    e.remove(f, i, queue=q)
+                else:
+                    with pytest.raises(KeyError):
+                        e.remove(f, i, queue=q)
+            if present:
+                self._evict(f)
+
+        @rule(subs=st.lists(subscriptions(dialect), max_size=5), remove=st.booleans())
+        def many(self, subs, remove):
+            fs, ids, qs = ([s[k] for s in subs] for k in range(3))
+            one = self.ref.discard if remove else self.ref.insert
+            changed = [f for f, i, q in subs if one(f, i, queue=q)]
+            name = "remove_many" if remove else "insert_many"
+            for e in (self.plain, self.cached):
+                assert getattr(e, name)(fs, ids, qs) == len(changed)
+            for f in changed:
+                self._evict(f)
+
+        @rule(subs=st.lists(subscriptions(dialect), max_size=3), remove=st.booleans())
+        def many_with_a_bad_row(self, subs, remove):
+            fs, ids, qs = ([s[k] for s in subs] for k in range(3))
+            fs.append(bad_filter)
+            ids.append(1)
+            qs.append(None)
+            name = "remove_many" if remove else "insert_many"
+            for e in (self.plain, self.cached):
+                with pytest.raises(InvalidSubjectError):
+                    getattr(e, name)(fs, ids, qs)          # changes nothing, evicts nothing
+
+        # questions
+        @rule(s=subjects(dialect))
+        def match(self, s):
+            want = norm(self.ref.match(s))
+            assert norm(self.plain.match(s)) == want
+            assert norm(self.cached.match(s)) == want, s
+            self._lookup(s)
+
+        @rule(s=subjects(dialect))
+        def num_interest(self, s):
+            want = self.ref.num_interest(s)
+            assert tuple(self.plain.num_interest(s)) == want
+            assert tuple(self.cached.num_interest(s)) == want, s
+            self._lookup(s)
+
+        @rule(s=subjects(dialect))
+        def has_interest(self, s):
+            want = self.ref.has_interest(s)
+            assert self.plain.has_interest(s) is want
+            assert self.cached.has_interest(s) is want, s
+            self._lookup(s)
+
+        @rule(batch=st.lists(st.one_of(subjects(dialect), st.none()), max_size=8),
+              queues=st.sampled_from(["all", "none", "pick"]),
+              arrow=st.booleans(), keyed=st.booleans())
+        def match_many(self, batch, queues, arrow, keyed):
+            col = pa.array(batch, pa.string()) if arrow else batch
+            keys = [f"k{j % 3}" for j in range(len(batch))] if keyed else None
+            got = self.cached.match_many(col, keys=keys, queues=queues)
+            want = self.plain.match_many(col, keys=keys, queues=queues)
+            assert (got.invalid == want.invalid).all()
+            assert got.invalid.tolist() == [s is None for s in batch]
+            assert (got.offsets == want.offsets).all()
+            for j, s in enumerate(batch):
+                assert Counter(got[j].tolist()) == Counter(want[j].tolist()), (j, s)
+                if s is not None:
+                    self._lookup(s)
+            if queues == "all":
+                for j, s in enumerate(batch):
+                    if s is not None:
+                        r = self.ref.match(s)
+                        assert sorted(got[j].tolist()) == sorted(
+                            r.subs + [i for _, _, m in r.groups for i in m])
+
+        @rule(f=filters(dialect))
+        def reverse_match(self, f):
+            want = norm_reverse(self.ref.reverse_match(f))
+            assert norm_reverse(self.cached.reverse_match(f)) == want
+
+        @invariant()
+        def stats_are_exact(self):
+            if not hasattr(self, "cached"):
+                return
+            st_ = self.cached.stats()
+            assert st_["cache_capacity"] == self.cap
+            assert st_["cache_entries"] == len(self.lru) <= self.cap
+            assert (st_["cache_hits"], st_["cache_misses"]) == (self.hits, self.misses)
+            total = self.hits + self.misses
+            assert st_["cache_hit_rate"] == pytest.approx(self.hits / total if total else 0.0)
+            assert len(self.cached) == len(self.plain) == len(self.ref)
+            p = self.plain.stats()
+            assert (p["cache_entries"], p["cache_capacity"], p["cache_hits"], p["cache_misses"]) == (0, 0, 0, 0)
+
+    CacheMachine.__name__ = CacheMachine.__qualname__ = f"CacheMachine_{dialect}"
+    return CacheMachine
+
+
+STATEFUL = settings(max_examples=150, stateful_step_count=50, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+TestNatsCacheMachine = make_machine("nats").TestCase
+TestNatsCacheMachine.settings = STATEFUL
+TestMqttCacheMachine = make_machine("mqtt").TestCase
+TestMqttCacheMachine.settings = STATEFUL
+
+
+# --- statistics ----------------------------------------------------------------
+
+def test_stats_for_a_scripted_sequence():
+    sl = fastsub.Sublist("nats", cache_size=8)
+    sl.insert("a.*", 1)
+    assert cache_stats(sl) == dict(cache_entries=0, cache_capacity=8, cache_hits=0, cache_misses=0)
+    assert sl.stats()["cache_hit_rate"] == 0.0
+    sl.match("a.b")                                        # miss, fill
+    sl.match("a.b")                                        # hit
+    sl.num_interest("a.b")                                 # hit
+    assert sl.has_interest("a.b")                          # hit
+    assert not sl.has_interest("c.d")                      # miss, fill (empty results are cached too)
+    assert cache_stats(sl) == dict(cache_entries=2, cache_capacity=8, cache_hits=3, cache_misses=2)
+    b = sl.match_many(["a.b", "c.d", "a.e", None, "a.e"], queues="all")   # hit hit miss - hit
+    assert b.sub_ids.tolist() == [1, 1, 1]
+    assert cache_stats(sl) == dict(cache_entries=3, cache_capacity=8, cache_hits=6, cache_misses=3)
+    sl.match_many(pa.array(["a.b", None, "a.f"]), threads=2)   # hit, miss
+    assert cache_stats(sl) == dict(cache_entries=4, cache_capacity=8, cache_hits=7, cache_misses=4)
+    # questions that need no match result are not lookups
+    sl.reverse_match("a.>")
+    sl.stats()
+    len(sl)
+    _ = sl.generation
+    st_ = sl.stats()
+    assert (st_["cache_hits"], st_["cache_misses"]) == (7, 4)
+    assert st_["cache_hit_rate"] == pytest.approx(7 / 11)
+    # a change evicts; the counters stay
+    sl.insert("a.b", 2)
+    assert cache_stats(sl) == dict(cache_entries=3, cache_capacity=8, cache_hits=7, cache_misses=4)
+    assert sorted(sl.match("a.b").subs) == [1, 2]          # miss: recomputed, not stale
+    assert sl.stats()["cache_misses"] == 5
+
+
+def test_lru_order_is_exact_for_a_small_cache():
+    sl = fastsub.Sublist("nats", cache_size=3)
+    sl.insert(">", 1)
+    for s in ("x1", "x2", "x3"):
+        sl.match(s)
+    sl.match("x1")                                         # x1 is now the newest: x2 is the oldest
+    sl.match("x4")                                         # evicts x2
+    assert cache_stats(sl)["cache_entries"] == 3
+    h, m = sl.stats()["cache_hits"], sl.stats()["cache_misses"]
+    for s in ("x1", "x3", "x4"):
+        sl.num_interest(s)
+    assert (sl.stats()["cache_hits"], sl.stats()["cache_misses"]) == (h + 3, m)
+    sl.num_interest("x2")                                  # was evicted: miss (and evicts x1)
+    assert (sl.stats()["cache_hits"], sl.stats()["cache_misses"]) == (h + 3, m + 1)
+    assert cache_stats(sl)["cache_entries"] == 3
+
+
+def test_a_big_cache_stays_within_capacity():
+    cap = 1000
+    sl = fastsub.Sublist("mqtt", cache_size=cap)
+    sl.insert("#", 1)
+    subs = [f"t/{i}" for i in range(5000)]
+    b = sl.match_many(subs, threads=2)
+    assert b.sub_ids.tolist() == [1] * 5000
+    st_ = sl.stats()
+    assert st_["cache_capacity"] == cap
+    assert st_["cache_entries"] <= cap
+    assert st_["cache_entries"] >= 0.9 * cap            # (sharded LRU: every shard is full)
+    assert (st_["cache_hits"], st_["cache_misses"]) == (0, 5000)
+    for s in subs[:100]:
+        sl.match(s)
+    assert sl.stats()["cache_entries"] <= cap
+    # a repeated working set that fits is served from the cache
+    hot = [f"h/{i}" for i in range(100)]
+    sl.match_many(hot)
+    h0 = sl.stats()["cache_hits"]
+    sl.match_many(hot * 10)
+    assert sl.stats()["cache_hits"] - h0 == 1000
+
+
+def test_cache_size_zero_disables_the_cache():
+    for sl in (fastsub.Sublist("nats"), fastsub.Sublist("nats", cache_size=0)):
+        sl.insert("a.*", 1)
+        for _ in range(3):
+            sl.match("a.b")
+            sl.num_interest("a.b")
+            sl.match_many(["a.b", "a.c"])
+        st_ = sl.stats()
+        assert (st_["cache_entries"], st_["cache_capacity"], st_["cache_hits"], st_["cache_misses"]) == (0, 0, 0, 0)
+        assert st_["cache_hit_rate"] == 0.0
+
+
+def test_cache_size_argument():
+    with pytest.raises(ValueError):
+        fastsub.Sublist("nats", cache_size=-1)
+    with pytest.raises(TypeError):
+        fastsub.Sublist("nats", cache_size="8")
+    with pytest.raises(TypeError):
+        fastsub.Sublist("nats", cache_size=2.5)
+    assert fastsub.Sublist("nats", cache_size=np.int64(5)).stats()["cache_capacity"] == 5
+
+
+# --- selective invalidation -------------------------------------------------------
+
+def warm(sl, subs):
+    for s in subs:
+        sl.match(s)
+    assert sl.stats()["cache_entries"] == len(subs)
+
+
+def is_hit(sl, s):
+    h = sl.stats()["cache_hits"]
+    sl.num_interest(s)
+    return sl.stats()["cache_hits"] == h + 1
+
+
+NATS_WARM = ["a.b", "c.d", "e.f", "a.b.c"]
+
+
+def test_unrelated_changes_keep_every_entry():
+    sl = fastsub.Sublist("nats", cache_size=16)
+    sl.insert("a.*", 1)
+    warm(sl, NATS_WARM)
+    sl.insert("x.y", 2)                     # literal, unrelated
+    sl.insert("x.*", 3)                     # wildcard, unrelated
+    sl.insert("*.*.d", 4)                   # wildcard, unrelated (no 3-token subject ends in d)
+    sl.insert("x.>", 5, queue="q")
+    sl.insert_many([f"z.{i}" for i in range(200)] + ["*.z"], list(range(201)))
+    sl.remove_many([f"z.{i}" for i in range(100)], list(range(100)))
+    sl.remove("x.*", 3)
+    assert sl.stats()["cache_entries"] == len(NATS_WARM)
+    for s in NATS_WARM:
+        assert is_hit(sl, s), s
+
+
+def test_a_matching_change_evicts_exactly_its_subjects():
+    sl = fastsub.Sublist("nats", cache_size=16)
+    warm(sl, NATS_WARM)
+    sl.insert("a.*", 1)                     # matches a.b only
+    assert sl.stats()["cache_entries"] == 3
+    assert sl.match("a.b").subs == [1]      # recomputed (a miss), with the new subscription
+    assert all(is_hit(sl, s) for s in ("c.d", "e.f", "a.b.c"))
+    sl.insert("c.d", 2)                     # a literal: evicts c.d
+    assert sl.stats()["cache_entries"] == 3
+    assert not is_hit(sl, "c.d") and sl.match("c.d").subs == [2]
+    sl.insert("a.>", 3, queue="g")          # a queue subscription: evicts a.b and a.b.c
+    assert sl.stats()["cache_entries"] == 2
+    assert sl.match("a.b.c").groups == [("g", None, [3])]
+    warm_again = ["a.b", "a.b.c", "c.d", "e.f"]
+    for s in warm_again:
+        sl.match(s)
+    sl.remove("a.*", 1)                     # a remove evicts what it matched too
+    assert sl.stats()["cache_entries"] == 3
+    assert sl.match("a.b").subs == [] and sl.match("a.b").groups == [("g", None, [3])]
+    sl.remove_many(["a.>", "c.d"], [3, 2], ["g", None])
+    assert sl.stats()["cache_entries"] == 1  # e.f
+    assert sl.match("a.b.c").groups == [] and sl.match("c.d").subs == []
+    sl.insert(">", 9)                       # matches every subject
+    assert sl.stats()["cache_entries"] == 0
+
+
+def test_changes_that_change_nothing_evict_nothing():
+    sl = fastsub.Sublist("nats", cache_size=16)
+    sl.insert("a.*", 1)
+    warm(sl, NATS_WARM)
+    assert sl.insert("a.*", 1) is False     # already there
+    assert sl.discard("a.*", 2) is False    # not there
+    assert sl.insert_many(["a.*", "a.*"], [1, 1]) == 0
+    assert sl.remove_many([">", "a.b"], [7, 7]) == 0
+    with pytest.raises(KeyError):
+        sl.remove(">", 7)
+    with pytest.raises(InvalidSubjectError):
+        sl.insert_many(["a.b", "a..b"], [5, 5])
+    with pytest.raises(InvalidSubjectError):
+        sl.insert("a.b ", 5)
+    assert sl.stats()["cache_entries"] == len(NATS_WARM)
+
+
+def test_mqtt_shares_and_dollar_topics():
+    sl = fastsub.Sublist("mqtt", cache_size=16)
+    topics = ["a/b", "c/d", "$x/b", "a", "a//b", "/b"]
+    warm(sl, topics)
+    sl.insert("+/b", 1)                     # not the '$' topic, not a//b; /b has an empty first level
+    assert sl.stats()["cache_entries"] == 4
+    assert is_hit(sl, "$x/b") and is_hit(sl, "a//b") and is_hit(sl, "c/d") and is_hit(sl, "a")
+    assert sl.match("/b").subs == [1]
+    for s in topics:
+        sl.match(s)
+    sl.insert("$share/g/a/#", 2)            # a/b, a, a//b
+    assert sl.stats()["cache_entries"] == 3
+    assert sl.match("a").groups == [("g", "a/#", [2])]
+    for s in topics:
+        sl.match(s)
+    sl.insert("$share/g/c/d", 3)            # a literal share evicts c/d
+    assert sl.stats()["cache_entries"] == 5
+    assert sl.match("c/d").groups == [("g", "c/d", [3])]
+    sl.insert("#", 4)                       # all but the '$' topic
+    assert sl.stats()["cache_entries"] == 1 and is_hit(sl, "$x/b")
+    sl.insert("$x/#", 5)
+    assert sl.stats()["cache_entries"] == 0
+
+
+def test_memory_bytes_includes_the_cache():
+    cached = fastsub.Sublist("nats", cache_size=500)
+    plain = fastsub.Sublist("nats")
+    for sl in (cached, plain):
+        sl.insert_many([f"a.{i}.*" for i in range(50)], list(range(50)))
+    m_cached, m_plain = cached.stats()["memory_bytes"], plain.stats()["memory_bytes"]
+    subs = [f"a.{i % 50}.{i}" for i in range(400)]
+    for sl in (cached, plain):
+        sl.match_many(subs)
+    assert plain.stats()["memory_bytes"] == m_plain
+    full = cached.stats()["memory_bytes"]
+    assert cached.stats()["cache_entries"] == 400
+    assert full > m_cached + 400 * 8         # at least the subject bytes and an id per entry
+    cached.insert(">", 99)                   # evicts everything
+    assert cached.stats()["cache_entries"] == 0
+    assert cached.stats()["memory_bytes"] < full
+
+
+def test_a_loaded_or_unpickled_index_keeps_its_cache_size():
+    sl = fastsub.Sublist("nats", cache_size=8)
+    sl.insert("a.*", 1)
+    try:
+        blob = sl.to_bytes()
+    except NotImplementedError:
+        pytest.skip("serialization not available in this build")
+    loaded = fastsub.Sublist.from_bytes(blob, cache_size=4)
+    assert loaded.stats()["cache_capacity"] == 4
+    loaded.match("a.b")
+    loaded.match("a.b")
+    assert cache_stats(loaded) == dict(cache_entries=1, cache_capacity=4, cache_hits=1, cache_misses=1)
+    loaded.insert("a.b", 2)
+    assert sorted(loaded.match("a.b").subs) == [1, 2]
+    again = pickle.loads(pickle.dumps(sl))
+    assert again.stats()["cache_capacity"] == 8 and again.match("a.b").subs == [1]

@@ -1,0 +1,384 @@
+"""Many Python threads on one Sublist, Ctrl-C inside match_many, and the GIL.
+
+The stress test gives every writer thread its own sub ids, so each writer's
+log replays on its own (every return value it saw must be what a serial
+replay gives) and the final index is the union of the replays.  Readers
+check that nothing they saw was impossible: every id belongs to a
+subscription some writer may insert whose filter matches the subject, and a
+bulk insert or remove is seen all at once or not at all."""
+import _thread
+import random
+import threading
+import time
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import fastsub
+from fastsub import InvalidSubjectError
+from fastsub import _reference as R
+from strategies import norm, norm_reverse
+
+SEP = {"nats": ".", "mqtt": "/"}
+ONE = {"nats": "*", "mqtt": "+"}
+REST = {"nats": ">", "mqtt": "#"}
+TOKENS = {"nats": ["a", "b", "c", "$d"], "mqtt": ["a", "b", "", "$d"]}
+N_WRITERS = 3
+ATOMIC = list(range(9000, 9010))          # inserted and removed only ten at a time
+STRESS_SECONDS = 2.0
+
+
+def universe(dialect, seed):
+    """Each writer's pool of (filter argument, sub_id, queue argument), and
+    the subjects readers ask about."""
+    rnd = random.Random(seed)
+    toks, sep = TOKENS[dialect], SEP[dialect]
+    pools = []
+    for t in range(N_WRITERS):
+        pool = []
+        for j in range(40):
+            f = ""
+            while not f:
+                ft = [rnd.choice(toks + [ONE[dialect]]) for _ in range(rnd.randint(1, 3))]
+                if rnd.random() < 0.25:
+                    ft.append(REST[dialect])
+                f = sep.join(ft)
+            q = rnd.choice([None, None, "q", "r"])
+            if dialect == "mqtt" and q and rnd.random() < 0.5:
+                f, q = f"$share/{q}/{f}", None
+            pool.append((f, 1000 * t + j % 25, q))
+        pools.append(pool)
+    subjects = sorted({sep.join(rnd.choice(toks) for _ in range(rnd.randint(1, 4))) for _ in range(60)})
+    subjects = [s for s in subjects if R.is_valid_subject(s, dialect)]
+    return pools, subjects
+
+
+def canonical(f, q, dialect):
+    """(filter, queue) as stored: MQTT '$share/G/f' is (f, G)."""
+    if dialect == "mqtt":
+        inner, g = R.split_share(f)
+        if g is not None:
+            return inner, g
+    return f, q
+
+
+class Possible:
+    """What any reader may ever see for a subject, given every subscription
+    any writer can insert."""
+
+    def __init__(self, dialect, pools):
+        self.dialect = dialect
+        self.subs = {(canonical(f, q, dialect), i) for pool in pools for f, i, q in pool}
+        self.subs |= {((REST[dialect], None), i) for i in ATOMIC}
+        self.ids = {i for _, i in self.subs}
+        self._memo = {}
+
+    def of(self, s):
+        if s not in self._memo:
+            plain, groups = Counter(), {}
+            for (f, q), i in self.subs:
+                if not R.subject_matches(f, s, self.dialect):
+                    continue
+                if q is None:
+                    plain[i] += 1
+                else:
+                    key = (q, None if self.dialect == "nats" else f)
+                    groups.setdefault(key, Counter())[i] += 1
+            every = plain + sum(groups.values(), Counter())
+            self._memo[s] = (plain, groups, every)
+        return self._memo[s]
+
+    def check_match(self, s, m):
+        plain, groups, _ = self.of(s)
+        assert not Counter(m.subs) - plain, (s, m)
+        seen = set()
+        for q, f, members in m.groups:
+            assert members, (s, m)                      # no empty groups
+            assert (q, f) not in seen, (s, m)           # one entry per group
+            seen.add((q, f))
+            assert (q, f) in groups and not Counter(members) - groups[(q, f)], (s, m)
+        n_atomic = sum(1 for i in m.subs if i in ATOMIC)
+        assert n_atomic in (0, len(ATOMIC)), (s, m)     # a bulk change is all or nothing
+
+    def check_interest(self, s, n):
+        plain, groups, _ = self.of(s)
+        assert 0 <= n[0] <= sum(plain.values()) and 0 <= n[1] <= sum(sum(g.values()) for g in groups.values())
+
+
+class Writer:
+    def __init__(self, sl, pool, seed):
+        self.sl, self.pool, self.rnd = sl, pool, random.Random(seed)
+        self.log = []
+
+    def step(self):
+        rnd, sl = self.rnd, self.sl
+        op = rnd.choice(["insert", "insert", "discard", "remove", "insert_many", "remove_many"])
+        if op in ("insert_many", "remove_many"):
+            batch = rnd.sample(self.pool, rnd.randint(1, 8))
+            args = ([b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch])
+            res = getattr(sl, op)(*args)
+        else:
+            f, i, q = rnd.choice(self.pool)
+            args = (f, i, q)
+            try:
+                res = getattr(sl, op)(f, i, queue=q)
+            except KeyError:
+                res = "KeyError"
+        self.log.append((op, args, res))
+
+    def replay(self, dialect):
+        """Every result this writer saw equals a serial replay of its own log."""
+        ref = R.ReferenceSublist(dialect)
+        for op, args, res in self.log:
+            if op in ("insert_many", "remove_many"):
+                want = getattr(ref, op)(*args)
+            elif op == "remove":
+                want = None if ref.discard(args[0], args[1], queue=args[2]) else "KeyError"
+            else:
+                want = getattr(ref, op)(args[0], args[1], queue=args[2])
+            assert res == want, (op, args, res, want)
+        return ref
+
+
+def atomic_writer(sl, dialect, stop, counts):
+    f = REST[dialect]
+    present = False
+    while not stop.is_set():
+        if present:
+            assert sl.remove_many([f] * len(ATOMIC), ATOMIC) == len(ATOMIC)
+        else:
+            # a failed bulk insert (bad last row) must not show half of itself
+            with pytest.raises(InvalidSubjectError):
+                sl.insert_many([f] * len(ATOMIC) + ["a" + SEP[dialect] + REST[dialect] + SEP[dialect] + "b"],
+                               ATOMIC + [1])
+            assert sl.insert_many([f] * len(ATOMIC), ATOMIC) == len(ATOMIC)
+        present = not present
+        counts["atomic"] += 1
+    if present:
+        sl.remove_many([f] * len(ATOMIC), ATOMIC)
+
+
+def run_threads(targets, seconds):
+    stop = threading.Event()
+    errors = []
+
+    def wrap(fn):
+        def run():
+            try:
+                fn(stop)
+            except BaseException as e:          # reported by the main thread
+                errors.append(e)
+                stop.set()
+        return run
+
+    threads = [threading.Thread(target=wrap(fn), daemon=True) for fn in targets]
+    for t in threads:
+        t.start()
+    stop.wait(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck (deadlock?)"
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize("dialect,cache_size", [("nats", 0), ("nats", 64), ("mqtt", 16)])
+def test_concurrent_writers_and_readers(dialect, cache_size):
+    pools, subjects = universe(dialect, seed=len(dialect) * 100 + cache_size)
+    sl = fastsub.Sublist(dialect, cache_size=cache_size)
+    possible = Possible(dialect, pools)
+    writers = [Writer(sl, pools[t], seed=t) for t in range(N_WRITERS)]
+    counts = Counter()
+    invalid_rows = {"nats": ["a..b", "a.*", ""], "mqtt": ["a/+", "#", ""]}[dialect]
+    rows = [subjects[k % len(subjects)] for k in range(33000)]        # > 2 chunks: native threads
+    for k in range(0, len(rows), 1000):
+        rows[k] = invalid_rows[(k // 1000) % 3]
+    rows[7] = None
+    arrow_rows = pa.array(rows)
+    want_invalid = np.array([r is None or r in invalid_rows for r in rows])
+    row_subject = np.array([subjects.index(r) if r in subjects else -1 for r in rows])
+    possible_ids = np.array(sorted(possible.ids))
+    max_count = np.array([sum(possible.of(s)[2].values()) for s in subjects])
+    atomic_ids = np.array(ATOMIC)
+    for s in subjects:
+        possible.of(s)
+
+    def writer(w):
+        def run(stop):
+            while not stop.is_set():
+                w.step()
+                counts["writes"] += 1
+        return run
+
+    def matcher(stop):
+        rnd = random.Random(1)
+        while not stop.is_set():
+            s = rnd.choice(subjects)
+            possible.check_match(s, sl.match(s))
+            possible.check_interest(s, sl.num_interest(s))
+            assert isinstance(sl.has_interest(s), bool)
+            counts["matches"] += 1
+
+    def batcher(stop):
+        k = 0
+        while not stop.is_set():
+            queues = ("all", "pick")[k % 2]
+            b = sl.match_many(arrow_rows if k % 3 else rows, queues=queues, threads=2)
+            k += 1
+            assert len(b) == len(rows) and b.offsets[-1] == len(b.sub_ids)
+            assert (b.invalid == want_invalid).all()
+            assert np.isin(b.sub_ids, possible_ids).all()            # no garbage ids
+            counts_ = np.diff(b.offsets)
+            valid = row_subject >= 0
+            assert (counts_[valid] <= max_count[row_subject[valid]]).all()
+            if queues == "all":
+                hits = np.concatenate([[0], np.cumsum(np.isin(b.sub_ids, atomic_ids))])
+                per_row = hits[b.offsets[1:]] - hits[b.offsets[:-1]]
+                assert np.isin(per_row, [0, len(ATOMIC)]).all()
+                for i in random.Random(k).sample(range(len(rows)), 200):
+                    if valid[i]:
+                        assert not Counter(b[i].tolist()) - possible.of(rows[i])[2], (i, rows[i])
+            counts["batches"] += 1
+
+    def other_reader(stop):
+        rnd = random.Random(2)
+        filters = [f for pool in pools for f, _, _ in pool]
+        while not stop.is_set():
+            f = rnd.choice(filters)
+            for row in sl.reverse_match(f):
+                (rf, ri, rq) = row
+                assert ((rf, rq), ri) in possible.subs, row
+            st_ = sl.stats()
+            assert st_["cache_entries"] <= st_["cache_capacity"]
+            assert len(sl) >= 0
+            counts["others"] += 1
+
+    targets = [writer(w) for w in writers] + [matcher, batcher, other_reader,
+                                              lambda stop: atomic_writer(sl, dialect, stop, counts)]
+    run_threads(targets, STRESS_SECONDS)
+    assert min(counts["writes"], counts["matches"], counts["batches"], counts["others"],
+               counts["atomic"]) > 0, counts
+
+    # the final index is the union of each writer's serial replay
+    final = R.ReferenceSublist(dialect)
+    for w in writers:
+        final._subs |= w.replay(dialect)._subs
+    assert len(sl) == len(final)
+    # (the cache is checked first: a stale entry from the stress would show here)
+    b = sl.match_many(subjects, queues="all", threads=2)
+    for k, s in enumerate(subjects):
+        assert norm(sl.match(s)) == norm(final.match(s)), s
+        assert tuple(sl.num_interest(s)) == final.num_interest(s), s
+        r = final.match(s)
+        assert sorted(b[k].tolist()) == sorted(r.subs + [i for _, _, m in r.groups for i in m])
+    for f in sorted({f for pool in pools for f, _, _ in pool})[:30]:
+        assert norm_reverse(sl.reverse_match(f)) == norm_reverse(final.reverse_match(f)), f
+    fresh = fastsub.Sublist(dialect)
+    for f, q, i in final._subs:
+        fresh.insert(f, i, queue=q)
+    big = rows * 2
+    for queues in ("all", "pick", "none"):
+        x = sl.match_many(big, queues=queues, threads=2)
+        y = fresh.match_many(big, queues=queues)
+        assert (x.offsets == y.offsets).all() and (x.invalid == y.invalid).all()
+        assert all(sorted(x[i].tolist()) == sorted(y[i].tolist()) for i in range(0, len(big), 101))
+
+
+# --- Ctrl-C and the GIL ------------------------------------------------------------------
+
+def slow_index():
+    """Every subject walks 2**8 trie nodes and matches one subscription, so a
+    row is slow to match but produces little output."""
+    sl = fastsub.Sublist("nats")
+    for mask in range(256):
+        toks = ["*" if mask >> k & 1 else "a" for k in range(8)]
+        sl.insert(".".join(toks + ["z"]), mask)
+    sl.insert("a.a.a.a.a.a.a.a.y", 999)
+    return sl
+
+
+def same_rows(n, subject=b"a.a.a.a.a.a.a.a.y"):
+    """An Arrow column of n copies of one subject, built without a Python list."""
+    offsets = np.arange(0, len(subject) * (n + 1), len(subject), dtype=np.int64)
+    return pa.Array.from_buffers(pa.large_string(), n,
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(subject * n)])
+
+
+def rows_for(sl, seconds, threads):
+    n = 20000
+    t0 = time.perf_counter()
+    sl.match_many(same_rows(n), threads=threads)
+    per_row = (time.perf_counter() - t0) / n
+    return max(100000, min(int(seconds / per_row), 20_000_000)), per_row
+
+
+def still_usable(sl):
+    # a writer must get the lock (a read lock left held would hang it)
+    done = threading.Event()
+
+    def write():
+        sl.insert("after.ctrl.c", 7)
+        sl.remove("after.ctrl.c", 7)
+        done.set()
+
+    t = threading.Thread(target=write, daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert done.is_set(), "insert blocked after an interrupted match_many"
+    assert sl.match("a.a.a.a.a.a.a.a.y").subs == [999]
+    col = same_rows(40000)
+    one = sl.match_many(col, threads=1)
+    two = sl.match_many(col, threads=2)
+    assert one.sub_ids.tolist() == [999] * 40000
+    assert (one.offsets == two.offsets).all() and (one.sub_ids == two.sub_ids).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ctrl_c_interrupts_match_many(threads):
+    sl = slow_index()
+    n, per_row = rows_for(sl, 4.0, threads)
+    col = same_rows(n)
+    full = n * per_row
+    returned = False
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    t0 = time.perf_counter()
+    try:
+        timer.start()
+        sl.match_many(col, threads=threads)
+        returned = True
+        time.sleep(full + 5)           # the interrupt lands here if the call ignored it
+    except KeyboardInterrupt:
+        elapsed = time.perf_counter() - t0
+    finally:
+        timer.cancel()
+        timer.join()
+    assert not returned, "match_many ran to the end instead of raising KeyboardInterrupt"
+    assert elapsed < 0.2 + 0.5 * full, (elapsed, full)
+    still_usable(sl)
+
+
+def test_match_many_releases_the_gil():
+    sl = slow_index()
+    n, per_row = rows_for(sl, 1.0, 1)
+    col = same_rows(n)
+    started, done = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        sl.match_many(col)
+        done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    started.wait()
+    spins = 0
+    t0 = time.perf_counter()
+    while not done.is_set():
+        spins += 1
+    waited = time.perf_counter() - t0
+    t.join()
+    # with the GIL held for the whole call this loop would barely run
+    assert spins > 20000 * max(waited, 0.1), (spins, waited)
