@@ -19,7 +19,7 @@ void fs_tokens_free(fs_tokens *t)
     fs_tokens_init(t);
 }
 
-static int push(fs_tokens *t, uint32_t off, uint32_t len, const char *s)
+static int push(fs_tokens *t, uint32_t off, uint32_t len, const char *s, size_t total)
 {
     if (t->n == t->cap) {
         uint32_t ncap = t->cap * 2;
@@ -38,7 +38,7 @@ static int push(fs_tokens *t, uint32_t off, uint32_t len, const char *s)
     fs_span *sp = &t->tok[t->n++];
     sp->off = off;
     sp->len = len;
-    sp->hash = fs_hash(s + off, len);
+    sp->hash = fs_hash_within(s + off, len, s + total);
     sp->kind = FS_TOK_LITERAL;
     return FS_OK;
 }
@@ -78,25 +78,49 @@ static size_t utf8_seq(const unsigned char *s, size_t i, size_t len)
     return n;
 }
 
+/* NATS bytes the tokenizer must look at: '.', NUL, whitespace, non-ASCII */
+static const unsigned char nats_special[256] = {
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
+/* MQTT bytes the tokenizer must look at: '/', '+', '#', NUL, non-ASCII */
+static const unsigned char mqtt_special[256] = {
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
 static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
-    size_t start = 0;
-    for (size_t i = 0; i <= len; i++) {
-        unsigned char c = i < len ? (unsigned char)s[i] : '.';
-        if (c != '.') {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t start = 0, i = 0;
+    for (;;) {
+        while (i < len) {
+            unsigned char c = u[i];
+            if (!nats_special[c]) { i++; continue; }
+            if (c == '.') break;
             if (c == 0) return fail(err, "NUL byte", i);
-            if (is_nats_space(c)) return fail(err, "whitespace", i);
-            if (c >= 0x80) {
-                /* Bytes from Arrow may be anything; a Python str is always
-                 * UTF-8, so both inputs agree only if this is checked. */
-                size_t n = utf8_seq((const unsigned char *)s, i, len);
-                if (!n) return fail(err, "invalid UTF-8", i);
-                i += n - 1;
-            }
-            continue;
+            if (c < 0x80) return fail(err, "whitespace", i);
+            /* Bytes from Arrow may be anything; a Python str is always
+             * UTF-8, so both inputs agree only if this is checked. */
+            size_t n = utf8_seq(u, i, len);
+            if (!n) return fail(err, "invalid UTF-8", i);
+            i += n;
         }
         if (i == start) return fail(err, "empty token", i);
-        if (push(t, (uint32_t)start, (uint32_t)(i - start), s)) return FS_ENOMEM;
+        if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
         fs_span *sp = &t->tok[t->n - 1];
         if (sp->len == 1 && (s[start] == '*' || s[start] == '>')) {
             if (!is_filter) return fail(err, "wildcard in subject", start);
@@ -107,39 +131,40 @@ static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t,
                 sp->kind = FS_TOK_ONE;
             }
         }
-        start = i + 1;
+        if (i == len) return FS_OK;
+        start = ++i;
     }
-    return FS_OK;
 }
 
 static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
     const unsigned char *u = (const unsigned char *)s;
-    size_t start = 0;
-    size_t i = 0;
-    while (i <= len) {
-        unsigned char c = i < len ? u[i] : '/';
-        if (c != '/') {
+    size_t start = 0, i = 0;
+    for (;;) {
+        while (i < len) {
+            unsigned char c = u[i];
+            if (!mqtt_special[c]) { i++; continue; }
+            if (c == '/') break;
             if (c == 0) return fail(err, "NUL character", i);
             if (c == '+' || c == '#') {
                 if (!is_filter) return fail(err, "wildcard character in topic", i);
                 int whole = i == start && (i + 1 == len || u[i + 1] == '/');
                 if (!whole) return fail(err, c == '+' ? "'+' must be a whole level" : "'#' must be a whole level", i);
                 if (c == '#' && i + 1 != len) return fail(err, "'#' must be the last level", i);
+                i++;
+                continue;
             }
-            if (c < 0x80) { i++; continue; }
             size_t n = utf8_seq(u, i, len);
             if (!n) return fail(err, "invalid UTF-8", i);
             i += n;
-            continue;
         }
-        if (push(t, (uint32_t)start, (uint32_t)(i - start), s)) return FS_ENOMEM;
+        if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
         fs_span *sp = &t->tok[t->n - 1];
         if (sp->len == 1 && s[start] == '+') sp->kind = FS_TOK_ONE;
         else if (sp->len == 1 && s[start] == '#') sp->kind = FS_TOK_REST;
+        if (i == len) return FS_OK;
         start = ++i;
     }
-    return FS_OK;
 }
 
 int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
