@@ -58,16 +58,26 @@ static inline size_t pick(uint32_t keyhash, uint32_t group_key, size_t n)
     return (size_t)(x % n);
 }
 
+/* Copy ids: a loop for the usual one or two, memcpy for long runs. */
+static inline void copy_ids(int64_t *dst, const int64_t *src, size_t n)
+{
+    if (n <= 4)
+        for (size_t i = 0; i < n; i++) dst[i] = src[i];
+    else
+        memcpy(dst, src, sizeof(int64_t) * n);
+}
+
 /* Emit a row from a built (or cached) result. */
 static int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
 {
     size_t extra = queues == FS_QUEUES_ALL ? r->nids - r->nplain
                  : queues == FS_QUEUES_PICK ? r->ngroups : 0;
-    if (fs_grow(&out->ids, &out->cap, out->n + r->nplain + extra, sizeof(int64_t)) < 0)
+    if (out->n + r->nplain + extra > out->cap &&
+        fs_grow(&out->ids, &out->cap, out->n + r->nplain + extra, sizeof(int64_t)) < 0)
         return FS_ENOMEM;
     int64_t *dst = out->ids + out->n;
     size_t ncopy = queues == FS_QUEUES_ALL ? r->nids : r->nplain;
-    memcpy(dst, r->ids, sizeof(int64_t) * ncopy);
+    copy_ids(dst, r->ids, ncopy);
     dst += ncopy;
     if (queues == FS_QUEUES_PICK)
         for (size_t gi = 0; gi < r->ngroups; gi++) {
@@ -78,11 +88,11 @@ static int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
     return FS_OK;
 }
 
-static int put(fs_idbuf *out, const int64_t *ids, size_t n)
+static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
 {
-    if (fs_grow(&out->ids, &out->cap, out->n + n, sizeof(int64_t)) < 0)
+    if (out->n + n > out->cap && fs_grow(&out->ids, &out->cap, out->n + n, sizeof(int64_t)) < 0)
         return FS_ENOMEM;
-    memcpy(out->ids + out->n, ids, sizeof(int64_t) * n);
+    copy_ids(out->ids + out->n, ids, n);
     out->n += n;
     return FS_OK;
 }

@@ -151,7 +151,7 @@ static void evict(fs_cache_shard *sh, fs_centry *e)
 static fs_centry *find(fs_cache_shard *sh, const char *s, size_t len, uint32_t hash)
 {
     for (fs_centry *e = sh->buckets[hash & (sh->nbuckets - 1)]; e; e = e->hnext)
-        if (e->hash == hash && e->len == len && fs_tok_eq(e->subject, s, (uint32_t)len))
+        if (e->hash == hash && e->len == len && fs_tok_eq_within(e->subject, s, (uint32_t)len, s + len))
             return e;
     return NULL;
 }
@@ -188,7 +188,7 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
     size_t ids_off = ALIGN8(sizeof(fs_centry));
     size_t groups_off = ids_off + sizeof(int64_t) * r->nids;
     size_t subj_off = groups_off + sizeof(fs_group_out) * r->ngroups;
-    size_t arena_off = subj_off + len;
+    size_t arena_off = subj_off + FS_TOK_ALLOC(len);   /* word-padded for comparisons */
     size_t bytes = arena_off + r->narena;
     char *mem = FS_MALLOC(bytes);
     if (!mem)
@@ -209,6 +209,7 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
     if (r->ngroups) memcpy(e->r.groups, r->groups, sizeof(fs_group_out) * r->ngroups);
     if (r->narena) memcpy(e->r.arena, r->arena, r->narena);
     memcpy(mem + subj_off, s, len);
+    memset(mem + subj_off + len, 0, FS_TOK_ALLOC(len) - len);
     e->subject = mem + subj_off;
 
     fs_cache_shard *sh = shard_of(c, hash);

@@ -103,25 +103,35 @@ static inline const int64_t *fs_node_ids(const fs_node *n)
     return n->subcap <= 1 ? &n->subs.one : n->subs.many;
 }
 
-static inline int fs_tok_eq(const char *a, const char *b, uint32_t n)
+/* A node's token bytes are allocated rounded up to whole 8-byte words
+ * (FS_TOK_ALLOC), so comparisons can read the node side a word at a time. */
+#define FS_TOK_ALLOC(len) (((size_t)(len) + 7u) & ~(size_t)7u)
+
+/* Equality of n bytes: a is word-padded (a node token, a cache key); b may
+ * be read up to b_end. */
+static inline int fs_tok_eq_within(const char *a, const char *b, uint32_t n, const char *b_end)
 {
     while (n >= 8) {
-        uint64_t x, y;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        if (x != y)
+        if (fs_load_le64(a) != fs_load_le64(b))
             return 0;
         a += 8;
         b += 8;
         n -= 8;
     }
+    if (n == 0)
+        return 1;
+    if (b_end - b >= 8)
+        return ((fs_load_le64(a) ^ fs_load_le64(b)) & ((1ull << (8 * n)) - 1)) == 0;
     while (n--)
         if (*a++ != *b++)
             return 0;
     return 1;
 }
 
-static inline fs_node *fs_level_find(const fs_level *L, const char *tok, uint32_t len, uint32_t h)
+/* The child for a literal token, or NULL.  end: how far the bytes from tok
+ * may be read (tok + len at least). */
+static inline fs_node *fs_level_find_within(const fs_level *L, const char *tok, uint32_t len,
+                                            uint32_t h, const char *end)
 {
     if (!L->cap)
         return NULL;
@@ -130,10 +140,15 @@ static inline fs_node *fs_level_find(const fs_level *L, const char *tok, uint32_
         const fs_slot *s = &L->slots[i];
         if (!s->node)
             return NULL;
-        if (s->hash == h && s->len == len && fs_tok_eq(s->node->tok, tok, len))
+        if (s->hash == h && s->len == len && fs_tok_eq_within(s->node->tok, tok, len, end))
             return s->node;
     }
     return NULL;
+}
+
+static inline fs_node *fs_level_find(const fs_level *L, const char *tok, uint32_t len, uint32_t h)
+{
+    return fs_level_find_within(L, tok, len, h, tok + len);
 }
 
 static inline int fs_push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)

@@ -146,7 +146,7 @@ void fs_level_del(fs_level *L, const fs_node *n)
 
 fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp)
 {
-    fs_node *n = fs_sl_alloc(sl, sizeof(fs_node) + sp->len);
+    fs_node *n = fs_sl_alloc(sl, sizeof(fs_node) + FS_TOK_ALLOC(sp->len));
     if (!n)
         return NULL;
     memset(n, 0, sizeof(fs_node));
@@ -155,6 +155,7 @@ fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_
     n->toklen = (uint16_t)sp->len;
     n->kind = (uint8_t)sp->kind;
     memcpy(n->tok, tok, sp->len);
+    memset(n->tok + sp->len, 0, FS_TOK_ALLOC(sp->len) - sp->len);
     sl->nodes++;
     return n;
 }
@@ -177,7 +178,7 @@ void fs_node_free(fs_sublist *sl, fs_node *n)
         fs_sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
         fs_sl_free(sl, n->next, sizeof(fs_level));
     }
-    fs_sl_free(sl, n, sizeof(fs_node) + n->toklen);
+    fs_sl_free(sl, n, sizeof(fs_node) + FS_TOK_ALLOC(n->toklen));
     sl->nodes--;
 }
 
@@ -787,7 +788,7 @@ int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t has
     sc->nhits = 0;
     sc->nfront = 0;
     if (sl->literals.count) {
-        const fs_node *e = fs_level_find(&sl->literals, s, (uint32_t)len, hash);
+        const fs_node *e = fs_level_find_within(&sl->literals, s, (uint32_t)len, hash, s + len);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
     }
@@ -811,7 +812,7 @@ int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t has
             if (wild_ok && L->one &&
                 fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
                 return FS_ENOMEM;
-            const fs_node *c = fs_level_find(L, s + sp->off, sp->len, sp->hash);
+            const fs_node *c = fs_level_find_within(L, s + sp->off, sp->len, sp->hash, s + len);
             if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
         }
