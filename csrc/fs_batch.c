@@ -118,7 +118,8 @@ static int emit_hits(const fs_sublist *sl, const fs_scratch *sc, int queues, uin
             size_t total = g->n;
             if (sl->dialect == FS_NATS)
                 for (size_t k2 = k + 1; k2 < sc->nhits; k2++) {
-                    const fs_group *g2 = fs_node_find_group(sc->hits[k2], g->name, g->name_len, g->name_hash);
+                    const fs_group *g2 = sc->hits[k2]->ngroups
+                        ? fs_node_find_group(sc->hits[k2], g->name, g->name_len, g->name_hash) : NULL;
                     total += g2 ? g2->n : 0;
                 }
             size_t want = queues == FS_QUEUES_PICK ? pick(keyhash, fs_group_key(sl, n, g), total) : SIZE_MAX;
@@ -138,7 +139,8 @@ static int emit_hits(const fs_sublist *sl, const fs_scratch *sc, int queues, uin
                 cur = NULL;
                 if (sl->dialect == FS_NATS)
                     while (!cur && ++k2 < sc->nhits)
-                        cur = fs_node_find_group(sc->hits[k2], g->name, g->name_len, g->name_hash);
+                        if (sc->hits[k2]->ngroups)
+                            cur = fs_node_find_group(sc->hits[k2], g->name, g->name_len, g->name_hash);
                 if (!cur)
                     break;
             }

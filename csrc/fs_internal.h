@@ -75,7 +75,6 @@ void fs_node_free(fs_sublist *sl, fs_node *n);
 void fs_prune(fs_sublist *sl, fs_node *n);
 int fs_node_add_sub(fs_sublist *sl, fs_node *n, int64_t id);
 int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id);
-fs_group *fs_node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh);
 /* Collect into sc->hits the nodes whose subscriptions match the subject
  * tokenized in sc->toks.  Caller holds the read lock. */
 int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc);
@@ -157,6 +156,17 @@ static inline int fs_push_node(const fs_node ***v, size_t *n, size_t *cap, const
         return FS_ENOMEM;
     (*v)[(*n)++] = x;
     return FS_OK;
+}
+
+/* The node's group named q, or NULL. */
+static inline fs_group *fs_node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh)
+{
+    for (uint32_t i = 0; i < n->ngroups; i++) {
+        fs_group *g = &n->groups[i];
+        if (g->name_hash == qh && g->name_len == qlen && memcmp(g->name, q, qlen) == 0)
+            return g;
+    }
+    return NULL;
 }
 
 #endif

@@ -261,15 +261,6 @@ static int node_del_sub(fs_sublist *sl, fs_node *n, int64_t id)
     return 1;
 }
 
-fs_group *fs_node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh)
-{
-    for (uint32_t i = 0; i < n->ngroups; i++) {
-        fs_group *g = &n->groups[i];
-        if (g->name_hash == qh && g->name_len == qlen && memcmp(g->name, q, qlen) == 0)
-            return g;
-    }
-    return NULL;
-}
 
 static int group_add(fs_sublist *sl, fs_group *g, int64_t id)
 {
@@ -894,7 +885,7 @@ int fs_group_repeats(const fs_sublist *sl, const fs_scratch *sc, size_t k, const
     if (sl->dialect != FS_NATS)
         return 0;
     for (size_t j = 0; j < k; j++)
-        if (fs_node_find_group(sc->hits[j], g->name, g->name_len, g->name_hash))
+        if (sc->hits[j]->ngroups && fs_node_find_group(sc->hits[j], g->name, g->name_len, g->name_hash))
             return 1;
     return 0;
 }
