@@ -839,6 +839,8 @@ void fs_result_free(fs_result *r)
 
 int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n)
 {
+    if (n == 0)
+        return FS_OK;
     if (fs_grow(arena, cap, *len + n, 1) < 0)
         return FS_ENOMEM;
     memcpy(*arena + *len, p, n);
@@ -873,6 +875,8 @@ int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *le
 
 static int put_ids(fs_result *r, const int64_t *ids, size_t n)
 {
+    if (n == 0)               /* r->ids may still be NULL: no memcpy(NULL, ...) */
+        return FS_OK;
     if (fs_grow(&r->ids, &r->cap_ids, r->nids + n, sizeof(int64_t)) < 0)
         return FS_ENOMEM;
     memcpy(r->ids + r->nids, ids, sizeof(int64_t) * n);
