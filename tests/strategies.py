@@ -1,5 +1,5 @@
-"""Hypothesis strategies and checks shared by test_match_many, test_cache and
-test_threads (a copy of test_properties' alphabet, plus batch rows).
+"""Hypothesis strategies and checks shared by the property, batch, cache and
+thread tests.
 
 Token alphabets are tiny so that random filters and subjects match each
 other; they include '$' tokens, MQTT empty levels, a non-ASCII token, queue
@@ -57,7 +57,7 @@ def fuzz(dialect):
     whitespace, empty tokens, lone surrogates)."""
     s = st.lists(st.sampled_from(FUZZ_CHARS[dialect]), max_size=8).map("".join)
     if dialect == "mqtt":
-        s = st.one_of(s, s.map(lambda t: "$share/" + t))
+        s = st.one_of(s, s.map(lambda t: "$share/" + t), s.map(lambda t: "$share/g/" + t))
     return s
 
 

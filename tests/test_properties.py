@@ -11,63 +11,10 @@ import fastsub
 from fastsub import InvalidSubjectError
 from fastsub import _reference as R
 
-SEP = {"nats": ".", "mqtt": "/"}
-ONE = {"nats": "*", "mqtt": "+"}
-REST = {"nats": ">", "mqtt": "#"}
-LITERALS = {"nats": ["a", "b", "$x"], "mqtt": ["a", "b", "$x", ""]}
-QUEUES = [None, None, "q", "r"]
-SUB_IDS = [0, 1, 2, -1, 2 ** 63 - 1, -(2 ** 63)]
-DIALECTS = ["nats", "mqtt"]
+from strategies import (DIALECTS, ONE, QUEUES, REST, SEP, SUB_IDS, filters, fuzz, norm,
+                        norm_reverse, subjects, subscriptions)
 
 PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def subjects(dialect):
-    return (st.lists(st.sampled_from(LITERALS[dialect]), min_size=1, max_size=4)
-            .map(SEP[dialect].join).filter(bool))
-
-
-@st.composite
-def filters(draw, dialect):
-    toks = draw(st.lists(st.sampled_from(LITERALS[dialect] + [ONE[dialect]] * 2), max_size=3))
-    if not toks or draw(st.integers(0, 2)) == 0:
-        toks.append(REST[dialect])
-    f = SEP[dialect].join(toks)
-    assume(f != "")
-    return f
-
-
-@st.composite
-def subscriptions(draw, dialect):
-    """(filter argument, sub_id, queue argument) as passed to insert()."""
-    f = draw(filters(dialect))
-    q = draw(st.sampled_from(QUEUES))
-    i = draw(st.sampled_from(SUB_IDS))
-    if dialect == "mqtt" and q is not None and draw(st.booleans()):
-        return f"$share/{q}/{f}", i, None
-    return f, i, q
-
-
-# characters that make strings valid, invalid, or interesting
-FUZZ_CHARS = {
-    "nats": ["a", "b", ".", ".", "*", ">", "$", " ", "\t", "\x00", "\u00e9", "/", "+", "#"],
-    "mqtt": ["a", "b", "/", "/", "+", "#", "$", " ", "\x00", "\u00e9", ".", "*", ">", "\ud800"],
-}
-
-
-def fuzz(dialect):
-    s = st.lists(st.sampled_from(FUZZ_CHARS[dialect]), max_size=8).map("".join)
-    if dialect == "mqtt":
-        s = st.one_of(s, s.map(lambda t: "$share/" + t), s.map(lambda t: "$share/g/" + t))
-    return s
-
-
-def norm(r):
-    return (sorted(r.subs), sorted(((q, f, sorted(m)) for q, f, m in r.groups), key=repr))
-
-
-def norm_reverse(rows):
-    return sorted((tuple(t) for t in rows), key=repr)
 
 
 # --- stateless properties -----------------------------------------------------
