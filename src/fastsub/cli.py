@@ -1,0 +1,436 @@
+"""The `fastsub` command line.
+
+    fastsub fanout --events PATH --subs PATH --out DIR [--master URL] ...
+    fastsub demo [--out DIR] [--events N]
+    fastsub match --subs FILE --subjects FILE [--dialect nats|mqtt]
+
+`fanout` and `demo` run on Spark (pip install 'fastsub[spark]'); `match` is
+the engine alone.  A mistake in the input (a missing file, column or type,
+an invalid filter) is one line on stderr and exit status 2; see docs/spark.md.
+"""
+import argparse
+import os
+import sys
+import time
+
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def _err(msg):
+    print(f"fastsub: error: {msg}", file=sys.stderr)
+
+
+def _n(x):
+    return f"{x:,}"
+
+
+def _size(nbytes):
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:,} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+
+
+def _java_message(e):
+    """The most specific message in a Py4JJavaError's Java cause chain."""
+    best, t, seen = None, getattr(e, "java_exception", None), 0
+    while t is not None and seen < 20:
+        msg = t.getMessage()
+        if msg and msg.strip():
+            best = msg
+        t, seen = t.getCause(), seen + 1
+    return best
+
+
+def _first_line(e):
+    """One useful line from an exception: Spark's carry a JVM or Python trace."""
+    try:
+        text = _java_message(e) if hasattr(e, "java_exception") else None
+    except Exception:  # noqa: BLE001 - the JVM may be gone
+        text = None
+    text = text or str(e) or type(e).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if any(ln.startswith("Traceback (most recent call last)") for ln in lines):
+        lines = [ln for ln in lines if not ln.startswith(("JVM stacktrace", "at ", "File "))]
+        return lines[-1][:500] if lines else type(e).__name__
+    for line in lines:
+        if not line.startswith(("JVM stacktrace", "at ", "An error occurred while calling")):
+            return line[:500]
+    return type(e).__name__
+
+
+# --------------------------------------------------------------------------
+# input files
+# --------------------------------------------------------------------------
+
+FORMATS = ("parquet", "json", "csv")
+_EXT = {".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json",
+        ".ndjson": "json", ".csv": "csv"}
+_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".snappy", ".deflate")
+
+
+def _is_local(path):
+    return "://" not in path or path.startswith("file://")
+
+
+def _local_path(path):
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def _format_of(path, fmt, what, flag):
+    if fmt:
+        return fmt
+    p = _local_path(path).rstrip("/")
+    name = p
+    if _is_local(path) and os.path.isdir(p):
+        parts = sorted(f for f in os.listdir(p) if not f.startswith(("_", ".")))
+        if not parts:
+            raise CLIError(f"{what} directory {path} has no data files")
+        name = parts[0]
+    base = name.lower()
+    for c in _COMPRESSED:
+        if base.endswith(c):
+            base = base[: -len(c)]
+    for ext, f in _EXT.items():
+        if base.endswith(ext):
+            return f
+    raise CLIError(f"cannot tell the format of {what} {path} from its name; "
+                   f"use {flag} parquet|json|csv")
+
+
+def _check_readable(path, what):
+    if not _is_local(path):
+        return
+    p = _local_path(path)
+    if not os.path.exists(p):
+        raise CLIError(f"{what} {path}: no such file or directory")
+    if not os.access(p, os.R_OK) or (os.path.isdir(p) and not os.access(p, os.X_OK)):
+        raise CLIError(f"{what} {path}: permission denied")
+
+
+def _read(spark, path, fmt, what):
+    """-> DataFrame; a file Spark cannot read is a CLIError naming it."""
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JError
+    try:
+        r = spark.read
+        if fmt == "csv":
+            df = r.option("header", True).option("mode", "FAILFAST").csv(path)
+        elif fmt == "json":
+            df = r.option("mode", "FAILFAST").json(path)
+        else:
+            df = r.parquet(path)
+        df.schema  # noqa: B018 - resolve it now, so an error names this file
+    except (PySparkException, Py4JError) as e:
+        raise CLIError(f"cannot read {what} {path} as {fmt}: {_first_line(e)}") from None
+    if not df.columns:
+        raise CLIError(f"{what} {path} has no columns (empty or not {fmt})")
+    return df
+
+
+def _subs_ids_to_long(subs, path):
+    """CSV (and quoted JSON) sub ids are strings: convert, naming the first bad row."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    if "sub_id" not in subs.columns:
+        return subs
+    t = subs.schema["sub_id"].dataType
+    if not isinstance(t, T.StringType):
+        return subs
+    col = F.col("sub_id")
+    values = subs.select(col).toArrow().column(0).to_pylist()
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        try:
+            n = int(v.strip())
+        except ValueError:
+            raise CLIError(f"subscriptions {path} row {i + 1}: sub_id {v!r} is not an integer") from None
+        if not -(2 ** 63) <= n < 2 ** 63:
+            raise CLIError(f"subscriptions {path} row {i + 1}: sub_id {v!r} is outside signed 64-bit")
+    return subs.withColumn("sub_id", F.trim(col).cast("long"))
+
+
+# --------------------------------------------------------------------------
+# fanout
+# --------------------------------------------------------------------------
+
+def _out_paths(out, overwrite):
+    paths = {k: out.rstrip("/") + "/" + k for k in ("deliveries", "rejected")}
+    if _is_local(out) and not overwrite:
+        for p in paths.values():
+            if os.path.exists(_local_path(p)):
+                raise CLIError(f"output {p} already exists (use --overwrite)")
+    return paths
+
+
+def _spark_errors():
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JError
+    return (PySparkException, Py4JError)
+
+
+def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_format=None,
+               dialect="nats", subject_col="subject", key_col=None, queues="pick",
+               overwrite=False, master="", out_stream=None):
+    """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
+    summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError."""
+    from fastsub import InvalidSubjectError
+    from fastsub.spark import FanoutInputError, fanout_with_rejects
+
+    out_stream = out_stream or sys.stdout
+    ev_fmt = _format_of(events_path, events_format, "events", "--format")
+    sub_fmt = _format_of(subs_path, subs_format, "subscriptions", "--subs-format")
+    paths = _out_paths(out, overwrite)
+    mode = "overwrite" if overwrite else "errorifexists"
+
+    t0 = time.perf_counter()
+    events = _read(spark, events_path, ev_fmt, "events")
+    # A small or unsplittable file (one gzip CSV, say) is one partition: spread
+    # it over the cores, or a single task does all the matching and writing.
+    cores = spark.sparkContext.defaultParallelism
+    if events.rdd.getNumPartitions() < cores:
+        events = events.repartition(cores)
+    subs = _subs_ids_to_long(_read(spark, subs_path, sub_fmt, "subscriptions"), subs_path)
+    try:
+        res = fanout_with_rejects(events, subs, subject_col=subject_col, key_col=key_col,
+                                  dialect=dialect, queues=queues)
+    except (FanoutInputError, InvalidSubjectError) as e:
+        about_subs = str(e).startswith(("subscriptions", "the subscriptions"))
+        where = subs_path if about_subs else events_path
+        raise CLIError(f"{where}: {e}") from None
+    except _spark_errors() as e:
+        raise CLIError(f"reading subscriptions {subs_path} failed: {_first_line(e)}") from None
+    t_index = time.perf_counter()
+    res.persist()
+    try:
+        try:
+            counts = res.counts()
+            t_match = time.perf_counter()
+            res.deliveries.write.mode(mode).parquet(paths["deliveries"])
+            res.rejected.write.mode(mode).parquet(paths["rejected"])
+        except _spark_errors() as e:
+            raise CLIError(f"the fan-out of {events_path} failed: {_first_line(e)}") from None
+        t_end = time.perf_counter()
+        written = spark.read.parquet(paths["deliveries"]).count()
+    finally:
+        res.unpersist()
+    seconds = t_end - t0
+
+    ok = counts.reconciles and written == counts.deliveries
+    idx = res.index
+    p = lambda *a: print(*a, file=out_stream)  # noqa: E731
+    p(f"fastsub fanout: {events_path} x {subs_path} ({dialect}, queues={queues}"
+      + (f", key={key_col}" if key_col else "") + (f") on {master}" if master else ")"))
+    p(f"  index       {_n(idx.nsubs)} subscriptions, {_size(idx.nbytes)}, shipped by {idx.shipped_by}")
+    p(f"  events in   {_n(counts.events)} = {_n(counts.delivered)} delivered + "
+      f"{_n(counts.unmatched)} unmatched + {_n(counts.rejected)} rejected  "
+      + ("[reconciles]" if counts.reconciles else "[DOES NOT RECONCILE]"))
+    p(f"  deliveries  {_n(written)} rows -> {paths['deliveries']} (parquet)"
+      + ("" if written == counts.deliveries else f"  [expected {_n(counts.deliveries)}]"))
+    p(f"  rejected    {_n(counts.rejected)} rows -> {paths['rejected']} (parquet, with `error`)")
+    p(f"  time        {seconds:.1f} s: {_n(round(counts.events / seconds))} events/s, "
+      f"{_n(round(counts.deliveries / seconds))} deliveries/s (read + index {t_index - t0:.1f} s, "
+      f"match + count {t_match - t_index:.1f} s, write {t_end - t_match:.1f} s)")
+    if not ok:
+        raise RuntimeError("the counts do not reconcile: this is a fastsub bug")
+    return counts, written, seconds
+
+
+def _session(args):
+    try:
+        from fastsub.spark import local_session
+    except ImportError as e:
+        raise CLIError(str(e)) from None
+    level = "WARN" if args.verbose else "ERROR"
+    return local_session(args.master, app_name=f"fastsub {args.cmd}", log_level=level)
+
+
+def cmd_fanout(args):
+    # Everything that can be checked without a JVM is checked before starting one.
+    _check_readable(args.events, "events")
+    _check_readable(args.subs, "subscriptions")
+    _format_of(args.events, args.format, "events", "--format")
+    _format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
+    _out_paths(args.out, args.overwrite)
+    spark = _session(args)
+    run_fanout(spark, args.events, args.subs, args.out, events_format=args.format,
+               subs_format=args.subs_format, dialect=args.dialect, subject_col=args.subject_col,
+               key_col=args.key_col, queues=args.queues, overwrite=args.overwrite,
+               master=args.master)
+    return 0
+
+
+def cmd_demo(args):
+    from fastsub import _demo
+    return _demo.run(args, _session)
+
+
+# --------------------------------------------------------------------------
+# match: the engine alone
+# --------------------------------------------------------------------------
+
+def _lines(path):
+    f = sys.stdin if path == "-" else open(path, encoding="utf-8", newline="")
+    try:
+        for line in f:
+            if line.endswith("\n"):
+                line = line[:-1]
+                if line.endswith("\r"):
+                    line = line[:-1]
+            yield line
+    finally:
+        if f is not sys.stdin:
+            f.close()
+
+
+def read_filters(path):
+    """Lines `filter` or `filter queue` (a tab separates them when the filter
+    has spaces); blank lines skipped; sub_id = line number.
+    -> (filters, sub_ids, queues, {sub_id: (filter, queue)})"""
+    filters, ids, queues = [], [], []
+    for lineno, line in enumerate(_lines(path), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t") if "\t" in line else line.split()
+        if len(parts) > 2:
+            raise CLIError(f"{path} line {lineno}: expected 'filter' or 'filter queue' "
+                           "(separate them with a tab if the filter has spaces)")
+        filters.append(parts[0])
+        queues.append(parts[1] if len(parts) == 2 else None)
+        ids.append(lineno)
+    return filters, ids, queues
+
+
+def cmd_match(args):
+    from fastsub import InvalidSubjectError, Sublist
+    for path, what in ((args.subs, "subscriptions"), (args.subjects, "subjects")):
+        if path != "-":
+            _check_readable(path, what)
+    try:
+        filters, ids, queues = read_filters(args.subs)
+        subjects = list(_lines(args.subjects))
+    except (OSError, UnicodeDecodeError) as e:
+        raise CLIError(f"cannot read input: {e}") from None
+    sl = Sublist(args.dialect)
+    try:
+        sl.insert_many(filters, ids, queues if any(q is not None for q in queues) else None)
+    except InvalidSubjectError as e:
+        msg = str(e)
+        if msg.startswith("item "):
+            i = int(msg[5:msg.index(":")])
+            msg = f"line {ids[i]}: {msg[msg.index(':') + 2:]}"
+        raise CLIError(f"{args.subs} {msg}") from None
+    by_id = {i: (f, q) for f, i, q in zip(filters, ids, queues)}
+    t0 = time.perf_counter()
+    r = sl.match_many(subjects, queues=args.queues)
+    seconds = time.perf_counter() - t0
+    offsets, sub_ids, invalid = r.offsets.tolist(), r.sub_ids.tolist(), r.invalid.tolist()
+    out, checker = sys.stdout, Sublist(args.dialect)
+    delivered = unmatched = rejected = 0
+    w = out.write
+    for k, s in enumerate(subjects):
+        if invalid[k]:
+            rejected += 1
+            try:
+                checker.match(s)
+                why = "invalid subject"
+            except InvalidSubjectError as e:
+                why = str(e)
+            print(f"fastsub: {args.subjects} line {k + 1}: rejected: {why}", file=sys.stderr)
+            continue
+        a, b = offsets[k], offsets[k + 1]
+        if a == b:
+            unmatched += 1
+            continue
+        delivered += 1
+        for sid in sub_ids[a:b]:
+            f, q = by_id[sid]
+            w(f"{s}\t{sid}\t{f}" + (f"\t{q}" if q is not None else "") + "\n")
+    out.flush()
+    print(f"fastsub match: {_n(len(subjects))} subjects = {_n(delivered)} delivered + "
+          f"{_n(unmatched)} unmatched + {_n(rejected)} rejected; {_n(len(sub_ids))} deliveries "
+          f"from {_n(len(sl))} subscriptions ({args.dialect}, queues={args.queues}) "
+          f"in {seconds * 1e3:.1f} ms", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------
+
+def build_parser():
+    ap = argparse.ArgumentParser(
+        prog="fastsub", description="NATS/MQTT subscription matching: fan events out to "
+        "subscription ids on Spark, or match subjects from files.")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+
+    def spark_opts(p):
+        p.add_argument("--master", default="local[*]", metavar="URL",
+                       help="Spark master URL (default: local[*], the embedded Spark)")
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help="Spark's own warnings on stderr, failed tasks' traces included")
+
+    f = sub.add_parser("fanout", help="deliveries of an events table against a subscriptions table",
+                       description="Write DIR/deliveries (one row per event x sub_id, Parquet) and "
+                       "DIR/rejected (events with a null or invalid subject + `error`, Parquet); "
+                       "print counts that reconcile: events in = delivered + unmatched + rejected.")
+    f.add_argument("--events", required=True, metavar="PATH",
+                   help="events: Parquet, JSON lines or CSV with a header (file or directory)")
+    f.add_argument("--subs", required=True, metavar="PATH",
+                   help="subscriptions: columns sub_id, filter, queue (optional)")
+    f.add_argument("--out", required=True, metavar="DIR")
+    f.add_argument("--dialect", choices=("nats", "mqtt"), default="nats")
+    f.add_argument("--subject-col", default="subject", metavar="C")
+    f.add_argument("--key-col", default=None, metavar="C",
+                   help="column the queue-group pick hashes instead of the subject")
+    f.add_argument("--queues", choices=("pick", "all", "none"), default="pick",
+                   help="queue groups: one member per group (pick, default), every member, none")
+    f.add_argument("--format", choices=FORMATS, default=None,
+                   help="format of --events (default: from its extension)")
+    f.add_argument("--subs-format", choices=FORMATS, default=None,
+                   help="format of --subs (default: from its extension)")
+    f.add_argument("--overwrite", action="store_true", help="replace existing outputs in DIR")
+    spark_opts(f)
+    f.set_defaults(func=cmd_fanout)
+
+    d = sub.add_parser("demo", help="generate an IoT telemetry sample and fan it out on local Spark")
+    d.add_argument("--out", default=os.path.join("out", "demo"), metavar="DIR",
+                   help="where the sample and the outputs go (default: out/demo)")
+    d.add_argument("--events", type=int, default=200_000, metavar="N",
+                   help="number of events (default 200,000)")
+    d.add_argument("--seed", type=int, default=7)
+    spark_opts(d)
+    d.set_defaults(func=cmd_demo)
+
+    m = sub.add_parser("match", help="match subjects against filters (the engine, no Spark)",
+                       description="Print one line per delivery: subject, sub_id (the filter's line "
+                       "number), filter[, queue]; rejected subjects and a summary on stderr.")
+    m.add_argument("--subs", required=True, metavar="FILE",
+                   help="one `filter` or `filter queue` per line ('-' for stdin)")
+    m.add_argument("--subjects", required=True, metavar="FILE", help="one subject per line ('-' for stdin)")
+    m.add_argument("--dialect", choices=("nats", "mqtt"), default="nats")
+    m.add_argument("--queues", choices=("pick", "all", "none"), default="pick")
+    m.set_defaults(func=cmd_match)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CLIError as e:
+        _err(e)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""`fastsub fanout` and `fastsub demo` end to end: CSV, JSON lines and Parquet
+inputs, the reconciliation line, the rejected output, and the one-line errors.
+
+Most runs call cli.main() in this process (it reuses the session fixture's
+Spark); two run the installed command in a subprocess, as a user would."""
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fastsub import cli
+from spark_expect import NATS_SUBJECTS, NATS_SUBS, Expected, events_rows, random_case
+
+pytestmark = pytest.mark.spark
+
+RECONCILE = re.compile(r"events in\s+([\d,]+) = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
+                       r"([\d,]+) rejected\s+\[reconciles\]")
+DELIVERIES = re.compile(r"deliveries\s+([\d,]+) rows")
+
+
+def _num(s):
+    return int(s.replace(",", ""))
+
+
+def _write(path, fmt, columns, rows):
+    if fmt == "csv":
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(columns)
+            w.writerows([["" if v is None else v for v in r] for r in rows])
+    elif fmt == "json":
+        with open(path, "w") as f:
+            for r in rows:
+                f.write(json.dumps(dict(zip(columns, r))) + "\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        pq.write_table(pa.Table.from_pylist([dict(zip(columns, r)) for r in rows]), path)
+
+
+def _inputs(tmp_path, fmt):
+    subs, subjects = random_case("nats", n_events=200, seed=5)
+    subs = subs + NATS_SUBS
+    if fmt == "csv":  # an empty CSV field reads as null
+        subjects = [None if s == "" else s for s in subjects + NATS_SUBJECTS]
+    else:
+        subjects = subjects + NATS_SUBJECTS
+    events = events_rows(subjects)
+    ext = {"csv": "csv", "json": "jsonl", "parquet": "parquet"}[fmt]
+    ev_path, sub_path = str(tmp_path / f"events.{ext}"), str(tmp_path / f"subs.{ext}")
+    _write(ev_path, fmt, ["event_id", "subject", "device", "payload"], events)
+    _write(sub_path, fmt, ["sub_id", "filter", "queue"], subs)
+    return ev_path, sub_path, Expected("nats", subs, events)
+
+
+def _read_parquet_dir(path):
+    import pyarrow.parquet as pq
+    return pq.read_table(path)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_fanout_command(spark, tmp_path, capsys, fmt):
+    ev_path, sub_path, exp = _inputs(tmp_path, fmt)
+    out = str(tmp_path / "out")
+    rc = cli.main(["fanout", "--events", ev_path, "--subs", sub_path, "--out", out,
+                   "--master", "local[2]", "--queues", "all"])
+    stdout = capsys.readouterr().out
+    assert rc == 0, stdout
+    m = RECONCILE.search(stdout)
+    assert m, stdout
+    c = exp.counts("all")
+    assert [_num(x) for x in m.groups()] == [c["events"], c["delivered"], c["unmatched"], c["rejected"]]
+    n_deliveries = sum(len(exp.ids(e, "all")) for e in exp.plain)
+    assert _num(DELIVERIES.search(stdout).group(1)) == n_deliveries
+    assert re.search(r"time\s+[\d.]+ s: [\d,]+ events/s", stdout)
+
+    deliveries = _read_parquet_dir(os.path.join(out, "deliveries"))
+    assert deliveries.num_rows == n_deliveries
+    # (Spark orders JSON fields by name)
+    assert sorted(deliveries.column_names[:-1]) == ["device", "event_id", "payload", "subject"]
+    assert deliveries.column_names[-1] == "sub_id"
+    got = {}
+    for e, s in zip(deliveries.column("event_id").to_pylist(), deliveries.column("sub_id").to_pylist()):
+        got.setdefault(int(e), []).append(s)  # (CSV columns read as strings)
+    assert {e: sorted(v) for e, v in got.items()} == {e: exp.ids(e, "all") for e in exp.plain
+                                                      if exp.ids(e, "all")}
+    rejected = _read_parquet_dir(os.path.join(out, "rejected")).to_pylist()
+    assert sorted(int(r["event_id"]) for r in rejected) == sorted(exp.rejected)
+    assert all(r["error"] for r in rejected)
+    assert {r["error"] for r in rejected if r["subject"] is None} == {"null subject"}
+    assert {r["error"] for r in rejected if r["subject"] == "orders..x"} == {"empty token (at byte 7)"}
+
+    # the outputs exist now: a second run refuses to overwrite them unless told to
+    rc = cli.main(["fanout", "--events", ev_path, "--subs", sub_path, "--out", out])
+    err = capsys.readouterr().err
+    assert rc == 2 and "already exists (use --overwrite)" in err
+
+
+def test_format_flag_and_key(spark, tmp_path, capsys):
+    ev_path, sub_path, exp = _inputs(tmp_path, "json")
+    odd = str(tmp_path / "events.data")
+    shutil.copy(ev_path, odd)
+    out = str(tmp_path / "out")
+    assert cli.main(["fanout", "--events", odd, "--subs", sub_path, "--out", out]) == 2
+    assert "use --format" in capsys.readouterr().err
+    assert cli.main(["fanout", "--events", odd, "--format", "json", "--subs", sub_path,
+                     "--out", out, "--key-col", "device"]) == 0
+    stdout = capsys.readouterr().out
+    assert "key=device" in stdout and RECONCILE.search(stdout)
+
+
+def _error(capsys, argv):
+    rc = cli.main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert rc == 2, captured
+    assert len(lines) == 1 and lines[0].startswith("fastsub: error: "), captured.err
+    return lines[0]
+
+
+def test_user_errors_are_one_line(spark, tmp_path, capsys):
+    ev_path, sub_path, _ = _inputs(tmp_path, "csv")
+    out = str(tmp_path / "out")
+    base = ["fanout", "--out", out]
+
+    msg = _error(capsys, base + ["--events", str(tmp_path / "nope.csv"), "--subs", sub_path])
+    assert "nope.csv: no such file or directory" in msg
+
+    msg = _error(capsys, base + ["--events", ev_path, "--subs", sub_path, "--subject-col", "topic"])
+    assert ev_path in msg and "no column 'topic'" in msg and "event_id, subject" in msg
+
+    typed = str(tmp_path / "typed.jsonl")
+    _write(typed, "json", ["event_id", "subject"], [(1, 5), (2, 6)])
+    msg = _error(capsys, base + ["--events", typed, "--subs", sub_path])
+    assert "column 'subject' has type bigint, expected string" in msg
+
+    bad_subs = str(tmp_path / "bad_subs.csv")
+    _write(bad_subs, "csv", ["sub_id", "filter", "queue"], [(1, "a.*", None), (2, "a.>.b", "q")])
+    msg = _error(capsys, base + ["--events", ev_path, "--subs", bad_subs])
+    assert (f"{bad_subs}: subscriptions row 2 (sub_id=2, queue='q'): invalid filter 'a.>.b'" in msg), msg
+
+    bad_ids = str(tmp_path / "bad_ids.csv")
+    _write(bad_ids, "csv", ["sub_id", "filter"], [(1, "a"), ("seven", "b")])
+    msg = _error(capsys, base + ["--events", ev_path, "--subs", bad_ids])
+    assert "row 2: sub_id 'seven' is not an integer" in msg
+
+    corrupt = str(tmp_path / "corrupt.parquet")
+    with open(corrupt, "wb") as f:
+        f.write(b"not parquet at all")
+    msg = _error(capsys, base + ["--events", corrupt, "--subs", sub_path])
+    assert f"cannot read events {corrupt} as parquet" in msg and "not a Parquet file" in msg
+
+
+def _command():
+    exe = os.path.join(os.path.dirname(sys.executable), "fastsub")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "fastsub.cli"]
+
+
+def _clean_env():
+    env = dict(os.environ)
+    env.pop("FASTSUB_SPARK_LOAD_LOG", None)
+    return env
+
+
+def test_demo_command(tmp_path):
+    """What `make demo` runs, small: a fresh process, a fresh JVM, quiet output."""
+    p = subprocess.run(_command() + ["demo", "--events", "5000", "--out", str(tmp_path / "demo"),
+                                     "--master", "local[2]"],
+                       capture_output=True, text=True, timeout=300, env=_clean_env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    m = RECONCILE.search(p.stdout)
+    assert m and _num(m.group(1)) == 5000, p.stdout
+    assert _num(m.group(4)) > 0                       # the sample has malformed events
+    assert "sticky per device: at most 1 worker" in p.stdout
+    assert "Traceback" not in p.stderr and "\tat " not in p.stderr, p.stderr
+    assert "Setting default log level" not in p.stderr
+    for d in ("deliveries", "rejected"):
+        assert os.path.isdir(tmp_path / "demo" / d)
+
+
+def test_spark_error_in_a_subprocess_is_one_line(tmp_path):
+    """An error found inside a Spark job: no JVM stack trace on the terminal."""
+    corrupt, subs = tmp_path / "events.parquet", tmp_path / "subs.csv"
+    corrupt.write_bytes(b"PAR1 but not really")
+    subs.write_text("sub_id,filter\n1,a.>\n")
+    p = subprocess.run(_command() + ["fanout", "--events", str(corrupt), "--subs", str(subs),
+                                     "--out", str(tmp_path / "out"), "--master", "local[1]"],
+                       capture_output=True, text=True, timeout=300, env=_clean_env())
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if not ln.startswith("WARNING: Using incubator")]
+    assert lines == [lines[-1]] and lines[-1].startswith(
+        f"fastsub: error: cannot read events {corrupt} as parquet"), p.stderr
