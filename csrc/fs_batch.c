@@ -100,26 +100,26 @@ static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
 /* Emit a row straight from the matched nodes (no cache to fill), in the
  * same order emit() gives for the built result: plain ids, then each
  * group's members (NATS: merged by name across nodes). */
-static int emit_hits(const fs_sublist *sl, const fs_scratch *sc, int queues, uint32_t keyhash,
-                     fs_idbuf *out)
+static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int queues,
+                     uint32_t keyhash, fs_idbuf *out)
 {
-    for (size_t k = 0; k < sc->nhits; k++)
-        if (put(out, fs_node_ids(sc->hits[k]), sc->hits[k]->nsubs) < 0)
+    for (size_t k = 0; k < nhits; k++)
+        if (put(out, fs_node_ids(hits[k]), hits[k]->nsubs) < 0)
             return FS_ENOMEM;
     if (queues == FS_QUEUES_NONE)
         return FS_OK;
-    for (size_t k = 0; k < sc->nhits; k++) {
-        const fs_node *n = sc->hits[k];
+    for (size_t k = 0; k < nhits; k++) {
+        const fs_node *n = hits[k];
         for (uint32_t gi = 0; gi < n->ngroups; gi++) {
             const fs_group *g = &n->groups[gi];
-            if (fs_group_repeats(sl, sc, k, g))
+            if (fs_group_repeats(sl, hits, k, g))
                 continue;
             /* The group's members: g's, then (NATS) the same name's on later hits. */
             size_t total = g->n;
             if (sl->dialect == FS_NATS)
-                for (size_t k2 = k + 1; k2 < sc->nhits; k2++) {
-                    const fs_group *g2 = sc->hits[k2]->ngroups
-                        ? fs_node_find_group(sc->hits[k2], g->name, g->name_len, g->name_hash) : NULL;
+                for (size_t k2 = k + 1; k2 < nhits; k2++) {
+                    const fs_group *g2 = hits[k2]->ngroups
+                        ? fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash) : NULL;
                     total += g2 ? g2->n : 0;
                 }
             size_t want = queues == FS_QUEUES_PICK ? pick(keyhash, fs_group_key(sl, n, g), total) : SIZE_MAX;
@@ -138,9 +138,9 @@ static int emit_hits(const fs_sublist *sl, const fs_scratch *sc, int queues, uin
                 }
                 cur = NULL;
                 if (sl->dialect == FS_NATS)
-                    while (!cur && ++k2 < sc->nhits)
-                        if (sc->hits[k2]->ngroups)
-                            cur = fs_node_find_group(sc->hits[k2], g->name, g->name_len, g->name_hash);
+                    while (!cur && ++k2 < nhits)
+                        if (hits[k2]->ngroups)
+                            cur = fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash);
                 if (!cur)
                     break;
             }
@@ -240,7 +240,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                         if (rc == FS_OK)
                             rc = fs_walk_locked(sl, r->s, r->len, r->hash, &w->sc);
                         if (rc == FS_OK)
-                            rc = emit_hits(sl, &w->sc, queues, keyhash, out);
+                            rc = emit_hits(sl, w->sc.hits, w->sc.nhits, queues, keyhash, out);
                     }
                     if (rc == FS_EINVAL) {
                         invalid[i - begin] = 1;

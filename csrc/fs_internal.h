@@ -86,7 +86,7 @@ int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *le
 int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
 /* NATS merges same-named groups across the matched nodes: is hit k's group
  * g already part of an earlier hit's group? (Always 0 for MQTT.) */
-int fs_group_repeats(const fs_sublist *sl, const fs_scratch *sc, size_t k, const fs_group *g);
+int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k, const fs_group *g);
 /* A hash identifying a result group (NATS: its name; MQTT: name and filter),
  * stable across processes: queue picks are made from it. */
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);

@@ -884,12 +884,12 @@ static int put_ids(fs_result *r, const int64_t *ids, size_t n)
     return FS_OK;
 }
 
-int fs_group_repeats(const fs_sublist *sl, const fs_scratch *sc, size_t k, const fs_group *g)
+int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k, const fs_group *g)
 {
     if (sl->dialect != FS_NATS)
         return 0;
     for (size_t j = 0; j < k; j++)
-        if (sc->hits[j]->ngroups && fs_node_find_group(sc->hits[j], g->name, g->name_len, g->name_hash))
+        if (hits[j]->ngroups && fs_node_find_group(hits[j], g->name, g->name_len, g->name_hash))
             return 1;
     return 0;
 }
@@ -917,7 +917,7 @@ static int build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r
         const fs_node *n = sc->hits[k];
         for (uint32_t gi = 0; gi < n->ngroups; gi++) {
             const fs_group *g = &n->groups[gi];
-            if (fs_group_repeats(sl, sc, k, g))     /* merged into an earlier node's group */
+            if (fs_group_repeats(sl, sc->hits, k, g))     /* merged into an earlier node's group */
                 continue;
             if (fs_grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
                 return FS_ENOMEM;
