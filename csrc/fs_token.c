@@ -102,14 +102,53 @@ static const unsigned char mqtt_special[256] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 };
 
+/* Word-at-a-time scanning: the index of the first byte at or after i that
+ * the tokenizer must look at (a candidate; the byte tables decide), or len.
+ * In each mask the lowest flagged byte is exact, which is all we use. */
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+
+static inline uint64_t zero_bytes(uint64_t v) { return (v - ONES) & ~v & HIGHS; }
+
+static inline size_t first_flagged(uint64_t m) { return (size_t)__builtin_ctzll(m) >> 3; }
+
+static inline size_t nats_scan(const unsigned char *u, size_t i, size_t len)
+{
+    for (; i + 8 <= len; i += 8) {
+        uint64_t x = fs_load_le64((const char *)u + i);
+        /* non-ASCII | below '!' (NUL, whitespace, controls) | '.' */
+        uint64_t m = (x & HIGHS) | ((x - 0x21 * ONES) & ~x & HIGHS) | zero_bytes(x ^ (0x2E * ONES));
+        if (m)
+            return i + first_flagged(m);
+    }
+    while (i < len && !nats_special[u[i]])
+        i++;
+    return i;
+}
+
+static inline size_t mqtt_scan(const unsigned char *u, size_t i, size_t len)
+{
+    for (; i + 8 <= len; i += 8) {
+        uint64_t x = fs_load_le64((const char *)u + i);
+        /* non-ASCII | NUL | '/' | '+' | '#' */
+        uint64_t m = (x & HIGHS) | zero_bytes(x) | zero_bytes(x ^ (0x2F * ONES)) |
+                     zero_bytes(x ^ (0x2B * ONES)) | zero_bytes(x ^ (0x23 * ONES));
+        if (m)
+            return i + first_flagged(m);
+    }
+    while (i < len && !mqtt_special[u[i]])
+        i++;
+    return i;
+}
+
 static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t start = 0, i = 0;
     for (;;) {
-        while (i < len) {
+        while ((i = nats_scan(u, i, len)) < len) {
             unsigned char c = u[i];
-            if (!nats_special[c]) { i++; continue; }
+            if (!nats_special[c]) { i++; continue; }   /* a control byte NATS allows */
             if (c == '.') break;
             if (c == 0) return fail(err, "NUL byte", i);
             if (c < 0x80) return fail(err, "whitespace", i);
@@ -141,9 +180,8 @@ static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t,
     const unsigned char *u = (const unsigned char *)s;
     size_t start = 0, i = 0;
     for (;;) {
-        while (i < len) {
+        while ((i = mqtt_scan(u, i, len)) < len) {
             unsigned char c = u[i];
-            if (!mqtt_special[c]) { i++; continue; }
             if (c == '/') break;
             if (c == 0) return fail(err, "NUL character", i);
             if (c == '+' || c == '#') {
