@@ -28,6 +28,20 @@ from workloads import EXPECTED, dialect_of, load
 MASK = (1 << 64) - 1
 
 
+def calibration():
+    """How fast this (shared, noisy) machine is right now: ns per iteration
+    of an empty Python loop, printed beside the figures so runs compare."""
+    xs = list(range(1_000_000))
+    best = None
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        for _x in xs:
+            pass
+        dt = (time.perf_counter_ns() - t0) / len(xs)
+        best = dt if best is None else min(best, dt)
+    return best
+
+
 def checksum(b):
     rows = np.repeat(np.arange(1, len(b) + 1, dtype=np.uint64), np.diff(b.offsets).astype(np.int64))
     return int((rows * (b.sub_ids.astype(np.uint64) + np.uint64(1))).sum(dtype=np.uint64)) & MASK
@@ -144,7 +158,8 @@ def main():
     ap.add_argument("--only", default="light,heavy,hot1k,hot4k,light-mqtt,churn,load,paho")
     a = ap.parse_args()
     parts = a.only.split(",")
-    print(f"fastsub match_many benchmark (medians of {a.repeat})")
+    print(f"fastsub match_many benchmark (medians of {a.repeat}); "
+          f"calibration: empty Python loop {calibration():.1f} ns/iteration")
     for name in ("light", "heavy", "hot1k", "hot4k", "light-mqtt"):
         if name in parts:
             bench_workload(name, a.repeat, 4096 if name.startswith("hot") else 0)
