@@ -23,23 +23,10 @@ import pyarrow as pa
 
 from fastsub import Sublist
 
-from workloads import EXPECTED, dialect_of, load
+from workloads import EXPECTED, calibration, dialect_of, load
 
 MASK = (1 << 64) - 1
 
-
-def calibration():
-    """How fast this (shared, noisy) machine is right now: ns per iteration
-    of an empty Python loop, printed beside the figures so runs compare."""
-    xs = list(range(1_000_000))
-    best = None
-    for _ in range(5):
-        t0 = time.perf_counter_ns()
-        for _x in xs:
-            pass
-        dt = (time.perf_counter_ns() - t0) / len(xs)
-        best = dt if best is None else min(best, dt)
-    return best
 
 
 def checksum(b):

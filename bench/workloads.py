@@ -3,6 +3,7 @@ and load them, and the exact expected totals to check results against."""
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.environ.get("FASTSUB_BENCH_DATA", os.path.join(HERE, "data"))
@@ -45,3 +46,17 @@ def load(name):
 
 def dialect_of(name):
     return "mqtt" if name.endswith("mqtt") else "nats"
+
+
+def calibration():
+    """How fast this (shared, noisy) machine is right now: ns per iteration
+    of an empty Python loop, printed beside the figures so runs compare."""
+    xs = list(range(1_000_000))
+    best = None
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        for _x in xs:
+            pass
+        dt = (time.perf_counter_ns() - t0) / len(xs)
+        best = dt if best is None else min(best, dt)
+    return best
