@@ -5,19 +5,16 @@ one test instead of killing pytest.
 
 The same checks run against the pure-Python reference (which raises plain
 ValueError where the engine raises InvalidSubjectError)."""
-import os
 import re
-import subprocess
-import sys
-import textwrap
 
 import pytest
+
+from isolated import run_isolated
 
 import fastsub
 from fastsub import InvalidSubjectError, Sublist
 from fastsub import _reference as R
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 IMPLS = {
     # name: (Sublist factory, module with subject_matches/is_valid_*, invalid-input error)
@@ -208,18 +205,6 @@ def test_error_attributes():
     e = info.value
     assert e.subject == "a..b"
     assert isinstance(e.reason, str) and e.reason and e.reason in str(e)
-
-
-def run_isolated(body, timeout=600):
-    """Run `body` in a fresh interpreter; a signal or non-zero exit fails the test."""
-    prelude = (f"import sys; sys.path.insert(0, {HERE!r})\n"
-               "import fastsub\nfrom fastsub import Sublist, InvalidSubjectError\n")
-    r = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(body)],
-                       capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, (f"subprocess exited with {r.returncode}"
-                               f"{' (signal %d)' % -r.returncode if r.returncode < 0 else ''}\n"
-                               f"--- stdout (tail)\n{r.stdout[-3000:]}\n--- stderr (tail)\n{r.stderr[-5000:]}")
-    return r.stdout
 
 
 @pytest.mark.parametrize("impl", IMPLS)

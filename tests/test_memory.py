@@ -20,12 +20,13 @@ import gc
 import itertools
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import threading
 
 import pytest
+
+from isolated import run_isolated
 
 import fastsub
 from fastsub import InvalidSubjectError, MatchResult, Sublist
@@ -902,17 +903,6 @@ LEAK_GROUPS = {
 }
 LEAK_BATCHES = 4
 LEAK_SLACK_KB = 1024
-
-
-def run_isolated(code, timeout=300):
-    """Run code in a fresh interpreter (tests/ on the path); a signal or a
-    non-zero exit fails the test.  Returns stdout."""
-    r = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r})\n" + code],
-                       capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, (f"subprocess exited with {r.returncode}"
-                               f"{' (signal %d)' % -r.returncode if r.returncode < 0 else ''}\n"
-                               f"--- stdout (tail)\n{r.stdout[-3000:]}\n--- stderr (tail)\n{r.stderr[-8000:]}")
-    return r.stdout
 
 
 @pytest.mark.parametrize("group", LEAK_GROUPS)
