@@ -368,6 +368,7 @@ typedef struct {
 static int bad(reader *r, const char *why, size_t pos)
 {
     r->err->reason = why;
+    r->err->in_queue = 0;
     r->err->pos = pos;
     return FS_EBADDATA;
 }

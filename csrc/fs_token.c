@@ -47,6 +47,7 @@ static int fail(fs_error *err, const char *reason, size_t pos)
 {
     err->reason = reason;
     err->pos = pos;
+    err->in_queue = 0;
     return FS_EINVAL;
 }
 
@@ -215,7 +216,7 @@ int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
                         : tokenize_mqtt(s, len, is_filter, t, err);
 }
 
-int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err)
+static int check_queue(fs_dialect d, const char *q, size_t len, fs_error *err)
 {
     if (len == 0) return fail(err, "empty queue name", 0);
     if (len > FS_MAX_SUBJECT) return fail(err, "queue name longer than 65,535 bytes", FS_MAX_SUBJECT);
@@ -227,6 +228,14 @@ int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err)
             return fail(err, "'/', '+' or '#' in share group name", i);
     }
     return FS_OK;
+}
+
+int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err)
+{
+    int rc = check_queue(d, q, len, err);
+    if (rc == FS_EINVAL)
+        err->in_queue = 1;
+    return rc;
 }
 
 #define SHARE "$share/"

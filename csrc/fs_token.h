@@ -35,10 +35,12 @@ typedef struct {
     fs_span inline_[FS_TOKENS_INLINE];
 } fs_tokens;
 
-/* Why a subject/filter was refused: a static reason and the byte offset. */
+/* Why a subject/filter was refused: a static reason, the byte offset, and
+ * whether it was the queue name (not the filter) that was wrong. */
 typedef struct {
     const char *reason;
     size_t pos;
+    int in_queue;
 } fs_error;
 
 /* Status codes of the whole core. */

@@ -457,6 +457,7 @@ static int parse_spec(fs_dialect d, const fs_spec *spec, fs_tokens *t, parsed_sp
             if (q) {
                 err->reason = "both a '$share/' group and a queue given";
                 err->pos = 0;
+                err->in_queue = 0;
                 return FS_EINVAL;
             }
             q = g;

@@ -15,6 +15,7 @@ cdef extern from "fs_token.h" nogil:
     ctypedef struct fs_error:
         const char *reason
         size_t pos
+        int in_queue
     ctypedef struct fs_tokens:
         pass
     enum:

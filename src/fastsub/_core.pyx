@@ -102,9 +102,9 @@ cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
 cdef object _spec_error(int rc, fs_error *err, object f, object q):
     if rc == FS_ENOMEM:
         return MemoryError()
-    # parse errors in the queue name name the queue, otherwise the filter
-    reason = err.reason.decode("ascii")
-    if q is not None and ("queue" in reason or "share group" in reason) and not reason.startswith("both"):
+    # the C core says which argument was wrong (a "$share/G/" group is part
+    # of the filter argument, so it names the filter)
+    if q is not None and err.in_queue:
         return _invalid("queue", q, err)
     return _invalid("filter", f, err)
 
