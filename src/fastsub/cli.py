@@ -361,10 +361,19 @@ def cmd_match(args):
 
 # --------------------------------------------------------------------------
 
+def _version_line():
+    import platform
+
+    from fastsub import __version__
+    return (f"fastsub {__version__} ({platform.python_implementation()} {platform.python_version()}, "
+            f"{sys.platform} {platform.machine()})")
+
+
 def build_parser():
     ap = argparse.ArgumentParser(
         prog="fastsub", description="NATS/MQTT subscription matching: fan events out to "
         "subscription ids on Spark, or match subjects from files.")
+    ap.add_argument("--version", action="version", version=_version_line())
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     sub.required = True
 
