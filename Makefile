@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: all venv build test test-engine test-sanitize demo bench system-deps clean
+.PHONY: all venv build test test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean
 
 all: build
 
@@ -21,7 +21,7 @@ system-deps:
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel "Cython>=3.0"
-	$(PIP) install -q -e '.[test,bench,spark]' --no-build-isolation
+	$(PIP) install -q -e '.[test,bench,spark,wheels]' --no-build-isolation
 	touch $@
 
 venv: $(VENV)/.deps
@@ -61,6 +61,17 @@ demo: build
 
 bench: build
 	$(PY) bench/run_engine.py
+
+# The standard workloads' exact totals (bench/README.md), generated in bench/data.
+bench-check: build
+	cd bench && $(CURDIR)/$(PY) check_totals.py $(BENCH_CHECK_ARGS)
+
+# Wheels for every CPython 3.9-3.13 that pyenv has (WHEEL_PYTHONS="3.11 3.12"
+# to choose), repaired to a manylinux tag and stripped, each installed in a
+# fresh venv and tested there with the sdist's tests.  Wheels land in dist/.
+WHEEL_PYTHONS ?=
+wheels: venv
+	$(PY) tools/wheels.py $(if $(WHEEL_PYTHONS),--python $(WHEEL_PYTHONS)) $(WHEELS_ARGS)
 
 clean:
 	rm -rf build dist src/*.egg-info src/fastsub/_core.c src/fastsub/_core*.so .pytest_cache .hypothesis
