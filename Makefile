@@ -67,6 +67,12 @@ bench: build
 bench-check: build
 	cd bench && $(CURDIR)/$(PY) check_totals.py $(BENCH_CHECK_ARGS)
 
+# Runs the benchmarks and writes docs/benchmarks.md with PNG plots (a few
+# minutes; BENCH_REPORT_ARGS="--huge" adds 3M and 10M subscriptions,
+# "--no-spark" leaves Spark out, "--quick" is a smoke run).
+bench-report: build
+	$(PY) bench/report.py $(BENCH_REPORT_ARGS)
+
 # Wheels for every CPython 3.9-3.13 that pyenv has (WHEEL_PYTHONS="3.11 3.12"
 # to choose), repaired to a manylinux tag and stripped, each installed in a
 # fresh venv and tested there with the sdist's tests.  Wheels land in dist/.

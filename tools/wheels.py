@@ -81,6 +81,10 @@ def find_pythons(wanted):
             root = os.path.expanduser("~/.pyenv")
         candidates = sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python")))
         candidates += [w for w in wanted or () if os.path.sep in w]
+        # without pyenv: the interpreter behind this venv, and python3.X on PATH
+        candidates.append(getattr(sys, "_base_executable", sys.executable))
+        candidates += [p for p in (shutil.which(f"python{a}.{b}") for a, b in SUPPORTED) if p]
+    seen = set()
     for path in candidates:
         try:
             out = subprocess.run([path, "-c", "import sys, platform; print(platform.python_implementation(), "
@@ -91,6 +95,9 @@ def find_pythons(wanted):
         if len(out) != 2 or out[0] != "CPython":
             continue
         ver = out[1]
+        if ver in seen:
+            continue
+        seen.add(ver)
         mm = tuple(int(x) for x in ver.split(".")[:2])
         if mm not in SUPPORTED:
             continue
