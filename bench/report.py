@@ -475,6 +475,60 @@ def markdown(res, mach, cmd, files, seconds):
     return "\n".join(L)
 
 
+README_START = "<!-- bench-summary: written by bench/report.py; edits here are overwritten -->"
+README_END = "<!-- /bench-summary -->"
+
+
+def readme_summary(res, mach):
+    """The README's figures, taken from this report."""
+    L = [README_START, "",
+         f"From [docs/benchmarks.md](docs/benchmarks.md) ({mach['date']}, commit {mach['commit']}, "
+         f"{mach['cpu']}, {mach['cores']} cores; medians; compare as ratios):", "",
+         "| figure | measured |", "|---|---|"]
+    by = {r["subs"]: r for r in res.get("scale") or []}
+    if 100_000 in by:
+        r = by[100_000]
+        L.append(f"| `match_many`, 100k subscriptions (light's shape), 1 thread | "
+                 f"{r['ns_per_subject']:.0f} ns/subject |")
+        L.append(f"| `match()` from Python, same index | {r['match_ns_per_call']:.0f} ns/call |")
+        L.append(f"| index memory | {r['bytes_per_sub']:.0f} bytes/subscription |")
+        if 1_000_000 in by:
+            L.append(f"| 1M subscriptions vs 100k, per subject | "
+                     f"{by[1_000_000]['ns_per_subject'] / r['ns_per_subject']:.2f}x |")
+    th = {(r["workload"], r["threads"]): r for r in res.get("threads") or []}
+    for w in ("light", "heavy"):
+        if (w, 1) in th and (w, 2) in th:
+            L.append(f"| `threads=2` vs 1, {w} | "
+                     f"{th[(w, 1)]['ns_per_subject'] / th[(w, 2)]['ns_per_subject']:.2f}x |")
+    cmp_ = {r["subs"]: r for r in res.get("compare") or []}
+    if cmp_:
+        r = cmp_[max(cmp_)]
+        L.append(f"| paho-mqtt `MQTTMatcher` vs `match_many`, {max(cmp_):,} MQTT subscriptions | "
+                 f"paho {r['paho_ns'] / r['match_many_ns']:.0f}x slower "
+                 f"(naive loop {r['naive_ns'] / r['match_many_ns']:,.0f}x) |")
+    sp = {r["key"]: r for r in res.get("spark") or []}
+    if "a" in sp and "b" in sp:
+        L.append(f"| Spark fan-out vs identity `mapInArrow`, {res['spark_events']:,} events | "
+                 f"{sp['b']['median_s'] / sp['a']['median_s']:.2f}x |")
+    L += ["", README_END]
+    return "\n".join(L)
+
+
+def update_readme(res, mach, path=os.path.join(ROOT, "README.md")):
+    """Replace the README's figures (between the markers) with this run's."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError:
+        return False
+    i, j = text.find(README_START), text.find(README_END)
+    if i < 0 or j < i:
+        return False
+    text = text[:i] + readme_summary(res, mach) + text[j + len(README_END):]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return True
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "docs"), help="where benchmarks.md goes")
@@ -524,6 +578,8 @@ def main(argv=None):
     with open(os.path.join(a.out, "benchmarks.md"), "w") as f:
         f.write(md)
     print(f"wrote {os.path.join(a.out, 'benchmarks.md')} and {len(files)} plots in {seconds:.0f} s")
+    if not a.quick and os.path.abspath(a.out) == os.path.join(ROOT, "docs") and update_readme(res, mach):
+        print("updated the figures in README.md")
     return 0
 
 
