@@ -34,7 +34,7 @@ def test_documented_examples(spark, load_log):
     _, subjects = random_case("nats", n_events=400, seed=11)
     subjects = subjects + NATS_SUBJECTS + ["orders.eu.created", "billing.x"] * 20
     events = _events(spark, subjects)
-    ns = run(["mapPartitions", "mapInArrow"], {"spark": spark, "events": events})
+    ns = run(["share", "mapPartitions", "mapInArrow"], {"spark": spark, "events": events})
     idx = ns["idx"]
     assert idx.shipped_by == "broadcast" and idx.nsubs == 3
     want = _reference_pairs([("orders.*.created", 1), ("orders.>", 2), ("billing.*", 3)],
@@ -43,7 +43,7 @@ def test_documented_examples(spark, load_log):
     got = sorted(tuple(r) for r in ns["pairs"].collect())
     assert got == want
     # the mapInArrow block redefined `pairs`: run the first again for its own rows
-    ns1 = run(["mapPartitions"], {"spark": spark, "events": events})
+    ns1 = run(["share", "mapPartitions"], {"spark": spark, "events": events})
     assert sorted(tuple(r) for r in ns1["pairs"].collect()) == want
     # and fanout with the Sublist itself gives the same pairs
     via_fanout = fanout(events, ns["sl"]).select("event_id", "sub_id").collect()
