@@ -132,29 +132,6 @@ def _read(spark, path, fmt, what):
     return df
 
 
-def _subs_ids_to_long(subs, path):
-    """CSV (and quoted JSON) sub ids are strings: convert, naming the first bad row."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-    if "sub_id" not in subs.columns:
-        return subs
-    t = subs.schema["sub_id"].dataType
-    if not isinstance(t, T.StringType):
-        return subs
-    col = F.col("sub_id")
-    values = subs.select(col).toArrow().column(0).to_pylist()
-    for i, v in enumerate(values):
-        if v is None:
-            continue
-        try:
-            n = int(v.strip())
-        except ValueError:
-            raise CLIError(f"subscriptions {path} row {i + 1}: sub_id {v!r} is not an integer") from None
-        if not -(2 ** 63) <= n < 2 ** 63:
-            raise CLIError(f"subscriptions {path} row {i + 1}: sub_id {v!r} is outside signed 64-bit")
-    return subs.withColumn("sub_id", F.trim(col).cast("long"))
-
-
 # --------------------------------------------------------------------------
 # fanout
 # --------------------------------------------------------------------------
@@ -174,95 +151,21 @@ def _spark_errors():
     return (PySparkException, Py4JError)
 
 
-def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_format=None,
-               dialect="nats", subject_col="subject", key_col=None, queues="pick",
-               overwrite=False, master="", out_stream=None):
-    """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
-    summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError."""
-    from fastsub import InvalidSubjectError
-    from fastsub.spark import FanoutInputError, fanout_with_rejects
-
-    out_stream = out_stream or sys.stdout
-    ev_fmt = _format_of(events_path, events_format, "events", "--format")
-    sub_fmt = _format_of(subs_path, subs_format, "subscriptions", "--subs-format")
-    paths = _out_paths(out, overwrite)
-    mode = "overwrite" if overwrite else "errorifexists"
-
-    t0 = time.perf_counter()
-    events = _read(spark, events_path, ev_fmt, "events")
-    # A small or unsplittable file (one gzip CSV, say) is one partition: spread
-    # it over the cores, or a single task does all the matching and writing.
-    cores = spark.sparkContext.defaultParallelism
-    if events.rdd.getNumPartitions() < cores:
-        events = events.repartition(cores)
-    subs = _subs_ids_to_long(_read(spark, subs_path, sub_fmt, "subscriptions"), subs_path)
-    try:
-        res = fanout_with_rejects(events, subs, subject_col=subject_col, key_col=key_col,
-                                  dialect=dialect, queues=queues)
-    except (FanoutInputError, InvalidSubjectError) as e:
-        about_subs = str(e).startswith(("subscriptions", "the subscriptions"))
-        where = subs_path if about_subs else events_path
-        raise CLIError(f"{where}: {e}") from None
-    except _spark_errors() as e:
-        raise CLIError(f"reading subscriptions {subs_path} failed: {_first_line(e)}") from None
-    t_index = time.perf_counter()
-    res.persist()
-    try:
-        try:
-            counts = res.counts()
-            t_match = time.perf_counter()
-            res.deliveries.write.mode(mode).parquet(paths["deliveries"])
-            res.rejected.write.mode(mode).parquet(paths["rejected"])
-        except _spark_errors() as e:
-            raise CLIError(f"the fan-out of {events_path} failed: {_first_line(e)}") from None
-        t_end = time.perf_counter()
-        written = spark.read.parquet(paths["deliveries"]).count()
-    finally:
-        res.unpersist()
-    seconds = t_end - t0
-
-    ok = counts.reconciles and written == counts.deliveries
-    idx = res.index
-    p = lambda *a: print(*a, file=out_stream)  # noqa: E731
-    p(f"fastsub fanout: {events_path} x {subs_path} ({dialect}, queues={queues}"
-      + (f", key={key_col}" if key_col else "") + (f") on {master}" if master else ")"))
-    p(f"  index       {_n(idx.nsubs)} subscriptions, {_size(idx.nbytes)}, shipped by {idx.shipped_by}")
-    p(f"  events in   {_n(counts.events)} = {_n(counts.delivered)} delivered + "
-      f"{_n(counts.unmatched)} unmatched + {_n(counts.rejected)} rejected  "
-      + ("[reconciles]" if counts.reconciles else "[DOES NOT RECONCILE]"))
-    p(f"  deliveries  {_n(written)} rows -> {paths['deliveries']} (parquet)"
-      + ("" if written == counts.deliveries else f"  [expected {_n(counts.deliveries)}]"))
-    p(f"  rejected    {_n(counts.rejected)} rows -> {paths['rejected']} (parquet, with `error`)")
-    p(f"  time        {seconds:.1f} s: {_n(round(counts.events / seconds))} events/s, "
-      f"{_n(round(counts.deliveries / seconds))} deliveries/s (read + index {t_index - t0:.1f} s, "
-      f"match + count {t_match - t_index:.1f} s, write {t_end - t_match:.1f} s)")
-    if not ok:
-        raise RuntimeError("the counts do not reconcile: this is a fastsub bug")
-    return counts, written, seconds
+def run_fanout(spark, events_path, subs_path, out, **kw):
+    """Read, fan out, write DIR/deliveries and DIR/rejected, print the summary
+    (fastsub._spark_cli.run_fanout).  -> (FanoutCounts, deliveries written, seconds)."""
+    from fastsub._spark_cli import run_fanout as run
+    return run(spark, events_path, subs_path, out, **kw)
 
 
 def _session(args):
-    try:
-        from fastsub.spark import local_session
-    except ImportError as e:
-        raise CLIError(str(e)) from None
-    level = "WARN" if args.verbose else "ERROR"
-    return local_session(args.master, app_name=f"fastsub {args.cmd}", log_level=level)
+    from fastsub._spark_cli import session
+    return session(args)
 
 
 def cmd_fanout(args):
-    # Everything that can be checked without a JVM is checked before starting one.
-    _check_readable(args.events, "events")
-    _check_readable(args.subs, "subscriptions")
-    _format_of(args.events, args.format, "events", "--format")
-    _format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
-    _out_paths(args.out, args.overwrite)
-    spark = _session(args)
-    run_fanout(spark, args.events, args.subs, args.out, events_format=args.format,
-               subs_format=args.subs_format, dialect=args.dialect, subject_col=args.subject_col,
-               key_col=args.key_col, queues=args.queues, overwrite=args.overwrite,
-               master=args.master)
-    return 0
+    from fastsub._spark_cli import cmd_fanout as run
+    return run(args)
 
 
 def cmd_demo(args):
@@ -517,8 +420,14 @@ def build_parser():
     sub.required = True
 
     def spark_opts(p):
-        p.add_argument("--master", default="local[*]", metavar="URL",
-                       help="Spark master URL (default: local[*], the embedded Spark)")
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("--master", default="local[*]", metavar="URL",
+                           help="Spark master URL (default: local[*], the embedded Spark)")
+        where.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                           help="run on a Spark Connect server instead")
+        p.add_argument("--progress", type=float, default=2.0, metavar="SECONDS",
+                       help="a progress line on stderr every SECONDS while Spark works "
+                       "(default 2; 0: none)")
         p.add_argument("-v", "--verbose", action="store_true",
                        help="Spark's own warnings on stderr, failed tasks' traces included")
 
@@ -542,6 +451,9 @@ def build_parser():
     f.add_argument("--subs-format", choices=FORMATS, default=None,
                    help="format of --subs (default: from its extension)")
     f.add_argument("--overwrite", action="store_true", help="replace existing outputs in DIR")
+    f.add_argument("--ship", choices=("auto", "broadcast", "file", "artifact", "inline"),
+                   default="auto", help="how the index travels to the executors (default: "
+                   "by session kind and size; see docs/spark.md)")
     spark_opts(f)
     f.set_defaults(func=cmd_fanout)
 

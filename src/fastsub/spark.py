@@ -124,13 +124,13 @@ def _check_dialect(dialect):
         raise ValueError(f"unknown dialect {dialect!r}: expected 'nats' or 'mqtt'")
 
 
-def collect_subscriptions(subscriptions: DataFrame) -> pa.Table:
-    """The subscriptions table on the driver as Arrow (sub_id int64, filter,
-    queue if present): one Spark job.  Raises FanoutInputError on a missing
-    column or a wrong type."""
+def check_subscriptions_schema(subscriptions: DataFrame, string_ids: bool = False) -> bool:
+    """Raise FanoutInputError on a missing column or a wrong type (string sub
+    ids allowed with string_ids=True); -> whether there is a queue column."""
     f_id = _field(subscriptions, "sub_id", "the subscriptions table")
     f_filter = _field(subscriptions, "filter", "the subscriptions table")
-    if not isinstance(f_id.dataType, _INTEGRAL):
+    if not isinstance(f_id.dataType, _INTEGRAL) and not (
+            string_ids and isinstance(f_id.dataType, T.StringType)):
         raise FanoutInputError(
             f"subscriptions column 'sub_id' has type {f_id.dataType.simpleString()}, "
             "expected an integer type (bigint)")
@@ -145,6 +145,14 @@ def collect_subscriptions(subscriptions: DataFrame) -> pa.Table:
             raise FanoutInputError(
                 f"subscriptions column 'queue' has type {f_queue.dataType.simpleString()}, "
                 "expected string (null for a plain subscription)")
+    return has_queue
+
+
+def collect_subscriptions(subscriptions: DataFrame) -> pa.Table:
+    """The subscriptions table on the driver as Arrow (sub_id int64, filter,
+    queue if present): one Spark job.  Raises FanoutInputError on a missing
+    column or a wrong type."""
+    has_queue = check_subscriptions_schema(subscriptions)
     cols = [_col("sub_id").cast("long"), _col("filter")] + ([_col("queue")] if has_queue else [])
     return subscriptions.select(*cols).toArrow()
 
