@@ -19,6 +19,11 @@ CONFIG = os.path.join(HERE, "mypy.ini")
 ALLOWLIST = os.path.join(HERE, "stubtest_allowlist.txt")
 
 pytest.importorskip("mypy", reason="mypy is in the test extras: pip install 'fastsub[test]'")
+# The sanitizer runs (make test-sanitize / test-tsan) repeat the suite for
+# memory and races; mypy under a preloaded sanitizer runtime only adds minutes.
+pytestmark = pytest.mark.skipif(
+    any(rt in os.environ.get("LD_PRELOAD", "") for rt in ("libasan", "libtsan")),
+    reason="typing is checked by the plain run; this is a sanitizer run")
 
 
 def _mypy(args, cwd):
