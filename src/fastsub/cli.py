@@ -395,7 +395,7 @@ def cmd_match(args):
     print(f"fastsub match: {_n(rows)} subjects = {_n(delivered)} delivered + "
           f"{_n(unmatched)} unmatched + {_n(rejected)} rejected; {_n(deliveries)} deliveries "
           f"from {_n(len(sl))} subscriptions ({args.dialect}, queues={args.queues}) "
-          f"in {wall:.2f} s wall: matching {t_match:.2f} s ({t_match / wall:.0%}), "
+          f"in {wall:.2f} s wall: matching {t_match:.2f} s ({t_match / wall if wall > 0 else 0:.0%}), "
           f"index {t_index:.2f} s, reading and writing {max(0.0, wall - t_match - t_index):.2f} s",
           file=err)
     return 0
