@@ -40,3 +40,18 @@ def test_running_against_the_installed_wheel():
     assert "fastsub/py.typed" in shipped and "fastsub/_core.pyi" in shipped
     assert not [f for f in shipped if f.endswith((".pyx", ".pxi", ".pxd", ".c", ".h"))], shipped
     assert any(f.endswith(".dist-info/licenses/LICENSE") for f in files), files
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(ROOT, "bench")),
+                    reason="not a source checkout: bench/ is not beside tests/")
+def test_benchmarks_reach_nothing_outside_the_repository():
+    outside = ("shared/bench", "'..', '..'", '"..", ".."', "../..")
+    for d in ("bench", "tools"):
+        for name in sorted(os.listdir(os.path.join(ROOT, d))):
+            if name.endswith((".py", ".sh", ".md")):
+                text = open(os.path.join(ROOT, d, name), encoding="utf-8").read()
+                assert not [o for o in outside if o in text], f"{d}/{name} reaches outside the repository"
+    assert os.path.exists(os.path.join(ROOT, "bench", "gen_workload.py"))
