@@ -98,7 +98,7 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
     ev_fmt = _format_of(events_path, events_format, "events", "--format")
     sub_fmt = _format_of(subs_path, subs_format, "subscriptions", "--subs-format")
     paths = _out_paths(out, overwrite)
-    mode = "overwrite" if overwrite else "errorifexists"
+    mode = "overwrite" if overwrite else "error"  # ("errorifexists": not on Spark Connect)
     connect = is_connect(spark)
     p(f"fastsub fanout: {events_path} x {subs_path} ({dialect}, queues={queues}"
       + (f", key={key_col}" if key_col else "") + (f") on {master}" if master else ")"))
@@ -145,7 +145,7 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
                 t_match = time.perf_counter()
                 res.rejected.write.mode(mode).parquet(paths["rejected"])
                 t_rejected = time.perf_counter()
-                counts = res.counts()
+                counts = res.observed_counts()
             except _spark_errors() as e:
                 raise CLIError(f"the fan-out of {events_path} failed: {_first_line(e)}") from None
             t_end = time.perf_counter()

@@ -102,6 +102,15 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def _session_key(spark):
+    """What a shipped index is valid for: the SparkContext (classic; the
+    sessions of foreachBatch are new objects over the same one) or the
+    Connect session id."""
+    if is_connect(spark):
+        return ("connect", getattr(spark, "session_id", None) or id(spark))
+    return ("classic", id(spark.sparkContext))
+
+
 # --------------------------------------------------------------------------
 # driver side: the index
 # --------------------------------------------------------------------------
@@ -300,7 +309,7 @@ def _index_for(spark, subscriptions, dialect, ship, reuse) -> SharedIndex:
     if not isinstance(subscriptions, DataFrame):
         raise TypeError("subscriptions must be a pyspark.sql.DataFrame, a fastsub.Sublist "
                         f"or a SharedIndex, not {type(subscriptions).__name__}")
-    key = (id(spark), dialect, ship)
+    key = (_session_key(spark), dialect, ship)
     if reuse:
         with _BUILT_LOCK:
             entry = _BUILT.get(id(subscriptions))
@@ -459,37 +468,26 @@ class FanoutResult:
         self.unmatched = per_event.where(ids.isNotNull() & (F.size(ids) == 0)).select(*cols)
 
     def counts(self) -> FanoutCounts:
-        """One Spark job over per_event: events, delivered, unmatched, rejected, deliveries.
-        On a result from observe(), after an action has run on it: no job at all."""
-        if self._observation is not None:
-            got = self._observed()
-            if got is not None:
-                return got
+        """One Spark job over per_event: events, delivered, unmatched, rejected, deliveries."""
         row = self.per_event.agg(*_count_exprs()).first()
         return FanoutCounts(*(int(v or 0) for v in row))
 
     def observe(self) -> "FanoutResult":
         """A FanoutResult whose per_event collects the counts while the first
-        action over it runs (Spark's Observation), so counts() afterwards costs
-        no job.  Combine with persist() to write several outputs in one pass."""
+        action over it runs (Spark's Observation): observed_counts() afterwards
+        costs no job.  With persist(), several outputs share one matching pass
+        and the counts come with the first."""
         from pyspark.sql import Observation
         obs = Observation(f"fastsub_{uuid.uuid4().hex[:12]}")
         return FanoutResult(self.per_event.observe(obs, *_count_exprs()), *self._args,
                             self.index, observation=obs)
 
-    def _observed(self):
-        obs = self._observation
-        try:
-            # Classic Spark's Observation.get waits for the metrics; ask only
-            # once an action has run (the JVM side knows).
-            jo = getattr(obs, "_jo", None)
-            if jo is not None and jo.getOrEmpty().isEmpty():
-                return None
-            m = obs.get
-        except Exception:  # noqa: BLE001 - not available: count instead
-            return None
-        if not m or "events" not in m:
-            return None
+    def observed_counts(self) -> FanoutCounts:
+        """The counts observed during the first action over this result (see
+        observe()); call it after that action (it waits for the action's end)."""
+        if self._observation is None:
+            raise RuntimeError("observed_counts() needs a result from .observe()")
+        m = self._observation.get
         return FanoutCounts(*(int(m[k] or 0) for k in FanoutCounts._fields))
 
     def persist(self, storage_level=None) -> "FanoutResult":
@@ -657,7 +655,7 @@ class _StreamIndex:
                 _atomic_write(self._image(digest), sl.to_bytes())
             _atomic_write(rec, json.dumps({"batch_id": batch_id, "index": digest}).encode())
             self._prune(batch_id)
-        rebuilt = sl is not None or self.idx is None or self.session_id != id(spark)
+        rebuilt = sl is not None or self.idx is None or self.session_id != _session_key(spark)
         if rebuilt:
             if sl is None:
                 with open(self._image(digest), "rb") as f:
@@ -665,7 +663,7 @@ class _StreamIndex:
             if self.idx is not None:
                 self.idx.release()
             self.idx = share_index(spark, sl, ship=self.ship)
-            self.digest, self.session_id = digest, id(spark)
+            self.digest, self.session_id = digest, _session_key(spark)
         return self.idx, rebuilt
 
     def _prune(self, batch_id, keep=100):
@@ -761,7 +759,7 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
             part = f"batch_id={batch_id}"
             res.deliveries.write.mode("overwrite").parquet(f"{base}/deliveries/{part}")
             res.rejected.write.mode("overwrite").parquet(f"{base}/rejected/{part}")
-            c = res.counts()
+            c = res.observed_counts()
             row = c._asdict()
             row.update(index_id=idx.index_id, index_rebuilt=bool(rebuilt))
             (spark.createDataFrame([row], "events long, delivered long, unmatched long, rejected "

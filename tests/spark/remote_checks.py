@@ -45,7 +45,7 @@ def compute(spark, ships):
             got = out["fanout"][f"{name}/{ship}"] = {
                 "deliveries": _rows(res.deliveries),
                 "rejected": _rows(res.rejected),
-                "counts": list(res.counts()),
+                "counts": list(res.observed_counts()),
             }
             res.unpersist()
             if ship == ships[0]:

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from remote_checks import CASES, compute
-from spark_expect import Expected, events_rows
+from spark_expect import Expected, events_rows, random_case
 
 pytestmark = pytest.mark.spark
 
@@ -117,3 +117,89 @@ def test_connect_equals_local(connect_result, local_result, remote_load_log):
 def test_connect_share_index_errors(connect_result):
     # (checked in the Connect process: broadcast needs a SparkContext)
     assert connect_result["errors"]["broadcast"].startswith("ship='broadcast' needs classic Spark")
+
+
+# -- the command line on the cluster and on Connect ---------------------------
+
+def _cli_inputs(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    subs, subjects = random_case("nats", n_subs=60, n_events=600, seed=31)
+    ev = events_rows(subjects)
+    ev_path, sub_path = tmp_path / "events.parquet", tmp_path / "subs.csv"
+    pq.write_table(pa.Table.from_pylist([dict(zip(["event_id", "subject", "device", "payload"], r))
+                                         for r in ev]), ev_path)
+    with open(sub_path, "w") as f:
+        f.write("sub_id,filter,queue\n")
+        for i, flt, q in subs:
+            f.write(f"{i},{flt},{q or ''}\n")
+    return str(ev_path), str(sub_path), Expected("nats", subs, ev)
+
+
+def _outputs(out):
+    import pyarrow.parquet as pq
+    d = pq.read_table(os.path.join(out, "deliveries")).to_pylist()
+    r = pq.read_table(os.path.join(out, "rejected")).to_pylist()
+    key = lambda row: tuple((k, str(v)) for k, v in sorted(row.items()))  # noqa: E731
+    return sorted(d, key=key), sorted(r, key=key)
+
+
+def _fastsub(args, **env):
+    exe = os.path.join(os.path.dirname(sys.executable), "fastsub")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "fastsub.cli"]
+    return subprocess.run(cmd + args, capture_output=True, text=True, timeout=600, env=_clean_env(**env))
+
+
+@pytest.fixture(scope="module")
+def cli_local(spark, tmp_path_factory):
+    from fastsub import cli
+    tmp = tmp_path_factory.mktemp("cli-local")
+    ev, subs, exp = _cli_inputs(tmp)
+    out = str(tmp / "out")
+    assert cli.main(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
+                     "--master", "local[2]", "--progress", "0"]) == 0
+    return ev, subs, exp, _outputs(out)
+
+
+def _check_cli_run(p, out, cli_local, where):
+    from test_cli import RECONCILE
+    ev, subs, exp, (deliveries, rejected) = cli_local
+    assert p.returncode == 0, p.stdout + p.stderr[-5000:]
+    assert f"on {where}" in p.stdout
+    c = exp.counts("pick")
+    m = RECONCILE.search(p.stdout)
+    assert m and [int(x.replace(",", "")) for x in m.groups()] == [
+        c["events"], c["delivered"], c["unmatched"], c["rejected"]], p.stdout
+    got_d, got_r = _outputs(out)
+    assert len(got_d) > 100 and got_d == deliveries
+    assert got_r == rejected
+
+
+def test_cli_on_the_cluster(cluster_url, cli_local, tmp_path):
+    """`fastsub fanout --master spark://...` from a plain environment (no
+    PYSPARK_PYTHON): the executors run the driver's interpreter; the index
+    travels as a file; the outputs are local mode's."""
+    ev, subs, _, _ = cli_local
+    out = str(tmp_path / "out")
+    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
+                  "--master", cluster_url, "--ship", "file"])
+    _check_cli_run(p, out, cli_local, cluster_url)
+    assert "shipped by file" in p.stdout
+
+
+def test_cli_names_the_fix_for_a_bad_executor_python(cluster_url, cli_local, tmp_path):
+    ev, subs, _, _ = cli_local
+    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", str(tmp_path / "out"),
+                  "--master", cluster_url], PYSPARK_PYTHON="/usr/bin/python3")
+    assert p.returncode == 2, p.stdout + p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("fastsub: error:")]
+    assert len(err) == 1 and "PYSPARK_PYTHON" in err[0] and "No module named" in err[0], p.stderr
+
+
+def test_cli_on_connect(connect_url, cli_local, tmp_path):
+    ev, subs, _, _ = cli_local
+    out = str(tmp_path / "out")
+    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
+                  "--remote", connect_url])
+    _check_cli_run(p, out, cli_local, connect_url)
+    assert "shipped by inline" in p.stdout
