@@ -6,7 +6,7 @@
 # seeded from fuzz/seeds/TARGET; a finding is written to
 # build/fuzz/artifacts/ and makes this script fail.  Prints the number of
 # runs.  Known, reported undefined behaviour is listed (narrowly) in
-# fuzz/known-ubsan.supp; everything else halts.
+# tests/ubsan.supp; everything else halts.
 set -eu
 cd "$(dirname "$0")/.."
 t=$1
@@ -16,7 +16,7 @@ dir=build/fuzz
 mkdir -p "$dir/corpus/$t" "$dir/artifacts"
 log="$dir/$t.log"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/fuzz/known-ubsan.supp"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/tests/ubsan.supp"
 if "$dir/fuzz_$t" -max_total_time="$secs" -timeout=60 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$dir/artifacts/$t-" "$@" "$dir/corpus/$t" "fuzz/seeds/$t" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")

@@ -352,14 +352,16 @@ def test_arrow_offsets_changed_after_validation_are_refused():
     from isolated import run_isolated
     out = run_isolated("""
         import numpy as np, pyarrow as pa, fastsub
-        sl = fastsub.Sublist(); sl.insert("a.b", 1)
-        offs = np.array([0, 3, 6], np.int32)
-        a = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offs), pa.py_buffer(b"a.bc.d")])
-        offs[0] = -(1 << 30)
-        try:
-            sl.match_many(a)
-        except ValueError as e:
-            print("refused:", e)
+        def main():                  # locals die before exit (LeakSanitizer runs then)
+            sl = fastsub.Sublist(); sl.insert("a.b", 1)
+            offs = np.array([0, 3, 6], np.int32)
+            a = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offs), pa.py_buffer(b"a.bc.d")])
+            offs[0] = -(1 << 30)
+            try:
+                sl.match_many(a)
+            except ValueError as e:
+                print("refused:", e)
+        main()
     """)
     assert "refused: subjects: row 0 has Arrow offsets [-1073741824, 3)" in out, out
 

@@ -13,7 +13,7 @@
 3. Huge and deep indexes freed without C recursion, and threads hammering one
    index, in a subprocess.
 
-Under ASan (libasan in LD_PRELOAD) the RSS assertions are skipped and the
+Under ASan (gcc's libasan or clang's runtime in LD_PRELOAD) the RSS assertions are skipped and the
 loops shortened: LeakSanitizer checks every subprocess at exit instead.
 """
 import gc
@@ -33,7 +33,8 @@ from fastsub import InvalidSubjectError, MatchResult, Sublist
 from fastsub import _core
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
+# gcc's runtime is libasan.so, clang's libclang_rt.asan-<arch>.so
+SANITIZED = any(rt in os.environ.get("LD_PRELOAD", "") for rt in ("libasan", "libclang_rt.asan"))
 # The leak loops measure the resident set from /proc/self/status (Linux only).
 HAVE_PROC_STATUS = os.path.exists("/proc/self/status")
 
