@@ -69,6 +69,13 @@ int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err);
 int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
                    const char **filter, size_t *flen, fs_error *err);
 
+/* Does filter f (tokens ft) match the subject s (tokens st)?  1 or 0. */
+int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
+                    const char *s, const fs_tokens *st);
+/* Is there a subject both filters match?  1 or 0. */
+int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
+                         const char *b, const fs_tokens *bt);
+
 /* 8 bytes as a little-endian integer, whatever the host's byte order
  * (hashes feed queue picks, which must agree across machines). */
 static inline uint64_t fs_load_le64(const char *p)
