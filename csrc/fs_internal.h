@@ -103,7 +103,7 @@ int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen,
  * tokenized in sc->toks.  Caller holds the read lock. */
 int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc);
 /* The trie's part of that walk alone (appends to sc->hits). */
-int fs_trie_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc);
+int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc);
 /* Tokenize, walk and build the full result of a subject (filling the cache
  * if there is one).  Read lock held.  FS_OK, FS_EINVAL, FS_ENOMEM. */
 int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
@@ -162,6 +162,23 @@ static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *
     for (uint64_t w = sh->onemask; w; w &= w - 1)
         key -= m[__builtin_ctzll(w)];
     return key;
+}
+
+/* The entry of shape sh that the subject (tokens t, bytes up to end)
+ * matches, given its key in that shape; NULL when none does. */
+static inline const fs_node *fs_shape_probe(const fs_shape *sh, uint64_t key, char sep, const char *s,
+                                            const fs_span *t, const char *end)
+{
+    const fs_level *L = &sh->table;
+    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
+    for (uint32_t c = 0, i = lo & mask; c < L->cap; c++, i = (i + 1) & mask) {
+        const fs_slot *slot = &L->slots[i];
+        if (!slot->node)
+            return NULL;
+        if (slot->hash == lo && slot->len == hi && fs_shape_entry_matches(sh, slot->node, sep, s, t, end))
+            return slot->node;       /* one filter per shape can match a subject */
+    }
+    return NULL;
 }
 
 static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->ngroups; }

@@ -237,20 +237,9 @@ int fs_shapes_collect(const fs_sublist *sl, const char *s, size_t len, const fs_
         bits &= bits - 1;
         if (dollar && sh->first_wild)
             continue;
-        uint64_t key = fs_shape_subject_key(sh, m, P);
-        const fs_level *L = &sh->table;
-        uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
-        for (uint32_t c = 0, i = lo & mask; c < L->cap; c++, i = (i + 1) & mask) {
-            const fs_slot *slot = &L->slots[i];
-            if (!slot->node)
-                break;
-            if (slot->hash == lo && slot->len == hi &&
-                fs_shape_entry_matches(sh, slot->node, sep, s, t->tok, s + len)) {
-                if (fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, slot->node) < 0)
-                    return FS_ENOMEM;
-                break;               /* one filter per shape can match a subject */
-            }
-        }
+        const fs_node *e = fs_shape_probe(sh, fs_shape_subject_key(sh, m, P), sep, s, t->tok, s + len);
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
     }
     return FS_OK;
 }

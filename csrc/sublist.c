@@ -879,16 +879,17 @@ int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t has
     }
     if (sl->shapes.n && fs_shapes_collect(sl, s, len, t, sc) < 0)
         return FS_ENOMEM;
-    return fs_trie_walk_locked(sl, s, len, sc);
+    return fs_trie_walk_locked(sl, s, t, sc);
 }
 
-int fs_trie_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
+int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
 {
-    const fs_tokens *t = &sc->toks;
     int mqtt = sl->dialect == FS_MQTT;
     int dollar = mqtt && s[0] == '$';
     if (!sl->root->next)
         return FS_OK;
+    const fs_span *last = &t->tok[t->n - 1];
+    const char *end = s + last->off + last->len;
     sc->nfront = 0;
     if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
         return FS_ENOMEM;
@@ -908,7 +909,7 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scra
             if (wild_ok && L->one &&
                 fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
                 return FS_ENOMEM;
-            const fs_node *c = fs_level_find_within(L, s + sp->off, sp->len, sp->hash, s + len);
+            const fs_node *c = fs_level_find_within(L, s + sp->off, sp->len, sp->hash, end);
             if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
         }

@@ -128,10 +128,10 @@ cdef extern from "fs_batch.h" nogil:
         pass
     void fs_idbuf_free(fs_idbuf *b)
     int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                      size_t begin, size_t end, int queues, int64_t *row_end,
+                      size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                       uint8_t *invalid, fs_idbuf *out, const void *cancel)
     fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                                 int queues, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
+                                 int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
     int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
     void fs_batch_cancel(fs_batch_job *job)
     int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)

@@ -339,8 +339,8 @@ cdef class Sublist:
             fs_scratch_free(&sc)
             fs_rresult_free(&r)
 
-    def match_many(self, subjects, keys=None, queues="pick", threads=1):
-        """match_many(subjects, keys=None, queues="pick", threads=1) -> BatchResult
+    def match_many(self, subjects, keys=None, queues="pick", threads=1, *, dedupe=False):
+        """match_many(subjects, keys=None, queues="pick", threads=1, *, dedupe=False) -> BatchResult
 
         Match a whole column at once, without the GIL.  subjects: list of
         str, numpy str/object array, or pyarrow (Large)StringArray /
@@ -348,8 +348,10 @@ cdef class Sublist:
         in .invalid and get no ids.  queues: "pick" (plain subs plus one
         member per matching group, chosen from a hash of keys[i] -- or the
         subject -- and the group, so reruns give the same rows), "all" or
-        "none".  threads: native threads to split the batch over."""
-        return _match_many(self, subjects, keys, queues, threads)
+        "none".  threads: native threads to split the batch over.  dedupe:
+        each sub_id at most once per row (its first occurrence), for
+        subscribers holding overlapping filters."""
+        return _match_many(self, subjects, keys, queues, threads, dedupe)
 
     def to_bytes(self):
         """to_bytes() -> bytes: the index in fastsub's serialized format
