@@ -19,26 +19,33 @@ void fs_tokens_free(fs_tokens *t)
     fs_tokens_init(t);
 }
 
-static int push(fs_tokens *t, uint32_t off, uint32_t len, const char *s, size_t total)
+/* Room for one more span.  FS_OK or FS_ENOMEM. */
+static int grow_tokens(fs_tokens *t)
 {
-    if (t->n == t->cap) {
-        uint32_t ncap = t->cap * 2;
-        fs_span *nt;
-        if (t->tok == t->inline_) {
-            nt = FS_MALLOC(sizeof(fs_span) * ncap);
-            if (nt) memcpy(nt, t->inline_, sizeof(fs_span) * t->n);
-        } else {
-            nt = FS_REALLOC(t->tok, sizeof(fs_span) * ncap);
-        }
-        if (!nt)
-            return FS_ENOMEM;
-        t->tok = nt;
-        t->cap = ncap;
+    uint32_t ncap = t->cap * 2;
+    fs_span *nt;
+    if (t->tok == t->inline_) {
+        nt = FS_MALLOC(sizeof(fs_span) * ncap);
+        if (nt) memcpy(nt, t->inline_, sizeof(fs_span) * t->n);
+    } else {
+        nt = FS_REALLOC(t->tok, sizeof(fs_span) * ncap);
     }
+    if (!nt)
+        return FS_ENOMEM;
+    t->tok = nt;
+    t->cap = ncap;
+    return FS_OK;
+}
+
+static inline __attribute__((always_inline)) int push(fs_tokens *t, uint32_t off, uint32_t len,
+                                                      const char *s, size_t total)
+{
+    if (t->n == t->cap && grow_tokens(t) < 0)
+        return FS_ENOMEM;
     fs_span *sp = &t->tok[t->n++];
     sp->off = off;
     sp->len = len;
-    sp->hash = fs_hash_within(s + off, len, s + total);
+    sp->hash = fs_hash_between(s, s + off, len, s + total);
     sp->kind = FS_TOK_LITERAL;
     return FS_OK;
 }

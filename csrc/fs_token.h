@@ -89,9 +89,10 @@ static inline uint64_t fs_load_le64(const char *p)
 }
 
 /* Fast hash of a short token (not cryptographic; the same on every
- * machine).  end: how far the bytes from p may be read (at least p + n);
- * the tail is read as one word when that stays inside. */
-static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
+ * machine).  Bytes from begin to end may be read (begin <= p, p + n <=
+ * end): a tail shorter than a word is read as one word, forwards when
+ * that stays before end, else backwards when it stays after begin. */
+static inline uint32_t fs_hash_between(const char *begin, const char *p, size_t n, const char *end)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
     while (n >= 8) {
@@ -103,12 +104,19 @@ static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
     uint64_t v = 0;
     if (n && end - p >= 8)
         v = fs_load_le64(p) & ((1ull << (8 * n)) - 1);
+    else if (n && p + n - begin >= 8)
+        v = fs_load_le64(p + n - 8) >> (8 * (8 - n));
     else
         for (size_t i = 0; i < n; i++) v |= (uint64_t)(unsigned char)p[i] << (8 * i);
     h = (h ^ v) * 0x94d049bb133111ebull;
     h ^= h >> 32;
     h *= 0xbf58476d1ce4e5b9ull;
     return (uint32_t)(h >> 32);
+}
+
+static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
+{
+    return fs_hash_between(p, p, n, end);
 }
 
 static inline uint32_t fs_hash(const char *p, size_t n) { return fs_hash_within(p, n, p + n); }

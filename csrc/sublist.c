@@ -114,9 +114,9 @@ static int level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap)
     return FS_OK;
 }
 
-int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check)
+static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, uint32_t max)
 {
-    if (L->count + 1 > max_load(L->cap) && level_resize(sl, L, L->cap ? L->cap * 2 : 1) < 0)
+    if (L->count + 1 > max && level_resize(sl, L, L->cap ? L->cap * 2 : 1) < 0)
         return FS_ENOMEM;
     fs_slot e = {n->hash, check, n};
     slot_place(L->slots, L->cap, e);
@@ -124,9 +124,19 @@ int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check
     return FS_OK;
 }
 
+/* Shape tables are kept at most half full: most of their probes miss
+ * (a subject probes every shape of its length, and matches few), and a
+ * miss under linear probing scans about (1 + 1/(1-load)^2)/2 slots --
+ * 8.5 at 3/4 full, 2.5 at 1/2.  They hold only the wildcard filters,
+ * so the extra slots cost little memory. */
+int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check)
+{
+    return level_add(sl, L, n, check, L->cap / 2);
+}
+
 int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n)
 {
-    return fs_level_add_checked(sl, L, n, n->toklen);
+    return level_add(sl, L, n, n->toklen, max_load(L->cap));
 }
 
 /* Tables grow past 3/4 full and shrink below 1/8 full, to half their
