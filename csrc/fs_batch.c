@@ -421,6 +421,7 @@ typedef struct {
     int started;
     size_t begin, end;
     fs_idbuf out;
+    size_t dest;          /* where this part's ids go in the job's output */
     int rc;
 } batch_part;
 
@@ -433,9 +434,47 @@ struct fs_batch_job {
     atomic_int cancel;
     pthread_mutex_t mu;
     pthread_cond_t done;
-    unsigned running, nparts;
+    unsigned running, nparts, nstarted, matched;
+    /* The output: sized once every part has matched, then each thread
+     * copies its own ids in -- in parallel, never one thread
+     * concatenating them all after the others have stopped. */
+    int gathered, gather_rc;
+    fs_idbuf out;
     batch_part parts[];
 };
+
+/* Called with job->mu held by the last part to finish matching (or by
+ * fs_batch_finish when no thread ran): size the output. */
+static void gather_locked(fs_batch_job *job)
+{
+    int rc = FS_OK;
+    size_t total = 0;
+    for (unsigned t = 0; t < job->nparts; t++) {
+        batch_part *p = &job->parts[t];
+        if (p->rc == FS_ENOMEM || (p->rc != FS_OK && rc == FS_OK))
+            rc = p->rc;
+        p->dest = total;
+        total += p->out.n;
+    }
+    if (rc == FS_OK && total && fs_grow(&job->out.ids, &job->out.cap, total, sizeof(int64_t)) < 0)
+        rc = FS_ENOMEM;
+    if (rc == FS_OK)
+        job->out.n = total;
+    job->gather_rc = rc;
+    job->gathered = 1;
+    pthread_cond_broadcast(&job->done);
+}
+
+/* Move a part's ids to their place in the output and make its row ends
+ * global. */
+static void place_part(fs_batch_job *job, batch_part *p)
+{
+    if (p->out.n)
+        memcpy(job->out.ids + p->dest, p->out.ids, sizeof(int64_t) * p->out.n);
+    for (size_t i = p->begin; i < p->end; i++)
+        job->row_end[i] += (int64_t)p->dest;
+    fs_idbuf_free(&p->out);
+}
 
 static void *part_main(void *arg)
 {
@@ -444,6 +483,15 @@ static void *part_main(void *arg)
     p->rc = fs_match_rows(job->sl, &job->subjects, job->has_keys ? &job->keys : NULL,
                           p->begin, p->end, job->queues, job->dedupe, job->row_end + p->begin,
                           job->invalid + p->begin, &p->out, &job->cancel);
+    pthread_mutex_lock(&job->mu);
+    if (++job->matched == job->nstarted)
+        gather_locked(job);
+    while (!job->gathered)
+        pthread_cond_wait(&job->done, &job->mu);
+    int ok = job->gather_rc == FS_OK;
+    pthread_mutex_unlock(&job->mu);
+    if (ok)
+        place_part(job, p);
     pthread_mutex_lock(&job->mu);
     job->running--;
     pthread_cond_broadcast(&job->done);
@@ -492,6 +540,7 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
             break;
         }
         p->started = 1;
+        job->nstarted++;
     }
     pthread_mutex_unlock(&job->mu);
     return job;
@@ -519,29 +568,15 @@ void fs_batch_cancel(fs_batch_job *job) { atomic_store(&job->cancel, 1); }
 
 int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
 {
-    int rc = FS_OK;
-    size_t total = 0;
-    for (unsigned t = 0; t < job->nparts; t++) {
-        batch_part *p = &job->parts[t];
-        if (p->started)
-            pthread_join(p->thread, NULL);
-        if (p->rc == FS_ENOMEM || (p->rc != FS_OK && rc == FS_OK))
-            rc = p->rc;
-        total += p->out.n;
-    }
-    memset(out, 0, sizeof(*out));
-    if (rc == FS_OK && fs_grow(&out->ids, &out->cap, total, sizeof(int64_t)) < 0)
-        rc = FS_ENOMEM;
-    if (rc == FS_OK) {
-        for (unsigned t = 0; t < job->nparts; t++) {
-            batch_part *p = &job->parts[t];
-            if (p->out.n)
-                memcpy(out->ids + out->n, p->out.ids, sizeof(int64_t) * p->out.n);
-            for (size_t i = p->begin; i < p->end; i++)
-                job->row_end[i] += (int64_t)out->n;
-            out->n += p->out.n;
-        }
-    }
+    for (unsigned t = 0; t < job->nparts; t++)
+        if (job->parts[t].started)
+            pthread_join(job->parts[t].thread, NULL);
+    if (!job->gathered)              /* no thread ran: they could not be started */
+        gather_locked(job);
+    int rc = job->gather_rc;
+    *out = job->out;
+    if (rc != FS_OK)
+        fs_idbuf_free(out);
     for (unsigned t = 0; t < job->nparts; t++)
         fs_idbuf_free(&job->parts[t].out);
     pthread_mutex_destroy(&job->mu);
