@@ -322,15 +322,18 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                   size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                   uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel)
 {
-    fs_workspace *w = fs_workspace_get();
+    fs_workspace spare;
+    fs_workspace *w = fs_workspace_acquire(&spare);
     if (!w)
         return FS_ENOMEM;
     int rc = FS_OK;
     uint64_t matched = 0, fanout = 0, fanout_max = 0;
     block *b = FS_MALLOC(sizeof(block));
     fs_idbuf set = {0};
-    if (!b)
+    if (!b) {
+        fs_workspace_release(w, &spare);
         return FS_ENOMEM;
+    }
     for (size_t k = 0; k < BLOCK_ROWS; k++)
         fs_tokens_init(&b->toks[k]);
     size_t i = begin;
@@ -409,7 +412,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
     FS_FREE(b);
     fs_idbuf_free(&set);
     fs_count_matches(sl, matched, fanout, fanout_max);
-    fs_workspace_trim(w);
+    fs_workspace_release(w, &spare);
     return rc;
 }
 

@@ -1188,6 +1188,58 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     return rc;
 }
 
+int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
+                            fs_scratch *sc, fs_error *err)
+{
+    pthread_rwlock_rdlock(&sl->lock);
+    int cached = sl->cache != NULL;
+    pthread_rwlock_unlock(&sl->lock);
+    if (cached) {
+        /* With a cache the whole answer is worth computing: it is kept,
+         * and the next question about this subject is one lookup. */
+        uint64_t nplain, nqueue;
+        int rc = fs_sublist_interest(sl, subject, len, sc, &nplain, &nqueue, err);
+        return rc < 0 ? rc : nplain + nqueue > 0;
+    }
+    uint32_t hash = fs_hash(subject, len);
+    int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
+    if (rc < 0)
+        return rc;
+    pthread_rwlock_rdlock(&sl->lock);
+    if (sl->literals.count &&
+        fs_level_find_within(&sl->literals, subject, (uint32_t)len, hash, subject + len)) {
+        rc = 1;
+    } else {
+        /* The shapes one by one, stopping at the first entry (entries
+         * always hold subscriptions), then the trie. */
+        const fs_tokens *t = &sc->toks;
+        const fs_shapes *S = &sl->shapes;
+        uint32_t k = t->n, need = k < FS_SHAPE_MAX_TOKENS ? k : FS_SHAPE_MAX_TOKENS;
+        uint64_t bits = S->probe[k > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : k];
+        uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
+        int dollar = sl->dialect == FS_MQTT && subject[0] == '$';
+        char sep = sl->dialect == FS_NATS ? '.' : '/';
+        rc = 0;
+        if (bits)
+            fs_shape_mixes(t->tok, need, m, P);
+        for (; bits && !rc; bits &= bits - 1) {
+            const fs_shape *sh = S->shape[__builtin_ctzll(bits)];
+            rc = !(dollar && sh->first_wild) &&
+                 fs_shape_probe(sh, fs_shape_subject_key(sh, m, P), sep, subject, t->tok, subject + len);
+        }
+        if (!rc) {
+            sc->nhits = 0;
+            rc = fs_trie_walk_locked(sl, subject, t, sc);
+            if (rc == FS_OK)
+                rc = sc->nhits > 0;
+        }
+    }
+    pthread_rwlock_unlock(&sl->lock);
+    if (rc >= 0)
+        count_match(sl, 0);
+    return rc;
+}
+
 int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
 {
     fs_cache *c = NULL;
@@ -1495,12 +1547,39 @@ fs_workspace *fs_workspace_get(void)
             return NULL;
         fs_scratch_init(&w->sc);
         fs_result_init(&w->r);
+        w->busy = 0;
         if (pthread_setspecific(workspace_key, w) != 0) {
             FS_FREE(w);
             return NULL;
         }
     }
     return w;
+}
+
+fs_workspace *fs_workspace_acquire(fs_workspace *spare)
+{
+    fs_workspace *w = fs_workspace_get();
+    if (w && !w->busy) {
+        w->busy = 1;
+        return w;
+    }
+    if (!w)
+        return NULL;
+    fs_scratch_init(&spare->sc);
+    fs_result_init(&spare->r);
+    spare->busy = 1;
+    return spare;
+}
+
+void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
+{
+    if (w == spare) {
+        fs_scratch_free(&w->sc);
+        fs_result_free(&w->r);
+        return;
+    }
+    w->busy = 0;
+    fs_workspace_trim(w);
 }
 
 void fs_workspace_trim(fs_workspace *w)

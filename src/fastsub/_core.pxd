@@ -97,8 +97,13 @@ cdef extern from "sublist.h" nogil:
     ctypedef struct fs_workspace:
         fs_scratch sc
         fs_result r
+        int busy
     fs_workspace *fs_workspace_get()
     void fs_workspace_trim(fs_workspace *w)
+    fs_workspace *fs_workspace_acquire(fs_workspace *spare)
+    void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
+    int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
+                                fs_scratch *sc, fs_error *err)
     int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err)
     int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
                            const char *subject, size_t slen, int *which, fs_error *err)
