@@ -5,6 +5,8 @@ Build switches (environment variables, "1" to enable):
   FASTSUB_DEBUG     -O0 -g, C asserts on
   FASTSUB_SANITIZE  AddressSanitizer + UndefinedBehaviorSanitizer (implies DEBUG)
   FASTSUB_COVERAGE  gcov instrumentation of the C core
+  FASTSUB_SYMBOLS   keep debug symbols (-g) in an optimized build, for
+                    profilers; release builds (wheels) carry none
 """
 import glob
 import os
@@ -30,11 +32,15 @@ def flag(name):
 DEBUG = flag("FASTSUB_DEBUG") or flag("FASTSUB_SANITIZE")
 SANITIZE = flag("FASTSUB_SANITIZE")
 COVERAGE = flag("FASTSUB_COVERAGE")
+SYMBOLS = flag("FASTSUB_SYMBOLS")
 
-mode = ", ".join(m for m, on in (("debug", DEBUG), ("sanitize", SANITIZE), ("coverage", COVERAGE)) if on)
+mode = ", ".join(m for m, on in (("debug", DEBUG), ("sanitize", SANITIZE), ("coverage", COVERAGE),
+                                 ("symbols", SYMBOLS and not DEBUG)) if on)
 print(f"fastsub build: {mode or 'release'}", file=sys.stderr)
 
-opt = ["-O0", "-g3"] if DEBUG else ["-O3", "-g"]
+# -g0 last: Python's own CFLAGS often carry -g, which would leave megabytes
+# of debug information in a release build.
+opt = ["-O0", "-g3"] if DEBUG else ["-O3", "-g"] if SYMBOLS else ["-O3", "-g0"]
 defines = [] if DEBUG else [("NDEBUG", "1")]
 instrument = []
 link_instrument = []

@@ -7,6 +7,7 @@ exact totals checked in a separate pass.
 Prints medians over --repeat runs (the machines are noisy)."""
 import argparse
 import gc
+import os
 import statistics
 import sys
 import time
@@ -20,6 +21,9 @@ MASK = (1 << 64) - 1
 
 
 def rss_kb():
+    """Resident set in kB (Linux); 0 where /proc does not exist."""
+    if not os.path.exists("/proc/self/status"):
+        return 0
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):

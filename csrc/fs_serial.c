@@ -467,13 +467,13 @@ static int rd_str(reader *r, size_t max, const char *too_long, const unsigned ch
 
 enum { C_OK = 0, C_SEP, C_NUL, C_SPACE, C_WILD, C_HIGH };
 
+#define HIGH16 C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, \
+               C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH
 static const unsigned char nats_class[256] = {
     [0] = C_NUL, ['.'] = C_SEP, [' '] = C_SPACE, ['\t'] = C_SPACE,
     ['\n'] = C_SPACE, ['\r'] = C_SPACE, ['\f'] = C_SPACE,
+    [0x80] = HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16,
 };
-
-#define HIGH16 C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, \
-               C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH
 static const unsigned char mqtt_class[256] = {
     [0] = C_NUL, ['/'] = C_SEP, ['+'] = C_WILD, ['#'] = C_WILD,
     [0x80] = HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16,
@@ -579,6 +579,13 @@ static int check_literal(reader *r, const unsigned char *t, size_t n, int whole_
                 return bad(r, "NUL byte in a token", at + i);
             if (k == C_SPACE)
                 return bad(r, "whitespace in a token", at + i);
+            if (k == C_HIGH) {          /* NATS checks UTF-8 too (fs_token.c) */
+                size_t m = utf8_seq(t, i, n);
+                if (!m)
+                    return bad(r, "invalid UTF-8", at + i);
+                i += m - 1;
+                continue;
+            }
             if (!whole_filter)
                 return bad(r, "separator inside a token", at + i);
             if (i == start)

@@ -239,6 +239,32 @@ def test_bad_queue_name(impl, dialect, q):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dialect", ["nats", "mqtt"])
+def test_queue_name_length_limit(impl, dialect):
+    # 65,535 UTF-8 bytes is the longest queue name, counted in bytes, not
+    # characters (the reference once accepted any length: issue 9, F6).
+    make = IMPLS[impl][0]
+    sl = make(dialect)
+    longest = ["q" * 65535, "\u00e9" * 32767 + "q", "\u20ac" * 21845]
+    too_long = ["q" * 65536, "\u00e9" * 32768, "\u20ac" * 21845 + "q", "q" * 200000]
+    for i, q in enumerate(longest):
+        assert len(q.encode()) == 65535
+        assert sl.insert("a", i, queue=q)
+    for q in too_long:
+        for call in (lambda: sl.insert("a", 9, queue=q), lambda: sl.discard("a", 0, queue=q),
+                     lambda: sl.insert_many(["b", "a"], [1, 2], [None, q])):
+            with pytest.raises(ValueError, match="queue"):
+                call()
+    if dialect == "mqtt":       # the same limit through "$share/GROUP/filter"
+        with pytest.raises(ValueError):
+            sl.insert("$share/" + "g" * 65530 + "/a", 1)
+    assert len(sl) == 3
+    for i, q in enumerate(longest):
+        assert sl.discard("a", i, queue=q)
+    assert len(sl) == 0
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_share_and_queue_together(impl):
     make, _, exc = IMPLS[impl]
     sl = make("mqtt")

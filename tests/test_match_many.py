@@ -347,6 +347,82 @@ def test_arrow_rows_that_are_not_utf8_are_invalid(dialect):
     assert sl.match_many(strs, queues="all").invalid.tolist()[:3] == [False, False, True]
 
 
+def test_arrow_offsets_changed_after_validation_are_refused():
+    # Issue 9, F2: the reproducer, in a fresh interpreter (it used to crash).
+    from isolated import run_isolated
+    out = run_isolated("""
+        import numpy as np, pyarrow as pa, fastsub
+        sl = fastsub.Sublist(); sl.insert("a.b", 1)
+        offs = np.array([0, 3, 6], np.int32)
+        a = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offs), pa.py_buffer(b"a.bc.d")])
+        offs[0] = -(1 << 30)
+        try:
+            sl.match_many(a)
+        except ValueError as e:
+            print("refused:", e)
+    """)
+    assert "refused: subjects: row 0 has Arrow offsets [-1073741824, 3)" in out, out
+
+
+BAD_OFFSETS = [  # (offsets, row named in the error): data is b"a.bc.da.b" (9 bytes)
+    ([-1, 3, 6, 9], 0), ([0, 3, 6, 10], 2), ([0, 4, 3, 9], 1), ([0, 3, 6, 1 << 30], 2),
+    ([0, 3, -6, 9], 1), ([5, 3, 6, 9], 0)]
+
+
+@pytest.mark.parametrize("typ", [pa.string(), pa.large_string()], ids=str)
+@pytest.mark.parametrize("offs,row", BAD_OFFSETS)
+def test_arrow_offsets_outside_the_data_are_refused(typ, offs, row):
+    sl = build("nats", [("a.b", 1, None)])
+    odt = np.int32 if typ == pa.string() else np.int64
+    good = np.array([0, 3, 6, 9], odt)
+    data = pa.py_buffer(b"a.bc.da.b")
+    for what in ("subjects", "keys"):
+        o = good.copy()
+        arr = pa.Array.from_buffers(typ, 3, [None, pa.py_buffer(o), data])
+        assert sl.match_many(arr, keys=arr).offsets.tolist() == [0, 1, 1, 2]
+        o[:] = offs                                   # changed after pyarrow built it
+        args = (arr, None) if what == "subjects" else (pa.array(["a.b"] * 3), arr)
+        with pytest.raises(ValueError, match=rf"^{what}: row {row} has Arrow offsets "
+                                              rf"\[{offs[row]}, {offs[row + 1]}\)"):
+            sl.match_many(args[0], keys=args[1])
+    # chunks, slices and keys count rows from the start of the whole column
+    bad = good.copy()
+    chunk = pa.Array.from_buffers(typ, 3, [None, pa.py_buffer(bad), data])
+    bad[:] = offs
+    okay = pa.array(["x.y", "a.b"], typ)
+    with pytest.raises(ValueError, match=rf"^subjects: row {row + 2} "):
+        sl.match_many(pa.chunked_array([okay, chunk], typ))
+    with pytest.raises(ValueError, match=rf"^keys: row {row + 2} "):
+        sl.match_many(pa.array(["a.b"] * 5, typ), keys=pa.chunked_array([okay, chunk], typ))
+    if row == 0:                                        # the slice leaves the bad row out
+        assert sl.match_many(chunk.slice(1)).invalid.tolist() == [False, False]
+    else:
+        with pytest.raises(ValueError, match=rf"^subjects: row {row - 1} "):
+            sl.match_many(chunk.slice(1))
+
+
+def test_arrow_offsets_of_null_rows_are_not_read():
+    # A null row's offsets are never read, so they may be anything; the
+    # array's offset into its buffers and its validity bitmap both count.
+    sl = build("nats", [("a.b", 1, None)])
+    for typ, odt in ((pa.string(), np.int32), (pa.large_string(), np.int64)):
+        offs = np.array([0, 3, -7, 3, 6, 9], odt)
+        bitmap = pa.py_buffer(np.packbits([1, 0, 0, 1, 1, 1, 1, 1], bitorder="little"))
+        arr = pa.Array.from_buffers(typ, 5, [bitmap, pa.py_buffer(offs), pa.py_buffer(b"a.bc.da.b")])
+        b = sl.match_many(arr)
+        assert b.invalid.tolist() == [False, True, True, False, False]
+        assert b.offsets.tolist() == [0, 1, 1, 1, 1, 2]
+        assert sl.match_many(arr.slice(2)).invalid.tolist() == [True, False, False]
+        offs[3] = 7                                     # row 3 (valid) now ends before it starts
+        with pytest.raises(ValueError, match=r"^subjects: row 3 has Arrow offsets \[7, 6\)"):
+            sl.match_many(arr)
+        with pytest.raises(ValueError, match=r"^subjects: row 1 has"):
+            sl.match_many(arr.slice(2))
+        no_bitmap = pa.Array.from_buffers(typ, 5, [None, pa.py_buffer(offs), pa.py_buffer(b"a.bc.da.b")])
+        with pytest.raises(ValueError, match=r"^subjects: row 1 has Arrow offsets \[3, -7\)"):
+            sl.match_many(no_bitmap)
+
+
 def test_bytes_and_other_objects_in_a_list_are_invalid_rows():
     sl = build("nats", NATS_SUBS)
     b = sl.match_many([b"a.b", bytearray(b"a.b"), 1, 2.5, object(), ["a.b"], "a.b"], queues="all")

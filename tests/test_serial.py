@@ -711,6 +711,14 @@ def structural_cases():
     add("MQTT bad UTF-8", encode("mqtt", lit((b"a\xc3(", T(subs=[1]))), T()), "invalid UTF-8", P + 2, "mqtt")
     add("MQTT surrogate", encode("mqtt", [], T(lit=[(b"\xed\xa0\x80", T(one=T(subs=[1])))])),
         "invalid UTF-8", P + 3, "mqtt")
+    # found by fuzz/fuzz_load.c: the NATS tokenizer rejects invalid UTF-8, so the loader must
+    # too (a loaded "\x9f\xd3b.x>" made every wildcard reverse_match fail and could not be removed)
+    add("NATS bad UTF-8 in a literal filter", encode("nats", lit((b"\x9f\xd3b.x>", T(subs=[1]))), T()),
+        "invalid UTF-8", P + 1)
+    add("NATS surrogate in a trie token", encode("nats", [], T(lit=[(b"a\xed\xa0\x80", T(one=T(subs=[1])))])),
+        "invalid UTF-8", P + 4)
+    add("NATS truncated UTF-8 at a token's end", encode("nats", lit((b"a\xc3.b", T(subs=[1]))), T()),
+        "invalid UTF-8", P + 2)
     add("MQTT NUL", encode("mqtt", lit(("a\x00", T(subs=[1]))), T()), "NUL character in a token", P + 2, "mqtt")
     add("MQTT separator in token", encode("mqtt", [], T(lit=[("a/b", T(one=T(subs=[1])))])),
         "separator inside a token", P + 4, "mqtt")

@@ -18,6 +18,8 @@ from fastsub._core import (
     subject_matches,
 )
 
+# The one place the version is written: pyproject.toml reads it from here
+# (dynamic = ["version"]), `fastsub --version` prints it.
 __version__ = "0.1.0"
 
 __all__ = [

@@ -1,53 +1,22 @@
-"""Type stubs for fastsub."""
-from typing import Iterable, Literal, Optional, Sequence, Tuple, List, Dict, Any
+"""Type stubs for fastsub: the public names, re-exported from fastsub._core."""
+from fastsub._core import BatchResult as BatchResult
+from fastsub._core import FastsubError as FastsubError
+from fastsub._core import InvalidSubjectError as InvalidSubjectError
+from fastsub._core import MatchResult as MatchResult
+from fastsub._core import Sublist as Sublist
+from fastsub._core import is_valid_filter as is_valid_filter
+from fastsub._core import is_valid_subject as is_valid_subject
+from fastsub._core import subject_matches as subject_matches
 
-Dialect = Literal["nats", "mqtt"]
-
-class FastsubError(Exception):
-    """Base of every error fastsub raises on its own account."""
-
-class InvalidSubjectError(FastsubError, ValueError):
-    """A subject or filter is malformed; the message names it, the problem and where."""
-    subject: str
-    reason: str
-
-class MatchResult:
-    """The subscriptions matching one subject.
-
-    subs:   the plain (non-queue) subscriptions' ids, one entry per matching
-            (filter, sub_id) subscription.
-    groups: one (queue, filter_or_None, members) per matching queue group.
-            NATS: groups merge by queue name across every matching filter and
-            filter is None.  MQTT: a group is the pair (group, filter).
-            members: the ids of the group's matching subscriptions.
-    """
-    @property
-    def subs(self) -> List[int]: ...
-    @property
-    def groups(self) -> List[Tuple[str, Optional[str], List[int]]]: ...
-    def __len__(self) -> int: ...
-
-class Sublist:
-    def __init__(self, dialect: Dialect = "nats", *, cache_size: int = 0) -> None: ...
-    @property
-    def dialect(self) -> Dialect: ...
-    @property
-    def generation(self) -> int: ...
-    def insert(self, filter: str, sub_id: int, *, queue: Optional[str] = None) -> bool: ...
-    def remove(self, filter: str, sub_id: int, *, queue: Optional[str] = None) -> None: ...
-    def discard(self, filter: str, sub_id: int, *, queue: Optional[str] = None) -> bool: ...
-    def insert_many(self, filters: Sequence[str], sub_ids: Sequence[int],
-                    queues: Optional[Sequence[Optional[str]]] = None) -> int: ...
-    def remove_many(self, filters: Sequence[str], sub_ids: Sequence[int],
-                    queues: Optional[Sequence[Optional[str]]] = None) -> int: ...
-    def __len__(self) -> int: ...
-    def match(self, subject: str) -> MatchResult: ...
-    def has_interest(self, subject: str) -> bool: ...
-    def num_interest(self, subject: str) -> Tuple[int, int]: ...
-    def reverse_match(self, filter: str) -> List[Tuple[str, int, Optional[str]]]: ...
-    def stats(self) -> Dict[str, Any]: ...
-
-def subject_matches(filter: str, subject: str, dialect: Dialect = "nats") -> bool: ...
-def is_valid_subject(subject: str, dialect: Dialect = "nats") -> bool: ...
-def is_valid_filter(filter: str, dialect: Dialect = "nats") -> bool: ...
 __version__: str
+__all__ = [
+    "BatchResult",
+    "FastsubError",
+    "InvalidSubjectError",
+    "MatchResult",
+    "Sublist",
+    "is_valid_filter",
+    "is_valid_subject",
+    "subject_matches",
+    "__version__",
+]

@@ -109,7 +109,47 @@ cdef _Column _column_of_strs(object items):
     return c
 
 
-cdef _Column _column_of_arrow(object arr):
+cdef int _check_arrow_offsets(object arr, str what, Py_ssize_t row_base) except -1:
+    """Check every offset pair the matcher will read, before C reads through
+    them: pyarrow validates offsets only when asked (from_buffers does not),
+    and a buffer may be changed in place after it did.  Each non-null row
+    needs 0 <= start <= end <= the data buffer's size; null rows are never
+    read.  ValueError naming the argument and the row (row_base + i)."""
+    import pyarrow as pa
+    validity, offsets, data = arr.buffers()[:3]
+    cdef bint large = pa.types.is_large_string(arr.type)
+    cdef Py_ssize_t n = len(arr), off = arr.offset, i, j
+    cdef Py_ssize_t width = 8 if large else 4
+    cdef int64_t size = data.size if data is not None else 0
+    cdef int64_t a, b
+    cdef const int32_t *o32 = NULL
+    cdef const int64_t *o64 = NULL
+    cdef const uint8_t *bits = NULL
+    if n == 0:
+        return 0
+    if offsets is None or offsets.size < (off + n + 1) * width:
+        raise ValueError(f"{what}: the Arrow offsets buffer is too short for {n} rows at offset {off}")
+    if validity is not None and arr.null_count:
+        if validity.size * 8 < off + n:
+            raise ValueError(f"{what}: the Arrow validity bitmap is too short for {n} rows at offset {off}")
+        bits = <const uint8_t *><uintptr_t>validity.address
+    if large:
+        o64 = <const int64_t *><uintptr_t>offsets.address
+    else:
+        o32 = <const int32_t *><uintptr_t>offsets.address
+    for i in range(n):
+        j = off + i
+        if bits != NULL and not ((bits[j >> 3] >> (j & 7)) & 1):
+            continue
+        a = o64[j] if large else o32[j]
+        b = o64[j + 1] if large else o32[j + 1]
+        if a < 0 or b < a or b > size:
+            raise ValueError(f"{what}: row {row_base + i} has Arrow offsets [{a}, {b}), "
+                             f"not within the data buffer's {size} bytes")
+    return 0
+
+
+cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
     """pyarrow StringArray / LargeStringArray, read in place."""
     import pyarrow as pa
     t = arr.type
@@ -118,6 +158,7 @@ cdef _Column _column_of_arrow(object arr):
     cdef _Column c = _Column.__new__(_Column)
     c.keep = arr
     validity, offsets, data = arr.buffers()[:3]
+    _check_arrow_offsets(arr, what, row_base)
     c.s.layout = FS_STR_ARROW
     c.s.n = <size_t>len(arr)
     c.s.offset = arr.offset
@@ -132,19 +173,20 @@ cdef _Column _column_of_arrow(object arr):
     return c
 
 
-cdef list _segments(object col, str what):
+cdef list _segments(object col, str what, Py_ssize_t row_base=0):
     """Split an input column into [(row_base, _Column)] without copying
-    strings: one segment, or one per chunk of a ChunkedArray."""
+    strings: one segment, or one per chunk of a ChunkedArray.  row_base:
+    the first row's number in error messages."""
     if _is_arrow(col):
         import pyarrow as pa
         if isinstance(col, pa.ChunkedArray):
             out, base = [], 0
             for chunk in col.chunks:
-                out.append((base, _column_of_arrow(chunk)))
+                out.append((base, _column_of_arrow(chunk, what, row_base + base)))
                 base += len(chunk)
             return out
         if isinstance(col, pa.Array):
-            return [(0, _column_of_arrow(col))]
+            return [(0, _column_of_arrow(col, what, row_base))]
         raise TypeError(f"{what}: unsupported Arrow object {type(col).__name__}")
     if type(col).__module__ == "numpy" and type(col).__name__ == "ndarray":
         if col.ndim != 1:
@@ -168,6 +210,11 @@ cdef object _checked_keys(object keys):
     if _is_arrow(keys):
         import pyarrow as pa
         if isinstance(keys, pa.ChunkedArray):
+            base = 0
+            for chunk in keys.chunks:           # before pyarrow's concatenation reads them
+                if pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type):
+                    _check_arrow_offsets(chunk, "keys", base)
+                base += len(chunk)
             keys = keys.combine_chunks()
         if not isinstance(keys, pa.Array) or not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
             raise TypeError(f"keys must be a string Arrow array, not {getattr(keys, 'type', type(keys).__name__)}")
@@ -282,7 +329,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
             kcol = None
             kp = NULL
             if keys is not None:
-                kcol = _segments(_slice_keys(keys, seg_base, seg_n), "keys")[0][1]
+                kcol = _segments(_slice_keys(keys, seg_base, seg_n), "keys", seg_base)[0][1]
                 kp = &kcol.s
             if nthreads == 1 or seg_n < 2 * ROWS_PER_CHUNK:
                 begin = 0

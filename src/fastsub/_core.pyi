@@ -1,25 +1,45 @@
-"""Type stubs for the compiled core (fastsub._core)."""
-from typing import Iterable, Literal, Optional, Sequence, Tuple, List, Dict, Any
+"""Type stubs for the compiled core, fastsub._core (src/fastsub/_core.pyx).
 
-Dialect = Literal["nats", "mqtt"]
+Checked against the built module by ``python -m mypy.stubtest fastsub``
+(tests/test_typing.py).  pyarrow carries no type information, so Arrow
+inputs and outputs are typed ``Any``.
+"""
+from typing import Any, Dict, List, Literal, Optional, Sequence, SupportsIndex, Tuple, TypedDict, Union
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import disjoint_base
+
+_Dialect = Literal["nats", "mqtt"]
+_QueueMode = Literal["pick", "all", "none"]
+_Bytes = Union[bytes, bytearray, memoryview]
+# A column of subjects (or keys): a list of str (None for a null row), a numpy
+# str/object array, or a pyarrow (Large)StringArray / ChunkedArray (Any).
+_SubjectColumn = Union[Sequence[Optional[str]], npt.NDArray[Any], Any]
 
 class FastsubError(Exception):
     """Base of every error fastsub raises on its own account."""
 
 class InvalidSubjectError(FastsubError, ValueError):
-    """A subject or filter is malformed; the message names it, the problem and where."""
-    subject: str
-    reason: str
+    """A subject, filter or queue name is malformed.
 
+    ``subject``: the input; ``reason``: what is wrong; ``position``: byte
+    offset in its UTF-8 form, or None."""
+    subject: Optional[str]
+    reason: Optional[str]
+    position: Optional[int]
+    def __init__(self, message: str, subject: Optional[str] = None, reason: Optional[str] = None,
+                 position: Optional[int] = None) -> None: ...
+
+@disjoint_base
 class MatchResult:
     """The subscriptions matching one subject.
 
-    subs:   the plain (non-queue) subscriptions' ids, one entry per matching
-            (filter, sub_id) subscription.
-    groups: one (queue, filter_or_None, members) per matching queue group.
-            NATS: groups merge by queue name across every matching filter and
-            filter is None.  MQTT: a group is the pair (group, filter).
-            members: the ids of the group's matching subscriptions.
+    subs:   ids of the matching plain subscriptions, one per matching
+            (filter, sub_id).
+    groups: (queue, filter_or_None, members) per matching queue group.
+            NATS: groups merge by queue name and filter is None.
+            MQTT: a group is the pair (group, filter).
     """
     @property
     def subs(self) -> List[int]: ...
@@ -27,10 +47,46 @@ class MatchResult:
     def groups(self) -> List[Tuple[str, Optional[str], List[int]]]: ...
     def __len__(self) -> int: ...
 
-class Sublist:
-    def __init__(self, dialect: Dialect = "nats", *, cache_size: int = 0) -> None: ...
+@disjoint_base
+class BatchResult:
+    """What match_many found, in CSR form: row i's ids are
+    ``sub_ids[offsets[i]:offsets[i + 1]]``; ``invalid[i]`` is True where the
+    subject was null or invalid (such rows have no ids)."""
     @property
-    def dialect(self) -> Dialect: ...
+    def offsets(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def sub_ids(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def invalid(self) -> npt.NDArray[np.bool_]: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: SupportsIndex) -> npt.NDArray[np.int64]: ...
+    def counts(self) -> npt.NDArray[np.int64]: ...
+    def to_arrow(self) -> Any:
+        """A pyarrow ListArray<int64> with int32 offsets (null where invalid)."""
+
+class _Stats(TypedDict):
+    subscriptions: int
+    nodes: int
+    memory_bytes: int
+    cache_entries: int
+    cache_capacity: int
+    inserts: int
+    removes: int
+    matches: int
+    cache_hits: int
+    cache_misses: int
+    cache_hit_rate: float
+    max_fanout: int
+    avg_fanout: float
+    generation: int
+
+@disjoint_base
+class Sublist:
+    """An index of subscriptions (filter, sub_id, queue) answering "which
+    subscriptions match this subject?".  Safe to use from many threads."""
+    def __new__(cls, dialect: _Dialect = "nats", *, cache_size: int = 0) -> Sublist: ...
+    @property
+    def dialect(self) -> _Dialect: ...
     @property
     def generation(self) -> int: ...
     def insert(self, filter: str, sub_id: int, *, queue: Optional[str] = None) -> bool: ...
@@ -41,12 +97,20 @@ class Sublist:
     def remove_many(self, filters: Sequence[str], sub_ids: Sequence[int],
                     queues: Optional[Sequence[Optional[str]]] = None) -> int: ...
     def __len__(self) -> int: ...
-    def match(self, subject: str) -> MatchResult: ...
+    def match(self, subject: str, *, dedupe: bool = False) -> MatchResult: ...
+    def match_many(self, subjects: _SubjectColumn, keys: Optional[_SubjectColumn] = None, queues: _QueueMode = "pick",
+                   threads: int = 1, *, dedupe: bool = False) -> BatchResult: ...
     def has_interest(self, subject: str) -> bool: ...
     def num_interest(self, subject: str) -> Tuple[int, int]: ...
     def reverse_match(self, filter: str) -> List[Tuple[str, int, Optional[str]]]: ...
-    def stats(self) -> Dict[str, Any]: ...
+    def stats(self) -> _Stats: ...
+    def to_bytes(self) -> bytes: ...
+    @staticmethod
+    def from_bytes(data: _Bytes, *, cache_size: int = 0) -> Sublist: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes, int]]: ...
 
-def subject_matches(filter: str, subject: str, dialect: Dialect = "nats") -> bool: ...
-def is_valid_subject(subject: str, dialect: Dialect = "nats") -> bool: ...
-def is_valid_filter(filter: str, dialect: Dialect = "nats") -> bool: ...
+def subject_matches(filter: str, subject: str, dialect: _Dialect = "nats") -> bool: ...
+def is_valid_subject(subject: str, dialect: _Dialect = "nats") -> bool: ...
+def is_valid_filter(filter: str, dialect: _Dialect = "nats") -> bool: ...
+def _fault_inject(nth: int) -> None: ...
+def _fault_status() -> Tuple[int, int]: ...

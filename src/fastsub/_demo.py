@@ -105,7 +105,8 @@ def generate(out_dir, n_events=200_000, seed=7):
 
 def run(args, session):
     """The body of `fastsub demo`."""
-    from fastsub.cli import CLIError, run_fanout
+    from fastsub._spark_cli import run_fanout, where
+    from fastsub.cli import CLIError
 
     if args.events < 1:
         raise CLIError("--events must be at least 1")
@@ -115,12 +116,12 @@ def run(args, session):
     events_path, subs_path, desc = generate(inputs, args.events, args.seed)
     for line in desc:
         print("  " + line)
-    print(f"starting Spark ({args.master}) ...", flush=True)
+    print(f"starting Spark ({where(args)}) ...", flush=True)
     spark = session(args)
     print(f"$ fastsub fanout --events {events_path} --subs {subs_path} --out {args.out} "
           "--key-col device --overwrite", flush=True)
     run_fanout(spark, events_path, subs_path, args.out, key_col="device", overwrite=True,
-               master=args.master)
+               master=where(args), progress=getattr(args, "progress", 2.0))
 
     from pyspark.sql import functions as F
     deliveries = spark.read.parquet(os.path.join(args.out, "deliveries"))

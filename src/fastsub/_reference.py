@@ -125,9 +125,11 @@ def validate_queue(q, dialect="nats"):
     if q == "" or any(c in q for c in bad):
         raise ValueError(f"invalid queue name {_shown(q)}")
     try:
-        q.encode("utf-8")
+        n = len(q.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValueError(f"invalid queue name {_shown(q)}: not encodable as UTF-8")
+    if n > MAX_BYTES:
+        raise ValueError(f"invalid queue name {_shown(q)}: too long ({n} bytes > {MAX_BYTES})")
 
 
 def validate_sub_id(sub_id):

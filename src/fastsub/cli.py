@@ -132,29 +132,6 @@ def _read(spark, path, fmt, what):
     return df
 
 
-def _subs_ids_to_long(subs, path):
-    """CSV (and quoted JSON) sub ids are strings: convert, naming the first bad row."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-    if "sub_id" not in subs.columns:
-        return subs
-    t = subs.schema["sub_id"].dataType
-    if not isinstance(t, T.StringType):
-        return subs
-    col = F.col("sub_id")
-    values = subs.select(col).toArrow().column(0).to_pylist()
-    for i, v in enumerate(values):
-        if v is None:
-            continue
-        try:
-            n = int(v.strip())
-        except ValueError:
-            raise CLIError(f"subscriptions {path} row {i + 1}: sub_id {v!r} is not an integer") from None
-        if not -(2 ** 63) <= n < 2 ** 63:
-            raise CLIError(f"subscriptions {path} row {i + 1}: sub_id {v!r} is outside signed 64-bit")
-    return subs.withColumn("sub_id", F.trim(col).cast("long"))
-
-
 # --------------------------------------------------------------------------
 # fanout
 # --------------------------------------------------------------------------
@@ -174,95 +151,21 @@ def _spark_errors():
     return (PySparkException, Py4JError)
 
 
-def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_format=None,
-               dialect="nats", subject_col="subject", key_col=None, queues="pick",
-               overwrite=False, master="", out_stream=None):
-    """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
-    summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError."""
-    from fastsub import InvalidSubjectError
-    from fastsub.spark import FanoutInputError, fanout_with_rejects
-
-    out_stream = out_stream or sys.stdout
-    ev_fmt = _format_of(events_path, events_format, "events", "--format")
-    sub_fmt = _format_of(subs_path, subs_format, "subscriptions", "--subs-format")
-    paths = _out_paths(out, overwrite)
-    mode = "overwrite" if overwrite else "errorifexists"
-
-    t0 = time.perf_counter()
-    events = _read(spark, events_path, ev_fmt, "events")
-    # A small or unsplittable file (one gzip CSV, say) is one partition: spread
-    # it over the cores, or a single task does all the matching and writing.
-    cores = spark.sparkContext.defaultParallelism
-    if events.rdd.getNumPartitions() < cores:
-        events = events.repartition(cores)
-    subs = _subs_ids_to_long(_read(spark, subs_path, sub_fmt, "subscriptions"), subs_path)
-    try:
-        res = fanout_with_rejects(events, subs, subject_col=subject_col, key_col=key_col,
-                                  dialect=dialect, queues=queues)
-    except (FanoutInputError, InvalidSubjectError) as e:
-        about_subs = str(e).startswith(("subscriptions", "the subscriptions"))
-        where = subs_path if about_subs else events_path
-        raise CLIError(f"{where}: {e}") from None
-    except _spark_errors() as e:
-        raise CLIError(f"reading subscriptions {subs_path} failed: {_first_line(e)}") from None
-    t_index = time.perf_counter()
-    res.persist()
-    try:
-        try:
-            counts = res.counts()
-            t_match = time.perf_counter()
-            res.deliveries.write.mode(mode).parquet(paths["deliveries"])
-            res.rejected.write.mode(mode).parquet(paths["rejected"])
-        except _spark_errors() as e:
-            raise CLIError(f"the fan-out of {events_path} failed: {_first_line(e)}") from None
-        t_end = time.perf_counter()
-        written = spark.read.parquet(paths["deliveries"]).count()
-    finally:
-        res.unpersist()
-    seconds = t_end - t0
-
-    ok = counts.reconciles and written == counts.deliveries
-    idx = res.index
-    p = lambda *a: print(*a, file=out_stream)  # noqa: E731
-    p(f"fastsub fanout: {events_path} x {subs_path} ({dialect}, queues={queues}"
-      + (f", key={key_col}" if key_col else "") + (f") on {master}" if master else ")"))
-    p(f"  index       {_n(idx.nsubs)} subscriptions, {_size(idx.nbytes)}, shipped by {idx.shipped_by}")
-    p(f"  events in   {_n(counts.events)} = {_n(counts.delivered)} delivered + "
-      f"{_n(counts.unmatched)} unmatched + {_n(counts.rejected)} rejected  "
-      + ("[reconciles]" if counts.reconciles else "[DOES NOT RECONCILE]"))
-    p(f"  deliveries  {_n(written)} rows -> {paths['deliveries']} (parquet)"
-      + ("" if written == counts.deliveries else f"  [expected {_n(counts.deliveries)}]"))
-    p(f"  rejected    {_n(counts.rejected)} rows -> {paths['rejected']} (parquet, with `error`)")
-    p(f"  time        {seconds:.1f} s: {_n(round(counts.events / seconds))} events/s, "
-      f"{_n(round(counts.deliveries / seconds))} deliveries/s (read + index {t_index - t0:.1f} s, "
-      f"match + count {t_match - t_index:.1f} s, write {t_end - t_match:.1f} s)")
-    if not ok:
-        raise RuntimeError("the counts do not reconcile: this is a fastsub bug")
-    return counts, written, seconds
+def run_fanout(spark, events_path, subs_path, out, **kw):
+    """Read, fan out, write DIR/deliveries and DIR/rejected, print the summary
+    (fastsub._spark_cli.run_fanout).  -> (FanoutCounts, deliveries written, seconds)."""
+    from fastsub._spark_cli import run_fanout as run
+    return run(spark, events_path, subs_path, out, **kw)
 
 
 def _session(args):
-    try:
-        from fastsub.spark import local_session
-    except ImportError as e:
-        raise CLIError(str(e)) from None
-    level = "WARN" if args.verbose else "ERROR"
-    return local_session(args.master, app_name=f"fastsub {args.cmd}", log_level=level)
+    from fastsub._spark_cli import session
+    return session(args)
 
 
 def cmd_fanout(args):
-    # Everything that can be checked without a JVM is checked before starting one.
-    _check_readable(args.events, "events")
-    _check_readable(args.subs, "subscriptions")
-    _format_of(args.events, args.format, "events", "--format")
-    _format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
-    _out_paths(args.out, args.overwrite)
-    spark = _session(args)
-    run_fanout(spark, args.events, args.subs, args.out, events_format=args.format,
-               subs_format=args.subs_format, dialect=args.dialect, subject_col=args.subject_col,
-               key_col=args.key_col, queues=args.queues, overwrite=args.overwrite,
-               master=args.master)
-    return 0
+    from fastsub._spark_cli import cmd_fanout as run
+    return run(args)
 
 
 def cmd_demo(args):
@@ -274,48 +177,166 @@ def cmd_demo(args):
 # match: the engine alone
 # --------------------------------------------------------------------------
 
-def _lines(path):
-    f = sys.stdin if path == "-" else open(path, encoding="utf-8", newline="")
+#: Bytes of input read, decoded and matched at a time: memory stays bounded
+#: by this (plus the output of one batch) whatever the size of the input.
+MATCH_BLOCK_BYTES = 4 << 20
+#: The progress line appears once a run has taken this long (seconds)...
+PROGRESS_AFTER = 2.0
+#: ...and is redrawn at most this often.
+PROGRESS_EVERY = 0.25
+#: Rejected subjects named one by one on stderr; the rest are only counted.
+MAX_REJECT_LINES = 100
+
+
+def _text_blocks(path, what, block_bytes=None):
+    """Read `path` ('-': stdin) as UTF-8 text in blocks of whole lines.
+    Yields (first line number, lines, bytes consumed so far); a line's
+    trailing \\n or \\r\\n is removed.  Input that is not text -- a NUL byte,
+    or bytes that are not UTF-8 -- is a CLIError naming the file and line."""
+    block_bytes = block_bytes or MATCH_BLOCK_BYTES
     try:
-        for line in f:
-            if line.endswith("\n"):
-                line = line[:-1]
-                if line.endswith("\r"):
-                    line = line[:-1]
-            yield line
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    except OSError as e:
+        raise CLIError(f"cannot read {what} {path}: {e.strerror}") from None
+    name = "standard input" if path == "-" else path
+    lineno, done, pending = 1, 0, b""
+    try:
+        while True:
+            try:
+                block = f.read(block_bytes)
+            except OSError as e:
+                raise CLIError(f"cannot read {what} {name}: {e.strerror}") from None
+            size = None
+            if block:
+                data = pending + block
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:                  # no line ends yet: read on
+                    pending = data
+                    continue
+                data, pending = data[:cut], data[cut:]
+                size = len(data)
+            elif pending:                     # a last line without its \n
+                size = len(pending)
+                data, pending = pending + b"\n", b""
+            else:
+                return
+            nul = data.find(b"\0")
+            if nul >= 0:
+                at = lineno + data.count(b"\n", 0, nul)
+                raise CLIError(f"{what} {name} line {at}: NUL byte at offset {done + nul}: this "
+                               f"looks like a binary file, not one "
+                               f"{'filter' if what == 'subscriptions' else 'subject'} per line")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                at = lineno + data.count(b"\n", 0, e.start)
+                raise CLIError(f"{what} {name} line {at}: not UTF-8 text (byte 0x{data[e.start]:02x} "
+                               f"at offset {done + e.start})") from None
+            lines = text.split("\n")
+            lines.pop()                       # data ends with \n: the last piece is empty
+            lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+            done += size
+            yield lineno, lines, done
+            lineno += len(lines)
     finally:
-        if f is not sys.stdin:
+        if f is not sys.stdin.buffer:
             f.close()
+
+
+def _lines(path, what="input"):
+    for _, lines, _ in _text_blocks(path, what):
+        yield from lines
 
 
 def read_filters(path):
     """Lines `filter` or `filter queue` (a tab separates them when the filter
     has spaces); blank lines skipped; sub_id = line number.
-    -> (filters, sub_ids, queues, {sub_id: (filter, queue)})"""
+    -> (filters, sub_ids, queues)"""
     filters, ids, queues = [], [], []
-    for lineno, line in enumerate(_lines(path), 1):
-        if not line.strip():
-            continue
-        parts = line.split("\t") if "\t" in line else line.split()
-        if len(parts) > 2:
-            raise CLIError(f"{path} line {lineno}: expected 'filter' or 'filter queue' "
-                           "(separate them with a tab if the filter has spaces)")
-        filters.append(parts[0])
-        queues.append(parts[1] if len(parts) == 2 else None)
-        ids.append(lineno)
+    for first, lines, _ in _text_blocks(path, "subscriptions"):
+        for lineno, line in enumerate(lines, first):
+            if not line.strip():
+                continue
+            parts = line.split("\t") if "\t" in line else line.split()
+            if len(parts) > 2:
+                raise CLIError(f"{path} line {lineno}: expected 'filter' or 'filter queue' "
+                               "(separate them with a tab if the filter has spaces)")
+            filters.append(parts[0])
+            queues.append(parts[1] if len(parts) == 2 else None)
+            ids.append(lineno)
     return filters, ids, queues
 
 
+def _duration(seconds):
+    seconds = int(seconds + 0.5)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """A one-line progress report on a terminal's stderr: rows done, rate,
+    and (when the input's size is known) percentage and ETA.  Silent for
+    runs shorter than PROGRESS_AFTER seconds, and when stderr is not a
+    terminal unless forced."""
+
+    def __init__(self, total_bytes, stream=None, mode="auto", clock=time.monotonic):
+        self.stream = stream or sys.stderr
+        isatty = getattr(self.stream, "isatty", lambda: False)()
+        self.enabled = mode == "always" or (mode == "auto" and isatty)
+        self.total = total_bytes
+        self.clock = clock
+        self.start = clock()
+        self.last = None
+        self.width = 0
+
+    def update(self, rows, bytes_done):
+        if not self.enabled:
+            return
+        now = self.clock()
+        elapsed = now - self.start
+        if elapsed < PROGRESS_AFTER or (self.last is not None and now - self.last < PROGRESS_EVERY):
+            return
+        self.last = now
+        rate = rows / elapsed if elapsed > 0 else 0.0
+        line = f"fastsub match: {rows:,} subjects, {rate:,.0f}/s"
+        if self.total:
+            frac = min(1.0, bytes_done / self.total)
+            eta = elapsed * (1 - frac) / frac if frac > 0 else 0.0
+            line += f", {frac:.0%}, ETA {_duration(eta)}"
+        self.stream.write("\r" + line.ljust(self.width))
+        self.stream.flush()
+        self.width = len(line)
+
+    def finish(self):
+        """Clear the line, so the summary that follows starts clean."""
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
+
+
+def _input_size(path):
+    if path == "-":
+        try:
+            st = os.fstat(sys.stdin.fileno())
+        except (OSError, ValueError, AttributeError):
+            return None
+    else:
+        st = os.stat(path)
+    import stat
+    return st.st_size if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None
+
+
 def cmd_match(args):
+    import numpy as np
+
     from fastsub import InvalidSubjectError, Sublist
+    t_start = time.perf_counter()
     for path, what in ((args.subs, "subscriptions"), (args.subjects, "subjects")):
         if path != "-":
             _check_readable(path, what)
-    try:
-        filters, ids, queues = read_filters(args.subs)
-        subjects = list(_lines(args.subjects))
-    except (OSError, UnicodeDecodeError) as e:
-        raise CLIError(f"cannot read input: {e}") from None
+    if args.subs == "-" and args.subjects == "-":
+        raise CLIError("--subs and --subjects cannot both be standard input")
+    filters, ids, queues = read_filters(args.subs)
     sl = Sublist(args.dialect)
     try:
         sl.insert_many(filters, ids, queues if any(q is not None for q in queues) else None)
@@ -325,52 +346,88 @@ def cmd_match(args):
             i = int(msg[5:msg.index(":")])
             msg = f"line {ids[i]}: {msg[msg.index(':') + 2:]}"
         raise CLIError(f"{args.subs} {msg}") from None
-    by_id = {i: (f, q) for f, i, q in zip(filters, ids, queues)}
-    t0 = time.perf_counter()
-    r = sl.match_many(subjects, queues=args.queues)
-    seconds = time.perf_counter() - t0
-    offsets, sub_ids, invalid = r.offsets.tolist(), r.sub_ids.tolist(), r.invalid.tolist()
-    out, checker = sys.stdout, Sublist(args.dialect)
-    delivered = unmatched = rejected = 0
-    w = out.write
-    for k, s in enumerate(subjects):
-        if invalid[k]:
-            rejected += 1
-            try:
-                checker.match(s)
-                why = "invalid subject"
-            except InvalidSubjectError as e:
-                why = str(e)
-            print(f"fastsub: {args.subjects} line {k + 1}: rejected: {why}", file=sys.stderr)
-            continue
-        a, b = offsets[k], offsets[k + 1]
-        if a == b:
-            unmatched += 1
-            continue
-        delivered += 1
-        for sid in sub_ids[a:b]:
-            f, q = by_id[sid]
-            w(f"{s}\t{sid}\t{f}" + (f"\t{q}" if q is not None else "") + "\n")
+    # what each delivery line says after the subject, by sub_id
+    labels = {i: f"{i}\t{f}" + (f"\t{q}" if q is not None else "") + "\n"
+              for f, i, q in zip(filters, ids, queues)}
+    del filters, queues
+    t_index = time.perf_counter() - t_start
+
+    out, err = sys.stdout, sys.stderr
+    progress = Progress(_input_size(args.subjects), err, args.progress)
+    checker = None
+    rows = delivered = unmatched = rejected = deliveries = 0
+    t_match = 0.0
+    for first, subjects, bytes_done in _text_blocks(args.subjects, "subjects"):
+        t0 = time.perf_counter()
+        r = sl.match_many(subjects, queues=args.queues)
+        t_match += time.perf_counter() - t0
+        counts = np.diff(r.offsets)
+        invalid = r.invalid
+        n_bad = int(invalid.sum())
+        if n_bad:
+            checker = checker or Sublist(args.dialect)
+            for k in np.flatnonzero(invalid).tolist():
+                rejected += 1
+                if rejected > MAX_REJECT_LINES:
+                    continue
+                try:
+                    checker.match(subjects[k])
+                    why = "invalid subject"
+                except InvalidSubjectError as e:
+                    why = str(e)
+                print(f"fastsub: {args.subjects} line {first + k}: rejected: {why}", file=err)
+        hit = counts > 0
+        n_hit = int(hit.sum())
+        delivered += n_hit
+        unmatched += len(subjects) - n_hit - n_bad
+        deliveries += len(r.sub_ids)
+        if n_hit:
+            row_of = np.repeat(np.arange(len(subjects)), counts).tolist()
+            out.write("".join([f"{subjects[k]}\t{labels[sid]}" for k, sid in zip(row_of, r.sub_ids.tolist())]))
+        rows += len(subjects)
+        progress.update(rows, bytes_done)
     out.flush()
-    print(f"fastsub match: {_n(len(subjects))} subjects = {_n(delivered)} delivered + "
-          f"{_n(unmatched)} unmatched + {_n(rejected)} rejected; {_n(len(sub_ids))} deliveries "
+    progress.finish()
+    if rejected > MAX_REJECT_LINES:
+        print(f"fastsub: {args.subjects}: {rejected - MAX_REJECT_LINES:,} more rejected subjects "
+              "not shown", file=err)
+    wall = time.perf_counter() - t_start
+    print(f"fastsub match: {_n(rows)} subjects = {_n(delivered)} delivered + "
+          f"{_n(unmatched)} unmatched + {_n(rejected)} rejected; {_n(deliveries)} deliveries "
           f"from {_n(len(sl))} subscriptions ({args.dialect}, queues={args.queues}) "
-          f"in {seconds * 1e3:.1f} ms", file=sys.stderr)
+          f"in {wall:.2f} s wall: matching {t_match:.2f} s ({t_match / wall if wall > 0 else 0:.0%}), "
+          f"index {t_index:.2f} s, reading and writing {max(0.0, wall - t_match - t_index):.2f} s",
+          file=err)
     return 0
 
 
 # --------------------------------------------------------------------------
 
+def _version_line():
+    import platform
+
+    from fastsub import __version__
+    return (f"fastsub {__version__} ({platform.python_implementation()} {platform.python_version()}, "
+            f"{sys.platform} {platform.machine()})")
+
+
 def build_parser():
     ap = argparse.ArgumentParser(
         prog="fastsub", description="NATS/MQTT subscription matching: fan events out to "
         "subscription ids on Spark, or match subjects from files.")
+    ap.add_argument("--version", action="version", version=_version_line())
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     sub.required = True
 
     def spark_opts(p):
-        p.add_argument("--master", default="local[*]", metavar="URL",
-                       help="Spark master URL (default: local[*], the embedded Spark)")
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("--master", default="local[*]", metavar="URL",
+                           help="Spark master URL (default: local[*], the embedded Spark)")
+        where.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                           help="run on a Spark Connect server instead")
+        p.add_argument("--progress", type=float, default=2.0, metavar="SECONDS",
+                       help="a progress line on stderr every SECONDS while Spark works "
+                       "(default 2; 0: none)")
         p.add_argument("-v", "--verbose", action="store_true",
                        help="Spark's own warnings on stderr, failed tasks' traces included")
 
@@ -394,6 +451,9 @@ def build_parser():
     f.add_argument("--subs-format", choices=FORMATS, default=None,
                    help="format of --subs (default: from its extension)")
     f.add_argument("--overwrite", action="store_true", help="replace existing outputs in DIR")
+    f.add_argument("--ship", choices=("auto", "broadcast", "file", "artifact", "inline"),
+                   default="auto", help="how the index travels to the executors (default: "
+                   "by session kind and size; see docs/spark.md)")
     spark_opts(f)
     f.set_defaults(func=cmd_fanout)
 
@@ -408,12 +468,16 @@ def build_parser():
 
     m = sub.add_parser("match", help="match subjects against filters (the engine, no Spark)",
                        description="Print one line per delivery: subject, sub_id (the filter's line "
-                       "number), filter[, queue]; rejected subjects and a summary on stderr.")
+                       "number), filter[, queue]; rejected subjects and a summary on stderr.  The "
+                       "subjects are read, matched and written in blocks, so any size streams "
+                       "through in bounded memory; a progress line shows on a terminal after 2 s.")
     m.add_argument("--subs", required=True, metavar="FILE",
                    help="one `filter` or `filter queue` per line ('-' for stdin)")
     m.add_argument("--subjects", required=True, metavar="FILE", help="one subject per line ('-' for stdin)")
     m.add_argument("--dialect", choices=("nats", "mqtt"), default="nats")
     m.add_argument("--queues", choices=("pick", "all", "none"), default="pick")
+    m.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="progress line on stderr: auto (on a terminal, for runs over 2 s), always, never")
     m.set_defaults(func=cmd_match)
     return ap
 

@@ -1,22 +1,28 @@
 """Fan events out to subscription ids on Spark (DESIGN.md section 4; docs/spark.md).
 
-    >>> from fastsub.spark import fanout, fanout_with_rejects
+    >>> from fastsub.spark import fanout, fanout_with_rejects, share_index
     >>> deliveries = fanout(events, subs)                 # one row per (event, sub_id)
     >>> r = fanout_with_rejects(events, subs)             # deliveries + rejected + counts
     >>> r.rejected.show()                                 # the events' columns + `error`
     >>> r.counts()                                        # events = delivered + unmatched + rejected
+    >>> idx = share_index(spark, sublist)                 # your own code: idx.get() on executors
 
 How it runs.  The subscriptions table is collected once on the driver and
-built into one `Sublist`; its `to_bytes()` image is shipped to the executors
-by broadcast (or, above `BROADCAST_MAX_BYTES`, as a file through
-`SparkContext.addFile`), under an id chosen on the driver (a uuid).  Each
-Python worker process loads the image the first time a task needs it and
-keeps the `Sublist` in a module-level cache keyed by that id, so later tasks
-and batches on the same worker reuse it.  The matching is a scalar iterator
+built into one `Sublist`; `share_index` ships its `to_bytes()` image to the
+executors under an id chosen on the driver (a uuid): by broadcast or, above
+`BROADCAST_MAX_BYTES`, as a file (`SparkContext.addFile`) on classic Spark;
+on Spark Connect (no SparkContext) inside the UDF itself up to
+`INLINE_MAX_BYTES`, else as an artifact (`spark.addArtifacts(file=True)`).
+Each Python worker process loads the image the first time a task needs it
+and keeps the `Sublist` in a module-level cache keyed by that id
+(fastsub._spark_ship), so later tasks and batches on the same worker reuse
+it.  The index built from a subscriptions DataFrame is kept for later calls
+on the same DataFrame object.  The matching is a scalar iterator
 `arrow_udf`: only the subject column (and the key column, if any) crosses
-from the JVM to Python, as Arrow; `Sublist.match_many` reads the Arrow string
-buffers in place and its `BatchResult.to_arrow()` list column goes back as
-is.  The other event columns stay in the JVM, which also does the explode.
+from the JVM to Python, as Arrow; `Sublist.match_many` reads the Arrow
+string buffers in place and its `BatchResult.to_arrow()` list column goes
+back as is.  The other event columns stay in the JVM, which also does the
+explode.
 
 Rejects.  A null or invalid subject never raises and never disappears: the
 per-event frame carries a null `sub_ids` for it; `fanout()` leaves such
@@ -24,18 +30,25 @@ events out of the deliveries, and `fanout_with_rejects()` returns them in
 `.rejected` with an `error` column saying why ("null subject", "empty token
 (at byte 2)", ...).
 
+Streams.  `fanout_stream` runs the fan-out per micro-batch (foreachBatch),
+writes deliveries, rejected and counts per batch idempotently, and re-reads
+the subscriptions between micro-batches.
+
 This module imports PySpark; `import fastsub` does not import this module.
 """
 import atexit
-import collections
+import hashlib
+import json
 import os
 import re
 import shutil
 import sys
 import tempfile
 import threading
+import time
 import uuid
-from typing import Iterator, NamedTuple, Optional, Tuple
+import weakref
+from typing import Callable, Iterator, NamedTuple, Optional, Tuple, Union
 
 try:
     import pyarrow as pa
@@ -49,25 +62,28 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "pip install 'fastsub[spark]'") from e
 
 from fastsub import FastsubError, InvalidSubjectError, Sublist
+from fastsub._spark_ship import LOAD_LOG_ENV, SharedIndex, match_batches, reject_reasons
 
 __all__ = [
-    "fanout", "fanout_with_rejects", "FanoutResult", "FanoutCounts",
-    "FanoutInputError", "build_index", "local_session", "BROADCAST_MAX_BYTES",
+    "fanout", "fanout_with_rejects", "fanout_stream", "share_index", "SharedIndex",
+    "FanoutResult", "FanoutCounts", "FanoutInputError", "ExecutorEnvironmentError",
+    "build_index", "local_session", "remote_session", "is_connect", "check_executors",
+    "BROADCAST_MAX_BYTES", "INLINE_MAX_BYTES", "LOAD_LOG_ENV",
 ]
 
-#: Serialized indexes up to this size travel as a broadcast variable; larger
-#: ones as a file (SparkContext.addFile).  A broadcast is held in the driver's
-#: and every executor's JVM block manager on top of the Python copy, and goes
-#: through the driver's memory in one piece; a file is fetched once per
-#: executor to local disk and read straight into the Python worker.  64 MiB
-#: is about 500k-1M subscriptions.
+#: Classic Spark: serialized indexes up to this size travel as a broadcast
+#: variable; larger ones as a file (SparkContext.addFile).  A broadcast is
+#: held in the driver's and every executor's JVM block manager on top of the
+#: Python copy, and goes through the driver's memory in one piece; a file is
+#: fetched once per executor to local disk and read straight into the Python
+#: worker.  64 MiB is about 500k-1M subscriptions.
 BROADCAST_MAX_BYTES = 64 << 20
 
-#: Set on the executors (in local mode: in the driver's environment before the
-#: session starts) to a file path, and every worker-side index load appends
-#: "<index id> <pid>" to it: a way to see that each Python worker process
-#: loads an index once, not once per task.
-LOAD_LOG_ENV = "FASTSUB_SPARK_LOAD_LOG"
+#: Spark Connect: serialized indexes up to this size travel inside the UDF's
+#: pickled closure (part of the plan the client sends; no extra round trip);
+#: larger ones as an artifact file.  The closure goes with every task, so
+#: this stays small: 1 MiB is about 30k subscriptions of `light`'s shape.
+INLINE_MAX_BYTES = 1 << 20
 
 _QUEUE_MODES = ("pick", "all", "none")
 _INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
@@ -75,6 +91,24 @@ _INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
 
 class FanoutInputError(FastsubError, ValueError):
     """The events or subscriptions table does not have the columns/types fanout needs."""
+
+
+class ExecutorEnvironmentError(FastsubError, RuntimeError):
+    """The executors' Python cannot run fastsub (wrong interpreter, missing packages)."""
+
+
+def is_connect(spark) -> bool:
+    """True for a Spark Connect session (sc://...), which has no SparkContext."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _session_key(spark):
+    """What a shipped index is valid for: the SparkContext (classic; the
+    sessions of foreachBatch are new objects over the same one) or the
+    Connect session id."""
+    if is_connect(spark):
+        return ("connect", getattr(spark, "session_id", None) or id(spark))
+    return ("classic", id(spark.sparkContext))
 
 
 # --------------------------------------------------------------------------
@@ -94,19 +128,18 @@ def _field(df: DataFrame, name: str, what: str):
     raise FanoutInputError(f"{what} has no column {name!r} (columns: {cols})")
 
 
-def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
-    """build_index(subscriptions, dialect="nats") -> Sublist
-
-    Collect `subscriptions` (`sub_id` integer, `filter` string, optional
-    `queue` string) to the driver and build the index.  A bad row raises one
-    error naming the row (1-based, in the table's order), its sub_id and
-    filter: InvalidSubjectError for an invalid filter or queue name,
-    FanoutInputError for a null sub_id/filter or a wrong column type."""
+def _check_dialect(dialect):
     if dialect not in ("nats", "mqtt"):
         raise ValueError(f"unknown dialect {dialect!r}: expected 'nats' or 'mqtt'")
+
+
+def check_subscriptions_schema(subscriptions: DataFrame, string_ids: bool = False) -> bool:
+    """Raise FanoutInputError on a missing column or a wrong type (string sub
+    ids allowed with string_ids=True); -> whether there is a queue column."""
     f_id = _field(subscriptions, "sub_id", "the subscriptions table")
     f_filter = _field(subscriptions, "filter", "the subscriptions table")
-    if not isinstance(f_id.dataType, _INTEGRAL):
+    if not isinstance(f_id.dataType, _INTEGRAL) and not (
+            string_ids and isinstance(f_id.dataType, T.StringType)):
         raise FanoutInputError(
             f"subscriptions column 'sub_id' has type {f_id.dataType.simpleString()}, "
             "expected an integer type (bigint)")
@@ -121,18 +154,37 @@ def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
             raise FanoutInputError(
                 f"subscriptions column 'queue' has type {f_queue.dataType.simpleString()}, "
                 "expected string (null for a plain subscription)")
+    return has_queue
+
+
+def collect_subscriptions(subscriptions: DataFrame) -> pa.Table:
+    """The subscriptions table on the driver as Arrow (sub_id int64, filter,
+    queue if present): one Spark job.  Raises FanoutInputError on a missing
+    column or a wrong type."""
+    has_queue = check_subscriptions_schema(subscriptions)
     cols = [_col("sub_id").cast("long"), _col("filter")] + ([_col("queue")] if has_queue else [])
-    table = subscriptions.select(*cols).toArrow()
-    ids = table.column(0).to_pylist()
-    filters = table.column(1).to_pylist()
-    queues = table.column(2).to_pylist() if has_queue else None
-    for i, (sid, f) in enumerate(zip(ids, filters)):
-        if sid is None or f is None:
-            what = "sub_id" if sid is None else "filter"
-            raise FanoutInputError(
-                f"subscriptions row {i + 1} (sub_id={sid}, filter={f!r}): null {what}")
-    if queues is not None and all(q is None for q in queues):
-        queues = None
+    return subscriptions.select(*cols).toArrow()
+
+
+def index_from_arrow(table: pa.Table, dialect: str = "nats") -> Sublist:
+    """A Sublist from an Arrow table (sub_id, filter[, queue]) as collect_subscriptions
+    returns it.  A bad row raises one error naming it (1-based)."""
+    import pyarrow.compute as pc
+    _check_dialect(dialect)
+    ids_a, filters_a = table.column(0), table.column(1)
+    queues_a = table.column(2) if table.num_columns > 2 else None
+    if ids_a.null_count or filters_a.null_count:
+        bad = pc.or_(pc.is_null(ids_a), pc.is_null(filters_a))
+        i = pc.index(bad, True).as_py()
+        sid, f = ids_a[i].as_py(), filters_a[i].as_py()
+        what = "sub_id" if sid is None else "filter"
+        raise FanoutInputError(
+            f"subscriptions row {i + 1} (sub_id={sid}, filter={f!r}): null {what}")
+    # insert_many reads Python sequences (it makes lists of whatever it is
+    # given): Python lists are its fastest input today.
+    ids = ids_a.to_pylist()
+    filters = filters_a.to_pylist()
+    queues = queues_a.to_pylist() if queues_a is not None and queues_a.null_count < len(queues_a) else None
     sl = Sublist(dialect)
     try:
         sl.insert_many(filters, ids, queues)
@@ -149,126 +201,198 @@ def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
     return sl
 
 
-class _IndexHandle:
-    """What a task needs to find the index: pickled into the UDF's closure.
-    Small: the image itself travels by broadcast or by file."""
+def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
+    """build_index(subscriptions, dialect="nats") -> Sublist
 
-    def __init__(self, index_id, dialect, nbytes, nsubs, broadcast=None, filename=None):
-        self.index_id, self.dialect = index_id, dialect
-        self.nbytes, self.nsubs = nbytes, nsubs
-        self.broadcast, self.filename = broadcast, filename
-
-    @property
-    def shipped_by(self):
-        return "broadcast" if self.broadcast is not None else "file"
-
-    def __repr__(self):
-        return (f"<fastsub index {self.index_id}: {self.nsubs} subscriptions, "
-                f"{self.nbytes} bytes, by {self.shipped_by}>")
+    Collect `subscriptions` (`sub_id` integer, `filter` string, optional
+    `queue` string) to the driver and build the index.  A bad row raises one
+    error naming the row (1-based, in the table's order), its sub_id and
+    filter: InvalidSubjectError for an invalid filter or queue name,
+    FanoutInputError for a null sub_id/filter or a wrong column type."""
+    _check_dialect(dialect)
+    return index_from_arrow(collect_subscriptions(subscriptions), dialect)
 
 
-_TMPDIRS = []
+_TMPDIR = []
 
 
-def _cleanup_tmpdirs():
-    for d in _TMPDIRS:
-        shutil.rmtree(d, ignore_errors=True)
+def _tmpdir():
+    if not _TMPDIR:
+        _TMPDIR.append(tempfile.mkdtemp(prefix="fastsub-index-"))
+        atexit.register(shutil.rmtree, _TMPDIR[0], True)
+    return _TMPDIR[0]
 
 
-def _ship(spark: SparkSession, sl: Sublist, ship: str) -> _IndexHandle:
-    data = sl.to_bytes()
-    index_id = uuid.uuid4().hex
-    if ship == "auto":
-        ship = "broadcast" if len(data) <= BROADCAST_MAX_BYTES else "file"
-    if ship == "broadcast":
-        bc = spark.sparkContext.broadcast(data)
-        return _IndexHandle(index_id, sl.dialect, len(data), len(sl), broadcast=bc)
-    if ship != "file":
-        raise ValueError(f"ship must be 'auto', 'broadcast' or 'file', not {ship!r}")
-    if not _TMPDIRS:
-        atexit.register(_cleanup_tmpdirs)
-    d = tempfile.mkdtemp(prefix="fastsub-index-")
-    _TMPDIRS.append(d)
-    name = f"fastsub-index-{index_id}.bin"
-    path = os.path.join(d, name)
+def _write_image(data: bytes, name: str) -> str:
+    path = os.path.join(_tmpdir(), name)
     with open(path, "wb") as f:
         f.write(data)
-    spark.sparkContext.addFile(path)
-    return _IndexHandle(index_id, sl.dialect, len(data), len(sl), filename=name)
+    return path
+
+
+def share_index(spark: SparkSession, sublist: Sublist, *, ship: str = "auto") -> SharedIndex:
+    """share_index(spark, sublist, *, ship="auto") -> SharedIndex
+
+    Ship `sublist` to the executors once; `.get()` inside any function Spark
+    runs there returns it, loaded once per Python worker process.
+
+    ship="auto" picks by session kind and size:
+        classic Spark   broadcast up to BROADCAST_MAX_BYTES, else "file"
+        Spark Connect   "inline" up to INLINE_MAX_BYTES, else "artifact"
+    or name one: "broadcast" and "file" need classic Spark, "artifact" needs
+    Spark Connect ("file" on Connect means "artifact"), "inline" works on both.
+
+    The Sublist is serialized now: later changes to it are not shipped (share
+    it again).  Call .release() when done to free the broadcast or file early."""
+    if not isinstance(sublist, Sublist):
+        raise TypeError(f"share_index needs a fastsub.Sublist, not {type(sublist).__name__}")
+    connect = is_connect(spark)
+    data = sublist.to_bytes()
+    n = len(data)
+    if ship == "auto":
+        if connect:
+            ship = "inline" if n <= INLINE_MAX_BYTES else "artifact"
+        else:
+            ship = "broadcast" if n <= BROADCAST_MAX_BYTES else "file"
+    elif connect and ship == "file":
+        ship = "artifact"
+    if ship not in ("broadcast", "file", "artifact", "inline"):
+        raise ValueError(f"ship must be 'auto', 'broadcast', 'file', 'artifact' or 'inline', not {ship!r}")
+    if connect and ship == "broadcast":
+        raise ValueError("ship='broadcast' needs classic Spark (a SparkContext); on Spark Connect "
+                         "use 'inline' or 'artifact' (or 'auto')")
+    if not connect and ship == "artifact":
+        raise ValueError("ship='artifact' is for Spark Connect sessions; on classic Spark "
+                         "use 'broadcast' or 'file' (or 'auto')")
+    index_id = uuid.uuid4().hex
+    common = dict(index_id=index_id, dialect=sublist.dialect, nbytes=n, nsubs=len(sublist),
+                  shipped_by=ship, sublist=sublist)
+    if ship == "broadcast":
+        return SharedIndex(broadcast=spark.sparkContext.broadcast(data), **common)
+    if ship == "inline":
+        return SharedIndex(data=data, **common)
+    name = f"fastsub-index-{index_id}.bin"
+    path = _write_image(data, name)
+    del data
+    if ship == "file":
+        spark.sparkContext.addFile(path)
+    else:
+        spark.addArtifacts(path, file=True)
+    return SharedIndex(filename=name, local_path=path, **common)
+
+
+# The index built from a subscriptions DataFrame, kept for later calls on the
+# same DataFrame object: id(df) -> (weakref(df), {(session id, dialect, ship): SharedIndex}).
+_BUILT = {}
+_BUILT_LOCK = threading.Lock()
+
+
+def _forget(key):
+    # Only the cache entry goes: plans built on the DataFrame may still run
+    # with its index (the shipped file stays until the driver exits).
+    with _BUILT_LOCK:
+        _BUILT.pop(key, None)
+
+
+def _index_for(spark, subscriptions, dialect, ship, reuse) -> SharedIndex:
+    """DataFrame, Sublist or SharedIndex -> the SharedIndex a fan-out uses."""
+    if isinstance(subscriptions, SharedIndex):
+        if subscriptions.dialect != dialect:
+            raise ValueError(f"the shared index is {subscriptions.dialect!r}, the fan-out "
+                             f"asks for dialect={dialect!r}")
+        return subscriptions
+    if isinstance(subscriptions, Sublist):
+        if subscriptions.dialect != dialect:
+            raise ValueError(f"the Sublist is {subscriptions.dialect!r}, the fan-out "
+                             f"asks for dialect={dialect!r}")
+        return share_index(spark, subscriptions, ship=ship)
+    if not isinstance(subscriptions, DataFrame):
+        raise TypeError("subscriptions must be a pyspark.sql.DataFrame, a fastsub.Sublist "
+                        f"or a SharedIndex, not {type(subscriptions).__name__}")
+    key = (_session_key(spark), dialect, ship)
+    if reuse:
+        with _BUILT_LOCK:
+            entry = _BUILT.get(id(subscriptions))
+            if entry is not None and entry[0]() is subscriptions and key in entry[1]:
+                return entry[1][key]
+    idx = share_index(spark, build_index(subscriptions, dialect), ship=ship)
+    if reuse:
+        with _BUILT_LOCK:
+            entry = _BUILT.get(id(subscriptions))
+            if entry is None or entry[0]() is not subscriptions:
+                try:
+                    ref = weakref.ref(subscriptions, lambda _r, k=id(subscriptions): _forget(k))
+                except TypeError:  # pragma: no cover - a DataFrame class without weakrefs
+                    return idx
+                entry = _BUILT[id(subscriptions)] = (ref, {})
+            entry[1][key] = idx
+    return idx
 
 
 # --------------------------------------------------------------------------
-# worker side: one load per Python worker process, then a cache hit
+# executors: is their Python able to run fastsub?
 # --------------------------------------------------------------------------
 
-_CACHE_MAX = 4                            # indexes kept per worker (LRU)
-_cache = collections.OrderedDict()        # index id -> Sublist
-_cache_lock = threading.Lock()
+_CHECKED = weakref.WeakSet()
 
 
-def _load(handle: _IndexHandle) -> Sublist:
-    """The index of this handle, loaded once per process.  Called once per task."""
-    with _cache_lock:
-        sl = _cache.get(handle.index_id)
-        if sl is not None:
-            _cache.move_to_end(handle.index_id)
-            return sl
-        if handle.broadcast is not None:
-            data = handle.broadcast.value
-        else:
-            from pyspark import SparkFiles
-            with open(SparkFiles.get(handle.filename), "rb") as f:
-                data = f.read()
-        sl = Sublist.from_bytes(data)
-        del data
-        _cache[handle.index_id] = sl
-        while len(_cache) > _CACHE_MAX:
-            _cache.popitem(last=False)
-        log = os.environ.get(LOAD_LOG_ENV)
-        if log:
-            with open(log, "a") as f:
-                f.write(f"{handle.index_id} {os.getpid()}\n")
-        return sl
+def _probe(batches):
+    import pyarrow as pa_
+    import fastsub as fs
+    for _ in batches:
+        pass
+    yield pa_.RecordBatch.from_pydict({"python": [sys.executable],
+                                       "fastsub": [fs.__file__]})
 
 
-def _match_batches(handle, queues, with_key, batches):
-    """The body of the matching UDF: Arrow string arrays in, Arrow list arrays out."""
-    sl = _load(handle)
-    for item in batches:
-        if with_key:
-            subjects, keys = item
-            yield sl.match_many(subjects, keys=keys, queues=queues).to_arrow()
-        else:
-            yield sl.match_many(item, queues=queues).to_arrow()
-
-
-def _reason(subject, checker: Sublist) -> str:
-    """Why a subject was rejected, for the `error` column."""
-    if subject is None:
-        return "null subject"
+def check_executors(spark: SparkSession, *, force: bool = False) -> None:
+    """Run one one-row task that imports fastsub and pyarrow on an executor;
+    raise ExecutorEnvironmentError naming the fix when it cannot.  Done once
+    per session (fanout calls it for cluster masters and Spark Connect)."""
+    if not force:
+        try:
+            if spark in _CHECKED:
+                return
+        except TypeError:  # pragma: no cover
+            pass
     try:
-        checker.match(subject)
-    except InvalidSubjectError as e:
-        reason = getattr(e, "reason", None) or str(e)
-        pos = getattr(e, "position", None)
-        return reason if pos is None else f"{reason} (at byte {pos})"
-    except (TypeError, ValueError) as e:  # pragma: no cover - defensive
-        return str(e)
-    return "invalid subject"  # pragma: no cover - match_many and match disagree
+        spark.range(1, numPartitions=1).mapInArrow(_probe, "python string, fastsub string").collect()
+    except Exception as e:  # noqa: BLE001 - any failure here is the environment's
+        text = str(e)
+        m = re.search(r"(ModuleNotFoundError: [^\n]*|No module named [^\n]*|Cannot run program [^\n]*"
+                      r"|ImportError: [^\n]*)", text)
+        why = m.group(1).strip() if m else (text.strip().splitlines() or [type(e).__name__])[0][:300]
+        if is_connect(spark):
+            fix = ("the Spark Connect server's executors need a Python with fastsub, pyarrow and "
+                   "numpy installed: set PYSPARK_PYTHON (or spark.pyspark.python) on the server")
+        else:
+            fix = (f"set PYSPARK_PYTHON to a Python that has fastsub, pyarrow and numpy on every "
+                   f"executor (the driver runs {sys.executable}; fastsub.spark.local_session uses it "
+                   "by default when PYSPARK_PYTHON is unset)")
+        raise ExecutorEnvironmentError(f"the executors cannot run fastsub ({why}); {fix}") from None
+    try:
+        _CHECKED.add(spark)
+    except TypeError:  # pragma: no cover
+        pass
 
 
-def _reasons(dialect, subjects):
-    checker = Sublist(dialect)
-    return pa.array([_reason(s, checker) for s in subjects.to_pylist()], pa.string())
+def _needs_check(spark) -> bool:
+    if is_connect(spark):
+        return True
+    return not is_local_master(spark.sparkContext.master)
 
 
-def _match_udf(handle: _IndexHandle, queues: str, with_key: bool):
+# --------------------------------------------------------------------------
+# the UDFs
+# --------------------------------------------------------------------------
+
+def _match_udf(idx: SharedIndex, queues: str, with_key: bool):
     if with_key:
         def fastsub_match(batches: Iterator[Tuple[pa.Array, pa.Array]]) -> Iterator[pa.Array]:
-            return _match_batches(handle, queues, True, batches)
+            return match_batches(idx, queues, True, batches)
     else:
         def fastsub_match(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
-            return _match_batches(handle, queues, False, batches)
+            return match_batches(idx, queues, False, batches)
     # Non-deterministic to the optimizer only: it must not copy the call into
     # the filter it infers for explode (that would match every event twice)
     # nor push filters through it.  The output itself is deterministic.
@@ -277,7 +401,7 @@ def _match_udf(handle: _IndexHandle, queues: str, with_key: bool):
 
 def _reason_udf(dialect: str):
     def fastsub_reject_reason(subjects: pa.Array) -> pa.Array:
-        return _reasons(dialect, subjects)
+        return reject_reasons(dialect, subjects)
     return F.arrow_udf(fastsub_reject_reason, "string").asNondeterministic()
 
 
@@ -298,6 +422,18 @@ class FanoutCounts(NamedTuple):
         return self.events == self.delivered + self.unmatched + self.rejected
 
 
+def _count_exprs():
+    ids = F.col("sub_ids")
+    n = F.size(ids)
+    return [
+        F.count(F.lit(1)).alias("events"),
+        F.count_if(ids.isNotNull() & (n > 0)).alias("delivered"),
+        F.count_if(ids.isNotNull() & (n == 0)).alias("unmatched"),
+        F.count_if(ids.isNull()).alias("rejected"),
+        F.coalesce(F.sum(F.when(ids.isNotNull(), n)), F.lit(0)).cast("long").alias("deliveries"),
+    ]
+
+
 class FanoutResult:
     """What fanout_with_rejects() returns.
 
@@ -311,27 +447,48 @@ class FanoutResult:
     rejected    the events with a null or invalid subject: their columns +
                 `error` (string).
     unmatched   the accepted events no subscription matched: their columns.
-    index       the shipped index: .index_id, .nsubs, .nbytes, .shipped_by.
+    index       the SharedIndex used: .index_id, .nsubs, .nbytes, .shipped_by.
 
     Unpacks as a pair: deliveries, rejected = fanout_with_rejects(...).
     """
 
-    def __init__(self, per_event, deliveries, rejected, unmatched, index):
-        self.per_event, self.deliveries = per_event, deliveries
-        self.rejected, self.unmatched, self.index = rejected, unmatched, index
+    def __init__(self, per_event, event_cols, subject_col, dialect, explode, index,
+                 observation=None):
+        self.per_event, self.index = per_event, index
+        self._args = (event_cols, subject_col, dialect, explode)
+        self._observation = observation
+        cols = [_col(c) for c in event_cols]
+        ids = F.col("sub_ids")
+        if explode:
+            self.deliveries = per_event.select(*cols, F.explode(ids).alias("sub_id"))
+        else:
+            self.deliveries = per_event.where(ids.isNotNull())
+        self.rejected = per_event.where(ids.isNull()).select(
+            *cols, _reason_udf(dialect)(_col(subject_col)).alias("error"))
+        self.unmatched = per_event.where(ids.isNotNull() & (F.size(ids) == 0)).select(*cols)
 
     def counts(self) -> FanoutCounts:
         """One Spark job over per_event: events, delivered, unmatched, rejected, deliveries."""
-        ids = F.col("sub_ids")
-        n = F.size(ids)
-        row = self.per_event.agg(
-            F.count(F.lit(1)).alias("events"),
-            F.count_if(ids.isNotNull() & (n > 0)).alias("delivered"),
-            F.count_if(ids.isNotNull() & (n == 0)).alias("unmatched"),
-            F.count_if(ids.isNull()).alias("rejected"),
-            F.coalesce(F.sum(F.when(ids.isNotNull(), n)), F.lit(0)).alias("deliveries"),
-        ).first()
-        return FanoutCounts(*(int(v) for v in row))
+        row = self.per_event.agg(*_count_exprs()).first()
+        return FanoutCounts(*(int(v or 0) for v in row))
+
+    def observe(self) -> "FanoutResult":
+        """A FanoutResult whose per_event collects the counts while the first
+        action over it runs (Spark's Observation): observed_counts() afterwards
+        costs no job.  With persist(), several outputs share one matching pass
+        and the counts come with the first."""
+        from pyspark.sql import Observation
+        obs = Observation(f"fastsub_{uuid.uuid4().hex[:12]}")
+        return FanoutResult(self.per_event.observe(obs, *_count_exprs()), *self._args,
+                            self.index, observation=obs)
+
+    def observed_counts(self) -> FanoutCounts:
+        """The counts observed during the first action over this result (see
+        observe()); call it after that action (it waits for the action's end)."""
+        if self._observation is None:
+            raise RuntimeError("observed_counts() needs a result from .observe()")
+        m = self._observation.get
+        return FanoutCounts(*(int(m[k] or 0) for k in FanoutCounts._fields))
 
     def persist(self, storage_level=None) -> "FanoutResult":
         """Persist per_event (MEMORY_AND_DISK by default), so deliveries, rejected
@@ -351,19 +508,23 @@ class FanoutResult:
         return f"<FanoutResult {self.index!r}>"
 
 
-def fanout_with_rejects(events: DataFrame, subscriptions: DataFrame, subject_col: str = "subject",
-                        key_col: Optional[str] = None, dialect: str = "nats",
-                        queues: str = "pick", explode: bool = True, *,
-                        ship: str = "auto") -> FanoutResult:
+Subscriptions = Union[DataFrame, Sublist, SharedIndex]
+
+
+def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
+                        subject_col: str = "subject", key_col: Optional[str] = None,
+                        dialect: str = "nats", queues: str = "pick", explode: bool = True, *,
+                        ship: str = "auto", reuse_index: bool = True) -> FanoutResult:
     """fanout_with_rejects(events, subscriptions, subject_col="subject", key_col=None,
-    dialect="nats", queues="pick", explode=True, *, ship="auto") -> FanoutResult
+    dialect="nats", queues="pick", explode=True, *, ship="auto", reuse_index=True) -> FanoutResult
 
     Like fanout(), and also the rejected events (with an `error` column), the
     unmatched ones, the per-event frame and counts().  See FanoutResult."""
     if queues not in _QUEUE_MODES:
         raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
-    if not isinstance(events, DataFrame) or not isinstance(subscriptions, DataFrame):
-        raise TypeError("events and subscriptions must be pyspark.sql.DataFrame")
+    _check_dialect(dialect)
+    if not isinstance(events, DataFrame):
+        raise TypeError("events must be a pyspark.sql.DataFrame")
     f_subject = _field(events, subject_col, "the events table")
     if not isinstance(f_subject.dataType, T.StringType):
         raise FanoutInputError(
@@ -383,39 +544,30 @@ def fanout_with_rejects(events: DataFrame, subscriptions: DataFrame, subject_col
             "fanout adds; rename them first")
 
     spark = events.sparkSession
-    sl = build_index(subscriptions, dialect)
-    handle = _ship(spark, sl, ship)
-    del sl
+    idx = _index_for(spark, subscriptions, dialect, ship, reuse_index)
+    if _needs_check(spark):
+        check_executors(spark)
 
     subject = _col(subject_col)
     if key_col is None:
-        matched = _match_udf(handle, queues, False)(subject)
+        matched = _match_udf(idx, queues, False)(subject)
     else:
         # A null key falls back to the subject, as if no key had been given.
         key = F.coalesce(_col(key_col).cast("string"), subject)
-        matched = _match_udf(handle, queues, True)(subject, key)
+        matched = _match_udf(idx, queues, True)(subject, key)
     per_event = events.withColumn("sub_ids", matched)
-
-    event_cols = [_col(c) for c in events.columns]
-    ids = F.col("sub_ids")
-    if explode:
-        deliveries = per_event.select(*event_cols, F.explode(ids).alias("sub_id"))
-    else:
-        deliveries = per_event.where(ids.isNotNull())
-    rejected = per_event.where(ids.isNull()).select(
-        *event_cols, _reason_udf(dialect)(subject).alias("error"))
-    unmatched = per_event.where(ids.isNotNull() & (F.size(ids) == 0)).select(*event_cols)
-    return FanoutResult(per_event, deliveries, rejected, unmatched, handle)
+    return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, idx)
 
 
-def fanout(events: DataFrame, subscriptions: DataFrame, subject_col: str = "subject",
+def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "subject",
            key_col: Optional[str] = None, dialect: str = "nats", queues: str = "pick",
-           explode: bool = True, *, ship: str = "auto") -> DataFrame:
+           explode: bool = True, *, ship: str = "auto", reuse_index: bool = True) -> DataFrame:
     """fanout(events, subscriptions, subject_col="subject", key_col=None, dialect="nats",
-    queues="pick", explode=True, *, ship="auto") -> DataFrame
+    queues="pick", explode=True, *, ship="auto", reuse_index=True) -> DataFrame
 
-    The delivery list of `events` against `subscriptions` (`sub_id` long,
-    `filter` string, `queue` string or null).
+    The delivery list of `events` against `subscriptions`: a DataFrame
+    (`sub_id` long, `filter` string, `queue` string or null), a Sublist, or
+    a SharedIndex from share_index().
 
     explode=True   one row per (event, sub_id): the event's columns + `sub_id` bigint.
     explode=False  one row per accepted event: its columns + `sub_ids` array<bigint>
@@ -426,16 +578,204 @@ def fanout(events: DataFrame, subscriptions: DataFrame, subject_col: str = "subj
                    "none": plain subscriptions only.
     key_col        the column the queue pick hashes instead of the subject (e.g. a
                    device id, for sticky picks); cast to string; null -> subject.
-    ship           "auto" (broadcast up to BROADCAST_MAX_BYTES, else a file),
-                   "broadcast" or "file".
+    ship           how the index travels (see share_index): "auto", "broadcast",
+                   "file", "artifact" or "inline".
+    reuse_index    a subscriptions DataFrame's index is built at its first fan-out
+                   and reused by later calls with the same DataFrame object (and
+                   session, dialect, ship); False builds it again.  Re-read the
+                   table (a new DataFrame) to pick up changed subscriptions.
 
-    Events with a null or invalid subject are not in the deliveries; get them,
-    with the reason, from fanout_with_rejects(...).rejected.  An invalid
-    filter in `subscriptions` raises InvalidSubjectError naming its row, on
-    the driver, before any event is read.  Needs classic Spark (a
-    SparkContext: broadcast/addFile), not Spark Connect."""
+    Works on classic Spark (local or a cluster) and on Spark Connect, on batch
+    and streaming DataFrames (see fanout_stream for rejects and counts per
+    micro-batch).  Events with a null or invalid subject are not in the
+    deliveries; get them, with the reason, from fanout_with_rejects(...).rejected.
+    An invalid filter in `subscriptions` raises InvalidSubjectError naming its
+    row, on the driver, before any event is read."""
     return fanout_with_rejects(events, subscriptions, subject_col, key_col, dialect,
-                               queues, explode, ship=ship).deliveries
+                               queues, explode, ship=ship, reuse_index=reuse_index).deliveries
+
+
+# --------------------------------------------------------------------------
+# Structured Streaming: one fan-out per micro-batch
+# --------------------------------------------------------------------------
+
+class _StreamIndex:
+    """The index a stream uses, refreshed between micro-batches and recorded
+    per batch id, so a micro-batch replayed after a restart uses the index
+    its first attempt used (and writes the same rows)."""
+
+    def __init__(self, subscriptions, dialect, ship, state_dir):
+        self.source, self.dialect, self.ship = subscriptions, dialect, ship
+        self.state_dir = state_dir
+        os.makedirs(state_dir, exist_ok=True)
+        self.digest = None          # of the subscriptions the current index holds
+        self.idx = None
+        self.session_id = None
+
+    def _current(self):
+        """-> (digest, Sublist or None if unchanged)"""
+        src = self.source() if callable(self.source) else self.source
+        if isinstance(src, Sublist):
+            if src.dialect != self.dialect:
+                raise ValueError(f"the Sublist is {src.dialect!r}, the stream asks for {self.dialect!r}")
+            data = src.to_bytes()
+            digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+            return digest, (None if digest == self.digest else Sublist.from_bytes(data))
+        if not isinstance(src, DataFrame):
+            raise TypeError("subscriptions must be a DataFrame, a Sublist, or a callable "
+                            f"returning one, not {type(src).__name__}")
+        table = collect_subscriptions(src)
+        h = hashlib.blake2b(digest_size=16)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+        h.update(sink.getvalue())
+        digest = h.hexdigest()
+        return digest, (None if digest == self.digest else index_from_arrow(table, self.dialect))
+
+    def _record(self, batch_id):
+        return os.path.join(self.state_dir, f"batch-{batch_id}.json")
+
+    def _image(self, digest):
+        return os.path.join(self.state_dir, f"index-{digest}.bin")
+
+    def for_batch(self, spark, batch_id) -> Tuple[SharedIndex, bool]:
+        """-> (the SharedIndex of this micro-batch, whether it was rebuilt)"""
+        rec = self._record(batch_id)
+        sl = None
+        if os.path.exists(rec):                       # a replay: the recorded index
+            with open(rec) as f:
+                digest = json.load(f)["index"]
+            if digest != self.digest:
+                with open(self._image(digest), "rb") as f:
+                    sl = Sublist.from_bytes(f.read())
+        else:
+            digest, sl = self._current()
+            if sl is not None and not os.path.exists(self._image(digest)):
+                _atomic_write(self._image(digest), sl.to_bytes())
+            _atomic_write(rec, json.dumps({"batch_id": batch_id, "index": digest}).encode())
+            self._prune(batch_id)
+        rebuilt = sl is not None or self.idx is None or self.session_id != _session_key(spark)
+        if rebuilt:
+            if sl is None:
+                with open(self._image(digest), "rb") as f:
+                    sl = Sublist.from_bytes(f.read())
+            if self.idx is not None:
+                self.idx.release()
+            self.idx = share_index(spark, sl, ship=self.ship)
+            self.digest, self.session_id = digest, _session_key(spark)
+        return self.idx, rebuilt
+
+    def _prune(self, batch_id, keep=100):
+        """Forget records (and index images no record names) older than `keep` batches."""
+        names = os.listdir(self.state_dir)
+        used = set()
+        for name in names:
+            m = re.fullmatch(r"batch-(\d+)\.json", name)
+            if not m:
+                continue
+            path = os.path.join(self.state_dir, name)
+            if int(m.group(1)) < batch_id - keep:
+                os.remove(path)
+                continue
+            with open(path) as f:
+                used.add(json.load(f)["index"])
+        for name in names:
+            m = re.fullmatch(r"index-([0-9a-f]+)\.bin", name)
+            if m and m.group(1) not in used:
+                os.remove(os.path.join(self.state_dir, name))
+
+
+def _atomic_write(path, data: bytes):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *,
+                  subject_col: str = "subject", key_col: Optional[str] = None,
+                  dialect: str = "nats", queues: str = "pick", explode: bool = True,
+                  ship: str = "auto", trigger: Optional[dict] = None,
+                  on_batch: Optional[Callable] = None, query_name: Optional[str] = None,
+                  state_dir: Optional[str] = None):
+    """fanout_stream(events, subscriptions, out, checkpoint, *, subject_col="subject",
+    key_col=None, dialect="nats", queues="pick", explode=True, ship="auto",
+    trigger=None, on_batch=None, query_name=None, state_dir=None) -> StreamingQuery
+
+    Fan a streaming DataFrame out per micro-batch (foreachBatch) and write,
+    for micro-batch N, Parquet directories
+
+        out/deliveries/batch_id=N     as fanout()
+        out/rejected/batch_id=N       as fanout_with_rejects().rejected
+        out/counts/batch_id=N         one row: events, delivered, unmatched,
+                                      rejected, deliveries, index_id, index_rebuilt
+
+    Each directory is overwritten as a whole, so a micro-batch that Spark
+    replays after a failure or a restart (same batch id, same input, and the
+    index its first attempt used: recorded under state_dir) leaves exactly
+    the rows of one attempt: every event is delivered exactly once.  Read
+    `out/deliveries` as one table: `batch_id` is a partition column.
+
+    subscriptions: a DataFrame, a Sublist, or a callable returning either,
+    called at the start of every micro-batch (e.g. `lambda:
+    spark.read.parquet(path)`, which re-reads the files).  The index is
+    rebuilt and shipped again only when what it returns has changed (a hash
+    of the collected table, or of the Sublist's image); a change lands
+    between micro-batches, never inside one.  A plain DataFrame over files
+    keeps the file listing it was created with: pass a callable to follow
+    new files.
+
+    trigger: DataStreamWriter.trigger's keywords, e.g. {"availableNow": True}
+    or {"processingTime": "10 seconds"}.  on_batch(batch_id, counts, index)
+    is called on the driver after a micro-batch's outputs are written; an
+    exception there fails the query (the batch is replayed on restart).
+    state_dir (default checkpoint/fastsub, a local path) keeps the per-batch
+    index records.  Classic Spark: foreachBatch runs on the driver."""
+    if queues not in _QUEUE_MODES:
+        raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
+    _check_dialect(dialect)
+    if not events.isStreaming:
+        raise ValueError("fanout_stream needs a streaming DataFrame (spark.readStream...); "
+                         "use fanout_with_rejects for a batch one")
+    if state_dir is None:
+        if "://" in checkpoint and not checkpoint.startswith("file:"):
+            raise ValueError("the checkpoint is not a local path: pass state_dir= (a local "
+                             "or mounted directory) for fastsub's per-batch index records")
+        state_dir = os.path.join(checkpoint.replace("file://", "").replace("file:", ""), "fastsub")
+    # Fail on a bad events table now, not in the first micro-batch.
+    _field(events, subject_col, "the events table")
+    state = _StreamIndex(subscriptions, dialect, ship, state_dir)
+    base = out.rstrip("/")
+
+    def run_batch(batch_df, batch_id):
+        spark = batch_df.sparkSession
+        idx, rebuilt = state.for_batch(spark, batch_id)
+        res = fanout_with_rejects(batch_df, idx, subject_col, key_col, dialect, queues,
+                                  explode).observe().persist()
+        try:
+            part = f"batch_id={batch_id}"
+            res.deliveries.write.mode("overwrite").parquet(f"{base}/deliveries/{part}")
+            res.rejected.write.mode("overwrite").parquet(f"{base}/rejected/{part}")
+            c = res.observed_counts()
+            row = c._asdict()
+            row.update(index_id=idx.index_id, index_rebuilt=bool(rebuilt))
+            (spark.createDataFrame([row], "events long, delivered long, unmatched long, rejected "
+                                   "long, deliveries long, index_id string, index_rebuilt boolean")
+             .coalesce(1).write.mode("overwrite").parquet(f"{base}/counts/{part}"))
+        finally:
+            res.unpersist()
+        if on_batch is not None:
+            on_batch(batch_id, c, idx)
+
+    w = events.writeStream.foreachBatch(run_batch).option("checkpointLocation", checkpoint)
+    if query_name:
+        w = w.queryName(query_name)
+    if trigger:
+        w = w.trigger(**trigger)
+    return w.start()
 
 
 # --------------------------------------------------------------------------
@@ -500,8 +840,10 @@ def local_session(master: str = "local[*]", *, app_name: str = "fastsub",
     bars, no UI for a local master; for a local master the workers run this
     interpreter (PYSPARK_PYTHON = sys.executable), the driver binds to
     127.0.0.1 and `spark.sql.shuffle.partitions` is small (2 x cores).  For a
-    cluster master, PYSPARK_PYTHON is left to the cluster's configuration.
-    Returns the existing session if one is already running."""
+    cluster master, the executors run this interpreter too unless
+    PYSPARK_PYTHON (or spark.pyspark.python in `conf`) says otherwise; a
+    fan-out checks once that they can import fastsub and says how to fix it
+    when they cannot.  Returns the existing session if one is already running."""
     local = is_local_master(master)
     b = SparkSession.builder.master(master).appName(app_name)
     props = _log4j_file(log_level)
@@ -512,6 +854,10 @@ def local_session(master: str = "local[*]", *, app_name: str = "fastsub",
     if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    elif not os.environ.get("PYSPARK_PYTHON") and not (conf or {}).get("spark.pyspark.python"):
+        # Executors run this interpreter unless told otherwise: the default
+        # `python3` of the workers' PATH rarely has fastsub and pyarrow.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
         if shuffle_partitions is None:
             m = re.match(r"local\[(\d+)", master)
             cores = int(m.group(1)) if m else (os.cpu_count() or 2)
@@ -527,3 +873,83 @@ def local_session(master: str = "local[*]", *, app_name: str = "fastsub",
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel(log_level.upper())
     return spark
+
+
+def remote_session(url: str, *, app_name: str = "fastsub") -> SparkSession:
+    """A Spark Connect session on `url` (sc://host:port).  The server's
+    executors must have fastsub installed (see check_executors)."""
+    if not url.startswith("sc://"):
+        raise ValueError(f"a Spark Connect URL starts with sc://, not {url!r}")
+    try:
+        import pyspark.sql.connect.session  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(f"Spark Connect needs grpcio, grpcio-status, googleapis-common-protos "
+                          f"and zstandard ({e}): pip install 'fastsub[spark]'") from e
+    return SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+
+
+# --------------------------------------------------------------------------
+# progress of long jobs (classic Spark: the status tracker)
+# --------------------------------------------------------------------------
+
+class Progress:
+    """A thread printing one line every `interval` seconds while Spark jobs
+    run: the active stages, their tasks done / total, and elapsed time; with
+    `rows` (the input size, when known), an estimate of rows done and the
+    rate.  A no-op on Spark Connect (no status tracker on the client).
+
+        with Progress(spark, out=sys.stderr, rows=n):
+            df.write.parquet(...)
+    """
+
+    def __init__(self, spark, out=None, interval: float = 2.0, rows: Optional[int] = None,
+                 label: str = ""):
+        self.spark, self.out, self.interval = spark, out or sys.stderr, interval
+        self.rows, self.label = rows, label
+        self._stop = threading.Event()
+        self._thread = None
+        self.lines = 0
+
+    def __enter__(self):
+        if not is_connect(self.spark):
+            self._t0 = time.perf_counter()
+            self._thread = threading.Thread(target=self._run, name="fastsub-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        return False
+
+    def line(self) -> Optional[str]:
+        st = self.spark.sparkContext.statusTracker()
+        stages = []
+        for sid in st.getActiveStageIds():
+            info = st.getStageInfo(sid)
+            if info is not None:
+                stages.append(info)
+        if not stages:
+            return None
+        done = sum(s.numCompletedTasks for s in stages)
+        total = sum(s.numTasks for s in stages)
+        running = sum(s.numActiveTasks for s in stages)
+        elapsed = time.perf_counter() - self._t0
+        parts = [f"stage {', '.join(str(s.stageId) for s in stages)}",
+                 f"{done}/{total} tasks done, {running} running"]
+        if self.rows and total:
+            est = self.rows * done // total
+            parts.append(f"~{est:,} of {self.rows:,} rows (~{est / elapsed:,.0f}/s)")
+        label = f"{self.label}: " if self.label else ""
+        return f"  [{elapsed:5.1f} s] {label}" + ", ".join(parts)
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            try:
+                text = self.line()
+            except Exception:  # noqa: BLE001 - the session is stopping
+                return
+            if text:
+                print(text, file=self.out, flush=True)
+                self.lines += 1

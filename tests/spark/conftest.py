@@ -43,3 +43,45 @@ def spark(load_log):
     })
     yield session
     session.stop()
+
+
+# -- servers shared by the whole session: one Connect server, one cluster ----
+
+@pytest.fixture(scope="session")
+def remote_load_log(tmp_path_factory):
+    """Index loads on the Connect server's and the cluster's executors."""
+    return tmp_path_factory.mktemp("remote-loads") / "loads.log"
+
+
+def _servers_or_skip():
+    pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'fastsub[spark]')")
+    if not _have_java():
+        pytest.skip("no Java runtime: the Spark tests need one")
+    import servers
+    return servers
+
+
+@pytest.fixture(scope="session")
+def connect_url(tmp_path_factory, remote_load_log):
+    """sc://127.0.0.1:PORT of a Spark Connect server started from the PySpark
+    package (local[2] inside), stopped at the end of the session."""
+    servers = _servers_or_skip()
+    pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'fastsub[spark]')")
+    from fastsub.spark import LOAD_LOG_ENV
+    url, server = servers.connect_server(str(tmp_path_factory.mktemp("connect-server")),
+                                         extra_env={LOAD_LOG_ENV: str(remote_load_log)})
+    yield url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_url(tmp_path_factory, remote_load_log):
+    """spark://127.0.0.1:PORT of a standalone master with two 1-core workers,
+    each its own process, stopped at the end of the session."""
+    servers = _servers_or_skip()
+    from fastsub.spark import LOAD_LOG_ENV
+    url, procs = servers.standalone_cluster(str(tmp_path_factory.mktemp("cluster")),
+                                            extra_env={LOAD_LOG_ENV: str(remote_load_log)})
+    yield url
+    for p in reversed(procs):
+        p.stop()

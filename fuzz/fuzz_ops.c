@@ -1,0 +1,744 @@
+/* fuzz_ops.c - libFuzzer harness: sequences of operations on one index,
+ * checked after every step against a plain list of (filter, queue, id)
+ * matched one filter at a time by oracle.h.
+ *
+ * Input: byte 0 picks the dialect and the starting cache size; then each
+ * operation is an opcode byte followed by its arguments, drawn from the
+ * following bytes (0 once the input runs out).  Strings come from a small
+ * per-dialect vocabulary of tokens (so filters and subjects collide often),
+ * or, for a few opcode values, as raw bytes.
+ *
+ * Operations: insert, remove, insert_many, remove_many, match, interest,
+ * reverse_match, serialize and reload (the loaded index replaces the
+ * current one), cache size changes, stats, match_rows (pointer and Arrow
+ * layouts, keys or none, the three queue modes, re-matched row by row and
+ * compared exactly), the threaded batch (compared exactly with match_rows),
+ * and an injected allocation failure for the next operation (which must
+ * then leave the index unchanged).
+ */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_batch.h"
+#include "fs_serial.h"
+#include "oracle.h"
+#include "sublist.h"
+
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "fuzz_ops: check failed at %s:%d: %s\n", __FILE__,       \
+                    __LINE__, #cond);                                               \
+            abort();                                                                \
+        }                                                                           \
+    } while (0)
+
+/* ------------------------------------------------------------ input */
+
+typedef struct {
+    const uint8_t *p;
+    size_t n, i;
+} rd;
+
+static uint8_t u8(rd *r) { return r->i < r->n ? r->p[r->i++] : 0; }
+
+/* Strings made for one operation; freed when it ends. */
+static char *made[64];
+static size_t nmade;
+
+static char *keep(char *s)
+{
+    if (nmade == sizeof(made) / sizeof(made[0])) abort();
+    made[nmade++] = s;
+    return s;
+}
+
+static void free_made(void)
+{
+    while (nmade) free(made[--nmade]);
+}
+
+static const char *const NATS_VOCAB[] = {
+    "a", "b", "c", "*", ">", "a", "b", "*", "$x", "a*b", "x>", "", " ", "\xc3\xa9", "ab", "\xff", "$share", "a\x01",
+};
+static const char *const MQTT_VOCAB[] = {
+    "a", "b", "c", "+", "#", "a", "b", "+", "$x", "", "$SYS", "a+", "\xc3\xa9", " ", "$share", "\xed\xa0\x80", "sport",
+};
+static const char *const QUEUES[] = {"q", "r", "g", "q r", "", "a/b", "x+", "\xc3\xa9", "q\x01"};
+#define NVOCAB(d) ((d) == FS_NATS ? sizeof(NATS_VOCAB) / sizeof(char *) : sizeof(MQTT_VOCAB) / sizeof(char *))
+
+/* A subject or filter (filter: MQTT may get a "$share/G/" prefix). */
+static const char *gen_str(rd *r, fs_dialect d, int is_filter, size_t *len)
+{
+    uint8_t mode = u8(r);
+    char sep = d == FS_NATS ? '.' : '/';
+    if (mode < 16) {                                   /* raw bytes */
+        size_t n = u8(r) % 24;
+        char *s = keep(malloc(n + 1));
+        for (size_t i = 0; i < n; i++) s[i] = (char)u8(r);
+        *len = n;
+        return s;
+    }
+    if (mode == 16) {                                  /* around the length limit */
+        size_t n = 65533 + u8(r) % 5;
+        char *s = keep(malloc(n + 1));
+        for (size_t i = 0; i < n; i++) s[i] = (i & 1) ? sep : 'a';
+        if (is_filter && (u8(r) & 1)) s[n - 1] = d == FS_NATS ? '>' : '#';
+        *len = n;
+        return s;
+    }
+    size_t ntok = 1 + mode % 6;
+    char *s = keep(malloc(16 + 64 + ntok * 8));
+    size_t at = 0;
+    if (d == FS_MQTT && is_filter && (mode & 0x40) && (mode & 0x80)) {
+        const char *g = QUEUES[u8(r) % (sizeof(QUEUES) / sizeof(char *))];
+        memcpy(s, "$share/", 7);
+        at = 7;
+        memcpy(s + at, g, strlen(g));
+        at += strlen(g);
+        s[at++] = '/';
+    }
+    for (size_t k = 0; k < ntok; k++) {
+        const char *t = d == FS_NATS ? NATS_VOCAB[u8(r) % NVOCAB(d)] : MQTT_VOCAB[u8(r) % NVOCAB(d)];
+        if (k) s[at++] = sep;
+        memcpy(s + at, t, strlen(t));
+        at += strlen(t);
+    }
+    *len = at;
+    return s;
+}
+
+static const char *gen_queue(rd *r, size_t *len)
+{
+    uint8_t b = u8(r);
+    if (b < 140) return NULL;
+    if (b < 250) {
+        const char *q = QUEUES[b % (sizeof(QUEUES) / sizeof(char *))];
+        *len = strlen(q);
+        return q;
+    }
+    size_t n = b == 255 ? 65535 + (u8(r) & 1) : u8(r) % 8;
+    char *s = keep(malloc(n + 1));
+    for (size_t i = 0; i < n; i++) s[i] = b == 255 ? 'q' : (char)u8(r);
+    *len = n;
+    return s;
+}
+
+static int64_t gen_id(rd *r)
+{
+    uint8_t b = u8(r);
+    static const int64_t odd[] = {INT64_MIN, INT64_MAX, -1, (int64_t)1 << 40, INT64_MIN + 1, INT64_MAX - 1};
+    return b < 240 ? (int64_t)(b % 6) : odd[b % 6];
+}
+
+static void gen_spec(rd *r, fs_dialect d, fs_spec *sp)
+{
+    sp->filter = gen_str(r, d, 1, &sp->filter_len);
+    sp->queue = gen_queue(r, &sp->queue_len);
+    sp->id = gen_id(r);
+}
+
+/* ------------------------------------------------------------ model */
+
+typedef struct {
+    char *f, *q;               /* f: the inner filter; q NULL: plain */
+    size_t fn, qn;
+    int64_t id;
+} o_sub;
+
+static o_sub *subs;
+static size_t nsubs, capsubs;
+static fs_dialect dialect;
+
+/* The identity a spec names, as the engine stores it; 0 if invalid. */
+static int o_key(const fs_spec *sp, o_sub *k)
+{
+    k->f = (char *)sp->filter;
+    k->fn = sp->filter_len;
+    k->q = (char *)sp->queue;
+    k->qn = sp->queue_len;
+    k->id = sp->id;
+    if (!o_valid(dialect, sp->filter, sp->filter_len, 1)) return 0;
+    if (dialect == FS_MQTT) {
+        o_str g, f;
+        if (o_split_share(sp->filter, sp->filter_len, &g, &f) == 1) {
+            if (sp->queue) return 0;
+            k->f = (char *)f.p;
+            k->fn = f.n;
+            k->q = (char *)g.p;
+            k->qn = g.n;
+        }
+    }
+    if (k->q && !o_queue_ok(dialect, k->q, k->qn)) return 0;
+    return 1;
+}
+
+static int same(const o_sub *a, const o_sub *b)
+{
+    return a->id == b->id && a->fn == b->fn && memcmp(a->f, b->f, a->fn) == 0 && !a->q == !b->q &&
+           (!a->q || (a->qn == b->qn && memcmp(a->q, b->q, a->qn) == 0));
+}
+
+static long o_find(const o_sub *k)
+{
+    for (size_t i = 0; i < nsubs; i++)
+        if (same(&subs[i], k)) return (long)i;
+    return -1;
+}
+
+static char *dup_bytes(const char *p, size_t n)
+{
+    char *s = malloc(n ? n : 1);
+    if (!s) abort();
+    if (n) memcpy(s, p, n);
+    return s;
+}
+
+static void o_add(const o_sub *k)
+{
+    if (nsubs == capsubs) {
+        capsubs = capsubs ? capsubs * 2 : 64;
+        subs = realloc(subs, sizeof(o_sub) * capsubs);
+        if (!subs) abort();
+    }
+    o_sub *s = &subs[nsubs++];
+    s->f = dup_bytes(k->f, k->fn);
+    s->fn = k->fn;
+    s->q = k->q ? dup_bytes(k->q, k->qn) : NULL;
+    s->qn = k->qn;
+    s->id = k->id;
+}
+
+static void o_del(size_t i)
+{
+    free(subs[i].f);
+    free(subs[i].q);
+    subs[i] = subs[--nsubs];
+}
+
+static void o_clear(void)
+{
+    while (nsubs) o_del(nsubs - 1);
+}
+
+/* What a valid subject matches: plain ids and groups (NATS: by name;
+ * MQTT: by name and filter) with their members. */
+typedef struct {
+    const o_sub *key;           /* the first subscription of the group */
+    int64_t *ids;
+    size_t n;
+} o_group;
+
+typedef struct {
+    int64_t *plain;
+    size_t nplain;
+    o_group *groups;
+    size_t ngroups;
+} o_result;
+
+static int group_is(const o_sub *a, const char *q, size_t qn, const char *f, size_t fn)
+{
+    if (a->qn != qn || memcmp(a->q, q, qn) != 0) return 0;
+    return dialect == FS_NATS || (a->fn == fn && memcmp(a->f, f, fn) == 0);
+}
+
+static void o_matches(const char *s, size_t n, o_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->plain = malloc(sizeof(int64_t) * (nsubs + 1));
+    out->groups = calloc(nsubs + 1, sizeof(o_group));
+    if (!out->plain || !out->groups) abort();
+    for (size_t i = 0; i < nsubs; i++) {
+        const o_sub *e = &subs[i];
+        if (!o_match(dialect, e->f, e->fn, s, n)) continue;
+        if (!e->q) {
+            out->plain[out->nplain++] = e->id;
+            continue;
+        }
+        size_t g = 0;
+        while (g < out->ngroups && !group_is(out->groups[g].key, e->q, e->qn, e->f, e->fn)) g++;
+        if (g == out->ngroups) {
+            out->groups[g].key = e;
+            out->groups[g].ids = malloc(sizeof(int64_t) * nsubs);
+            if (!out->groups[g].ids) abort();
+            out->ngroups++;
+        }
+        out->groups[g].ids[out->groups[g].n++] = e->id;
+    }
+}
+
+static void o_result_free(o_result *r)
+{
+    for (size_t g = 0; g < r->ngroups; g++) free(r->groups[g].ids);
+    free(r->plain);
+    free(r->groups);
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Equal as multisets (sorts both). */
+static void copy_ids(int64_t *dst, const int64_t *src, size_t n)
+{
+    if (n) memcpy(dst, src, sizeof(int64_t) * n);
+}
+
+static int same_ids(int64_t *a, size_t na, int64_t *b, size_t nb)
+{
+    if (na != nb) return 0;
+    qsort(a, na, sizeof(int64_t), cmp_id);
+    qsort(b, nb, sizeof(int64_t), cmp_id);
+    return na == 0 || memcmp(a, b, sizeof(int64_t) * na) == 0;
+}
+
+static void check_match_result(const fs_result *r, const o_result *want)
+{
+    CHECK(r->nplain <= r->nids);
+    int64_t *got = malloc(sizeof(int64_t) * (r->nids + 1));
+    if (!got) abort();
+    copy_ids(got, r->ids, r->nplain);
+    CHECK(same_ids(got, r->nplain, want->plain, want->nplain));
+    CHECK(r->ngroups == want->ngroups);
+    size_t members = 0;
+    for (size_t g = 0; g < r->ngroups; g++) {
+        const fs_group_out *go = &r->groups[g];
+        const char *name = r->arena + go->name_off, *filt = r->arena + go->filter_off;
+        if (dialect == FS_NATS) CHECK(go->filter_len == 0);
+        size_t k = 0;
+        while (k < want->ngroups && !group_is(want->groups[k].key, name, go->name_len, filt, go->filter_len)) k++;
+        CHECK(k < want->ngroups);
+        for (size_t g2 = 0; g2 < g; g2++)           /* each group once */
+            CHECK(!(r->groups[g2].name_len == go->name_len &&
+                    memcmp(r->arena + r->groups[g2].name_off, name, go->name_len) == 0 &&
+                    r->groups[g2].filter_len == go->filter_len &&
+                    memcmp(r->arena + r->groups[g2].filter_off, filt, go->filter_len) == 0));
+        CHECK(go->members_off + go->members_len <= r->nids);
+        copy_ids(got, r->ids + go->members_off, go->members_len);
+        CHECK(same_ids(got, go->members_len, want->groups[k].ids, want->groups[k].n));
+        members += go->members_len;
+    }
+    CHECK(r->nplain + members == r->nids);
+    free(got);
+}
+
+/* ------------------------------------------------------------ the index */
+
+static fs_sublist *sl;
+static size_t cache_cap;
+static uint64_t last_generation;
+
+static void check_count(void)
+{
+    CHECK(fs_sublist_count(sl) == nsubs);
+    fs_stats st;
+    fs_sublist_stats(sl, &st);
+    CHECK(st.subscriptions == nsubs);
+    CHECK(st.generation >= last_generation);
+    last_generation = st.generation;
+    CHECK(st.cache.capacity == cache_cap);
+    CHECK(st.cache.entries <= cache_cap);
+}
+
+static void op_insert(rd *r, int removing)
+{
+    fs_spec sp;
+    gen_spec(r, dialect, &sp);
+    o_sub k;
+    int valid = o_key(&sp, &k);
+    fs_error err;
+    uint64_t gen = fs_sublist_generation(sl);
+    int rc = removing ? fs_sublist_remove(sl, &sp, &err) : fs_sublist_insert(sl, &sp, &err);
+    if (!valid) {
+        CHECK(rc == FS_EINVAL);
+        CHECK(err.reason != NULL);
+        return;
+    }
+    if (rc == FS_ENOMEM) return;
+    long at = o_find(&k);
+    if (removing) {
+        CHECK(rc == (at >= 0));
+        if (at >= 0) o_del((size_t)at);
+    } else {
+        CHECK(rc == (at < 0));
+        if (at < 0) o_add(&k);
+    }
+    if (rc == 1) CHECK(fs_sublist_generation(sl) > gen);
+}
+
+static void op_bulk(rd *r, int removing)
+{
+    fs_spec sp[6];
+    o_sub k[6];
+    size_t n = u8(r) % 7, first_bad = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        gen_spec(r, dialect, &sp[i]);
+        if (!o_key(&sp[i], &k[i]) && first_bad == SIZE_MAX) first_bad = i;
+    }
+    size_t changed = 99, bad = 99;
+    fs_error err;
+    int rc = removing ? fs_sublist_remove_many(sl, sp, n, &changed, &bad, &err)
+                      : fs_sublist_insert_many(sl, sp, n, &changed, &bad, &err);
+    if (rc == FS_ENOMEM) return;                   /* all or nothing: nothing */
+    if (first_bad != SIZE_MAX) {
+        CHECK(rc == FS_EINVAL);
+        CHECK(bad == first_bad);
+        return;
+    }
+    CHECK(rc == FS_OK);
+    size_t want = 0;
+    for (size_t i = 0; i < n; i++) {
+        long at = o_find(&k[i]);
+        if (removing && at >= 0) { o_del((size_t)at); want++; }
+        if (!removing && at < 0) { o_add(&k[i]); want++; }
+    }
+    CHECK(changed == want);
+}
+
+static void op_match(rd *r)
+{
+    size_t n;
+    const char *s = gen_str(r, dialect, 0, &n);
+    int valid = o_valid(dialect, s, n, 0);
+    fs_scratch sc;
+    fs_result res;
+    fs_error err;
+    fs_scratch_init(&sc);
+    fs_result_init(&res);
+    int rc = fs_sublist_match(sl, s, n, &sc, &res, &err);
+    if (!valid) {
+        CHECK(rc == FS_EINVAL);
+    } else if (rc != FS_ENOMEM) {
+        CHECK(rc == FS_OK);
+        o_result want;
+        o_matches(s, n, &want);
+        check_match_result(&res, &want);
+        /* interest counts the same */
+        uint64_t np = 99, nq = 99;
+        rc = fs_sublist_interest(sl, s, n, &sc, &np, &nq, &err);
+        if (rc != FS_ENOMEM) {
+            CHECK(rc == FS_OK);
+            CHECK(np == want.nplain);
+            size_t members = 0;
+            for (size_t g = 0; g < want.ngroups; g++) members += want.groups[g].n;
+            CHECK(nq == members);
+        }
+        o_result_free(&want);
+    }
+    fs_result_free(&res);
+    fs_scratch_free(&sc);
+}
+
+static void op_reverse(rd *r)
+{
+    size_t n;
+    const char *f = gen_str(r, dialect, 1, &n);
+    int valid = o_valid(dialect, f, n, 1);
+    fs_scratch sc;
+    fs_rresult res;
+    fs_error err;
+    fs_scratch_init(&sc);
+    fs_rresult_init(&res);
+    int rc = fs_sublist_reverse_match(sl, f, n, &sc, &res, &err);
+    if (!valid) {
+        CHECK(rc == FS_EINVAL);
+    } else if (rc != FS_ENOMEM) {
+        CHECK(rc == FS_OK);
+        o_str g, inner = {f, n};
+        if (dialect == FS_MQTT && o_split_share(f, n, &g, &inner) != 1) inner = (o_str){f, n};
+        size_t want = 0;
+        for (size_t i = 0; i < nsubs; i++) want += o_intersect(dialect, inner.p, inner.n, subs[i].f, subs[i].fn);
+        CHECK(res.nhits == want);
+        for (size_t h = 0; h < res.nhits; h++) {
+            const fs_rhit *x = &res.hits[h];
+            o_sub k = {res.arena + x->filter_off, x->has_queue ? res.arena + x->queue_off : NULL,
+                       x->filter_len, x->queue_len, x->id};
+            long at = o_find(&k);
+            CHECK(at >= 0);
+            CHECK(o_intersect(dialect, inner.p, inner.n, subs[at].f, subs[at].fn));
+            for (size_t h2 = 0; h2 < h; h2++) {      /* each subscription once */
+                const fs_rhit *y = &res.hits[h2];
+                o_sub k2 = {res.arena + y->filter_off, y->has_queue ? res.arena + y->queue_off : NULL,
+                            y->filter_len, y->queue_len, y->id};
+                CHECK(!same(&k, &k2));
+            }
+        }
+    }
+    fs_rresult_free(&res);
+    fs_scratch_free(&sc);
+}
+
+static void op_serialize(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = fs_sublist_dump(sl, &buf, &len);
+    if (rc == FS_ENOMEM) {
+        CHECK(buf == NULL);
+        return;
+    }
+    CHECK(rc == FS_OK);
+    fs_sublist *loaded = NULL;
+    fs_error err;
+    rc = fs_sublist_load(buf, len, &loaded, &err);
+    if (rc == FS_OK) {
+        CHECK(fs_sublist_dialect(loaded) == dialect);
+        CHECK(fs_sublist_count(loaded) == nsubs);
+        if (cache_cap && fs_sublist_set_cache(loaded, cache_cap) != FS_OK) {
+            fs_sublist_free(loaded);           /* out of memory: keep the old one */
+        } else {
+            fs_sublist_free(sl);
+            sl = loaded;
+            last_generation = 0;
+        }
+    } else {
+        CHECK(rc == FS_ENOMEM);
+        CHECK(loaded == NULL);
+    }
+    FS_FREE(buf);
+}
+
+static void op_cache(rd *r)
+{
+    static const size_t caps[] = {0, 1, 2, 3, 8, 64};
+    size_t cap = caps[u8(r) % 6];
+    int rc = fs_sublist_set_cache(sl, cap);
+    if (rc == FS_OK) cache_cap = cap;
+    else CHECK(rc == FS_ENOMEM);
+}
+
+/* A column of rows as fs_strings: pointers, or Arrow (int32 or int64
+ * offsets, a validity bitmap, a nonzero array offset).  Row i is null when
+ * s[i] is NULL. */
+typedef struct {
+    fs_strings col;
+    const char *ptrs[64];
+    size_t lens[64];
+    char *data;
+    int32_t off32[66];
+    int64_t off64[66];
+    uint8_t bits[9];
+} column;
+
+static void make_column(column *c, const char *const *s, const size_t *n, size_t rows, int layout)
+{
+    memset(c, 0, sizeof(*c));
+    c->col.n = rows;
+    if (layout == 0) {
+        for (size_t i = 0; i < rows; i++) {
+            c->ptrs[i] = s[i];
+            c->lens[i] = s[i] ? n[i] : 0;
+        }
+        c->col.layout = FS_STR_PTRS;
+        c->col.ptrs = c->ptrs;
+        c->col.lens = c->lens;
+        return;
+    }
+    size_t total = 1;
+    for (size_t i = 0; i < rows; i++) total += s[i] ? n[i] : 0;
+    c->data = keep(malloc(total));
+    size_t at = 1;                                  /* row "-1", before the array's offset */
+    c->data[0] = 'z';
+    c->off32[0] = c->off64[0] = 0;
+    c->off32[1] = c->off64[1] = 1;
+    c->bits[0] = 1;
+    for (size_t i = 0; i < rows; i++) {
+        if (s[i]) {
+            if (n[i]) memcpy(c->data + at, s[i], n[i]);
+            at += n[i];
+            c->bits[(i + 1) >> 3] |= (uint8_t)(1u << ((i + 1) & 7));
+        }
+        c->off32[i + 2] = (int32_t)at;
+        c->off64[i + 2] = (int64_t)at;
+    }
+    c->col.layout = FS_STR_ARROW;
+    c->col.data = c->data;
+    c->col.off32 = layout == 1 ? c->off32 : NULL;
+    c->col.off64 = layout == 1 ? NULL : c->off64;
+    c->col.validity = c->bits;
+    c->col.offset = 1;
+}
+
+static void check_row(const int64_t *ids, size_t n, int queues, const o_result *want)
+{
+    int64_t *got = malloc(sizeof(int64_t) * (n + 1));
+    int64_t *exp = malloc(sizeof(int64_t) * (nsubs + 1));
+    if (!got || !exp) abort();
+    copy_ids(got, ids, n);
+    size_t ne = want->nplain;
+    copy_ids(exp, want->plain, ne);
+    if (queues == FS_QUEUES_ALL)
+        for (size_t g = 0; g < want->ngroups; g++) {
+            copy_ids(exp + ne, want->groups[g].ids, want->groups[g].n);
+            ne += want->groups[g].n;
+        }
+    if (queues != FS_QUEUES_PICK) {
+        CHECK(same_ids(got, n, exp, ne));
+    } else {
+        /* plain ids, then one member of each group: the ids left after
+         * taking out the plain ones are as many as the groups, each a member */
+        CHECK(n == want->nplain + want->ngroups);
+        qsort(got, n, sizeof(int64_t), cmp_id);
+        qsort(exp, ne, sizeof(int64_t), cmp_id);
+        size_t i = 0, j = 0, nleft = 0;
+        while (i < n) {
+            if (j < ne && exp[j] == got[i]) { i++; j++; continue; }
+            if (j < ne && exp[j] < got[i]) { CHECK(0); }
+            got[nleft++] = got[i++];
+        }
+        CHECK(j == ne && nleft == want->ngroups);
+        for (size_t x = 0; x < nleft; x++) {
+            int member = 0;
+            for (size_t g = 0; g < want->ngroups && !member; g++)
+                for (size_t m = 0; m < want->groups[g].n; m++) member |= want->groups[g].ids[m] == got[x];
+            CHECK(member);
+        }
+    }
+    free(got);
+    free(exp);
+}
+
+static void op_batch(rd *r, int threaded)
+{
+    const char *s[64], *k[64];
+    size_t n[64], kn[64];
+    size_t rows = 1 + u8(r) % 8;
+    int layout = u8(r) % 3, queues = u8(r) % 3, with_keys = u8(r) & 1;
+    for (size_t i = 0; i < rows; i++) {
+        s[i] = (u8(r) % 8) == 0 ? NULL : gen_str(r, dialect, 0, &n[i]);
+        k[i] = with_keys && (u8(r) & 1) ? gen_str(r, dialect, 0, &kn[i]) : NULL;
+    }
+    if (threaded)                                   /* enough rows for every thread */
+        for (size_t i = rows; i < 64; i++) {
+            s[i] = s[i % rows];
+            n[i] = n[i % rows];
+            k[i] = k[i % rows];
+            kn[i] = kn[i % rows];
+        }
+    if (threaded) {
+        rows = 64;
+        fs_fault_inject(0);                         /* the countdown is not for threads */
+    }
+    column sc, kc;
+    make_column(&sc, s, n, rows, layout);
+    make_column(&kc, k, kn, rows, 0);
+    const fs_strings *keys = with_keys ? &kc.col : NULL;
+    int64_t row_end[64];
+    uint8_t invalid[64];
+    fs_idbuf out;
+    memset(&out, 0, sizeof(out));
+    int rc = fs_match_rows(sl, &sc.col, keys, 0, rows, queues, row_end, invalid, &out, NULL);
+    if (rc == FS_ENOMEM) {
+        fs_idbuf_free(&out);
+        return;
+    }
+    CHECK(rc == FS_OK);
+    size_t prev = 0;
+    for (size_t i = 0; i < rows; i++) {
+        CHECK(row_end[i] >= (int64_t)prev && (size_t)row_end[i] <= out.n);
+        int valid = s[i] && o_valid(dialect, s[i], n[i], 0);
+        CHECK(invalid[i] == !valid);
+        if (!valid) CHECK((size_t)row_end[i] == prev);
+        else if (!threaded) {
+            o_result want;
+            o_matches(s[i], n[i], &want);
+            check_row(out.n ? out.ids + prev : NULL, (size_t)row_end[i] - prev, queues, &want);
+            o_result_free(&want);
+        }
+        prev = (size_t)row_end[i];
+    }
+    CHECK(prev == out.n);
+    if (!threaded) {
+        /* each row again on its own (the cache, if any, now holds it): the
+         * same ids in the same order, queue picks included */
+        prev = 0;
+        for (size_t i = 0; i < rows; i++) {
+            fs_idbuf one;
+            memset(&one, 0, sizeof(one));
+            int64_t end1;
+            uint8_t inv1;
+            rc = fs_match_rows(sl, &sc.col, keys, i, i + 1, queues, &end1, &inv1, &one, NULL);
+            if (rc == FS_OK) {
+                CHECK(inv1 == invalid[i]);
+                CHECK((size_t)end1 == (size_t)row_end[i] - prev && one.n == (size_t)end1);
+                CHECK(one.n == 0 || memcmp(one.ids, out.ids + prev, sizeof(int64_t) * one.n) == 0);
+            } else {
+                CHECK(rc == FS_ENOMEM);
+            }
+            fs_idbuf_free(&one);
+            prev = (size_t)row_end[i];
+        }
+    } else {
+        int64_t tend[64];
+        uint8_t tinv[64];
+        fs_idbuf tout;
+        memset(&tout, 0, sizeof(tout));
+        fs_batch_job *job = fs_batch_start(sl, &sc.col, keys, queues, 2 + u8(r) % 3, tend, tinv);
+        if (job) {
+            while (!fs_batch_wait(job, 1000)) {}
+            rc = fs_batch_finish(job, &tout);
+            if (rc == FS_OK) {
+                CHECK(tout.n == out.n);
+                CHECK(memcmp(tend, row_end, sizeof(int64_t) * rows) == 0);
+                CHECK(memcmp(tinv, invalid, rows) == 0);
+                CHECK(out.n == 0 || memcmp(tout.ids, out.ids, sizeof(int64_t) * out.n) == 0);
+            } else {
+                CHECK(rc == FS_ENOMEM && tout.n == 0);
+            }
+        }
+        fs_idbuf_free(&tout);
+    }
+    fs_idbuf_free(&out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    rd r = {data, size, 0};
+    uint8_t head = u8(&r);
+    dialect = (head & 1) ? FS_MQTT : FS_NATS;
+    sl = fs_sublist_new(dialect);
+    CHECK(sl != NULL);
+    cache_cap = 0;
+    last_generation = 0;
+    if (head & 2) {
+        cache_cap = (head >> 2) % 16;
+        CHECK(fs_sublist_set_cache(sl, cache_cap) == FS_OK);
+    }
+    int ops = 0;
+    uint64_t fault = 0;
+    while (r.i < r.n && ops++ < 300) {
+        uint8_t op = u8(&r);
+        fs_fault_inject(fault);
+        switch (op % 16) {
+        case 0: case 1: case 2: op_insert(&r, 0); break;
+        case 3: case 4: op_insert(&r, 1); break;
+        case 5: op_bulk(&r, 0); break;
+        case 6: op_bulk(&r, 1); break;
+        case 7: case 8: op_match(&r); break;
+        case 9: op_reverse(&r); break;
+        case 10: op_serialize(); break;
+        case 11: op_cache(&r); break;
+        case 12: case 13: op_batch(&r, 0); break;
+        case 14: op_batch(&r, (op & 0xF0) == 0xF0); break;
+        case 15: fault = 1 + u8(&r) % 16; break;     /* for the next operation */
+        }
+        if (op % 16 != 15) {
+            fs_fault_inject(0);
+            fault = 0;
+        }
+        free_made();
+        check_count();
+    }
+    fs_fault_inject(0);
+    free_made();
+    fs_sublist_free(sl);
+    sl = NULL;
+    o_clear();
+    return 0;
+}

@@ -1,0 +1,168 @@
+"""Shipping a Sublist to Spark's executors: the part that runs on both sides.
+
+`SharedIndex` is what a Spark function's closure captures.  On the driver,
+`fastsub.spark.share_index` makes one and puts the serialized index where
+the executors can read it; on an executor, `SharedIndex.get()` returns the
+`Sublist`, loaded the first time a task of this Python worker process asks
+and then kept in a module-level cache keyed by the driver-chosen id.
+
+How the image travels (`shipped_by`):
+
+    broadcast   classic Spark: a broadcast variable (driver + executor JVMs
+                hold it; the Python worker reads it once)
+    file        classic Spark: SparkContext.addFile, fetched once per
+                executor to local disk, read with SparkFiles
+    artifact    Spark Connect: spark.addArtifacts(path, file=True), read on
+                the workers with SparkFiles (the session's artifact directory)
+    inline      the bytes themselves inside the pickled closure: no round trip
+                through any store, but they travel with every task's command,
+                so only for small indexes
+
+This module imports neither pyspark.sql nor the JVM gateway: executors load
+it quickly, and unpickling a SharedIndex costs only its own fields.
+"""
+import collections
+import os
+import threading
+
+from fastsub import Sublist
+
+#: Set on the executors (in local mode: in the driver's environment before the
+#: session starts) to a file path, and every worker-side index load appends
+#: "<index id> <pid> <shipped_by>" to it: a way to see that each Python worker
+#: process loads an index once, not once per task.
+LOAD_LOG_ENV = "FASTSUB_SPARK_LOAD_LOG"
+
+METHODS = ("broadcast", "file", "artifact", "inline")
+
+_CACHE_MAX = 4                            # indexes kept per worker process (LRU)
+_cache = collections.OrderedDict()        # index id -> Sublist
+_cache_lock = threading.Lock()
+
+
+class SharedIndex:
+    """A Sublist shipped to Spark's executors.
+
+    idx.get() -> Sublist      inside any function Spark runs on executors
+                              (mapPartitions, mapInArrow, arrow_udf,
+                              foreachPartition, ...): loaded once per Python
+                              worker process, then reused.  On the driver it
+                              returns the driver's own Sublist.
+    idx.index_id              the driver-chosen id (a uuid hex string)
+    idx.shipped_by            "broadcast", "file", "artifact" or "inline"
+    idx.nbytes, idx.nsubs     size of the serialized image, subscriptions
+    idx.dialect
+    idx.release()             free the broadcast / the driver's temporary file
+
+    Pickles small (a few hundred bytes, unless inline): the image itself is
+    in the broadcast, the file or the artifact.
+    """
+
+    def __init__(self, index_id, dialect, nbytes, nsubs, shipped_by, *, broadcast=None,
+                 filename=None, data=None, local_path=None, sublist=None):
+        if shipped_by not in METHODS:
+            raise ValueError(f"unknown shipping method {shipped_by!r}")
+        self.index_id, self.dialect = index_id, dialect
+        self.nbytes, self.nsubs, self.shipped_by = nbytes, nsubs, shipped_by
+        self._broadcast, self._filename, self._data = broadcast, filename, data
+        self._local_path = local_path     # driver only: the file it shipped
+        self._sublist = sublist           # driver only: never pickled
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_sublist"] = None
+        state["_local_path"] = None
+        return state
+
+    def get(self) -> Sublist:
+        """get() -> Sublist: the index, loaded once per process."""
+        if self._sublist is not None:
+            return self._sublist
+        with _cache_lock:
+            sl = _cache.get(self.index_id)
+            if sl is not None:
+                _cache.move_to_end(self.index_id)
+                return sl
+            sl = Sublist.from_bytes(self._read())
+            _cache[self.index_id] = sl
+            while len(_cache) > _CACHE_MAX:
+                _cache.popitem(last=False)
+            log = os.environ.get(LOAD_LOG_ENV)
+            if log:
+                with open(log, "a") as f:
+                    f.write(f"{self.index_id} {os.getpid()} {self.shipped_by}\n")
+            return sl
+
+    def _read(self) -> bytes:
+        if self.shipped_by == "broadcast":
+            return self._broadcast.value
+        if self.shipped_by == "inline":
+            return self._data
+        from pyspark import SparkFiles
+        try:
+            path = SparkFiles.get(self._filename)
+        except Exception as e:  # noqa: BLE001 - SparkFiles outside a task
+            raise RuntimeError(
+                f"fastsub index {self.index_id}: cannot locate {self._filename} with "
+                f"SparkFiles ({e}); SharedIndex.get() reads it inside Spark tasks") from e
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise RuntimeError(
+                f"fastsub index {self.index_id}: {self._filename} is not in this worker's "
+                f"SparkFiles directory ({os.path.dirname(path)}); was it shipped by another "
+                "session, or released?") from None
+
+    def release(self) -> None:
+        """Free what shipping holds: the broadcast's blocks, the driver's temporary
+        file.  Tasks started afterwards cannot load the index (workers that already
+        have it keep their copy until it falls out of their cache)."""
+        if self._broadcast is not None:
+            try:
+                self._broadcast.unpersist()
+            except Exception:  # noqa: BLE001 - the session may be gone
+                pass
+        if self._local_path:
+            try:
+                os.remove(self._local_path)
+            except OSError:
+                pass
+            self._local_path = None
+
+    def __repr__(self):
+        return (f"<fastsub SharedIndex {self.index_id}: {self.nsubs:,} subscriptions "
+                f"({self.dialect}), {self.nbytes:,} bytes, by {self.shipped_by}>")
+
+
+def match_batches(idx, queues, with_key, batches):
+    """The body of the matching arrow_udf: Arrow string arrays in, Arrow list arrays out."""
+    sl = idx.get()
+    for item in batches:
+        if with_key:
+            subjects, keys = item
+            yield sl.match_many(subjects, keys=keys, queues=queues).to_arrow()
+        else:
+            yield sl.match_many(item, queues=queues).to_arrow()
+
+
+def reject_reason(subject, checker: Sublist) -> str:
+    """Why a subject was rejected, for the `error` column."""
+    from fastsub import InvalidSubjectError
+    if subject is None:
+        return "null subject"
+    try:
+        checker.match(subject)
+    except InvalidSubjectError as e:
+        reason = getattr(e, "reason", None) or str(e)
+        pos = getattr(e, "position", None)
+        return reason if pos is None else f"{reason} (at byte {pos})"
+    except (TypeError, ValueError) as e:  # pragma: no cover - defensive
+        return str(e)
+    return "invalid subject"  # pragma: no cover - match_many and match disagree
+
+
+def reject_reasons(dialect, subjects):
+    import pyarrow as pa
+    checker = Sublist(dialect)
+    return pa.array([reject_reason(s, checker) for s in subjects.to_pylist()], pa.string())

@@ -1,0 +1,109 @@
+"""The fan-outs that must give the same rows everywhere.
+
+compute(spark, ships) runs fanout_with_rejects on two generated cases for
+each shipping method, and the documented share_index examples; results are
+plain lists (rows ordered by every column) so runs can be compared exactly.
+The tests call it in-process on local mode, and run this file as a script,
+in its own process, against a standalone cluster (--master spark://...) or a
+Spark Connect server (--remote sc://...), which need a driver of their own:
+
+    python remote_checks.py (--master URL | --remote URL) --ships broadcast,file --out FILE
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from doc_examples import run  # noqa: E402
+from spark_expect import EVENT_SCHEMA, SUBS_SCHEMA, events_rows, random_case  # noqa: E402
+
+CASES = {
+    "nats": ("nats", random_case("nats", n_subs=50, n_events=400, seed=21), "device"),
+    "mqtt": ("mqtt", random_case("mqtt", n_subs=50, n_events=400, seed=22), None),
+}
+
+
+def _rows(df, *order):
+    return [list(r) for r in df.orderBy(*(order or df.columns)).collect()]
+
+
+def compute(spark, ships):
+    from fastsub.spark import fanout, fanout_with_rejects, is_connect
+    out = {"fanout": {}, "examples": {}, "shipped_by": {}, "index_ids": []}
+    for name, (dialect, (subs, subjects), key) in CASES.items():
+        ev = spark.createDataFrame(events_rows(subjects), EVENT_SCHEMA).repartition(3)
+        sb = spark.createDataFrame(subs, SUBS_SCHEMA)
+        for ship in ships:
+            # one matching pass: the counts are observed while the deliveries
+            # are collected, the rejected rows come from the persisted frame
+            res = fanout_with_rejects(ev, sb, dialect=dialect, key_col=key, ship=ship)
+            res = res.observe().persist()
+            out["shipped_by"][f"{name}/{ship}"] = res.index.shipped_by
+            out["index_ids"].append(res.index.index_id)
+            got = out["fanout"][f"{name}/{ship}"] = {
+                "deliveries": _rows(res.deliveries),
+                "rejected": _rows(res.rejected),
+                "counts": list(res.observed_counts()),
+            }
+            res.unpersist()
+            if ship == ships[0]:
+                got["arrays"] = _rows(fanout(ev, sb, dialect=dialect, key_col=key, ship=ship,
+                                             explode=False).select("event_id", "sub_ids"), "event_id")
+    _, subjects = random_case("nats", n_events=300, seed=23)
+    events = spark.createDataFrame(events_rows(subjects + ["orders.eu.created", "billing.x"] * 30),
+                                   EVENT_SCHEMA).repartition(3)
+    names = ["mapInArrow"] if is_connect(spark) else ["mapPartitions", "mapInArrow"]
+    for name in names:
+        ns = run(["share", name], {"spark": spark, "events": events})
+        out["examples"][name] = _rows(ns["pairs"])
+        out["shipped_by"][f"example/{name}"] = ns["idx"].shipped_by
+        out["index_ids"].append(ns["idx"].index_id)
+    out["errors"] = {}
+    if is_connect(spark):
+        import fastsub
+        from fastsub.spark import share_index
+        try:
+            share_index(spark, fastsub.Sublist(), ship="broadcast")
+        except ValueError as e:
+            out["errors"]["broadcast"] = str(e)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--master")
+    g.add_argument("--remote")
+    ap.add_argument("--ships", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--conf", action="append", default=[], metavar="K=V")
+    args = ap.parse_args(argv)
+    from fastsub.spark import local_session, remote_session
+    if args.remote:
+        spark = remote_session(args.remote, app_name="fastsub remote checks")
+    else:
+        conf = dict(kv.split("=", 1) for kv in args.conf)
+        spark = local_session(args.master, app_name="fastsub cluster checks", conf=conf)
+    try:
+        result = compute(spark, args.ships.split(","))
+        result["executor_python"] = sorted({r[0] for r in spark.range(4, numPartitions=4).mapInArrow(
+            _python_of_worker, "python string").collect()})
+    finally:
+        spark.stop()
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+def _python_of_worker(batches):
+    import sys as _sys
+
+    import pyarrow as pa
+    for b in batches:
+        yield pa.RecordBatch.from_pydict({"python": [_sys.executable] * b.num_rows})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Spark servers for the tests, started from the PySpark package itself:
+
+    connect_server(dir)    sbin/start-connect-server.sh --wait (the connect jar
+                           ships in pyspark/jars), local[2] inside, on a free port
+    standalone_cluster(dir) a master and two workers (bin/spark-class), each its
+                           own process, on 127.0.0.1 and free ports
+
+Every process gets a private directory (logs, work, local dirs, an empty conf
+dir) under `dir`, runs in its own process group, and is stopped by the pid
+this module started (SIGTERM to its group, then SIGKILL).
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def spark_home():
+    import pyspark
+    return os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _log4j(path):
+    with open(path, "w") as f:
+        f.write("rootLogger.level = warn\nrootLogger.appenderRef.stderr.ref = console\n"
+                "appender.console.type = Console\nappender.console.name = console\n"
+                "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
+                "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex\n")
+    return path
+
+
+class Server:
+    """One process (group) we started; .stop() ends it by its pid."""
+
+    def __init__(self, name, argv, env, log_path):
+        self.name, self.log_path = name, log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log_tail(self, n=30):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout=20):
+        if self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(self.proc.pid, sig)   # the group whose leader we started
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self._log.close()
+
+
+def _env(base_dir, extra=None):
+    conf = os.path.join(base_dir, "conf")
+    os.makedirs(conf, exist_ok=True)
+    env = dict(os.environ)
+    for k in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "MASTER"):
+        env.pop(k, None)
+    env.update({
+        "SPARK_HOME": spark_home(),
+        "SPARK_CONF_DIR": conf,
+        "SPARK_LOG_DIR": os.path.join(base_dir, "logs"),
+        "SPARK_PID_DIR": os.path.join(base_dir, "pids"),
+        "SPARK_LOCAL_DIRS": os.path.join(base_dir, "local"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_IDENT_STRING": "fastsub-tests",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    })
+    for k in ("SPARK_LOG_DIR", "SPARK_PID_DIR", "SPARK_LOCAL_DIRS"):
+        os.makedirs(env[k], exist_ok=True)
+    env.update(extra or {})
+    return env
+
+
+def _wait(what, ready, servers, timeout):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        for s in servers:
+            if not s.alive():
+                raise RuntimeError(f"{s.name} exited while starting:\n{s.log_tail()}")
+        try:
+            if ready():
+                return time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.5)
+    tails = "\n".join(f"--- {s.name}\n{s.log_tail()}" for s in servers)
+    raise RuntimeError(f"{what} not ready after {timeout} s:\n{tails}")
+
+
+def _port_open(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
+def connect_server(base_dir, extra_env=None, timeout=180):
+    """-> (url "sc://127.0.0.1:PORT", Server)"""
+    os.makedirs(base_dir, exist_ok=True)
+    port = free_port()
+    env = _env(base_dir, extra_env)
+    props = _log4j(os.path.join(base_dir, "log4j2.properties"))
+    argv = [os.path.join(spark_home(), "sbin", "start-connect-server.sh"), "--wait",
+            "--master", "local[2]",
+            "--driver-memory", "1g",
+            "--driver-java-options", f"-Dlog4j2.configurationFile=file:{props}",
+            "--conf", f"spark.connect.grpc.binding.port={port}",
+            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf", "spark.driver.host=127.0.0.1",
+            "--conf", "spark.driver.bindAddress=127.0.0.1",
+            "--conf", "spark.ui.enabled=false",
+            "--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", "spark.sql.shuffle.partitions=4",
+            "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64"]
+    server = Server("spark connect server", argv, env, os.path.join(base_dir, "server.log"))
+    try:
+        _wait("the Spark Connect server", lambda: _port_open(port), [server], timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return f"sc://127.0.0.1:{port}", server
+
+
+def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180):
+    """-> (master url "spark://127.0.0.1:PORT", [master, worker, ...])"""
+    os.makedirs(base_dir, exist_ok=True)
+    spark_class = os.path.join(spark_home(), "bin", "spark-class")
+    props = _log4j(os.path.join(base_dir, "log4j2.properties"))
+    port, ui = free_port(), free_port()
+    servers = []
+
+    def env_for(name):
+        d = os.path.join(base_dir, name)
+        e = _env(d, extra_env)
+        e["SPARK_DAEMON_JAVA_OPTS"] = f"-Dlog4j2.configurationFile=file:{props}"
+        e["SPARK_DAEMON_MEMORY"] = "384m"
+        return d, e
+
+    try:
+        d, env = env_for("master")
+        servers.append(Server("spark master", [
+            spark_class, "org.apache.spark.deploy.master.Master",
+            "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+            env, os.path.join(d, "master.log")))
+        url = f"spark://127.0.0.1:{port}"
+        _wait("the standalone master", lambda: _port_open(port), servers, timeout)
+        for k in range(workers):
+            d, env = env_for(f"worker{k + 1}")
+            env["SPARK_WORKER_DIR"] = os.path.join(d, "work")
+            servers.append(Server(f"spark worker {k + 1}", [
+                spark_class, "org.apache.spark.deploy.worker.Worker",
+                "--host", "127.0.0.1", "--webui-port", str(free_port()),
+                "--cores", "1", "--memory", "1g", "--work-dir", env["SPARK_WORKER_DIR"], url],
+                env, os.path.join(d, "worker.log")))
+
+        def registered():
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
+                return json.load(r).get("aliveworkers", 0) >= workers
+        _wait(f"{workers} standalone workers", registered, servers, timeout)
+    except BaseException:
+        for s in reversed(servers):
+            s.stop()
+        raise
+    return url, servers

@@ -1,0 +1,205 @@
+"""The same fan-outs on a standalone cluster (separate master, worker and
+executor processes) and on a Spark Connect server give exactly the rows of
+local mode; the executors run the driver's interpreter by default; each
+worker process loads an index once.  The cluster and Connect drivers run in
+their own processes (one SparkContext, and one kind of session, per process)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from remote_checks import CASES, compute
+from spark_expect import Expected, events_rows, random_case
+
+pytestmark = pytest.mark.spark
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _clean_env(**extra):
+    env = dict(os.environ)
+    for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
+              "FASTSUB_SPARK_LOAD_LOG"):
+        env.pop(k, None)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env.update(extra)
+    return env
+
+
+def _run_checks(tmp_path_factory, args, name):
+    out = tmp_path_factory.mktemp(name) / "result.json"
+    p = subprocess.run([sys.executable, os.path.join(HERE, "remote_checks.py"), *args, "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=_clean_env(), cwd=HERE)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    with open(out) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def local_result(spark):
+    return json.loads(json.dumps(compute(spark, ["broadcast", "file"])))
+
+
+@pytest.fixture(scope="module")
+def cluster_result(cluster_url, tmp_path_factory, remote_load_log):
+    return _run_checks(tmp_path_factory, [
+        "--master", cluster_url, "--ships", "broadcast,file",
+        "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
+        "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
+        "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64",
+        "--conf", "spark.sql.shuffle.partitions=4"], "cluster-run")
+
+
+@pytest.fixture(scope="module")
+def connect_result(connect_url, tmp_path_factory):
+    return _run_checks(tmp_path_factory, ["--remote", connect_url, "--ships", "auto,inline,artifact"],
+                       "connect-run")
+
+
+def test_local_mode_is_the_reference(local_result):
+    """Local mode itself: both shipping methods agree, and the counts are the
+    pure-Python reference's (the rows are checked in test_fanout.py)."""
+    for name, (dialect, (subs, subjects), _) in CASES.items():
+        a, b = local_result["fanout"][f"{name}/broadcast"], local_result["fanout"][f"{name}/file"]
+        assert {k: v for k, v in a.items() if k != "arrays"} == b
+        exp = Expected(dialect, subs, events_rows(subjects))
+        c = exp.counts("pick")
+        assert a["counts"][:4] == [c["events"], c["delivered"], c["unmatched"], c["rejected"]]
+        assert a["counts"][4] == len(a["deliveries"]) > 0
+        assert sorted(r[0] for r in a["rejected"]) == sorted(exp.rejected)
+    assert local_result["examples"]["mapPartitions"] == local_result["examples"]["mapInArrow"]
+
+
+def _same_as_local(result, local, ships):
+    for name in CASES:
+        want = local["fanout"][f"{name}/broadcast"]
+        for ship in ships:
+            got = result["fanout"][f"{name}/{ship}"]
+            for part in ("counts", "deliveries", "rejected", "arrays"):
+                if part in got or part != "arrays":
+                    assert got[part] == want[part], (name, ship, part)
+        assert "arrays" in result["fanout"][f"{name}/{ships[0]}"]
+    for name, rows in result["examples"].items():
+        assert rows == local["examples"][name], name
+
+
+def _loads(log, index_ids):
+    with open(log) as f:
+        lines = [ln.split() for ln in f]
+    return {i: [ln[1] for ln in lines if ln[0] == i] for i in index_ids}
+
+
+def test_standalone_cluster_equals_local(cluster_result, local_result, remote_load_log):
+    _same_as_local(cluster_result, local_result, ["broadcast", "file"])
+    assert set(cluster_result["examples"]) == {"mapPartitions", "mapInArrow"}
+    assert cluster_result["shipped_by"]["nats/file"] == "file"
+    assert cluster_result["shipped_by"]["nats/broadcast"] == "broadcast"
+    # PYSPARK_PYTHON was unset: the executors ran the driver's interpreter
+    assert [os.path.realpath(p) for p in cluster_result["executor_python"]] == \
+        [os.path.realpath(sys.executable)]
+    # the executors are other processes than the driver's, each loading an index once
+    for index_id, pids in _loads(remote_load_log, cluster_result["index_ids"]).items():
+        assert 1 <= len(pids) == len(set(pids)) <= 4, (index_id, pids)
+
+
+def test_connect_equals_local(connect_result, local_result, remote_load_log):
+    _same_as_local(connect_result, local_result, ["auto", "inline", "artifact"])
+    assert set(connect_result["examples"]) == {"mapInArrow"}
+    sb = connect_result["shipped_by"]
+    assert (sb["nats/auto"], sb["nats/inline"], sb["nats/artifact"]) == ("inline", "inline", "artifact")
+    assert sb["example/mapInArrow"] == "inline"
+    for index_id, pids in _loads(remote_load_log, connect_result["index_ids"]).items():
+        assert 1 <= len(pids) == len(set(pids)) <= 4, (index_id, pids)
+
+
+def test_connect_share_index_errors(connect_result):
+    # (checked in the Connect process: broadcast needs a SparkContext)
+    assert connect_result["errors"]["broadcast"].startswith("ship='broadcast' needs classic Spark")
+
+
+# -- the command line on the cluster and on Connect ---------------------------
+
+def _cli_inputs(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    subs, subjects = random_case("nats", n_subs=60, n_events=600, seed=31)
+    ev = events_rows(subjects)
+    ev_path, sub_path = tmp_path / "events.parquet", tmp_path / "subs.csv"
+    pq.write_table(pa.Table.from_pylist([dict(zip(["event_id", "subject", "device", "payload"], r))
+                                         for r in ev]), ev_path)
+    with open(sub_path, "w") as f:
+        f.write("sub_id,filter,queue\n")
+        for i, flt, q in subs:
+            f.write(f"{i},{flt},{q or ''}\n")
+    return str(ev_path), str(sub_path), Expected("nats", subs, ev)
+
+
+def _outputs(out):
+    import pyarrow.parquet as pq
+    d = pq.read_table(os.path.join(out, "deliveries")).to_pylist()
+    r = pq.read_table(os.path.join(out, "rejected")).to_pylist()
+    key = lambda row: tuple((k, str(v)) for k, v in sorted(row.items()))  # noqa: E731
+    return sorted(d, key=key), sorted(r, key=key)
+
+
+def _fastsub(args, **env):
+    exe = os.path.join(os.path.dirname(sys.executable), "fastsub")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "fastsub.cli"]
+    return subprocess.run(cmd + args, capture_output=True, text=True, timeout=600, env=_clean_env(**env))
+
+
+@pytest.fixture(scope="module")
+def cli_local(spark, tmp_path_factory):
+    from fastsub import cli
+    tmp = tmp_path_factory.mktemp("cli-local")
+    ev, subs, exp = _cli_inputs(tmp)
+    out = str(tmp / "out")
+    assert cli.main(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
+                     "--master", "local[2]", "--progress", "0"]) == 0
+    return ev, subs, exp, _outputs(out)
+
+
+def _check_cli_run(p, out, cli_local, where):
+    from test_cli import RECONCILE
+    ev, subs, exp, (deliveries, rejected) = cli_local
+    assert p.returncode == 0, p.stdout + p.stderr[-5000:]
+    assert f"on {where}" in p.stdout
+    c = exp.counts("pick")
+    m = RECONCILE.search(p.stdout)
+    assert m and [int(x.replace(",", "")) for x in m.groups()] == [
+        c["events"], c["delivered"], c["unmatched"], c["rejected"]], p.stdout
+    got_d, got_r = _outputs(out)
+    assert len(got_d) > 100 and got_d == deliveries
+    assert got_r == rejected
+
+
+def test_cli_on_the_cluster(cluster_url, cli_local, tmp_path):
+    """`fastsub fanout --master spark://...` from a plain environment (no
+    PYSPARK_PYTHON): the executors run the driver's interpreter; the index
+    travels as a file; the outputs are local mode's."""
+    ev, subs, _, _ = cli_local
+    out = str(tmp_path / "out")
+    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
+                  "--master", cluster_url, "--ship", "file"])
+    _check_cli_run(p, out, cli_local, cluster_url)
+    assert "shipped by file" in p.stdout
+
+
+def test_cli_names_the_fix_for_a_bad_executor_python(cluster_url, cli_local, tmp_path):
+    ev, subs, _, _ = cli_local
+    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", str(tmp_path / "out"),
+                  "--master", cluster_url], PYSPARK_PYTHON="/usr/bin/python3")
+    assert p.returncode == 2, p.stdout + p.stderr
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("fastsub: error:")]
+    assert len(err) == 1 and "PYSPARK_PYTHON" in err[0] and "No module named" in err[0], p.stderr
+
+
+def test_cli_on_connect(connect_url, cli_local, tmp_path):
+    ev, subs, _, _ = cli_local
+    out = str(tmp_path / "out")
+    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
+                  "--remote", connect_url])
+    _check_cli_run(p, out, cli_local, connect_url)
+    assert "shipped by inline" in p.stdout

@@ -1,0 +1,213 @@
+"""`fastsub match` at scale: input read and output written in blocks, a
+progress line (terminal only, after a while), an honest summary, and input
+errors that name the file and line."""
+import io
+import re
+import subprocess
+import sys
+
+import pytest
+
+from fastsub import _reference as R
+from fastsub import cli
+
+FILTERS = ["orders.*.created", "orders.>", "orders.> workers", "billing.*", "x.y.z"]
+
+
+def _subjects(n):
+    pool = ["orders.eu.created", "orders.us.paid", "billing.x", "nothing.here", "a..b", "x.y.z"]
+    return [pool[i % len(pool)] if i % 7 else f"orders.r{i}.created" for i in range(n)]
+
+
+def _expected(subjects, queues="all"):
+    ref = R.ReferenceSublist("nats")
+    for lineno, line in enumerate(FILTERS, 1):
+        f, *q = line.split()
+        ref.insert(f, lineno, q[0] if q else None)
+    lines = []
+    for s in subjects:
+        if R.is_valid_subject(s, "nats"):
+            m = ref.match(s)
+            lines += [(s, i) for i in m.subs + [i for _, _, members in m.groups for i in members]]
+    return sorted(lines)
+
+
+def _files(tmp_path, subjects, data=None):
+    fp, sp = tmp_path / "filters.txt", tmp_path / "subjects.txt"
+    fp.write_text("".join(f + "\n" for f in FILTERS))
+    if data is None:
+        sp.write_text("".join(s + "\n" for s in subjects))
+    else:
+        sp.write_bytes(data)
+    return str(fp), str(sp)
+
+
+def _pairs(out):
+    return sorted((ln.split("\t")[0], int(ln.split("\t")[1])) for ln in out.splitlines())
+
+
+def test_small_blocks_give_the_same_output_and_line_numbers(capsys, tmp_path, monkeypatch):
+    subjects = _subjects(5000)
+    fp, sp = _files(tmp_path, subjects)
+    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == 0
+    whole = capsys.readouterr()
+    monkeypatch.setattr(cli, "MATCH_BLOCK_BYTES", 100)    # ~6 subjects per block
+    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == 0
+    blocks = capsys.readouterr()
+    assert _pairs(blocks.out) == _pairs(whole.out) == _expected(subjects)
+    # rejected subjects are named by their line in the file, across blocks
+    bad = [f"line {i + 1}: rejected" for i, s in enumerate(subjects) if s == "a..b"][:100]
+    assert [ln.split("fastsub: " + sp + " ")[1][:len(bad[0])] for ln in blocks.err.splitlines()
+            if "rejected:" in ln][:3] == [b[:len(bad[0])] for b in bad[:3]]
+    assert blocks.err.count(": rejected: ") == len(bad)
+    n_bad = sum(s == "a..b" for s in subjects)
+    assert f"{n_bad - 100:,} more rejected subjects not shown" in blocks.err
+    assert f"+ {n_bad:,} rejected;" in blocks.err.splitlines()[-1]
+
+
+class _TrackedInput(io.RawIOBase):
+    """stdin whose reads are counted, to see when output was written."""
+
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = min(len(b), len(self.data) - self.pos)
+        b[:n] = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+
+def test_output_is_written_while_the_input_is_still_being_read(tmp_path, monkeypatch, capsys):
+    subjects = _subjects(3000)
+    data = "".join(s + "\n" for s in subjects).encode()
+    fp, _ = _files(tmp_path, subjects)
+    raw = _TrackedInput(data)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(raw, 64)))
+    read_at_write = []
+
+    class Out(io.StringIO):
+        def write(self, s):
+            read_at_write.append(raw.pos)
+            return super().write(s)
+
+    out = Out()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(cli, "MATCH_BLOCK_BYTES", 1024)
+    assert cli.main(["match", "--subs", fp, "--subjects", "-", "--queues", "all"]) == 0
+    assert _pairs(out.getvalue()) == _expected(subjects)
+    assert len(read_at_write) > 10
+    assert read_at_write[0] < len(data) // 10       # the first block's lines left early
+
+
+def test_last_line_without_newline_and_crlf(capsys, tmp_path):
+    fp, sp = _files(tmp_path, None, b"x.y.z\r\norders.eu.created\r\nbilling.q")
+    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == 0
+    assert _pairs(capsys.readouterr().out) == _expected(["x.y.z", "orders.eu.created", "billing.q"])
+
+
+@pytest.mark.parametrize("which", ["subjects", "subs"])
+def test_binary_input_names_the_file_and_line(capsys, tmp_path, which):
+    fp, sp = _files(tmp_path, ["a.b"])
+    target = sp if which == "subjects" else fp
+    with open(target, "wb") as f:
+        f.write(b"a.b\nc.d\nPAR1\x15\x04\x00\x00binary")
+    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 2
+    what = "subjects" if which == "subjects" else "subscriptions"
+    err = capsys.readouterr().err.strip()
+    assert err == (f"fastsub: error: {what} {target} line 3: NUL byte at offset 14: this looks like a "
+                   f"binary file, not one {'subject' if which == 'subjects' else 'filter'} per line")
+
+
+def test_undecodable_input_names_the_file_line_and_byte(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "MATCH_BLOCK_BYTES", 8)        # the bad byte is in a later block
+    fp, sp = _files(tmp_path, None, b"a.b\nc.d\ne.f\ncaf\xe9.x\n")
+    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"fastsub: error: subjects {sp} line 4: not UTF-8 text (byte 0xe9 at offset 15)"
+
+
+def test_summary_gives_wall_time_and_the_matching_share(capsys, tmp_path):
+    fp, sp = _files(tmp_path, _subjects(2000))
+    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 0
+    summary = capsys.readouterr().err.strip().splitlines()[-1]
+    m = re.search(r"in (\d+\.\d\d) s wall: matching (\d+\.\d\d) s \((\d+)%\), index (\d+\.\d\d) s, "
+                  r"reading and writing (\d+\.\d\d) s$", summary)
+    assert m, summary
+    wall, match, share, index, rest = (float(x) for x in m.groups())
+    assert match <= wall and index <= wall
+    assert abs(wall - (match + index + rest)) <= 0.02
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_waits_two_seconds_then_shows_rows_rate_and_eta():
+    clock, stream = _Clock(), _Stream(tty=True)
+    p = cli.Progress(1000, stream, "auto", clock)
+    clock.t += 1.0
+    p.update(10_000, 100)
+    assert stream.getvalue() == ""                          # a short run stays quiet
+    clock.t += 1.5
+    p.update(25_000, 250)                                   # 2.5 s: a quarter done
+    line = stream.getvalue()
+    assert line == "\rfastsub match: 25,000 subjects, 10,000/s, 25%, ETA 0:00:08"
+    clock.t += 0.1
+    p.update(26_000, 260)
+    assert stream.getvalue() == line                        # not redrawn more than 4 times a second
+    clock.t += 0.4
+    p.update(30_000, 300)
+    assert stream.getvalue().endswith("\rfastsub match: 30,000 subjects, 10,000/s, 30%, ETA 0:00:07")
+    p.finish()
+    assert stream.getvalue().endswith("\r" + " " * (len(line) - 1) + "\r")
+
+
+def test_progress_is_quiet_when_stderr_is_not_a_terminal():
+    clock, stream = _Clock(), _Stream(tty=False)
+    p = cli.Progress(None, stream, "auto", clock)
+    clock.t += 60
+    p.update(1, 1)
+    p.finish()
+    assert stream.getvalue() == ""
+    forced = cli.Progress(None, stream, "always", clock)
+    clock.t += 60
+    forced.update(600, 1)
+    assert stream.getvalue() == "\rfastsub match: 600 subjects, 10/s"     # no size: no ETA
+
+
+def test_progress_end_to_end(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(cli, "MATCH_BLOCK_BYTES", 4096)
+    fp, sp = _files(tmp_path, _subjects(3000))
+    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--progress", "always"]) == 0
+    err = capsys.readouterr().err
+    assert "\rfastsub match: 3,000 subjects, " in err and ", 100%, ETA 0:00:00" in err
+    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 0        # auto, not a terminal
+    assert "\r" not in capsys.readouterr().err
+
+
+def test_python_m_fastsub_match(tmp_path):
+    fp, sp = _files(tmp_path, ["x.y.z", "billing.q"])
+    r = subprocess.run([sys.executable, "-m", "fastsub", "match", "--subs", fp, "--subjects", sp],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "x.y.z\t5\tx.y.z\nbilling.q\t4\tbilling.*\n"
+    assert r.stderr.startswith("fastsub match: 2 subjects = 2 delivered + 0 unmatched + 0 rejected")
