@@ -13,9 +13,6 @@
 /* Rows per read-lock hold: writers wait at most this long, and a cancel
  * request is seen this often. */
 #define ROWS_PER_LOCK 1024
-/* Rows whose memory is fetched ahead, in two stages, before any of them is
- * matched: a batch keeps many cache misses in flight instead of one. */
-#define PREFETCH_ROWS 32
 
 void fs_idbuf_free(fs_idbuf *b)
 {
@@ -72,6 +69,8 @@ static int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
 {
     size_t extra = queues == FS_QUEUES_ALL ? r->nids - r->nplain
                  : queues == FS_QUEUES_PICK ? r->ngroups : 0;
+    if (r->nplain + extra == 0)   /* out->ids may still be NULL: no NULL + 0 */
+        return FS_OK;
     if (out->n + r->nplain + extra > out->cap &&
         fs_grow(&out->ids, &out->cap, out->n + r->nplain + extra, sizeof(int64_t)) < 0)
         return FS_ENOMEM;
@@ -90,6 +89,8 @@ static int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
 
 static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
 {
+    if (n == 0)               /* out->ids may still be NULL: no NULL + 0 */
+        return FS_OK;
     if (out->n + n > out->cap && fs_grow(&out->ids, &out->cap, out->n + n, sizeof(int64_t)) < 0)
         return FS_ENOMEM;
     copy_ids(out->ids + out->n, ids, n);
@@ -149,56 +150,192 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
     return FS_OK;
 }
 
-/* One row, fetched and hashed ahead of matching. */
+/* Keep the first occurrence of each id in ids[0..n) by pairwise
+ * comparison; returns the new n. */
+static size_t dedupe_pairwise(int64_t *ids, size_t n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < kept && ids[j] != ids[i])
+            j++;
+        if (j == kept)
+            ids[kept++] = ids[i];
+    }
+    return kept;
+}
+
+/* The same for any n: long rows use a scratch hash set (two words per
+ * slot: used, id) instead of the quadratic pass. */
+static size_t dedupe_ids(int64_t *ids, size_t n, fs_idbuf *set)
+{
+    if (n <= 48)
+        return dedupe_pairwise(ids, n);
+    size_t cap = 64;
+    while (cap < 2 * n)
+        cap *= 2;
+    if (fs_grow(&set->ids, &set->cap, 2 * cap, sizeof(int64_t)) < 0)
+        return dedupe_pairwise(ids, n);      /* out of memory: slow, not wrong */
+    int64_t *slots = set->ids;
+    memset(slots, 0, sizeof(int64_t) * 2 * cap);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t h = (size_t)(((uint64_t)ids[i] * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+        for (;; h = (h + 1) & (cap - 1)) {
+            if (!slots[2 * h]) {
+                slots[2 * h] = 1;
+                slots[2 * h + 1] = ids[i];
+                ids[kept++] = ids[i];
+                break;
+            }
+            if (slots[2 * h + 1] == ids[i])
+                break;
+        }
+    }
+    return kept;
+}
+
+/* ------------------------------------------------------- the pipeline */
+
+/* A block of rows goes through three passes, so that the memory each
+ * needs is requested for the whole block before any row waits on it:
+ *   plan:   tokenize, hash, compute every shape key; prefetch the slots
+ *   fetch:  the slots have arrived: prefetch the entries they point to
+ *   match:  verify the entries (now cached), walk the trie, emit
+ * BLOCK_ROWS is measured (bench/run_batch.py --block): 16 to 64 rows
+ * perform alike on light; 32 keeps the plan (keys, tokens) in L1. */
+#define BLOCK_ROWS 32
+
+enum { ROW_NULL = 0, ROW_INVALID = 1, ROW_OK = 2 };
+
 typedef struct {
     const char *s;
     size_t len;
     uint32_t hash;
-    int valid;
-} row_ahead;
+    int state;
+    uint64_t shapes;                        /* bit j: probe shape j */
+    uint64_t keys[FS_SHAPE_MAX_PROBES];     /* in bit order */
+} row_plan;
 
-/* Stage 1: hash each row and prefetch its literal-table slot. */
-static void prefetch_slots(const fs_sublist *sl, const fs_strings *subjects, size_t i,
-                           size_t n, row_ahead *ra)
+typedef struct {
+    row_plan row[BLOCK_ROWS];
+    fs_tokens toks[BLOCK_ROWS];
+} block;
+
+static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n, block *b,
+                     int need_hash)
 {
-    const fs_level *L = &sl->literals;
+    const fs_shapes *S = &sl->shapes;
+    const fs_level *lit = &sl->literals;
+    int mqtt = sl->dialect == FS_MQTT;
     for (size_t k = 0; k < n; k++) {
-        row_ahead *r = &ra[k];
-        r->valid = get_str(subjects, i + k, &r->s, &r->len);
-        if (!r->valid)
+        row_plan *r = &b->row[k];
+        fs_tokens *t = &b->toks[k];
+        r->shapes = 0;
+        r->state = ROW_NULL;
+        if (!get_str(subjects, i + k, &r->s, &r->len))
             continue;
-        r->hash = fs_hash(r->s, r->len);
-        if (L->cap)
-            __builtin_prefetch(&L->slots[r->hash & (L->cap - 1)]);
+        fs_error err;
+        int rc = fs_tokenize(sl->dialect, r->s, r->len, 0, t, &err);
+        if (rc == FS_ENOMEM)
+            return rc;
+        if (rc < 0) {
+            r->state = ROW_INVALID;
+            continue;
+        }
+        r->state = ROW_OK;
+        if (need_hash) {
+            r->hash = fs_hash_within(r->s, r->len, r->s + r->len);
+            if (lit->count)
+                __builtin_prefetch(&lit->slots[r->hash & (lit->cap - 1)]);
+        }
+        uint32_t nt = t->n;
+        uint64_t bits = S->probe[nt > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : nt];
+        if (mqtt && r->s[0] == '$')
+            for (uint64_t w = bits; w; w &= w - 1)
+                if (S->shape[__builtin_ctzll(w)]->first_wild)
+                    bits &= ~(1ull << __builtin_ctzll(w));
+        r->shapes = bits;
+        if (!bits)
+            continue;
+        uint32_t need = nt < FS_SHAPE_MAX_TOKENS ? nt : FS_SHAPE_MAX_TOKENS;
+        uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
+        fs_shape_mixes(t->tok, need, m, P);
+        uint32_t q = 0;
+        for (uint64_t w = bits; w; w &= w - 1, q++) {
+            const fs_shape *sh = S->shape[__builtin_ctzll(w)];
+            uint64_t key = fs_shape_subject_key(sh, m, P);
+            r->keys[q] = key;
+            __builtin_prefetch(&sh->table.slots[(uint32_t)key & (sh->table.cap - 1)]);
+        }
+    }
+    return FS_OK;
+}
+
+static void fetch_entries(const fs_sublist *sl, size_t n, const block *b, int need_hash)
+{
+    const fs_shapes *S = &sl->shapes;
+    const fs_level *lit = &sl->literals;
+    for (size_t k = 0; k < n; k++) {
+        const row_plan *r = &b->row[k];
+        if (r->state != ROW_OK)
+            continue;
+        if (need_hash && lit->count) {
+            const fs_slot *e = &lit->slots[r->hash & (lit->cap - 1)];
+            if (e->node && e->hash == r->hash)
+                __builtin_prefetch(e->node);
+        }
+        uint32_t q = 0;
+        for (uint64_t w = r->shapes; w; w &= w - 1, q++) {
+            const fs_level *L = &S->shape[__builtin_ctzll(w)]->table;
+            const fs_slot *e = &L->slots[(uint32_t)r->keys[q] & (L->cap - 1)];
+            if (e->node && e->hash == (uint32_t)r->keys[q]) {
+                __builtin_prefetch(e->node);
+                __builtin_prefetch((const char *)e->node + 64);
+            }
+        }
     }
 }
 
-/* Stage 2: the slots are (mostly) in cache now: prefetch the entries. */
-static void prefetch_entries(const fs_sublist *sl, size_t n, const row_ahead *ra)
+/* The matched nodes of a planned row, into sc->hits. */
+static int collect_row(const fs_sublist *sl, const row_plan *r, const fs_tokens *t, fs_scratch *sc)
 {
-    const fs_level *L = &sl->literals;
-    if (!L->cap)
-        return;
-    uint32_t mask = L->cap - 1;
-    for (size_t k = 0; k < n; k++) {
-        if (!ra[k].valid)
-            continue;
-        const fs_slot *sl0 = &L->slots[ra[k].hash & mask];
-        if (sl0->node && sl0->hash == ra[k].hash)
-            __builtin_prefetch(sl0->node);
+    const fs_shapes *S = &sl->shapes;
+    const char *end = r->s + r->len;
+    char sep = sl->dialect == FS_NATS ? '.' : '/';
+    sc->nhits = 0;
+    if (sl->literals.count) {
+        const fs_node *e = fs_level_find_within(&sl->literals, r->s, (uint32_t)r->len, r->hash, end);
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
     }
+    uint32_t q = 0;
+    for (uint64_t w = r->shapes; w; w &= w - 1, q++) {
+        const fs_node *e = fs_shape_probe(S->shape[__builtin_ctzll(w)], r->keys[q], sep, r->s, t->tok, end);
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
+    }
+    return fs_trie_walk_locked(sl, r->s, t, sc);
 }
 
 int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                  size_t begin, size_t end, int queues, int64_t *row_end,
+                  size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                   uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel)
 {
-    fs_workspace *w = fs_workspace_get();
+    fs_workspace spare;
+    fs_workspace *w = fs_workspace_acquire(&spare);
     if (!w)
         return FS_ENOMEM;
     int rc = FS_OK;
     uint64_t matched = 0, fanout = 0, fanout_max = 0;
-    row_ahead ra[PREFETCH_ROWS];
+    block *b = FS_MALLOC(sizeof(block));
+    fs_idbuf set = {0};
+    if (!b) {
+        fs_workspace_release(w, &spare);
+        return FS_ENOMEM;
+    }
+    for (size_t k = 0; k < BLOCK_ROWS; k++)
+        fs_tokens_init(&b->toks[k]);
     size_t i = begin;
     while (i < end && rc == FS_OK) {
         if (cancel && atomic_load_explicit(cancel, memory_order_relaxed)) {
@@ -207,48 +344,58 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
         }
         size_t stop = end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : end;
         pthread_rwlock_rdlock(&sl->lock);
+        int cached_index = sl->cache != NULL;
+        /* The whole-subject hash serves the literal table and the cache. */
+        int need_hash = cached_index || sl->literals.count || keys == NULL;
         while (i < stop && rc == FS_OK) {
-            size_t nblock = stop - i > PREFETCH_ROWS ? PREFETCH_ROWS : stop - i;
-            prefetch_slots(sl, subjects, i, nblock, ra);
-            if (!sl->cache)
-                prefetch_entries(sl, nblock, ra);
-            for (size_t k = 0; k < nblock; k++, i++) {
-                const row_ahead *r = &ra[k];
-                const char *key;
-                size_t klen;
+            size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;
+            if (!cached_index) {
+                rc = plan_rows(sl, subjects, i, nblock, b, need_hash);
+                if (rc < 0)
+                    break;
+                fetch_entries(sl, nblock, b, need_hash);
+            }
+            for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++) {
+                row_plan *r = &b->row[k];
                 size_t before = out->n;
-                invalid[i - begin] = 0;
-                if (!r->valid) {
-                    invalid[i - begin] = 1;
+                if (cached_index) {
+                    r->state = get_str(subjects, i, &r->s, &r->len) ? ROW_OK : ROW_NULL;
+                    if (r->state == ROW_OK)
+                        r->hash = fs_hash(r->s, r->len);
+                }
+                invalid[i - begin] = r->state != ROW_OK;
+                if (r->state != ROW_OK) {
                     row_end[i - begin] = (int64_t)out->n;
                     continue;
                 }
+                const char *key;
+                size_t klen;
                 uint32_t keyhash = keys && get_str(keys, i, &key, &klen) ? fs_hash(key, klen) : r->hash;
-                fs_cache_shard *held;
-                const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, r->s, r->len, r->hash, 1, &held) : NULL;
-                if (cached) {
-                    rc = emit(cached, queues, keyhash, out);
-                    fs_cache_release(held);
-                } else {
-                    fs_error err;
-                    if (sl->cache) {
+                if (cached_index) {
+                    fs_cache_shard *held;
+                    const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, r->hash, 1, &held);
+                    if (cached) {
+                        rc = emit(cached, queues, keyhash, out);
+                        fs_cache_release(held);
+                    } else {
+                        fs_error err;
                         rc = fs_compute_locked(sl, r->s, r->len, r->hash, &w->sc, &w->r, &err);
                         if (rc == FS_OK)
                             rc = emit(&w->r, queues, keyhash, out);
-                    } else {
-                        rc = fs_tokenize(sl->dialect, r->s, r->len, 0, &w->sc.toks, &err);
-                        if (rc == FS_OK)
-                            rc = fs_walk_locked(sl, r->s, r->len, r->hash, &w->sc);
-                        if (rc == FS_OK)
-                            rc = emit_hits(sl, w->sc.hits, w->sc.nhits, queues, keyhash, out);
+                        if (rc == FS_EINVAL) {
+                            invalid[i - begin] = 1;
+                            rc = FS_OK;
+                        }
                     }
-                    if (rc == FS_EINVAL) {
-                        invalid[i - begin] = 1;
-                        rc = FS_OK;
-                    }
+                } else {
+                    rc = collect_row(sl, r, &b->toks[k], &w->sc);
+                    if (rc == FS_OK)
+                        rc = emit_hits(sl, w->sc.hits, w->sc.nhits, queues, keyhash, out);
                 }
                 if (rc != FS_OK)
                     break;
+                if (dedupe)
+                    out->n = before + dedupe_ids(out->ids + before, out->n - before, &set);
                 row_end[i - begin] = (int64_t)out->n;
                 if (!invalid[i - begin]) {
                     uint64_t f = out->n - before;
@@ -260,8 +407,12 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
         }
         pthread_rwlock_unlock(&sl->lock);
     }
+    for (size_t k = 0; k < BLOCK_ROWS; k++)
+        fs_tokens_free(&b->toks[k]);
+    FS_FREE(b);
+    fs_idbuf_free(&set);
     fs_count_matches(sl, matched, fanout, fanout_max);
-    fs_workspace_trim(w);
+    fs_workspace_release(w, &spare);
     return rc;
 }
 
@@ -273,29 +424,77 @@ typedef struct {
     int started;
     size_t begin, end;
     fs_idbuf out;
+    size_t dest;          /* where this part's ids go in the job's output */
     int rc;
 } batch_part;
 
 struct fs_batch_job {
     fs_sublist *sl;
     fs_strings subjects, keys;
-    int has_keys, queues;
+    int has_keys, queues, dedupe;
     int64_t *row_end;
     uint8_t *invalid;
     atomic_int cancel;
     pthread_mutex_t mu;
     pthread_cond_t done;
-    unsigned running, nparts;
+    unsigned running, nparts, nstarted, matched;
+    /* The output: sized once every part has matched, then each thread
+     * copies its own ids in -- in parallel, never one thread
+     * concatenating them all after the others have stopped. */
+    int gathered, gather_rc;
+    fs_idbuf out;
     batch_part parts[];
 };
+
+/* Called with job->mu held by the last part to finish matching (or by
+ * fs_batch_finish when no thread ran): size the output. */
+static void gather_locked(fs_batch_job *job)
+{
+    int rc = FS_OK;
+    size_t total = 0;
+    for (unsigned t = 0; t < job->nparts; t++) {
+        batch_part *p = &job->parts[t];
+        if (p->rc == FS_ENOMEM || (p->rc != FS_OK && rc == FS_OK))
+            rc = p->rc;
+        p->dest = total;
+        total += p->out.n;
+    }
+    if (rc == FS_OK && total && fs_grow(&job->out.ids, &job->out.cap, total, sizeof(int64_t)) < 0)
+        rc = FS_ENOMEM;
+    if (rc == FS_OK)
+        job->out.n = total;
+    job->gather_rc = rc;
+    job->gathered = 1;
+    pthread_cond_broadcast(&job->done);
+}
+
+/* Move a part's ids to their place in the output and make its row ends
+ * global. */
+static void place_part(fs_batch_job *job, batch_part *p)
+{
+    if (p->out.n)
+        memcpy(job->out.ids + p->dest, p->out.ids, sizeof(int64_t) * p->out.n);
+    for (size_t i = p->begin; i < p->end; i++)
+        job->row_end[i] += (int64_t)p->dest;
+    fs_idbuf_free(&p->out);
+}
 
 static void *part_main(void *arg)
 {
     batch_part *p = arg;
     fs_batch_job *job = p->job;
     p->rc = fs_match_rows(job->sl, &job->subjects, job->has_keys ? &job->keys : NULL,
-                          p->begin, p->end, job->queues, job->row_end + p->begin,
+                          p->begin, p->end, job->queues, job->dedupe, job->row_end + p->begin,
                           job->invalid + p->begin, &p->out, &job->cancel);
+    pthread_mutex_lock(&job->mu);
+    if (++job->matched == job->nstarted)
+        gather_locked(job);
+    while (!job->gathered)
+        pthread_cond_wait(&job->done, &job->mu);
+    int ok = job->gather_rc == FS_OK;
+    pthread_mutex_unlock(&job->mu);
+    if (ok)
+        place_part(job, p);
     pthread_mutex_lock(&job->mu);
     job->running--;
     pthread_cond_broadcast(&job->done);
@@ -304,7 +503,7 @@ static void *part_main(void *arg)
 }
 
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                             int queues, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
+                             int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
 {
     size_t n = subjects->n;
     if (nthreads == 0)
@@ -320,6 +519,7 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
         job->has_keys = 1;
     }
     job->queues = queues;
+    job->dedupe = dedupe;
     job->row_end = row_end;
     job->invalid = invalid;
     atomic_init(&job->cancel, 0);
@@ -343,6 +543,7 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
             break;
         }
         p->started = 1;
+        job->nstarted++;
     }
     pthread_mutex_unlock(&job->mu);
     return job;
@@ -370,29 +571,15 @@ void fs_batch_cancel(fs_batch_job *job) { atomic_store(&job->cancel, 1); }
 
 int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
 {
-    int rc = FS_OK;
-    size_t total = 0;
-    for (unsigned t = 0; t < job->nparts; t++) {
-        batch_part *p = &job->parts[t];
-        if (p->started)
-            pthread_join(p->thread, NULL);
-        if (p->rc == FS_ENOMEM || (p->rc != FS_OK && rc == FS_OK))
-            rc = p->rc;
-        total += p->out.n;
-    }
-    memset(out, 0, sizeof(*out));
-    if (rc == FS_OK && fs_grow(&out->ids, &out->cap, total, sizeof(int64_t)) < 0)
-        rc = FS_ENOMEM;
-    if (rc == FS_OK) {
-        for (unsigned t = 0; t < job->nparts; t++) {
-            batch_part *p = &job->parts[t];
-            if (p->out.n)
-                memcpy(out->ids + out->n, p->out.ids, sizeof(int64_t) * p->out.n);
-            for (size_t i = p->begin; i < p->end; i++)
-                job->row_end[i] += (int64_t)out->n;
-            out->n += p->out.n;
-        }
-    }
+    for (unsigned t = 0; t < job->nparts; t++)
+        if (job->parts[t].started)
+            pthread_join(job->parts[t].thread, NULL);
+    if (!job->gathered)              /* no thread ran: they could not be started */
+        gather_locked(job);
+    int rc = job->gather_rc;
+    *out = job->out;
+    if (rc != FS_OK)
+        fs_idbuf_free(out);
     for (unsigned t = 0; t < job->nparts; t++)
         fs_idbuf_free(&job->parts[t].out);
     pthread_mutex_destroy(&job->mu);

@@ -46,12 +46,12 @@ void fs_idbuf_free(fs_idbuf *b);
 
 /* Match rows [begin, end) of subjects (keys may be NULL), appending ids to
  * out; row_end[i - begin] receives out->n after row i, invalid[i - begin]
- * 1 or 0.  Stops early with FS_ECANCELLED when *cancel (may be NULL)
+ * 1 or 0.  dedupe: each id at most once per row (its first occurrence).  Stops early with FS_ECANCELLED when *cancel (may be NULL)
  * becomes non-zero.
  * FS_OK, FS_ENOMEM, FS_ECANCELLED. */
 #define FS_ECANCELLED (-5)
 int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                  size_t begin, size_t end, int queues, int64_t *row_end,
+                  size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                   uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel);
 
 /* The same over nthreads native threads, each taking a contiguous share
@@ -61,7 +61,7 @@ typedef struct fs_batch_job fs_batch_job;
 /* Starts the threads.  row_end has n entries, invalid n.  NULL when out of
  * memory or no thread could be started. */
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                             int queues, unsigned nthreads, int64_t *row_end, uint8_t *invalid);
+                             int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid);
 /* Wait up to timeout_ms for the job; 1 when all threads are done, else 0. */
 int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms);
 /* Ask the threads to stop early. */

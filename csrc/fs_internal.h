@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "fs_shape.h"
 #include "sublist.h"
 
 typedef struct fs_cache fs_cache;
@@ -48,11 +49,29 @@ struct fs_node {
     char tok[];
 };
 
+/* One shape's table (see fs_shape.h).  Allocated on its own so that
+ * pointers to it stay valid while other shapes come and go. */
+typedef struct {
+    fs_level table;       /* slot.hash, slot.len: low, high 32 bits of the key */
+    uint64_t onemask;
+    uint32_t ntoks, rest;
+    uint32_t first_wild;  /* starts with a wildcard: never matches MQTT '$' topics */
+} fs_shape;
+
+typedef struct {
+    fs_shape *shape[FS_SHAPE_MAX];          /* canonical order */
+    uint32_t n;
+    /* probe[k] (k clamped to FS_SHAPE_MAX_TOKENS + 1): bit j set when a
+     * subject of k tokens must probe shape[j] */
+    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
+} fs_shapes;
+
 struct fs_sublist {
     pthread_rwlock_t lock;
     fs_dialect dialect;
     fs_node *root;        /* the trie: filters with a wildcard */
     fs_level literals;    /* whole literal filters -> entry (parent NULL) */
+    fs_shapes shapes;     /* filters with wildcards, by shape (fs_shape.c) */
     fs_cache *cache;      /* LRU of match results; NULL when disabled */
     uint64_t count;       /* subscriptions */
     uint64_t nodes;
@@ -69,6 +88,11 @@ void *fs_sl_alloc(fs_sublist *sl, size_t size);
 void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size);
 void fs_sl_free(fs_sublist *sl, void *p, size_t size);
 int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n);
+/* Add n with slot.len = check (shape tables keep the key's high bits there). */
+int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check);
+/* Shrink L when it has fallen well below its capacity (best effort: a
+ * failed allocation keeps the bigger table). */
+void fs_level_shrink(fs_sublist *sl, fs_level *L);
 void fs_level_del(fs_level *L, const fs_node *n);
 fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp);
 void fs_node_free(fs_sublist *sl, fs_node *n);
@@ -78,6 +102,8 @@ int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen,
 /* Collect into sc->hits the nodes whose subscriptions match the subject
  * tokenized in sc->toks.  Caller holds the read lock. */
 int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc);
+/* The trie's part of that walk alone (appends to sc->hits). */
+int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc);
 /* Tokenize, walk and build the full result of a subject (filling the cache
  * if there is one).  Read lock held.  FS_OK, FS_EINVAL, FS_ENOMEM. */
 int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
@@ -92,8 +118,68 @@ int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k,
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
 /* Add to the match statistics (thread-safe). */
 void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max);
-int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
-                    const char *s, const fs_tokens *st);
+
+/* ---- shape tables (fs_shape.c); the write lock is held where they change */
+
+/* The shape like `of`, or NULL. */
+fs_shape *fs_shape_find(const fs_sublist *sl, const fs_shape_of *of);
+/* A new empty shape like `of` (which must not exist yet): FS_OK with *out
+ * set, FS_OK with *out NULL when the shape budget is spent (the filter
+ * goes to the trie), or FS_ENOMEM. */
+int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out);
+/* Free a shape that has no entries (a no-op otherwise). */
+void fs_shape_drop_if_empty(fs_sublist *sl, fs_shape *sh);
+/* The entry for filter f (whose key is key), or NULL. */
+fs_node *fs_shape_lookup(const fs_shape *sh, const char *f, uint32_t flen, uint64_t key);
+/* Add entry n.  FS_OK or FS_ENOMEM (table unchanged). */
+int fs_shape_add(fs_sublist *sl, fs_shape *sh, fs_node *n, uint64_t key);
+/* Remove entry n (not freed); an emptied shape is dropped.  Never fails. */
+void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n);
+/* Do entry e's literal tokens equal the subject's (tokens t) at their
+ * positions?  The entry's key has already matched the subject's. */
+int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const char *s,
+                           const fs_span *t, const char *s_end);
+/* Push onto sc->hits the shape entries matching the subject s (tokens t). */
+int fs_shapes_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
+                      fs_scratch *sc);
+void fs_shapes_free(fs_sublist *sl);
+
+/* Per-token mixes m[0..n) and their prefix sums P[0..n] of a subject. */
+static inline void fs_shape_mixes(const fs_span *tok, uint32_t n, uint64_t *m, uint64_t *P)
+{
+    P[0] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        m[i] = fs_pos_mix(tok[i].hash, i);
+        P[i + 1] = P[i] + m[i];
+    }
+}
+
+/* The key a subject (mixes m, prefix sums P) has in shape sh: the sum of
+ * the mixes at the shape's literal positions. */
+static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *m, const uint64_t *P)
+{
+    uint64_t key = P[sh->ntoks];
+    for (uint64_t w = sh->onemask; w; w &= w - 1)
+        key -= m[__builtin_ctzll(w)];
+    return key;
+}
+
+/* The entry of shape sh that the subject (tokens t, bytes up to end)
+ * matches, given its key in that shape; NULL when none does. */
+static inline const fs_node *fs_shape_probe(const fs_shape *sh, uint64_t key, char sep, const char *s,
+                                            const fs_span *t, const char *end)
+{
+    const fs_level *L = &sh->table;
+    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
+    for (uint32_t c = 0, i = lo & mask; c < L->cap; c++, i = (i + 1) & mask) {
+        const fs_slot *slot = &L->slots[i];
+        if (!slot->node)
+            return NULL;
+        if (slot->hash == lo && slot->len == hi && fs_shape_entry_matches(sh, slot->node, sep, s, t, end))
+            return slot->node;       /* one filter per shape can match a subject */
+    }
+    return NULL;
+}
 
 static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->ngroups; }
 

@@ -277,6 +277,23 @@ static int dump_locked(fs_sublist *sl, dumper *d, uint64_t *nlit, uint64_t *ntri
         (*nlit)++;
     }
 
+    /* Version 2: the shape-table entries, each a whole filter and its
+     * subscriptions, after a count. */
+    uint64_t nshaped = 0;
+    for (uint32_t j = 0; j < sl->shapes.n; j++)
+        nshaped += sl->shapes.shape[j]->table.count;
+    if (wb_room(&d->w, 10) < 0)
+        return FS_ENOMEM;
+    wb_uv(&d->w, nshaped);
+    for (uint32_t j = 0; j < sl->shapes.n; j++) {
+        const fs_level *T = &sl->shapes.shape[j]->table;
+        for (uint32_t i = 0; i < T->cap; i++) {
+            const fs_node *e = T->slots[i].node;
+            if (e && (wb_bytes(&d->w, e->tok, e->toklen) < 0 || dump_subs(d, e) < 0))
+                return FS_ENOMEM;
+        }
+    }
+
     /* The trie, preorder, with an explicit stack. */
     wframe *stack = NULL;
     size_t depth = 0, cap = 0;
@@ -363,6 +380,7 @@ typedef struct {
     fs_dialect d;
     fs_sublist *sl;
     uint64_t subs;            /* subscriptions read so far */
+    unsigned version;         /* of the blob: 1 has no shape section */
 } reader;
 
 static int bad(reader *r, const char *why, size_t pos)
@@ -744,6 +762,79 @@ static int rd_literals(reader *r, uint64_t count)
     return FS_OK;
 }
 
+/* Version 2's shape-table entries: whole filters with wildcards, each
+ * placed in its shape's table (the shapes of a valid image always fit
+ * the budget, whatever order they are created in). */
+static int rd_shaped(reader *r)
+{
+    fs_sublist *sl = r->sl;
+    size_t at = r->pos;
+    uint64_t count;
+    if (rd_uv(r, &count) < 0)
+        return FS_EBADDATA;
+    if (count > left(r) / MIN_LITERAL || count > MAX_TABLE)
+        return bad(r, "shaped filter count exceeds the data", at);
+    fs_tokens t;
+    fs_tokens_init(&t);
+    int rc = FS_OK;
+    for (uint64_t i = 0; i < count && rc == FS_OK; i++) {
+        at = r->pos;
+        const unsigned char *f;
+        uint32_t flen;
+        fs_error fe;
+        fs_shape_of of;
+        fs_shape *sh;
+        if (rd_str(r, FS_MAX_SUBJECT, "filter longer than 65,535 bytes", &f, &flen) < 0) {
+            rc = FS_EBADDATA;
+            break;
+        }
+        rc = fs_tokenize(r->d, (const char *)f, flen, 1, &t, &fe);
+        if (rc == FS_EINVAL) {
+            rc = bad(r, fe.reason, r->pos - flen + fe.pos);
+            break;
+        }
+        if (rc < 0)
+            break;
+        if (!fs_shape_classify(&t, &of)) {
+            rc = bad(r, "shaped filter without a shape", at);
+            break;
+        }
+        sh = fs_shape_find(sl, &of);
+        if (!sh && (rc = fs_shape_create(sl, &of, &sh)) < 0)
+            break;
+        if (!sh) {
+            rc = bad(r, "more filter shapes than an index holds", at);
+            break;
+        }
+        if (fs_shape_lookup(sh, (const char *)f, flen, of.key)) {
+            rc = bad(r, "duplicate shaped filter", at);
+            break;
+        }
+        fs_span sp = {0, flen, (uint32_t)of.key, FS_NODE_SHAPED};
+        fs_node *e = fs_node_new(sl, NULL, (const char *)f, &sp);
+        if (!e) {
+            fs_shape_drop_if_empty(sl, sh);
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (fs_shape_add(sl, sh, e, of.key) < 0) {
+            fs_node_free(sl, e);
+            fs_shape_drop_if_empty(sl, sh);
+            rc = FS_ENOMEM;
+            break;
+        }
+        size_t body = r->pos;
+        if ((rc = rd_subs(r, e)) < 0)
+            break;
+        if (!fs_has_subs(e))
+            rc = bad(r, "shaped filter without subscriptions", body);
+        else if (r->d == FS_MQTT && e->nsubs && flen >= 7 && memcmp(f, "$share/", 7) == 0)
+            rc = bad(r, "plain subscription on a '$share/' filter", body);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
 typedef struct {
     fs_node *n;
     uint64_t lit_left;       /* literal children still to read */
@@ -897,7 +988,8 @@ static int check_envelope(reader *r, size_t len, uint64_t *payload)
         return bad(r, "truncated header", len);
     if (memcmp(p, MAGIC, sizeof(MAGIC)) != 0)
         return bad(r, "bad magic (not a fastsub index)", 0);
-    if (get_le(p + 8, 2) != FS_SERIAL_VERSION)
+    r->version = (unsigned)get_le(p + 8, 2);
+    if (r->version < 1 || r->version > FS_SERIAL_VERSION)
         return bad(r, "unsupported format version", 8);
     uint64_t flags = get_le(p + 10, 2);
     if (flags & ~(uint64_t)1)
@@ -942,6 +1034,8 @@ int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *er
     r.sl = sl;
     uint64_t seen = 0;
     rc = rd_literals(&r, nlit);
+    if (rc == FS_OK && r.version >= 2)
+        rc = rd_shaped(&r);
     if (rc == FS_OK)
         rc = rd_trie(&r, &seen);
     if (rc == FS_OK && r.pos != r.end)

@@ -35,7 +35,7 @@
 #include "fs_token.h"
 #include "sublist.h"
 
-#define FS_SERIAL_VERSION 1
+#define FS_SERIAL_VERSION 2      /* writes 2; reads 1 and 2 */
 #define FS_SERIAL_HEADER 48u     /* bytes before the payload */
 #define FS_SERIAL_TRAILER 8u     /* the checksum after it */
 

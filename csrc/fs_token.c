@@ -19,26 +19,33 @@ void fs_tokens_free(fs_tokens *t)
     fs_tokens_init(t);
 }
 
-static int push(fs_tokens *t, uint32_t off, uint32_t len, const char *s, size_t total)
+/* Room for one more span.  FS_OK or FS_ENOMEM. */
+static int grow_tokens(fs_tokens *t)
 {
-    if (t->n == t->cap) {
-        uint32_t ncap = t->cap * 2;
-        fs_span *nt;
-        if (t->tok == t->inline_) {
-            nt = FS_MALLOC(sizeof(fs_span) * ncap);
-            if (nt) memcpy(nt, t->inline_, sizeof(fs_span) * t->n);
-        } else {
-            nt = FS_REALLOC(t->tok, sizeof(fs_span) * ncap);
-        }
-        if (!nt)
-            return FS_ENOMEM;
-        t->tok = nt;
-        t->cap = ncap;
+    uint32_t ncap = t->cap * 2;
+    fs_span *nt;
+    if (t->tok == t->inline_) {
+        nt = FS_MALLOC(sizeof(fs_span) * ncap);
+        if (nt) memcpy(nt, t->inline_, sizeof(fs_span) * t->n);
+    } else {
+        nt = FS_REALLOC(t->tok, sizeof(fs_span) * ncap);
     }
+    if (!nt)
+        return FS_ENOMEM;
+    t->tok = nt;
+    t->cap = ncap;
+    return FS_OK;
+}
+
+static inline __attribute__((always_inline)) int push(fs_tokens *t, uint32_t off, uint32_t len,
+                                                      const char *s, size_t total)
+{
+    if (t->n == t->cap && grow_tokens(t) < 0)
+        return FS_ENOMEM;
     fs_span *sp = &t->tok[t->n++];
     sp->off = off;
     sp->len = len;
-    sp->hash = fs_hash_within(s + off, len, s + total);
+    sp->hash = fs_hash_between(s, s + off, len, s + total);
     sp->kind = FS_TOK_LITERAL;
     return FS_OK;
 }
@@ -259,5 +266,70 @@ int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
         if (g[i] == '+' || g[i] == '#' || g[i] == 0)
             return fail(err, "wildcard or NUL in share group name", SHARE_LEN + i);
     if (*flen == 0) return fail(err, "empty filter after '$share/GROUP/'", len);
+    return 1;
+}
+
+/* Does filter f (tokens ft) match the literal subject s (tokens st)? */
+int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
+                    const char *s, const fs_tokens *st)
+{
+    if (d == FS_MQTT && s[0] == '$' && ft->tok[0].kind != FS_TOK_LITERAL)
+        return 0;
+    uint32_t i = 0;
+    for (; i < ft->n; i++) {
+        const fs_span *a = &ft->tok[i];
+        if (a->kind == FS_TOK_REST)      /* NATS '>' needs 1+ more tokens; MQTT '#' 0+ */
+            return d == FS_MQTT || i < st->n;
+        if (i >= st->n)
+            return 0;
+        const fs_span *b = &st->tok[i];
+        if (a->kind == FS_TOK_LITERAL &&
+            (a->len != b->len || memcmp(f + a->off, s + b->off, a->len) != 0))
+            return 0;
+    }
+    return i == st->n;
+}
+
+
+/* The lengths (in tokens) of the subjects a filter can match: lo..hi. */
+static void length_range(fs_dialect d, const fs_tokens *t, uint32_t *fixed, uint32_t *lo, uint32_t *hi)
+{
+    int rest = t->n && t->tok[t->n - 1].kind == FS_TOK_REST;
+    *fixed = t->n - (uint32_t)rest;
+    *lo = rest && d == FS_NATS ? *fixed + 1 : *fixed;   /* '>' needs 1+ more, '#' 0+ */
+    *hi = rest ? UINT32_MAX : *fixed;
+}
+
+int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
+                         const char *b, const fs_tokens *bt)
+{
+    uint32_t la, lo_a, hi_a, lb, lo_b, hi_b;
+    length_range(d, at, &la, &lo_a, &hi_a);
+    length_range(d, bt, &lb, &lo_b, &hi_b);
+    uint32_t lo = lo_a > lo_b ? lo_a : lo_b, hi = hi_a < hi_b ? hi_a : hi_b;
+    if (lo < 1)
+        lo = 1;                       /* every subject has a token */
+    if (lo > hi)
+        return 0;
+    uint32_t common = la < lb ? la : lb;
+    for (uint32_t i = 0; i < common; i++) {
+        const fs_span *x = &at->tok[i], *y = &bt->tok[i];
+        if (x->kind == FS_TOK_LITERAL && y->kind == FS_TOK_LITERAL &&
+            (x->len != y->len || memcmp(a + x->off, b + y->off, x->len) != 0))
+            return 0;
+    }
+    if (d != FS_MQTT)
+        return 1;
+    /* MQTT: the subject's first level is a literal one of them fixes, or
+     * free.  A '$' level cannot meet a filter starting with a wildcard,
+     * and a lone empty level is the topic "", which is invalid. */
+    int lit_a = la > 0 && at->tok[0].kind == FS_TOK_LITERAL;
+    int lit_b = lb > 0 && bt->tok[0].kind == FS_TOK_LITERAL;
+    const fs_span *first = lit_a ? &at->tok[0] : lit_b ? &bt->tok[0] : NULL;
+    const char *fp = lit_a ? a : b;
+    if (first && first->len && fp[first->off] == '$' && (!lit_a || !lit_b))
+        return 0;
+    if (first && first->len == 0 && hi == 1)
+        return 0;
     return 1;
 }

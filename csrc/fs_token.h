@@ -69,6 +69,13 @@ int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err);
 int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
                    const char **filter, size_t *flen, fs_error *err);
 
+/* Does filter f (tokens ft) match the subject s (tokens st)?  1 or 0. */
+int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
+                    const char *s, const fs_tokens *st);
+/* Is there a subject both filters match?  1 or 0. */
+int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
+                         const char *b, const fs_tokens *bt);
+
 /* 8 bytes as a little-endian integer, whatever the host's byte order
  * (hashes feed queue picks, which must agree across machines). */
 static inline uint64_t fs_load_le64(const char *p)
@@ -82,9 +89,10 @@ static inline uint64_t fs_load_le64(const char *p)
 }
 
 /* Fast hash of a short token (not cryptographic; the same on every
- * machine).  end: how far the bytes from p may be read (at least p + n);
- * the tail is read as one word when that stays inside. */
-static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
+ * machine).  Bytes from begin to end may be read (begin <= p, p + n <=
+ * end): a tail shorter than a word is read as one word, forwards when
+ * that stays before end, else backwards when it stays after begin. */
+static inline uint32_t fs_hash_between(const char *begin, const char *p, size_t n, const char *end)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
     while (n >= 8) {
@@ -96,12 +104,19 @@ static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
     uint64_t v = 0;
     if (n && end - p >= 8)
         v = fs_load_le64(p) & ((1ull << (8 * n)) - 1);
+    else if (n && p + n - begin >= 8)
+        v = fs_load_le64(p + n - 8) >> (8 * (8 - n));
     else
         for (size_t i = 0; i < n; i++) v |= (uint64_t)(unsigned char)p[i] << (8 * i);
     h = (h ^ v) * 0x94d049bb133111ebull;
     h ^= h >> 32;
     h *= 0xbf58476d1ce4e5b9ull;
     return (uint32_t)(h >> 32);
+}
+
+static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
+{
+    return fs_hash_between(p, p, n, end);
 }
 
 static inline uint32_t fs_hash(const char *p, size_t n) { return fs_hash_within(p, n, p + n); }

@@ -114,14 +114,42 @@ static int level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap)
     return FS_OK;
 }
 
-int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n)
+static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, uint32_t max)
 {
-    if (L->count + 1 > max_load(L->cap) && level_resize(sl, L, L->cap ? L->cap * 2 : 1) < 0)
+    if (L->count + 1 > max && level_resize(sl, L, L->cap ? L->cap * 2 : 1) < 0)
         return FS_ENOMEM;
-    fs_slot e = {n->hash, n->toklen, n};
+    fs_slot e = {n->hash, check, n};
     slot_place(L->slots, L->cap, e);
     L->count++;
     return FS_OK;
+}
+
+/* Shape tables are kept at most half full: most of their probes miss
+ * (a subject probes every shape of its length, and matches few), and a
+ * miss under linear probing scans about (1 + 1/(1-load)^2)/2 slots --
+ * 8.5 at 3/4 full, 2.5 at 1/2.  They hold only the wildcard filters,
+ * so the extra slots cost little memory. */
+int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check)
+{
+    return level_add(sl, L, n, check, L->cap / 2);
+}
+
+int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n)
+{
+    return level_add(sl, L, n, n->toklen, max_load(L->cap));
+}
+
+/* Tables grow past 3/4 full and shrink below 1/8 full, to half their
+ * size: after a shrink the table is at most 1/4 full, so churn around
+ * either threshold cannot resize back and forth on every operation. */
+void fs_level_shrink(fs_sublist *sl, fs_level *L)
+{
+    if (L->cap <= 16 || L->count >= L->cap / 8)
+        return;
+    uint32_t ncap = L->cap / 2;
+    while (ncap > 16 && L->count < ncap / 8)
+        ncap /= 2;
+    level_resize(sl, L, ncap);          /* best effort: keeps the old table if it fails */
 }
 
 /* Remove a literal child (present).  Re-places the rest of its probe
@@ -190,6 +218,7 @@ void fs_prune(fs_sublist *sl, fs_node *n)
         if (node_empty(n)) {
             fs_level_del(&sl->literals, n);
             fs_node_free(sl, n);
+            fs_level_shrink(sl, &sl->literals);
         }
         return;
     }
@@ -198,7 +227,10 @@ void fs_prune(fs_sublist *sl, fs_node *n)
         fs_level *L = parent->next;
         if (n->kind == FS_TOK_ONE) L->one = NULL;
         else if (n->kind == FS_TOK_REST) L->rest = NULL;
-        else fs_level_del(L, n);
+        else {
+            fs_level_del(L, n);
+            fs_level_shrink(sl, L);
+        }
         fs_node_free(sl, n);
         n = parent;
     }
@@ -254,9 +286,14 @@ static int node_del_sub(fs_sublist *sl, fs_node *n, int64_t id)
         return 0;
     memmove(ids + at, ids + at + 1, sizeof(int64_t) * (n->nsubs - at - 1));
     n->nsubs--;
-    if (n->nsubs == 0 && n->subcap > 1) {
-        fs_sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
-        n->subcap = 0;
+    if (n->nsubs <= 1 && n->subcap > 1) {
+        /* Back to the inline id, as before the array was needed: memory
+         * follows the live set, and an undone insert leaves no trace. */
+        int64_t *many = n->subs.many;
+        uint32_t cap = n->subcap;
+        n->subs.one = n->nsubs ? many[0] : 0;
+        n->subcap = n->nsubs;
+        fs_sl_free(sl, many, sizeof(int64_t) * cap);
     }
     return 1;
 }
@@ -408,6 +445,7 @@ void fs_sublist_free(fs_sublist *sl)
         if (sl->literals.slots[i].node)
             fs_node_free(sl, sl->literals.slots[i].node);
     FS_FREE(sl->literals.slots);
+    fs_shapes_free(sl);
     fs_cache_free(sl->cache);
     pthread_rwlock_destroy(&sl->lock);
     FS_FREE(sl);
@@ -438,6 +476,8 @@ typedef struct {
     const char *filter;
     uint32_t filter_len;
     int literal;          /* no wildcard: lives in the literal table */
+    int shaped;           /* has a shape (fs_shape.h): shape describes it */
+    fs_shape_of shape;
     const char *queue;    /* NULL: plain */
     uint32_t queue_len;
 } parsed_spec;
@@ -486,6 +526,7 @@ tokenized:
     }
     out->filter = f;
     out->filter_len = (uint32_t)flen;
+    out->shaped = fs_shape_classify(t, &out->shape);
     out->literal = 1;
     for (uint32_t i = 0; i < t->n; i++)
         if (t->tok[i].kind != FS_TOK_LITERAL)
@@ -525,36 +566,84 @@ static void undo_growth(fs_sublist *sl, const growth *g)
         level_resize(sl, g->level, g->cap);   /* best effort: keeps the bigger table if it fails */
 }
 
-/* Walk (and create) the path of t; add the subscription.  Caller holds the
- * write lock.  1 new, 0 present, FS_ENOMEM (index unchanged). */
-static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
-                         growth *g, int invalidate)
+/* Find the node holding t's subscriptions -- in the literal table, the
+ * filter's shape table (then *shp is that shape) or the trie -- or NULL.
+ * A shaped filter may still sit in the trie: it went there while the
+ * shape budget was spent, or it came from a version 1 image. */
+static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, fs_shape **shp)
 {
-    fs_node *n = sl->root;
-    int rc;
-    g->level = NULL;
-    g->cap = 0;
-    if (ps->literal) {
-        fs_span whole = {0, ps->filter_len, fs_hash(ps->filter, ps->filter_len), FS_TOK_LITERAL};
-        n = fs_level_find(&sl->literals, ps->filter, whole.len, whole.hash);
-        if (!n) {
-            n = fs_node_new(sl, NULL, ps->filter, &whole);
-            if (!n)
-                return FS_ENOMEM;
-            g->level = &sl->literals;
-            g->cap = g->level->cap;
-            if (fs_level_add(sl, &sl->literals, n) < 0) {
-                fs_node_free(sl, n);
-                return FS_ENOMEM;
-            }
+    *shp = NULL;
+    if (ps->literal)
+        return fs_level_find(&sl->literals, ps->filter, ps->filter_len, fs_hash(ps->filter, ps->filter_len));
+    if (ps->shaped) {
+        fs_shape *sh = fs_shape_find(sl, &ps->shape);
+        fs_node *e = sh ? fs_shape_lookup(sh, ps->filter, ps->filter_len, ps->shape.key) : NULL;
+        if (e) {
+            *shp = sh;
+            return e;
         }
     }
-    for (uint32_t i = 0; i < t->n && !ps->literal; i++) {
+    const char *filter = ps->filter;
+    fs_node *n = sl->root;
+    for (uint32_t i = 0; i < t->n && n; i++) {
+        const fs_span *sp = &t->tok[i];
+        fs_level *L = n->next;
+        if (!L) return NULL;
+        if (sp->kind == FS_TOK_ONE) n = L->one;
+        else if (sp->kind == FS_TOK_REST) n = L->rest;
+        else n = fs_level_find(L, filter + sp->off, sp->len, sp->hash);
+    }
+    return n;
+}
+
+/* Drop n if it holds nothing any more: from its shape table (sh), the
+ * literal table or the trie. */
+static void prune_node(fs_sublist *sl, fs_node *n, fs_shape *sh)
+{
+    if (!sh) {
+        fs_prune(sl, n);
+    } else if (!fs_has_subs(n)) {
+        fs_shape_del(sl, sh, n);
+        fs_node_free(sl, n);
+    }
+}
+
+/* A new entry for a whole filter in the literal table or a shape table.
+ * Records in g the pre-existing table it grew.  FS_OK or FS_ENOMEM. */
+static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fresh_shape,
+                     growth *g, fs_node **out)
+{
+    fs_level *L = sh ? &sh->table : &sl->literals;
+    uint64_t key = sh ? ps->shape.key : fs_hash(ps->filter, ps->filter_len);
+    fs_span whole = {0, ps->filter_len, (uint32_t)key, sh ? FS_NODE_SHAPED : FS_TOK_LITERAL};
+    fs_node *n = fs_node_new(sl, NULL, ps->filter, &whole);
+    if (!n)
+        return FS_ENOMEM;
+    if (!fresh_shape) {
+        g->level = L;
+        g->cap = L->cap;
+    }
+    if ((sh ? fs_shape_add(sl, sh, n, key) : fs_level_add(sl, L, n)) < 0) {
+        fs_node_free(sl, n);
+        return FS_ENOMEM;
+    }
+    *out = n;
+    return FS_OK;
+}
+
+/* Create the trie path of t.  FS_OK (*out its last node) or FS_ENOMEM
+ * (*out the deepest node reached, for pruning). */
+static int trie_path(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, growth *g, fs_node **out)
+{
+    fs_node *n = sl->root;
+    for (uint32_t i = 0; i < t->n; i++) {
         const fs_span *sp = &t->tok[i];
         int fresh_level = !n->next;
+        *out = n;
         if (fresh_level) {
             n->next = fs_sl_alloc(sl, sizeof(fs_level));
-            if (!n->next) { rc = FS_ENOMEM; goto fail; }
+            if (!n->next)
+                return FS_ENOMEM;
             memset(n->next, 0, sizeof(fs_level));
         }
         fs_level *L = n->next;
@@ -564,7 +653,8 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         else child = fs_level_find(L, ps->filter + sp->off, sp->len, sp->hash);
         if (!child) {
             child = fs_node_new(sl, n, ps->filter + sp->off, sp);
-            if (!child) { rc = FS_ENOMEM; goto fail; }
+            if (!child)
+                return FS_ENOMEM;
             if (!fresh_level && !g->level) {
                 g->level = L;
                 g->cap = L->cap;
@@ -573,11 +663,44 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
             else if (sp->kind == FS_TOK_REST) L->rest = child;
             else if (fs_level_add(sl, L, child) < 0) {
                 fs_node_free(sl, child);
-                rc = FS_ENOMEM;
-                goto fail;
+                return FS_ENOMEM;
             }
         }
         n = child;
+    }
+    *out = n;
+    return FS_OK;
+}
+
+/* Add the subscription, creating its node where it belongs: the literal
+ * table, its shape's table (creating the shape while the budget lasts),
+ * or the trie.  Caller holds the write lock.  1 new, 0 present,
+ * FS_ENOMEM (index unchanged). */
+static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         growth *g, int invalidate)
+{
+    fs_shape *sh;
+    int rc = FS_OK;
+    g->level = NULL;
+    g->cap = 0;
+    fs_node *n = find_locked(sl, t, ps, &sh);
+    if (!n) {
+        int fresh_shape = 0;
+        if (ps->shaped && !(sh = fs_shape_find(sl, &ps->shape))) {
+            if (fs_shape_create(sl, &ps->shape, &sh) < 0)
+                return FS_ENOMEM;
+            fresh_shape = sh != NULL;
+        }
+        if (ps->literal || sh) {
+            rc = new_entry(sl, ps, sh, fresh_shape, g, &n);
+            if (rc < 0) {
+                if (fresh_shape)
+                    fs_shape_drop_if_empty(sl, sh);
+                return rc;
+            }
+        } else if ((rc = trie_path(sl, t, ps, g, &n)) < 0) {
+            goto fail;
+        }
     }
     rc = ps->queue ? fs_node_add_queued(sl, n, ps->queue, ps->queue_len, id)
                    : fs_node_add_sub(sl, n, id);
@@ -592,33 +715,16 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     }
     return rc;
 fail:
-    fs_prune(sl, n);
+    prune_node(sl, n, sh);
     undo_growth(sl, g);
     return rc;
-}
-
-/* Find the node of t's path, or NULL. */
-static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps)
-{
-    if (ps->literal)
-        return fs_level_find(&sl->literals, ps->filter, ps->filter_len, fs_hash(ps->filter, ps->filter_len));
-    const char *filter = ps->filter;
-    fs_node *n = sl->root;
-    for (uint32_t i = 0; i < t->n && n; i++) {
-        const fs_span *sp = &t->tok[i];
-        fs_level *L = n->next;
-        if (!L) return NULL;
-        if (sp->kind == FS_TOK_ONE) n = L->one;
-        else if (sp->kind == FS_TOK_REST) n = L->rest;
-        else n = fs_level_find(L, filter + sp->off, sp->len, sp->hash);
-    }
-    return n;
 }
 
 static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
                          int invalidate)
 {
-    fs_node *n = find_locked(sl, t, ps);
+    fs_shape *sh;
+    fs_node *n = find_locked(sl, t, ps, &sh);
     if (!n)
         return 0;
     int rc = ps->queue ? node_del_queued(sl, n, ps->queue, ps->queue_len, id)
@@ -627,7 +733,7 @@ static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         sl->count--;
         sl->generation++;
         sl->removes++;
-        fs_prune(sl, n);
+        prune_node(sl, n, sh);
         if (sl->cache && invalidate)
             fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
     }
@@ -775,17 +881,26 @@ void fs_scratch_free(fs_scratch *sc)
 int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc)
 {
     const fs_tokens *t = &sc->toks;
-    int mqtt = sl->dialect == FS_MQTT;
-    int dollar = mqtt && s[0] == '$';
     sc->nhits = 0;
-    sc->nfront = 0;
     if (sl->literals.count) {
         const fs_node *e = fs_level_find_within(&sl->literals, s, (uint32_t)len, hash, s + len);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
     }
+    if (sl->shapes.n && fs_shapes_collect(sl, s, len, t, sc) < 0)
+        return FS_ENOMEM;
+    return fs_trie_walk_locked(sl, s, t, sc);
+}
+
+int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
+{
+    int mqtt = sl->dialect == FS_MQTT;
+    int dollar = mqtt && s[0] == '$';
     if (!sl->root->next)
         return FS_OK;
+    const fs_span *last = &t->tok[t->n - 1];
+    const char *end = s + last->off + last->len;
+    sc->nfront = 0;
     if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
         return FS_ENOMEM;
     for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
@@ -804,7 +919,7 @@ int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t has
             if (wild_ok && L->one &&
                 fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
                 return FS_ENOMEM;
-            const fs_node *c = fs_level_find_within(L, s + sp->off, sp->len, sp->hash, s + len);
+            const fs_node *c = fs_level_find_within(L, s + sp->off, sp->len, sp->hash, end);
             if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
         }
@@ -898,9 +1013,27 @@ int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k,
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
 {
     uint64_t h = g->name_hash;
-    if (sl->dialect == FS_MQTT)        /* the group is (name, filter): fold in the path */
-        for (const fs_node *p = n; p && p != sl->root; p = p->parent)
-            h = (h ^ p->hash) * 0x9E3779B97F4A7C15ull;
+    if (sl->dialect == FS_MQTT) {
+        /* The group is (name, filter): fold in the filter's token hashes,
+         * last to first -- the same whether the filter lives in the trie
+         * (one token per node) or in a table entry (the whole filter). */
+        if (n->parent) {
+            for (const fs_node *p = n; p != sl->root; p = p->parent)
+                h = (h ^ p->hash) * 0x9E3779B97F4A7C15ull;
+        } else {
+            const char *f = n->tok;
+            size_t end = n->toklen;
+            for (;;) {
+                size_t start = end;
+                while (start > 0 && f[start - 1] != '/')
+                    start--;
+                h = (h ^ fs_hash(f + start, end - start)) * 0x9E3779B97F4A7C15ull;
+                if (start == 0)
+                    break;
+                end = start - 1;
+            }
+        }
+    }
     return (uint32_t)(h ^ (h >> 32));
 }
 
@@ -1055,6 +1188,58 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     return rc;
 }
 
+int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
+                            fs_scratch *sc, fs_error *err)
+{
+    pthread_rwlock_rdlock(&sl->lock);
+    int cached = sl->cache != NULL;
+    pthread_rwlock_unlock(&sl->lock);
+    if (cached) {
+        /* With a cache the whole answer is worth computing: it is kept,
+         * and the next question about this subject is one lookup. */
+        uint64_t nplain, nqueue;
+        int rc = fs_sublist_interest(sl, subject, len, sc, &nplain, &nqueue, err);
+        return rc < 0 ? rc : nplain + nqueue > 0;
+    }
+    uint32_t hash = fs_hash(subject, len);
+    int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
+    if (rc < 0)
+        return rc;
+    pthread_rwlock_rdlock(&sl->lock);
+    if (sl->literals.count &&
+        fs_level_find_within(&sl->literals, subject, (uint32_t)len, hash, subject + len)) {
+        rc = 1;
+    } else {
+        /* The shapes one by one, stopping at the first entry (entries
+         * always hold subscriptions), then the trie. */
+        const fs_tokens *t = &sc->toks;
+        const fs_shapes *S = &sl->shapes;
+        uint32_t k = t->n, need = k < FS_SHAPE_MAX_TOKENS ? k : FS_SHAPE_MAX_TOKENS;
+        uint64_t bits = S->probe[k > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : k];
+        uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
+        int dollar = sl->dialect == FS_MQTT && subject[0] == '$';
+        char sep = sl->dialect == FS_NATS ? '.' : '/';
+        rc = 0;
+        if (bits)
+            fs_shape_mixes(t->tok, need, m, P);
+        for (; bits && !rc; bits &= bits - 1) {
+            const fs_shape *sh = S->shape[__builtin_ctzll(bits)];
+            rc = !(dollar && sh->first_wild) &&
+                 fs_shape_probe(sh, fs_shape_subject_key(sh, m, P), sep, subject, t->tok, subject + len);
+        }
+        if (!rc) {
+            sc->nhits = 0;
+            rc = fs_trie_walk_locked(sl, subject, t, sc);
+            if (rc == FS_OK)
+                rc = sc->nhits > 0;
+        }
+    }
+    pthread_rwlock_unlock(&sl->lock);
+    if (rc >= 0)
+        count_match(sl, 0);
+    return rc;
+}
+
 int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
 {
     fs_cache *c = NULL;
@@ -1068,30 +1253,9 @@ int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
     return FS_OK;
 }
 
-/* Does filter f (tokens ft) match the literal subject s (tokens st)? */
-int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
-                        const char *s, const fs_tokens *st)
-{
-    if (d == FS_MQTT && s[0] == '$' && ft->tok[0].kind != FS_TOK_LITERAL)
-        return 0;
-    uint32_t i = 0;
-    for (; i < ft->n; i++) {
-        const fs_span *a = &ft->tok[i];
-        if (a->kind == FS_TOK_REST)      /* NATS '>' needs 1+ more tokens; MQTT '#' 0+ */
-            return d == FS_MQTT || i < st->n;
-        if (i >= st->n)
-            return 0;
-        const fs_span *b = &st->tok[i];
-        if (a->kind == FS_TOK_LITERAL &&
-            (a->len != b->len || memcmp(f + a->off, s + b->off, a->len) != 0))
-            return 0;
-    }
-    return i == st->n;
-}
-
-/* Add to sc->hits the literal-table entries that the query filter q
- * (tokens in sc->toks) matches. */
-static int rliterals_locked(const fs_sublist *sl, const char *q, size_t len, fs_scratch *sc)
+/* Add to sc->hits the literal-table and shape-table entries that the
+ * query filter q (tokens in sc->toks) intersects. */
+static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_scratch *sc)
 {
     const fs_level *L = &sl->literals;
     const fs_tokens *qt = &sc->toks;
@@ -1099,20 +1263,26 @@ static int rliterals_locked(const fs_sublist *sl, const char *q, size_t len, fs_
     for (uint32_t i = 0; i < qt->n; i++)
         literal &= qt->tok[i].kind == FS_TOK_LITERAL;
     if (literal) {
+        /* A literal query is a subject: the entries are what it matches. */
         const fs_node *e = fs_level_find(L, q, (uint32_t)len, fs_hash(q, len));
-        return e ? fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) : FS_OK;
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
+        return fs_shapes_collect(sl, q, len, qt, sc);
     }
     fs_tokens et;
     fs_tokens_init(&et);
     fs_error ignored;
     int rc = FS_OK;
-    for (uint32_t i = 0; i < L->cap && rc == FS_OK; i++) {
-        const fs_node *e = L->slots[i].node;
-        if (!e)
-            continue;
-        rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 0, &et, &ignored);
-        if (rc == FS_OK && fs_tokens_match(sl->dialect, q, qt, e->tok, &et))
-            rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e);
+    for (uint32_t j = 0; j <= sl->shapes.n && rc == FS_OK; j++) {
+        const fs_level *T = j < sl->shapes.n ? &sl->shapes.shape[j]->table : L;
+        for (uint32_t i = 0; i < T->cap && rc == FS_OK; i++) {
+            const fs_node *e = T->slots[i].node;
+            if (!e)
+                continue;
+            rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &et, &ignored);
+            if (rc == FS_OK && fs_filters_intersect(sl->dialect, q, qt, e->tok, &et))
+                rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e);
+        }
     }
     fs_tokens_free(&et);
     return rc;
@@ -1277,7 +1447,7 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
     pthread_rwlock_rdlock(&sl->lock);
     rc = rwalk_locked(sl, filter, sc);
     if (rc == FS_OK)
-        rc = rliterals_locked(sl, filter, len, sc);
+        rc = rentries_locked(sl, filter, len, sc);
     for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
         const int64_t *ids = fs_node_ids(n);
@@ -1377,12 +1547,39 @@ fs_workspace *fs_workspace_get(void)
             return NULL;
         fs_scratch_init(&w->sc);
         fs_result_init(&w->r);
+        w->busy = 0;
         if (pthread_setspecific(workspace_key, w) != 0) {
             FS_FREE(w);
             return NULL;
         }
     }
     return w;
+}
+
+fs_workspace *fs_workspace_acquire(fs_workspace *spare)
+{
+    fs_workspace *w = fs_workspace_get();
+    if (w && !w->busy) {
+        w->busy = 1;
+        return w;
+    }
+    if (!w)
+        return NULL;
+    fs_scratch_init(&spare->sc);
+    fs_result_init(&spare->r);
+    spare->busy = 1;
+    return spare;
+}
+
+void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
+{
+    if (w == spare) {
+        fs_scratch_free(&w->sc);
+        fs_result_free(&w->r);
+        return;
+    }
+    w->busy = 0;
+    fs_workspace_trim(w);
 }
 
 void fs_workspace_trim(fs_workspace *w)

@@ -132,6 +132,10 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
 int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
                         fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
                         fs_error *err);
+/* Does the subject match anything?  Stops at the first match.  1 yes,
+ * 0 no, FS_EINVAL, FS_ENOMEM. */
+int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
+                            fs_scratch *sc, fs_error *err);
 /* Every stored subscription whose filter intersects the given filter.
  * FS_OK, FS_EINVAL, FS_ENOMEM. */
 int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
@@ -148,10 +152,18 @@ int fs_sublist_set_cache(fs_sublist *sl, size_t capacity);
 typedef struct {
     fs_scratch sc;
     fs_result r;
+    int busy;            /* lent out by fs_workspace_acquire */
 } fs_workspace;
 fs_workspace *fs_workspace_get(void);
 /* Drop buffers a huge result left oversized. */
 void fs_workspace_trim(fs_workspace *w);
+/* Borrow the thread's workspace for one call.  A call that is still using
+ * it further up the same thread's stack (a garbage-collector pass run while
+ * Python objects are built from a result can re-enter the index) makes
+ * this return spare instead, freshly initialised.  NULL when out of
+ * memory.  Give it back with fs_workspace_release(w, spare). */
+fs_workspace *fs_workspace_acquire(fs_workspace *spare);
+void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
 
 /* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"
  * included)?  FS_OK, FS_EINVAL (err set) or FS_ENOMEM. */

@@ -3,6 +3,8 @@
 Token alphabets are tiny on purpose so that random filters and subjects
 actually match each other, and include the awkward cases: wildcards, '$'
 tokens, MQTT empty levels, queue groups and MQTT '$share/G/f'."""
+from collections import Counter
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -11,8 +13,8 @@ import fastsub
 from fastsub import InvalidSubjectError
 from fastsub import _reference as R
 
-from strategies import (DIALECTS, ONE, QUEUES, REST, SEP, SUB_IDS, filters, fuzz, norm,
-                        norm_reverse, subjects, subscriptions)
+from strategies import (DIALECTS, ONE, QUEUES, REST, SEP, SUB_IDS, all_ids, filters, fuzz,
+                        is_one_per_group, norm, norm_reverse, subjects, subscriptions)
 
 PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -180,6 +182,41 @@ def make_machine(dialect):
             want = norm(self.ref.match(s))
             for e in self.engines:
                 assert norm(e.match(s)) == want, s
+
+        @rule(s=subjects(dialect))
+        def match_dedupe(self, s):
+            want = norm(self.ref.match(s, dedupe=True))
+            for e in self.engines:
+                assert norm(e.match(s, dedupe=True)) == want, s
+
+        @rule(ss=st.lists(subjects(dialect), max_size=6), queues=st.sampled_from(["all", "none", "pick"]),
+              threads=st.integers(1, 4), dedupe=st.booleans())
+        def match_many(self, ss, queues, threads, dedupe):
+            for e in self.engines:
+                b = e.match_many(ss, queues=queues, threads=threads, dedupe=dedupe)
+                for i, s in enumerate(ss):
+                    m = self.ref.match(s)
+                    row = b[i].tolist()
+                    if dedupe:
+                        assert len(set(row)) == len(row), (s, row)
+                    if queues == "all":
+                        want = all_ids(m)
+                        assert (set(row) == set(want)) if dedupe else (Counter(row) == want), (s, row)
+                    elif queues == "none":
+                        assert (set(row) == set(m.subs)) if dedupe else (Counter(row) == Counter(m.subs)), (s, row)
+                    elif dedupe:
+                        # the pick is made first, then repeats are dropped
+                        full = e.match_many([s], queues="pick")[0].tolist()
+                        assert row == list(dict.fromkeys(full)), (s, row, full)
+                    else:
+                        assert is_one_per_group(row, m), (s, row, m)
+
+        @rule()
+        def round_trip(self):
+            # the uncached engine is replaced by its own serialized image,
+            # and the next steps go on changing and asking the loaded one
+            self.engines[0] = fastsub.Sublist.from_bytes(self.engines[0].to_bytes())
+            self.gens[0] = self.engines[0].generation
 
         @rule(s=subjects(dialect))
         def has_interest(self, s):

@@ -9,6 +9,7 @@ plain-Python reading of docs/FORMAT.md; it also forges the hostile cases.
 """
 import array
 import copy
+import functools
 import json
 import os
 import pickle
@@ -156,11 +157,24 @@ def seal(head, payload):
     return blob + struct.pack("<Q", xxh64(blob))
 
 
-def encode(dialect, literals, root, *, version=1, flags=None, reserved=0, counts=None):
-    """literals: [(filter bytes, Node)]; root: Node."""
-    payload = b"".join(uv(len(f)) + f + enc_subs(e) for f, e in literals) + enc_record(root)
+def has_wildcard(dialect, f):
+    return any(t in (ONE[dialect].encode(), REST[dialect].encode()) for t in f.split(SEP[dialect].encode()))
+
+
+def encode(dialect, literals, root, *, version=2, flags=None, reserved=0, counts=None):
+    return encode_any(dialect, literals, root, version=version, flags=flags, reserved=reserved, counts=counts)
+
+
+def encode_any(dialect, literals, root, *, version=2, flags=None, reserved=0, counts=None):
+    """literals: [(whole filter bytes, Node)] -- in version 2 the filters
+    with a wildcard go to the shape section, the others stay literals;
+    root: Node."""
+    entries = lambda xs: b"".join(uv(len(f)) + f + enc_subs(e) for f, e in xs)
+    shaped = [(f, e) for f, e in literals if version >= 2 and has_wildcard(dialect, f)]
+    plain = [(f, e) for f, e in literals if not (version >= 2 and has_wildcard(dialect, f))]
+    payload = entries(plain) + (uv(len(shaped)) + entries(shaped) if version >= 2 else b"") + enc_record(root)
     if counts is None:
-        counts = (sum(e.nsubs() for _, e in literals) + trie_subs(root), len(literals), trie_nodes(root))
+        counts = (sum(e.nsubs() for _, e in literals) + trie_subs(root), len(plain), trie_nodes(root))
     if flags is None:
         flags = int(dialect == "mqtt")
     head = MAGIC + struct.pack("<HHIQQQQ", version, flags, reserved, 0, *counts)
@@ -217,13 +231,17 @@ class Reader:
 
 
 def decode(blob):
-    """A well-formed blob -> (dialect, header counts, literals, root)."""
+    """A well-formed blob -> (dialect, header counts, entries, root); the
+    entries are the literal filters, then (version 2) the shaped ones."""
     assert blob[:8] == MAGIC
     version, flags, _, plen, *counts = struct.unpack_from("<HHIQQQQ", blob, 8)
-    assert version == 1 and len(blob) == HEADER + plen + 8
+    assert version in (1, 2) and len(blob) == HEADER + plen + 8
     r = Reader(blob, HEADER)
     literals = []
     for _ in range(counts[1]):
+        f = r.raw(r.uv())
+        literals.append((f, r.subs()))
+    for _ in range(r.uv() if version >= 2 else 0):
         f = r.raw(r.uv())
         literals.append((f, r.subs()))
     root = r.record()
@@ -388,7 +406,7 @@ def remove_all(sl):
 def test_empty_index(dialect):
     sl = fastsub.Sublist(dialect)
     blob = sl.to_bytes()
-    assert len(blob) == HEADER + 2 + 8        # root record: no subscriptions, no children
+    assert len(blob) == HEADER + 3 + 8        # no shaped filters; root record: no subscriptions, no children
     other = fastsub.Sublist.from_bytes(blob)
     assert len(other) == 0 and other.dialect == dialect
     assert other.stats()["memory_bytes"] == sl.stats()["memory_bytes"]
@@ -519,7 +537,7 @@ def test_out_of_memory_is_clean(dialect):
             finally:
                 _core._fault_inject(0)
             n += 1
-        assert failed >= 3, "no allocation failure was injected"
+        assert failed >= 2, "no allocation failure was injected"
         if isinstance(out, bytes):
             assert out == blob
         else:
@@ -533,7 +551,9 @@ GOLDEN_NAMES = sorted(f[:-4] for f in os.listdir(GOLDEN) if f.endswith(".fsb"))
 
 
 def test_golden_files_present():
+    # the current format (version 2), and version 1's files, which still load
     assert {"nats_small", "mqtt_small", "nats_empty"} <= set(GOLDEN_NAMES)
+    assert {"nats_small_v1", "mqtt_small_v1", "nats_empty_v1"} <= set(GOLDEN_NAMES)
 
 
 @pytest.mark.parametrize("name", GOLDEN_NAMES)
@@ -580,7 +600,8 @@ def test_envelope_errors_exact():
     assert corrupt(b"") == "corrupt fastsub index: truncated header at byte 0"
     assert corrupt(blob[:20]) == "corrupt fastsub index: truncated header at byte 20"
     assert corrupt(b"PK\x03\x04" + blob[4:]) == "corrupt fastsub index: bad magic (not a fastsub index) at byte 0"
-    assert corrupt(blob[:8] + b"\x02\x00" + blob[10:]) == "corrupt fastsub index: unsupported format version at byte 8"
+    assert corrupt(blob[:8] + b"\x03\x00" + blob[10:]) == "corrupt fastsub index: unsupported format version at byte 8"
+    assert corrupt(blob[:8] + b"\x00\x00" + blob[10:]) == "corrupt fastsub index: unsupported format version at byte 8"
     assert corrupt(blob[:10] + b"\x02\x00" + blob[12:]) == "corrupt fastsub index: unknown flags at byte 10"
     assert corrupt(blob[:12] + b"\x01" + blob[13:]) == "corrupt fastsub index: nonzero reserved field at byte 12"
     assert corrupt(blob[:-1]) == f"corrupt fastsub index: truncated data at byte {len(blob) - 1}"
@@ -608,9 +629,12 @@ def T(**kw):
 
 
 def structural_cases():
-    """(name, dialect, blob, exact reason, position or None)."""
+    """(name, dialect, blob, exact reason, position or None).  Most cases
+    are written in version 1, which has no shape section, so that their
+    positions stay put; the shape section's own cases are at the end."""
     P = HEADER
     cases = []
+    encode = functools.partial(encode_any, version=1)
 
     def add(name, blob, reason, pos=None, dialect="nats"):
         cases.append((name, dialect, blob, reason, pos))
@@ -708,6 +732,27 @@ def structural_cases():
         "filter longer than 65,535 bytes", None)
     add("literal filter too long", encode("nats", lit((b"x" * 65536, T(subs=[1]))), T()),
         "filter longer than 65,535 bytes", P)
+
+    # version 2's shape section: a count, then (whole filter, subscriptions)
+    def v2(entries, nsubs, dialect="nats"):
+        head = MAGIC + struct.pack("<HHIQQQQ", 2, int(dialect == "mqtt"), 0, 0, nsubs, 0, 0)
+        body = b"".join(uv(len(f)) + f + enc_subs(e) for f, e in entries)
+        return seal(head, uv(len(entries)) + body + enc_record(T()))
+
+    one = enc_subs(T(subs=[1]))
+    add("literal in the shape section", v2([(b"a.b", T(subs=[1]))], 1), "shaped filter without a shape", P + 1)
+    add("duplicate shaped filter", v2([(b"a.*", T(subs=[1])), (b"a.*", T(subs=[2]))], 2),
+        "duplicate shaped filter", P + 1 + 4 + len(one))
+    add("shaped filter without subscriptions", v2([(b"a.*", T())], 0),
+        "shaped filter without subscriptions", P + 5)
+    add("invalid shaped filter", v2([(b"a..*", T(subs=[1]))], 1), "empty token", P + 2 + 2)
+    add("'>' not last in a shaped filter", v2([(b">.a", T(subs=[1]))], 1),
+        "'>' must be the last token", P + 2)
+    add("shaped count beyond the data", seal(MAGIC + struct.pack("<HHIQQQQ", 2, 0, 0, 0, 0, 0, 0),
+                                             uv(1000) + b"\x00\x00"),
+        "shaped filter count exceeds the data", P)
+    add("MQTT plain sub on a $share shaped filter", v2([(b"$share/+", T(subs=[1]))], 1, "mqtt"),
+        "plain subscription on a '$share/' filter", P + 1 + 9, "mqtt")
     return cases
 
 

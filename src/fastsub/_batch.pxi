@@ -286,7 +286,8 @@ cdef class BatchResult:
         return f"<fastsub.BatchResult rows={len(self)} ids={len(self.sub_ids)} invalid={int(self.invalid.sum())}>"
 
 
-cdef object _match_many(Sublist self, object subjects, object keys, object queues, object threads):
+cdef object _match_many(Sublist self, object subjects, object keys, object queues, object threads,
+                        bint dedupe):
     import numpy as np
     if queues not in _QUEUE_MODES:
         raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
@@ -335,14 +336,14 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                 while begin < seg_n:
                     end = min(begin + ROWS_PER_CHUNK, seg_n)
                     with nogil:
-                        rc = fs_match_rows(self.sl, &col.s, kp, begin, end, mode,
+                        rc = fs_match_rows(self.sl, &col.s, kp, begin, end, mode, dedupe,
                                            &off_view[base + begin + 1], &inv_view[base + begin], &ids, NULL)
                     if rc != FS_OK:
                         raise MemoryError()
                     PyErr_CheckSignals()
                     begin = end
                 continue
-            job = fs_batch_start(self.sl, &col.s, kp, mode, nthreads,
+            job = fs_batch_start(self.sl, &col.s, kp, mode, dedupe, nthreads,
                                  &off_view[base + 1], &inv_view[base])
             if job == NULL:
                 raise MemoryError()

@@ -97,8 +97,13 @@ cdef extern from "sublist.h" nogil:
     ctypedef struct fs_workspace:
         fs_scratch sc
         fs_result r
+        int busy
     fs_workspace *fs_workspace_get()
     void fs_workspace_trim(fs_workspace *w)
+    fs_workspace *fs_workspace_acquire(fs_workspace *spare)
+    void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
+    int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
+                                fs_scratch *sc, fs_error *err)
     int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err)
     int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
                            const char *subject, size_t slen, int *which, fs_error *err)
@@ -128,10 +133,10 @@ cdef extern from "fs_batch.h" nogil:
         pass
     void fs_idbuf_free(fs_idbuf *b)
     int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                      size_t begin, size_t end, int queues, int64_t *row_end,
+                      size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                       uint8_t *invalid, fs_idbuf *out, const void *cancel)
     fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                                 int queues, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
+                                 int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
     int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
     void fs_batch_cancel(fs_batch_job *job)
     int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)

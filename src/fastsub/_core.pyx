@@ -126,15 +126,30 @@ cdef class MatchResult:
         return f"MatchResult(subs={self.subs!r}, groups={self.groups!r})"
 
 
-cdef MatchResult _to_match_result(fs_result *r, bint mqtt):
+cdef list _unique(list ids):
+    """ids without repeats, first occurrences kept in order."""
+    seen = set()
+    out = []
+    for i in ids:
+        if i not in seen:
+            seen.add(i)
+            out.append(i)
+    return out
+
+
+cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
     cdef size_t i, j
     cdef fs_group_out *g
     m.subs = [r.ids[i] for i in range(r.nplain)]
+    if dedupe:
+        m.subs = _unique(m.subs)
     groups = []
     for i in range(r.ngroups):
         g = &r.groups[i]
         members = [r.ids[j] for j in range(g.members_off, g.members_off + g.members_len)]
+        if dedupe:
+            members = _unique(members)
         name = _decode(r.arena + g.name_off, g.name_len)
         filt = _decode(r.arena + g.filter_off, g.filter_len) if mqtt else None
         groups.append((name, filt, members))
@@ -267,36 +282,45 @@ cdef class Sublist:
         were removed.  Invalid input removes nothing."""
         return self._bulk(filters, sub_ids, queues, False)
 
-    def match(self, subject):
-        """match(subject) -> MatchResult"""
+    def match(self, subject, *, dedupe=False):
+        """match(subject, *, dedupe=False) -> MatchResult
+
+        dedupe: each sub_id at most once in subs and in each group's
+        members (for subscribers holding overlapping filters)."""
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
-        cdef fs_workspace *w = fs_workspace_get()
+        cdef fs_workspace spare
         cdef fs_error err
+        # Building the result's Python objects may run the garbage
+        # collector, and a __del__ may call back into an index on this
+        # thread: the workspace stays lent to this call until the result
+        # is built, so a nested call gets its own.
+        cdef fs_workspace *w = fs_workspace_acquire(&spare)
         if w == NULL:
             raise MemoryError()
-        cdef int rc = fs_sublist_match(self.sl, s, <size_t>n, &w.sc, &w.r, &err)
-        if rc == FS_EINVAL:
-            raise _invalid("subject", subject, &err)
-        if rc < 0:
-            fs_workspace_trim(w)
-            raise MemoryError()
+        cdef int rc
         try:
-            return _to_match_result(&w.r, self._d == FS_MQTT)
+            rc = fs_sublist_match(self.sl, s, <size_t>n, &w.sc, &w.r, &err)
+            if rc == FS_EINVAL:
+                raise _invalid("subject", subject, &err)
+            if rc < 0:
+                raise MemoryError()
+            return _to_match_result(&w.r, self._d == FS_MQTT, dedupe)
         finally:
-            fs_workspace_trim(w)
+            fs_workspace_release(w, &spare)
 
     def num_interest(self, subject):
         """num_interest(subject) -> (n_plain, n_queue_members)"""
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
-        cdef fs_workspace *w = fs_workspace_get()
+        cdef fs_workspace spare
         cdef fs_error err
         cdef uint64_t nplain = 0, nqueue = 0
+        cdef fs_workspace *w = fs_workspace_acquire(&spare)
         if w == NULL:
             raise MemoryError()
         cdef int rc = fs_sublist_interest(self.sl, s, <size_t>n, &w.sc, &nplain, &nqueue, &err)
-        fs_workspace_trim(w)
+        fs_workspace_release(w, &spare)
         if rc == FS_EINVAL:
             raise _invalid("subject", subject, &err)
         if rc < 0:
@@ -304,9 +328,22 @@ cdef class Sublist:
         return (nplain, nqueue)
 
     def has_interest(self, subject):
-        """has_interest(subject) -> bool"""
-        p, q = self.num_interest(subject)
-        return p + q > 0
+        """has_interest(subject) -> bool: does anything match?  Stops at
+        the first match."""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(subject, "subject", &n)
+        cdef fs_workspace spare
+        cdef fs_error err
+        cdef fs_workspace *w = fs_workspace_acquire(&spare)
+        if w == NULL:
+            raise MemoryError()
+        cdef int rc = fs_sublist_has_interest(self.sl, s, <size_t>n, &w.sc, &err)
+        fs_workspace_release(w, &spare)
+        if rc == FS_EINVAL:
+            raise _invalid("subject", subject, &err)
+        if rc < 0:
+            raise MemoryError()
+        return rc == 1
 
     def reverse_match(self, filter):
         """reverse_match(filter) -> list[(filter, sub_id, queue)]
@@ -339,8 +376,8 @@ cdef class Sublist:
             fs_scratch_free(&sc)
             fs_rresult_free(&r)
 
-    def match_many(self, subjects, keys=None, queues="pick", threads=1):
-        """match_many(subjects, keys=None, queues="pick", threads=1) -> BatchResult
+    def match_many(self, subjects, keys=None, queues="pick", threads=1, *, dedupe=False):
+        """match_many(subjects, keys=None, queues="pick", threads=1, *, dedupe=False) -> BatchResult
 
         Match a whole column at once, without the GIL.  subjects: list of
         str, numpy str/object array, or pyarrow (Large)StringArray /
@@ -348,8 +385,10 @@ cdef class Sublist:
         in .invalid and get no ids.  queues: "pick" (plain subs plus one
         member per matching group, chosen from a hash of keys[i] -- or the
         subject -- and the group, so reruns give the same rows), "all" or
-        "none".  threads: native threads to split the batch over."""
-        return _match_many(self, subjects, keys, queues, threads)
+        "none".  threads: native threads to split the batch over.  dedupe:
+        each sub_id at most once per row (its first occurrence), for
+        subscribers holding overlapping filters."""
+        return _match_many(self, subjects, keys, queues, threads, dedupe)
 
     def to_bytes(self):
         """to_bytes() -> bytes: the index in fastsub's serialized format

@@ -296,7 +296,8 @@ class ReferenceSublist:
     def __iter__(self):
         return iter(sorted(self._subs, key=repr))
 
-    def match(self, subject):
+    def match(self, subject, dedupe=False):
+        """dedupe: each id at most once in subs and in each group."""
         validate_subject(subject, self.dialect)
         stoks = subject.split(_SEP[self.dialect])
         subs, groups = [], {}
@@ -308,8 +309,9 @@ class ReferenceSublist:
             else:
                 gkey = (q, None) if self.dialect == "nats" else (q, f)
                 groups.setdefault(gkey, []).append(i)
-        return MatchResult(sorted(subs),
-                           sorted((q, f, sorted(m)) for (q, f), m in groups.items()))
+        once = (lambda xs: sorted(set(xs))) if dedupe else sorted
+        return MatchResult(once(subs),
+                           sorted((q, f, once(m)) for (q, f), m in groups.items()))
 
     def num_interest(self, subject):
         r = self.match(subject)
