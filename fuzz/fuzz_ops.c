@@ -656,7 +656,7 @@ static void op_batch(rd *r, int threaded)
     uint8_t invalid[64];
     fs_idbuf out;
     memset(&out, 0, sizeof(out));
-    int rc = fs_match_rows(sl, &sc.col, keys, 0, rows, queues, row_end, invalid, &out, NULL);
+    int rc = fs_match_rows(sl, &sc.col, keys, 0, rows, queues, 0, row_end, invalid, &out, NULL);
     if (rc == FS_ENOMEM) {
         fs_idbuf_free(&out);
         return;
@@ -686,7 +686,7 @@ static void op_batch(rd *r, int threaded)
             memset(&one, 0, sizeof(one));
             int64_t end1;
             uint8_t inv1;
-            rc = fs_match_rows(sl, &sc.col, keys, i, i + 1, queues, &end1, &inv1, &one, NULL);
+            rc = fs_match_rows(sl, &sc.col, keys, i, i + 1, queues, 0, &end1, &inv1, &one, NULL);
             if (rc == FS_OK) {
                 CHECK(inv1 == invalid[i]);
                 CHECK((size_t)end1 == (size_t)row_end[i] - prev && one.n == (size_t)end1);
@@ -702,7 +702,7 @@ static void op_batch(rd *r, int threaded)
         uint8_t tinv[64];
         fs_idbuf tout;
         memset(&tout, 0, sizeof(tout));
-        fs_batch_job *job = fs_batch_start(sl, &sc.col, keys, queues, 2 + u8(r) % 3, tend, tinv);
+        fs_batch_job *job = fs_batch_start(sl, &sc.col, keys, queues, 0, 2 + u8(r) % 3, tend, tinv);
         if (job) {
             while (!fs_batch_wait(job, 1000)) {}
             rc = fs_batch_finish(job, &tout);
