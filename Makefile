@@ -62,8 +62,8 @@ test-sanitize: system-deps venv
 # The engine's tests again under clang's ASan + UBSan, whose UBSan also
 # checks pointer arithmetic on NULL and nullability (gcc's cannot).  The
 # extension links the shared ASan runtime, preloaded into python.
-# tests/ubsan.supp names the one known, reported case (issue 9, F3) and
-# nothing else; every other report stops the run.  This pass is for what
+# tests/ubsan.supp is for known, reported cases (none now: F3 is fixed);
+# every other report stops the run.  This pass is for what
 # only clang sees, so it runs the engine's own tests (CLANG_SAN_TESTS), not
 # the brokers, packaging, typing or CLI ones, to keep `make test` short.
 CLANG_SAN_DIR := build/asan-clang
@@ -148,8 +148,8 @@ clang-deps:
 	fi
 
 # libFuzzer harnesses on the C core (fuzz/), built from csrc/ directly with
-# ASan + UBSan (pointer-overflow and nullability included; see
-# tests/ubsan.supp for the one known, reported case).  `make fuzz`
+# ASan + UBSan (pointer-overflow and nullability included, every report
+# fatal).  `make fuzz`
 # runs each for FUZZ_SECONDS and fails on any finding; `make fuzz-smoke`
 # (part of `make test`) runs each for FUZZ_SMOKE_SECONDS.
 FUZZ_TARGETS := load ops validate
@@ -157,7 +157,7 @@ FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 20
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -fno-omit-frame-pointer -Icsrc \
-	-fsanitize=fuzzer,address,undefined,nullability -fno-sanitize-recover=all -fsanitize-recover=pointer-overflow
+	-fsanitize=fuzzer,address,undefined,nullability -fno-sanitize-recover=all
 $(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/oracle.h $(wildcard csrc/*.c csrc/*.h) | clang-deps
 	@mkdir -p $(FUZZ_DIR)
 	clang $(FUZZ_CFLAGS) $(sort $(wildcard csrc/*.c)) $< -o $@
