@@ -15,14 +15,14 @@ int fs_shape_classify(const fs_tokens *t, fs_shape_of *out)
     if (ntoks > FS_SHAPE_MAX_TOKENS)
         return 0;
     uint64_t mask = 0, key = 0;
-    for (uint32_t i = 0; i < ntoks; i++) {
+    for (uint32_t i = 0; i < ntoks; i++)
         if (t->tok[i].kind == FS_TOK_ONE)
             mask |= 1ull << i;
-        else
-            key += fs_pos_mix(t->tok[i].hash, i);
-    }
     if (!mask && !rest)
-        return 0;
+        return 0;                /* a literal: most filters, so no key for them */
+    for (uint32_t i = 0; i < ntoks; i++)
+        if (!((mask >> i) & 1))
+            key += fs_pos_mix(t->tok[i].hash, i);
     out->onemask = mask;
     out->ntoks = ntoks;
     out->rest = rest;
