@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fs_alloc.h"
-#include "fs_internal.h"
+#include "fs_result.h"
 
 typedef struct fs_centry {
     struct fs_centry *hnext;          /* bucket chain */

@@ -20,9 +20,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sublist.h"
+#include "fs_result.h"
+#include "fs_token.h"
 
 typedef struct fs_cache fs_cache;
+
+typedef struct {
+    uint64_t entries, capacity, hits, misses, bytes;
+} fs_cache_stats;
 typedef struct fs_cache_shard fs_cache_shard;
 
 /* A cache bounded by capacity entries (>= 1).  NULL when out of memory. */

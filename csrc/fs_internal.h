@@ -1,6 +1,6 @@
-/* fs_internal.h - the trie's data layout, shared by the core's own files
- * (sublist.c, the batch matcher, the cache, the serializer).  Not part of
- * the public C API; see sublist.h for that. */
+/* fs_internal.h - the index's data layout (tables, nodes, shapes, the
+ * trie), shared by the core's own files; the diagram is in sublist.h.
+ * Not part of the public C API; see sublist.h for that. */
 #ifndef FS_INTERNAL_H
 #define FS_INTERNAL_H
 
@@ -82,12 +82,26 @@ struct fs_sublist {
 };
 
 
+/* The one pre-existing table an insert added an entry or a child to
+ * (every level below it is new), and its capacity before, so that undoing
+ * the insert can shrink it back and leave not even memory_bytes changed. */
+typedef struct {
+    fs_level *level;
+    uint32_t cap;
+} fs_growth;
+
 /* Helpers shared inside the core.  Status codes as in fs_token.h. */
 int fs_grow(void *p, size_t *cap, size_t need, size_t elsize);
 void *fs_sl_alloc(fs_sublist *sl, size_t size);
 void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size);
 void fs_sl_free(fs_sublist *sl, void *p, size_t size);
+/* ---- tables (fs_table.c) */
 int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n);
+/* Rehash L into ncap slots (which must hold its entries).  FS_OK or
+ * FS_ENOMEM (L unchanged). */
+int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap);
+/* Back to capacity cap if the entries fit (undoing a growth; best effort). */
+void fs_level_restore(fs_sublist *sl, fs_level *L, uint32_t cap);
 /* Add n with slot.len = check (shape tables keep the key's high bits there). */
 int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check);
 /* Shrink L when it has fallen well below its capacity (best effort: a
@@ -99,6 +113,30 @@ void fs_node_free(fs_sublist *sl, fs_node *n);
 void fs_prune(fs_sublist *sl, fs_node *n);
 int fs_node_add_sub(fs_sublist *sl, fs_node *n, int64_t id);
 int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id);
+/* Remove id from the node's plain set / group q: 1 removed, 0 absent.
+ * Never allocates. */
+int fs_node_del_sub(fs_sublist *sl, fs_node *n, int64_t id);
+int fs_node_del_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id);
+
+/* ---- the trie (fs_trie.c) */
+/* Create the trie path of filter (tokens t).  FS_OK (*out its last node)
+ * or FS_ENOMEM (*out the deepest node reached, for pruning); g records
+ * the first pre-existing level that gained a child. */
+int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_growth *g, fs_node **out);
+/* The trie node of filter (tokens t), or NULL. */
+fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filter);
+/* Push onto sc->hits the trie nodes whose filters intersect the query
+ * filter q (tokenized in sc->toks); clears sc->hits first. */
+int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc);
+/* Free the trie, root included (never allocates). */
+void fs_trie_free(fs_sublist *sl);
+
+/* ---- results (fs_result.c) */
+/* Build r from the matched nodes in sc->hits.  FS_OK or FS_ENOMEM. */
+int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r);
+int fs_result_copy(fs_result *dst, const fs_result *src);
+/* Append one reverse-match row (n's filter, g's name or none, id). */
+int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r);
 /* Collect into sc->hits the nodes whose subscriptions match the subject
  * tokenized in sc->toks.  Caller holds the read lock. */
 int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc);
@@ -186,31 +224,6 @@ static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->ngroups;
 static inline const int64_t *fs_node_ids(const fs_node *n)
 {
     return n->subcap <= 1 ? &n->subs.one : n->subs.many;
-}
-
-/* A node's token bytes are allocated rounded up to whole 8-byte words
- * (FS_TOK_ALLOC), so comparisons can read the node side a word at a time. */
-#define FS_TOK_ALLOC(len) (((size_t)(len) + 7u) & ~(size_t)7u)
-
-/* Equality of n bytes: a is word-padded (a node token, a cache key); b may
- * be read up to b_end. */
-static inline int fs_tok_eq_within(const char *a, const char *b, uint32_t n, const char *b_end)
-{
-    while (n >= 8) {
-        if (fs_load_le64(a) != fs_load_le64(b))
-            return 0;
-        a += 8;
-        b += 8;
-        n -= 8;
-    }
-    if (n == 0)
-        return 1;
-    if (b_end - b >= 8)
-        return ((fs_load_le64(a) ^ fs_load_le64(b)) & ((1ull << (8 * n)) - 1)) == 0;
-    while (n--)
-        if (*a++ != *b++)
-            return 0;
-    return 1;
 }
 
 /* The child for a literal token, or NULL.  end: how far the bytes from tok

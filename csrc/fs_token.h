@@ -119,6 +119,32 @@ static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
     return fs_hash_between(p, p, n, end);
 }
 
+/* Stored token bytes (a node's token, a cache key) are allocated rounded
+ * up to whole 8-byte words (FS_TOK_ALLOC), so comparisons can read the
+ * stored side a word at a time. */
+#define FS_TOK_ALLOC(len) (((size_t)(len) + 7u) & ~(size_t)7u)
+
+/* Equality of n bytes: a is word-padded (a node token, a cache key); b may
+ * be read up to b_end. */
+static inline int fs_tok_eq_within(const char *a, const char *b, uint32_t n, const char *b_end)
+{
+    while (n >= 8) {
+        if (fs_load_le64(a) != fs_load_le64(b))
+            return 0;
+        a += 8;
+        b += 8;
+        n -= 8;
+    }
+    if (n == 0)
+        return 1;
+    if (b_end - b >= 8)
+        return ((fs_load_le64(a) ^ fs_load_le64(b)) & ((1ull << (8 * n)) - 1)) == 0;
+    while (n--)
+        if (*a++ != *b++)
+            return 0;
+    return 1;
+}
+
 static inline uint32_t fs_hash(const char *p, size_t n) { return fs_hash_within(p, n, p + n); }
 
 #endif

@@ -1,22 +1,35 @@
-/* sublist.h - the subscription index: a trie of per-level hash tables.
+/* sublist.h - the subscription index.
  *
- *   root ──► level ─┬─ "orders" ─► node ──► level ─┬─ "eu" ─► node ...
- *                   │   (hash table of literal     ├─ pwc  ─► node   ('*' / '+')
- *                   │    token -> node)            └─ fwc  ─► node   ('>' / '#')
- *                   ├─ pwc ─► node
- *                   └─ fwc ─► node
+ *   fs_sublist ─┬─ literals: table  whole literal filter ─► entry
+ *               │                   ("orders.eu.created")
+ *               ├─ shapes:   shape[j] (fs_shape.h), one table each
+ *               │     (3, {1}, -)    key(literal tokens) ─► entry
+ *               │     (2, {},  rest) key(literal tokens) ─► entry
+ *               │   probe[k]: the shapes a subject of k tokens probes
+ *               ├─ root ─► trie (fs_trie.c): what no table holds
+ *               │   level ─┬─ "orders" ─► node ─► level ...
+ *               │          ├─ one  ─► node      ('*' / '+')
+ *               │          └─ rest ─► node      ('>' / '#')
+ *               └─ cache: LRU of results by subject (fs_cache.h)
  *
- *   node: parent, token bytes, plain subscription ids (sorted int64 array,
- *         inline when there is one), queue groups (name + sorted member ids),
- *         and the next level (NULL for a leaf).
+ *   entry / node: plain subscription ids (sorted int64 array, inline when
+ *   there is one) and queue groups (name + sorted member ids); an entry
+ *   holds its whole filter, a trie node one token.
  *
  * A subscription is the triple (filter, queue-or-none, sub_id).  Matching
- * walks the subject one token per level, breadth first over an explicit
- * frontier (no recursion), following the literal child and the one-level
- * wildcard child and collecting the rest-wildcard child.  Emptied nodes are
- * pruned on removal.  Every public function takes the index's read/write
- * lock itself; results are copied out into caller-owned buffers, so nothing
- * returned points into the trie.
+ * a subject probes the literal table with the whole subject, every shape
+ * of its length with a key derived in O(wildcards) from per-token hashes
+ * -- independent probes, which the batch matcher prefetches a block of
+ * rows at a time (fs_batch.c) -- and walks the trie only when it holds
+ * anything.  Every public function takes the index's read/write lock
+ * itself; results are copied out into caller-owned buffers, so nothing
+ * returned points into the index.
+ *
+ * Files, one job each: sublist.c routes (this API), fs_table.c the hash
+ * tables, fs_shape.c the shapes, fs_trie.c the trie, fs_node.c nodes and
+ * their subscriptions, fs_result.c results, fs_batch.c the batch
+ * pipeline, fs_cache.c the cache, fs_serial.c the file format,
+ * fs_token.c tokens and validation.
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
@@ -24,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fs_cache.h"
+#include "fs_result.h"
 #include "fs_token.h"
 
 typedef struct fs_sublist fs_sublist;
@@ -46,26 +61,6 @@ typedef struct {
     size_t cap_front, cap_next, cap_hits;
 } fs_scratch;
 
-/* A group in a match result.  Byte ranges index fs_result.arena; members
- * index fs_result.ids. */
-typedef struct {
-    size_t name_off, name_len;
-    size_t filter_off, filter_len;   /* MQTT: the group's filter; NATS: 0, 0 */
-    size_t members_off, members_len;
-    uint32_t key_hash;               /* identifies the group for queue picks */
-} fs_group_out;
-
-/* What one subject matched: ids[0..nplain) are the plain subscriptions,
- * then each group's members. */
-typedef struct {
-    int64_t *ids;
-    size_t nids, cap_ids, nplain;
-    fs_group_out *groups;
-    size_t ngroups, cap_groups;
-    char *arena;
-    size_t narena, cap_arena;
-} fs_result;
-
 /* One reverse-match hit. */
 typedef struct {
     size_t filter_off, filter_len;
@@ -81,9 +76,6 @@ typedef struct {
     size_t narena, cap_arena;
 } fs_rresult;
 
-typedef struct {
-    uint64_t entries, capacity, hits, misses, bytes;
-} fs_cache_stats;
 
 typedef struct {
     uint64_t subscriptions, nodes, memory_bytes;   /* memory: index + cache */
@@ -119,8 +111,6 @@ int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
 
 void fs_scratch_init(fs_scratch *sc);
 void fs_scratch_free(fs_scratch *sc);
-void fs_result_init(fs_result *r);
-void fs_result_free(fs_result *r);
 void fs_rresult_init(fs_rresult *r);
 void fs_rresult_free(fs_rresult *r);
 

@@ -1,0 +1,271 @@
+/* fs_node.c - a node and what it holds: plain subscription ids (a sorted
+ * array, inline when there is one), queue groups (name + sorted member
+ * ids); pruning emptied nodes; the index's memory accounting.  A node is a
+ * trie node (one token) or a table entry (a whole filter; parent NULL). */
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_internal.h"
+
+/* Grow *p (an array of elsize-byte items with capacity *cap) to hold need. */
+int fs_grow(void *p, size_t *cap, size_t need, size_t elsize)
+{
+    if (need <= *cap)
+        return FS_OK;
+    size_t ncap = *cap ? *cap : 8;
+    while (ncap < need)
+        ncap *= 2;
+    void *np = FS_REALLOC(*(void **)p, ncap * elsize);
+    if (!np)
+        return FS_ENOMEM;
+    *(void **)p = np;
+    *cap = ncap;
+    return FS_OK;
+}
+
+void *fs_sl_alloc(fs_sublist *sl, size_t size)
+{
+    void *p = FS_MALLOC(size);
+    if (p)
+        sl->mem += size;
+    return p;
+}
+
+void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size)
+{
+    void *np = FS_REALLOC(p, size);
+    if (np)
+        sl->mem = sl->mem - old + size;
+    return np;
+}
+
+void fs_sl_free(fs_sublist *sl, void *p, size_t size)
+{
+    if (p) {
+        FS_FREE(p);
+        sl->mem -= size;
+    }
+}
+
+/* Binary search in a sorted id array: index of id, or of where it goes. */
+static uint32_t ids_find(const int64_t *ids, uint32_t n, int64_t id, int *found)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ids[mid] < id) lo = mid + 1;
+        else hi = mid;
+    }
+    *found = lo < n && ids[lo] == id;
+    return lo;
+}
+
+static inline int node_empty(const fs_node *n)
+{
+    return n->nsubs == 0 && n->ngroups == 0 &&
+           (!n->next || (n->next->count == 0 && !n->next->one && !n->next->rest));
+}
+
+fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp)
+{
+    fs_node *n = fs_sl_alloc(sl, sizeof(fs_node) + FS_TOK_ALLOC(sp->len));
+    if (!n)
+        return NULL;
+    memset(n, 0, sizeof(fs_node));
+    n->parent = parent;
+    n->hash = sp->hash;
+    n->toklen = (uint16_t)sp->len;
+    n->kind = (uint8_t)sp->kind;
+    memcpy(n->tok, tok, sp->len);
+    memset(n->tok + sp->len, 0, FS_TOK_ALLOC(sp->len) - sp->len);
+    sl->nodes++;
+    return n;
+}
+
+static void group_free(fs_sublist *sl, fs_group *g)
+{
+    fs_sl_free(sl, g->name, g->name_len ? g->name_len : 1);
+    fs_sl_free(sl, g->ids, sizeof(int64_t) * g->cap);
+}
+
+/* Free a node's own contents and the node (children must be gone). */
+void fs_node_free(fs_sublist *sl, fs_node *n)
+{
+    if (n->subcap > 1)
+        fs_sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
+    for (uint32_t i = 0; i < n->ngroups; i++)
+        group_free(sl, &n->groups[i]);
+    fs_sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
+    if (n->next) {
+        fs_sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
+        fs_sl_free(sl, n->next, sizeof(fs_level));
+    }
+    fs_sl_free(sl, n, sizeof(fs_node) + FS_TOK_ALLOC(n->toklen));
+    sl->nodes--;
+}
+
+/* Remove empty nodes from n upwards (never the root); a literal-table
+ * entry is dropped from the table when empty. */
+void fs_prune(fs_sublist *sl, fs_node *n)
+{
+    if (n != sl->root && !n->parent) {      /* an entry of the literal table */
+        if (node_empty(n)) {
+            fs_level_del(&sl->literals, n);
+            fs_node_free(sl, n);
+            fs_level_shrink(sl, &sl->literals);
+        }
+        return;
+    }
+    while (n != sl->root && node_empty(n)) {
+        fs_node *parent = n->parent;
+        fs_level *L = parent->next;
+        if (n->kind == FS_TOK_ONE) L->one = NULL;
+        else if (n->kind == FS_TOK_REST) L->rest = NULL;
+        else {
+            fs_level_del(L, n);
+            fs_level_shrink(sl, L);
+        }
+        fs_node_free(sl, n);
+        n = parent;
+    }
+    if (n->next && n->next->count == 0 && !n->next->one && !n->next->rest) {
+        fs_sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
+        fs_sl_free(sl, n->next, sizeof(fs_level));
+        n->next = NULL;
+    }
+}
+
+/* Insert id into a node's plain set.  1 new, 0 present, FS_ENOMEM. */
+int fs_node_add_sub(fs_sublist *sl, fs_node *n, int64_t id)
+{
+    if (n->nsubs == 0 && n->subcap <= 1) {
+        n->subs.one = id;
+        n->nsubs = 1;
+        n->subcap = 1;
+        return 1;
+    }
+    int found;
+    uint32_t at = ids_find(fs_node_ids(n), n->nsubs, id, &found);
+    if (found)
+        return 0;
+    if (n->nsubs == UINT32_MAX)
+        return FS_ENOMEM;
+    if (n->nsubs == n->subcap) {
+        uint32_t ncap = n->subcap <= 1 ? 4 : n->subcap * 2;
+        int64_t *ids;
+        if (n->subcap <= 1) {
+            ids = fs_sl_alloc(sl, sizeof(int64_t) * ncap);
+            if (!ids) return FS_ENOMEM;
+            ids[0] = n->subs.one;
+        } else {
+            ids = fs_sl_realloc(sl, n->subs.many, sizeof(int64_t) * n->subcap, sizeof(int64_t) * ncap);
+            if (!ids) return FS_ENOMEM;
+        }
+        n->subs.many = ids;
+        n->subcap = ncap;
+    }
+    int64_t *ids = n->subcap <= 1 ? &n->subs.one : n->subs.many;
+    memmove(ids + at + 1, ids + at, sizeof(int64_t) * (n->nsubs - at));
+    ids[at] = id;
+    n->nsubs++;
+    return 1;
+}
+
+int fs_node_del_sub(fs_sublist *sl, fs_node *n, int64_t id)
+{
+    int found;
+    int64_t *ids = n->subcap <= 1 ? &n->subs.one : n->subs.many;
+    uint32_t at = ids_find(ids, n->nsubs, id, &found);
+    if (!found)
+        return 0;
+    memmove(ids + at, ids + at + 1, sizeof(int64_t) * (n->nsubs - at - 1));
+    n->nsubs--;
+    if (n->nsubs <= 1 && n->subcap > 1) {
+        /* Back to the inline id, as before the array was needed: memory
+         * follows the live set, and an undone insert leaves no trace. */
+        int64_t *many = n->subs.many;
+        uint32_t cap = n->subcap;
+        n->subs.one = n->nsubs ? many[0] : 0;
+        n->subcap = n->nsubs;
+        fs_sl_free(sl, many, sizeof(int64_t) * cap);
+    }
+    return 1;
+}
+
+static int group_add(fs_sublist *sl, fs_group *g, int64_t id)
+{
+    int found;
+    uint32_t at = ids_find(g->ids, g->n, id, &found);
+    if (found)
+        return 0;
+    if (g->n == UINT32_MAX)
+        return FS_ENOMEM;
+    if (g->n == g->cap) {
+        uint32_t ncap = g->cap ? g->cap * 2 : 2;
+        int64_t *ids = fs_sl_realloc(sl, g->ids, sizeof(int64_t) * g->cap, sizeof(int64_t) * ncap);
+        if (!ids) return FS_ENOMEM;
+        g->ids = ids;
+        g->cap = ncap;
+    }
+    memmove(g->ids + at + 1, g->ids + at, sizeof(int64_t) * (g->n - at));
+    g->ids[at] = id;
+    g->n++;
+    return 1;
+}
+
+/* Insert id into the node's group q, creating the group if needed.
+ * 1 new, 0 present, FS_ENOMEM (node unchanged). */
+int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id)
+{
+    uint32_t qh = fs_hash(q, qlen);
+    fs_group *g = fs_node_find_group(n, q, qlen, qh);
+    if (g)
+        return group_add(sl, g, id);
+    fs_group fresh = {0};
+    fresh.name = fs_sl_alloc(sl, qlen ? qlen : 1);
+    if (!fresh.name)
+        return FS_ENOMEM;
+    memcpy(fresh.name, q, qlen);
+    fresh.name_len = qlen;
+    fresh.name_hash = qh;
+    if (group_add(sl, &fresh, id) < 0) {
+        group_free(sl, &fresh);
+        return FS_ENOMEM;
+    }
+    if (n->ngroups == n->gcap) {
+        uint32_t ncap = n->gcap ? n->gcap * 2 : 1;
+        fs_group *gs = fs_sl_realloc(sl, n->groups, sizeof(fs_group) * n->gcap, sizeof(fs_group) * ncap);
+        if (!gs) {
+            group_free(sl, &fresh);
+            return FS_ENOMEM;
+        }
+        n->groups = gs;
+        n->gcap = ncap;
+    }
+    n->groups[n->ngroups++] = fresh;
+    return 1;
+}
+
+int fs_node_del_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id)
+{
+    fs_group *g = fs_node_find_group(n, q, qlen, fs_hash(q, qlen));
+    if (!g)
+        return 0;
+    int found;
+    uint32_t at = ids_find(g->ids, g->n, id, &found);
+    if (!found)
+        return 0;
+    memmove(g->ids + at, g->ids + at + 1, sizeof(int64_t) * (g->n - at - 1));
+    if (--g->n == 0) {
+        /* Drop the group; its slot is reused, the block is kept (removal
+         * never allocates) and freed when the node has no groups left. */
+        group_free(sl, g);
+        *g = n->groups[--n->ngroups];
+        if (n->ngroups == 0) {
+            fs_sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
+            n->groups = NULL;
+            n->gcap = 0;
+        }
+    }
+    return 1;
+}

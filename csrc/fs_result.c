@@ -1,0 +1,198 @@
+/* fs_result.c - turning matched nodes into results: the ids, the queue
+ * groups (NATS merges them by name across nodes, MQTT keeps (name,
+ * filter) pairs), their filters' text and the keys queue picks hash. */
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_internal.h"
+
+void fs_result_init(fs_result *r) { memset(r, 0, sizeof(*r)); }
+
+void fs_result_free(fs_result *r)
+{
+    FS_FREE(r->ids);
+    FS_FREE(r->groups);
+    FS_FREE(r->arena);
+    fs_result_init(r);
+}
+
+int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (n == 0)
+        return FS_OK;
+    if (fs_grow(arena, cap, *len + n, 1) < 0)
+        return FS_ENOMEM;
+    memcpy(*arena + *len, p, n);
+    *len += n;
+    return FS_OK;
+}
+
+/* Write the filter of node n (its path from the root) into an arena. */
+int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap)
+{
+    if (n == sl->root)
+        return FS_OK;
+    if (!n->parent)      /* a literal-table entry holds its whole filter */
+        return fs_arena_put(arena, len, cap, n->tok, n->toklen);
+    size_t total = 0;
+    for (const fs_node *p = n; p != sl->root; p = p->parent)
+        total += p->toklen + 1;
+    total -= 1;
+    if (fs_grow(arena, cap, *len + total, 1) < 0)
+        return FS_ENOMEM;
+    char *end = *arena + *len + total;
+    char sep = sl->dialect == FS_NATS ? '.' : '/';
+    for (const fs_node *p = n; p != sl->root; p = p->parent) {
+        end -= p->toklen;
+        memcpy(end, p->tok, p->toklen);
+        if (p->parent != sl->root)
+            *--end = sep;
+    }
+    *len += total;
+    return FS_OK;
+}
+
+static int put_ids(fs_result *r, const int64_t *ids, size_t n)
+{
+    if (n == 0)               /* r->ids may still be NULL: no memcpy(NULL, ...) */
+        return FS_OK;
+    if (fs_grow(&r->ids, &r->cap_ids, r->nids + n, sizeof(int64_t)) < 0)
+        return FS_ENOMEM;
+    memcpy(r->ids + r->nids, ids, sizeof(int64_t) * n);
+    r->nids += n;
+    return FS_OK;
+}
+
+int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k, const fs_group *g)
+{
+    if (sl->dialect != FS_NATS)
+        return 0;
+    for (size_t j = 0; j < k; j++)
+        if (hits[j]->ngroups && fs_node_find_group(hits[j], g->name, g->name_len, g->name_hash))
+            return 1;
+    return 0;
+}
+
+uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
+{
+    uint64_t h = g->name_hash;
+    if (sl->dialect == FS_MQTT) {
+        /* The group is (name, filter): fold in the filter's token hashes,
+         * last to first -- the same whether the filter lives in the trie
+         * (one token per node) or in a table entry (the whole filter). */
+        if (n->parent) {
+            for (const fs_node *p = n; p != sl->root; p = p->parent)
+                h = (h ^ p->hash) * 0x9E3779B97F4A7C15ull;
+        } else {
+            const char *f = n->tok;
+            size_t end = n->toklen;
+            for (;;) {
+                size_t start = end;
+                while (start > 0 && f[start - 1] != '/')
+                    start--;
+                h = (h ^ fs_hash(f + start, end - start)) * 0x9E3779B97F4A7C15ull;
+                if (start == 0)
+                    break;
+                end = start - 1;
+            }
+        }
+    }
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* Build r from sc->hits.  NATS groups merge by name across nodes; MQTT
+ * groups are (name, filter) pairs, one per node. */
+int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
+{
+    r->nids = r->nplain = r->ngroups = r->narena = 0;
+    for (size_t k = 0; k < sc->nhits; k++)
+        if (put_ids(r, fs_node_ids(sc->hits[k]), sc->hits[k]->nsubs) < 0)
+            return FS_ENOMEM;
+    r->nplain = r->nids;
+    int nats = sl->dialect == FS_NATS;
+    for (size_t k = 0; k < sc->nhits; k++) {
+        const fs_node *n = sc->hits[k];
+        for (uint32_t gi = 0; gi < n->ngroups; gi++) {
+            const fs_group *g = &n->groups[gi];
+            if (fs_group_repeats(sl, sc->hits, k, g))     /* merged into an earlier node's group */
+                continue;
+            if (fs_grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
+                return FS_ENOMEM;
+            fs_group_out *o = &r->groups[r->ngroups];
+            memset(o, 0, sizeof(*o));
+            o->name_off = r->narena;
+            o->name_len = g->name_len;
+            o->key_hash = fs_group_key(sl, n, g);
+            if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
+                return FS_ENOMEM;
+            if (!nats) {
+                o->filter_off = r->narena;
+                if (fs_put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
+                    return FS_ENOMEM;
+                o->filter_len = r->narena - o->filter_off;
+            }
+            o->members_off = r->nids;
+            if (put_ids(r, g->ids, g->n) < 0)
+                return FS_ENOMEM;
+            if (nats) {
+                /* Gather the same-named group from the later nodes. */
+                for (size_t k2 = k + 1; k2 < sc->nhits; k2++) {
+                    const fs_node *n2 = sc->hits[k2];
+                    const fs_group *g2 = fs_node_find_group(n2, g->name, g->name_len, g->name_hash);
+                    if (g2 && put_ids(r, g2->ids, g2->n) < 0)
+                        return FS_ENOMEM;
+                }
+            }
+            o->members_len = r->nids - o->members_off;
+            r->ngroups++;
+        }
+    }
+    return FS_OK;
+}
+
+int fs_result_copy(fs_result *dst, const fs_result *src)
+{
+    if (fs_grow(&dst->ids, &dst->cap_ids, src->nids, sizeof(int64_t)) < 0 ||
+        fs_grow(&dst->groups, &dst->cap_groups, src->ngroups, sizeof(fs_group_out)) < 0 ||
+        fs_grow(&dst->arena, &dst->cap_arena, src->narena, 1) < 0)
+        return FS_ENOMEM;
+    if (src->nids) memcpy(dst->ids, src->ids, sizeof(int64_t) * src->nids);
+    if (src->ngroups) memcpy(dst->groups, src->groups, sizeof(fs_group_out) * src->ngroups);
+    if (src->narena) memcpy(dst->arena, src->arena, src->narena);
+    dst->nids = src->nids;
+    dst->nplain = src->nplain;
+    dst->ngroups = src->ngroups;
+    dst->narena = src->narena;
+    return FS_OK;
+}
+
+void fs_rresult_init(fs_rresult *r) { memset(r, 0, sizeof(*r)); }
+
+void fs_rresult_free(fs_rresult *r)
+{
+    FS_FREE(r->hits);
+    FS_FREE(r->arena);
+    fs_rresult_init(r);
+}
+
+int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r)
+{
+    if (fs_grow(&r->hits, &r->cap_hits, r->nhits + 1, sizeof(fs_rhit)) < 0)
+        return FS_ENOMEM;
+    fs_rhit *h = &r->hits[r->nhits];
+    memset(h, 0, sizeof(*h));
+    h->id = id;
+    h->filter_off = r->narena;
+    if (fs_put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
+        return FS_ENOMEM;
+    h->filter_len = r->narena - h->filter_off;
+    if (g) {
+        h->has_queue = 1;
+        h->queue_off = r->narena;
+        h->queue_len = g->name_len;
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
+            return FS_ENOMEM;
+    }
+    r->nhits++;
+    return FS_OK;
+}

@@ -1,0 +1,108 @@
+/* fs_table.c - the open-addressing hash table every part of the index
+ * uses: a trie level's literal children, the literal table, each shape's
+ * table (fs_internal.h has the layout).  Linear probing, power-of-two
+ * capacities, grown past 3/4 full (shape tables: 1/2), shrunk below 1/8. */
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_internal.h"
+
+/* Token equality without a libc call: tokens are short. */
+static void slot_place(fs_slot *slots, uint32_t cap, fs_slot e)
+{
+    uint32_t mask = cap - 1, i = e.hash & mask;
+    while (slots[i].node)
+        i = (i + 1) & mask;
+    slots[i] = e;
+}
+
+static uint32_t max_load(uint32_t cap)
+{
+    return cap <= 4 ? cap : cap / 4 * 3;
+}
+
+/* Rehash L into ncap slots (which must hold its entries).  FS_OK or
+ * FS_ENOMEM (L unchanged). */
+int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap)
+{
+    if (ncap == 0) {               /* only for an empty table */
+        fs_sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
+        L->slots = NULL;
+        L->cap = 0;
+        return FS_OK;
+    }
+    fs_slot *ns = fs_sl_alloc(sl, sizeof(fs_slot) * ncap);
+    if (!ns)
+        return FS_ENOMEM;
+    memset(ns, 0, sizeof(fs_slot) * ncap);
+    for (uint32_t i = 0; i < L->cap; i++)
+        if (L->slots[i].node)
+            slot_place(ns, ncap, L->slots[i]);
+    fs_sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
+    L->slots = ns;
+    L->cap = ncap;
+    return FS_OK;
+}
+
+static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, uint32_t max)
+{
+    if (L->count + 1 > max && fs_level_resize(sl, L, L->cap ? L->cap * 2 : 1) < 0)
+        return FS_ENOMEM;
+    fs_slot e = {n->hash, check, n};
+    slot_place(L->slots, L->cap, e);
+    L->count++;
+    return FS_OK;
+}
+
+/* Shape tables are kept at most half full: most of their probes miss
+ * (a subject probes every shape of its length, and matches few), and a
+ * miss under linear probing scans about (1 + 1/(1-load)^2)/2 slots --
+ * 8.5 at 3/4 full, 2.5 at 1/2.  They hold only the wildcard filters,
+ * so the extra slots cost little memory. */
+int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check)
+{
+    return level_add(sl, L, n, check, L->cap / 2);
+}
+
+int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n)
+{
+    return level_add(sl, L, n, n->toklen, max_load(L->cap));
+}
+
+/* Tables grow past 3/4 full and shrink below 1/8 full, to half their
+ * size: after a shrink the table is at most 1/4 full, so churn around
+ * either threshold cannot resize back and forth on every operation. */
+void fs_level_shrink(fs_sublist *sl, fs_level *L)
+{
+    if (L->cap <= 16 || L->count >= L->cap / 8)
+        return;
+    uint32_t ncap = L->cap / 2;
+    while (ncap > 16 && L->count < ncap / 8)
+        ncap /= 2;
+    fs_level_resize(sl, L, ncap);          /* best effort: keeps the old table if it fails */
+}
+
+/* Remove a literal child (present).  Re-places the rest of its probe
+ * cluster so lookups stay correct; never allocates. */
+void fs_level_del(fs_level *L, const fs_node *n)
+{
+    uint32_t mask = L->cap - 1, i = n->hash & mask;
+    while (L->slots[i].node != n)
+        i = (i + 1) & mask;
+    L->slots[i].node = NULL;
+    L->count--;
+    for (uint32_t k = 1, j = (i + 1) & mask; k < L->cap; k++, j = (j + 1) & mask) {
+        if (!L->slots[j].node)
+            break;
+        fs_slot e = L->slots[j];
+        L->slots[j].node = NULL;
+        slot_place(L->slots, L->cap, e);
+    }
+}
+
+void fs_level_restore(fs_sublist *sl, fs_level *L, uint32_t cap)
+{
+    if (L->cap != cap && L->count <= max_load(cap))
+        fs_level_resize(sl, L, cap);    /* best effort: keeps the bigger table if it fails */
+}
+

@@ -1,0 +1,261 @@
+/* fs_trie.c - the trie, for the filters no table holds: shapes past the
+ * budget, filters deeper than FS_SHAPE_MAX_TOKENS, version 1 images.  A
+ * level is a table of literal children plus the one-level and the rest
+ * wildcard child; matching walks it breadth first over an explicit
+ * frontier (no recursion in proportion to the input). */
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_internal.h"
+
+/* Create the trie path of t.  FS_OK (*out its last node) or FS_ENOMEM
+ * (*out the deepest node reached, for pruning). */
+int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_growth *g, fs_node **out)
+{
+    fs_node *n = sl->root;
+    for (uint32_t i = 0; i < t->n; i++) {
+        const fs_span *sp = &t->tok[i];
+        int fresh_level = !n->next;
+        *out = n;
+        if (fresh_level) {
+            n->next = fs_sl_alloc(sl, sizeof(fs_level));
+            if (!n->next)
+                return FS_ENOMEM;
+            memset(n->next, 0, sizeof(fs_level));
+        }
+        fs_level *L = n->next;
+        fs_node *child;
+        if (sp->kind == FS_TOK_ONE) child = L->one;
+        else if (sp->kind == FS_TOK_REST) child = L->rest;
+        else child = fs_level_find(L, filter + sp->off, sp->len, sp->hash);
+        if (!child) {
+            child = fs_node_new(sl, n, filter + sp->off, sp);
+            if (!child)
+                return FS_ENOMEM;
+            if (!fresh_level && !g->level) {
+                g->level = L;
+                g->cap = L->cap;
+            }
+            if (sp->kind == FS_TOK_ONE) L->one = child;
+            else if (sp->kind == FS_TOK_REST) L->rest = child;
+            else if (fs_level_add(sl, L, child) < 0) {
+                fs_node_free(sl, child);
+                return FS_ENOMEM;
+            }
+        }
+        n = child;
+    }
+    *out = n;
+    return FS_OK;
+}
+
+int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
+{
+    int mqtt = sl->dialect == FS_MQTT;
+    int dollar = mqtt && s[0] == '$';
+    if (!sl->root->next)
+        return FS_OK;
+    const fs_span *last = &t->tok[t->n - 1];
+    const char *end = s + last->off + last->len;
+    sc->nfront = 0;
+    if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
+        return FS_ENOMEM;
+    for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
+        const fs_span *sp = &t->tok[i];
+        int wild_ok = !(dollar && i == 0);
+        sc->nnext = 0;
+        for (size_t k = 0; k < sc->nfront; k++) {
+            const fs_level *L = sc->front[k]->next;
+            if (!L)
+                continue;
+            /* A rest-wildcard node is a leaf, so it exists only while it
+             * holds subscriptions: no need to look inside it here. */
+            if (wild_ok && L->rest &&
+                fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
+                return FS_ENOMEM;
+            if (wild_ok && L->one &&
+                fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+                return FS_ENOMEM;
+            const fs_node *c = fs_level_find_within(L, s + sp->off, sp->len, sp->hash, end);
+            if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+                return FS_ENOMEM;
+        }
+        const fs_node **tmp = sc->front;
+        sc->front = sc->next;
+        sc->next = tmp;
+        size_t tcap = sc->cap_front;
+        sc->cap_front = sc->cap_next;
+        sc->cap_next = tcap;
+        sc->nfront = sc->nnext;
+    }
+    for (size_t k = 0; k < sc->nfront; k++) {
+        const fs_node *n = sc->front[k];
+        if (fs_has_subs(n) && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+            return FS_ENOMEM;
+        /* MQTT: "a/#" also matches "a" itself. */
+        if (mqtt && n->next && n->next->rest &&
+            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+/* Push every node below n (not n itself) onto sc->hits, skipping, when
+ * skip_dollar, literal children of n whose token starts with '$'.  Uses
+ * sc->next as the explicit stack. */
+static int push_descendants(const fs_node *n, int skip_dollar, fs_scratch *sc)
+{
+    sc->nnext = 0;
+    if (fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, n) < 0)
+        return FS_ENOMEM;
+    while (sc->nnext) {
+        const fs_node *x = sc->next[--sc->nnext];
+        if (x != n && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
+            return FS_ENOMEM;
+        const fs_level *L = x->next;
+        if (!L)
+            continue;
+        for (uint32_t i = 0; i < L->cap; i++) {
+            const fs_node *c = L->slots[i].node;
+            if (c && !(skip_dollar && x == n && c->toklen && c->tok[0] == '$') &&
+                fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+                return FS_ENOMEM;
+        }
+        if (L->one && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+            return FS_ENOMEM;
+        if (L->rest && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->rest) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+/* Collect into sc->hits every node whose filter intersects the query
+ * filter q (tokenized in sc->toks).  Nodes on the front are at depth i,
+ * aligned with q's first i tokens. */
+int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
+{
+    const fs_tokens *t = &sc->toks;
+    int mqtt = sl->dialect == FS_MQTT;
+    sc->nhits = 0;
+    sc->nfront = 0;
+    if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
+        return FS_ENOMEM;
+    /* The frontier is processed depth by depth, like walk_locked; the
+     * "next" array is borrowed by push_descendants, so collect the next
+     * depth into a separate region at the end of front instead. */
+    for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
+        const fs_span *sp = &t->tok[i];
+        int root = i == 0;
+        size_t end = sc->nfront;
+        for (size_t k = 0; k < end; k++) {
+            const fs_node *n = sc->front[k];
+            if (sp->kind == FS_TOK_REST) {
+                /* '>' matches 1+ tokens: everything below n; MQTT '#' also
+                 * n itself (0 tokens), except the root and except where
+                 * that would be the one-empty-level topic "" (invalid). */
+                int empty_topic = i == 1 && (t->tok[0].len == 0 || (n->kind == FS_TOK_LITERAL && n->toklen == 0));
+                if (mqtt && !root && !empty_topic && fs_has_subs(n) &&
+                    fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+                    return FS_ENOMEM;
+                if (push_descendants(n, mqtt && root, sc) < 0)
+                    return FS_ENOMEM;
+                continue;
+            }
+            const fs_level *L = n->next;
+            if (!L)
+                continue;
+            int q_dollar = mqtt && root && sp->kind == FS_TOK_LITERAL && sp->len && q[sp->off] == '$';
+            /* A stored rest-wildcard matches whatever the query's remaining
+             * 1+ tokens match. */
+            if (L->rest && !q_dollar && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
+                return FS_ENOMEM;
+            if (L->one && !q_dollar && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, L->one) < 0)
+                return FS_ENOMEM;
+            if (sp->kind == FS_TOK_ONE) {
+                for (uint32_t s = 0; s < L->cap; s++) {
+                    const fs_node *c = L->slots[s].node;
+                    if (c && !(mqtt && root && c->toklen && c->tok[0] == '$') &&
+                        fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
+                        return FS_ENOMEM;
+                }
+            } else {
+                const fs_node *c = fs_level_find(L, q + sp->off, sp->len, sp->hash);
+                if (c && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
+                    return FS_ENOMEM;
+            }
+        }
+        memmove(sc->front, sc->front + end, sizeof(fs_node *) * (sc->nfront - end));
+        sc->nfront -= end;
+    }
+    /* Query exhausted with nodes aligned: those filters end here too.  A
+     * query ending in a rest-wildcard was fully handled in the loop. */
+    if (t->n && t->tok[t->n - 1].kind == FS_TOK_REST)
+        return FS_OK;
+    for (size_t k = 0; k < sc->nfront; k++) {
+        const fs_node *n = sc->front[k];
+        if (fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+            return FS_ENOMEM;
+        /* MQTT "a/#" matches "a" too -- but "/#" cannot match "", which
+         * is not a valid topic. */
+        int empty_topic = n->parent == sl->root && n->toklen == 0;
+        if (mqtt && !empty_topic && n->next && n->next->rest &&
+            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filter)
+{
+    fs_node *n = sl->root;
+    for (uint32_t i = 0; i < t->n && n; i++) {
+        const fs_span *sp = &t->tok[i];
+        fs_level *L = n->next;
+        if (!L) return NULL;
+        if (sp->kind == FS_TOK_ONE) n = L->one;
+        else if (sp->kind == FS_TOK_REST) n = L->rest;
+        else n = fs_level_find(L, filter + sp->off, sp->len, sp->hash);
+    }
+    return n;
+}
+
+/* Free the whole trie without a stack: descend to a childless node, free
+ * it, climb to the parent.  Each level's scan position is kept in its cap
+ * field (the level is being destroyed anyway), so the walk is linear. */
+void fs_trie_free(fs_sublist *sl)
+{
+    fs_node *n = sl->root;
+    while (n) {
+        fs_level *L = n->next;
+        fs_node *child = NULL;
+        if (L) {
+            while (L->cap > 0 && !child) {
+                fs_slot *s = &L->slots[L->cap - 1];
+                child = s->node;
+                s->node = NULL;
+                if (!child) L->cap--;
+            }
+            if (!child && L->one) { child = L->one; L->one = NULL; }
+            if (!child && L->rest) { child = L->rest; L->rest = NULL; }
+        }
+        if (child) {
+            n = child;
+            continue;
+        }
+        if (L) {
+            FS_FREE(L->slots);
+            FS_FREE(L);
+            n->next = NULL;
+        }
+        fs_node *parent = n->parent;
+        if (n->subcap > 1) FS_FREE(n->subs.many);
+        for (uint32_t i = 0; i < n->ngroups; i++) {
+            FS_FREE(n->groups[i].name);
+            FS_FREE(n->groups[i].ids);
+        }
+        FS_FREE(n->groups);
+        FS_FREE(n);
+        n = parent;
+    }
+    sl->root = NULL;
+}
