@@ -366,6 +366,19 @@ def plots(res, outdir, cmd, mach):
 
 # ------------------------------------------------------------------ report
 
+def busy_note(mach):
+    """A warning when other work was running: thread scaling needs idle cores."""
+    try:
+        load, cores = float(mach["loadavg_at_start"]), mach["cores"] or 1
+    except (TypeError, ValueError):
+        return None
+    if load <= 0.5 * cores:
+        return None
+    return (f"The machine was busy when this ran (load average {load:.1f} on {cores} cores, from other "
+            "work): every figure is slower than on an idle machine, and the thread figures show "
+            "contention for the cores, not fastsub's scaling.")
+
+
 def markdown(res, mach, cmd, files, seconds):
     L = []
     w = L.append
@@ -380,6 +393,9 @@ def markdown(res, mach, cmd, files, seconds):
       f"fastsub {mach['fastsub']} at commit {mach['commit']}; {mach['date']}; load average at start "
       f"{mach['loadavg_at_start']}; calibration (empty Python loop) {res['calibration_ns']:.1f} ns/iteration.")
     w("")
+    if busy_note(mach):
+        w(f"> **Note:** {busy_note(mach)}")
+        w("")
     w("## Exact totals")
     w("")
     w("Checked before timing (`bench/check_totals.py`, `make bench-check`):")
@@ -485,6 +501,8 @@ def readme_summary(res, mach):
          f"From [docs/benchmarks.md](docs/benchmarks.md) ({mach['date']}, commit {mach['commit']}, "
          f"{mach['cpu']}, {mach['cores']} cores; medians; compare as ratios):", "",
          "| figure | measured |", "|---|---|"]
+    if busy_note(mach):
+        L[4:4] = [f"**Note:** {busy_note(mach)}", ""]
     by = {r["subs"]: r for r in res.get("scale") or []}
     if 100_000 in by:
         r = by[100_000]
@@ -529,6 +547,20 @@ def update_readme(res, mach, path=os.path.join(ROOT, "README.md")):
     return True
 
 
+def rewrite(out):
+    figdir = os.path.join(out, "benchmarks")
+    with open(os.path.join(figdir, "results.json")) as f:
+        res = json.load(f)
+    mach, cmd = res["machine"], res["command"]
+    files = plots(res, figdir, cmd, mach)
+    with open(os.path.join(out, "benchmarks.md"), "w") as f:
+        f.write(markdown(res, mach, cmd, files, res.get("seconds", 0)))
+    if os.path.abspath(out) == os.path.join(ROOT, "docs"):
+        update_readme(res, mach)
+    print(f"rewrote {os.path.join(out, 'benchmarks.md')} from results.json")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "docs"), help="where benchmarks.md goes")
@@ -537,7 +569,11 @@ def main(argv=None):
     ap.add_argument("--huge", action="store_true", help="also 3M and 10M subscriptions (minutes, ~6 GB)")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--spark-events", type=int, default=None)
+    ap.add_argument("--rewrite", action="store_true",
+                    help="no measuring: rewrite the report, plots and README figures from results.json")
     a = ap.parse_args(argv)
+    if a.rewrite:
+        return rewrite(a.out)
     t0 = time.perf_counter()
     cmd = "python bench/report.py" + "".join(f" {x}" for x in (argv if argv is not None else sys.argv[1:]))
     mach = machine()
@@ -572,6 +608,7 @@ def main(argv=None):
             print(f"  skipped: {res['spark_skipped']}", flush=True)
     files = plots(res, figdir, cmd, mach)
     seconds = time.perf_counter() - t0
+    res["seconds"] = seconds
     with open(os.path.join(figdir, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     md = markdown(res, mach, cmd, files, seconds)

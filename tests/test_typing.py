@@ -22,7 +22,7 @@ pytest.importorskip("mypy", reason="mypy is in the test extras: pip install 'fas
 # The sanitizer runs (make test-sanitize / test-tsan) repeat the suite for
 # memory and races; mypy under a preloaded sanitizer runtime only adds minutes.
 pytestmark = pytest.mark.skipif(
-    any(rt in os.environ.get("LD_PRELOAD", "") for rt in ("libasan", "libtsan")),
+    any(rt in os.environ.get("LD_PRELOAD", "") for rt in ("libasan", "libtsan", "libclang_rt.")),
     reason="typing is checked by the plain run; this is a sanitizer run")
 
 
