@@ -48,7 +48,7 @@ def token(rng, level):
 
 
 def make_filter(rng):
-    depth = rng.randint(2, 5)
+    depth = rng.randint(3, 6)
     toks = [token(rng, i) for i in range(depth)]
     r = rng.random()
     if r < 0.10:
@@ -59,24 +59,22 @@ def make_filter(rng):
 
 
 def make_subject(rng):
-    return ".".join(token(rng, i) for i in range(rng.randint(2, 6)))
+    return ".".join(token(rng, i) for i in range(rng.randint(3, 6)))
 
 
 def operations(seed, nsubs, batch):
     """The writer's operations, the same for the same seed: first the
-    initial bulk insert, then alternately a batch of inserts (new ids) and
+    initial bulk insert, then alternately a batch of inserts (new ids, on
+    filters drawn from the initial ones, as subscribers share filters) and
     a batch of removes (random live subscriptions)."""
     rng = random.Random(seed)
-    live_f, live_i = [], []
-    next_id = 0
-    filters = [make_filter(rng) for _ in range(nsubs)]
-    ids = list(range(nsubs))
-    live_f.extend(filters)
-    live_i.extend(ids)
+    pool = [make_filter(rng) for _ in range(nsubs)]
+    live_f = list(pool)
+    live_i = list(range(nsubs))
     next_id = nsubs
-    yield "insert", filters, ids
+    yield "insert", list(live_f), list(live_i)
     while True:
-        filters = [make_filter(rng) for _ in range(batch)]
+        filters = [pool[rng.randrange(nsubs)] for _ in range(batch)]
         ids = list(range(next_id, next_id + batch))
         next_id += batch
         live_f.extend(filters)
