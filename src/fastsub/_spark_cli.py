@@ -2,11 +2,12 @@
 parses the arguments; this module runs the job).
 
 One fan-out is three Spark jobs over the data: collect the subscriptions
-(one small job), then, with the per-event frame persisted and observed,
-write the deliveries (the matching pass: reads the events, matches, fills
-the cache and collects the counts as it goes) and write the rejected events
-(from the cache).  The reconciliation line comes from the observed counts;
-the deliveries written are counted again from the Parquet footers.
+(one small job), then, with the per-event frame observed, write the
+deliveries (the matching pass: reads the events, matches, and collects the
+counts as it goes), then write the rejected events (a second read of the
+events that checks the subjects only: no index, no matching).  The
+reconciliation line comes from the observed counts; the deliveries written
+are counted again from the Parquet footers.
 """
 import os
 import sys
@@ -60,6 +61,31 @@ def _parquet_rows(path):
         return None
 
 
+def _input_bytes(path):
+    if not _is_local(path):
+        return None
+    p = _local_path(path)
+    if os.path.isfile(p):
+        return os.path.getsize(p)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs
+               if not f.startswith(("_", ".")))
+
+
+def _split_small_inputs(spark, events_path, tasks_per_core=4):
+    """Let a small input split into a few tasks per core (Spark's default
+    splits at 128 MiB: a 20 MB file would be one task, or one per core after
+    a shuffle): the work spreads evenly, a task's retry is cheap, and the
+    progress lines move.  Parquet splits at row groups."""
+    size = _input_bytes(events_path)
+    if not size:
+        return
+    cores = spark.sparkContext.defaultParallelism
+    split = max(1 << 20, size // (cores * tasks_per_core))
+    if split < 128 << 20:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", str(split))
+        spark.conf.set("spark.sql.files.openCostInBytes", str(min(split, 4 << 20)))
+
+
 class _Jobs:
     """Counts the Spark jobs run inside it (classic Spark: a job group)."""
 
@@ -106,6 +132,8 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
     jobs = _Jobs(spark)
     with jobs:
         t0 = time.perf_counter()
+        if not connect:
+            _split_small_inputs(spark, events_path)
         events = _read(spark, events_path, ev_fmt, "events")
         if not connect:
             # A small or unsplittable file (one gzip CSV, say) is one partition: spread
@@ -136,21 +164,20 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
           f"{idx.shipped_by} ({t_collect - t_read:.1f} s to collect, "
           f"{t_built - t_collect:.1f} s to build and ship)")
         n_events = _parquet_rows(events_path) if ev_fmt == "parquet" else None
-        res = res.observe().persist()
+        # No persist: caching every event with its ids costs more than reading
+        # the events again for the rejected pass, which checks the subjects only.
+        res = res.observe()
         try:
-            try:
-                with Progress(spark, out=sys.stderr, interval=progress, rows=n_events,
-                              label="matching") if progress else _Null():
-                    res.deliveries.write.mode(mode).parquet(paths["deliveries"])
-                t_match = time.perf_counter()
-                res.rejected.write.mode(mode).parquet(paths["rejected"])
-                t_rejected = time.perf_counter()
-                counts = res.observed_counts()
-            except _spark_errors() as e:
-                raise CLIError(f"the fan-out of {events_path} failed: {_first_line(e)}") from None
-            t_end = time.perf_counter()
-        finally:
-            res.unpersist()
+            with Progress(spark, out=sys.stderr, interval=progress, rows=n_events,
+                          label="matching") if progress else _Null():
+                res.deliveries.write.mode(mode).parquet(paths["deliveries"])
+            t_match = time.perf_counter()
+            res.rejected.write.mode(mode).parquet(paths["rejected"])
+            t_rejected = time.perf_counter()
+            counts = res.observed_counts()
+        except _spark_errors() as e:
+            raise CLIError(f"the fan-out of {events_path} failed: {_first_line(e)}") from None
+        t_end = time.perf_counter()
         written = _parquet_rows(paths["deliveries"])
         if written is None:
             written = spark.read.parquet(paths["deliveries"]).count()
@@ -170,7 +197,7 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
     p(f"              read inputs {t_read - t0:.1f} s | index {t_built - t_read:.1f} s | "
       f"plan {t_index - t_built:.1f} s | "
       f"read events + match + write deliveries {t_match - t_index:.1f} s | "
-      f"write rejected {t_rejected - t_match:.1f} s | counts {t_end - t_rejected:.1f} s")
+      f"check subjects + write rejected {t_rejected - t_match:.1f} s | counts {t_end - t_rejected:.1f} s")
     if not ok:
         raise RuntimeError("the counts do not reconcile: this is a fastsub bug")
     return counts, written, seconds

@@ -166,3 +166,18 @@ def reject_reasons(dialect, subjects):
     import pyarrow as pa
     checker = Sublist(dialect)
     return pa.array([reject_reason(s, checker) for s in subjects.to_pylist()], pa.string())
+
+
+def invalid_reasons(dialect, subjects):
+    """For an Arrow string array: null where the subject is valid, the reason
+    where it is not.  The validity is the batch matcher's own (an empty index),
+    so it agrees with match_many's invalid mask; reasons are worked out only
+    for the invalid rows."""
+    import numpy as np
+    import pyarrow as pa
+    checker = Sublist(dialect)
+    bad = np.flatnonzero(checker.match_many(subjects).invalid)
+    out = [None] * len(subjects)
+    for i in bad.tolist():
+        out[i] = reject_reason(subjects[i].as_py(), checker)
+    return pa.array(out, pa.string())

@@ -460,8 +460,8 @@ def build_parser():
     d = sub.add_parser("demo", help="generate an IoT telemetry sample and fan it out on local Spark")
     d.add_argument("--out", default=os.path.join("out", "demo"), metavar="DIR",
                    help="where the sample and the outputs go (default: out/demo)")
-    d.add_argument("--events", type=int, default=200_000, metavar="N",
-                   help="number of events (default 200,000)")
+    d.add_argument("--events", type=int, default=500_000, metavar="N",
+                   help="number of events (default 500,000)")
     d.add_argument("--seed", type=int, default=7)
     spark_opts(d)
     d.set_defaults(func=cmd_demo)

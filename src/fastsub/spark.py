@@ -37,6 +37,7 @@ the subscriptions between micro-batches.
 This module imports PySpark; `import fastsub` does not import this module.
 """
 import atexit
+import functools
 import hashlib
 import json
 import os
@@ -62,7 +63,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "pip install 'fastsub[spark]'") from e
 
 from fastsub import FastsubError, InvalidSubjectError, Sublist
-from fastsub._spark_ship import LOAD_LOG_ENV, SharedIndex, match_batches, reject_reasons
+from fastsub._spark_ship import (LOAD_LOG_ENV, SharedIndex, invalid_reasons, match_batches,
+                                 reject_reasons)
 
 __all__ = [
     "fanout", "fanout_with_rejects", "fanout_stream", "share_index", "SharedIndex",
@@ -399,6 +401,12 @@ def _match_udf(idx: SharedIndex, queues: str, with_key: bool):
     return F.arrow_udf(fastsub_match, "array<bigint>").asNondeterministic()
 
 
+def _invalid_udf(dialect: str):
+    def fastsub_invalid_reason(subjects: pa.Array) -> pa.Array:
+        return invalid_reasons(dialect, subjects)
+    return F.arrow_udf(fastsub_invalid_reason, "string").asNondeterministic()
+
+
 def _reason_udf(dialect: str):
     def fastsub_reject_reason(subjects: pa.Array) -> pa.Array:
         return reject_reasons(dialect, subjects)
@@ -434,6 +442,13 @@ def _count_exprs():
     ]
 
 
+def _is_persisted(df) -> bool:
+    try:
+        return bool(df.is_cached)
+    except Exception:  # noqa: BLE001 - a session kind without the flag
+        return False
+
+
 class FanoutResult:
     """What fanout_with_rejects() returns.
 
@@ -453,19 +468,40 @@ class FanoutResult:
     """
 
     def __init__(self, per_event, event_cols, subject_col, dialect, explode, index,
-                 observation=None):
+                 observation=None, events=None):
         self.per_event, self.index = per_event, index
         self._args = (event_cols, subject_col, dialect, explode)
         self._observation = observation
-        cols = [_col(c) for c in event_cols]
+        self._events = events
+
+    # The derived frames are made on first use: each costs the driver an
+    # analysis (tens of ms), and fanout() needs only the deliveries.
+    @functools.cached_property
+    def deliveries(self) -> DataFrame:
+        event_cols, _, _, explode = self._args
         ids = F.col("sub_ids")
         if explode:
-            self.deliveries = per_event.select(*cols, F.explode(ids).alias("sub_id"))
-        else:
-            self.deliveries = per_event.where(ids.isNotNull())
-        self.rejected = per_event.where(ids.isNull()).select(
-            *cols, _reason_udf(dialect)(_col(subject_col)).alias("error"))
-        self.unmatched = per_event.where(ids.isNotNull() & (F.size(ids) == 0)).select(*cols)
+            return self.per_event.select(*map(_col, event_cols), F.explode(ids).alias("sub_id"))
+        return self.per_event.where(ids.isNotNull())
+
+    @property
+    def rejected(self) -> DataFrame:
+        """From the persisted per_event when it is persisted; else from a pass
+        over the subjects alone (a validity check, no index, no matching):
+        cheaper than matching every event again."""
+        event_cols, subject_col, dialect, _ = self._args
+        if self._events is None or _is_persisted(self.per_event):
+            return self.per_event.where(F.col("sub_ids").isNull()).select(
+                *map(_col, event_cols), _reason_udf(dialect)(_col(subject_col)).alias("error"))
+        err = _invalid_udf(dialect)(_col(subject_col))
+        return self._events.select(*map(_col, event_cols), err.alias("error")) \
+            .where(F.col("error").isNotNull())
+
+    @functools.cached_property
+    def unmatched(self) -> DataFrame:
+        ids = F.col("sub_ids")
+        return self.per_event.where(ids.isNotNull() & (F.size(ids) == 0)).select(
+            *map(_col, self._args[0]))
 
     def counts(self) -> FanoutCounts:
         """One Spark job over per_event: events, delivered, unmatched, rejected, deliveries."""
@@ -480,7 +516,7 @@ class FanoutResult:
         from pyspark.sql import Observation
         obs = Observation(f"fastsub_{uuid.uuid4().hex[:12]}")
         return FanoutResult(self.per_event.observe(obs, *_count_exprs()), *self._args,
-                            self.index, observation=obs)
+                            self.index, observation=obs, events=self._events)
 
     def observed_counts(self) -> FanoutCounts:
         """The counts observed during the first action over this result (see
@@ -556,7 +592,8 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
         key = F.coalesce(_col(key_col).cast("string"), subject)
         matched = _match_udf(idx, queues, True)(subject, key)
     per_event = events.withColumn("sub_ids", matched)
-    return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, idx)
+    return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, idx,
+                        events=events)
 
 
 def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "subject",
