@@ -34,6 +34,16 @@ import fastsub
 VOCAB = [50, 100, 200, 500, 1000]       # distinct tokens per level, like the 'light' workload
 
 
+def malloc_trim():
+    """glibc's malloc_trim(0): give free heap memory back to the system
+    (None where there is no glibc)."""
+    try:
+        import ctypes
+        return ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return None
+
+
 def rss_bytes():
     with open("/proc/self/status") as f:
         for line in f:
@@ -147,6 +157,8 @@ def main():
                 stop.set()
         return run
 
+    latencies = []                   # seconds per insert_many / remove_many call
+
     @guarded
     def writer():
         start = time.perf_counter()
@@ -156,8 +168,11 @@ def main():
             if done >= due:
                 time.sleep(tick / 4)
                 continue
-            apply(sl, next(ops))        # one insert batch, then one remove batch
-            apply(sl, next(ops))
+            for _ in range(2):          # one insert batch, then one remove batch
+                op = next(ops)
+                t = time.perf_counter()
+                apply(sl, op)
+                latencies.append(time.perf_counter() - t)
             done += 1
             with lock:
                 counts["batches"] += 2
@@ -220,6 +235,7 @@ def main():
         t.join()
     elapsed = time.perf_counter() - start
     final_rss = rss_bytes()
+    trimmed_final = rss_bytes() if malloc_trim() is not None else None
 
     # RSS after the warm-up, against its value when the warm-up ended
     after = [r for s, r in samples if s >= warmup]
@@ -256,11 +272,18 @@ def main():
           f"target {2 * batch / tick:,.0f}/s), {counts['match_many_rows']:,} match_many rows "
           f"({counts['match_many_rows'] / elapsed:,.0f}/s, {counts['match_many_ids']:,} ids), "
           f"{counts['match']:,} match() calls ({counts['match'] / elapsed:,.0f}/s)")
+    if latencies:
+        lat = sorted(latencies)
+        print(f"writer: {len(lat):,} calls of {batch:,} items, latency p50 {lat[len(lat) // 2] * 1e3:.1f} ms, "
+              f"p99 {lat[int(len(lat) * 0.99)] * 1e3:.1f} ms, max {lat[-1] * 1e3:.1f} ms")
     print(f"final: len {len(sl):,}, memory_bytes {st['memory_bytes'] / 2**20:.1f} MiB, "
           f"cache hit rate {st['cache_hit_rate']:.1%}, generation {sl.generation:,}")
     print(f"RSS after warm-up ({warmup:.0f} s): start {base / 2**20:.0f} MiB, min {lo / 2**20:.0f}, "
           f"max {hi / 2**20:.0f}, final {final_rss / 2**20:.0f} MiB: drift {drift:.1%} "
           f"(limit {args.tolerance:.0%}) -> {'flat' if rss_ok else 'NOT FLAT'}")
+    if trimmed_final:
+        print(f"RSS at the end after malloc_trim(0): {trimmed_final / 2**20:.0f} MiB ({trimmed_final / base - 1:+.1%} "
+              f"against the start; what trimming gave back was free memory the allocator kept)")
     print(f"serial replay of {nbatches:,} batches ({replay_s:.0f} s): len {'equal' if same_len else 'DIFFERENT'}, "
           f"to_bytes {'identical' if same_bytes else 'DIFFERENT'}, answers on 50,000 subjects "
           f"{'identical' if same_answers else 'DIFFERENT'}")

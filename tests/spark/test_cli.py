@@ -109,9 +109,13 @@ def test_format_flag_and_key(spark, tmp_path, capsys):
     assert cli.main(["fanout", "--events", odd, "--subs", sub_path, "--out", out]) == 2
     assert "use --format" in capsys.readouterr().err
     assert cli.main(["fanout", "--events", odd, "--format", "json", "--subs", sub_path,
-                     "--out", out, "--key-col", "device"]) == 0
-    stdout = capsys.readouterr().out
+                     "--out", out, "--key-col", "device", "--progress", "0.05"]) == 0
+    captured = capsys.readouterr()
+    stdout = captured.out
     assert "key=device" in stdout and RECONCILE.search(stdout)
+    # the breakdown, the job count, and progress lines from the status tracker
+    assert re.search(r"\d+ Spark jobs", stdout) and "read events + match + write deliveries" in stdout
+    assert re.search(r"\[\s*[\d.]+ s\] matching: stage \d+, \d+/\d+ tasks done", captured.err), captured.err
 
 
 def _error(capsys, argv):
