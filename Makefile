@@ -47,9 +47,13 @@ test-engine: build
 # launcher scripts hang with libasan preloaded.  lsan.supp names only
 # CPython's own allocators.
 ASAN_DIR := build/asan
+# pytest captures fd 2, so the report of a process the sanitizer stops would
+# be lost with it: reports go to files (log_path), printed when the run fails.
+SAN_REPORTS = sh -c 'for f in "$$0"/report.*; do [ -f "$$f" ] && { echo "== $$f"; head -c 20000 "$$f"; }; done; true'
 SAN_ENV = PYTHONPATH=$(CURDIR)/$(ASAN_DIR)/src PYTHONMALLOC=malloc \
-	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ASAN_OPTIONS=detect_leaks=1:log_path=$(CURDIR)/$(ASAN_DIR)/report \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/$(ASAN_DIR)/report \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)"
 test-sanitize: system-deps venv
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
@@ -57,7 +61,8 @@ test-sanitize: system-deps venv
 	rm -f $(ASAN_DIR)/src/fastsub/*.so $(ASAN_DIR)/src/fastsub/_core.c
 	cd $(ASAN_DIR) && FASTSUB_SANITIZE=1 $(CURDIR)/$(PY) setup.py -q build_ext --inplace
 	$(SAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(ASAN_DIR)' in c.__file__, c.__file__"
-	$(SAN_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not spark" $(PYTEST_ARGS)
+	$(SAN_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not spark" $(PYTEST_ARGS) \
+	    || { $(SAN_REPORTS) $(ASAN_DIR); exit 1; }
 
 # The engine's tests again under clang's ASan + UBSan, whose UBSan also
 # checks pointer arithmetic on NULL and nullability (gcc's cannot).  The
@@ -68,8 +73,9 @@ test-sanitize: system-deps venv
 # the brokers, packaging, typing or CLI ones, to keep `make test` short.
 CLANG_SAN_DIR := build/asan-clang
 CLANG_SAN_ENV = PYTHONPATH=$(CURDIR)/$(CLANG_SAN_DIR)/src PYTHONMALLOC=malloc \
-	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(CURDIR)/tests/ubsan.supp \
+	ASAN_OPTIONS=detect_leaks=1:log_path=$(CURDIR)/$(CLANG_SAN_DIR)/report \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(CURDIR)/tests/ubsan.supp:log_path=$(CURDIR)/$(CLANG_SAN_DIR)/report \
 	LD_PRELOAD="$$(clang -print-file-name=libclang_rt.asan-x86_64.so)"
 CLANG_SAN_TESTS := tests/test_bad_input.py tests/test_cache.py tests/test_match_many.py \
 	tests/test_memory.py tests/test_properties.py tests/test_semantics.py tests/test_serial.py \
@@ -81,7 +87,8 @@ test-sanitize-clang: venv clang-deps
 	cd $(CLANG_SAN_DIR) && CC=clang LDSHARED="clang -shared" FASTSUB_SANITIZE=1 \
 	    $(CURDIR)/$(PY) setup.py -q build_ext --inplace
 	$(CLANG_SAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(CLANG_SAN_DIR)' in c.__file__, c.__file__"
-	$(CLANG_SAN_ENV) $(PY) -m pytest -q -p no:cacheprovider $(CLANG_SAN_TESTS) $(PYTEST_ARGS)
+	$(CLANG_SAN_ENV) $(PY) -m pytest -q -p no:cacheprovider $(CLANG_SAN_TESTS) $(PYTEST_ARGS) \
+	    || { $(SAN_REPORTS) $(CLANG_SAN_DIR); exit 1; }
 .PHONY: test-sanitize-clang
 
 # The threaded tests (threads, the cache, match_many on native threads,

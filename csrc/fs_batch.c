@@ -394,7 +394,9 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                 }
                 if (rc != FS_OK)
                     break;
-                if (dedupe)
+                /* Only when the row emitted: with nothing emitted yet, out->ids may be
+                 * NULL, and NULL + 0 is undefined. */
+                if (dedupe && out->n > before)
                     out->n = before + dedupe_ids(out->ids + before, out->n - before, &set);
                 row_end[i - begin] = (int64_t)out->n;
                 if (!invalid[i - begin]) {
