@@ -330,6 +330,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
     uint64_t matched = 0, fanout = 0, fanout_max = 0;
     block *b = FS_MALLOC(sizeof(block));
     fs_idbuf set = {0};
+    fs_cache_tally tally = {0, 0};
     if (!b) {
         fs_workspace_release(w, &spare);
         return FS_ENOMEM;
@@ -372,11 +373,9 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                 size_t klen;
                 uint32_t keyhash = keys && get_str(keys, i, &key, &klen) ? fs_hash(key, klen) : r->hash;
                 if (cached_index) {
-                    fs_cache_shard *held;
-                    const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, r->hash, 1, &held);
+                    const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, r->hash, &tally);
                     if (cached) {
                         rc = emit(cached, queues, keyhash, out);
-                        fs_cache_release(held);
                     } else {
                         fs_error err;
                         rc = fs_compute_locked(sl, r->s, r->len, r->hash, &w->sc, &w->r, &err);
@@ -407,7 +406,8 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                 }
             }
         }
-        pthread_rwlock_unlock(&sl->lock);
+        fs_read_done(sl, &tally);
+        tally = (fs_cache_tally){0, 0};
     }
     for (size_t k = 0; k < BLOCK_ROWS; k++)
         fs_tokens_free(&b->toks[k]);

@@ -1,4 +1,4 @@
-/* fs_cache.c - sharded LRU of match results (see fs_cache.h). */
+/* fs_cache.c - sharded CLOCK cache of match results (see fs_cache.h). */
 #include "fs_cache.h"
 
 #include <sched.h>
@@ -8,38 +8,45 @@
 #include "fs_alloc.h"
 #include "fs_result.h"
 
-typedef struct fs_centry {
-    struct fs_centry *hnext;          /* bucket chain */
-    struct fs_centry *prev, *next;    /* LRU list, head = most recent */
+typedef struct fs_centry fs_centry;
+struct fs_centry {
+    _Atomic(fs_centry *) hnext;       /* bucket chain; readers follow it unlocked */
+    fs_centry *retired_next;          /* on the shard's retired list */
+    atomic_uchar ref;                 /* CLOCK reference bit */
     uint32_t hash, len;
-    uint32_t slot;                    /* index in the shard's summary array */
+    uint32_t slot;                    /* index in the shard's ring (shard lock) */
     size_t bytes;                     /* size of this allocation */
     const char *subject;              /* inside this allocation */
     fs_result r;                      /* its buffers are inside this allocation */
-} fs_centry;
+};
 
 /* What invalidation needs to rule an entry out without touching it: the
  * hashes of its first and last tokens and its token count, in one dense
- * array per shard that a wildcard insert scans sequentially. */
+ * array per shard.  The same array is the CLOCK ring the hand sweeps. */
 typedef struct {
     uint32_t first, last, ntoks;
     fs_centry *entry;
 } fs_summary;
 
 struct fs_cache_shard {
-    atomic_flag lock;
-    fs_centry **buckets;
+    atomic_flag lock;                 /* fills, evictions, stats */
+    _Atomic(fs_centry *) *buckets;
     uint32_t nbuckets;
-    fs_summary *summ;                 /* capacity + 1 slots, count used */
-    fs_centry *head, *tail;
-    size_t count, capacity;
-    uint64_t hits, misses, bytes;
+    fs_summary *summ;                 /* capacity slots, count used */
+    size_t count, capacity, hand;
+    fs_centry *retired;
+    uint64_t bytes;                   /* live and retired entries */
     char pad[64];                     /* keep shards on separate cache lines */
 };
+typedef struct fs_cache_shard fs_cache_shard;
 
 struct fs_cache {
     uint32_t nshards, shard_bits;
     size_t capacity;
+    char pad0[64];
+    _Atomic uint64_t hits, misses;    /* flushed tallies: once per call */
+    atomic_size_t nretired;
+    char pad1[64];
     fs_cache_shard shards[];
 };
 
@@ -64,15 +71,16 @@ static fs_cache_shard *shard_of(fs_cache *c, uint32_t hash)
 fs_cache *fs_cache_new(size_t capacity)
 {
     /* Shards of at least 64 entries, at most 16 shards: small caches stay
-     * one exact LRU, big ones spread over locks. */
+     * one exact CLOCK, big ones spread fills over locks. */
     uint32_t bits = 0;
     while (bits < 4 && (capacity >> (bits + 1)) >= 64)
         bits++;
     uint32_t nshards = 1u << bits;
-    fs_cache *c = FS_MALLOC(sizeof(fs_cache) + nshards * sizeof(fs_cache_shard));
+    size_t size = sizeof(fs_cache) + nshards * sizeof(fs_cache_shard);
+    fs_cache *c = FS_MALLOC(size);
     if (!c)
         return NULL;
-    memset(c, 0, sizeof(fs_cache) + nshards * sizeof(fs_cache_shard));
+    memset(c, 0, size);
     c->nshards = nshards;
     c->shard_bits = bits;
     c->capacity = capacity;
@@ -83,20 +91,29 @@ fs_cache *fs_cache_new(size_t capacity)
         uint32_t nb = 1;
         while (nb < sh->capacity && nb < (1u << 30))
             nb *= 2;
-        sh->buckets = FS_MALLOC(sizeof(fs_centry *) * nb);
-        if (!sh->buckets) {
+        sh->buckets = FS_MALLOC(sizeof(*sh->buckets) * nb);
+        sh->summ = FS_MALLOC(sizeof(fs_summary) * sh->capacity);
+        if (!sh->buckets || !sh->summ) {
             fs_cache_free(c);
             return NULL;
         }
-        memset(sh->buckets, 0, sizeof(fs_centry *) * nb);
+        for (uint32_t b = 0; b < nb; b++)
+            atomic_init(&sh->buckets[b], NULL);
         sh->nbuckets = nb;
-        sh->summ = FS_MALLOC(sizeof(fs_summary) * (sh->capacity + 1));
-        if (!sh->summ) {
-            fs_cache_free(c);
-            return NULL;
-        }
     }
     return c;
+}
+
+static void free_retired(fs_cache *c, fs_cache_shard *sh)
+{
+    size_t n = 0;
+    for (fs_centry *e = sh->retired, *nx; e; e = nx, n++) {
+        nx = e->retired_next;
+        sh->bytes -= e->bytes;
+        FS_FREE(e);
+    }
+    sh->retired = NULL;
+    atomic_fetch_sub_explicit(&c->nretired, n, memory_order_relaxed);
 }
 
 void fs_cache_free(fs_cache *c)
@@ -105,80 +122,84 @@ void fs_cache_free(fs_cache *c)
         return;
     for (uint32_t i = 0; i < c->nshards; i++) {
         fs_cache_shard *sh = &c->shards[i];
-        for (fs_centry *e = sh->head, *nx; e; e = nx) {
-            nx = e->next;
-            FS_FREE(e);
-        }
+        for (size_t k = 0; sh->summ && k < sh->count; k++)
+            FS_FREE(sh->summ[k].entry);
+        free_retired(c, sh);
         FS_FREE(sh->buckets);
         FS_FREE(sh->summ);
     }
     FS_FREE(c);
 }
 
-static void lru_unlink(fs_cache_shard *sh, fs_centry *e)
+/* Take e out of its bucket chain and the ring (shard lock held).  A reader
+ * standing on e still sees a valid e->hnext: e is not freed here. */
+static void unlink_entry(fs_cache_shard *sh, fs_centry *e)
 {
-    if (e->prev) e->prev->next = e->next;
-    else sh->head = e->next;
-    if (e->next) e->next->prev = e->prev;
-    else sh->tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-static void lru_push_head(fs_cache_shard *sh, fs_centry *e)
-{
-    e->prev = NULL;
-    e->next = sh->head;
-    if (sh->head) sh->head->prev = e;
-    sh->head = e;
-    if (!sh->tail) sh->tail = e;
-}
-
-/* Unlink e from its bucket and the LRU list and free it. */
-static void evict(fs_cache_shard *sh, fs_centry *e)
-{
-    fs_centry **pp = &sh->buckets[e->hash & (sh->nbuckets - 1)];
-    while (*pp != e)
-        pp = &(*pp)->hnext;
-    *pp = e->hnext;
-    lru_unlink(sh, e);
+    _Atomic(fs_centry *) *pp = &sh->buckets[e->hash & (sh->nbuckets - 1)];
+    fs_centry *cur;
+    while ((cur = atomic_load_explicit(pp, memory_order_relaxed)) != e)
+        pp = &cur->hnext;
+    atomic_store_explicit(pp, atomic_load_explicit(&e->hnext, memory_order_relaxed),
+                          memory_order_release);
     sh->count--;
     sh->summ[e->slot] = sh->summ[sh->count];      /* swap-remove its summary */
     sh->summ[e->slot].entry->slot = e->slot;
-    sh->bytes -= e->bytes;
-    FS_FREE(e);
+}
+
+/* CLOCK: sweep from the hand, clearing reference bits, and evict the first
+ * entry found clear.  The victim is retired, not freed: readers holding
+ * the index's read lock may be on it. */
+static void evict_one(fs_cache *c, fs_cache_shard *sh)
+{
+    for (;;) {
+        if (sh->hand >= sh->count)
+            sh->hand = 0;
+        fs_centry *e = sh->summ[sh->hand].entry;
+        if (atomic_load_explicit(&e->ref, memory_order_relaxed)) {
+            atomic_store_explicit(&e->ref, 0, memory_order_relaxed);
+            sh->hand++;
+            continue;
+        }
+        unlink_entry(sh, e);
+        sh->hand++;          /* past the entry moved into the victim's slot */
+        e->retired_next = sh->retired;
+        sh->retired = e;
+        atomic_fetch_add_explicit(&c->nretired, 1, memory_order_relaxed);
+        return;
+    }
 }
 
 static fs_centry *find(fs_cache_shard *sh, const char *s, size_t len, uint32_t hash)
 {
-    for (fs_centry *e = sh->buckets[hash & (sh->nbuckets - 1)]; e; e = e->hnext)
+    fs_centry *e = atomic_load_explicit(&sh->buckets[hash & (sh->nbuckets - 1)], memory_order_acquire);
+    for (; e; e = atomic_load_explicit(&e->hnext, memory_order_acquire))
         if (e->hash == hash && e->len == len && fs_tok_eq_within(e->subject, s, (uint32_t)len, s + len))
             return e;
     return NULL;
 }
 
 const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t hash,
-                              int count, fs_cache_shard **held)
+                              fs_cache_tally *tally)
 {
-    fs_cache_shard *sh = shard_of(c, hash);
-    shard_lock(sh);
-    fs_centry *e = find(sh, s, len, hash);
+    fs_centry *e = find(shard_of(c, hash), s, len, hash);
     if (!e) {
-        if (count)
-            sh->misses++;
-        shard_unlock(sh);
+        tally->misses++;
         return NULL;
     }
-    if (count)
-        sh->hits++;
-    if (sh->head != e) {
-        lru_unlink(sh, e);
-        lru_push_head(sh, e);
-    }
-    *held = sh;
+    tally->hits++;
+    /* Set only when clear: a hot entry's line stays shared, unwritten. */
+    if (!atomic_load_explicit(&e->ref, memory_order_relaxed))
+        atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
     return &e->r;
 }
 
-void fs_cache_release(fs_cache_shard *held) { shard_unlock(held); }
+void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally)
+{
+    if (tally->hits)
+        atomic_fetch_add_explicit(&c->hits, tally->hits, memory_order_relaxed);
+    if (tally->misses)
+        atomic_fetch_add_explicit(&c->misses, tally->misses, memory_order_relaxed);
+}
 
 #define ALIGN8(x) (((x) + 7u) & ~(size_t)7u)
 
@@ -219,30 +240,48 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
         FS_FREE(mem);
         return;
     }
-    fs_centry **b = &sh->buckets[hash & (sh->nbuckets - 1)];
-    e->hnext = *b;
-    *b = e;
-    lru_push_head(sh, e);
+    if (sh->count == sh->capacity)
+        evict_one(c, sh);
+    /* A new entry starts referenced: it gets one lap of the hand, so a
+     * working set that fits is never evicted while it is being filled. */
+    atomic_init(&e->ref, 1);
     e->slot = (uint32_t)sh->count;
-    sh->summ[sh->count] = (fs_summary){t->tok[0].hash, t->tok[t->n - 1].hash, t->n, e};
-    sh->count++;
+    sh->summ[sh->count++] = (fs_summary){t->tok[0].hash, t->tok[t->n - 1].hash, t->n, e};
     sh->bytes += bytes;
-    while (sh->count > sh->capacity)
-        evict(sh, sh->tail);
+    _Atomic(fs_centry *) *b = &sh->buckets[hash & (sh->nbuckets - 1)];
+    atomic_store_explicit(&e->hnext, atomic_load_explicit(b, memory_order_relaxed), memory_order_relaxed);
+    atomic_store_explicit(b, e, memory_order_release);     /* publish: e is complete */
     shard_unlock(sh);
+}
+
+int fs_cache_should_reclaim(fs_cache *c)
+{
+    /* A quarter of the capacity (plus slack for small caches) waiting:
+     * the write lock is taken once per that many evicting fills. */
+    return atomic_load_explicit(&c->nretired, memory_order_relaxed) > c->capacity / 4 + 64;
+}
+
+void fs_cache_reclaim(fs_cache *c)
+{
+    for (uint32_t i = 0; i < c->nshards; i++)
+        free_retired(c, &c->shards[i]);
 }
 
 void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t flen,
                          const fs_tokens *ft, int literal)
 {
+    /* Under the write lock: no reader is inside, so evicted entries are
+     * freed at once, and the retired ones with them. */
+    fs_cache_reclaim(c);
     if (literal) {
         uint32_t hash = fs_hash(filter, flen);
         fs_cache_shard *sh = shard_of(c, hash);
-        shard_lock(sh);
         fs_centry *e = find(sh, filter, flen, hash);
-        if (e)
-            evict(sh, e);
-        shard_unlock(sh);
+        if (e) {
+            unlink_entry(sh, e);
+            sh->bytes -= e->bytes;
+            FS_FREE(e);
+        }
         return;
     }
     /* What every matching subject must have: the filter's literal first
@@ -257,7 +296,6 @@ void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t f
     fs_error ignored;
     for (uint32_t i = 0; i < c->nshards; i++) {
         fs_cache_shard *sh = &c->shards[i];
-        shard_lock(sh);
         for (size_t k = 0; k < sh->count;) {
             const fs_summary *m = &sh->summ[k];
             if (m->ntoks < min_toks || (!rest && m->ntoks != ft->n) ||
@@ -270,12 +308,14 @@ void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t f
              * evicted: dropping an entry is always safe.  Evicting moves
              * the last summary into slot k, which is examined next. */
             if (fs_tokenize(d, e->subject, e->len, 0, &st, &ignored) != FS_OK ||
-                fs_tokens_match(d, filter, ft, e->subject, &st))
-                evict(sh, e);
-            else
+                fs_tokens_match(d, filter, ft, e->subject, &st)) {
+                unlink_entry(sh, e);
+                sh->bytes -= e->bytes;
+                FS_FREE(e);
+            } else {
                 k++;
+            }
         }
-        shard_unlock(sh);
     }
     fs_tokens_free(&st);
 }
@@ -285,13 +325,14 @@ void fs_cache_stats_get(fs_cache *c, fs_cache_stats *st)
     memset(st, 0, sizeof(*st));
     st->capacity = c->capacity;
     st->bytes = sizeof(fs_cache) + c->nshards * sizeof(fs_cache_shard);
+    st->hits = atomic_load_explicit(&c->hits, memory_order_relaxed);
+    st->misses = atomic_load_explicit(&c->misses, memory_order_relaxed);
     for (uint32_t i = 0; i < c->nshards; i++) {
         fs_cache_shard *sh = &c->shards[i];
         shard_lock(sh);
         st->entries += sh->count;
-        st->hits += sh->hits;
-        st->misses += sh->misses;
-        st->bytes += sh->bytes + sizeof(fs_centry *) * sh->nbuckets;
+        st->bytes += sh->bytes + sizeof(*sh->buckets) * sh->nbuckets
+                   + sizeof(fs_summary) * sh->capacity;
         shard_unlock(sh);
     }
 }

@@ -1,18 +1,30 @@
-/* fs_cache.h - an LRU cache of match results, keyed by subject.
+/* fs_cache.h - a CLOCK cache of match results, keyed by subject.
  *
  *   cache ─► shard[0..S)   (S a power of two; a subject's shard is picked
  *              │             by the top bits of its hash)
- *              ├─ spinlock
- *              ├─ buckets ─► entry ─► entry        (chained by hash)
- *              └─ LRU list: head (newest) <-> ... <-> tail (oldest)
+ *              ├─ buckets ─► entry ─► entry   (chains read without a lock)
+ *              ├─ ring: summary[0..count)     (what the CLOCK hand sweeps
+ *              │                               and invalidation scans)
+ *              ├─ spinlock                    (fills and evictions only)
+ *              └─ retired ─► entry ─► ...     (evicted by a fill; freed later)
  *
  *   entry: one allocation holding the subject bytes and a private copy of
- *          its fs_result (ids, groups, arena), so a hit needs no trie walk.
+ *          its fs_result (ids, groups, arena), so a hit needs no index walk.
  *
- * Lookups and fills happen while the index's read lock is held; insert and
- * remove call fs_cache_invalidate under the write lock, which evicts exactly
- * the entries whose subject the changed filter matches (never a flush).
- * Sharding keeps threads of one batch off each other's locks.
+ * Why CLOCK and not LRU: a hit must write nothing that other threads share,
+ * or cached workloads stop scaling with threads (an LRU relinks on every
+ * hit, under a lock).  Here a hit reads the bucket chain with acquire loads
+ * and sets its entry's reference bit only when it is clear; hit and miss
+ * counts go to a caller's tally, added to the shared counters once per call.
+ *
+ * Lifetimes, with the index's lock (the caller's):
+ *  - lookups and fills run under the read lock.  A fill that evicts cannot
+ *    free the victim (a reader may be on it): it unlinks it and retires it.
+ *  - invalidation (insert/remove) runs under the write lock: no reader is
+ *    inside, so it frees what it evicts, and every retired entry.
+ *  - fs_cache_reclaim frees the retired entries; the index calls it under
+ *    its write lock, after reads that left more than fs_cache_should_reclaim
+ *    allows.
  */
 #ifndef FS_CACHE_H
 #define FS_CACHE_H
@@ -28,29 +40,40 @@ typedef struct fs_cache fs_cache;
 typedef struct {
     uint64_t entries, capacity, hits, misses, bytes;
 } fs_cache_stats;
-typedef struct fs_cache_shard fs_cache_shard;
+
+/* A caller's own hit and miss counts (on its stack): added to the cache's
+ * counters by fs_cache_tally_flush, once per call rather than per lookup. */
+typedef struct {
+    uint64_t hits, misses;
+} fs_cache_tally;
 
 /* A cache bounded by capacity entries (>= 1).  NULL when out of memory. */
 fs_cache *fs_cache_new(size_t capacity);
 void fs_cache_free(fs_cache *c);
 
-/* Look the subject up.  On a hit returns its result and leaves the shard
- * locked in *held: the caller reads the result, then calls
- * fs_cache_release(*held).  On a miss returns NULL with nothing locked.
- * count: whether this lookup counts in the hit/miss statistics. */
+/* Look the subject up (under the index's read or write lock).  Returns its
+ * result, valid until the caller releases that lock, or NULL on a miss.
+ * Counts into *tally. */
 const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t hash,
-                              int count, fs_cache_shard **held);
-void fs_cache_release(fs_cache_shard *held);
+                              fs_cache_tally *tally);
+void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally);
 
-/* Store a copy of r for the subject (evicting the least recently used
- * entry when full).  Out of memory just leaves it uncached. */
+/* Store a copy of r for the subject (under the read lock), evicting by
+ * CLOCK when the shard is full.  Out of memory just leaves it uncached. */
 void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
                   const fs_tokens *t, const fs_result *r);
 
-/* Evict every entry whose subject the filter (tokens ft) matches.  literal:
- * the filter has no wildcard, so only the entry for that exact subject can
- * match.  Wildcard filters scan each shard's dense summary array (first and
- * last token hashes, token count) and look closer only at candidates. */
+/* Whether enough evicted entries wait to be freed that the index should
+ * take its write lock and call fs_cache_reclaim (any lock or none). */
+int fs_cache_should_reclaim(fs_cache *c);
+/* Free the retired entries.  Only under the index's write lock. */
+void fs_cache_reclaim(fs_cache *c);
+
+/* Evict every entry whose subject the filter (tokens ft) matches, under the
+ * index's write lock.  literal: the filter has no wildcard, so only the
+ * entry for that exact subject can match.  Wildcard filters scan each
+ * shard's dense summary ring (first and last token hashes, token count) and
+ * look closer only at candidates. */
 void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t flen,
                          const fs_tokens *ft, int literal);
 

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "fs_cache.h"
 #include "fs_shape.h"
 #include "sublist.h"
 
@@ -72,7 +73,7 @@ struct fs_sublist {
     fs_node *root;        /* the trie: filters with a wildcard */
     fs_level literals;    /* whole literal filters -> entry (parent NULL) */
     fs_shapes shapes;     /* filters with wildcards, by shape (fs_shape.c) */
-    fs_cache *cache;      /* LRU of match results; NULL when disabled */
+    fs_cache *cache;      /* CLOCK cache of match results; NULL when disabled */
     uint64_t count;       /* subscriptions */
     uint64_t nodes;
     uint64_t mem;         /* bytes allocated for the index */
@@ -154,6 +155,11 @@ int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k,
 /* A hash identifying a result group (NATS: its name; MQTT: name and filter),
  * stable across processes: queue picks are made from it. */
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
+/* Release the read lock at the end of a call that used the cache: flush the
+ * call's hit/miss tally and free evicted entries when enough wait (that
+ * briefly takes the write lock).  fs_reclaim_cache does the latter alone. */
+void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally);
+void fs_reclaim_cache(fs_sublist *sl);
 /* Add to the match statistics (thread-safe). */
 void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max);
 

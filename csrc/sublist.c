@@ -458,21 +458,42 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
     return rc;
 }
 
+void fs_reclaim_cache(fs_sublist *sl)
+{
+    pthread_rwlock_wrlock(&sl->lock);
+    if (sl->cache)
+        fs_cache_reclaim(sl->cache);
+    pthread_rwlock_unlock(&sl->lock);
+}
+
+/* End of a read-locked call that may have filled the cache: flush its
+ * tally, then release the read lock, then free evicted entries if enough
+ * wait (that needs the write lock: no reader may still be on them). */
+void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
+{
+    int reclaim = 0;
+    if (sl->cache) {
+        fs_cache_tally_flush(sl->cache, tally);
+        reclaim = fs_cache_should_reclaim(sl->cache);
+    }
+    pthread_rwlock_unlock(&sl->lock);
+    if (reclaim)
+        fs_reclaim_cache(sl);
+}
+
 int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
                      fs_scratch *sc, fs_result *r, fs_error *err)
 {
     uint32_t hash = fs_hash(subject, len);
     int rc;
+    fs_cache_tally tally = {0, 0};
     pthread_rwlock_rdlock(&sl->lock);
-    fs_cache_shard *held;
-    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, 1, &held) : NULL;
-    if (cached) {
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    if (cached)
         rc = fs_result_copy(r, cached);
-        fs_cache_release(held);
-    } else {
+    else
         rc = fs_compute_locked(sl, subject, len, hash, sc, r, err);
-    }
-    pthread_rwlock_unlock(&sl->lock);
+    fs_read_done(sl, &tally);
     if (rc == FS_OK)
         count_match(sl, r->nids);
     return rc;
@@ -485,13 +506,12 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     *nplain = *nqueue = 0;
     uint32_t hash = fs_hash(subject, len);
     int rc = FS_OK;
+    fs_cache_tally tally = {0, 0};
     pthread_rwlock_rdlock(&sl->lock);
-    fs_cache_shard *held;
-    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, 1, &held) : NULL;
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
     if (cached) {
         *nplain = cached->nplain;
         *nqueue = cached->nids - cached->nplain;
-        fs_cache_release(held);
     } else if (sl->cache) {
         /* Fill the cache: the next question about this subject is cheap. */
         fs_result r;
@@ -511,7 +531,7 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
                 *nqueue += n->groups[gi].n;
         }
     }
-    pthread_rwlock_unlock(&sl->lock);
+    fs_read_done(sl, &tally);
     if (rc == FS_OK)
         count_match(sl, *nplain + *nqueue);
     return rc;

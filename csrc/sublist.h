@@ -10,7 +10,7 @@
  *               │   level ─┬─ "orders" ─► node ─► level ...
  *               │          ├─ one  ─► node      ('*' / '+')
  *               │          └─ rest ─► node      ('>' / '#')
- *               └─ cache: LRU of results by subject (fs_cache.h)
+ *               └─ cache: CLOCK cache of results by subject (fs_cache.h)
  *
  *   entry / node: plain subscription ids (sorted int64 array, inline when
  *   there is one) and queue groups (name + sorted member ids); an entry
@@ -133,7 +133,7 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
 
 void fs_sublist_stats(fs_sublist *sl, fs_stats *st);
 
-/* Give the index an LRU result cache of `capacity` entries, replacing any
+/* Give the index a result cache of `capacity` entries, replacing any
  * it had (0: no cache).  FS_OK or FS_ENOMEM (the old cache is kept). */
 int fs_sublist_set_cache(fs_sublist *sl, size_t capacity);
 
