@@ -122,7 +122,7 @@ test-tsan: venv
 
 # The C core built for Windows with mingw-w64 (a Debian package, installed
 # when missing), under the same warnings as setup.py's `strict` flags plus
-# -Wvla (MSVC has no VLAs): every csrc/*.c compiled twice, as gcc/clang
+# what MSVC's C would reject (-Wvla, -Wpedantic: GNU extensions): every csrc/*.c compiled twice, as gcc/clang
 # see it and with FS_BITS_PORTABLE (fs_bits.h's MSVC side, on mingw's
 # intrinsic headers).  Then: only csrc/fs_sys.[ch] may name pthreads or
 # Win32 (grep, and no POSIX thread header in any file's includes), and
@@ -131,7 +131,7 @@ test-tsan: venv
 # slow to create, is kept in build/wine-prefix).
 XWIN_CC := x86_64-w64-mingw32-gcc
 XWIN_DIR := build/cross-windows
-XWIN_CFLAGS := -std=c11 -Wall -Wextra -Wconversion -Wshadow -Werror -Wvla -O2 -Icsrc
+XWIN_CFLAGS := -std=c11 -Wall -Wextra -Wconversion -Wshadow -Werror -Wvla -Wpedantic -O2 -Icsrc
 XWIN_OS_NAMES := pthread|sched_yield|clock_gettime|sysconf|<windows\.h>|<unistd\.h>|SRWLock|ConditionVariable|CreateThread|_beginthread|WaitForSingleObject|InitOnce|Fls[A-Z]|Tls[A-Z]|SwitchToThread
 WINE ?= $(firstword $(shell command -v wine64 wine 2>/dev/null) $(wildcard /usr/lib/wine/wine64))
 cross-windows:
