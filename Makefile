@@ -122,13 +122,15 @@ test-tsan: venv
 
 # The C core built for Windows with mingw-w64 (a Debian package, installed
 # when missing), under the same warnings as setup.py's `strict` flags plus
-# what MSVC's C would reject (-Wvla, -Wpedantic: GNU extensions): every csrc/*.c compiled twice, as gcc/clang
-# see it and with FS_BITS_PORTABLE (fs_bits.h's MSVC side, on mingw's
-# intrinsic headers).  Then: only csrc/fs_sys.[ch] may name pthreads or
-# Win32 (grep, and no POSIX thread header in any file's includes), and
-# tests/sys_smoke.c (the thread layer's Win32 side and a threaded batch
-# with writers) is linked and, when Wine is installed, run (its prefix,
-# slow to create, is kept in build/wine-prefix).
+# what MSVC's C would reject (-Wvla; -Wpedantic for GNU extensions).  Every
+# csrc/*.c is compiled twice: as gcc/clang see it, and with FS_BITS_PORTABLE
+# (fs_bits.h's MSVC side, on mingw's intrinsic headers).  Then: only
+# csrc/fs_sys.[ch] may name pthreads or Win32 (a grep, and no POSIX thread
+# header among any file's includes), and tests/sys_smoke.c (the thread
+# layer's Win32 side, and a threaded batch with writers) is linked and,
+# when Wine is installed, run.  Wine is optional (a large install): without
+# it the target says the smoke test was not run.  Its prefix, slow to
+# create, is kept in build/wine-prefix.
 XWIN_CC := x86_64-w64-mingw32-gcc
 XWIN_DIR := build/cross-windows
 XWIN_CFLAGS := -std=c11 -Wall -Wextra -Wconversion -Wshadow -Werror -Wvla -Wpedantic -O2 -Icsrc
