@@ -98,7 +98,8 @@ test-sanitize-clang: venv clang-deps
 # libtsan preloaded into the (uninstrumented) python.  Any report fails the
 # run (exit code 66).  tests/tsan.supp is for CPython-internal reports only
 # (none so far).  First a self-check: a deliberate race in a small library
-# called from Python must be reported, or the set-up is blind.
+# called from Python must be reported, or the set-up is blind.  Then the
+# thread layer's C smoke test (tests/sys_smoke.c, pthread side) under TSan.
 TSAN_DIR := build/tsan
 TSAN_ENV = PYTHONPATH=$(CURDIR)/$(TSAN_DIR)/src PYTHONMALLOC=malloc \
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp exitcode=66 second_deadlock_stack=1" \
@@ -116,6 +117,9 @@ test-tsan: venv
 	        2>$(TSAN_DIR)/canary.log || ! grep -q "ThreadSanitizer: data race" $(TSAN_DIR)/canary.log; then \
 	    echo "test-tsan: the deliberate race was not reported: the set-up is blind"; exit 1; \
 	else echo "test-tsan: self-check ok (the deliberate race was reported)"; fi
+	gcc -std=c11 -D_GNU_SOURCE -pthread -fsanitize=thread -O1 -g -Icsrc $(sort $(wildcard csrc/*.c)) \
+	    tests/sys_smoke.c -o $(TSAN_DIR)/sys_smoke
+	TSAN_OPTIONS="exitcode=66" $(TSAN_DIR)/sys_smoke
 	$(TSAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(TSAN_DIR)' in c.__file__, c.__file__"
 	$(TSAN_ENV) $(PY) -m pytest -q -p no:cacheprovider $(TSAN_TESTS) $(PYTEST_ARGS)
 .PHONY: test-tsan

@@ -1,13 +1,13 @@
 /* sys_smoke.c - a C smoke test of the thread layer (csrc/fs_sys.h) and of
- * the core on top of it, built from csrc/ for Windows by
- * `make cross-windows` and run there under Wine when Wine is installed
- * (on Linux the Python suite covers the same ground through the
- * extension).  It checks what the Win32 side implements on its own: the
- * reader/writer lock under contention, a condition-variable wait with a
- * deadline, threads, once, the thread-exit destructor, and a threaded
- * batch (fs_batch_*) against the same batch on one thread, with writers
- * and the result cache running alongside.  Prints "ok" and exits 0, or
- * names the first failed check and exits 1. */
+ * the core on top of it, built from csrc/: for Windows by
+ * `make cross-windows` (run under Wine when Wine is installed), and
+ * natively under ThreadSanitizer by `make test-tsan`.  It checks what each
+ * side implements on its own: the reader/writer lock under contention, a
+ * condition-variable wait with a deadline, threads, once, the thread-exit
+ * destructor, and a threaded batch (fs_batch_*) against the same batch on
+ * one thread, with writers and the result cache running alongside.  Prints
+ * "ok" and exits 0, or names the first failed check and exits 1. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,14 +78,14 @@ static void tls_user(void *arg)
 /* ---- a threaded batch against the one-thread answer */
 
 static fs_sublist *sl;
-static volatile int stop_writers;
+static atomic_int stop_writers;
 
 static void writer(void *arg)
 {
     (void)arg;
     char f[64];
     fs_error err;
-    for (int i = 0; !stop_writers; i = (i + 1) % 500) {
+    for (int i = 0; !atomic_load(&stop_writers); i = (i + 1) % 500) {
         int n = snprintf(f, sizeof f, "churn.%d.>", i);
         fs_spec s = {f, (size_t)n, NULL, 0, 1000000 + i};
         fs_sublist_insert(sl, &s, &err);
@@ -162,7 +162,7 @@ int main(void)
             ;
         CHECK(fs_batch_finish(job, &out[k]) == FS_OK);
     }
-    stop_writers = 1;
+    atomic_store(&stop_writers, 1);
     for (int i = 0; i < 2; i++)
         fs_thread_join(&w[i]);
     CHECK(out[0].n > 0 && out[0].n == out[1].n);
