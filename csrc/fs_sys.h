@@ -31,8 +31,10 @@
 #endif
 #include <windows.h>
 #else
+#include <assert.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 #endif
 
@@ -47,7 +49,7 @@ static inline void fs_rwlock_rdlock(fs_rwlock *l) { AcquireSRWLockShared(l); }
 static inline void fs_rwlock_rdunlock(fs_rwlock *l) { ReleaseSRWLockShared(l); }
 static inline void fs_rwlock_wrlock(fs_rwlock *l) { AcquireSRWLockExclusive(l); }
 static inline void fs_rwlock_wrunlock(fs_rwlock *l) { ReleaseSRWLockExclusive(l); }
-#else
+#elif defined(NDEBUG)
 typedef pthread_rwlock_t fs_rwlock;
 static inline int fs_rwlock_init(fs_rwlock *l) { return pthread_rwlock_init(l, NULL) == 0 ? 0 : -1; }
 static inline void fs_rwlock_destroy(fs_rwlock *l) { pthread_rwlock_destroy(l); }
@@ -55,6 +57,38 @@ static inline void fs_rwlock_rdlock(fs_rwlock *l) { pthread_rwlock_rdlock(l); }
 static inline void fs_rwlock_rdunlock(fs_rwlock *l) { pthread_rwlock_unlock(l); }
 static inline void fs_rwlock_wrlock(fs_rwlock *l) { pthread_rwlock_wrlock(l); }
 static inline void fs_rwlock_wrunlock(fs_rwlock *l) { pthread_rwlock_unlock(l); }
+#else
+/* Debug builds (the sanitizer and TSan runs among them) remember whether a
+ * writer holds the lock and assert that each unlock matches its lock:
+ * pthreads has one unlock for both, so a wrong one would pass every test
+ * here and corrupt an SRWLOCK on Windows. */
+typedef struct {
+    pthread_rwlock_t l;
+    atomic_int writer;     /* 1 while write-locked; read under the lock */
+} fs_rwlock;
+static inline int fs_rwlock_init(fs_rwlock *l)
+{
+    atomic_init(&l->writer, 0);
+    return pthread_rwlock_init(&l->l, NULL) == 0 ? 0 : -1;
+}
+static inline void fs_rwlock_destroy(fs_rwlock *l) { pthread_rwlock_destroy(&l->l); }
+static inline void fs_rwlock_rdlock(fs_rwlock *l) { pthread_rwlock_rdlock(&l->l); }
+static inline void fs_rwlock_rdunlock(fs_rwlock *l)
+{
+    assert(atomic_load_explicit(&l->writer, memory_order_relaxed) == 0 && "read unlock of a write lock");
+    pthread_rwlock_unlock(&l->l);
+}
+static inline void fs_rwlock_wrlock(fs_rwlock *l)
+{
+    pthread_rwlock_wrlock(&l->l);
+    atomic_store_explicit(&l->writer, 1, memory_order_relaxed);
+}
+static inline void fs_rwlock_wrunlock(fs_rwlock *l)
+{
+    assert(atomic_load_explicit(&l->writer, memory_order_relaxed) == 1 && "write unlock of a read lock");
+    atomic_store_explicit(&l->writer, 0, memory_order_relaxed);
+    pthread_rwlock_unlock(&l->l);
+}
 #endif
 
 /* ---------------------------------------------------- mutex, cond */
