@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: all venv build test test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean
+.PHONY: all venv build test test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows
 
 all: build
 
@@ -33,6 +33,7 @@ build: venv
 # tests again under AddressSanitizer + UndefinedBehaviorSanitizer (gcc, then
 # clang), then a short run of each fuzzer.
 test: system-deps build
+	$(MAKE) --no-print-directory cross-windows
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-sanitize
 	$(MAKE) --no-print-directory test-sanitize-clang
@@ -97,7 +98,8 @@ test-sanitize-clang: venv clang-deps
 # libtsan preloaded into the (uninstrumented) python.  Any report fails the
 # run (exit code 66).  tests/tsan.supp is for CPython-internal reports only
 # (none so far).  First a self-check: a deliberate race in a small library
-# called from Python must be reported, or the set-up is blind.
+# called from Python must be reported, or the set-up is blind.  Then the
+# thread layer's C smoke test (tests/sys_smoke.c, pthread side) under TSan.
 TSAN_DIR := build/tsan
 TSAN_ENV = PYTHONPATH=$(CURDIR)/$(TSAN_DIR)/src PYTHONMALLOC=malloc \
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp exitcode=66 second_deadlock_stack=1" \
@@ -115,9 +117,55 @@ test-tsan: venv
 	        2>$(TSAN_DIR)/canary.log || ! grep -q "ThreadSanitizer: data race" $(TSAN_DIR)/canary.log; then \
 	    echo "test-tsan: the deliberate race was not reported: the set-up is blind"; exit 1; \
 	else echo "test-tsan: self-check ok (the deliberate race was reported)"; fi
+	gcc -std=c11 -D_GNU_SOURCE -pthread -fsanitize=thread -O1 -g -Icsrc $(sort $(wildcard csrc/*.c)) \
+	    tests/sys_smoke.c -o $(TSAN_DIR)/sys_smoke
+	TSAN_OPTIONS="exitcode=66" $(TSAN_DIR)/sys_smoke
 	$(TSAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(TSAN_DIR)' in c.__file__, c.__file__"
 	$(TSAN_ENV) $(PY) -m pytest -q -p no:cacheprovider $(TSAN_TESTS) $(PYTEST_ARGS)
 .PHONY: test-tsan
+
+# The C core built for Windows with mingw-w64 (a Debian package, installed
+# when missing), under the same warnings as setup.py's `strict` flags plus
+# what MSVC's C would reject (-Wvla; -Wpedantic for GNU extensions).  Every
+# csrc/*.c is compiled twice: as gcc/clang see it, and with FS_BITS_PORTABLE
+# (fs_bits.h's MSVC side, on mingw's intrinsic headers).  Then: only
+# csrc/fs_sys.[ch] may name pthreads or Win32 (a grep, and no POSIX thread
+# header among any file's includes), and tests/sys_smoke.c (the thread
+# layer's Win32 side, and a threaded batch with writers) is linked and,
+# when Wine is installed, run.  Wine is optional (a large install): without
+# it the target says the smoke test was not run.  Its prefix, slow to
+# create, is kept in build/wine-prefix.
+XWIN_CC := x86_64-w64-mingw32-gcc
+XWIN_DIR := build/cross-windows
+XWIN_CFLAGS := -std=c11 -Wall -Wextra -Wconversion -Wshadow -Werror -Wvla -Wpedantic -O2 -Icsrc
+XWIN_OS_NAMES := pthread|sched_yield|clock_gettime|sysconf|<windows\.h>|<unistd\.h>|SRWLock|ConditionVariable|CreateThread|_beginthread|WaitForSingleObject|InitOnce|Fls[A-Z]|Tls[A-Z]|SwitchToThread
+WINE ?= $(firstword $(shell command -v wine64 wine 2>/dev/null) $(wildcard /usr/lib/wine/wine64))
+cross-windows:
+	@if ! command -v $(XWIN_CC) >/dev/null 2>&1; then \
+	    echo "installing mingw-w64 (Debian package)"; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mingw-w64 >/dev/null; \
+	fi
+	@rm -rf $(XWIN_DIR) && mkdir -p $(XWIN_DIR)/builtin $(XWIN_DIR)/portable
+	@for f in csrc/*.c; do \
+	    o=$$(basename $$f .c).o; \
+	    $(XWIN_CC) $(XWIN_CFLAGS) -MMD -MF $(XWIN_DIR)/$$o.d -c $$f -o $(XWIN_DIR)/builtin/$$o || exit 1; \
+	    $(XWIN_CC) $(XWIN_CFLAGS) -DFS_BITS_PORTABLE -c $$f -o $(XWIN_DIR)/portable/$$o || exit 1; \
+	done
+	@if grep -nE '$(XWIN_OS_NAMES)' $(filter-out csrc/fs_sys.c csrc/fs_sys.h,$(wildcard csrc/*.[ch])); then \
+	    echo "cross-windows: only csrc/fs_sys.[ch] may name pthreads or Win32 (above)"; exit 1; fi
+	@$(XWIN_CC) $(XWIN_CFLAGS) -M csrc/*.c | grep -E '(pthread|sched|unistd)[^ ]*\.h' \
+	    && { echo "cross-windows: a POSIX thread header is included (above)"; exit 1; } || true
+	@$(XWIN_CC) $(XWIN_CFLAGS) -static csrc/*.c tests/sys_smoke.c -o $(XWIN_DIR)/sys_smoke.exe
+	@$(XWIN_CC) $(XWIN_CFLAGS) -DFS_BITS_PORTABLE -static csrc/*.c tests/sys_smoke.c -o $(XWIN_DIR)/sys_smoke_portable.exe
+	@echo "cross-windows: $(words $(wildcard csrc/*.c)) files x 2 compiled for x86_64 Windows, smoke test linked"
+	@if [ -n "$(WINE)" ]; then \
+	    for exe in sys_smoke sys_smoke_portable; do \
+	        WINEPREFIX=$(CURDIR)/build/wine-prefix WINEDEBUG=-all $(WINE) $(XWIN_DIR)/$$exe.exe 2>$(XWIN_DIR)/$$exe.log \
+	            | tr -d '\r' | grep -qx ok || { echo "cross-windows: $$exe.exe failed under Wine:"; cat $(XWIN_DIR)/$$exe.log; exit 1; }; \
+	    done; echo "cross-windows: the smoke test passed under Wine ($(WINE))"; \
+	else echo "cross-windows: Wine is not installed: the smoke test was linked, not run (apt-get install wine64 to run it)"; fi
 
 demo: build
 	$(VENV)/bin/fastsub demo

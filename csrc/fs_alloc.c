@@ -3,13 +3,15 @@
 
 #include <stdlib.h>
 
+#include "fs_bits.h"
+
 static uint64_t fail_at;      /* 0: injection off; else the attempt number to fail */
 static uint64_t attempts;     /* allocation attempts since fs_fault_inject() */
 static uint64_t injected;     /* failures injected since fs_fault_inject() */
 
 static int should_fail(void)
 {
-    if (__builtin_expect(fail_at == 0, 1))
+    if (FS_LIKELY(fail_at == 0))
         return 0;
     if (++attempts == fail_at) {
         injected++;

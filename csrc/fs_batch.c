@@ -1,14 +1,13 @@
 /* fs_batch.c - batch matching, on one thread or several (see fs_batch.h). */
 #include "fs_batch.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 #include "fs_alloc.h"
+#include "fs_bits.h"
 #include "fs_cache.h"
 #include "fs_internal.h"
+#include "fs_sys.h"
 
 /* Rows per read-lock hold: writers wait at most this long, and a cancel
  * request is seen this often. */
@@ -247,14 +246,14 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
         if (need_hash) {
             r->hash = fs_hash_within(r->s, r->len, r->s + r->len);
             if (lit->count)
-                __builtin_prefetch(&lit->slots[r->hash & (lit->cap - 1)]);
+                FS_PREFETCH(&lit->slots[r->hash & (lit->cap - 1)]);
         }
         uint32_t nt = t->n;
         uint64_t bits = S->probe[nt > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : nt];
         if (mqtt && r->s[0] == '$')
             for (uint64_t w = bits; w; w &= w - 1)
-                if (S->shape[__builtin_ctzll(w)]->first_wild)
-                    bits &= ~(1ull << __builtin_ctzll(w));
+                if (S->shape[fs_ctz64(w)]->first_wild)
+                    bits &= ~(1ull << fs_ctz64(w));
         r->shapes = bits;
         if (!bits)
             continue;
@@ -263,10 +262,10 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
         fs_shape_mixes(t->tok, need, m, P);
         uint32_t q = 0;
         for (uint64_t w = bits; w; w &= w - 1, q++) {
-            const fs_shape *sh = S->shape[__builtin_ctzll(w)];
+            const fs_shape *sh = S->shape[fs_ctz64(w)];
             uint64_t key = fs_shape_subject_key(sh, m, P);
             r->keys[q] = key;
-            __builtin_prefetch(&sh->table.slots[(uint32_t)key & (sh->table.cap - 1)]);
+            FS_PREFETCH(&sh->table.slots[(uint32_t)key & (sh->table.cap - 1)]);
         }
     }
     return FS_OK;
@@ -283,15 +282,15 @@ static void fetch_entries(const fs_sublist *sl, size_t n, const block *b, int ne
         if (need_hash && lit->count) {
             const fs_slot *e = &lit->slots[r->hash & (lit->cap - 1)];
             if (e->node && e->hash == r->hash)
-                __builtin_prefetch(e->node);
+                FS_PREFETCH(e->node);
         }
         uint32_t q = 0;
         for (uint64_t w = r->shapes; w; w &= w - 1, q++) {
-            const fs_level *L = &S->shape[__builtin_ctzll(w)]->table;
+            const fs_level *L = &S->shape[fs_ctz64(w)]->table;
             const fs_slot *e = &L->slots[(uint32_t)r->keys[q] & (L->cap - 1)];
             if (e->node && e->hash == (uint32_t)r->keys[q]) {
-                __builtin_prefetch(e->node);
-                __builtin_prefetch((const char *)e->node + 64);
+                FS_PREFETCH(e->node);
+                FS_PREFETCH((const char *)e->node + 64);
             }
         }
     }
@@ -311,7 +310,7 @@ static int collect_row(const fs_sublist *sl, const row_plan *r, const fs_tokens 
     }
     uint32_t q = 0;
     for (uint64_t w = r->shapes; w; w &= w - 1, q++) {
-        const fs_node *e = fs_shape_probe(S->shape[__builtin_ctzll(w)], r->keys[q], sep, r->s, t->tok, end);
+        const fs_node *e = fs_shape_probe(S->shape[fs_ctz64(w)], r->keys[q], sep, r->s, t->tok, end);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
     }
@@ -344,7 +343,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
             break;
         }
         size_t stop = end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : end;
-        pthread_rwlock_rdlock(&sl->lock);
+        fs_rwlock_rdlock(&sl->lock);
         int cached_index = sl->cache != NULL;
         /* The whole-subject hash serves the literal table and the cache. */
         int need_hash = cached_index || sl->literals.count || keys == NULL;
@@ -422,7 +421,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
 
 typedef struct {
     struct fs_batch_job *job;
-    pthread_t thread;
+    fs_thread thread;
     int started;
     size_t begin, end;
     fs_idbuf out;
@@ -437,8 +436,8 @@ struct fs_batch_job {
     int64_t *row_end;
     uint8_t *invalid;
     atomic_int cancel;
-    pthread_mutex_t mu;
-    pthread_cond_t done;
+    fs_mutex mu;
+    fs_cond done;
     unsigned running, nparts, nstarted, matched;
     /* The output: sized once every part has matched, then each thread
      * copies its own ids in -- in parallel, never one thread
@@ -467,7 +466,7 @@ static void gather_locked(fs_batch_job *job)
         job->out.n = total;
     job->gather_rc = rc;
     job->gathered = 1;
-    pthread_cond_broadcast(&job->done);
+    fs_cond_broadcast(&job->done);
 }
 
 /* Move a part's ids to their place in the output and make its row ends
@@ -481,27 +480,26 @@ static void place_part(fs_batch_job *job, batch_part *p)
     fs_idbuf_free(&p->out);
 }
 
-static void *part_main(void *arg)
+static void part_main(void *arg)
 {
     batch_part *p = arg;
     fs_batch_job *job = p->job;
     p->rc = fs_match_rows(job->sl, &job->subjects, job->has_keys ? &job->keys : NULL,
                           p->begin, p->end, job->queues, job->dedupe, job->row_end + p->begin,
                           job->invalid + p->begin, &p->out, &job->cancel);
-    pthread_mutex_lock(&job->mu);
+    fs_mutex_lock(&job->mu);
     if (++job->matched == job->nstarted)
         gather_locked(job);
     while (!job->gathered)
-        pthread_cond_wait(&job->done, &job->mu);
+        fs_cond_wait(&job->done, &job->mu);
     int ok = job->gather_rc == FS_OK;
-    pthread_mutex_unlock(&job->mu);
+    fs_mutex_unlock(&job->mu);
     if (ok)
         place_part(job, p);
-    pthread_mutex_lock(&job->mu);
+    fs_mutex_lock(&job->mu);
     job->running--;
-    pthread_cond_broadcast(&job->done);
-    pthread_mutex_unlock(&job->mu);
-    return NULL;
+    fs_cond_broadcast(&job->done);
+    fs_mutex_unlock(&job->mu);
 }
 
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
@@ -525,8 +523,8 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
     job->row_end = row_end;
     job->invalid = invalid;
     atomic_init(&job->cancel, 0);
-    pthread_mutex_init(&job->mu, NULL);
-    pthread_cond_init(&job->done, NULL);
+    fs_mutex_init(&job->mu);
+    fs_cond_init(&job->done);
     job->nparts = nthreads;
     for (unsigned t = 0; t < nthreads; t++) {
         batch_part *p = &job->parts[t];
@@ -534,11 +532,11 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
         p->begin = n * t / nthreads;
         p->end = n * (t + 1) / nthreads;
     }
-    pthread_mutex_lock(&job->mu);
+    fs_mutex_lock(&job->mu);
     for (unsigned t = 0; t < nthreads; t++) {
         batch_part *p = &job->parts[t];
         job->running++;
-        if (pthread_create(&p->thread, NULL, part_main, p) != 0) {
+        if (fs_thread_start(&p->thread, part_main, p) != 0) {
             job->running--;
             p->rc = FS_ENOMEM;
             atomic_store(&job->cancel, 1);
@@ -547,25 +545,18 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
         p->started = 1;
         job->nstarted++;
     }
-    pthread_mutex_unlock(&job->mu);
+    fs_mutex_unlock(&job->mu);
     return job;
 }
 
 int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)(timeout_ms / 1000);
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&job->mu);
-    while (job->running && pthread_cond_timedwait(&job->done, &job->mu, &until) != ETIMEDOUT)
+    fs_deadline until = fs_deadline_in(timeout_ms);
+    fs_mutex_lock(&job->mu);
+    while (job->running && fs_cond_wait_until(&job->done, &job->mu, &until))
         ;
     int finished = job->running == 0;
-    pthread_mutex_unlock(&job->mu);
+    fs_mutex_unlock(&job->mu);
     return finished;
 }
 
@@ -575,7 +566,7 @@ int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
 {
     for (unsigned t = 0; t < job->nparts; t++)
         if (job->parts[t].started)
-            pthread_join(job->parts[t].thread, NULL);
+            fs_thread_join(&job->parts[t].thread);
     if (!job->gathered)              /* no thread ran: they could not be started */
         gather_locked(job);
     int rc = job->gather_rc;
@@ -584,8 +575,8 @@ int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
         fs_idbuf_free(out);
     for (unsigned t = 0; t < job->nparts; t++)
         fs_idbuf_free(&job->parts[t].out);
-    pthread_mutex_destroy(&job->mu);
-    pthread_cond_destroy(&job->done);
+    fs_mutex_destroy(&job->mu);
+    fs_cond_destroy(&job->done);
     FS_FREE(job);
     return rc;
 }

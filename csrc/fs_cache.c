@@ -1,12 +1,12 @@
 /* fs_cache.c - sharded CLOCK cache of match results (see fs_cache.h). */
 #include "fs_cache.h"
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "fs_alloc.h"
 #include "fs_result.h"
+#include "fs_sys.h"
 
 typedef struct fs_centry fs_centry;
 struct fs_centry {
@@ -55,7 +55,7 @@ static void shard_lock(fs_cache_shard *sh)
     unsigned spins = 0;
     while (atomic_flag_test_and_set_explicit(&sh->lock, memory_order_acquire))
         if (++spins % 64 == 0)
-            sched_yield();
+            fs_yield();
 }
 
 static void shard_unlock(fs_cache_shard *sh)

@@ -4,12 +4,13 @@
 #ifndef FS_INTERNAL_H
 #define FS_INTERNAL_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "fs_cache.h"
+#include "fs_bits.h"
 #include "fs_shape.h"
+#include "fs_sys.h"
 #include "sublist.h"
 
 typedef struct fs_cache fs_cache;
@@ -68,7 +69,7 @@ typedef struct {
 } fs_shapes;
 
 struct fs_sublist {
-    pthread_rwlock_t lock;
+    fs_rwlock lock;
     fs_dialect dialect;
     fs_node *root;        /* the trie: filters with a wildcard */
     fs_level literals;    /* whole literal filters -> entry (parent NULL) */
@@ -204,7 +205,7 @@ static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *
 {
     uint64_t key = P[sh->ntoks];
     for (uint64_t w = sh->onemask; w; w &= w - 1)
-        key -= m[__builtin_ctzll(w)];
+        key -= m[fs_ctz64(w)];
     return key;
 }
 

@@ -344,10 +344,10 @@ int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
     uint64_t nlit = 0, ntrie = 0;
     *out = NULL;
     *len = 0;
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     fs_dialect dialect = sl->dialect;
     int rc = dump_locked(sl, &d, &nlit, &ntrie);
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_rdunlock(&sl->lock);
     FS_FREE(d.gs);
     if (rc == FS_OK)
         rc = wb_room(&d.w, FS_SERIAL_TRAILER);

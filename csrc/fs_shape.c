@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fs_alloc.h"
+#include "fs_bits.h"
 #include "fs_internal.h"
 
 int fs_shape_classify(const fs_tokens *t, fs_shape_of *out)
@@ -85,7 +86,7 @@ static int within_budget(const fs_sublist *sl, const fs_shape_of *of)
     probe_of.rest = of->rest;
     int mqtt = sl->dialect == FS_MQTT;
     for (uint32_t k = 1; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
-        if (applies(&probe_of, k, mqtt) && __builtin_popcountll(S->probe[k]) >= FS_SHAPE_MAX_PROBES)
+        if (applies(&probe_of, k, mqtt) && fs_popcount64(S->probe[k]) >= FS_SHAPE_MAX_PROBES)
             return 0;
     return 1;
 }
@@ -233,7 +234,7 @@ int fs_shapes_collect(const fs_sublist *sl, const char *s, size_t len, const fs_
     int dollar = sl->dialect == FS_MQTT && s[0] == '$';
     char sep = sl->dialect == FS_NATS ? '.' : '/';
     while (bits) {
-        const fs_shape *sh = S->shape[__builtin_ctzll(bits)];
+        const fs_shape *sh = S->shape[fs_ctz64(bits)];
         bits &= bits - 1;
         if (dollar && sh->first_wild)
             continue;

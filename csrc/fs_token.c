@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "fs_alloc.h"
+#include "fs_bits.h"
 
 void fs_tokens_init(fs_tokens *t)
 {
@@ -118,7 +119,7 @@ static const unsigned char mqtt_special[256] = {
 
 static inline uint64_t zero_bytes(uint64_t v) { return (v - ONES) & ~v & HIGHS; }
 
-static inline size_t first_flagged(uint64_t m) { return (size_t)__builtin_ctzll(m) >> 3; }
+static inline size_t first_flagged(uint64_t m) { return (size_t)fs_ctz64(m) >> 3; }
 
 static inline size_t nats_scan(const unsigned char *u, size_t i, size_t len)
 {

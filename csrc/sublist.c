@@ -5,13 +5,14 @@
  * layout. */
 #include "sublist.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "fs_alloc.h"
+#include "fs_bits.h"
 #include "fs_cache.h"
 #include "fs_internal.h"
+#include "fs_sys.h"
 
 fs_sublist *fs_sublist_new(fs_dialect d)
 {
@@ -27,7 +28,7 @@ fs_sublist *fs_sublist_new(fs_dialect d)
         return NULL;
     }
     sl->nodes = 0;  /* the root is not counted */
-    if (pthread_rwlock_init(&sl->lock, NULL) != 0) {
+    if (fs_rwlock_init(&sl->lock) != 0) {
         FS_FREE(sl->root);
         FS_FREE(sl);
         return NULL;
@@ -47,7 +48,7 @@ void fs_sublist_free(fs_sublist *sl)
     FS_FREE(sl->literals.slots);
     fs_shapes_free(sl);
     fs_cache_free(sl->cache);
-    pthread_rwlock_destroy(&sl->lock);
+    fs_rwlock_destroy(&sl->lock);
     FS_FREE(sl);
 }
 
@@ -55,17 +56,17 @@ fs_dialect fs_sublist_dialect(const fs_sublist *sl) { return sl->dialect; }
 
 uint64_t fs_sublist_count(fs_sublist *sl)
 {
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     uint64_t c = sl->count;
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_rdunlock(&sl->lock);
     return c;
 }
 
 uint64_t fs_sublist_generation(fs_sublist *sl)
 {
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     uint64_t g = sl->generation;
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_rdunlock(&sl->lock);
     return g;
 }
 
@@ -292,9 +293,9 @@ int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
     if (rc == FS_OK) {
         fs_growth g;
-        pthread_rwlock_wrlock(&sl->lock);
+        fs_rwlock_wrlock(&sl->lock);
         rc = insert_locked(sl, &t, &ps, spec->id, &g, 1);
-        pthread_rwlock_unlock(&sl->lock);
+        fs_rwlock_wrunlock(&sl->lock);
     }
     fs_tokens_free(&t);
     return rc;
@@ -307,9 +308,9 @@ int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     fs_tokens_init(&t);
     int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
     if (rc == FS_OK) {
-        pthread_rwlock_wrlock(&sl->lock);
+        fs_rwlock_wrlock(&sl->lock);
         rc = remove_locked(sl, &t, &ps, spec->id, 1);
-        pthread_rwlock_unlock(&sl->lock);
+        fs_rwlock_wrunlock(&sl->lock);
     }
     fs_tokens_free(&t);
     return rc;
@@ -334,7 +335,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
     fs_tokens_init(&t);
     int rc = FS_OK;
     size_t i;
-    pthread_rwlock_wrlock(&sl->lock);
+    fs_rwlock_wrlock(&sl->lock);
     uint64_t generation = sl->generation;
     for (i = 0; i < n; i++) {
         rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
@@ -368,7 +369,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
             if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
                 fs_cache_invalidate(sl->cache, sl->dialect, ps.filter, ps.filter_len, &t, ps.literal);
     }
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_wrunlock(&sl->lock);
     fs_tokens_free(&t);
     FS_FREE(fresh);
     FS_FREE(grew);
@@ -390,12 +391,12 @@ int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
             *bad = i;
     }
     if (rc == FS_OK) {
-        pthread_rwlock_wrlock(&sl->lock);
+        fs_rwlock_wrlock(&sl->lock);
         for (size_t i = 0; i < n; i++) {
             parse_spec(sl->dialect, &specs[i], &t, &ps, err);
             *changed += (size_t)remove_locked(sl, &t, &ps, specs[i].id, 1);
         }
-        pthread_rwlock_unlock(&sl->lock);
+        fs_rwlock_wrunlock(&sl->lock);
     }
     fs_tokens_free(&t);
     return rc;
@@ -460,10 +461,10 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
 
 void fs_reclaim_cache(fs_sublist *sl)
 {
-    pthread_rwlock_wrlock(&sl->lock);
+    fs_rwlock_wrlock(&sl->lock);
     if (sl->cache)
         fs_cache_reclaim(sl->cache);
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_wrunlock(&sl->lock);
 }
 
 /* End of a read-locked call that may have filled the cache: flush its
@@ -476,7 +477,7 @@ void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
         fs_cache_tally_flush(sl->cache, tally);
         reclaim = fs_cache_should_reclaim(sl->cache);
     }
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_rdunlock(&sl->lock);
     if (reclaim)
         fs_reclaim_cache(sl);
 }
@@ -487,7 +488,7 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
     uint32_t hash = fs_hash(subject, len);
     int rc;
     fs_cache_tally tally = {0, 0};
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
     if (cached)
         rc = fs_result_copy(r, cached);
@@ -507,7 +508,7 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     uint32_t hash = fs_hash(subject, len);
     int rc = FS_OK;
     fs_cache_tally tally = {0, 0};
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
     if (cached) {
         *nplain = cached->nplain;
@@ -540,9 +541,9 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
 int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
                             fs_scratch *sc, fs_error *err)
 {
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     int cached = sl->cache != NULL;
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_rdunlock(&sl->lock);
     if (cached) {
         /* With a cache the whole answer is worth computing: it is kept,
          * and the next question about this subject is one lookup. */
@@ -554,7 +555,7 @@ int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
     int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
     if (rc < 0)
         return rc;
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     if (sl->literals.count &&
         fs_level_find_within(&sl->literals, subject, (uint32_t)len, hash, subject + len)) {
         rc = 1;
@@ -572,7 +573,7 @@ int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
         if (bits)
             fs_shape_mixes(t->tok, need, m, P);
         for (; bits && !rc; bits &= bits - 1) {
-            const fs_shape *sh = S->shape[__builtin_ctzll(bits)];
+            const fs_shape *sh = S->shape[fs_ctz64(bits)];
             rc = !(dollar && sh->first_wild) &&
                  fs_shape_probe(sh, fs_shape_subject_key(sh, m, P), sep, subject, t->tok, subject + len);
         }
@@ -583,7 +584,7 @@ int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
                 rc = sc->nhits > 0;
         }
     }
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_rdunlock(&sl->lock);
     if (rc >= 0)
         count_match(sl, 0);
     return rc;
@@ -594,10 +595,10 @@ int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
     fs_cache *c = NULL;
     if (capacity && !(c = fs_cache_new(capacity)))
         return FS_ENOMEM;
-    pthread_rwlock_wrlock(&sl->lock);
+    fs_rwlock_wrlock(&sl->lock);
     fs_cache *old = sl->cache;
     sl->cache = c;
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_wrunlock(&sl->lock);
     fs_cache_free(old);
     return FS_OK;
 }
@@ -655,7 +656,7 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
     int rc = fs_tokenize(sl->dialect, filter, len, 1, &sc->toks, err);
     if (rc < 0)
         return rc;
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     rc = fs_trie_rwalk_locked(sl, filter, sc);
     if (rc == FS_OK)
         rc = rentries_locked(sl, filter, len, sc);
@@ -668,13 +669,13 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
             for (uint32_t i = 0; rc == FS_OK && i < n->groups[gi].n; i++)
                 rc = fs_rhit_add(sl, n, &n->groups[gi], n->groups[gi].ids[i], r);
     }
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_rdunlock(&sl->lock);
     return rc;
 }
 
 void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
 {
-    pthread_rwlock_rdlock(&sl->lock);
+    fs_rwlock_rdlock(&sl->lock);
     st->subscriptions = sl->count;
     st->nodes = sl->nodes;
     st->memory_bytes = sl->mem + sizeof(fs_sublist);
@@ -686,7 +687,7 @@ void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
         fs_cache_stats_get(sl->cache, &st->cache);
         st->memory_bytes += st->cache.bytes;
     }
-    pthread_rwlock_unlock(&sl->lock);
+    fs_rwlock_rdunlock(&sl->lock);
     st->matches = atomic_load_explicit(&sl->matches, memory_order_relaxed);
     st->fanout_total = atomic_load_explicit(&sl->fanout_total, memory_order_relaxed);
     st->fanout_max = atomic_load_explicit(&sl->fanout_max, memory_order_relaxed);
@@ -725,13 +726,13 @@ done:
     return rc;
 }
 
-static pthread_key_t workspace_key;
+static fs_tls_key workspace_key;
 
-static pthread_once_t workspace_once = PTHREAD_ONCE_INIT;
+static fs_once_flag workspace_once = FS_ONCE_INIT;
 
 static int workspace_key_ok;
 
-static void workspace_destroy(void *p)
+static void FS_TLS_DESTRUCTOR workspace_destroy(void *p)
 {
     fs_workspace *w = p;
     fs_scratch_free(&w->sc);
@@ -741,15 +742,15 @@ static void workspace_destroy(void *p)
 
 static void workspace_key_create(void)
 {
-    workspace_key_ok = pthread_key_create(&workspace_key, workspace_destroy) == 0;
+    workspace_key_ok = fs_tls_create(&workspace_key, workspace_destroy) == 0;
 }
 
 fs_workspace *fs_workspace_get(void)
 {
-    pthread_once(&workspace_once, workspace_key_create);
+    fs_once(&workspace_once, workspace_key_create);
     if (!workspace_key_ok)
         return NULL;
-    fs_workspace *w = pthread_getspecific(workspace_key);
+    fs_workspace *w = fs_tls_get(workspace_key);
     if (!w) {
         w = FS_MALLOC(sizeof(fs_workspace));
         if (!w)
@@ -757,7 +758,7 @@ fs_workspace *fs_workspace_get(void)
         fs_scratch_init(&w->sc);
         fs_result_init(&w->r);
         w->busy = 0;
-        if (pthread_setspecific(workspace_key, w) != 0) {
+        if (fs_tls_set(workspace_key, w) != 0) {
             FS_FREE(w);
             return NULL;
         }

@@ -29,7 +29,8 @@
  * tables, fs_shape.c the shapes, fs_trie.c the trie, fs_node.c nodes and
  * their subscriptions, fs_result.c results, fs_batch.c the batch
  * pipeline, fs_cache.c the cache, fs_serial.c the file format,
- * fs_token.c tokens and validation.
+ * fs_token.c tokens and validation; fs_sys.c threads and locks (POSIX
+ * or Windows), fs_bits.h the compiler built-ins.
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H

@@ -1,0 +1,132 @@
+/* fs_sys.c - the parts of the thread layer (fs_sys.h) that run once per
+ * thread, batch or process, so they need not be inline: starting and
+ * joining threads, one-time initialisation, thread-specific slots and
+ * deadline waits. */
+#include "fs_sys.h"
+
+#ifdef _WIN32
+#include <process.h>
+#else
+#include <errno.h>
+#endif
+
+/* A thread starts in a trampoline that calls the caller's void fn(void *):
+ * the two systems want different start-routine signatures, and the
+ * callers should not have to know either.  fn and arg are read from the
+ * fs_thread itself (written before the thread exists), so starting a
+ * thread allocates nothing. */
+#ifdef _WIN32
+static unsigned __stdcall thread_trampoline(void *p)
+{
+    fs_thread *t = p;
+    t->fn(t->arg);
+    return 0;
+}
+
+int fs_thread_start(fs_thread *t, void (*fn)(void *), void *arg)
+{
+    t->fn = fn;
+    t->arg = arg;
+    /* _beginthreadex rather than CreateThread: the C runtime sets up its
+     * per-thread state (errno, ...) for threads it starts itself. */
+    uintptr_t h = _beginthreadex(NULL, 0, thread_trampoline, t, 0, NULL);
+    if (h == 0)
+        return -1;
+    t->handle = (HANDLE)h;
+    return 0;
+}
+
+void fs_thread_join(fs_thread *t)
+{
+    WaitForSingleObject(t->handle, INFINITE);
+    CloseHandle(t->handle);
+}
+#else
+static void *thread_trampoline(void *p)
+{
+    fs_thread *t = p;
+    t->fn(t->arg);
+    return NULL;
+}
+
+int fs_thread_start(fs_thread *t, void (*fn)(void *), void *arg)
+{
+    t->fn = fn;
+    t->arg = arg;
+    return pthread_create(&t->handle, NULL, thread_trampoline, t) == 0 ? 0 : -1;
+}
+
+void fs_thread_join(fs_thread *t) { pthread_join(t->handle, NULL); }
+#endif
+
+#ifdef _WIN32
+/* InitOnceExecuteOnce passes one pointer through to its callback: the
+ * caller's function, boxed, since a function pointer is not a void *. */
+typedef struct {
+    void (*fn)(void);
+} once_box;
+
+static BOOL CALLBACK once_trampoline(PINIT_ONCE flag, PVOID box, PVOID *context)
+{
+    (void)flag;
+    (void)context;
+    ((once_box *)box)->fn();
+    return TRUE;
+}
+
+void fs_once(fs_once_flag *flag, void (*fn)(void))
+{
+    once_box box = {fn};
+    InitOnceExecuteOnce(flag, once_trampoline, &box, NULL);
+}
+
+int fs_tls_create(fs_tls_key *k, void (FS_TLS_DESTRUCTOR *destructor)(void *))
+{
+    DWORD slot = FlsAlloc(destructor);
+    if (slot == FLS_OUT_OF_INDEXES)
+        return -1;
+    *k = slot;
+    return 0;
+}
+
+fs_deadline fs_deadline_in(unsigned ms) { return GetTickCount64() + ms; }
+
+int fs_cond_wait_until(fs_cond *c, fs_mutex *m, const fs_deadline *until)
+{
+    ULONGLONG now = GetTickCount64();
+    if (now >= *until)
+        return 0;
+    ULONGLONG left = *until - now;
+    /* INFINITE is 0xFFFFFFFF: a longer wait is cut below it and the
+     * caller's loop comes back for the rest. */
+    DWORD ms = left >= INFINITE ? INFINITE - 1 : (DWORD)left;
+    if (!SleepConditionVariableSRW(c, m, ms, 0))
+        return GetLastError() == ERROR_TIMEOUT ? GetTickCount64() < *until : 1;
+    return 1;
+}
+#else
+void fs_once(fs_once_flag *flag, void (*fn)(void)) { pthread_once(flag, fn); }
+
+int fs_tls_create(fs_tls_key *k, void (*destructor)(void *))
+{
+    return pthread_key_create(k, destructor) == 0 ? 0 : -1;
+}
+
+fs_deadline fs_deadline_in(unsigned ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+int fs_cond_wait_until(fs_cond *c, fs_mutex *m, const fs_deadline *until)
+{
+    return pthread_cond_timedwait(c, m, until) != ETIMEDOUT;
+}
+#endif

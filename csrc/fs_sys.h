@@ -1,0 +1,199 @@
+/* fs_sys.h - the C core's one door to the operating system's threads:
+ * a reader/writer lock, a mutex with a condition variable, threads,
+ * one-time initialisation, thread-specific data with a destructor, and
+ * yielding the processor.  POSIX threads everywhere but Windows, Win32
+ * there (chosen by _WIN32, so mingw-w64 and MSVC both take the Win32 side
+ * and need no pthreads library).  No other csrc/ file names a pthread or
+ * Win32 function: porting the core means this header and fs_sys.c.
+ *
+ * The lock operations sit on every match's path, so they are static
+ * inline here and compile to the same calls as before; what runs once per
+ * thread or per batch (threads, once, the deadline arithmetic) is in
+ * fs_sys.c.
+ *
+ * Differences the callers must respect, because Win32's locks impose them:
+ *   - a read lock is released with fs_rwlock_rdunlock and a write lock
+ *     with fs_rwlock_wrunlock (an SRWLOCK has no single unlock);
+ *   - no lock is recursive, not even for reading: an SRWLOCK lets a waiting
+ *     writer block a second read acquisition by a thread already reading;
+ *   - a lock, condition variable or thread object must not move in memory
+ *     once initialised (an SRWLOCK is its own address's state, and a thread
+ *     reads its start routine from its fs_thread). */
+#ifndef FS_SYS_H
+#define FS_SYS_H
+
+#ifdef _WIN32
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#include <windows.h>
+#else
+#include <assert.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+#endif
+
+/* ---------------------------------------------------------- rwlock */
+
+#ifdef _WIN32
+typedef SRWLOCK fs_rwlock;
+/* 0, or -1 when the system is out of resources (never on Win32). */
+static inline int fs_rwlock_init(fs_rwlock *l) { InitializeSRWLock(l); return 0; }
+static inline void fs_rwlock_destroy(fs_rwlock *l) { (void)l; }  /* an SRWLOCK holds nothing */
+static inline void fs_rwlock_rdlock(fs_rwlock *l) { AcquireSRWLockShared(l); }
+static inline void fs_rwlock_rdunlock(fs_rwlock *l) { ReleaseSRWLockShared(l); }
+static inline void fs_rwlock_wrlock(fs_rwlock *l) { AcquireSRWLockExclusive(l); }
+static inline void fs_rwlock_wrunlock(fs_rwlock *l) { ReleaseSRWLockExclusive(l); }
+#elif defined(NDEBUG)
+typedef pthread_rwlock_t fs_rwlock;
+static inline int fs_rwlock_init(fs_rwlock *l) { return pthread_rwlock_init(l, NULL) == 0 ? 0 : -1; }
+static inline void fs_rwlock_destroy(fs_rwlock *l) { pthread_rwlock_destroy(l); }
+static inline void fs_rwlock_rdlock(fs_rwlock *l) { pthread_rwlock_rdlock(l); }
+static inline void fs_rwlock_rdunlock(fs_rwlock *l) { pthread_rwlock_unlock(l); }
+static inline void fs_rwlock_wrlock(fs_rwlock *l) { pthread_rwlock_wrlock(l); }
+static inline void fs_rwlock_wrunlock(fs_rwlock *l) { pthread_rwlock_unlock(l); }
+#else
+/* Debug builds (the sanitizer and TSan runs among them) remember whether a
+ * writer holds the lock and assert that each unlock matches its lock:
+ * pthreads has one unlock for both, so a wrong one would pass every test
+ * here and corrupt an SRWLOCK on Windows. */
+typedef struct {
+    pthread_rwlock_t l;
+    atomic_int writer;     /* 1 while write-locked; read under the lock */
+} fs_rwlock;
+static inline int fs_rwlock_init(fs_rwlock *l)
+{
+    atomic_init(&l->writer, 0);
+    return pthread_rwlock_init(&l->l, NULL) == 0 ? 0 : -1;
+}
+static inline void fs_rwlock_destroy(fs_rwlock *l) { pthread_rwlock_destroy(&l->l); }
+static inline void fs_rwlock_rdlock(fs_rwlock *l) { pthread_rwlock_rdlock(&l->l); }
+static inline void fs_rwlock_rdunlock(fs_rwlock *l)
+{
+    assert(atomic_load_explicit(&l->writer, memory_order_relaxed) == 0 && "read unlock of a write lock");
+    pthread_rwlock_unlock(&l->l);
+}
+static inline void fs_rwlock_wrlock(fs_rwlock *l)
+{
+    pthread_rwlock_wrlock(&l->l);
+    atomic_store_explicit(&l->writer, 1, memory_order_relaxed);
+}
+static inline void fs_rwlock_wrunlock(fs_rwlock *l)
+{
+    assert(atomic_load_explicit(&l->writer, memory_order_relaxed) == 1 && "write unlock of a read lock");
+    atomic_store_explicit(&l->writer, 0, memory_order_relaxed);
+    pthread_rwlock_unlock(&l->l);
+}
+#endif
+
+/* ---------------------------------------------------- mutex, cond */
+
+/* Win32: an exclusive SRWLOCK is the lightest mutex, and condition
+ * variables sleep on it (SleepConditionVariableSRW); a CRITICAL_SECTION
+ * would need a destructor and is heavier. */
+#ifdef _WIN32
+typedef SRWLOCK fs_mutex;
+typedef CONDITION_VARIABLE fs_cond;
+static inline void fs_mutex_init(fs_mutex *m) { InitializeSRWLock(m); }
+static inline void fs_mutex_destroy(fs_mutex *m) { (void)m; }
+static inline void fs_mutex_lock(fs_mutex *m) { AcquireSRWLockExclusive(m); }
+static inline void fs_mutex_unlock(fs_mutex *m) { ReleaseSRWLockExclusive(m); }
+static inline void fs_cond_init(fs_cond *c) { InitializeConditionVariable(c); }
+static inline void fs_cond_destroy(fs_cond *c) { (void)c; }
+static inline void fs_cond_broadcast(fs_cond *c) { WakeAllConditionVariable(c); }
+static inline void fs_cond_wait(fs_cond *c, fs_mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
+#else
+typedef pthread_mutex_t fs_mutex;
+typedef pthread_cond_t fs_cond;
+/* The default attributes cannot fail to initialise on the systems we
+ * build for (no allocation: glibc, musl and macOS keep them inline). */
+static inline void fs_mutex_init(fs_mutex *m) { pthread_mutex_init(m, NULL); }
+static inline void fs_mutex_destroy(fs_mutex *m) { pthread_mutex_destroy(m); }
+static inline void fs_mutex_lock(fs_mutex *m) { pthread_mutex_lock(m); }
+static inline void fs_mutex_unlock(fs_mutex *m) { pthread_mutex_unlock(m); }
+static inline void fs_cond_init(fs_cond *c) { pthread_cond_init(c, NULL); }
+static inline void fs_cond_destroy(fs_cond *c) { pthread_cond_destroy(c); }
+static inline void fs_cond_broadcast(fs_cond *c) { pthread_cond_broadcast(c); }
+static inline void fs_cond_wait(fs_cond *c, fs_mutex *m) { pthread_cond_wait(c, m); }
+#endif
+
+/* A point in time for waits with a timeout: an absolute deadline, so that
+ * a wait loop woken early (or spuriously) does not restart its timeout. */
+#ifdef _WIN32
+typedef ULONGLONG fs_deadline;             /* GetTickCount64() milliseconds */
+#else
+typedef struct timespec fs_deadline;       /* CLOCK_REALTIME, as pthread_cond_timedwait wants */
+#endif
+fs_deadline fs_deadline_in(unsigned ms);
+/* Sleep on c (m held) until woken or the deadline: 1 when woken (perhaps
+ * spuriously: re-check the condition), 0 when the deadline has passed. */
+int fs_cond_wait_until(fs_cond *c, fs_mutex *m, const fs_deadline *until);
+
+/* ---------------------------------------------------------- threads */
+
+typedef struct {
+#ifdef _WIN32
+    HANDLE handle;
+#else
+    pthread_t handle;
+#endif
+    void (*fn)(void *);
+    void *arg;
+} fs_thread;
+
+/* Run fn(arg) on a new thread.  0, or -1 when no thread could be created.
+ * *t must stay where it is until fs_thread_join. */
+int fs_thread_start(fs_thread *t, void (*fn)(void *), void *arg);
+/* Wait for the thread to return and release it. */
+void fs_thread_join(fs_thread *t);
+
+/* ------------------------------------------------------------- once */
+
+#ifdef _WIN32
+typedef INIT_ONCE fs_once_flag;
+#define FS_ONCE_INIT INIT_ONCE_STATIC_INIT
+#else
+typedef pthread_once_t fs_once_flag;
+#define FS_ONCE_INIT PTHREAD_ONCE_INIT
+#endif
+/* Call fn exactly once per flag, whichever thread comes first; the others
+ * wait for it to return. */
+void fs_once(fs_once_flag *flag, void (*fn)(void));
+
+/* ----------------------------------------- thread-specific data */
+
+/* A per-thread slot whose destructor runs on a thread's non-NULL value
+ * when that thread ends.  Win32: a fiber-local slot (FlsAlloc), the only
+ * Win32 slot with a destructor -- _Thread_local / __declspec(thread) have
+ * none.  The destructor must be declared FS_TLS_DESTRUCTOR: Win32 calls it
+ * with its own calling convention (they differ on 32-bit x86). */
+#ifdef _WIN32
+typedef DWORD fs_tls_key;
+#define FS_TLS_DESTRUCTOR WINAPI
+static inline void *fs_tls_get(fs_tls_key k) { return FlsGetValue(k); }
+static inline int fs_tls_set(fs_tls_key k, void *v) { return FlsSetValue(k, v) ? 0 : -1; }
+#else
+typedef pthread_key_t fs_tls_key;
+#define FS_TLS_DESTRUCTOR
+static inline void *fs_tls_get(fs_tls_key k) { return pthread_getspecific(k); }
+static inline int fs_tls_set(fs_tls_key k, void *v) { return pthread_setspecific(k, v) == 0 ? 0 : -1; }
+#endif
+/* 0, or -1 when the system has no slot left.  Never deleted: the slot
+ * lives as long as the process (the extension module is never unloaded). */
+int fs_tls_create(fs_tls_key *k, void (FS_TLS_DESTRUCTOR *destructor)(void *));
+
+/* ------------------------------------------------------------ yield */
+
+/* Let another ready thread run (a spin lock's back-off). */
+#ifdef _WIN32
+static inline void fs_yield(void) { SwitchToThread(); }
+#else
+static inline void fs_yield(void) { sched_yield(); }
+#endif
+
+#endif
