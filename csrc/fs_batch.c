@@ -369,8 +369,12 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                     break;
                 /* Only when the row emitted: with nothing emitted yet, out->ids may be
                  * NULL, and NULL + 0 is undefined. */
-                if (dedupe && out->n > before)
-                    out->n = before + fs_ids_dedupe(out->ids + before, out->n - before, &set.ids, &set.cap);
+                if (dedupe && out->n > before) {
+                    size_t m = out->n - before;
+                    if ((rc = fs_ids_dedupe(out->ids + before, &m, &set.ids, &set.cap)) != FS_OK)
+                        break;
+                    out->n = before + m;
+                }
                 row_end[i - begin] = (int64_t)out->n;
                 if (!invalid[i - begin]) {
                     uint64_t f = out->n - before;

@@ -115,19 +115,22 @@ static size_t dedupe_pairwise(int64_t *ids, size_t n)
     return kept;
 }
 
-size_t fs_ids_dedupe(int64_t *ids, size_t n, int64_t **set, size_t *cap_set)
+int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set)
 {
-    if (n <= 48)
-        return dedupe_pairwise(ids, n);
+    size_t len = *n;
+    if (len <= 48) {
+        *n = dedupe_pairwise(ids, len);
+        return FS_OK;
+    }
     size_t cap = 64;
-    while (cap < 2 * n)
+    while (cap < 2 * len)
         cap *= 2;
     if (fs_grow(set, cap_set, 2 * cap, sizeof(int64_t)) < 0)
-        return dedupe_pairwise(ids, n);      /* out of memory: slow, not wrong */
+        return FS_ENOMEM;
     int64_t *slots = *set;
     memset(slots, 0, sizeof(int64_t) * 2 * cap);
     size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < len; i++) {
         size_t h = (size_t)(((uint64_t)ids[i] * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
         for (;; h = (h + 1) & (cap - 1)) {
             if (!slots[2 * h]) {
@@ -140,22 +143,37 @@ size_t fs_ids_dedupe(int64_t *ids, size_t n, int64_t **set, size_t *cap_set)
                 break;
         }
     }
-    return kept;
+    *n = kept;
+    return FS_OK;
 }
 
 /* AMQP: each sub_id once among the plain ids and once in each group.
- * Ids of one node are unique already, so one hit needs nothing. */
-static void dedupe_result(fs_result *r, size_t nhits)
+ * Ids of one node are unique already, so one hit needs nothing.  The hash
+ * set is sized for the longest run up front: FS_OK or FS_ENOMEM (r is then
+ * left as built, and the caller fails the whole call). */
+static int dedupe_result(fs_result *r, size_t nhits)
 {
     if (nhits < 2)
-        return;
+        return FS_OK;
     int64_t *set = NULL;
-    size_t cap_set = 0;
-    size_t nplain = fs_ids_dedupe(r->ids, r->nplain, &set, &cap_set);
+    size_t cap_set = 0, longest = r->nplain;
+    for (size_t gi = 0; gi < r->ngroups; gi++)
+        if (r->groups[gi].members_len > longest)
+            longest = r->groups[gi].members_len;
+    if (longest > 48) {
+        size_t cap = 64;
+        while (cap < 2 * longest)
+            cap *= 2;
+        if (fs_grow(&set, &cap_set, 2 * cap, sizeof(int64_t)) < 0)
+            return FS_ENOMEM;
+    }
+    size_t nplain = r->nplain;
+    fs_ids_dedupe(r->ids, &nplain, &set, &cap_set);        /* cannot fail: the set has room */
     size_t at = nplain;
     for (size_t gi = 0; gi < r->ngroups; gi++) {
         fs_group_out *o = &r->groups[gi];
-        size_t m = fs_ids_dedupe(r->ids + o->members_off, o->members_len, &set, &cap_set);
+        size_t m = o->members_len;
+        fs_ids_dedupe(r->ids + o->members_off, &m, &set, &cap_set);
         memmove(r->ids + at, r->ids + o->members_off, sizeof(int64_t) * m);
         o->members_off = at;
         o->members_len = m;
@@ -164,6 +182,7 @@ static void dedupe_result(fs_result *r, size_t nhits)
     r->nplain = nplain;
     r->nids = at;
     FS_FREE(set);
+    return FS_OK;
 }
 
 /* Build r from sc->hits.  NATS and AMQP groups merge by name across
@@ -214,7 +233,7 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
         }
     }
     if (sl->dialect == FS_AMQP)
-        dedupe_result(r, sc->nhits);
+        return dedupe_result(r, sc->nhits);
     return FS_OK;
 }
 
