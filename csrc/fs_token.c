@@ -401,34 +401,44 @@ static void length_range(fs_dialect d, const fs_tokens *t, uint32_t *fixed, uint
     *hi = rest ? UINT32_MAX : *fixed;
 }
 
-/* AMQP: is (na, nb) reachable from (0, 0) in the product of the two
- * patterns?  A state (i, j) is a position in each; a '#' may be skipped
- * (i + 1 or j + 1, no word), and one word may be consumed by both sides
- * at once unless both offer different literals ('#' consumes and stays).
- * Every move goes to a later row or further along the same row, so two
- * rows of reach[] suffice: O(na x nb). */
+/* AMQP: is there a routing key of at most 255 bytes that both binding
+ * keys match?  A state (i, j) is a position in each; a '#' may be skipped
+ * (i + 1 or j + 1, no word), and one word may be consumed by both sides at
+ * once unless both offer different literals ('#' consumes and stays).  The
+ * cheapest key reaching (na, nb) is found by dynamic programming: a word
+ * costs its bytes plus a separator, a free word (under '*' / '#' on both
+ * sides) is the empty word.  Every move goes to a later row or further
+ * along the same row, so two rows of costs suffice: O(na x nb).  (Without
+ * the byte count, "x{200}.#" and "#.y{200}" would meet only in keys of
+ * 401 bytes, which no broker routes.) */
+#define AMQP_NO_KEY 0xFFFFu
 static int amqp_intersect(const char *a, const fs_tokens *at, const char *b, const fs_tokens *bt)
 {
     uint32_t na = at->n, nb = bt->n;
     if (na > FS_AMQP_MAX_WORDS || nb > FS_AMQP_MAX_WORDS)
         return 0;
-    unsigned char rows[2][FS_AMQP_MAX_WORDS + 1];
-    unsigned char *cur = rows[0], *nxt = rows[1];
-    memset(cur, 0, nb + 1);
-    cur[0] = 1;
+    /* cost: bytes of the key so far plus one (one separator per word, less
+     * the first one's); AMQP_NO_KEY: unreachable */
+    uint16_t rows[2][FS_AMQP_MAX_WORDS + 1];
+    uint16_t *cur = rows[0], *nxt = rows[1];
+    for (uint32_t j = 0; j <= nb; j++)
+        cur[j] = AMQP_NO_KEY;
+    cur[0] = 0;
     for (uint32_t i = 0;; i++) {
-        memset(nxt, 0, nb + 1);
+        for (uint32_t j = 0; j <= nb; j++)
+            nxt[j] = AMQP_NO_KEY;
         const fs_span *x = i < na ? &at->tok[i] : NULL;
         int any = 0;
         for (uint32_t j = 0; j <= nb; j++) {
-            if (!cur[j])
+            uint32_t c = cur[j];
+            if (c > FS_AMQP_MAX_KEY + 1)
                 continue;
             any = 1;
             const fs_span *y = j < nb ? &bt->tok[j] : NULL;
-            if (x && x->kind == FS_TOK_REST)
-                nxt[j] = 1;
-            if (y && y->kind == FS_TOK_REST)
-                cur[j + 1] = 1;
+            if (x && x->kind == FS_TOK_REST && c < nxt[j])
+                nxt[j] = (uint16_t)c;
+            if (y && y->kind == FS_TOK_REST && c < cur[j + 1])
+                cur[j + 1] = (uint16_t)c;
             if (!x || !y)
                 continue;
             if (x->kind == FS_TOK_LITERAL && y->kind == FS_TOK_LITERAL && !tok_eq(a, x, b, y))
@@ -436,16 +446,19 @@ static int amqp_intersect(const char *a, const fs_tokens *at, const char *b, con
             int stay_i = x->kind == FS_TOK_REST, stay_j = y->kind == FS_TOK_REST;
             if (stay_i && stay_j)
                 continue;
-            if (stay_i)
-                cur[j + 1] = 1;
-            else
-                nxt[j + !stay_j] = 1;
+            uint32_t word = x->kind == FS_TOK_LITERAL ? x->len : y->kind == FS_TOK_LITERAL ? y->len : 0;
+            uint32_t nc = c + word + 1;
+            if (nc > FS_AMQP_MAX_KEY + 1)
+                continue;
+            uint16_t *to = stay_i ? &cur[j + 1] : &nxt[j + !stay_j];
+            if (nc < *to)
+                *to = (uint16_t)nc;
         }
         if (i == na)
-            return cur[nb];
+            return cur[nb] <= FS_AMQP_MAX_KEY + 1;
         if (!any)
             return 0;
-        unsigned char *tmp = cur;
+        uint16_t *tmp = cur;
         cur = nxt;
         nxt = tmp;
     }

@@ -87,8 +87,9 @@ int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
  * FS_AMQP_MAX_WORDS squared steps, no backtracking. */
 int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
                     const char *s, const fs_tokens *st);
-/* Is there a subject both filters match?  1 or 0.  AMQP: reachability in
- * the product of the two patterns (positions i, j), row by row. */
+/* Is there a (valid) subject both filters match?  1 or 0.  AMQP: the
+ * cheapest key in the product of the two patterns (positions i, j), row by
+ * row, must fit in 255 bytes. */
 int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
                          const char *b, const fs_tokens *bt);
 

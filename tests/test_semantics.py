@@ -539,3 +539,17 @@ def test_amqp_many_hashes_are_polynomial(impl):
     # not a timing assertion in spirit: exponential backtracking would take
     # hours here, so the bound is generous for sanitizer and reference runs
     assert time.perf_counter() - t0 < 60
+
+
+def test_amqp_reverse_match_needs_a_routable_key(impl):
+    """Two bindings meet only in keys of at most 255 bytes: "x{200}.#" and
+    "#.y{200}" share no routing key RabbitMQ would carry (401 bytes)."""
+    sl = impl.make("amqp")
+    sl.insert("#." + "y" * 200, 1)
+    sl.insert("#." + "y" * 100, 2)
+    sl.insert("*.*." + "y" * 200, 3)                 # a free word is the empty word
+    assert sl.reverse_match("x" * 200 + ".#") == []
+    assert sorted(i for _, i, _ in sl.reverse_match("x" * 50 + ".#")) == [1, 2, 3]
+    # "x{54}.y{200}" is 255 bytes; "x{54}..y{200}" (with the empty word) 256
+    assert sorted(i for _, i, _ in sl.reverse_match("x" * 54 + ".#")) == [1, 2]
+    assert sorted(i for _, i, _ in sl.reverse_match("x" * 55 + ".#")) == [2]

@@ -276,37 +276,36 @@ def _witness(f1, f2, dialect):
 
 
 def _amqp_witness(f1, f2):
-    """A routing key (word list) both bindings match, or None: a search over
-    pairs of positions (i, j), building the words on the way."""
+    """The shortest routing key (word list, fewest bytes) that both bindings
+    match, or None: a cheapest-first search over pairs of positions (i, j).
+    A free word is the empty word; a word costs its bytes plus a separator."""
+    import heapq
     start, goal = (0, 0), (len(f1), len(f2))
-    parent = {start: None}
-    todo = [start]
+    best = {start: 0}
+    todo = [(0, start, ())]
     while todo:
-        i, j = todo.pop(0)
+        cost, (i, j), words = heapq.heappop(todo)
+        if cost > best.get((i, j), cost):
+            continue
         if (i, j) == goal:
-            words = []
-            st = goal
-            while parent[st] is not None:
-                st, w = parent[st]
-                if w is not None:
-                    words.append(w)
-            return words[::-1]
+            return list(words)
         a = f1[i] if i < len(f1) else None
         b = f2[j] if j < len(f2) else None
         moves = []
         if a == "#":
-            moves.append(((i + 1, j), None))
+            moves.append(((i + 1, j), None))             # '#' takes no word
         if b == "#":
             moves.append(((i, j + 1), None))
         if a is not None and b is not None:
             lit_a, lit_b = a not in ("*", "#"), b not in ("*", "#")
             if not (lit_a and lit_b and a != b):
-                word = a if lit_a else b if lit_b else "a"
+                word = a if lit_a else b if lit_b else ""
                 moves.append(((i if a == "#" else i + 1, j if b == "#" else j + 1), word))
         for st, w in moves:
-            if st != (i, j) and st not in parent:
-                parent[st] = ((i, j), w)
-                todo.append(st)
+            c = cost + (0 if w is None else len(w.encode("utf-8")) + 1)
+            if st != (i, j) and c < best.get(st, c + 1):
+                best[st] = c
+                heapq.heappush(todo, (c, st, words if w is None else words + (w,)))
     return None
 
 
