@@ -375,7 +375,8 @@ cdef class Sublist:
             out = []
             for i in range(r.nhits):
                 h = &r.hits[i]
-                out.append((_decode(r.arena + h.filter_off, h.filter_len), h.id,
+                # (an AMQP "" filter alone leaves the arena NULL: no NULL + 0)
+                out.append((_decode(r.arena + h.filter_off, h.filter_len) if h.filter_len else "", h.id,
                             _decode(r.arena + h.queue_off, h.queue_len) if h.has_queue else None))
             return out
         finally:
