@@ -553,3 +553,13 @@ def test_amqp_reverse_match_needs_a_routable_key(impl):
     # "x{54}.y{200}" is 255 bytes; "x{54}..y{200}" (with the empty word) 256
     assert sorted(i for _, i, _ in sl.reverse_match("x" * 54 + ".#")) == [1, 2]
     assert sorted(i for _, i, _ in sl.reverse_match("x" * 55 + ".#")) == [2]
+
+
+def test_amqp_empty_binding_key_alone(impl):
+    sl = impl.make("amqp")
+    sl.insert("", 1)
+    assert [tuple(t) for t in sl.reverse_match("#")] == [("", 1, None)]
+    assert [tuple(t) for t in sl.reverse_match("")] == [("", 1, None)]
+    assert [tuple(t) for t in sl.reverse_match("*")] == []
+    assert norm(sl.match("")) == ([1], [])
+    assert norm(sl.match(".")) == ([], [])
