@@ -9,13 +9,20 @@ PYTEST_ARGS ?=
 
 all: build
 
-# Debian packages the test suite needs (the MQTT oracle); installed only when missing.
+# Debian packages the test suite needs (the MQTT and AMQP oracles); installed only when missing.
 system-deps:
 	@if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then \
 	    echo "installing mosquitto (Debian package)"; \
 	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mosquitto >/dev/null; \
+	fi
+	@if ! command -v rabbitmq-server >/dev/null 2>&1 && [ ! -x /usr/sbin/rabbitmq-server ] && [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then \
+	    echo "installing rabbitmq-server (Debian package; the AMQP oracle)"; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null; \
+	    if command -v service >/dev/null 2>&1; then $$SUDO service rabbitmq-server stop >/dev/null 2>&1 || true; fi; \
 	fi
 
 $(VENV)/.deps: pyproject.toml

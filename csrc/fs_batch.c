@@ -116,7 +116,7 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
                 continue;
             /* The group's members: g's, then (NATS) the same name's on later hits. */
             size_t total = g->n;
-            if (sl->dialect == FS_NATS)
+            if (fs_groups_merge(sl->dialect))
                 for (size_t k2 = k + 1; k2 < nhits; k2++) {
                     const fs_group *g2 = hits[k2]->ngroups
                         ? fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash) : NULL;
@@ -137,7 +137,7 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
                     want -= cur->n;
                 }
                 cur = NULL;
-                if (sl->dialect == FS_NATS)
+                if (fs_groups_merge(sl->dialect))
                     while (!cur && ++k2 < nhits)
                         if (hits[k2]->ngroups)
                             cur = fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash);
@@ -149,49 +149,12 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
     return FS_OK;
 }
 
-/* Keep the first occurrence of each id in ids[0..n) by pairwise
- * comparison; returns the new n. */
-static size_t dedupe_pairwise(int64_t *ids, size_t n)
+static int any_groups(const fs_scratch *sc)
 {
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t j = 0;
-        while (j < kept && ids[j] != ids[i])
-            j++;
-        if (j == kept)
-            ids[kept++] = ids[i];
-    }
-    return kept;
-}
-
-/* The same for any n: long rows use a scratch hash set (two words per
- * slot: used, id) instead of the quadratic pass. */
-static size_t dedupe_ids(int64_t *ids, size_t n, fs_idbuf *set)
-{
-    if (n <= 48)
-        return dedupe_pairwise(ids, n);
-    size_t cap = 64;
-    while (cap < 2 * n)
-        cap *= 2;
-    if (fs_grow(&set->ids, &set->cap, 2 * cap, sizeof(int64_t)) < 0)
-        return dedupe_pairwise(ids, n);      /* out of memory: slow, not wrong */
-    int64_t *slots = set->ids;
-    memset(slots, 0, sizeof(int64_t) * 2 * cap);
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t h = (size_t)(((uint64_t)ids[i] * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
-        for (;; h = (h + 1) & (cap - 1)) {
-            if (!slots[2 * h]) {
-                slots[2 * h] = 1;
-                slots[2 * h + 1] = ids[i];
-                ids[kept++] = ids[i];
-                break;
-            }
-            if (slots[2 * h + 1] == ids[i])
-                break;
-        }
-    }
-    return kept;
+    for (size_t k = 0; k < sc->nhits; k++)
+        if (sc->hits[k]->ngroups)
+            return 1;
+    return 0;
 }
 
 /* ------------------------------------------------------- the pipeline */
@@ -301,7 +264,7 @@ static int collect_row(const fs_sublist *sl, const row_plan *r, const fs_tokens 
 {
     const fs_shapes *S = &sl->shapes;
     const char *end = r->s + r->len;
-    char sep = sl->dialect == FS_NATS ? '.' : '/';
+    char sep = fs_sep(sl->dialect);
     sc->nhits = 0;
     if (sl->literals.count) {
         const fs_node *e = fs_level_find_within(&sl->literals, r->s, (uint32_t)r->len, r->hash, end);
@@ -325,6 +288,9 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
     fs_workspace *w = fs_workspace_acquire(&spare);
     if (!w)
         return FS_ENOMEM;
+    int amqp = sl->dialect == FS_AMQP;
+    if (amqp)
+        dedupe = 1;          /* AMQP delivers once per sub_id: the rule, not an option */
     int rc = FS_OK;
     uint64_t matched = 0, fanout = 0, fanout_max = 0;
     block *b = FS_MALLOC(sizeof(block));
@@ -387,15 +353,26 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                     }
                 } else {
                     rc = collect_row(sl, r, &b->toks[k], &w->sc);
-                    if (rc == FS_OK)
+                    if (rc == FS_OK && amqp && queues != FS_QUEUES_NONE && any_groups(&w->sc)) {
+                        /* AMQP picks among deduplicated members, as the
+                         * built (and cached) result has them. */
+                        rc = fs_build_result(sl, &w->sc, &w->r);
+                        if (rc == FS_OK)
+                            rc = emit(&w->r, queues, keyhash, out);
+                    } else if (rc == FS_OK) {
                         rc = emit_hits(sl, w->sc.hits, w->sc.nhits, queues, keyhash, out);
+                    }
                 }
                 if (rc != FS_OK)
                     break;
                 /* Only when the row emitted: with nothing emitted yet, out->ids may be
                  * NULL, and NULL + 0 is undefined. */
-                if (dedupe && out->n > before)
-                    out->n = before + dedupe_ids(out->ids + before, out->n - before, &set);
+                if (dedupe && out->n > before) {
+                    size_t m = out->n - before;
+                    if ((rc = fs_ids_dedupe(out->ids + before, &m, &set.ids, &set.cap)) != FS_OK)
+                        break;
+                    out->n = before + m;
+                }
                 row_end[i - begin] = (int64_t)out->n;
                 if (!invalid[i - begin]) {
                     uint64_t f = out->n - before;

@@ -46,7 +46,8 @@ void fs_idbuf_free(fs_idbuf *b);
 
 /* Match rows [begin, end) of subjects (keys may be NULL), appending ids to
  * out; row_end[i - begin] receives out->n after row i, invalid[i - begin]
- * 1 or 0.  dedupe: each id at most once per row (its first occurrence).  Stops early with FS_ECANCELLED when *cancel (may be NULL)
+ * 1 or 0.  dedupe: each id at most once per row (its first occurrence;
+ * always so for an AMQP index, where it is the delivery rule).  Stops early with FS_ECANCELLED when *cancel (may be NULL)
  * becomes non-zero.
  * FS_OK, FS_ENOMEM, FS_ECANCELLED. */
 #define FS_ECANCELLED (-5)

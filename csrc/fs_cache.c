@@ -246,7 +246,10 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
      * working set that fits is never evicted while it is being filled. */
     atomic_init(&e->ref, 1);
     e->slot = (uint32_t)sh->count;
-    sh->summ[sh->count++] = (fs_summary){t->tok[0].hash, t->tok[t->n - 1].hash, t->n, e};
+    /* (An AMQP key may have zero words: no first or last to summarise.) */
+    sh->summ[sh->count] = t->n ? (fs_summary){t->tok[0].hash, t->tok[t->n - 1].hash, t->n, e}
+                               : (fs_summary){0, 0, 0, e};
+    sh->count++;
     sh->bytes += bytes;
     _Atomic(fs_centry *) *b = &sh->buckets[hash & (sh->nbuckets - 1)];
     atomic_store_explicit(&e->hnext, atomic_load_explicit(b, memory_order_relaxed), memory_order_relaxed);
@@ -285,12 +288,16 @@ void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t f
         return;
     }
     /* What every matching subject must have: the filter's literal first
-     * token, its literal last token when it ends there, a token count. */
+     * token, its literal last token, a token count (exact without a rest
+     * wildcard; AMQP's '#' may be anywhere and several, each 0+ words). */
     const fs_span *f0 = &ft->tok[0], *fl = &ft->tok[ft->n - 1];
-    int rest = fl->kind == FS_TOK_REST;
-    uint32_t min_toks = rest ? (d == FS_MQTT ? ft->n - 1 : ft->n) : ft->n;
+    uint32_t nrest = 0;
+    for (uint32_t i = 0; i < ft->n; i++)
+        nrest += ft->tok[i].kind == FS_TOK_REST;
+    int rest = nrest > 0;
+    uint32_t min_toks = d == FS_NATS ? ft->n : ft->n - nrest;   /* NATS '>' takes 1+ */
     int check_first = f0->kind == FS_TOK_LITERAL;
-    int check_last = !rest && fl->kind == FS_TOK_LITERAL;
+    int check_last = fl->kind == FS_TOK_LITERAL;
     fs_tokens st;
     fs_tokens_init(&st);
     fs_error ignored;

@@ -137,6 +137,11 @@ void fs_trie_free(fs_sublist *sl);
 /* Build r from the matched nodes in sc->hits.  FS_OK or FS_ENOMEM. */
 int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r);
 int fs_result_copy(fs_result *dst, const fs_result *src);
+/* Keep the first occurrence of each id in ids[0..*n), in order, and set
+ * *n to how many are kept.  Runs longer than 48 use *set (grown as needed;
+ * the caller frees it) as a hash set.  FS_OK, or FS_ENOMEM with ids and
+ * *n unchanged. */
+int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set);
 /* Append one reverse-match row (n's filter, g's name or none, id). */
 int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r);
 /* Collect into sc->hits the nodes whose subscriptions match the subject

@@ -1,6 +1,7 @@
 /* fs_result.c - turning matched nodes into results: the ids, the queue
- * groups (NATS merges them by name across nodes, MQTT keeps (name,
- * filter) pairs), their filters' text and the keys queue picks hash. */
+ * groups (NATS and AMQP merge them by name across nodes, MQTT keeps (name,
+ * filter) pairs), their filters' text and the keys queue picks hash.
+ * AMQP delivers once per sub_id: its results are deduplicated here. */
 #include <string.h>
 
 #include "fs_alloc.h"
@@ -41,7 +42,7 @@ int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *le
     if (fs_grow(arena, cap, *len + total, 1) < 0)
         return FS_ENOMEM;
     char *end = *arena + *len + total;
-    char sep = sl->dialect == FS_NATS ? '.' : '/';
+    char sep = fs_sep(sl->dialect);
     for (const fs_node *p = n; p != sl->root; p = p->parent) {
         end -= p->toklen;
         memcpy(end, p->tok, p->toklen);
@@ -65,7 +66,7 @@ static int put_ids(fs_result *r, const int64_t *ids, size_t n)
 
 int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k, const fs_group *g)
 {
-    if (sl->dialect != FS_NATS)
+    if (!fs_groups_merge(sl->dialect))
         return 0;
     for (size_t j = 0; j < k; j++)
         if (hits[j]->ngroups && fs_node_find_group(hits[j], g->name, g->name_len, g->name_hash))
@@ -100,8 +101,92 @@ uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-/* Build r from sc->hits.  NATS groups merge by name across nodes; MQTT
- * groups are (name, filter) pairs, one per node. */
+/* Keep the first occurrence of each id by pairwise comparison. */
+static size_t dedupe_pairwise(int64_t *ids, size_t n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < kept && ids[j] != ids[i])
+            j++;
+        if (j == kept)
+            ids[kept++] = ids[i];
+    }
+    return kept;
+}
+
+int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set)
+{
+    size_t len = *n;
+    if (len <= 48) {
+        *n = dedupe_pairwise(ids, len);
+        return FS_OK;
+    }
+    size_t cap = 64;
+    while (cap < 2 * len)
+        cap *= 2;
+    if (fs_grow(set, cap_set, 2 * cap, sizeof(int64_t)) < 0)
+        return FS_ENOMEM;
+    int64_t *slots = *set;
+    memset(slots, 0, sizeof(int64_t) * 2 * cap);
+    size_t kept = 0;
+    for (size_t i = 0; i < len; i++) {
+        size_t h = (size_t)(((uint64_t)ids[i] * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+        for (;; h = (h + 1) & (cap - 1)) {
+            if (!slots[2 * h]) {
+                slots[2 * h] = 1;
+                slots[2 * h + 1] = ids[i];
+                ids[kept++] = ids[i];
+                break;
+            }
+            if (slots[2 * h + 1] == ids[i])
+                break;
+        }
+    }
+    *n = kept;
+    return FS_OK;
+}
+
+/* AMQP: each sub_id once among the plain ids and once in each group.
+ * Ids of one node are unique already, so one hit needs nothing.  The hash
+ * set is sized for the longest run up front: FS_OK or FS_ENOMEM (r is then
+ * left as built, and the caller fails the whole call). */
+static int dedupe_result(fs_result *r, size_t nhits)
+{
+    if (nhits < 2)
+        return FS_OK;
+    int64_t *set = NULL;
+    size_t cap_set = 0, longest = r->nplain;
+    for (size_t gi = 0; gi < r->ngroups; gi++)
+        if (r->groups[gi].members_len > longest)
+            longest = r->groups[gi].members_len;
+    if (longest > 48) {
+        size_t cap = 64;
+        while (cap < 2 * longest)
+            cap *= 2;
+        if (fs_grow(&set, &cap_set, 2 * cap, sizeof(int64_t)) < 0)
+            return FS_ENOMEM;
+    }
+    size_t nplain = r->nplain;
+    fs_ids_dedupe(r->ids, &nplain, &set, &cap_set);        /* cannot fail: the set has room */
+    size_t at = nplain;
+    for (size_t gi = 0; gi < r->ngroups; gi++) {
+        fs_group_out *o = &r->groups[gi];
+        size_t m = o->members_len;
+        fs_ids_dedupe(r->ids + o->members_off, &m, &set, &cap_set);
+        memmove(r->ids + at, r->ids + o->members_off, sizeof(int64_t) * m);
+        o->members_off = at;
+        o->members_len = m;
+        at += m;
+    }
+    r->nplain = nplain;
+    r->nids = at;
+    FS_FREE(set);
+    return FS_OK;
+}
+
+/* Build r from sc->hits.  NATS and AMQP groups merge by name across
+ * nodes; MQTT groups are (name, filter) pairs, one per node. */
 int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
 {
     r->nids = r->nplain = r->ngroups = r->narena = 0;
@@ -109,7 +194,7 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
         if (put_ids(r, fs_node_ids(sc->hits[k]), sc->hits[k]->nsubs) < 0)
             return FS_ENOMEM;
     r->nplain = r->nids;
-    int nats = sl->dialect == FS_NATS;
+    int nats = fs_groups_merge(sl->dialect);
     for (size_t k = 0; k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
         for (uint32_t gi = 0; gi < n->ngroups; gi++) {
@@ -147,6 +232,8 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
             r->ngroups++;
         }
     }
+    if (sl->dialect == FS_AMQP)
+        return dedupe_result(r, sc->nhits);
     return FS_OK;
 }
 

@@ -358,7 +358,7 @@ int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
     unsigned char *h = d.w.buf;
     memcpy(h, MAGIC, sizeof(MAGIC));
     put_le(h + 8, FS_SERIAL_VERSION, 2);
-    put_le(h + 10, dialect == FS_MQTT ? 1u : 0u, 2);
+    put_le(h + 10, dialect == FS_MQTT ? 1u : dialect == FS_AMQP ? 2u : 0u, 2);
     put_le(h + 12, 0, 4);
     put_le(h + 16, d.w.len - FS_SERIAL_HEADER, 8);
     put_le(h + 24, d.subs, 8);
@@ -567,6 +567,26 @@ static int literal_fast(fs_dialect d, const unsigned char *t, size_t n, int whol
  * dialect, exactly as the tokenizer accepts it; at is its blob offset. */
 static int check_literal(reader *r, const unsigned char *t, size_t n, int whole_filter, size_t at)
 {
+    if (r->d == FS_AMQP) {
+        /* Words: any bytes but '.', valid UTF-8; a literal is never a
+         * whole word '*' or '#'; empty words and the empty key are fine. */
+        size_t start = 0;
+        for (size_t i = 0; i <= n; i++) {
+            if (i == n || t[i] == '.') {
+                if (i < n && !whole_filter)
+                    return bad(r, "separator inside a token", at + i);
+                if (i - start == 1 && (t[start] == '*' || t[start] == '#'))
+                    return bad(r, whole_filter ? "wildcard in a literal filter" : "wildcard token stored as a literal", at + start);
+                start = i + 1;
+            } else if (t[i] >= 0x80) {
+                size_t m = utf8_seq(t, i, n);
+                if (!m)
+                    return bad(r, "invalid UTF-8", at + i);
+                i += m - 1;
+            }
+        }
+        return FS_OK;
+    }
     if (n && literal_fast(r->d, t, n, whole_filter))
         return FS_OK;
     if (r->d == FS_NATS) {
@@ -734,8 +754,10 @@ static int rd_literals(reader *r, uint64_t count)
         uint32_t flen;
         if (rd_str(r, FS_MAX_SUBJECT, "filter longer than 65,535 bytes", &f, &flen) < 0)
             return FS_EBADDATA;
-        if (flen == 0)
+        if (flen == 0 && r->d != FS_AMQP)          /* AMQP: "" is the key of zero words */
             return bad(r, "empty literal filter", at);
+        if (r->d == FS_AMQP && flen > FS_AMQP_MAX_KEY)
+            return bad(r, "filter longer than 255 bytes", at);
         if (check_literal(r, f, flen, 1, r->pos - flen) < 0)
             return FS_EBADDATA;
         fs_span sp = {0, flen, fs_hash((const char *)f, flen), FS_TOK_LITERAL};
@@ -853,7 +875,7 @@ static int rd_children(reader *r, fs_node *n, uint64_t *ch)
         return FS_EBADDATA;
     if (*ch == 0)
         return FS_OK;
-    if (n->kind == FS_TOK_REST)
+    if (n->kind == FS_TOK_REST && r->d != FS_AMQP)     /* AMQP's '#' may be anywhere */
         return bad(r, r->d == FS_NATS ? "children under a '>' node" : "children under a '#' node", at);
     uint64_t nlit = *ch >> 2;
     if (nlit > left(r) / MIN_CHILD || nlit > MAX_TABLE)
@@ -878,8 +900,10 @@ static int rd_children(reader *r, fs_node *n, uint64_t *ch)
 static int rd_trie(reader *r, uint64_t *ntrie)
 {
     fs_sublist *sl = r->sl;
-    const char *one = r->d == FS_NATS ? "*" : "+";
+    const char *one = r->d == FS_MQTT ? "+" : "*";
     const char *rest = r->d == FS_NATS ? ">" : "#";
+    uint32_t maxlen = r->d == FS_AMQP ? FS_AMQP_MAX_KEY : FS_MAX_SUBJECT;
+    const char *too_long = r->d == FS_AMQP ? "filter longer than 255 bytes" : "filter longer than 65,535 bytes";
     const fs_span one_sp = {0, 1, fs_hash(one, 1), FS_TOK_ONE};
     const fs_span rest_sp = {0, 1, fs_hash(rest, 1), FS_TOK_REST};
     rframe *stack = NULL;
@@ -913,8 +937,8 @@ static int rd_trie(reader *r, uint64_t *ntrie)
             if ((rc = check_literal(r, t, tlen, 0, r->pos - tlen)) < 0)
                 break;
             pathlen = f->pathlen + sep + tlen;
-            if (pathlen > FS_MAX_SUBJECT) {
-                rc = bad(r, "filter longer than 65,535 bytes", at);
+            if (pathlen > maxlen) {
+                rc = bad(r, too_long, at);
                 break;
             }
             fs_span sp = {0, tlen, fs_hash((const char *)t, tlen), FS_TOK_LITERAL};
@@ -938,8 +962,8 @@ static int rd_trie(reader *r, uint64_t *ntrie)
             int is_one = f->wild & 1;
             f->wild = (uint8_t)(f->wild & (is_one ? 2 : 1));
             pathlen = f->pathlen + sep + 1;
-            if (pathlen > FS_MAX_SUBJECT) {
-                rc = bad(r, "filter longer than 65,535 bytes", at);
+            if (pathlen > maxlen) {
+                rc = bad(r, too_long, at);
                 break;
             }
             if (!(c = fs_node_new(sl, parent, is_one ? one : rest, is_one ? &one_sp : &rest_sp))) {
@@ -992,8 +1016,10 @@ static int check_envelope(reader *r, size_t len, uint64_t *payload)
     if (r->version < 1 || r->version > FS_SERIAL_VERSION)
         return bad(r, "unsupported format version", 8);
     uint64_t flags = get_le(p + 10, 2);
-    if (flags & ~(uint64_t)1)
+    if (flags & ~(uint64_t)3)
         return bad(r, "unknown flags", 10);
+    if (flags == 3)
+        return bad(r, "unknown dialect", 10);
     if (get_le(p + 12, 4) != 0)
         return bad(r, "nonzero reserved field", 12);
     *payload = get64(p + 16);
@@ -1005,7 +1031,7 @@ static int check_envelope(reader *r, size_t len, uint64_t *payload)
         return bad(r, "trailing bytes after the checksum", end + FS_SERIAL_TRAILER);
     if (fs_serial_checksum(p, end) != get_le(p + end, 8))
         return bad(r, "checksum mismatch", end);
-    r->d = (flags & 1) ? FS_MQTT : FS_NATS;
+    r->d = flags == 2 ? FS_AMQP : flags == 1 ? FS_MQTT : FS_NATS;
     r->pos = FS_SERIAL_HEADER;
     r->end = end;
     return FS_OK;

@@ -16,9 +16,12 @@ int fs_shape_classify(const fs_tokens *t, fs_shape_of *out)
     if (ntoks > FS_SHAPE_MAX_TOKENS)
         return 0;
     uint64_t mask = 0, key = 0;
-    for (uint32_t i = 0; i < ntoks; i++)
+    for (uint32_t i = 0; i < ntoks; i++) {
         if (t->tok[i].kind == FS_TOK_ONE)
             mask |= 1ull << i;
+        else if (t->tok[i].kind == FS_TOK_REST)
+            return 0;            /* AMQP '#' before the end: no fixed shape (the trie) */
+    }
     if (!mask && !rest)
         return 0;                /* a literal: most filters, so no key for them */
     for (uint32_t i = 0; i < ntoks; i++)
@@ -46,21 +49,25 @@ static int shape_is(const fs_shape *a, const fs_shape_of *b)
     return a->ntoks == b->ntoks && a->rest == b->rest && a->onemask == b->onemask;
 }
 
-static int applies(const fs_shape *sh, uint32_t k, int mqtt)
+/* Does a subject of k tokens probe shape sh?  zero_plus: the rest
+ * wildcard matches 0+ tokens (MQTT and AMQP '#'), not 1+ (NATS '>'). */
+static int applies(const fs_shape *sh, uint32_t k, int zero_plus)
 {
     if (!sh->rest)
         return sh->ntoks == k;
-    return mqtt ? sh->ntoks <= k : sh->ntoks < k;   /* '#' matches 0+ levels, '>' 1+ */
+    return zero_plus ? sh->ntoks <= k : sh->ntoks < k;
 }
 
 static void rebuild_probes(fs_sublist *sl)
 {
     fs_shapes *S = &sl->shapes;
-    int mqtt = sl->dialect == FS_MQTT;
+    int zero_plus = sl->dialect != FS_NATS;
+    /* k == 0 is the AMQP key of zero words, which only '#' matches. */
+    uint32_t k0 = sl->dialect == FS_AMQP ? 0 : 1;
     for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++) {
         uint64_t bits = 0;
         for (uint32_t j = 0; j < S->n; j++)
-            if (k > 0 && applies(S->shape[j], k, mqtt))
+            if (k >= k0 && applies(S->shape[j], k, zero_plus))
                 bits |= 1ull << j;
         S->probe[k] = bits;
     }
@@ -84,9 +91,9 @@ static int within_budget(const fs_sublist *sl, const fs_shape_of *of)
     fs_shape probe_of = {0};
     probe_of.ntoks = of->ntoks;
     probe_of.rest = of->rest;
-    int mqtt = sl->dialect == FS_MQTT;
-    for (uint32_t k = 1; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
-        if (applies(&probe_of, k, mqtt) && fs_popcount64(S->probe[k]) >= FS_SHAPE_MAX_PROBES)
+    int zero_plus = sl->dialect != FS_NATS;
+    for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
+        if (applies(&probe_of, k, zero_plus) && fs_popcount64(S->probe[k]) >= FS_SHAPE_MAX_PROBES)
             return 0;
     return 1;
 }
@@ -232,7 +239,7 @@ int fs_shapes_collect(const fs_sublist *sl, const char *s, size_t len, const fs_
     uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
     fs_shape_mixes(t->tok, need, m, P);
     int dollar = sl->dialect == FS_MQTT && s[0] == '$';
-    char sep = sl->dialect == FS_NATS ? '.' : '/';
+    char sep = fs_sep(sl->dialect);
     while (bits) {
         const fs_shape *sh = S->shape[fs_ctz64(bits)];
         bits &= bits - 1;

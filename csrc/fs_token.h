@@ -1,7 +1,10 @@
-/* fs_token.h - splitting and validating subjects and filters, both dialects.
+/* fs_token.h - splitting and validating subjects and filters, all dialects.
  *
  *   NATS  "orders.*.created"   separator '.', '*' one token, '>' the rest (1+)
  *   MQTT  "sport/+/score/#"    separator '/', '+' one level,  '#' the rest (0+)
+ *   AMQP  "a.#.b.*"            separator '.', '*' one word,   '#' 0+ words
+ *                              anywhere, any number of times; "" is the key
+ *                              of zero words; at most 255 bytes
  *
  * A token is a span (offset, length) into the caller's bytes; nothing is
  * copied.  The span array starts inline and moves to the heap only for
@@ -16,8 +19,17 @@
 
 #define FS_MAX_SUBJECT 65535u
 #define FS_TOKENS_INLINE 16
+/* AMQP (RabbitMQ topic exchanges): keys are AMQP short strings. */
+#define FS_AMQP_MAX_KEY 255u
+#define FS_AMQP_MAX_WORDS (FS_AMQP_MAX_KEY + 1)
 
-typedef enum { FS_NATS = 0, FS_MQTT = 1 } fs_dialect;
+typedef enum { FS_NATS = 0, FS_MQTT = 1, FS_AMQP = 2 } fs_dialect;
+
+/* The separator of a dialect. */
+static inline char fs_sep(fs_dialect d) { return d == FS_MQTT ? '/' : '.'; }
+/* Do queue groups merge by name across filters (NATS, AMQP), or is a
+ * group the pair (name, filter) (MQTT)? */
+static inline int fs_groups_merge(fs_dialect d) { return d != FS_MQTT; }
 
 typedef enum { FS_TOK_LITERAL = 0, FS_TOK_ONE = 1, FS_TOK_REST = 2 } fs_tok_kind;
 
@@ -56,7 +68,8 @@ void fs_tokens_init(fs_tokens *t);
 void fs_tokens_free(fs_tokens *t);
 
 /* Split s[0..len) into t.  is_filter admits wildcards.  Returns FS_OK,
- * FS_EINVAL (err filled in) or FS_ENOMEM. */
+ * FS_EINVAL (err filled in) or FS_ENOMEM.  Only AMQP accepts len 0 (the
+ * key of zero words: t->n == 0); every other valid input has t->n >= 1. */
 int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
                 fs_tokens *t, fs_error *err);
 
@@ -69,10 +82,14 @@ int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err);
 int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
                    const char **filter, size_t *flen, fs_error *err);
 
-/* Does filter f (tokens ft) match the subject s (tokens st)?  1 or 0. */
+/* Does filter f (tokens ft) match the subject s (tokens st)?  1 or 0.
+ * AMQP: dynamic programming over (filter token, subject word), at most
+ * FS_AMQP_MAX_WORDS squared steps, no backtracking. */
 int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
                     const char *s, const fs_tokens *st);
-/* Is there a subject both filters match?  1 or 0. */
+/* Is there a (valid) subject both filters match?  1 or 0.  AMQP: the
+ * cheapest key in the product of the two patterns (positions i, j), row by
+ * row, must fit in 255 bytes. */
 int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
                          const char *b, const fs_tokens *bt);
 

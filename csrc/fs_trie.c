@@ -1,8 +1,18 @@
 /* fs_trie.c - the trie, for the filters no table holds: shapes past the
- * budget, filters deeper than FS_SHAPE_MAX_TOKENS, version 1 images.  A
- * level is a table of literal children plus the one-level and the rest
- * wildcard child; matching walks it breadth first over an explicit
- * frontier (no recursion in proportion to the input). */
+ * budget, filters deeper than FS_SHAPE_MAX_TOKENS, version 1 images, and
+ * AMQP binding keys with a '#' before their end or several '#'.  A level
+ * is a table of literal children plus the one-level and the rest wildcard
+ * child; matching walks it breadth first over an explicit frontier (no
+ * recursion in proportion to the input).
+ *
+ * AMQP's '#' (zero or more words, anywhere) makes the trie a
+ * nondeterministic automaton: a '#' node may consume a word and stay, or
+ * be skipped.  Walked naively -- trying every way to split the words among
+ * the '#'s, as RabbitMQ 3.x did -- "#.#.#.#" against 128 words takes
+ * seconds.  Here the frontier after word i is a *set* of nodes: each
+ * (node, position) state is visited at most once (a hash set per step
+ * drops repeats), so a walk costs O(words x trie nodes reached) whatever
+ * the number of '#'. */
 #include <string.h>
 
 #include "fs_alloc.h"
@@ -49,12 +59,172 @@ int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_grow
     return FS_OK;
 }
 
+/* ---- AMQP */
+
+/* The open-addressing set sc->seen holds the nodes of the frontier being
+ * built, arr[0..n); make it empty with room for want nodes. */
+static int seen_reset(fs_scratch *sc, size_t want)
+{
+    size_t cap = 16;
+    while (cap < 2 * want)
+        cap *= 2;
+    if (cap > sc->cap_seen) {
+        const fs_node **ns = FS_REALLOC(sc->seen, sizeof(fs_node *) * cap);
+        if (!ns)
+            return FS_ENOMEM;
+        sc->seen = ns;
+        sc->cap_seen = cap;
+    }
+    sc->act_seen = cap;
+    memset(sc->seen, 0, sizeof(fs_node *) * cap);
+    return FS_OK;
+}
+
+static inline size_t seen_slot(const fs_scratch *sc, const fs_node *x)
+{
+    uint64_t h = (uint64_t)(uintptr_t)x * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (sc->act_seen - 1);
+}
+
+/* Add x to the frontier arr (and the set) unless it is there already. */
+static int front_add(fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *cap, const fs_node *x)
+{
+    size_t i = seen_slot(sc, x);
+    while (sc->seen[i]) {
+        if (sc->seen[i] == x)
+            return FS_OK;
+        i = (i + 1) & (sc->act_seen - 1);
+    }
+    if (fs_push_node(arr, n, cap, x) < 0)
+        return FS_ENOMEM;
+    if (2 * *n > sc->act_seen) {          /* rehash from the frontier itself */
+        if (seen_reset(sc, *n) < 0)
+            return FS_ENOMEM;
+        for (size_t k = 0; k < *n; k++) {
+            size_t j = seen_slot(sc, (*arr)[k]);
+            while (sc->seen[j])
+                j = (j + 1) & (sc->act_seen - 1);
+            sc->seen[j] = (*arr)[k];
+        }
+    } else {
+        sc->seen[i] = x;
+    }
+    return FS_OK;
+}
+
+/* Close the frontier under "skip a '#'": a node's '#' child matches with
+ * zero more words (appended, so chains "#.#" are followed too). */
+static int close_front(fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *cap)
+{
+    for (size_t k = 0; k < *n; k++) {
+        const fs_level *L = (*arr)[k]->next;
+        if (L && L->rest && front_add(sc, arr, n, cap, L->rest) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+static int trie_walk_amqp(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
+{
+    const char *end = t->n ? s + t->tok[t->n - 1].off + t->tok[t->n - 1].len : s;
+    sc->nfront = 0;
+    if (seen_reset(sc, 1) < 0 || front_add(sc, &sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0 ||
+        close_front(sc, &sc->front, &sc->nfront, &sc->cap_front) < 0)
+        return FS_ENOMEM;
+    for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
+        const fs_span *sp = &t->tok[i];
+        sc->nnext = 0;
+        if (seen_reset(sc, sc->nfront) < 0)
+            return FS_ENOMEM;
+        for (size_t k = 0; k < sc->nfront; k++) {
+            const fs_node *x = sc->front[k];
+            /* '#' takes this word too and stays where it is */
+            if (x->kind == FS_TOK_REST && front_add(sc, &sc->next, &sc->nnext, &sc->cap_next, x) < 0)
+                return FS_ENOMEM;
+            const fs_level *L = x->next;
+            if (!L)
+                continue;
+            const fs_node *c = L->count ? fs_level_find_within(L, s + sp->off, sp->len, sp->hash, end) : NULL;
+            if (c && front_add(sc, &sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+                return FS_ENOMEM;
+            if (L->one && front_add(sc, &sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+                return FS_ENOMEM;
+        }
+        if (close_front(sc, &sc->next, &sc->nnext, &sc->cap_next) < 0)
+            return FS_ENOMEM;
+        const fs_node **tmp = sc->front;
+        sc->front = sc->next;
+        sc->next = tmp;
+        size_t tcap = sc->cap_front;
+        sc->cap_front = sc->cap_next;
+        sc->cap_next = tcap;
+        sc->nfront = sc->nnext;
+    }
+    /* The frontier is a set: each matching node is pushed once. */
+    for (size_t k = 0; k < sc->nfront; k++)
+        if (fs_has_subs(sc->front[k]) && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, sc->front[k]) < 0)
+            return FS_ENOMEM;
+    return FS_OK;
+}
+
+/* AMQP reverse match over the trie: every node holding subscriptions,
+ * its filter rebuilt and tested against the query with
+ * fs_filters_intersect (polynomial; reverse matching is not a hot path).
+ * Uses sc->next as the explicit stack. */
+static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
+{
+    char path[FS_AMQP_MAX_KEY + 1];
+    fs_tokens pt;
+    fs_tokens_init(&pt);
+    fs_error ignored;
+    int rc = FS_OK;
+    sc->nhits = 0;
+    sc->nnext = 0;
+    if (fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, sl->root) < 0)
+        return FS_ENOMEM;
+    while (rc == FS_OK && sc->nnext) {
+        const fs_node *x = sc->next[--sc->nnext];
+        if (x != sl->root && fs_has_subs(x)) {
+            size_t len = 0;
+            for (const fs_node *p = x; p != sl->root; p = p->parent)
+                len += p->toklen + 1u;
+            len -= 1;
+            if (len <= FS_AMQP_MAX_KEY) {     /* always: keys are checked on the way in */
+                char *w = path + len;
+                for (const fs_node *p = x; p != sl->root; p = p->parent) {
+                    w -= p->toklen;
+                    memcpy(w, p->tok, p->toklen);
+                    if (p->parent != sl->root)
+                        *--w = '.';
+                }
+                rc = fs_tokenize(FS_AMQP, path, len, 1, &pt, &ignored);
+                if (rc == FS_OK && fs_filters_intersect(FS_AMQP, q, &sc->toks, path, &pt))
+                    rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x);
+            }
+        }
+        const fs_level *L = x->next;
+        if (!L)
+            continue;
+        for (uint32_t i = 0; rc == FS_OK && i < L->cap; i++)
+            if (L->slots[i].node)
+                rc = fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->slots[i].node);
+        if (rc == FS_OK && L->one)
+            rc = fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one);
+        if (rc == FS_OK && L->rest)
+            rc = fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->rest);
+    }
+    fs_tokens_free(&pt);
+    return rc == FS_EINVAL ? FS_OK : rc;
+}
+
 int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
 {
-    int mqtt = sl->dialect == FS_MQTT;
-    int dollar = mqtt && s[0] == '$';
     if (!sl->root->next)
         return FS_OK;
+    if (sl->dialect == FS_AMQP)
+        return trie_walk_amqp(sl, s, t, sc);
+    int mqtt = sl->dialect == FS_MQTT;
+    int dollar = mqtt && s[0] == '$';
     const fs_span *last = &t->tok[t->n - 1];
     const char *end = s + last->off + last->len;
     sc->nfront = 0;
@@ -135,6 +305,8 @@ static int push_descendants(const fs_node *n, int skip_dollar, fs_scratch *sc)
 int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
 {
     const fs_tokens *t = &sc->toks;
+    if (sl->dialect == FS_AMQP)
+        return trie_rwalk_amqp(sl, q, sc);
     int mqtt = sl->dialect == FS_MQTT;
     sc->nhits = 0;
     sc->nfront = 0;

@@ -414,6 +414,7 @@ void fs_scratch_free(fs_scratch *sc)
     FS_FREE(sc->front);
     FS_FREE(sc->next);
     FS_FREE(sc->hits);
+    FS_FREE(sc->seen);
     fs_scratch_init(sc);
 }
 
@@ -513,8 +514,9 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     if (cached) {
         *nplain = cached->nplain;
         *nqueue = cached->nids - cached->nplain;
-    } else if (sl->cache) {
-        /* Fill the cache: the next question about this subject is cheap. */
+    } else if (sl->cache || sl->dialect == FS_AMQP) {
+        /* Fill the cache: the next question about this subject is cheap.
+         * (AMQP counts each sub_id once: the built result is deduplicated.) */
         fs_result r;
         fs_result_init(&r);
         rc = fs_compute_locked(sl, subject, len, hash, sc, &r, err);
@@ -568,7 +570,7 @@ int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
         uint64_t bits = S->probe[k > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : k];
         uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
         int dollar = sl->dialect == FS_MQTT && subject[0] == '$';
-        char sep = sl->dialect == FS_NATS ? '.' : '/';
+        char sep = fs_sep(sl->dialect);
         rc = 0;
         if (bits)
             fs_shape_mixes(t->tok, need, m, P);
@@ -797,6 +799,7 @@ void fs_workspace_trim(fs_workspace *w)
     if (w->r.cap_ids > 65536 || w->r.cap_arena > 1u << 20 || w->r.cap_groups > 4096)
         fs_result_free(&w->r);
     if (w->sc.cap_front > 65536 || w->sc.cap_next > 65536 || w->sc.cap_hits > 65536 ||
+        w->sc.cap_seen > 131072 ||
         w->sc.toks.cap > 4096)
         fs_scratch_free(&w->sc);
 }

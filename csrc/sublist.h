@@ -9,7 +9,8 @@
  *               ├─ root ─► trie (fs_trie.c): what no table holds
  *               │   level ─┬─ "orders" ─► node ─► level ...
  *               │          ├─ one  ─► node      ('*' / '+')
- *               │          └─ rest ─► node      ('>' / '#')
+ *               │          └─ rest ─► node      ('>' / '#'; a leaf, except
+ *               │                               AMQP '#', which has children)
  *               └─ cache: CLOCK cache of results by subject (fs_cache.h)
  *
  *   entry / node: plain subscription ids (sorted int64 array, inline when
@@ -60,6 +61,8 @@ typedef struct {
     const fs_node **front, **next, **hits;
     size_t nfront, nnext, nhits;
     size_t cap_front, cap_next, cap_hits;
+    const fs_node **seen;    /* AMQP trie walk: open-addressing set of nodes, */
+    size_t cap_seen, act_seen;   /* allocated / in use (a power of 2) */
 } fs_scratch;
 
 /* One reverse-match hit. */

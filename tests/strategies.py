@@ -3,7 +3,8 @@ thread tests.
 
 Token alphabets are tiny so that random filters and subjects match each
 other; they include '$' tokens, MQTT empty levels, a non-ASCII token, queue
-groups and MQTT '$share/G/f'."""
+groups and MQTT '$share/G/f'; AMQP adds the empty key, empty words, '#'
+anywhere (often several) and routing keys holding '*' and '#' as words."""
 from collections import Counter
 
 from hypothesis import assume, strategies as st
@@ -11,10 +12,14 @@ from hypothesis import assume, strategies as st
 from fastsub import _reference as R
 
 DIALECTS = ["nats", "mqtt"]
-SEP = {"nats": ".", "mqtt": "/"}
-ONE = {"nats": "*", "mqtt": "+"}
-REST = {"nats": ">", "mqtt": "#"}
-LITERALS = {"nats": ["a", "b", "$x", "\u00e9"], "mqtt": ["a", "b", "$x", "", "\u00e9"]}
+ALL_DIALECTS = DIALECTS + ["amqp"]    # the tests that know AMQP's rules use this
+SEP = {"nats": ".", "mqtt": "/", "amqp": "."}
+ONE = {"nats": "*", "mqtt": "+", "amqp": "*"}
+REST = {"nats": ">", "mqtt": "#", "amqp": "#"}
+LITERALS = {"nats": ["a", "b", "$x", "\u00e9"], "mqtt": ["a", "b", "$x", "", "\u00e9"],
+            "amqp": ["a", "b", "", "\u00e9"]}
+# words only a routing key has: '*' and '#' are plain words there
+SUBJECT_ONLY = {"nats": [], "mqtt": [], "amqp": ["*", "#", "a*"]}
 QUEUES = [None, None, "q", "r"]
 SUB_IDS = [0, 1, 2, 3, -1, 2 ** 63 - 1, -(2 ** 63)]
 
@@ -22,17 +27,24 @@ SUB_IDS = [0, 1, 2, 3, -1, 2 ** 63 - 1, -(2 ** 63)]
 FUZZ_CHARS = {
     "nats": ["a", "b", ".", ".", "*", ">", "$", " ", "\t", "\x00", "\u00e9", "/", "+", "#", "\ud800"],
     "mqtt": ["a", "b", "/", "/", "+", "#", "$", " ", "\x00", "\u00e9", ".", "*", ">", "\ud800"],
+    "amqp": ["a", "b", ".", ".", "*", "#", "$", " ", "\x00", "\u00e9", "/", "+", ">", "\ud800"],
 }
 
 
 def subjects(dialect):
-    """Valid subjects (MQTT: empty levels included)."""
+    """Valid subjects (MQTT: empty levels included; AMQP: the empty key too)."""
+    if dialect == "amqp":
+        return st.lists(st.sampled_from(LITERALS[dialect] + SUBJECT_ONLY[dialect]),
+                        max_size=5).map(".".join)
     return (st.lists(st.sampled_from(LITERALS[dialect]), min_size=1, max_size=4)
             .map(SEP[dialect].join).filter(bool))
 
 
 @st.composite
 def filters(draw, dialect):
+    if dialect == "amqp":       # '#' anywhere, any number of times; "" is a binding key
+        toks = draw(st.lists(st.sampled_from(LITERALS[dialect] + ["*", "*", "#", "#"]), max_size=5))
+        return ".".join(toks)
     toks = draw(st.lists(st.sampled_from(LITERALS[dialect] + [ONE[dialect]] * 2), max_size=3))
     if not toks or draw(st.integers(0, 2)) == 0:
         toks.append(REST[dialect])
@@ -58,6 +70,8 @@ def fuzz(dialect):
     s = st.lists(st.sampled_from(FUZZ_CHARS[dialect]), max_size=8).map("".join)
     if dialect == "mqtt":
         s = st.one_of(s, s.map(lambda t: "$share/" + t), s.map(lambda t: "$share/g/" + t))
+    if dialect == "amqp":       # around the 255-byte limit
+        s = st.one_of(s, st.tuples(s, st.integers(28, 130)).map(lambda p: (p[0] or "a") * p[1]))
     return s
 
 

@@ -211,3 +211,26 @@ def test_python_m_fastsub_match(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == "x.y.z\t5\tx.y.z\nbilling.q\t4\tbilling.*\n"
     assert r.stderr.startswith("fastsub match: 2 subjects = 2 delivered + 0 unmatched + 0 rejected")
+
+
+def test_match_amqp_dialect(capsys, tmp_path):
+    """--dialect amqp: '#' anywhere, empty words, the empty routing key (an
+    empty line), one delivery per sub_id, and the 255-byte limit."""
+    fp, sp = tmp_path / "bindings.txt", tmp_path / "keys.txt"
+    bindings = ["a.#.b", "#\tworkers", "*.a", "x.#.#.y", "a.#"]
+    keys = ["a.b", "a.x.y.b", ".a", "", "x.y", "z" * 256, "q"]
+    fp.write_text("".join(b + "\n" for b in bindings))
+    sp.write_text("".join(k + "\n" for k in keys))
+    assert cli.main(["match", "--dialect", "amqp", "--subs", str(fp), "--subjects", str(sp),
+                     "--queues", "all"]) == 0
+    out, err = capsys.readouterr()
+    ref = R.ReferenceSublist("amqp")
+    for lineno, line in enumerate(bindings, 1):
+        f, *q = line.split("\t")
+        ref.insert(f, lineno, q[0] if q else None)
+    want = sorted((k, i) for k in keys if R.is_valid_subject(k, "amqp")
+                  for m in [ref.match(k)] for i in m.subs + [i for _, _, ms in m.groups for i in ms])
+    assert _pairs(out) == want
+    assert ("a.b", 5) in want and ("a.b", 1) in want and ("", 2) in want
+    assert "line 6: rejected:" in err and "longer than 255 bytes" in err
+    assert "7 subjects = 6 delivered + 0 unmatched + 1 rejected" in err   # "#" takes "q"

@@ -79,12 +79,16 @@ def _canon_match(m):
     return (sorted(m.subs), sorted((q, f, tuple(sorted(ms))) for q, f, ms in m.groups))
 
 
+# (separator, one-level wildcard, rest wildcard) per dialect
+WILD = {"nats": (".", "*", ">"), "mqtt": ("/", "+", "#"), "amqp": (".", "*", "#")}
+
+
 def _deep(d, prefix, n=40, last=None):
     """A subject/filter of n tokens (the last one replaced by `last`)."""
     toks = [f"{prefix}{i}" for i in range(n)]
     if last is not None:
         toks[-1] = last
-    return ("." if d == "nats" else "/").join(toks)
+    return WILD[d][0].join(toks)
 
 
 PROBES = {
@@ -97,6 +101,10 @@ PROBES = {
              "fresh/z/path/q", "new/z/x", _deep("mqtt", "t"), _deep("mqtt", "d"),
              _deep("mqtt", "e"), _deep("mqtt", "s"), "batch/7/x", "batch/q/3", "b3/z", "qonly/x",
              "qonly/y"],
+    "amqp": ["a.b.c.d", "a.b.c", "a.b", "a", "", ".", "a..d", "a.x.y.z.d", "m.q.n.q.n", "orders.eu.created",
+             "orders.us.new", "lit.7", "grow.g6.z", "fresh.z.path.q", "new.z.x", _deep("amqp", "t"),
+             _deep("amqp", "d"), _deep("amqp", "e"), _deep("amqp", "s"), "batch.7.x", "b3.z", "qonly.x",
+             "mid.k.tail", "mid.tail"],
 }
 
 
@@ -202,14 +210,15 @@ def fault_walk(factory, op, *, fresh_thread=False, lenient=False, max_n=100_000)
 # ------------------------------------------------------------ test indexes
 
 # Subscriptions with known ids, so operations need not look them up.
-DEEP_ID, DEEP_Q_ID, DEEP_LIT_ID = 7001, 7002, 7003
+DEEP_ID, DEEP_Q_ID, DEEP_LIT_ID, DEEP_MID_ID = 7001, 7002, 7003, 7004
+DEEP_MID = ".".join(["w"] * 10 + ["#"] + ["v"] * 10)   # AMQP: '#' in the middle, 21 tokens
 
 
 def _build(d, cache_size=0):
     """Many matches and queue groups for "a.b.c.d" ("a/b/c/d"), deep
     chains, a literal table, and a level ("grow.*") holding 6 children in 8
     slots, so that a 7th grows its table."""
-    sep, one, rest = (".", "*", ">") if d == "nats" else ("/", "+", "#")
+    sep, one, rest = WILD[d]
     sl = Sublist(d, cache_size=cache_size) if cache_size else Sublist(d)
     sid = itertools.count(1)
     j = sep.join
@@ -233,6 +242,13 @@ def _build(d, cache_size=0):
     for q in ("qa", "qb"):                  # nodes with queue groups and no plain ids
         sl.insert(j(["qonly", "x"]), next(sid), queue=q)
         sl.insert(j(["qonly", one]), next(sid), queue=q)
+    if d == "amqp":   # '#' mid-filter and several '#' (the trie), the empty key, overlapping ids
+        for f, q in [("a.#.d", None), ("#.#", None), ("#.c.#", "q1"), ("", None), ("a..d", None),
+                     ("m.#.n.#", "qm"), ("#.q.#.n", None), ("mid.#.tail", "qmid")]:
+            for k in range(3):
+                sl.insert(f, 5000 + k, queue=q)      # the same ids under many filters: deduped
+                sl.insert(f, next(sid), queue=q)
+        sl.insert(DEEP_MID, DEEP_MID_ID)             # 21 tokens: removing it tokenizes on the heap
     if d == "mqtt":
         for f in ["$SYS/#", "$SYS/+/load", "+/", "a/"]:
             for _ in range(3):
@@ -250,7 +266,7 @@ def _build(d, cache_size=0):
 def _batch(d):
     """~50 mixed filters: duplicates of each other and of the index, some
     queued, two 40 tokens deep."""
-    sep, one, rest = (".", "*", ">") if d == "nats" else ("/", "+", "#")
+    sep, one, rest = WILD[d]
     filters, ids, queues = [], [], []
     for i in range(15):
         filters += [f"batch{sep}{i}{sep}x", f"batch{sep}{one}{sep}{i}", f"b{i}{sep}{rest}"]
@@ -280,11 +296,11 @@ def _key_error(fn):
 def _dialect_ops(d):
     """(id, factory, op, flags) for every walk in dialect d; flags: "thread"
     (run in a fresh thread: cold workspace), "lenient" (cached index)."""
-    sep, one, rest = (".", "*", ">") if d == "nats" else ("/", "+", "#")
+    sep, one, rest = WILD[d]
     j = sep.join
     deep = _deep(d, "t", last=rest)
     deep_lit = _deep(d, "d")
-    group = "q1" if d == "nats" else "k1"
+    group = "k1" if d == "mqtt" else "q1"
 
     def base():
         return _build(d)
@@ -359,6 +375,21 @@ def _dialect_ops(d):
         ("is_valid_filter-deep", base, lambda sl: fastsub.is_valid_filter(deep, d)),
         ("is_valid_subject-deep", base, lambda sl: fastsub.is_valid_subject(_deep(d, "t"), d)),
     ]
+    if d == "amqp":
+        ops += [
+            ("insert-mid-hash-new", base, lambda sl: sl.insert("x.#.y.#.z", 940)),
+            ("insert-mid-hash-existing-path", base, lambda sl: sl.insert("a.#.d.e", 941, queue="q1")),
+            ("insert-empty-key", base, lambda sl: sl.insert("", 942, queue="qe")),
+            ("remove-mid-hash-deep", base, lambda sl: sl.remove(DEEP_MID, DEEP_MID_ID)),
+            ("match-mid-hash", base, lambda sl: sl.match("m.q.n.q.n"), "thread"),
+            ("match-empty-key", base, lambda sl: sl.match(""), "thread"),
+            ("num_interest-dedupe", base, lambda sl: sl.num_interest("a.b.c.d"), "thread"),
+            ("reverse_match-mid-hash", base, lambda sl: sl.reverse_match("a.#.d")),
+            ("match_many-mid-hash-pick", base,
+             lambda sl: sl.match_many(["m.q.n.q.n", "a.b.c.d", "", "mid.k.tail"] * 5), "thread"),
+            ("cached-match-mid-hash", cached, lambda sl: sl.match("mid.k.k.tail"), "thread lenient"),
+            ("cached-insert-mid-hash", cached, lambda sl: sl.insert("#.b.#", 943), "lenient"),
+        ]
     if d == "mqtt":
         ops += [
             ("insert-share-new-group", base, lambda sl: sl.insert("$share/g9/new/+/x", 920)),
@@ -404,7 +435,7 @@ def _blob(d):
 
 def _ops():
     return [(name, d, factory, op, *(fl[0].split() if fl else ()))
-            for d in ("nats", "mqtt") for name, factory, op, *fl in _dialect_ops(d)]
+            for d in ("nats", "mqtt", "amqp") for name, factory, op, *fl in _dialect_ops(d)]
 
 
 OPS = [(name, d, factory, op, "thread" in flags, "lenient" in flags)
@@ -585,7 +616,7 @@ def _fresh_str(s):
 def test_refcounts_of_arguments(dialect):
     """Success and error paths hold no reference to their arguments once
     they return."""
-    sep, one, rest = (".", "*", ">") if dialect == "nats" else ("/", "+", "#")
+    sep, one, rest = WILD[dialect]
     sl = _build(dialect, cache_size=16)
     f = _fresh_str(sep.join(["a", one, "c", rest]))
     lit = _fresh_str(sep.join(["x", "y", "z"]))
@@ -680,7 +711,7 @@ def test_refcounts_of_arguments(dialect):
 def _leak_units(group, d):
     """A function doing one unit of work of the group, on indexes made
     here.  Every call of it must leave the process's memory as it was."""
-    sep, one, rest = (".", "*", ">") if d == "nats" else ("/", "+", "#")
+    sep, one, rest = WILD[d]
     j = sep.join
     sl = _build(d)
     deep = _deep(d, "r", last=rest)
@@ -959,7 +990,7 @@ def _deep_main(stack_kb):
 
 
 def _deep_one(d):
-    sep, one, rest = (".", "*", ">") if d == "nats" else ("/", "+", "#")
+    sep, one, rest = WILD[d]
     j = sep.join
     n = 100_000
     sl = Sublist(d, cache_size=64)
@@ -1021,7 +1052,7 @@ def _threads_main(seconds):
     import time
     d_results = {}
     for d in ("nats", "mqtt"):
-        sep, one, rest = (".", "*", ">") if d == "nats" else ("/", "+", "#")
+        sep, one, rest = WILD[d]
         j = sep.join
         sl = _build(d, cache_size=32)
         if hasattr(sl, "match_many"):

@@ -32,9 +32,9 @@ GOLDEN = os.path.join(HERE, "golden")
 MAGIC = b"\x89FSB\r\n\x1a\n"
 HEADER = 48
 M64 = (1 << 64) - 1
-SEP = {"nats": ".", "mqtt": "/"}
-ONE = {"nats": "*", "mqtt": "+"}
-REST = {"nats": ">", "mqtt": "#"}
+SEP = {"nats": ".", "mqtt": "/", "amqp": "."}
+ONE = {"nats": "*", "mqtt": "+", "amqp": "*"}
+REST = {"nats": ">", "mqtt": "#", "amqp": "#"}
 
 _P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
 _P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
@@ -176,7 +176,7 @@ def encode_any(dialect, literals, root, *, version=2, flags=None, reserved=0, co
     if counts is None:
         counts = (sum(e.nsubs() for _, e in literals) + trie_subs(root), len(plain), trie_nodes(root))
     if flags is None:
-        flags = int(dialect == "mqtt")
+        flags = {"nats": 0, "mqtt": 1, "amqp": 2}[dialect]
     head = MAGIC + struct.pack("<HHIQQQQ", version, flags, reserved, 0, *counts)
     return seal(head, payload)
 
@@ -246,7 +246,7 @@ def decode(blob):
         literals.append((f, r.subs()))
     root = r.record()
     assert r.pos == HEADER + plen
-    return ("mqtt" if flags & 1 else "nats"), counts, literals, root
+    return {0: "nats", 1: "mqtt", 2: "amqp"}[flags], counts, literals, root
 
 
 def subscriptions_of(dialect, literals, root):
@@ -297,14 +297,16 @@ def subject_for(dialect, f):
 
 # ------------------------------------------------------------ strategies
 
-LITERALS = {"nats": ["a", "b", "$x", "a*b", "\u00e9"], "mqtt": ["a", "b", "$x", "", "\u00e9", "$share"]}
+LITERALS = {"nats": ["a", "b", "$x", "a*b", "\u00e9"], "mqtt": ["a", "b", "$x", "", "\u00e9", "$share"],
+            "amqp": ["a", "b", "", "a*", "\u00e9"]}
 QUEUES = [None, None, None, "q", "r", "\u00f6"]
 IDS = st.one_of(st.integers(0, 50), st.sampled_from([-1, 2 ** 63 - 1, -(2 ** 63), 2 ** 40]))
 
 
 @st.composite
 def filters(draw, dialect):
-    alphabet = st.sampled_from(LITERALS[dialect] + [ONE[dialect]])
+    # AMQP: '#' anywhere too (those filters live in the trie, '#' nodes with children)
+    alphabet = st.sampled_from(LITERALS[dialect] + [ONE[dialect]] + (["#", "#"] if dialect == "amqp" else []))
     toks = draw(st.lists(alphabet, min_size=1, max_size=4))
     if draw(st.integers(0, 7)) == 0:       # now and then a deep one
         toks = (toks * 40)[:draw(st.integers(5, 40))]
@@ -342,13 +344,14 @@ def probes(dialect, subs, data):
 
 
 DIALECTS = ["nats", "mqtt"]
+ALL_DIALECTS = DIALECTS + ["amqp"]
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.filter_too_much])
 
 
 # ------------------------------------------------------------ round trips
 
-@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
 @PROPS
 @given(data=st.data())
 def test_round_trip_answers_identically(dialect, data):
@@ -402,7 +405,7 @@ def remove_all(sl):
     assert sl.to_bytes() == fastsub.Sublist(d).to_bytes()
 
 
-@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
 def test_empty_index(dialect):
     sl = fastsub.Sublist(dialect)
     blob = sl.to_bytes()
@@ -513,10 +516,13 @@ def test_dump_while_others_write():
         t.join()
 
 
-@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
 def test_out_of_memory_is_clean(dialect):
     subs = [("a.b.c", 1, None), ("a.*.c", 2, None), ("a.>", 3, "q"), ("a.>", 4, "q"),
             ("a.>", 5, "p"), ("x.y", 6, None), ("x.y", 7, None), ("x.*", 8, "q")]
+    if dialect == "amqp":     # '#' in the middle, several '#', the empty key: the trie and ""
+        subs = [(f.replace(">", "#"), i, q) for f, i, q in subs]
+        subs += [("a.#.c", 9, None), ("#.#.c", 10, "q"), ("", 11, None), ("a..#", 12, None)]
     if dialect == "mqtt":
         subs = [(f.replace(".", "/").replace("*", "+").replace(">", "#"), i, q) for f, i, q in subs]
     sl = build(dialect, subs)
@@ -552,7 +558,7 @@ GOLDEN_NAMES = sorted(f[:-4] for f in os.listdir(GOLDEN) if f.endswith(".fsb"))
 
 def test_golden_files_present():
     # the current format (version 2), and version 1's files, which still load
-    assert {"nats_small", "mqtt_small", "nats_empty"} <= set(GOLDEN_NAMES)
+    assert {"nats_small", "mqtt_small", "nats_empty", "amqp_small"} <= set(GOLDEN_NAMES)
     assert {"nats_small_v1", "mqtt_small_v1", "nats_empty_v1"} <= set(GOLDEN_NAMES)
 
 
@@ -602,7 +608,9 @@ def test_envelope_errors_exact():
     assert corrupt(b"PK\x03\x04" + blob[4:]) == "corrupt fastsub index: bad magic (not a fastsub index) at byte 0"
     assert corrupt(blob[:8] + b"\x03\x00" + blob[10:]) == "corrupt fastsub index: unsupported format version at byte 8"
     assert corrupt(blob[:8] + b"\x00\x00" + blob[10:]) == "corrupt fastsub index: unsupported format version at byte 8"
-    assert corrupt(blob[:10] + b"\x02\x00" + blob[12:]) == "corrupt fastsub index: unknown flags at byte 10"
+    # flags: the dialect in bits 0-1 (0 NATS, 1 MQTT, 2 AMQP); 3 and higher bits are refused
+    assert corrupt(blob[:10] + b"\x04\x00" + blob[12:]) == "corrupt fastsub index: unknown flags at byte 10"
+    assert corrupt(blob[:10] + b"\x03\x00" + blob[12:]) == "corrupt fastsub index: unknown dialect at byte 10"
     assert corrupt(blob[:12] + b"\x01" + blob[13:]) == "corrupt fastsub index: nonzero reserved field at byte 12"
     assert corrupt(blob[:-1]) == f"corrupt fastsub index: truncated data at byte {len(blob) - 1}"
     assert corrupt(blob[:HEADER]) == f"corrupt fastsub index: truncated data at byte {HEADER}"
@@ -753,6 +761,26 @@ def structural_cases():
         "shaped filter count exceeds the data", P)
     add("MQTT plain sub on a $share shaped filter", v2([(b"$share/+", T(subs=[1]))], 1, "mqtt"),
         "plain subscription on a '$share/' filter", P + 1 + 9, "mqtt")
+
+    # AMQP (flags 2): keys of at most 255 bytes, '#' with children allowed
+    add("AMQP literal filter too long", encode("amqp", lit((b"x" * 256, T(subs=[1]))), T()),
+        "filter longer than 255 bytes", P, "amqp")
+    add("AMQP trie path too long", encode("amqp", [], T(one=T(lit=[(b"y" * 254, T(subs=[1]))]))),
+        "filter longer than 255 bytes", P + 4, "amqp")
+    add("AMQP '#' word in a literal filter", encode("amqp", lit(("a.#", T(subs=[1]))), T()),
+        "wildcard in a literal filter", P + 3, "amqp")
+    add("AMQP '*' stored as a literal token", encode("amqp", [], T(lit=[("*", T(rest=T(subs=[1])))])),
+        "wildcard token stored as a literal", P + 3, "amqp")
+    add("AMQP separator in a trie token", encode("amqp", [], T(lit=[("a.b", T(rest=T(subs=[1])))])),
+        "separator inside a token", P + 4, "amqp")
+    add("AMQP invalid UTF-8", encode("amqp", lit((b"a\xff", T(subs=[1]))), T()),
+        "invalid UTF-8", P + 2, "amqp")
+    add("AMQP '#' mid-filter in the shape section",
+        seal(MAGIC + struct.pack("<HHIQQQQ", 2, 2, 0, 0, 1, 0, 0),
+             uv(1) + uv(5) + b"#.a.*" + one + enc_record(T())),
+        "shaped filter without a shape", P + 1, "amqp")
+    add("dialect 3", seal(MAGIC + struct.pack("<HHIQQQQ", 2, 3, 0, 0, 0, 0, 0), enc_record(T())),
+        "unknown dialect", 10)
     return cases
 
 
@@ -767,6 +795,23 @@ def test_structural_errors_exact(case):
         assert msg.startswith(f"corrupt fastsub index: {reason} at byte "), msg
     else:
         assert msg == f"corrupt fastsub index: {reason} at byte {pos}"
+
+
+def test_amqp_forged_but_valid_structures_load():
+    # '#' nodes with children, the empty key as a literal, empty words
+    blob = encode("amqp", lit(("", T(subs=[1])), ("a..b", T(subs=[2]))),
+                  T(rest=T(subs=[3], lit=[("x", T(rest=T(subs=[4])))]),
+                    lit=[("a", T(rest=T(lit=[("b", T(groups=[(b"g", [5, 6])]))])))]))
+    sl = fastsub.Sublist.from_bytes(blob)
+    assert sl.dialect == "amqp" and len(sl) == 6
+    assert norm(sl.match("")) == ([1, 3], [])
+    assert norm(sl.match("a.x")) == ([3, 4], [])
+    assert norm(sl.match("a.q.b")) == ([3], [("g", None, [5, 6])])
+    assert norm(sl.match("a..b")) == ([2, 3], [("g", None, [5, 6])])
+    assert sl.to_bytes() == fastsub.Sublist.from_bytes(sl.to_bytes()).to_bytes()
+    sl.remove("#.x.#", 4)
+    sl.remove("a.#.b", 5, queue="g")
+    assert norm(sl.match("a.x")) == ([3], [])
 
 
 def test_forged_but_valid_structures_load():

@@ -12,6 +12,7 @@ cdef extern from "fs_token.h" nogil:
     ctypedef enum fs_dialect:
         FS_NATS
         FS_MQTT
+        FS_AMQP
     ctypedef struct fs_error:
         const char *reason
         size_t pos

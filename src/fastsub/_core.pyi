@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import disjoint_base
 
-_Dialect = Literal["nats", "mqtt"]
+_Dialect = Literal["nats", "mqtt", "amqp"]
 _QueueMode = Literal["pick", "all", "none"]
 _Bytes = Union[bytes, bytearray, memoryview]
 # A column of subjects (or keys): a list of str (None for a null row), a numpy

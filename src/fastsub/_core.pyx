@@ -78,7 +78,9 @@ cdef fs_dialect _dialect(object d) except *:
         return FS_NATS
     if d == "mqtt":
         return FS_MQTT
-    raise ValueError(f"dialect must be 'nats' or 'mqtt', not {d!r}")
+    if d == "amqp":
+        return FS_AMQP
+    raise ValueError(f"dialect must be 'nats', 'mqtt' or 'amqp', not {d!r}")
 
 
 cdef str _decode(const char *p, size_t n):
@@ -113,9 +115,9 @@ cdef class MatchResult:
     """The subscriptions matching one subject.
 
     ``subs``: ids of the matching plain subscriptions (one per matching
-    (filter, id)); ``groups``: ``(queue, filter_or_None, members)`` per
-    matching queue group (NATS: merged by queue name, filter None; MQTT: one
-    per (group, filter))."""
+    (filter, id); AMQP: one per id); ``groups``: ``(queue, filter_or_None,
+    members)`` per matching queue group (NATS, AMQP: merged by queue name,
+    filter None; MQTT: one per (group, filter))."""
     cdef readonly list subs
     cdef readonly list groups
 
@@ -161,7 +163,10 @@ cdef class Sublist:
     """Sublist(dialect="nats", *, cache_size=0)
 
     An index of subscriptions (filter, sub_id, queue) answering "which
-    subscriptions match this subject?".  Safe to use from many threads."""
+    subscriptions match this subject?".  Safe to use from many threads.
+    dialect: "nats", "mqtt" or "amqp" (RabbitMQ topic exchanges: binding
+    keys with '*' and '#' anywhere; each sub_id is delivered at most once
+    per routing key, so results are always deduplicated)."""
     cdef fs_sublist *sl
     cdef fs_dialect _d
     cdef readonly str dialect
@@ -286,7 +291,8 @@ cdef class Sublist:
         """match(subject, *, dedupe=False) -> MatchResult
 
         dedupe: each sub_id at most once in subs and in each group's
-        members (for subscribers holding overlapping filters)."""
+        members (for subscribers holding overlapping filters; always so in
+        the AMQP dialect)."""
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
         cdef fs_workspace spare
@@ -369,7 +375,8 @@ cdef class Sublist:
             out = []
             for i in range(r.nhits):
                 h = &r.hits[i]
-                out.append((_decode(r.arena + h.filter_off, h.filter_len), h.id,
+                # (an AMQP "" filter alone leaves the arena NULL: no NULL + 0)
+                out.append((_decode(r.arena + h.filter_off, h.filter_len) if h.filter_len else "", h.id,
                             _decode(r.arena + h.queue_off, h.queue_len) if h.has_queue else None))
             return out
         finally:
@@ -387,7 +394,7 @@ cdef class Sublist:
         subject -- and the group, so reruns give the same rows), "all" or
         "none".  threads: native threads to split the batch over.  dedupe:
         each sub_id at most once per row (its first occurrence), for
-        subscribers holding overlapping filters."""
+        subscribers holding overlapping filters (always so for AMQP)."""
         return _match_many(self, subjects, keys, queues, threads, dedupe)
 
     def to_bytes(self):

@@ -12,6 +12,11 @@ MQTT  separator "/", "+" one whole level, "#" zero or more levels (last only);
       filter whose first level is "+" or "#" never matches a topic starting
       with "$"; "$share/GROUP/filter" is (filter, queue=GROUP).
 Both  non-empty, at most 65,535 UTF-8 bytes, no U+0000, no lone surrogates.
+AMQP  (RabbitMQ topic exchanges) separator ".", words may be empty; in a
+      binding key a whole word "*" is exactly one word and a whole word "#"
+      zero or more words, anywhere and any number of times; "" is the key of
+      zero words; at most 255 UTF-8 bytes, any character (U+0000 too);
+      groups merge by name as in NATS; each sub_id at most once per key.
 """
 from collections import namedtuple
 
@@ -24,16 +29,17 @@ __all__ = [
 MAX_BYTES = 65535
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 NATS_WHITESPACE = " \t\n\r\f"
-_SEP = {"nats": ".", "mqtt": "/"}
-_ONE = {"nats": "*", "mqtt": "+"}
-_REST = {"nats": ">", "mqtt": "#"}
+AMQP_MAX_BYTES = 255
+_SEP = {"nats": ".", "mqtt": "/", "amqp": "."}
+_ONE = {"nats": "*", "mqtt": "+", "amqp": "*"}
+_REST = {"nats": ">", "mqtt": "#", "amqp": "#"}
 
 MatchResult = namedtuple("MatchResult", ["subs", "groups"])
 
 
 def _sep(dialect):
     if dialect not in _SEP:
-        raise ValueError(f"unknown dialect {dialect!r}: expected 'nats' or 'mqtt'")
+        raise ValueError(f"unknown dialect {dialect!r}: expected 'nats', 'mqtt' or 'amqp'")
     return _SEP[dialect]
 
 
@@ -58,6 +64,25 @@ def _check_common(s, what):
         raise ValueError(f"invalid {what} {_shown(s)}: empty")
 
 
+def _check_amqp(s, what):
+    """AMQP keys: str, UTF-8, at most 255 bytes; anything else goes."""
+    if not isinstance(s, str):
+        raise TypeError(f"{what} must be str, not {type(s).__name__}")
+    try:
+        n = len(s.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"invalid {what} {_shown(s)}: not encodable as UTF-8 (lone surrogate)")
+    if n > AMQP_MAX_BYTES:
+        raise ValueError(f"invalid {what} {_shown(s)}: too long ({n} bytes > {AMQP_MAX_BYTES})")
+
+
+def _words(s, dialect):
+    """The tokens of a subject or filter: AMQP's "" has none."""
+    if dialect == "amqp" and s == "":
+        return []
+    return s.split(_SEP[dialect])
+
+
 def split_share(f):
     """MQTT: '$share/G/f' -> (f, 'G'); any other filter -> (f, None). Raises ValueError."""
     if not f.startswith("$share/"):
@@ -74,6 +99,9 @@ def split_share(f):
 def validate_subject(s, dialect="nats"):
     """Raise TypeError / ValueError (with the reason) unless s is a valid literal subject."""
     sep = _sep(dialect)
+    if dialect == "amqp":
+        _check_amqp(s, "subject")
+        return
     _check_common(s, "subject")
     if dialect == "nats":
         for c in NATS_WHITESPACE:
@@ -95,6 +123,9 @@ def validate_filter(f, dialect="nats"):
 
     For MQTT, '$share/G/filter' is accepted."""
     sep = _sep(dialect)
+    if dialect == "amqp":
+        _check_amqp(f, "filter")
+        return
     _check_common(f, "filter")
     if dialect == "nats":
         for c in NATS_WHITESPACE:
@@ -121,7 +152,7 @@ def validate_queue(q, dialect="nats"):
         return
     if not isinstance(q, str):
         raise TypeError(f"queue must be str or None, not {type(q).__name__}")
-    bad = NATS_WHITESPACE + "\x00" if dialect == "nats" else "/+#\x00"
+    bad = {"nats": NATS_WHITESPACE + "\x00", "mqtt": "/+#\x00", "amqp": "\x00"}[dialect]
     if q == "" or any(c in q for c in bad):
         raise ValueError(f"invalid queue name {_shown(q)}")
     try:
@@ -156,8 +187,37 @@ def is_valid_filter(f, dialect="nats"):
     return _valid(validate_filter, f, dialect)
 
 
+def _amqp_match(ftoks, stoks):
+    """Can the binding words ftoks produce the routing words stoks?  The
+    set of (i, j) = (binding words used, routing words matched) pairs
+    reachable from (0, 0): each pair at most once, so no exponential
+    backtracking however many '#'."""
+    todo, seen = [(0, 0)], {(0, 0)}
+    while todo:
+        i, j = todo.pop()
+        if i == len(ftoks):
+            if j == len(stoks):
+                return True
+            continue
+        f = ftoks[i]
+        nxt = []
+        if f == "#":
+            nxt.append((i + 1, j))                 # '#' takes no more words
+            if j < len(stoks):
+                nxt.append((i, j + 1))             # '#' takes one more word
+        elif j < len(stoks) and (f == "*" or f == stoks[j]):
+            nxt.append((i + 1, j + 1))
+        for st in nxt:
+            if st not in seen:
+                seen.add(st)
+                todo.append(st)
+    return False
+
+
 def _tokens_match(ftoks, stoks, dialect):
     """Plain token-list comparison; both lists already valid."""
+    if dialect == "amqp":
+        return _amqp_match(ftoks, stoks)
     one, rest = _ONE[dialect], _REST[dialect]
     if dialect == "mqtt" and stoks[0].startswith("$") and ftoks[0] in (one, rest):
         return False
@@ -179,8 +239,7 @@ def _inner(f, dialect):
 def subject_matches(filter, subject, dialect="nats"):
     validate_filter(filter, dialect)
     validate_subject(subject, dialect)
-    sep = _SEP[dialect]
-    return _tokens_match(_inner(filter, dialect).split(sep), subject.split(sep), dialect)
+    return _tokens_match(_words(_inner(filter, dialect), dialect), _words(subject, dialect), dialect)
 
 
 def _witness(f1, f2, dialect):
@@ -216,7 +275,45 @@ def _witness(f1, f2, dialect):
         i += 1
 
 
+def _amqp_witness(f1, f2):
+    """The shortest routing key (word list, fewest bytes) that both bindings
+    match, or None: a cheapest-first search over pairs of positions (i, j).
+    A free word is the empty word; a word costs its bytes plus a separator."""
+    import heapq
+    start, goal = (0, 0), (len(f1), len(f2))
+    best = {start: 0}
+    todo = [(0, start, ())]
+    while todo:
+        cost, (i, j), words = heapq.heappop(todo)
+        if cost > best.get((i, j), cost):
+            continue
+        if (i, j) == goal:
+            return list(words)
+        a = f1[i] if i < len(f1) else None
+        b = f2[j] if j < len(f2) else None
+        moves = []
+        if a == "#":
+            moves.append(((i + 1, j), None))             # '#' takes no word
+        if b == "#":
+            moves.append(((i, j + 1), None))
+        if a is not None and b is not None:
+            lit_a, lit_b = a not in ("*", "#"), b not in ("*", "#")
+            if not (lit_a and lit_b and a != b):
+                word = a if lit_a else b if lit_b else ""
+                moves.append(((i if a == "#" else i + 1, j if b == "#" else j + 1), word))
+        for st, w in moves:
+            c = cost + (0 if w is None else len(w.encode("utf-8")) + 1)
+            if st != (i, j) and c < best.get(st, c + 1):
+                best[st] = c
+                heapq.heappush(todo, (c, st, words if w is None else words + (w,)))
+    return None
+
+
 def _intersect_tokens(t1, t2, dialect):
+    if dialect == "amqp":
+        w = _amqp_witness(t1, t2)
+        return (w is not None and is_valid_subject(".".join(w), "amqp")
+                and _amqp_match(t1, w) and _amqp_match(t2, w))
     w = _witness(t1, t2, dialect)
     if w is None:
         return False
@@ -229,8 +326,7 @@ def filters_intersect(f1, f2, dialect="nats"):
     """True if some valid subject matches both filters (exact)."""
     validate_filter(f1, dialect)
     validate_filter(f2, dialect)
-    sep = _SEP[dialect]
-    return _intersect_tokens(_inner(f1, dialect).split(sep), _inner(f2, dialect).split(sep), dialect)
+    return _intersect_tokens(_words(_inner(f1, dialect), dialect), _words(_inner(f2, dialect), dialect), dialect)
 
 
 class ReferenceSublist:
@@ -299,15 +395,16 @@ class ReferenceSublist:
     def match(self, subject, dedupe=False):
         """dedupe: each id at most once in subs and in each group."""
         validate_subject(subject, self.dialect)
-        stoks = subject.split(_SEP[self.dialect])
+        stoks = _words(subject, self.dialect)
+        dedupe = dedupe or self.dialect == "amqp"    # AMQP: once per sub_id, always
         subs, groups = [], {}
         for f, q, i in self._subs:
-            if not _tokens_match(f.split(_SEP[self.dialect]), stoks, self.dialect):
+            if not _tokens_match(_words(f, self.dialect), stoks, self.dialect):
                 continue
             if q is None:
                 subs.append(i)
             else:
-                gkey = (q, None) if self.dialect == "nats" else (q, f)
+                gkey = (q, f) if self.dialect == "mqtt" else (q, None)
                 groups.setdefault(gkey, []).append(i)
         once = (lambda xs: sorted(set(xs))) if dedupe else sorted
         return MatchResult(once(subs),
@@ -322,7 +419,6 @@ class ReferenceSublist:
 
     def reverse_match(self, filter):
         validate_filter(filter, self.dialect)
-        sep = _SEP[self.dialect]
-        toks = _inner(filter, self.dialect).split(sep)
+        toks = _words(_inner(filter, self.dialect), self.dialect)
         return sorted(((f, i, q) for f, q, i in self._subs
-                       if _intersect_tokens(toks, f.split(sep), self.dialect)), key=repr)
+                       if _intersect_tokens(toks, _words(f, self.dialect), self.dialect)), key=repr)

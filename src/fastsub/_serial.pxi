@@ -58,7 +58,8 @@ def _sublist_from_bytes(data, cache_size=0):
         raise MemoryError()
     cdef Sublist obj
     try:
-        obj = Sublist.__new__(Sublist, "mqtt" if _serial_dialect(loaded) == FS_MQTT else "nats")
+        d = _serial_dialect(loaded)
+        obj = Sublist.__new__(Sublist, "mqtt" if d == FS_MQTT else "amqp" if d == FS_AMQP else "nats")
     except BaseException:
         fs_sublist_free(loaded)
         raise

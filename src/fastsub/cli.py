@@ -2,7 +2,7 @@
 
     fastsub fanout --events PATH --subs PATH --out DIR [--master URL] ...
     fastsub demo [--out DIR] [--events N]
-    fastsub match --subs FILE --subjects FILE [--dialect nats|mqtt]
+    fastsub match --subs FILE --subjects FILE [--dialect nats|mqtt|amqp]
 
 `fanout` and `demo` run on Spark (pip install 'fastsub[spark]'); `match` is
 the engine alone.  A mistake in the input (a missing file, column or type,
@@ -440,7 +440,9 @@ def build_parser():
     f.add_argument("--subs", required=True, metavar="PATH",
                    help="subscriptions: columns sub_id, filter, queue (optional)")
     f.add_argument("--out", required=True, metavar="DIR")
-    f.add_argument("--dialect", choices=("nats", "mqtt"), default="nats")
+    f.add_argument("--dialect", choices=("nats", "mqtt", "amqp"), default="nats",
+                   help="nats, mqtt, or amqp (RabbitMQ topic-exchange binding keys; "
+                        "one delivery per sub_id)")
     f.add_argument("--subject-col", default="subject", metavar="C")
     f.add_argument("--key-col", default=None, metavar="C",
                    help="column the queue-group pick hashes instead of the subject")
@@ -474,7 +476,9 @@ def build_parser():
     m.add_argument("--subs", required=True, metavar="FILE",
                    help="one `filter` or `filter queue` per line ('-' for stdin)")
     m.add_argument("--subjects", required=True, metavar="FILE", help="one subject per line ('-' for stdin)")
-    m.add_argument("--dialect", choices=("nats", "mqtt"), default="nats")
+    m.add_argument("--dialect", choices=("nats", "mqtt", "amqp"), default="nats",
+                   help="nats, mqtt, or amqp (RabbitMQ topic-exchange binding keys; "
+                        "one delivery per sub_id)")
     m.add_argument("--queues", choices=("pick", "all", "none"), default="pick")
     m.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress line on stderr: auto (on a terminal, for runs over 2 s), always, never")

@@ -131,8 +131,8 @@ def _field(df: DataFrame, name: str, what: str):
 
 
 def _check_dialect(dialect):
-    if dialect not in ("nats", "mqtt"):
-        raise ValueError(f"unknown dialect {dialect!r}: expected 'nats' or 'mqtt'")
+    if dialect not in ("nats", "mqtt", "amqp"):
+        raise ValueError(f"unknown dialect {dialect!r}: expected 'nats', 'mqtt' or 'amqp'")
 
 
 def check_subscriptions_schema(subscriptions: DataFrame, string_ids: bool = False) -> bool:

@@ -35,6 +35,14 @@ SETS = {
         "caf\u00e9/x", "q"],
        ["#", "sport/+", "+/+", "$SYS/#", "a/+/b", "/#", "$share/x/#"]),
     "nats_empty": ("nats", [], ["a", "a.b"], [">"]),
+    # AMQP (flags value 2): the empty key, empty words, '#' anywhere and several
+    "amqp_small": ("amqp", [
+        ("", 1, None), ("#", 2, None), ("#.#", 3, "workers"), ("a.#.b", 4, None), ("a.#.b", 5, "workers"),
+        ("*.a", 6, None), ("a..b", 7, None), ("a.*", 8, "audit"), ("a.#", 4, None), ("#.#.x.#.#", 9, None),
+        ("a*.#b", 10, None), ("\u00e9t\u00e9.*", 11, None), ("a.b", -(2 ** 63), None),
+        ("a.b", 2 ** 63 - 1, "workers"),
+    ], ["", ".", "a", "a.b", "a.x.y.b", ".a", "a..b", "x", "q.x.r", "a*.#b", "\u00e9t\u00e9.juin", "a.*"],
+       ["#", "a.*", "", "*.*", "x.#"]),
 }
 
 
@@ -42,8 +50,10 @@ def norm(r):
     return [sorted(r.subs), sorted(([q, f, sorted(m)] for q, f, m in r.groups), key=repr)]
 
 
-def main():
+def main(only=None):
     for name, (dialect, subs, subjects, qfilters) in SETS.items():
+        if only and name not in only:
+            continue
         sl = fastsub.Sublist(dialect)
         for f, i, q in subs:
             sl.insert(f, i, queue=q)
@@ -68,4 +78,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    main(sys.argv[1:])   # names to write (default: all)

@@ -63,12 +63,16 @@ def random_case(dialect, n_subs=40, n_events=300, seed=1):
     if dialect == "nats":
         toks, one, rest, sep = ["a", "b", "c"], "*", ">", "."
         bad = ["a..b", "a b", "a.*", ">", "a.", ""]
+    elif dialect == "amqp":      # '#' anywhere, empty words; only over-long keys are invalid
+        toks, one, rest, sep = ["a", "b", "", "*x"], "*", "#", "."
+        bad = ["k" * 256, "\u00e9" * 128]
     else:
         toks, one, rest, sep = ["a", "b", "", "$s"], "+", "#", "/"
         bad = ["a/+", "#", "a/#/b", "", "x+y"]
     subs = []
     for j in range(n_subs):
-        ft = [rng.choice(toks + [one]) for _ in range(rng.randint(1, 4))]
+        ft = [rng.choice(toks + [one] + ([rest] if dialect == "amqp" else []))
+              for _ in range(rng.randint(1, 4))]
         if rng.random() < 0.25:
             ft.append(rest)
         f = sep.join(ft)
@@ -101,7 +105,7 @@ class Expected:
             inner, share = R.split_share(f) if dialect == "mqtt" else (f, None)
             g = q or share
             if g is not None:
-                self.group_of[sid] = (g, None) if dialect == "nats" else (g, inner)
+                self.group_of[sid] = (g, inner) if dialect == "mqtt" else (g, None)
         self.rejected, self.plain, self.groups = {}, {}, {}
         for event_id, subject, *_ in events:
             if subject is None:

@@ -1,4 +1,4 @@
-"""fastsub.spark.fanout against the pure-Python reference, both dialects."""
+"""fastsub.spark.fanout against the pure-Python reference, every dialect."""
 import pytest
 
 import fastsub
@@ -12,6 +12,7 @@ CASES = {
     "mqtt": (MQTT_SUBS, MQTT_SUBJECTS),
     "nats-random": random_case("nats"),
     "mqtt-random": random_case("mqtt", seed=2),
+    "amqp-random": random_case("amqp", seed=3),
 }
 
 
