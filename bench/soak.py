@@ -12,6 +12,13 @@ status says whether it held:
 * no call fails, in any thread;
 * RSS stays within +-5% of its value at the end of the warm-up (--warmup
   seconds, default 10% of the run, at least 30 s);
+* so does the malloc heap in use (glibc's mallinfo2(): uordblks + hblkhd,
+  where there is glibc): the C core's live memory is in it, and free
+  memory the allocator keeps is not.  With both figures, an RSS drift can
+  be told apart: live memory growing (a leak) or the allocator keeping
+  freed memory it cannot reuse (glibc gives each thread its own arena: the
+  index built on the main thread and churned by the writer thread leaves
+  holes in one arena while the other grows; MALLOC_ARENA_MAX=1 shows it);
 * the end state equals a serial replay: the writer's operations are
   generated from a seed, so they are generated again and applied in order,
   on one thread, to a fresh Sublist; the two must serialize to the same
@@ -42,6 +49,29 @@ def malloc_trim():
         return ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         return None
+
+
+def heap_bytes():
+    """glibc's mallinfo2(): (in use, free but kept) bytes of the malloc heap,
+    over all arenas, mmapped chunks counted as in use; None where there is
+    no glibc (or one older than 2.33).  The C core allocates with malloc, so
+    its live memory is inside "in use"; "free but kept" is what the
+    allocator holds on to after free() and is part of RSS as far as it was
+    ever touched.  (CPython's small objects and Arrow's buffers live in
+    their own pools, outside both.)"""
+    try:
+        import ctypes
+
+        class Mallinfo2(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                "fsmblks", "uordblks", "fordblks", "keepcost")]
+        f = ctypes.CDLL("libc.so.6").mallinfo2
+        f.restype = Mallinfo2
+        mi = f()
+    except (OSError, AttributeError):
+        return None
+    return mi.uordblks + mi.hblkhd, mi.fordblks
 
 
 def rss_bytes():
@@ -75,11 +105,19 @@ def make_subject(rng):
 def operations(seed, nsubs, batch):
     """The writer's operations, the same for the same seed: first the
     initial bulk insert, then alternately a batch of inserts (new ids, on
-    filters drawn from the initial ones, as subscribers share filters) and
-    a batch of removes (random live subscriptions)."""
+    filters drawn from a pool, as subscribers share filters) and a batch of
+    removes (random live subscriptions).
+
+    The initial set is drawn from the pool the same way as the inserts
+    (with replacement), so the churn does not change what the index holds
+    in distribution: the live set is always nsubs independent draws.  (Had
+    it been the pool itself, one subscription per pool filter, churn would
+    turn that into a Poisson spread and the number of distinct filters --
+    and with it the index's true size -- would fall by about a third
+    during the run.)"""
     rng = random.Random(seed)
     pool = [make_filter(rng) for _ in range(nsubs)]
-    live_f = list(pool)
+    live_f = [pool[rng.randrange(nsubs)] for _ in range(nsubs)]
     live_i = list(range(nsubs))
     next_id = nsubs
     yield "insert", list(live_f), list(live_i)
@@ -210,20 +248,23 @@ def main():
     start = time.perf_counter()
     for t in threads:
         t.start()
-    samples = []                     # (seconds, rss)
+    samples = []                     # (seconds, rss, heap in use, heap free but kept)
     last_print = 0.0
     prev = dict(counts)
     while not stop.is_set():
         el = time.perf_counter() - start
         if el >= duration:
             break
-        samples.append((el, rss_bytes()))
+        hb = heap_bytes()
+        samples.append((el, rss_bytes()) + (hb if hb else (None, None)))
         if el - last_print >= 60 or last_print == 0.0:
             with lock:
                 now = dict(counts)
             span = el - last_print if last_print else el or 1.0
             st = sl.stats()
-            print(f"  {el / 60:5.1f} min  len {len(sl):,}  RSS {samples[-1][1] / 2**20:.0f} MiB  "
+            heap = (f"heap in use {samples[-1][2] / 2**20:.0f} MiB, free kept {samples[-1][3] / 2**20:.0f} MiB  "
+                    if samples[-1][2] is not None else "")
+            print(f"  {el / 60:5.1f} min  len {len(sl):,}  RSS {samples[-1][1] / 2**20:.0f} MiB  {heap}"
                   f"memory_bytes {st['memory_bytes'] / 2**20:.1f} MiB  "
                   f"writes {(now['batches'] - prev['batches']) * batch / span:,.0f}/s  "
                   f"match_many {(now['match_many_rows'] - prev['match_many_rows']) / span:,.0f} rows/s  "
@@ -238,7 +279,7 @@ def main():
     trimmed_final = rss_bytes() if malloc_trim() is not None else None
 
     # RSS after the warm-up, against its value when the warm-up ended
-    after = [r for s, r in samples if s >= warmup]
+    after = [r for s, r, _, _ in samples if s >= warmup]
     ok = not errors
     if after:
         base = after[0]
@@ -249,6 +290,24 @@ def main():
         base = lo = hi = final_rss
         drift, rss_ok = 0.0, False
     ok &= rss_ok
+
+    # the malloc heap in use after the warm-up, the same way
+    heap_after = [(h, k) for s, _, h, k in samples if s >= warmup and h is not None]
+    heap_line = None
+    if heap_after:
+        hbase = heap_after[0][0]
+        hlo, hhi = min(h for h, _ in heap_after), max(h for h, _ in heap_after)
+        hdrift = max(hhi / hbase - 1, 1 - hlo / hbase)
+        heap_ok = hdrift <= args.tolerance
+        ok &= heap_ok
+        heap_line = (f"malloc heap in use after warm-up: start {hbase / 2**20:.0f} MiB, min {hlo / 2**20:.0f}, "
+                     f"max {hhi / 2**20:.0f}, final {heap_after[-1][0] / 2**20:.0f} MiB: drift {hdrift:.1%} "
+                     f"(limit {args.tolerance:.0%}) -> {'flat' if heap_ok else 'NOT FLAT'}; free but kept by "
+                     f"malloc {heap_after[0][1] / 2**20:.0f} -> {heap_after[-1][1] / 2**20:.0f} MiB")
+        if heap_ok and not rss_ok:
+            heap_line += ("\n  (RSS moved but the heap in use did not: the difference is memory malloc keeps "
+                          "after free(), not live memory; the RSS check still fails -- rerun with "
+                          "MALLOC_ARENA_MAX=1 to see whether per-thread arenas are the cause)")
 
     # the serial replay: the same operations, in order, on one thread
     nbatches = counts["batches"]
@@ -281,6 +340,8 @@ def main():
     print(f"RSS after warm-up ({warmup:.0f} s): start {base / 2**20:.0f} MiB, min {lo / 2**20:.0f}, "
           f"max {hi / 2**20:.0f}, final {final_rss / 2**20:.0f} MiB: drift {drift:.1%} "
           f"(limit {args.tolerance:.0%}) -> {'flat' if rss_ok else 'NOT FLAT'}")
+    if heap_line:
+        print(heap_line)
     if trimmed_final:
         print(f"RSS at the end after malloc_trim(0): {trimmed_final / 2**20:.0f} MiB ({trimmed_final / base - 1:+.1%} "
               f"against the start; what trimming gave back was free memory the allocator kept)")
