@@ -231,4 +231,4 @@ def test_bad_events_table(spark):
     with pytest.raises(ValueError, match="queues must be"):
         _bad(spark, subs, queues="some")()
     with pytest.raises(ValueError, match="unknown dialect"):
-        _bad(spark, subs, dialect="amqp")()
+        _bad(spark, subs, dialect="stomp")()
