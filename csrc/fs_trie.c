@@ -63,6 +63,19 @@ int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_grow
 
 /* The open-addressing set sc->seen holds the nodes of the frontier being
  * built, arr[0..n); make it empty with room for want nodes. */
+/* The level just built (sc->next) becomes the frontier; the old frontier's
+ * buffer is kept for the next level.  Both walks step levels this way. */
+static inline void next_becomes_front(fs_scratch *sc)
+{
+    const fs_node **tmp = sc->front;
+    sc->front = sc->next;
+    sc->next = tmp;
+    size_t tcap = sc->cap_front;
+    sc->cap_front = sc->cap_next;
+    sc->cap_next = tcap;
+    sc->nfront = sc->nnext;
+}
+
 static int seen_reset(fs_scratch *sc, size_t want)
 {
     size_t cap = 16;
@@ -152,13 +165,7 @@ static int trie_walk_amqp(const fs_sublist *sl, const char *s, const fs_tokens *
         }
         if (close_front(sc, &sc->next, &sc->nnext, &sc->cap_next) < 0)
             return FS_ENOMEM;
-        const fs_node **tmp = sc->front;
-        sc->front = sc->next;
-        sc->next = tmp;
-        size_t tcap = sc->cap_front;
-        sc->cap_front = sc->cap_next;
-        sc->cap_next = tcap;
-        sc->nfront = sc->nnext;
+        next_becomes_front(sc);
     }
     /* The frontier is a set: each matching node is pushed once. */
     for (size_t k = 0; k < sc->nfront; k++)
@@ -250,13 +257,7 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
             if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
         }
-        const fs_node **tmp = sc->front;
-        sc->front = sc->next;
-        sc->next = tmp;
-        size_t tcap = sc->cap_front;
-        sc->cap_front = sc->cap_next;
-        sc->cap_next = tcap;
-        sc->nfront = sc->nnext;
+        next_becomes_front(sc);
     }
     for (size_t k = 0; k < sc->nfront; k++) {
         const fs_node *n = sc->front[k];

@@ -48,16 +48,21 @@ def _shown(s):
     return r if len(r) <= 200 else r[:200] + "..."
 
 
-def _check_common(s, what):
-    """Type, encoding, length, NUL, emptiness: the rules both dialects share."""
+def _check_str(s, what, max_bytes):
+    """Type, encoding and length in bytes: the rules every dialect shares."""
     if not isinstance(s, str):
         raise TypeError(f"{what} must be str, not {type(s).__name__}")
     try:
         n = len(s.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValueError(f"invalid {what} {_shown(s)}: not encodable as UTF-8 (lone surrogate)")
-    if n > MAX_BYTES:
-        raise ValueError(f"invalid {what} {_shown(s)}: too long ({n} bytes > {MAX_BYTES})")
+    if n > max_bytes:
+        raise ValueError(f"invalid {what} {_shown(s)}: too long ({n} bytes > {max_bytes})")
+
+
+def _check_common(s, what):
+    """NATS and MQTT: the shared rules, then no NUL and not empty."""
+    _check_str(s, what, MAX_BYTES)
     if "\x00" in s:
         raise ValueError(f"invalid {what} {_shown(s)}: contains NUL at {s.index(chr(0))}")
     if s == "":
@@ -65,15 +70,8 @@ def _check_common(s, what):
 
 
 def _check_amqp(s, what):
-    """AMQP keys: str, UTF-8, at most 255 bytes; anything else goes."""
-    if not isinstance(s, str):
-        raise TypeError(f"{what} must be str, not {type(s).__name__}")
-    try:
-        n = len(s.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValueError(f"invalid {what} {_shown(s)}: not encodable as UTF-8 (lone surrogate)")
-    if n > AMQP_MAX_BYTES:
-        raise ValueError(f"invalid {what} {_shown(s)}: too long ({n} bytes > {AMQP_MAX_BYTES})")
+    """AMQP keys: the shared rules with 255 bytes; anything else goes."""
+    _check_str(s, what, AMQP_MAX_BYTES)
 
 
 def _words(s, dialect):
