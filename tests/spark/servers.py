@@ -11,6 +11,7 @@ this module started (SIGTERM to its group, then SIGKILL).
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,17 +26,32 @@ def spark_home():
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n):
+    """n distinct free ports: every socket stays bound until all are picked,
+    so two calls in a row cannot hand out the same port twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _log4j(path):
+    # warn, except the line where the master's web UI says which port it bound
+    # (Spark moves to the next port when the one asked for is taken)
     with open(path, "w") as f:
         f.write("rootLogger.level = warn\nrootLogger.appenderRef.stderr.ref = console\n"
                 "appender.console.type = Console\nappender.console.name = console\n"
                 "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
-                "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex\n")
+                "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex\n"
+                "logger.masterui.name = org.apache.spark.deploy.master.ui.MasterWebUI\n"
+                "logger.masterui.level = info\n")
     return path
 
 
@@ -153,7 +169,7 @@ def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180):
     os.makedirs(base_dir, exist_ok=True)
     spark_class = os.path.join(spark_home(), "bin", "spark-class")
     props = _log4j(os.path.join(base_dir, "log4j2.properties"))
-    port, ui = free_port(), free_port()
+    port, ui, *worker_uis = free_ports(2 + workers)
     servers = []
 
     def env_for(name):
@@ -176,14 +192,31 @@ def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180):
             env["SPARK_WORKER_DIR"] = os.path.join(d, "work")
             servers.append(Server(f"spark worker {k + 1}", [
                 spark_class, "org.apache.spark.deploy.worker.Worker",
-                "--host", "127.0.0.1", "--webui-port", str(free_port()),
+                "--host", "127.0.0.1", "--webui-port", str(worker_uis[k]),
                 "--cores", "1", "--memory", "1g", "--work-dir", env["SPARK_WORKER_DIR"], url],
                 env, os.path.join(d, "worker.log")))
 
+        master = servers[0]
+        last_answer = []
+
         def registered():
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
-                return json.load(r).get("aliveworkers", 0) >= workers
-        _wait(f"{workers} standalone workers", registered, servers, timeout)
+            # the master's state as JSON from its web UI, on the port its log
+            # says it bound; anything else (a page still starting, another
+            # server on the port) means "not yet", and is shown on timeout
+            bound = re.findall(r"MasterWebUI.*started at http://[^:]+:(\d+)", master.log_tail(200))
+            at = int(bound[-1]) if bound else ui
+            with urllib.request.urlopen(f"http://127.0.0.1:{at}/json/", timeout=2) as r:
+                body = r.read()
+            try:
+                state = json.loads(body)
+            except ValueError:
+                last_answer[:] = [f"port {at} answered /json/ with {body[:120]!r}"]
+                return False
+            return state.get("url") == url and state.get("aliveworkers", 0) >= workers
+        try:
+            _wait(f"{workers} standalone workers", registered, servers, timeout)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\n{''.join(last_answer)}") from None
     except BaseException:
         for s in reversed(servers):
             s.stop()
