@@ -54,6 +54,11 @@ static inline unsigned fs_popcount64(uint64_t x)
 /* MSVC takes no branch-probability hints. */
 #define FS_LIKELY(x) (x)
 #define FS_UNLIKELY(x) (x)
+#if defined(_MSC_VER)
+#define FS_ALWAYS_INLINE static __forceinline
+#else
+#define FS_ALWAYS_INLINE static inline __attribute__((always_inline))
+#endif
 
 #else
 
@@ -62,6 +67,9 @@ static inline unsigned fs_popcount64(uint64_t x) { return (unsigned)__builtin_po
 #define FS_PREFETCH(p) __builtin_prefetch(p)
 #define FS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define FS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* For the few helpers that must be copied into each caller: specialised
+ * per dialect, or on the per-byte path. */
+#define FS_ALWAYS_INLINE static inline __attribute__((always_inline))
 
 #endif
 

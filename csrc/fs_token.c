@@ -38,8 +38,7 @@ static int grow_tokens(fs_tokens *t)
     return FS_OK;
 }
 
-static inline __attribute__((always_inline)) int push(fs_tokens *t, uint32_t off, uint32_t len,
-                                                      const char *s, size_t total)
+FS_ALWAYS_INLINE int push(fs_tokens *t, uint32_t off, uint32_t len, const char *s, size_t total)
 {
     if (t->n == t->cap && grow_tokens(t) < 0)
         return FS_ENOMEM;

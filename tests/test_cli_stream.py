@@ -217,7 +217,7 @@ def test_match_amqp_dialect(capsys, tmp_path):
     """--dialect amqp: '#' anywhere, empty words, the empty routing key (an
     empty line), one delivery per sub_id, and the 255-byte limit."""
     fp, sp = tmp_path / "bindings.txt", tmp_path / "keys.txt"
-    bindings = ["a.#.b", "#\tworkers", "*.a", "x.#.#.y", "a.#"]
+    bindings = ["a.#.b", "#\tworkers", "*.a", "x.#.#.y", "a.#", "\t", "\tempties"]
     keys = ["a.b", "a.x.y.b", ".a", "", "x.y", "z" * 256, "q"]
     fp.write_text("".join(b + "\n" for b in bindings))
     sp.write_text("".join(k + "\n" for k in keys))
@@ -227,10 +227,12 @@ def test_match_amqp_dialect(capsys, tmp_path):
     ref = R.ReferenceSublist("amqp")
     for lineno, line in enumerate(bindings, 1):
         f, *q = line.split("\t")
-        ref.insert(f, lineno, q[0] if q else None)
+        ref.insert(f, lineno, q[0] if q and q[0] else None)
     want = sorted((k, i) for k in keys if R.is_valid_subject(k, "amqp")
                   for m in [ref.match(k)] for i in m.subs + [i for _, _, ms in m.groups for i in ms])
     assert _pairs(out) == want
     assert ("a.b", 5) in want and ("a.b", 1) in want and ("", 2) in want
+    # a lone tab binds the empty key (line 6), a tab and a queue too (line 7)
+    assert ("", 6) in want and ("", 7) in want and ("a.b", 6) not in want
     assert "line 6: rejected:" in err and "longer than 255 bytes" in err
     assert "7 subjects = 6 delivered + 0 unmatched + 1 rejected" in err   # "#" takes "q"

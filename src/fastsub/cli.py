@@ -250,19 +250,21 @@ def _lines(path, what="input"):
 
 def read_filters(path):
     """Lines `filter` or `filter queue` (a tab separates them when the filter
-    has spaces); blank lines skipped; sub_id = line number.
+    has spaces); blank lines skipped; sub_id = line number.  A line that is
+    one tab, or a tab then a queue, holds the empty filter (the AMQP binding
+    key of zero words, which matches only the empty routing key).
     -> (filters, sub_ids, queues)"""
     filters, ids, queues = [], [], []
     for first, lines, _ in _text_blocks(path, "subscriptions"):
         for lineno, line in enumerate(lines, first):
-            if not line.strip():
+            if not line.strip() and "\t" not in line:
                 continue
             parts = line.split("\t") if "\t" in line else line.split()
             if len(parts) > 2:
                 raise CLIError(f"{path} line {lineno}: expected 'filter' or 'filter queue' "
                                "(separate them with a tab if the filter has spaces)")
             filters.append(parts[0])
-            queues.append(parts[1] if len(parts) == 2 else None)
+            queues.append(parts[1] if len(parts) == 2 and parts[1] else None)
             ids.append(lineno)
     return filters, ids, queues
 
@@ -474,7 +476,8 @@ def build_parser():
                        "subjects are read, matched and written in blocks, so any size streams "
                        "through in bounded memory; a progress line shows on a terminal after 2 s.")
     m.add_argument("--subs", required=True, metavar="FILE",
-                   help="one `filter` or `filter queue` per line ('-' for stdin)")
+                   help="one `filter` or `filter queue` per line ('-' for stdin); "
+                        "a lone tab is the empty filter (AMQP)")
     m.add_argument("--subjects", required=True, metavar="FILE", help="one subject per line ('-' for stdin)")
     m.add_argument("--dialect", choices=("nats", "mqtt", "amqp"), default="nats",
                    help="nats, mqtt, or amqp (RabbitMQ topic-exchange binding keys; "
