@@ -4,7 +4,9 @@
 #ifndef FS_INTERNAL_H
 #define FS_INTERNAL_H
 
+#include <assert.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "fs_cache.h"
@@ -35,9 +37,16 @@ typedef struct {
     uint32_t n, cap;
 } fs_group;
 
-struct fs_node {
+/* A trie node's links.  They sit just before the node, and only trie
+ * nodes (the root included) have them: the entries of the literal and
+ * shape tables, which hold most subscriptions, are allocated without,
+ * 16 bytes smaller. */
+typedef struct {
     fs_node *parent;
     fs_level *next;
+} fs_link;
+
+struct fs_node {
     union {
         int64_t one;     /* subcap <= 1: the single id lives here */
         int64_t *many;   /* sorted */
@@ -48,8 +57,23 @@ struct fs_node {
     uint32_t hash;
     uint16_t toklen;     /* a token, or a whole literal filter: <= 65,535 */
     uint8_t kind;        /* fs_tok_kind */
+    uint8_t linked;      /* 1: a trie node, an fs_link before it; 0: a table entry */
     char tok[];
 };
+
+static inline fs_link *fs_link_of(const fs_node *n)
+{
+    return (fs_link *)(uintptr_t)((const char *)n - sizeof(fs_link));
+}
+/* A trie node's parent / next level; NULL for a table entry. */
+static inline fs_node *fs_parent(const fs_node *n) { return n->linked ? fs_link_of(n)->parent : NULL; }
+static inline fs_level *fs_next(const fs_node *n) { return n->linked ? fs_link_of(n)->next : NULL; }
+/* The next level of a node known to be in the trie (the walks' hot path). */
+static inline fs_level *fs_tnext(const fs_node *n)
+{
+    assert(n->linked);
+    return fs_link_of(n)->next;
+}
 
 /* One shape's table (see fs_shape.h).  Allocated on its own so that
  * pointers to it stay valid while other shapes come and go. */
@@ -110,7 +134,10 @@ int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check
  * failed allocation keeps the bigger table). */
 void fs_level_shrink(fs_sublist *sl, fs_level *L);
 void fs_level_del(fs_level *L, const fs_node *n);
+/* A trie node (with links; parent NULL for the root) / a table entry for a
+ * whole filter (without). */
 fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp);
+fs_node *fs_entry_new(fs_sublist *sl, const char *tok, const fs_span *sp);
 void fs_node_free(fs_sublist *sl, fs_node *n);
 void fs_prune(fs_sublist *sl, fs_node *n);
 int fs_node_add_sub(fs_sublist *sl, fs_node *n, int64_t id);

@@ -63,16 +63,25 @@ static uint32_t ids_find(const int64_t *ids, uint32_t n, int64_t id, int *found)
 static inline int node_empty(const fs_node *n)
 {
     return n->nsubs == 0 && n->ngroups == 0 &&
-           (!n->next || (n->next->count == 0 && !n->next->one && !n->next->rest));
+           (!fs_next(n) || (fs_next(n)->count == 0 && !fs_next(n)->one && !fs_next(n)->rest));
 }
 
-fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp)
+static size_t node_bytes(int linked, uint32_t toklen)
 {
-    fs_node *n = fs_sl_alloc(sl, sizeof(fs_node) + FS_TOK_ALLOC(sp->len));
-    if (!n)
+    return (linked ? sizeof(fs_link) : 0) + sizeof(fs_node) + FS_TOK_ALLOC(toklen);
+}
+
+static fs_node *node_alloc(fs_sublist *sl, int linked, fs_node *parent, const char *tok,
+                           const fs_span *sp)
+{
+    char *block = fs_sl_alloc(sl, node_bytes(linked, sp->len));
+    if (!block)
         return NULL;
-    memset(n, 0, sizeof(fs_node));
-    n->parent = parent;
+    fs_node *n = (fs_node *)(block + (linked ? sizeof(fs_link) : 0));
+    memset(block, 0, (size_t)((char *)n - block) + sizeof(fs_node));
+    if (linked)
+        fs_link_of(n)->parent = parent;
+    n->linked = (uint8_t)linked;
     n->hash = sp->hash;
     n->toklen = (uint16_t)sp->len;
     n->kind = (uint8_t)sp->kind;
@@ -80,6 +89,16 @@ fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_
     memset(n->tok + sp->len, 0, FS_TOK_ALLOC(sp->len) - sp->len);
     sl->nodes++;
     return n;
+}
+
+fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp)
+{
+    return node_alloc(sl, 1, parent, tok, sp);
+}
+
+fs_node *fs_entry_new(fs_sublist *sl, const char *tok, const fs_span *sp)
+{
+    return node_alloc(sl, 0, NULL, tok, sp);
 }
 
 static void group_free(fs_sublist *sl, fs_group *g)
@@ -96,11 +115,11 @@ void fs_node_free(fs_sublist *sl, fs_node *n)
     for (uint32_t i = 0; i < n->ngroups; i++)
         group_free(sl, &n->groups[i]);
     fs_sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
-    if (n->next) {
-        fs_sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
-        fs_sl_free(sl, n->next, sizeof(fs_level));
+    if (fs_next(n)) {
+        fs_sl_free(sl, fs_next(n)->slots, sizeof(fs_slot) * fs_next(n)->cap);
+        fs_sl_free(sl, fs_next(n), sizeof(fs_level));
     }
-    fs_sl_free(sl, n, sizeof(fs_node) + FS_TOK_ALLOC(n->toklen));
+    fs_sl_free(sl, n->linked ? (void *)fs_link_of(n) : (void *)n, node_bytes(n->linked, n->toklen));
     sl->nodes--;
 }
 
@@ -108,7 +127,7 @@ void fs_node_free(fs_sublist *sl, fs_node *n)
  * entry is dropped from the table when empty. */
 void fs_prune(fs_sublist *sl, fs_node *n)
 {
-    if (n != sl->root && !n->parent) {      /* an entry of the literal table */
+    if (!n->linked) {                        /* an entry of the literal table */
         if (node_empty(n)) {
             fs_level_del(&sl->literals, n);
             fs_node_free(sl, n);
@@ -117,8 +136,8 @@ void fs_prune(fs_sublist *sl, fs_node *n)
         return;
     }
     while (n != sl->root && node_empty(n)) {
-        fs_node *parent = n->parent;
-        fs_level *L = parent->next;
+        fs_node *parent = fs_parent(n);
+        fs_level *L = fs_next(parent);
         if (n->kind == FS_TOK_ONE) L->one = NULL;
         else if (n->kind == FS_TOK_REST) L->rest = NULL;
         else {
@@ -128,10 +147,10 @@ void fs_prune(fs_sublist *sl, fs_node *n)
         fs_node_free(sl, n);
         n = parent;
     }
-    if (n->next && n->next->count == 0 && !n->next->one && !n->next->rest) {
-        fs_sl_free(sl, n->next->slots, sizeof(fs_slot) * n->next->cap);
-        fs_sl_free(sl, n->next, sizeof(fs_level));
-        n->next = NULL;
+    if (fs_next(n) && fs_next(n)->count == 0 && !fs_next(n)->one && !fs_next(n)->rest) {
+        fs_sl_free(sl, fs_next(n)->slots, sizeof(fs_slot) * fs_next(n)->cap);
+        fs_sl_free(sl, fs_next(n), sizeof(fs_level));
+        fs_link_of(n)->next = NULL;
     }
 }
 

@@ -33,20 +33,20 @@ int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *le
 {
     if (n == sl->root)
         return FS_OK;
-    if (!n->parent)      /* a literal-table entry holds its whole filter */
+    if (!fs_parent(n))      /* a literal-table entry holds its whole filter */
         return fs_arena_put(arena, len, cap, n->tok, n->toklen);
     size_t total = 0;
-    for (const fs_node *p = n; p != sl->root; p = p->parent)
+    for (const fs_node *p = n; p != sl->root; p = fs_parent(p))
         total += p->toklen + 1;
     total -= 1;
     if (fs_grow(arena, cap, *len + total, 1) < 0)
         return FS_ENOMEM;
     char *end = *arena + *len + total;
     char sep = fs_sep(sl->dialect);
-    for (const fs_node *p = n; p != sl->root; p = p->parent) {
+    for (const fs_node *p = n; p != sl->root; p = fs_parent(p)) {
         end -= p->toklen;
         memcpy(end, p->tok, p->toklen);
-        if (p->parent != sl->root)
+        if (fs_parent(p) != sl->root)
             *--end = sep;
     }
     *len += total;
@@ -81,8 +81,8 @@ uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
         /* The group is (name, filter): fold in the filter's token hashes,
          * last to first -- the same whether the filter lives in the trie
          * (one token per node) or in a table entry (the whole filter). */
-        if (n->parent) {
-            for (const fs_node *p = n; p != sl->root; p = p->parent)
+        if (fs_parent(n)) {
+            for (const fs_node *p = n; p != sl->root; p = fs_parent(p))
                 h = (h ^ p->hash) * 0x9E3779B97F4A7C15ull;
         } else {
             const char *f = n->tok;

@@ -239,7 +239,7 @@ static int dump_subs(dumper *d, const fs_node *n)
 
 static int has_children(const fs_node *n)
 {
-    return n->next && (n->next->count || n->next->one || n->next->rest);
+    return fs_next(n) && (fs_next(n)->count || fs_next(n)->one || fs_next(n)->rest);
 }
 
 /* A trie node's record: subscriptions, then its children word. */
@@ -247,7 +247,7 @@ static int dump_record(dumper *d, const fs_node *n)
 {
     if (dump_subs(d, n) < 0 || wb_room(&d->w, 10) < 0)
         return FS_ENOMEM;
-    const fs_level *L = n->next;
+    const fs_level *L = fs_next(n);
     uint64_t ch = 0;
     if (L)
         ch = (uint64_t)L->count << 2 | (L->one ? 1u : 0u) | (L->rest ? 2u : 0u);
@@ -257,7 +257,7 @@ static int dump_record(dumper *d, const fs_node *n)
 
 typedef struct {
     const fs_node *n;
-    uint32_t slot;       /* next slot of n->next to look at */
+    uint32_t slot;       /* next slot of n's next level to look at */
     int stage;           /* 0 literal children, 1 the one child, 2 the rest child */
 } wframe;
 
@@ -304,7 +304,7 @@ static int dump_locked(fs_sublist *sl, dumper *d, uint64_t *nlit, uint64_t *ntri
     }
     while (rc == FS_OK && depth) {
         wframe *f = &stack[depth - 1];
-        const fs_level *L = f->n->next;
+        const fs_level *L = fs_next(f->n);
         const fs_node *c = NULL;
         if (f->stage == 0) {
             while (f->slot < L->cap && !L->slots[f->slot].node)
@@ -763,7 +763,7 @@ static int rd_literals(reader *r, uint64_t count)
         fs_span sp = {0, flen, fs_hash((const char *)f, flen), FS_TOK_LITERAL};
         if (fs_level_find(L, (const char *)f, flen, sp.hash))
             return bad(r, "duplicate literal filter", at);
-        fs_node *e = fs_node_new(sl, NULL, (const char *)f, &sp);
+        fs_node *e = fs_entry_new(sl, (const char *)f, &sp);
         if (!e)
             return FS_ENOMEM;
         if (fs_level_add(sl, L, e) < 0) {
@@ -833,7 +833,7 @@ static int rd_shaped(reader *r)
             break;
         }
         fs_span sp = {0, flen, (uint32_t)of.key, FS_NODE_SHAPED};
-        fs_node *e = fs_node_new(sl, NULL, (const char *)f, &sp);
+        fs_node *e = fs_entry_new(sl, (const char *)f, &sp);
         if (!e) {
             fs_shape_drop_if_empty(sl, sh);
             rc = FS_ENOMEM;
@@ -885,7 +885,7 @@ static int rd_children(reader *r, fs_node *n, uint64_t *ch)
     if (!L)
         return FS_ENOMEM;
     memset(L, 0, sizeof(*L));
-    n->next = L;
+    fs_link_of(n)->next = L;
     uint32_t cap = table_cap((uint32_t)nlit);
     if (cap) {
         L->slots = fs_sl_alloc(sl, sizeof(fs_slot) * cap);
@@ -923,7 +923,7 @@ static int rd_trie(reader *r, uint64_t *ntrie)
     while (rc == FS_OK && depth) {
         rframe *f = &stack[depth - 1];
         fs_node *parent = f->n, *c;
-        fs_level *L = parent->next;
+        fs_level *L = fs_next(parent);
         uint32_t sep = parent == sl->root ? 0 : 1;
         uint32_t pathlen;
         uint8_t haswild = 1, share = f->share;

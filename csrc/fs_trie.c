@@ -25,15 +25,15 @@ int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_grow
     fs_node *n = sl->root;
     for (uint32_t i = 0; i < t->n; i++) {
         const fs_span *sp = &t->tok[i];
-        int fresh_level = !n->next;
+        int fresh_level = !fs_tnext(n);
         *out = n;
         if (fresh_level) {
-            n->next = fs_sl_alloc(sl, sizeof(fs_level));
-            if (!n->next)
+            fs_link_of(n)->next = fs_sl_alloc(sl, sizeof(fs_level));
+            if (!fs_tnext(n))
                 return FS_ENOMEM;
-            memset(n->next, 0, sizeof(fs_level));
+            memset(fs_tnext(n), 0, sizeof(fs_level));
         }
-        fs_level *L = n->next;
+        fs_level *L = fs_tnext(n);
         fs_node *child;
         if (sp->kind == FS_TOK_ONE) child = L->one;
         else if (sp->kind == FS_TOK_REST) child = L->rest;
@@ -130,7 +130,7 @@ static int front_add(fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *ca
 static int close_front(fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *cap)
 {
     for (size_t k = 0; k < *n; k++) {
-        const fs_level *L = (*arr)[k]->next;
+        const fs_level *L = fs_tnext((*arr)[k]);
         if (L && L->rest && front_add(sc, arr, n, cap, L->rest) < 0)
             return FS_ENOMEM;
     }
@@ -154,7 +154,7 @@ static int trie_walk_amqp(const fs_sublist *sl, const char *s, const fs_tokens *
             /* '#' takes this word too and stays where it is */
             if (x->kind == FS_TOK_REST && front_add(sc, &sc->next, &sc->nnext, &sc->cap_next, x) < 0)
                 return FS_ENOMEM;
-            const fs_level *L = x->next;
+            const fs_level *L = fs_tnext(x);
             if (!L)
                 continue;
             const fs_node *c = L->count ? fs_level_find_within(L, s + sp->off, sp->len, sp->hash, end) : NULL;
@@ -193,15 +193,15 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
         const fs_node *x = sc->next[--sc->nnext];
         if (x != sl->root && fs_has_subs(x)) {
             size_t len = 0;
-            for (const fs_node *p = x; p != sl->root; p = p->parent)
+            for (const fs_node *p = x; p != sl->root; p = fs_parent(p))
                 len += p->toklen + 1u;
             len -= 1;
             if (len <= FS_AMQP_MAX_KEY) {     /* always: keys are checked on the way in */
                 char *w = path + len;
-                for (const fs_node *p = x; p != sl->root; p = p->parent) {
+                for (const fs_node *p = x; p != sl->root; p = fs_parent(p)) {
                     w -= p->toklen;
                     memcpy(w, p->tok, p->toklen);
-                    if (p->parent != sl->root)
+                    if (fs_parent(p) != sl->root)
                         *--w = '.';
                 }
                 rc = fs_tokenize(FS_AMQP, path, len, 1, &pt, &ignored);
@@ -209,7 +209,7 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
                     rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x);
             }
         }
-        const fs_level *L = x->next;
+        const fs_level *L = fs_tnext(x);
         if (!L)
             continue;
         for (uint32_t i = 0; rc == FS_OK && i < L->cap; i++)
@@ -226,7 +226,7 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
 
 int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
 {
-    if (!sl->root->next)
+    if (!fs_tnext(sl->root))
         return FS_OK;
     if (sl->dialect == FS_AMQP)
         return trie_walk_amqp(sl, s, t, sc);
@@ -242,7 +242,7 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
         int wild_ok = !(dollar && i == 0);
         sc->nnext = 0;
         for (size_t k = 0; k < sc->nfront; k++) {
-            const fs_level *L = sc->front[k]->next;
+            const fs_level *L = fs_tnext(sc->front[k]);
             if (!L)
                 continue;
             /* A rest-wildcard node is a leaf, so it exists only while it
@@ -264,8 +264,8 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
         if (fs_has_subs(n) && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
             return FS_ENOMEM;
         /* MQTT: "a/#" also matches "a" itself. */
-        if (mqtt && n->next && n->next->rest &&
-            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
+        if (mqtt && fs_tnext(n) && fs_tnext(n)->rest &&
+            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, fs_tnext(n)->rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -283,7 +283,7 @@ static int push_descendants(const fs_node *n, int skip_dollar, fs_scratch *sc)
         const fs_node *x = sc->next[--sc->nnext];
         if (x != n && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
             return FS_ENOMEM;
-        const fs_level *L = x->next;
+        const fs_level *L = fs_tnext(x);
         if (!L)
             continue;
         for (uint32_t i = 0; i < L->cap; i++) {
@@ -334,7 +334,7 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
                     return FS_ENOMEM;
                 continue;
             }
-            const fs_level *L = n->next;
+            const fs_level *L = fs_tnext(n);
             if (!L)
                 continue;
             int q_dollar = mqtt && root && sp->kind == FS_TOK_LITERAL && sp->len && q[sp->off] == '$';
@@ -370,9 +370,9 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
             return FS_ENOMEM;
         /* MQTT "a/#" matches "a" too -- but "/#" cannot match "", which
          * is not a valid topic. */
-        int empty_topic = n->parent == sl->root && n->toklen == 0;
-        if (mqtt && !empty_topic && n->next && n->next->rest &&
-            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n->next->rest) < 0)
+        int empty_topic = fs_parent(n) == sl->root && n->toklen == 0;
+        if (mqtt && !empty_topic && fs_tnext(n) && fs_tnext(n)->rest &&
+            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, fs_tnext(n)->rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -383,7 +383,7 @@ fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filt
     fs_node *n = sl->root;
     for (uint32_t i = 0; i < t->n && n; i++) {
         const fs_span *sp = &t->tok[i];
-        fs_level *L = n->next;
+        fs_level *L = fs_tnext(n);
         if (!L) return NULL;
         if (sp->kind == FS_TOK_ONE) n = L->one;
         else if (sp->kind == FS_TOK_REST) n = L->rest;
@@ -399,7 +399,7 @@ void fs_trie_free(fs_sublist *sl)
 {
     fs_node *n = sl->root;
     while (n) {
-        fs_level *L = n->next;
+        fs_level *L = fs_tnext(n);
         fs_node *child = NULL;
         if (L) {
             while (L->cap > 0 && !child) {
@@ -418,16 +418,16 @@ void fs_trie_free(fs_sublist *sl)
         if (L) {
             FS_FREE(L->slots);
             FS_FREE(L);
-            n->next = NULL;
+            fs_link_of(n)->next = NULL;
         }
-        fs_node *parent = n->parent;
+        fs_node *parent = fs_parent(n);
         if (n->subcap > 1) FS_FREE(n->subs.many);
         for (uint32_t i = 0; i < n->ngroups; i++) {
             FS_FREE(n->groups[i].name);
             FS_FREE(n->groups[i].ids);
         }
         FS_FREE(n->groups);
-        FS_FREE(n);
+        FS_FREE(fs_link_of(n));      /* every trie node is linked */
         n = parent;
     }
     sl->root = NULL;

@@ -29,7 +29,7 @@ fs_sublist *fs_sublist_new(fs_dialect d)
     }
     sl->nodes = 0;  /* the root is not counted */
     if (fs_rwlock_init(&sl->lock) != 0) {
-        FS_FREE(sl->root);
+        FS_FREE(fs_link_of(sl->root));
         FS_FREE(sl);
         return NULL;
     }
@@ -202,7 +202,7 @@ static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fr
     fs_level *L = sh ? &sh->table : &sl->literals;
     uint64_t key = sh ? ps->shape.key : fs_hash(ps->filter, ps->filter_len);
     fs_span whole = {0, ps->filter_len, (uint32_t)key, sh ? FS_NODE_SHAPED : FS_TOK_LITERAL};
-    fs_node *n = fs_node_new(sl, NULL, ps->filter, &whole);
+    fs_node *n = fs_entry_new(sl, ps->filter, &whole);
     if (!n)
         return FS_ENOMEM;
     if (!fresh_shape) {
