@@ -12,12 +12,13 @@ import sys
 from collections import Counter
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fastsub
 from strategies import DIALECTS, all_ids, is_one_per_group, rows, subscriptions, valid_subject
+
+pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
 
 ROWS_PER_CHUNK = 16384          # _batch.pxi: the threaded path needs >= 2 chunks
 PROPS = settings(max_examples=15, deadline=None,

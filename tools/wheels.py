@@ -32,7 +32,7 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "build", "wheels")
 DIST = os.path.join(ROOT, "dist")
-SUPPORTED = [(3, 9), (3, 10), (3, 11), (3, 12), (3, 13)]
+SUPPORTED = [(3, 9), (3, 10), (3, 11), (3, 12), (3, 13), (3, 14)]
 PYTEST_MARKERS = "not brokers and not spark"
 FORBIDDEN_IN_WHEEL = (".pyx", ".pxi", ".pxd", ".c", ".h")
 

@@ -173,6 +173,89 @@ cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
     return c
 
 
+# ---------------------------------------------- Arrow columns for insert_many
+
+cdef object _arrow_string_column(object col, str what):
+    """col as one pyarrow (large_)string array, its offsets and UTF-8 checked
+    (an Array as it is, a ChunkedArray's chunks combined, a sequence of str
+    converted).  TypeError / ValueError naming the argument."""
+    import pyarrow as pa
+    if isinstance(col, pa.ChunkedArray):
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    elif not isinstance(col, pa.Array):
+        if isinstance(col, (str, bytes)):
+            raise TypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
+        try:
+            col = pa.array(list(col), pa.string())
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
+            raise TypeError(f"{what}: {e}") from None
+    t = col.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        raise TypeError(f"{what} must be a string or large_string Arrow array, not {t}")
+    try:
+        col.validate(full=True)       # UTF-8 and offsets; the C core reads bytes
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"{what}: {e}") from None
+    return col
+
+
+cdef object _int64_column(object ids, str what):
+    """ids as a contiguous numpy int64 array: from an Arrow or numpy integer
+    array (no nulls; unsigned values must fit), or item by item from any
+    sequence of int (the errors of the list path, with the item)."""
+    import numpy as np
+    if _is_arrow(ids):
+        import pyarrow as pa
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks()
+        if not pa.types.is_integer(ids.type):
+            raise TypeError(f"{what} must be an integer Arrow array, not {ids.type}")
+        if ids.null_count:
+            first = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
+            raise TypeError(f"item {first}: sub_id must be int, not None (a null in the Arrow {what})")
+        ids = ids.to_numpy(zero_copy_only=False)
+    if type(ids).__module__ == "numpy" and type(ids).__name__ == "ndarray" and ids.dtype.kind in "iu":
+        if ids.ndim != 1:
+            raise TypeError(f"{what} must be one-dimensional, not {ids.ndim}-dimensional")
+        if ids.dtype.kind == "u" and ids.size and int(ids.max()) > 0x7FFFFFFFFFFFFFFF:
+            i = int(np.argmax(ids))
+            raise OverflowError(f"item {i}: sub_id {int(ids[i])} is outside the signed 64-bit range")
+        return np.ascontiguousarray(ids, dtype=np.int64)
+    seq = list(ids)
+    out = np.empty(len(seq), dtype=np.int64)
+    for i, x in enumerate(seq):
+        try:
+            out[i] = _sub_id(x)
+        except (TypeError, OverflowError) as e:
+            raise type(e)(f"item {i}: {e}") from None
+    return out
+
+
+cdef inline bint _arrow_row(const fs_strings *s, Py_ssize_t i, const char **p, size_t *n) noexcept:
+    """Row i of an Arrow column (offsets already checked): False for a null."""
+    cdef int64_t j = s.offset + i, a, b
+    if s.validity != NULL and not ((s.validity[j >> 3] >> (j & 7)) & 1):
+        return False
+    if s.off32 != NULL:
+        a = s.off32[j]
+        b = s.off32[j + 1]
+    else:
+        a = s.off64[j]
+        b = s.off64[j + 1]
+    p[0] = s.data + a
+    n[0] = <size_t>(b - a)
+    return True
+
+
+class _ArrowRows:
+    """Row i of an Arrow column as a Python object (for error messages)."""
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __getitem__(self, i):
+        return self.arr[i].as_py()
+
+
 cdef list _segments(object col, str what, Py_ssize_t row_base=0):
     """Split an input column into [(row_base, _Column)] without copying
     strings: one segment, or one per chunk of a ChunkedArray.  row_base:

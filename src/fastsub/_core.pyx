@@ -238,6 +238,8 @@ cdef class Sublist:
             raise KeyError((filter, sub_id, queue))
 
     cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
+        if _is_arrow(filters) or _is_arrow(queues):
+            return self._bulk_arrow(filters, sub_ids, queues, inserting)
         filters = list(filters)
         sub_ids = list(sub_ids)
         cdef Py_ssize_t n = len(filters), i
@@ -250,34 +252,74 @@ cdef class Sublist:
         cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
         if specs == NULL:
             raise MemoryError()
-        cdef size_t changed = 0, bad = 0
-        cdef fs_error err
-        cdef int rc
         try:
             for i in range(n):
                 try:
                     _fill_spec(&specs[i], filters[i], sub_ids[i], None if queues is None else queues[i])
                 except (TypeError, OverflowError, InvalidSubjectError) as e:
                     raise type(e)(f"item {i}: {e}") from None
-            with nogil:
-                if inserting:
-                    rc = fs_sublist_insert_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
-                else:
-                    rc = fs_sublist_remove_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
-            if rc < 0:
-                if rc == FS_ENOMEM:
-                    raise MemoryError()
-                e = _spec_error(rc, &err, filters[bad], None if queues is None else queues[bad])
-                raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position)
-            return changed
+            return self._apply(specs, n, inserting, filters, queues)
         finally:
             PyMem_Free(specs)
+
+    cdef object _bulk_arrow(self, filters, sub_ids, queues, bint inserting):
+        """insert_many/remove_many over Arrow string columns, read in place
+        (no Python str per row): filters a pyarrow (large_)string array or
+        chunked array; queues the same, or None (a null row: plain);
+        sub_ids an Arrow or numpy integer array, or any sequence of int."""
+        fcol_arr = _arrow_string_column(filters, "filters")
+        cdef Py_ssize_t n = len(fcol_arr), i
+        ids = _int64_column(sub_ids, "sub_ids")
+        if len(ids) != n:
+            raise ValueError(f"filters and sub_ids differ in length ({n} != {len(ids)})")
+        qcol_arr = None
+        if queues is not None:
+            qcol_arr = _arrow_string_column(queues, "queues")
+            if len(qcol_arr) != n:
+                raise ValueError(f"filters and queues differ in length ({n} != {len(qcol_arr)})")
+        cdef _Column fcol = _column_of_arrow(fcol_arr, "filters", 0)
+        cdef _Column qcol = _column_of_arrow(qcol_arr, "queues", 0) if qcol_arr is not None else None
+        cdef const int64_t[::1] idv = ids
+        cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
+        if specs == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                if not _arrow_row(&fcol.s, i, &specs[i].filter, &specs[i].filter_len):
+                    raise TypeError(f"item {i}: filter is null")
+                specs[i].id = idv[i]
+                if qcol is None or not _arrow_row(&qcol.s, i, &specs[i].queue, &specs[i].queue_len):
+                    specs[i].queue = NULL
+                    specs[i].queue_len = 0
+            return self._apply(specs, n, inserting, _ArrowRows(fcol_arr), _ArrowRows(qcol_arr) if qcol_arr is not None else None)
+        finally:
+            PyMem_Free(specs)
+
+    cdef object _apply(self, fs_spec *specs, Py_ssize_t n, bint inserting, filters, queues):
+        """Run the bulk operation on filled specs; filters[i] / queues[i]
+        give row i back as Python objects for an error message."""
+        cdef size_t changed = 0, bad = 0
+        cdef fs_error err
+        cdef int rc
+        with nogil:
+            if inserting:
+                rc = fs_sublist_insert_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
+            else:
+                rc = fs_sublist_remove_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
+        if rc < 0:
+            if rc == FS_ENOMEM:
+                raise MemoryError()
+            e = _spec_error(rc, &err, filters[bad], None if queues is None else queues[bad])
+            raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position)
+        return changed
 
     def insert_many(self, filters, sub_ids, queues=None):
         """insert_many(filters, sub_ids, queues=None) -> int
 
         Insert many subscriptions under one lock, all or nothing; returns how
-        many were new."""
+        many were new.  filters (and queues) may be sequences of str or
+        pyarrow string columns, read in place (a null queue: plain);
+        sub_ids a sequence of int or an Arrow/numpy integer array."""
         return self._bulk(filters, sub_ids, queues, True)
 
     def remove_many(self, filters, sub_ids, queues=None):

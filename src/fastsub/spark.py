@@ -182,22 +182,20 @@ def index_from_arrow(table: pa.Table, dialect: str = "nats") -> Sublist:
         what = "sub_id" if sid is None else "filter"
         raise FanoutInputError(
             f"subscriptions row {i + 1} (sub_id={sid}, filter={f!r}): null {what}")
-    # insert_many reads Python sequences (it makes lists of whatever it is
-    # given): Python lists are its fastest input today.
-    ids = ids_a.to_pylist()
-    filters = filters_a.to_pylist()
-    queues = queues_a.to_pylist() if queues_a is not None and queues_a.null_count < len(queues_a) else None
+    # insert_many reads the Arrow columns in place: no Python object per row.
+    queues = queues_a if queues_a is not None and queues_a.null_count < len(queues_a) else None
     sl = Sublist(dialect)
     try:
-        sl.insert_many(filters, ids, queues)
+        sl.insert_many(filters_a, ids_a, queues)
     except InvalidSubjectError as e:
         m = re.match(r"item (\d+): (.*)", str(e), re.S)
         if not m:
             raise
         i = int(m.group(1))
-        q = f", queue={queues[i]!r}" if queues is not None and queues[i] is not None else ""
+        qi = queues[i].as_py() if queues is not None else None
+        q = f", queue={qi!r}" if qi is not None else ""
         raise InvalidSubjectError(
-            f"subscriptions row {i + 1} (sub_id={ids[i]}{q}): {m.group(2)}",
+            f"subscriptions row {i + 1} (sub_id={ids_a[i].as_py()}{q}): {m.group(2)}",
             getattr(e, "subject", None), getattr(e, "reason", None),
             getattr(e, "position", None)) from None
     return sl
@@ -891,10 +889,6 @@ def local_session(master: str = "local[*]", *, app_name: str = "fastsub",
     if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    elif not os.environ.get("PYSPARK_PYTHON") and not (conf or {}).get("spark.pyspark.python"):
-        # Executors run this interpreter unless told otherwise: the default
-        # `python3` of the workers' PATH rarely has fastsub and pyarrow.
-        os.environ["PYSPARK_PYTHON"] = sys.executable
         if shuffle_partitions is None:
             m = re.match(r"local\[(\d+)", master)
             cores = int(m.group(1)) if m else (os.cpu_count() or 2)
@@ -903,6 +897,11 @@ def local_session(master: str = "local[*]", *, app_name: str = "fastsub",
               .config("spark.ui.enabled", "false")
               .config("spark.driver.host", "127.0.0.1")
               .config("spark.driver.bindAddress", "127.0.0.1"))
+    elif not os.environ.get("PYSPARK_PYTHON") and not (conf or {}).get("spark.pyspark.python"):
+        # Executors run this interpreter unless told otherwise: the default
+        # `python3` of the workers' PATH rarely has fastsub and pyarrow.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        b = b.config("spark.pyspark.python", sys.executable)
     if shuffle_partitions is not None:
         b = b.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for k, v in (conf or {}).items():

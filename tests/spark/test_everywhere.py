@@ -188,9 +188,15 @@ def test_cli_on_the_cluster(cluster_url, cli_local, tmp_path):
 
 
 def test_cli_names_the_fix_for_a_bad_executor_python(cluster_url, cli_local, tmp_path):
+    # An interpreter without site-packages, like a worker's stock python3:
+    # it runs Spark's worker (pyspark comes on PYTHONPATH) but has neither
+    # pyarrow nor fastsub.  Made here, so the test needs nothing of the host.
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    bare.chmod(0o755)
     ev, subs, _, _ = cli_local
     p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", str(tmp_path / "out"),
-                  "--master", cluster_url], PYSPARK_PYTHON="/usr/bin/python3")
+                  "--master", cluster_url], PYSPARK_PYTHON=str(bare))
     assert p.returncode == 2, p.stdout + p.stderr
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("fastsub: error:")]
     assert len(err) == 1 and "PYSPARK_PYTHON" in err[0] and "No module named" in err[0], p.stderr
