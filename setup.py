@@ -10,6 +10,8 @@ Build switches (environment variables, "1" to enable):
   FASTSUB_COVERAGE  gcov instrumentation of the C core
   FASTSUB_SYMBOLS   keep debug symbols (-g) in an optimized build, for
                     profilers; release builds (wheels) carry none
+  FASTSUB_BLOCK_ROWS=N  rows per block of the batch pipeline (csrc/fs_batch.c;
+                    default 32), for measuring other sizes
 
 On Windows the C core builds with MSVC (the flags below) or mingw-w64; its
 threads go through csrc/fs_sys.h, which uses Win32 there.
@@ -69,6 +71,8 @@ print(f"fastsub build: {mode or 'release'}", file=sys.stderr)
 # of debug information in a release build.
 opt = ["-O0", "-g3"] if DEBUG else ["-O1", "-g"] if TSAN else ["-O3", "-g"] if SYMBOLS else ["-O3", "-g0"]
 defines = [] if DEBUG or TSAN else [("NDEBUG", "1")]
+if os.environ.get("FASTSUB_BLOCK_ROWS"):
+    defines.append(("FS_BLOCK_ROWS", str(int(os.environ["FASTSUB_BLOCK_ROWS"]))))
 instrument = []
 link_instrument = []
 if SANITIZE:

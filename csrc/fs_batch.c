@@ -164,9 +164,21 @@ static int any_groups(const fs_scratch *sc)
  *   plan:   tokenize, hash, compute every shape key; prefetch the slots
  *   fetch:  the slots have arrived: prefetch the entries they point to
  *   match:  verify the entries (now cached), walk the trie, emit
- * BLOCK_ROWS is measured (bench/run_batch.py --block): 16 to 64 rows
- * perform alike on light; 32 keeps the plan (keys, tokens) in L1. */
-#define BLOCK_ROWS 32
+ * BLOCK_ROWS was measured, not guessed: builds with FASTSUB_BLOCK_ROWS=N
+ * (setup.py), light's first 200,000 publishes, match_many over Arrow, one
+ * thread, three interleaved rounds (medians of 3 in each), ns/subject:
+ *     N = 1: 432-450   8: 453-461   16: 442-475   32: 466-487
+ *     N = 64: 430-472   128: 461-473
+ * -- alike within the machine's noise, even N = 1.  At 100k subscriptions
+ * the probes are not what waits: callgrind counts ~1,600 instructions per
+ * subject (tokenize ~500, keys and probes of ~8 shapes ~700, emit), so
+ * the matcher is bound by instructions, not by misses.  32 stays: it
+ * keeps the plan (keys, tokens) in L1 and hides misses where the tables
+ * do outgrow the caches (millions of subscriptions). */
+#ifndef FS_BLOCK_ROWS
+#define FS_BLOCK_ROWS 32
+#endif
+#define BLOCK_ROWS FS_BLOCK_ROWS
 
 enum { ROW_NULL = 0, ROW_INVALID = 1, ROW_OK = 2 };
 
@@ -217,19 +229,25 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
             for (uint64_t w = bits; w; w &= w - 1)
                 if (S->shape[fs_ctz64(w)]->first_wild)
                     bits &= ~(1ull << fs_ctz64(w));
-        r->shapes = bits;
         if (!bits)
             continue;
         uint32_t need = nt < FS_SHAPE_MAX_TOKENS ? nt : FS_SHAPE_MAX_TOKENS;
         uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
         fs_shape_mixes(t->tok, need, m, P);
+        /* Only the probes the shape's bitmap lets through go on: most
+         * stop here, without touching their table. */
         uint32_t q = 0;
-        for (uint64_t w = bits; w; w &= w - 1, q++) {
+        for (uint64_t w = bits; w; w &= w - 1) {
             const fs_shape *sh = S->shape[fs_ctz64(w)];
             uint64_t key = fs_shape_subject_key(sh, m, P);
-            r->keys[q] = key;
+            if (!fs_level_may_hold(&sh->table, key)) {
+                bits &= ~(w & (0 - w));
+                continue;
+            }
+            r->keys[q++] = key;
             FS_PREFETCH(&sh->table.slots[(uint32_t)key & (sh->table.cap - 1)]);
         }
+        r->shapes = bits;
     }
     return FS_OK;
 }
@@ -273,7 +291,7 @@ static int collect_row(const fs_sublist *sl, const row_plan *r, const fs_tokens 
     }
     uint32_t q = 0;
     for (uint64_t w = r->shapes; w; w &= w - 1, q++) {
-        const fs_node *e = fs_shape_probe(S->shape[fs_ctz64(w)], r->keys[q], sep, r->s, t->tok, end);
+        const fs_node *e = fs_shape_probe_slots(S->shape[fs_ctz64(w)], r->keys[q], sep, r->s, t->tok, end);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
     }

@@ -28,7 +28,37 @@ typedef struct {
     uint32_t cap, count;
     fs_node *one;        /* the '*' / '+' child */
     fs_node *rest;       /* the '>' / '#' child */
+    /* Shape tables only (filtered = 1): a bitmap after the slots, in the
+     * same allocation, of FS_FILTER_BITS(cap) bits; an entry whose key's
+     * high half is h sets bit h mod that.  A subject's probe whose bit is
+     * clear cannot hit, so it is skipped before the table is touched.
+     * Removals leave their bits (stale) until the bitmap is rebuilt. */
+    uint32_t filtered, stale;
+    const uint64_t *filter;   /* the bitmap (fs_no_filter while cap is 0) */
+    uint64_t filter_mask;     /* its bits - 1 */
 } fs_level;
+
+/* The bitmap of a filtered table with no slots: nothing may be there. */
+extern const uint64_t fs_no_filter[1];
+
+/* The bitmap of a filtered table: 4 bits per slot (a table at most half
+ * full has 8 or more bits per entry, ~12% false positives at worst), at
+ * least one word.  For light's 100k subscriptions, ~150 KB for all its
+ * shapes: it stays in L2 while the slots do not. */
+#define FS_FILTER_BITS(cap) ((cap) >= 16 ? (uint64_t)(cap) * 4 : 64u)
+
+/* Bytes of a table's allocation of cap slots (and its bitmap). */
+static inline size_t fs_level_bytes(const fs_level *L, uint32_t cap)
+{
+    return sizeof(fs_slot) * cap + (L->filtered && cap ? (size_t)(FS_FILTER_BITS(cap) / 8) : 0);
+}
+
+/* Might a filtered table hold an entry of this key?  0: certainly not. */
+static inline int fs_level_may_hold(const fs_level *L, uint64_t key)
+{
+    uint64_t b = (key >> 32) & L->filter_mask;
+    return (int)((L->filter[b >> 6] >> (b & 63)) & 1);
+}
 
 typedef struct {
     char *name;
@@ -123,6 +153,8 @@ void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size);
 void fs_sl_free(fs_sublist *sl, void *p, size_t size);
 /* ---- tables (fs_table.c) */
 int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n);
+/* Make L a filtered table (a shape table: a bitmap of its keys). */
+void fs_level_filter_init(fs_level *L);
 /* Rehash L into ncap slots (which must hold its entries).  FS_OK or
  * FS_ENOMEM (L unchanged). */
 int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap);
@@ -243,8 +275,8 @@ static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *
 
 /* The entry of shape sh that the subject (tokens t, bytes up to end)
  * matches, given its key in that shape; NULL when none does. */
-static inline const fs_node *fs_shape_probe(const fs_shape *sh, uint64_t key, char sep, const char *s,
-                                            const fs_span *t, const char *end)
+static inline const fs_node *fs_shape_probe_slots(const fs_shape *sh, uint64_t key, char sep, const char *s,
+                                                  const fs_span *t, const char *end)
 {
     const fs_level *L = &sh->table;
     uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
@@ -256,6 +288,13 @@ static inline const fs_node *fs_shape_probe(const fs_shape *sh, uint64_t key, ch
             return slot->node;       /* one filter per shape can match a subject */
     }
     return NULL;
+}
+
+/* The same, first asking the shape's bitmap (most probes stop there). */
+static inline const fs_node *fs_shape_probe(const fs_shape *sh, uint64_t key, char sep, const char *s,
+                                            const fs_span *t, const char *end)
+{
+    return fs_level_may_hold(&sh->table, key) ? fs_shape_probe_slots(sh, key, sep, s, t, end) : NULL;
 }
 
 static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->ngroups; }

@@ -111,6 +111,7 @@ int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out)
     sh->ntoks = of->ntoks;
     sh->rest = of->rest;
     sh->first_wild = (of->onemask & 1) || (of->rest && of->ntoks == 0);
+    fs_level_filter_init(&sh->table);
     fs_shapes *S = &sl->shapes;
     uint32_t at = 0;
     while (at < S->n && shape_before(S->shape[at], of))
@@ -133,7 +134,7 @@ static void shape_destroy(fs_sublist *sl, fs_shape *sh)
     memmove(&S->shape[at], &S->shape[at + 1], sizeof(fs_shape *) * (S->n - at - 1));
     S->n--;
     rebuild_probes(sl);
-    fs_sl_free(sl, sh->table.slots, sizeof(fs_slot) * sh->table.cap);
+    fs_sl_free(sl, sh->table.slots, fs_level_bytes(&sh->table, sh->table.cap));
     fs_sl_free(sl, sh, sizeof(fs_shape));
 }
 

@@ -1,13 +1,14 @@
 /* fs_table.c - the open-addressing hash table every part of the index
  * uses: a trie level's literal children, the literal table, each shape's
  * table (fs_internal.h has the layout).  Linear probing, power-of-two
- * capacities, grown past 3/4 full (shape tables: 1/2), shrunk below 1/8. */
+ * capacities, grown past 3/4 full (shape tables: 1/2), shrunk below 1/8.
+ * Shape tables also keep a bitmap of their keys (fs_level.filtered). */
 #include <string.h>
 
 #include "fs_alloc.h"
 #include "fs_internal.h"
 
-/* Token equality without a libc call: tokens are short. */
+/* Put e in the first free slot of its probe sequence. */
 static void slot_place(fs_slot *slots, uint32_t cap, fs_slot e)
 {
     uint32_t mask = cap - 1, i = e.hash & mask;
@@ -21,26 +22,60 @@ static uint32_t max_load(uint32_t cap)
     return cap <= 4 ? cap : cap / 4 * 3;
 }
 
+const uint64_t fs_no_filter[1] = {0};
+
+void fs_level_filter_init(fs_level *L)
+{
+    L->filtered = 1;
+    L->stale = 0;
+    L->filter = fs_no_filter;
+    L->filter_mask = 0;
+}
+
+/* Point a filtered table at its bitmap and set the bit of every entry: no
+ * stale bits. */
+static void filter_rebuild(fs_level *L)
+{
+    if (!L->filtered)
+        return;
+    if (!L->cap) {
+        fs_level_filter_init(L);
+        return;
+    }
+    uint64_t *bits = (uint64_t *)(void *)(L->slots + L->cap), nbits = FS_FILTER_BITS(L->cap);
+    memset(bits, 0, (size_t)(nbits / 8));
+    for (uint32_t i = 0; i < L->cap; i++)
+        if (L->slots[i].node) {
+            uint64_t b = L->slots[i].len & (nbits - 1);     /* len holds the key's high half */
+            bits[b >> 6] |= 1ull << (b & 63);
+        }
+    L->filter = bits;
+    L->filter_mask = nbits - 1;
+    L->stale = 0;
+}
+
 /* Rehash L into ncap slots (which must hold its entries).  FS_OK or
  * FS_ENOMEM (L unchanged). */
 int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap)
 {
     if (ncap == 0) {               /* only for an empty table */
-        fs_sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
+        fs_sl_free(sl, L->slots, fs_level_bytes(L, L->cap));
         L->slots = NULL;
         L->cap = 0;
+        filter_rebuild(L);
         return FS_OK;
     }
-    fs_slot *ns = fs_sl_alloc(sl, sizeof(fs_slot) * ncap);
+    fs_slot *ns = fs_sl_alloc(sl, fs_level_bytes(L, ncap));
     if (!ns)
         return FS_ENOMEM;
-    memset(ns, 0, sizeof(fs_slot) * ncap);
+    memset(ns, 0, fs_level_bytes(L, ncap));
     for (uint32_t i = 0; i < L->cap; i++)
         if (L->slots[i].node)
             slot_place(ns, ncap, L->slots[i]);
-    fs_sl_free(sl, L->slots, sizeof(fs_slot) * L->cap);
+    fs_sl_free(sl, L->slots, fs_level_bytes(L, L->cap));
     L->slots = ns;
     L->cap = ncap;
+    filter_rebuild(L);
     return FS_OK;
 }
 
@@ -51,6 +86,10 @@ static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, ui
     fs_slot e = {n->hash, check, n};
     slot_place(L->slots, L->cap, e);
     L->count++;
+    if (L->filtered) {
+        uint64_t *bits = (uint64_t *)(void *)(L->slots + L->cap), b = check & L->filter_mask;
+        bits[b >> 6] |= 1ull << (b & 63);
+    }
     return FS_OK;
 }
 
@@ -98,6 +137,11 @@ void fs_level_del(fs_level *L, const fs_node *n)
         L->slots[j].node = NULL;
         slot_place(L->slots, L->cap, e);
     }
+    /* A removed entry's bit stays set (another entry may share it) until
+     * the bitmap is rebuilt: here, in place, once the stale bits could
+     * be as many as the live ones -- O(cap) every ~count/2 removals. */
+    if (L->filtered && ++L->stale > L->count / 2 + 8)
+        filter_rebuild(L);
 }
 
 void fs_level_restore(fs_sublist *sl, fs_level *L, uint32_t cap)

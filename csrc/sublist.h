@@ -128,7 +128,9 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
 int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
                         fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
                         fs_error *err);
-/* Does the subject match anything?  Stops at the first match.  1 yes,
+/* Does the subject match anything?  Stops at the first matching entry of
+ * the literal and shape tables (where nearly every filter lives); a trie
+ * walk, for filters past the shape budget, is done whole.  1 yes,
  * 0 no, FS_EINVAL, FS_ENOMEM. */
 int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
                             fs_scratch *sc, fs_error *err);

@@ -377,7 +377,8 @@ cdef class Sublist:
 
     def has_interest(self, subject):
         """has_interest(subject) -> bool: does anything match?  Stops at
-        the first match."""
+        the first matching filter of the literal and shape tables, where
+        nearly every filter lives (no result is built)."""
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
         cdef fs_workspace spare
