@@ -1,5 +1,6 @@
-"""Engine benchmark on the standard workloads: insert_many, match() per
-publish (the call alone, from Python), memory per subscription, and the
+"""Engine benchmark on the standard workloads: insert_many, match(),
+has_interest() and num_interest() per publish (the call alone, from
+Python), memory per subscription, and the
 exact totals checked in a separate pass.
 
     .venv/bin/python bench/run_engine.py [light heavy ...] [--repeat N]
@@ -34,7 +35,7 @@ def rss_kb():
 def run(name, repeat):
     filters, ids, queues, pubs = load(name)
     n = len(filters)
-    ins, mat, hi, rss = [], [], [], None
+    ins, mat, hi, ni, rss = [], [], [], [], None
     for r in range(repeat):
         gc.collect()
         before = rss_kb()
@@ -55,6 +56,11 @@ def run(name, repeat):
         for p in pubs:
             has(p)
         hi.append((time.perf_counter_ns() - t0) / len(pubs))
+        num = sl.num_interest
+        t0 = time.perf_counter_ns()
+        for p in pubs:
+            num(p)
+        ni.append((time.perf_counter_ns() - t0) / len(pubs))
         if r < repeat - 1:
             del sl
     # the exact totals, from one more pass (not timed)
@@ -73,6 +79,7 @@ def run(name, repeat):
     print(f"{name:11s} insert_many {statistics.median(ins):6.0f} ns/sub   "
           f"match() {statistics.median(mat):6.0f} ns/call   "
           f"has_interest() {statistics.median(hi):6.0f} ns/call   "
+          f"num_interest() {statistics.median(ni):6.0f} ns/call   "
           f"memory_bytes {mem:6.1f} B/sub (RSS growth {rss:6.1f} B/sub)   "
           f"pairs {pairs} checksum {checksum} {'OK' if ok else 'MISMATCH expected %s' % (EXPECTED[name],)}")
     return ok

@@ -110,3 +110,29 @@ def test_stream_needs_a_streaming_frame(spark, tmp_path):
     ev = spark.createDataFrame(events_rows(["a"]), EVENT_SCHEMA)
     with pytest.raises(ValueError, match="needs a streaming DataFrame"):
         fanout_stream(ev, spark.createDataFrame([], SUBS_SCHEMA), str(tmp_path / "o"), str(tmp_path / "c"))
+
+
+def test_fanout_of_a_streaming_frame_is_a_streaming_frame(spark, tmp_path):
+    """Plain fanout() on a stream: a streaming DataFrame of deliveries,
+    written by any sink (here Parquet with a checkpoint); the rows are the
+    reference's (the index is the one built when fanout() was called)."""
+    from fastsub.spark import fanout
+    subs, subjects = random_case("nats", n_subs=30, n_events=120, seed=7)
+    events = events_rows(subjects)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    cols = ["event_id", "subject", "device", "payload"]
+    for k in range(3):
+        _write_json(str(inp / f"events-{k}.json"), events[k * 40:(k + 1) * 40], cols)
+    stream = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(inp))
+    out = fanout(stream, spark.createDataFrame(subs, SUBS_SCHEMA), queues="all")
+    assert out.isStreaming
+    q = (out.select("event_id", "sub_id").writeStream.format("parquet")
+         .option("path", str(tmp_path / "out")).option("checkpointLocation", str(tmp_path / "ckpt"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None
+    import pyarrow.parquet as pq
+    got = sorted((r["event_id"], r["sub_id"]) for r in pq.read_table(str(tmp_path / "out")).to_pylist())
+    exp = Expected("nats", subs, events)
+    assert got == sorted((e, s) for e in exp.plain for s in exp.ids(e, "all"))
