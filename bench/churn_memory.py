@@ -56,6 +56,16 @@ def batch(start, n):
     return out
 
 
+def in_batches(op, verb, total, size):
+    """op(filters, ids) over every batch, with progress; the seconds taken."""
+    t0 = time.perf_counter()
+    for start in range(0, total, size):
+        n = min(size, total - start)
+        op(batch(start, n), range(start, start + n))
+        print(f"\r  {verb} {start + n:,}", end="", flush=True)
+    return time.perf_counter() - t0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--subs", type=int, default=10_000_000)
@@ -72,21 +82,11 @@ def main():
     del warm
     malloc_trim()
     rss0 = rss_mb()
-    t0 = time.perf_counter()
-    for start in range(0, a.subs, a.batch):
-        n = min(a.batch, a.subs - start)
-        sl.insert_many(batch(start, n), range(start, start + n))
-        print(f"\r  inserted {start + n:,}", end="", flush=True)
-    t_ins = time.perf_counter() - t0
+    t_ins = in_batches(sl.insert_many, "inserted", a.subs, a.batch)
     peak_bytes, rss_peak = sl.stats()["memory_bytes"], rss_mb()
     print(f"\n  {len(sl):,} subscriptions: memory_bytes {peak_bytes / 2**20:,.1f} MiB "
           f"({peak_bytes / a.subs:.1f} B/sub), RSS {rss_peak:,.0f} MB, insert {t_ins:.1f} s")
-    t0 = time.perf_counter()
-    for start in range(0, a.subs, a.batch):
-        n = min(a.batch, a.subs - start)
-        sl.remove_many(batch(start, n), range(start, start + n))
-        print(f"\r  removed {start + n:,}", end="", flush=True)
-    t_rm = time.perf_counter() - t0
+    t_rm = in_batches(sl.remove_many, "removed", a.subs, a.batch)
     st = sl.stats()
     rss_after = rss_mb()
     trimmed = malloc_trim()
