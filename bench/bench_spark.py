@@ -56,6 +56,9 @@ def main(argv=None):
     ap.add_argument("--subs-total", type=int, default=None,
                     help="pad the subscriptions to this many (never-matching filters)")
     ap.add_argument("--ship", default="auto", help="share_index's ship= (auto, broadcast, file)")
+    ap.add_argument("--driver-memory", default="4g",
+                    help="the local JVM's heap: it holds the cached events (20M events need more "
+                         "than Spark's default 1g)")
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -75,7 +78,7 @@ def main(argv=None):
         ids = ids + list(range(10_000_000, 10_000_000 + extra))
     reps = -(-args.events // len(pubs))
     subjects = (pubs * reps)[: args.events]
-    conf = {}
+    conf = {"spark.driver.memory": args.driver_memory}
     if args.batch:
         conf["spark.sql.execution.arrow.maxRecordsPerBatch"] = args.batch
     spark = local_session(args.master, app_name="fastsub bench", conf=conf)

@@ -52,7 +52,9 @@ class SharedIndex:
     idx.shipped_by            "broadcast", "file", "artifact" or "inline"
     idx.nbytes, idx.nsubs     size of the serialized image, subscriptions
     idx.dialect
-    idx.release()             free the broadcast / the driver's temporary file
+    idx.release()             free the broadcast / the artifact's temporary file
+                              (a file shipped by addFile stays until the
+                              driver exits: Spark cannot withdraw it)
 
     Pickles small (a few hundred bytes, unless inline): the image itself is
     in the broadcast, the file or the artifact.
@@ -115,15 +117,20 @@ class SharedIndex:
                 "session, or released?") from None
 
     def release(self) -> None:
-        """Free what shipping holds: the broadcast's blocks, the driver's temporary
-        file.  Tasks started afterwards cannot load the index (workers that already
-        have it keep their copy until it falls out of their cache)."""
+        """Free what shipping holds: the broadcast's blocks; for an artifact,
+        the driver's temporary copy (the server has its own).  Tasks started
+        afterwards cannot load a released broadcast (workers that already
+        have the index keep their copy until it falls out of their cache).
+        A file shipped with SparkContext.addFile is kept until the driver
+        exits: Spark has no way to withdraw an added file, and every later
+        task of the session checks each added file against its source --
+        with the source gone, they all fail."""
         if self._broadcast is not None:
             try:
                 self._broadcast.unpersist()
             except Exception:  # noqa: BLE001 - the session may be gone
                 pass
-        if self._local_path:
+        if self._local_path and self.shipped_by != "file":
             try:
                 os.remove(self._local_path)
             except OSError:

@@ -243,7 +243,8 @@ def share_index(spark: SparkSession, sublist: Sublist, *, ship: str = "auto") ->
     Spark Connect ("file" on Connect means "artifact"), "inline" works on both.
 
     The Sublist is serialized now: later changes to it are not shipped (share
-    it again).  Call .release() when done to free the broadcast or file early."""
+    it again).  Call .release() when done to free a broadcast (or an
+    artifact's local copy) early; a file stays until the driver exits."""
     if not isinstance(sublist, Sublist):
         raise TypeError(f"share_index needs a fastsub.Sublist, not {type(sublist).__name__}")
     connect = is_connect(spark)

@@ -81,6 +81,19 @@ def test_every_method_on_classic(spark, ship):
     idx.release()
 
 
+@pytest.mark.parametrize("ship", ["broadcast", "file", "inline"])
+def test_release_leaves_the_session_working(spark, ship):
+    """release() right after share_index, before any task fetched the index:
+    the session's later jobs still run.  (It used to delete a file shipped
+    by addFile, and every later task then failed: 'File ... exists and does
+    not match contents of ...'.)"""
+    from fastsub.spark import share_index
+    sl = fastsub.Sublist("nats")
+    sl.insert_many(["a.*", "b.>"], [1, 2])
+    share_index(spark, sl, ship=ship).release()
+    assert spark.range(10).repartition(2).count() == 10
+
+
 def test_share_index_errors(spark):
     from fastsub.spark import share_index
     sl = fastsub.Sublist("mqtt")
