@@ -5,6 +5,8 @@
  *               ├─ shapes:   shape[j] (fs_shape.h), one table each
  *               │     (3, {1}, -)    key(literal tokens) ─► entry
  *               │     (2, {},  rest) key(literal tokens) ─► entry
+ *               │     + a bitmap of the keys (L2-sized): most probes
+ *               │       stop there, before touching the table
  *               │   probe[k]: the shapes a subject of k tokens probes
  *               ├─ root ─► trie (fs_trie.c): what no table holds
  *               │   level ─┬─ "orders" ─► node ─► level ...
