@@ -1,4 +1,4 @@
-"""Spark fan-out benchmark (DESIGN.md section 5): the `light` workload's
+"""Spark fan-out benchmark: the `light` workload's
 publishes as events (repeated to --events rows) against its 100k
 subscriptions, on local[2], in one run:
 

@@ -425,7 +425,7 @@ def markdown(res, mach, cmd, files, seconds):
         if big and small:
             w("")
             w(f"1M subscriptions cost {big[0]['ns_per_subject'] / small[0]['ns_per_subject']:.2f}x "
-              "the 100k cost per subject (DESIGN §5 target: ≤ 2.5x).")
+              "the 100k cost per subject (target: ≤ 2.5x).")
         w("")
     if res.get("threads"):
         w("## Threads")
@@ -476,7 +476,7 @@ def markdown(res, mach, cmd, files, seconds):
         if "a" in rows and "b" in rows:
             w("")
             w(f"Fan-out / identity (b/a): **{rows['b']['median_s'] / rows['a']['median_s']:.2f}x** "
-              "(DESIGN §5 target: ≤ 1.3x).")
+              "(target: ≤ 1.3x).")
     else:
         w(f"Not run: {res.get('spark_skipped', 'skipped')}.")
     if res.get("spark_output"):

@@ -1,4 +1,4 @@
-"""Batch benchmark on the standard workloads (DESIGN §5), exact totals checked.
+"""Batch benchmark on the standard workloads, exact totals checked.
 
     .venv/bin/python bench/run_batch.py [--repeat 5] [--only light,heavy,...]
 

@@ -1,4 +1,4 @@
-"""Fan events out to subscription ids on Spark (DESIGN.md section 4; docs/spark.md).
+"""Fan events out to subscription ids on Spark (docs/spark.md).
 
     >>> from fastsub.spark import fanout, fanout_with_rejects, share_index
     >>> deliveries = fanout(events, subs)                 # one row per (event, sub_id)
