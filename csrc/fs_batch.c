@@ -19,29 +19,6 @@ void fs_idbuf_free(fs_idbuf *b)
     memset(b, 0, sizeof(*b));
 }
 
-/* Row i of a column: 1 with its bytes, 0 for a null (or a corrupt Arrow
- * offset pair, which is treated the same). */
-static inline int get_str(const fs_strings *s, size_t i, const char **p, size_t *len)
-{
-    if (s->layout == FS_STR_PTRS) {
-        if (!s->ptrs[i])
-            return 0;
-        *p = s->ptrs[i];
-        *len = s->lens[i];
-        return 1;
-    }
-    int64_t j = s->offset + (int64_t)i;
-    if (s->validity && !((s->validity[j >> 3] >> (j & 7)) & 1))
-        return 0;
-    int64_t a = s->off32 ? s->off32[j] : s->off64[j];
-    int64_t b = s->off32 ? s->off32[j + 1] : s->off64[j + 1];
-    if (b < a)
-        return 0;
-    *p = s->data + a;
-    *len = (size_t)(b - a);
-    return 1;
-}
-
 /* Deterministic choice among n members for (row key, group key). */
 static inline size_t pick(uint32_t keyhash, uint32_t group_key, size_t n)
 {
@@ -207,7 +184,7 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
         fs_tokens *t = &b->toks[k];
         r->shapes = 0;
         r->state = ROW_NULL;
-        if (!get_str(subjects, i + k, &r->s, &r->len))
+        if (!fs_strings_get(subjects, i + k, &r->s, &r->len))
             continue;
         fs_error err;
         int rc = fs_tokenize(sl->dialect, r->s, r->len, 0, t, &err);
@@ -343,7 +320,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                 row_plan *r = &b->row[k];
                 size_t before = out->n;
                 if (cached_index) {
-                    r->state = get_str(subjects, i, &r->s, &r->len) ? ROW_OK : ROW_NULL;
+                    r->state = fs_strings_get(subjects, i, &r->s, &r->len) ? ROW_OK : ROW_NULL;
                     if (r->state == ROW_OK)
                         r->hash = fs_hash(r->s, r->len);
                 }
@@ -354,7 +331,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                 }
                 const char *key;
                 size_t klen;
-                uint32_t keyhash = keys && get_str(keys, i, &key, &klen) ? fs_hash(key, klen) : r->hash;
+                uint32_t keyhash = keys && fs_strings_get(keys, i, &key, &klen) ? fs_hash(key, klen) : r->hash;
                 if (cached_index) {
                     const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, r->hash, &tally);
                     if (cached) {

@@ -36,6 +36,29 @@ typedef struct {
     int64_t offset;               /* the Arrow array's offset */
 } fs_strings;
 
+/* Row i of a column: 1 with its bytes, 0 for a null (or a corrupt Arrow
+ * offset pair, which is treated the same). */
+static inline int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
+{
+    if (s->layout == FS_STR_PTRS) {
+        if (!s->ptrs[i])
+            return 0;
+        *p = s->ptrs[i];
+        *len = s->lens[i];
+        return 1;
+    }
+    int64_t j = s->offset + (int64_t)i;
+    if (s->validity && !((s->validity[j >> 3] >> (j & 7)) & 1))
+        return 0;
+    int64_t a = s->off32 ? s->off32[j] : s->off64[j];
+    int64_t b = s->off32 ? s->off32[j + 1] : s->off64[j + 1];
+    if (b < a)
+        return 0;
+    *p = s->data + a;
+    *len = (size_t)(b - a);
+    return 1;
+}
+
 /* A growable id buffer (FS_MALLOC'd; release with fs_idbuf_free). */
 typedef struct {
     int64_t *ids;

@@ -28,14 +28,14 @@ typedef struct {
     uint32_t cap, count;
     fs_node *one;        /* the '*' / '+' child */
     fs_node *rest;       /* the '>' / '#' child */
-    /* Shape tables only (filtered = 1): a bitmap after the slots, in the
-     * same allocation, of FS_FILTER_BITS(cap) bits; an entry whose key's
-     * high half is h sets bit h mod that.  A subject's probe whose bit is
-     * clear cannot hit, so it is skipped before the table is touched.
-     * Removals leave their bits (stale) until the bitmap is rebuilt. */
-    uint32_t filtered, stale;
+    /* Shape tables only (filter != NULL): a bitmap after the slots, in
+     * the same allocation, of FS_FILTER_BITS(cap) bits; an entry whose
+     * key's high half is h sets bit h mod that.  A subject's probe whose
+     * bit is clear cannot hit, so it is skipped before the table is
+     * touched.  Removals leave their bits (stale) until it is rebuilt. */
     const uint64_t *filter;   /* the bitmap (fs_no_filter while cap is 0) */
     uint64_t filter_mask;     /* its bits - 1 */
+    uint32_t stale;
 } fs_level;
 
 /* The bitmap of a filtered table with no slots: nothing may be there. */
@@ -50,7 +50,7 @@ extern const uint64_t fs_no_filter[1];
 /* Bytes of a table's allocation of cap slots (and its bitmap). */
 static inline size_t fs_level_bytes(const fs_level *L, uint32_t cap)
 {
-    return sizeof(fs_slot) * cap + (L->filtered && cap ? (size_t)(FS_FILTER_BITS(cap) / 8) : 0);
+    return sizeof(fs_slot) * cap + (L->filter && cap ? (size_t)(FS_FILTER_BITS(cap) / 8) : 0);
 }
 
 /* Might a filtered table hold an entry of this key?  0: certainly not. */

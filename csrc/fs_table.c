@@ -2,7 +2,7 @@
  * uses: a trie level's literal children, the literal table, each shape's
  * table (fs_internal.h has the layout).  Linear probing, power-of-two
  * capacities, grown past 3/4 full (shape tables: 1/2), shrunk below 1/8.
- * Shape tables also keep a bitmap of their keys (fs_level.filtered). */
+ * Shape tables also keep a bitmap of their keys (fs_level.filter). */
 #include <string.h>
 
 #include "fs_alloc.h"
@@ -26,32 +26,36 @@ const uint64_t fs_no_filter[1] = {0};
 
 void fs_level_filter_init(fs_level *L)
 {
-    L->filtered = 1;
     L->stale = 0;
     L->filter = fs_no_filter;
     L->filter_mask = 0;
+}
+
+/* Set the bitmap bit of a key whose high half is hi (a slot's len). */
+static void filter_set(fs_level *L, uint32_t hi)
+{
+    uint64_t *bits = (uint64_t *)(void *)(L->slots + L->cap), b = hi & L->filter_mask;
+    bits[b >> 6] |= 1ull << (b & 63);
 }
 
 /* Point a filtered table at its bitmap and set the bit of every entry: no
  * stale bits. */
 static void filter_rebuild(fs_level *L)
 {
-    if (!L->filtered)
+    if (!L->filter)
         return;
     if (!L->cap) {
         fs_level_filter_init(L);
         return;
     }
-    uint64_t *bits = (uint64_t *)(void *)(L->slots + L->cap), nbits = FS_FILTER_BITS(L->cap);
-    memset(bits, 0, (size_t)(nbits / 8));
-    for (uint32_t i = 0; i < L->cap; i++)
-        if (L->slots[i].node) {
-            uint64_t b = L->slots[i].len & (nbits - 1);     /* len holds the key's high half */
-            bits[b >> 6] |= 1ull << (b & 63);
-        }
-    L->filter = bits;
+    uint64_t nbits = FS_FILTER_BITS(L->cap);
+    L->filter = (const uint64_t *)(const void *)(L->slots + L->cap);
     L->filter_mask = nbits - 1;
     L->stale = 0;
+    memset(L->slots + L->cap, 0, (size_t)(nbits / 8));
+    for (uint32_t i = 0; i < L->cap; i++)
+        if (L->slots[i].node)
+            filter_set(L, L->slots[i].len);        /* len holds the key's high half */
 }
 
 /* Rehash L into ncap slots (which must hold its entries).  FS_OK or
@@ -86,10 +90,8 @@ static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, ui
     fs_slot e = {n->hash, check, n};
     slot_place(L->slots, L->cap, e);
     L->count++;
-    if (L->filtered) {
-        uint64_t *bits = (uint64_t *)(void *)(L->slots + L->cap), b = check & L->filter_mask;
-        bits[b >> 6] |= 1ull << (b & 63);
-    }
+    if (L->filter)
+        filter_set(L, check);
     return FS_OK;
 }
 
@@ -140,7 +142,7 @@ void fs_level_del(fs_level *L, const fs_node *n)
     /* A removed entry's bit stays set (another entry may share it) until
      * the bitmap is rebuilt: here, in place, once the stale bits could
      * be as many as the live ones -- O(cap) every ~count/2 removals. */
-    if (L->filtered && ++L->stale > L->count / 2 + 8)
+    if (L->filter && ++L->stale > L->count / 2 + 8)
         filter_rebuild(L);
 }
 

@@ -231,22 +231,6 @@ cdef object _int64_column(object ids, str what):
     return out
 
 
-cdef inline bint _arrow_row(const fs_strings *s, Py_ssize_t i, const char **p, size_t *n) noexcept:
-    """Row i of an Arrow column (offsets already checked): False for a null."""
-    cdef int64_t j = s.offset + i, a, b
-    if s.validity != NULL and not ((s.validity[j >> 3] >> (j & 7)) & 1):
-        return False
-    if s.off32 != NULL:
-        a = s.off32[j]
-        b = s.off32[j + 1]
-    else:
-        a = s.off64[j]
-        b = s.off64[j + 1]
-    p[0] = s.data + a
-    n[0] = <size_t>(b - a)
-    return True
-
-
 class _ArrowRows:
     """Row i of an Arrow column as a Python object (for error messages)."""
     def __init__(self, arr):

@@ -133,6 +133,7 @@ cdef extern from "fs_batch.h" nogil:
     ctypedef struct fs_batch_job:
         pass
     void fs_idbuf_free(fs_idbuf *b)
+    int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
     int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                       size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                       uint8_t *invalid, fs_idbuf *out, const void *cancel)

@@ -285,10 +285,10 @@ cdef class Sublist:
             raise MemoryError()
         try:
             for i in range(n):
-                if not _arrow_row(&fcol.s, i, &specs[i].filter, &specs[i].filter_len):
+                if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):
                     raise TypeError(f"item {i}: filter is null")
                 specs[i].id = idv[i]
-                if qcol is None or not _arrow_row(&qcol.s, i, &specs[i].queue, &specs[i].queue_len):
+                if qcol is None or not fs_strings_get(&qcol.s, <size_t>i, &specs[i].queue, &specs[i].queue_len):
                     specs[i].queue = NULL
                     specs[i].queue_len = 0
             return self._apply(specs, n, inserting, _ArrowRows(fcol_arr), _ArrowRows(qcol_arr) if qcol_arr is not None else None)
