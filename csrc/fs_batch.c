@@ -411,9 +411,12 @@ struct fs_batch_job {
     fs_mutex mu;
     fs_cond done;
     unsigned running, nparts, nstarted, matched;
-    /* The output: sized once every part has matched, then each thread
-     * copies its own ids in -- in parallel, never one thread
-     * concatenating them all after the others have stopped. */
+    /* The output: the first part's buffer, grown to the total once every
+     * part has matched; then each other thread copies its own ids in --
+     * in parallel, never one thread concatenating them all after the
+     * others have stopped, and the first part's ids never move (heavy
+     * returns hundreds of MB: a copy of them all, into fresh pages, cost
+     * threads=2 most of its gain). */
     int gathered, gather_rc;
     fs_idbuf out;
     batch_part parts[];
@@ -432,10 +435,16 @@ static void gather_locked(fs_batch_job *job)
         p->dest = total;
         total += p->out.n;
     }
-    if (rc == FS_OK && total && fs_grow(&job->out.ids, &job->out.cap, total, sizeof(int64_t)) < 0)
-        rc = FS_ENOMEM;
-    if (rc == FS_OK)
-        job->out.n = total;
+    if (rc == FS_OK && total) {
+        fs_idbuf *first = &job->parts[0].out;
+        int64_t *ids = total > first->cap ? FS_REALLOC(first->ids, total * sizeof(int64_t)) : first->ids;
+        if (ids) {
+            job->out = (fs_idbuf){ids, total, total > first->cap ? total : first->cap};
+            *first = (fs_idbuf){NULL, 0, 0};     /* its ids are in place */
+        } else {
+            rc = FS_ENOMEM;
+        }
+    }
     job->gather_rc = rc;
     job->gathered = 1;
     fs_cond_broadcast(&job->done);
@@ -447,7 +456,7 @@ static void place_part(fs_batch_job *job, batch_part *p)
 {
     if (p->out.n)
         memcpy(job->out.ids + p->dest, p->out.ids, sizeof(int64_t) * p->out.n);
-    for (size_t i = p->begin; i < p->end; i++)
+    for (size_t i = p->begin; p->dest && i < p->end; i++)
         job->row_end[i] += (int64_t)p->dest;
     fs_idbuf_free(&p->out);
 }

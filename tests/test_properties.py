@@ -48,6 +48,30 @@ def test_validity_agrees(dialect, data):
         assert fastsub.subject_matches(f, s, dialect) is want
 
 
+# Strings across several 8-byte words, which the tokenizer scans a word at
+# a time: tokens ending at, before and after a word boundary, and the bytes
+# it must stop at (an allowed NATS control byte, DEL, non-ASCII, NUL,
+# spaces, wildcards).
+LONG_PIECES = ["abcdefg", "abc", "a", "", "*", ">", "+", "#", "\x01", "\x7f", " ", "\u00e9", "\x00"]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_long_strings_agree(dialect, data):
+    pieces = st.lists(st.sampled_from(LONG_PIECES + [SEP[dialect]] * 3), max_size=12).map("".join)
+    s = data.draw(pieces)
+    vs, vf = R.is_valid_subject(s, dialect), R.is_valid_filter(s, dialect)
+    assert fastsub.is_valid_subject(s, dialect) is vs
+    assert fastsub.is_valid_filter(s, dialect) is vf
+    f = data.draw(st.one_of(pieces, st.just(s)))
+    if vs and R.is_valid_filter(f, dialect):
+        assert fastsub.subject_matches(f, s, dialect) is R.subject_matches(f, s, dialect)
+        sl = fastsub.Sublist(dialect)
+        sl.insert(f, 1)
+        assert (1 in sl.match(s).subs) is R.subject_matches(f, s, dialect)
+
+
 @pytest.mark.parametrize("dialect", DIALECTS)
 @PROPS
 @given(data=st.data())
