@@ -1,20 +1,25 @@
 /* fs_alloc.c - allocation with optional fault injection (see fs_alloc.h). */
 #include "fs_alloc.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "fs_bits.h"
 
-static uint64_t fail_at;      /* 0: injection off; else the attempt number to fail */
-static uint64_t attempts;     /* allocation attempts since fs_fault_inject() */
-static uint64_t injected;     /* failures injected since fs_fault_inject() */
+/* Atomic: a batch's threads allocate too, and a walk over a threaded
+ * match_many must count their attempts exactly (relaxed order is enough:
+ * only the counts matter, and the walk reads them after joining). */
+static _Atomic uint64_t fail_at;   /* 0: injection off; else the attempt number to fail */
+static _Atomic uint64_t attempts;  /* allocation attempts since fs_fault_inject() */
+static _Atomic uint64_t injected;  /* failures injected since fs_fault_inject() */
 
 static int should_fail(void)
 {
-    if (FS_LIKELY(fail_at == 0))
+    uint64_t at = atomic_load_explicit(&fail_at, memory_order_relaxed);
+    if (FS_LIKELY(at == 0))
         return 0;
-    if (++attempts == fail_at) {
-        injected++;
+    if (atomic_fetch_add_explicit(&attempts, 1, memory_order_relaxed) + 1 == at) {
+        atomic_fetch_add_explicit(&injected, 1, memory_order_relaxed);
         return 1;
     }
     return 0;
@@ -38,10 +43,11 @@ void fs_free(void *ptr) { free(ptr); }
 
 void fs_fault_inject(uint64_t nth)
 {
-    fail_at = nth;
-    attempts = 0;
-    injected = 0;
+    atomic_store(&fail_at, 0);
+    atomic_store(&attempts, 0);
+    atomic_store(&injected, 0);
+    atomic_store(&fail_at, nth);
 }
 
-uint64_t fs_fault_injected(void) { return injected; }
-uint64_t fs_fault_counted(void) { return attempts; }
+uint64_t fs_fault_injected(void) { return atomic_load(&injected); }
+uint64_t fs_fault_counted(void) { return atomic_load(&attempts); }

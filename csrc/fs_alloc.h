@@ -3,9 +3,10 @@
  * Every allocation of the C core goes through FS_MALLOC / FS_REALLOC /
  * FS_FREE, so that a test can make the N-th allocation fail (fault
  * injection) and check that the operation reports FS_ENOMEM, leaks nothing
- * and leaves the index unchanged.  The countdown is process-global and meant
- * for single-threaded tests; when it is off (the default) the cost is one
- * well-predicted branch per allocation.
+ * and leaves the index unchanged.  The countdown is process-global and
+ * atomic, so a walk also covers a batch's threads (whichever thread makes
+ * the n-th allocation gets the failure); when it is off (the default) the
+ * cost is one well-predicted branch per allocation.
  */
 #ifndef FS_ALLOC_H
 #define FS_ALLOC_H
