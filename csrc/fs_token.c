@@ -499,3 +499,36 @@ int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
         return 0;
     return 1;
 }
+
+int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
+                       const char *subject, size_t slen, int *which, fs_error *err)
+{
+    fs_tokens ft, st;
+    fs_tokens_init(&ft);
+    fs_tokens_init(&st);
+    int rc;
+    *which = 0;
+    if (d == FS_MQTT) {
+        const char *g, *f;
+        size_t glen, l;
+        rc = fs_split_share(filter, flen, &g, &glen, &f, &l, err);
+        if (rc < 0)
+            goto done;
+        if (rc == 1) {
+            filter = f;
+            flen = l;
+        }
+    }
+    rc = fs_tokenize(d, filter, flen, 1, &ft, err);
+    if (rc < 0)
+        goto done;
+    *which = 1;
+    rc = fs_tokenize(d, subject, slen, 0, &st, err);
+    if (rc < 0)
+        goto done;
+    rc = fs_tokens_match(d, filter, &ft, subject, &st);
+done:
+    fs_tokens_free(&ft);
+    fs_tokens_free(&st);
+    return rc;
+}

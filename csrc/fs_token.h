@@ -87,6 +87,10 @@ int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
  * FS_AMQP_MAX_WORDS squared steps, no backtracking. */
 int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
                     const char *s, const fs_tokens *st);
+/* Does filter (MQTT: "$share/G/f" too) match subject?  1 yes, 0 no,
+ * FS_EINVAL (err names which: *which = 0 filter, 1 subject), FS_ENOMEM. */
+int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
+                       const char *subject, size_t slen, int *which, fs_error *err);
 /* Is there a (valid) subject both filters match?  1 or 0.  AMQP: the
  * cheapest key in the product of the two patterns (positions i, j), row by
  * row, must fit in 255 bytes. */

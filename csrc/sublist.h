@@ -30,12 +30,15 @@
  * itself; results are copied out into caller-owned buffers, so nothing
  * returned points into the index.
  *
- * Files, one job each: sublist.c routes (this API), fs_table.c the hash
+ * Files, one job each: sublist.c routes the writes (insert, remove, bulk)
+ * and owns the index, fs_match.c answers one subject, fs_batch.c the
+ * batch pipeline, fs_reverse.c reverse matching; fs_table.c the hash
  * tables, fs_shape.c the shapes, fs_trie.c the trie, fs_node.c nodes and
- * their subscriptions, fs_result.c results, fs_batch.c the batch
- * pipeline, fs_cache.c the cache, fs_serial.c the file format,
- * fs_token.c tokens and validation; fs_sys.c threads and locks (POSIX
- * or Windows), fs_bits.h the compiler built-ins.
+ * their subscriptions, fs_result.c results, fs_cache.c the cache,
+ * fs_serial.c the file format, fs_workspace.c per-call working memory,
+ * fs_token.c tokens, validation and one filter against one subject;
+ * fs_sys.c threads and locks (POSIX or Windows), fs_bits.h the compiler
+ * built-ins, fs_alloc.c the one door for memory.
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
@@ -168,10 +171,5 @@ void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
 /* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"
  * included)?  FS_OK, FS_EINVAL (err set) or FS_ENOMEM. */
 int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err);
-
-/* Does filter match subject?  1 yes, 0 no, FS_EINVAL (err names which:
- * *which = 0 filter, 1 subject), FS_ENOMEM. */
-int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
-                       const char *subject, size_t slen, int *which, fs_error *err);
 
 #endif

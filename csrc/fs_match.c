@@ -1,0 +1,186 @@
+/* fs_match.c - the read side of the index for one subject: match,
+ * num_interest and has_interest.  A subject is looked up in the result
+ * cache, else tokenized and answered by the literal table, the shape
+ * tables (fs_shape.c) and the trie (fs_trie.c), whose hits fs_result.c
+ * turns into a result.  The batch matcher (fs_batch.c) shares the walk. */
+#include "sublist.h"
+
+#include <stdatomic.h>
+
+#include "fs_cache.h"
+#include "fs_internal.h"
+#include "fs_sys.h"
+
+/* Collect into sc->hits every node whose subscriptions match the tokenized
+ * subject s.  Caller holds the read lock. */
+int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc)
+{
+    const fs_tokens *t = &sc->toks;
+    sc->nhits = 0;
+    if (sl->literals.count) {
+        const fs_node *e = fs_level_find_within(&sl->literals, s, (uint32_t)len, hash, s + len);
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
+    }
+    if (sl->shapes.n && fs_shapes_collect(sl, s, len, t, sc) < 0)
+        return FS_ENOMEM;
+    return fs_trie_walk_locked(sl, s, t, sc);
+}
+
+void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
+{
+    atomic_fetch_add_explicit(&sl->matches, matches, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sl->fanout_total, fanout, memory_order_relaxed);
+    uint64_t cur = atomic_load_explicit(&sl->fanout_max, memory_order_relaxed);
+    while (fanout_max > cur &&
+           !atomic_compare_exchange_weak_explicit(&sl->fanout_max, &cur, fanout_max,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+static void count_match(fs_sublist *sl, uint64_t fanout) { fs_count_matches(sl, 1, fanout, fanout); }
+
+int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
+                      fs_scratch *sc, fs_result *r, fs_error *err)
+{
+    int rc = fs_tokenize(sl->dialect, s, len, 0, &sc->toks, err);
+    if (rc == FS_OK)
+        rc = fs_walk_locked(sl, s, len, hash, sc);
+    if (rc == FS_OK)
+        rc = fs_build_result(sl, sc, r);
+    if (rc == FS_OK && sl->cache)
+        fs_cache_put(sl->cache, s, len, hash, &sc->toks, r);
+    return rc;
+}
+
+void fs_reclaim_cache(fs_sublist *sl)
+{
+    fs_rwlock_wrlock(&sl->lock);
+    if (sl->cache)
+        fs_cache_reclaim(sl->cache);
+    fs_rwlock_wrunlock(&sl->lock);
+}
+
+/* End of a read-locked call that may have filled the cache: flush its
+ * tally, then release the read lock, then free evicted entries if enough
+ * wait (that needs the write lock: no reader may still be on them). */
+void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
+{
+    int reclaim = 0;
+    if (sl->cache) {
+        fs_cache_tally_flush(sl->cache, tally);
+        reclaim = fs_cache_should_reclaim(sl->cache);
+    }
+    fs_rwlock_rdunlock(&sl->lock);
+    if (reclaim)
+        fs_reclaim_cache(sl);
+}
+
+int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
+                     fs_scratch *sc, fs_result *r, fs_error *err)
+{
+    uint32_t hash = fs_hash(subject, len);
+    int rc;
+    fs_cache_tally tally = {0, 0};
+    fs_rwlock_rdlock(&sl->lock);
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    if (cached)
+        rc = fs_result_copy(r, cached);
+    else
+        rc = fs_compute_locked(sl, subject, len, hash, sc, r, err);
+    fs_read_done(sl, &tally);
+    if (rc == FS_OK)
+        count_match(sl, r->nids);
+    return rc;
+}
+
+int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
+                        fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
+                        fs_error *err)
+{
+    *nplain = *nqueue = 0;
+    uint32_t hash = fs_hash(subject, len);
+    int rc = FS_OK;
+    fs_cache_tally tally = {0, 0};
+    fs_rwlock_rdlock(&sl->lock);
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    if (cached) {
+        *nplain = cached->nplain;
+        *nqueue = cached->nids - cached->nplain;
+    } else if (sl->cache || sl->dialect == FS_AMQP) {
+        /* Fill the cache: the next question about this subject is cheap.
+         * (AMQP counts each sub_id once: the built result is deduplicated.) */
+        fs_result r;
+        fs_result_init(&r);
+        rc = fs_compute_locked(sl, subject, len, hash, sc, &r, err);
+        *nplain = r.nplain;
+        *nqueue = r.nids - r.nplain;
+        fs_result_free(&r);
+    } else {
+        rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
+        if (rc == FS_OK)
+            rc = fs_walk_locked(sl, subject, len, hash, sc);
+        for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
+            const fs_node *n = sc->hits[k];
+            *nplain += n->nsubs;
+            for (uint32_t gi = 0; gi < n->ngroups; gi++)
+                *nqueue += n->groups[gi].n;
+        }
+    }
+    fs_read_done(sl, &tally);
+    if (rc == FS_OK)
+        count_match(sl, *nplain + *nqueue);
+    return rc;
+}
+
+int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
+                            fs_scratch *sc, fs_error *err)
+{
+    fs_rwlock_rdlock(&sl->lock);
+    int cached = sl->cache != NULL;
+    fs_rwlock_rdunlock(&sl->lock);
+    if (cached) {
+        /* With a cache the whole answer is worth computing: it is kept,
+         * and the next question about this subject is one lookup. */
+        uint64_t nplain, nqueue;
+        int rc = fs_sublist_interest(sl, subject, len, sc, &nplain, &nqueue, err);
+        return rc < 0 ? rc : nplain + nqueue > 0;
+    }
+    uint32_t hash = fs_hash(subject, len);
+    int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
+    if (rc < 0)
+        return rc;
+    fs_rwlock_rdlock(&sl->lock);
+    if (sl->literals.count &&
+        fs_level_find_within(&sl->literals, subject, (uint32_t)len, hash, subject + len)) {
+        rc = 1;
+    } else {
+        /* The shapes one by one, stopping at the first entry (entries
+         * always hold subscriptions), then the trie. */
+        const fs_tokens *t = &sc->toks;
+        const fs_shapes *S = &sl->shapes;
+        uint32_t k = t->n, need = k < FS_SHAPE_MAX_TOKENS ? k : FS_SHAPE_MAX_TOKENS;
+        uint64_t bits = S->probe[k > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : k];
+        uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
+        int dollar = sl->dialect == FS_MQTT && subject[0] == '$';
+        char sep = fs_sep(sl->dialect);
+        rc = 0;
+        if (bits)
+            fs_shape_mixes(t->tok, need, m, P);
+        for (; bits && !rc; bits &= bits - 1) {
+            const fs_shape *sh = S->shape[fs_ctz64(bits)];
+            rc = !(dollar && sh->first_wild) &&
+                 fs_shape_probe(sh, fs_shape_subject_key(sh, m, P), sep, subject, t->tok, subject + len);
+        }
+        if (!rc) {
+            sc->nhits = 0;
+            rc = fs_trie_walk_locked(sl, subject, t, sc);
+            if (rc == FS_OK)
+                rc = sc->nhits > 0;
+        }
+    }
+    fs_rwlock_rdunlock(&sl->lock);
+    if (rc >= 0)
+        count_match(sl, 0);
+    return rc;
+}

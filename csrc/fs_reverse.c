@@ -1,0 +1,77 @@
+/* fs_reverse.c - reverse matching: which stored subscriptions could match
+ * some subject that a query filter matches.  The trie's part is
+ * fs_trie_rwalk_locked (fs_trie.c); the tables' entries are tested here. */
+#include "sublist.h"
+
+#include "fs_internal.h"
+#include "fs_sys.h"
+
+/* Add to sc->hits the literal-table and shape-table entries that the
+ * query filter q (tokens in sc->toks) intersects. */
+static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_scratch *sc)
+{
+    const fs_level *L = &sl->literals;
+    const fs_tokens *qt = &sc->toks;
+    int literal = 1;
+    for (uint32_t i = 0; i < qt->n; i++)
+        literal &= qt->tok[i].kind == FS_TOK_LITERAL;
+    if (literal) {
+        /* A literal query is a subject: the entries are what it matches. */
+        const fs_node *e = fs_level_find(L, q, (uint32_t)len, fs_hash(q, len));
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
+        return fs_shapes_collect(sl, q, len, qt, sc);
+    }
+    fs_tokens et;
+    fs_tokens_init(&et);
+    fs_error ignored;
+    int rc = FS_OK;
+    for (uint32_t j = 0; j <= sl->shapes.n && rc == FS_OK; j++) {
+        const fs_level *T = j < sl->shapes.n ? &sl->shapes.shape[j]->table : L;
+        for (uint32_t i = 0; i < T->cap && rc == FS_OK; i++) {
+            const fs_node *e = T->slots[i].node;
+            if (!e)
+                continue;
+            rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &et, &ignored);
+            if (rc == FS_OK && fs_filters_intersect(sl->dialect, q, qt, e->tok, &et))
+                rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e);
+        }
+    }
+    fs_tokens_free(&et);
+    return rc;
+}
+
+int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
+                             fs_scratch *sc, fs_rresult *r, fs_error *err)
+{
+    r->nhits = r->narena = 0;
+    if (sl->dialect == FS_MQTT) {
+        const char *g, *f;
+        size_t glen, flen;
+        int rc = fs_split_share(filter, len, &g, &glen, &f, &flen, err);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            filter = f;
+            len = flen;
+        }
+    }
+    int rc = fs_tokenize(sl->dialect, filter, len, 1, &sc->toks, err);
+    if (rc < 0)
+        return rc;
+    fs_rwlock_rdlock(&sl->lock);
+    rc = fs_trie_rwalk_locked(sl, filter, sc);
+    if (rc == FS_OK)
+        rc = rentries_locked(sl, filter, len, sc);
+    for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
+        const fs_node *n = sc->hits[k];
+        const int64_t *ids = fs_node_ids(n);
+        for (uint32_t i = 0; rc == FS_OK && i < n->nsubs; i++)
+            rc = fs_rhit_add(sl, n, NULL, ids[i], r);
+        for (uint32_t gi = 0; rc == FS_OK && gi < n->ngroups; gi++)
+            for (uint32_t i = 0; rc == FS_OK && i < n->groups[gi].n; i++)
+                rc = fs_rhit_add(sl, n, &n->groups[gi], n->groups[gi].ids[i], r);
+    }
+    fs_rwlock_rdunlock(&sl->lock);
+    return rc;
+}
