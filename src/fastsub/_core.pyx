@@ -15,7 +15,13 @@ from fastsub._core cimport *
 import operator
 
 cdef extern from "Python.h":
+    ctypedef struct PyObject
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    # a new reference, or NULL with MemoryError set
+    PyObject *PyLong_FromLongLong(long long v)
+    list PyList_New(Py_ssize_t n)
+    # steals the reference o
+    void PyList_SET_ITEM(object l, Py_ssize_t i, PyObject *o)
 
 
 class FastsubError(Exception):
@@ -139,17 +145,34 @@ cdef list _unique(list ids):
     return out
 
 
+cdef list _id_list(const int64_t *ids, size_t n):
+    """ids as a list of ints, made at its final size (match() builds one or
+    more per call: no append, no resize)."""
+    cdef list out = PyList_New(<Py_ssize_t>n)
+    cdef PyObject *o
+    cdef size_t i
+    for i in range(n):
+        o = PyLong_FromLongLong(ids[i])
+        if o == NULL:
+            raise MemoryError()     # the slots not yet set are NULL: freed cleanly
+        PyList_SET_ITEM(out, <Py_ssize_t>i, o)
+    return out
+
+
 cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
-    cdef size_t i, j
+    cdef size_t i
     cdef fs_group_out *g
-    m.subs = [r.ids[i] for i in range(r.nplain)]
+    m.subs = _id_list(r.ids, r.nplain)
     if dedupe:
         m.subs = _unique(m.subs)
+    if r.ngroups == 0:
+        m.groups = []
+        return m
     groups = []
     for i in range(r.ngroups):
         g = &r.groups[i]
-        members = [r.ids[j] for j in range(g.members_off, g.members_off + g.members_len)]
+        members = _id_list(r.ids + g.members_off, g.members_len)
         if dedupe:
             members = _unique(members)
         name = _decode(r.arena + g.name_off, g.name_len)
