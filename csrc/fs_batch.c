@@ -85,15 +85,16 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
             return FS_ENOMEM;
     if (queues == FS_QUEUES_NONE)
         return FS_OK;
+    const int merge = fs_hits_merge_groups(sl, hits, nhits);
     for (size_t k = 0; k < nhits; k++) {
         const fs_node *n = hits[k];
         for (uint32_t gi = 0; gi < n->ngroups; gi++) {
             const fs_group *g = &n->groups[gi];
-            if (fs_group_repeats(sl, hits, k, g))
+            if (merge && fs_group_repeats(sl, hits, k, g))
                 continue;
             /* The group's members: g's, then (NATS) the same name's on later hits. */
             size_t total = g->n;
-            if (fs_groups_merge(sl->dialect))
+            if (merge)
                 for (size_t k2 = k + 1; k2 < nhits; k2++) {
                     const fs_group *g2 = hits[k2]->ngroups
                         ? fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash) : NULL;
@@ -114,7 +115,7 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
                     want -= cur->n;
                 }
                 cur = NULL;
-                if (fs_groups_merge(sl->dialect))
+                if (merge)
                     while (!cur && ++k2 < nhits)
                         if (hits[k2]->ngroups)
                             cur = fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash);

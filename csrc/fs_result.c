@@ -64,6 +64,16 @@ static int put_ids(fs_result *r, const int64_t *ids, size_t n)
     return FS_OK;
 }
 
+int fs_hits_merge_groups(const fs_sublist *sl, const fs_node *const *hits, size_t nhits)
+{
+    if (!fs_groups_merge(sl->dialect))
+        return 0;
+    size_t grouped = 0;
+    for (size_t k = 0; k < nhits && grouped < 2; k++)
+        grouped += hits[k]->ngroups != 0;
+    return grouped > 1;
+}
+
 int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k, const fs_group *g)
 {
     if (!fs_groups_merge(sl->dialect))
@@ -195,11 +205,12 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
             return FS_ENOMEM;
     r->nplain = r->nids;
     int nats = fs_groups_merge(sl->dialect);
+    const int merge = fs_hits_merge_groups(sl, sc->hits, sc->nhits);
     for (size_t k = 0; k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
         for (uint32_t gi = 0; gi < n->ngroups; gi++) {
             const fs_group *g = &n->groups[gi];
-            if (fs_group_repeats(sl, sc->hits, k, g))     /* merged into an earlier node's group */
+            if (merge && fs_group_repeats(sl, sc->hits, k, g))     /* merged into an earlier node's group */
                 continue;
             if (fs_grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
                 return FS_ENOMEM;
@@ -219,7 +230,7 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
             o->members_off = r->nids;
             if (put_ids(r, g->ids, g->n) < 0)
                 return FS_ENOMEM;
-            if (nats) {
+            if (merge) {
                 /* Gather the same-named group from the later nodes. */
                 for (size_t k2 = k + 1; k2 < sc->nhits; k2++) {
                     const fs_node *n2 = sc->hits[k2];
