@@ -120,14 +120,44 @@ static inline uint64_t zero_bytes(uint64_t v) { return (v - ONES) & ~v & HIGHS; 
 
 static inline size_t first_flagged(uint64_t m) { return (size_t)fs_ctz64(m) >> 3; }
 
+/* The bytes u[i..len) as a word, zeros above them (i < len, 8 <= len,
+ * fewer than 8 bytes left): one load that ends at len, no byte loop. */
+static inline uint64_t last_word(const unsigned char *u, size_t i, size_t len)
+{
+    return fs_load_le64((const char *)u + len - 8) >> (8 * (i + 8 - len));
+}
+
+/* The flag bits of last_word's real bytes (the zeros above may be
+ * flagged; a flag above the lowest real one never matters). */
+static inline uint64_t tail_bytes(size_t i, size_t len) { return HIGHS >> (8 * (i + 8 - len)); }
+
+/* non-ASCII | below '!' (NUL, whitespace, controls) | '.' */
+static inline uint64_t nats_flags(uint64_t x)
+{
+    return (x & HIGHS) | ((x - 0x21 * ONES) & ~x & HIGHS) | zero_bytes(x ^ (0x2E * ONES));
+}
+
+/* non-ASCII | NUL | '/' | '+' | '#' */
+static inline uint64_t mqtt_flags(uint64_t x)
+{
+    return (x & HIGHS) | zero_bytes(x) | zero_bytes(x ^ (0x2F * ONES)) |
+           zero_bytes(x ^ (0x2B * ONES)) | zero_bytes(x ^ (0x23 * ONES));
+}
+
+/* non-ASCII | '.' */
+static inline uint64_t amqp_flags(uint64_t x) { return (x & HIGHS) | zero_bytes(x ^ (0x2E * ONES)); }
+
 static inline size_t nats_scan(const unsigned char *u, size_t i, size_t len)
 {
     for (; i + 8 <= len; i += 8) {
         uint64_t x = fs_load_le64((const char *)u + i);
-        /* non-ASCII | below '!' (NUL, whitespace, controls) | '.' */
-        uint64_t m = (x & HIGHS) | ((x - 0x21 * ONES) & ~x & HIGHS) | zero_bytes(x ^ (0x2E * ONES));
+        uint64_t m = nats_flags(x);
         if (m)
             return i + first_flagged(m);
+    }
+    if (i < len && len >= 8) {
+        uint64_t m = nats_flags(last_word(u, i, len)) & tail_bytes(i, len);
+        return m ? i + first_flagged(m) : len;
     }
     while (i < len && !nats_special[u[i]])
         i++;
@@ -137,12 +167,13 @@ static inline size_t nats_scan(const unsigned char *u, size_t i, size_t len)
 static inline size_t mqtt_scan(const unsigned char *u, size_t i, size_t len)
 {
     for (; i + 8 <= len; i += 8) {
-        uint64_t x = fs_load_le64((const char *)u + i);
-        /* non-ASCII | NUL | '/' | '+' | '#' */
-        uint64_t m = (x & HIGHS) | zero_bytes(x) | zero_bytes(x ^ (0x2F * ONES)) |
-                     zero_bytes(x ^ (0x2B * ONES)) | zero_bytes(x ^ (0x23 * ONES));
+        uint64_t m = mqtt_flags(fs_load_le64((const char *)u + i));
         if (m)
             return i + first_flagged(m);
+    }
+    if (i < len && len >= 8) {
+        uint64_t m = mqtt_flags(last_word(u, i, len)) & tail_bytes(i, len);
+        return m ? i + first_flagged(m) : len;
     }
     while (i < len && !mqtt_special[u[i]])
         i++;
@@ -216,11 +247,13 @@ static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t,
 static inline size_t amqp_scan(const unsigned char *u, size_t i, size_t len)
 {
     for (; i + 8 <= len; i += 8) {
-        uint64_t x = fs_load_le64((const char *)u + i);
-        /* non-ASCII | '.' */
-        uint64_t m = (x & HIGHS) | zero_bytes(x ^ (0x2E * ONES));
+        uint64_t m = amqp_flags(fs_load_le64((const char *)u + i));
         if (m)
             return i + first_flagged(m);
+    }
+    if (i < len && len >= 8) {
+        uint64_t m = amqp_flags(last_word(u, i, len)) & tail_bytes(i, len);
+        return m ? i + first_flagged(m) : len;
     }
     while (i < len && u[i] != '.' && u[i] < 0x80)
         i++;
