@@ -90,7 +90,7 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
         const fs_node *n = hits[k];
         for (uint32_t gi = 0; gi < n->ngroups; gi++) {
             const fs_group *g = &n->groups[gi];
-            if (merge && fs_group_repeats(sl, hits, k, g))
+            if (merge && fs_group_repeats(hits, k, g))
                 continue;
             /* The group's members: g's, then (NATS) the same name's on later hits. */
             size_t total = g->n;
@@ -457,8 +457,9 @@ static void place_part(fs_batch_job *job, batch_part *p)
 {
     if (p->out.n)
         memcpy(job->out.ids + p->dest, p->out.ids, sizeof(int64_t) * p->out.n);
-    for (size_t i = p->begin; p->dest && i < p->end; i++)
-        job->row_end[i] += (int64_t)p->dest;
+    if (p->dest)
+        for (size_t i = p->begin; i < p->end; i++)
+            job->row_end[i] += (int64_t)p->dest;
     fs_idbuf_free(&p->out);
 }
 

@@ -217,9 +217,9 @@ int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n
 /* NATS and AMQP merge same-named groups across the matched nodes, which
  * needs searching only when two or more hits hold groups: does it here? */
 int fs_hits_merge_groups(const fs_sublist *sl, const fs_node *const *hits, size_t nhits);
-/* When merging: is hit k's group g already part of an earlier hit's
- * group? (Always 0 for MQTT.) */
-int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k, const fs_group *g);
+/* When merging (only then): is hit k's group g already part of an
+ * earlier hit's group? */
+int fs_group_repeats(const fs_node *const *hits, size_t k, const fs_group *g);
 /* A hash identifying a result group (NATS: its name; MQTT: name and filter),
  * stable across processes: queue picks are made from it. */
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);

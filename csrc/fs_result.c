@@ -74,10 +74,8 @@ int fs_hits_merge_groups(const fs_sublist *sl, const fs_node *const *hits, size_
     return grouped > 1;
 }
 
-int fs_group_repeats(const fs_sublist *sl, const fs_node *const *hits, size_t k, const fs_group *g)
+int fs_group_repeats(const fs_node *const *hits, size_t k, const fs_group *g)
 {
-    if (!fs_groups_merge(sl->dialect))
-        return 0;
     for (size_t j = 0; j < k; j++)
         if (hits[j]->ngroups && fs_node_find_group(hits[j], g->name, g->name_len, g->name_hash))
             return 1;
@@ -210,7 +208,7 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
         const fs_node *n = sc->hits[k];
         for (uint32_t gi = 0; gi < n->ngroups; gi++) {
             const fs_group *g = &n->groups[gi];
-            if (merge && fs_group_repeats(sl, sc->hits, k, g))     /* merged into an earlier node's group */
+            if (merge && fs_group_repeats(sc->hits, k, g))     /* merged into an earlier node's group */
                 continue;
             if (fs_grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
                 return FS_ENOMEM;

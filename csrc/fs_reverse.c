@@ -45,18 +45,10 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
                              fs_scratch *sc, fs_rresult *r, fs_error *err)
 {
     r->nhits = r->narena = 0;
-    if (sl->dialect == FS_MQTT) {
-        const char *g, *f;
-        size_t glen, flen;
-        int rc = fs_split_share(filter, len, &g, &glen, &f, &flen, err);
-        if (rc < 0)
-            return rc;
-        if (rc == 1) {
-            filter = f;
-            len = flen;
-        }
-    }
-    int rc = fs_tokenize(sl->dialect, filter, len, 1, &sc->toks, err);
+    int rc = fs_share_inner(sl->dialect, &filter, &len, err);
+    if (rc < 0)
+        return rc;
+    rc = fs_tokenize(sl->dialect, filter, len, 1, &sc->toks, err);
     if (rc < 0)
         return rc;
     fs_rwlock_rdlock(&sl->lock);

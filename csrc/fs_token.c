@@ -98,20 +98,8 @@ static const unsigned char nats_special[256] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 };
 
-/* MQTT bytes the tokenizer must look at: '/', '+', '#', NUL, non-ASCII */
-static const unsigned char mqtt_special[256] = {
-    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-};
-
 /* Word-at-a-time scanning: the index of the first byte at or after i that
- * the tokenizer must look at (a candidate; the byte tables decide), or len.
+ * the tokenizer must look at (a candidate; the caller decides), or len.
  * In each mask the lowest flagged byte is exact, which is all we use. */
 #define ONES 0x0101010101010101ull
 #define HIGHS 0x8080808080808080ull
@@ -120,64 +108,51 @@ static inline uint64_t zero_bytes(uint64_t v) { return (v - ONES) & ~v & HIGHS; 
 
 static inline size_t first_flagged(uint64_t m) { return (size_t)fs_ctz64(m) >> 3; }
 
-/* The bytes u[i..len) as a word, zeros above them (i < len, 8 <= len,
- * fewer than 8 bytes left): one load that ends at len, no byte loop. */
+/* The bytes u[i..len) as a word, zeros above them (i < len, fewer than 8
+ * bytes left): one load that ends at len, or a copy for a string shorter
+ * than a word -- never a byte loop, never a read outside u[0..len). */
 static inline uint64_t last_word(const unsigned char *u, size_t i, size_t len)
 {
-    return fs_load_le64((const char *)u + len - 8) >> (8 * (i + 8 - len));
+    if (len >= 8)
+        return fs_load_le64((const char *)u + len - 8) >> (8 * (i + 8 - len));
+    char b[8] = {0};
+    memcpy(b, u + i, len - i);
+    return fs_load_le64(b);
 }
 
 /* The flag bits of last_word's real bytes (the zeros above may be
  * flagged; a flag above the lowest real one never matters). */
 static inline uint64_t tail_bytes(size_t i, size_t len) { return HIGHS >> (8 * (i + 8 - len)); }
 
-/* non-ASCII | below '!' (NUL, whitespace, controls) | '.' */
+/* NATS: non-ASCII | below '!' (NUL, whitespace, controls) | '.' */
 static inline uint64_t nats_flags(uint64_t x)
 {
     return (x & HIGHS) | ((x - 0x21 * ONES) & ~x & HIGHS) | zero_bytes(x ^ (0x2E * ONES));
 }
 
-/* non-ASCII | NUL | '/' | '+' | '#' */
+/* MQTT: non-ASCII | NUL | '/' | '+' | '#' */
 static inline uint64_t mqtt_flags(uint64_t x)
 {
     return (x & HIGHS) | zero_bytes(x) | zero_bytes(x ^ (0x2F * ONES)) |
            zero_bytes(x ^ (0x2B * ONES)) | zero_bytes(x ^ (0x23 * ONES));
 }
 
-/* non-ASCII | '.' */
+/* AMQP: non-ASCII | '.' */
 static inline uint64_t amqp_flags(uint64_t x) { return (x & HIGHS) | zero_bytes(x ^ (0x2E * ONES)); }
 
-static inline size_t nats_scan(const unsigned char *u, size_t i, size_t len)
+/* One scanner for the three dialects: flags is a constant at every call,
+ * so the compiler inlines it. */
+static inline size_t scan(const unsigned char *u, size_t i, size_t len, uint64_t (*flags)(uint64_t))
 {
     for (; i + 8 <= len; i += 8) {
-        uint64_t x = fs_load_le64((const char *)u + i);
-        uint64_t m = nats_flags(x);
+        uint64_t m = flags(fs_load_le64((const char *)u + i));
         if (m)
             return i + first_flagged(m);
     }
-    if (i < len && len >= 8) {
-        uint64_t m = nats_flags(last_word(u, i, len)) & tail_bytes(i, len);
-        return m ? i + first_flagged(m) : len;
-    }
-    while (i < len && !nats_special[u[i]])
-        i++;
-    return i;
-}
-
-static inline size_t mqtt_scan(const unsigned char *u, size_t i, size_t len)
-{
-    for (; i + 8 <= len; i += 8) {
-        uint64_t m = mqtt_flags(fs_load_le64((const char *)u + i));
-        if (m)
-            return i + first_flagged(m);
-    }
-    if (i < len && len >= 8) {
-        uint64_t m = mqtt_flags(last_word(u, i, len)) & tail_bytes(i, len);
-        return m ? i + first_flagged(m) : len;
-    }
-    while (i < len && !mqtt_special[u[i]])
-        i++;
-    return i;
+    if (i >= len)
+        return len;
+    uint64_t m = flags(last_word(u, i, len)) & tail_bytes(i, len);
+    return m ? i + first_flagged(m) : len;
 }
 
 static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
@@ -185,7 +160,7 @@ static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t,
     const unsigned char *u = (const unsigned char *)s;
     size_t start = 0, i = 0;
     for (;;) {
-        while ((i = nats_scan(u, i, len)) < len) {
+        while ((i = scan(u, i, len, nats_flags)) < len) {
             unsigned char c = u[i];
             if (!nats_special[c]) { i++; continue; }   /* a control byte NATS allows */
             if (c == '.') break;
@@ -219,7 +194,7 @@ static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t,
     const unsigned char *u = (const unsigned char *)s;
     size_t start = 0, i = 0;
     for (;;) {
-        while ((i = mqtt_scan(u, i, len)) < len) {
+        while ((i = scan(u, i, len, mqtt_flags)) < len) {
             unsigned char c = u[i];
             if (c == '/') break;
             if (c == 0) return fail(err, "NUL character", i);
@@ -244,22 +219,6 @@ static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t,
     }
 }
 
-static inline size_t amqp_scan(const unsigned char *u, size_t i, size_t len)
-{
-    for (; i + 8 <= len; i += 8) {
-        uint64_t m = amqp_flags(fs_load_le64((const char *)u + i));
-        if (m)
-            return i + first_flagged(m);
-    }
-    if (i < len && len >= 8) {
-        uint64_t m = amqp_flags(last_word(u, i, len)) & tail_bytes(i, len);
-        return m ? i + first_flagged(m) : len;
-    }
-    while (i < len && u[i] != '.' && u[i] < 0x80)
-        i++;
-    return i;
-}
-
 /* AMQP: words separated by '.', empty words real; in a binding key a
  * whole word '*' is one word and a whole word '#' zero or more, anywhere.
  * Any byte but '.' may be in a word (NUL too: an AMQP short string is
@@ -271,7 +230,7 @@ static int tokenize_amqp(const char *s, size_t len, int is_filter, fs_tokens *t,
     if (len == 0)
         return FS_OK;
     for (;;) {
-        while ((i = amqp_scan(u, i, len)) < len) {
+        while ((i = scan(u, i, len, amqp_flags)) < len) {
             if (u[i] == '.') break;
             size_t n = utf8_seq(u, i, len);
             if (!n) return fail(err, "invalid UTF-8", i);
@@ -349,6 +308,20 @@ int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
             return fail(err, "wildcard or NUL in share group name", SHARE_LEN + i);
     if (*flen == 0) return fail(err, "empty filter after '$share/GROUP/'", len);
     return 1;
+}
+
+int fs_share_inner(fs_dialect d, const char **f, size_t *len, fs_error *err)
+{
+    if (d != FS_MQTT)
+        return FS_OK;
+    const char *group, *inner;
+    size_t glen, ilen;
+    int rc = fs_split_share(*f, *len, &group, &glen, &inner, &ilen, err);
+    if (rc == 1) {
+        *f = inner;
+        *len = ilen;
+    }
+    return rc < 0 ? rc : FS_OK;
 }
 
 /* Does filter f (tokens ft) match the literal subject s (tokens st)? */
@@ -541,17 +514,9 @@ int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
     fs_tokens_init(&st);
     int rc;
     *which = 0;
-    if (d == FS_MQTT) {
-        const char *g, *f;
-        size_t glen, l;
-        rc = fs_split_share(filter, flen, &g, &glen, &f, &l, err);
-        if (rc < 0)
-            goto done;
-        if (rc == 1) {
-            filter = f;
-            flen = l;
-        }
-    }
+    rc = fs_share_inner(d, &filter, &flen, err);
+    if (rc < 0)
+        goto done;
     rc = fs_tokenize(d, filter, flen, 1, &ft, err);
     if (rc < 0)
         goto done;

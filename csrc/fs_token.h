@@ -81,6 +81,10 @@ int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err);
  * FS_EINVAL (err filled in) when it is a malformed one. */
 int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
                    const char **filter, size_t *flen, fs_error *err);
+/* The filter part of a filter argument: for MQTT "$share/G/f", f (*f and
+ * *len are moved onto it); for anything else, the argument itself.  FS_OK,
+ * or FS_EINVAL for a malformed share (err filled in). */
+int fs_share_inner(fs_dialect d, const char **f, size_t *len, fs_error *err);
 
 /* Does filter f (tokens ft) match the subject s (tokens st)?  1 or 0.
  * AMQP: dynamic programming over (filter token, subject word), at most
