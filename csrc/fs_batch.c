@@ -163,8 +163,10 @@ enum { ROW_NULL = 0, ROW_INVALID = 1, ROW_OK = 2 };
 typedef struct {
     const char *s;
     size_t len;
-    uint32_t hash;
+    uint32_t hash;                          /* the whole subject's: the cache's key */
     int state;
+    int literal;                            /* 1: probe the literal table */
+    uint64_t literal_key;
     uint64_t shapes;                        /* bit j: probe shape j */
     uint64_t keys[FS_SHAPE_MAX_PROBES];     /* in bit order */
 } row_plan;
@@ -174,8 +176,7 @@ typedef struct {
     fs_tokens toks[BLOCK_ROWS];
 } block;
 
-static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n, block *b,
-                     int need_hash)
+static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n, block *b)
 {
     const fs_shapes *S = &sl->shapes;
     const fs_level *lit = &sl->literals;
@@ -184,6 +185,7 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
         row_plan *r = &b->row[k];
         fs_tokens *t = &b->toks[k];
         r->shapes = 0;
+        r->literal = 0;
         r->state = ROW_NULL;
         if (!fs_strings_get(subjects, i + k, &r->s, &r->len))
             continue;
@@ -196,22 +198,24 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
             continue;
         }
         r->state = ROW_OK;
-        if (need_hash) {
-            r->hash = fs_hash_within(r->s, r->len, r->s + r->len);
-            if (lit->count)
-                FS_PREFETCH(&lit->slots[r->hash & (lit->cap - 1)]);
-        }
         uint32_t nt = t->n;
         uint64_t bits = S->probe[nt > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : nt];
         if (mqtt && r->s[0] == '$')
             for (uint64_t w = bits; w; w &= w - 1)
                 if (S->shape[fs_ctz64(w)]->first_wild)
                     bits &= ~(1ull << fs_ctz64(w));
-        if (!bits)
+        if (!bits && !lit->count)
             continue;
         uint32_t need = nt < FS_SHAPE_MAX_TOKENS ? nt : FS_SHAPE_MAX_TOKENS;
         uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
         fs_shape_mixes(t->tok, need, m, P);
+        if (lit->count) {
+            uint64_t key = fs_tokens_key(t->tok, need, nt, P[need]);
+            r->literal_key = key;
+            r->literal = fs_level_may_hold(lit, key);
+            if (r->literal)
+                FS_PREFETCH(&lit->slots[(uint32_t)key & (lit->cap - 1)]);
+        }
         /* Only the probes the shape's bitmap lets through go on: most
          * stop here, without touching their table. */
         uint32_t q = 0;
@@ -230,7 +234,7 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
     return FS_OK;
 }
 
-static void fetch_entries(const fs_sublist *sl, size_t n, const block *b, int need_hash)
+static void fetch_entries(const fs_sublist *sl, size_t n, const block *b)
 {
     const fs_shapes *S = &sl->shapes;
     const fs_level *lit = &sl->literals;
@@ -238,9 +242,9 @@ static void fetch_entries(const fs_sublist *sl, size_t n, const block *b, int ne
         const row_plan *r = &b->row[k];
         if (r->state != ROW_OK)
             continue;
-        if (need_hash && lit->count) {
-            const fs_slot *e = &lit->slots[r->hash & (lit->cap - 1)];
-            if (e->node && e->hash == r->hash)
+        if (r->literal) {
+            const fs_slot *e = &lit->slots[(uint32_t)r->literal_key & (lit->cap - 1)];
+            if (e->node && e->hash == (uint32_t)r->literal_key)
                 FS_PREFETCH(e->node);
         }
         uint32_t q = 0;
@@ -262,8 +266,8 @@ static int collect_row(const fs_sublist *sl, const row_plan *r, const fs_tokens 
     const char *end = r->s + r->len;
     char sep = fs_sep(sl->dialect);
     sc->nhits = 0;
-    if (sl->literals.count) {
-        const fs_node *e = fs_level_find_within(&sl->literals, r->s, (uint32_t)r->len, r->hash, end);
+    if (r->literal) {
+        const fs_node *e = fs_keyed_find(&sl->literals, r->literal_key, r->s, (uint32_t)r->len, end);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
     }
@@ -307,15 +311,13 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
         size_t stop = end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : end;
         fs_rwlock_rdlock(&sl->lock);
         int cached_index = sl->cache != NULL;
-        /* The whole-subject hash serves the literal table and the cache. */
-        int need_hash = cached_index || sl->literals.count || keys == NULL;
         while (i < stop && rc == FS_OK) {
             size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;
             if (!cached_index) {
-                rc = plan_rows(sl, subjects, i, nblock, b, need_hash);
+                rc = plan_rows(sl, subjects, i, nblock, b);
                 if (rc < 0)
                     break;
-                fetch_entries(sl, nblock, b, need_hash);
+                fetch_entries(sl, nblock, b);
             }
             for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++) {
                 row_plan *r = &b->row[k];
@@ -330,9 +332,14 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                     row_end[i - begin] = (int64_t)out->n;
                     continue;
                 }
+                /* Queue picks hash the row's key: its own, or the subject
+                 * (the cache's key; without a cache, hashed for picks alone). */
                 const char *key;
                 size_t klen;
-                uint32_t keyhash = keys && fs_strings_get(keys, i, &key, &klen) ? fs_hash(key, klen) : r->hash;
+                uint32_t keyhash = 0;
+                if (queues == FS_QUEUES_PICK)
+                    keyhash = keys && fs_strings_get(keys, i, &key, &klen) ? fs_hash(key, klen)
+                            : cached_index ? r->hash : fs_hash(r->s, r->len);
                 if (cached_index) {
                     const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, r->hash, &tally);
                     if (cached) {

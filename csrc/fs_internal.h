@@ -126,7 +126,9 @@ struct fs_sublist {
     fs_rwlock lock;
     fs_dialect dialect;
     fs_node *root;        /* the trie: filters with a wildcard */
-    fs_level literals;    /* whole literal filters -> entry (parent NULL) */
+    fs_level literals;    /* whole literal filters -> entry (parent NULL), keyed
+                           * like a shape without wildcards (fs_tokens_key),
+                           * with a bitmap of its keys */
     fs_shapes shapes;     /* filters with wildcards, by shape (fs_shape.c) */
     fs_cache *cache;      /* CLOCK cache of match results; NULL when disabled */
     uint64_t count;       /* subscriptions */
@@ -153,15 +155,16 @@ void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size);
 void fs_sl_free(fs_sublist *sl, void *p, size_t size);
 /* ---- tables (fs_table.c) */
 int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n);
-/* Make L a filtered table (a shape table: a bitmap of its keys). */
+/* Make L a filtered table (a keyed table: a bitmap of its keys). */
 void fs_level_filter_init(fs_level *L);
 /* Rehash L into ncap slots (which must hold its entries).  FS_OK or
  * FS_ENOMEM (L unchanged). */
 int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap);
 /* Back to capacity cap if the entries fit (undoing a growth; best effort). */
 void fs_level_restore(fs_sublist *sl, fs_level *L, uint32_t cap);
-/* Add n with slot.len = check (shape tables keep the key's high bits there). */
-int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check);
+/* Add n to a keyed table with slot.len = check (the key's high bits).
+ * Shape tables are kept at most half full, the literal table 3/4. */
+int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, int half_full);
 /* Shrink L when it has fallen well below its capacity (best effort: a
  * failed allocation keeps the bigger table). */
 void fs_level_shrink(fs_sublist *sl, fs_level *L);
@@ -205,7 +208,7 @@ int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set);
 int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r);
 /* Collect into sc->hits the nodes whose subscriptions match the subject
  * tokenized in sc->toks.  Caller holds the read lock. */
-int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc);
+int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc);
 /* The trie's part of that walk alone (appends to sc->hits). */
 int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc);
 /* Tokenize, walk and build the full result of a subject (filling the cache
@@ -251,9 +254,10 @@ void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n);
  * positions?  The entry's key has already matched the subject's. */
 int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const char *s,
                            const fs_span *t, const char *s_end);
-/* Push onto sc->hits the shape entries matching the subject s (tokens t). */
-int fs_shapes_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
-                      fs_scratch *sc);
+/* Push onto sc->hits the entries matching the subject s (tokens t): the
+ * literal table's, then the shape tables' (their keys share the mixes). */
+int fs_entries_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
+                       fs_scratch *sc);
 void fs_shapes_free(fs_sublist *sl);
 
 /* Per-token mixes m[0..n) and their prefix sums P[0..n] of a subject. */
@@ -328,6 +332,35 @@ static inline fs_node *fs_level_find_within(const fs_level *L, const char *tok, 
 static inline fs_node *fs_level_find(const fs_level *L, const char *tok, uint32_t len, uint32_t h)
 {
     return fs_level_find_within(L, tok, len, h, tok + len);
+}
+
+/* The entry of a keyed table (the literal table, a shape table: slot.hash
+ * and slot.len hold the key's low and high halves) whose whole filter is
+ * the len bytes f (readable up to end), or NULL. */
+static inline fs_node *fs_keyed_find(const fs_level *L, uint64_t key, const char *f, uint32_t len,
+                                     const char *end)
+{
+    if (!L->cap)
+        return NULL;
+    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
+    for (uint32_t k = 0, i = lo & mask; k < L->cap; k++, i = (i + 1) & mask) {
+        const fs_slot *s = &L->slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == lo && s->len == hi && s->node->toklen == len &&
+            fs_tok_eq_within(s->node->tok, f, len, end))
+            return s->node;
+    }
+    return NULL;
+}
+
+/* The literal table's entry equal to the subject s (whose key is
+ * fs_tokens_key of its tokens), or NULL; the bitmap answers most misses
+ * without touching the slots. */
+static inline const fs_node *fs_literal_find(const fs_level *L, uint64_t key, const char *s, uint32_t len,
+                                             const char *end)
+{
+    return fs_level_may_hold(L, key) ? fs_keyed_find(L, key, s, len, end) : NULL;
 }
 
 static inline int fs_push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)

@@ -13,18 +13,12 @@
 
 /* Collect into sc->hits every node whose subscriptions match the tokenized
  * subject s.  Caller holds the read lock. */
-int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, uint32_t hash, fs_scratch *sc)
+int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
 {
-    const fs_tokens *t = &sc->toks;
     sc->nhits = 0;
-    if (sl->literals.count) {
-        const fs_node *e = fs_level_find_within(&sl->literals, s, (uint32_t)len, hash, s + len);
-        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
-            return FS_ENOMEM;
-    }
-    if (sl->shapes.n && fs_shapes_collect(sl, s, len, t, sc) < 0)
+    if (fs_entries_collect(sl, s, len, &sc->toks, sc) < 0)
         return FS_ENOMEM;
-    return fs_trie_walk_locked(sl, s, t, sc);
+    return fs_trie_walk_locked(sl, s, &sc->toks, sc);
 }
 
 void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
@@ -45,7 +39,7 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
 {
     int rc = fs_tokenize(sl->dialect, s, len, 0, &sc->toks, err);
     if (rc == FS_OK)
-        rc = fs_walk_locked(sl, s, len, hash, sc);
+        rc = fs_walk_locked(sl, s, len, sc);
     if (rc == FS_OK)
         rc = fs_build_result(sl, sc, r);
     if (rc == FS_OK && sl->cache)
@@ -79,10 +73,11 @@ void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
 int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
                      fs_scratch *sc, fs_result *r, fs_error *err)
 {
-    uint32_t hash = fs_hash(subject, len);
     int rc;
     fs_cache_tally tally = {0, 0};
     fs_rwlock_rdlock(&sl->lock);
+    /* The whole-subject hash keys the cache alone. */
+    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
     const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
     if (cached)
         rc = fs_result_copy(r, cached);
@@ -99,10 +94,10 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
                         fs_error *err)
 {
     *nplain = *nqueue = 0;
-    uint32_t hash = fs_hash(subject, len);
     int rc = FS_OK;
     fs_cache_tally tally = {0, 0};
     fs_rwlock_rdlock(&sl->lock);
+    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;    /* keys the cache alone */
     const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
     if (cached) {
         *nplain = cached->nplain;
@@ -119,7 +114,7 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
     } else {
         rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
         if (rc == FS_OK)
-            rc = fs_walk_locked(sl, subject, len, hash, sc);
+            rc = fs_walk_locked(sl, subject, len, sc);
         for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
             const fs_node *n = sc->hits[k];
             *nplain += n->nsubs;
@@ -146,27 +141,27 @@ int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
         int rc = fs_sublist_interest(sl, subject, len, sc, &nplain, &nqueue, err);
         return rc < 0 ? rc : nplain + nqueue > 0;
     }
-    uint32_t hash = fs_hash(subject, len);
     int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
     if (rc < 0)
         return rc;
     fs_rwlock_rdlock(&sl->lock);
-    if (sl->literals.count &&
-        fs_level_find_within(&sl->literals, subject, (uint32_t)len, hash, subject + len)) {
-        rc = 1;
-    } else {
-        /* The shapes one by one, stopping at the first entry (entries
-         * always hold subscriptions), then the trie. */
+    {
+        /* The literal table, then the shapes one by one, stopping at the
+         * first entry (entries always hold subscriptions), then the trie. */
         const fs_tokens *t = &sc->toks;
         const fs_shapes *S = &sl->shapes;
+        const fs_level *lit = &sl->literals;
         uint32_t k = t->n, need = k < FS_SHAPE_MAX_TOKENS ? k : FS_SHAPE_MAX_TOKENS;
         uint64_t bits = S->probe[k > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : k];
         uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
         int dollar = sl->dialect == FS_MQTT && subject[0] == '$';
         char sep = fs_sep(sl->dialect);
         rc = 0;
-        if (bits)
+        if (bits || lit->count)
             fs_shape_mixes(t->tok, need, m, P);
+        if (lit->count)
+            rc = fs_literal_find(lit, fs_tokens_key(t->tok, need, k, P[need]), subject, (uint32_t)len,
+                                 subject + len) != NULL;
         for (; bits && !rc; bits &= bits - 1) {
             const fs_shape *sh = S->shape[fs_ctz64(bits)];
             rc = !(dollar && sh->first_wild) &&

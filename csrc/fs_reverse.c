@@ -15,13 +15,8 @@ static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_s
     int literal = 1;
     for (uint32_t i = 0; i < qt->n; i++)
         literal &= qt->tok[i].kind == FS_TOK_LITERAL;
-    if (literal) {
-        /* A literal query is a subject: the entries are what it matches. */
-        const fs_node *e = fs_level_find(L, q, (uint32_t)len, fs_hash(q, len));
-        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
-            return FS_ENOMEM;
-        return fs_shapes_collect(sl, q, len, qt, sc);
-    }
+    if (literal)      /* a literal query is a subject: the entries are what it matches */
+        return fs_entries_collect(sl, q, len, qt, sc);
     fs_tokens et;
     fs_tokens_init(&et);
     fs_error ignored;

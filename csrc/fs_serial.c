@@ -741,47 +741,66 @@ static int rd_literals(reader *r, uint64_t count)
     fs_sublist *sl = r->sl;
     fs_level *L = &sl->literals;
     uint32_t cap = table_cap((uint32_t)count);
-    if (cap) {
-        L->slots = fs_sl_alloc(sl, sizeof(fs_slot) * cap);
-        if (!L->slots)
-            return FS_ENOMEM;
-        memset(L->slots, 0, sizeof(fs_slot) * cap);
-        L->cap = cap;
-    }
-    for (uint64_t i = 0; i < count; i++) {
+    if (cap && fs_level_resize(sl, L, cap) < 0)
+        return FS_ENOMEM;
+    fs_tokens t;
+    fs_tokens_init(&t);
+    int rc = FS_OK;
+    for (uint64_t i = 0; i < count && rc == FS_OK; i++) {
         size_t at = r->pos;
         const unsigned char *f;
         uint32_t flen;
-        if (rd_str(r, FS_MAX_SUBJECT, "filter longer than 65,535 bytes", &f, &flen) < 0)
-            return FS_EBADDATA;
-        if (flen == 0 && r->d != FS_AMQP)          /* AMQP: "" is the key of zero words */
-            return bad(r, "empty literal filter", at);
-        if (r->d == FS_AMQP && flen > FS_AMQP_MAX_KEY)
-            return bad(r, "filter longer than 255 bytes", at);
-        if (check_literal(r, f, flen, 1, r->pos - flen) < 0)
-            return FS_EBADDATA;
-        fs_span sp = {0, flen, fs_hash((const char *)f, flen), FS_TOK_LITERAL};
-        if (fs_level_find(L, (const char *)f, flen, sp.hash))
-            return bad(r, "duplicate literal filter", at);
+        fs_error fe;
+        if (rd_str(r, FS_MAX_SUBJECT, "filter longer than 65,535 bytes", &f, &flen) < 0) {
+            rc = FS_EBADDATA;
+            break;
+        }
+        if (flen == 0 && r->d != FS_AMQP) {        /* AMQP: "" is the key of zero words */
+            rc = bad(r, "empty literal filter", at);
+            break;
+        }
+        if (r->d == FS_AMQP && flen > FS_AMQP_MAX_KEY) {
+            rc = bad(r, "filter longer than 255 bytes", at);
+            break;
+        }
+        if (check_literal(r, f, flen, 1, r->pos - flen) < 0) {
+            rc = FS_EBADDATA;
+            break;
+        }
+        /* The key is of the tokens, as an insert computes it. */
+        if ((rc = fs_tokenize(r->d, (const char *)f, flen, 1, &t, &fe)) < 0) {
+            if (rc == FS_EINVAL)
+                rc = bad(r, fe.reason, r->pos - flen + fe.pos);
+            break;
+        }
+        uint64_t key = fs_tokens_key(t.tok, 0, t.n, 0);
+        if (fs_keyed_find(L, key, (const char *)f, flen, (const char *)f + flen)) {
+            rc = bad(r, "duplicate literal filter", at);
+            break;
+        }
+        fs_span sp = {0, flen, (uint32_t)key, FS_TOK_LITERAL};
         fs_node *e = fs_entry_new(sl, (const char *)f, &sp);
-        if (!e)
-            return FS_ENOMEM;
-        if (fs_level_add(sl, L, e) < 0) {
+        if (!e) {
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (fs_level_add_checked(sl, L, e, (uint32_t)(key >> 32), 0) < 0) {
             fs_node_free(sl, e);
-            return FS_ENOMEM;
+            rc = FS_ENOMEM;
+            break;
         }
         size_t body = r->pos;
-        int rc = rd_subs(r, e);
-        if (rc < 0)
-            return rc;
+        if ((rc = rd_subs(r, e)) < 0)
+            break;
         if (!fs_has_subs(e))
-            return bad(r, "literal filter without subscriptions", body);
+            rc = bad(r, "literal filter without subscriptions", body);
         /* insert("$share/G/f") always makes a group: a plain subscription
          * on a filter starting "$share/" cannot be built through the API */
-        if (r->d == FS_MQTT && e->nsubs && flen >= 7 && memcmp(f, "$share/", 7) == 0)
-            return bad(r, "plain subscription on a '$share/' filter", body);
+        else if (r->d == FS_MQTT && e->nsubs && flen >= 7 && memcmp(f, "$share/", 7) == 0)
+            rc = bad(r, "plain subscription on a '$share/' filter", body);
     }
-    return FS_OK;
+    fs_tokens_free(&t);
+    return rc;
 }
 
 /* Version 2's shape-table entries: whole filters with wildcards, each

@@ -167,24 +167,12 @@ static inline int bytes_eq(const char *a, const char *a_end, const char *b, cons
 
 fs_node *fs_shape_lookup(const fs_shape *sh, const char *f, uint32_t flen, uint64_t key)
 {
-    const fs_level *L = &sh->table;
-    if (!L->cap)
-        return NULL;
-    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
-    for (uint32_t k = 0, i = lo & mask; k < L->cap; k++, i = (i + 1) & mask) {
-        const fs_slot *s = &L->slots[i];
-        if (!s->node)
-            return NULL;
-        if (s->hash == lo && s->len == hi && s->node->toklen == flen &&
-            memcmp(s->node->tok, f, flen) == 0)
-            return s->node;
-    }
-    return NULL;
+    return fs_keyed_find(&sh->table, key, f, flen, f + flen);
 }
 
 int fs_shape_add(fs_sublist *sl, fs_shape *sh, fs_node *n, uint64_t key)
 {
-    return fs_level_add_checked(sl, &sh->table, n, (uint32_t)(key >> 32));
+    return fs_level_add_checked(sl, &sh->table, n, (uint32_t)(key >> 32), 1);
 }
 
 void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n)
@@ -228,17 +216,23 @@ int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const
     return (n && ((mask >> (n - 1)) & 1)) ? fp - 1 == flen : fp == flen;
 }
 
-int fs_shapes_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
-                      fs_scratch *sc)
+int fs_entries_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
+                       fs_scratch *sc)
 {
     const fs_shapes *S = &sl->shapes;
+    const fs_level *lit = &sl->literals;
     uint32_t k = t->n;
     uint64_t bits = S->probe[k > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : k];
-    if (!bits)
+    if (!bits && !lit->count)
         return FS_OK;
     uint32_t need = k < FS_SHAPE_MAX_TOKENS ? k : FS_SHAPE_MAX_TOKENS;
     uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
     fs_shape_mixes(t->tok, need, m, P);
+    if (lit->count) {
+        const fs_node *e = fs_literal_find(lit, fs_tokens_key(t->tok, need, k, P[need]), s, (uint32_t)len, s + len);
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
+    }
     int dollar = sl->dialect == FS_MQTT && s[0] == '$';
     char sep = fs_sep(sl->dialect);
     while (bits) {

@@ -56,6 +56,16 @@ static inline uint64_t fs_pos_mix(uint32_t h, uint32_t i)
     return x;
 }
 
+/* The key of every token of tok[from..n) -- a whole literal filter's key
+ * in the literal table, or a subject's there -- added to sum (the key of
+ * tok[0..from), when the caller has it already). */
+static inline uint64_t fs_tokens_key(const fs_span *tok, uint32_t from, uint32_t n, uint64_t sum)
+{
+    for (uint32_t i = from; i < n; i++)
+        sum += fs_pos_mix(tok[i].hash, i);
+    return sum;
+}
+
 /* A shape as classified from a filter's tokens. */
 typedef struct {
     uint64_t onemask;    /* bit i: token i is a one-level wildcard */

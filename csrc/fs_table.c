@@ -2,7 +2,8 @@
  * uses: a trie level's literal children, the literal table, each shape's
  * table (fs_internal.h has the layout).  Linear probing, power-of-two
  * capacities, grown past 3/4 full (shape tables: 1/2), shrunk below 1/8.
- * Shape tables also keep a bitmap of their keys (fs_level.filter). */
+ * Keyed tables (the literal table, shape tables) also keep a bitmap of
+ * their keys (fs_level.filter). */
 #include <string.h>
 
 #include "fs_alloc.h"
@@ -99,10 +100,11 @@ static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, ui
  * (a subject probes every shape of its length, and matches few), and a
  * miss under linear probing scans about (1 + 1/(1-load)^2)/2 slots --
  * 8.5 at 3/4 full, 2.5 at 1/2.  They hold only the wildcard filters,
- * so the extra slots cost little memory. */
-int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check)
+ * so the extra slots cost little memory.  The literal table holds most
+ * filters, so it stays 3/4: its bitmap answers most misses instead. */
+int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, int half_full)
 {
-    return level_add(sl, L, n, check, L->cap / 2);
+    return level_add(sl, L, n, check, half_full ? L->cap / 2 : max_load(L->cap));
 }
 
 int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n)

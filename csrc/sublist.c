@@ -22,6 +22,7 @@ fs_sublist *fs_sublist_new(fs_dialect d)
         return NULL;
     memset(sl, 0, sizeof(*sl));
     sl->dialect = d;
+    fs_level_filter_init(&sl->literals);
     static const fs_span root_span = {0, 0, 0, FS_TOK_LITERAL};
     sl->root = fs_node_new(sl, NULL, "", &root_span);
     if (!sl->root) {
@@ -77,7 +78,8 @@ typedef struct {
     uint32_t filter_len;
     int literal;          /* no wildcard: lives in the literal table */
     int shaped;           /* has a shape (fs_shape.h): shape describes it */
-    fs_shape_of shape;
+    fs_shape_of shape;    /* shape.key: the key in its shape's table, or a
+                           * literal's in the literal table */
     const char *queue;    /* NULL: plain */
     uint32_t queue_len;
 } parsed_spec;
@@ -131,6 +133,8 @@ tokenized:
     for (uint32_t i = 0; i < t->n; i++)
         if (t->tok[i].kind != FS_TOK_LITERAL)
             out->literal = 0;
+    if (out->literal)
+        out->shape.key = fs_tokens_key(t->tok, 0, t->n, 0);
     out->queue = q;
     out->queue_len = (uint32_t)qlen;
     return FS_OK;
@@ -171,7 +175,8 @@ static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spe
 {
     *shp = NULL;
     if (ps->literal)
-        return fs_level_find(&sl->literals, ps->filter, ps->filter_len, fs_hash(ps->filter, ps->filter_len));
+        return fs_keyed_find(&sl->literals, ps->shape.key, ps->filter, ps->filter_len,
+                             ps->filter + ps->filter_len);
     if (ps->shaped) {
         fs_shape *sh = fs_shape_find(sl, &ps->shape);
         fs_node *e = sh ? fs_shape_lookup(sh, ps->filter, ps->filter_len, ps->shape.key) : NULL;
@@ -201,7 +206,7 @@ static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fr
                      fs_growth *g, fs_node **out)
 {
     fs_level *L = sh ? &sh->table : &sl->literals;
-    uint64_t key = sh ? ps->shape.key : fs_hash(ps->filter, ps->filter_len);
+    uint64_t key = ps->shape.key;
     fs_span whole = {0, ps->filter_len, (uint32_t)key, sh ? FS_NODE_SHAPED : FS_TOK_LITERAL};
     fs_node *n = fs_entry_new(sl, ps->filter, &whole);
     if (!n)
@@ -210,7 +215,7 @@ static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fr
         g->level = L;
         g->cap = L->cap;
     }
-    if ((sh ? fs_shape_add(sl, sh, n, key) : fs_level_add(sl, L, n)) < 0) {
+    if ((sh ? fs_shape_add(sl, sh, n, key) : fs_level_add_checked(sl, L, n, (uint32_t)(key >> 32), 0)) < 0) {
         fs_node_free(sl, n);
         return FS_ENOMEM;
     }

@@ -1,7 +1,7 @@
 /* sublist.h - the subscription index.
  *
- *   fs_sublist ─┬─ literals: table  whole literal filter ─► entry
- *               │                   ("orders.eu.created")
+ *   fs_sublist ─┬─ literals: table  key(all tokens) ─► entry
+ *               │                   ("orders.eu.created"), + a bitmap
  *               ├─ shapes:   shape[j] (fs_shape.h), one table each
  *               │     (3, {1}, -)    key(literal tokens) ─► entry
  *               │     (2, {},  rest) key(literal tokens) ─► entry
@@ -22,8 +22,8 @@
  *   the entries, most subscriptions, are 16 bytes smaller.
  *
  * A subscription is the triple (filter, queue-or-none, sub_id).  Matching
- * a subject probes the literal table with the whole subject, every shape
- * of its length with a key derived in O(wildcards) from per-token hashes
+ * a subject probes the literal table with the sum of its tokens' mixes,
+ * every shape of its length with a key derived in O(wildcards) from them
  * -- independent probes, which the batch matcher prefetches a block of
  * rows at a time (fs_batch.c) -- and walks the trie only when it holds
  * anything.  Every public function takes the index's read/write lock
