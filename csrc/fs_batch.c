@@ -88,15 +88,15 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
     const int merge = fs_hits_merge_groups(sl, hits, nhits);
     for (size_t k = 0; k < nhits; k++) {
         const fs_node *n = hits[k];
-        for (uint32_t gi = 0; gi < n->ngroups; gi++) {
-            const fs_group *g = &n->groups[gi];
+        for (uint32_t gi = 0; gi < fs_ngroups(n); gi++) {
+            const fs_group *g = fs_node_group(n, gi);
             if (merge && fs_group_repeats(hits, k, g))
                 continue;
             /* The group's members: g's, then (NATS) the same name's on later hits. */
             size_t total = g->n;
             if (merge)
                 for (size_t k2 = k + 1; k2 < nhits; k2++) {
-                    const fs_group *g2 = hits[k2]->ngroups
+                    const fs_group *g2 = fs_ngroups(hits[k2])
                         ? fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash) : NULL;
                     total += g2 ? g2->n : 0;
                 }
@@ -117,7 +117,7 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
                 cur = NULL;
                 if (merge)
                     while (!cur && ++k2 < nhits)
-                        if (hits[k2]->ngroups)
+                        if (fs_ngroups(hits[k2]))
                             cur = fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash);
                 if (!cur)
                     break;
@@ -130,7 +130,7 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
 static int any_groups(const fs_scratch *sc)
 {
     for (size_t k = 0; k < sc->nhits; k++)
-        if (sc->hits[k]->ngroups)
+        if (fs_ngroups(sc->hits[k]))
             return 1;
     return 0;
 }

@@ -118,8 +118,8 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
         for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
             const fs_node *n = sc->hits[k];
             *nplain += n->nsubs;
-            for (uint32_t gi = 0; gi < n->ngroups; gi++)
-                *nqueue += n->groups[gi].n;
+            for (uint32_t gi = 0; gi < fs_ngroups(n); gi++)
+                *nqueue += fs_node_group(n, gi)->n;
         }
     }
     fs_read_done(sl, &tally);

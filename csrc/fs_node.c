@@ -62,7 +62,7 @@ static uint32_t ids_find(const int64_t *ids, uint32_t n, int64_t id, int *found)
 
 static inline int node_empty(const fs_node *n)
 {
-    return n->nsubs == 0 && n->ngroups == 0 &&
+    return n->nsubs == 0 && fs_ngroups(n) == 0 &&
            (!fs_next(n) || (fs_next(n)->count == 0 && !fs_next(n)->one && !fs_next(n)->rest));
 }
 
@@ -112,9 +112,10 @@ void fs_node_free(fs_sublist *sl, fs_node *n)
 {
     if (n->subcap > 1)
         fs_sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
-    for (uint32_t i = 0; i < n->ngroups; i++)
-        group_free(sl, &n->groups[i]);
-    fs_sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
+    for (uint32_t i = 0; i < fs_ngroups(n); i++)
+        group_free(sl, fs_node_group(n, i));
+    if (n->groups)
+        fs_sl_free(sl, n->groups, fs_groups_bytes(n->groups->cap));
     if (fs_next(n)) {
         fs_sl_free(sl, fs_next(n)->slots, sizeof(fs_slot) * fs_next(n)->cap);
         fs_sl_free(sl, fs_next(n), sizeof(fs_level));
@@ -251,17 +252,19 @@ int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen,
         group_free(sl, &fresh);
         return FS_ENOMEM;
     }
-    if (n->ngroups == n->gcap) {
-        uint32_t ncap = n->gcap ? n->gcap * 2 : 1;
-        fs_group *gs = fs_sl_realloc(sl, n->groups, sizeof(fs_group) * n->gcap, sizeof(fs_group) * ncap);
+    uint32_t ng = fs_ngroups(n), cap = n->groups ? n->groups->cap : 0;
+    if (ng == cap) {
+        uint32_t ncap = cap ? cap * 2 : 1;
+        fs_groups *gs = fs_sl_realloc(sl, n->groups, cap ? fs_groups_bytes(cap) : 0, fs_groups_bytes(ncap));
         if (!gs) {
             group_free(sl, &fresh);
             return FS_ENOMEM;
         }
+        gs->n = ng;
+        gs->cap = ncap;
         n->groups = gs;
-        n->gcap = ncap;
     }
-    n->groups[n->ngroups++] = fresh;
+    n->groups->g[n->groups->n++] = fresh;
     return 1;
 }
 
@@ -279,11 +282,10 @@ int fs_node_del_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen,
         /* Drop the group; its slot is reused, the block is kept (removal
          * never allocates) and freed when the node has no groups left. */
         group_free(sl, g);
-        *g = n->groups[--n->ngroups];
-        if (n->ngroups == 0) {
-            fs_sl_free(sl, n->groups, sizeof(fs_group) * n->gcap);
+        *g = n->groups->g[--n->groups->n];
+        if (n->groups->n == 0) {
+            fs_sl_free(sl, n->groups, fs_groups_bytes(n->groups->cap));
             n->groups = NULL;
-            n->gcap = 0;
         }
     }
     return 1;

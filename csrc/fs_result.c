@@ -70,14 +70,14 @@ int fs_hits_merge_groups(const fs_sublist *sl, const fs_node *const *hits, size_
         return 0;
     size_t grouped = 0;
     for (size_t k = 0; k < nhits && grouped < 2; k++)
-        grouped += hits[k]->ngroups != 0;
+        grouped += fs_ngroups(hits[k]) != 0;
     return grouped > 1;
 }
 
 int fs_group_repeats(const fs_node *const *hits, size_t k, const fs_group *g)
 {
     for (size_t j = 0; j < k; j++)
-        if (hits[j]->ngroups && fs_node_find_group(hits[j], g->name, g->name_len, g->name_hash))
+        if (fs_ngroups(hits[j]) && fs_node_find_group(hits[j], g->name, g->name_len, g->name_hash))
             return 1;
     return 0;
 }
@@ -206,8 +206,8 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
     const int merge = fs_hits_merge_groups(sl, sc->hits, sc->nhits);
     for (size_t k = 0; k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
-        for (uint32_t gi = 0; gi < n->ngroups; gi++) {
-            const fs_group *g = &n->groups[gi];
+        for (uint32_t gi = 0; gi < fs_ngroups(n); gi++) {
+            const fs_group *g = fs_node_group(n, gi);
             if (merge && fs_group_repeats(sc->hits, k, g))     /* merged into an earlier node's group */
                 continue;
             if (fs_grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)

@@ -55,9 +55,9 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
         const int64_t *ids = fs_node_ids(n);
         for (uint32_t i = 0; rc == FS_OK && i < n->nsubs; i++)
             rc = fs_rhit_add(sl, n, NULL, ids[i], r);
-        for (uint32_t gi = 0; rc == FS_OK && gi < n->ngroups; gi++)
-            for (uint32_t i = 0; rc == FS_OK && i < n->groups[gi].n; i++)
-                rc = fs_rhit_add(sl, n, &n->groups[gi], n->groups[gi].ids[i], r);
+        for (uint32_t gi = 0; rc == FS_OK && gi < fs_ngroups(n); gi++)
+            for (uint32_t i = 0; rc == FS_OK && i < fs_node_group(n, gi)->n; i++)
+                rc = fs_rhit_add(sl, n, fs_node_group(n, gi), fs_node_group(n, gi)->ids[i], r);
     }
     fs_rwlock_rdunlock(&sl->lock);
     return rc;

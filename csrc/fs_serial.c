@@ -212,20 +212,20 @@ static int dump_subs(dumper *d, const fs_node *n)
 {
     if (wb_room(&d->w, 10) < 0)
         return FS_ENOMEM;
-    wb_uv(&d->w, (uint64_t)n->nsubs << 1 | (n->ngroups > 0));
+    wb_uv(&d->w, (uint64_t)n->nsubs << 1 | (fs_ngroups(n) > 0));
     if (n->nsubs && wb_ids(&d->w, fs_node_ids(n), n->nsubs) < 0)
         return FS_ENOMEM;
     d->subs += n->nsubs;
-    if (!n->ngroups)
+    if (!fs_ngroups(n))
         return FS_OK;
-    if (fs_grow(&d->gs, &d->cap_gs, n->ngroups, sizeof(*d->gs)) < 0 || wb_room(&d->w, 10) < 0)
+    if (fs_grow(&d->gs, &d->cap_gs, fs_ngroups(n), sizeof(*d->gs)) < 0 || wb_room(&d->w, 10) < 0)
         return FS_ENOMEM;
-    wb_uv(&d->w, n->ngroups);
-    for (uint32_t i = 0; i < n->ngroups; i++)
-        d->gs[i] = &n->groups[i];
-    if (n->ngroups > 1)
-        qsort(d->gs, n->ngroups, sizeof(*d->gs), group_cmp);
-    for (uint32_t i = 0; i < n->ngroups; i++) {
+    wb_uv(&d->w, fs_ngroups(n));
+    for (uint32_t i = 0; i < fs_ngroups(n); i++)
+        d->gs[i] = fs_node_group(n, i);
+    if (fs_ngroups(n) > 1)
+        qsort(d->gs, fs_ngroups(n), sizeof(*d->gs), group_cmp);
+    for (uint32_t i = 0; i < fs_ngroups(n); i++) {
         const fs_group *g = d->gs[i];
         if (wb_bytes(&d->w, g->name, g->name_len) < 0 || wb_room(&d->w, 10) < 0)
             return FS_ENOMEM;
@@ -683,15 +683,16 @@ static int rd_subs(reader *r, fs_node *n)
     if (ng > left(r) / MIN_GROUP || ng > MAX_TABLE)
         return bad(r, "queue group count exceeds the data", at);
     uint32_t gcap = ids_cap((uint32_t)ng, 1);
-    fs_group *gs = fs_sl_alloc(sl, sizeof(fs_group) * gcap);
-    if (!gs)
+    fs_groups *G = fs_sl_alloc(sl, fs_groups_bytes(gcap));
+    if (!G)
         return FS_ENOMEM;
-    memset(gs, 0, sizeof(fs_group) * gcap);
-    n->groups = gs;
-    n->gcap = gcap;
+    memset(G, 0, fs_groups_bytes(gcap));
+    G->cap = gcap;
+    n->groups = G;
+    fs_group *gs = G->g;
     for (uint32_t i = 0; i < ng; i++) {
         fs_group *g = &gs[i];
-        n->ngroups = i + 1;
+        G->n = i + 1;
         const unsigned char *name;
         uint32_t qlen;
         at = r->pos;

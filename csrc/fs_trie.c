@@ -422,9 +422,9 @@ void fs_trie_free(fs_sublist *sl)
         }
         fs_node *parent = fs_parent(n);
         if (n->subcap > 1) FS_FREE(n->subs.many);
-        for (uint32_t i = 0; i < n->ngroups; i++) {
-            FS_FREE(n->groups[i].name);
-            FS_FREE(n->groups[i].ids);
+        for (uint32_t i = 0; i < fs_ngroups(n); i++) {
+            FS_FREE(fs_node_group(n, i)->name);
+            FS_FREE(fs_node_group(n, i)->ids);
         }
         FS_FREE(n->groups);
         FS_FREE(fs_link_of(n));      /* every trie node is linked */
