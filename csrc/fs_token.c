@@ -155,26 +155,83 @@ static inline size_t scan(const unsigned char *u, size_t i, size_t len, uint64_t
     return m ? i + first_flagged(m) : len;
 }
 
+/* The common token, found and pushed in one step: it ends -- at the
+ * separator sep, or at the end of the string -- within the 8 bytes from
+ * its start, and no byte before its end needs a closer look.  Then the
+ * word already loaded is its bytes and its hash is one mix.  Returns the
+ * token's end, or NOT_QUICK (nothing pushed) for the careful path: a
+ * long token, a byte the dialect flags, an empty token where empty_ok is
+ * 0 (NATS), or no room left in the span array. */
+#define NOT_QUICK ((size_t)-1)
+
+/* The span array as the tokenizer loop keeps it, in registers: stores
+ * into the spans could alias the fs_tokens, which would make the compiler
+ * reload t->n and t->tok after each one.  t->n is stored, never read. */
+typedef struct {
+    fs_span *tok;
+    uint32_t n, cap;
+} spans;
+
+static inline spans spans_of(const fs_tokens *t) { return (spans){t->tok, t->n, t->cap}; }
+
+FS_ALWAYS_INLINE size_t quick_token(const unsigned char *u, size_t start, size_t len, spans *t,
+                                     uint64_t (*flags)(uint64_t), unsigned char sep, int empty_ok)
+{
+    size_t avail = len - start, j;
+    uint64_t w;
+    if (avail == 0 || t->n == t->cap)
+        return NOT_QUICK;
+    if (avail >= 8) {
+        w = fs_load_le64((const char *)u + start);
+        uint64_t m = flags(w);
+        if (!m)
+            return NOT_QUICK;
+        j = first_flagged(m);
+        if (u[start + j] != sep)
+            return NOT_QUICK;
+    } else {
+        w = last_word(u, start, len);
+        uint64_t m = flags(w) & tail_bytes(start, len);
+        j = m ? first_flagged(m) : avail;
+        if (j < avail && u[start + j] != sep)
+            return NOT_QUICK;
+    }
+    if (j == 0 && !empty_ok)
+        return NOT_QUICK;
+    fs_span *sp = &t->tok[t->n++];
+    sp->off = (uint32_t)start;
+    sp->len = (uint32_t)j;
+    sp->hash = fs_hash_short(w & ((1ull << (8 * j)) - 1), j);    /* j < 8 */
+    sp->kind = FS_TOK_LITERAL;
+    return start + j;
+}
+
 static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t start = 0, i = 0;
+    spans sa = spans_of(t);
     for (;;) {
-        while ((i = scan(u, i, len, nats_flags)) < len) {
-            unsigned char c = u[i];
-            if (!nats_special[c]) { i++; continue; }   /* a control byte NATS allows */
-            if (c == '.') break;
-            if (c == 0) return fail(err, "NUL byte", i);
-            if (c < 0x80) return fail(err, "whitespace", i);
-            /* Bytes from Arrow may be anything; a Python str is always
-             * UTF-8, so both inputs agree only if this is checked. */
-            size_t n = utf8_seq(u, i, len);
-            if (!n) return fail(err, "invalid UTF-8", i);
-            i += n;
+        if ((i = quick_token(u, start, len, &sa, nats_flags, '.', 0)) == NOT_QUICK) {
+            i = start;
+            while ((i = scan(u, i, len, nats_flags)) < len) {
+                unsigned char c = u[i];
+                if (!nats_special[c]) { i++; continue; }   /* a control byte NATS allows */
+                if (c == '.') break;
+                if (c == 0) return fail(err, "NUL byte", i);
+                if (c < 0x80) return fail(err, "whitespace", i);
+                /* Bytes from Arrow may be anything; a Python str is always
+                 * UTF-8, so both inputs agree only if this is checked. */
+                size_t n = utf8_seq(u, i, len);
+                if (!n) return fail(err, "invalid UTF-8", i);
+                i += n;
+            }
+            if (i == start) return fail(err, "empty token", i);
+            if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
+            sa = spans_of(t);
         }
-        if (i == start) return fail(err, "empty token", i);
-        if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
-        fs_span *sp = &t->tok[t->n - 1];
+        t->n = sa.n;
+        fs_span *sp = &sa.tok[sa.n - 1];
         if (sp->len == 1 && (s[start] == '*' || s[start] == '>')) {
             if (!is_filter) return fail(err, "wildcard in subject", start);
             if (s[start] == '>') {
@@ -193,25 +250,31 @@ static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t,
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t start = 0, i = 0;
+    spans sa = spans_of(t);
     for (;;) {
-        while ((i = scan(u, i, len, mqtt_flags)) < len) {
-            unsigned char c = u[i];
-            if (c == '/') break;
-            if (c == 0) return fail(err, "NUL character", i);
-            if (c == '+' || c == '#') {
-                if (!is_filter) return fail(err, "wildcard character in topic", i);
-                int whole = i == start && (i + 1 == len || u[i + 1] == '/');
-                if (!whole) return fail(err, c == '+' ? "'+' must be a whole level" : "'#' must be a whole level", i);
-                if (c == '#' && i + 1 != len) return fail(err, "'#' must be the last level", i);
-                i++;
-                continue;
+        if ((i = quick_token(u, start, len, &sa, mqtt_flags, '/', 1)) == NOT_QUICK) {
+            i = start;
+            while ((i = scan(u, i, len, mqtt_flags)) < len) {
+                unsigned char c = u[i];
+                if (c == '/') break;
+                if (c == 0) return fail(err, "NUL character", i);
+                if (c == '+' || c == '#') {
+                    if (!is_filter) return fail(err, "wildcard character in topic", i);
+                    int whole = i == start && (i + 1 == len || u[i + 1] == '/');
+                    if (!whole) return fail(err, c == '+' ? "'+' must be a whole level" : "'#' must be a whole level", i);
+                    if (c == '#' && i + 1 != len) return fail(err, "'#' must be the last level", i);
+                    i++;
+                    continue;
+                }
+                size_t n = utf8_seq(u, i, len);
+                if (!n) return fail(err, "invalid UTF-8", i);
+                i += n;
             }
-            size_t n = utf8_seq(u, i, len);
-            if (!n) return fail(err, "invalid UTF-8", i);
-            i += n;
+            if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
+            sa = spans_of(t);
         }
-        if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
-        fs_span *sp = &t->tok[t->n - 1];
+        t->n = sa.n;
+        fs_span *sp = &sa.tok[sa.n - 1];
         if (sp->len == 1 && s[start] == '+') sp->kind = FS_TOK_ONE;
         else if (sp->len == 1 && s[start] == '#') sp->kind = FS_TOK_REST;
         if (i == len) return FS_OK;
@@ -229,15 +292,21 @@ static int tokenize_amqp(const char *s, size_t len, int is_filter, fs_tokens *t,
     size_t start = 0, i = 0;
     if (len == 0)
         return FS_OK;
+    spans sa = spans_of(t);
     for (;;) {
-        while ((i = scan(u, i, len, amqp_flags)) < len) {
-            if (u[i] == '.') break;
-            size_t n = utf8_seq(u, i, len);
-            if (!n) return fail(err, "invalid UTF-8", i);
-            i += n;
+        if ((i = quick_token(u, start, len, &sa, amqp_flags, '.', 1)) == NOT_QUICK) {
+            i = start;
+            while ((i = scan(u, i, len, amqp_flags)) < len) {
+                if (u[i] == '.') break;
+                size_t n = utf8_seq(u, i, len);
+                if (!n) return fail(err, "invalid UTF-8", i);
+                i += n;
+            }
+            if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
+            sa = spans_of(t);
         }
-        if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
-        fs_span *sp = &t->tok[t->n - 1];
+        t->n = sa.n;
+        fs_span *sp = &sa.tok[sa.n - 1];
         if (is_filter && sp->len == 1 && s[start] == '*') sp->kind = FS_TOK_ONE;
         else if (is_filter && sp->len == 1 && s[start] == '#') sp->kind = FS_TOK_REST;
         if (i == len) return FS_OK;

@@ -113,6 +113,15 @@ static inline uint64_t fs_load_le64(const char *p)
     return v;
 }
 
+/* The last step of fs_hash: the final (partial) word v into h. */
+static inline uint32_t fs_hash_last(uint64_t h, uint64_t v)
+{
+    h = (h ^ v) * 0x94d049bb133111ebull;
+    h ^= h >> 32;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return (uint32_t)(h >> 32);
+}
+
 /* Fast hash of a short token (not cryptographic; the same on every
  * machine).  Bytes from begin to end may be read (begin <= p, p + n <=
  * end): a tail shorter than a word is read as one word, forwards when
@@ -133,10 +142,14 @@ static inline uint32_t fs_hash_between(const char *begin, const char *p, size_t 
         v = fs_load_le64(p + n - 8) >> (8 * (8 - n));
     else
         for (size_t i = 0; i < n; i++) v |= (uint64_t)(unsigned char)p[i] << (8 * i);
-    h = (h ^ v) * 0x94d049bb133111ebull;
-    h ^= h >> 32;
-    h *= 0xbf58476d1ce4e5b9ull;
-    return (uint32_t)(h >> 32);
+    return fs_hash_last(h, v);
+}
+
+/* fs_hash of fewer than 8 bytes already in a word (v: the bytes, zeros
+ * above them): the tokenizer's common case, without reloading them. */
+static inline uint32_t fs_hash_short(uint64_t v, size_t n)
+{
+    return fs_hash_last(0x9E3779B97F4A7C15ull ^ (uint64_t)n, v);
 }
 
 static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
