@@ -41,7 +41,7 @@ static inline void copy_ids(int64_t *dst, const int64_t *src, size_t n)
 }
 
 /* Emit a row from a built (or cached) result. */
-static int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
+FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
 {
     size_t extra = queues == FS_QUEUES_ALL ? r->nids - r->nplain
                  : queues == FS_QUEUES_PICK ? r->ngroups : 0;

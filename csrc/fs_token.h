@@ -163,15 +163,16 @@ static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
 #define FS_TOK_ALLOC(len) (((size_t)(len) + 7u) & ~(size_t)7u)
 
 /* Equality of n bytes: a is word-padded (a node token, a cache key); b may
- * be read up to b_end. */
+ * be read up to b_end.  A tail shorter than a word is compared as the last
+ * 8 bytes of both, overlapping words already equal, when n allows it. */
 static inline int fs_tok_eq_within(const char *a, const char *b, uint32_t n, const char *b_end)
 {
-    while (n >= 8) {
-        if (fs_load_le64(a) != fs_load_le64(b))
-            return 0;
-        a += 8;
-        b += 8;
-        n -= 8;
+    if (n >= 8) {
+        uint32_t k = 0;
+        for (; k + 8 <= n; k += 8)
+            if (fs_load_le64(a + k) != fs_load_le64(b + k))
+                return 0;
+        return k == n || fs_load_le64(a + n - 8) == fs_load_le64(b + n - 8);
     }
     if (n == 0)
         return 1;
