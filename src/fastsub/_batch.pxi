@@ -97,9 +97,13 @@ cdef _Column _column_of_strs(object items):
         c.ptrs[i] = NULL
         c.lens[i] = 0
         if isinstance(x, str):
-            try:
-                c.ptrs[i] = PyUnicode_AsUTF8AndSize(x, &ln)
+            c.ptrs[i] = PyUnicode_AsUTF8AndSize(x, &ln)
+            if c.ptrs[i] != NULL:
                 c.lens[i] = <size_t>ln
+                continue
+            PyErr_Clear()
+            try:
+                c.ptrs[i] = _utf8_or_raise(x, &ln)    # fails the same way, raising
             except UnicodeEncodeError:        # lone surrogate: an invalid row
                 c.ptrs[i] = NULL
     c.s.layout = FS_STR_PTRS

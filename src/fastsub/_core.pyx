@@ -16,7 +16,12 @@ import operator
 
 cdef extern from "Python.h":
     ctypedef struct PyObject
-    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    # NULL with the error set: _utf8 checks for it itself, so that its hot
+    # path has no try block; the raising twin serves the error path
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size)
+    const char *_utf8_or_raise "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size) except NULL
+    void PyErr_Clear()
+    long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
     # a new reference, or NULL with MemoryError set
     PyObject *PyLong_FromLongLong(long long v)
     list PyList_New(Py_ssize_t n)
@@ -60,8 +65,12 @@ cdef const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
     for strings that cannot be encoded (lone surrogates)."""
     if type(s) is not str and not isinstance(s, str):
         raise TypeError(f"{what} must be str, not {type(s).__name__}")
+    cdef const char *p = PyUnicode_AsUTF8AndSize(s, n)
+    if p != NULL:
+        return p
+    PyErr_Clear()
     try:
-        return PyUnicode_AsUTF8AndSize(s, n)
+        return _utf8_or_raise(s, n)     # fails the same way, as a Python exception
     except UnicodeEncodeError as e:
         raise InvalidSubjectError(
             f"invalid {what} {_shown(s)}: not valid UTF-8 (lone surrogate at character {e.start})",
@@ -69,14 +78,16 @@ cdef const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
 
 
 cdef int64_t _sub_id(object sub_id) except? -1:
+    cdef int overflow = 0
     if type(sub_id) is not int:
         try:
             sub_id = operator.index(sub_id)
         except TypeError:
             raise TypeError(f"sub_id must be int, not {type(sub_id).__name__}") from None
-    if not (-0x8000000000000000 <= sub_id <= 0x7FFFFFFFFFFFFFFF):
+    cdef long long v = PyLong_AsLongLongAndOverflow(sub_id, &overflow)
+    if overflow:
         raise OverflowError(f"sub_id {sub_id} is outside the signed 64-bit range")
-    return <int64_t>sub_id
+    return <int64_t>v
 
 
 cdef fs_dialect _dialect(object d) except *:
@@ -263,25 +274,26 @@ cdef class Sublist:
     cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
         if _is_arrow(filters) or _is_arrow(queues):
             return self._bulk_arrow(filters, sub_ids, queues, inserting)
-        filters = list(filters)
-        sub_ids = list(sub_ids)
-        cdef Py_ssize_t n = len(filters), i
-        if len(sub_ids) != n:
-            raise ValueError(f"filters and sub_ids differ in length ({n} != {len(sub_ids)})")
+        cdef list fl = list(filters), il = list(sub_ids), ql = None
+        cdef Py_ssize_t n = len(fl), i = 0
+        if len(il) != n:
+            raise ValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
         if queues is not None:
-            queues = list(queues)
-            if len(queues) != n:
-                raise ValueError(f"filters and queues differ in length ({n} != {len(queues)})")
+            ql = list(queues)
+            if len(ql) != n:
+                raise ValueError(f"filters and queues differ in length ({n} != {len(ql)})")
         cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
         if specs == NULL:
             raise MemoryError()
         try:
-            for i in range(n):
-                try:
-                    _fill_spec(&specs[i], filters[i], sub_ids[i], None if queues is None else queues[i])
-                except (TypeError, OverflowError, InvalidSubjectError) as e:
-                    raise type(e)(f"item {i}: {e}") from None
-            return self._apply(specs, n, inserting, filters, queues)
+            # One try around the loop, not one per item (each try saves the
+            # exception state); i says which item failed.
+            try:
+                for i in range(n):
+                    _fill_spec(&specs[i], fl[i], il[i], None if ql is None else ql[i])
+            except (TypeError, OverflowError, InvalidSubjectError) as e:
+                raise type(e)(f"item {i}: {e}") from None
+            return self._apply(specs, n, inserting, fl, ql)
         finally:
             PyMem_Free(specs)
 
