@@ -5,6 +5,7 @@ It converts arguments, calls C, and turns C status codes into exceptions.
 Strings reach C as the UTF-8 buffers CPython caches in each str (no copy for
 ASCII strings); results come back in C-owned buffers and are converted here.
 """
+cimport cython
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdint cimport int64_t, uint64_t
@@ -128,6 +129,7 @@ cdef object _spec_error(int rc, fs_error *err, object f, object q):
     return _invalid("filter", f, err)
 
 
+@cython.freelist(16)       # match() makes one per call: reuse their memory
 cdef class MatchResult:
     """The subscriptions matching one subject.
 
