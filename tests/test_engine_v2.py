@@ -81,6 +81,27 @@ def test_filters_deeper_than_a_shape_holds(dialect):
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+def test_literals_deeper_than_the_shape_mixes(dialect):
+    # The literal table's key sums every token's mix; a subject computes the
+    # first FS_SHAPE_MAX_TOKENS (48) of them for the shapes and adds the rest.
+    sep = SEP[dialect]
+    sl, ref = fastsub.Sublist(dialect), R.ReferenceSublist(dialect)
+    words = [f"w{i}" for i in range(70)]
+    filters = [sep.join(words[:n]) for n in (47, 48, 49, 60, 70)]
+    filters.append(sep.join(words[:59] + ["other"]))
+    for i, f in enumerate(filters):
+        both((sl, ref), f, i, "g" if i % 2 else None)
+    subjects = filters + [sep.join(words[:n]) for n in (46, 50, 61, 69)]
+    subjects.append(sep.join(words[:48] + ["x"] + words[49:60]))
+    agree(sl, ref, subjects)
+    agree(fastsub.Sublist.from_bytes(sl.to_bytes()), ref, subjects)
+    for i in range(0, len(filters), 2):
+        sl.remove(filters[i], i)
+        ref.remove(filters[i], i, None)
+    agree(sl, ref, subjects)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
 def test_shape_churn(dialect):
     sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
     sl, ref = fastsub.Sublist(dialect, cache_size=16), R.ReferenceSublist(dialect)
