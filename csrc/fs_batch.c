@@ -148,9 +148,10 @@ static int any_groups(const fs_scratch *sc)
  *     N = 1: 432-450   8: 453-461   16: 442-475   32: 466-487
  *     N = 64: 430-472   128: 461-473
  * -- alike within the machine's noise, even N = 1.  At 100k subscriptions
- * the probes are not what waits: callgrind counts ~1,600 instructions per
- * subject (tokenize ~500, keys and probes of ~8 shapes ~700, emit), so
- * the matcher is bound by instructions, not by misses.  32 stays: it
+ * the probes are not what waits: callgrind counts ~1,200 instructions per
+ * subject (tokenize ~390, keys and bitmaps of ~8 shapes ~330, emit), run
+ * at ~2.5 per cycle; the rest is mispredicted branches (~8 per subject,
+ * mostly the bitmaps' answers), not misses.  32 stays: it
  * keeps the plan (keys, tokens) in L1 and hides misses where the tables
  * do outgrow the caches (millions of subscriptions). */
 #ifndef FS_BLOCK_ROWS

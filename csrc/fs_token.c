@@ -155,15 +155,6 @@ static inline size_t scan(const unsigned char *u, size_t i, size_t len, uint64_t
     return m ? i + first_flagged(m) : len;
 }
 
-/* The common token, found and pushed in one step: it ends -- at the
- * separator sep, or at the end of the string -- within the 8 bytes from
- * its start, and no byte before its end needs a closer look.  Then the
- * word already loaded is its bytes and its hash is one mix.  Returns the
- * token's end, or NOT_QUICK (nothing pushed) for the careful path: a
- * long token, a byte the dialect flags, an empty token where empty_ok is
- * 0 (NATS), or no room left in the span array. */
-#define NOT_QUICK ((size_t)-1)
-
 /* The span array as the tokenizer loop keeps it, in registers: stores
  * into the spans could alias the fs_tokens, which would make the compiler
  * reload t->n and t->tok after each one.  t->n is stored, never read. */
@@ -173,6 +164,15 @@ typedef struct {
 } spans;
 
 static inline spans spans_of(const fs_tokens *t) { return (spans){t->tok, t->n, t->cap}; }
+
+/* The common token, found and pushed in one step: it ends -- at the
+ * separator sep, or at the end of the string -- within the 8 bytes from
+ * its start, and no byte before its end needs a closer look.  Then the
+ * word already loaded is its bytes and its hash is one mix.  Returns the
+ * token's end, or NOT_QUICK (nothing pushed) for the careful path: a
+ * long token, a byte the dialect flags, an empty token where empty_ok is
+ * 0 (NATS), or no room left in the span array. */
+#define NOT_QUICK ((size_t)-1)
 
 FS_ALWAYS_INLINE size_t quick_token(const unsigned char *u, size_t start, size_t len, spans *t,
                                      uint64_t (*flags)(uint64_t), unsigned char sep, int empty_ok)
