@@ -264,9 +264,11 @@ void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n);
 int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const char *s,
                            const fs_span *t, const char *s_end);
 /* Push onto sc->hits the entries matching the subject s (tokens t): the
- * literal table's, then the shape tables' (their keys share the mixes). */
+ * literal table's, then the shape tables' (their keys share the mixes).
+ * first_only: stop at the first (has_interest: entries always hold
+ * subscriptions). */
 int fs_entries_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
-                       fs_scratch *sc);
+                       fs_scratch *sc, int first_only);
 void fs_shapes_free(fs_sublist *sl);
 
 /* Per-token mixes m[0..n) and their prefix sums P[0..n] of a subject. */

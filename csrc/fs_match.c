@@ -16,7 +16,7 @@
 int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
 {
     sc->nhits = 0;
-    if (fs_entries_collect(sl, s, len, &sc->toks, sc) < 0)
+    if (fs_entries_collect(sl, s, len, &sc->toks, sc, 0) < 0)
         return FS_ENOMEM;
     return fs_trie_walk_locked(sl, s, &sc->toks, sc);
 }
@@ -145,35 +145,13 @@ int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
     if (rc < 0)
         return rc;
     fs_rwlock_rdlock(&sl->lock);
-    {
-        /* The literal table, then the shapes one by one, stopping at the
-         * first entry (entries always hold subscriptions), then the trie. */
-        const fs_tokens *t = &sc->toks;
-        const fs_shapes *S = &sl->shapes;
-        const fs_level *lit = &sl->literals;
-        uint32_t k = t->n, need = k < FS_SHAPE_MAX_TOKENS ? k : FS_SHAPE_MAX_TOKENS;
-        uint64_t bits = S->probe[k > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : k];
-        uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
-        int dollar = sl->dialect == FS_MQTT && subject[0] == '$';
-        char sep = fs_sep(sl->dialect);
-        rc = 0;
-        if (bits || lit->count)
-            fs_shape_mixes(t->tok, need, m, P);
-        if (lit->count)
-            rc = fs_literal_find(lit, fs_tokens_key(t->tok, need, k, P[need]), subject, (uint32_t)len,
-                                 subject + len) != NULL;
-        for (; bits && !rc; bits &= bits - 1) {
-            const fs_shape *sh = S->shape[fs_ctz64(bits)];
-            rc = !(dollar && sh->first_wild) &&
-                 fs_shape_probe(sh, fs_shape_subject_key(sh, m, P), sep, subject, t->tok, subject + len);
-        }
-        if (!rc) {
-            sc->nhits = 0;
-            rc = fs_trie_walk_locked(sl, subject, t, sc);
-            if (rc == FS_OK)
-                rc = sc->nhits > 0;
-        }
-    }
+    /* The tables first, stopping at the first entry; the trie only if none. */
+    sc->nhits = 0;
+    rc = fs_entries_collect(sl, subject, len, &sc->toks, sc, 1);
+    if (rc == FS_OK && !sc->nhits)
+        rc = fs_trie_walk_locked(sl, subject, &sc->toks, sc);
+    if (rc == FS_OK)
+        rc = sc->nhits > 0;
     fs_rwlock_rdunlock(&sl->lock);
     if (rc >= 0)
         count_match(sl, 0);

@@ -16,7 +16,7 @@ static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_s
     for (uint32_t i = 0; i < qt->n; i++)
         literal &= qt->tok[i].kind == FS_TOK_LITERAL;
     if (literal)      /* a literal query is a subject: the entries are what it matches */
-        return fs_entries_collect(sl, q, len, qt, sc);
+        return fs_entries_collect(sl, q, len, qt, sc, 0);
     fs_tokens et;
     fs_tokens_init(&et);
     fs_error ignored;

@@ -217,7 +217,7 @@ int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const
 }
 
 int fs_entries_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
-                       fs_scratch *sc)
+                       fs_scratch *sc, int first_only)
 {
     const fs_shapes *S = &sl->shapes;
     const fs_level *lit = &sl->literals;
@@ -232,6 +232,8 @@ int fs_entries_collect(const fs_sublist *sl, const char *s, size_t len, const fs
         const fs_node *e = fs_literal_find(lit, fs_tokens_key(t->tok, need, k, P[need]), s, (uint32_t)len, s + len);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
+        if (e && first_only)
+            return FS_OK;
     }
     int dollar = sl->dialect == FS_MQTT && s[0] == '$';
     char sep = fs_sep(sl->dialect);
@@ -243,6 +245,8 @@ int fs_entries_collect(const fs_sublist *sl, const char *s, size_t len, const fs
         const fs_node *e = fs_shape_probe(sh, fs_shape_subject_key(sh, m, P), sep, s, t->tok, s + len);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
+        if (e && first_only)
+            return FS_OK;
     }
     return FS_OK;
 }

@@ -206,112 +206,149 @@ FS_ALWAYS_INLINE size_t quick_token(const unsigned char *u, size_t start, size_t
     return start + j;
 }
 
-static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
+/* One loop for the three dialects: each token takes the quick path or
+ * the dialect's careful scan, then the dialect's rule for whole-token
+ * wildcards.  The dialect's functions are constants at every call, so
+ * the compiler inlines them, as for scan(). */
+typedef int (*careful_scan)(const unsigned char *u, size_t start, size_t len, int is_filter, size_t *end,
+                            fs_error *err);
+typedef int (*token_kind)(fs_span *sp, const char *s, size_t start, size_t end, size_t len, int is_filter,
+                          fs_error *err);
+
+FS_ALWAYS_INLINE int tokenize_with(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err,
+                                   uint64_t (*flags)(uint64_t), unsigned char sep, int empty_ok,
+                                   careful_scan careful, token_kind kind)
 {
     const unsigned char *u = (const unsigned char *)s;
-    size_t start = 0, i = 0;
+    size_t start = 0, i;
     spans sa = spans_of(t);
     for (;;) {
-        if ((i = quick_token(u, start, len, &sa, nats_flags, '.', 0)) == NOT_QUICK) {
-            i = start;
-            while ((i = scan(u, i, len, nats_flags)) < len) {
-                unsigned char c = u[i];
-                if (!nats_special[c]) { i++; continue; }   /* a control byte NATS allows */
-                if (c == '.') break;
-                if (c == 0) return fail(err, "NUL byte", i);
-                if (c < 0x80) return fail(err, "whitespace", i);
-                /* Bytes from Arrow may be anything; a Python str is always
-                 * UTF-8, so both inputs agree only if this is checked. */
-                size_t n = utf8_seq(u, i, len);
-                if (!n) return fail(err, "invalid UTF-8", i);
-                i += n;
-            }
-            if (i == start) return fail(err, "empty token", i);
+        int rc;
+        if ((i = quick_token(u, start, len, &sa, flags, sep, empty_ok)) == NOT_QUICK) {
+            if ((rc = careful(u, start, len, is_filter, &i, err)) != FS_OK) return rc;
             if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
             sa = spans_of(t);
         }
         t->n = sa.n;
-        fs_span *sp = &sa.tok[sa.n - 1];
-        if (sp->len == 1 && (s[start] == '*' || s[start] == '>')) {
-            if (!is_filter) return fail(err, "wildcard in subject", start);
-            if (s[start] == '>') {
-                if (i != len) return fail(err, "'>' must be the last token", start);
-                sp->kind = FS_TOK_REST;
-            } else {
-                sp->kind = FS_TOK_ONE;
-            }
-        }
+        if ((rc = kind(&sa.tok[sa.n - 1], s, start, i, len, is_filter, err)) != FS_OK) return rc;
         if (i == len) return FS_OK;
-        start = ++i;
+        start = i + 1;
     }
 }
 
-static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
+static inline int nats_careful(const unsigned char *u, size_t start, size_t len, int is_filter, size_t *end,
+                               fs_error *err)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t start = 0, i = 0;
-    spans sa = spans_of(t);
-    for (;;) {
-        if ((i = quick_token(u, start, len, &sa, mqtt_flags, '/', 1)) == NOT_QUICK) {
-            i = start;
-            while ((i = scan(u, i, len, mqtt_flags)) < len) {
-                unsigned char c = u[i];
-                if (c == '/') break;
-                if (c == 0) return fail(err, "NUL character", i);
-                if (c == '+' || c == '#') {
-                    if (!is_filter) return fail(err, "wildcard character in topic", i);
-                    int whole = i == start && (i + 1 == len || u[i + 1] == '/');
-                    if (!whole) return fail(err, c == '+' ? "'+' must be a whole level" : "'#' must be a whole level", i);
-                    if (c == '#' && i + 1 != len) return fail(err, "'#' must be the last level", i);
-                    i++;
-                    continue;
-                }
-                size_t n = utf8_seq(u, i, len);
-                if (!n) return fail(err, "invalid UTF-8", i);
-                i += n;
-            }
-            if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
-            sa = spans_of(t);
-        }
-        t->n = sa.n;
-        fs_span *sp = &sa.tok[sa.n - 1];
-        if (sp->len == 1 && s[start] == '+') sp->kind = FS_TOK_ONE;
-        else if (sp->len == 1 && s[start] == '#') sp->kind = FS_TOK_REST;
-        if (i == len) return FS_OK;
-        start = ++i;
+    (void)is_filter;
+    size_t i = start;
+    while ((i = scan(u, i, len, nats_flags)) < len) {
+        unsigned char c = u[i];
+        if (!nats_special[c]) { i++; continue; }   /* a control byte NATS allows */
+        if (c == '.') break;
+        if (c == 0) return fail(err, "NUL byte", i);
+        if (c < 0x80) return fail(err, "whitespace", i);
+        /* Bytes from Arrow may be anything; a Python str is always
+         * UTF-8, so both inputs agree only if this is checked. */
+        size_t n = utf8_seq(u, i, len);
+        if (!n) return fail(err, "invalid UTF-8", i);
+        i += n;
     }
+    if (i == start) return fail(err, "empty token", i);
+    *end = i;
+    return FS_OK;
+}
+
+static inline int nats_kind(fs_span *sp, const char *s, size_t start, size_t end, size_t len, int is_filter,
+                            fs_error *err)
+{
+    if (sp->len == 1 && (s[start] == '*' || s[start] == '>')) {
+        if (!is_filter) return fail(err, "wildcard in subject", start);
+        if (s[start] == '>') {
+            if (end != len) return fail(err, "'>' must be the last token", start);
+            sp->kind = FS_TOK_REST;
+        } else {
+            sp->kind = FS_TOK_ONE;
+        }
+    }
+    return FS_OK;
+}
+
+static inline int mqtt_careful(const unsigned char *u, size_t start, size_t len, int is_filter, size_t *end,
+                               fs_error *err)
+{
+    size_t i = start;
+    while ((i = scan(u, i, len, mqtt_flags)) < len) {
+        unsigned char c = u[i];
+        if (c == '/') break;
+        if (c == 0) return fail(err, "NUL character", i);
+        if (c == '+' || c == '#') {
+            if (!is_filter) return fail(err, "wildcard character in topic", i);
+            int whole = i == start && (i + 1 == len || u[i + 1] == '/');
+            if (!whole) return fail(err, c == '+' ? "'+' must be a whole level" : "'#' must be a whole level", i);
+            if (c == '#' && i + 1 != len) return fail(err, "'#' must be the last level", i);
+            i++;
+            continue;
+        }
+        size_t n = utf8_seq(u, i, len);
+        if (!n) return fail(err, "invalid UTF-8", i);
+        i += n;
+    }
+    *end = i;
+    return FS_OK;
+}
+
+static inline int mqtt_kind(fs_span *sp, const char *s, size_t start, size_t end, size_t len, int is_filter,
+                            fs_error *err)
+{
+    (void)end, (void)len, (void)is_filter, (void)err;     /* the careful scan checked '+' and '#' */
+    if (sp->len == 1 && s[start] == '+') sp->kind = FS_TOK_ONE;
+    else if (sp->len == 1 && s[start] == '#') sp->kind = FS_TOK_REST;
+    return FS_OK;
 }
 
 /* AMQP: words separated by '.', empty words real; in a binding key a
  * whole word '*' is one word and a whole word '#' zero or more, anywhere.
  * Any byte but '.' may be in a word (NUL too: an AMQP short string is
  * bytes), as long as the key is valid UTF-8.  len 0: zero words. */
+static inline int amqp_careful(const unsigned char *u, size_t start, size_t len, int is_filter, size_t *end,
+                               fs_error *err)
+{
+    (void)is_filter;
+    size_t i = start;
+    while ((i = scan(u, i, len, amqp_flags)) < len) {
+        if (u[i] == '.') break;
+        size_t n = utf8_seq(u, i, len);
+        if (!n) return fail(err, "invalid UTF-8", i);
+        i += n;
+    }
+    *end = i;
+    return FS_OK;
+}
+
+static inline int amqp_kind(fs_span *sp, const char *s, size_t start, size_t end, size_t len, int is_filter,
+                            fs_error *err)
+{
+    (void)end, (void)len, (void)err;
+    if (is_filter && sp->len == 1 && s[start] == '*') sp->kind = FS_TOK_ONE;
+    else if (is_filter && sp->len == 1 && s[start] == '#') sp->kind = FS_TOK_REST;
+    return FS_OK;
+}
+
+static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
+{
+    return tokenize_with(s, len, is_filter, t, err, nats_flags, '.', 0, nats_careful, nats_kind);
+}
+
+static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
+{
+    return tokenize_with(s, len, is_filter, t, err, mqtt_flags, '/', 1, mqtt_careful, mqtt_kind);
+}
+
 static int tokenize_amqp(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t start = 0, i = 0;
     if (len == 0)
         return FS_OK;
-    spans sa = spans_of(t);
-    for (;;) {
-        if ((i = quick_token(u, start, len, &sa, amqp_flags, '.', 1)) == NOT_QUICK) {
-            i = start;
-            while ((i = scan(u, i, len, amqp_flags)) < len) {
-                if (u[i] == '.') break;
-                size_t n = utf8_seq(u, i, len);
-                if (!n) return fail(err, "invalid UTF-8", i);
-                i += n;
-            }
-            if (push(t, (uint32_t)start, (uint32_t)(i - start), s, len)) return FS_ENOMEM;
-            sa = spans_of(t);
-        }
-        t->n = sa.n;
-        fs_span *sp = &sa.tok[sa.n - 1];
-        if (is_filter && sp->len == 1 && s[start] == '*') sp->kind = FS_TOK_ONE;
-        else if (is_filter && sp->len == 1 && s[start] == '#') sp->kind = FS_TOK_REST;
-        if (i == len) return FS_OK;
-        start = ++i;
-    }
+    return tokenize_with(s, len, is_filter, t, err, amqp_flags, '.', 1, amqp_careful, amqp_kind);
 }
 
 int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
