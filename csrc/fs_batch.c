@@ -13,12 +13,6 @@
  * request is seen this often. */
 #define ROWS_PER_LOCK 1024
 
-void fs_idbuf_free(fs_idbuf *b)
-{
-    FS_FREE(b->ids);
-    memset(b, 0, sizeof(*b));
-}
-
 /* Deterministic choice among n members for (row key, group key). */
 static inline size_t pick(uint32_t keyhash, uint32_t group_key, size_t n)
 {
@@ -47,8 +41,7 @@ FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, fs_i
                  : queues == FS_QUEUES_PICK ? r->ngroups : 0;
     if (r->nplain + extra == 0)   /* out->ids may still be NULL: no NULL + 0 */
         return FS_OK;
-    if (out->n + r->nplain + extra > out->cap &&
-        fs_grow(&out->ids, &out->cap, out->n + r->nplain + extra, sizeof(int64_t)) < 0)
+    if (out->n + r->nplain + extra > out->cap && fs_idbuf_reserve(out, out->n + r->nplain + extra) < 0)
         return FS_ENOMEM;
     int64_t *dst = out->ids + out->n;
     size_t ncopy = queues == FS_QUEUES_ALL ? r->nids : r->nplain;
@@ -67,7 +60,7 @@ static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
 {
     if (n == 0)               /* out->ids may still be NULL: no NULL + 0 */
         return FS_OK;
-    if (out->n + n > out->cap && fs_grow(&out->ids, &out->cap, out->n + n, sizeof(int64_t)) < 0)
+    if (out->n + n > out->cap && fs_idbuf_reserve(out, out->n + n) < 0)
         return FS_ENOMEM;
     copy_ids(out->ids + out->n, ids, n);
     out->n += n;
@@ -446,9 +439,8 @@ static void gather_locked(fs_batch_job *job)
     }
     if (rc == FS_OK && total) {
         fs_idbuf *first = &job->parts[0].out;
-        int64_t *ids = total > first->cap ? FS_REALLOC(first->ids, total * sizeof(int64_t)) : first->ids;
-        if (ids) {
-            job->out = (fs_idbuf){ids, total, total > first->cap ? total : first->cap};
+        if (fs_idbuf_reserve(first, total) == FS_OK) {
+            job->out = (fs_idbuf){first->ids, total, first->cap};
             *first = (fs_idbuf){NULL, 0, 0};     /* its ids are in place */
         } else {
             rc = FS_ENOMEM;

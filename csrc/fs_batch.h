@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fs_idbuf.h"
 #include "sublist.h"
 
 enum { FS_STR_PTRS = 0, FS_STR_ARROW = 1 };
@@ -59,13 +60,6 @@ static inline int fs_strings_get(const fs_strings *s, size_t i, const char **p, 
     return 1;
 }
 
-/* A growable id buffer (FS_MALLOC'd; release with fs_idbuf_free). */
-typedef struct {
-    int64_t *ids;
-    size_t n, cap;
-} fs_idbuf;
-
-void fs_idbuf_free(fs_idbuf *b);
 
 /* Match rows [begin, end) of subjects (keys may be NULL), appending ids to
  * out; row_end[i - begin] receives out->n after row i, invalid[i - begin]

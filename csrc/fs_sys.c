@@ -1,13 +1,16 @@
 /* fs_sys.c - the parts of the thread layer (fs_sys.h) that run once per
  * thread, batch or process, so they need not be inline: starting and
- * joining threads, one-time initialisation, thread-specific slots and
- * deadline waits. */
+ * joining threads, one-time initialisation, thread-specific slots,
+ * deadline waits and discardable pages. */
 #include "fs_sys.h"
 
 #ifdef _WIN32
 #include <process.h>
 #else
 #include <errno.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 /* A thread starts in a trampoline that calls the caller's void fn(void *):
@@ -128,5 +131,30 @@ fs_deadline fs_deadline_in(unsigned ms)
 int fs_cond_wait_until(fs_cond *c, fs_mutex *m, const fs_deadline *until)
 {
     return pthread_cond_timedwait(c, m, until) != ETIMEDOUT;
+}
+#endif
+
+#if defined(_WIN32) || !defined(MADV_FREE)
+int fs_pages_discard(void *p, size_t size)
+{
+    (void)p;
+    (void)size;
+    return -1;
+}
+#else
+static size_t page_size;
+static fs_once_flag page_size_once = FS_ONCE_INIT;
+static void read_page_size(void) { page_size = (size_t)sysconf(_SC_PAGESIZE); }
+
+int fs_pages_discard(void *p, size_t size)
+{
+    fs_once(&page_size_once, read_page_size);
+    if (page_size == 0 || (page_size & (page_size - 1)) != 0)
+        return -1;
+    uintptr_t mask = (uintptr_t)page_size - 1;
+    uintptr_t first = ((uintptr_t)p + mask) & ~mask, end = ((uintptr_t)p + size) & ~mask;
+    if (end <= first)                  /* no whole page inside */
+        return 0;
+    return madvise((void *)first, end - first, MADV_FREE) == 0 ? 0 : -1;
 }
 #endif

@@ -1,7 +1,7 @@
 /* fs_sys.h - the C core's one door to the operating system's threads:
  * a reader/writer lock, a mutex with a condition variable, threads,
- * one-time initialisation, thread-specific data with a destructor, and
- * yielding the processor.  POSIX threads everywhere but Windows, Win32
+ * one-time initialisation, thread-specific data with a destructor,
+ * discardable pages and yielding the processor.  POSIX threads everywhere but Windows, Win32
  * there (chosen by _WIN32, so mingw-w64 and MSVC both take the Win32 side
  * and need no pthreads library).  No other csrc/ file names a pthread or
  * Win32 function: porting the core means this header and fs_sys.c.
@@ -186,6 +186,16 @@ static inline int fs_tls_set(fs_tls_key k, void *v) { return pthread_setspecific
 /* 0, or -1 when the system has no slot left.  Never deleted: the slot
  * lives as long as the process (the extension module is never unloaded). */
 int fs_tls_create(fs_tls_key *k, void (FS_TLS_DESTRUCTOR *destructor)(void *));
+
+/* ------------------------------------------------------------ pages */
+
+/* Tell the system that the bytes of [p, p + size) need not be kept: the
+ * whole pages inside the range stay mapped and are taken back only when
+ * memory runs short, so writing them again soon costs no page fault (the
+ * point: fs_idbuf.c keeps released output buffers this way).  Their
+ * contents become undefined.  0, or -1 where the system cannot (Windows
+ * here: the caller then frees the memory instead). */
+int fs_pages_discard(void *p, size_t size);
 
 /* ------------------------------------------------------------ yield */
 

@@ -32,7 +32,8 @@
  *
  * Files, one job each: sublist.c routes the writes (insert, remove, bulk)
  * and owns the index, fs_match.c answers one subject, fs_batch.c the
- * batch pipeline, fs_reverse.c reverse matching; fs_table.c the hash
+ * batch pipeline (fs_idbuf.c its output buffers and the pool that keeps
+ * released big ones), fs_reverse.c reverse matching; fs_table.c the hash
  * tables, fs_shape.c the shapes, fs_trie.c the trie, fs_node.c nodes and
  * their subscriptions, fs_result.c results, fs_cache.c the cache,
  * fs_serial.c the file format, fs_workspace.c per-call working memory,

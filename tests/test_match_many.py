@@ -673,6 +673,59 @@ def test_threads_give_identical_arrays_on_big_batches():
     check_arrow(want2)
 
 
+# --- big outputs: buffers kept by the output pool (csrc/fs_idbuf.h) ---------------
+
+POOL_MIN_BYTES = 4 << 20        # fs_idbuf.h: FS_IDPOOL_MIN_BYTES
+
+
+def _fanout_index():
+    """Subjects matching up to 220 ids each: batches of tens of thousands
+    of rows return several MB, the size whose buffers the pool keeps."""
+    sl = fastsub.Sublist("nats")
+    sl.insert_many(["a.>"] * 150 + ["a.*.c"] * 40 + ["*.b.*"] * 30, list(range(220)),
+                   [None] * 150 + ["g1", "g2"] * 20 + [None] * 30)
+    return sl
+
+
+def test_big_outputs_reuse_released_buffers_and_stay_exact():
+    """Released outputs of 4 MiB or more are kept and written again by
+    later batches, on one thread and several: every batch must still be
+    exactly the rows' ids (a stale id left from an earlier batch, or a row
+    written over another's, shows in the exact comparison)."""
+    fastsub.release_memory()
+    assert fastsub._core._idpool_status() == (0, 0)
+    sl = _fanout_index()
+    kinds = ["a.b.c", "a.x.c", "q.b.z", "a.b", "zz", None, "a..b"]
+    per_kind = {}
+    for s in kinds:
+        one = sl.match_many([s], queues="all")
+        got = one.sub_ids.copy()
+        if s is not None and s != "a..b":
+            assert Counter(got.tolist()) == all_ids(sl.match(s)), s
+        per_kind[s] = got
+    rnd = random.Random(3)
+    kept_any = False
+    for n, threads in [(40000, 1), (40000, 2), (25000, 3), (60000, 2), (3000, 1), (40000, 1), (70000, 4)]:
+        subj = [rnd.choice(kinds) for _ in range(n)]
+        b = sl.match_many(subj, queues="all", threads=threads)
+        lens = np.array([len(per_kind[s]) for s in subj], dtype=np.int64)
+        assert np.array_equal(np.diff(b.offsets), lens), (n, threads)
+        assert np.array_equal(b.sub_ids, np.concatenate([per_kind[s] for s in subj])), (n, threads)
+        big = b.sub_ids.nbytes >= POOL_MIN_BYTES
+        del b
+        gc.collect()
+        kept, nbytes = fastsub._core._idpool_status()
+        if big and sys.platform.startswith("linux"):      # MADV_FREE: the buffer is kept
+            assert kept >= 1 and nbytes >= POOL_MIN_BYTES, (n, threads, kept, nbytes)
+            kept_any = True
+        assert kept <= 4 and nbytes <= 1 << 30
+    assert kept_any or not sys.platform.startswith("linux")
+    kept, nbytes = fastsub._core._idpool_status()
+    assert fastsub.release_memory() == nbytes
+    assert fastsub._core._idpool_status() == (0, 0)
+    assert fastsub.release_memory() == 0
+
+
 # --- determinism across processes and serialization ----------------------------------
 
 DETERMINISM_SCRIPT = r'''

@@ -462,6 +462,26 @@ def test_fault_injection(name, dialect, factory, op, fresh_thread, lenient, racy
     fault_walk(factory, op, fresh_thread=fresh_thread, lenient=lenient, racy=racy)
 
 
+def _fanout(d):
+    sep, one, rest = WILD[d]
+    sl = Sublist(d)
+    sl.insert_many([sep.join(["a", rest])] * 150 + [sep.join(["a", one, "c"])] * 40, list(range(190)),
+                   [None] * 150 + ["g1", "g2"] * 20)
+    return sl
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fault_injection_with_big_outputs(threads):
+    """A walk over match_many returning ~5 MB, the size the output pool
+    keeps (33,000 rows: enough for the threaded path): every allocation
+    failing in turn, with kept buffers taken, grown and put back in between
+    (so the number of allocations varies from attempt to attempt: racy)."""
+    subj = (["a.b.c"] + ["zz"] * 9) * 3300
+    fault_walk(lambda: _fanout("nats"), lambda sl: sl.match_many(subj, queues="all", threads=threads),
+               racy=True)
+    fastsub.release_memory()
+
+
 def _four_children(dialect):
     """An index whose one shape table ("x.*") holds 4 entries in 4 slots:
     one more grows the table to 8."""

@@ -15,6 +15,7 @@ from fastsub._core import (
     Sublist,
     is_valid_filter,
     is_valid_subject,
+    release_memory,
     subject_matches,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "Sublist",
     "is_valid_filter",
     "is_valid_subject",
+    "release_memory",
     "subject_matches",
     "__version__",
 ]

@@ -19,22 +19,21 @@ _QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_
 cdef class _IdBuffer:
     """Owns the int64 id buffer the C core filled; exposes it read-only
     through the buffer protocol so numpy/pyarrow view it in place."""
-    cdef int64_t *ids
-    cdef Py_ssize_t n
+    cdef fs_idbuf buf             # released into fs_idbuf.c's pool, not freed
     cdef Py_ssize_t shape[1]
     cdef Py_ssize_t strides[1]
 
     def __getbuffer__(self, Py_buffer *buf, int flags):
         if flags & PyBUF_WRITABLE:
             raise BufferError("match_many ids are read-only")
-        self.shape[0] = self.n
+        self.shape[0] = <Py_ssize_t>self.buf.n
         self.strides[0] = sizeof(int64_t)
-        if self.ids != NULL:
-            buf.buf = <void *>self.ids
+        if self.buf.ids != NULL:
+            buf.buf = <void *>self.buf.ids
         else:
             buf.buf = <void *>&self.shape[0]     # any valid address for 0 bytes
         buf.obj = self
-        buf.len = self.n * sizeof(int64_t)
+        buf.len = self.shape[0] * sizeof(int64_t)
         buf.readonly = 1
         buf.itemsize = sizeof(int64_t)
         buf.format = NULL
@@ -53,15 +52,13 @@ cdef class _IdBuffer:
         pass
 
     def __dealloc__(self):
-        fs_free(self.ids)
+        fs_idbuf_free(&self.buf)
 
 
 cdef _IdBuffer _take_ids(fs_idbuf *b):
     cdef _IdBuffer out = _IdBuffer.__new__(_IdBuffer)
-    out.ids = b.ids
-    out.n = <Py_ssize_t>b.n
-    b.ids = NULL
-    b.n = b.cap = 0
+    out.buf = b[0]
+    memset(b, 0, sizeof(fs_idbuf))
     return out
 
 
@@ -455,16 +452,10 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
 
 
 cdef int _append_ids(fs_idbuf *dst, fs_idbuf *src) except -1:
-    cdef size_t need = dst.n + src.n
-    cdef size_t cap = dst.cap
-    cdef int64_t *p
-    if need > cap:
-        cap = need
-        p = <int64_t *>fs_realloc(dst.ids, cap * sizeof(int64_t))
-        if p == NULL:
-            raise MemoryError()
-        dst.ids = p
-        dst.cap = cap
+    if src.n == 0:
+        return 0
+    if fs_idbuf_reserve(dst, dst.n + src.n) != FS_OK:
+        raise MemoryError()
     memcpy(dst.ids + dst.n, src.ids, sizeof(int64_t) * src.n)
-    dst.n = need
+    dst.n += src.n
     return 0

@@ -3,7 +3,6 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "fs_alloc.h" nogil:
     void fs_free(void *p)
-    void *fs_realloc(void *p, size_t size)
     void fs_fault_inject(uint64_t nth)
     uint64_t fs_fault_injected()
     uint64_t fs_fault_counted()
@@ -109,6 +108,15 @@ cdef extern from "sublist.h" nogil:
     int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
                            const char *subject, size_t slen, int *which, fs_error *err)
 
+cdef extern from "fs_idbuf.h" nogil:
+    ctypedef struct fs_idbuf:
+        int64_t *ids
+        size_t n, cap
+    int fs_idbuf_reserve(fs_idbuf *b, size_t need)
+    void fs_idbuf_free(fs_idbuf *b)
+    size_t fs_idpool_trim()
+    void fs_idpool_status(size_t *buffers, size_t *bytes)
+
 cdef extern from "fs_batch.h" nogil:
     enum:
         FS_STR_PTRS
@@ -127,12 +135,8 @@ cdef extern from "fs_batch.h" nogil:
         const int64_t *off64
         const uint8_t *validity
         int64_t offset
-    ctypedef struct fs_idbuf:
-        int64_t *ids
-        size_t n, cap
     ctypedef struct fs_batch_job:
         pass
-    void fs_idbuf_free(fs_idbuf *b)
     int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
     int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                       size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,

@@ -1,0 +1,152 @@
+/* fs_idbuf.c - output id buffers and the pool of released big ones (see
+ * fs_idbuf.h). */
+#include "fs_idbuf.h"
+
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_internal.h"
+#include "fs_sys.h"
+
+typedef struct {
+    int64_t *ids;        /* NULL: an empty slot */
+    size_t cap;
+} kept_buffer;
+
+/* The pool is process-wide (a batch's threads and every index share it)
+ * and touched once per buffer growth or release, never per row: a mutex
+ * is plenty. */
+static kept_buffer pool[FS_IDPOOL_SLOTS];
+static size_t pool_bytes;
+static fs_mutex pool_mu;
+static fs_once_flag pool_once = FS_ONCE_INIT;
+static void pool_init(void) { fs_mutex_init(&pool_mu); }
+
+static void pool_lock(void)
+{
+    fs_once(&pool_once, pool_init);
+    fs_mutex_lock(&pool_mu);
+}
+
+/* Take the smallest kept buffer that holds need ids and is at most 8
+ * times want (the growth's next size, so a small output never pins a huge
+ * buffer); {NULL, 0} when none fits. */
+static kept_buffer pool_take(size_t need, size_t want)
+{
+    kept_buffer got = {NULL, 0};
+    pool_lock();
+    int best = -1;
+    for (int i = 0; i < FS_IDPOOL_SLOTS; i++)
+        if (pool[i].ids && pool[i].cap >= need && pool[i].cap / 8 <= want &&
+            (best < 0 || pool[i].cap < pool[best].cap))
+            best = i;
+    if (best >= 0) {
+        got = pool[best];
+        pool[best] = (kept_buffer){NULL, 0};
+        pool_bytes -= got.cap * sizeof(int64_t);
+    }
+    fs_mutex_unlock(&pool_mu);
+    return got;
+}
+
+/* Keep b, evicting smaller buffers to make room; what is not kept (b, or
+ * the evicted) is freed outside the lock. */
+static void pool_put(kept_buffer b)
+{
+    kept_buffer out[FS_IDPOOL_SLOTS + 1];
+    int nout = 0;
+    size_t bytes = b.cap * sizeof(int64_t);
+    pool_lock();
+    for (;;) {
+        int empty = -1, smallest = -1;
+        for (int i = 0; i < FS_IDPOOL_SLOTS; i++) {
+            if (!pool[i].ids)
+                empty = i;
+            else if (smallest < 0 || pool[i].cap < pool[smallest].cap)
+                smallest = i;
+        }
+        if (empty >= 0 && pool_bytes + bytes <= FS_IDPOOL_MAX_BYTES) {
+            pool[empty] = b;
+            pool_bytes += bytes;
+            break;
+        }
+        if (smallest < 0 || pool[smallest].cap >= b.cap) {  /* b is the smallest: drop it */
+            out[nout++] = b;
+            break;
+        }
+        out[nout++] = pool[smallest];
+        pool_bytes -= pool[smallest].cap * sizeof(int64_t);
+        pool[smallest] = (kept_buffer){NULL, 0};
+    }
+    fs_mutex_unlock(&pool_mu);
+    for (int i = 0; i < nout; i++)
+        FS_FREE(out[i].ids);
+}
+
+int fs_idbuf_reserve(fs_idbuf *b, size_t need)
+{
+    if (need <= b->cap)
+        return FS_OK;
+    if (need > SIZE_MAX / (2 * sizeof(int64_t)))
+        return FS_ENOMEM;
+    size_t want = b->cap * 2 > need ? b->cap * 2 : need;
+    if (want < 64)
+        want = 64;
+    if (want * sizeof(int64_t) >= FS_IDPOOL_MIN_BYTES / 8) {
+        kept_buffer k = pool_take(need, want);
+        if (k.ids) {
+            if (b->n)
+                memcpy(k.ids, b->ids, b->n * sizeof(int64_t));
+            fs_idbuf old = *b;
+            *b = (fs_idbuf){k.ids, old.n, k.cap};
+            fs_idbuf_free(&old);
+            return FS_OK;
+        }
+    }
+    int64_t *p = FS_REALLOC(b->ids, want * sizeof(int64_t));
+    if (!p)
+        return FS_ENOMEM;
+    b->ids = p;
+    b->cap = want;
+    return FS_OK;
+}
+
+void fs_idbuf_free(fs_idbuf *b)
+{
+    kept_buffer k = {b->ids, b->cap};
+    memset(b, 0, sizeof(*b));
+    if (!k.ids)
+        return;
+    if (k.cap * sizeof(int64_t) < FS_IDPOOL_MIN_BYTES || k.cap * sizeof(int64_t) > FS_IDPOOL_MAX_BYTES ||
+        fs_pages_discard(k.ids, k.cap * sizeof(int64_t)) != 0) {
+        FS_FREE(k.ids);
+        return;
+    }
+    pool_put(k);
+}
+
+size_t fs_idpool_trim(void)
+{
+    kept_buffer out[FS_IDPOOL_SLOTS];
+    size_t bytes;
+    pool_lock();
+    memcpy(out, pool, sizeof(pool));
+    memset(pool, 0, sizeof(pool));
+    bytes = pool_bytes;
+    pool_bytes = 0;
+    fs_mutex_unlock(&pool_mu);
+    for (int i = 0; i < FS_IDPOOL_SLOTS; i++)
+        FS_FREE(out[i].ids);
+    return bytes;
+}
+
+void fs_idpool_status(size_t *buffers, size_t *bytes)
+{
+    size_t n = 0;
+    pool_lock();
+    for (int i = 0; i < FS_IDPOOL_SLOTS; i++)
+        n += pool[i].ids != NULL;
+    *bytes = pool_bytes;
+    fs_mutex_unlock(&pool_mu);
+    *buffers = n;
+}
