@@ -13,7 +13,7 @@ static _Atomic uint64_t fail_at;   /* 0: injection off; else the attempt number 
 static _Atomic uint64_t attempts;  /* allocation attempts since fs_fault_inject() */
 static _Atomic uint64_t injected;  /* failures injected since fs_fault_inject() */
 
-static int should_fail(void)
+int fs_alloc_should_fail(void)
 {
     uint64_t at = atomic_load_explicit(&fail_at, memory_order_relaxed);
     if (FS_LIKELY(at == 0))
@@ -27,14 +27,14 @@ static int should_fail(void)
 
 void *fs_malloc(size_t size)
 {
-    if (should_fail())
+    if (fs_alloc_should_fail())
         return NULL;
     return malloc(size ? size : 1);
 }
 
 void *fs_realloc(void *ptr, size_t size)
 {
-    if (should_fail())
+    if (fs_alloc_should_fail())
         return NULL;
     return realloc(ptr, size ? size : 1);
 }

@@ -18,6 +18,11 @@ void *fs_malloc(size_t size);
 void *fs_realloc(void *ptr, size_t size);
 void fs_free(void *ptr);
 
+/* 1 when fault injection fails this allocation attempt.  For allocators
+ * built on these (fs_slab.c): each of their allocations counts as an
+ * attempt, as if it were a malloc, so a walk still reaches them. */
+int fs_alloc_should_fail(void);
+
 #define FS_MALLOC(size) fs_malloc(size)
 #define FS_REALLOC(ptr, size) fs_realloc((ptr), (size))
 #define FS_FREE(ptr) fs_free(ptr)

@@ -12,6 +12,7 @@
 #include "fs_cache.h"
 #include "fs_bits.h"
 #include "fs_shape.h"
+#include "fs_slab.h"
 #include "fs_sys.h"
 #include "sublist.h"
 
@@ -140,6 +141,7 @@ struct fs_sublist {
                            * with a bitmap of its keys */
     fs_shapes shapes;     /* filters with wildcards, by shape (fs_shape.c) */
     fs_cache *cache;      /* CLOCK cache of match results; NULL when disabled */
+    fs_slab slab;         /* the blocks of every node and table entry */
     uint64_t count;       /* subscriptions */
     uint64_t nodes;
     uint64_t mem;         /* bytes allocated for the index */
@@ -183,6 +185,8 @@ void fs_level_del(fs_level *L, const fs_node *n);
 fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp);
 fs_node *fs_entry_new(fs_sublist *sl, const char *tok, const fs_span *sp);
 void fs_node_free(fs_sublist *sl, fs_node *n);
+/* Give back n's own block only (freeing a whole index: nothing counted). */
+void fs_node_block_free(fs_sublist *sl, fs_node *n);
 void fs_prune(fs_sublist *sl, fs_node *n);
 int fs_node_add_sub(fs_sublist *sl, fs_node *n, int64_t id);
 int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id);

@@ -74,9 +74,11 @@ static size_t node_bytes(int linked, uint32_t toklen)
 static fs_node *node_alloc(fs_sublist *sl, int linked, fs_node *parent, const char *tok,
                            const fs_span *sp)
 {
-    char *block = fs_sl_alloc(sl, node_bytes(linked, sp->len));
+    size_t bytes = node_bytes(linked, sp->len);
+    char *block = fs_slab_alloc(&sl->slab, bytes);
     if (!block)
         return NULL;
+    sl->mem += bytes;
     fs_node *n = (fs_node *)(block + (linked ? sizeof(fs_link) : 0));
     memset(block, 0, (size_t)((char *)n - block) + sizeof(fs_node));
     if (linked)
@@ -120,8 +122,14 @@ void fs_node_free(fs_sublist *sl, fs_node *n)
         fs_sl_free(sl, fs_next(n)->slots, sizeof(fs_slot) * fs_next(n)->cap);
         fs_sl_free(sl, fs_next(n), sizeof(fs_level));
     }
-    fs_sl_free(sl, n->linked ? (void *)fs_link_of(n) : (void *)n, node_bytes(n->linked, n->toklen));
+    sl->mem -= node_bytes(n->linked, n->toklen);
+    fs_node_block_free(sl, n);
     sl->nodes--;
+}
+
+void fs_node_block_free(fs_sublist *sl, fs_node *n)
+{
+    fs_slab_free(&sl->slab, n->linked ? (void *)fs_link_of(n) : (void *)n, node_bytes(n->linked, n->toklen));
 }
 
 /* Remove empty nodes from n upwards (never the root); a literal-table

@@ -427,7 +427,7 @@ void fs_trie_free(fs_sublist *sl)
             FS_FREE(fs_node_group(n, i)->ids);
         }
         FS_FREE(n->groups);
-        FS_FREE(fs_link_of(n));      /* every trie node is linked */
+        fs_node_block_free(sl, n);
         n = parent;
     }
     sl->root = NULL;

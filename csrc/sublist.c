@@ -31,7 +31,7 @@ fs_sublist *fs_sublist_new(fs_dialect d)
     }
     sl->nodes = 0;  /* the root is not counted */
     if (fs_rwlock_init(&sl->lock) != 0) {
-        FS_FREE(fs_link_of(sl->root));
+        fs_slab_destroy(&sl->slab);
         FS_FREE(sl);
         return NULL;
     }
@@ -49,6 +49,7 @@ void fs_sublist_free(fs_sublist *sl)
             fs_node_free(sl, sl->literals.slots[i].node);
     FS_FREE(sl->literals.slots);
     fs_shapes_free(sl);
+    fs_slab_destroy(&sl->slab);
     fs_cache_free(sl->cache);
     fs_rwlock_destroy(&sl->lock);
     FS_FREE(sl);
