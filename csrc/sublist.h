@@ -35,7 +35,7 @@
  * batch pipeline (fs_idbuf.c its output buffers and the pool that keeps
  * released big ones), fs_reverse.c reverse matching; fs_table.c the hash
  * tables, fs_shape.c the shapes, fs_trie.c the trie, fs_node.c nodes and
- * their subscriptions, fs_result.c results, fs_cache.c the cache,
+ * their subscriptions (fs_slab.c the blocks they are carved from), fs_result.c results, fs_cache.c the cache,
  * fs_serial.c the file format, fs_workspace.c per-call working memory,
  * fs_token.c tokens, validation and one filter against one subject;
  * fs_sys.c threads and locks (POSIX or Windows), fs_bits.h the compiler
