@@ -509,6 +509,7 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
     fs_mutex_init(&job->mu);
     fs_cond_init(&job->done);
     job->nparts = nthreads;
+    fs_idbuf_start_kept(&job->parts[0].out);     /* the first part's buffer becomes the output */
     for (unsigned t = 0; t < nthreads; t++) {
         batch_part *p = &job->parts[t];
         p->job = job;

@@ -49,6 +49,24 @@ static kept_buffer pool_take(size_t need, size_t want)
     return got;
 }
 
+/* Take the largest kept buffer; {NULL, 0} when there is none. */
+static kept_buffer pool_take_largest(void)
+{
+    kept_buffer got = {NULL, 0};
+    pool_lock();
+    int best = -1;
+    for (int i = 0; i < FS_IDPOOL_SLOTS; i++)
+        if (pool[i].ids && (best < 0 || pool[i].cap > pool[best].cap))
+            best = i;
+    if (best >= 0) {
+        got = pool[best];
+        pool[best] = (kept_buffer){NULL, 0};
+        pool_bytes -= got.cap * sizeof(int64_t);
+    }
+    fs_mutex_unlock(&pool_mu);
+    return got;
+}
+
 /* Keep b, evicting smaller buffers to make room; what is not kept (b, or
  * the evicted) is freed outside the lock. */
 static void pool_put(kept_buffer b)
@@ -111,18 +129,52 @@ int fs_idbuf_reserve(fs_idbuf *b, size_t need)
     return FS_OK;
 }
 
+/* Bytes past the ids that may have been written too: dedupe shortens a
+ * row after writing it (one row's ids at most), and the page holding the
+ * last id must be covered whatever the page size. */
+#define WRITTEN_SLACK ((size_t)64 << 10)
+
 void fs_idbuf_free(fs_idbuf *b)
 {
     kept_buffer k = {b->ids, b->cap};
+    size_t bytes = k.cap * sizeof(int64_t);
+    /* Ids are only ever written from the start up: the pages past them are
+     * untouched since the buffer was last kept (still discardable) or
+     * never touched, so only the written part is discarded -- a barely used
+     * big buffer goes back in one short system call, not a walk over it. */
+    size_t written = b->n * sizeof(int64_t) + WRITTEN_SLACK;
     memset(b, 0, sizeof(*b));
     if (!k.ids)
         return;
-    if (k.cap * sizeof(int64_t) < FS_IDPOOL_MIN_BYTES || k.cap * sizeof(int64_t) > FS_IDPOOL_MAX_BYTES ||
-        fs_pages_discard(k.ids, k.cap * sizeof(int64_t)) != 0) {
+    if (bytes < FS_IDPOOL_MIN_BYTES || bytes > FS_IDPOOL_MAX_BYTES ||
+        fs_pages_discard(k.ids, written < bytes ? written : bytes) != 0) {
         FS_FREE(k.ids);
         return;
     }
     pool_put(k);
+}
+
+void fs_idbuf_start_kept(fs_idbuf *b)
+{
+    if (b->ids)
+        return;
+    kept_buffer k = pool_take_largest();
+    *b = (fs_idbuf){k.ids, 0, k.cap};
+}
+
+int fs_idbuf_fit(fs_idbuf *b)
+{
+    if (b->cap * sizeof(int64_t) < FS_IDPOOL_MIN_BYTES || b->n >= b->cap / 8)
+        return FS_OK;
+    int64_t *small = FS_MALLOC((b->n ? b->n : 1) * sizeof(int64_t));
+    if (!small)
+        return FS_ENOMEM;
+    if (b->n)
+        memcpy(small, b->ids, b->n * sizeof(int64_t));
+    fs_idbuf big = *b;
+    *b = (fs_idbuf){small, big.n, big.n ? big.n : 1};
+    fs_idbuf_free(&big);
+    return FS_OK;
 }
 
 size_t fs_idpool_trim(void)

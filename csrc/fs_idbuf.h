@@ -10,8 +10,10 @@
  * them.  Now a released buffer of FS_IDPOOL_MIN_BYTES or more is kept:
  * its pages are marked discardable (fs_pages_discard: the system takes
  * them back only when memory runs short, so an idle process does not
- * hold them against anyone), and a buffer growing past 1/8 of a kept
- * one's size moves into it.  At most FS_IDPOOL_SLOTS buffers and
+ * hold them against anyone).  A batch's output starts in the largest kept
+ * buffer (fs_idbuf_start_kept) and is moved out of it at the end if it
+ * used little of it (fs_idbuf_fit); any other buffer growing past 1/8 of
+ * a kept one's size moves into it.  At most FS_IDPOOL_SLOTS buffers and
  * FS_IDPOOL_MAX_BYTES in all are kept; fs_idpool_trim gives them all back.
  * Where pages cannot be marked discardable (Windows), nothing is kept.
  *
@@ -39,6 +41,17 @@ typedef struct {
 int fs_idbuf_reserve(fs_idbuf *b, size_t need);
 /* Release b's buffer (into the pool or to malloc) and empty b. */
 void fs_idbuf_free(fs_idbuf *b);
+
+/* Start an empty b in the largest kept buffer, if there is one: a batch's
+ * output usually ends near the size of the last batch's, and starting
+ * there saves growing through the smaller ones -- or, on threads, the
+ * output landing in a smaller buffer than a helper's and being grown into
+ * fresh pages.  Allocates nothing. */
+void fs_idbuf_start_kept(fs_idbuf *b);
+/* When b is done and uses under 1/8 of a big buffer, move its ids to a
+ * buffer of their size and keep the big one for the next batch (so a small
+ * result never pins a big buffer).  FS_OK, or FS_ENOMEM with b unchanged. */
+int fs_idbuf_fit(fs_idbuf *b);
 
 /* Give every kept buffer back to malloc; returns how many bytes. */
 size_t fs_idpool_trim(void);

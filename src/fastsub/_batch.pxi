@@ -12,6 +12,10 @@ from libc.string cimport memcpy
 
 # Rows matched per GIL release on one thread (Ctrl-C is checked between).
 DEF ROWS_PER_CHUNK = 16384
+# A batch of at least this many rows starts its output in the largest
+# buffer the output pool keeps (csrc/fs_idbuf.h); smaller ones never touch
+# the pool, so a loop of tiny batches pays nothing for it.
+DEF KEPT_BUFFER_ROWS = 4096
 
 _QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_NONE}
 
@@ -400,6 +404,8 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                 kcol = _segments(_slice_keys(keys, seg_base, seg_n), "keys", seg_base)[0][1]
                 kp = &kcol.s
             if nthreads == 1 or seg_n < 2 * ROWS_PER_CHUNK:
+                if ids.ids == NULL and n >= KEPT_BUFFER_ROWS:
+                    fs_idbuf_start_kept(&ids)
                 begin = 0
                 while begin < seg_n:
                     end = min(begin + ROWS_PER_CHUNK, seg_n)
@@ -441,6 +447,8 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                 _append_ids(&ids, &part)
                 for k in range(seg_n):
                     off_view[base + k + 1] += shift
+        if fs_idbuf_fit(&ids) != FS_OK:
+            raise MemoryError()
         result = <BatchResult>BatchResult.__new__(BatchResult)
         result.offsets = offsets
         result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)

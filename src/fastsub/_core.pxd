@@ -114,6 +114,8 @@ cdef extern from "fs_idbuf.h" nogil:
         size_t n, cap
     int fs_idbuf_reserve(fs_idbuf *b, size_t need)
     void fs_idbuf_free(fs_idbuf *b)
+    void fs_idbuf_start_kept(fs_idbuf *b)
+    int fs_idbuf_fit(fs_idbuf *b)
     size_t fs_idpool_trim()
     void fs_idpool_status(size_t *buffers, size_t *bytes)
 
