@@ -20,7 +20,26 @@ static kept_buffer pool[FS_IDPOOL_SLOTS];
 static size_t pool_bytes;
 static fs_mutex pool_mu;
 static fs_once_flag pool_once = FS_ONCE_INIT;
-static void pool_init(void) { fs_mutex_init(&pool_mu); }
+static int pool_usable = 1;     /* 0 when the fork handlers could not be registered */
+
+/* Around fork(): hold the lock so that no other thread is inside it when
+ * the process is copied, then release it on both sides. */
+static void pool_fork_prepare(void) { fs_mutex_lock(&pool_mu); }
+static void pool_fork_after(void) { fs_mutex_unlock(&pool_mu); }
+
+static void pool_init(void)
+{
+    fs_mutex_init(&pool_mu);
+    if (fs_atfork(pool_fork_prepare, pool_fork_after, pool_fork_after) != 0)
+        pool_usable = 0;      /* unsafe across fork: keep nothing */
+}
+
+/* 1 when buffers may be kept (and the lock is initialised). */
+static int pool_on(void)
+{
+    fs_once(&pool_once, pool_init);
+    return pool_usable;
+}
 
 static void pool_lock(void)
 {
@@ -146,7 +165,7 @@ void fs_idbuf_free(fs_idbuf *b)
     memset(b, 0, sizeof(*b));
     if (!k.ids)
         return;
-    if (bytes < FS_IDPOOL_MIN_BYTES || bytes > FS_IDPOOL_MAX_BYTES ||
+    if (bytes < FS_IDPOOL_MIN_BYTES || bytes > FS_IDPOOL_MAX_BYTES || !pool_on() ||
         fs_pages_discard(k.ids, written < bytes ? written : bytes) != 0) {
         FS_FREE(k.ids);
         return;
@@ -201,4 +220,21 @@ void fs_idpool_status(size_t *buffers, size_t *bytes)
     *bytes = pool_bytes;
     fs_mutex_unlock(&pool_mu);
     *buffers = n;
+}
+
+void fs_idpool_hold_for_test(unsigned ms)
+{
+    fs_mutex m;
+    fs_cond c;
+    fs_mutex_init(&m);
+    fs_cond_init(&c);
+    pool_lock();
+    fs_deadline until = fs_deadline_in(ms);
+    fs_mutex_lock(&m);
+    while (fs_cond_wait_until(&c, &m, &until))      /* nobody signals c: wait out the deadline */
+        ;
+    fs_mutex_unlock(&m);
+    fs_mutex_unlock(&pool_mu);
+    fs_cond_destroy(&c);
+    fs_mutex_destroy(&m);
 }

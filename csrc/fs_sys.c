@@ -1,7 +1,7 @@
 /* fs_sys.c - the parts of the thread layer (fs_sys.h) that run once per
  * thread, batch or process, so they need not be inline: starting and
  * joining threads, one-time initialisation, thread-specific slots,
- * deadline waits and discardable pages. */
+ * deadline waits, fork handlers and discardable pages. */
 #include "fs_sys.h"
 
 #ifdef _WIN32
@@ -131,6 +131,21 @@ fs_deadline fs_deadline_in(unsigned ms)
 int fs_cond_wait_until(fs_cond *c, fs_mutex *m, const fs_deadline *until)
 {
     return pthread_cond_timedwait(c, m, until) != ETIMEDOUT;
+}
+#endif
+
+#ifdef _WIN32
+int fs_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+{
+    (void)prepare;
+    (void)parent;
+    (void)child;
+    return 0;
+}
+#else
+int fs_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+{
+    return pthread_atfork(prepare, parent, child) == 0 ? 0 : -1;
 }
 #endif
 

@@ -1,7 +1,7 @@
 /* fs_sys.h - the C core's one door to the operating system's threads:
  * a reader/writer lock, a mutex with a condition variable, threads,
  * one-time initialisation, thread-specific data with a destructor,
- * discardable pages and yielding the processor.  POSIX threads everywhere but Windows, Win32
+ * fork handlers, discardable pages and yielding the processor.  POSIX threads everywhere but Windows, Win32
  * there (chosen by _WIN32, so mingw-w64 and MSVC both take the Win32 side
  * and need no pthreads library).  No other csrc/ file names a pthread or
  * Win32 function: porting the core means this header and fs_sys.c.
@@ -186,6 +186,15 @@ static inline int fs_tls_set(fs_tls_key k, void *v) { return pthread_setspecific
 /* 0, or -1 when the system has no slot left.  Never deleted: the slot
  * lives as long as the process (the extension module is never unloaded). */
 int fs_tls_create(fs_tls_key *k, void (FS_TLS_DESTRUCTOR *destructor)(void *));
+
+/* ------------------------------------------------------------- fork */
+
+/* Run prepare before a fork() and parent / child after it, in the process
+ * named (pthread_atfork): a process-wide lock must not be copied into a
+ * child while another thread holds it, or the child waits for it forever.
+ * 0, or -1 when the handlers cannot be registered.  Windows has no fork:
+ * nothing to do. */
+int fs_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 
 /* ------------------------------------------------------------ pages */
 

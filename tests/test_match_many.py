@@ -735,6 +735,43 @@ def test_big_outputs_reuse_released_buffers_and_stay_exact():
     assert fastsub.release_memory() == 0
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_fork_while_another_thread_holds_the_output_pool():
+    """The output pool is process-wide and locked: a fork() while another
+    thread holds the lock must wait for it (fs_idbuf.c registers fork
+    handlers), not copy it held into the child, which would then hang at
+    its first big batch.  A thread holds the lock for 0.5 s (the GIL
+    released); the main thread forks meanwhile; the child must match a
+    big batch exactly, within the deadline."""
+    import threading
+    import time
+    import warnings
+    sl = _fanout_index()
+    subj = (["a.b.c"] + ["zz"] * 4) * 2000            # 10,000 rows: the pool is used
+    want = sl.match_many(subj, queues="all").sub_ids.copy()
+    holder = threading.Thread(target=fastsub._core._idpool_hold, args=(500,))
+    holder.start()
+    time.sleep(0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # 3.12+: fork() with threads
+        pid = os.fork()
+        if pid == 0:                                           # the child
+            ok = np.array_equal(sl.match_many(subj, queues="all").sub_ids, want)
+            os._exit(0 if ok else 1)
+    holder.join()
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung: the output pool's lock was copied held")
+        time.sleep(0.05)
+
+
 # --- determinism across processes and serialization ----------------------------------
 
 DETERMINISM_SCRIPT = r'''

@@ -118,6 +118,7 @@ cdef extern from "fs_idbuf.h" nogil:
     int fs_idbuf_fit(fs_idbuf *b)
     size_t fs_idpool_trim()
     void fs_idpool_status(size_t *buffers, size_t *bytes)
+    void fs_idpool_hold_for_test(unsigned ms)
 
 cdef extern from "fs_batch.h" nogil:
     enum:

@@ -594,3 +594,11 @@ def _idpool_status():
     cdef size_t buffers, nbytes
     fs_idpool_status(&buffers, &nbytes)
     return (buffers, nbytes)
+
+
+def _idpool_hold(ms):
+    """Testing hook: hold the output pool's lock for ms milliseconds, the
+    GIL released (the fork test forks meanwhile)."""
+    cdef unsigned t = ms
+    with nogil:
+        fs_idpool_hold_for_test(t)
