@@ -385,6 +385,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
     for (size_t k = 0; k < BLOCK_ROWS; k++)
         fs_tokens_free(&b->toks[k]);
     FS_FREE(b);
+    set.n = set.cap;            /* a hash set: any of its slots may be written */
     fs_idbuf_free(&set);
     fs_count_matches(sl, matched, fanout, fanout_max);
     fs_workspace_release(w, &spare);

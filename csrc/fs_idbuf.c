@@ -185,13 +185,16 @@ int fs_idbuf_fit(fs_idbuf *b)
 {
     if (b->cap * sizeof(int64_t) < FS_IDPOOL_MIN_BYTES || b->n >= b->cap / 8)
         return FS_OK;
-    int64_t *small = FS_MALLOC((b->n ? b->n : 1) * sizeof(int64_t));
+    if (b->n == 0) {                 /* no ids: no buffer (a NULL one is valid) */
+        fs_idbuf_free(b);
+        return FS_OK;
+    }
+    int64_t *small = FS_MALLOC(b->n * sizeof(int64_t));
     if (!small)
         return FS_ENOMEM;
-    if (b->n)
-        memcpy(small, b->ids, b->n * sizeof(int64_t));
+    memcpy(small, b->ids, b->n * sizeof(int64_t));
     fs_idbuf big = *b;
-    *b = (fs_idbuf){small, big.n, big.n ? big.n : 1};
+    *b = (fs_idbuf){small, big.n, big.n};
     fs_idbuf_free(&big);
     return FS_OK;
 }

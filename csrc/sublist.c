@@ -26,6 +26,7 @@ fs_sublist *fs_sublist_new(fs_dialect d)
     static const fs_span root_span = {0, 0, 0, FS_TOK_LITERAL};
     sl->root = fs_node_new(sl, NULL, "", &root_span);
     if (!sl->root) {
+        fs_slab_destroy(&sl->slab);
         FS_FREE(sl);
         return NULL;
     }
