@@ -41,7 +41,7 @@ FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, fs_i
                  : queues == FS_QUEUES_PICK ? r->ngroups : 0;
     if (r->nplain + extra == 0)   /* out->ids may still be NULL: no NULL + 0 */
         return FS_OK;
-    if (out->n + r->nplain + extra > out->cap && fs_idbuf_reserve(out, out->n + r->nplain + extra) < 0)
+    if (fs_idbuf_room(out, r->nplain + extra) < 0)
         return FS_ENOMEM;
     int64_t *dst = out->ids + out->n;
     size_t ncopy = queues == FS_QUEUES_ALL ? r->nids : r->nplain;
@@ -60,7 +60,7 @@ static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
 {
     if (n == 0)               /* out->ids may still be NULL: no NULL + 0 */
         return FS_OK;
-    if (out->n + n > out->cap && fs_idbuf_reserve(out, out->n + n) < 0)
+    if (fs_idbuf_room(out, n) < 0)
         return FS_ENOMEM;
     copy_ids(out->ids + out->n, ids, n);
     out->n += n;

@@ -47,36 +47,20 @@ static void pool_lock(void)
     fs_mutex_lock(&pool_mu);
 }
 
-/* Take the smallest kept buffer that holds need ids and is at most 8
- * times want (the growth's next size, so a small output never pins a huge
- * buffer); {NULL, 0} when none fits. */
-static kept_buffer pool_take(size_t need, size_t want)
+/* Take a kept buffer: the largest (largest = 1), or the smallest that
+ * holds need ids and is at most 8 times want (the growth's next size, so a
+ * small output never pins a huge buffer).  {NULL, 0} when none fits. */
+static kept_buffer pool_take(size_t need, size_t want, int largest)
 {
     kept_buffer got = {NULL, 0};
     pool_lock();
     int best = -1;
-    for (int i = 0; i < FS_IDPOOL_SLOTS; i++)
-        if (pool[i].ids && pool[i].cap >= need && pool[i].cap / 8 <= want &&
-            (best < 0 || pool[i].cap < pool[best].cap))
+    for (int i = 0; i < FS_IDPOOL_SLOTS; i++) {
+        if (!pool[i].ids || (!largest && (pool[i].cap < need || pool[i].cap / 8 > want)))
+            continue;
+        if (best < 0 || (largest ? pool[i].cap > pool[best].cap : pool[i].cap < pool[best].cap))
             best = i;
-    if (best >= 0) {
-        got = pool[best];
-        pool[best] = (kept_buffer){NULL, 0};
-        pool_bytes -= got.cap * sizeof(int64_t);
     }
-    fs_mutex_unlock(&pool_mu);
-    return got;
-}
-
-/* Take the largest kept buffer; {NULL, 0} when there is none. */
-static kept_buffer pool_take_largest(void)
-{
-    kept_buffer got = {NULL, 0};
-    pool_lock();
-    int best = -1;
-    for (int i = 0; i < FS_IDPOOL_SLOTS; i++)
-        if (pool[i].ids && (best < 0 || pool[i].cap > pool[best].cap))
-            best = i;
     if (best >= 0) {
         got = pool[best];
         pool[best] = (kept_buffer){NULL, 0};
@@ -120,6 +104,17 @@ static void pool_put(kept_buffer b)
         FS_FREE(out[i].ids);
 }
 
+/* Move b's ids into the buffer ids (cap of them, holding b->n) and
+ * release b's old buffer. */
+static void move_ids(fs_idbuf *b, int64_t *ids, size_t cap)
+{
+    if (b->n)
+        memcpy(ids, b->ids, b->n * sizeof(int64_t));
+    fs_idbuf old = *b;
+    *b = (fs_idbuf){ids, old.n, cap};
+    fs_idbuf_free(&old);
+}
+
 int fs_idbuf_reserve(fs_idbuf *b, size_t need)
 {
     if (need <= b->cap)
@@ -130,13 +125,9 @@ int fs_idbuf_reserve(fs_idbuf *b, size_t need)
     if (want < 64)
         want = 64;
     if (want * sizeof(int64_t) >= FS_IDPOOL_MIN_BYTES / 8) {
-        kept_buffer k = pool_take(need, want);
+        kept_buffer k = pool_take(need, want, 0);
         if (k.ids) {
-            if (b->n)
-                memcpy(k.ids, b->ids, b->n * sizeof(int64_t));
-            fs_idbuf old = *b;
-            *b = (fs_idbuf){k.ids, old.n, k.cap};
-            fs_idbuf_free(&old);
+            move_ids(b, k.ids, k.cap);
             return FS_OK;
         }
     }
@@ -177,7 +168,7 @@ void fs_idbuf_start_kept(fs_idbuf *b)
 {
     if (b->ids)
         return;
-    kept_buffer k = pool_take_largest();
+    kept_buffer k = pool_take(0, 0, 1);
     *b = (fs_idbuf){k.ids, 0, k.cap};
 }
 
@@ -192,10 +183,7 @@ int fs_idbuf_fit(fs_idbuf *b)
     int64_t *small = FS_MALLOC(b->n * sizeof(int64_t));
     if (!small)
         return FS_ENOMEM;
-    memcpy(small, b->ids, b->n * sizeof(int64_t));
-    fs_idbuf big = *b;
-    *b = (fs_idbuf){small, big.n, big.n};
-    fs_idbuf_free(&big);
+    move_ids(b, small, b->n);
     return FS_OK;
 }
 

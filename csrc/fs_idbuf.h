@@ -39,6 +39,14 @@ typedef struct {
 /* Make room for need ids in all (cap >= need; the contents are kept).
  * FS_OK, or FS_ENOMEM with b unchanged. */
 int fs_idbuf_reserve(fs_idbuf *b, size_t need);
+/* Room for more ids after b's: 0 (FS_OK) or FS_ENOMEM, as
+ * fs_idbuf_reserve.  The check is inline (the batch's emit path runs it
+ * per row), the growth out of line. */
+static inline int fs_idbuf_room(fs_idbuf *b, size_t more)
+{
+    return b->n + more <= b->cap ? 0 : fs_idbuf_reserve(b, b->n + more);
+}
+
 /* Release b's buffer (into the pool or to malloc) and empty b. */
 void fs_idbuf_free(fs_idbuf *b);
 

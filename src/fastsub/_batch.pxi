@@ -462,7 +462,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
 cdef int _append_ids(fs_idbuf *dst, fs_idbuf *src) except -1:
     if src.n == 0:
         return 0
-    if fs_idbuf_reserve(dst, dst.n + src.n) != FS_OK:
+    if fs_idbuf_room(dst, src.n) != FS_OK:
         raise MemoryError()
     memcpy(dst.ids + dst.n, src.ids, sizeof(int64_t) * src.n)
     dst.n += src.n

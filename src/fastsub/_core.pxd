@@ -112,7 +112,7 @@ cdef extern from "fs_idbuf.h" nogil:
     ctypedef struct fs_idbuf:
         int64_t *ids
         size_t n, cap
-    int fs_idbuf_reserve(fs_idbuf *b, size_t need)
+    int fs_idbuf_room(fs_idbuf *b, size_t more)
     void fs_idbuf_free(fs_idbuf *b)
     void fs_idbuf_start_kept(fs_idbuf *b)
     int fs_idbuf_fit(fs_idbuf *b)
