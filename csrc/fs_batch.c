@@ -157,7 +157,6 @@ enum { ROW_NULL = 0, ROW_INVALID = 1, ROW_OK = 2 };
 typedef struct {
     const char *s;
     size_t len;
-    uint32_t hash;                          /* the whole subject's: the cache's key */
     int state;
     int literal;                            /* 1: probe the literal table */
     uint64_t literal_key;
@@ -168,7 +167,24 @@ typedef struct {
 typedef struct {
     row_plan row[BLOCK_ROWS];
     fs_tokens toks[BLOCK_ROWS];
+    uint32_t hash[BLOCK_ROWS];              /* with a cache: the subjects' (its key) */
 } block;
+
+/* With a cache, a block's plan is the rows' subjects and hashes; their
+ * cache buckets are prefetched, then the entries those point to, so a
+ * hit finds its entry in L1 (hot1k, cache_size=4096, 50,000 rows, one
+ * thread, interleaved medians: 60.1-60.8 -> 53.7-58.3 ns/subject). */
+static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n,
+                             block *b)
+{
+    for (size_t k = 0; k < n; k++) {
+        row_plan *r = &b->row[k];
+        r->state = fs_strings_get(subjects, i + k, &r->s, &r->len) ? ROW_OK : ROW_NULL;
+        b->hash[k] = r->state == ROW_OK ? fs_hash(r->s, r->len) : 0;
+    }
+    fs_cache_prefetch_buckets(sl->cache, b->hash, n);
+    fs_cache_prefetch_heads(sl->cache, b->hash, n);
+}
 
 static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n, block *b)
 {
@@ -307,7 +323,9 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
         int cached_index = sl->cache != NULL;
         while (i < stop && rc == FS_OK) {
             size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;
-            if (!cached_index) {
+            if (cached_index) {
+                plan_cached_rows(sl, subjects, i, nblock, b);
+            } else {
                 rc = plan_rows(sl, subjects, i, nblock, b);
                 if (rc < 0)
                     break;
@@ -316,11 +334,6 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
             for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++) {
                 row_plan *r = &b->row[k];
                 size_t before = out->n;
-                if (cached_index) {
-                    r->state = fs_strings_get(subjects, i, &r->s, &r->len) ? ROW_OK : ROW_NULL;
-                    if (r->state == ROW_OK)
-                        r->hash = fs_hash(r->s, r->len);
-                }
                 invalid[i - begin] = r->state != ROW_OK;
                 if (r->state != ROW_OK) {
                     row_end[i - begin] = (int64_t)out->n;
@@ -333,14 +346,14 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                 uint32_t keyhash = 0;
                 if (queues == FS_QUEUES_PICK)
                     keyhash = keys && fs_strings_get(keys, i, &key, &klen) ? fs_hash(key, klen)
-                            : cached_index ? r->hash : fs_hash(r->s, r->len);
+                            : cached_index ? b->hash[k] : fs_hash(r->s, r->len);
                 if (cached_index) {
-                    const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, r->hash, &tally);
+                    const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, b->hash[k], &tally);
                     if (cached) {
                         rc = emit(cached, queues, keyhash, out);
                     } else {
                         fs_error err;
-                        rc = fs_compute_locked(sl, r->s, r->len, r->hash, &w->sc, &w->r, &err);
+                        rc = fs_compute_locked(sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
                         if (rc == FS_OK)
                             rc = emit(&w->r, queues, keyhash, out);
                         if (rc == FS_EINVAL) {

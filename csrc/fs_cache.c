@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fs_alloc.h"
+#include "fs_bits.h"
 #include "fs_result.h"
 #include "fs_sys.h"
 
@@ -63,9 +64,15 @@ static void shard_unlock(fs_cache_shard *sh)
     atomic_flag_clear_explicit(&sh->lock, memory_order_release);
 }
 
-static fs_cache_shard *shard_of(fs_cache *c, uint32_t hash)
+static fs_cache_shard *shard_of(const fs_cache *c, uint32_t hash)
 {
-    return &c->shards[c->shard_bits ? hash >> (32 - c->shard_bits) : 0];
+    return (fs_cache_shard *)&c->shards[c->shard_bits ? hash >> (32 - c->shard_bits) : 0];
+}
+
+static _Atomic(fs_centry *) *bucket_of(const fs_cache *c, uint32_t hash)
+{
+    const fs_cache_shard *sh = shard_of(c, hash);
+    return &sh->buckets[hash & (sh->nbuckets - 1)];
 }
 
 fs_cache *fs_cache_new(size_t capacity)
@@ -169,9 +176,9 @@ static void evict_one(fs_cache *c, fs_cache_shard *sh)
     }
 }
 
-static fs_centry *find(fs_cache_shard *sh, const char *s, size_t len, uint32_t hash)
+static fs_centry *find(const fs_cache *c, const char *s, size_t len, uint32_t hash)
 {
-    fs_centry *e = atomic_load_explicit(&sh->buckets[hash & (sh->nbuckets - 1)], memory_order_acquire);
+    fs_centry *e = atomic_load_explicit(bucket_of(c, hash), memory_order_acquire);
     for (; e; e = atomic_load_explicit(&e->hnext, memory_order_acquire))
         if (e->hash == hash && e->len == len && fs_tok_eq_within(e->subject, s, (uint32_t)len, s + len))
             return e;
@@ -181,7 +188,7 @@ static fs_centry *find(fs_cache_shard *sh, const char *s, size_t len, uint32_t h
 const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t hash,
                               fs_cache_tally *tally)
 {
-    fs_centry *e = find(shard_of(c, hash), s, len, hash);
+    fs_centry *e = find(c, s, len, hash);
     if (!e) {
         tally->misses++;
         return NULL;
@@ -191,6 +198,26 @@ const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t h
     if (!atomic_load_explicit(&e->ref, memory_order_relaxed))
         atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
     return &e->r;
+}
+
+void fs_cache_prefetch_buckets(const fs_cache *c, const uint32_t *hash, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        FS_PREFETCH(bucket_of(c, hash[k]));
+}
+
+void fs_cache_prefetch_heads(const fs_cache *c, const uint32_t *hash, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        const fs_centry *e = atomic_load_explicit(bucket_of(c, hash[k]), memory_order_acquire);
+        if (e) {
+            /* A hit reads the header (two lines), then the ids and the
+             * subject that follow it in the same allocation. */
+            FS_PREFETCH(e);
+            FS_PREFETCH((const char *)e + 64);
+            FS_PREFETCH((const char *)e + 128);
+        }
+    }
 }
 
 void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally)
@@ -235,7 +262,7 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
 
     fs_cache_shard *sh = shard_of(c, hash);
     shard_lock(sh);
-    if (find(sh, s, len, hash)) {          /* another thread filled it first */
+    if (find(c, s, len, hash)) {           /* another thread filled it first */
         shard_unlock(sh);
         FS_FREE(mem);
         return;
@@ -279,7 +306,7 @@ void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t f
     if (literal) {
         uint32_t hash = fs_hash(filter, flen);
         fs_cache_shard *sh = shard_of(c, hash);
-        fs_centry *e = find(sh, filter, flen, hash);
+        fs_centry *e = find(c, filter, flen, hash);
         if (e) {
             unlink_entry(sh, e);
             sh->bytes -= e->bytes;
