@@ -170,10 +170,11 @@ typedef struct {
     uint32_t hash[BLOCK_ROWS];              /* with a cache: the subjects' (its key) */
 } block;
 
-/* With a cache, a block's plan is the rows' subjects and hashes; their
- * cache buckets are prefetched, then the entries those point to, so a
- * hit finds its entry in L1 (hot1k, cache_size=4096, 50,000 rows, one
- * thread, interleaved medians: 60.1-60.8 -> 53.7-58.3 ns/subject). */
+/* With a cache, a block's plan is the rows' subjects and hashes, and the
+ * entries their buckets point to are prefetched, so a hit finds its entry
+ * in L1 (hot1k, cache_size=4096, 50,000 rows, one thread, interleaved
+ * medians: 52.6-53.5 -> 47.0-47.8 ns/subject; prefetching the buckets
+ * first as well gained nothing: 46.3-47.5). */
 static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n,
                              block *b)
 {
@@ -182,7 +183,6 @@ static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, s
         r->state = fs_strings_get(subjects, i + k, &r->s, &r->len) ? ROW_OK : ROW_NULL;
         b->hash[k] = r->state == ROW_OK ? fs_hash(r->s, r->len) : 0;
     }
-    fs_cache_prefetch_buckets(sl->cache, b->hash, n);
     fs_cache_prefetch_heads(sl->cache, b->hash, n);
 }
 

@@ -200,12 +200,6 @@ const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t h
     return &e->r;
 }
 
-void fs_cache_prefetch_buckets(const fs_cache *c, const uint32_t *hash, size_t n)
-{
-    for (size_t k = 0; k < n; k++)
-        FS_PREFETCH(bucket_of(c, hash[k]));
-}
-
 void fs_cache_prefetch_heads(const fs_cache *c, const uint32_t *hash, size_t n)
 {
     for (size_t k = 0; k < n; k++) {
