@@ -64,14 +64,19 @@ static void shard_unlock(fs_cache_shard *sh)
     atomic_flag_clear_explicit(&sh->lock, memory_order_release);
 }
 
-static fs_cache_shard *shard_of(const fs_cache *c, uint32_t hash)
+static uint32_t shard_index(const fs_cache *c, uint32_t hash)
 {
-    return (fs_cache_shard *)&c->shards[c->shard_bits ? hash >> (32 - c->shard_bits) : 0];
+    return c->shard_bits ? hash >> (32 - c->shard_bits) : 0;
+}
+
+static fs_cache_shard *shard_of(fs_cache *c, uint32_t hash)
+{
+    return &c->shards[shard_index(c, hash)];
 }
 
 static _Atomic(fs_centry *) *bucket_of(const fs_cache *c, uint32_t hash)
 {
-    const fs_cache_shard *sh = shard_of(c, hash);
+    const fs_cache_shard *sh = &c->shards[shard_index(c, hash)];
     return &sh->buckets[hash & (sh->nbuckets - 1)];
 }
 
@@ -206,7 +211,8 @@ void fs_cache_prefetch_heads(const fs_cache *c, const uint32_t *hash, size_t n)
         const fs_centry *e = atomic_load_explicit(bucket_of(c, hash[k]), memory_order_acquire);
         if (e) {
             /* A hit reads the header (two lines), then the ids and the
-             * subject that follow it in the same allocation. */
+             * subject that follow it in the same allocation (a prefetch
+             * past a small entry's end is harmless: prefetches never fault). */
             FS_PREFETCH(e);
             FS_PREFETCH((const char *)e + 64);
             FS_PREFETCH((const char *)e + 128);

@@ -59,10 +59,9 @@ const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t h
 void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally);
 
 /* For a block of lookups to come (hashes of n subjects): prefetch the
- * entries at the heads of their buckets (the bucket arrays themselves stay
- * cached: 8 bytes per entry), so that the block's misses overlap instead
- * of each lookup waiting on its own.  Under the index's read lock, like
- * the lookups. */
+ * entries at the heads of their buckets, so that the block's misses
+ * overlap instead of each lookup waiting on its own.  Under the index's
+ * read lock, like the lookups. */
 void fs_cache_prefetch_heads(const fs_cache *c, const uint32_t *hash, size_t n);
 
 /* Store a copy of r for the subject (under the read lock), evicting by
