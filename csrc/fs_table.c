@@ -32,11 +32,12 @@ void fs_level_filter_init(fs_level *L)
     L->filter_mask = 0;
 }
 
-/* Set the bitmap bit of a key whose high half is hi (a slot's len). */
+/* Set the bitmap bits of a key whose high half is hi (a slot's len): the
+ * two fs_level_may_hold tests. */
 static void filter_set(fs_level *L, uint32_t hi)
 {
-    uint64_t *bits = (uint64_t *)(void *)(L->slots + L->cap), b = hi & L->filter_mask;
-    bits[b >> 6] |= 1ull << (b & 63);
+    uint64_t *bits = (uint64_t *)(void *)(L->slots + L->cap);
+    bits[(hi & L->filter_mask) >> 6] |= (1ull << (hi & 63)) | (1ull << (hi >> 26));
 }
 
 /* Point a filtered table at its bitmap and set the bit of every entry: no
