@@ -206,14 +206,171 @@ FS_ALWAYS_INLINE size_t quick_token(const unsigned char *u, size_t start, size_t
     return start + j;
 }
 
+/* A dialect's rule for whole-token wildcards, applied to each token cut. */
+typedef int (*token_kind)(fs_span *sp, const char *s, size_t start, size_t end, size_t len, int is_filter,
+                          fs_error *err);
+
+/* Strings of at most 63 bytes on x86-64: the whole string's bytes are
+ * classified by 16-byte compares into two 64-bit masks (bytes the dialect
+ * flags, and separators) before any token is cut.  A string whose only
+ * flagged bytes are separators -- nearly every subject -- is then cut at
+ * the separator bits, each token hashed from one word, with no per-byte
+ * and no per-token scanning; any other string takes the word-at-a-time
+ * loop below from its start, which finds the same tokens and reports the
+ * same errors.  Measured on light (5 tokens in ~30 bytes per subject):
+ * callgrind, 385 -> 334 instructions per subject tokenized; match_many,
+ * one thread, interleaved rounds, 267 -> 255 ns/subject (light-mqtt
+ * 273 -> 251).  The per-token cut and hash (~35 instructions) is now
+ * the floor; classifying the bytes costs ~40 per string.
+ *
+ * Every load stays inside the string: whole blocks from its start, the
+ * last partial block as the 16 (or 8) bytes that end at its end, shifted
+ * into place -- so nothing is read past the caller's bytes. */
+#if defined(__x86_64__) || defined(_M_X64) || defined(_M_AMD64)
+#include <emmintrin.h>
+#define FS_VECTOR_TOKENIZER 1
+#define VECTOR_MAX 63u    /* the end's bit fits in the 64-bit mask */
+#define NOT_VECTOR 1      /* not an fs status (those are 0 or negative): take the general loop */
+
+/* A block's masks: bit i of *flagged for a byte the dialect flags (the
+ * separator included), bit i of the result for a separator. */
+typedef unsigned (*vector_flags)(__m128i v, unsigned *flagged);
+
+static inline unsigned movemask(__m128i v) { return (unsigned)_mm_movemask_epi8(v); }
+
+/* NATS: non-ASCII or below '!' (one signed compare) | '.' */
+static inline unsigned nats_vflags(__m128i v, unsigned *flagged)
+{
+    __m128i dot = _mm_cmpeq_epi8(v, _mm_set1_epi8('.'));
+    *flagged = movemask(_mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x21)), dot));
+    return movemask(dot);
+}
+
+/* MQTT: non-ASCII | NUL | '/' | '+' | '#' */
+static inline unsigned mqtt_vflags(__m128i v, unsigned *flagged)
+{
+    __m128i slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('/'));
+    __m128i other = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_setzero_si128()),
+                                 _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('+')),
+                                              _mm_cmpeq_epi8(v, _mm_set1_epi8('#'))));
+    *flagged = movemask(v) | movemask(_mm_or_si128(slash, other));
+    return movemask(slash);
+}
+
+/* AMQP: non-ASCII | '.' */
+static inline unsigned amqp_vflags(__m128i v, unsigned *flagged)
+{
+    unsigned dot = movemask(_mm_cmpeq_epi8(v, _mm_set1_epi8('.')));
+    *flagged = movemask(v) | dot;
+    return dot;
+}
+
+/* The masks of u[0..len), 0 < len <= VECTOR_MAX, into *flagged and *seps. */
+FS_ALWAYS_INLINE void classify(const unsigned char *u, size_t len, vector_flags vf, uint64_t *flagged,
+                               uint64_t *seps)
+{
+    uint64_t f = 0, sp = 0;
+    unsigned bf, bs;
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        bs = vf(_mm_loadu_si128((const __m128i *)(u + i)), &bf);
+        f |= (uint64_t)bf << i;
+        sp |= (uint64_t)bs << i;
+    }
+    size_t rest = len - i;
+    if (rest) {
+        unsigned drop;      /* bytes of the block that precede u + i */
+        if (len >= 16) {
+            bs = vf(_mm_loadu_si128((const __m128i *)(u + len - 16)), &bf);
+            drop = (unsigned)(16 - rest);
+        } else if (len >= 8) {
+            /* u[0..8) and u[len-8..len): bits 8..15 are the second word's */
+            __m128i v = _mm_set_epi64x((long long)fs_load_le64((const char *)u + len - 8),
+                                       (long long)fs_load_le64((const char *)u));
+            bs = vf(v, &bf);
+            bf = (bf & 0xFF) | ((bf >> 8) >> (16 - len)) << 8;
+            bs = (bs & 0xFF) | ((bs >> 8) >> (16 - len)) << 8;
+            drop = 0;
+        } else {
+            /* the zeros above last_word's bytes are cut off below */
+            bs = vf(_mm_cvtsi64_si128((long long)last_word(u, 0, len)), &bf);
+            drop = 0;
+        }
+        uint64_t keep = ((uint64_t)1 << rest) - 1;
+        f |= (uint64_t)((bf >> drop) & keep) << i;
+        sp |= (uint64_t)((bs >> drop) & keep) << i;
+    }
+    *flagged = f;
+    *seps = sp;
+}
+
+/* Cut u[0..len) at the separator bits, every byte between them already
+ * known to need no closer look.  FS_OK, the error of a whole-token rule
+ * (kind), or NOT_VECTOR: an empty token where empty_ok is 0, or more
+ * tokens than the span array holds -- the general loop says which. */
+FS_ALWAYS_INLINE int tokenize_vector(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err,
+                                     vector_flags vf, int empty_ok, token_kind kind)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    uint64_t flagged, seps;
+    classify(u, len, vf, &flagged, &seps);
+    if (flagged != seps)
+        return NOT_VECTOR;
+    if (!empty_ok && ((seps & 1) || (seps >> (len - 1)) || (seps & (seps >> 1))))
+        return NOT_VECTOR;
+    spans sa = spans_of(t);
+    uint64_t cuts = seps | (uint64_t)1 << len;     /* every token's end */
+    size_t start = 0;
+    for (;;) {
+        size_t end = fs_ctz64(cuts), j = end - start;
+        if (sa.n == sa.cap)
+            return NOT_VECTOR;
+        fs_span *sp = &sa.tok[sa.n++];
+        sp->off = (uint32_t)start;
+        sp->len = (uint32_t)j;
+        if (FS_LIKELY(j - 1 < 7)) {      /* 1..7 bytes: one word */
+            uint64_t w = start + 8 <= len ? fs_load_le64(s + start) : last_word(u, start, len);
+            sp->hash = fs_hash_short(w & ((1ull << (8 * j)) - 1), j);
+        } else {
+            sp->hash = fs_hash_between(s, s + start, j, s + len);
+        }
+        sp->kind = FS_TOK_LITERAL;
+        int rc = kind(sp, s, start, end, len, is_filter, err);
+        if (rc != FS_OK) {
+            t->n = sa.n;
+            return rc;
+        }
+        if (end == len)
+            break;
+        cuts &= cuts - 1;
+        start = end + 1;
+    }
+    t->n = sa.n;
+    return FS_OK;
+}
+#endif
+
+/* In tokenize_<dialect>: the vector path first, when it can decide. */
+#ifdef FS_VECTOR_TOKENIZER
+#define TRY_VECTOR(vflags, empty_ok, kind)                                                   \
+    do {                                                                                     \
+        if (len <= VECTOR_MAX) {                                                             \
+            int rc_ = tokenize_vector(s, len, is_filter, t, err, vflags, empty_ok, kind);    \
+            if (rc_ != NOT_VECTOR)                                                           \
+                return rc_;                                                                  \
+            t->n = 0;                                                                        \
+        }                                                                                    \
+    } while (0)
+#else
+#define TRY_VECTOR(vflags, empty_ok, kind) ((void)0)
+#endif
+
 /* One loop for the three dialects: each token takes the quick path or
  * the dialect's careful scan, then the dialect's rule for whole-token
  * wildcards.  The dialect's functions are constants at every call, so
  * the compiler inlines them, as for scan(). */
 typedef int (*careful_scan)(const unsigned char *u, size_t start, size_t len, int is_filter, size_t *end,
                             fs_error *err);
-typedef int (*token_kind)(fs_span *sp, const char *s, size_t start, size_t end, size_t len, int is_filter,
-                          fs_error *err);
 
 FS_ALWAYS_INLINE int tokenize_with(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err,
                                    uint64_t (*flags)(uint64_t), unsigned char sep, int empty_ok,
@@ -336,11 +493,13 @@ static inline int amqp_kind(fs_span *sp, const char *s, size_t start, size_t end
 
 static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
+    TRY_VECTOR(nats_vflags, 0, nats_kind);
     return tokenize_with(s, len, is_filter, t, err, nats_flags, '.', 0, nats_careful, nats_kind);
 }
 
 static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
+    TRY_VECTOR(mqtt_vflags, 1, mqtt_kind);
     return tokenize_with(s, len, is_filter, t, err, mqtt_flags, '/', 1, mqtt_careful, mqtt_kind);
 }
 
@@ -348,6 +507,7 @@ static int tokenize_amqp(const char *s, size_t len, int is_filter, fs_tokens *t,
 {
     if (len == 0)
         return FS_OK;
+    TRY_VECTOR(amqp_vflags, 1, amqp_kind);
     return tokenize_with(s, len, is_filter, t, err, amqp_flags, '.', 1, amqp_careful, amqp_kind);
 }
 
