@@ -229,17 +229,17 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
         /* Only the probes the shape's bitmap lets through go on: most
          * stop here, without touching their table. */
         uint32_t q = 0;
+        uint64_t probe = 0;        /* set on a pass: most shapes are refused */
         for (uint64_t w = bits; w; w &= w - 1) {
             const fs_shape *sh = S->shape[fs_ctz64(w)];
             uint64_t key = fs_shape_subject_key(sh, m, P);
-            if (!fs_level_may_hold(&sh->table, key)) {
-                bits &= ~(w & (0 - w));
+            if (!fs_level_may_hold(&sh->table, key))
                 continue;
-            }
+            probe |= w & (0 - w);
             r->keys[q++] = key;
             FS_PREFETCH(&sh->table.slots[(uint32_t)key & (sh->table.cap - 1)]);
         }
-        r->shapes = bits;
+        r->shapes = probe;
     }
     return FS_OK;
 }

@@ -89,16 +89,15 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
     return rc;
 }
 
-int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
-                        fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
-                        fs_error *err)
+/* num_interest's answer; caller holds the read lock, then calls
+ * fs_read_done with the tally. */
+static int interest_locked(fs_sublist *sl, const char *subject, size_t len, fs_scratch *sc,
+                           uint64_t *nplain, uint64_t *nqueue, fs_error *err, fs_cache_tally *tally)
 {
     *nplain = *nqueue = 0;
     int rc = FS_OK;
-    fs_cache_tally tally = {0, 0};
-    fs_rwlock_rdlock(&sl->lock);
     uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;    /* keys the cache alone */
-    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, tally) : NULL;
     if (cached) {
         *nplain = cached->nplain;
         *nqueue = cached->nids - cached->nplain;
@@ -122,6 +121,16 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
                 *nqueue += fs_node_group(n, gi)->n;
         }
     }
+    return rc;
+}
+
+int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
+                        fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
+                        fs_error *err)
+{
+    fs_cache_tally tally = {0, 0};
+    fs_rwlock_rdlock(&sl->lock);
+    int rc = interest_locked(sl, subject, len, sc, nplain, nqueue, err, &tally);
     fs_read_done(sl, &tally);
     if (rc == FS_OK)
         count_match(sl, *nplain + *nqueue);
@@ -131,27 +140,29 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
 int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
                             fs_scratch *sc, fs_error *err)
 {
-    fs_rwlock_rdlock(&sl->lock);
-    int cached = sl->cache != NULL;
-    fs_rwlock_rdunlock(&sl->lock);
-    if (cached) {
+    fs_rwlock_rdlock(&sl->lock);      /* once: a lock pair is ~60 instructions */
+    if (sl->cache) {
         /* With a cache the whole answer is worth computing: it is kept,
          * and the next question about this subject is one lookup. */
         uint64_t nplain, nqueue;
-        int rc = fs_sublist_interest(sl, subject, len, sc, &nplain, &nqueue, err);
-        return rc < 0 ? rc : nplain + nqueue > 0;
+        fs_cache_tally tally = {0, 0};
+        int rc = interest_locked(sl, subject, len, sc, &nplain, &nqueue, err, &tally);
+        fs_read_done(sl, &tally);
+        if (rc < 0)
+            return rc;
+        count_match(sl, nplain + nqueue);
+        return nplain + nqueue > 0;
     }
     int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
-    if (rc < 0)
-        return rc;
-    fs_rwlock_rdlock(&sl->lock);
-    /* The tables first, stopping at the first entry; the trie only if none. */
-    sc->nhits = 0;
-    rc = fs_entries_collect(sl, subject, len, &sc->toks, sc, 1);
-    if (rc == FS_OK && !sc->nhits)
-        rc = fs_trie_walk_locked(sl, subject, &sc->toks, sc);
-    if (rc == FS_OK)
-        rc = sc->nhits > 0;
+    if (rc == FS_OK) {
+        /* The tables first, stopping at the first entry; the trie only if none. */
+        sc->nhits = 0;
+        rc = fs_entries_collect(sl, subject, len, &sc->toks, sc, 1);
+        if (rc == FS_OK && !sc->nhits)
+            rc = fs_trie_walk_locked(sl, subject, &sc->toks, sc);
+        if (rc == FS_OK)
+            rc = sc->nhits > 0;
+    }
     fs_rwlock_rdunlock(&sl->lock);
     if (rc >= 0)
         count_match(sl, 0);
