@@ -149,3 +149,13 @@ cdef extern from "fs_batch.h" nogil:
     int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
     void fs_batch_cancel(fs_batch_job *job)
     int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
+
+cdef extern from "fs_route.h" nogil:
+    enum:
+        FS_ROUTE_KEYED
+        FS_ROUTE_ANY
+        FS_ROUTE_INVALID
+        FS_ROUTE_NULL
+        FS_ROUTE_MAX_DEPTH
+    int fs_route_rows(fs_dialect d, const fs_strings *rows, int is_filter, unsigned depth,
+                      int64_t *key, uint8_t *kind)

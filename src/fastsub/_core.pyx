@@ -518,6 +518,7 @@ cdef class Sublist:
 
 include "_batch.pxi"
 include "_serial.pxi"
+include "_route.pxi"
 
 
 def subject_matches(filter, subject, dialect="nats"):

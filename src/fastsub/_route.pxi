@@ -1,0 +1,45 @@
+# Route keys of the sharded fan-out (csrc/fs_route.h; DESIGN.md 4b): which
+# shard holds a filter, and which shard serves a subject, split by the
+# index's own tokenizer.  Included by _core.pyx.
+
+ROUTE_KEYED = FS_ROUTE_KEYED
+ROUTE_ANY = FS_ROUTE_ANY
+ROUTE_INVALID = FS_ROUTE_INVALID
+ROUTE_NULL = FS_ROUTE_NULL
+
+
+def route_keys(values, dialect="nats", depth=1, *, filters=False):
+    """route_keys(values, dialect="nats", depth=1, *, filters=False) -> (keys, kinds)
+
+    For each row of `values` (a list of str, a numpy array or a pyarrow
+    string array): kinds[i] is ROUTE_KEYED (keys[i], >= 0, is a hash of the
+    first `depth` tokens), ROUTE_ANY (a filter with a wildcard or fewer
+    than `depth` tokens, needed by every shard; a subject with fewer than
+    `depth` tokens, which any shard serves: keys[i] spreads them),
+    ROUTE_INVALID or ROUTE_NULL.  keys int64 and kinds uint8, numpy arrays.
+    The same on every machine and in every process."""
+    import numpy as np
+    cdef fs_dialect d = _dialect(dialect)
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= FS_ROUTE_MAX_DEPTH:
+        raise ValueError(f"depth must be an integer from 1 to {FS_ROUTE_MAX_DEPTH}, not {depth!r}")
+    cdef unsigned dep = depth
+    cdef int is_filter = 1 if filters else 0
+    segments = _segments(values, "values")
+    cdef _Column col
+    cdef Py_ssize_t base, n = 0
+    for base, col in segments:
+        n += <Py_ssize_t>col.s.n
+    keys = np.zeros(n, dtype=np.int64)
+    kinds = np.zeros(n, dtype=np.uint8)
+    cdef int64_t[::1] kv = keys
+    cdef uint8_t[::1] tv = kinds
+    cdef int rc
+    for base, col in segments:
+        if col.s.n == 0:
+            continue
+        with nogil:
+            rc = fs_route_rows(d, &col.s, is_filter, dep, &kv[base], &tv[base])
+        if rc != FS_OK:
+            raise MemoryError()
+    return keys, kinds
+
