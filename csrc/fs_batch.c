@@ -13,18 +13,6 @@
  * request is seen this often. */
 #define ROWS_PER_LOCK 1024
 
-/* Deterministic choice among n members for (row key, group key). */
-static inline size_t pick(uint32_t keyhash, uint32_t group_key, size_t n)
-{
-    uint64_t x = ((uint64_t)keyhash << 32) ^ group_key;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (size_t)(x % n);
-}
-
 /* Copy ids: a loop for the usual one or two, memcpy for long runs. */
 static inline void copy_ids(int64_t *dst, const int64_t *src, size_t n)
 {
@@ -50,7 +38,8 @@ FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, fs_i
     if (queues == FS_QUEUES_PICK)
         for (size_t gi = 0; gi < r->ngroups; gi++) {
             const fs_group_out *g = &r->groups[gi];
-            *dst++ = r->ids[g->members_off + pick(keyhash, g->key_hash, g->members_len)];
+            *dst++ = fs_pick(fs_pick_seed(keyhash, g->key_hash), r->ids + g->members_off,
+                             g->members_len);
         }
     out->n = (size_t)(dst - out->ids);
     return FS_OK;
@@ -85,27 +74,17 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
             const fs_group *g = fs_node_group(n, gi);
             if (merge && fs_group_repeats(hits, k, g))
                 continue;
-            /* The group's members: g's, then (NATS) the same name's on later hits. */
-            size_t total = g->n;
-            if (merge)
-                for (size_t k2 = k + 1; k2 < nhits; k2++) {
-                    const fs_group *g2 = fs_ngroups(hits[k2])
-                        ? fs_node_find_group(hits[k2], g->name, g->name_len, g->name_hash) : NULL;
-                    total += g2 ? g2->n : 0;
-                }
-            size_t want = queues == FS_QUEUES_PICK ? pick(keyhash, fs_group_key(sl, n, g), total) : SIZE_MAX;
+            /* The group's members: g's, then (NATS) the same name's on later
+             * hits; "pick" offers them all to one rendezvous choice. */
+            fs_pick_best best = {0, 0, 0};
+            const uint64_t seed = queues == FS_QUEUES_PICK ? fs_pick_seed(keyhash, fs_group_key(sl, n, g)) : 0;
             const fs_group *cur = g;
             size_t k2 = k;
             for (;;) {
-                if (want == SIZE_MAX) {
-                    if (put(out, cur->ids, cur->n) < 0)
-                        return FS_ENOMEM;
-                } else if (want < cur->n) {
-                    if (put(out, &cur->ids[want], 1) < 0)
-                        return FS_ENOMEM;
-                    break;
-                } else {
-                    want -= cur->n;
+                if (queues == FS_QUEUES_PICK) {
+                    fs_pick_offer(&best, seed, cur->ids, cur->n);
+                } else if (put(out, cur->ids, cur->n) < 0) {
+                    return FS_ENOMEM;
                 }
                 cur = NULL;
                 if (merge)
@@ -115,6 +94,8 @@ static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nh
                 if (!cur)
                     break;
             }
+            if (best.any && put(out, &best.id, 1) < 0)
+                return FS_ENOMEM;
         }
     }
     return FS_OK;

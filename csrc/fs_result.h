@@ -26,6 +26,66 @@ typedef struct {
     size_t narena, cap_arena;
 } fs_result;
 
+/* ---- queue picks (queues="pick"): rendezvous hashing.
+ * Each member of a matching group gets a weight from (the row's pick seed,
+ * its sub_id); the member with the highest weight is delivered (ties: the
+ * smaller sub_id).  The choice so depends only on the SET of matching
+ * members, the key and the group -- never on insertion order or on where a
+ * filter is stored (trie, shape or literal table), so an index rebuilt in
+ * any order, loaded from an image or cut into shards picks the same member.
+ * Adding or removing one member moves only the keys that member wins or
+ * held.  src/fastsub/_reference.py restates the rule independently.
+ *
+ * fs_pick_seed folds the row's key hash (fs_hash of its key, or of the
+ * subject) and the group's key (fs_group_key); fs_pick_weight scores a
+ * member.  Both are fmix64 (MurmurHash3's finalizer, public domain). */
+static inline uint64_t fs_pick_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static inline uint64_t fs_pick_seed(uint32_t keyhash, uint32_t group_key)
+{
+    return fs_pick_mix(((uint64_t)keyhash << 32) | group_key);
+}
+
+static inline uint64_t fs_pick_weight(uint64_t seed, int64_t id)
+{
+    return fs_pick_mix(seed ^ ((uint64_t)id * 0x9E3779B97F4A7C15ull));
+}
+
+/* The running best of a pick: feed it members in any order. */
+typedef struct {
+    uint64_t weight;
+    int64_t id;
+    int any;
+} fs_pick_best;
+
+static inline void fs_pick_offer(fs_pick_best *b, uint64_t seed, const int64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w = fs_pick_weight(seed, ids[i]);
+        if (!b->any || w > b->weight || (w == b->weight && ids[i] < b->id)) {
+            b->weight = w;
+            b->id = ids[i];
+            b->any = 1;
+        }
+    }
+}
+
+/* The member picked among ids[0..n), n >= 1. */
+static inline int64_t fs_pick(uint64_t seed, const int64_t *ids, size_t n)
+{
+    fs_pick_best b = {0, 0, 0};
+    fs_pick_offer(&b, seed, ids, n);
+    return b.id;
+}
+
 void fs_result_init(fs_result *r);
 void fs_result_free(fs_result *r);
 

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fastsub
-from strategies import DIALECTS, all_ids, is_one_per_group, rows, subscriptions, valid_subject
+from fastsub import _reference as R
+from strategies import DIALECTS, all_ids, is_one_per_group, rows, subjects, subscriptions, valid_subject
 
 pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
 
@@ -137,8 +138,10 @@ def expected_all(sl, s):
     return all_ids(sl.match(s)) if valid_subject(s, sl.dialect) else None
 
 
-def check_rows(sl, b, eff, queues):
-    """Row by row against match(): invalid flags, and ids per queue mode."""
+def check_rows(sl, b, eff, queues, keys=None):
+    """Row by row against match(): invalid flags, and ids per queue mode;
+    "pick" rows exactly as the reference's rendezvous rule picks from the
+    match's groups (key: the row's key, or its subject when None)."""
     for i, s in enumerate(eff):
         ok = valid_subject(s, sl.dialect)
         assert b.invalid[i] == (not ok), (i, s)
@@ -152,6 +155,8 @@ def check_rows(sl, b, eff, queues):
             assert Counter(row) == Counter(m.subs), (i, s)
         else:
             assert is_one_per_group(row, m), (i, s, row, m)
+            key = s if keys is None or keys[i] is None else keys[i]
+            assert sorted(row) == R.picked_row(m, key, sl.dialect), (i, s, key, row, m)
 
 
 def build(dialect, subs, cache_size=0):
@@ -205,7 +210,7 @@ def test_match_many_equals_match_loop(dialect, kind, data):
                               min_size=len(eff), max_size=len(eff)), label="keys")
     bk = sl.match_many(col, keys=arrow_keys(keys, kind))
     check_shape(bk, len(eff))
-    check_rows(sl, bk, eff, "pick")
+    check_rows(sl, bk, eff, "pick", keys)
     same(sl.match_many(col, keys=keys), bk)
     for i, s in enumerate(eff):
         if not bk.invalid[i]:
@@ -475,6 +480,62 @@ def test_pick_nats_groups_merge_by_name_mqtt_by_group_and_filter():
     assert mq.match_many(["$x/b"], queues="all")[0].tolist() == []   # '$' topics: no '+'/'#'
 
 
+@pytest.mark.parametrize("dialect", DIALECTS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_pick_depends_only_on_the_set_of_members(dialect, data):
+    """Equal subscription sets inserted in different orders (one by one or in
+    bulk, cached or not, one thread or two) pick exactly the reference's
+    rendezvous member for every row and key."""
+    subs = data.draw(st.lists(subscriptions(dialect), min_size=1, max_size=30), label="subs")
+    perm = data.draw(st.permutations(subs), label="perm")
+    batch = data.draw(st.lists(subjects(dialect), min_size=1, max_size=12), label="batch")
+    keys = [f"k{i % 5}" if i % 3 else None for i in range(len(batch))]
+    a = build(dialect, subs, 0)
+    b = fastsub.Sublist(dialect, cache_size=16)
+    for f, i, q in perm:
+        b.insert(f, i, queue=q)
+    want = [R.picked_row(a.match(s), s if k is None else k, dialect) for s, k in zip(batch, keys)]
+    for sl in (a, b):
+        for threads in (1, 2):
+            got = sl.match_many(batch, keys=keys, threads=threads)
+            assert [sorted(got[i].tolist()) for i in range(len(batch))] == want
+
+
+def _issue21_index(full):
+    """63 filler shapes (one '*' in 3..11 tokens: none a 2-token shape) use up
+    all but one of the shape budget, so "orders.*" takes the last shape and
+    "*.eu" stays in the trie; the small index holds both filters in shapes."""
+    sl = fastsub.Sublist("nats")
+    if full:
+        n = 0
+        for count in range(3, 12):
+            for pos in range(count):
+                sl.insert(".".join("*" if t == pos else "z" for t in range(count)), 1000 + n)
+                n += 1
+        assert n == 63
+    sl.insert("orders.*", 1, queue="w")
+    sl.insert("*.eu", 2, queue="w")
+    return sl
+
+
+def test_pick_ignores_where_a_filter_is_stored_issue_21():
+    keys = [f"key{i}" for i in range(8)]
+    full, small = _issue21_index(True), _issue21_index(False)
+    picks = {}
+    for name, sl in (("full", full), ("small", small)):
+        for threads in (1, 2):
+            picks[name, threads] = full_picks = sl.match_many(["orders.eu"] * 8, keys=keys,
+                                                              threads=threads).sub_ids.tolist()
+            assert set(full_picks) <= {1, 2} and len(full_picks) == 8
+    assert len(set(map(tuple, picks.values()))) == 1, picks
+    m = small.match("orders.eu")
+    assert picks["small", 1] == [R.pick_member(k, "w", None, [1, 2]) for k in keys]
+    assert m.groups and set(m.groups[0][2]) == {1, 2}
+    # the 8 keys do not all pick one member: the test would catch a swap
+    assert set(picks["small", 1]) == {1, 2}, picks
+
+
 def test_same_key_same_pick_across_subjects():
     for dialect, filt, subs_ in (("nats", "a.>", ["a.b", "a.c", "a.b.c", "a.\u00e9"]),
                                  ("mqtt", "a/#", ["a", "a/b", "a//", "a/\u00e9"])):
@@ -489,7 +550,7 @@ def test_pick_ignores_null_keys_rows_stay_valid():
     sl = build("nats", NATS_SUBS)
     b = sl.match_many(["a.b", "a.b"], keys=pa.array([None, "k"]))
     assert not b.invalid.any()
-    check_rows(sl, b, ["a.b", "a.b"], "pick")
+    check_rows(sl, b, ["a.b", "a.b"], "pick", [None, "k"])
 
 
 @pytest.mark.parametrize("mode", ["all", "none", "pick"])
@@ -512,7 +573,7 @@ def test_keys_in_every_form_agree():
     subj = ["a.b", "a.c", None, "a.b.c", "x.b"] * 7
     keys = [f"k{i % 11}" for i in range(len(subj))]
     want = sl.match_many(subj, keys=keys)
-    check_rows(sl, want, subj, "pick")
+    check_rows(sl, want, subj, "pick", keys)
     forms = [tuple(keys), np.array(keys), np.array(keys, dtype=object), pa.array(keys),
              pa.array(keys, pa.large_string()),
              pa.chunked_array([pa.array(keys[:3]), pa.array([], pa.string()), pa.array(keys[3:])]),

@@ -17,6 +17,13 @@ AMQP  (RabbitMQ topic exchanges) separator ".", words may be empty; in a
       zero or more words, anywhere and any number of times; "" is the key of
       zero words; at most 255 UTF-8 bytes, any character (U+0000 too);
       groups merge by name as in NATS; each sub_id at most once per key.
+
+Queue picks (match_many's queues="pick"): for each matching group, every
+member gets a weight from (the row's key -- its own or the subject --, the
+group, the member's sub_id) and the heaviest member is delivered, the
+smaller sub_id on a tie.  So the pick depends only on the set of members
+(rendezvous hashing).  The hashes are restated here from their definitions,
+not called from the C engine, so a change to either shows as a mismatch.
 """
 from collections import namedtuple
 
@@ -24,6 +31,7 @@ __all__ = [
     "ReferenceSublist", "MatchResult", "subject_matches", "filters_intersect",
     "is_valid_subject", "is_valid_filter", "validate_subject", "validate_filter",
     "split_share",
+    "pick_member", "picked_row",
 ]
 
 MAX_BYTES = 65535
@@ -35,6 +43,64 @@ _ONE = {"nats": "*", "mqtt": "+", "amqp": "*"}
 _REST = {"nats": ">", "mqtt": "#", "amqp": "#"}
 
 MatchResult = namedtuple("MatchResult", ["subs", "groups"])
+
+
+_M64 = (1 << 64) - 1
+
+
+def _hash32(data):
+    """The engine's token hash of a byte string (64-bit words, little-endian,
+    then a final mix; the top 32 bits)."""
+    n = len(data)
+    h = 0x9E3779B97F4A7C15 ^ n
+    whole = n - n % 8
+    for i in range(0, whole, 8):
+        h = ((h ^ int.from_bytes(data[i:i + 8], "little")) * 0xBF58476D1CE4E5B9) & _M64
+        h ^= h >> 31
+    h = ((h ^ int.from_bytes(data[whole:], "little")) * 0x94D049BB133111EB) & _M64
+    h ^= h >> 32
+    h = (h * 0xBF58476D1CE4E5B9) & _M64
+    return h >> 32
+
+
+def _fmix64(x):
+    """MurmurHash3's 64-bit finalizer."""
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & _M64
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & _M64
+    x ^= x >> 33
+    return x
+
+
+def _group_key(queue, filter, dialect):
+    """A group's identity for picks: its name's hash; MQTT folds in the hash
+    of each level of its filter, last level first."""
+    h = _hash32(queue.encode("utf-8", "surrogatepass"))
+    if dialect == "mqtt":
+        for level in reversed(filter.split("/")):
+            h = ((h ^ _hash32(level.encode("utf-8", "surrogatepass"))) * 0x9E3779B97F4A7C15) & _M64
+    return (h ^ (h >> 32)) & 0xFFFFFFFF
+
+
+def pick_member(key, queue, filter, members, dialect="nats"):
+    """The member queues="pick" delivers for a group (queue, filter) whose
+    matching members are `members` (any order, repeats allowed), for a row
+    whose pick key is `key` (the row's key, or else its subject)."""
+    if not members:
+        raise ValueError("a group has at least one member")
+    seed = _fmix64((_hash32(key.encode("utf-8", "surrogatepass")) << 32)
+                   | _group_key(queue, filter, dialect))
+    return max(set(members),
+               key=lambda i: (_fmix64(seed ^ ((i * 0x9E3779B97F4A7C15) & _M64)), -i))
+
+
+def picked_row(m, key, dialect="nats", dedupe=False):
+    """A match_many row under queues="pick", as a sorted list of ids, from a
+    match result m (plain ids, then one member per group); dedupe drops
+    repeats after the picks, as match_many(dedupe=True) does."""
+    row = list(m.subs) + [pick_member(key, q, f, members, dialect) for q, f, members in m.groups]
+    return sorted(set(row)) if dedupe else sorted(row)
 
 
 def _sep(dialect):
