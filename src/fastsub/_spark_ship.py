@@ -142,15 +142,15 @@ class SharedIndex:
                 f"({self.dialect}), {self.nbytes:,} bytes, by {self.shipped_by}>")
 
 
-def match_batches(idx, queues, with_key, batches):
+def match_batches(idx, queues, with_key, batches, dedupe=False):
     """The body of the matching arrow_udf: Arrow string arrays in, Arrow list arrays out."""
     sl = idx.get()
     for item in batches:
         if with_key:
             subjects, keys = item
-            yield sl.match_many(subjects, keys=keys, queues=queues).to_arrow()
+            yield sl.match_many(subjects, keys=keys, queues=queues, dedupe=dedupe).to_arrow()
         else:
-            yield sl.match_many(item, queues=queues).to_arrow()
+            yield sl.match_many(item, queues=queues, dedupe=dedupe).to_arrow()
 
 
 def reject_reason(subject, checker: Sublist) -> str:

@@ -37,6 +37,7 @@ the subscriptions between micro-batches.
 This module imports PySpark; `import fastsub` does not import this module.
 """
 import atexit
+import dataclasses
 import functools
 import hashlib
 import json
@@ -65,12 +66,15 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from fastsub import FastsubError, InvalidSubjectError, Sublist
 from fastsub._spark_ship import (LOAD_LOG_ENV, SharedIndex, invalid_reasons, match_batches,
                                  reject_reasons)
+from fastsub._spark_shard import (AUTO_SHARD_MIN_SUBS, ShardPlan, _parallelism, _salts,
+                                  plan_shards, sharded_per_event)
 
 __all__ = [
     "fanout", "fanout_with_rejects", "fanout_stream", "share_index", "SharedIndex",
     "FanoutResult", "FanoutCounts", "FanoutInputError", "ExecutorEnvironmentError",
     "build_index", "local_session", "remote_session", "is_connect", "check_executors",
     "BROADCAST_MAX_BYTES", "INLINE_MAX_BYTES", "LOAD_LOG_ENV",
+    "ShardPlan", "plan_shards", "IndexTooLargeError", "AUTO_SHARD_MIN_SUBS",
 ]
 
 #: Classic Spark: serialized indexes up to this size travel as a broadcast
@@ -97,6 +101,11 @@ class FanoutInputError(FastsubError, ValueError):
 
 class ExecutorEnvironmentError(FastsubError, RuntimeError):
     """The executors' Python cannot run fastsub (wrong interpreter, missing packages)."""
+
+
+class IndexTooLargeError(FastsubError, RuntimeError):
+    """The unsharded fan-out could not bring the subscriptions to the driver
+    (spark.driver.maxResultSize, driver memory): shard them (shards=N)."""
 
 
 def is_connect(spark) -> bool:
@@ -210,7 +219,22 @@ def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
     filter: InvalidSubjectError for an invalid filter or queue name,
     FanoutInputError for a null sub_id/filter or a wrong column type."""
     _check_dialect(dialect)
-    return index_from_arrow(collect_subscriptions(subscriptions), dialect)
+    try:
+        table = collect_subscriptions(subscriptions)
+    except FanoutInputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - only a driver-capacity failure is translated
+        text = str(e)
+        if not re.search(r"maxResultSize|OutOfMemoryError|Java heap space|GC overhead", text):
+            raise
+        why = next((ln.strip() for ln in text.splitlines()
+                    if re.search(r"maxResultSize|OutOfMemory|heap space|GC overhead", ln)), text[:300])
+        raise IndexTooLargeError(
+            f"the subscriptions do not fit through the driver ({why[:300]}); an unsharded "
+            "fan-out collects them all: pass shards=N (or shards='auto') to fanout / "
+            "fanout_with_rejects / fanout_stream, or --shards to `fastsub fanout`, to build "
+            "the index shard by shard on the executors") from None
+    return index_from_arrow(table, dialect)
 
 
 _TMPDIR = []
@@ -282,8 +306,10 @@ def share_index(spark: SparkSession, sublist: Sublist, *, ship: str = "auto") ->
     return SharedIndex(filename=name, local_path=path, **common)
 
 
-# The index built from a subscriptions DataFrame, kept for later calls on the
-# same DataFrame object: id(df) -> (weakref(df), {(session id, dialect, ship): SharedIndex}).
+# What a fan-out learnt about a subscriptions DataFrame, kept for later calls
+# on the same DataFrame object: id(df) -> (weakref(df), {key: value}); keys
+# (session id, dialect, ship) -> its SharedIndex, (..., "plan", shards,
+# depth) -> its ShardPlan, (..., "small") -> True when "auto" found it small.
 _BUILT = {}
 _BUILT_LOCK = threading.Lock()
 
@@ -311,23 +337,33 @@ def _index_for(spark, subscriptions, dialect, ship, reuse) -> SharedIndex:
         raise TypeError("subscriptions must be a pyspark.sql.DataFrame, a fastsub.Sublist "
                         f"or a SharedIndex, not {type(subscriptions).__name__}")
     key = (_session_key(spark), dialect, ship)
-    if reuse:
-        with _BUILT_LOCK:
-            entry = _BUILT.get(id(subscriptions))
-            if entry is not None and entry[0]() is subscriptions and key in entry[1]:
-                return entry[1][key]
-    idx = share_index(spark, build_index(subscriptions, dialect), ship=ship)
-    if reuse:
-        with _BUILT_LOCK:
-            entry = _BUILT.get(id(subscriptions))
-            if entry is None or entry[0]() is not subscriptions:
-                try:
-                    ref = weakref.ref(subscriptions, lambda _r, k=id(subscriptions): _forget(k))
-                except TypeError:  # pragma: no cover - a DataFrame class without weakrefs
-                    return idx
-                entry = _BUILT[id(subscriptions)] = (ref, {})
-            entry[1][key] = idx
+    idx = _reused(subscriptions, key) if reuse else None
+    if idx is None:
+        idx = share_index(spark, build_index(subscriptions, dialect), ship=ship)
+        if reuse:
+            _remember(subscriptions, key, idx)
     return idx
+
+
+def _reused(subscriptions, key):
+    """What an earlier fan-out kept for this DataFrame object under key, or None."""
+    with _BUILT_LOCK:
+        entry = _BUILT.get(id(subscriptions))
+        if entry is not None and entry[0]() is subscriptions:
+            return entry[1].get(key)
+    return None
+
+
+def _remember(subscriptions, key, value):
+    with _BUILT_LOCK:
+        entry = _BUILT.get(id(subscriptions))
+        if entry is None or entry[0]() is not subscriptions:
+            try:
+                ref = weakref.ref(subscriptions, lambda _r, k=id(subscriptions): _forget(k))
+            except TypeError:  # pragma: no cover - a DataFrame class without weakrefs
+                return
+            entry = _BUILT[id(subscriptions)] = (ref, {})
+        entry[1][key] = value
 
 
 # --------------------------------------------------------------------------
@@ -387,13 +423,13 @@ def _needs_check(spark) -> bool:
 # the UDFs
 # --------------------------------------------------------------------------
 
-def _match_udf(idx: SharedIndex, queues: str, with_key: bool):
+def _match_udf(idx: SharedIndex, queues: str, with_key: bool, dedupe: bool = False):
     if with_key:
         def fastsub_match(batches: Iterator[Tuple[pa.Array, pa.Array]]) -> Iterator[pa.Array]:
-            return match_batches(idx, queues, True, batches)
+            return match_batches(idx, queues, True, batches, dedupe)
     else:
         def fastsub_match(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
-            return match_batches(idx, queues, False, batches)
+            return match_batches(idx, queues, False, batches, dedupe)
     # Non-deterministic to the optimizer only: it must not copy the call into
     # the filter it infers for explode (that would match every event twice)
     # nor push filters through it.  The output itself is deterministic.
@@ -461,7 +497,8 @@ class FanoutResult:
     rejected    the events with a null or invalid subject: their columns +
                 `error` (string).
     unmatched   the accepted events no subscription matched: their columns.
-    index       the SharedIndex used: .index_id, .nsubs, .nbytes, .shipped_by.
+    index       the SharedIndex used (.index_id, .nsubs, .nbytes, .shipped_by), or
+                the ShardPlan of a sharded fan-out (.index_id, .nsubs, .explain()).
 
     Unpacks as a pair: deliveries, rejected = fanout_with_rejects(...).
     """
@@ -546,12 +583,50 @@ class FanoutResult:
 Subscriptions = Union[DataFrame, Sublist, SharedIndex]
 
 
+def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse):
+    """-> the ShardPlan of a sharded fan-out, or None for the broadcast path."""
+    if isinstance(shards, ShardPlan):
+        if not isinstance(subscriptions, DataFrame):
+            raise ValueError("a ShardPlan shards a subscriptions DataFrame, not a "
+                             f"{type(subscriptions).__name__}")
+        return shards
+    if shards == 1:
+        return None
+    if shards != "auto" and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
+        raise ValueError(f"shards must be 'auto', a positive integer or a ShardPlan, not {shards!r}")
+    if not isinstance(subscriptions, DataFrame):
+        if shards == "auto":
+            return None     # already one index on the driver: the broadcast path
+        raise ValueError(
+            f"shards={shards} needs the subscriptions as a DataFrame: a "
+            f"{type(subscriptions).__name__} is one index already built on the driver, "
+            "so it is shipped whole (shards=1 or 'auto')")
+    spark = events.sparkSession
+    key = (_session_key(spark), dialect, "plan", shards, depth)
+    plan = _reused(subscriptions, key) if reuse else None
+    if plan is None:
+        if shards == "auto":
+            small = _reused(subscriptions, (_session_key(spark), dialect, "small"))
+            if small or subscriptions.count() <= AUTO_SHARD_MIN_SUBS:
+                if reuse:
+                    _remember(subscriptions, (_session_key(spark), dialect, "small"), True)
+                return None
+        plan = plan_shards(subscriptions, dialect, shards, depth)
+        if reuse:
+            _remember(subscriptions, key, plan)
+    # The salting follows these events: a sample of them, per call.
+    return dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
+                                                  _parallelism(spark)))
+
+
 def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
                         subject_col: str = "subject", key_col: Optional[str] = None,
                         dialect: str = "nats", queues: str = "pick", explode: bool = True, *,
-                        ship: str = "auto", reuse_index: bool = True) -> FanoutResult:
+                        ship: str = "auto", reuse_index: bool = True, shards="auto",
+                        depth="auto", dedupe: bool = False) -> FanoutResult:
     """fanout_with_rejects(events, subscriptions, subject_col="subject", key_col=None,
-    dialect="nats", queues="pick", explode=True, *, ship="auto", reuse_index=True) -> FanoutResult
+    dialect="nats", queues="pick", explode=True, *, ship="auto", reuse_index=True,
+    shards="auto", depth="auto", dedupe=False) -> FanoutResult
 
     Like fanout(), and also the rejected events (with an `error` column), the
     unmatched ones, the per-event frame and counts().  See FanoutResult."""
@@ -579,17 +654,24 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
             "fanout adds; rename them first")
 
     spark = events.sparkSession
-    idx = _index_for(spark, subscriptions, dialect, ship, reuse_index)
     if _needs_check(spark):
         check_executors(spark)
+    plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index)
+    if plan is not None:
+        per_event = sharded_per_event(events, subscriptions, plan, subject_col=subject_col,
+                                      key_col=key_col, dialect=dialect, queues=queues,
+                                      dedupe=bool(dedupe))
+        return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, plan,
+                            events=events)
+    idx = _index_for(spark, subscriptions, dialect, ship, reuse_index)
 
     subject = _col(subject_col)
     if key_col is None:
-        matched = _match_udf(idx, queues, False)(subject)
+        matched = _match_udf(idx, queues, False, bool(dedupe))(subject)
     else:
         # A null key falls back to the subject, as if no key had been given.
         key = F.coalesce(_col(key_col).cast("string"), subject)
-        matched = _match_udf(idx, queues, True)(subject, key)
+        matched = _match_udf(idx, queues, True, bool(dedupe))(subject, key)
     per_event = events.withColumn("sub_ids", matched)
     return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, idx,
                         events=events)
@@ -597,9 +679,11 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
 
 def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "subject",
            key_col: Optional[str] = None, dialect: str = "nats", queues: str = "pick",
-           explode: bool = True, *, ship: str = "auto", reuse_index: bool = True) -> DataFrame:
+           explode: bool = True, *, ship: str = "auto", reuse_index: bool = True,
+           shards="auto", depth="auto", dedupe: bool = False) -> DataFrame:
     """fanout(events, subscriptions, subject_col="subject", key_col=None, dialect="nats",
-    queues="pick", explode=True, *, ship="auto", reuse_index=True) -> DataFrame
+    queues="pick", explode=True, *, ship="auto", reuse_index=True, shards="auto",
+    depth="auto", dedupe=False) -> DataFrame
 
     The delivery list of `events` against `subscriptions`: a DataFrame
     (`sub_id` long, `filter` string, `queue` string or null), a Sublist, or
@@ -620,6 +704,19 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
                    and reused by later calls with the same DataFrame object (and
                    session, dialect, ship); False builds it again.  Re-read the
                    table (a new DataFrame) to pick up changed subscriptions.
+    shards         1: one index, built on the driver and shipped to every worker.
+                   N > 1 or a ShardPlan: the sharded fan-out (docs/spark.md,
+                   "Sharded"): both sides are partitioned by a route key, each
+                   shard's index is built on an executor, nothing index-sized
+                   passes through the driver.  "auto": sharded above
+                   AUTO_SHARD_MIN_SUBS subscriptions (one count job), N chosen
+                   from the count and the cores.  A Sublist or SharedIndex is
+                   always shipped whole.  The rows are the same either way.
+    depth          the sharded fan-out's route depth d (1-16), or "auto": the
+                   depth that keeps the largest shard plus the replicated share
+                   smallest (plan_shards(...).explain() shows the figures).
+    dedupe         each sub_id at most once per event (Sublist.match_many's
+                   dedupe): one delivery per subscriber with overlapping filters.
 
     Works on classic Spark (local or a cluster) and on Spark Connect, on batch
     and streaming DataFrames (see fanout_stream for rejects and counts per
@@ -628,7 +725,8 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
     An invalid filter in `subscriptions` raises InvalidSubjectError naming its
     row, on the driver, before any event is read."""
     return fanout_with_rejects(events, subscriptions, subject_col, key_col, dialect,
-                               queues, explode, ship=ship, reuse_index=reuse_index).deliveries
+                               queues, explode, ship=ship, reuse_index=reuse_index,
+                               shards=shards, depth=depth, dedupe=dedupe).deliveries
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,473 @@
+"""The sharded fan-out (DESIGN.md 4b): both sides partitioned by a route key.
+
+    plan = plan_shards(events, subs, shards="auto", depth="auto")   # one stats job
+    print(plan.explain())                                          # d, N, shares, salting
+    per_event = sharded_per_event(events, subs, plan, ...)        # a cogroup
+
+The rule.  A filter whose first d tokens are all literal lives in shard
+route_key mod N; any other filter is replicated into every shard.  An event
+with at least d tokens goes to the shard of its first d tokens; a shorter
+one, a null and an invalid one go to a shard spread by a hash (they can
+match only replicated filters, or take the rejects path).  Route keys come
+from fastsub._core.route_keys: the index's own tokenizer, on both sides.
+
+Nothing index-sized goes through the driver: it runs one stats job over the
+subscriptions (validation, the replicated share and the shard sizes for the
+candidate depths and shard counts, aggregated in Spark) and, for salting,
+one sampled count of the events per shard.  Each shard's index is built in
+a Python worker from the subscriptions the cogroup hands it, and kept in a
+per-process cache keyed by a digest of those rows (SHARD_CACHE_BYTES), so the
+salted copies of a shard and an unchanged shard in the next micro-batch
+reuse it.
+
+Salting (event skew).  A shard that receives more than one core's fair share
+of the sampled events, share s with P cores, is split into R = min(P,
+ceil(s * P)) groups: its events are spread over them by a hash of the whole
+row, and its subscriptions are copied into each.
+
+This module imports PySpark; the functions that run on executors use only
+pyarrow, numpy and fastsub.
+"""
+import collections
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from fastsub import InvalidSubjectError, Sublist
+from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
+
+#: shards="auto" keeps the broadcast path up to this many subscriptions
+#: (docs/scale.md: the measured crossover on local[2]).
+AUTO_SHARD_MIN_SUBS = 2_000_000
+#: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
+#: of index on light's mix), and at least 2 shards per core.
+AUTO_SUBS_PER_SHARD = 500_000
+#: The depths depth="auto" chooses among.
+AUTO_DEPTHS = (1, 2, 3)
+#: Shard counts the stats job sizes (plus the one asked for).
+CANDIDATE_SHARDS = tuple(2 ** k for k in range(1, 13))
+#: Sampled share of the events for salting; no salting below SALT_MIN_SAMPLE sampled events.
+SALT_FRACTION = 0.01
+SALT_MIN_SAMPLE = 1000
+#: Per Python worker: shard indexes kept (by their memory_bytes), least recently used out first.
+SHARD_CACHE_BYTES = 512 << 20
+
+_GROUP = "__fastsub_group"
+_KEY = "__fastsub_key"
+_PICK = "__fastsub_pick"
+_H1, _H2 = "__fastsub_h1", "__fastsub_h2"
+
+
+@dataclass
+class ShardPlan:
+    """How a sharded fan-out splits the work (fanout(..., shards=plan) takes one too).
+
+    shards     N, the number of shards
+    depth      d: filters with d leading literal tokens are keyed by them
+    salts      {shard: R} for shards whose events are spread over R groups
+    nsubs      valid subscriptions
+    replicated filters copied into every shard (a wildcard or fewer than d
+               tokens among the first d)
+    largest    subscriptions in the largest shard, replicated ones excluded
+    by_depth   {d: (replicated, largest shard at N)} for the depths measured
+    """
+    shards: int
+    depth: int
+    salts: Dict[int, int] = field(default_factory=dict)
+    nsubs: Optional[int] = None
+    replicated: Optional[int] = None
+    largest: Optional[int] = None
+    by_depth: Dict[int, Tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.shards, int) or self.shards < 1:
+            raise ValueError(f"shards must be a positive integer, not {self.shards!r}")
+        if not isinstance(self.depth, int) or not 1 <= self.depth <= 16:
+            raise ValueError(f"depth must be an integer from 1 to 16, not {self.depth!r}")
+        for s, r in self.salts.items():
+            if not (0 <= s < self.shards and isinstance(r, int) and r >= 1):
+                raise ValueError(f"salts: shard {s!r} -> {r!r} is not a shard below "
+                                 f"{self.shards} with a positive count")
+
+    @property
+    def index_id(self) -> str:
+        """What the stream's counts and FanoutResult name the index by."""
+        return f"sharded:N={self.shards}:d={self.depth}"
+
+    @property
+    def nsubs_per_worker(self) -> Optional[int]:
+        """The most subscriptions one worker's index holds: the largest shard plus the replicated."""
+        if self.largest is None or self.replicated is None:
+            return None
+        return self.largest + self.replicated
+
+    def explain(self) -> str:
+        def pct(n):
+            return "?" if n is None or not self.nsubs else f"{100.0 * n / self.nsubs:.1f}%"
+        lines = [f"fastsub sharded fan-out: N={self.shards} shards, depth d={self.depth}"]
+        if self.nsubs is not None:
+            lines.append(f"  subscriptions {self.nsubs:,}; replicated into every shard "
+                         f"{self.replicated:,} ({pct(self.replicated)}); largest shard "
+                         f"{self.largest:,} ({pct(self.largest)}); a worker's index holds "
+                         f"at most {self.nsubs_per_worker:,} ({pct(self.nsubs_per_worker)})")
+        for d, (rep, big) in sorted(self.by_depth.items()):
+            lines.append(f"  at d={d}: replicated {pct(rep)}, largest shard {pct(big)}")
+        if self.salts:
+            lines.append("  salted (event skew): " + ", ".join(
+                f"shard {s} x{r}" for s, r in sorted(self.salts.items())))
+        else:
+            lines.append("  salted: none")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"<fastsub ShardPlan N={self.shards} d={self.depth} salts={self.salts}>"
+
+    # --- the groups of the cogroup: shard s, salt j -> s * width + j
+    @property
+    def _width(self) -> int:
+        return max(self.salts.values(), default=1)
+
+    def _groups_of(self, shard: int) -> List[int]:
+        return [shard * self._width + j for j in range(self.salts.get(shard, 1))]
+
+    def _all_groups(self) -> List[int]:
+        return [g for s in range(self.shards) for g in self._groups_of(s)]
+
+
+# --------------------------------------------------------------------------
+# executors: routing and statistics
+# --------------------------------------------------------------------------
+
+def _route_udf(dialect: str, depth: int, filters: bool):
+    """An arrow_udf: the route key of each row (>= 0), -1 for a filter every
+    shard needs, null for a null or invalid row (and, for events, the
+    spreading key of a short subject)."""
+    def fastsub_route(values: pa.Array) -> pa.Array:
+        keys, kinds = route_keys(values, dialect, depth, filters=filters)
+        if filters:
+            keys = np.where(kinds == ROUTE_ANY, -1, keys)
+            ok = kinds <= ROUTE_ANY
+        else:
+            ok = kinds <= ROUTE_ANY
+        return pa.array(keys, pa.int64(), mask=~ok)
+    return F.arrow_udf(fastsub_route, "bigint").asNondeterministic()
+
+
+_STATS_SCHEMA = ("d int, nshards int, shard int, n long, bad_id long, bad_filter string, "
+                 "bad_queue string")
+
+
+def _bad_queues(dialect, filters, queues):
+    """Rows whose queue name the index refuses (each distinct name tried once)."""
+    bad = np.zeros(len(queues), dtype=bool)
+    if queues is None or queues.null_count == len(queues):
+        return bad
+    names = queues.to_pylist()
+    seen = {}
+    for i, q in enumerate(names):
+        if q is None:
+            continue
+        if q not in seen:
+            try:
+                Sublist(dialect).insert(filters[i].as_py(), 0, queue=q)
+                seen[q] = True
+            except InvalidSubjectError as e:
+                # The filter may be the bad part; then the filter check has the row already.
+                seen[q] = getattr(e, "subject", None) != filters[i].as_py()
+            except (TypeError, ValueError):
+                seen[q] = False
+        bad[i] = not seen[q]
+    return bad
+
+
+def _stats_fn(dialect: str, depths, candidates):
+    """mapInArrow over (sub_id, filter[, queue]): per partition, the shard
+    sizes for each depth and candidate shard count (nshards 0: the replicated
+    count), and the first bad row (d = -1)."""
+    def fastsub_sub_stats(batches):
+        counts = {(d, n): np.zeros(n, dtype=np.int64) for d in depths for n in candidates}
+        replicated = dict.fromkeys(depths, 0)
+        bad_row = None
+        for b in batches:
+            ids, filters = b.column(0), b.column(1)
+            queues = b.column(2) if b.num_columns > 2 else None
+            keys1, kinds1 = route_keys(filters, dialect, depths[0], filters=True)
+            bad = (kinds1 > ROUTE_ANY) | ids.is_null().to_numpy(zero_copy_only=False)
+            if queues is not None:
+                bad |= _bad_queues(dialect, filters, queues)
+            if bad_row is None and bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                bad_row = (ids[i].as_py(), filters[i].as_py(),
+                           queues[i].as_py() if queues is not None else None)
+            good = ~bad
+            for d in depths:
+                keys, kinds = (keys1, kinds1) if d == depths[0] else \
+                    route_keys(filters, dialect, d, filters=True)
+                replicated[d] += int(np.count_nonzero(good & (kinds == ROUTE_ANY)))
+                k = keys[good & (kinds == ROUTE_KEYED)]
+                for n in candidates:
+                    counts[(d, n)] += np.bincount(k % n, minlength=n)
+        rows = {"d": [], "nshards": [], "shard": [], "n": []}
+        for d in depths:
+            rows["d"].append(d), rows["nshards"].append(0), rows["shard"].append(0)
+            rows["n"].append(replicated[d])
+            for n in candidates:
+                c = counts[(d, n)]
+                nz = np.flatnonzero(c)
+                rows["d"] += [d] * len(nz)
+                rows["nshards"] += [n] * len(nz)
+                rows["shard"] += nz.tolist()
+                rows["n"] += c[nz].tolist()
+        k = len(rows["d"])
+        out = dict(rows, bad_id=[None] * k, bad_filter=[None] * k, bad_queue=[None] * k)
+        if bad_row is not None:
+            for col, v in zip(("d", "nshards", "shard", "n", "bad_id", "bad_filter", "bad_queue"),
+                              (-1, -1, -1, 1) + bad_row):
+                out[col].append(v)
+        yield pa.RecordBatch.from_pydict(out, schema=pa.schema([
+            ("d", pa.int32()), ("nshards", pa.int32()), ("shard", pa.int32()), ("n", pa.int64()),
+            ("bad_id", pa.int64()), ("bad_filter", pa.string()), ("bad_queue", pa.string())]))
+    return fastsub_sub_stats
+
+
+# The shard indexes of this Python worker: digest -> Sublist, least recently used first.
+_shard_cache = collections.OrderedDict()
+_shard_cache_bytes = [0]
+_shard_cache_lock = threading.Lock()
+#: Counters a test or a curious user can read in a worker: builds and reuses.
+shard_cache_stats = {"built": 0, "reused": 0}
+
+
+def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
+    """The index of one shard's subscriptions, built once per distinct content
+    per worker process.  The digest is order-independent (sums and xor of two
+    row hashes Spark computed), because a shuffle delivers rows in any order."""
+    h1 = subs.column(_H1).to_numpy().view(np.uint64)
+    h2 = subs.column(_H2).to_numpy().astype(np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        digest = (dialect, subs.num_rows, int(h1.sum(dtype=np.uint64)),
+                  int(np.bitwise_xor.reduce(h1)) if len(h1) else 0,
+                  int((h2 * np.uint64(0x9E3779B97F4A7C15)).sum(dtype=np.uint64)))
+    with _shard_cache_lock:
+        sl = _shard_cache.get(digest)
+        if sl is not None:
+            _shard_cache.move_to_end(digest)
+            shard_cache_stats["reused"] += 1
+            return sl
+    sl = Sublist(dialect)
+    queues = subs.column("queue") if "queue" in subs.column_names else None
+    if queues is not None and queues.null_count == len(queues):
+        queues = None
+    sl.insert_many(subs.column("filter"), subs.column("sub_id"), queues)
+    size = sl.stats()["memory_bytes"]
+    with _shard_cache_lock:
+        shard_cache_stats["built"] += 1
+        _shard_cache[digest] = sl
+        _shard_cache_bytes[0] += size
+        while _shard_cache_bytes[0] > SHARD_CACHE_BYTES and len(_shard_cache) > 1:
+            _, old = _shard_cache.popitem(last=False)
+            _shard_cache_bytes[0] -= old.stats()["memory_bytes"]
+    return sl
+
+
+def _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema):
+    """The cogroup's function: one group's events against its shard's index."""
+    def fastsub_shard_match(events: pa.Table, subs: pa.Table) -> pa.Table:
+        if events.num_rows == 0:
+            return out_schema.empty_table()
+        sl = _shard_index(dialect, subs)
+        parts = []
+        for b in events.to_batches(max_chunksize=1 << 16):
+            r = sl.match_many(b.column(subject_col), keys=b.column(_PICK), queues=queues,
+                              dedupe=dedupe)
+            parts.append(r.to_arrow())
+        ids = pa.chunked_array(parts, pa.list_(pa.int64())) if parts else \
+            pa.chunked_array([], pa.list_(pa.int64()))
+        cols = [events.column(c) for c in event_cols] + [ids]
+        return pa.Table.from_arrays(cols, schema=out_schema)
+    return fastsub_shard_match
+
+
+# --------------------------------------------------------------------------
+# driver: the plan
+# --------------------------------------------------------------------------
+
+def _parallelism(spark) -> int:
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        for key in ("spark.default.parallelism", "spark.executor.cores"):
+            try:
+                v = spark.conf.get(key, None)
+                if v:
+                    return max(1, int(v))
+            except Exception:  # noqa: BLE001
+                pass
+        return 2
+
+
+def _subs_columns(subscriptions: DataFrame, has_queue: bool):
+    from fastsub.spark import _col
+    cols = [_col("sub_id").cast("long").alias("sub_id"), _col("filter").alias("filter")]
+    if has_queue:
+        cols.append(_col("queue").alias("queue"))
+    return cols
+
+
+def _raise_bad_row(dialect, bad_id, bad_filter, bad_queue):
+    from fastsub.spark import FanoutInputError
+    q = f", queue={bad_queue!r}" if bad_queue is not None else ""
+    what = f"a subscriptions row (sub_id={bad_id}, filter={bad_filter!r}{q})"
+    if bad_id is None or bad_filter is None:
+        raise FanoutInputError(f"{what}: null {'sub_id' if bad_id is None else 'filter'}")
+    try:
+        Sublist(dialect).insert(bad_filter, bad_id, queue=bad_queue)
+    except InvalidSubjectError as e:
+        reason = getattr(e, "reason", None) or str(e)
+        pos = getattr(e, "position", None)
+        where = "" if pos is None else f" (at byte {pos})"
+        raise InvalidSubjectError(f"{what}: {reason}{where}", getattr(e, "subject", None),
+                                  getattr(e, "reason", None), pos) from None
+    raise FanoutInputError(f"{what}: refused by the index")  # pragma: no cover
+
+
+def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", depth="auto",
+                *, events: Optional[DataFrame] = None, subject_col: str = "subject",
+                salting: bool = True) -> ShardPlan:
+    """plan_shards(subscriptions, dialect="nats", shards="auto", depth="auto", *,
+    events=None, subject_col="subject", salting=True) -> ShardPlan
+
+    One Spark job over the subscriptions: a bad row raises here, on the
+    driver, naming its sub_id and filter (FanoutInputError for a null,
+    InvalidSubjectError for an invalid filter or queue); the replicated
+    share and the shard sizes come back for depths 1-3 (or the one given) and
+    the chosen shard count.  depth="auto" takes the depth whose largest
+    shard plus replicated share is smallest (the fewest subscriptions in any
+    worker's index), the smaller depth on a tie.  shards="auto": at least
+    two per core and about AUTO_SUBS_PER_SHARD subscriptions each.  With
+    `events` and salting=True, a 1% sample of the events is counted per
+    shard, and each shard with more than one core's share is salted."""
+    from fastsub.spark import _check_dialect, check_subscriptions_schema
+    _check_dialect(dialect)
+    if depth != "auto" and (not isinstance(depth, int) or isinstance(depth, bool)
+                            or not 1 <= depth <= 16):
+        raise ValueError(f"depth must be 'auto' or an integer from 1 to 16, not {depth!r}")
+    if shards != "auto" and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
+        raise ValueError(f"shards must be 'auto', a positive integer or a ShardPlan, not {shards!r}")
+    has_queue = check_subscriptions_schema(subscriptions)
+    spark = subscriptions.sparkSession
+    cores = _parallelism(spark)
+    depths = AUTO_DEPTHS if depth == "auto" else (depth,)
+    candidates = tuple(sorted(set(CANDIDATE_SHARDS) | ({shards} if isinstance(shards, int) else set())))
+    stats = (subscriptions.select(*_subs_columns(subscriptions, has_queue))
+             .mapInArrow(_stats_fn(dialect, depths, candidates), _STATS_SCHEMA)
+             .groupBy("d", "nshards", "shard")
+             .agg(F.sum("n").alias("n"), F.first("bad_id", True).alias("bad_id"),
+                  F.first("bad_filter", True).alias("bad_filter"),
+                  F.first("bad_queue", True).alias("bad_queue"))
+             .groupBy("d", "nshards")
+             .agg(F.max("n").alias("largest"), F.sum("n").alias("total"),
+                  F.first("bad_id", True).alias("bad_id"),
+                  F.first("bad_filter", True).alias("bad_filter"),
+                  F.first("bad_queue", True).alias("bad_queue"))
+             .collect())
+    table = {}
+    for r in stats:
+        if r["d"] == -1:
+            _raise_bad_row(dialect, r["bad_id"], r["bad_filter"], r["bad_queue"])
+        table[(r["d"], r["nshards"])] = (int(r["largest"]), int(r["total"]))
+    rep = {d: table.get((d, 0), (0, 0))[1] for d in depths}
+    nsubs = rep[depths[0]] + table.get((depths[0], candidates[0]), (0, 0))[1]
+    if shards == "auto":
+        want = max(2 * cores, math.ceil(nsubs / AUTO_SUBS_PER_SHARD))
+        n = next((c for c in candidates if c >= want), candidates[-1])
+    else:
+        n = shards
+    by_depth = {d: (rep[d], table.get((d, n), (0, 0))[0]) for d in depths}
+    d = min(depths, key=lambda d: (sum(by_depth[d]), d))
+    plan = ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
+                     largest=by_depth[d][1], by_depth=by_depth)
+    if events is not None and salting and n > 1:
+        plan.salts = _salts(events, subject_col, dialect, plan, cores)
+    return plan
+
+
+def _salts(events: DataFrame, subject_col: str, dialect: str, plan: ShardPlan, cores: int):
+    """{shard: R} from a sample of the events' shards."""
+    from fastsub.spark import _col
+    if cores < 2:
+        return {}
+    key = _route_udf(dialect, plan.depth, False)(_col(subject_col))
+    rows = (events.select(_col(subject_col)).sample(fraction=SALT_FRACTION, seed=4242)
+            .select(F.pmod(key, F.lit(plan.shards)).alias("s"))
+            .where(F.col("s").isNotNull()).groupBy("s").count().collect())
+    total = sum(r["count"] for r in rows)
+    if total < SALT_MIN_SAMPLE:
+        return {}
+    out = {}
+    for r in rows:
+        share = r["count"] / total
+        if share * cores > 1.0:
+            out[int(r["s"])] = min(cores, math.ceil(share * cores))
+    return out
+
+
+# --------------------------------------------------------------------------
+# driver: the per-event frame
+# --------------------------------------------------------------------------
+
+def _int_array(values):
+    return F.array(*[F.lit(int(v)) for v in values])
+
+
+def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPlan, *,
+                      subject_col: str, key_col: Optional[str], dialect: str, queues: str,
+                      dedupe: bool) -> DataFrame:
+    """events' columns + `sub_ids` (null for a rejected event), as the
+    unsharded fan-out's per-event frame, computed shard by shard."""
+    from fastsub.spark import _col, check_subscriptions_schema
+    has_queue = check_subscriptions_schema(subscriptions)
+    event_cols = list(events.columns)
+    subject = _col(subject_col)
+    pick = subject if key_col is None else F.coalesce(_col(key_col).cast("string"), subject)
+    n, width = plan.shards, plan._width
+    row_hash = F.xxhash64(*[_col(c) for c in event_cols])
+    ev = events.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
+    shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
+    if plan.salts:
+        salts = F.create_map(*[x for s, r in sorted(plan.salts.items()) for x in (F.lit(s), F.lit(r))])
+        salt = F.pmod(row_hash, F.coalesce(F.element_at(salts, shard), F.lit(1)))
+        group = shard * F.lit(width) + salt
+    else:
+        group = shard
+    ev = ev.select(*[_col(c) for c in event_cols], pick.alias(_PICK), group.alias(_GROUP))
+
+    cols = _subs_columns(subscriptions, has_queue)
+    sub = subscriptions.select(*cols)
+    skey = _route_udf(dialect, plan.depth, True)(F.col("filter"))
+    sub = sub.withColumn(_KEY, skey)
+    sshard = F.pmod(F.col(_KEY), F.lit(n))
+    if plan.salts:
+        own = F.sequence(sshard * F.lit(width),
+                         sshard * F.lit(width) + F.coalesce(F.element_at(salts, sshard), F.lit(1)) - 1)
+    else:
+        own = F.array(sshard)
+    groups = F.when(F.col(_KEY) == -1, _int_array(plan._all_groups())).otherwise(own)
+    ident = [F.col("sub_id"), F.col("filter")] + ([F.col("queue")] if has_queue else [])
+    sub = sub.select(*[F.col(c) for c in (["sub_id", "filter"] + (["queue"] if has_queue else []))],
+                     F.xxhash64(*ident).alias(_H1), F.hash(*ident).alias(_H2),
+                     F.explode(groups).alias(_GROUP))
+
+    out_schema_spark = T.StructType(list(events.schema.fields) + [
+        T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
+    from pyspark.sql.pandas.types import to_arrow_schema
+    out_schema = to_arrow_schema(out_schema_spark)
+    fn = _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema)
+    return ev.groupBy(_GROUP).cogroup(sub.groupBy(_GROUP)).applyInArrow(fn, out_schema_spark)
