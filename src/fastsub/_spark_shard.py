@@ -30,6 +30,7 @@ pyarrow, numpy and fastsub.
 """
 import collections
 import math
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -42,6 +43,7 @@ from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
 from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
+from fastsub._spark_ship import LOAD_LOG_ENV
 
 #: shards="auto" keeps the broadcast path up to this many subscriptions
 #: (docs/scale.md: the measured crossover on local[2]).
@@ -165,25 +167,24 @@ _STATS_SCHEMA = ("d int, nshards int, shard int, n long, bad_id long, bad_filter
 
 
 def _bad_queues(dialect, filters, queues):
-    """Rows whose queue name the index refuses (each distinct name tried once)."""
+    """Rows whose queue the index refuses: an invalid name (each distinct
+    name tried once, on a filter valid in every dialect), or, in MQTT, a
+    queue given beside a "$share/G/" filter."""
     bad = np.zeros(len(queues), dtype=bool)
-    if queues is None or queues.null_count == len(queues):
+    if queues.null_count == len(queues):
         return bad
-    names = queues.to_pylist()
-    seen = {}
-    for i, q in enumerate(names):
+    valid = {}
+    for i, q in enumerate(queues.to_pylist()):
         if q is None:
             continue
-        if q not in seen:
+        if q not in valid:
             try:
-                Sublist(dialect).insert(filters[i].as_py(), 0, queue=q)
-                seen[q] = True
-            except InvalidSubjectError as e:
-                # The filter may be the bad part; then the filter check has the row already.
-                seen[q] = getattr(e, "subject", None) != filters[i].as_py()
-            except (TypeError, ValueError):
-                seen[q] = False
-        bad[i] = not seen[q]
+                Sublist(dialect).insert("x", 0, queue=q)
+                valid[q] = True
+            except (InvalidSubjectError, TypeError, ValueError):
+                valid[q] = False
+        f = filters[i].as_py()
+        bad[i] = not valid[q] or (dialect == "mqtt" and f is not None and f.startswith("$share/"))
     return bad
 
 
@@ -267,6 +268,10 @@ def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
         queues = None
     sl.insert_many(subs.column("filter"), subs.column("sub_id"), queues)
     size = sl.stats()["memory_bytes"]
+    log = os.environ.get(LOAD_LOG_ENV)
+    if log:
+        with open(log, "a") as f:   # "shard <digest> <pid> <subscriptions>": see the tests
+            f.write(f"shard-{digest[2]:016x}{digest[4]:016x} {os.getpid()} {subs.num_rows}\n")
     with _shard_cache_lock:
         shard_cache_stats["built"] += 1
         _shard_cache[digest] = sl

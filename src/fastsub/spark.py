@@ -605,18 +605,25 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse)
     key = (_session_key(spark), dialect, "plan", shards, depth)
     plan = _reused(subscriptions, key) if reuse else None
     if plan is None:
-        if shards == "auto":
-            small = _reused(subscriptions, (_session_key(spark), dialect, "small"))
-            if small or subscriptions.count() <= AUTO_SHARD_MIN_SUBS:
-                if reuse:
-                    _remember(subscriptions, (_session_key(spark), dialect, "small"), True)
-                return None
+        if shards == "auto" and _small(subscriptions, dialect, reuse):
+            return None
         plan = plan_shards(subscriptions, dialect, shards, depth)
         if reuse:
             _remember(subscriptions, key, plan)
     # The salting follows these events: a sample of them, per call.
     return dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
                                                   _parallelism(spark)))
+
+
+def _small(subscriptions: DataFrame, dialect: str, reuse: bool) -> bool:
+    """shards="auto": are there at most AUTO_SHARD_MIN_SUBS subscriptions?  One count job."""
+    key = (_session_key(subscriptions.sparkSession), dialect, "small")
+    small = _reused(subscriptions, key) if reuse else None
+    if small is None:
+        small = subscriptions.count() <= AUTO_SHARD_MIN_SUBS
+        if reuse:
+            _remember(subscriptions, key, small)
+    return small
 
 
 def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
@@ -746,9 +753,12 @@ class _StreamIndex:
         self.idx = None
         self.session_id = None
 
-    def _current(self):
+    def resolve(self):
+        """The subscriptions of this micro-batch: the source, or what it returns."""
+        return self.source() if callable(self.source) else self.source
+
+    def _current(self, src):
         """-> (digest, Sublist or None if unchanged)"""
-        src = self.source() if callable(self.source) else self.source
         if isinstance(src, Sublist):
             if src.dialect != self.dialect:
                 raise ValueError(f"the Sublist is {src.dialect!r}, the stream asks for {self.dialect!r}")
@@ -773,8 +783,9 @@ class _StreamIndex:
     def _image(self, digest):
         return os.path.join(self.state_dir, f"index-{digest}.bin")
 
-    def for_batch(self, spark, batch_id) -> Tuple[SharedIndex, bool]:
-        """-> (the SharedIndex of this micro-batch, whether it was rebuilt)"""
+    def for_batch(self, spark, batch_id, src) -> Tuple[SharedIndex, bool]:
+        """-> (the SharedIndex of this micro-batch, whether it was rebuilt);
+        src: what resolve() gave for it."""
         rec = self._record(batch_id)
         sl = None
         if os.path.exists(rec):                       # a replay: the recorded index
@@ -784,7 +795,7 @@ class _StreamIndex:
                 with open(self._image(digest), "rb") as f:
                     sl = Sublist.from_bytes(f.read())
         else:
-            digest, sl = self._current()
+            digest, sl = self._current(src)
             if sl is not None and not os.path.exists(self._image(digest)):
                 _atomic_write(self._image(digest), sl.to_bytes())
             _atomic_write(rec, json.dumps({"batch_id": batch_id, "index": digest}).encode())
@@ -834,10 +845,12 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
                   dialect: str = "nats", queues: str = "pick", explode: bool = True,
                   ship: str = "auto", trigger: Optional[dict] = None,
                   on_batch: Optional[Callable] = None, query_name: Optional[str] = None,
-                  state_dir: Optional[str] = None):
+                  state_dir: Optional[str] = None, shards="auto", depth="auto",
+                  dedupe: bool = False):
     """fanout_stream(events, subscriptions, out, checkpoint, *, subject_col="subject",
     key_col=None, dialect="nats", queues="pick", explode=True, ship="auto",
-    trigger=None, on_batch=None, query_name=None, state_dir=None) -> StreamingQuery
+    trigger=None, on_batch=None, query_name=None, state_dir=None, shards="auto",
+    depth="auto", dedupe=False) -> StreamingQuery
 
     Fan a streaming DataFrame out per micro-batch (foreachBatch) and write,
     for micro-batch N, Parquet directories
@@ -867,7 +880,16 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     is called on the driver after a micro-batch's outputs are written; an
     exception there fails the query (the batch is replayed on restart).
     state_dir (default checkpoint/fastsub, a local path) keeps the per-batch
-    index records.  Classic Spark: foreachBatch runs on the driver."""
+    index records.  Classic Spark: foreachBatch runs on the driver.
+
+    shards, depth, dedupe: as fanout().  Sharded (a DataFrame source with
+    shards=N, or "auto" above AUTO_SHARD_MIN_SUBS), no index passes through
+    the driver: each micro-batch cogroups its events with the subscriptions
+    the source gives, and the workers keep each shard's index keyed by a
+    digest of its rows, so an unchanged shard is not rebuilt (a change
+    rebuilds only the shards it touches).  The counts row then has
+    index_id "sharded:N=..:d=.." and a null index_rebuilt, and a replayed
+    micro-batch uses the subscriptions as the source gives them at the replay."""
     if queues not in _QUEUE_MODES:
         raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
     _check_dialect(dialect)
@@ -886,16 +908,24 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
 
     def run_batch(batch_df, batch_id):
         spark = batch_df.sparkSession
-        idx, rebuilt = state.for_batch(spark, batch_id)
+        src = state.resolve()
+        if shards != 1 and isinstance(src, DataFrame) and (
+                shards != "auto" or not _small(src, dialect, True)):
+            idx, rebuilt = src, None
+        else:
+            idx, rebuilt = state.for_batch(spark, batch_id, src)
         res = fanout_with_rejects(batch_df, idx, subject_col, key_col, dialect, queues,
-                                  explode).observe().persist()
+                                  explode, shards=shards, depth=depth,
+                                  dedupe=dedupe).observe().persist()
+        idx = res.index
         try:
             part = f"batch_id={batch_id}"
             res.deliveries.write.mode("overwrite").parquet(f"{base}/deliveries/{part}")
             res.rejected.write.mode("overwrite").parquet(f"{base}/rejected/{part}")
             c = res.observed_counts()
             row = c._asdict()
-            row.update(index_id=idx.index_id, index_rebuilt=bool(rebuilt))
+            row.update(index_id=idx.index_id,
+                       index_rebuilt=None if rebuilt is None else bool(rebuilt))
             (spark.createDataFrame([row], "events long, delivered long, unmatched long, rejected "
                                    "long, deliveries long, index_id string, index_rebuilt boolean")
              .coalesce(1).write.mode("overwrite").parquet(f"{base}/counts/{part}"))

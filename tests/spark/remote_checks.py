@@ -30,18 +30,24 @@ def _rows(df, *order):
 
 
 def compute(spark, ships):
-    from fastsub.spark import fanout, fanout_with_rejects, is_connect
+    from fastsub.spark import ShardPlan, fanout, fanout_with_rejects, is_connect
     out = {"fanout": {}, "examples": {}, "shipped_by": {}, "index_ids": []}
     for name, (dialect, (subs, subjects), key) in CASES.items():
         ev = spark.createDataFrame(events_rows(subjects), EVENT_SCHEMA).repartition(3)
         sb = spark.createDataFrame(subs, SUBS_SCHEMA)
         for ship in ships:
             # one matching pass: the counts are observed while the deliveries
-            # are collected, the rejected rows come from the persisted frame
-            res = fanout_with_rejects(ev, sb, dialect=dialect, key_col=key, ship=ship)
+            # are collected, the rejected rows come from the persisted frame.
+            # "sharded": the sharded fan-out (4 shards at depth 1, one of them
+            # salted into 2 groups) instead of a shipped index.
+            how = dict(shards=ShardPlan(4, 1, salts={1: 2})) if ship == "sharded" else dict(ship=ship)
+            res = fanout_with_rejects(ev, sb, dialect=dialect, key_col=key, **how)
             res = res.observe().persist()
-            out["shipped_by"][f"{name}/{ship}"] = res.index.shipped_by
-            out["index_ids"].append(res.index.index_id)
+            if ship == "sharded":
+                out["shipped_by"][f"{name}/{ship}"] = res.index.index_id
+            else:
+                out["shipped_by"][f"{name}/{ship}"] = res.index.shipped_by
+                out["index_ids"].append(res.index.index_id)
             got = out["fanout"][f"{name}/{ship}"] = {
                 "deliveries": _rows(res.deliveries),
                 "rejected": _rows(res.rejected),
@@ -49,7 +55,7 @@ def compute(spark, ships):
             }
             res.unpersist()
             if ship == ships[0]:
-                got["arrays"] = _rows(fanout(ev, sb, dialect=dialect, key_col=key, ship=ship,
+                got["arrays"] = _rows(fanout(ev, sb, dialect=dialect, key_col=key, **how,
                                              explode=False).select("event_id", "sub_ids"), "event_id")
     _, subjects = random_case("nats", n_events=300, seed=23)
     events = spark.createDataFrame(events_rows(subjects + ["orders.eu.created", "billing.x"] * 30),

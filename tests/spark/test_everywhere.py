@@ -45,7 +45,7 @@ def local_result(spark):
 @pytest.fixture(scope="module")
 def cluster_result(cluster_url, tmp_path_factory, remote_load_log):
     return _run_checks(tmp_path_factory, [
-        "--master", cluster_url, "--ships", "broadcast,file",
+        "--master", cluster_url, "--ships", "broadcast,file,sharded",
         "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
         "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64",
@@ -54,7 +54,7 @@ def cluster_result(cluster_url, tmp_path_factory, remote_load_log):
 
 @pytest.fixture(scope="module")
 def connect_result(connect_url, tmp_path_factory):
-    return _run_checks(tmp_path_factory, ["--remote", connect_url, "--ships", "auto,inline,artifact"],
+    return _run_checks(tmp_path_factory, ["--remote", connect_url, "--ships", "auto,inline,artifact,sharded"],
                        "connect-run")
 
 
@@ -92,7 +92,8 @@ def _loads(log, index_ids):
 
 
 def test_standalone_cluster_equals_local(cluster_result, local_result, remote_load_log):
-    _same_as_local(cluster_result, local_result, ["broadcast", "file"])
+    _same_as_local(cluster_result, local_result, ["broadcast", "file", "sharded"])
+    assert cluster_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
     assert set(cluster_result["examples"]) == {"mapPartitions", "mapInArrow"}
     assert cluster_result["shipped_by"]["nats/file"] == "file"
     assert cluster_result["shipped_by"]["nats/broadcast"] == "broadcast"
@@ -105,7 +106,8 @@ def test_standalone_cluster_equals_local(cluster_result, local_result, remote_lo
 
 
 def test_connect_equals_local(connect_result, local_result, remote_load_log):
-    _same_as_local(connect_result, local_result, ["auto", "inline", "artifact"])
+    _same_as_local(connect_result, local_result, ["auto", "inline", "artifact", "sharded"])
+    assert connect_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
     assert set(connect_result["examples"]) == {"mapInArrow"}
     sb = connect_result["shipped_by"]
     assert (sb["nats/auto"], sb["nats/inline"], sb["nats/artifact"]) == ("inline", "inline", "artifact")

@@ -1,0 +1,295 @@
+"""The sharded fan-out (DESIGN.md 4b) gives, for every event, the same
+multiset of sub ids as the unsharded one and as the pure-Python reference:
+all three dialects, queues pick/all/none, dedupe on and off, depths 1-3,
+1-8 shards, salted shards; bad subscription rows raise on the driver; the
+plan is visible; workers rebuild only the shards whose rows changed.
+
+Spark actions are few: each Hypothesis example is one collect of a union of
+the unsharded and the sharded per-event frames."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fastsub import InvalidSubjectError
+from fastsub import _reference as R
+from spark_expect import EVENT_SCHEMA, SUBS_SCHEMA, events_rows, random_case
+
+pytestmark = pytest.mark.spark
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _fillers(dialect):
+    """More than 64 filter shapes (the shape tables' budget), so that group
+    members sit both in shape tables and in the trie, under keyed and
+    replicated filters alike."""
+    sep, one = ("/", "+") if dialect == "mqtt" else (".", "*")
+    out = []
+    for i in range(70):
+        n = 2 + i % 6
+        toks = ["z"] + [one if (i >> k) & 1 else f"t{k}" for k in range(n - 1)]
+        out.append((5000 + i, sep.join(toks), None))
+    return out
+
+
+def _groups(dialect):
+    """Queue groups whose members sit under keyed and replicated filters."""
+    if dialect == "mqtt":
+        return [(7001, "$share/w/a/+", None), (7002, "$share/w/a/+", None),
+                (7003, "+/b", "w"), (7004, "+/b", "w"), (7005, "a/b", "w")]
+    return [(7001, "a.*", "w"), (7002, "*.b", "w"), (7003, "a.b", "w"), (7004, "a.>", "w"),
+            (7005, "#" if dialect == "amqp" else ">", "w")]
+
+
+def _frames(spark, dialect, seed):
+    subs, subjects = random_case(dialect, n_subs=60, n_events=250, seed=seed)
+    subs = subs + _fillers(dialect) + _groups(dialect)
+    # a skewed key: a third of the events on one first token
+    subjects = subjects + (["a/b" if dialect == "mqtt" else "a.b"] * 120)
+    if dialect == "amqp":
+        subjects.append("")                    # the key of zero words
+    ev = spark.createDataFrame(events_rows(subjects, seed), EVENT_SCHEMA).repartition(3)
+    sb = spark.createDataFrame(subs, SUBS_SCHEMA).repartition(2)
+    return subs, events_rows(subjects, seed), ev, sb
+
+
+def _reference_rows(dialect, subs, events, queues, dedupe):
+    ref = R.ReferenceSublist(dialect)
+    for sid, f, q in subs:
+        ref.insert(f, sid, q)
+    out = {}
+    for event_id, subject, device, _ in events:
+        if subject is None or not R.is_valid_subject(subject, dialect):
+            out[event_id] = None
+            continue
+        m = ref.match(subject)
+        if queues == "pick":
+            out[event_id] = R.picked_row(m, device if device is not None else subject, dialect, dedupe)
+            continue
+        ids = list(m.subs)
+        if queues == "all":
+            ids += [i for _, _, members in m.groups for i in members]
+        out[event_id] = sorted(set(ids)) if dedupe else sorted(ids)
+    return out
+
+
+@st.composite
+def _configs(draw):
+    shards = draw(st.integers(1, 8))
+    salts = draw(st.dictionaries(st.integers(0, shards - 1), st.integers(1, 3), max_size=2))
+    return dict(shards=shards, depth=draw(st.integers(1, 3)), salts=salts,
+                queues=draw(st.sampled_from(["pick", "all", "none"])), dedupe=draw(st.booleans()),
+                seed=draw(st.integers(0, 10_000)))
+
+
+@pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
+@settings(max_examples=int(os.environ.get("FASTSUB_SHARD_EXAMPLES", "6")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(cfg=_configs())
+def test_sharded_equals_unsharded_and_reference(spark, dialect, cfg):
+    from pyspark.sql import functions as F
+
+    from fastsub.spark import ShardPlan, fanout_with_rejects
+    subs, events, ev, sb = _frames(spark, dialect, cfg["seed"])
+    plan = ShardPlan(cfg["shards"], cfg["depth"], salts=cfg["salts"])
+    common = dict(dialect=dialect, key_col="device", queues=cfg["queues"], dedupe=cfg["dedupe"])
+    whole = fanout_with_rejects(ev, sb, shards=1, **common)
+    part = fanout_with_rejects(ev, sb, shards=plan, **common)
+    assert part.index is plan and whole.index.nsubs == len(subs)
+    both = whole.per_event.withColumn("how", F.lit("whole")).unionByName(
+        part.per_event.withColumn("how", F.lit("sharded")))
+    got = {"whole": {}, "sharded": {}}
+    for r in both.select("how", "event_id", "sub_ids").collect():
+        assert r["event_id"] not in got[r["how"]], "an event came out twice"
+        got[r["how"]][r["event_id"]] = None if r["sub_ids"] is None else sorted(r["sub_ids"])
+    want = _reference_rows(dialect, subs, events, cfg["queues"], cfg["dedupe"])
+    assert got["whole"] == want
+    assert got["sharded"] == want
+
+
+def test_bad_rows_raise_on_the_driver_naming_the_row(spark):
+    from fastsub.spark import FanoutInputError, fanout_with_rejects
+    ev = spark.createDataFrame(events_rows(["a.b"]), EVENT_SCHEMA)
+    good = [(i, f"k{i}.x", None) for i in range(50)]
+    cases = [((77, "a..b", None), InvalidSubjectError, "sub_id=77, filter='a..b'"),
+             ((78, "a.b", "bad queue"), InvalidSubjectError, "sub_id=78"),
+             ((None, "a.b", None), FanoutInputError, "null sub_id"),
+             ((79, None, None), FanoutInputError, "sub_id=79, filter=None"),
+             ]
+    for row, exc, text in cases:
+        sb = spark.createDataFrame(good + [row], SUBS_SCHEMA).repartition(3)
+        with pytest.raises(exc, match=__import__("re").escape(text)):
+            fanout_with_rejects(ev, sb, shards=4)
+
+
+def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):
+    from fastsub.spark import ShardPlan, SharedIndex, fanout_with_rejects, plan_shards
+    import fastsub
+    # d=1 leaves one key with most filters; d=2 splits it
+    rows = [(i, f"big.k{i % 40}.x", None) for i in range(800)] + \
+           [(1000 + i, f"s{i}.y", None) for i in range(100)] + [(5000, "*.y", None)]
+    sb = spark.createDataFrame(rows, SUBS_SCHEMA)
+    plan = plan_shards(sb, shards=8)
+    assert plan.shards == 8 and plan.nsubs == len(rows)
+    assert plan.by_depth[1][1] >= 800 and plan.depth == 2
+    assert plan.replicated == 1 and plan.largest < 400
+    text = plan.explain()
+    for part in ("N=8 shards", "depth d=2", "replicated into every shard 1 (", "largest shard",
+                 "at d=1", "at d=3", "salted: none"):
+        assert part in text, (part, text)
+    ev = spark.createDataFrame(events_rows(["big.k1.x", "s3.y", "q"]), EVENT_SCHEMA)
+    # "auto" keeps a small set on the broadcast path; a Sublist is always shipped whole
+    assert isinstance(fanout_with_rejects(ev, sb).index, SharedIndex)
+    sl = fastsub.Sublist()
+    sl.insert("a.b", 1)
+    assert isinstance(fanout_with_rejects(ev, sl).index, SharedIndex)
+    with pytest.raises(ValueError, match="needs the subscriptions as a DataFrame"):
+        fanout_with_rejects(ev, sl, shards=4)
+    with pytest.raises(ValueError, match="shards must be"):
+        fanout_with_rejects(ev, sb, shards=0)
+    with pytest.raises(ValueError, match="depth must be"):
+        plan_shards(sb, depth=0)
+    with pytest.raises(ValueError, match="salts"):
+        ShardPlan(4, 1, salts={9: 2})
+
+
+def test_event_skew_is_salted_from_a_sample(spark):
+    from fastsub.spark import ShardPlan
+    from fastsub._spark_shard import _salts
+    from pyspark.sql import functions as F
+    ev = spark.range(200_000).select(F.when(F.col("id") % 10 < 9, F.lit("hot.x")).otherwise(
+        F.concat(F.lit("k"), F.col("id").cast("string"), F.lit(".x"))).alias("subject"))
+    plan = ShardPlan(8, 1)
+    salts = _salts(ev, "subject", "nats", plan, cores=4)
+    from fastsub._core import route_keys
+    hot = int(route_keys(["hot.x"], "nats", 1)[0][0] % 8)
+    assert salts.get(hot) == 4 and all(r <= 2 for s, r in salts.items() if s != hot), salts
+    assert _salts(ev, "subject", "nats", plan, cores=1) == {}
+
+
+def _write_json(path, rows):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        for sid, flt, q in rows:
+            f.write(json.dumps({"sub_id": sid, "filter": flt, "queue": q}) + "\n")
+    os.replace(tmp, path)
+
+
+def _shard_builds(load_log):
+    if not os.path.exists(load_log):
+        return []
+    with open(load_log) as f:
+        return [ln.split()[0] for ln in f if ln.startswith("shard-")]
+
+
+def test_stream_rebuilds_only_the_shards_that_changed(spark, tmp_path, load_log):
+    """Micro-batch 0 builds every shard; 1 (same subscriptions) builds none
+    that a worker already holds; 2 (one keyed filter added) builds only the
+    one shard it changed, and matches it."""
+    import pyarrow.parquet as pq
+
+    from fastsub.spark import ShardPlan, fanout_stream
+    subs = [(i, f"k{i % 16}.x{i}", None) for i in range(200)] + [(900, "*.x1", None)]
+    subs_file = str(tmp_path / "subs.jsonl")
+    _write_json(subs_file, subs)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    cols = ["event_id", "subject", "device", "payload"]
+
+    def add(k, subjects):
+        path = str(inp / f"e{k}.json")
+        with open(path, "w") as f:
+            for r in events_rows(subjects, k):
+                f.write(json.dumps(dict(zip(cols, (r[0] + 1000 * k,) + r[1:]))) + "\n")
+        os.utime(path, (1_700_000_000 + k, 1_700_000_000 + k))
+
+    for k in range(3):
+        add(k, [f"k{i % 16}.x{i}" for i in range(40)] + ["k3.new"])
+    builds = {}
+
+    def on_batch(batch_id, counts, index):
+        builds[batch_id] = _shard_builds(load_log)
+        if batch_id == 1:
+            _write_json(subs_file, subs + [(999, "k3.new", None)])
+
+    # one shard per group and few Python workers: local[2] reuses its workers
+    plan = ShardPlan(4, 1)
+    stream = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(inp))
+    q = fanout_stream(stream, lambda: spark.read.schema(SUBS_SCHEMA).json(subs_file),
+                      str(tmp_path / "out"), str(tmp_path / "ckpt"), shards=plan, queues="all",
+                      trigger={"availableNow": True}, on_batch=on_batch)
+    q.awaitTermination(300)
+    assert q.exception() is None
+    counts = {r["batch_id"]: r for r in pq.read_table(str(tmp_path / "out" / "counts")).to_pylist()}
+    assert sorted(counts) == [0, 1, 2]
+    assert all(c["index_id"] == "sharded:N=4:d=1" and c["index_rebuilt"] is None
+               for c in counts.values())
+    new0 = set(builds[0])
+    new1 = set(builds[1][len(builds[0]):]) - new0
+    new2 = set(builds[2][len(builds[1]):]) - new0
+    assert len(new0) == 4 and not new1, builds         # four shards, then none new
+    assert len(new2) == 1, builds                      # only the shard of "k3.new"
+    deliveries = pq.read_table(str(tmp_path / "out" / "deliveries")).to_pylist()
+    assert any(r["sub_id"] == 999 for r in deliveries)
+    assert not any(r["sub_id"] == 999 and r["batch_id"] < 2 for r in deliveries)
+
+
+CAPPED = r"""
+import json, sys
+from pyspark.sql import functions as F
+from fastsub.spark import IndexTooLargeError, fanout_with_rejects, local_session
+spark = local_session("local[2]", conf={"spark.driver.maxResultSize": "1m",
+                                        "spark.sql.shuffle.partitions": "8"})
+n = int(sys.argv[1])
+subs = spark.range(n).select(F.col("id").alias("sub_id"),
+    F.concat(F.lit("k"), (F.col("id") % 97).cast("string"), F.lit(".d"), F.col("id").cast("string"))
+     .alias("filter"), F.lit(None).cast("string").alias("queue"))
+ev = spark.range(20000).select(F.col("id").alias("event_id"),
+    F.concat(F.lit("k"), (F.col("id") % 101).cast("string"), F.lit(".d"), (F.col("id") * 7 % n).cast("string"))
+     .alias("subject"), F.lit(None).cast("string").alias("device"), F.lit("p").alias("payload"))
+out = {}
+try:
+    fanout_with_rejects(ev, subs, shards=1).counts()
+    out["unsharded"] = "passed"
+except IndexTooLargeError as e:
+    out["unsharded"] = str(e)
+r = fanout_with_rejects(ev, subs, shards=4)
+c = r.counts()
+out["sharded"] = [list(c), r.deliveries.agg(F.sum(F.col("event_id") * 1000003 + F.col("sub_id"))).first()[0]]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_capped_driver_fails_unsharded_and_passes_sharded(spark, tmp_path):
+    """A driver whose spark.driver.maxResultSize cannot take the subscriptions:
+    the unsharded fan-out fails with an error that names shards=, the sharded
+    one gives the uncapped session's count and checksum.  Own JVM: the cap
+    cannot be changed at runtime."""
+    from pyspark.sql import functions as F
+
+    from fastsub.spark import fanout_with_rejects
+    n = 150_000
+    script = tmp_path / "capped.py"
+    script.write_text(CAPPED)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "FASTSUB_SPARK_LOAD_LOG")}
+    p = subprocess.run([sys.executable, str(script), str(n)], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    got = json.loads(next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    assert "maxResultSize" in got["unsharded"] and "shards=" in got["unsharded"], got
+    subs = spark.range(n).select(F.col("id").alias("sub_id"), F.concat(
+        F.lit("k"), (F.col("id") % 97).cast("string"), F.lit(".d"), F.col("id").cast("string"))
+        .alias("filter"), F.lit(None).cast("string").alias("queue"))
+    ev = spark.range(20000).select(F.col("id").alias("event_id"), F.concat(
+        F.lit("k"), (F.col("id") % 101).cast("string"), F.lit(".d"),
+        (F.col("id") * 7 % n).cast("string")).alias("subject"),
+        F.lit(None).cast("string").alias("device"), F.lit("p").alias("payload"))
+    r = fanout_with_rejects(ev, subs, shards=1)
+    want = [list(r.counts()),
+            r.deliveries.agg(F.sum(F.col("event_id") * 1000003 + F.col("sub_id"))).first()[0]]
+    assert got["sharded"] == want and want[0][1] > 0
