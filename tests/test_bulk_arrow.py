@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fastsub import InvalidSubjectError, Sublist
+from examples import examples
 from strategies import ALL_DIALECTS, subjects, subscriptions
 
 pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
@@ -22,7 +23,7 @@ def _columns(subs, large=False, chunks=1):
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data(), large=st.booleans(), chunks=st.sampled_from([1, 2]),
        ids_as=st.sampled_from(["arrow", "numpy", "list"]))
 def test_arrow_columns_build_the_list_paths_index(dialect, data, large, chunks, ids_as):

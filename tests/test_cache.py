@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import fastsub
 from fastsub import InvalidSubjectError
 from fastsub import _reference as R
+from examples import examples, steps
 from strategies import norm, norm_reverse, filters, subjects, subscriptions
 
 pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
@@ -231,7 +232,7 @@ def make_machine(dialect):
     return CacheMachine
 
 
-STATEFUL = settings(max_examples=150, stateful_step_count=50, deadline=None,
+STATEFUL = settings(max_examples=examples(150), stateful_step_count=steps(50), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 TestNatsCacheMachine = make_machine("nats").TestCase

@@ -17,12 +17,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fastsub
 from fastsub import _reference as R
+from examples import examples
 from strategies import DIALECTS, all_ids, is_one_per_group, rows, subjects, subscriptions, valid_subject
 
 pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
 
 ROWS_PER_CHUNK = 16384          # _batch.pxi: the threaded path needs >= 2 chunks
-PROPS = settings(max_examples=15, deadline=None,
+PROPS = settings(max_examples=examples(15), deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -481,7 +482,7 @@ def test_pick_nats_groups_merge_by_name_mqtt_by_group_and_filter():
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_pick_depends_only_on_the_set_of_members(dialect, data):
     """Equal subscription sets inserted in different orders (one by one or in

@@ -13,10 +13,11 @@ import fastsub
 from fastsub import InvalidSubjectError
 from fastsub import _reference as R
 
+from examples import examples, steps
 from strategies import (ALL_DIALECTS as DIALECTS, ONE, QUEUES, REST, SEP, SUB_IDS, all_ids, filters, fuzz,
                         is_one_per_group, norm, norm_reverse, subjects, subscriptions)
 
-PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # --- stateless properties -----------------------------------------------------
@@ -99,7 +100,7 @@ def test_reverse_match_is_intersection(dialect, data):
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(data=st.data())
 def test_bulk_index_agrees(dialect, data):
     subs = data.draw(st.lists(subscriptions(dialect), max_size=40))
@@ -272,7 +273,7 @@ def make_machine(dialect):
     return SublistMachine
 
 
-STATEFUL = settings(max_examples=100, stateful_step_count=50, deadline=None,
+STATEFUL = settings(max_examples=examples(100), stateful_step_count=steps(50), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 TestNatsStateMachine = make_machine("nats").TestCase
@@ -283,7 +284,7 @@ TestAmqpStateMachine = make_machine("amqp").TestCase
 TestAmqpStateMachine.settings = STATEFUL
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_amqp_many_hashes_agree(data):
     """Bindings dense in '#' against longer routing keys: the (node,

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import fastsub
 from fastsub import _core
+from examples import examples
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden")
@@ -345,7 +346,7 @@ def probes(dialect, subs, data):
 
 DIALECTS = ["nats", "mqtt"]
 ALL_DIALECTS = DIALECTS + ["amqp"]
-PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+PROPS = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.filter_too_much])
 
 
