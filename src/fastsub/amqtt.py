@@ -1,0 +1,313 @@
+"""amqtt's MQTT 3.1.1 broker, routing through a fastsub Sublist.
+
+    pip install "fastsub[amqtt]"
+
+    from fastsub.amqtt import Broker          # a drop-in for amqtt.broker.Broker
+    broker = Broker({"listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:1883"}}})
+    await broker.start()
+
+Stock amqtt (0.12) routes a publish by testing the topic against every
+subscription filter in Python, replays retained messages to a new
+subscription by testing every retained topic, and walks every filter when a
+session ends.  This subclass keeps amqtt's own bookkeeping (the
+``subscriptions`` dict its plugins read, sessions, authentication, plugins,
+retained storage, its refusal of client publishes to ``$`` topics) and
+replaces only those three loops:
+
+* **Publish**: one ``Sublist.match(topic, dedupe=True)``.  Each session
+  subscribes under one id per QoS level (``sid << 2 | qos``), so the
+  de-duplicated result holds at most three ids per session; the highest QoS
+  wins and the session gets ONE copy at ``min(message QoS, that QoS)``
+  (MQTT 3.1.1 §3.3.5).  Stock amqtt sends one copy per matching filter, each
+  at the subscription's QoS whatever the publish QoS: here the spec is
+  followed instead.  The message QoS is the PUBLISH packet's QoS, or the QoS
+  an internal broadcast forces (a will message, a plugin's
+  ``broadcast_message``): stock delivers those at the forced QoS, here they
+  are capped by the subscription's QoS like any publish.
+* **Re-subscribe**: SUBSCRIBE to a filter the session already holds replaces
+  its QoS (§3.8.4); stock keeps the first QoS while acknowledging the new one.
+* **Session end** (clean-session CONNECT, expiry, the session monitor): the
+  session's own filters are removed, found from a per-session table, not by
+  scanning every filter.  A persistent session keeps its filters and ids
+  while offline; a clean-session CONNECT drops them.
+* **Retained messages for a new subscription**: retained topics are kept as
+  literal filters in a second Sublist; a wildcard filter asks it with
+  ``reverse_match`` (only the retained topics the filter matches come back),
+  a filter without wildcards is a dict lookup.
+* **Filters**: anything ``fastsub.is_valid_filter(f, "mqtt")`` refuses (the
+  empty filter, U+0000, more than 65,535 bytes, a malformed ``$share/``) is
+  refused with SUBACK 0x80 on top of amqtt's own refusals; nothing is stored.
+* **``$share/GROUP/filter``** (MQTT 5 shared subscriptions; amqtt 0.12
+  treats it as a plain filter whose first level is ``$share``, which no
+  client may publish to): served as a shared subscription, an extension.
+  Each matching group gets one copy, sent to one member chosen round-robin
+  among its connected sessions (else an offline one, which queues it as
+  amqtt queues any QoS>0 message for a persistent session); a session also
+  holding a matching non-shared filter gets that copy too, as in MQTT 5
+  §4.8.2.  No retained messages are sent to a shared subscription (MQTT 5
+  §3.8.4).
+
+Left as amqtt does it (not routing): on every CONNECT amqtt replays, at QoS
+0, the retained messages matching ANY filter held in the broker, by any
+session, once per such filter (amqtt 0.12 ``_handle_client_session``); the
+spec sends retained messages only on SUBSCRIBE.  The replay goes through the
+fastsub lookup above but its loop over the broker's filters is amqtt's.
+
+Tested against amqtt 0.12.1 (``fastsub[amqtt]`` pins ``>=0.12.1,<0.13``): the
+overridden methods are amqtt internals.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+from typing import Any, Dict, List, Optional, Tuple
+
+from amqtt.broker import Broker as _AmqttBroker
+from amqtt.contexts import Action
+from amqtt.mqtt.constants import QOS_1, QOS_2
+
+from fastsub._core import InvalidSubjectError, Sublist, is_valid_filter, subject_matches
+
+__all__ = ["Broker"]
+
+_REFUSED = 0x80          # SUBACK return code "failure" (MQTT 3.1.1 §3.9.3)
+_WILDCARDS = ("+", "#")
+
+# The QoS of the PUBLISH packet being handled.  amqtt's _handle_message_delivery
+# calls _broadcast_message without it; each client's message loop is its own
+# task, so a context variable carries it from one to the other without two
+# clients' publishes ever seeing each other's value.
+_publish_qos: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar("fastsub_publish_qos", default=None)
+
+
+class _Holder:
+    """One client id's subscriptions: its session and {filter: granted QoS}."""
+    __slots__ = ("sid", "session", "filters")
+
+    def __init__(self, sid: int, session: Any) -> None:
+        self.sid = sid
+        self.session = session
+        self.filters: Dict[str, int] = {}
+
+
+class Broker(_AmqttBroker):
+    """amqtt's ``Broker`` with fastsub routing (see the module docstring).
+
+    Same constructor and configuration as ``amqtt.broker.Broker``.
+    ``routing_index`` is the Sublist of live subscriptions (read it, don't
+    change it); ``retained_index`` holds the retained topics."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fs_reset()
+
+    # -- state -------------------------------------------------------------
+    def _fs_reset(self) -> None:
+        self.routing_index = Sublist("mqtt")
+        self._holders: Dict[str, _Holder] = {}       # client_id -> holder
+        self._holder_by_sid: Dict[int, _Holder] = {}
+        self._next_sid = itertools.count(1)
+        self._rr: Dict[Tuple[str, Optional[str]], int] = {}   # shared group -> next member
+        self.retained_index = Sublist("mqtt")
+        self._retained_ids: Dict[str, int] = {}      # topic -> id in retained_index
+        self._retained_topics: Dict[int, str] = {}
+        self._retained_odd: set = set()              # topics that are no literal filter ("$share/...")
+        self._next_rid = itertools.count(1)
+
+    async def start(self) -> None:
+        # amqtt's start() empties its subscriptions and retained messages: so do we.
+        self._fs_reset()
+        await super().start()
+
+    # -- subscribe / unsubscribe / session end -----------------------------
+    async def add_subscription(self, subscription: Tuple[str, int], session: Any) -> int:
+        topic_filter, _ = subscription
+        if not isinstance(topic_filter, str) or not is_valid_filter(topic_filter, "mqtt"):
+            return _REFUSED          # amqtt's refusal; neither index nor amqtt's dict changes
+        granted = await super().add_subscription(subscription, session)
+        if granted == _REFUSED:
+            return granted
+        holder = self._holders.get(session.client_id)
+        if holder is None:
+            holder = _Holder(next(self._next_sid), session)
+            self._holders[session.client_id] = holder
+            self._holder_by_sid[holder.sid] = holder
+        holder.session = session
+        old = holder.filters.get(topic_filter)
+        if old != granted:
+            if old is not None:
+                self.routing_index.remove(topic_filter, holder.sid << 2 | old)
+                # amqtt kept the first QoS in its own dict: §3.8.4 says the new one replaces it.
+                entries = self._subscriptions.get(topic_filter, [])
+                for i, (s, _q) in enumerate(entries):
+                    if s.client_id == session.client_id:
+                        entries[i] = (s, granted)
+            self.routing_index.insert(topic_filter, holder.sid << 2 | granted)
+            holder.filters[topic_filter] = granted
+        return granted
+
+    def _del_subscription(self, a_filter: str, session: Any) -> int:
+        deleted = super()._del_subscription(a_filter, session)
+        holder = self._holders.get(session.client_id)
+        if holder is not None:
+            qos = holder.filters.pop(a_filter, None)
+            if qos is not None:
+                self.routing_index.remove(a_filter, holder.sid << 2 | qos)
+        return deleted
+
+    async def _del_all_subscriptions(self, session: Any) -> None:
+        # The session's own filters only: no walk over every filter in the broker.
+        holder = self._holders.pop(session.client_id, None)
+        if holder is None:
+            return
+        del self._holder_by_sid[holder.sid]
+        filters = list(holder.filters.items())
+        for f, _q in filters:
+            super()._del_subscription(f, session)
+            if not self._subscriptions.get(f, True):
+                del self._subscriptions[f]      # amqtt drops emptied filters here too
+        self.routing_index.remove_many([f for f, _ in filters], [holder.sid << 2 | q for _, q in filters])
+
+    # -- publish -----------------------------------------------------------
+    async def _handle_message_delivery(self, client_session: Any, handler: Any, wait_deliver: Any) -> bool:
+        app_message = wait_deliver.result()
+        token = _publish_qos.set(getattr(app_message, "qos", None))
+        try:
+            return await super()._handle_message_delivery(client_session, handler, wait_deliver)
+        finally:
+            _publish_qos.reset(token)
+
+    async def _broadcast_message(self, session: Any, topic: Optional[str], data: Any,
+                                 force_qos: Optional[int] = None) -> None:
+        # amqtt's queue entry, plus the PUBLISH packet's QoS when there is one.
+        entry: Dict[str, Any] = {"session": session, "topic": topic, "data": data}
+        if force_qos is not None:
+            entry["qos"] = force_qos
+        else:
+            pq = _publish_qos.get()
+            if pq is not None:
+                entry["publish_qos"] = pq
+        await self._broadcast_queue.put(entry)
+
+    def route(self, topic: str) -> List[Tuple[Any, int]]:
+        """[(session, granted QoS)] that a publish on ``topic`` goes to: one
+        ``match(topic, dedupe=True)``, one entry per non-shared subscriber
+        (its highest QoS) plus one member per matching shared group.  Empty
+        for a topic fastsub refuses."""
+        try:
+            r = self.routing_index.match(topic, dedupe=True)
+        except (InvalidSubjectError, TypeError):
+            return []
+        best: Dict[int, int] = {}
+        for x in r.subs:
+            sid, q = x >> 2, x & 3
+            if best.get(sid, -1) < q:
+                best[sid] = q
+        out = [(self._holder_by_sid[sid].session, q) for sid, q in best.items()]
+        for group, gfilter, members in r.groups:
+            out.append(self._pick_member(group, gfilter, members))
+        return out
+
+    def _pick_member(self, group: str, gfilter: Optional[str], members: List[int]) -> Tuple[Any, int]:
+        # Round-robin over the members in id order, skipping offline sessions
+        # while a connected one exists.
+        members = sorted(members)
+        key = (group, gfilter)
+        start = self._rr.get(key, 0)
+        n = len(members)
+        chosen = members[start % n]
+        for k in range(n):
+            x = members[(start + k) % n]
+            if self._holder_by_sid[x >> 2].session.transitions.state == "connected":
+                chosen = x
+                start += k
+                break
+        self._rr[key] = (start + 1) % n
+        return self._holder_by_sid[chosen >> 2].session, chosen & 3
+
+    async def _run_broadcast(self, running_tasks: Any) -> None:
+        broadcast = await self._broadcast_queue.get()
+        topic = broadcast["topic"]
+        if "qos" in broadcast:
+            msg_qos: Optional[int] = broadcast["qos"]
+        else:
+            msg_qos = broadcast.get("publish_qos")
+        filtering = self.plugins_manager.is_topic_filtering_enabled()
+        for target, sub_qos in self.route(topic):
+            qos = sub_qos if msg_qos is None else min(msg_qos, sub_qos)
+            if filtering and not await self._topic_filtering(target, topic=topic, action=Action.RECEIVE):
+                continue
+            connected = target.transitions.state == "connected"
+            if not connected:
+                # amqtt's rule [MQTT-3.1.2.4]: a persistent, non-anonymous
+                # session that is offline queues QoS 1/2 messages; the rest are dropped.
+                if not target.clean_session and qos in (QOS_1, QOS_2) and not target.is_anonymous:
+                    await self._retain_broadcast_message(broadcast, qos, target)
+                continue
+            handler = self._get_handler(target)
+            if handler is not None:
+                running_tasks.append(asyncio.ensure_future(
+                    handler.mqtt_publish(topic, broadcast["data"], qos, retain=False)))
+
+    # -- retained messages -------------------------------------------------
+    async def retain_message(self, source_session: Any, topic_name: Optional[str], data: Any,
+                             qos: Optional[int] = None) -> None:
+        await super().retain_message(source_session, topic_name, data, qos)
+        if topic_name is None:
+            return
+        held = topic_name in self._retained_messages
+        if held and topic_name not in self._retained_ids and topic_name not in self._retained_odd:
+            if is_valid_filter(topic_name, "mqtt") and not topic_name.startswith("$share/"):
+                rid = next(self._next_rid)
+                self.retained_index.insert(topic_name, rid)
+                self._retained_ids[topic_name] = rid
+                self._retained_topics[rid] = topic_name
+            else:
+                self._retained_odd.add(topic_name)
+        elif not held:
+            rid = self._retained_ids.pop(topic_name, None)
+            if rid is not None:
+                self.retained_index.remove(topic_name, rid)
+                del self._retained_topics[rid]
+            self._retained_odd.discard(topic_name)
+
+    def retained_for(self, topic_filter: str) -> List[str]:
+        """The retained topics ``topic_filter`` matches (none for ``$share/``)."""
+        if not self._retained_messages or topic_filter.startswith("$share/"):
+            return []
+        if not any(w in topic_filter for w in _WILDCARDS):
+            found = [topic_filter] if topic_filter in self._retained_messages else []
+        else:
+            try:
+                hits = self.retained_index.reverse_match(topic_filter)
+            except (InvalidSubjectError, TypeError):
+                return []
+            # A retained topic is a literal filter, so it intersects topic_filter
+            # exactly when topic_filter matches it.
+            found = [self._retained_topics[rid] for _f, rid, _q in hits]
+        found += [t for t in self._retained_odd if self._matches(t, topic_filter)]
+        return found
+
+    async def _publish_retained_messages_for_subscription(self, subscription: Tuple[str, int], session: Any) -> None:
+        topic_filter, qos = subscription
+        topics = self.retained_for(topic_filter)
+        handler = self._get_handler(session) if topics else None
+        if handler is None:
+            return
+        tasks = []
+        for t in topics:
+            msg = self._retained_messages.get(t)
+            if msg is not None:
+                tasks.append(asyncio.ensure_future(handler.mqtt_publish(
+                    msg.topic, msg.data, min(qos, msg.qos if msg.qos is not None else qos), retain=True)))
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def _matches(self, topic: str, a_filter: str) -> bool:
+        """MQTT 3.1.1 §4.7 through fastsub (``$share/G/f`` matches as ``f``)."""
+        try:
+            return subject_matches(a_filter, topic, "mqtt")
+        except (InvalidSubjectError, TypeError):
+            return False
+

@@ -1,0 +1,529 @@
+"""fastsub.amqtt.Broker: amqtt's broker routing through a Sublist, checked
+with real paho-mqtt clients on loopback against src/fastsub/_reference.py,
+and the same scenario against stock amqtt to show where the two differ.
+
+Every wait has a generous deadline and asserts on what arrived, never on how
+long it took.  Each broker binds port 0 and runs its own asyncio loop in a
+thread (paho's clients are threaded).
+"""
+import asyncio
+import collections
+import itertools
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+if sys.version_info < (3, 10):
+    pytest.skip("amqtt needs Python >= 3.10 (fastsub[amqtt] installs it only there)", allow_module_level=True)
+amqtt_broker = pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install fastsub[amqtt])")
+mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed")
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from fastsub._reference import ReferenceSublist  # noqa: E402
+from fastsub.amqtt import Broker as FastBroker  # noqa: E402
+
+StockBroker = amqtt_broker.Broker
+WAIT = 60.0          # seconds: a deadline for a loaded machine, never a measurement
+SETTLE = 0.5         # quiet time after the expected count, to catch duplicates
+
+
+# -- a broker in a thread ----------------------------------------------------
+class Running:
+    def __init__(self, cls, anonymous=True):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        config = {
+            "listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:0"}},
+            # No $SYS plugin, no loggers: only routing is under test.  Without
+            # anonymous access, sessions with a username are persistent ones
+            # amqtt queues QoS>0 messages for while they are offline.
+            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": anonymous}},
+        }
+
+        async def make():
+            b = cls(config)
+            await b.start()
+            return b
+        self.broker = self.call(make())
+        self.port = self.broker._servers["default"].instance.sockets[0].getsockname()[1]
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT)
+
+    def close(self):
+        try:
+            self.call(self.broker.shutdown())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(WAIT)
+
+
+@pytest.fixture(scope="module")
+def fast():
+    r = Running(FastBroker, anonymous=False)
+    yield r
+    r.close()
+
+
+# -- a paho client that records what it receives ------------------------------
+class Client:
+    def __init__(self, port, client_id, clean=True):
+        self.id = client_id
+        self.got = []                      # (payload, qos, retain)
+        self.cond = threading.Condition()
+        self.acks = {}                     # mid -> [reason code values]
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean)
+        self.c.username_pw_set("user")
+        self.c.on_message = self._on_message
+        self.c.on_subscribe = self._on_sub
+        self.c.on_unsubscribe = self._on_unsub
+        self.c.on_publish = self._on_pub
+        self.c.on_connect = self._on_connect
+        self.connected = False
+        self.c.connect("127.0.0.1", port, keepalive=60)
+        self.c.loop_start()
+        self._wait(lambda: self.connected, "CONNACK")
+
+    def _on_connect(self, c, u, flags, rc, props=None):
+        with self.cond:
+            self.connected = True
+            self.cond.notify_all()
+
+    def _on_message(self, c, u, m):
+        with self.cond:
+            self.got.append((m.payload.decode(), m.qos, bool(m.retain)))
+            self.cond.notify_all()
+
+    def _on_sub(self, c, u, mid, rcs, props=None):
+        with self.cond:
+            self.acks[mid] = [int(getattr(x, "value", x)) for x in rcs]
+            self.cond.notify_all()
+
+    def _on_unsub(self, c, u, mid, rcs=None, props=None):
+        with self.cond:
+            self.acks[mid] = []
+            self.cond.notify_all()
+
+    def _on_pub(self, c, u, mid, rc=None, props=None):
+        with self.cond:
+            self.acks[("pub", mid)] = True
+            self.cond.notify_all()
+
+    def _wait(self, pred, what):
+        with self.cond:
+            if not self.cond.wait_for(pred, WAIT):
+                raise AssertionError(f"{self.id}: no {what} within {WAIT} s")
+
+    def subscribe(self, pairs):
+        """[(filter, qos)] -> granted codes, after the SUBACK."""
+        _, mid = self.c.subscribe(list(pairs))
+        self._wait(lambda: mid in self.acks, "SUBACK")
+        return self.acks[mid]
+
+    def unsubscribe(self, filters):
+        _, mid = self.c.unsubscribe(list(filters))
+        self._wait(lambda: mid in self.acks, "UNSUBACK")
+
+    def publish(self, topic, payload, qos, retain=False):
+        info = self.c.publish(topic, payload, qos=qos, retain=retain)
+        if qos:   # QoS 1: the PUBACK means the broker took it
+            self._wait(lambda: ("pub", info.mid) in self.acks, "PUBACK")
+
+    def wait_count(self, n):
+        self._wait(lambda: len(self.got) >= n, f"{n} messages (got {len(self.got)})")
+
+    def take(self):
+        with self.cond:
+            out, self.got = self.got, []
+        return out
+
+    def close(self):
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+def settle(clients, expected):
+    """Wait until each client has its expected count, then a little more to
+    catch extras; return {client_id: Counter((payload, qos, retain))}."""
+    for c in clients:
+        c.wait_count(sum(expected.get(c.id, collections.Counter()).values()))
+    time.sleep(SETTLE)
+    return {c.id: collections.Counter(c.take()) for c in clients}
+
+
+def norm(d):
+    return {k: v for k, v in d.items() if v}
+
+
+# -- the models: both built on _reference --------------------------------------
+class Model:
+    """Who holds which filter at which QoS, in a ReferenceSublist; ids encode
+    (client index, QoS) as the adapter does."""
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+        self.ref = ReferenceSublist("mqtt")
+        self.held = {}     # (client, filter) -> qos
+
+    def sub(self, cid, f, q):
+        old = self.held.pop((cid, f), None)
+        if old is not None:
+            self.ref.remove(f, self.ids.index(cid) * 4 + old)
+        self.ref.insert(f, self.ids.index(cid) * 4 + q)
+        self.held[(cid, f)] = q
+
+    def unsub(self, cid, f):
+        q = self.held.pop((cid, f), None)
+        if q is not None:
+            self.ref.remove(f, self.ids.index(cid) * 4 + q)
+
+    def spec(self, topic, qos):
+        """MQTT 3.1.1 §3.3.5: one copy per session, at min(publish QoS, its
+        highest matching QoS): {client: [qos]}."""
+        best = {}
+        for x in self.ref.match(topic, dedupe=True).subs:
+            cid = self.ids[x // 4]
+            best[cid] = max(best.get(cid, 0), x % 4)
+        return {cid: [min(qos, q)] for cid, q in best.items()}
+
+    def stock(self, topic, qos):
+        """amqtt 0.12: one copy per matching filter, at the filter's QoS."""
+        out = collections.defaultdict(list)
+        for x in self.ref.match(topic).subs:
+            out[self.ids[x // 4]].append(x % 4)
+        return dict(out)
+
+
+def expect(model, kind, pubs, online, retain=False):
+    """Counter per client of (payload, qos, retain) for publishes [(topic,
+    payload, qos)] to the clients in `online`."""
+    exp = collections.defaultdict(collections.Counter)
+    for topic, payload, qos in pubs:
+        for cid, qs in getattr(model, kind)(topic, qos).items():
+            if cid in online:
+                for q in qs:
+                    exp[cid][(payload, q, retain)] += 1
+    return exp
+
+
+# -- amqtt's own matching cases, as data --------------------------------------
+# From amqtt's tests/test_broker.py (test_matches_multi_level_wildcard,
+# test_matches_single_level_wildcard), plus the §4.7.2 '$' rule.
+MATCH_CASES = [
+    ("sport/tennis/player1/#", "sport/tennis", False),
+    ("sport/tennis/player1/#", "sport/tennis/", False),
+    ("sport/tennis/player1/#", "sport/tennis/player1", True),
+    ("sport/tennis/player1/#", "sport/tennis/player1/", True),
+    ("sport/tennis/player1/#", "sport/tennis/player1/ranking", True),
+    ("sport/tennis/player1/#", "sport/tennis/player1/score/wimbledon", True),
+    ("sport/tennis/+", "sport/tennis", False),
+    ("sport/tennis/+", "sport/tennis/player1/", False),
+    ("sport/tennis/+", "sport/tennis/player1/ranking", False),
+    ("sport/tennis/+", "sport/tennis/", True),
+    ("sport/tennis/+", "sport/tennis/player1", True),
+    ("sport/tennis/+", "sport/tennis/player2", True),
+    ("sport/#", "sport", True),
+    ("#", "$SYS/uptime", False),
+    ("+/uptime", "$SYS/uptime", False),
+    ("$SYS/#", "$SYS/uptime", True),
+    ("+/+", "/finance", True),
+    ("/+", "/finance", True),
+    ("+", "/finance", False),
+]
+
+
+def test_matches_cases_follow_the_spec_and_reference():
+    async def make():
+        return FastBroker({"listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:0"}}, "plugins": {}})
+    loop = asyncio.new_event_loop()
+    try:
+        b = loop.run_until_complete(make())
+        for f, topic, want in MATCH_CASES:
+            r = ReferenceSublist("mqtt")
+            r.insert(f, 1)
+            ref_says = bool(r.match(topic).subs)
+            assert ref_says == want, (f, topic)
+            assert b._matches(topic, f) == want, (f, topic)
+        # Filters fastsub refuses match nothing (amqtt would try them literally).
+        assert not b._matches("a", "")
+        assert not b._matches("a/\x00", "a/+")
+    finally:
+        loop.close()
+
+
+# -- the main scenario: one against fastsub and the same against stock -----------
+FILTERS = [  # overlapping, per client: (filter, qos)
+    [("sport/#", 1), ("sport/+", 0), ("#", 0)],
+    [("sport", 0), ("sport/tennis/+", 1), ("+/tennis/#", 1)],
+    [("sport/tennis/player1", 0), ("sport/tennis/player1", 1), ("+/+/+", 0)],   # re-subscribe: QoS 1 replaces 0
+    [("+", 1), ("+/+", 0), ("finance/#", 1), ("$SYS/#", 1)],
+    [("#", 1), ("+/#", 0)],
+    [("/+", 1), ("+/", 0), ("finance", 0)],
+]
+TOPICS = ["sport", "sport/tennis", "sport/tennis/player1", "sport/tennis/player1/score",
+          "finance", "finance/eur", "/finance", "sport/", "a/b/c", "x"]
+
+
+def scenario(running, kind):
+    """Subscribe, stream, unsubscribe mid-stream, drop and restore a
+    persistent session, retained messages on subscribe.  `kind` names the
+    model the broker must follow exactly ("spec" or "stock")."""
+    tag = uuid.uuid4().hex[:8]
+    ids = [f"{tag}-c{i}" for i in range(len(FILTERS))]
+    model = Model(ids)
+    # Client 4 is persistent (its session outlives the connection).
+    clients = [Client(running.port, cid, clean=(i != 4)) for i, cid in enumerate(ids)]
+    pub = Client(running.port, f"{tag}-pub")
+    seq = itertools.count()
+    try:
+        for c, pairs in zip(clients, FILTERS):
+            if kind == "stock" and c is clients[2]:
+                pairs = pairs[:1] + pairs[2:]   # stock keeps the first QoS on re-subscribe: not compared here
+            for f, q in pairs:
+                assert c.subscribe([(f, q)]) == [q]
+                model.sub(c.id, f, q)
+        online = set(ids)
+
+        def stream(qoses=(0, 1)):
+            pubs = []
+            for t in TOPICS:
+                for q in qoses:
+                    p = f"m{next(seq)}"
+                    pub.publish(t, p, q)
+                    pubs.append((t, p, q))
+            return pubs
+
+        # 1. A stream, QoS 0 and 1.
+        pubs = stream()
+        # An internal broadcast to a '$' topic: only '$SYS/#' gets it, never '#' or '+/...'.
+        running.call(running.broker.internal_message_broadcast("$SYS/load", b"s0", 1))
+        pubs.append(("$SYS/load", "s0", 1))
+        exp = expect(model, kind, pubs, online)
+        assert norm(settle(clients, exp)) == norm(exp)
+
+        # 2. Unsubscribe in the middle of a stream: what follows the UNSUBACK follows the new state.
+        clients[0].unsubscribe(["#", "sport/+"])
+        model.unsub(ids[0], "#")
+        model.unsub(ids[0], "sport/+")
+        exp = expect(model, kind, stream(), online)
+        assert norm(settle(clients, exp)) == norm(exp)
+
+        # 3. The persistent session goes away; amqtt queues what its filters
+        # would get at QoS > 0, and replays it (retain flag set, amqtt's
+        # habit) when it comes back.  Its subscriptions come back too.
+        clients[4].close()
+        running_sessions = running.broker._sessions
+        deadline = time.monotonic() + WAIT
+        while running_sessions[ids[4]][0].transitions.state == "connected":
+            assert time.monotonic() < deadline, "session never went offline"
+            time.sleep(0.05)
+        online.discard(ids[4])
+        pubs = stream()
+        exp = expect(model, kind, pubs, online)
+        assert norm(settle([c for c in clients if c.id in online], exp)) == norm(exp)
+        queued = expect(model, kind, pubs, {ids[4]}, retain=True)[ids[4]]
+        queued = collections.Counter({k: n for k, n in queued.items() if k[1] > 0})
+        clients[4] = Client(running.port, ids[4], clean=False)
+        online.add(ids[4])
+        assert settle([clients[4]], {ids[4]: queued}) == {ids[4]: queued}
+        exp = expect(model, kind, stream(), online)
+        assert norm(settle(clients, exp)) == norm(exp)
+
+        # 4. Retained messages reach a NEW subscription once per retained topic it matches.
+        # (The new client connects first: amqtt replays retained messages on
+        # every CONNECT for every filter in the broker, a habit left as is.)
+        newc = Client(running.port, f"{tag}-new")
+        clients.append(newc)
+        retained = {"sport/tennis": "r1", "sport/tennis/player1": "r2", "finance": "r3"}
+        for t, p in retained.items():
+            pub.publish(t, p, 1, retain=True)
+        exp = expect(model, kind, [(t, p, 1) for t, p in retained.items()], online)
+        assert norm(settle(clients, exp)) == norm(exp)
+        assert newc.subscribe([("sport/#", 1)]) == [1]
+        want = collections.Counter({(p, 1, True): 1 for t, p in retained.items() if t.startswith("sport")})
+        assert settle([newc], {newc.id: want}) == {newc.id: want}
+        assert newc.subscribe([("+", 0)]) == [0]
+        want = collections.Counter({("r3", 0, True): 1})
+        assert settle([newc], {newc.id: want}) == {newc.id: want}
+        # Clearing a retained topic (empty retained payload) takes it out of the retained index.
+        pub.publish("finance", b"", 1, retain=True)
+        time.sleep(SETTLE)
+        for c in clients:
+            c.take()
+        return model
+    finally:
+        for c in clients + [pub]:
+            c.close()
+
+
+def test_routing_follows_the_spec_and_reference(fast):
+    scenario(fast, "spec")
+    b = fast.broker
+
+    async def state():   # read on the broker's loop, not while it changes
+        held = {(f, s.client_id) for f, subs in b._subscriptions.items() for s, _ in subs}
+        mine = {(f, h.session.client_id) for h in b._holders.values() for f in h.filters}
+        return held, mine, len(b.routing_index), set(b._retained_ids)
+    # The index and amqtt's own dict agree, and the cleared retained topic is gone.
+    held, mine, n, retained = fast.call(state())
+    assert held == mine
+    assert n == len(mine)
+    assert retained == {"sport/tennis", "sport/tennis/player1"}
+
+
+def test_stock_amqtt_differs_only_in_duplicates_and_qos():
+    """The same scenario against stock amqtt follows the 'stock' model
+    exactly, and that model delivers to the same (client, message) pairs as
+    the spec model: the two differ in copies and QoS, nowhere else."""
+    running = Running(StockBroker, anonymous=False)
+    try:
+        scenario(running, "stock")
+    finally:
+        running.close()
+    ids = [str(i) for i in range(len(FILTERS))]
+    m = Model(ids)
+    for cid, pairs in zip(ids, FILTERS):
+        for f, q in pairs:
+            m.sub(cid, f, q)
+    dup = qos_diff = 0
+    for t in TOPICS:
+        for q in (0, 1):
+            spec, stock = m.spec(t, q), m.stock(t, q)
+            assert spec.keys() == stock.keys(), t
+            dup += sum(len(v) - 1 for v in stock.values())
+            qos_diff += sum(max(stock[c]) != spec[c][0] for c in spec)
+    assert dup > 0 and qos_diff > 0     # the scenario does exercise both differences
+
+
+# -- Hypothesis: generated subscription sets against the reference -------------
+LEVELS = ["a", "b", ""]
+filter_st = st.lists(st.sampled_from(LEVELS + ["+"]), min_size=1, max_size=3).flatmap(
+    lambda lv: st.sampled_from(["/".join(lv), "/".join(lv + ["#"]), "#"])).filter(bool)
+topic_st = st.lists(st.sampled_from(LEVELS), min_size=1, max_size=3).map("/".join).filter(bool)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                               HealthCheck.too_slow])
+@given(subs=st.lists(st.lists(st.tuples(filter_st, st.sampled_from([0, 1])), min_size=1, max_size=4),
+                     min_size=2, max_size=5),
+       topics=st.lists(st.tuples(topic_st, st.sampled_from([0, 1])), min_size=1, max_size=8))
+def test_generated_subscription_sets(fast, subs, topics):
+    tag = uuid.uuid4().hex[:8]
+    ids = [f"{tag}-h{i}" for i in range(len(subs))]
+    model = Model(ids)
+    clients = [Client(fast.port, cid) for cid in ids]
+    pub = Client(fast.port, f"{tag}-pub")
+    try:
+        for c, pairs in zip(clients, subs):
+            for f, q in pairs:
+                assert c.subscribe([(f, q)]) == [q]
+                model.sub(c.id, f, q)
+        pubs = []
+        for i, (t, q) in enumerate(topics):
+            pub.publish(t, f"g{i}", q)
+            pubs.append((t, f"g{i}", q))
+        exp = expect(model, "spec", pubs, set(ids))
+        assert norm(settle(clients, exp)) == norm(exp)
+    finally:
+        for c in clients + [pub]:
+            c.close()
+
+
+# -- shared subscriptions (the extension) ---------------------------------------
+def test_share_group_gets_one_copy_per_message(fast):
+    tag = uuid.uuid4().hex[:8]
+    members = [Client(fast.port, f"{tag}-s{i}") for i in range(3)]
+    plain = Client(fast.port, f"{tag}-plain")
+    pub = Client(fast.port, f"{tag}-pub")
+    try:
+        for m in members:
+            assert m.subscribe([(f"$share/g{tag}/job/+", 1)]) == [1]
+        # A member also holding a plain matching filter gets that copy as well (MQTT 5 §4.8.2).
+        assert members[0].subscribe([("job/#", 0)]) == [0]
+        assert plain.subscribe([("job/#", 1)]) == [1]
+        n = 9
+        for i in range(n):
+            pub.publish("job/x", f"j{i}", 1)
+        plain.wait_count(n)
+        members[0].wait_count(n)     # its plain copies at least
+        deadline = time.monotonic() + WAIT
+        while sum(len(m.got) for m in members) < 2 * n:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(SETTLE)
+        shared = collections.Counter()
+        for i, m in enumerate(members):
+            for p, q, r in m.take():
+                if not (i == 0 and q == 0):     # members[0]'s plain copies come at QoS 0
+                    shared[p] += 1
+        assert shared == collections.Counter({f"j{i}": 1 for i in range(n)})
+        assert sorted(p for p, _, _ in plain.take()) == sorted(f"j{i}" for i in range(n))
+    finally:
+        for c in members + [plain, pub]:
+            c.close()
+
+
+# -- bad input and session end -----------------------------------------------------
+def test_invalid_filters_are_refused_and_change_nothing(fast):
+    b = fast.broker
+    c = Client(fast.port, f"{uuid.uuid4().hex[:8]}-bad")
+    try:
+        assert c.subscribe([("ok/+", 1)]) == [1]
+        before = (len(b.routing_index), {k: list(v) for k, v in b._subscriptions.items()})
+        for bad in ["a/#/b", "a#", "sport+", "+x/y", "$share//x", "$share/g"]:
+            assert c.subscribe([(bad, 0)]) == [0x80], bad
+        # paho will not send these; they reach add_subscription from plugins.
+        session = b._sessions[c.id][0]
+        for bad in ["", "a/\x00"]:
+            assert fast.call(b.add_subscription((bad, 0), session)) == 0x80
+        assert (len(b.routing_index), {k: list(v) for k, v in b._subscriptions.items()}) == before
+    finally:
+        c.close()
+
+
+class CountingDict(dict):
+    """amqtt's subscriptions dict, counting walks over every filter."""
+    walks = 0
+
+    def __iter__(self):
+        CountingDict.walks += 1
+        return super().__iter__()
+
+    def items(self):
+        CountingDict.walks += 1
+        return super().items()
+
+    def keys(self):
+        CountingDict.walks += 1
+        return super().keys()
+
+
+def test_session_end_touches_only_its_own_filters(fast):
+    b = fast.broker
+    tag = uuid.uuid4().hex[:8]
+    c = Client(fast.port, f"{tag}-end", clean=False)
+    other = Client(fast.port, f"{tag}-other")
+    try:
+        assert c.subscribe([("e/1", 0), ("e/+", 1), ("#", 0)]) == [0, 1, 0]
+        assert other.subscribe([("e/+", 0)]) == [0]
+        n = len(b.routing_index)
+        session = b._sessions[c.id][0]
+
+        async def end():
+            b._subscriptions = CountingDict(b._subscriptions)
+            CountingDict.walks = 0
+            await b._del_all_subscriptions(session)
+            return CountingDict.walks
+        assert fast.call(end()) == 0
+        assert len(b.routing_index) == n - 3
+        assert [s.client_id for s, _ in b._subscriptions["e/+"]] == [other.id]
+        assert "e/1" not in b._subscriptions
+        assert c.id not in b._holders
+    finally:
+        c.close()
+        other.close()
