@@ -32,6 +32,7 @@ import collections
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -262,6 +263,7 @@ def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
             _shard_cache.move_to_end(digest)
             shard_cache_stats["reused"] += 1
             return sl
+    t0 = time.perf_counter()
     sl = Sublist(dialect)
     queues = subs.column("queue") if "queue" in subs.column_names else None
     if queues is not None and queues.null_count == len(queues):
@@ -270,8 +272,9 @@ def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
     size = sl.stats()["memory_bytes"]
     log = os.environ.get(LOAD_LOG_ENV)
     if log:
-        with open(log, "a") as f:   # "shard <digest> <pid> <subscriptions>": see the tests
-            f.write(f"shard-{digest[2]:016x}{digest[4]:016x} {os.getpid()} {subs.num_rows}\n")
+        with open(log, "a") as f:   # "shard-<digest> <pid> <subscriptions> <build seconds>"
+            f.write(f"shard-{digest[2]:016x}{digest[4]:016x} {os.getpid()} {subs.num_rows} "
+                    f"{time.perf_counter() - t0:.3f}\n")
     with _shard_cache_lock:
         shard_cache_stats["built"] += 1
         _shard_cache[digest] = sl

@@ -164,7 +164,7 @@ def connect_server(base_dir, extra_env=None, timeout=180):
     return f"sc://127.0.0.1:{port}", server
 
 
-def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180):
+def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180, worker_memory="1g"):
     """-> (master url "spark://127.0.0.1:PORT", [master, worker, ...])"""
     os.makedirs(base_dir, exist_ok=True)
     spark_class = os.path.join(spark_home(), "bin", "spark-class")
@@ -193,7 +193,7 @@ def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180):
             servers.append(Server(f"spark worker {k + 1}", [
                 spark_class, "org.apache.spark.deploy.worker.Worker",
                 "--host", "127.0.0.1", "--webui-port", str(worker_uis[k]),
-                "--cores", "1", "--memory", "1g", "--work-dir", env["SPARK_WORKER_DIR"], url],
+                "--cores", "1", "--memory", worker_memory, "--work-dir", env["SPARK_WORKER_DIR"], url],
                 env, os.path.join(d, "worker.log")))
 
         master = servers[0]

@@ -1,0 +1,325 @@
+"""The sharded fan-out at scale: subscriptions and events generated on the
+executors, unsharded against sharded, in one run.
+
+    .venv/bin/python bench/bench_spark_shard.py --subs 10000000 --events 20000000 \
+        [--master local[2] | --cluster] [--runs identity,unsharded,sharded] [--shards auto]
+
+The data follow `light` (bench/gen_workload.py's light arguments: five
+levels, vocabularies 50/100/200/500/1000 with Zipf 0.5, 10% of filters with
+one `*`, 2% ending in `>` after 2-4 literal tokens, 5% in queue groups q0-q9),
+scaled up: subscription j and event i are drawn from counter-based hashes of
+(seed, j) and (seed, i), so every partition generates its own rows with no
+data from the driver, and half of the events are derived from a random
+subscription (its wildcards filled in), as light's publishes are.  No filter
+is padding that no event can reach.
+
+Each pass ends in one aggregate (count and checksum of the (event, sub_id)
+deliveries), so every pass reads its events and produces its rows, and the
+unsharded and sharded passes must agree on both figures.
+
+  identity   mapInArrow passing the events' subjects through: the floor
+  unsharded  fanout(shards=1, reuse_index=False): collect, build, ship, match
+  sharded    fanout(shards=...): one stats job, the events' salting sample,
+             the cogroup that builds each shard's index on the executors
+
+Reported per pass: wall seconds, events/s, shuffle bytes written per event
+(Spark's REST API), the peak RSS of the driver's Python and of its JVM (with
+--cluster the driver is a process of its own, the executors are not in it),
+and the largest peak RSS of any Python worker (sampled from /proc).  For the
+sharded pass: the plan (d, N, replicated share, largest shard), and the CPU
+seconds spent building shard indexes in the workers (their build log).
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEED = 0x5EED
+VOCAB = (50, 100, 200, 500, 1000)
+ZIPF = 0.5
+
+
+# --------------------------------------------------------------------------
+# generation, on the executors
+# --------------------------------------------------------------------------
+
+def _u(ids, salt):
+    """Uniform [0, 1) per id: splitmix64 of (seed, id, salt)."""
+    import numpy as np
+    with np.errstate(over="ignore"):
+        z = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(SEED * 1000 + salt)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _tokens(level, u):
+    import numpy as np
+    import pyarrow as pa
+    w = 1.0 / np.arange(1, VOCAB[level] + 1) ** ZIPF
+    cdf = np.cumsum(w)
+    k = np.minimum(np.searchsorted(cdf, u * cdf[-1]), VOCAB[level] - 1)
+    names = pa.array([f"t{level}x{i}" for i in range(VOCAB[level])])
+    return names.take(pa.array(k))
+
+
+def _sub_parts(j):
+    """Subscription j's draws: tokens per level, '*' position (-1), '>' depth (-1), queue."""
+    import numpy as np
+    toks = [_tokens(lv, _u(j, lv)) for lv in range(5)]
+    r = _u(j, 5)
+    star = np.where(r < 0.10, np.minimum((_u(j, 6) * 5).astype(np.int64), 4), -1)
+    rest = np.where((r >= 0.10) & (r < 0.12), 2 + np.minimum((_u(j, 7) * 3).astype(np.int64), 2), -1)
+    return toks, star, rest
+
+
+def _join(toks):
+    import pyarrow.compute as pc
+    return pc.binary_join_element_wise(*toks, ".", null_handling="skip")
+
+
+def gen_subs(batches):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    for b in batches:
+        j = b.column(0).to_numpy()
+        toks, star, rest = _sub_parts(j)
+        out = []
+        for lv in range(5):
+            t = pc.if_else(pa.array(star == lv), "*", toks[lv])
+            t = pc.if_else(pa.array(rest == lv), ">", t)
+            out.append(pc.if_else(pa.array((rest >= 0) & (lv > rest)), pa.scalar(None, pa.string()), t))
+        q = _u(j, 8) < 0.05
+        qname = pc.binary_join_element_wise("q", pa.array((_u(j, 9) * 10).astype(np.int64)).cast(pa.string()), "")
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(j), _join(out), pc.if_else(pa.array(q), qname, pa.scalar(None, pa.string()))],
+            ["sub_id", "filter", "queue"])
+
+
+def gen_events(nsubs):
+    def gen(batches):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        for b in batches:
+            i = b.column(0).to_numpy()
+            derived = _u(i, 100) < 0.5
+            j = np.minimum((_u(i, 101) * nsubs).astype(np.int64), nsubs - 1)
+            stoks, star, rest = _sub_parts(j)
+            fresh = [_tokens(lv, _u(i, 102 + lv)) for lv in range(5)]
+            out = []
+            for lv in range(5):
+                keep = derived & (star != lv) & ((rest < 0) | (lv < rest))
+                out.append(pc.if_else(pa.array(keep), stoks[lv], fresh[lv]))
+            yield pa.RecordBatch.from_arrays([pa.array(i), _join(out)], ["event_id", "subject"])
+    return gen
+
+
+# --------------------------------------------------------------------------
+# measuring
+# --------------------------------------------------------------------------
+
+def _status(pid, field):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for ln in f:
+                if ln.startswith(field + ":"):
+                    return int(ln.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class RssSampler:
+    """Peak RSS (VmHWM) of the Python workers and of the driver's JVM, sampled every 0.2 s."""
+
+    def __init__(self, driver_jvm_pid):
+        self.jvm = driver_jvm_pid
+        self.worker_peak = 0
+        self.jvm_peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            for name in os.listdir("/proc"):
+                if name.isdigit():
+                    c = _cmdline(int(name))
+                    if "pyspark.daemon" in c or "pyspark.worker" in c or "pyspark/daemon" in c:
+                        self.worker_peak = max(self.worker_peak, _status(int(name), "VmHWM"))
+            if self.jvm:
+                self.jvm_peak = max(self.jvm_peak, _status(self.jvm, "VmHWM"))
+            self._stop.wait(0.2)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+def _shuffle_bytes(spark):
+    """Shuffle bytes written by every stage so far (Spark's REST API)."""
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages?status=complete"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return sum(s.get("shuffleWriteBytes", 0) for s in json.load(r))
+
+
+def _driver_jvm_pid():
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == me and "java" in _cmdline(int(name)):
+                return int(name)
+    return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--subs", type=int, default=1_000_000)
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--cluster", action="store_true",
+                    help="start a standalone cluster (a master, two 1-core workers) and run on it")
+    ap.add_argument("--runs", default="identity,unsharded,sharded")
+    ap.add_argument("--shards", default="auto")
+    ap.add_argument("--depth", default="auto")
+    ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--executor-memory", default="5g")
+    ap.add_argument("--json", help="append the results as one JSON line to this file")
+    args = ap.parse_args(argv)
+
+    from pyspark.sql import functions as F
+
+    from fastsub.spark import LOAD_LOG_ENV, IndexTooLargeError, fanout, local_session, plan_shards
+
+    build_log = tempfile.mktemp(prefix="fastsub-shard-builds-")
+    os.environ[LOAD_LOG_ENV] = build_log
+    cluster = None
+    master = args.master
+    if args.cluster:
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "spark"))
+        import servers
+        cluster_dir = tempfile.mkdtemp(prefix="fastsub-bench-cluster-")
+        master, cluster = servers.standalone_cluster(cluster_dir, extra_env={LOAD_LOG_ENV: build_log},
+                                                     worker_memory=args.executor_memory)
+    conf = {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": args.partitions,
+            "spark.driver.maxResultSize": "4g", "spark.ui.enabled": "true"}
+    if args.cluster:
+        conf.update({"spark.executor.memory": args.executor_memory, "spark.executor.cores": 1,
+                     "spark.cores.max": 2, "spark.driver.host": "127.0.0.1"})
+    spark = local_session(master, app_name="fastsub shard bench", conf=conf)
+    jvm = _driver_jvm_pid()
+    subs = spark.range(args.subs, numPartitions=args.partitions).mapInArrow(
+        gen_subs, "sub_id long, filter string, queue string")
+    events = spark.range(args.events, numPartitions=args.partitions).mapInArrow(
+        gen_events(args.subs), "event_id long, subject string")
+    # Generated once and kept in the JVMs' memory (a table being read), so the
+    # passes time the fan-out, not the generation.
+    subs = subs.persist()
+    events = events.persist()
+    subs.count(), events.count()
+    shards = args.shards if args.shards == "auto" else int(args.shards)
+    depth = args.depth if args.depth == "auto" else int(args.depth)
+    where = "standalone cluster (2 x 1-core executors)" if args.cluster else master
+    print(f"{args.subs:,} subscriptions, {args.events:,} events (light's mix, generated on the "
+          f"executors), {where}", flush=True)
+
+    def agg(df):
+        r = df.agg(F.count(F.lit(1)).alias("n"),
+                   F.sum((F.col("event_id") * 1000003 + F.col("sub_id")) % 1000000007).alias("c")).first()
+        return int(r["n"]), int(r["c"] or 0)
+
+    def identity():
+        def ident(batches):
+            yield from batches
+        r = events.mapInArrow(ident, "event_id long, subject string").agg(
+            F.count(F.lit(1)), F.sum(F.length("subject"))).first()
+        return int(r[0]), int(r[1])
+
+    results = {"subs": args.subs, "events": args.events, "where": where, "passes": {}}
+    plan = None
+    for name in args.runs.split(","):
+        before = _shuffle_bytes(spark)
+        with open(build_log, "a"):
+            pass
+        log_at = os.path.getsize(build_log)
+        t0 = time.perf_counter()
+        with RssSampler(jvm) as rss:
+            try:
+                if name == "identity":
+                    got = identity()
+                elif name == "unsharded":
+                    got = agg(fanout(events, subs, shards=1, reuse_index=False))
+                elif name == "sharded":
+                    plan = plan_shards(subs, "nats", shards, depth)
+                    got = agg(fanout(events, subs, shards=shards, depth=depth))
+                else:
+                    raise SystemExit(f"unknown pass {name!r}")
+            except IndexTooLargeError as e:
+                got = f"failed: {e}"
+        wall = time.perf_counter() - t0
+        time.sleep(3)     # the REST API follows the listener bus, a little behind the jobs
+        shuffled = _shuffle_bytes(spark) - before
+        with open(build_log) as f:
+            f.seek(log_at)
+            builds = [ln.split() for ln in f if ln.startswith("shard-")]
+        row = {"wall_s": round(wall, 2), "events_per_s": round(args.events / wall),
+               "result": got, "shuffle_bytes_per_event": round(shuffled / args.events, 1),
+               "driver_python_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+               "driver_jvm_peak_rss_mb": rss.jvm_peak >> 20,
+               "python_worker_peak_rss_mb": rss.worker_peak >> 20}
+        if builds:
+            row["shard_builds"] = len(builds)
+            row["shard_build_cpu_s"] = round(sum(float(b[3]) for b in builds if len(b) > 3), 2)
+            row["largest_shard_built"] = max(int(b[2]) for b in builds)
+        results["passes"][name] = row
+        print(f"  {name:<10} {wall:8.1f} s  {args.events / wall:>12,.0f} events/s  {row}", flush=True)
+    if plan is not None:
+        print(plan.explain())
+        results["plan"] = {"shards": plan.shards, "depth": plan.depth, "nsubs": plan.nsubs,
+                           "replicated": plan.replicated, "largest": plan.largest,
+                           "by_depth": {str(k): v for k, v in plan.by_depth.items()}}
+    p = results["passes"]
+    if "unsharded" in p and "sharded" in p and not isinstance(p["unsharded"]["result"], str):
+        same = p["unsharded"]["result"] == p["sharded"]["result"]
+        print(f"  unsharded and sharded deliveries agree: {same}")
+        if not same:
+            return 1
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(results) + "\n")
+    spark.stop()
+    if cluster:
+        for s in cluster:
+            s.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
