@@ -88,7 +88,7 @@ def _configs(draw):
 
 
 @pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
-@settings(max_examples=int(os.environ.get("FASTSUB_SHARD_EXAMPLES", "6")), deadline=None,
+@settings(max_examples=5, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(cfg=_configs())
 def test_sharded_equals_unsharded_and_reference(spark, dialect, cfg):
