@@ -573,3 +573,48 @@ def test_session_end_touches_only_its_own_filters(fast):
     finally:
         c.close()
         other.close()
+
+
+# -- the retained index against the reference (no network) ----------------------
+retained_topic_st = st.lists(st.sampled_from(LEVELS + ["$SYS", "c"]), min_size=1, max_size=4).map("/".join).filter(bool)
+retained_filter_st = st.one_of(filter_st, retained_topic_st,
+                               retained_topic_st.map(lambda t: t + "/#"), st.just("$SYS/+"))
+
+
+@pytest.fixture(scope="module")
+def offline_broker():
+    loop = asyncio.new_event_loop()
+
+    async def make():
+        return FastBroker({"listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:0"}}, "plugins": {}})
+    yield loop, loop.run_until_complete(make())
+    loop.close()
+
+
+@settings(max_examples=int(__import__("os").environ.get("AMQTT_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stored=st.lists(retained_topic_st, max_size=8, unique=True),
+       cleared=st.lists(retained_topic_st, max_size=3),
+       direct=st.lists(retained_topic_st, max_size=3, unique=True),
+       filters=st.lists(retained_filter_st, min_size=1, max_size=5))
+def test_retained_lookup_matches_the_reference(offline_broker, stored, cleared, direct, filters):
+    loop, b = offline_broker
+    for t in list(b._retained_messages):
+        loop.run_until_complete(b.retain_message(None, t, b"", 0))
+    for t in stored:
+        loop.run_until_complete(b.retain_message(None, t, b"x", 1))
+    for t in cleared:          # an empty retained payload clears the topic
+        loop.run_until_complete(b.retain_message(None, t, b"", 1))
+    for t in direct:           # as amqtt's persistence plugin restores them: straight into the dict
+        b._retained_messages[t] = amqtt_broker.RetainedApplicationMessage(None, t, b"y", 0)
+    held = set(b._retained_messages)
+    assert held == (set(stored) - set(cleared)) | set(direct)
+    for f in filters:
+        want = sorted(t for t in held if _ref_matches(f, t))
+        assert sorted(b.retained_for(f)) == want, f
+
+
+def _ref_matches(f, topic):
+    r = ReferenceSublist("mqtt")
+    r.insert(f, 1)
+    return bool(r.match(topic).subs)

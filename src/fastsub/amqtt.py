@@ -254,28 +254,43 @@ class Broker(_AmqttBroker):
     async def retain_message(self, source_session: Any, topic_name: Optional[str], data: Any,
                              qos: Optional[int] = None) -> None:
         await super().retain_message(source_session, topic_name, data, qos)
-        if topic_name is None:
-            return
-        held = topic_name in self._retained_messages
-        if held and topic_name not in self._retained_ids and topic_name not in self._retained_odd:
-            if is_valid_filter(topic_name, "mqtt") and not topic_name.startswith("$share/"):
+        if topic_name is not None:
+            self._retained_sync(topic_name)
+
+    def _retained_sync(self, topic: str) -> None:
+        """Put the retained index in step with amqtt's dict for one topic."""
+        held = topic in self._retained_messages
+        known = topic in self._retained_ids or topic in self._retained_odd
+        if held and not known:
+            if is_valid_filter(topic, "mqtt") and not topic.startswith("$share/"):
                 rid = next(self._next_rid)
-                self.retained_index.insert(topic_name, rid)
-                self._retained_ids[topic_name] = rid
-                self._retained_topics[rid] = topic_name
+                self.retained_index.insert(topic, rid)
+                self._retained_ids[topic] = rid
+                self._retained_topics[rid] = topic
             else:
-                self._retained_odd.add(topic_name)
-        elif not held:
-            rid = self._retained_ids.pop(topic_name, None)
+                self._retained_odd.add(topic)
+        elif known and not held:
+            rid = self._retained_ids.pop(topic, None)
             if rid is not None:
-                self.retained_index.remove(topic_name, rid)
+                self.retained_index.remove(topic, rid)
                 del self._retained_topics[rid]
-            self._retained_odd.discard(topic_name)
+            self._retained_odd.discard(topic)
+
+    def _retained_resync(self) -> None:
+        # amqtt's persistence plugin fills the retained dict directly and
+        # shutdown() empties it: when the sizes disagree, walk both once.
+        if len(self._retained_messages) == len(self._retained_ids) + len(self._retained_odd):
+            return
+        for t in [*self._retained_ids, *self._retained_odd]:
+            self._retained_sync(t)
+        for t in list(self._retained_messages):
+            self._retained_sync(t)
 
     def retained_for(self, topic_filter: str) -> List[str]:
         """The retained topics ``topic_filter`` matches (none for ``$share/``)."""
         if not self._retained_messages or topic_filter.startswith("$share/"):
             return []
+        self._retained_resync()
         if not any(w in topic_filter for w in _WILDCARDS):
             found = [topic_filter] if topic_filter in self._retained_messages else []
         else:
