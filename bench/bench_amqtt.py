@@ -187,6 +187,39 @@ def run_one(kind, n, sessions, publishes, rng, lat_rate):
             proc.terminate()
 
 
+def retained_lookup(n, reps=20):
+    """Microseconds to find the retained topics a new subscription matches,
+    with n retained topics (the workload's topics): stock amqtt tests every
+    retained topic; fastsub asks the retained index (reverse_match), or looks
+    a filter without wildcards up in the dict.  In process, no clients."""
+    from amqtt.broker import Broker as Stock
+    from fastsub.amqtt import Broker as Fast
+
+    async def build():
+        cfg = {"listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:0"}}, "plugins": {}}
+        fast, stock = Fast(cfg), Stock(cfg)
+        for t in workload(n)[1]:
+            await fast.retain_message(None, t, b"x", 0)
+        stock._retained_messages.update(fast._retained_messages)
+        return fast, stock
+    fast, stock = asyncio.run(build())
+    out = []
+    for f in ("dev/7/status", "dev/7/#", "dev/+/status", "+/+/+/temp"):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            a = [t for t in stock._retained_messages if stock._matches(t, f)]
+        t1 = time.perf_counter()
+        for _ in range(reps):
+            b = fast.retained_for(f)
+        t2 = time.perf_counter()
+        for _ in range(reps):
+            c = fast.retained_index.reverse_match(f)
+        t3 = time.perf_counter()
+        assert sorted(a) == sorted(b) and len(c) == len(b), f
+        out.append((f, len(b), (t1 - t0) / reps * 1e6, (t2 - t1) / reps * 1e6, (t3 - t2) / reps * 1e6))
+    return out
+
+
 def sustained(rows, kind):
     """The largest tested count with throughput >= 1,000/s and, when a larger
     tested count falls short, the crossing interpolated linearly in time per
@@ -215,6 +248,8 @@ def main(argv=None):
     ap.add_argument("--lat-rate", type=float, default=200.0,
                     help="publishes/s of the latency run (lower when half the throughput is lower)")
     ap.add_argument("--brokers", default="amqtt,fastsub")
+    ap.add_argument("--retained", type=int, default=100000,
+                    help="retained topics for the retained-lookup comparison (0: skip it)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
@@ -238,6 +273,12 @@ def main(argv=None):
     print()
     for kind in a.brokers.split(","):
         print(f"{kind}: sustains 1,000 publishes/s up to {sustained(rows, kind)}")
+    if a.retained:
+        print()
+        print(f"retained lookup for a new subscription, {a.retained:,} retained topics (us per lookup)")
+        print(f"{'filter':14} {'found':>6} {'stock scan':>11} {'fastsub':>9} {'reverse_match':>14}")
+        for f, k, us_stock, us_fast, us_rm in retained_lookup(a.retained):
+            print(f"{f:14} {k:>6} {us_stock:>11.1f} {us_fast:>9.1f} {us_rm:>14.1f}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=1)
