@@ -59,8 +59,11 @@ CANDIDATE_SHARDS = tuple(2 ** k for k in range(1, 13))
 #: Sampled share of the events for salting; no salting below SALT_MIN_SAMPLE sampled events.
 SALT_FRACTION = 0.01
 SALT_MIN_SAMPLE = 1000
-#: Per Python worker: shard indexes kept (by their memory_bytes), least recently used out first.
-SHARD_CACHE_BYTES = 512 << 20
+#: Per Python worker: shard indexes kept (by their memory_bytes), least recently
+#: used out first; FASTSUB_SHARD_CACHE_BYTES in the executors' environment
+#: overrides it.  Size it to the shards a worker serves, for streams: a cache
+#: smaller than that rebuilds them in every micro-batch.
+SHARD_CACHE_BYTES = int(os.environ.get("FASTSUB_SHARD_CACHE_BYTES", 256 << 20))
 
 _GROUP = "__fastsub_group"
 _KEY = "__fastsub_key"
