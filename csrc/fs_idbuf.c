@@ -22,17 +22,24 @@ static fs_mutex pool_mu;
 static fs_once_flag pool_once = FS_ONCE_INIT;
 static int pool_usable = 1;     /* 0 when the fork handlers could not be registered */
 
-/* Around fork(): hold the lock so that no other thread is inside it when
- * the process is copied, then release it on both sides. */
-static void pool_fork_prepare(void) { fs_mutex_lock(&pool_mu); }
-static void pool_fork_after(void) { fs_mutex_unlock(&pool_mu); }
-
+/* Around fork(): fs_fork.c's handlers hold this lock (after every index's
+ * lock: the pool is entered with an index lock held) so that no other
+ * thread is inside it when the process is copied, then release it on both
+ * sides. */
 static void pool_init(void)
 {
     fs_mutex_init(&pool_mu);
-    if (fs_atfork(pool_fork_prepare, pool_fork_after, pool_fork_after) != 0)
+    if (!fs_fork_ready())
         pool_usable = 0;      /* unsafe across fork: keep nothing */
 }
+
+void fs_idpool_fork_prepare(void)
+{
+    fs_once(&pool_once, pool_init);
+    fs_mutex_lock(&pool_mu);
+}
+
+void fs_idpool_fork_after(void) { fs_mutex_unlock(&pool_mu); }
 
 /* 1 when buffers may be kept (and the lock is initialised). */
 static int pool_on(void)

@@ -155,7 +155,18 @@ struct fs_sublist {
     uint64_t generation;
     uint64_t inserts, removes;
     _Atomic uint64_t matches, fanout_total, fanout_max;
+    fs_sublist *fork_prev, *fork_next;   /* the live indexes (fs_fork.c) */
 };
+
+/* ---- fork safety (fs_fork.c): every live index is registered, so that
+ * fork() waits until no thread is inside one.  fs_fork_ready: 1 when the
+ * fork handlers are registered (done once, on first call), else 0.
+ * fs_fork_track: FS_OK, or FS_ENOMEM when the handlers could not be
+ * registered (fs_sublist_new then fails: MemoryError).
+ * fs_fork_untrack: before the index's lock is destroyed. */
+int fs_fork_ready(void);
+int fs_fork_track(fs_sublist *sl);
+void fs_fork_untrack(fs_sublist *sl);
 
 
 /* The one pre-existing table an insert added an entry or a child to

@@ -2,6 +2,9 @@
  * thread, batch or process, so they need not be inline: starting and
  * joining threads, one-time initialisation, thread-specific slots,
  * deadline waits, fork handlers and discardable pages. */
+#if !defined(_WIN32) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE          /* glibc's pthread_rwlockattr_setkind_np */
+#endif
 #include "fs_sys.h"
 
 #ifdef _WIN32
@@ -131,6 +134,21 @@ fs_deadline fs_deadline_in(unsigned ms)
 int fs_cond_wait_until(fs_cond *c, fs_mutex *m, const fs_deadline *until)
 {
     return pthread_cond_timedwait(c, m, until) != ETIMEDOUT;
+}
+#endif
+
+#ifndef _WIN32
+int fs_pthread_rwlock_init(pthread_rwlock_t *l)
+{
+    pthread_rwlockattr_t a;
+    if (pthread_rwlockattr_init(&a) != 0)
+        return -1;
+#ifdef __GLIBC__
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    int rc = pthread_rwlock_init(l, &a);
+    pthread_rwlockattr_destroy(&a);
+    return rc == 0 ? 0 : -1;
 }
 #endif
 

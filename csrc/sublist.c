@@ -36,6 +36,12 @@ fs_sublist *fs_sublist_new(fs_dialect d)
         FS_FREE(sl);
         return NULL;
     }
+    if (fs_fork_track(sl) != FS_OK) {
+        fs_rwlock_destroy(&sl->lock);
+        fs_slab_destroy(&sl->slab);
+        FS_FREE(sl);
+        return NULL;
+    }
     return sl;
 }
 
@@ -44,6 +50,7 @@ void fs_sublist_free(fs_sublist *sl)
 {
     if (!sl)
         return;
+    fs_fork_untrack(sl);
     fs_trie_free(sl);
     for (uint32_t i = 0; i < sl->literals.cap; i++)
         if (sl->literals.slots[i].node)

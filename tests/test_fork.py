@@ -1,0 +1,159 @@
+"""A forked child may do everything: fork() while other threads match,
+insert or hold the cache must give a child whose indexes all work.
+
+The core's fork handlers (csrc/fs_fork.c) wait until no thread is inside
+any index or the output pool, so no lock is copied into the child held by
+a thread that does not exist there.  Without them, a child forked while a
+batch worker held an index's read lock (or a cache fill held a shard's spin
+lock) hung forever in its first insert or match (issue 23).
+
+Each child is given a deadline: the parent polls waitpid and kills a child
+that has not finished, so a hang fails the test instead of hanging it.
+"""
+import os
+import threading
+import time
+import warnings
+
+import pytest
+
+import fastsub
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+
+FORKS = 20
+CHILD_DEADLINE = 10.0          # seconds per child; a healthy one takes milliseconds
+
+SUBJECTS = [f"a.{i % 40}.c" for i in range(1100)] + ["x.y"] * 100   # two read-lock holds
+
+
+def _index(cache_size):
+    """2,000 filters, some in queue groups, as in the issue's reproduction."""
+    sl = fastsub.Sublist("nats", cache_size=cache_size)
+    filters = ([f"a.{i}.c" for i in range(1000)] + [f"a.*.{i}" for i in range(500)]
+               + ["a.>"] * 250 + ["*.*.c"] * 20 + [f"b.*.{i}" for i in range(230)])
+    queues = [None] * 1500 + ["w"] * 250 + [None] * 250
+    sl.insert_many(filters, list(range(2000)), queues)
+    return sl
+
+
+def _busy(sl, mode, stop, errors):
+    """The parent's other thread: match, match_many or churn until told to stop."""
+    try:
+        n = 0
+        while not stop.is_set():
+            if mode == "match":
+                for s in SUBJECTS[:200]:
+                    sl.match(s)
+            elif mode == "churn":
+                sl.insert(f"churn.{n % 50}", 10_000 + n % 50, queue="q" if n % 2 else None)
+                sl.discard(f"churn.{(n + 25) % 50}", 10_000 + (n + 25) % 50,
+                           queue="q" if (n + 25) % 2 else None)
+                sl.match(f"churn.{n % 50}")
+            else:
+                sl.match_many(SUBJECTS, threads=int(mode[-1]))
+            n += 1
+    except BaseException as e:          # noqa: BLE001 - reported by the test
+        errors.append(e)
+
+
+def _child(sl, want_match, want_batch):
+    """Runs in the child: everything must work; exit status says whether it did."""
+    try:
+        ok = sl.insert("fork.child", 424242)
+        ok = ok and sl.match("fork.child").subs == [424242]
+        m = sl.match("a.7.c")
+        ok = ok and sorted(m.subs) == want_match
+        for threads in (1, 2):
+            b = sl.match_many(SUBJECTS, threads=threads)
+            ok = ok and b.sub_ids.tolist() == want_batch
+        ok = ok and sl.remove("fork.child", 424242) is None
+        fresh = fastsub.Sublist("nats", cache_size=16)
+        fresh.insert("p.*", 1)
+        ok = ok and fresh.match("p.q").subs == [1]
+        ok = ok and fastsub.Sublist.from_bytes(sl.to_bytes()).match("a.7.c").subs == m.subs
+        os._exit(0 if ok else 3)
+    except BaseException:               # noqa: BLE001 - the status reports it
+        os._exit(4)
+
+
+def _wait(pid):
+    """The child's exit status, or None when it missed its deadline (killed)."""
+    deadline = time.monotonic() + CHILD_DEADLINE
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("cache_size", [0, 4096])
+@pytest.mark.parametrize("mode", ["match_many1", "match_many2", "match", "churn"])
+def test_forked_children_never_hang(mode, cache_size):
+    sl = _index(cache_size)
+    want_match = sorted(sl.match("a.7.c").subs)
+    want_batch = sl.match_many(SUBJECTS).sub_ids.tolist()
+    stop, errors = threading.Event(), []
+    worker = threading.Thread(target=_busy, args=(sl, mode, stop, errors))
+    worker.start()
+    outcomes = []
+    try:
+        time.sleep(0.05)
+        for i in range(FORKS):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)   # 3.12+: fork() with threads
+                pid = os.fork()
+            if pid == 0:
+                _child(sl, want_match, want_batch)      # never returns
+            outcomes.append(_wait(pid))
+            time.sleep(0.003 * (i % 4))                 # fork at varied points of the work
+    finally:
+        stop.set()
+        worker.join()
+    assert not errors, errors
+    hung = sum(s is None for s in outcomes)
+    failed = [s for s in outcomes if s is not None and not (os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0)]
+    assert hung == 0 and not failed, f"{hung} of {FORKS} children hung; failed statuses: {failed}"
+    # the parent goes on unharmed
+    assert sorted(sl.match("a.7.c").subs) == want_match
+    assert sl.match_many(SUBJECTS, threads=2).sub_ids.tolist() == want_batch
+
+
+def test_fork_while_threads_create_and_free_indexes():
+    """The registry of live indexes changes under the fork: children of a
+    parent creating and freeing indexes on another thread still work."""
+    stop, errors = threading.Event(), []
+
+    def churn():
+        try:
+            while not stop.is_set():
+                x = fastsub.Sublist("mqtt", cache_size=8)
+                x.insert("a/+", 1)
+                x.match_many(["a/b"] * 100, threads=2)
+                del x
+        except BaseException as e:      # noqa: BLE001
+            errors.append(e)
+
+    sl = _index(0)
+    want_match = sorted(sl.match("a.7.c").subs)
+    want_batch = sl.match_many(SUBJECTS).sub_ids.tolist()
+    worker = threading.Thread(target=churn)
+    worker.start()
+    outcomes = []
+    try:
+        for _ in range(FORKS):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:
+                _child(sl, want_match, want_batch)
+            outcomes.append(_wait(pid))
+    finally:
+        stop.set()
+        worker.join()
+    assert not errors, errors
+    assert all(s is not None and os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in outcomes), outcomes
