@@ -111,7 +111,6 @@ class Broker(_AmqttBroker):
         self._rr: Dict[Tuple[str, Optional[str]], int] = {}   # shared group -> next member
         self.retained_index = Sublist("mqtt")
         self._retained_ids: Dict[str, int] = {}      # topic -> id in retained_index
-        self._retained_topics: Dict[int, str] = {}
         self._retained_odd: set = set()              # topics that are no literal filter ("$share/...")
         self._next_rid = itertools.count(1)
 
@@ -266,14 +265,12 @@ class Broker(_AmqttBroker):
                 rid = next(self._next_rid)
                 self.retained_index.insert(topic, rid)
                 self._retained_ids[topic] = rid
-                self._retained_topics[rid] = topic
             else:
                 self._retained_odd.add(topic)
         elif known and not held:
             rid = self._retained_ids.pop(topic, None)
             if rid is not None:
                 self.retained_index.remove(topic, rid)
-                del self._retained_topics[rid]
             self._retained_odd.discard(topic)
 
     def _retained_resync(self) -> None:
@@ -298,9 +295,9 @@ class Broker(_AmqttBroker):
                 hits = self.retained_index.reverse_match(topic_filter)
             except (InvalidSubjectError, TypeError):
                 return []
-            # A retained topic is a literal filter, so it intersects topic_filter
-            # exactly when topic_filter matches it.
-            found = [self._retained_topics[rid] for _f, rid, _q in hits]
+            # A retained topic is stored as itself, a literal filter: it
+            # intersects topic_filter exactly when topic_filter matches it.
+            found = [t for t, _rid, _q in hits]
         found += [t for t in self._retained_odd if self._matches(t, topic_filter)]
         return found
 
