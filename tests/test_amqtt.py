@@ -618,3 +618,56 @@ def _ref_matches(f, topic):
     r = ReferenceSublist("mqtt")
     r.insert(f, 1)
     return bool(r.match(topic).subs)
+
+
+def test_clean_session_connect_drops_the_old_subscriptions(fast):
+    b = fast.broker
+    cid = f"{uuid.uuid4().hex[:8]}-restore"
+    c = Client(fast.port, cid, clean=False)
+    assert c.subscribe([("r/+", 1), ("r/#", 0)]) == [1, 0]
+    c.close()
+    # Persistent: reconnecting without clean session keeps both filters routed.
+    c = Client(fast.port, cid, clean=False)
+    assert sorted((s.client_id, q) for s, q in fast.call(_route(b, "r/x"))) == [(cid, 1)]
+    c.close()
+    # Clean session: amqtt deletes the old session, and the index follows.
+    c = Client(fast.port, cid, clean=True)
+    try:
+        assert fast.call(_route(b, "r/x")) == []
+        assert cid not in b._holders
+        assert not [f for f, subs in fast.call(_subs(b)).items() if cid in subs]
+    finally:
+        c.close()
+
+
+async def _route(b, topic):
+    return b.route(topic)
+
+
+async def _subs(b):
+    return {f: [s.client_id for s, _ in v] for f, v in b._subscriptions.items()}
+
+
+def test_will_message_is_capped_by_the_subscription_qos(fast):
+    """A will (QoS 1 here) reaches a QoS 0 subscriber at QoS 0 (stock amqtt:
+    at the will's QoS whatever the subscription's)."""
+    import socket
+    tag = uuid.uuid4().hex[:8]
+    low, high = Client(fast.port, f"{tag}-low"), Client(fast.port, f"{tag}-high")
+    try:
+        assert low.subscribe([(f"will/{tag}", 0)]) == [0]
+        assert high.subscribe([(f"will/{tag}", 1)]) == [1]
+        sock = socket.create_connection(("127.0.0.1", fast.port), timeout=WAIT)
+        # CONNECT: clean session, will flag, will QoS 1, username.
+        body = (_str("MQTT") + bytes([4, 0x02 | 0x04 | 0x08 | 0x80]) + (60).to_bytes(2, "big")
+                + _str(f"{tag}-dying") + _str(f"will/{tag}") + _str("bye") + _str("user"))
+        sock.sendall(b"\x10" + _varint(len(body)) + body)
+        assert _recv_exact(sock, 4)[:2] == b"\x20\x02"
+        sock.close()             # no DISCONNECT: the broker publishes the will
+        want_low = {low.id: collections.Counter({("bye", 0, False): 1})}
+        want_high = {high.id: collections.Counter({("bye", 1, False): 1})}
+        assert settle([low], want_low) == want_low
+        assert settle([high], want_high) == want_high
+    finally:
+        low.close()
+        high.close()
