@@ -200,12 +200,41 @@ static int group_cmp(const void *a, const void *b)
     return (x->name_len > y->name_len) - (x->name_len < y->name_len);
 }
 
+/* Nodes and entries in the byte order of their token (a table entry's
+ * token is its whole filter): the image lists them so, not in the order of
+ * hash-table slots, which depends on the order of insertion. */
+static int node_cmp(const void *a, const void *b)
+{
+    const fs_node *x = *(const fs_node *const *)a, *y = *(const fs_node *const *)b;
+    uint32_t n = x->toklen < y->toklen ? x->toklen : y->toklen;
+    int c = n ? memcmp(x->tok, y->tok, n) : 0;
+    if (c)
+        return c;
+    return (x->toklen > y->toklen) - (x->toklen < y->toklen);
+}
+
 typedef struct {
     wbuf w;
     const fs_group **gs;     /* scratch for sorting one node's groups */
     size_t cap_gs;
+    const fs_node **kids;    /* sorted entries or children: a stack of runs */
+    size_t nkids, cap_kids;
     uint64_t subs;
 } dumper;
+
+/* Append the entries of table L to d->kids, sorted.  FS_OK or FS_ENOMEM. */
+static int collect_sorted(dumper *d, const fs_level *L)
+{
+    size_t start = d->nkids;
+    if (fs_grow(&d->kids, &d->cap_kids, start + L->count, sizeof(*d->kids)) < 0)
+        return FS_ENOMEM;
+    for (uint32_t i = 0; i < L->cap; i++)
+        if (L->slots[i].node)
+            d->kids[d->nkids++] = L->slots[i].node;
+    if (d->nkids - start > 1)
+        qsort(d->kids + start, d->nkids - start, sizeof(*d->kids), node_cmp);
+    return FS_OK;
+}
 
 /* A node's subscriptions: plain ids, then its groups sorted by name. */
 static int dump_subs(dumper *d, const fs_node *n)
@@ -257,60 +286,75 @@ static int dump_record(dumper *d, const fs_node *n)
 
 typedef struct {
     const fs_node *n;
-    uint32_t slot;       /* next slot of n's next level to look at */
-    int stage;           /* 0 literal children, 1 the one child, 2 the rest child */
+    size_t kids_start;     /* n's literal children, sorted: d->kids[kids_start..kids_end), */
+    size_t kid, kids_end;  /* the next to write at kid */
+    int stage;             /* 0 literal children, 1 the one child, 2 the rest child */
 } wframe;
 
+/* Push node c (which has children) onto the walk: its literal children are
+ * sorted onto d->kids.  FS_OK or FS_ENOMEM. */
+static int push_frame(dumper *d, wframe **stack, size_t *depth, size_t *cap, const fs_node *c)
+{
+    if (fs_grow(stack, cap, *depth + 1, sizeof(wframe)) < 0)
+        return FS_ENOMEM;
+    size_t start = d->nkids;
+    if (collect_sorted(d, fs_next(c)) < 0)
+        return FS_ENOMEM;
+    (*stack)[(*depth)++] = (wframe){c, start, start, d->nkids, 0};
+    return FS_OK;
+}
+
+/* The image is canonical: every list in it is sorted by bytes (literal
+ * entries, shaped entries, each level's literal children; groups by name,
+ * ids ascending), so it depends on the subscriptions and on which part of
+ * the index holds each filter, never on the order of insertion. */
 static int dump_locked(fs_sublist *sl, dumper *d, uint64_t *nlit, uint64_t *ntrie)
 {
     if (wb_room(&d->w, FS_SERIAL_HEADER) < 0)
         return FS_ENOMEM;
     d->w.len = FS_SERIAL_HEADER;     /* filled in at the end */
 
-    const fs_level *lit = &sl->literals;
-    for (uint32_t i = 0; i < lit->cap; i++) {
-        const fs_node *e = lit->slots[i].node;
-        if (!e)
-            continue;
+    d->nkids = 0;
+    if (collect_sorted(d, &sl->literals) < 0)
+        return FS_ENOMEM;
+    for (size_t i = 0; i < d->nkids; i++) {
+        const fs_node *e = d->kids[i];
         if (wb_bytes(&d->w, e->tok, e->toklen) < 0 || dump_subs(d, e) < 0)
             return FS_ENOMEM;
         (*nlit)++;
     }
 
     /* Version 2: the shape-table entries, each a whole filter and its
-     * subscriptions, after a count. */
-    uint64_t nshaped = 0;
+     * subscriptions, after a count; sorted across all shapes. */
+    d->nkids = 0;
     for (uint32_t j = 0; j < sl->shapes.n; j++)
-        nshaped += sl->shapes.shape[j]->table.count;
+        if (collect_sorted(d, &sl->shapes.shape[j]->table) < 0)
+            return FS_ENOMEM;
+    if (d->nkids > 1)         /* one order across the shapes */
+        qsort(d->kids, d->nkids, sizeof(*d->kids), node_cmp);
     if (wb_room(&d->w, 10) < 0)
         return FS_ENOMEM;
-    wb_uv(&d->w, nshaped);
-    for (uint32_t j = 0; j < sl->shapes.n; j++) {
-        const fs_level *T = &sl->shapes.shape[j]->table;
-        for (uint32_t i = 0; i < T->cap; i++) {
-            const fs_node *e = T->slots[i].node;
-            if (e && (wb_bytes(&d->w, e->tok, e->toklen) < 0 || dump_subs(d, e) < 0))
-                return FS_ENOMEM;
-        }
+    wb_uv(&d->w, d->nkids);
+    for (size_t i = 0; i < d->nkids; i++) {
+        const fs_node *e = d->kids[i];
+        if (wb_bytes(&d->w, e->tok, e->toklen) < 0 || dump_subs(d, e) < 0)
+            return FS_ENOMEM;
     }
+    d->nkids = 0;
 
     /* The trie, preorder, with an explicit stack. */
     wframe *stack = NULL;
     size_t depth = 0, cap = 0;
     int rc = dump_record(d, sl->root);
-    if (rc == FS_OK && has_children(sl->root)) {
-        if ((rc = fs_grow(&stack, &cap, 1, sizeof(wframe))) == FS_OK)
-            stack[depth++] = (wframe){sl->root, 0, 0};
-    }
+    if (rc == FS_OK && has_children(sl->root))
+        rc = push_frame(d, &stack, &depth, &cap, sl->root);
     while (rc == FS_OK && depth) {
         wframe *f = &stack[depth - 1];
         const fs_level *L = fs_next(f->n);
         const fs_node *c = NULL;
         if (f->stage == 0) {
-            while (f->slot < L->cap && !L->slots[f->slot].node)
-                f->slot++;
-            if (f->slot < L->cap) {
-                c = L->slots[f->slot++].node;
+            if (f->kid < f->kids_end) {
+                c = d->kids[f->kid++];
                 rc = wb_bytes(&d->w, c->tok, c->toklen);
             } else {
                 f->stage = 1;
@@ -322,16 +366,15 @@ static int dump_locked(fs_sublist *sl, dumper *d, uint64_t *nlit, uint64_t *ntri
             c = L->rest;
             f->stage = 3;
         } else {
+            d->nkids = f->kids_start;     /* its run is the top of d->kids: drop it */
             depth--;
         }
         if (!c || rc < 0)
             continue;
         (*ntrie)++;
         rc = dump_record(d, c);
-        if (rc == FS_OK && has_children(c)) {
-            if ((rc = fs_grow(&stack, &cap, depth + 1, sizeof(wframe))) == FS_OK)
-                stack[depth++] = (wframe){c, 0, 0};
-        }
+        if (rc == FS_OK && has_children(c))
+            rc = push_frame(d, &stack, &depth, &cap, c);
     }
     FS_FREE(stack);
     return rc;
@@ -349,6 +392,7 @@ int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
     int rc = dump_locked(sl, &d, &nlit, &ntrie);
     fs_rwlock_rdunlock(&sl->lock);
     FS_FREE(d.gs);
+    FS_FREE(d.kids);
     if (rc == FS_OK)
         rc = wb_room(&d.w, FS_SERIAL_TRAILER);
     if (rc < 0) {
