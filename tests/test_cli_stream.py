@@ -49,10 +49,11 @@ def _pairs(out):
 def test_small_blocks_give_the_same_output_and_line_numbers(capsys, tmp_path, monkeypatch):
     subjects = _subjects(5000)
     fp, sp = _files(tmp_path, subjects)
-    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == 0
+    # exit 3: the run finished, and rejected lines ("a..b")
+    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == cli.EXIT_REJECTED
     whole = capsys.readouterr()
     monkeypatch.setattr(cli, "MATCH_BLOCK_BYTES", 100)    # ~6 subjects per block
-    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == 0
+    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == cli.EXIT_REJECTED
     blocks = capsys.readouterr()
     assert _pairs(blocks.out) == _pairs(whole.out) == _expected(subjects)
     # rejected subjects are named by their line in the file, across blocks
@@ -97,7 +98,7 @@ def test_output_is_written_while_the_input_is_still_being_read(tmp_path, monkeyp
     out = Out()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(cli, "MATCH_BLOCK_BYTES", 1024)
-    assert cli.main(["match", "--subs", fp, "--subjects", "-", "--queues", "all"]) == 0
+    assert cli.main(["match", "--subs", fp, "--subjects", "-", "--queues", "all"]) == cli.EXIT_REJECTED
     assert _pairs(out.getvalue()) == _expected(subjects)
     assert len(read_at_write) > 10
     assert read_at_write[0] < len(data) // 10       # the first block's lines left early
@@ -109,30 +110,50 @@ def test_last_line_without_newline_and_crlf(capsys, tmp_path):
     assert _pairs(capsys.readouterr().out) == _expected(["x.y.z", "orders.eu.created", "billing.q"])
 
 
-@pytest.mark.parametrize("which", ["subjects", "subs"])
-def test_binary_input_names_the_file_and_line(capsys, tmp_path, which):
+def test_binary_subjects_are_rejected_lines_and_the_run_goes_on(capsys, tmp_path):
     fp, sp = _files(tmp_path, ["a.b"])
-    target = sp if which == "subjects" else fp
-    with open(target, "wb") as f:
+    with open(sp, "wb") as f:
+        f.write(b"x.y.z\nc.d\nPAR1\x15\x04\x00\x00binary")
+    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
+    out, err = capsys.readouterr()
+    assert out == "x.y.z\t5\tx.y.z\n"
+    assert err.splitlines()[0] == (f"fastsub: {sp} line 3: rejected: invalid subject "
+                                   "'PAR1\\x15\\x04\\x00\\x00binary': NUL byte (at byte 6)")
+    assert "3 subjects = 1 delivered + 1 unmatched + 1 rejected" in err
+
+
+def test_a_binary_subscriptions_file_names_its_line(capsys, tmp_path):
+    fp, sp = _files(tmp_path, ["a.b"])
+    with open(fp, "wb") as f:
         f.write(b"a.b\nc.d\nPAR1\x15\x04\x00\x00binary")
     assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 2
-    what = "subjects" if which == "subjects" else "subscriptions"
-    err = capsys.readouterr().err.strip()
-    assert err == (f"fastsub: error: {what} {target} line 3: NUL byte at offset 14: this looks like a "
-                   f"binary file, not one {'subject' if which == 'subjects' else 'filter'} per line")
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"fastsub: error: {fp} line 3: ")
 
 
-def test_undecodable_input_names_the_file_line_and_byte(capsys, tmp_path, monkeypatch):
+def test_undecodable_subject_lines_are_rejected_and_the_run_goes_on(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "MATCH_BLOCK_BYTES", 8)        # the bad byte is in a later block
-    fp, sp = _files(tmp_path, None, b"a.b\nc.d\ne.f\ncaf\xe9.x\n")
+    fp, sp = _files(tmp_path, None, b"a.b\nc.d\nx.y.z\ncaf\xe9.x\nx.y.z\n")
+    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
+    out, err = capsys.readouterr()
+    assert out == "x.y.z\t5\tx.y.z\n" * 2
+    assert err.splitlines()[0] == f"fastsub: {sp} line 4: rejected: not UTF-8 (byte 0xe9 at byte 4 of the line)"
+    assert "5 subjects = 2 delivered + 2 unmatched + 1 rejected" in err
+
+
+def test_undecodable_subscriptions_line_names_its_line(capsys, tmp_path):
+    fp, sp = _files(tmp_path, ["a.b"])
+    with open(fp, "wb") as f:
+        f.write(b"a.b\ncaf\xe9.x\n")
     assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == f"fastsub: error: subjects {sp} line 4: not UTF-8 text (byte 0xe9 at offset 15)"
+    assert capsys.readouterr().err == (f"fastsub: error: subscriptions {fp} line 2: not UTF-8 "
+                                       "(byte 0xe9 at byte 4 of the line)\n")
 
 
 def test_summary_gives_wall_time_and_the_matching_share(capsys, tmp_path):
     fp, sp = _files(tmp_path, _subjects(2000))
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 0
+    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
     summary = capsys.readouterr().err.strip().splitlines()[-1]
     m = re.search(r"in (\d+\.\d\d) s wall: matching (\d+\.\d\d) s \((\d+)%\), index (\d+\.\d\d) s, "
                   r"reading and writing (\d+\.\d\d) s$", summary)
@@ -197,10 +218,10 @@ def test_progress_end_to_end(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
     monkeypatch.setattr(cli, "MATCH_BLOCK_BYTES", 4096)
     fp, sp = _files(tmp_path, _subjects(3000))
-    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--progress", "always"]) == 0
+    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--progress", "always"]) == cli.EXIT_REJECTED
     err = capsys.readouterr().err
     assert "\rfastsub match: 3,000 subjects, " in err and ", 100%, ETA 0:00:00" in err
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 0        # auto, not a terminal
+    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED   # auto, not a terminal
     assert "\r" not in capsys.readouterr().err
 
 
@@ -222,7 +243,7 @@ def test_match_amqp_dialect(capsys, tmp_path):
     fp.write_text("".join(b + "\n" for b in bindings))
     sp.write_text("".join(k + "\n" for k in keys))
     assert cli.main(["match", "--dialect", "amqp", "--subs", str(fp), "--subjects", str(sp),
-                     "--queues", "all"]) == 0
+                     "--queues", "all"]) == cli.EXIT_REJECTED
     out, err = capsys.readouterr()
     ref = R.ReferenceSublist("amqp")
     for lineno, line in enumerate(bindings, 1):

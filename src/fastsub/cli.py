@@ -188,83 +188,198 @@ PROGRESS_EVERY = 0.25
 MAX_REJECT_LINES = 100
 
 
-def _text_blocks(path, what, block_bytes=None):
-    """Read `path` ('-': stdin) as UTF-8 text in blocks of whole lines.
-    Yields (first line number, lines, bytes consumed so far); a line's
-    trailing \\n or \\r\\n is removed.  Input that is not text -- a NUL byte,
-    or bytes that are not UTF-8 -- is a CLIError naming the file and line."""
-    block_bytes = block_bytes or MATCH_BLOCK_BYTES
+#: The longest line kept: a subject or filter is at most 65,535 UTF-8 bytes
+#: in every dialect, so a longer line can only be rejected.  Longer lines
+#: are scanned to their end without being held (bounded memory).
+MAX_LINE_BYTES = 65535
+#: A subscriptions line may carry a queue name after its filter.
+MAX_SUBS_LINE_BYTES = 2 * MAX_LINE_BYTES + 1
+#: Exit status of a run that finished but rejected some lines (0: none
+#: rejected; 2: a usage or input error stopped the run).
+EXIT_REJECTED = 3
+_BOM = b"\xef\xbb\xbf"
+
+
+class Rejected:
+    """A line the reader could not turn into text: its number, why, and its
+    bytes (without the line end; None for a line too long to hold, whose
+    bytes went straight to the rejects file)."""
+    __slots__ = ("lineno", "reason", "raw")
+
+    def __init__(self, lineno, reason, raw):
+        self.lineno, self.reason, self.raw = lineno, reason, raw
+
+    def __repr__(self):
+        return f"Rejected({self.lineno}, {self.reason!r})"
+
+
+def _too_long(n, limit):
+    return f"line too long ({n:,} bytes; at most {limit:,})"
+
+
+def _one_line(raw, lineno, limit):
+    """One line's bytes (\n removed) -> str, or Rejected."""
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    if len(raw) > limit:
+        return Rejected(lineno, _too_long(len(raw), limit), raw)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return Rejected(lineno, f"not UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1:,} "
+                                "of the line)", raw)
+
+
+def _whole_lines(data, lineno, limit):
+    """Lines of data (ending in \n) -> list of str or Rejected.  One decode
+    for the whole block when every line is short and UTF-8; line by line
+    only for a block that holds a bad one."""
+    raws = data.split(b"\n")
+    raws.pop()                                  # data ends with \n
+    if max(map(len, raws)) <= limit:
+        try:
+            lines = data.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            pass
+        else:
+            lines.pop()
+            return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    return [_one_line(raw, lineno + k, limit) for k, raw in enumerate(raws)]
+
+
+def read_lines(path, what, limit=MAX_LINE_BYTES, rejects=None, block_bytes=None):
+    """Read `path` ('-': stdin) in blocks of whole lines, in bounded memory.
+
+    Yields (first line number, items, bytes consumed so far): items[k] is
+    line first+k as a str (its \n or \r\n removed), or a Rejected -- a
+    line that is not UTF-8, or longer than `limit` bytes.  No line is ever
+    dropped.  A UTF-8 byte-order mark at the start of the input is removed.
+    A line is held only up to `limit` bytes: past that it is scanned to its
+    end, its bytes streamed to `rejects` (a binary file, or None) as they
+    come; the items before it are yielded first, so a caller that writes
+    its own rejected lines to the same file, in order, keeps them in order."""
+    block_bytes = max(4, block_bytes or MATCH_BLOCK_BYTES)
     try:
         f = sys.stdin.buffer if path == "-" else open(path, "rb")
     except OSError as e:
         raise CLIError(f"cannot read {what} {path}: {e.strerror}") from None
     name = "standard input" if path == "-" else path
-    lineno, done, pending = 1, 0, b""
+    lineno, first, done = 1, 1, 0
+    items = []
+    partial, plen = [], 0       # the current line's bytes so far (plen <= limit + 1)
+    skipped = -1                # >= 0: bytes of an over-long line seen so far
+    at_start = True
     try:
         while True:
             try:
-                block = f.read(block_bytes)
+                chunk = f.read(block_bytes)
             except OSError as e:
                 raise CLIError(f"cannot read {what} {name}: {e.strerror}") from None
-            size = None
-            if block:
-                data = pending + block
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:                  # no line ends yet: read on
-                    pending = data
+            if at_start and chunk:
+                at_start = False
+                while len(chunk) < 3 and chunk == _BOM[:len(chunk)]:   # a BOM split by short reads
+                    more = f.read(block_bytes)
+                    if not more:
+                        break
+                    chunk += more
+                if chunk.startswith(_BOM):
+                    chunk = chunk[3:]
+                    done += 3
+            if not chunk:
+                break
+            pos, n = 0, len(chunk)
+            while pos < n:
+                nl = chunk.find(b"\n", pos)
+                end = nl if nl >= 0 else n
+                if skipped >= 0:                        # inside an over-long line
+                    if rejects is not None:
+                        rejects.write(chunk[pos:end])
+                    skipped += end - pos
+                    if nl < 0:
+                        break
+                    if rejects is not None:
+                        rejects.write(b"\n")
+                    items.append(Rejected(lineno, _too_long(skipped, limit), None))
+                    lineno, skipped, pos = lineno + 1, -1, nl + 1
                     continue
-                data, pending = data[:cut], data[cut:]
-                size = len(data)
-            elif pending:                     # a last line without its \n
-                size = len(pending)
-                data, pending = pending + b"\n", b""
-            else:
-                return
-            nul = data.find(b"\0")
-            if nul >= 0:
-                at = lineno + data.count(b"\n", 0, nul)
-                raise CLIError(f"{what} {name} line {at}: NUL byte at offset {done + nul}: this "
-                               f"looks like a binary file, not one "
-                               f"{'filter' if what == 'subscriptions' else 'subject'} per line")
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                at = lineno + data.count(b"\n", 0, e.start)
-                raise CLIError(f"{what} {name} line {at}: not UTF-8 text (byte 0x{data[e.start]:02x} "
-                               f"at offset {done + e.start})") from None
-            lines = text.split("\n")
-            lines.pop()                       # data ends with \n: the last piece is empty
-            lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-            done += size
-            yield lineno, lines, done
-            lineno += len(lines)
+                if partial or nl < 0:                   # a line that began in an earlier read
+                    partial.append(chunk[pos:end])
+                    plen += end - pos
+                    if plen > limit + 1:                # too long: stop holding it
+                        if items:
+                            yield first, items, done + pos
+                            first, items = lineno, []
+                        if rejects is not None:
+                            rejects.write(b"".join(partial))
+                        skipped, partial, plen, pos = plen, [], 0, end
+                        continue
+                    if nl < 0:
+                        break
+                    items.append(_one_line(b"".join(partial), lineno, limit))
+                    lineno, partial, plen, pos = lineno + 1, [], 0, nl + 1
+                    continue
+                last = chunk.rfind(b"\n", pos) + 1     # whole lines: the fast path
+                got = _whole_lines(chunk[pos:last], lineno, limit)
+                items.extend(got)
+                lineno += len(got)
+                pos = last
+            done += n
+            if items:
+                yield first, items, done
+                first, items = lineno, []
+        if partial:                                     # a last line without its \n
+            items.append(_one_line(b"".join(partial), lineno, limit))
+        elif skipped >= 0:
+            if rejects is not None:
+                rejects.write(b"\n")
+            items.append(Rejected(lineno, _too_long(skipped, limit), None))
+        if items:
+            yield first, items, done
     finally:
         if f is not sys.stdin.buffer:
             f.close()
 
 
-def _lines(path, what="input"):
-    for _, lines, _ in _text_blocks(path, what):
-        yield from lines
+def split_subscription(line, dialect):
+    """A subscriptions line -> (filter, queue or None), or None for a blank
+    line; ValueError when it has more fields.  NATS: a space or a tab
+    separates the queue (neither can be in a NATS filter); MQTT and AMQP,
+    whose filters may contain spaces: only a tab.  Nothing else splits (not
+    U+00A0, nor the other characters str.split() splits on)."""
+    if dialect == "nats":
+        parts = [p for p in line.replace("\t", " ").split(" ") if p]
+        if not parts:
+            return None
+    else:
+        if line == "":
+            return None
+        parts = line.split("\t")
+    if len(parts) > 2:
+        raise ValueError("expected 'filter' or 'filter<TAB>queue'" if dialect != "nats"
+                         else "expected 'filter' or 'filter queue'")
+    return parts[0], (parts[1] if len(parts) == 2 and parts[1] else None)
 
 
-def read_filters(path):
-    """Lines `filter` or `filter queue` (a tab separates them when the filter
-    has spaces); blank lines skipped; sub_id = line number.  A line that is
-    one tab, or a tab then a queue, holds the empty filter (the AMQP binding
-    key of zero words, which matches only the empty routing key).
-    -> (filters, sub_ids, queues)"""
+def read_filters(path, dialect="nats"):
+    """Lines `filter` or `filter queue` (NATS: a space or tab between them;
+    MQTT and AMQP: a tab); blank lines skipped; sub_id = line number.  A line
+    that is one tab, or a tab then a queue, holds the empty filter (the AMQP
+    binding key of zero words, which matches only the empty routing key).
+    A line that is not UTF-8, too long or has too many fields stops the run
+    with an error naming it.  -> (filters, sub_ids, queues)"""
     filters, ids, queues = [], [], []
-    for first, lines, _ in _text_blocks(path, "subscriptions"):
-        for lineno, line in enumerate(lines, first):
-            if not line.strip() and "\t" not in line:
+    for first, items, _ in read_lines(path, "subscriptions", MAX_SUBS_LINE_BYTES):
+        for lineno, line in enumerate(items, first):
+            if isinstance(line, Rejected):
+                raise CLIError(f"subscriptions {path} line {lineno}: {line.reason}")
+            try:
+                sub = split_subscription(line, dialect)
+            except ValueError as e:
+                raise CLIError(f"{path} line {lineno}: {e}") from None
+            if sub is None:
                 continue
-            parts = line.split("\t") if "\t" in line else line.split()
-            if len(parts) > 2:
-                raise CLIError(f"{path} line {lineno}: expected 'filter' or 'filter queue' "
-                               "(separate them with a tab if the filter has spaces)")
-            filters.append(parts[0])
-            queues.append(parts[1] if len(parts) == 2 and parts[1] else None)
+            filters.append(sub[0])
+            queues.append(sub[1])
             ids.append(lineno)
     return filters, ids, queues
 
@@ -329,8 +444,6 @@ def _input_size(path):
 
 
 def cmd_match(args):
-    import numpy as np
-
     from fastsub import InvalidSubjectError, Sublist
     t_start = time.perf_counter()
     for path, what in ((args.subs, "subscriptions"), (args.subjects, "subjects")):
@@ -338,7 +451,7 @@ def cmd_match(args):
             _check_readable(path, what)
     if args.subs == "-" and args.subjects == "-":
         raise CLIError("--subs and --subjects cannot both be standard input")
-    filters, ids, queues = read_filters(args.subs)
+    filters, ids, queues = read_filters(args.subs, args.dialect)
     sl = Sublist(args.dialect)
     try:
         sl.insert_many(filters, ids, queues if any(q is not None for q in queues) else None)
@@ -354,12 +467,30 @@ def cmd_match(args):
     del filters, queues
     t_index = time.perf_counter() - t_start
 
+    rejects = None
+    if args.rejects:
+        try:
+            rejects = open(args.rejects, "wb")
+        except OSError as e:
+            raise CLIError(f"cannot write --rejects {args.rejects}: {e.strerror}") from None
+    try:
+        return _match_subjects(args, sl, labels, rejects, t_start, t_index)
+    finally:
+        if rejects is not None:
+            rejects.close()
+
+
+def _match_subjects(args, sl, labels, rejects, t_start, t_index):
+    import numpy as np
+
+    from fastsub import InvalidSubjectError, Sublist
     out, err = sys.stdout, sys.stderr
     progress = Progress(_input_size(args.subjects), err, args.progress)
     checker = None
     rows = delivered = unmatched = rejected = deliveries = 0
     t_match = 0.0
-    for first, subjects, bytes_done in _text_blocks(args.subjects, "subjects"):
+    for first, items, bytes_done in read_lines(args.subjects, "subjects", rejects=rejects):
+        subjects = [x if type(x) is str else None for x in items]
         t0 = time.perf_counter()
         r = sl.match_many(subjects, queues=args.queues)
         t_match += time.perf_counter() - t0
@@ -370,14 +501,20 @@ def cmd_match(args):
             checker = checker or Sublist(args.dialect)
             for k in np.flatnonzero(invalid).tolist():
                 rejected += 1
-                if rejected > MAX_REJECT_LINES:
-                    continue
-                try:
-                    checker.match(subjects[k])
-                    why = "invalid subject"
-                except InvalidSubjectError as e:
-                    why = str(e)
-                print(f"fastsub: {args.subjects} line {first + k}: rejected: {why}", file=err)
+                item = items[k]
+                if isinstance(item, Rejected):
+                    why, raw = item.reason, item.raw
+                else:
+                    try:
+                        checker.match(item)
+                        why = "invalid subject"
+                    except InvalidSubjectError as e:
+                        why = str(e)
+                    raw = item.encode("utf-8")
+                if rejects is not None and raw is not None:
+                    rejects.write(raw + b"\n")
+                if rejected <= MAX_REJECT_LINES:
+                    print(f"fastsub: {args.subjects} line {first + k}: rejected: {why}", file=err)
         hit = counts > 0
         n_hit = int(hit.sum())
         delivered += n_hit
@@ -400,7 +537,7 @@ def cmd_match(args):
           f"in {wall:.2f} s wall: matching {t_match:.2f} s ({t_match / wall if wall > 0 else 0:.0%}), "
           f"index {t_index:.2f} s, reading and writing {max(0.0, wall - t_match - t_index):.2f} s",
           file=err)
-    return 0
+    return EXIT_REJECTED if rejected else 0
 
 
 # --------------------------------------------------------------------------
@@ -474,10 +611,16 @@ def build_parser():
                        description="Print one line per delivery: subject, sub_id (the filter's line "
                        "number), filter[, queue]; rejected subjects and a summary on stderr.  The "
                        "subjects are read, matched and written in blocks, so any size streams "
-                       "through in bounded memory; a progress line shows on a terminal after 2 s.")
+                       "through in bounded memory (a line longer than 65,535 bytes is scanned, not "
+                       "held); a progress line shows on a terminal after 2 s.  A subject line that "
+                       "is not UTF-8, too long or not a valid subject is rejected with its reason "
+                       "and counted, and the run goes on; a UTF-8 byte-order mark is removed.  "
+                       "Exit status: 0, every line matched or unmatched; 3, the run finished but "
+                       "rejected lines; 2, an error stopped it (a bad subscriptions line among them).")
     m.add_argument("--subs", required=True, metavar="FILE",
-                   help="one `filter` or `filter queue` per line ('-' for stdin); "
-                        "a lone tab is the empty filter (AMQP)")
+                   help="one `filter` or `filter queue` per line ('-' for stdin): NATS "
+                        "separates them with a space or a tab, MQTT and AMQP with a tab only "
+                        "(their filters may hold spaces); a lone tab is the empty filter (AMQP)")
     m.add_argument("--subjects", required=True, metavar="FILE", help="one subject per line ('-' for stdin)")
     m.add_argument("--dialect", choices=("nats", "mqtt", "amqp"), default="nats",
                    help="nats, mqtt, or amqp (RabbitMQ topic-exchange binding keys; "
@@ -485,6 +628,9 @@ def build_parser():
     m.add_argument("--queues", choices=("pick", "all", "none"), default="pick")
     m.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress line on stderr: auto (on a terminal, for runs over 2 s), always, never")
+    m.add_argument("--rejects", default=None, metavar="FILE",
+                   help="write the rejected subject lines to FILE, byte for byte, one per line "
+                        "(their reasons are on stderr)")
     m.set_defaults(func=cmd_match)
     return ap
 

@@ -19,7 +19,7 @@ def test_match_prints_deliveries_and_a_summary(capsys, tmp_path):
     filters = ["orders.*.created", "orders.>", "orders.> workers", "orders.eu.* workers", "", "billing.*"]
     subjects = ["orders.eu.created", "orders", "billing.x", "a..b", "orders.us.created"]
     rc, out, err = _run(capsys, tmp_path, filters, subjects, "--queues", "all")
-    assert rc == 0
+    assert rc == cli.EXIT_REJECTED          # "a..b" was rejected
     ref = R.ReferenceSublist("nats")
     for lineno, line in enumerate(filters, 1):
         if line:
