@@ -72,7 +72,6 @@ from fastsub._core import InvalidSubjectError, Sublist, is_valid_filter, subject
 __all__ = ["Broker"]
 
 _REFUSED = 0x80          # SUBACK return code "failure" (MQTT 3.1.1 §3.9.3)
-_WILDCARDS = ("+", "#")
 
 # The QoS of the PUBLISH packet being handled.  amqtt's _handle_message_delivery
 # calls _broadcast_message without it; each client's message loop is its own
@@ -288,16 +287,16 @@ class Broker(_AmqttBroker):
         if not self._retained_messages or topic_filter.startswith("$share/"):
             return []
         self._retained_resync()
-        if not any(w in topic_filter for w in _WILDCARDS):
-            found = [topic_filter] if topic_filter in self._retained_messages else []
-        else:
-            try:
-                hits = self.retained_index.reverse_match(topic_filter)
-            except (InvalidSubjectError, TypeError):
-                return []
-            # A retained topic is stored as itself, a literal filter: it
-            # intersects topic_filter exactly when topic_filter matches it.
-            found = [t for t, _rid, _q in hits]
+        if "+" not in topic_filter and "#" not in topic_filter:
+            # A filter without wildcards names one topic: a dict lookup.
+            return [topic_filter] if topic_filter in self._retained_messages else []
+        try:
+            hits = self.retained_index.reverse_match(topic_filter)
+        except (InvalidSubjectError, TypeError):
+            return []
+        # A retained topic is stored as itself, a literal filter: it
+        # intersects topic_filter exactly when topic_filter matches it.
+        found = [t for t, _rid, _q in hits]
         found += [t for t in self._retained_odd if self._matches(t, topic_filter)]
         return found
 
