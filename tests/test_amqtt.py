@@ -56,8 +56,17 @@ class Running:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT)
 
     def close(self):
+        async def drain():
+            # Connection handlers still parked on their sockets: cancel them,
+            # so the loop stops with nothing pending.
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         try:
             self.call(self.broker.shutdown())
+            self.call(drain())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(WAIT)
