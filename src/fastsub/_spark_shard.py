@@ -152,17 +152,14 @@ class ShardPlan:
 # --------------------------------------------------------------------------
 
 def _route_udf(dialect: str, depth: int, filters: bool):
-    """An arrow_udf: the route key of each row (>= 0), -1 for a filter every
-    shard needs, null for a null or invalid row (and, for events, the
-    spreading key of a short subject)."""
+    """An arrow_udf: the route key of each row (>= 0); for a filter every
+    shard needs, -1; for a subject shorter than depth, a key that spreads
+    them; null for a null or invalid row."""
     def fastsub_route(values: pa.Array) -> pa.Array:
         keys, kinds = route_keys(values, dialect, depth, filters=filters)
         if filters:
             keys = np.where(kinds == ROUTE_ANY, -1, keys)
-            ok = kinds <= ROUTE_ANY
-        else:
-            ok = kinds <= ROUTE_ANY
-        return pa.array(keys, pa.int64(), mask=~ok)
+        return pa.array(keys, pa.int64(), mask=kinds > ROUTE_ANY)
     return F.arrow_udf(fastsub_route, "bigint").asNondeterministic()
 
 
@@ -449,7 +446,10 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     subject = _col(subject_col)
     pick = subject if key_col is None else F.coalesce(_col(key_col).cast("string"), subject)
     n, width = plan.shards, plan._width
-    row_hash = F.xxhash64(*[_col(c) for c in event_cols])
+    # Spreads the events no route key places (null, invalid) and a salted
+    # shard's events: a hash of the whole row (map columns cannot be hashed).
+    row_hash = F.xxhash64(*[_col(f.name) for f in events.schema.fields
+                            if not isinstance(f.dataType, T.MapType)])
     ev = events.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
     shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
     if plan.salts:

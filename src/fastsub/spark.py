@@ -41,6 +41,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -583,12 +584,18 @@ class FanoutResult:
 Subscriptions = Union[DataFrame, Sublist, SharedIndex]
 
 
+_STREAMING_SHARDS = ("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
+                     "use fanout_stream(..., shards=...)")
+
+
 def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse):
     """-> the ShardPlan of a sharded fan-out, or None for the broadcast path."""
     if isinstance(shards, ShardPlan):
         if not isinstance(subscriptions, DataFrame):
             raise ValueError("a ShardPlan shards a subscriptions DataFrame, not a "
                              f"{type(subscriptions).__name__}")
+        if events.isStreaming:
+            raise ValueError(_STREAMING_SHARDS)
         return shards
     if shards == 1:
         return None
@@ -602,6 +609,8 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse)
             f"{type(subscriptions).__name__} is one index already built on the driver, "
             "so it is shipped whole (shards=1 or 'auto')")
     spark = events.sparkSession
+    if events.isStreaming and (shards != "auto" or not _small(subscriptions, dialect, reuse)):
+        raise ValueError(_STREAMING_SHARDS)
     key = (_session_key(spark), dialect, "plan", shards, depth)
     plan = _reused(subscriptions, key) if reuse else None
     if plan is None:
@@ -611,8 +620,10 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse)
         if reuse:
             _remember(subscriptions, key, plan)
     # The salting follows these events: a sample of them, per call.
-    return dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
+    plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
                                                   _parallelism(spark)))
+    logging.getLogger("fastsub.spark").info("%s", plan.explain())
+    return plan
 
 
 def _small(subscriptions: DataFrame, dialect: str, reuse: bool) -> bool:

@@ -156,6 +156,10 @@ def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):
         plan_shards(sb, depth=0)
     with pytest.raises(ValueError, match="salts"):
         ShardPlan(4, 1, salts={9: 2})
+    stream = spark.readStream.format("rate").load().selectExpr("'a.b' AS subject")
+    for shards in (4, ShardPlan(4, 1)):
+        with pytest.raises(ValueError, match="use fanout_stream"):
+            fanout_with_rejects(stream, sb, shards=shards)
 
 
 def test_event_skew_is_salted_from_a_sample(spark):
