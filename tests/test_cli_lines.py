@@ -190,7 +190,7 @@ def test_reader_matches_a_model_in_a_subprocess(tmp_path, lines, last_newline, b
     sp.write_bytes(data)
     fp.write_bytes(b"a.*\n>\tq\n")
     code = ("import sys; from fastsub import cli; cli.MATCH_BLOCK_BYTES = %d; cli.MAX_LINE_BYTES = %d; "
-            "cli.read_lines.__defaults__ = (%d, None, None); sys.exit(cli.main(sys.argv[1:]))"
+            "cli.read_lines.__defaults__ = (%d, None, None, None); sys.exit(cli.main(sys.argv[1:]))"
             % (block, limit, limit))
     r = subprocess.run([sys.executable, "-c", code, "match", "--subs", str(fp), "--subjects", str(sp),
                         "--rejects", str(rej)], capture_output=True, timeout=60)

@@ -247,7 +247,7 @@ def _whole_lines(data, lineno, limit):
     return [_one_line(raw, lineno + k, limit) for k, raw in enumerate(raws)]
 
 
-def read_lines(path, what, limit=MAX_LINE_BYTES, rejects=None, block_bytes=None):
+def read_lines(path, what, limit=MAX_LINE_BYTES, rejects=None, block_bytes=None, opener=None):
     """Read `path` ('-': stdin) in blocks of whole lines, in bounded memory.
 
     Yields (first line number, items, bytes consumed so far): items[k] is
@@ -257,10 +257,11 @@ def read_lines(path, what, limit=MAX_LINE_BYTES, rejects=None, block_bytes=None)
     A line is held only up to `limit` bytes: past that it is scanned to its
     end, its bytes streamed to `rejects` (a binary file, or None) as they
     come; the items before it are yielded first, so a caller that writes
-    its own rejected lines to the same file, in order, keeps them in order."""
+    its own rejected lines to the same file, in order, keeps them in order.
+    opener: how to open path for reading bytes (gzip.open, say; default open)."""
     block_bytes = max(4, block_bytes or MATCH_BLOCK_BYTES)
     try:
-        f = sys.stdin.buffer if path == "-" else open(path, "rb")
+        f = sys.stdin.buffer if path == "-" else (opener or open)(path, "rb")
     except OSError as e:
         raise CLIError(f"cannot read {what} {path}: {e.strerror}") from None
     name = "standard input" if path == "-" else path
@@ -550,6 +551,18 @@ def _version_line():
             f"{sys.platform} {platform.machine()})")
 
 
+def _shards_arg(text):
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', not {text!r}")
+    return n
+
+
 def build_parser():
     ap = argparse.ArgumentParser(
         prog="fastsub", description="NATS/MQTT subscription matching: fan events out to "
@@ -572,8 +585,13 @@ def build_parser():
 
     f = sub.add_parser("fanout", help="deliveries of an events table against a subscriptions table",
                        description="Write DIR/deliveries (one row per event x sub_id, Parquet) and "
-                       "DIR/rejected (events with a null or invalid subject + `error`, Parquet); "
-                       "print counts that reconcile: events in = delivered + unmatched + rejected.")
+                       "DIR/rejected (events with a null or invalid subject, or a row that could not "
+                       "be read, + `error`, Parquet); print counts that reconcile: events in = "
+                       "delivered + unmatched + rejected.  CSV and JSON-lines events are read line "
+                       "by line first: a BOM is removed, a line that is not UTF-8 or over 1 MiB is "
+                       "rejected with its reason (never dropped), and so is a row Spark cannot "
+                       "parse.  Exit status: 0, no event rejected; 3, the run finished with "
+                       "rejected events; 2, an error stopped it (a bad subscriptions row among them).")
     f.add_argument("--events", required=True, metavar="PATH",
                    help="events: Parquet, JSON lines or CSV with a header (file or directory)")
     f.add_argument("--subs", required=True, metavar="PATH",
@@ -595,6 +613,16 @@ def build_parser():
     f.add_argument("--ship", choices=("auto", "broadcast", "file", "artifact", "inline"),
                    default="auto", help="how the index travels to the executors (default: "
                    "by session kind and size; see docs/spark.md)")
+    f.add_argument("--shards", type=_shards_arg, default="auto", metavar="N|auto",
+                   help="1: one index, built on the driver; N > 1: the sharded fan-out (each "
+                        "shard's index built on the executors); auto (default): one index up to "
+                        "fastsub.spark.AUTO_SHARD_MIN_SUBS subscriptions, sharded above")
+    f.add_argument("--dedupe", action="store_true",
+                   help="one delivery per (event, sub_id), for subscribers with overlapping filters")
+    f.add_argument("--rejects", default=None, metavar="FILE",
+                   help="write the events lines that could not be read as rows (not UTF-8, over "
+                        "1 MiB, malformed CSV/JSON) to FILE, byte for byte; rows with a null or "
+                        "invalid subject are in DIR/rejected")
     spark_opts(f)
     f.set_defaults(func=cmd_fanout)
 

@@ -70,7 +70,7 @@ def test_fanout_command(spark, tmp_path, capsys, fmt):
     rc = cli.main(["fanout", "--events", ev_path, "--subs", sub_path, "--out", out,
                    "--master", "local[2]", "--queues", "all"])
     stdout = capsys.readouterr().out
-    assert rc == 0, stdout
+    assert rc == cli.EXIT_REJECTED, stdout         # the events include null and invalid subjects
     m = RECONCILE.search(stdout)
     assert m, stdout
     c = exp.counts("all")
@@ -109,7 +109,7 @@ def test_format_flag_and_key(spark, tmp_path, capsys):
     assert cli.main(["fanout", "--events", odd, "--subs", sub_path, "--out", out]) == 2
     assert "use --format" in capsys.readouterr().err
     assert cli.main(["fanout", "--events", odd, "--format", "json", "--subs", sub_path,
-                     "--out", out, "--key-col", "device", "--progress", "0.05"]) == 0
+                     "--out", out, "--key-col", "device", "--progress", "0.05"]) == cli.EXIT_REJECTED
     captured = capsys.readouterr()
     stdout = captured.out
     assert "key=device" in stdout and RECONCILE.search(stdout)

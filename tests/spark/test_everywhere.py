@@ -158,17 +158,20 @@ def cli_local(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cli-local")
     ev, subs, exp = _cli_inputs(tmp)
     out = str(tmp / "out")
+    # exit status 3: the run finished and rejected events (0 when none)
     assert cli.main(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
-                     "--master", "local[2]", "--progress", "0"]) == 0
+                     "--master", "local[2]", "--progress", "0"]) == \
+        (cli.EXIT_REJECTED if exp.counts("pick")["rejected"] else 0)
     return ev, subs, exp, _outputs(out)
 
 
 def _check_cli_run(p, out, cli_local, where):
     from test_cli import RECONCILE
+    from fastsub.cli import EXIT_REJECTED
     ev, subs, exp, (deliveries, rejected) = cli_local
-    assert p.returncode == 0, p.stdout + p.stderr[-5000:]
-    assert f"on {where}" in p.stdout
     c = exp.counts("pick")
+    assert p.returncode == (EXIT_REJECTED if c["rejected"] else 0), p.stdout + p.stderr[-5000:]
+    assert f"on {where}" in p.stdout
     m = RECONCILE.search(p.stdout)
     assert m and [int(x.replace(",", "")) for x in m.groups()] == [
         c["events"], c["delivered"], c["unmatched"], c["rejected"]], p.stdout

@@ -1,0 +1,110 @@
+"""`fastsub fanout`'s events input never loses a row (issue 23): CSV and JSON
+lines are scanned line by line first -- a BOM is removed, a line that is not
+UTF-8 or too long is rejected with its reason -- and a row Spark cannot
+parse is rejected too (PERMISSIVE, not FAILFAST or DROPMALFORMED).  Every
+rejected line is counted (events in = delivered + unmatched + rejected), is
+a row of DIR/rejected with its reason, and with --rejects is written to a
+file; the exit status says lines were rejected.  --shards and --dedupe pass
+through to fastsub.spark.fanout_with_rejects."""
+import os
+import re
+
+import pytest
+
+from fastsub import _spark_cli, cli
+
+pytestmark = pytest.mark.spark
+
+RECONCILE = re.compile(r"events in\s+([\d,]+) = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
+                       r"([\d,]+) rejected\s+\[reconciles\]")
+
+
+def _num(s):
+    return int(s.replace(",", ""))
+
+
+def _rows(path):
+    import pyarrow.parquet as pq
+    return pq.read_table(path).to_pylist()
+
+
+SUBS_CSV = b"sub_id,filter,queue\n1,orders.*,\n2,orders.>,w\n3,orders.>,w\n4,x.y,\n"
+
+
+def _run(capsys, tmp_path, events_name, events_bytes, *extra):
+    ev, subs, out, rej = (tmp_path / events_name, tmp_path / "subs.csv", tmp_path / "out",
+                          tmp_path / "rejects.bin")
+    ev.write_bytes(events_bytes)
+    subs.write_bytes(SUBS_CSV)
+    rc = cli.main(["fanout", "--events", str(ev), "--subs", str(subs), "--out", str(out),
+                   "--master", "local[2]", "--progress", "0", "--queues", "all",
+                   "--rejects", str(rej), *extra])
+    captured = capsys.readouterr()
+    m = RECONCILE.search(captured.out)
+    assert m, captured
+    counts = [_num(x) for x in m.groups()]
+    assert counts[0] == sum(counts[1:])
+    return rc, counts, captured, str(ev), out, rej.read_bytes()
+
+
+def test_csv_events_bom_bad_bytes_long_and_malformed_rows(spark, capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(_spark_cli, "MAX_EVENT_LINE_BYTES", 200)
+    long_row = b"9,orders.eu," + b"x" * 300
+    data = (b"\xef\xbb\xbfevent_id,subject,payload\n"     # a BOM before the header
+            b"1,orders.eu,a\n"
+            b"2,caf\xe9.x,b\n"                            # not UTF-8
+            + long_row + b"\n"                             # over the (test's) limit
+            b"4,orders..x,c\n"                            # an invalid subject
+            b"5,,d\n"                                     # a null subject
+            b"6,x.y,e\n"
+            b"7,nothing,f\n"
+            b"8,x.y,g,extra,fields\n")                  # malformed: too many fields
+    rc, counts, captured, ev, out, rejects = _run(capsys, tmp_path, "events.csv", data)
+    assert rc == cli.EXIT_REJECTED, captured
+    # 8 rows: 1 and 6 delivered, 7 unmatched, 2 and the long one rejected by
+    # the reader, 4 (invalid) and 5 (null) by the fan-out, 8 by Spark's parser
+    assert counts == [8, 2, 1, 5]
+    assert captured.err.splitlines()[:2] == [
+        f"fastsub: {ev} line 3: rejected: not UTF-8 (byte 0xe9 at byte 6 of the line)",
+        f"fastsub: {ev} line 4: rejected: line too long (312 bytes; at most 200)",
+    ]
+    assert rejects == b"2,caf\xe9.x,b\n" + long_row + b"\n" + b"8,x.y,g,extra,fields\n"
+    delivered = sorted((int(r["event_id"]), r["sub_id"]) for r in _rows(os.path.join(out, "deliveries")))
+    assert delivered == [(1, 1), (1, 2), (1, 3), (6, 4)]
+    errors = sorted(r["error"] for r in _rows(os.path.join(out, "rejected")))
+    assert errors == sorted([f"{ev} line 3: not UTF-8 (byte 0xe9 at byte 6 of the line)",
+                             f"{ev} line 4: line too long (312 bytes; at most 200)",
+                             "empty token (at byte 7)", "null subject",
+                             "malformed csv row: 8,x.y,g,extra,fields"])
+
+
+def test_json_lines_malformed_rows_are_rejected_with_their_text(spark, capsys, tmp_path):
+    data = (b'\xef\xbb\xbf{"event_id": 1, "subject": "orders.eu"}\n'
+            b'{"event_id": 2, "subject": "x.y"\n'              # not JSON: a malformed row
+            b'{"event_id": 3, "subject": "x.y"}\n'
+            b'\xff\xfe\n')                                     # not UTF-8
+    rc, counts, captured, ev, out, rejects = _run(capsys, tmp_path, "events.jsonl", data)
+    assert rc == cli.EXIT_REJECTED, captured
+    assert counts == [4, 2, 0, 2]
+    assert rejects == b'\xff\xfe\n{"event_id": 2, "subject": "x.y"\n'
+    errors = sorted(r["error"] for r in _rows(os.path.join(out, "rejected")))
+    assert errors == [f"{ev} line 4: not UTF-8 (byte 0xff at byte 1 of the line)",
+                      'malformed json row: {"event_id": 2, "subject": "x.y"']
+
+
+def test_clean_input_exits_0_and_shards_and_dedupe_pass_through(spark, capsys, tmp_path):
+    data = b"event_id,subject\n1,orders.eu\n2,x.y\n3,orders.us.z\n"
+    rc, counts, captured, _, out, rejects = _run(capsys, tmp_path, "events.csv", data)
+    assert rc == 0 and counts == [3, 3, 0, 0] and rejects == b""
+    want = sorted((int(r["event_id"]), r["sub_id"]) for r in _rows(os.path.join(out, "deliveries")))
+    for extra in (["--shards", "2"], ["--shards", "1", "--dedupe"], ["--shards", "2", "--dedupe"]):
+        rc, counts, captured, _, out2, _ = _run(capsys, tmp_path, "events.csv", data, "--overwrite", *extra)
+        assert rc == 0, captured
+        got = sorted((int(r["event_id"]), r["sub_id"]) for r in _rows(os.path.join(out2, "deliveries")))
+        assert got == want, extra          # no overlapping filters here: dedupe changes nothing
+        if extra[1] == "2":
+            assert "sharded: 2 shards" in captured.out
+    with pytest.raises(SystemExit) as e:                 # argparse: usage, exit status 2
+        cli.main(["fanout", "--events", "e.csv", "--subs", "s.csv", "--out", "o", "--shards", "0"])
+    assert e.value.code == 2
+    assert "argument --shards: expected a positive integer or 'auto', not '0'" in capsys.readouterr().err
