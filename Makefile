@@ -68,6 +68,11 @@ test-engine: build
 # build; a new test file lands here by default.  Spark is left out (the JVM's
 # launcher scripts hang with libasan preloaded), and so are the brokers' tests
 # (the plain pass runs them).  lsan.supp names only CPython's own allocators.
+# tests/test_amqtt.py runs in the plain pass and the wheel round trip only:
+# amqtt's authentication plugin imports Python's crypt module, whose start-up
+# probe crashes inside gcc 12's ASan crypt interceptor (a NULL from libcrypt),
+# before any fastsub code runs.
+SAN_SKIP := tests/test_amqtt.py
 ASAN_DIR := build/asan
 # pytest captures fd 2, so the report of a process the sanitizer stops would
 # be lost with it: reports go to files (log_path), printed when the run fails.
@@ -84,7 +89,7 @@ test-sanitize: venv
 	cd $(ASAN_DIR) && FASTSUB_SANITIZE=1 $(CURDIR)/$(PY) setup.py -q build_ext --inplace
 	$(SAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(ASAN_DIR)' in c.__file__, c.__file__"
 	$(SAN_ENV) $(REPEAT_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not spark and not brokers" \
-	    $(addprefix --ignore=,$(CLANG_SAN_TESTS)) $(PYTEST_ARGS) \
+	    $(addprefix --ignore=,$(CLANG_SAN_TESTS) $(SAN_SKIP)) $(PYTEST_ARGS) \
 	    || { $(SAN_REPORTS) $(ASAN_DIR); exit 1; }
 
 # The engine's tests under clang's ASan + UBSan, whose UBSan also checks
@@ -234,9 +239,14 @@ FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 20
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -fno-omit-frame-pointer -Icsrc \
 	-fsanitize=fuzzer,address,undefined,nullability -fno-sanitize-recover=all
-$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/oracle.h $(wildcard csrc/*.c csrc/*.h) | clang-deps
-	@mkdir -p $(FUZZ_DIR)
-	clang $(FUZZ_CFLAGS) $(sort $(wildcard csrc/*.c)) $< -o $@
+# The core is compiled once (build/fuzz/obj) and linked into each harness.
+FUZZ_OBJS := $(patsubst csrc/%.c,$(FUZZ_DIR)/obj/%.o,$(sort $(wildcard csrc/*.c)))
+$(FUZZ_DIR)/obj/%.o: csrc/%.c $(wildcard csrc/*.h) | clang-deps
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/oracle.h $(FUZZ_OBJS) $(wildcard csrc/*.h) | clang-deps
+	clang $(FUZZ_CFLAGS) $(FUZZ_OBJS) $< -o $@
+.SECONDARY: $(FUZZ_OBJS)
 fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 fuzz: fuzz-build
 	@for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZ_SECONDS) || exit 1; done
