@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import threading
@@ -304,7 +305,7 @@ def main(argv=None):
             row["shard_builds"] = len(builds)
             row["shard_build_cpu_s"] = round(sum(float(b[3]) for b in builds if len(b) > 3), 2)
             row["largest_shard_built"] = max(int(b[2]) for b in builds)
-        results["passes"][name] = row
+        results["passes"].setdefault(name, []).append(row)
         print(f"  {name:<10} {wall:8.1f} s  {args.events / wall:>12,.0f} events/s  {row}", flush=True)
     if plan is not None:
         print(plan.explain())
@@ -312,10 +313,19 @@ def main(argv=None):
                            "replicated": plan.replicated, "largest": plan.largest,
                            "by_depth": {str(k): v for k, v in plan.by_depth.items()}}
     p = results["passes"]
-    if "unsharded" in p and "sharded" in p and not isinstance(p["unsharded"]["result"], str):
-        same = p["unsharded"]["result"] == p["sharded"]["result"]
-        print(f"  unsharded and sharded deliveries agree: {same}")
-        if not same:
+    for name, rows in p.items():
+        if name != "warmup":
+            walls = [r["wall_s"] for r in rows]
+            print(f"  {name:<10} median {statistics.median(walls):.1f} s over {len(walls)}: {walls}")
+    if "identity" in p:
+        base = statistics.median(r["wall_s"] for r in p["identity"])
+        for name in ("unsharded", "sharded"):
+            if name in p:
+                print(f"  {name} / identity = {statistics.median(r['wall_s'] for r in p[name]) / base:.2f}")
+    if "unsharded" in p and "sharded" in p and not isinstance(p["unsharded"][0]["result"], str):
+        same = {tuple(r["result"]) for r in p["unsharded"] + p["sharded"]}
+        print(f"  unsharded and sharded deliveries agree: {len(same) == 1}")
+        if len(same) != 1:
             return 1
     if args.json:
         with open(args.json, "a") as f:
