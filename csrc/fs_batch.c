@@ -22,8 +22,11 @@ static inline void copy_ids(int64_t *dst, const int64_t *src, size_t n)
         memcpy(dst, src, sizeof(int64_t) * n);
 }
 
-/* Emit a row from a built (or cached) result. */
-FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, fs_idbuf *out)
+/* Emit a row from a built (or cached) result.  by_subject: the row's pick
+ * key is its subject and r's subject_pick are filled (fs_compute_locked):
+ * the picks are read, not recomputed over every member. */
+FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, int by_subject,
+                          fs_idbuf *out)
 {
     size_t extra = queues == FS_QUEUES_ALL ? r->nids - r->nplain
                  : queues == FS_QUEUES_PICK ? r->ngroups : 0;
@@ -38,8 +41,9 @@ FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, fs_i
     if (queues == FS_QUEUES_PICK)
         for (size_t gi = 0; gi < r->ngroups; gi++) {
             const fs_group_out *g = &r->groups[gi];
-            *dst++ = fs_pick(fs_pick_seed(keyhash, g->key_hash), r->ids + g->members_off,
-                             g->members_len);
+            *dst++ = by_subject ? g->subject_pick
+                                : fs_pick(fs_pick_seed(keyhash, g->key_hash), r->ids + g->members_off,
+                                          g->members_len);
         }
     out->n = (size_t)(dst - out->ids);
     return FS_OK;
@@ -325,18 +329,21 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                 const char *key;
                 size_t klen;
                 uint32_t keyhash = 0;
-                if (queues == FS_QUEUES_PICK)
-                    keyhash = keys && fs_strings_get(keys, i, &key, &klen) ? fs_hash(key, klen)
+                int keyed = 0;
+                if (queues == FS_QUEUES_PICK) {
+                    keyed = keys && fs_strings_get(keys, i, &key, &klen);
+                    keyhash = keyed ? fs_hash(key, klen)
                             : cached_index ? b->hash[k] : fs_hash(r->s, r->len);
+                }
                 if (cached_index) {
                     const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, b->hash[k], &tally);
                     if (cached) {
-                        rc = emit(cached, queues, keyhash, out);
+                        rc = emit(cached, queues, keyhash, !keyed, out);
                     } else {
                         fs_error err;
                         rc = fs_compute_locked(sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
                         if (rc == FS_OK)
-                            rc = emit(&w->r, queues, keyhash, out);
+                            rc = emit(&w->r, queues, keyhash, !keyed, out);
                         if (rc == FS_EINVAL) {
                             invalid[i - begin] = 1;
                             rc = FS_OK;
@@ -349,7 +356,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                          * built (and cached) result has them. */
                         rc = fs_build_result(sl, &w->sc, &w->r);
                         if (rc == FS_OK)
-                            rc = emit(&w->r, queues, keyhash, out);
+                            rc = emit(&w->r, queues, keyhash, 0, out);
                     } else if (rc == FS_OK) {
                         rc = emit_hits(sl, w->sc.hits, w->sc.nhits, queues, keyhash, out);
                     }

@@ -42,8 +42,13 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
         rc = fs_walk_locked(sl, s, len, sc);
     if (rc == FS_OK)
         rc = fs_build_result(sl, sc, r);
-    if (rc == FS_OK && sl->cache)
+    /* A cached result remembers its picks for its own subject: a batch row
+     * without a key then picks from the cache in O(1).  (match() without a
+     * cache makes no picks: nothing to compute.) */
+    if (rc == FS_OK && sl->cache) {
+        fs_result_pick_for_subject(r, hash);
         fs_cache_put(sl->cache, s, len, hash, &sc->toks, r);
+    }
     return rc;
 }
 

@@ -9,6 +9,15 @@
 
 void fs_result_init(fs_result *r) { memset(r, 0, sizeof(*r)); }
 
+void fs_result_pick_for_subject(fs_result *r, uint32_t subject_hash)
+{
+    for (size_t gi = 0; gi < r->ngroups; gi++) {
+        fs_group_out *g = &r->groups[gi];
+        g->subject_pick = fs_pick(fs_pick_seed(subject_hash, g->key_hash), r->ids + g->members_off,
+                                  g->members_len);
+    }
+}
+
 void fs_result_free(fs_result *r)
 {
     FS_FREE(r->ids);
