@@ -200,6 +200,12 @@ EXIT_REJECTED = 3
 _BOM = b"\xef\xbb\xbf"
 
 
+class Lines(list):
+    """A block of read_lines: str items, and `rejected` Rejected ones among
+    them (0: every item is a str, the common case, checked in O(1))."""
+    __slots__ = ("rejected",)
+
+
 class Rejected:
     """A line the reader could not turn into text: its number, why, and its
     bytes (without the line end; None for a line too long to hold, whose
@@ -231,28 +237,33 @@ def _one_line(raw, lineno, limit):
 
 
 def _whole_lines(data, lineno, limit):
-    """Lines of data (ending in \n) -> list of str or Rejected.  One decode
-    for the whole block when every line is short and UTF-8; line by line
-    only for a block that holds a bad one."""
+    """Lines of data (ending in \n) -> (list of str or Rejected, how many
+    Rejected).  One decode for the whole block when every line is short and
+    UTF-8; line by line only for a block that holds a bad one."""
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        lines = None
+    if lines is not None:
+        lines.pop()                             # data ends with \n
+        # A line of c characters has at most 4c bytes: only a block with a
+        # line over limit/4 characters needs its lines measured in bytes.
+        if len(data) <= limit or max(map(len, lines)) * 4 <= limit or \
+                max(len(ln.encode("utf-8")) - ln.endswith("\r") for ln in lines) <= limit:
+            return [ln[:-1] if ln.endswith("\r") else ln for ln in lines], 0
     raws = data.split(b"\n")
-    raws.pop()                                  # data ends with \n
-    if max(map(len, raws)) <= limit:
-        try:
-            lines = data.decode("utf-8").split("\n")
-        except UnicodeDecodeError:
-            pass
-        else:
-            lines.pop()
-            return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-    return [_one_line(raw, lineno + k, limit) for k, raw in enumerate(raws)]
+    raws.pop()
+    got = [_one_line(raw, lineno + k, limit) for k, raw in enumerate(raws)]
+    return got, sum(isinstance(x, Rejected) for x in got)
 
 
 def read_lines(path, what, limit=MAX_LINE_BYTES, rejects=None, block_bytes=None, opener=None):
     """Read `path` ('-': stdin) in blocks of whole lines, in bounded memory.
 
-    Yields (first line number, items, bytes consumed so far): items[k] is
-    line first+k as a str (its \n or \r\n removed), or a Rejected -- a
-    line that is not UTF-8, or longer than `limit` bytes.  No line is ever
+    Yields (first line number, items, bytes consumed so far): items (a
+    Lines) [k] is line first+k as a str (its \n or \r\n removed), or a
+    Rejected -- a line that is not UTF-8, or longer than `limit` bytes;
+    items.rejected counts the latter.  No line is ever
     dropped.  A UTF-8 byte-order mark at the start of the input is removed.
     A line is held only up to `limit` bytes: past that it is scanned to its
     end, its bytes streamed to `rejects` (a binary file, or None) as they
@@ -266,7 +277,8 @@ def read_lines(path, what, limit=MAX_LINE_BYTES, rejects=None, block_bytes=None,
         raise CLIError(f"cannot read {what} {path}: {e.strerror}") from None
     name = "standard input" if path == "-" else path
     lineno, first, done = 1, 1, 0
-    items = []
+    items = Lines()
+    items.rejected = 0
     partial, plen = [], 0       # the current line's bytes so far (plen <= limit + 1)
     skipped = -1                # >= 0: bytes of an over-long line seen so far
     at_start = True
@@ -301,6 +313,7 @@ def read_lines(path, what, limit=MAX_LINE_BYTES, rejects=None, block_bytes=None,
                     if rejects is not None:
                         rejects.write(b"\n")
                     items.append(Rejected(lineno, _too_long(skipped, limit), None))
+                    items.rejected += 1
                     lineno, skipped, pos = lineno + 1, -1, nl + 1
                     continue
                 if partial or nl < 0:                   # a line that began in an earlier read
@@ -309,31 +322,39 @@ def read_lines(path, what, limit=MAX_LINE_BYTES, rejects=None, block_bytes=None,
                     if plen > limit + 1:                # too long: stop holding it
                         if items:
                             yield first, items, done + pos
-                            first, items = lineno, []
+                            first, items = lineno, Lines()
+                            items.rejected = 0
                         if rejects is not None:
                             rejects.write(b"".join(partial))
                         skipped, partial, plen, pos = plen, [], 0, end
                         continue
                     if nl < 0:
                         break
-                    items.append(_one_line(b"".join(partial), lineno, limit))
+                    x = _one_line(b"".join(partial), lineno, limit)
+                    items.append(x)
+                    items.rejected += isinstance(x, Rejected)
                     lineno, partial, plen, pos = lineno + 1, [], 0, nl + 1
                     continue
                 last = chunk.rfind(b"\n", pos) + 1     # whole lines: the fast path
-                got = _whole_lines(chunk[pos:last], lineno, limit)
+                got, bad = _whole_lines(chunk[pos:last], lineno, limit)
                 items.extend(got)
+                items.rejected += bad
                 lineno += len(got)
                 pos = last
             done += n
             if items:
                 yield first, items, done
-                first, items = lineno, []
+                first, items = lineno, Lines()
+                items.rejected = 0
         if partial:                                     # a last line without its \n
-            items.append(_one_line(b"".join(partial), lineno, limit))
+            x = _one_line(b"".join(partial), lineno, limit)
+            items.append(x)
+            items.rejected += isinstance(x, Rejected)
         elif skipped >= 0:
             if rejects is not None:
                 rejects.write(b"\n")
             items.append(Rejected(lineno, _too_long(skipped, limit), None))
+            items.rejected += 1
         if items:
             yield first, items, done
     finally:
@@ -491,7 +512,7 @@ def _match_subjects(args, sl, labels, rejects, t_start, t_index):
     rows = delivered = unmatched = rejected = deliveries = 0
     t_match = 0.0
     for first, items, bytes_done in read_lines(args.subjects, "subjects", rejects=rejects):
-        subjects = [x if type(x) is str else None for x in items]
+        subjects = [x if type(x) is str else None for x in items] if items.rejected else items
         t0 = time.perf_counter()
         r = sl.match_many(subjects, queues=args.queues)
         t_match += time.perf_counter() - t0
