@@ -34,10 +34,11 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -69,6 +70,8 @@ _GROUP = "__fastsub_group"
 _KEY = "__fastsub_key"
 _PICK = "__fastsub_pick"
 _H1, _H2 = "__fastsub_h1", "__fastsub_h2"
+_KIND = "__fastsub_kind"
+_SID, _FLT, _QUE = "__fastsub_sub_id", "__fastsub_filter", "__fastsub_queue"
 
 
 @dataclass
@@ -248,9 +251,10 @@ shard_cache_stats = {"built": 0, "reused": 0}
 
 
 def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
-    """The index of one shard's subscriptions, built once per distinct content
-    per worker process.  The digest is order-independent (sums and xor of two
-    row hashes Spark computed), because a shuffle delivers rows in any order."""
+    """The index of one shard's subscriptions (columns _SID, _FLT, _QUE, _H1,
+    _H2), built once per distinct content per worker process.  The digest is
+    order-independent (sums and xor of two row hashes Spark computed),
+    because a shuffle delivers rows in any order."""
     h1 = subs.column(_H1).to_numpy().view(np.uint64)
     h2 = subs.column(_H2).to_numpy().astype(np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
@@ -265,10 +269,9 @@ def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
             return sl
     t0 = time.perf_counter()
     sl = Sublist(dialect)
-    queues = subs.column("queue") if "queue" in subs.column_names else None
-    if queues is not None and queues.null_count == len(queues):
-        queues = None
-    sl.insert_many(subs.column("filter"), subs.column("sub_id"), queues)
+    queues = subs.column(_QUE)
+    sl.insert_many(subs.column(_FLT), subs.column(_SID),
+                   None if queues.null_count == len(queues) else queues)
     size = sl.stats()["memory_bytes"]
     log = os.environ.get(LOAD_LOG_ENV)
     if log:
@@ -285,22 +288,39 @@ def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
     return sl
 
 
+_SUB_COLS = (_SID, _FLT, _QUE, _H1, _H2)
+
+
 def _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema):
-    """The cogroup's function: one group's events against its shard's index."""
-    def fastsub_shard_match(events: pa.Table, subs: pa.Table) -> pa.Table:
-        if events.num_rows == 0:
-            return out_schema.empty_table()
-        sl = _shard_index(dialect, subs)
-        parts = []
-        for b in events.to_batches(max_chunksize=1 << 16):
-            r = sl.match_many(b.column(subject_col), keys=b.column(_PICK), queues=queues,
-                              dedupe=dedupe)
-            parts.append(r.to_arrow())
-        ids = pa.chunked_array(parts, pa.list_(pa.int64())) if parts else \
-            pa.chunked_array([], pa.list_(pa.int64()))
-        cols = [events.column(c) for c in event_cols] + [ids]
-        return pa.Table.from_arrays(cols, schema=out_schema)
+    """The function of one group: its rows arrive sorted by kind, so the
+    shard's subscriptions (kind 0) come first and are built into its index,
+    then its events (kind 1) stream through it batch by batch: a group's
+    events are never all in memory at once."""
+    def fastsub_shard_match(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        subs, sl = [], None
+        for b in batches:
+            kinds = b.column(_KIND).to_numpy(zero_copy_only=False)
+            if (kinds == 0).any():
+                is_sub = pa.array(kinds == 0)
+                if sl is not None:
+                    raise RuntimeError("fastsub: a shard's subscriptions arrived after its events "
+                                       "(the group's rows must come sorted by kind)")
+                subs.append(b.filter(is_sub).select(list(_SUB_COLS)))
+                b = b.filter(pc.invert(is_sub))
+                if b.num_rows == 0:
+                    continue
+            if sl is None:
+                sl = _shard_index(dialect, pa.Table.from_batches(subs, _subs_schema(b)))
+                subs = None
+            ids = sl.match_many(b.column(subject_col), keys=b.column(_PICK), queues=queues,
+                                dedupe=dedupe).to_arrow()
+            yield pa.RecordBatch.from_arrays([b.column(c) for c in event_cols] + [ids],
+                                             schema=out_schema)
     return fastsub_shard_match
+
+
+def _subs_schema(batch: pa.RecordBatch) -> pa.Schema:
+    return pa.schema([batch.schema.field(c) for c in _SUB_COLS])
 
 
 # --------------------------------------------------------------------------
@@ -458,12 +478,18 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
         group = shard * F.lit(width) + salt
     else:
         group = shard
-    ev = ev.select(*[_col(c) for c in event_cols], pick.alias(_PICK), group.alias(_GROUP))
+    # One frame of both sides (the other side's columns null), kind 0 for a
+    # subscription and 1 for an event, clustered by group and sorted by kind
+    # within it: grouped applyInArrow then streams each group to one call,
+    # subscriptions first.
+    null = lambda t, name: F.lit(None).cast(t).alias(name)  # noqa: E731
+    sub_nulls = [null("long", _SID), null("string", _FLT), null("string", _QUE),
+                 null("long", _H1), null("int", _H2)]
+    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND), *[_col(c) for c in event_cols],
+                   pick.alias(_PICK), *sub_nulls)
 
-    cols = _subs_columns(subscriptions, has_queue)
-    sub = subscriptions.select(*cols)
-    skey = _route_udf(dialect, plan.depth, True)(F.col("filter"))
-    sub = sub.withColumn(_KEY, skey)
+    sub = subscriptions.select(*_subs_columns(subscriptions, has_queue))
+    sub = sub.withColumn(_KEY, _route_udf(dialect, plan.depth, True)(F.col("filter")))
     sshard = F.pmod(F.col(_KEY), F.lit(n))
     if plan.salts:
         own = F.sequence(sshard * F.lit(width),
@@ -471,14 +497,17 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     else:
         own = F.array(sshard)
     groups = F.when(F.col(_KEY) == -1, _int_array(plan._all_groups())).otherwise(own)
+    queue = F.col("queue") if has_queue else F.lit(None).cast("string")
     ident = [F.col("sub_id"), F.col("filter")] + ([F.col("queue")] if has_queue else [])
-    sub = sub.select(*[F.col(c) for c in (["sub_id", "filter"] + (["queue"] if has_queue else []))],
-                     F.xxhash64(*ident).alias(_H1), F.hash(*ident).alias(_H2),
-                     F.explode(groups).alias(_GROUP))
+    sub = sub.select(F.explode(groups).alias(_GROUP), F.lit(0).alias(_KIND),
+                     *[null(f.dataType, f.name) for f in events.schema.fields], null("string", _PICK),
+                     F.col("sub_id").alias(_SID), F.col("filter").alias(_FLT), queue.alias(_QUE),
+                     F.xxhash64(*ident).alias(_H1), F.hash(*ident).alias(_H2))
+    both = ev.unionByName(sub).repartition(F.col(_GROUP)).sortWithinPartitions(_GROUP, _KIND)
 
     out_schema_spark = T.StructType(list(events.schema.fields) + [
         T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
     from pyspark.sql.pandas.types import to_arrow_schema
     out_schema = to_arrow_schema(out_schema_spark)
     fn = _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema)
-    return ev.groupBy(_GROUP).cogroup(sub.groupBy(_GROUP)).applyInArrow(fn, out_schema_spark)
+    return both.groupBy(_GROUP).applyInArrow(fn, out_schema_spark)
