@@ -204,6 +204,7 @@ class Lines(list):
     """A block of read_lines: str items, and `rejected` Rejected ones among
     them (0: every item is a str, the common case, checked in O(1))."""
     __slots__ = ("rejected",)
+    rejected: int
 
 
 class Rejected:
