@@ -157,8 +157,8 @@ test-tsan: venv
 # (fs_bits.h's MSVC side, on mingw's intrinsic headers).  Then: only
 # csrc/fs_sys.[ch] may name pthreads or Win32 (a grep, and no POSIX thread
 # header among any file's includes), and tests/sys_smoke.c (the thread
-# layer's Win32 side, and a threaded batch with writers) is linked and,
-# when Wine is installed, run.  Wine is optional (a large install): without
+# layer's Win32 side, and a threaded batch with writers) is linked with
+# each set of objects and, when Wine is installed, run.  Two compiles at a time.  Wine is optional (a large install): without
 # it the target says the smoke test was not run.  Its prefix, slow to
 # create, is kept in build/wine-prefix.
 XWIN_CC := x86_64-w64-mingw32-gcc
@@ -174,17 +174,17 @@ cross-windows:
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mingw-w64 >/dev/null; \
 	fi
 	@rm -rf $(XWIN_DIR) && mkdir -p $(XWIN_DIR)/builtin $(XWIN_DIR)/portable
-	@for f in csrc/*.c; do \
-	    o=$$(basename $$f .c).o; \
-	    $(XWIN_CC) $(XWIN_CFLAGS) -MMD -MF $(XWIN_DIR)/$$o.d -c $$f -o $(XWIN_DIR)/builtin/$$o || exit 1; \
-	    $(XWIN_CC) $(XWIN_CFLAGS) -DFS_BITS_PORTABLE -c $$f -o $(XWIN_DIR)/portable/$$o || exit 1; \
-	done
+	@printf '%s\n' csrc/*.c | xargs -P 2 -I{} sh -c 'o=$$(basename {} .c).o; \
+	    $(XWIN_CC) $(XWIN_CFLAGS) -MMD -MF $(XWIN_DIR)/$$o.d -c {} -o $(XWIN_DIR)/builtin/$$o && \
+	    $(XWIN_CC) $(XWIN_CFLAGS) -DFS_BITS_PORTABLE -c {} -o $(XWIN_DIR)/portable/$$o' \
+	    || { echo "cross-windows: a file does not compile (above)"; exit 1; }
 	@if grep -nE '$(XWIN_OS_NAMES)' $(filter-out csrc/fs_sys.c csrc/fs_sys.h,$(wildcard csrc/*.[ch])); then \
 	    echo "cross-windows: only csrc/fs_sys.[ch] may name pthreads or Win32 (above)"; exit 1; fi
 	@$(XWIN_CC) $(XWIN_CFLAGS) -M csrc/*.c | grep -E '(pthread|sched|unistd)[^ ]*\.h' \
 	    && { echo "cross-windows: a POSIX thread header is included (above)"; exit 1; } || true
-	@$(XWIN_CC) $(XWIN_CFLAGS) -static csrc/*.c tests/sys_smoke.c -o $(XWIN_DIR)/sys_smoke.exe
-	@$(XWIN_CC) $(XWIN_CFLAGS) -DFS_BITS_PORTABLE -static csrc/*.c tests/sys_smoke.c -o $(XWIN_DIR)/sys_smoke_portable.exe
+	@$(XWIN_CC) $(XWIN_CFLAGS) -static $(XWIN_DIR)/builtin/*.o tests/sys_smoke.c -o $(XWIN_DIR)/sys_smoke.exe
+	@$(XWIN_CC) $(XWIN_CFLAGS) -DFS_BITS_PORTABLE -static $(XWIN_DIR)/portable/*.o tests/sys_smoke.c \
+	    -o $(XWIN_DIR)/sys_smoke_portable.exe
 	@echo "cross-windows: $(words $(wildcard csrc/*.c)) files x 2 compiled for x86_64 Windows, smoke test linked"
 	@if [ -n "$(WINE)" ]; then \
 	    for exe in sys_smoke sys_smoke_portable; do \
