@@ -108,3 +108,27 @@ def test_clean_input_exits_0_and_shards_and_dedupe_pass_through(spark, capsys, t
         cli.main(["fanout", "--events", "e.csv", "--subs", "s.csv", "--out", "o", "--shards", "0"])
     assert e.value.code == 2
     assert "argument --shards: expected a positive integer or 'auto', not '0'" in capsys.readouterr().err
+
+
+def test_a_directory_of_part_files_gzip_included(spark, capsys, tmp_path):
+    """Each part file is scanned (gzip through its opener); the cleaned copy
+    keeps every part, each with its own CSV header."""
+    import gzip
+    d = tmp_path / "events"
+    d.mkdir()
+    (d / "part-0.csv").write_bytes(b"event_id,subject\n1,orders.eu\n2,x.y\n")
+    with gzip.open(d / "part-1.csv.gz", "wb") as f:
+        f.write(b"\xef\xbb\xbfevent_id,subject\n3,orders.us\n4,caf\xe9\n5,nothing\n")
+    (d / "_SUCCESS").write_bytes(b"")
+    subs, out, rej = tmp_path / "subs.csv", tmp_path / "out", tmp_path / "rejects.bin"
+    subs.write_bytes(SUBS_CSV)
+    rc = cli.main(["fanout", "--events", str(d), "--subs", str(subs), "--out", str(out),
+                   "--master", "local[2]", "--progress", "0", "--rejects", str(rej)])
+    captured = capsys.readouterr()
+    assert rc == cli.EXIT_REJECTED, captured
+    assert [_num(x) for x in RECONCILE.search(captured.out).groups()] == [5, 3, 1, 1]
+    assert captured.err.splitlines()[0] == (f"fastsub: {d / 'part-1.csv.gz'} line 3: rejected: "
+                                            "not UTF-8 (byte 0xe9 at byte 6 of the line)")
+    assert rej.read_bytes() == b"4,caf\xe9\n"
+    delivered = sorted(int(r["event_id"]) for r in _rows(os.path.join(out, "deliveries")))
+    assert delivered == [1, 1, 2, 3, 3]          # orders.* and one of group w; x.y
