@@ -157,3 +157,28 @@ def test_fork_while_threads_create_and_free_indexes():
         worker.join()
     assert not errors, errors
     assert all(s is not None and os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in outcomes), outcomes
+
+
+def test_python_level_locks_are_released_in_the_child():
+    """fastsub's Python-level locks (the workers' index caches; fork_safe_lock)
+    held by another thread at fork() are free in the child."""
+    from fastsub import _spark_ship
+    lock = _spark_ship._cache_lock
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with lock:
+            held.set()
+            release.wait(5)
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    # the fork waits for the holder (its handler takes the lock first)
+    threading.Timer(0.2, release.set).start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # fork with threads
+        pid = os.fork()
+    if pid == 0:
+        os._exit(0 if lock.acquire(timeout=3) else 1)
+    t.join()
+    assert _wait(pid) == 0

@@ -31,7 +31,6 @@ pyarrow, numpy and fastsub.
 import collections
 import math
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -45,7 +44,7 @@ from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
 from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
-from fastsub._spark_ship import LOAD_LOG_ENV
+from fastsub._spark_ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" keeps the broadcast path up to this many subscriptions
 #: (docs/scale.md: the measured crossover on local[2]).
@@ -245,7 +244,7 @@ def _stats_fn(dialect: str, depths, candidates):
 # The shard indexes of this Python worker: digest -> Sublist, least recently used first.
 _shard_cache = collections.OrderedDict()
 _shard_cache_bytes = [0]
-_shard_cache_lock = threading.Lock()
+_shard_cache_lock = fork_safe_lock()
 #: Counters a test or a curious user can read in a worker: builds and reuses.
 shard_cache_stats = {"built": 0, "reused": 0}
 

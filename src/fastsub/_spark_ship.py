@@ -35,9 +35,19 @@ LOAD_LOG_ENV = "FASTSUB_SPARK_LOAD_LOG"
 
 METHODS = ("broadcast", "file", "artifact", "inline")
 
+def fork_safe_lock() -> threading.Lock:
+    """A lock that a fork() never leaves held in the child: held across the
+    fork (so no other thread is inside it), then released on both sides."""
+    lock = threading.Lock()
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=lock.acquire, after_in_parent=lock.release,
+                            after_in_child=lock.release)
+    return lock
+
+
 _CACHE_MAX = 4                            # indexes kept per worker process (LRU)
 _cache = collections.OrderedDict()        # index id -> Sublist
-_cache_lock = threading.Lock()
+_cache_lock = fork_safe_lock()
 
 
 class SharedIndex:

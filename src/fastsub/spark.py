@@ -65,8 +65,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "pip install 'fastsub[spark]'") from e
 
 from fastsub import FastsubError, InvalidSubjectError, Sublist
-from fastsub._spark_ship import (LOAD_LOG_ENV, SharedIndex, invalid_reasons, match_batches,
-                                 reject_reasons)
+from fastsub._spark_ship import (LOAD_LOG_ENV, SharedIndex, fork_safe_lock, invalid_reasons,
+                                 match_batches, reject_reasons)
 from fastsub._spark_shard import (AUTO_SHARD_MIN_SUBS, ShardPlan, _parallelism, _salts,
                                   plan_shards, sharded_per_event)
 
@@ -312,7 +312,7 @@ def share_index(spark: SparkSession, sublist: Sublist, *, ship: str = "auto") ->
 # (session id, dialect, ship) -> its SharedIndex, (..., "plan", shards,
 # depth) -> its ShardPlan, (..., "small") -> True when "auto" found it small.
 _BUILT = {}
-_BUILT_LOCK = threading.Lock()
+_BUILT_LOCK = fork_safe_lock()
 
 
 def _forget(key):
