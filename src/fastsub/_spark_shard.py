@@ -344,7 +344,7 @@ def _subs_columns(subscriptions: DataFrame, has_queue: bool):
     from fastsub.spark import _col
     cols = [_col("sub_id").cast("long").alias("sub_id"), _col("filter").alias("filter")]
     if has_queue:
-        cols.append(_col("queue").alias("queue"))
+        cols.append(_col("queue").cast("string").alias("queue"))
     return cols
 
 

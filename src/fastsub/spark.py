@@ -162,7 +162,9 @@ def check_subscriptions_schema(subscriptions: DataFrame, string_ids: bool = Fals
     has_queue = "queue" in subscriptions.columns
     if has_queue:
         f_queue = _field(subscriptions, "queue", "the subscriptions table")
-        if not isinstance(f_queue.dataType, T.StringType):
+        # A column of nulls only (createDataFrame's type for [None] * n) is void:
+        # every subscription is plain.
+        if not isinstance(f_queue.dataType, (T.StringType, T.NullType)):
             raise FanoutInputError(
                 f"subscriptions column 'queue' has type {f_queue.dataType.simpleString()}, "
                 "expected string (null for a plain subscription)")
@@ -174,7 +176,8 @@ def collect_subscriptions(subscriptions: DataFrame) -> pa.Table:
     queue if present): one Spark job.  Raises FanoutInputError on a missing
     column or a wrong type."""
     has_queue = check_subscriptions_schema(subscriptions)
-    cols = [_col("sub_id").cast("long"), _col("filter")] + ([_col("queue")] if has_queue else [])
+    cols = [_col("sub_id").cast("long"), _col("filter")] + (
+        [_col("queue").cast("string").alias("queue")] if has_queue else [])
     return subscriptions.select(*cols).toArrow()
 
 
@@ -386,7 +389,7 @@ def _probe(batches):
 def check_executors(spark: SparkSession, *, force: bool = False) -> None:
     """Run one one-row task that imports fastsub and pyarrow on an executor;
     raise ExecutorEnvironmentError naming the fix when it cannot.  Done once
-    per session (fanout calls it for cluster masters and Spark Connect)."""
+    per session (every fan-out calls it, on any master)."""
     if not force:
         try:
             if spark in _CHECKED:
@@ -412,12 +415,6 @@ def check_executors(spark: SparkSession, *, force: bool = False) -> None:
         _CHECKED.add(spark)
     except TypeError:  # pragma: no cover
         pass
-
-
-def _needs_check(spark) -> bool:
-    if is_connect(spark):
-        return True
-    return not is_local_master(spark.sparkContext.master)
 
 
 # --------------------------------------------------------------------------
@@ -672,8 +669,9 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
             "fanout adds; rename them first")
 
     spark = events.sparkSession
-    if _needs_check(spark):
-        check_executors(spark)
+    # Once per session, local masters included: a session the user built from
+    # a Python without pyarrow gets a clear error instead of a worker's stack.
+    check_executors(spark)
     plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index)
     if plan is not None:
         per_event = sharded_per_event(events, subscriptions, plan, subject_col=subject_col,

@@ -298,3 +298,48 @@ def test_capped_driver_fails_unsharded_and_passes_sharded(spark, tmp_path):
     want = [list(r.counts()),
             r.deliveries.agg(F.sum(F.col("event_id") * 1000003 + F.col("sub_id"))).first()[0]]
     assert got["sharded"] == want and want[0][1] > 0
+
+
+def test_a_void_queue_column_means_all_plain(spark):
+    """createDataFrame([... None ...]) types an all-null queue column as void."""
+    from fastsub.spark import ShardPlan, fanout_with_rejects
+    sb = spark.createDataFrame([(1, "a.*", None), (2, "a.b", None)], ["sub_id", "filter", "queue"])
+    assert sb.schema["queue"].dataType.typeName() == "void"
+    ev = spark.createDataFrame(events_rows(["a.b", "a.c"]), EVENT_SCHEMA)
+    for shards in (1, ShardPlan(2, 1)):
+        got = {r["event_id"]: sorted(r["sub_ids"]) for r in
+               fanout_with_rejects(ev, sb, shards=shards).per_event.collect()}
+        assert got == {1: [1, 2], 2: [1]}, shards
+
+
+SELF_BUILT = r"""
+import sys
+from pyspark.sql import SparkSession
+from fastsub.spark import ExecutorEnvironmentError, fanout
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+ev = spark.createDataFrame([(1, "a.b")], "event_id long, subject string")
+sb = spark.createDataFrame([(1, "a.b")], "sub_id long, filter string")
+try:
+    fanout(ev, sb).collect()
+    print("NO ERROR")
+except ExecutorEnvironmentError as e:
+    print("CLEAR " + str(e))
+"""
+
+
+def test_a_session_the_user_built_gets_the_executor_check(tmp_path):
+    """A local session built by hand whose workers run a Python without
+    fastsub: one clear error naming the fix, not a worker's stack."""
+    base = getattr(sys, "_base_executable", None)
+    if not base or os.path.realpath(base) == os.path.realpath(sys.executable):
+        pytest.skip("needs a virtual environment (its base Python lacks fastsub)")
+    script = tmp_path / "self_built.py"
+    script.write_text(SELF_BUILT)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_DRIVER_PYTHON",)}
+    env["PYSPARK_PYTHON"] = base
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout.strip().splitlines()[-1]
+    assert out.startswith("CLEAR the executors cannot run fastsub"), p.stdout[-2000:]
+    assert "PYSPARK_PYTHON" in out
