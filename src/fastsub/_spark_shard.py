@@ -52,6 +52,9 @@ AUTO_SHARD_MIN_SUBS = 2_000_000
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
 #: of index on light's mix), and at least 2 shards per core.
 AUTO_SUBS_PER_SHARD = 500_000
+#: depth="auto": a worker's index (largest shard + replicated) should hold at
+#: most this share of the subscriptions.
+AUTO_WORKER_SHARE = 1 / 8
 #: The depths depth="auto" chooses among.
 AUTO_DEPTHS = (1, 2, 3)
 #: Shard counts the stats job sizes (plus the one asked for).
@@ -375,9 +378,10 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     driver, naming its sub_id and filter (FanoutInputError for a null,
     InvalidSubjectError for an invalid filter or queue); the replicated
     share and the shard sizes come back for depths 1-3 (or the one given) and
-    the chosen shard count.  depth="auto" takes the depth whose largest
-    shard plus replicated share is smallest (the fewest subscriptions in any
-    worker's index), the smaller depth on a tie.  shards="auto": at least
+    the chosen shard count.  depth="auto": among the depths whose worker
+    index (largest shard + replicated) holds at most AUTO_WORKER_SHARE of
+    the subscriptions, the one copying the fewest rows into the shards;
+    when none does, the one with the smallest worker index.  shards="auto": at least
     two per core and about AUTO_SUBS_PER_SHARD subscriptions each.  With
     `events` and salting=True, a 1% sample of the events is counted per
     shard, and each shard with more than one core's share is salted."""
@@ -418,12 +422,23 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     else:
         n = shards
     by_depth = {d: (rep[d], table.get((d, n), (0, 0))[0]) for d in depths}
-    d = min(depths, key=lambda d: (sum(by_depth[d]), d))
+    d = _choose_depth(by_depth, nsubs, n)
     plan = ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
                      largest=by_depth[d][1], by_depth=by_depth)
     if events is not None and salting and n > 1:
         plan.salts = _salts(events, subject_col, dialect, plan, cores)
     return plan
+
+
+def _choose_depth(by_depth, nsubs, n):
+    """Among the depths whose worker index (largest shard + replicated) is
+    at most AUTO_WORKER_SHARE of the subscriptions, the one that copies the
+    fewest rows into the shards (n x replicated + keyed: the shuffle and the
+    builds); when none is that small, the one with the smallest worker index."""
+    fits = [d for d, (rep, big) in by_depth.items() if rep + big <= AUTO_WORKER_SHARE * nsubs]
+    if fits:
+        return min(fits, key=lambda d: (n * by_depth[d][0] + nsubs - by_depth[d][0], d))
+    return min(by_depth, key=lambda d: (sum(by_depth[d]), d))
 
 
 def _salts(events: DataFrame, subject_col: str, dialect: str, plan: ShardPlan, cores: int):
