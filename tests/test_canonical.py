@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fastsub
 from fastsub import _reference as R
+from examples import examples
 from strategies import DIALECTS, subjects, subscriptions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden")
-PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _built(dialect, subs, how):

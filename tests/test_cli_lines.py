@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fastsub import _reference as R
 from fastsub import cli
+from examples import examples
 
 SUMMARY = re.compile(r"^fastsub match: ([\d,]+) subjects = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
                      r"([\d,]+) rejected; ([\d,]+) deliveries from ([\d,]+) subscriptions ")
@@ -177,7 +178,7 @@ def _model(data, limit):
     return got
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(LINE, max_size=12), last_newline=st.booleans(), block=st.sampled_from([4, 5, 16, 4096]))
 def test_reader_matches_a_model_in_a_subprocess(tmp_path, lines, last_newline, block):
