@@ -301,9 +301,13 @@ def test_capped_driver_fails_unsharded_and_passes_sharded(spark, tmp_path):
 
 
 def test_a_void_queue_column_means_all_plain(spark):
-    """createDataFrame([... None ...]) types an all-null queue column as void."""
+    """A queue column of nulls only is typed void (lit(None), or pandas'
+    all-None column through createDataFrame)."""
+    from pyspark.sql import functions as F
+
     from fastsub.spark import ShardPlan, fanout_with_rejects
-    sb = spark.createDataFrame([(1, "a.*", None), (2, "a.b", None)], ["sub_id", "filter", "queue"])
+    sb = spark.createDataFrame([(1, "a.*"), (2, "a.b")], ["sub_id", "filter"]).withColumn(
+        "queue", F.lit(None))
     assert sb.schema["queue"].dataType.typeName() == "void"
     ev = spark.createDataFrame(events_rows(["a.b", "a.c"]), EVENT_SCHEMA)
     for shards in (1, ShardPlan(2, 1)):
@@ -331,8 +335,11 @@ def test_a_session_the_user_built_gets_the_executor_check(tmp_path):
     """A local session built by hand whose workers run a Python without
     fastsub: one clear error naming the fix, not a worker's stack."""
     base = getattr(sys, "_base_executable", None)
-    if not base or os.path.realpath(base) == os.path.realpath(sys.executable):
+    if not base or sys.prefix == sys.base_prefix:
         pytest.skip("needs a virtual environment (its base Python lacks fastsub)")
+    probe = subprocess.run([base, "-c", "import fastsub, pyarrow"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"the base Python {base} has fastsub and pyarrow")
     script = tmp_path / "self_built.py"
     script.write_text(SELF_BUILT)
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_DRIVER_PYTHON",)}
