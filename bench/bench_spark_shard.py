@@ -25,14 +25,14 @@ unsharded and sharded passes must agree on both figures.
 Reported per pass: wall seconds, events/s, shuffle bytes written per event
 (Spark's REST API), the peak RSS of the driver's Python and of its JVM (with
 --cluster the driver is a process of its own, the executors are not in it),
-and the largest peak RSS of any Python worker (sampled from /proc).  For the
+and the largest peak RSS of any Python worker (sampled from /proc; every
+peak is reset at the start of a pass, so it is that pass's own).  For the
 sharded pass: the plan (d, N, replicated share, largest shard), and the CPU
 seconds spent building shard indexes in the workers (their build log).
 """
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -159,22 +159,25 @@ class RssSampler:
 
     def _run(self):
         while not self._stop.is_set():
-            for name in os.listdir("/proc"):
-                if name.isdigit():
-                    c = _cmdline(int(name))
-                    if "pyspark.daemon" in c or "pyspark.worker" in c or "pyspark/daemon" in c:
-                        self.worker_peak = max(self.worker_peak, _status(int(name), "VmHWM"))
-            if self.jvm:
-                self.jvm_peak = max(self.jvm_peak, _status(self.jvm, "VmHWM"))
+            self._sample()
             self._stop.wait(0.2)
 
+    def _sample(self):
+        for pid in _python_workers():
+            self.worker_peak = max(self.worker_peak, _status(pid, "VmHWM"))
+        if self.jvm:
+            self.jvm_peak = max(self.jvm_peak, _status(self.jvm, "VmHWM"))
+        self.driver_peak = max(getattr(self, "driver_peak", 0), _status(os.getpid(), "VmHWM"))
+
     def __enter__(self):
+        _reset_peaks(_python_workers() + [os.getpid()] + ([self.jvm] if self.jvm else []))
         self._t.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join()
+        self._sample()
 
 
 def _shuffle_bytes(spark):
@@ -189,6 +192,8 @@ def _shuffle_bytes(spark):
 
 
 def _driver_jvm_pid():
+    """The driver's JVM: the SparkSubmit child of this process (the cluster's
+    master and workers are children too, with other main classes)."""
     me = os.getpid()
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -197,9 +202,31 @@ def _driver_jvm_pid():
                     ppid = int(f.read().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
-            if ppid == me and "java" in _cmdline(int(name)):
+            c = _cmdline(int(name))
+            if ppid == me and "java" in c and "SparkSubmit" in c:
                 return int(name)
     return None
+
+
+def _python_workers():
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            c = _cmdline(int(name))
+            if "pyspark.daemon" in c or "pyspark.worker" in c or "pyspark/daemon" in c:
+                out.append(int(name))
+    return out
+
+
+def _reset_peaks(pids):
+    """Start each process's peak RSS (VmHWM) over from its current RSS, so a
+    pass's peak is its own, not an earlier pass's in the same (reused) process."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
 
 
 def main(argv=None):
@@ -298,7 +325,7 @@ def main(argv=None):
             builds = [ln.split() for ln in f if ln.startswith("shard-")]
         row = {"wall_s": round(wall, 2), "events_per_s": round(args.events / wall),
                "result": got, "shuffle_bytes_per_event": round(shuffled / args.events, 1),
-               "driver_python_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+               "driver_python_peak_rss_mb": rss.driver_peak >> 20,
                "driver_jvm_peak_rss_mb": rss.jvm_peak >> 20,
                "python_worker_peak_rss_mb": rss.worker_peak >> 20}
         if builds:
