@@ -123,6 +123,16 @@ def test_forked_children_never_hang(mode, cache_size):
     assert sl.match_many(SUBJECTS, threads=2).sub_ids.tolist() == want_batch
 
 
+# AddressSanitizer's allocator (gcc 12's and clang 14's runtimes) keeps its
+# own locks and has no fork handler for them: a child forked while another
+# thread is inside malloc waits forever on one.  Seen in this test's churn
+# (a thread allocating and freeing all the time): the hung child's only
+# thread sleeps on a futex in ASan's allocator region (0x6400...).  The
+# plain build (glibc's malloc has fork handlers) runs it in every CI.
+_UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
+
+
+@pytest.mark.skipif(_UNDER_ASAN, reason="ASan's allocator locks are not fork-safe (see above)")
 def test_fork_while_threads_create_and_free_indexes():
     """The registry of live indexes changes under the fork: children of a
     parent creating and freeing indexes on another thread still work."""
