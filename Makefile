@@ -50,7 +50,11 @@ build: venv
 TEST_STEPS := cross-windows test-plain test-sanitize test-sanitize-clang test-tsan fuzz-smoke
 REPEAT_ENV := HYPOTHESIS_PROFILE=ci-repeat
 test: system-deps build
-	@for t in $(TEST_STEPS); do $(MAKE) --no-print-directory $$t || exit 1; done
+	@for t in $(TEST_STEPS); do \
+	    s=$$(date +%s); echo "== make test: $$t ($$(date -u +%H:%M:%S) UTC)"; \
+	    $(MAKE) --no-print-directory $$t || { echo "== make test: $$t FAILED after $$(( $$(date +%s) - s )) s"; exit 1; }; \
+	    echo "== make test: $$t $$(( $$(date +%s) - s )) s"; \
+	done
 test-steps:
 	@echo $(TEST_STEPS)
 
