@@ -581,45 +581,45 @@ class FanoutResult:
 Subscriptions = Union[DataFrame, Sublist, SharedIndex]
 
 
-_STREAMING_SHARDS = ("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
-                     "use fanout_stream(..., shards=...)")
-
-
 def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse):
     """-> the ShardPlan of a sharded fan-out, or None for the broadcast path."""
+    plan = None
     if isinstance(shards, ShardPlan):
         if not isinstance(subscriptions, DataFrame):
             raise ValueError("a ShardPlan shards a subscriptions DataFrame, not a "
                              f"{type(subscriptions).__name__}")
-        if events.isStreaming:
-            raise ValueError(_STREAMING_SHARDS)
-        return shards
-    if shards == 1:
-        return None
-    if shards != "auto" and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
-        raise ValueError(f"shards must be 'auto', a positive integer or a ShardPlan, not {shards!r}")
-    if not isinstance(subscriptions, DataFrame):
-        if shards == "auto":
-            return None     # already one index on the driver: the broadcast path
-        raise ValueError(
-            f"shards={shards} needs the subscriptions as a DataFrame: a "
-            f"{type(subscriptions).__name__} is one index already built on the driver, "
-            "so it is shipped whole (shards=1 or 'auto')")
-    spark = events.sparkSession
-    if events.isStreaming and (shards != "auto" or not _small(subscriptions, dialect, reuse)):
-        raise ValueError(_STREAMING_SHARDS)
-    key = (_session_key(spark), dialect, "plan", shards, depth)
-    plan = _reused(subscriptions, key) if reuse else None
-    if plan is None:
+        plan = shards
+    else:
+        if shards != "auto" and (not isinstance(shards, int) or isinstance(shards, bool)
+                                 or shards < 1):
+            raise ValueError(f"shards must be 'auto', a positive integer or a ShardPlan, "
+                             f"not {shards!r}")
+        if shards == 1:
+            return None
+        if not isinstance(subscriptions, DataFrame):
+            if shards == "auto":
+                return None     # already one index on the driver: the broadcast path
+            raise ValueError(
+                f"shards={shards} needs the subscriptions as a DataFrame: a "
+                f"{type(subscriptions).__name__} is one index already built on the driver, "
+                "so it is shipped whole (shards=1 or 'auto')")
         if shards == "auto" and _small(subscriptions, dialect, reuse):
             return None
-        plan = plan_shards(subscriptions, dialect, shards, depth)
-        if reuse:
-            _remember(subscriptions, key, plan)
-    # The salting follows these events: a sample of them, per call.
-    plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
-                                                  _parallelism(spark)))
-    logging.getLogger("fastsub.spark").info("%s", plan.explain())
+    if events.isStreaming:
+        raise ValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
+                         "use fanout_stream(..., shards=...)")
+    if plan is None:
+        spark = events.sparkSession
+        key = (_session_key(spark), dialect, "plan", shards, depth)
+        plan = _reused(subscriptions, key) if reuse else None
+        if plan is None:
+            plan = plan_shards(subscriptions, dialect, shards, depth)
+            if reuse:
+                _remember(subscriptions, key, plan)
+        # The salting follows these events: a sample of them, per call.
+        plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
+                                                      _parallelism(spark)))
+        logging.getLogger("fastsub.spark").info("%s", plan.explain())
     return plan
 
 
