@@ -587,7 +587,7 @@ def _shards_arg(text):
 
 def build_parser():
     ap = argparse.ArgumentParser(
-        prog="fastsub", description="NATS/MQTT subscription matching: fan events out to "
+        prog="fastsub", description="NATS, MQTT and AMQP subscription matching: fan events out to "
         "subscription ids on Spark, or match subjects from files.")
     ap.add_argument("--version", action="version", version=_version_line())
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
