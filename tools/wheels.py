@@ -48,6 +48,17 @@ class Failed(Exception):
     pass
 
 
+def unpack(sdist, dest):
+    """A fresh unpacking of the sdist under dest -> its fastsub-VERSION directory."""
+    shutil.rmtree(dest, ignore_errors=True)
+    with tarfile.open(sdist) as tf:
+        if sys.version_info >= (3, 12):
+            tf.extractall(dest, filter="data")
+        else:
+            tf.extractall(dest)
+    (tree,) = glob.glob(os.path.join(dest, "fastsub-*"))
+    return tree
+
 def log(msg):
     print(f"[wheels] {msg}", flush=True)
 
@@ -119,14 +130,7 @@ def build_sdist(logfile):
     shutil.rmtree(out, ignore_errors=True)
     run([sys.executable, "-m", "build", "--sdist", "--outdir", out, ROOT], logfile, env=clean_env())
     (sdist,) = glob.glob(os.path.join(out, "fastsub-*.tar.gz"))
-    unpacked = os.path.join(WORK, "sdist-tree")
-    shutil.rmtree(unpacked, ignore_errors=True)
-    with tarfile.open(sdist) as tf:
-        if sys.version_info >= (3, 12):
-            tf.extractall(unpacked, filter="data")
-        else:
-            tf.extractall(unpacked)
-    (tree,) = glob.glob(os.path.join(unpacked, "fastsub-*"))
+    tree = unpack(sdist, os.path.join(WORK, "sdist-tree"))
     for need in ("LICENSE", "tests/golden/nats_small.fsb", "README.md", "csrc/sublist.h", "tools/wheels.py"):
         if not os.path.exists(os.path.join(tree, need)):
             raise Failed(f"the sdist has no {need}")
@@ -217,14 +221,7 @@ def one_python(ver, py, sdist, tree, logfile):
     # The sdist's tests in a fresh unpacking of the sdist (the tree above has
     # built a wheel in place), where no fastsub source is importable: the
     # package sits in src/, which is not on sys.path.
-    unpacked = os.path.join(WORK, f"test-{tag}")
-    shutil.rmtree(unpacked, ignore_errors=True)
-    with tarfile.open(sdist) as tf:
-        if sys.version_info >= (3, 12):
-            tf.extractall(unpacked, filter="data")
-        else:
-            tf.extractall(unpacked)
-    (testdir,) = glob.glob(os.path.join(unpacked, "fastsub-*"))
+    testdir = unpack(sdist, os.path.join(WORK, f"test-{tag}"))
     site = run([vpy, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], env=env).strip()
     where = run([vpy, "-c", "import fastsub, fastsub._core as c; print(fastsub.__file__); print(c.__file__)"],
                 env=env, cwd=testdir).split()
