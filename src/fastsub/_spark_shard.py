@@ -76,6 +76,24 @@ _KIND = "__fastsub_kind"
 _SID, _FLT, _QUE = "__fastsub_sub_id", "__fastsub_filter", "__fastsub_queue"
 
 
+def check_shards(shards, auto=True):
+    """shards= is "auto" (when allowed) or a positive int (not a bool)."""
+    if auto and shards == "auto":
+        return
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        also = "'auto', " if auto else ""
+        raise ValueError(f"shards must be {also}a positive integer or a ShardPlan, not {shards!r}")
+
+
+def check_depth(depth, auto=True):
+    """depth= is "auto" (when allowed) or an int from 1 to 16 (fs_route's limit)."""
+    if auto and depth == "auto":
+        return
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 16:
+        also = "'auto' or " if auto else ""
+        raise ValueError(f"depth must be {also}an integer from 1 to 16, not {depth!r}")
+
+
 @dataclass
 class ShardPlan:
     """How a sharded fan-out splits the work (fanout(..., shards=plan) takes one too).
@@ -98,10 +116,8 @@ class ShardPlan:
     by_depth: Dict[int, Tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self):
-        if not isinstance(self.shards, int) or self.shards < 1:
-            raise ValueError(f"shards must be a positive integer, not {self.shards!r}")
-        if not isinstance(self.depth, int) or not 1 <= self.depth <= 16:
-            raise ValueError(f"depth must be an integer from 1 to 16, not {self.depth!r}")
+        check_shards(self.shards, auto=False)
+        check_depth(self.depth, auto=False)
         for s, r in self.salts.items():
             if not (0 <= s < self.shards and isinstance(r, int) and r >= 1):
                 raise ValueError(f"salts: shard {s!r} -> {r!r} is not a shard below "
@@ -248,8 +264,6 @@ def _stats_fn(dialect: str, depths, candidates):
 _shard_cache = collections.OrderedDict()
 _shard_cache_bytes = [0]
 _shard_cache_lock = fork_safe_lock()
-#: Counters a test or a curious user can read in a worker: builds and reuses.
-shard_cache_stats = {"built": 0, "reused": 0}
 
 
 def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
@@ -267,7 +281,6 @@ def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
         sl = _shard_cache.get(digest)
         if sl is not None:
             _shard_cache.move_to_end(digest)
-            shard_cache_stats["reused"] += 1
             return sl
     t0 = time.perf_counter()
     sl = Sublist(dialect)
@@ -281,7 +294,6 @@ def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
             f.write(f"shard-{digest[2]:016x}{digest[4]:016x} {os.getpid()} {subs.num_rows} "
                     f"{time.perf_counter() - t0:.3f}\n")
     with _shard_cache_lock:
-        shard_cache_stats["built"] += 1
         _shard_cache[digest] = sl
         _shard_cache_bytes[0] += size
         while _shard_cache_bytes[0] > SHARD_CACHE_BYTES and len(_shard_cache) > 1:
@@ -387,11 +399,8 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     shard, and each shard with more than one core's share is salted."""
     from fastsub.spark import _check_dialect, check_subscriptions_schema
     _check_dialect(dialect)
-    if depth != "auto" and (not isinstance(depth, int) or isinstance(depth, bool)
-                            or not 1 <= depth <= 16):
-        raise ValueError(f"depth must be 'auto' or an integer from 1 to 16, not {depth!r}")
-    if shards != "auto" and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
-        raise ValueError(f"shards must be 'auto', a positive integer or a ShardPlan, not {shards!r}")
+    check_depth(depth)
+    check_shards(shards)
     has_queue = check_subscriptions_schema(subscriptions)
     spark = subscriptions.sparkSession
     cores = _parallelism(spark)

@@ -68,7 +68,7 @@ from fastsub import FastsubError, InvalidSubjectError, Sublist
 from fastsub._spark_ship import (LOAD_LOG_ENV, SharedIndex, fork_safe_lock, invalid_reasons,
                                  match_batches, reject_reasons)
 from fastsub._spark_shard import (AUTO_SHARD_MIN_SUBS, ShardPlan, _parallelism, _salts,
-                                  plan_shards, sharded_per_event)
+                                  check_shards, plan_shards, sharded_per_event)
 
 __all__ = [
     "fanout", "fanout_with_rejects", "fanout_stream", "share_index", "SharedIndex",
@@ -590,10 +590,7 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse)
                              f"{type(subscriptions).__name__}")
         plan = shards
     else:
-        if shards != "auto" and (not isinstance(shards, int) or isinstance(shards, bool)
-                                 or shards < 1):
-            raise ValueError(f"shards must be 'auto', a positive integer or a ShardPlan, "
-                             f"not {shards!r}")
+        check_shards(shards)
         if shards == 1:
             return None
         if not isinstance(subscriptions, DataFrame):
