@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
+.PHONY: valgrind callgrind all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
 
 all: build
 
@@ -231,6 +231,18 @@ clang-deps:
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	        clang libclang-rt-14-dev >/dev/null; \
 	fi
+
+# valgrind (Debian) for bench/callgrind.py's instruction counts; installed
+# only when missing.  `make callgrind` prints them for the standard workloads.
+valgrind:
+	@if ! command -v valgrind >/dev/null 2>&1; then \
+	    echo "installing valgrind (Debian package)"; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null; \
+	fi
+callgrind: build valgrind
+	$(PY) bench/callgrind.py
 
 # libFuzzer harnesses on the C core (fuzz/), built from csrc/ directly with
 # ASan + UBSan (pointer-overflow and nullability included, every report
