@@ -16,6 +16,9 @@ import random
 import shutil
 import time
 
+from fastsub._cli_common import CLIError
+from fastsub._cmd_fanout import run_fanout, session, where
+
 SITES = ("plant-a", "plant-b", "warehouse-c", "lab-d")
 METRICS = ("temperature", "humidity", "vibration", "power", "status")
 DEVICES_PER_SITE = 250
@@ -106,11 +109,8 @@ def generate(out_dir, n_events=500_000, seed=7):
     return events_path, subs_path, desc
 
 
-def run(args, session):
+def cmd_demo(args):
     """The body of `fastsub demo`."""
-    from fastsub._spark_cli import run_fanout, where
-    from fastsub.cli import CLIError
-
     if args.events < 1:
         raise CLIError("--events must be at least 1")
     inputs = os.path.join(args.out, "input")

@@ -1,0 +1,293 @@
+"""`fastsub fanout`: the fan-out of an events table against a subscriptions
+table on Spark, written to DIR/deliveries and DIR/rejected, with counts that
+reconcile; and the Spark session `fastsub demo` runs on too.  (fastsub.cli
+parses the arguments; _fanout_io.py reads the inputs and counts rows.)
+
+One fan-out is three Spark jobs over the data: collect the subscriptions
+(one small job), then, with the per-event frame observed, write the
+deliveries (the matching pass: reads the events, matches, and collects the
+counts as it goes), then write the rejected events (a second read of the
+events that checks the subjects only: no index, no matching).  The
+reconciliation line comes from the observed counts; the deliveries written
+are counted again from the Parquet footers.
+"""
+import os
+import sys
+import time
+
+from fastsub._cli_common import (EXIT_REJECTED, MAX_REJECT_LINES, CLIError, check_readable, commas,
+                                 is_local, local_path)
+from fastsub._fanout_io import (CORRUPT_COL, first_line, format_of, parquet_rows, read_events,
+                                read_table, scan_events, spark_errors, split_small_inputs,
+                                subs_frame, subs_table)
+
+
+def _size(nbytes):
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:,} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+
+
+def _out_paths(out, overwrite):
+    paths = {k: out.rstrip("/") + "/" + k for k in ("deliveries", "rejected")}
+    if is_local(out) and not overwrite:
+        for p in paths.values():
+            if os.path.exists(local_path(p)):
+                raise CLIError(f"output {p} already exists (use --overwrite)")
+    return paths
+
+
+class _Jobs:
+    """Counts the Spark jobs run inside it (classic Spark: a job group)."""
+
+    def __init__(self, spark):
+        from fastsub.spark import is_connect
+        self.sc = None if is_connect(spark) else spark.sparkContext
+        self.group = f"fastsub-fanout-{os.getpid()}-{time.monotonic_ns()}"
+
+    def __enter__(self):
+        if self.sc is not None:
+            self.sc.setJobGroup(self.group, "fastsub fanout")
+        return self
+
+    def __exit__(self, *exc):
+        if self.sc is not None:
+            self.sc.setLocalProperty("spark.jobGroup.id", None)
+        return False
+
+    def count(self):
+        if self.sc is None:
+            return None
+        return len(self.sc.statusTracker().getJobIdsForGroup(self.group))
+
+
+def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_format=None,
+               dialect="nats", subject_col="subject", key_col=None, queues="pick",
+               overwrite=False, master="", out_stream=None, progress=2.0, ship="auto",
+               shards="auto", dedupe=False, rejects=None, err_stream=None):
+    """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
+    summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError.
+
+    shards: 1, one index built on the driver; N > 1, the sharded fan-out (the
+    subscriptions stay a DataFrame); "auto": one index up to
+    fastsub.spark.AUTO_SHARD_MIN_SUBS subscriptions (counted once), sharded
+    above.  dedupe: one delivery per (event, sub_id).  rejects: a binary
+    file for the events lines that never became rows (see scan_events) and
+    the text of the rows Spark could not parse."""
+    from fastsub.spark import is_connect
+
+    out_stream = out_stream or sys.stdout
+    err_stream = err_stream or sys.stderr
+    p = lambda *a: print(*a, file=out_stream, flush=True)  # noqa: E731
+    ev_fmt = format_of(events_path, events_format, "events", "--format")
+    sub_fmt = format_of(subs_path, subs_format, "subscriptions", "--subs-format")
+    paths = _out_paths(out, overwrite)
+    mode = "overwrite" if overwrite else "error"  # ("errorifexists": not on Spark Connect)
+    connect = is_connect(spark)
+    p(f"fastsub fanout: {events_path} x {subs_path} ({dialect}, queues={queues}"
+      + (f", key={key_col}" if key_col else "") + (", dedupe" if dedupe else "")
+      + (f", shards={shards}" if shards != "auto" else "")
+      + (f") on {master}" if master else ")"))
+
+    jobs = _Jobs(spark)
+    scan = scan_events(events_path, ev_fmt, rejects)
+    try:
+        for n, (f, lineno, why) in enumerate(scan.rejected):
+            if n < MAX_REJECT_LINES:
+                print(f"fastsub: {f} line {lineno}: rejected: {why}", file=err_stream)
+        if len(scan.rejected) > MAX_REJECT_LINES:
+            print(f"fastsub: {len(scan.rejected) - MAX_REJECT_LINES:,} more rejected lines not shown",
+                  file=err_stream)
+        with jobs:
+            return _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt,
+                               sub_fmt, connect, p, dialect=dialect, subject_col=subject_col,
+                               key_col=key_col, queues=queues, progress=progress, ship=ship,
+                               shards=shards, dedupe=dedupe, rejects=rejects)
+    finally:
+        scan.cleanup()
+
+
+def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, sub_fmt, connect, p,
+                *, dialect, subject_col, key_col, queues, progress, ship, shards, dedupe, rejects):
+    from pyspark.sql import functions as F
+
+    from fastsub import InvalidSubjectError
+    from fastsub.spark import (AUTO_SHARD_MIN_SUBS, ExecutorEnvironmentError, FanoutCounts,
+                               FanoutInputError, Progress, fanout_with_rejects, index_from_arrow,
+                               share_index)
+    t0 = time.perf_counter()
+    if not connect:
+        split_small_inputs(spark, scan.path)
+    events = read_events(spark, scan.path, ev_fmt)
+    malformed = None
+    if CORRUPT_COL in events.columns:
+        # Rows Spark could not parse: rejected with their text, never dropped.
+        # (Both frames read other columns too: Spark refuses a query of a raw
+        # CSV/JSON file that needs its corrupt-record column alone.)
+        cols = [c for c in events.columns if c != CORRUPT_COL]
+        malformed = events.where(F.col(CORRUPT_COL).isNotNull())
+        events = events.where(F.col(CORRUPT_COL).isNull()).drop(CORRUPT_COL)
+    if not connect:
+        # A small or unsplittable file (one gzip CSV, say) is one partition: spread
+        # it over the cores, or a single task does all the matching and writing.
+        cores = spark.sparkContext.defaultParallelism
+        if events.rdd.getNumPartitions() < cores:
+            events = events.repartition(cores)
+    subs = read_table(spark, subs_path, sub_fmt, "subscriptions")
+    t_read = time.perf_counter()
+    kw = {"dedupe": True} if dedupe else {}
+    try:
+        sharded = shards != 1 and (shards != "auto" or subs.count() > AUTO_SHARD_MIN_SUBS)
+        if sharded:
+            t_collect = t_built = time.perf_counter()
+            res = fanout_with_rejects(events, subs_frame(subs, subs_path), subject_col=subject_col,
+                                      key_col=key_col, dialect=dialect, queues=queues, ship=ship,
+                                      shards=shards, **kw)
+            idx = res.index
+        else:
+            table = subs_table(subs, subs_path)
+            t_collect = time.perf_counter()
+            idx = share_index(spark, index_from_arrow(table, dialect), ship=ship)
+            del table
+            t_built = time.perf_counter()
+            if shards != "auto":
+                kw["shards"] = shards
+            res = fanout_with_rejects(events, idx, subject_col=subject_col, key_col=key_col,
+                                      dialect=dialect, queues=queues, **kw)
+    except (FanoutInputError, InvalidSubjectError) as e:
+        about_subs = str(e).startswith(("subscriptions", "the subscriptions"))
+        where = subs_path if about_subs else events_path
+        raise CLIError(f"{where}: {e}") from None
+    except ExecutorEnvironmentError as e:
+        raise CLIError(str(e)) from None
+    except spark_errors() as e:
+        raise CLIError(f"reading subscriptions {subs_path} failed: {first_line(e)}") from None
+    t_index = time.perf_counter()
+    if hasattr(idx, "shipped_by"):
+        p(f"  index       {commas(idx.nsubs)} subscriptions, {_size(idx.nbytes)}, shipped by "
+          f"{idx.shipped_by} ({t_collect - t_read:.1f} s to collect, "
+          f"{t_built - t_collect:.1f} s to build and ship)")
+    else:
+        p(f"  index       sharded: {idx.shards} shards at depth {idx.depth}"
+          + (f", {commas(idx.nsubs)} subscriptions" if getattr(idx, "nsubs", None) is not None else "")
+          + " (built on the executors)")
+    n_events = parquet_rows(events_path) if ev_fmt == "parquet" else None
+    # No persist: caching every event with its ids costs more than reading
+    # the events again for the rejected pass, which checks the subjects only.
+    res = res.observe()
+    rejected = res.rejected
+    if malformed is not None:
+        rejected = rejected.unionByName(malformed.select(
+            *cols, F.concat(F.lit(f"malformed {ev_fmt} row: "),
+                            F.substring(F.col(CORRUPT_COL), 1, 200)).alias("error")))
+    if scan.rejected:
+        schema = rejected.schema
+        rows = [tuple([None] * (len(schema.fields) - 1) + [f"{f} line {n}: {why}"])
+                for f, n, why in scan.rejected]
+        rejected = rejected.unionByName(spark.createDataFrame(rows, schema))
+    try:
+        with Progress(spark, out=sys.stderr, interval=progress, rows=n_events,
+                      label="matching") if progress else _Null():
+            res.deliveries.write.mode(mode).parquet(paths["deliveries"])
+        t_match = time.perf_counter()
+        rejected.write.mode(mode).parquet(paths["rejected"])
+        t_rejected = time.perf_counter()
+        counts = res.observed_counts()
+        extra = len(scan.rejected)
+        if malformed is not None:
+            written_rejected = parquet_rows(paths["rejected"])
+            if written_rejected is None:
+                written_rejected = spark.read.parquet(paths["rejected"]).count()
+            n_malformed = written_rejected - counts.rejected - len(scan.rejected)
+            extra += n_malformed
+            if rejects is not None and n_malformed:
+                for row in malformed.select(*cols, CORRUPT_COL).toLocalIterator():
+                    rejects.write(row[CORRUPT_COL].encode("utf-8") + b"\n")
+        counts = FanoutCounts(counts.events + extra, counts.delivered, counts.unmatched,
+                              counts.rejected + extra, counts.deliveries)
+    except spark_errors() as e:
+        raise CLIError(f"the fan-out of {events_path} failed: {first_line(e)}") from None
+    t_end = time.perf_counter()
+    written = parquet_rows(paths["deliveries"])
+    if written is None:
+        written = spark.read.parquet(paths["deliveries"]).count()
+    n_jobs = jobs.count()
+    seconds = t_end - t0
+
+    ok = counts.reconciles and written == counts.deliveries
+    p(f"  events in   {commas(counts.events)} = {commas(counts.delivered)} delivered + "
+      f"{commas(counts.unmatched)} unmatched + {commas(counts.rejected)} rejected  "
+      + ("[reconciles]" if counts.reconciles else "[DOES NOT RECONCILE]"))
+    p(f"  deliveries  {commas(written)} rows -> {paths['deliveries']} (parquet)"
+      + ("" if written == counts.deliveries else f"  [expected {commas(counts.deliveries)}]"))
+    p(f"  rejected    {commas(counts.rejected)} rows -> {paths['rejected']} (parquet, with `error`)")
+    p(f"  time        {seconds:.1f} s: {commas(round(counts.events / seconds))} events/s, "
+      f"{commas(round(counts.deliveries / seconds))} deliveries/s"
+      + (f", {n_jobs} Spark jobs" if n_jobs is not None else ""))
+    p(f"              read inputs {t_read - t0:.1f} s | index {t_built - t_read:.1f} s | "
+      f"plan {t_index - t_built:.1f} s | "
+      f"read events + match + write deliveries {t_match - t_index:.1f} s | "
+      f"check subjects + write rejected {t_rejected - t_match:.1f} s | counts {t_end - t_rejected:.1f} s")
+    if not ok:
+        raise RuntimeError("the counts do not reconcile: this is a fastsub bug")
+    return counts, written, seconds
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def session(args):
+    """The session of `fanout` / `demo`: Spark Connect with --remote, else
+    local_session(--master) (the executors run this interpreter by default)."""
+    try:
+        from fastsub.spark import local_session, remote_session
+    except ImportError as e:
+        raise CLIError(str(e)) from None
+    remote = getattr(args, "remote", None)
+    if remote:
+        try:
+            return remote_session(remote, app_name=f"fastsub {args.cmd}")
+        except ImportError as e:
+            raise CLIError(str(e)) from None
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+    level = "WARN" if args.verbose else "ERROR"
+    return local_session(args.master, app_name=f"fastsub {args.cmd}", log_level=level)
+
+
+def where(args):
+    return args.remote if getattr(args, "remote", None) else args.master
+
+
+def cmd_fanout(args):
+    # Everything that can be checked without a JVM is checked before starting one.
+    check_readable(args.events, "events")
+    check_readable(args.subs, "subscriptions")
+    format_of(args.events, args.format, "events", "--format")
+    format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
+    _out_paths(args.out, args.overwrite)
+    rejects = None
+    if getattr(args, "rejects", None):
+        try:
+            rejects = open(args.rejects, "wb")
+        except OSError as e:
+            raise CLIError(f"cannot write --rejects {args.rejects}: {e.strerror}") from None
+    try:
+        spark = session(args)
+        counts, _, _ = run_fanout(
+            spark, args.events, args.subs, args.out, events_format=args.format,
+            subs_format=args.subs_format, dialect=args.dialect, subject_col=args.subject_col,
+            key_col=args.key_col, queues=args.queues, overwrite=args.overwrite,
+            master=where(args), progress=getattr(args, "progress", 2.0),
+            ship=getattr(args, "ship", "auto"), shards=getattr(args, "shards", "auto"),
+            dedupe=getattr(args, "dedupe", False), rejects=rejects)
+    finally:
+        if rejects is not None:
+            rejects.close()
+    return EXIT_REJECTED if counts.rejected else 0
