@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "fs_idbuf.h"
+#include "fs_status.h"
 #include "sublist.h"
 
 enum { FS_STR_PTRS = 0, FS_STR_ARROW = 1 };
@@ -67,7 +68,6 @@ static inline int fs_strings_get(const fs_strings *s, size_t i, const char **p, 
  * always so for an AMQP index, where it is the delivery rule).  Stops early with FS_ECANCELLED when *cancel (may be NULL)
  * becomes non-zero.
  * FS_OK, FS_ENOMEM, FS_ECANCELLED. */
-#define FS_ECANCELLED (-5)
 int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                   size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                   uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel);

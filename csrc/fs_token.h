@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fs_status.h"
+
 #define FS_MAX_SUBJECT 65535u
 #define FS_TOKENS_INLINE 16
 /* AMQP (RabbitMQ topic exchanges): keys are AMQP short strings. */
@@ -54,15 +56,6 @@ typedef struct {
     size_t pos;
     int in_queue;
 } fs_error;
-
-/* Status codes of the whole core. */
-enum {
-    FS_OK = 0,
-    FS_ENOMEM = -1,      /* an allocation failed; nothing was changed */
-    FS_EINVAL = -2,      /* invalid subject/filter/queue; see fs_error */
-    FS_ENOTFOUND = -3,   /* no such subscription */
-    FS_EBADDATA = -4     /* corrupt serialized data */
-};
 
 void fs_tokens_init(fs_tokens *t);
 void fs_tokens_free(fs_tokens *t);
