@@ -7,6 +7,7 @@
 
 #include "fs_alloc.h"
 #include "fs_internal.h"
+#include "fs_xxh64.h"
 
 static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\n'};
 
@@ -44,73 +45,8 @@ static inline void put_le(unsigned char *p, uint64_t v, unsigned n)
 
 /* ------------------------------------------------------------- checksum */
 
-/* XXH64 (Yann Collet's xxHash, 64-bit, seed 0), written out from its
- * specification: four lanes over 32-byte stripes, so checking a blob costs
- * a fraction of a nanosecond per byte. */
-#define XP1 0x9E3779B185EBCA87ull
-#define XP2 0xC2B2AE3D27D4EB4Full
-#define XP3 0x165667B19E3779F9ull
-#define XP4 0x85EBCA77C2B2AE63ull
-#define XP5 0x27D4EB2F165667C5ull
-
-static inline uint64_t rotl64(uint64_t x, unsigned r) { return (x << r) | (x >> (64 - r)); }
-
-static inline uint64_t xx_round(uint64_t acc, uint64_t in)
-{
-    acc += in * XP2;
-    return rotl64(acc, 31) * XP1;
-}
-
-static inline uint64_t xx_merge(uint64_t acc, uint64_t v)
-{
-    acc ^= xx_round(0, v);
-    return acc * XP1 + XP4;
-}
-
-uint64_t fs_serial_checksum(const void *data, size_t len)
-{
-    const unsigned char *p = data, *end = p + len;
-    uint64_t h;
-    if (len >= 32) {
-        uint64_t v1 = XP1 + XP2, v2 = XP2, v3 = 0, v4 = 0 - XP1;
-        const unsigned char *limit = end - 32;
-        do {
-            v1 = xx_round(v1, get64(p));
-            v2 = xx_round(v2, get64(p + 8));
-            v3 = xx_round(v3, get64(p + 16));
-            v4 = xx_round(v4, get64(p + 24));
-            p += 32;
-        } while (p <= limit);
-        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-        h = xx_merge(h, v1);
-        h = xx_merge(h, v2);
-        h = xx_merge(h, v3);
-        h = xx_merge(h, v4);
-    } else {
-        h = XP5;
-    }
-    h += (uint64_t)len;
-    while (end - p >= 8) {
-        h ^= xx_round(0, get64(p));
-        h = rotl64(h, 27) * XP1 + XP4;
-        p += 8;
-    }
-    if (end - p >= 4) {
-        h ^= get_le(p, 4) * XP1;
-        h = rotl64(h, 23) * XP2 + XP3;
-        p += 4;
-    }
-    while (p < end) {
-        h ^= *p++ * XP5;
-        h = rotl64(h, 11) * XP1;
-    }
-    h ^= h >> 33;
-    h *= XP2;
-    h ^= h >> 29;
-    h *= XP3;
-    h ^= h >> 32;
-    return h;
-}
+/* XXH64 with seed 0 (fs_xxh64.h). */
+uint64_t fs_serial_checksum(const void *data, size_t len) { return fs_xxh64(data, len, 0); }
 
 /* --------------------------------------------------------------- sizing */
 
