@@ -44,6 +44,8 @@ from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
 from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
+from fastsub._dialects import check_dialect
+from fastsub._spark_base import FanoutInputError, check_subscriptions_schema, column
 from fastsub._spark_ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" keeps the broadcast path up to this many subscriptions
@@ -356,15 +358,13 @@ def _parallelism(spark) -> int:
 
 
 def _subs_columns(subscriptions: DataFrame, has_queue: bool):
-    from fastsub.spark import _col
-    cols = [_col("sub_id").cast("long").alias("sub_id"), _col("filter").alias("filter")]
+    cols = [column("sub_id").cast("long").alias("sub_id"), column("filter").alias("filter")]
     if has_queue:
-        cols.append(_col("queue").cast("string").alias("queue"))
+        cols.append(column("queue").cast("string").alias("queue"))
     return cols
 
 
 def _raise_bad_row(dialect, bad_id, bad_filter, bad_queue):
-    from fastsub.spark import FanoutInputError
     q = f", queue={bad_queue!r}" if bad_queue is not None else ""
     what = f"a subscriptions row (sub_id={bad_id}, filter={bad_filter!r}{q})"
     if bad_id is None or bad_filter is None:
@@ -397,8 +397,7 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     two per core and about AUTO_SUBS_PER_SHARD subscriptions each.  With
     `events` and salting=True, a 1% sample of the events is counted per
     shard, and each shard with more than one core's share is salted."""
-    from fastsub.spark import _check_dialect, check_subscriptions_schema
-    _check_dialect(dialect)
+    check_dialect(dialect)
     check_depth(depth)
     check_shards(shards)
     has_queue = check_subscriptions_schema(subscriptions)
@@ -452,11 +451,10 @@ def _choose_depth(by_depth, nsubs, n):
 
 def _salts(events: DataFrame, subject_col: str, dialect: str, plan: ShardPlan, cores: int):
     """{shard: R} from a sample of the events' shards."""
-    from fastsub.spark import _col
     if cores < 2:
         return {}
-    key = _route_udf(dialect, plan.depth, False)(_col(subject_col))
-    rows = (events.select(_col(subject_col)).sample(fraction=SALT_FRACTION, seed=4242)
+    key = _route_udf(dialect, plan.depth, False)(column(subject_col))
+    rows = (events.select(column(subject_col)).sample(fraction=SALT_FRACTION, seed=4242)
             .select(F.pmod(key, F.lit(plan.shards)).alias("s"))
             .where(F.col("s").isNotNull()).groupBy("s").count().collect())
     total = sum(r["count"] for r in rows)
@@ -483,15 +481,14 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
                       dedupe: bool) -> DataFrame:
     """events' columns + `sub_ids` (null for a rejected event), as the
     unsharded fan-out's per-event frame, computed shard by shard."""
-    from fastsub.spark import _col, check_subscriptions_schema
     has_queue = check_subscriptions_schema(subscriptions)
     event_cols = list(events.columns)
-    subject = _col(subject_col)
-    pick = subject if key_col is None else F.coalesce(_col(key_col).cast("string"), subject)
+    subject = column(subject_col)
+    pick = subject if key_col is None else F.coalesce(column(key_col).cast("string"), subject)
     n, width = plan.shards, plan._width
     # Spreads the events no route key places (null, invalid) and a salted
     # shard's events: a hash of the whole row (map columns cannot be hashed).
-    row_hash = F.xxhash64(*[_col(f.name) for f in events.schema.fields
+    row_hash = F.xxhash64(*[column(f.name) for f in events.schema.fields
                             if not isinstance(f.dataType, T.MapType)])
     ev = events.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
     shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
@@ -508,7 +505,7 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     null = lambda t, name: F.lit(None).cast(t).alias(name)  # noqa: E731
     sub_nulls = [null("long", _SID), null("string", _FLT), null("string", _QUE),
                  null("long", _H1), null("int", _H2)]
-    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND), *[_col(c) for c in event_cols],
+    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND), *[column(c) for c in event_cols],
                    pick.alias(_PICK), *sub_nulls)
 
     sub = subscriptions.select(*_subs_columns(subscriptions, has_queue))

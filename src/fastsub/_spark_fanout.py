@@ -1,0 +1,565 @@
+"""The fan-out of fastsub.spark, which re-exports its public names (and whose
+docstring says how a fan-out runs): the index of a subscriptions table
+(built on the driver, shipped by share_index, kept for later calls on the
+same DataFrame), the matching UDFs, FanoutResult, fanout_with_rejects and
+fanout.  The sharded plan is _spark_shard.py's; streams are _spark_stream.py's.
+"""
+import atexit
+import dataclasses
+import functools
+import logging
+import os
+import re
+import shutil
+import tempfile
+import uuid
+import weakref
+from typing import Iterator, NamedTuple, Optional, Tuple, Union
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from fastsub import InvalidSubjectError, Sublist
+from fastsub._dialects import check_dialect
+from fastsub._spark_base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,
+                                 collect_subscriptions, column, schema_field)
+from fastsub._spark_session import check_executors, is_connect, session_key
+from fastsub._spark_ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
+                                 reject_reasons)
+from fastsub._spark_shard import (AUTO_SHARD_MIN_SUBS, ShardPlan, _parallelism, _salts,
+                                  check_shards, plan_shards, sharded_per_event)
+
+#: Classic Spark: serialized indexes up to this size travel as a broadcast
+#: variable; larger ones as a file (SparkContext.addFile).  A broadcast is
+#: held in the driver's and every executor's JVM block manager on top of the
+#: Python copy, and goes through the driver's memory in one piece; a file is
+#: fetched once per executor to local disk and read straight into the Python
+#: worker.  64 MiB is about 500k-1M subscriptions.
+BROADCAST_MAX_BYTES = 64 << 20
+
+#: Spark Connect: serialized indexes up to this size travel inside the UDF's
+#: pickled closure (part of the plan the client sends; no extra round trip);
+#: larger ones as an artifact file.  The closure goes with every task, so
+#: this stays small: 1 MiB is about 30k subscriptions of `light`'s shape.
+INLINE_MAX_BYTES = 1 << 20
+
+
+# --------------------------------------------------------------------------
+# driver side: the index
+# --------------------------------------------------------------------------
+
+def index_from_arrow(table: pa.Table, dialect: str = "nats") -> Sublist:
+    """A Sublist from an Arrow table (sub_id, filter[, queue]) as collect_subscriptions
+    returns it.  A bad row raises one error naming it (1-based)."""
+    import pyarrow.compute as pc
+    check_dialect(dialect)
+    ids_a, filters_a = table.column(0), table.column(1)
+    queues_a = table.column(2) if table.num_columns > 2 else None
+    if ids_a.null_count or filters_a.null_count:
+        bad = pc.or_(pc.is_null(ids_a), pc.is_null(filters_a))
+        i = pc.index(bad, True).as_py()
+        sid, f = ids_a[i].as_py(), filters_a[i].as_py()
+        what = "sub_id" if sid is None else "filter"
+        raise FanoutInputError(
+            f"subscriptions row {i + 1} (sub_id={sid}, filter={f!r}): null {what}")
+    # insert_many reads the Arrow columns in place: no Python object per row.
+    queues = queues_a if queues_a is not None and queues_a.null_count < len(queues_a) else None
+    sl = Sublist(dialect)
+    try:
+        sl.insert_many(filters_a, ids_a, queues)
+    except InvalidSubjectError as e:
+        m = re.match(r"item (\d+): (.*)", str(e), re.S)
+        if not m:
+            raise
+        i = int(m.group(1))
+        qi = queues[i].as_py() if queues is not None else None
+        q = f", queue={qi!r}" if qi is not None else ""
+        raise InvalidSubjectError(
+            f"subscriptions row {i + 1} (sub_id={ids_a[i].as_py()}{q}): {m.group(2)}",
+            getattr(e, "subject", None), getattr(e, "reason", None),
+            getattr(e, "position", None)) from None
+    return sl
+
+
+def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
+    """build_index(subscriptions, dialect="nats") -> Sublist
+
+    Collect `subscriptions` (`sub_id` integer, `filter` string, optional
+    `queue` string) to the driver and build the index.  A bad row raises one
+    error naming the row (1-based, in the table's order), its sub_id and
+    filter: InvalidSubjectError for an invalid filter or queue name,
+    FanoutInputError for a null sub_id/filter or a wrong column type."""
+    check_dialect(dialect)
+    try:
+        table = collect_subscriptions(subscriptions)
+    except FanoutInputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - only a driver-capacity failure is translated
+        text = str(e)
+        if not re.search(r"maxResultSize|OutOfMemoryError|Java heap space|GC overhead", text):
+            raise
+        why = next((ln.strip() for ln in text.splitlines()
+                    if re.search(r"maxResultSize|OutOfMemory|heap space|GC overhead", ln)), text[:300])
+        raise IndexTooLargeError(
+            f"the subscriptions do not fit through the driver ({why[:300]}); an unsharded "
+            "fan-out collects them all: pass shards=N (or shards='auto') to fanout / "
+            "fanout_with_rejects / fanout_stream, or --shards to `fastsub fanout`, to build "
+            "the index shard by shard on the executors") from None
+    return index_from_arrow(table, dialect)
+
+
+_TMPDIR = []
+
+
+def _tmpdir():
+    if not _TMPDIR:
+        _TMPDIR.append(tempfile.mkdtemp(prefix="fastsub-index-"))
+        atexit.register(shutil.rmtree, _TMPDIR[0], True)
+    return _TMPDIR[0]
+
+
+def _write_image(data: bytes, name: str) -> str:
+    path = os.path.join(_tmpdir(), name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def share_index(spark: SparkSession, sublist: Sublist, *, ship: str = "auto") -> SharedIndex:
+    """share_index(spark, sublist, *, ship="auto") -> SharedIndex
+
+    Ship `sublist` to the executors once; `.get()` inside any function Spark
+    runs there returns it, loaded once per Python worker process.
+
+    ship="auto" picks by session kind and size:
+        classic Spark   broadcast up to BROADCAST_MAX_BYTES, else "file"
+        Spark Connect   "inline" up to INLINE_MAX_BYTES, else "artifact"
+    or name one: "broadcast" and "file" need classic Spark, "artifact" needs
+    Spark Connect ("file" on Connect means "artifact"), "inline" works on both.
+
+    The Sublist is serialized now: later changes to it are not shipped (share
+    it again).  Call .release() when done to free a broadcast (or an
+    artifact's local copy) early; a file stays until the driver exits."""
+    if not isinstance(sublist, Sublist):
+        raise TypeError(f"share_index needs a fastsub.Sublist, not {type(sublist).__name__}")
+    connect = is_connect(spark)
+    data = sublist.to_bytes()
+    n = len(data)
+    if ship == "auto":
+        if connect:
+            ship = "inline" if n <= INLINE_MAX_BYTES else "artifact"
+        else:
+            ship = "broadcast" if n <= BROADCAST_MAX_BYTES else "file"
+    elif connect and ship == "file":
+        ship = "artifact"
+    if ship not in ("broadcast", "file", "artifact", "inline"):
+        raise ValueError(f"ship must be 'auto', 'broadcast', 'file', 'artifact' or 'inline', not {ship!r}")
+    if connect and ship == "broadcast":
+        raise ValueError("ship='broadcast' needs classic Spark (a SparkContext); on Spark Connect "
+                         "use 'inline' or 'artifact' (or 'auto')")
+    if not connect and ship == "artifact":
+        raise ValueError("ship='artifact' is for Spark Connect sessions; on classic Spark "
+                         "use 'broadcast' or 'file' (or 'auto')")
+    index_id = uuid.uuid4().hex
+    common = dict(index_id=index_id, dialect=sublist.dialect, nbytes=n, nsubs=len(sublist),
+                  shipped_by=ship, sublist=sublist)
+    if ship == "broadcast":
+        return SharedIndex(broadcast=spark.sparkContext.broadcast(data), **common)
+    if ship == "inline":
+        return SharedIndex(data=data, **common)
+    name = f"fastsub-index-{index_id}.bin"
+    path = _write_image(data, name)
+    del data
+    if ship == "file":
+        spark.sparkContext.addFile(path)
+    else:
+        spark.addArtifacts(path, file=True)
+    return SharedIndex(filename=name, local_path=path, **common)
+
+
+# What a fan-out learnt about a subscriptions DataFrame, kept for later calls
+# on the same DataFrame object: id(df) -> (weakref(df), {key: value}); keys
+# (session id, dialect, ship) -> its SharedIndex, (..., "plan", shards,
+# depth) -> its ShardPlan, (..., "small") -> True when "auto" found it small.
+_BUILT = {}
+_BUILT_LOCK = fork_safe_lock()
+
+
+def _forget(key):
+    # Only the cache entry goes: plans built on the DataFrame may still run
+    # with its index (the shipped file stays until the driver exits).
+    with _BUILT_LOCK:
+        _BUILT.pop(key, None)
+
+
+def _index_for(spark, subscriptions, dialect, ship, reuse) -> SharedIndex:
+    """DataFrame, Sublist or SharedIndex -> the SharedIndex a fan-out uses."""
+    if isinstance(subscriptions, SharedIndex):
+        if subscriptions.dialect != dialect:
+            raise ValueError(f"the shared index is {subscriptions.dialect!r}, the fan-out "
+                             f"asks for dialect={dialect!r}")
+        return subscriptions
+    if isinstance(subscriptions, Sublist):
+        if subscriptions.dialect != dialect:
+            raise ValueError(f"the Sublist is {subscriptions.dialect!r}, the fan-out "
+                             f"asks for dialect={dialect!r}")
+        return share_index(spark, subscriptions, ship=ship)
+    if not isinstance(subscriptions, DataFrame):
+        raise TypeError("subscriptions must be a pyspark.sql.DataFrame, a fastsub.Sublist "
+                        f"or a SharedIndex, not {type(subscriptions).__name__}")
+    key = (session_key(spark), dialect, ship)
+    idx = _reused(subscriptions, key) if reuse else None
+    if idx is None:
+        idx = share_index(spark, build_index(subscriptions, dialect), ship=ship)
+        if reuse:
+            _remember(subscriptions, key, idx)
+    return idx
+
+
+def _reused(subscriptions, key):
+    """What an earlier fan-out kept for this DataFrame object under key, or None."""
+    with _BUILT_LOCK:
+        entry = _BUILT.get(id(subscriptions))
+        if entry is not None and entry[0]() is subscriptions:
+            return entry[1].get(key)
+    return None
+
+
+def _remember(subscriptions, key, value):
+    with _BUILT_LOCK:
+        entry = _BUILT.get(id(subscriptions))
+        if entry is None or entry[0]() is not subscriptions:
+            try:
+                ref = weakref.ref(subscriptions, lambda _r, k=id(subscriptions): _forget(k))
+            except TypeError:  # pragma: no cover - a DataFrame class without weakrefs
+                return
+            entry = _BUILT[id(subscriptions)] = (ref, {})
+        entry[1][key] = value
+
+
+# --------------------------------------------------------------------------
+# the UDFs
+# --------------------------------------------------------------------------
+
+def _match_udf(idx: SharedIndex, queues: str, with_key: bool, dedupe: bool = False):
+    if with_key:
+        def fastsub_match(batches: Iterator[Tuple[pa.Array, pa.Array]]) -> Iterator[pa.Array]:
+            return match_batches(idx, queues, True, batches, dedupe)
+    else:
+        def fastsub_match(batches: Iterator[pa.Array]) -> Iterator[pa.Array]:
+            return match_batches(idx, queues, False, batches, dedupe)
+    # Non-deterministic to the optimizer only: it must not copy the call into
+    # the filter it infers for explode (that would match every event twice)
+    # nor push filters through it.  The output itself is deterministic.
+    return F.arrow_udf(fastsub_match, "array<bigint>").asNondeterministic()
+
+
+def _invalid_udf(dialect: str):
+    def fastsub_invalid_reason(subjects: pa.Array) -> pa.Array:
+        return invalid_reasons(dialect, subjects)
+    return F.arrow_udf(fastsub_invalid_reason, "string").asNondeterministic()
+
+
+def _reason_udf(dialect: str):
+    def fastsub_reject_reason(subjects: pa.Array) -> pa.Array:
+        return reject_reasons(dialect, subjects)
+    return F.arrow_udf(fastsub_reject_reason, "string").asNondeterministic()
+
+
+# --------------------------------------------------------------------------
+# the API
+# --------------------------------------------------------------------------
+
+class FanoutCounts(NamedTuple):
+    """events == delivered + unmatched + rejected; deliveries = rows of the exploded output."""
+    events: int
+    delivered: int
+    unmatched: int
+    rejected: int
+    deliveries: int
+
+    @property
+    def reconciles(self) -> bool:
+        return self.events == self.delivered + self.unmatched + self.rejected
+
+
+def _count_exprs():
+    ids = F.col("sub_ids")
+    n = F.size(ids)
+    return [
+        F.count(F.lit(1)).alias("events"),
+        F.count_if(ids.isNotNull() & (n > 0)).alias("delivered"),
+        F.count_if(ids.isNotNull() & (n == 0)).alias("unmatched"),
+        F.count_if(ids.isNull()).alias("rejected"),
+        F.coalesce(F.sum(F.when(ids.isNotNull(), n)), F.lit(0)).cast("long").alias("deliveries"),
+    ]
+
+
+def _is_persisted(df) -> bool:
+    try:
+        return bool(df.is_cached)
+    except Exception:  # noqa: BLE001 - a session kind without the flag
+        return False
+
+
+class FanoutResult:
+    """What fanout_with_rejects() returns.
+
+    per_event   one row per input event: its columns + `sub_ids` array<bigint>
+                (empty when nothing matched, null when the subject was rejected).
+                Every other frame here is derived from it; persist() it when
+                you will use more than one of them.
+    deliveries  what fanout() returns: explode=True, one row per (event, sub_id)
+                with the event's columns + `sub_id`; explode=False, one row per
+                accepted event (matched or not) with `sub_ids`.
+    rejected    the events with a null or invalid subject: their columns +
+                `error` (string).
+    unmatched   the accepted events no subscription matched: their columns.
+    index       the SharedIndex used (.index_id, .nsubs, .nbytes, .shipped_by), or
+                the ShardPlan of a sharded fan-out (.index_id, .nsubs, .explain()).
+
+    Unpacks as a pair: deliveries, rejected = fanout_with_rejects(...).
+    """
+
+    def __init__(self, per_event, event_cols, subject_col, dialect, explode, index,
+                 observation=None, events=None):
+        self.per_event, self.index = per_event, index
+        self._args = (event_cols, subject_col, dialect, explode)
+        self._observation = observation
+        self._events = events
+
+    # The derived frames are made on first use: each costs the driver an
+    # analysis (tens of ms), and fanout() needs only the deliveries.
+    @functools.cached_property
+    def deliveries(self) -> DataFrame:
+        event_cols, _, _, explode = self._args
+        ids = F.col("sub_ids")
+        if explode:
+            return self.per_event.select(*map(column, event_cols), F.explode(ids).alias("sub_id"))
+        return self.per_event.where(ids.isNotNull())
+
+    @property
+    def rejected(self) -> DataFrame:
+        """From the persisted per_event when it is persisted; else from a pass
+        over the subjects alone (a validity check, no index, no matching):
+        cheaper than matching every event again."""
+        event_cols, subject_col, dialect, _ = self._args
+        if self._events is None or _is_persisted(self.per_event):
+            return self.per_event.where(F.col("sub_ids").isNull()).select(
+                *map(column, event_cols), _reason_udf(dialect)(column(subject_col)).alias("error"))
+        err = _invalid_udf(dialect)(column(subject_col))
+        return self._events.select(*map(column, event_cols), err.alias("error")) \
+            .where(F.col("error").isNotNull())
+
+    @functools.cached_property
+    def unmatched(self) -> DataFrame:
+        ids = F.col("sub_ids")
+        return self.per_event.where(ids.isNotNull() & (F.size(ids) == 0)).select(
+            *map(column, self._args[0]))
+
+    def counts(self) -> FanoutCounts:
+        """One Spark job over per_event: events, delivered, unmatched, rejected, deliveries."""
+        row = self.per_event.agg(*_count_exprs()).first()
+        return FanoutCounts(*(int(v or 0) for v in row))
+
+    def observe(self) -> "FanoutResult":
+        """A FanoutResult whose per_event collects the counts while the first
+        action over it runs (Spark's Observation): observed_counts() afterwards
+        costs no job.  With persist(), several outputs share one matching pass
+        and the counts come with the first."""
+        from pyspark.sql import Observation
+        obs = Observation(f"fastsub_{uuid.uuid4().hex[:12]}")
+        return FanoutResult(self.per_event.observe(obs, *_count_exprs()), *self._args,
+                            self.index, observation=obs, events=self._events)
+
+    def observed_counts(self) -> FanoutCounts:
+        """The counts observed during the first action over this result (see
+        observe()); call it after that action (it waits for the action's end)."""
+        if self._observation is None:
+            raise RuntimeError("observed_counts() needs a result from .observe()")
+        m = self._observation.get
+        return FanoutCounts(*(int(m[k] or 0) for k in FanoutCounts._fields))
+
+    def persist(self, storage_level=None) -> "FanoutResult":
+        """Persist per_event (MEMORY_AND_DISK by default), so deliveries, rejected
+        and counts() share one matching pass.  Returns self."""
+        from pyspark import StorageLevel
+        self.per_event.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
+        return self
+
+    def unpersist(self) -> "FanoutResult":
+        self.per_event.unpersist()
+        return self
+
+    def __iter__(self):  # deliveries, rejected = fanout_with_rejects(...)
+        return iter((self.deliveries, self.rejected))
+
+    def __repr__(self):
+        return f"<FanoutResult {self.index!r}>"
+
+
+Subscriptions = Union[DataFrame, Sublist, SharedIndex]
+
+
+def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse):
+    """-> the ShardPlan of a sharded fan-out, or None for the broadcast path."""
+    plan = None
+    if isinstance(shards, ShardPlan):
+        if not isinstance(subscriptions, DataFrame):
+            raise ValueError("a ShardPlan shards a subscriptions DataFrame, not a "
+                             f"{type(subscriptions).__name__}")
+        plan = shards
+    else:
+        check_shards(shards)
+        if shards == 1:
+            return None
+        if not isinstance(subscriptions, DataFrame):
+            if shards == "auto":
+                return None     # already one index on the driver: the broadcast path
+            raise ValueError(
+                f"shards={shards} needs the subscriptions as a DataFrame: a "
+                f"{type(subscriptions).__name__} is one index already built on the driver, "
+                "so it is shipped whole (shards=1 or 'auto')")
+        if shards == "auto" and small_enough(subscriptions, dialect, reuse):
+            return None
+    if events.isStreaming:
+        raise ValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
+                         "use fanout_stream(..., shards=...)")
+    if plan is None:
+        spark = events.sparkSession
+        key = (session_key(spark), dialect, "plan", shards, depth)
+        plan = _reused(subscriptions, key) if reuse else None
+        if plan is None:
+            plan = plan_shards(subscriptions, dialect, shards, depth)
+            if reuse:
+                _remember(subscriptions, key, plan)
+        # The salting follows these events: a sample of them, per call.
+        plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
+                                                      _parallelism(spark)))
+        logging.getLogger("fastsub.spark").info("%s", plan.explain())
+    return plan
+
+
+def small_enough(subscriptions: DataFrame, dialect: str, reuse: bool) -> bool:
+    """shards="auto": are there at most AUTO_SHARD_MIN_SUBS subscriptions?  One count job."""
+    key = (session_key(subscriptions.sparkSession), dialect, "small")
+    small = _reused(subscriptions, key) if reuse else None
+    if small is None:
+        small = subscriptions.count() <= AUTO_SHARD_MIN_SUBS
+        if reuse:
+            _remember(subscriptions, key, small)
+    return small
+
+
+def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
+                        subject_col: str = "subject", key_col: Optional[str] = None,
+                        dialect: str = "nats", queues: str = "pick", explode: bool = True, *,
+                        ship: str = "auto", reuse_index: bool = True, shards="auto",
+                        depth="auto", dedupe: bool = False) -> FanoutResult:
+    """fanout_with_rejects(events, subscriptions, subject_col="subject", key_col=None,
+    dialect="nats", queues="pick", explode=True, *, ship="auto", reuse_index=True,
+    shards="auto", depth="auto", dedupe=False) -> FanoutResult
+
+    Like fanout(), and also the rejected events (with an `error` column), the
+    unmatched ones, the per-event frame and counts().  See FanoutResult."""
+    if queues not in QUEUE_MODES:
+        raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
+    check_dialect(dialect)
+    if not isinstance(events, DataFrame):
+        raise TypeError("events must be a pyspark.sql.DataFrame")
+    f_subject = schema_field(events, subject_col, "the events table")
+    if not isinstance(f_subject.dataType, T.StringType):
+        raise FanoutInputError(
+            f"events column {subject_col!r} has type {f_subject.dataType.simpleString()}, "
+            "expected string")
+    if key_col is not None:
+        f_key = schema_field(events, key_col, "the events table")
+        if not isinstance(f_key.dataType, (T.AtomicType,)):
+            raise FanoutInputError(
+                f"events column {key_col!r} has type {f_key.dataType.simpleString()}, "
+                "expected a string, number, date or timestamp key")
+    added = ["sub_ids", "error"] + (["sub_id"] if explode else [])
+    clash = [c for c in added if c in events.columns]
+    if clash:
+        raise FanoutInputError(
+            f"the events table already has column(s) {', '.join(map(repr, clash))}, which "
+            "fanout adds; rename them first")
+
+    spark = events.sparkSession
+    # Once per session, local masters included: a session the user built from
+    # a Python without pyarrow gets a clear error instead of a worker's stack.
+    check_executors(spark)
+    plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index)
+    if plan is not None:
+        per_event = sharded_per_event(events, subscriptions, plan, subject_col=subject_col,
+                                      key_col=key_col, dialect=dialect, queues=queues,
+                                      dedupe=bool(dedupe))
+        return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, plan,
+                            events=events)
+    idx = _index_for(spark, subscriptions, dialect, ship, reuse_index)
+
+    subject = column(subject_col)
+    if key_col is None:
+        matched = _match_udf(idx, queues, False, bool(dedupe))(subject)
+    else:
+        # A null key falls back to the subject, as if no key had been given.
+        key = F.coalesce(column(key_col).cast("string"), subject)
+        matched = _match_udf(idx, queues, True, bool(dedupe))(subject, key)
+    per_event = events.withColumn("sub_ids", matched)
+    return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, idx,
+                        events=events)
+
+
+def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "subject",
+           key_col: Optional[str] = None, dialect: str = "nats", queues: str = "pick",
+           explode: bool = True, *, ship: str = "auto", reuse_index: bool = True,
+           shards="auto", depth="auto", dedupe: bool = False) -> DataFrame:
+    """fanout(events, subscriptions, subject_col="subject", key_col=None, dialect="nats",
+    queues="pick", explode=True, *, ship="auto", reuse_index=True, shards="auto",
+    depth="auto", dedupe=False) -> DataFrame
+
+    The delivery list of `events` against `subscriptions`: a DataFrame
+    (`sub_id` long, `filter` string, `queue` string or null), a Sublist, or
+    a SharedIndex from share_index().
+
+    explode=True   one row per (event, sub_id): the event's columns + `sub_id` bigint.
+    explode=False  one row per accepted event: its columns + `sub_ids` array<bigint>
+                   (empty when no subscription matched: countable).
+    queues         "pick": plain subscriptions + one member per matching queue
+                   group, picked from a hash of (key or subject, group), so a rerun
+                   or a retried task gives the same rows; "all": every member;
+                   "none": plain subscriptions only.
+    key_col        the column the queue pick hashes instead of the subject (e.g. a
+                   device id, for sticky picks); cast to string; null -> subject.
+    ship           how the index travels (see share_index): "auto", "broadcast",
+                   "file", "artifact" or "inline".
+    reuse_index    a subscriptions DataFrame's index is built at its first fan-out
+                   and reused by later calls with the same DataFrame object (and
+                   session, dialect, ship); False builds it again.  Re-read the
+                   table (a new DataFrame) to pick up changed subscriptions.
+    shards         1: one index, built on the driver and shipped to every worker.
+                   N > 1 or a ShardPlan: the sharded fan-out (docs/spark.md,
+                   "Sharded"): both sides are partitioned by a route key, each
+                   shard's index is built on an executor, nothing index-sized
+                   passes through the driver.  "auto": sharded above
+                   AUTO_SHARD_MIN_SUBS subscriptions (one count job), N chosen
+                   from the count and the cores.  A Sublist or SharedIndex is
+                   always shipped whole.  The rows are the same either way.
+    depth          the sharded fan-out's route depth d (1-16), or "auto": the
+                   depth that keeps the largest shard plus the replicated share
+                   smallest (plan_shards(...).explain() shows the figures).
+    dedupe         each sub_id at most once per event (Sublist.match_many's
+                   dedupe): one delivery per subscriber with overlapping filters.
+
+    Works on classic Spark (local or a cluster) and on Spark Connect, on batch
+    and streaming DataFrames (see fanout_stream for rejects and counts per
+    micro-batch).  Events with a null or invalid subject are not in the
+    deliveries; get them, with the reason, from fanout_with_rejects(...).rejected.
+    An invalid filter in `subscriptions` raises InvalidSubjectError naming its
+    row, on the driver, before any event is read."""
+    return fanout_with_rejects(events, subscriptions, subject_col, key_col, dialect,
+                               queues, explode, ship=ship, reuse_index=reuse_index,
+                               shards=shards, depth=depth, dedupe=dedupe).deliveries
+
