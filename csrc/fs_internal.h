@@ -1,6 +1,9 @@
 /* fs_internal.h - the index's data layout (tables, nodes, shapes, the
  * trie), shared by the core's own files; the diagram is in sublist.h.
- * Not part of the public C API; see sublist.h for that. */
+ * Not part of the public C API; see sublist.h for that.  The functions of
+ * the tables, nodes and trie are declared in their own headers
+ * (fs_table.h, fs_node.h, fs_trie.h; memory accounting: fs_mem.h), which
+ * need no layout and are included here. */
 #ifndef FS_INTERNAL_H
 #define FS_INTERNAL_H
 
@@ -11,9 +14,13 @@
 
 #include "fs_cache.h"
 #include "fs_bits.h"
+#include "fs_mem.h"
+#include "fs_node.h"
 #include "fs_shape.h"
 #include "fs_slab.h"
 #include "fs_sys.h"
+#include "fs_table.h"
+#include "fs_trie.h"
 #include "sublist.h"
 
 typedef struct fs_cache fs_cache;
@@ -24,7 +31,7 @@ typedef struct {
     fs_node *node;       /* NULL: empty slot */
 } fs_slot;
 
-typedef struct {
+typedef struct fs_level {
     fs_slot *slots;      /* open addressing, linear probing, cap a power of 2 */
     uint32_t cap, count;
     fs_node *one;        /* the '*' / '+' child */
@@ -169,62 +176,13 @@ int fs_fork_track(fs_sublist *sl);
 void fs_fork_untrack(fs_sublist *sl);
 
 
-/* The one pre-existing table an insert added an entry or a child to
- * (every level below it is new), and its capacity before, so that undoing
- * the insert can shrink it back and leave not even memory_bytes changed. */
-typedef struct {
-    fs_level *level;
-    uint32_t cap;
-} fs_growth;
-
-/* Helpers shared inside the core.  Status codes as in fs_token.h. */
-int fs_grow(void *p, size_t *cap, size_t need, size_t elsize);
-void *fs_sl_alloc(fs_sublist *sl, size_t size);
-void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size);
-void fs_sl_free(fs_sublist *sl, void *p, size_t size);
-/* ---- tables (fs_table.c) */
-int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n);
-/* Make L a filtered table (a keyed table: a bitmap of its keys). */
-void fs_level_filter_init(fs_level *L);
-/* Rehash L into ncap slots (which must hold its entries).  FS_OK or
- * FS_ENOMEM (L unchanged). */
-int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap);
-/* Back to capacity cap if the entries fit (undoing a growth; best effort). */
-void fs_level_restore(fs_sublist *sl, fs_level *L, uint32_t cap);
-/* Add n to a keyed table with slot.len = check (the key's high bits).
- * Shape tables are kept at most half full, the literal table 3/4. */
-int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, int half_full);
-/* Shrink L when it has fallen well below its capacity (best effort: a
- * failed allocation keeps the bigger table). */
-void fs_level_shrink(fs_sublist *sl, fs_level *L);
-void fs_level_del(fs_level *L, const fs_node *n);
-/* A trie node (with links; parent NULL for the root) / a table entry for a
- * whole filter (without). */
-fs_node *fs_node_new(fs_sublist *sl, fs_node *parent, const char *tok, const fs_span *sp);
-fs_node *fs_entry_new(fs_sublist *sl, const char *tok, const fs_span *sp);
-void fs_node_free(fs_sublist *sl, fs_node *n);
-/* Give back n's own block only (freeing a whole index: nothing counted). */
-void fs_node_block_free(fs_sublist *sl, fs_node *n);
-void fs_prune(fs_sublist *sl, fs_node *n);
-int fs_node_add_sub(fs_sublist *sl, fs_node *n, int64_t id);
-int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id);
-/* Remove id from the node's plain set / group q: 1 removed, 0 absent.
- * Never allocates. */
-int fs_node_del_sub(fs_sublist *sl, fs_node *n, int64_t id);
-int fs_node_del_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id);
-
-/* ---- the trie (fs_trie.c) */
-/* Create the trie path of filter (tokens t).  FS_OK (*out its last node)
- * or FS_ENOMEM (*out the deepest node reached, for pruning); g records
- * the first pre-existing level that gained a child. */
-int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_growth *g, fs_node **out);
-/* The trie node of filter (tokens t), or NULL. */
-fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filter);
-/* Push onto sc->hits the trie nodes whose filters intersect the query
- * filter q (tokenized in sc->toks); clears sc->hits first. */
-int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc);
-/* Free the trie, root included (never allocates). */
-void fs_trie_free(fs_sublist *sl);
+/* The index's memory account is sl->mem (fs_mem.h counts it). */
+static inline void *fs_sl_alloc(fs_sublist *sl, size_t size) { return fs_mem_alloc(&sl->mem, size); }
+static inline void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size)
+{
+    return fs_mem_realloc(&sl->mem, p, old, size);
+}
+static inline void fs_sl_free(fs_sublist *sl, void *p, size_t size) { fs_mem_free(&sl->mem, p, size); }
 
 /* ---- results (fs_result.c) */
 /* Build r from the matched nodes in sc->hits.  FS_OK or FS_ENOMEM. */

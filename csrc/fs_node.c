@@ -1,51 +1,14 @@
 /* fs_node.c - a node and what it holds: plain subscription ids (a sorted
  * array, inline when there is one), queue groups (name + sorted member
- * ids); pruning emptied nodes; the index's memory accounting.  A node is a
- * trie node (one token) or a table entry (a whole filter; parent NULL). */
+ * ids).  A node is a trie node (one token) or a table entry (a whole
+ * filter; parent NULL).  Memory is counted through fs_mem.h; nodes come
+ * from the index's slab (fs_slab.h).  Nothing here calls the tables: the
+ * owner of a table removes a node from it before freeing it. */
+#include "fs_node.h"
+
 #include <string.h>
 
-#include "fs_alloc.h"
 #include "fs_internal.h"
-
-/* Grow *p (an array of elsize-byte items with capacity *cap) to hold need. */
-int fs_grow(void *p, size_t *cap, size_t need, size_t elsize)
-{
-    if (need <= *cap)
-        return FS_OK;
-    size_t ncap = *cap ? *cap : 8;
-    while (ncap < need)
-        ncap *= 2;
-    void *np = FS_REALLOC(*(void **)p, ncap * elsize);
-    if (!np)
-        return FS_ENOMEM;
-    *(void **)p = np;
-    *cap = ncap;
-    return FS_OK;
-}
-
-void *fs_sl_alloc(fs_sublist *sl, size_t size)
-{
-    void *p = FS_MALLOC(size);
-    if (p)
-        sl->mem += size;
-    return p;
-}
-
-void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size)
-{
-    void *np = FS_REALLOC(p, size);
-    if (np)
-        sl->mem = sl->mem - old + size;
-    return np;
-}
-
-void fs_sl_free(fs_sublist *sl, void *p, size_t size)
-{
-    if (p) {
-        FS_FREE(p);
-        sl->mem -= size;
-    }
-}
 
 /* Binary search in a sorted id array: index of id, or of where it goes. */
 static uint32_t ids_find(const int64_t *ids, uint32_t n, int64_t id, int *found)
@@ -58,12 +21,6 @@ static uint32_t ids_find(const int64_t *ids, uint32_t n, int64_t id, int *found)
     }
     *found = lo < n && ids[lo] == id;
     return lo;
-}
-
-static inline int node_empty(const fs_node *n)
-{
-    return n->nsubs == 0 && fs_ngroups(n) == 0 &&
-           (!fs_next(n) || (fs_next(n)->count == 0 && !fs_next(n)->one && !fs_next(n)->rest));
 }
 
 static size_t node_bytes(int linked, uint32_t toklen)
@@ -130,37 +87,6 @@ void fs_node_free(fs_sublist *sl, fs_node *n)
 void fs_node_block_free(fs_sublist *sl, fs_node *n)
 {
     fs_slab_free(&sl->slab, n->linked ? (void *)fs_link_of(n) : (void *)n, node_bytes(n->linked, n->toklen));
-}
-
-/* Remove empty nodes from n upwards (never the root); a literal-table
- * entry is dropped from the table when empty. */
-void fs_prune(fs_sublist *sl, fs_node *n)
-{
-    if (!n->linked) {                        /* an entry of the literal table */
-        if (node_empty(n)) {
-            fs_level_del(&sl->literals, n);
-            fs_node_free(sl, n);
-            fs_level_shrink(sl, &sl->literals);
-        }
-        return;
-    }
-    while (n != sl->root && node_empty(n)) {
-        fs_node *parent = fs_parent(n);
-        fs_level *L = fs_next(parent);
-        if (n->kind == FS_TOK_ONE) L->one = NULL;
-        else if (n->kind == FS_TOK_REST) L->rest = NULL;
-        else {
-            fs_level_del(L, n);
-            fs_level_shrink(sl, L);
-        }
-        fs_node_free(sl, n);
-        n = parent;
-    }
-    if (fs_next(n) && fs_next(n)->count == 0 && !fs_next(n)->one && !fs_next(n)->rest) {
-        fs_sl_free(sl, fs_next(n)->slots, sizeof(fs_slot) * fs_next(n)->cap);
-        fs_sl_free(sl, fs_next(n), sizeof(fs_level));
-        fs_link_of(n)->next = NULL;
-    }
 }
 
 /* Insert id into a node's plain set.  1 new, 0 present, FS_ENOMEM. */

@@ -7,6 +7,9 @@
 
 #include "fs_alloc.h"
 #include "fs_internal.h"
+#include "fs_mem.h"
+#include "fs_node.h"
+#include "fs_table.h"
 #include "fs_xxh64.h"
 
 static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\n'};

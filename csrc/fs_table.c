@@ -3,10 +3,12 @@
  * table (fs_internal.h has the layout).  Linear probing, power-of-two
  * capacities, grown past 3/4 full (shape tables: 1/2), shrunk below 1/8.
  * Keyed tables (the literal table, shape tables) also keep a bitmap of
- * their keys (fs_level.filter). */
+ * their keys (fs_level.filter).  Memory is counted through fs_mem.h; the
+ * tables call nothing else of the index. */
+#include "fs_table.h"
+
 #include <string.h>
 
-#include "fs_alloc.h"
 #include "fs_internal.h"
 
 /* Put e in the first free slot of its probe sequence. */

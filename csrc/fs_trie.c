@@ -13,6 +13,8 @@
  * (node, position) state is visited at most once (a hash set per step
  * drops repeats), so a walk costs O(words x trie nodes reached) whatever
  * the number of '#'. */
+#include "fs_trie.h"
+
 #include <string.h>
 
 #include "fs_alloc.h"
@@ -57,6 +59,36 @@ int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_grow
     }
     *out = n;
     return FS_OK;
+}
+
+/* A trie node that holds nothing and has no children. */
+static inline int node_empty(const fs_node *n)
+{
+    return n->nsubs == 0 && fs_ngroups(n) == 0 &&
+           (!fs_next(n) || (fs_next(n)->count == 0 && !fs_next(n)->one && !fs_next(n)->rest));
+}
+
+/* Remove empty nodes from n upwards (never the root), then free the
+ * level of the node it stops at if that level is left empty. */
+void fs_trie_prune(fs_sublist *sl, fs_node *n)
+{
+    while (n != sl->root && node_empty(n)) {
+        fs_node *parent = fs_parent(n);
+        fs_level *L = fs_next(parent);
+        if (n->kind == FS_TOK_ONE) L->one = NULL;
+        else if (n->kind == FS_TOK_REST) L->rest = NULL;
+        else {
+            fs_level_del(L, n);
+            fs_level_shrink(sl, L);
+        }
+        fs_node_free(sl, n);
+        n = parent;
+    }
+    if (fs_next(n) && fs_next(n)->count == 0 && !fs_next(n)->one && !fs_next(n)->rest) {
+        fs_sl_free(sl, fs_next(n)->slots, sizeof(fs_slot) * fs_next(n)->cap);
+        fs_sl_free(sl, fs_next(n), sizeof(fs_level));
+        fs_link_of(n)->next = NULL;
+    }
 }
 
 /* ---- AMQP */

@@ -13,7 +13,10 @@
 #include "fs_bits.h"
 #include "fs_cache.h"
 #include "fs_internal.h"
+#include "fs_node.h"
 #include "fs_sys.h"
+#include "fs_table.h"
+#include "fs_trie.h"
 
 fs_sublist *fs_sublist_new(fs_dialect d)
 {
@@ -198,14 +201,21 @@ static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spe
 }
 
 /* Drop n if it holds nothing any more: from its shape table (sh), the
- * literal table or the trie. */
+ * literal table (an entry without links) or the trie (with its emptied
+ * ancestors). */
 static void prune_node(fs_sublist *sl, fs_node *n, fs_shape *sh)
 {
-    if (!sh) {
-        fs_prune(sl, n);
-    } else if (!fs_has_subs(n)) {
-        fs_shape_del(sl, sh, n);
+    if (sh) {
+        if (!fs_has_subs(n)) {
+            fs_shape_del(sl, sh, n);
+            fs_node_free(sl, n);
+        }
+    } else if (n->linked) {
+        fs_trie_prune(sl, n);
+    } else if (n->nsubs == 0 && fs_ngroups(n) == 0) {
+        fs_level_del(&sl->literals, n);
         fs_node_free(sl, n);
+        fs_level_shrink(sl, &sl->literals);
     }
 }
 

@@ -31,15 +31,31 @@
  * returned points into the index.
  *
  * Files, one job each: sublist.c routes the writes (insert, remove, bulk)
- * and owns the index, fs_match.c answers one subject, fs_batch.c the
- * batch pipeline (fs_idbuf.c its output buffers and the pool that keeps
- * released big ones), fs_reverse.c reverse matching; fs_table.c the hash
- * tables, fs_shape.c the shapes, fs_trie.c the trie, fs_node.c nodes and
- * their subscriptions (fs_slab.c the blocks they are carved from), fs_result.c results, fs_cache.c the cache,
- * fs_serial.c the file format, fs_workspace.c per-call working memory,
- * fs_token.c tokens, validation and one filter against one subject;
- * fs_sys.c threads and locks (POSIX or Windows), fs_bits.h the compiler
- * built-ins, fs_alloc.c the one door for memory.
+ * and owns the index (and its literal table), fs_match.c answers one
+ * subject, fs_batch.c the batch pipeline (fs_idbuf.c its output buffers
+ * and the pool that keeps released big ones), fs_reverse.c reverse
+ * matching; fs_table.c the hash tables, fs_shape.c the shapes, fs_trie.c
+ * the trie (and pruning it), fs_node.c nodes and their subscriptions
+ * (fs_slab.c the blocks they are carved from), fs_result.c results,
+ * fs_cache.c the cache, fs_serial.c the file format, fs_workspace.c
+ * per-call working memory, fs_token.c tokens, validation and one filter
+ * against one subject; fs_sys.c threads and locks (POSIX or Windows),
+ * fs_bits.h the compiler built-ins, fs_alloc.c the one door for memory,
+ * fs_mem.c growing arrays and counting an index's memory (memory_bytes),
+ * fs_status.h the status codes of the whole core, fs_xxh64.h the
+ * format's checksum (XXH64).  fs_internal.h is the layout the index's
+ * files share; the tables, nodes and trie declare their functions in
+ * fs_table.h, fs_node.h, fs_trie.h.
+ *
+ * Layers of the index's files: each calls only files on its row or below
+ * (checked with nm; no file calls back up, so no ring):
+ *
+ *   fs_serial.c                                     the file format
+ *   sublist.c | fs_match.c fs_batch.c fs_reverse.c  writes | reads
+ *   fs_shape.c fs_trie.c | fs_result.c fs_cache.c   filters | results
+ *   fs_node.c fs_table.c                            nodes, hash tables
+ *   fs_slab.c fs_mem.c                              blocks, the account
+ *   fs_token.c fs_alloc.c                           tokens, the one door
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
