@@ -1,0 +1,103 @@
+"""The package's house rules (issue 25): its imports flow one way (no
+cycle, not even through an import inside a function), the command line's
+shared module is a leaf, no Python module passes 700 lines, and the dialect
+names are written once, in fastsub._dialects, with the places that cannot
+import them (the compiled core's stub, the reference matcher) agreeing."""
+import ast
+import os
+import re
+
+import fastsub
+from fastsub import Sublist
+from fastsub import _reference as R
+from fastsub._dialects import DIALECTS
+
+PKG = os.path.dirname(os.path.abspath(fastsub.__file__))
+MAX_LINES = 700
+#: The command line's modules (cli.py: the parser and the dispatch).
+CLI = {"fastsub.cli", "fastsub._cli_common", "fastsub._cmd_demo", "fastsub._cmd_fanout",
+       "fastsub._cmd_match", "fastsub._fanout_io"}
+
+
+def _modules():
+    return {"fastsub" if name == "__init__.py" else "fastsub." + name[:-3]: os.path.join(PKG, name)
+            for name in sorted(os.listdir(PKG)) if name.endswith(".py")}
+
+
+def _imports(path, known):
+    """The fastsub modules `path` imports, at the top or inside a function."""
+    got = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from fastsub import _spark_fanout` imports that module
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        got |= {n for n in names if n in known}
+    if "fastsub._core" in got:          # a compiled module: no .py here
+        got.discard("fastsub._core")
+    return got
+
+
+def _graph():
+    mods = _modules()
+    return {m: _imports(p, mods) - {m} for m, p in mods.items()}
+
+
+def test_imports_have_no_cycle():
+    graph = _graph()
+    state = {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(n):] + [n]))
+            if n not in state:
+                visit(n, path + [n])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_command_line_flows_one_way():
+    graph = _graph()
+    assert CLI <= set(graph), sorted(CLI - set(graph))
+    assert {m for m, deps in graph.items() if "fastsub.cli" in deps} <= {"fastsub.__main__"}
+    assert not graph["fastsub._cli_common"] & CLI, "the CLI's shared module must be a leaf"
+    assert not any(graph[m] & CLI for m in graph if m not in CLI | {"fastsub.__main__"}), \
+        "only the command line imports the command line"
+
+
+def test_no_python_module_over_700_lines():
+    long = {m: n for m, p in _modules().items() if (n := sum(1 for _ in open(p, "rb"))) > MAX_LINES}
+    assert not long, long
+
+
+def test_dialect_names_are_written_once():
+    spelled = re.compile(r"""["']nats["'],\s*["']mqtt["']""")
+    others = [m for m, p in _modules().items() if m not in ("fastsub._dialects", "fastsub._reference")
+              and spelled.search(open(p, encoding="utf-8").read())]
+    assert not others, f"{others} list the dialects: import DIALECTS from fastsub._dialects"
+
+
+def test_the_places_that_cannot_import_the_dialects_agree():
+    # The compiled core: every name works, nothing else does.
+    for d in DIALECTS:
+        assert Sublist(d).dialect == d
+    try:
+        Sublist("stomp")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("Sublist('stomp') was accepted")
+    # Its stub's Literal.
+    stub = open(os.path.join(PKG, "_core.pyi"), encoding="utf-8").read()
+    m = re.search(r"^_Dialect = Literal\[(.*)\]$", stub, re.M)
+    assert m and tuple(ast.literal_eval(f"({m.group(1)},)")) == DIALECTS
+    # The reference matcher (loaded without the package when the core is not built).
+    assert tuple(R._SEP) == tuple(R._ONE) == tuple(R._REST) == DIALECTS
