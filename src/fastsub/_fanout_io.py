@@ -249,13 +249,12 @@ def subs_table(subs, path):
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    from fastsub.spark import collect_subscriptions
+    from fastsub._spark_base import check_subscriptions_schema, collect_subscriptions, column
     if "sub_id" not in subs.columns or not isinstance(subs.schema["sub_id"].dataType, T.StringType):
         return collect_subscriptions(subs)
-    from fastsub.spark import _col, check_subscriptions_schema
     has_queue = check_subscriptions_schema(subs, string_ids=True)
     cols = ["sub_id", "filter"] + (["queue"] if has_queue else [])
-    table = subs.select(*(_col(c) for c in cols)).toArrow()
+    table = subs.select(*(column(c) for c in cols)).toArrow()
     ids = []
     for i, v in enumerate(table.column(0).to_pylist()):
         if v is None:
