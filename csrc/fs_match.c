@@ -11,6 +11,8 @@
 #include "fs_internal.h"
 #include "fs_sys.h"
 
+#include <string.h>
+
 /* Collect into sc->hits every node whose subscriptions match the tokenized
  * subject s.  Caller holds the read lock. */
 int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
@@ -91,6 +93,54 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
     fs_read_done(sl, &tally);
     if (rc == FS_OK)
         count_match(sl, r->nids);
+    return rc;
+}
+
+/* r's answer when it is plain ids only, at most cap of them: copied to
+ * ids[0..*n), 1.  Else 0. */
+static int copy_small(const fs_result *r, int64_t *ids, size_t cap, size_t *n)
+{
+    if (r->ngroups || r->nids > cap)
+        return 0;
+    if (r->nids)
+        memcpy(ids, r->ids, sizeof(int64_t) * r->nids);
+    *n = r->nids;
+    return 1;
+}
+
+int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
+                           int64_t *ids, size_t cap, size_t *n,
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err)
+{
+    int rc = FS_OK;
+    fs_workspace *w = NULL;
+    fs_cache_tally tally = {0, 0};
+    *n = 0;
+    *wp = NULL;
+    fs_rwlock_rdlock(&sl->lock);
+    /* The whole-subject hash keys the cache alone. */
+    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    /* A small cached answer goes straight to ids: no workspace, no copy
+     * into a result. */
+    if (!cached || !copy_small(cached, ids, cap, n)) {
+        w = fs_workspace_acquire(spare);
+        if (!w)
+            rc = FS_ENOMEM;
+        else if (cached)
+            rc = fs_result_copy(&w->r, cached);
+        else
+            rc = fs_compute_locked(sl, subject, len, hash, &w->sc, &w->r, err);
+        if (rc == FS_OK && (cached || !copy_small(&w->r, ids, cap, n))) {
+            *n = w->r.nids;
+            *wp = w;                  /* lent until the caller releases it */
+        }
+    }
+    fs_read_done(sl, &tally);
+    if (w && !*wp)
+        fs_workspace_release(w, spare);
+    if (rc == FS_OK)
+        count_match(sl, *n);
     return rc;
 }
 

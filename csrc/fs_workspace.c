@@ -3,7 +3,10 @@
  * result), lent to one call at a time (see sublist.h). */
 #include "sublist.h"
 
+#include <stdatomic.h>
+
 #include "fs_alloc.h"
+#include "fs_bits.h"
 #include "fs_sys.h"
 
 void fs_scratch_init(fs_scratch *sc)
@@ -28,6 +31,10 @@ static fs_once_flag workspace_once = FS_ONCE_INIT;
 
 static int workspace_key_ok;
 
+/* 1 once the key exists: then a call skips fs_once, which is a call into
+ * the threads library every time (it sat on every match()'s path). */
+static atomic_int workspace_ready;
+
 static void FS_TLS_DESTRUCTOR workspace_destroy(void *p)
 {
     fs_workspace *w = p;
@@ -39,13 +46,16 @@ static void FS_TLS_DESTRUCTOR workspace_destroy(void *p)
 static void workspace_key_create(void)
 {
     workspace_key_ok = fs_tls_create(&workspace_key, workspace_destroy) == 0;
+    atomic_store_explicit(&workspace_ready, workspace_key_ok, memory_order_release);
 }
 
 fs_workspace *fs_workspace_get(void)
 {
-    fs_once(&workspace_once, workspace_key_create);
-    if (!workspace_key_ok)
-        return NULL;
+    if (FS_UNLIKELY(!atomic_load_explicit(&workspace_ready, memory_order_acquire))) {
+        fs_once(&workspace_once, workspace_key_create);
+        if (!workspace_key_ok)
+            return NULL;
+    }
     fs_workspace *w = fs_tls_get(workspace_key);
     if (!w) {
         w = FS_MALLOC(sizeof(fs_workspace));

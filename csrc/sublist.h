@@ -185,6 +185,18 @@ void fs_workspace_trim(fs_workspace *w);
 fs_workspace *fs_workspace_acquire(fs_workspace *spare);
 void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
 
+/* match() for a caller that builds its own objects from the answer (the
+ * Python layer): a small answer -- plain ids only, at most cap of them --
+ * is written to ids[0..*n) and the call is done (*wp NULL); a cached one
+ * needs no workspace at all.  Any other answer is left in (*wp)->r, with
+ * *wp the thread's workspace (or spare, see fs_workspace_acquire) lent to
+ * the caller until fs_workspace_release(*wp, spare).  FS_OK, FS_EINVAL or
+ * FS_ENOMEM (then *wp is NULL). */
+int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
+                           int64_t *ids, size_t cap, size_t *n,
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err);
+
+
 /* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"
  * included)?  FS_OK, FS_EINVAL (err set) or FS_ENOMEM. */
 int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err);

@@ -15,6 +15,11 @@ from fastsub._core cimport *
 
 import operator
 
+cdef extern from "sublist.h" nogil:
+    int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
+                               int64_t *ids, size_t cap, size_t *n,
+                               fs_workspace *spare, fs_workspace **wp, fs_error *err)
+
 cdef extern from "Python.h":
     ctypedef struct PyObject
     # NULL with the error set: _utf8 checks for it itself, so that its hot
@@ -22,6 +27,9 @@ cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size)
     const char *_utf8_or_raise "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size) except NULL
     void PyErr_Clear()
+    bint PyUnicode_IS_COMPACT_ASCII(object s)
+    Py_ssize_t PyUnicode_GET_LENGTH(object s)
+    void *PyUnicode_DATA(object s)
     long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
     # a new reference, or NULL with MemoryError set
     PyObject *PyLong_FromLongLong(long long v)
@@ -61,9 +69,18 @@ cdef object _invalid(str what, object s, fs_error *err):
         s, reason, err.pos)
 
 
-cdef const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
+cdef inline const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
     """The UTF-8 bytes of a str; TypeError for non-str, InvalidSubjectError
     for strings that cannot be encoded (lone surrogates)."""
+    if type(s) is str and PyUnicode_IS_COMPACT_ASCII(s):
+        # ASCII is its own UTF-8, stored right after the object header:
+        # no call (every subject and filter of the benchmarks takes this)
+        n[0] = PyUnicode_GET_LENGTH(s)
+        return <const char *>PyUnicode_DATA(s)
+    return _utf8_any(s, what, n)
+
+
+cdef const char *_utf8_any(object s, str what, Py_ssize_t *n) except NULL:
     if type(s) is not str and not isinstance(s, str):
         raise TypeError(f"{what} must be str, not {type(s).__name__}")
     cdef const char *p = PyUnicode_AsUTF8AndSize(s, n)
@@ -138,10 +155,21 @@ cdef class MatchResult:
     members)`` per matching queue group (NATS, AMQP: merged by queue name,
     filter None; MQTT: one per (group, filter))."""
     cdef readonly list subs
-    cdef readonly list groups
+    cdef list _groups       # None: no groups, the list not made until asked for
+
+    @property
+    def groups(self):
+        cdef list g
+        if self._groups is None:
+            g = []
+            if self._groups is None:    # (making it may run other threads)
+                self._groups = g
+        return self._groups
 
     def __len__(self):
-        return len(self.subs) + sum(len(g[2]) for g in self.groups)
+        if self._groups is None:
+            return len(self.subs)
+        return len(self.subs) + sum(len(g[2]) for g in self._groups)
 
     def __repr__(self):
         return f"MatchResult(subs={self.subs!r}, groups={self.groups!r})"
@@ -172,6 +200,32 @@ cdef list _id_list(const int64_t *ids, size_t n):
     return out
 
 
+cdef enum:
+    SMALL_IDS = 32      # match(): answers of up to this many plain ids come back on the stack
+
+
+cdef size_t _unique_small(int64_t *ids, size_t n) noexcept:
+    """ids[0..n) without repeats, first occurrences kept in order, in
+    place; the new count (n is small: a quadratic scan)."""
+    cdef size_t i, j, k = 0
+    for i in range(n):
+        for j in range(k):
+            if ids[j] == ids[i]:
+                break
+        else:
+            ids[k] = ids[i]
+            k += 1
+    return k
+
+
+cdef MatchResult _small_result(int64_t *ids, size_t n, bint dedupe):
+    cdef MatchResult m = MatchResult.__new__(MatchResult)
+    if dedupe and n > 1:
+        n = _unique_small(ids, n)
+    m.subs = _id_list(ids, n)
+    return m
+
+
 cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
     cdef size_t i
@@ -180,7 +234,6 @@ cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
     if dedupe:
         m.subs = _unique(m.subs)
     if r.ngroups == 0:
-        m.groups = []
         return m
     groups = []
     for i in range(r.ngroups):
@@ -191,7 +244,7 @@ cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
         name = _decode(r.arena + g.name_off, g.name_len)
         filt = _decode(r.arena + g.filter_off, g.filter_len) if mqtt else None
         groups.append((name, filt, members))
-    m.groups = groups
+    m._groups = groups
     return m
 
 
@@ -366,6 +419,8 @@ cdef class Sublist:
         were removed.  Invalid input removes nothing."""
         return self._bulk(filters, sub_ids, queues, False)
 
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
     def match(self, subject, *, dedupe=False):
         """match(subject, *, dedupe=False) -> MatchResult
 
@@ -374,22 +429,26 @@ cdef class Sublist:
         the AMQP dialect)."""
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
+        cdef int64_t ids[SMALL_IDS]
+        cdef size_t k
         cdef fs_workspace spare
+        cdef fs_workspace *w
         cdef fs_error err
-        # Building the result's Python objects may run the garbage
+        # A small answer (plain ids only) comes back in ids, the index and
+        # the workspace already let go: no Python object is built while
+        # either is held.  A larger one stays in the workspace, lent to
+        # this call until its objects are built (that may run the garbage
         # collector, and a __del__ may call back into an index on this
-        # thread: the workspace stays lent to this call until the result
-        # is built, so a nested call gets its own.
-        cdef fs_workspace *w = fs_workspace_acquire(&spare)
-        if w == NULL:
-            raise MemoryError()
-        cdef int rc
-        try:
-            rc = fs_sublist_match(self.sl, s, <size_t>n, &w.sc, &w.r, &err)
+        # thread: a nested call gets a workspace of its own).
+        cdef int rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k,
+                                             &spare, &w, &err)
+        if rc < 0:
             if rc == FS_EINVAL:
                 raise _invalid("subject", subject, &err)
-            if rc < 0:
-                raise MemoryError()
+            raise MemoryError()
+        if w == NULL:
+            return _small_result(ids, k, dedupe)
+        try:
             return _to_match_result(&w.r, self._d == FS_MQTT, dedupe)
         finally:
             fs_workspace_release(w, &spare)
