@@ -140,13 +140,20 @@ tokenized:
     }
     out->filter = f;
     out->filter_len = (uint32_t)flen;
-    out->shaped = fs_shape_classify(t, &out->shape);
-    out->literal = 1;
-    for (uint32_t i = 0; i < t->n; i++)
-        if (t->tok[i].kind != FS_TOK_LITERAL)
-            out->literal = 0;
-    if (out->literal)
-        out->shape.key = fs_tokens_key(t->tok, 0, t->n, 0);
+    /* One pass for a literal, most filters: its key in the literal table
+     * as it goes (fs_tokens_key); only a filter with a wildcard is
+     * classified. */
+    uint64_t key = 0;
+    uint32_t i = 0;
+    for (; i < t->n && t->tok[i].kind == FS_TOK_LITERAL; i++)
+        key += fs_pos_mix(t->tok[i].hash, i);
+    out->literal = i == t->n;
+    if (out->literal) {
+        out->shaped = 0;
+        out->shape.key = key;
+    } else {
+        out->shaped = fs_shape_classify(t, &out->shape);
+    }
     out->queue = q;
     out->queue_len = (uint32_t)qlen;
     return FS_OK;

@@ -31,6 +31,8 @@ cdef extern from "Python.h":
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
     void *PyUnicode_DATA(object s)
     long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
+    # the same, for an exact int (cannot fail: no exception check)
+    long long _as_long_long "PyLong_AsLongLongAndOverflow"(object v, int *overflow)
     # a new reference, or NULL with MemoryError set
     PyObject *PyLong_FromLongLong(long long v)
     list PyList_New(Py_ssize_t n)
@@ -134,6 +136,32 @@ cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
         sp.queue = _utf8(q, "queue", &n)
         sp.queue_len = <size_t>n
     return 0
+
+
+cdef inline bint _fill_spec_fast(fs_spec *sp, object f, object sub_id, object q) noexcept:
+    """_fill_spec for the common row -- ASCII str filter, int sub_id that
+    fits, no queue or an ASCII str one -- without a call or an exception
+    check.  False (sp untouched or partly set) for any other row: then
+    _fill_spec does it, and raises what it must."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(f) is not str or not PyUnicode_IS_COMPACT_ASCII(f) or type(sub_id) is not int:
+        return False
+    if q is not None and (type(q) is not str or not PyUnicode_IS_COMPACT_ASCII(q)):
+        return False
+    v = _as_long_long(sub_id, &overflow)      # an exact int: cannot fail but overflow
+    if overflow:
+        return False
+    sp.filter = <const char *>PyUnicode_DATA(f)
+    sp.filter_len = <size_t>PyUnicode_GET_LENGTH(f)
+    sp.id = <int64_t>v
+    if q is None:
+        sp.queue = NULL
+        sp.queue_len = 0
+    else:
+        sp.queue = <const char *>PyUnicode_DATA(q)
+        sp.queue_len = <size_t>PyUnicode_GET_LENGTH(q)
+    return True
 
 
 cdef object _spec_error(int rc, fs_error *err, object f, object q):
@@ -344,8 +372,14 @@ cdef class Sublist:
             # One try around the loop, not one per item (each try saves the
             # exception state); i says which item failed.
             try:
-                for i in range(n):
-                    _fill_spec(&specs[i], fl[i], il[i], None if ql is None else ql[i])
+                if ql is None:
+                    for i in range(n):
+                        if not _fill_spec_fast(&specs[i], fl[i], il[i], None):
+                            _fill_spec(&specs[i], fl[i], il[i], None)
+                else:
+                    for i in range(n):
+                        if not _fill_spec_fast(&specs[i], fl[i], il[i], ql[i]):
+                            _fill_spec(&specs[i], fl[i], il[i], ql[i])
             except (TypeError, OverflowError, InvalidSubjectError) as e:
                 raise type(e)(f"item {i}: {e}") from None
             return self._apply(specs, n, inserting, fl, ql)
