@@ -10,7 +10,8 @@ Every count is a difference of two runs: a child process does the set-up
 (load the workload, insert, warm up) and then the measured operation once
 or three times over the same N publishes; (Ir(3) - Ir(1)) / (2 N) is the
 operation's cost per row, and everything the two runs share (interpreter
-start-up, loading, inserting, the warm-up) cancels.  That includes the
+start-up, loading, inserting, the warm-up) cancels.  The garbage collector
+is off while measuring: a collection's timing differs between the runs.  That includes the
 Python call itself, which is what the per-call figures are about.
 
 Operations:
@@ -36,7 +37,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHILD = r"""
-import sys
+import gc, sys
 sys.path.insert(0, {here!r})
 from fastsub import Sublist
 from workloads import load, dialect_of
@@ -53,6 +54,8 @@ match = sl.match
 for p in pubs:                       # warm-up: fills the cache, touches pages
     match(p)
 sl.match_many(pubs, queues="all", threads=1)
+gc.collect()
+gc.disable()                         # a collection's timing would differ between the runs
 for r in range(reps):
     if op == "match_many":
         sl.match_many(pubs, queues="all", threads=1)
@@ -74,7 +77,9 @@ def instructions(op, name, rows, reps):
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                sys.executable, "-c",
                CHILD.format(here=HERE, op=op, name=name, rows=rows, reps=reps)]
-        env = dict(os.environ, PYTHONHASHSEED="0")
+        # numpy's OpenBLAS threads spin while idle: their instructions would
+        # differ between the two runs.
+        env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f"callgrind run failed ({' '.join(cmd[:3])} ...):\n{p.stderr[-3000:]}")

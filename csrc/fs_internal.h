@@ -195,10 +195,7 @@ int fs_result_copy(fs_result *dst, const fs_result *src);
 int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set);
 /* Append one reverse-match row (n's filter, g's name or none, id). */
 int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r);
-/* Collect into sc->hits the nodes whose subscriptions match the subject
- * tokenized in sc->toks.  Caller holds the read lock. */
-int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc);
-/* The trie's part of that walk alone (appends to sc->hits). */
+/* The trie's part of the walk (fs_walk.h; appends to sc->hits). */
 int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc);
 /* Tokenize, walk and build the full result of a subject (filling the cache
  * if there is one).  Read lock held.  FS_OK, FS_EINVAL, FS_ENOMEM. */
@@ -243,12 +240,6 @@ void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n);
  * positions?  The entry's key has already matched the subject's. */
 int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const char *s,
                            const fs_span *t, const char *s_end);
-/* Push onto sc->hits the entries matching the subject s (tokens t): the
- * literal table's, then the shape tables' (their keys share the mixes).
- * first_only: stop at the first (has_interest: entries always hold
- * subscriptions). */
-int fs_entries_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
-                       fs_scratch *sc, int first_only);
 void fs_shapes_free(fs_sublist *sl);
 
 /* Per-token mixes m[0..n) and their prefix sums P[0..n] of a subject. */

@@ -2,7 +2,8 @@
  * num_interest and has_interest.  A subject is looked up in the result
  * cache, else tokenized and answered by the literal table, the shape
  * tables (fs_shape.c) and the trie (fs_trie.c), whose hits fs_result.c
- * turns into a result.  The batch matcher (fs_batch.c) shares the walk. */
+ * turns into a result.  The walk is fs_walk.h's, which the batch matcher
+ * (fs_batch.c) shares. */
 #include "sublist.h"
 
 #include <stdatomic.h>
@@ -12,15 +13,19 @@
 #include "fs_sys.h"
 
 #include <string.h>
+#include "fs_walk.h"
 
-/* Collect into sc->hits every node whose subscriptions match the tokenized
- * subject s.  Caller holds the read lock. */
-int fs_walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc)
+/* The walk (fs_walk.h) of one subject: tokenize it into sc->toks, then
+ * collect into sc->hits every node whose subscriptions match it (first_only:
+ * at least one, if any).  Caller holds the read lock. */
+static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc,
+                       int first_only, fs_error *err)
 {
-    sc->nhits = 0;
-    if (fs_entries_collect(sl, s, len, &sc->toks, sc, 0) < 0)
-        return FS_ENOMEM;
-    return fs_trie_walk_locked(sl, s, &sc->toks, sc);
+    fs_walk_row p;
+    int rc = fs_walk_plan(sl, s, len, &sc->toks, &p, err);
+    if (rc == FS_OK)
+        rc = fs_walk_collect(sl, &p, &sc->toks, sc, first_only);
+    return rc;
 }
 
 void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
@@ -39,9 +44,7 @@ static void count_match(fs_sublist *sl, uint64_t fanout) { fs_count_matches(sl, 
 int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
                       fs_scratch *sc, fs_result *r, fs_error *err)
 {
-    int rc = fs_tokenize(sl->dialect, s, len, 0, &sc->toks, err);
-    if (rc == FS_OK)
-        rc = fs_walk_locked(sl, s, len, sc);
+    int rc = walk_locked(sl, s, len, sc, 0, err);
     if (rc == FS_OK)
         rc = fs_build_result(sl, sc, r);
     /* A cached result remembers its picks for its own subject: a batch row
@@ -166,9 +169,7 @@ static int interest_locked(fs_sublist *sl, const char *subject, size_t len, fs_s
         *nqueue = r.nids - r.nplain;
         fs_result_free(&r);
     } else {
-        rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
-        if (rc == FS_OK)
-            rc = fs_walk_locked(sl, subject, len, sc);
+        rc = walk_locked(sl, subject, len, sc, 0, err);
         for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
             const fs_node *n = sc->hits[k];
             *nplain += n->nsubs;
@@ -208,16 +209,10 @@ int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
         count_match(sl, nplain + nqueue);
         return nplain + nqueue > 0;
     }
-    int rc = fs_tokenize(sl->dialect, subject, len, 0, &sc->toks, err);
-    if (rc == FS_OK) {
-        /* The tables first, stopping at the first entry; the trie only if none. */
-        sc->nhits = 0;
-        rc = fs_entries_collect(sl, subject, len, &sc->toks, sc, 1);
-        if (rc == FS_OK && !sc->nhits)
-            rc = fs_trie_walk_locked(sl, subject, &sc->toks, sc);
-        if (rc == FS_OK)
-            rc = sc->nhits > 0;
-    }
+    /* The tables first, stopping at the first entry; the trie only if none. */
+    int rc = walk_locked(sl, subject, len, sc, 1, err);
+    if (rc == FS_OK)
+        rc = sc->nhits > 0;
     fs_rwlock_rdunlock(&sl->lock);
     if (rc >= 0)
         count_match(sl, 0);

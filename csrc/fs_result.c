@@ -6,6 +6,7 @@
 
 #include "fs_alloc.h"
 #include "fs_internal.h"
+#include "fs_walk.h"
 
 void fs_result_init(fs_result *r) { memset(r, 0, sizeof(*r)); }
 
@@ -202,8 +203,9 @@ static int dedupe_result(fs_result *r, size_t nhits)
     return FS_OK;
 }
 
-/* Build r from sc->hits.  NATS and AMQP groups merge by name across
- * nodes; MQTT groups are (name, filter) pairs, one per node. */
+/* Build r from sc->hits: the plain ids, then each merged group
+ * (fs_walk.h: NATS and AMQP merge by name across nodes, MQTT groups are
+ * (name, filter) pairs, one per node). */
 int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
 {
     r->nids = r->nplain = r->ngroups = r->narena = 0;
@@ -212,12 +214,12 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
             return FS_ENOMEM;
     r->nplain = r->nids;
     int nats = fs_groups_merge(sl->dialect);
-    const int merge = fs_hits_merge_groups(sl, sc->hits, sc->nhits);
+    int merge = -1;
     for (size_t k = 0; k < sc->nhits; k++) {
         const fs_node *n = sc->hits[k];
         for (uint32_t gi = 0; gi < fs_ngroups(n); gi++) {
             const fs_group *g = fs_node_group(n, gi);
-            if (merge && fs_group_repeats(sc->hits, k, g))     /* merged into an earlier node's group */
+            if (fs_group_merged_before(sl, sc->hits, sc->nhits, k, g, &merge))
                 continue;
             if (fs_grow(&r->groups, &r->cap_groups, r->ngroups + 1, sizeof(fs_group_out)) < 0)
                 return FS_ENOMEM;
@@ -235,17 +237,10 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
                 o->filter_len = r->narena - o->filter_off;
             }
             o->members_off = r->nids;
-            if (put_ids(r, g->ids, g->n) < 0)
-                return FS_ENOMEM;
-            if (merge) {
-                /* Gather the same-named group from the later nodes. */
-                for (size_t k2 = k + 1; k2 < sc->nhits; k2++) {
-                    const fs_node *n2 = sc->hits[k2];
-                    const fs_group *g2 = fs_node_find_group(n2, g->name, g->name_len, g->name_hash);
-                    if (g2 && put_ids(r, g2->ids, g2->n) < 0)
-                        return FS_ENOMEM;
-                }
-            }
+            size_t k2 = k;
+            for (const fs_group *part = g; part; part = fs_group_next_part(sc->hits, sc->nhits, merge, g, &k2))
+                if (put_ids(r, part->ids, part->n) < 0)
+                    return FS_ENOMEM;
             o->members_len = r->nids - o->members_off;
             r->ngroups++;
         }

@@ -5,6 +5,7 @@
 
 #include "fs_internal.h"
 #include "fs_sys.h"
+#include "fs_walk.h"
 
 /* Add to sc->hits the literal-table and shape-table entries that the
  * query filter q (tokens in sc->toks) intersects. */
@@ -15,8 +16,11 @@ static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_s
     int literal = 1;
     for (uint32_t i = 0; i < qt->n; i++)
         literal &= qt->tok[i].kind == FS_TOK_LITERAL;
-    if (literal)      /* a literal query is a subject: the entries are what it matches */
-        return fs_entries_collect(sl, q, len, qt, sc, 0);
+    if (literal) {    /* a literal query is a subject: the entries are what it matches */
+        fs_walk_row p;
+        fs_walk_plan_tokens(sl, q, len, qt, &p);
+        return fs_walk_entries(sl, &p, qt, sc, 0);
+    }
     fs_tokens et;
     fs_tokens_init(&et);
     fs_error ignored;

@@ -216,41 +216,6 @@ int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const
     return (n && ((mask >> (n - 1)) & 1)) ? fp - 1 == flen : fp == flen;
 }
 
-int fs_entries_collect(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
-                       fs_scratch *sc, int first_only)
-{
-    const fs_shapes *S = &sl->shapes;
-    const fs_level *lit = &sl->literals;
-    uint32_t k = t->n;
-    uint64_t bits = S->probe[k > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : k];
-    if (!bits && !lit->count)
-        return FS_OK;
-    uint32_t need = k < FS_SHAPE_MAX_TOKENS ? k : FS_SHAPE_MAX_TOKENS;
-    uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
-    fs_shape_mixes(t->tok, need, m, P);
-    if (lit->count) {
-        const fs_node *e = fs_literal_find(lit, fs_tokens_key(t->tok, need, k, P[need]), s, (uint32_t)len, s + len);
-        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
-            return FS_ENOMEM;
-        if (e && first_only)
-            return FS_OK;
-    }
-    int dollar = sl->dialect == FS_MQTT && s[0] == '$';
-    char sep = fs_sep(sl->dialect);
-    while (bits) {
-        const fs_shape *sh = S->shape[fs_ctz64(bits)];
-        bits &= bits - 1;
-        if (dollar && sh->first_wild)
-            continue;
-        const fs_node *e = fs_shape_probe(sh, fs_shape_subject_key(sh, m, P), sep, s, t->tok, s + len);
-        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
-            return FS_ENOMEM;
-        if (e && first_only)
-            return FS_OK;
-    }
-    return FS_OK;
-}
-
 void fs_shapes_free(fs_sublist *sl)
 {
     fs_shapes *S = &sl->shapes;
