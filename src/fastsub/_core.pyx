@@ -453,6 +453,10 @@ cdef class Sublist:
         were removed.  Invalid input removes nothing."""
         return self._bulk(filters, sub_ids, queues, False)
 
+    # match, has_interest, num_interest: plain methods, not cyfunctions
+    # (binding=False): a call skips the cyfunction layer, ~100 instructions
+    # of ~1,600 on a cached match; the clinic signature keeps
+    # inspect.signature working.
     @cython.binding(False)
     @cython.embedsignature.format("clinic")
     def match(self, subject, *, dedupe=False):
@@ -487,6 +491,8 @@ cdef class Sublist:
         finally:
             fs_workspace_release(w, &spare)
 
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
     def num_interest(self, subject):
         """num_interest(subject) -> (n_plain, n_queue_members)"""
         cdef Py_ssize_t n
@@ -505,6 +511,8 @@ cdef class Sublist:
             raise MemoryError()
         return (nplain, nqueue)
 
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
     def has_interest(self, subject):
         """has_interest(subject) -> bool: does anything match?  Stops at
         the first matching filter of the literal and shape tables, where
