@@ -135,6 +135,7 @@ typedef struct {
     fs_tokens toks[BLOCK_ROWS];
     int state[BLOCK_ROWS];
     uint32_t hash[BLOCK_ROWS];              /* with a cache: the subjects' (its key) */
+    const fs_cache_bucket *bucket[BLOCK_ROWS];  /* and their buckets */
 } block;
 
 /* With a cache, a block's plan is the rows' subjects and hashes, and the
@@ -150,7 +151,7 @@ static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, s
         b->state[k] = fs_strings_get(subjects, i + k, &r->s, &r->len) ? ROW_OK : ROW_NULL;
         b->hash[k] = b->state[k] == ROW_OK ? fs_hash(r->s, r->len) : 0;
     }
-    fs_cache_prefetch_heads(sl->cache, b->hash, n);
+    fs_cache_buckets(sl->cache, b->hash, n, b->bucket);
 }
 
 /* The walk's plan and fetch steps over a block of rows (fs_walk.h). */
@@ -261,7 +262,8 @@ static int matcher_run(row_matcher *m, fs_sublist *sl, const fs_strings *subject
                             : cached_index ? b->hash[k] : fs_hash(r->s, r->len);
                 }
                 if (cached_index) {
-                    const fs_result *cached = fs_cache_get(sl->cache, r->s, r->len, b->hash[k], &tally);
+                    const fs_result *cached = fs_cache_get_from(b->bucket[k], r->s, r->len,
+                                                                b->hash[k], &tally);
                     if (cached) {
                         rc = emit(cached, queues, keyhash, !keyed, out);
                     } else {

@@ -181,19 +181,24 @@ static void evict_one(fs_cache *c, fs_cache_shard *sh)
     }
 }
 
-static fs_centry *find(const fs_cache *c, const char *s, size_t len, uint32_t hash)
+/* The entry for the subject in the chain from e on, or NULL. */
+static inline fs_centry *find_from(const fs_centry *e, const char *s, size_t len, uint32_t hash)
 {
-    fs_centry *e = atomic_load_explicit(bucket_of(c, hash), memory_order_acquire);
     for (; e; e = atomic_load_explicit(&e->hnext, memory_order_acquire))
         if (e->hash == hash && e->len == len && fs_tok_eq_within(e->subject, s, (uint32_t)len, s + len))
-            return e;
+            return (fs_centry *)e;
     return NULL;
 }
 
-const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t hash,
-                              fs_cache_tally *tally)
+static fs_centry *find(const fs_cache *c, const char *s, size_t len, uint32_t hash)
 {
-    fs_centry *e = find(c, s, len, hash);
+    return find_from(atomic_load_explicit(bucket_of(c, hash), memory_order_acquire), s, len, hash);
+}
+
+const fs_result *fs_cache_get_from(const fs_cache_bucket *bucket, const char *s, size_t len,
+                                   uint32_t hash, fs_cache_tally *tally)
+{
+    fs_centry *e = find_from(atomic_load_explicit(bucket, memory_order_acquire), s, len, hash);
     if (!e) {
         tally->misses++;
         return NULL;
@@ -205,10 +210,18 @@ const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t h
     return &e->r;
 }
 
-void fs_cache_prefetch_heads(const fs_cache *c, const uint32_t *hash, size_t n)
+const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t hash,
+                              fs_cache_tally *tally)
+{
+    return fs_cache_get_from(bucket_of(c, hash), s, len, hash, tally);
+}
+
+void fs_cache_buckets(const fs_cache *c, const uint32_t *hash, size_t n, const fs_cache_bucket **buckets)
 {
     for (size_t k = 0; k < n; k++) {
-        const fs_centry *e = atomic_load_explicit(bucket_of(c, hash[k]), memory_order_acquire);
+        const fs_cache_bucket *b = bucket_of(c, hash[k]);
+        const fs_centry *e = atomic_load_explicit(b, memory_order_acquire);
+        buckets[k] = b;
         if (e) {
             /* A hit reads the header (two lines), then the ids and the
              * subject that follow it in the same allocation (a prefetch

@@ -29,6 +29,7 @@
 #ifndef FS_CACHE_H
 #define FS_CACHE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,11 +59,17 @@ const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t h
                               fs_cache_tally *tally);
 void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally);
 
-/* For a block of lookups to come (hashes of n subjects): prefetch the
- * entries at the heads of their buckets, so that the block's misses
- * overlap instead of each lookup waiting on its own.  Under the index's
- * read lock, like the lookups. */
-void fs_cache_prefetch_heads(const fs_cache *c, const uint32_t *hash, size_t n);
+/* A block of lookups, in two steps, so that the block's misses overlap
+ * instead of each lookup waiting on its own.  First the n subjects'
+ * buckets (from their hashes), the entries at their heads prefetched;
+ * then each lookup starts at its bucket: fs_cache_get_from is
+ * fs_cache_get without finding the bucket again.  Both under one hold of
+ * the index's read lock. */
+typedef struct fs_centry fs_centry;
+typedef _Atomic(fs_centry *) fs_cache_bucket;
+void fs_cache_buckets(const fs_cache *c, const uint32_t *hash, size_t n, const fs_cache_bucket **buckets);
+const fs_result *fs_cache_get_from(const fs_cache_bucket *bucket, const char *s, size_t len,
+                                   uint32_t hash, fs_cache_tally *tally);
 
 /* Store a copy of r for the subject (under the read lock), evicting by
  * CLOCK when the shard is full.  Out of memory just leaves it uncached. */
