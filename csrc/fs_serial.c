@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fs_alloc.h"
+#include "fs_dialect.h"
 #include "fs_internal.h"
 #include "fs_mem.h"
 #include "fs_node.h"
@@ -341,7 +342,7 @@ int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
     unsigned char *h = d.w.buf;
     memcpy(h, MAGIC, sizeof(MAGIC));
     put_le(h + 8, FS_SERIAL_VERSION, 2);
-    put_le(h + 10, dialect == FS_MQTT ? 1u : dialect == FS_AMQP ? 2u : 0u, 2);
+    put_le(h + 10, fs_dialect_code(dialect), 2);
     put_le(h + 12, 0, 4);
     put_le(h + 16, d.w.len - FS_SERIAL_HEADER, 8);
     put_le(h + 24, d.subs, 8);
@@ -448,179 +449,14 @@ static int rd_str(reader *r, size_t max, const char *too_long, const unsigned ch
 
 /* ------------------------------------------------- token validation */
 
-enum { C_OK = 0, C_SEP, C_NUL, C_SPACE, C_WILD, C_HIGH };
-
-#define HIGH16 C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, \
-               C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH, C_HIGH
-static const unsigned char nats_class[256] = {
-    [0] = C_NUL, ['.'] = C_SEP, [' '] = C_SPACE, ['\t'] = C_SPACE,
-    ['\n'] = C_SPACE, ['\r'] = C_SPACE, ['\f'] = C_SPACE,
-    [0x80] = HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16,
-};
-static const unsigned char mqtt_class[256] = {
-    [0] = C_NUL, ['/'] = C_SEP, ['+'] = C_WILD, ['#'] = C_WILD,
-    [0x80] = HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16, HIGH16,
-};
-
-/* Length of the valid UTF-8 sequence at s[i], 0 if malformed (overlong,
- * surrogate, beyond U+10FFFF, truncated) -- the tokenizer's rule. */
-static size_t utf8_seq(const unsigned char *s, size_t i, size_t len)
-{
-    unsigned c = s[i], cp, min;
-    size_t n;
-    if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; min = 0x80; }
-    else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; min = 0x800; }
-    else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; min = 0x10000; }
-    else return 0;
-    if (n > len - i)
-        return 0;
-    for (size_t k = 1; k < n; k++) {
-        if ((s[i + k] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
-static int nats_wild(const unsigned char *t, size_t n)
-{
-    return n == 1 && (t[0] == '*' || t[0] == '>');
-}
-
-/* Word-at-a-time helpers: bit 7 of each byte of the result is set where
- * the byte of x equals c (exact, no carries between bytes). */
-#define ONES 0x0101010101010101ull
-#define LOW7 0x7F7F7F7F7F7F7F7Full
-static inline uint64_t bytes_eq(uint64_t x, unsigned char c)
-{
-    uint64_t y = x ^ (ONES * c);
-    return ~(((y & LOW7) + LOW7) | y | LOW7);
-}
-
-/* Nonzero if some byte of x is below c (c <= 0x80). */
-static inline uint64_t any_below(uint64_t x, unsigned char c)
-{
-    return (x - ONES * c) & ~x & (ONES << 7);
-}
-
-/* The common case, eight bytes at a time: accept the literal token or
- * filter t[0..n) (n >= 1) when it obviously is one -- plain printable
- * ASCII, no wildcard characters, no empty token.  0 means "look closer". */
-static int literal_fast(fs_dialect d, const unsigned char *t, size_t n, int whole_filter)
-{
-    uint64_t prev_dot = 1;   /* the start acts as a separator */
-    size_t i = 0;
-    for (;; i += 8) {
-        uint64_t x;
-        if (i + 8 <= n) {
-            x = get64(t + i);
-        } else if (i == n) {
-            break;
-        } else if (n >= 8) {
-            /* the last, overlapping window: its earlier bytes passed already */
-            x = get64(t + n - 8);
-            prev_dot = 0;
-            i = n - 8;
-        } else {
-            x = 0x6161616161616161ull;     /* pad with 'a' */
-            for (size_t k = 0; k < n; k++)
-                x = (x & ~(0xffull << (8 * k))) | (uint64_t)t[k] << (8 * k);
-        }
-        if (d == FS_NATS) {
-            if (any_below(x, 0x21) || (x & (ONES << 7)) || bytes_eq(x, '*') || bytes_eq(x, '>'))
-                return 0;
-            uint64_t dots = bytes_eq(x, '.');
-            if (dots && (!whole_filter || (dots & ((dots << 8) | (prev_dot << 7)))))
-                return 0;
-            prev_dot = dots >> 63;
-        } else {
-            if (any_below(x, 1) || (x & (ONES << 7)) || bytes_eq(x, '+') || bytes_eq(x, '#') ||
-                (!whole_filter && bytes_eq(x, '/')))
-                return 0;
-        }
-        if (i + 8 >= n)
-            break;
-    }
-    return d == FS_MQTT || t[n - 1] != '.';
-}
-
 /* A literal token (whole_filter 0) or a whole literal filter (1) of the
- * dialect, exactly as the tokenizer accepts it; at is its blob offset. */
+ * dialect, exactly as the tokenizer accepts it (fs_check_literal, the
+ * dialects' rules); at is its blob offset. */
 static int check_literal(reader *r, const unsigned char *t, size_t n, int whole_filter, size_t at)
 {
-    if (r->d == FS_AMQP) {
-        /* Words: any bytes but '.', valid UTF-8; a literal is never a
-         * whole word '*' or '#'; empty words and the empty key are fine. */
-        size_t start = 0;
-        for (size_t i = 0; i <= n; i++) {
-            if (i == n || t[i] == '.') {
-                if (i < n && !whole_filter)
-                    return bad(r, "separator inside a token", at + i);
-                if (i - start == 1 && (t[start] == '*' || t[start] == '#'))
-                    return bad(r, whole_filter ? "wildcard in a literal filter" : "wildcard token stored as a literal", at + start);
-                start = i + 1;
-            } else if (t[i] >= 0x80) {
-                size_t m = utf8_seq(t, i, n);
-                if (!m)
-                    return bad(r, "invalid UTF-8", at + i);
-                i += m - 1;
-            }
-        }
-        return FS_OK;
-    }
-    if (n && literal_fast(r->d, t, n, whole_filter))
-        return FS_OK;
-    if (r->d == FS_NATS) {
-        size_t start = 0;
-        for (size_t i = 0; i < n; i++) {
-            unsigned k = nats_class[t[i]];
-            if (k == C_OK)
-                continue;
-            if (k == C_NUL)
-                return bad(r, "NUL byte in a token", at + i);
-            if (k == C_SPACE)
-                return bad(r, "whitespace in a token", at + i);
-            if (k == C_HIGH) {          /* NATS checks UTF-8 too (fs_token.c) */
-                size_t m = utf8_seq(t, i, n);
-                if (!m)
-                    return bad(r, "invalid UTF-8", at + i);
-                i += m - 1;
-                continue;
-            }
-            if (!whole_filter)
-                return bad(r, "separator inside a token", at + i);
-            if (i == start)
-                return bad(r, "empty token", at + i);
-            if (nats_wild(t + start, i - start))
-                return bad(r, "wildcard in a literal filter", at + start);
-            start = i + 1;
-        }
-        if (start == n)
-            return bad(r, "empty token", at + n);
-        if (nats_wild(t + start, n - start))
-            return bad(r, whole_filter ? "wildcard in a literal filter" : "wildcard token stored as a literal", at + start);
-        return FS_OK;
-    }
-    for (size_t i = 0; i < n; i++) {
-        unsigned k = mqtt_class[t[i]];
-        if (k == C_OK)
-            continue;
-        if (k == C_NUL)
-            return bad(r, "NUL character in a token", at + i);
-        if (k == C_WILD)
-            return bad(r, whole_filter ? "wildcard in a literal filter" : "wildcard character in a literal token", at + i);
-        if (k == C_SEP) {
-            if (!whole_filter)
-                return bad(r, "separator inside a token", at + i);
-            continue;
-        }
-        size_t m = utf8_seq(t, i, n);
-        if (!m)
-            return bad(r, "invalid UTF-8", at + i);
-        i += m - 1;
-    }
+    fs_error e;
+    if (fs_check_literal(r->d, t, n, whole_filter, &e) < 0)
+        return bad(r, e.reason, at + e.pos);
     return FS_OK;
 }
 
@@ -722,6 +558,7 @@ static int rd_subs(reader *r, fs_node *n)
 
 static int rd_literals(reader *r, uint64_t count)
 {
+    const fs_dialect_rules *R = fs_rules(r->d);
     fs_sublist *sl = r->sl;
     fs_level *L = &sl->literals;
     uint32_t cap = table_cap((uint32_t)count);
@@ -739,12 +576,12 @@ static int rd_literals(reader *r, uint64_t count)
             rc = FS_EBADDATA;
             break;
         }
-        if (flen == 0 && r->d != FS_AMQP) {        /* AMQP: "" is the key of zero words */
+        if (flen == 0 && !R->empty_ok) {        /* AMQP: "" is the key of zero words */
             rc = bad(r, "empty literal filter", at);
             break;
         }
-        if (r->d == FS_AMQP && flen > FS_AMQP_MAX_KEY) {
-            rc = bad(r, "filter longer than 255 bytes", at);
+        if (flen > R->max_len) {                /* AMQP: 255 bytes (rd_str checked 65,535) */
+            rc = bad(r, R->filter_too_long, at);
             break;
         }
         if (check_literal(r, f, flen, 1, r->pos - flen) < 0) {
@@ -780,7 +617,7 @@ static int rd_literals(reader *r, uint64_t count)
             rc = bad(r, "literal filter without subscriptions", body);
         /* insert("$share/G/f") always makes a group: a plain subscription
          * on a filter starting "$share/" cannot be built through the API */
-        else if (r->d == FS_MQTT && e->nsubs && flen >= 7 && memcmp(f, "$share/", 7) == 0)
+        else if (e->nsubs && fs_share_prefixed(r->d, (const char *)f, flen))
             rc = bad(r, "plain subscription on a '$share/' filter", body);
     }
     fs_tokens_free(&t);
@@ -853,7 +690,7 @@ static int rd_shaped(reader *r)
             break;
         if (!fs_has_subs(e))
             rc = bad(r, "shaped filter without subscriptions", body);
-        else if (r->d == FS_MQTT && e->nsubs && flen >= 7 && memcmp(f, "$share/", 7) == 0)
+        else if (e->nsubs && fs_share_prefixed(r->d, (const char *)f, flen))
             rc = bad(r, "plain subscription on a '$share/' filter", body);
     }
     fs_tokens_free(&t);
@@ -878,8 +715,8 @@ static int rd_children(reader *r, fs_node *n, uint64_t *ch)
         return FS_EBADDATA;
     if (*ch == 0)
         return FS_OK;
-    if (n->kind == FS_TOK_REST && r->d != FS_AMQP)     /* AMQP's '#' may be anywhere */
-        return bad(r, r->d == FS_NATS ? "children under a '>' node" : "children under a '#' node", at);
+    if (n->kind == FS_TOK_REST && fs_rules(r->d)->rest_children)     /* AMQP's '#' may be anywhere */
+        return bad(r, fs_rules(r->d)->rest_children, at);
     uint64_t nlit = *ch >> 2;
     if (nlit > left(r) / MIN_CHILD || nlit > MAX_TABLE)
         return bad(r, "child count exceeds the data", at);
@@ -903,10 +740,10 @@ static int rd_children(reader *r, fs_node *n, uint64_t *ch)
 static int rd_trie(reader *r, uint64_t *ntrie)
 {
     fs_sublist *sl = r->sl;
-    const char *one = r->d == FS_MQTT ? "+" : "*";
-    const char *rest = r->d == FS_NATS ? ">" : "#";
-    uint32_t maxlen = r->d == FS_AMQP ? FS_AMQP_MAX_KEY : FS_MAX_SUBJECT;
-    const char *too_long = r->d == FS_AMQP ? "filter longer than 255 bytes" : "filter longer than 65,535 bytes";
+    const fs_dialect_rules *R = fs_rules(r->d);
+    const char *one = &R->one, *rest = &R->rest;
+    uint32_t maxlen = R->max_len;
+    const char *too_long = R->filter_too_long;
     const fs_span one_sp = {0, 1, fs_hash(one, 1), FS_TOK_ONE};
     const fs_span rest_sp = {0, 1, fs_hash(rest, 1), FS_TOK_REST};
     rframe *stack = NULL;
@@ -959,7 +796,7 @@ static int rd_trie(reader *r, uint64_t *ntrie)
                 break;
             }
             haswild = f->haswild;
-            if (r->d == FS_MQTT && !sep && tlen == 6 && memcmp(t, "$share", 6) == 0)
+            if (!sep && fs_share_level(r->d, (const char *)t, tlen))
                 share = 1;
         } else if (f->wild) {
             int is_one = f->wild & 1;
@@ -1021,7 +858,8 @@ static int check_envelope(reader *r, size_t len, uint64_t *payload)
     uint64_t flags = get_le(p + 10, 2);
     if (flags & ~(uint64_t)3)
         return bad(r, "unknown flags", 10);
-    if (flags == 3)
+    fs_dialect d;
+    if (!fs_dialect_of_code(flags, &d))
         return bad(r, "unknown dialect", 10);
     if (get_le(p + 12, 4) != 0)
         return bad(r, "nonzero reserved field", 12);
@@ -1034,7 +872,7 @@ static int check_envelope(reader *r, size_t len, uint64_t *payload)
         return bad(r, "trailing bytes after the checksum", end + FS_SERIAL_TRAILER);
     if (fs_serial_checksum(p, end) != get_le(p + end, 8))
         return bad(r, "checksum mismatch", end);
-    r->d = flags == 2 ? FS_AMQP : flags == 1 ? FS_MQTT : FS_NATS;
+    r->d = d;
     r->pos = FS_SERIAL_HEADER;
     r->end = end;
     return FS_OK;

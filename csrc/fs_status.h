@@ -1,4 +1,5 @@
-/* fs_status.h - the status codes of the whole core, defined once.
+/* fs_status.h - the status codes of the whole core, defined once, and
+ * the detail that comes with FS_EINVAL and FS_EBADDATA.
  *
  * Every function of csrc/ that can fail returns one of these (or, where its
  * comment says so, a count or 0/1 answer on success: success is never
@@ -6,6 +7,8 @@
  */
 #ifndef FS_STATUS_H
 #define FS_STATUS_H
+
+#include <stddef.h>
 
 enum {
     FS_OK = 0,
@@ -15,5 +18,14 @@ enum {
     FS_EBADDATA = -4,    /* corrupt serialized data; see fs_error */
     FS_ECANCELLED = -5   /* a batch was asked to stop (fs_batch_cancel) */
 };
+
+/* Why an input was refused (FS_EINVAL: a subject, filter or queue name;
+ * FS_EBADDATA: a serialized index): a static reason, the byte offset, and
+ * whether it was the queue name (not the filter) that was wrong. */
+typedef struct {
+    const char *reason;
+    size_t pos;
+    int in_queue;
+} fs_error;
 
 #endif

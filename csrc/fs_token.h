@@ -1,10 +1,5 @@
-/* fs_token.h - splitting and validating subjects and filters, all dialects.
- *
- *   NATS  "orders.*.created"   separator '.', '*' one token, '>' the rest (1+)
- *   MQTT  "sport/+/score/#"    separator '/', '+' one level,  '#' the rest (0+)
- *   AMQP  "a.#.b.*"            separator '.', '*' one word,   '#' 0+ words
- *                              anywhere, any number of times; "" is the key
- *                              of zero words; at most 255 bytes
+/* fs_token.h - splitting subjects and filters into tokens, all dialects,
+ * by the dialects' rules (fs_dialect.h); one filter against one subject.
  *
  * A token is a span (offset, length) into the caller's bytes; nothing is
  * copied.  The span array starts inline and moves to the heap only for
@@ -17,23 +12,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fs_dialect.h"
 #include "fs_status.h"
 
-#define FS_MAX_SUBJECT 65535u
 #define FS_TOKENS_INLINE 16
-/* AMQP (RabbitMQ topic exchanges): keys are AMQP short strings. */
-#define FS_AMQP_MAX_KEY 255u
-#define FS_AMQP_MAX_WORDS (FS_AMQP_MAX_KEY + 1)
-
-typedef enum { FS_NATS = 0, FS_MQTT = 1, FS_AMQP = 2 } fs_dialect;
-
-/* The separator of a dialect. */
-static inline char fs_sep(fs_dialect d) { return d == FS_MQTT ? '/' : '.'; }
-/* Do queue groups merge by name across filters (NATS, AMQP), or is a
- * group the pair (name, filter) (MQTT)? */
-static inline int fs_groups_merge(fs_dialect d) { return d != FS_MQTT; }
-
-typedef enum { FS_TOK_LITERAL = 0, FS_TOK_ONE = 1, FS_TOK_REST = 2 } fs_tok_kind;
 
 typedef struct {
     uint32_t off;
@@ -49,14 +31,6 @@ typedef struct {
     fs_span inline_[FS_TOKENS_INLINE];
 } fs_tokens;
 
-/* Why a subject/filter was refused: a static reason, the byte offset, and
- * whether it was the queue name (not the filter) that was wrong. */
-typedef struct {
-    const char *reason;
-    size_t pos;
-    int in_queue;
-} fs_error;
-
 void fs_tokens_init(fs_tokens *t);
 void fs_tokens_free(fs_tokens *t);
 
@@ -65,19 +39,6 @@ void fs_tokens_free(fs_tokens *t);
  * key of zero words: t->n == 0); every other valid input has t->n >= 1. */
 int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
                 fs_tokens *t, fs_error *err);
-
-/* Validate a queue / share-group name.  FS_OK or FS_EINVAL. */
-int fs_check_queue(fs_dialect d, const char *q, size_t len, fs_error *err);
-
-/* MQTT "$share/GROUP/filter": if s starts with "$share/", store the group
- * and the filter part and return 1; return 0 when it is not a share; return
- * FS_EINVAL (err filled in) when it is a malformed one. */
-int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
-                   const char **filter, size_t *flen, fs_error *err);
-/* The filter part of a filter argument: for MQTT "$share/G/f", f (*f and
- * *len are moved onto it); for anything else, the argument itself.  FS_OK,
- * or FS_EINVAL for a malformed share (err filled in). */
-int fs_share_inner(fs_dialect d, const char **f, size_t *len, fs_error *err);
 
 /* Does filter f (tokens ft) match the subject s (tokens st)?  1 or 0.
  * AMQP: dynamic programming over (filter token, subject word), at most

@@ -38,14 +38,18 @@
  * the trie (and pruning it), fs_node.c nodes and their subscriptions
  * (fs_slab.c the blocks they are carved from), fs_result.c results,
  * fs_cache.c the cache, fs_serial.c the file format, fs_workspace.c
- * per-call working memory, fs_token.c tokens, validation and one filter
- * against one subject; fs_sys.c threads and locks (POSIX or Windows),
+ * per-call working memory, fs_token.c tokens (validated as they are cut)
+ * and one filter against one subject, fs_dialect.c the dialects' rules,
+ * which the tokenizer and the loader share (byte classes, wildcards,
+ * lengths, queue names, MQTT shares, the loader's check of a stored
+ * literal); fs_sys.c threads and locks (POSIX or Windows),
  * fs_bits.h the compiler built-ins, fs_alloc.c the one door for memory,
  * fs_mem.c growing arrays and counting an index's memory (memory_bytes),
- * fs_status.h the status codes of the whole core, fs_xxh64.h the
- * format's checksum (XXH64).  fs_internal.h is the layout the index's
- * files share; the tables, nodes and trie declare their functions in
- * fs_table.h, fs_node.h, fs_trie.h.
+ * fs_status.h the status codes of the whole core; borrowed algorithms,
+ * written here from their specifications: fs_xxh64.h the format's
+ * checksum (XXH64), fs_utf8.h the UTF-8 rule.  fs_internal.h is the
+ * layout the index's files share; the tables, nodes and trie declare
+ * their functions in fs_table.h, fs_node.h, fs_trie.h.
  *
  * Layers of the index's files: each calls only files on its row or below
  * (checked with nm; no file calls back up, so no ring):
@@ -55,7 +59,8 @@
  *   fs_shape.c fs_trie.c | fs_result.c fs_cache.c   filters | results
  *   fs_node.c fs_table.c                            nodes, hash tables
  *   fs_slab.c fs_mem.c                              blocks, the account
- *   fs_token.c fs_alloc.c                           tokens, the one door
+ *   fs_token.c                                      tokens
+ *   fs_dialect.c fs_alloc.c                         the rules, the one door
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
