@@ -110,6 +110,11 @@ cdef _Column _column_of_strs(object items):
         raise MemoryError()
     for i in range(n):
         x = items[i]
+        if type(x) is str and PyUnicode_IS_COMPACT_ASCII(x):
+            # the usual row: an ASCII str's characters are its UTF-8 bytes
+            c.ptrs[i] = <const char *>PyUnicode_DATA(x)
+            c.lens[i] = <size_t>PyUnicode_GET_LENGTH(x)
+            continue
         c.ptrs[i] = NULL
         c.lens[i] = 0
         if isinstance(x, str):
