@@ -186,7 +186,7 @@ def _fresh(filters, ids, queues):
 
 
 def run_threads(npubs, repeat):
-    counts = sorted({1, 2, 4, os.cpu_count() or 1})
+    counts = sorted({1, 2, 4, 8, os.cpu_count() or 1})
     rows = []
     for name in ("light", "heavy"):
         filters, ids, queues, pubs = load(name)

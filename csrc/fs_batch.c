@@ -351,7 +351,7 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
  * only when its queue is full, and then only until the one block before
  * its oldest is placed.
  */
-#define THREAD_BLOCK_ROWS 256
+#define THREAD_BLOCK_ROWS 256        /* fs_batch_start_blocks can ask for others */
 #define PENDING_BLOCKS 4
 
 typedef struct {
@@ -371,7 +371,7 @@ struct fs_batch_job {
     fs_sublist *sl;
     fs_strings subjects, keys;
     int has_keys, queues, dedupe;
-    size_t nrows, nblocks;
+    size_t nrows, nblocks, block_rows;
     int64_t *row_end;
     uint8_t *invalid;
     atomic_int cancel;
@@ -425,8 +425,8 @@ static int place_block(fs_batch_job *job, const pending_block *p, size_t off)
         memcpy(job->out.ids + off, p->ids.ids, sizeof(int64_t) * n);
     fs_rwlock_rdunlock(&job->grow);
     if (off) {
-        size_t begin = p->block * THREAD_BLOCK_ROWS;
-        size_t end = begin + THREAD_BLOCK_ROWS < job->nrows ? begin + THREAD_BLOCK_ROWS : job->nrows;
+        size_t begin = p->block * job->block_rows;
+        size_t end = begin + job->block_rows < job->nrows ? begin + job->block_rows : job->nrows;
         for (size_t i = begin; i < end; i++)
             job->row_end[i] += (int64_t)off;
     }
@@ -487,8 +487,8 @@ static int worker_run(fs_batch_job *job, batch_worker *w, row_matcher *m)
         if (b >= job->nblocks)
             return flush_queue(job, w, FLUSH_ALL);
         pending_block *p = &w->queue[(w->head + w->count) % PENDING_BLOCKS];
-        size_t begin = b * THREAD_BLOCK_ROWS;
-        size_t end = begin + THREAD_BLOCK_ROWS < job->nrows ? begin + THREAD_BLOCK_ROWS : job->nrows;
+        size_t begin = b * job->block_rows;
+        size_t end = begin + job->block_rows < job->nrows ? begin + job->block_rows : job->nrows;
         p->block = b;
         p->ids.n = 0;
         rc = matcher_run(m, job->sl, &job->subjects, keys, begin, end, job->queues, job->dedupe,
@@ -524,8 +524,17 @@ static void worker_main(void *arg)
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                              int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
 {
+    return fs_batch_start_blocks(sl, subjects, keys, queues, dedupe, nthreads, row_end, invalid, 0);
+}
+
+fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                                    int queues, int dedupe, unsigned nthreads, int64_t *row_end,
+                                    uint8_t *invalid, size_t block_rows)
+{
     size_t n = subjects->n;
-    size_t nblocks = (n + THREAD_BLOCK_ROWS - 1) / THREAD_BLOCK_ROWS;
+    if (block_rows == 0)
+        block_rows = THREAD_BLOCK_ROWS;
+    size_t nblocks = n / block_rows + (n % block_rows != 0);
     if (nthreads == 0)
         nthreads = 1;
     if (nblocks && nthreads > nblocks)
@@ -549,6 +558,7 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
     job->dedupe = dedupe;
     job->nrows = n;
     job->nblocks = nblocks;
+    job->block_rows = block_rows;
     job->row_end = row_end;
     job->invalid = invalid;
     job->rc = FS_OK;

@@ -72,14 +72,21 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                   size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                   uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel);
 
-/* The same over nthreads native threads, each taking a contiguous share
- * of [0, n).  Start, poll, then finish. */
+/* The same over nthreads native threads, which claim blocks of rows in
+ * turn and place each block's ids, in order, in one output (fs_batch.c).
+ * Start, poll, then finish. */
 typedef struct fs_batch_job fs_batch_job;
 
 /* Starts the threads.  row_end has n entries, invalid n.  NULL when out of
  * memory or no thread could be started. */
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                              int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid);
+/* The same, the rows cut into blocks of block_rows (0: the default, 256)
+ * that the threads claim in turn: tests and fuzzers make them tiny, so
+ * that small batches take the threaded path's every turn. */
+fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                                    int queues, int dedupe, unsigned nthreads, int64_t *row_end,
+                                    uint8_t *invalid, size_t block_rows);
 /* Wait up to timeout_ms for the job; 1 when all threads are done, else 0. */
 int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms);
 /* Ask the threads to stop early. */

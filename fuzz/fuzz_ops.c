@@ -749,7 +749,9 @@ static void op_batch(rd *r, int threaded)
         uint8_t tinv[64];
         fs_idbuf tout;
         memset(&tout, 0, sizeof(tout));
-        fs_batch_job *job = fs_batch_start(sl, &sc.col, keys, queues, 0, 2 + u8(r) % 3, tend, tinv);
+        /* Blocks of 1-4 rows: a few rows already take the threads' turns. */
+        fs_batch_job *job = fs_batch_start_blocks(sl, &sc.col, keys, queues, 0, 2 + u8(r) % 3, tend, tinv,
+                                                  1 + u8(r) % 4);
         if (job) {
             while (!fs_batch_wait(job, 1000)) {}
             rc = fs_batch_finish(job, &tout);

@@ -14,7 +14,7 @@ from fastsub import InvalidSubjectError
 from fastsub import _reference as R
 
 from examples import examples, steps
-from strategies import (ALL_DIALECTS as DIALECTS, ONE, QUEUES, REST, SEP, SUB_IDS, all_ids, filters, fuzz,
+from strategies import (tiny_thread_blocks, ALL_DIALECTS as DIALECTS, ONE, QUEUES, REST, SEP, SUB_IDS, all_ids, filters, fuzz,
                         is_one_per_group, norm, norm_reverse, subjects, subscriptions)
 
 PROPS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -216,11 +216,14 @@ def make_machine(dialect):
                 assert norm(e.match(s, dedupe=True)) == want, s
 
         @rule(ss=st.lists(subjects(dialect), max_size=6), queues=st.sampled_from(["all", "none", "pick"]),
-              threads=st.integers(1, 4), dedupe=st.booleans())
-        def match_many(self, ss, queues, threads, dedupe):
+              threads=st.integers(1, 4), dedupe=st.booleans(), block_rows=st.integers(1, 3))
+        def match_many(self, ss, queues, threads, dedupe, block_rows):
             dedupe = dedupe or always_dedupe
             for e in self.engines:
-                b = e.match_many(ss, queues=queues, threads=threads, dedupe=dedupe)
+                # threads > 1: the threaded path itself, its blocks of
+                # block_rows claimed and placed in turn by up to 4 threads
+                with tiny_thread_blocks(block_rows):
+                    b = e.match_many(ss, queues=queues, threads=threads, dedupe=dedupe)
                 for i, s in enumerate(ss):
                     m = self.ref.match(s)
                     row = b[i].tolist()

@@ -20,6 +20,13 @@ DEF KEPT_BUFFER_ROWS = 4096
 _QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_NONE}
 
 
+# How batches are cut for threads (_threads_for); tests shrink them with
+# _set_batch_threading so that small batches take the threaded path.
+cdef size_t _min_rows_per_thread = ROWS_PER_CHUNK
+cdef size_t _thread_block_rows = 0          # 0: the C default (fs_batch.c)
+cdef unsigned _cpus_override = 0            # 0: the CPUs this process may run on
+
+
 cdef unsigned _threads_for(unsigned asked, size_t rows):
     """How many threads a batch of rows gets when threads=asked: never more
     than the CPUs this process may run on (more would only take turns on
@@ -28,11 +35,30 @@ cdef unsigned _threads_for(unsigned asked, size_t rows):
     this cap), and never fewer than ROWS_PER_CHUNK rows per thread, where
     starting a thread (~50-100 us) would cost more than it gains."""
     import os
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return <unsigned>max(1, min(asked, cpus, rows // ROWS_PER_CHUNK))
+    cdef size_t cpus = _cpus_override
+    if cpus == 0:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    return <unsigned>max(1, min(asked, cpus, rows // _min_rows_per_thread))
+
+
+def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None):
+    """Testing only: cut batches for threads at min_rows_per_thread rows
+    per thread (default 16,384), in blocks of block_rows (0: 256), as if
+    the process had cpus CPUs (0: as it has).  Returns the previous
+    settings, as a dict to pass back."""
+    global _min_rows_per_thread, _thread_block_rows, _cpus_override
+    old = {"min_rows_per_thread": _min_rows_per_thread, "block_rows": _thread_block_rows,
+           "cpus": _cpus_override}
+    if min_rows_per_thread is not None:
+        _min_rows_per_thread = max(1, int(min_rows_per_thread))
+    if block_rows is not None:
+        _thread_block_rows = max(0, int(block_rows))
+    if cpus is not None:
+        _cpus_override = max(0, int(cpus))
+    return old
 
 
 cdef class _IdBuffer:
@@ -439,8 +465,8 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                     PyErr_CheckSignals()
                     begin = end
                 continue
-            job = fs_batch_start(self.sl, &col.s, kp, mode, dedupe, seg_threads,
-                                 &off_view[base + 1], &inv_view[base])
+            job = fs_batch_start_blocks(self.sl, &col.s, kp, mode, dedupe, seg_threads,
+                                        &off_view[base + 1], &inv_view[base], _thread_block_rows)
             if job == NULL:
                 raise MemoryError()
             try:

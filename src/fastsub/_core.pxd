@@ -144,8 +144,9 @@ cdef extern from "fs_batch.h" nogil:
     int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                       size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                       uint8_t *invalid, fs_idbuf *out, const void *cancel)
-    fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                                 int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
+    fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                                        int queues, int dedupe, unsigned nthreads, int64_t *row_end,
+                                        uint8_t *invalid, size_t block_rows)
     int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
     void fs_batch_cancel(fs_batch_job *job)
     int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
