@@ -50,6 +50,7 @@
  * checksum (XXH64), fs_utf8.h the UTF-8 rule.  fs_internal.h is the
  * layout the index's files share; the tables, nodes and trie declare
  * their functions in fs_table.h, fs_node.h, fs_trie.h.
+ * fs_walk.h: the one walk (probes, group merge) of match, batch, reverse.
  *
  * Layers of the index's files: each calls only files on its row or below
  * (checked with nm; no file calls back up, so no ring):
