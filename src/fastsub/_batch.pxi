@@ -41,7 +41,8 @@ cdef unsigned _threads_for(unsigned asked, size_t rows):
             cpus = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
-    return <unsigned>max(1, min(asked, cpus, rows // _min_rows_per_thread))
+    cdef size_t n = min(<size_t>asked, cpus, rows // _min_rows_per_thread)
+    return <unsigned>(n if n > 1 else 1)
 
 
 def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None):
