@@ -81,7 +81,7 @@ typedef struct fs_batch_job fs_batch_job;
  * memory or no thread could be started. */
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                              int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid);
-/* The same, the rows cut into blocks of block_rows (0: the default, 256)
+/* The same, the rows cut into blocks of block_rows (0: the default, 1,024)
  * that the threads claim in turn: tests and fuzzers make them tiny, so
  * that small batches take the threaded path's every turn. */
 fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,

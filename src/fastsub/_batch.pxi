@@ -47,7 +47,7 @@ cdef unsigned _threads_for(unsigned asked, size_t rows):
 
 def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None):
     """Testing only: cut batches for threads at min_rows_per_thread rows
-    per thread (default 16,384), in blocks of block_rows (0: 256), as if
+    per thread (default 16,384), in blocks of block_rows (0: 1,024), as if
     the process had cpus CPUs (0: as it has).  Returns the previous
     settings, as a dict to pass back."""
     global _min_rows_per_thread, _thread_block_rows, _cpus_override
