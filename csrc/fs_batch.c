@@ -395,6 +395,13 @@ struct fs_batch_job {
     batch_worker workers[];
 };
 
+/* Block b's rows: [*begin, *end). */
+static void block_span(const fs_batch_job *job, size_t b, size_t *begin, size_t *end)
+{
+    *begin = b * job->block_rows;
+    *end = *begin + job->block_rows < job->nrows ? *begin + job->block_rows : job->nrows;
+}
+
 static void fail_locked(fs_batch_job *job, int rc)
 {
     if (job->rc == FS_OK)
@@ -431,8 +438,8 @@ static int place_block(fs_batch_job *job, const pending_block *p, size_t off)
         memcpy(job->out.ids + off, p->ids.ids, sizeof(int64_t) * n);
     fs_rwlock_rdunlock(&job->grow);
     if (off) {
-        size_t begin = p->block * job->block_rows;
-        size_t end = begin + job->block_rows < job->nrows ? begin + job->block_rows : job->nrows;
+        size_t begin, end;
+        block_span(job, p->block, &begin, &end);
         for (size_t i = begin; i < end; i++)
             job->row_end[i] += (int64_t)off;
     }
@@ -493,8 +500,8 @@ static int worker_run(fs_batch_job *job, batch_worker *w, row_matcher *m)
         if (b >= job->nblocks)
             return flush_queue(job, w, FLUSH_ALL);
         pending_block *p = &w->queue[(w->head + w->count) % PENDING_BLOCKS];
-        size_t begin = b * job->block_rows;
-        size_t end = begin + job->block_rows < job->nrows ? begin + job->block_rows : job->nrows;
+        size_t begin, end;
+        block_span(job, b, &begin, &end);
         p->block = b;
         p->ids.n = 0;
         rc = matcher_run(m, job->sl, &job->subjects, keys, begin, end, job->queues, job->dedupe,
