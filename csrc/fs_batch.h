@@ -82,11 +82,17 @@ typedef struct fs_batch_job fs_batch_job;
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                              int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid);
 /* The same, the rows cut into blocks of block_rows (0: the default, 1,024)
- * that the threads claim in turn: tests and fuzzers make them tiny, so
- * that small batches take the threaded path's every turn. */
+ * that the threads claim in turn (tests and fuzzers make them tiny, so
+ * that small batches take the threaded path's every turn), with only rows
+ * [0, fed) of subjects filled in so far: the caller fills the rest while
+ * the threads match, and hands them over with fs_batch_feed.  (keys must
+ * be filled in whole.) */
 fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                                     int queues, int dedupe, unsigned nthreads, int64_t *row_end,
-                                    uint8_t *invalid, size_t block_rows);
+                                    uint8_t *invalid, size_t block_rows, size_t fed);
+/* Rows [0, fed) of the subjects are filled in and may be matched.  The
+ * caller must feed every row, or cancel, before fs_batch_wait can end. */
+void fs_batch_feed(fs_batch_job *job, size_t fed);
 /* Wait up to timeout_ms for the job; 1 when all threads are done, else 0. */
 int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms);
 /* Ask the threads to stop early. */

@@ -749,10 +749,16 @@ static void op_batch(rd *r, int threaded)
         uint8_t tinv[64];
         fs_idbuf tout;
         memset(&tout, 0, sizeof(tout));
-        /* Blocks of 1-4 rows: a few rows already take the threads' turns. */
+        /* Blocks of 1-4 rows: a few rows already take the threads' turns.
+         * The rows are fed in steps of 1-4, as a Python list's are while
+         * it is converted. */
+        size_t step = 1 + u8(r) % 4;
         fs_batch_job *job = fs_batch_start_blocks(sl, &sc.col, keys, queues, 0, 2 + u8(r) % 3, tend, tinv,
-                                                  1 + u8(r) % 4);
+                                                  1 + u8(r) % 4, step);
         if (job) {
+            for (size_t fed = step; fed < rows; fed += step)
+                fs_batch_feed(job, fed);
+            fs_batch_feed(job, rows);
             while (!fs_batch_wait(job, 1000)) {}
             rc = fs_batch_finish(job, &tout);
             if (rc == FS_OK) {

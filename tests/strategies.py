@@ -133,15 +133,17 @@ class tiny_thread_blocks:
     """with tiny_thread_blocks(block_rows): match_many with threads=N > 1
     takes the threaded path even for a batch of a few rows -- cut into
     blocks of block_rows that up to N threads (as if the machine had 4
-    CPUs) claim and place in turn -- instead of matching it on one thread,
-    as it does below 16,384 rows per thread."""
+    CPUs) claim and place in turn, a Python list's rows handed to them as
+    they are converted, block_rows + 1 at a time -- instead of matching it
+    on one thread, as it does below 16,384 rows per thread."""
 
     def __init__(self, block_rows=1):
         self.block_rows = block_rows
 
     def __enter__(self):
         from fastsub import _core
-        self.saved = _core._set_batch_threading(min_rows_per_thread=1, block_rows=self.block_rows, cpus=4)
+        self.saved = _core._set_batch_threading(min_rows_per_thread=1, block_rows=self.block_rows, cpus=4,
+                                                 feed_rows=self.block_rows + 1)
         return self
 
     def __exit__(self, *exc):

@@ -432,6 +432,31 @@ def test_arrow_offsets_of_null_rows_are_not_read():
             sl.match_many(no_bitmap)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_list_rows_fed_to_the_threads_as_they_are_converted(threads):
+    # A list's strings are copied into buffers of the column's own, and the
+    # threads match the rows converted so far while the rest are converted:
+    # every kind of row, rows spanning several 1 MiB copy buffers (and one
+    # bigger than a buffer), each feed a block and a row long.
+    from strategies import tiny_thread_blocks
+    sl = build("nats", NATS_SUBS + [(">", 9, None)])
+    wide = ["a" * 60000 + str(i) for i in range(40)]          # 2.4 MB: three buffers
+    batch = NATS_BATCH * 3 + wide[:20] + ["b." * 600000 + "c"] + wide[20:] + NATS_BATCH
+    rows_as_str = [x if isinstance(x, str) else None for x in batch]
+    one = sl.match_many(batch, queues="all")
+    assert one.invalid.tolist() == [x is None or not valid_subject(x, "nats") for x in rows_as_str]
+    for i, x in enumerate(rows_as_str):
+        if x is not None and not one.invalid[i]:
+            assert Counter(one[i].tolist()) == all_ids(sl.match(x)), i
+    for block_rows in (1, 3, 64):
+        with tiny_thread_blocks(block_rows):
+            for queues in ("all", "pick", "none"):
+                same(sl.match_many(batch, queues=queues, threads=threads),
+                     sl.match_many(batch, queues=queues))
+                same(sl.match_many(tuple(batch), queues=queues, threads=threads),
+                     sl.match_many(batch, queues=queues))
+
+
 def test_bytes_and_other_objects_in_a_list_are_invalid_rows():
     sl = build("nats", NATS_SUBS)
     b = sl.match_many([b"a.b", bytearray(b"a.b"), 1, 2.5, object(), ["a.b"], "a.b"], queues="all")

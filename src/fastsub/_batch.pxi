@@ -1,12 +1,22 @@
 # Batch matching: Sublist.match_many and its result (included by _core.pyx).
 #
-# Input columns reach C without copying the strings: Python str through the
-# UTF-8 buffer CPython caches in each str, pyarrow (large_)string arrays
-# through their data/offsets/validity buffers.  Output ids are written by C
-# into one buffer that numpy and pyarrow then view without copying.
+# Input columns reach C as fs_strings: pyarrow (large_)string arrays read in
+# place through their data/offsets/validity buffers; a Python sequence's
+# strings copied, one after another, into buffers of their own (_Column).
+# Output ids are written by C into one buffer that numpy and pyarrow then
+# view without copying.
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.mem cimport PyMem_Realloc
+
+cdef extern from "Python.h":
+    # borrowed references, for a list or a tuple
+    PyObject *PySequence_Fast_GET_ITEM(object o, Py_ssize_t i)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+
+cdef extern from "fs_bits.h":
+    void _prefetch "FS_PREFETCH"(const void *p) nogil
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy
 
@@ -25,6 +35,9 @@ _QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_
 cdef size_t _min_rows_per_thread = ROWS_PER_CHUNK
 cdef size_t _thread_block_rows = 0          # 0: the C default (fs_batch.c)
 cdef unsigned _cpus_override = 0            # 0: the CPUs this process may run on
+# A Python list's rows are handed to the threads this many at a time as
+# they are converted (8 blocks: a mutex and a wake-up per 8,192 rows).
+cdef Py_ssize_t _feed_rows = 8192
 
 
 cdef unsigned _threads_for(unsigned asked, size_t rows):
@@ -45,14 +58,17 @@ cdef unsigned _threads_for(unsigned asked, size_t rows):
     return <unsigned>(n if n > 1 else 1)
 
 
-def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None):
+def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None, feed_rows=None):
     """Testing only: cut batches for threads at min_rows_per_thread rows
     per thread (default 16,384), in blocks of block_rows (0: 1,024), as if
-    the process had cpus CPUs (0: as it has).  Returns the previous
-    settings, as a dict to pass back."""
-    global _min_rows_per_thread, _thread_block_rows, _cpus_override
+    the process had cpus CPUs (0: as it has), a Python list's rows handed
+    to the threads feed_rows at a time (default 8,192).  Returns the
+    previous settings, as a dict to pass back."""
+    global _min_rows_per_thread, _thread_block_rows, _cpus_override, _feed_rows
     old = {"min_rows_per_thread": _min_rows_per_thread, "block_rows": _thread_block_rows,
-           "cpus": _cpus_override}
+           "cpus": _cpus_override, "feed_rows": _feed_rows}
+    if feed_rows is not None:
+        _feed_rows = max(1, int(feed_rows))
     if min_rows_per_thread is not None:
         _min_rows_per_thread = max(1, int(min_rows_per_thread))
     if block_rows is not None:
@@ -108,56 +124,134 @@ cdef _IdBuffer _take_ids(fs_idbuf *b):
     return out
 
 
+cdef enum:
+    # A Python sequence's strings are copied into chunks of this size (or
+    # of one longer string): see _Column.fill_to.
+    STR_CHUNK_BYTES = 1 << 20
+
+
+@cython.final
 cdef class _Column:
-    """A C view (fs_strings) of one column of strings, and the Python
-    objects that must outlive it."""
+    """A C view (fs_strings) of one column of strings, and what must outlive
+    it: the Arrow array read in place, or the copies of a Python
+    sequence's strings.
+
+    A sequence's rows are converted by fill_to, which copies each string's
+    UTF-8 bytes into the column's own chunks.  Copied, they need no
+    reference to the str objects (the tuple copy and the decref pass that
+    holding references cost took a third of a cached batch's time), the
+    matcher reads them one after another, and a list another thread
+    mutates later changes nothing here.  match_many's threads may match
+    the first rows while fill_to converts the rest (fs_batch_feed)."""
     cdef fs_strings s
-    cdef object keep
+    cdef object keep           # the Arrow array; or the sequence, until filled
+    cdef Py_ssize_t filled     # rows converted so far
     cdef const char **ptrs
     cdef size_t *lens
+    cdef char **chunks
+    cdef size_t nchunks
+    cdef char *cur             # where the next string's copy goes
+    cdef size_t room           # bytes left at cur
 
     def __dealloc__(self):
+        cdef size_t k
+        for k in range(self.nchunks):
+            PyMem_Free(self.chunks[k])
+        PyMem_Free(self.chunks)
         PyMem_Free(self.ptrs)
         PyMem_Free(self.lens)
+
+    cdef const char *_copy(self, const char *p, size_t n) except NULL:
+        """A copy of n bytes in the column's chunks (never NULL: NULL is a
+        null row)."""
+        cdef size_t size
+        cdef char **grown
+        if n > self.room or self.cur == NULL:
+            size = max(<size_t>STR_CHUNK_BYTES, n)
+            grown = <char **>PyMem_Realloc(self.chunks, sizeof(char *) * (self.nchunks + 1))
+            if grown == NULL:
+                raise MemoryError()
+            self.chunks = grown
+            self.cur = <char *>PyMem_Malloc(size)
+            if self.cur == NULL:
+                raise MemoryError()
+            self.chunks[self.nchunks] = self.cur
+            self.nchunks += 1
+            self.room = size
+        cdef const char *at = self.cur
+        memcpy(self.cur, p, n)
+        self.cur += n
+        self.room -= n
+        return at
+
+    cdef int fill_to(self, Py_ssize_t end) except -1:
+        """Convert rows [filled, end) of the sequence.  No Python code runs
+        here, so the list cannot change under it; match_many calls it with
+        the interpreter lock held throughout, between feeds too."""
+        cdef Py_ssize_t i, ln
+        cdef const char *p
+        cdef const char *obj
+        cdef object items = self.keep
+        if end > <Py_ssize_t>self.s.n:
+            end = <Py_ssize_t>self.s.n
+        if end <= self.filled:
+            return 0
+        if end > PySequence_Fast_GET_SIZE(items):
+            raise RuntimeError("the subjects list changed size during match_many")
+        for i in range(self.filled, end):
+            if i + 8 < end:
+                # the str 8 rows on: its header and characters (one or two
+                # lines) are the loop's misses
+                obj = <const char *>PySequence_Fast_GET_ITEM(items, i + 8)
+                _prefetch(obj)
+                _prefetch(obj + 64)
+            x = <object>PySequence_Fast_GET_ITEM(items, i)
+            self.ptrs[i] = NULL
+            self.lens[i] = 0
+            if type(x) is str and PyUnicode_IS_COMPACT_ASCII(x):
+                # the usual row: an ASCII str's characters are its UTF-8 bytes
+                ln = PyUnicode_GET_LENGTH(x)
+                p = <const char *>PyUnicode_DATA(x)
+            elif isinstance(x, str):
+                p = PyUnicode_AsUTF8AndSize(x, &ln)
+                if p == NULL:
+                    PyErr_Clear()
+                    try:
+                        p = _utf8_or_raise(x, &ln)     # fails the same way, raising
+                    except UnicodeEncodeError:   # a lone surrogate: an invalid row
+                        continue
+            else:
+                continue                    # None or not a str: a null row
+            self.ptrs[i] = self._copy(p, <size_t>ln)
+            self.lens[i] = <size_t>ln
+        self.filled = end
+        if end == <Py_ssize_t>self.s.n:
+            self.keep = None           # every string is copied
+        return 0
 
 
 cdef bint _is_arrow(object x):
     return type(x).__module__.startswith("pyarrow")
 
 
-cdef _Column _column_of_strs(object items):
-    """list/tuple of str (None and non-str rows become nulls)."""
+cdef _Column _column_of_strs(object items, bint fill=True):
+    """list/tuple (or any iterable) of str; None and non-str rows become
+    nulls.  fill=False leaves the rows to _Column.fill_to."""
     cdef _Column c = _Column.__new__(_Column)
-    items = tuple(items)
+    if type(items) is not list and type(items) is not tuple:
+        items = list(items)
     c.keep = items
-    cdef Py_ssize_t n = len(items), i, ln
+    cdef Py_ssize_t n = len(items)
     c.ptrs = <const char **>PyMem_Malloc(sizeof(char *) * (n if n else 1))
     c.lens = <size_t *>PyMem_Malloc(sizeof(size_t) * (n if n else 1))
     if c.ptrs == NULL or c.lens == NULL:
         raise MemoryError()
-    for i in range(n):
-        x = items[i]
-        if type(x) is str and PyUnicode_IS_COMPACT_ASCII(x):
-            # the usual row: an ASCII str's characters are its UTF-8 bytes
-            c.ptrs[i] = <const char *>PyUnicode_DATA(x)
-            c.lens[i] = <size_t>PyUnicode_GET_LENGTH(x)
-            continue
-        c.ptrs[i] = NULL
-        c.lens[i] = 0
-        if isinstance(x, str):
-            c.ptrs[i] = PyUnicode_AsUTF8AndSize(x, &ln)
-            if c.ptrs[i] != NULL:
-                c.lens[i] = <size_t>ln
-                continue
-            PyErr_Clear()
-            try:
-                c.ptrs[i] = _utf8_or_raise(x, &ln)    # fails the same way, raising
-            except UnicodeEncodeError:        # lone surrogate: an invalid row
-                c.ptrs[i] = NULL
     c.s.layout = FS_STR_PTRS
     c.s.n = <size_t>n
     c.s.ptrs = c.ptrs
     c.s.lens = c.lens
+    if fill:
+        c.fill_to(n)
     return c
 
 
@@ -209,6 +303,7 @@ cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
         raise TypeError(f"match_many needs a string or large_string Arrow array, not {t}")
     cdef _Column c = _Column.__new__(_Column)
     c.keep = arr
+    c.filled = len(arr)
     validity, offsets, data = arr.buffers()[:3]
     _check_arrow_offsets(arr, what, row_base)
     c.s.layout = FS_STR_ARROW
@@ -292,10 +387,11 @@ class _ArrowRows:
         return self.arr[i].as_py()
 
 
-cdef list _segments(object col, str what, Py_ssize_t row_base=0):
-    """Split an input column into [(row_base, _Column)] without copying
-    strings: one segment, or one per chunk of a ChunkedArray.  row_base:
-    the first row's number in error messages."""
+cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True):
+    """Split an input column into [(row_base, _Column)]: one segment, or one
+    per chunk of a ChunkedArray.  row_base: the first row's number in error
+    messages.  fill=False leaves a Python sequence's rows to
+    _Column.fill_to (Arrow columns are read in place: always filled)."""
     if _is_arrow(col):
         import pyarrow as pa
         if isinstance(col, pa.ChunkedArray):
@@ -312,11 +408,11 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0):
             raise TypeError(f"{what} must be one-dimensional, not {col.ndim}-dimensional")
         if col.dtype.kind not in "OUT":
             raise TypeError(f"{what}: numpy arrays of dtype {col.dtype} are not strings")
-        return [(0, _column_of_strs(col.tolist()))]
+        return [(0, _column_of_strs(col.tolist(), fill))]
     if isinstance(col, (str, bytes)):
         raise TypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
     try:
-        return [(0, _column_of_strs(col))]
+        return [(0, _column_of_strs(col, fill))]
     except TypeError:
         raise TypeError(f"{what} must be a list of str, a numpy array or a pyarrow "
                         f"string array, not {type(col).__name__}") from None
@@ -416,7 +512,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
         raise ValueError(f"threads must be >= 1, not {threads}")
     cdef unsigned nthreads = <unsigned>min(threads, 256)
     cdef unsigned seg_threads
-    segments = _segments(subjects, "subjects")
+    segments = _segments(subjects, "subjects", 0, False)
     cdef Py_ssize_t n = 0
     cdef _Column col, kcol
     for _, col in segments:
@@ -458,6 +554,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                 begin = 0
                 while begin < seg_n:
                     end = min(begin + ROWS_PER_CHUNK, seg_n)
+                    col.fill_to(end)
                     with nogil:
                         rc = fs_match_rows(self.sl, &col.s, kp, begin, end, mode, dedupe,
                                            &off_view[base + begin + 1], &inv_view[base + begin], &ids, NULL)
@@ -466,11 +563,18 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                     PyErr_CheckSignals()
                     begin = end
                 continue
+            # A Python list's rows are converted here, under the interpreter
+            # lock: the threads match the converted ones meanwhile.
+            col.fill_to(_feed_rows)
             job = fs_batch_start_blocks(self.sl, &col.s, kp, mode, dedupe, seg_threads,
-                                        &off_view[base + 1], &inv_view[base], _thread_block_rows)
+                                        &off_view[base + 1], &inv_view[base], _thread_block_rows,
+                                        <size_t>col.filled)
             if job == NULL:
                 raise MemoryError()
             try:
+                while col.filled < <Py_ssize_t>seg_n:
+                    col.fill_to(col.filled + _feed_rows)
+                    fs_batch_feed(job, <size_t>col.filled)
                 done = False
                 while not done:
                     with nogil:

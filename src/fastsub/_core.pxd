@@ -146,7 +146,8 @@ cdef extern from "fs_batch.h" nogil:
                       uint8_t *invalid, fs_idbuf *out, const void *cancel)
     fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                                         int queues, int dedupe, unsigned nthreads, int64_t *row_end,
-                                        uint8_t *invalid, size_t block_rows)
+                                        uint8_t *invalid, size_t block_rows, size_t fed)
+    void fs_batch_feed(fs_batch_job *job, size_t fed)
     int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
     void fs_batch_cancel(fs_batch_job *job)
     int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
