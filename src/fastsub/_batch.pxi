@@ -552,9 +552,11 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                 if ids.ids == NULL and n >= KEPT_BUFFER_ROWS:
                     fs_idbuf_start_kept(&ids)
                 begin = 0
+                # all rows converted before the lock is first let go: the
+                # list as it was at the call, whatever other threads do to it
+                col.fill_to(seg_n)
                 while begin < seg_n:
                     end = min(begin + ROWS_PER_CHUNK, seg_n)
-                    col.fill_to(end)
                     with nogil:
                         rc = fs_match_rows(self.sl, &col.s, kp, begin, end, mode, dedupe,
                                            &off_view[base + begin + 1], &inv_view[base + begin], &ids, NULL)
@@ -564,7 +566,8 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                     begin = end
                 continue
             # A Python list's rows are converted here, under the interpreter
-            # lock: the threads match the converted ones meanwhile.
+            # lock throughout (the list as it was at the call): the threads
+            # match the converted ones meanwhile.
             col.fill_to(_feed_rows)
             job = fs_batch_start_blocks(self.sl, &col.s, kp, mode, dedupe, seg_threads,
                                         &off_view[base + 1], &inv_view[base], _thread_block_rows,
