@@ -182,8 +182,20 @@ cdef class MatchResult:
     (filter, id); AMQP: one per id); ``groups``: ``(queue, filter_or_None,
     members)`` per matching queue group (NATS, AMQP: merged by queue name,
     filter None; MQTT: one per (group, filter))."""
-    cdef readonly list subs
-    cdef list _groups       # None: no groups, the list not made until asked for
+    # None: there are none, and the empty list is not made until asked for
+    # (~40% of subjects match nothing; `if not m:` or len(m) then costs
+    # no list at all).
+    cdef list _subs
+    cdef list _groups
+
+    @property
+    def subs(self):
+        cdef list l
+        if self._subs is None:
+            l = []
+            if self._subs is None:      # (making it may run other threads)
+                self._subs = l
+        return self._subs
 
     @property
     def groups(self):
@@ -195,9 +207,10 @@ cdef class MatchResult:
         return self._groups
 
     def __len__(self):
+        cdef Py_ssize_t n = 0 if self._subs is None else len(self._subs)
         if self._groups is None:
-            return len(self.subs)
-        return len(self.subs) + sum(len(g[2]) for g in self._groups)
+            return n
+        return n + sum(len(g[2]) for g in self._groups)
 
     def __repr__(self):
         return f"MatchResult(subs={self.subs!r}, groups={self.groups!r})"
@@ -250,7 +263,8 @@ cdef MatchResult _small_result(int64_t *ids, size_t n, bint dedupe):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
     if dedupe and n > 1:
         n = _unique_small(ids, n)
-    m.subs = _id_list(ids, n)
+    if n:
+        m._subs = _id_list(ids, n)
     return m
 
 
@@ -258,9 +272,10 @@ cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
     cdef size_t i
     cdef fs_group_out *g
-    m.subs = _id_list(r.ids, r.nplain)
-    if dedupe:
-        m.subs = _unique(m.subs)
+    if r.nplain:
+        m._subs = _id_list(r.ids, r.nplain)
+        if dedupe:
+            m._subs = _unique(m._subs)
     if r.ngroups == 0:
         return m
     groups = []
