@@ -16,7 +16,10 @@ Python call itself, which is what the per-call figures are about.
 
 Operations:
   match_many   Sublist.match_many over a list of N subjects, queues="all",
-               threads=1 (per subject)
+               threads=1 (per subject; the list's conversion included)
+  match_many_arrow
+               the same over a pyarrow StringArray of them (the matching
+               alone: Arrow is read in place)
   match        Sublist.match(s) from a Python loop (per call)
   floor        the same loop calling str.encode, a builtin method that
                returns a new object: the floor of "a Python call that
@@ -50,6 +53,9 @@ if op == "insert_many":
 else:
     sl.insert_many(filters, ids, queues)
 pubs = pubs[:rows]
+if op == "match_many_arrow":
+    import pyarrow as pa
+    arr = pa.array(pubs)
 match = sl.match
 for p in pubs:                       # warm-up: fills the cache, touches pages
     match(p)
@@ -59,6 +65,8 @@ gc.disable()                         # a collection's timing would differ betwee
 for r in range(reps):
     if op == "match_many":
         sl.match_many(pubs, queues="all", threads=1)
+    elif op == "match_many_arrow":
+        sl.match_many(arr, queues="all", threads=1)
     elif op == "match":
         for p in pubs:
             match(p)
@@ -93,7 +101,7 @@ def instructions(op, name, rows, reps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ops", default="match_many,match,floor,insert_many")
+    ap.add_argument("--ops", default="match_many,match_many_arrow,match,floor,insert_many")
     ap.add_argument("--workloads", default="light,heavy,hot1k")
     ap.add_argument("--rows", type=int, default=5000)
     a = ap.parse_args()
