@@ -162,6 +162,34 @@ int main(void)
             ;
         CHECK(fs_batch_finish(job, &out[k]) == FS_OK);
     }
+    /* Rows fed while the threads wait for them (as a Python list's are
+     * while it is converted): the same output.  Then a job cancelled while
+     * its threads wait for rows that never come: it ends, cancelled. */
+    {
+        static int64_t fed_end[N];
+        static uint8_t fed_invalid[N];
+        fs_idbuf fed_out;
+        fs_batch_job *job = fs_batch_start_blocks(sl, &col, NULL, FS_QUEUES_ALL, 0, 4, fed_end, fed_invalid,
+                                                  64, 0);
+        CHECK(job != NULL);
+        for (size_t fed = 1000; fed < N; fed += 1000)
+            fs_batch_feed(job, fed);
+        fs_batch_feed(job, N);
+        while (!fs_batch_wait(job, 5))
+            ;
+        CHECK(fs_batch_finish(job, &fed_out) == FS_OK);
+        CHECK(fed_out.n == out[0].n && memcmp(fed_end, row_end[0], sizeof fed_end) == 0);
+        CHECK(memcmp(fed_out.ids, out[0].ids, sizeof(int64_t) * fed_out.n) == 0);
+        fs_idbuf_free(&fed_out);
+
+        job = fs_batch_start_blocks(sl, &col, NULL, FS_QUEUES_ALL, 0, 4, fed_end, fed_invalid, 64, 1000);
+        CHECK(job != NULL);
+        CHECK(!fs_batch_wait(job, 20));      /* the rows after 1,000 never come */
+        fs_batch_cancel(job);
+        while (!fs_batch_wait(job, 5))
+            ;
+        CHECK(fs_batch_finish(job, &fed_out) == FS_ECANCELLED && fed_out.n == 0);
+    }
     atomic_store(&stop_writers, 1);
     for (int i = 0; i < 2; i++)
         fs_thread_join(&w[i]);
