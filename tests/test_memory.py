@@ -484,6 +484,39 @@ def test_fault_injection_with_big_outputs(threads):
     fastsub.release_memory()
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_python_allocations_failing_in_match_many_over_a_list(threads):
+    """The Python allocator's failures, each in turn (CPython's
+    _testcapi.set_nomemory), in a match_many over a list whose strings are
+    copied into buffers of the column's own -- more than one 1 MiB buffer
+    -- and, with threads, fed to them as they are copied: a MemoryError
+    or the right answer, never a crash or a hang, and the index answers
+    exactly afterwards."""
+    _testcapi = pytest.importorskip("_testcapi")
+    from strategies import tiny_thread_blocks
+    sl = Sublist("nats")
+    sl.insert("a.*", 1)
+    sl.insert(">", 2)
+    batch = ["a.b", "x" * 700000, "a.c", "y" * 700000, None, "a.\u00e9"] * 3
+    want = sl.match_many(batch, queues="all")
+    failed = 0
+    with tiny_thread_blocks(2):
+        for nth in range(60):
+            _testcapi.set_nomemory(nth, nth + 1)
+            try:
+                got = sl.match_many(batch, queues="all", threads=threads)
+            except MemoryError:
+                failed += 1
+                continue
+            finally:
+                _testcapi.remove_mem_hooks()
+            assert got.offsets.tolist() == want.offsets.tolist()
+            assert got.sub_ids.tolist() == want.sub_ids.tolist()
+        again = sl.match_many(batch, queues="all", threads=threads)
+    assert failed > 0
+    assert again.offsets.tolist() == want.offsets.tolist() and again.sub_ids.tolist() == want.sub_ids.tolist()
+
+
 def _four_children(dialect):
     """An index whose one shape table ("x.*") holds 4 entries in 4 slots:
     one more grows the table to 8."""
