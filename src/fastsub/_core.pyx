@@ -190,21 +190,24 @@ cdef class MatchResult:
 
     @property
     def subs(self):
-        cdef list l
-        if self._subs is None:
-            l = []
-            if self._subs is None:      # (making it may run other threads)
-                self._subs = l
-        return self._subs
+        return self._subs if self._subs is not None else self._make_empty(False)
 
     @property
     def groups(self):
-        cdef list g
-        if self._groups is None:
-            g = []
-            if self._groups is None:    # (making it may run other threads)
-                self._groups = g
-        return self._groups
+        return self._groups if self._groups is not None else self._make_empty(True)
+
+    cdef list _make_empty(self, bint groups):
+        """The empty subs or groups list, made on first access.  Making it
+        may run other threads or a __del__ that asks first: the list that
+        got there first stays."""
+        cdef list made = []
+        if groups:
+            if self._groups is None:
+                self._groups = made
+            return self._groups
+        if self._subs is None:
+            self._subs = made
+        return self._subs
 
     def __len__(self):
         cdef Py_ssize_t n = 0 if self._subs is None else len(self._subs)
