@@ -34,6 +34,17 @@ replaces only those three loops:
   literal filters in a second Sublist; a wildcard filter asks it with
   ``reverse_match`` (only the retained topics the filter matches come back),
   a filter without wildcards is a dict lookup.
+* **Malformed packets** (MQTT 3.1.1 §4.8: the server closes the network
+  connection): a SUBSCRIBE or UNSUBSCRIBE with packet identifier 0, no
+  topic, a requested QoS byte other than 0, 1 or 2 [MQTT-3.8.3-4], or fixed
+  header flags other than ``0010`` [MQTT-3.8.1-1, 3.10.1-1]; a PUBLISH at
+  QoS 3 [MQTT-3.3.1-4] or at QoS 1/2 with packet identifier 0.  The packet
+  changes nothing and gets no acknowledgement (stock amqtt grants such a QoS
+  as it came).  A PUBLISH that amqtt refuses by closing the connection (an
+  empty, wildcard or ``$`` topic) closes it for real: stock amqtt leaves the
+  socket open and the session, filters included, behind for good.  Nothing a client sends is packed into another value without
+  a range check: the routing ids ``sid << 2 | qos`` are built from session
+  ids the adapter issues and a QoS of 0-2 only.
 * **Filters**: anything ``fastsub.is_valid_filter(f, "mqtt")`` refuses (the
   empty filter, U+0000, more than 65,535 bytes, a malformed ``$share/``) is
   refused with SUBACK 0x80 on top of amqtt's own refusals; nothing is stored.
@@ -61,6 +72,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
+import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 from amqtt.broker import Broker as _AmqttBroker
@@ -72,12 +84,74 @@ from fastsub._core import InvalidSubjectError, Sublist, is_valid_filter, subject
 __all__ = ["Broker"]
 
 _REFUSED = 0x80          # SUBACK return code "failure" (MQTT 3.1.1 §3.9.3)
+_QOS_LEVELS = (0, 1, 2)  # the only QoS values a packet may carry (MQTT 3.1.1 §4.3)
+_SUBSCRIBE_FLAGS = 0x02  # fixed header flags of SUBSCRIBE and UNSUBSCRIBE [MQTT-3.8.1-1, 3.10.1-1]
+_SHARE = "$share/"
+
+_log = logging.getLogger(__name__)
+
+
+def _is_qos(q: Any) -> bool:
+    # bool is an int subclass: True is no QoS byte a packet decodes to.
+    return type(q) is int and q in _QOS_LEVELS
+
+
+def _is_packet_id(pid: Any) -> bool:
+    return type(pid) is int and 1 <= pid <= 0xFFFF    # [MQTT-2.3.1-1]
+
+
+def malformed_subscribe(packet_id: Any, topics: Any) -> Optional[str]:
+    """Why a SUBSCRIBE's content is malformed (MQTT 3.1.1 §3.8), or None."""
+    if not _is_packet_id(packet_id):
+        return f"packet identifier {packet_id!r} [MQTT-2.3.1-1]"
+    if not topics:
+        return "no topic filter [MQTT-3.8.3-3]"
+    for entry in topics:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)):
+            return f"topic entry {entry!r} is no (filter, QoS) pair"
+        if not _is_qos(entry[1]):
+            return f"requested QoS {entry[1]!r} for {entry[0]!r} [MQTT-3.8.3-4]"
+    return None
+
+
+def malformed_unsubscribe(packet_id: Any, topics: Any) -> Optional[str]:
+    """Why an UNSUBSCRIBE's content is malformed (MQTT 3.1.1 §3.10), or None."""
+    if not _is_packet_id(packet_id):
+        return f"packet identifier {packet_id!r} [MQTT-2.3.1-1]"
+    if not topics:
+        return "no topic filter [MQTT-3.10.3-2]"
+    if not all(isinstance(t, str) for t in topics):
+        return "a topic filter that is no string"
+    return None
+
+
+def _share_key(topic_filter: str) -> Optional[Tuple[str, str]]:
+    """``$share/G/f`` -> (G, f), the key fastsub reports the group under;
+    None for a plain filter.  Only called on filters is_valid_filter took."""
+    if not topic_filter.startswith(_SHARE):
+        return None
+    group, _, rest = topic_filter[len(_SHARE):].partition("/")
+    return group, rest
 
 # The QoS of the PUBLISH packet being handled.  amqtt's _handle_message_delivery
 # calls _broadcast_message without it; each client's message loop is its own
 # task, so a context variable carries it from one to the other without two
 # clients' publishes ever seeing each other's value.
 _publish_qos: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar("fastsub_publish_qos", default=None)
+
+
+class _SnapshotDict(dict):
+    """amqtt's subscriptions dict, iterated over a snapshot of its keys.
+
+    On every CONNECT amqtt loops ``for topic in self._subscriptions`` and
+    awaits a retained-message send inside the loop; another connection's
+    SUBSCRIBE or UNSUBSCRIBE adds or drops a filter meanwhile, and the loop
+    dies with "dictionary changed size during iteration", taking the
+    connecting client's session with it (stock amqtt too, found by the broker
+    fuzz test).  The loop is already O(filters); the snapshot keeps it so."""
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(list(super().keys()))
 
 
 class _Holder:
@@ -103,11 +177,16 @@ class Broker(_AmqttBroker):
 
     # -- state -------------------------------------------------------------
     def _fs_reset(self) -> None:
+        if type(self._subscriptions) is dict:
+            self._subscriptions = _SnapshotDict(self._subscriptions)
         self.routing_index = Sublist("mqtt")
         self._holders: Dict[str, _Holder] = {}       # client_id -> holder
         self._holder_by_sid: Dict[int, _Holder] = {}
         self._next_sid = itertools.count(1)
-        self._rr: Dict[Tuple[str, Optional[str]], int] = {}   # shared group -> next member
+        # Round-robin cursor per shared group (group, filter), kept only
+        # while some session holds that $share filter: _share_holders counts them.
+        self._rr: Dict[Tuple[str, Optional[str]], int] = {}
+        self._share_holders: Dict[Tuple[str, str], int] = {}
         self.retained_index = Sublist("mqtt")
         self._retained_ids: Dict[str, int] = {}      # topic -> id in retained_index
         self._retained_odd: set = set()              # topics that are no literal filter ("$share/...")
@@ -120,12 +199,23 @@ class Broker(_AmqttBroker):
 
     # -- subscribe / unsubscribe / session end -----------------------------
     async def add_subscription(self, subscription: Tuple[str, int], session: Any) -> int:
-        topic_filter, _ = subscription
+        topic_filter, requested = subscription
         if not isinstance(topic_filter, str) or not is_valid_filter(topic_filter, "mqtt"):
             return _REFUSED          # amqtt's refusal; neither index nor amqtt's dict changes
+        if not _is_qos(requested):
+            # A packet never gets here (_handle_subscription closes the
+            # connection first); amqtt's plugin API (BrokerContext.add_subscription) can.
+            return _REFUSED
         granted = await super().add_subscription(subscription, session)
         if granted == _REFUSED:
             return granted
+        if not _is_qos(granted):
+            # amqtt's "max-qos" setting can lower the QoS to anything it holds:
+            # what goes into an id must be 0-2, so undo amqtt's entry and refuse.
+            super()._del_subscription(topic_filter, session)
+            if not self._subscriptions.get(topic_filter, True):
+                del self._subscriptions[topic_filter]
+            return _REFUSED
         holder = self._holders.get(session.client_id)
         if holder is None:
             holder = _Holder(next(self._next_sid), session)
@@ -143,15 +233,39 @@ class Broker(_AmqttBroker):
                         entries[i] = (s, granted)
             self.routing_index.insert(topic_filter, holder.sid << 2 | granted)
             holder.filters[topic_filter] = granted
+            if old is None:
+                key = _share_key(topic_filter)
+                if key is not None:
+                    self._share_holders[key] = self._share_holders.get(key, 0) + 1
         return granted
+
+    def _forget(self, holder: _Holder, topic_filter: str) -> None:
+        """The holder no longer holds topic_filter: drop the shared group's
+        cursor with its last holder, and the holder with its last filter."""
+        key = _share_key(topic_filter)
+        if key is not None:
+            left = self._share_holders.get(key, 0) - 1
+            if left > 0:
+                self._share_holders[key] = left
+            else:
+                self._share_holders.pop(key, None)
+                self._rr.pop(key, None)
+        if not holder.filters and self._holders.get(holder.session.client_id) is holder:
+            del self._holders[holder.session.client_id]
+            del self._holder_by_sid[holder.sid]
 
     def _del_subscription(self, a_filter: str, session: Any) -> int:
         deleted = super()._del_subscription(a_filter, session)
+        if deleted and not self._subscriptions.get(a_filter, True):
+            # amqtt leaves an emptied filter's list behind on UNSUBSCRIBE (and
+            # walks every filter on each CONNECT): drop it, as its session end does.
+            del self._subscriptions[a_filter]
         holder = self._holders.get(session.client_id)
         if holder is not None:
             qos = holder.filters.pop(a_filter, None)
             if qos is not None:
                 self.routing_index.remove(a_filter, holder.sid << 2 | qos)
+                self._forget(holder, a_filter)
         return deleted
 
     async def _del_all_subscriptions(self, session: Any) -> None:
@@ -161,20 +275,82 @@ class Broker(_AmqttBroker):
             return
         del self._holder_by_sid[holder.sid]
         filters = list(holder.filters.items())
+        holder.filters.clear()
         for f, _q in filters:
             super()._del_subscription(f, session)
             if not self._subscriptions.get(f, True):
                 del self._subscriptions[f]      # amqtt drops emptied filters here too
+            self._forget(holder, f)
         self.routing_index.remove_many([f for f, _ in filters], [holder.sid << 2 | q for _, q in filters])
+
+    # -- malformed packets ---------------------------------------------------
+    async def _close_malformed(self, session: Any, handler: Any, what: str) -> None:
+        # MQTT 3.1.1 §4.8: a malformed packet closes the network connection.
+        # The disconnect waiter fires, and amqtt's message loop ends the
+        # connection as for any close without DISCONNECT (its will included).
+        _log.warning("fastsub.amqtt: client %r sent a malformed %s; closing the connection",
+                     getattr(session, "client_id", None), what)
+        await handler.handle_connection_closed()
+
+    def _guard_packets(self, session: Any, handler: Any) -> None:
+        """Check the fixed header of every SUBSCRIBE and UNSUBSCRIBE this
+        connection's handler reads from now on (amqtt's reader takes any flags)."""
+        if getattr(handler, "_fastsub_guarded", False):
+            return
+        handler._fastsub_guarded = True
+        for name, kind in (("handle_subscribe", "SUBSCRIBE"), ("handle_unsubscribe", "UNSUBSCRIBE")):
+            original = getattr(handler, name)
+
+            async def checked(packet: Any, _original: Any = original, _kind: str = kind) -> None:
+                flags = getattr(getattr(packet, "fixed_header", None), "flags", None)
+                if flags != _SUBSCRIBE_FLAGS:
+                    await self._close_malformed(session, handler, f"{_kind} (fixed header flags {flags!r})")
+                    return
+                await _original(packet)
+            setattr(handler, name, checked)
+
+    async def _client_message_loop(self, client_session: Any, handler: Any) -> None:
+        self._guard_packets(client_session, handler)
+        await super()._client_message_loop(client_session, handler)
+
+    async def _handle_subscription(self, client_session: Any, handler: Any, subscribe_waiter: Any) -> None:
+        sub = subscribe_waiter.result()
+        why = malformed_subscribe(getattr(sub, "packet_id", None), getattr(sub, "topics", None))
+        if why is not None:
+            await self._close_malformed(client_session, handler, f"SUBSCRIBE ({why})")
+            return
+        await super()._handle_subscription(client_session, handler, subscribe_waiter)
+
+    async def _handle_unsubscription(self, client_session: Any, handler: Any, unsubscribe_waiter: Any) -> None:
+        unsub = unsubscribe_waiter.result()
+        why = malformed_unsubscribe(getattr(unsub, "packet_id", None), getattr(unsub, "topics", None))
+        if why is not None:
+            await self._close_malformed(client_session, handler, f"UNSUBSCRIBE ({why})")
+            return
+        await super()._handle_unsubscription(client_session, handler, unsubscribe_waiter)
 
     # -- publish -----------------------------------------------------------
     async def _handle_message_delivery(self, client_session: Any, handler: Any, wait_deliver: Any) -> bool:
         app_message = wait_deliver.result()
-        token = _publish_qos.set(getattr(app_message, "qos", None))
+        qos = getattr(app_message, "qos", None)
+        if qos is not None and not _is_qos(qos):
+            await self._close_malformed(client_session, handler, f"PUBLISH (QoS {qos!r}) [MQTT-3.3.1-4]")
+            return True
+        if qos and not _is_packet_id(getattr(app_message, "packet_id", None)):
+            await self._close_malformed(client_session, handler, "PUBLISH (QoS > 0, packet identifier 0)")
+            return True
+        token = _publish_qos.set(qos)
         try:
-            return await super()._handle_message_delivery(client_session, handler, wait_deliver)
+            keep = await super()._handle_message_delivery(client_session, handler, wait_deliver)
         finally:
             _publish_qos.reset(token)
+        if not keep:
+            # amqtt answers a PUBLISH to an empty, wildcard or '$' topic with
+            # False, "closing connection", and its message loop then only
+            # breaks: the socket stays open and the session, its filters
+            # included, stays behind for good.  Close it for real instead.
+            await handler.handle_connection_closed()
+        return True
 
     async def _broadcast_message(self, session: Any, topic: Optional[str], data: Any,
                                  force_qos: Optional[int] = None) -> None:
