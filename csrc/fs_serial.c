@@ -700,11 +700,39 @@ static int rd_shaped(reader *r)
 typedef struct {
     fs_node *n;
     uint64_t lit_left;       /* literal children still to read */
+    uint64_t key;            /* the shape key of n's filter: fs_pos_mix of its literal tokens */
+    uint64_t onemask;        /* bit i: token i of n's filter is a one-level wildcard (i < 64) */
     uint32_t pathlen;        /* bytes of n's filter */
+    uint32_t ntok;           /* tokens of n's filter */
     uint8_t wild;            /* bit 0: a one child to read, bit 1: a rest child */
     uint8_t haswild;         /* n's path has a wildcard token */
     uint8_t share;           /* MQTT: the filters below n start "$share/" */
+    uint8_t restpath;        /* n's path has a rest wildcard token (n's own included) */
 } rframe;
+
+/* A filter stored in the trie must not also be an entry of the shape
+ * section: an insert finds the shape entry first (find_locked in
+ * sublist.c) and never creates the trie node then, nor the entry while the
+ * trie node holds subscriptions.  c is a trie node with subscriptions, its
+ * filter the pathlen bytes at path, its shape computed on the way down
+ * (exactly what fs_shape_classify computes from the filter's tokens:
+ * tokens before a trailing rest wildcard, no rest wildcard before it,
+ * at most FS_SHAPE_MAX_TOKENS); 1 when the shape section holds it. */
+static int in_shape_section(const fs_sublist *sl, const fs_node *c, const rframe *parent,
+                            uint64_t key, uint64_t onemask, const char *path, uint32_t pathlen)
+{
+    fs_shape_of of;
+    if (parent->restpath)
+        return 0;                      /* AMQP '#' before the end: no shape */
+    of.rest = c->kind == FS_TOK_REST;
+    of.ntoks = parent->ntok + 1 - of.rest;
+    if (of.ntoks > FS_SHAPE_MAX_TOKENS)
+        return 0;
+    of.onemask = onemask;
+    of.key = key;
+    const fs_shape *sh = fs_shape_find(sl, &of);
+    return sh && fs_shape_lookup(sh, path, pathlen, key) != NULL;
+}
 
 /* Read the children word of node n (just read) and give n its level,
  * pre-sized.  *ch is the word. */
@@ -749,6 +777,10 @@ static int rd_trie(reader *r, uint64_t *ntrie)
     rframe *stack = NULL;
     size_t depth = 0, cap = 0;
     uint64_t ch;
+    /* The current node's filter, kept only when there are shape tables to
+     * check trie filters against: each token is copied once, over its
+     * previous sibling's, so keeping it is linear in the trie's bytes. */
+    char *path = NULL;
 
     size_t at = r->pos;
     int rc = rd_subs(r, sl->root);
@@ -756,9 +788,11 @@ static int rd_trie(reader *r, uint64_t *ntrie)
         rc = bad(r, "subscriptions on the trie root", at);
     if (rc == FS_OK)
         rc = rd_children(r, sl->root, &ch);
+    if (rc == FS_OK && ch && sl->shapes.n && !(path = FS_MALLOC(maxlen)))
+        rc = FS_ENOMEM;
     if (rc == FS_OK && ch) {
         if ((rc = fs_grow(&stack, &cap, 1, sizeof(rframe))) == FS_OK)
-            stack[depth++] = (rframe){sl->root, ch >> 2, 0, (uint8_t)(ch & 3), 0, 0};
+            stack[depth++] = (rframe){sl->root, ch >> 2, 0, 0, 0, 0, (uint8_t)(ch & 3), 0, 0, 0};
     }
     while (rc == FS_OK && depth) {
         rframe *f = &stack[depth - 1];
@@ -766,7 +800,8 @@ static int rd_trie(reader *r, uint64_t *ntrie)
         fs_level *L = fs_next(parent);
         uint32_t sep = parent == sl->root ? 0 : 1;
         uint32_t pathlen;
-        uint8_t haswild = 1, share = f->share;
+        uint8_t haswild = 1, share = f->share, restpath = f->restpath;
+        uint64_t key = f->key, onemask = f->onemask;
         at = r->pos;
         if (f->lit_left) {
             f->lit_left--;
@@ -798,6 +833,12 @@ static int rd_trie(reader *r, uint64_t *ntrie)
             haswild = f->haswild;
             if (!sep && fs_share_level(r->d, (const char *)t, tlen))
                 share = 1;
+            key += fs_pos_mix(sp.hash, f->ntok);
+            if (path) {
+                if (sep)
+                    path[f->pathlen] = R->sep;
+                memcpy(path + f->pathlen + sep, t, tlen);
+            }
         } else if (f->wild) {
             int is_one = f->wild & 1;
             f->wild = (uint8_t)(f->wild & (is_one ? 2 : 1));
@@ -812,6 +853,15 @@ static int rd_trie(reader *r, uint64_t *ntrie)
             }
             if (is_one) L->one = c;
             else L->rest = c;
+            if (is_one && f->ntok < 64)
+                onemask |= 1ull << f->ntok;
+            if (!is_one)
+                restpath = 1;
+            if (path) {
+                if (sep)
+                    path[f->pathlen] = R->sep;
+                path[f->pathlen + sep] = is_one ? *one : *rest;
+            }
         } else {
             depth--;
             continue;
@@ -828,6 +878,10 @@ static int rd_trie(reader *r, uint64_t *ntrie)
             rc = bad(r, "plain subscription on a '$share/' filter", body);
             break;
         }
+        if (path && fs_has_subs(c) && in_shape_section(sl, c, f, key, onemask, path, pathlen)) {
+            rc = bad(r, "filter both in the shape section and the trie", body);
+            break;
+        }
         if ((rc = rd_children(r, c, &ch)) < 0)
             break;
         if (!ch && !fs_has_subs(c)) {
@@ -837,9 +891,12 @@ static int rd_trie(reader *r, uint64_t *ntrie)
         if (ch) {
             if ((rc = fs_grow(&stack, &cap, depth + 1, sizeof(rframe))) < 0)
                 break;
-            stack[depth++] = (rframe){c, ch >> 2, pathlen, (uint8_t)(ch & 3), haswild, share};
+            f = &stack[depth - 1];      /* the stack may have moved */
+            stack[depth++] = (rframe){c, ch >> 2, key, onemask, pathlen, f->ntok + 1, (uint8_t)(ch & 3),
+                                      haswild, share, restpath};
         }
     }
+    FS_FREE(path);
     FS_FREE(stack);
     return rc;
 }
