@@ -931,6 +931,7 @@ def consistent(sl, blob):
     dialect, counts, lits, root = T.decode(blob)
     stored = T.subscriptions_of(dialect, lits, root)
     assert len(stored) == n == counts[0]
+    assert len(set(stored)) == n, "a subscription stored twice loaded"    # FORMAT.md invariants 16-21
     try:
         stored = [(f.decode(), i, None if q is None else q.decode()) for f, i, q in stored]
     except UnicodeDecodeError:
@@ -986,3 +987,287 @@ def test_xxh64_reference_vectors():
     assert xxh64(b"abc") == 0x44BC2CF5AD770999
     blob = small_blob("mqtt")
     assert struct.unpack("<Q", blob[-8:])[0] == xxh64(blob[:-8])
+
+
+# ------------------------------------------------------------ invariants
+#
+# docs/FORMAT.md, "Invariants a reader checks": one forged image (with a
+# correct checksum) per invariant and dialect, breaking exactly it.  The
+# positions are the same in every dialect (separators and wildcards are one
+# byte), so one table serves all three.
+
+FORMAT_MD = os.path.join(HERE, "..", "docs", "FORMAT.md")
+FS_SERIAL_C = os.path.join(HERE, "..", "csrc", "fs_serial.c")
+
+
+def _d(dialect, s):
+    """A NATS-spelled filter in the dialect's spelling."""
+    if isinstance(s, bytes):
+        s = s.decode()
+    t = {".": SEP[dialect], "*": ONE[dialect], ">": REST[dialect]}
+    return "".join(t.get(c, c) for c in s).encode()
+
+
+def _v2(dialect, literals, root, **kw):
+    return encode_any(dialect, [(_d(dialect, f), n) for f, n in literals], root, version=2, **kw)
+
+
+def invariant_cases(dialect):
+    """(invariant number, name, blob, reason, position) for the state
+    invariants (16-28) and the envelope and bounds ones, in one dialect."""
+    P = HEADER
+    cases = []
+
+    def add(k, name, blob, reason, pos):
+        cases.append((k, name, blob, reason, pos))
+
+    good = small_blob(dialect)
+    plen = len(good) - HEADER - 8
+    add(1, "short", good[:40], "truncated header", 40)
+    add(2, "magic", b"\x88" + good[1:], "bad magic (not a fastsub index)", 0)
+    add(3, "version 3", good[:8] + b"\x03\x00" + good[10:], "unsupported format version", 8)
+    add(4, "flag bit 2", good[:10] + bytes([good[10] | 4]) + good[11:], "unknown flags", 10)
+    add(4, "dialect 3", good[:10] + b"\x03" + good[11:], "unknown dialect", 10)
+    add(5, "reserved", good[:13] + b"\x01" + good[14:], "nonzero reserved field", 12)
+    add(6, "cut", good[:-2], "truncated data", len(good) - 2)
+    add(6, "longer", good + b"\x00", "trailing bytes after the checksum", len(good))
+    add(7, "flipped", good[:P] + bytes([good[P] ^ 1]) + good[P + 1:], "checksum mismatch", P + plen)
+
+    root1 = T(lit=[("a", T(one=T(subs=[1])))])
+    add(8, "literal count", _v2(dialect, [], root1, counts=(1, 10 ** 9, 2)),
+        "literal filter count exceeds the data", 32)
+    add(8, "trie node count", _v2(dialect, [], root1, counts=(1, 0, 10 ** 9)),
+        "trie node count exceeds the data", 40)
+    payload = b"\x00" + enc_record(root1)
+    head = MAGIC + struct.pack("<HHIQQQQ", 2, {"nats": 0, "mqtt": 1, "amqp": 2}[dialect], 0, 0, 1, 0, 2)
+    add(9, "cut payload", seal(head, payload[:-1]), "record runs past the end of the payload", P + len(payload) - 1)
+    add(10, "padded varint", seal(head, b"\x80\x00" + payload[1:]), "non-canonical varint", P)
+    add(10, "long varint", seal(head, b"\xff" * 10 + b"\x01"), "varint overflows 64 bits", P)
+    add(11, "shaped count", seal(head, uv(500) + payload[1:]), "shaped filter count exceeds the data", P)
+    add(11, "id count", seal(head, b"\x00" + uv(500 << 1) + b"\x00"), "id count exceeds the data", P + 1)
+    add(11, "child count", seal(head, b"\x00\x00" + uv(500 << 2)), "child count exceeds the data", P + 2)
+    add(11, "group count", seal(head, b"\x00\x00\x01" + b"\x01" + uv(500)), "queue group count exceeds the data", P + 4)
+    add(11, "member count", seal(head, b"\x00\x00\x01" + b"\x01\x01\x01q" + uv(500)), "member count exceeds the data",
+        P + 7)
+    maxlen = 255 if dialect == "amqp" else 65535
+    long_msg = f"filter longer than {maxlen:,} bytes"
+    add(12, "long literal", _v2(dialect, [(b"x" * (maxlen + 1), T(subs=[1]))], T()), long_msg, P)
+    add(12, "long trie path", _v2(dialect, [], T(one=T(lit=[(b"y" * (maxlen - 1), T(subs=[1]))]))), long_msg, P + 5)
+    add(12, "long token", seal(head, b"\x00\x00\x04" + uv(70000) + b"\x00" * 8), "token longer than 65,535 bytes", P + 3)
+    add(12, "long queue name", seal(head, b"\x00\x00\x01" + b"\x01\x01" + uv(70000) + b"\x00" * 8),
+        "queue name longer than 65,535 bytes", P + 5)
+
+    # 13-15: tokens and names (the dialects' own cases are in structural_cases)
+    add(13, "separator in a token", _v2(dialect, [], T(lit=[(_d(dialect, "a.b"), T(one=T(subs=[1])))])),
+        "separator inside a token", P + 5)
+    add(13, "invalid UTF-8 token", _v2(dialect, [], T(lit=[(b"a\xff", T(one=T(subs=[1])))])), "invalid UTF-8", P + 5)
+    add(14, "wildcard in a literal", encode_any(dialect, [(_d(dialect, "a.*"), T(subs=[1]))], T(), version=1),
+        "wildcard in a literal filter", P + 3)
+    bad_name = {"nats": (b"a b", "whitespace in queue name"), "amqp": (b"a\x00", "NUL in queue name"),
+                "mqtt": (b"a/b", "'/', '+' or '#' in share group name")}[dialect]
+    add(15, "queue name", _v2(dialect, [], T(one=T(groups=[(bad_name[0], [1])]))), bad_name[1], P + 7)
+
+    # 16-28: a state that inserts can produce
+    sect = lambda entries: uv(len(entries)) + b"".join(uv(len(f)) + f + enc_subs(e) for f, e in entries)
+    h2 = lambda nsubs, nlit=0, ntrie=0: MAGIC + struct.pack(
+        "<HHIQQQQ", 2, {"nats": 0, "mqtt": 1, "amqp": 2}[dialect], 0, 0, nsubs, nlit, ntrie)
+    add(16, "literal in the shape section", seal(h2(1), sect([(b"a", T(subs=[1]))]) + b"\x00\x00"),
+        "shaped filter without a shape", P + 1)
+    deep = _d(dialect, ".".join(["a"] * 49) + ".*")
+    add(16, "49 tokens in the shape section", seal(h2(1), sect([(deep, T(subs=[1]))]) + b"\x00\x00"),
+        "shaped filter without a shape", P + 1)
+    add(17, "subscriptions on a literal trie path", _v2(dialect, [], T(lit=[("a", T(subs=[1]))])),
+        "subscriptions on a trie path without a wildcard", P + 5)
+    add(18, "subscriptions on the root", _v2(dialect, [], T(subs=[1])), "subscriptions on the trie root", P + 1)
+    add(19, "duplicate literal", _v2(dialect, [("a.b", T(subs=[1])), ("a.b", T(subs=[2]))], T()),
+        "duplicate literal filter", P + 6)
+    add(19, "duplicate shaped", _v2(dialect, [("a.*", T(subs=[1])), ("a.*", T(subs=[2]))], T()),
+        "duplicate shaped filter", P + 7)
+    add(20, "duplicate child", _v2(dialect, [], T(lit=[("a", T(one=T(subs=[1]))), ("a", T(one=T(subs=[2])))])),
+        "duplicate child token", P + 10)
+    both = "filter both in the shape section and the trie"
+    add(21, "same id in both", _v2(dialect, [("a.*", T(subs=[1]))], T(lit=[("a", T(one=T(subs=[1])))])),
+        both, P + 13)
+    add(21, "other ids in both", _v2(dialect, [("a.*", T(subs=[1]))], T(lit=[("a", T(one=T(subs=[2])))])),
+        both, P + 13)
+    add(21, "same group in both", _v2(dialect, [("a.*", T(groups=[(b"q", [5])]))],
+                                      T(lit=[("a", T(one=T(groups=[(b"q", [5])])))])), both, P + 17)
+    add(21, "rest wildcard in both", _v2(dialect, [("a.>", T(subs=[1]))], T(lit=[("a", T(rest=T(subs=[1])))])),
+        both, P + 13)
+    add(21, "first-token wildcard in both", _v2(dialect, [("*", T(subs=[1]))], T(one=T(subs=[1]))), both, P + 7)
+    add(21, "under a shaped-free interior node", _v2(dialect, [("a.*.b", T(subs=[1]))],
+                                                     T(lit=[("a", T(one=T(subs=[3], lit=[("b", T(subs=[1]))])))])),
+        both, P + 20)
+    add(22, "literal without subscriptions", _v2(dialect, [("a", T())], T()), "literal filter without subscriptions",
+        P + 2)
+    add(22, "shaped without subscriptions", _v2(dialect, [("a.*", T())], T()), "shaped filter without subscriptions",
+        P + 5)
+    add(22, "empty trie node", _v2(dialect, [], T(lit=[("a", T())])), "empty trie node", P + 5)
+    if dialect != "amqp":
+        add(23, "rest node with children", _v2(dialect, [], T(rest=T(subs=[1], one=T(subs=[2])))),
+            f"children under a '{REST[dialect]}' node", P + 5)
+    # 25 shapes of 5 tokens (masks 1..25): a subject of 5 tokens would probe 25 (the budget is 24)
+    shaped = [(_d(dialect, ".".join("*" if m >> i & 1 else "a" for i in range(5))), T(subs=[m])) for m in range(1, 26)]
+    at = P + 1 + sum(len(uv(len(f)) + f + enc_subs(e)) for f, e in shaped[:24])
+    add(24, "25 shapes for one subject length", seal(h2(25), sect(shaped) + b"\x00\x00"),
+        "more filter shapes than an index holds", at)
+    if dialect == "mqtt":
+        add(25, "plain subscription on $share/ (literal)", _v2(dialect, [("$share/g/a", T(subs=[1]))], T()),
+            "plain subscription on a '$share/' filter", P + 11)
+        add(25, "plain subscription on $share/ (shaped)", _v2(dialect, [("$share/g/*", T(subs=[1]))], T()),
+            "plain subscription on a '$share/' filter", P + 12)
+        add(25, "plain subscription on $share/ (trie)",
+            _v2(dialect, [], T(lit=[("$share", T(lit=[("g", T(one=T(subs=[1])))]))])),
+            "plain subscription on a '$share/' filter", P + 16)
+    add(26, "zero groups", seal(h2(0, 0, 1), b"\x00\x00\x01" + b"\x01\x00\x00"),
+        "zero queue groups after the groups flag", P + 4)
+    add(26, "groups out of order", _v2(dialect, [], T(one=T(groups=[(b"r", [1]), (b"q", [2])]))),
+        "queue groups not in strictly increasing name order", P + 9)
+    add(26, "group twice", _v2(dialect, [], T(one=T(groups=[(b"q", [1]), (b"q", [2])]))),
+        "queue groups not in strictly increasing name order", P + 9)
+    add(26, "empty group", _v2(dialect, [], T(one=T(groups=[(b"q", [])]))), "empty queue group", P + 7)
+    add(27, "equal ids", _v2(dialect, [], T(one=T(subs=[5, 5]))), "id beyond the signed 64-bit range", P + 5)
+    add(27, "equal members", _v2(dialect, [], T(one=T(groups=[(b"q", [5, 5])]))),
+        "id beyond the signed 64-bit range", P + 9)
+    add(27, "id past INT64_MAX", _v2(dialect, [], T(one=T(subs=[2 ** 63 - 1, 2 ** 63]))),
+        "id beyond the signed 64-bit range", P + 14)
+    ok = _v2(dialect, [("a.*", T(subs=[1]))], T(lit=[("b", T(one=T(subs=[2])))]))
+    add(28, "trailing bytes", seal(ok[:HEADER], ok[HEADER:-8] + b"\x00"), "trailing bytes after the trie",
+        len(ok) - 8)
+    add(28, "subscription count", _v2(dialect, [("a.*", T(subs=[1]))], T(lit=[("b", T(one=T(subs=[2])))]),
+                                      counts=(3, 0, 2)), "subscription count does not match the header", 24)
+    add(28, "trie node count", _v2(dialect, [("a.*", T(subs=[1]))], T(lit=[("b", T(one=T(subs=[2])))]),
+                                   counts=(2, 0, 3)), "trie node count does not match the header", 40)
+    return cases
+
+
+INVARIANT_CASES = [(d,) + c for d in ALL_DIALECTS for c in invariant_cases(d)]
+
+
+@pytest.mark.parametrize("case", INVARIANT_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in INVARIANT_CASES])
+def test_invariant_forged_image_refused(case):
+    dialect, _, _, blob, reason, pos = case
+    assert corrupt(blob) == f"corrupt fastsub index: {reason} at byte {pos}"
+
+
+def _documented_invariants():
+    """{number: (text, [reasons])} from docs/FORMAT.md."""
+    import re
+    with open(FORMAT_MD, encoding="utf-8") as f:
+        doc = f.read()
+    sec = doc[doc.index("## Invariants a reader checks"):doc.index("**Not invariants**")]
+    items = {}
+    for m in re.finditer(r"^(\d+)\. (.*?)(?=^\d+\. |^\*\*|\Z)", sec, re.S | re.M):
+        text = " ".join(m.group(2).split())
+        items[int(m.group(1))] = (text, re.findall(r"`([^`]+)`", text))
+    return items
+
+
+def test_every_invariant_is_listed_and_forged():
+    """The list in docs/FORMAT.md, the loader's reasons and the forged
+    images stay in step: every reason the loader (fs_serial.c) can give is
+    listed; every listed invariant has a forged image in every dialect
+    (where it applies) that gives one of its reasons."""
+    import re
+    items = _documented_invariants()
+    assert sorted(items) == list(range(1, len(items) + 1)) and len(items) >= 28
+    listed = {r: k for k, (_, rs) in items.items() for r in rs}
+    with open(FS_SERIAL_C, encoding="utf-8") as f:
+        src = f.read()
+    for reason in re.findall(r'bad\(&?r, "([^"]+)"', src):
+        assert reason in listed, f"the loader's {reason!r} is not in FORMAT.md's invariants"
+    for reason in ("token longer than 65,535 bytes", "queue name longer than 65,535 bytes",
+                   "filter longer than 65,535 bytes"):
+        assert reason in src and reason in listed
+    for dialect, k, name, _, reason, _ in INVARIANT_CASES:
+        assert listed.get(reason) == k, (dialect, name, reason, listed.get(reason))
+    for k in items:
+        for dialect in ALL_DIALECTS:
+            if (k, dialect) in ((23, "amqp"), (25, "nats"), (25, "amqp")):
+                continue       # AMQP's '#' may have children; '$share/' is MQTT's
+            assert any(c[0] == dialect and c[1] == k for c in INVARIANT_CASES), (k, dialect)
+    # the dialects' own token and name rules are forged in structural_cases
+    for _, dialect, _, reason, _ in CASES:
+        assert reason in listed, reason
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_issue35_duplicate_in_shape_section_and_trie(dialect):
+    """Issue 35, finding 6: the same (filter, id) in the shape section and
+    the trie loaded with len 2, match [1, 1], and to_bytes() wrote it back;
+    a queue group stored so answered [5, 5]."""
+    sub = lambda f: f.replace(".", SEP[dialect]).replace("*", ONE[dialect])
+    blob = encode("nats" if dialect == "nats" else dialect,
+                  [(sub("a.*").encode(), T(subs=[1]))], T(lit=[("a", T(one=T(subs=[1])))]))
+    assert corrupt(blob) == f"corrupt fastsub index: filter both in the shape section and the trie at byte {HEADER + 13}"
+    blob = encode(dialect, [(sub("a.*").encode(), T(groups=[(b"q", [5])]))],
+                  T(lit=[("a", T(one=T(groups=[(b"q", [5])])))]))
+    assert corrupt(blob) == f"corrupt fastsub index: filter both in the shape section and the trie at byte {HEADER + 17}"
+    # each half alone is a state inserts make, and loads
+    for blob in (encode(dialect, [(sub("a.*").encode(), T(subs=[1]))], T()),
+                 encode(dialect, [], T(lit=[("a", T(one=T(subs=[1])))]))):
+        sl = fastsub.Sublist.from_bytes(blob)
+        assert len(sl) == 1 and sl.match(sub("a.b")).subs == [1]
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_reachable_states_that_look_odd_load(dialect):
+    """FORMAT.md's "Not invariants": states inserts produce, which the
+    reader must keep accepting."""
+    s = lambda f: _d(dialect, f).decode()
+    # one id plain and in two groups on one filter: three subscriptions
+    built = fastsub.Sublist(dialect)
+    for q in (None, "q", "r"):
+        built.insert(s("a.*"), 1, queue=q)
+    blob = _v2(dialect, [("a.*", T(subs=[1], groups=[(b"q", [1]), (b"r", [1])]))], T())
+    sl = fastsub.Sublist.from_bytes(blob)
+    assert len(sl) == 3 and sl.to_bytes() == built.to_bytes() == blob
+    # a filter with a shape in the trie beside an entry of the same shape;
+    # the same group name on two filters
+    blob = _v2(dialect, [("a.*", T(groups=[(b"q", [1])]))], T(lit=[("b", T(one=T(groups=[(b"q", [2])])))]))
+    sl = fastsub.Sublist.from_bytes(blob)
+    assert len(sl) == 2 and sl.to_bytes() == blob
+    sl.remove(s("b.*"), 2, queue="q")
+    sl.insert(s("b.*"), 2, queue="q")          # back in, now where an insert puts it: the shape table
+    assert len(sl) == 2 and sl.to_bytes() == _v2(dialect, [("a.*", T(groups=[(b"q", [1])])),
+                                                            ("b.*", T(groups=[(b"q", [2])]))], T())
+    # entries in another order than to_bytes() writes (earlier writers): the same state
+    blob = _v2(dialect, [("b.c", T(subs=[1])), ("a.c", T(subs=[2])), ("b.*", T(subs=[3])), ("a.*", T(subs=[4]))],
+               T(lit=[("z", T(one=T(subs=[5]))), ("y", T(one=T(subs=[6])))]))
+    sl = fastsub.Sublist.from_bytes(blob)
+    assert len(sl) == 6 and sl.to_bytes() != blob
+    assert fastsub.Sublist.from_bytes(sl.to_bytes()).to_bytes() == sl.to_bytes()
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_out_of_memory_while_checking_the_trie_against_shapes(dialect):
+    """The trie walk's filter buffer (invariant 21) is allocated only when
+    shapes and a trie are both there: a fault-injection walk over such an
+    image, valid and with a duplicate, gives MemoryError or the one answer,
+    and leaks nothing (the sanitizer pass checks that)."""
+    ok = _v2(dialect, [("a.*", T(subs=[1]))], T(lit=[("b", T(one=T(subs=[2], lit=[("c", T(subs=[3]))])))]))
+    dup = _v2(dialect, [("a.*", T(subs=[1]))], T(lit=[("a", T(one=T(subs=[2], lit=[("c", T(subs=[3]))])))]))
+    for blob, want in ((ok, None), (dup, "filter both in the shape section and the trie")):
+        n, failed, out = 1, 0, None
+        while True:
+            _core._fault_inject(n)
+            try:
+                out = fastsub.Sublist.from_bytes(blob)
+            except MemoryError:
+                failed += 1
+                assert _core._fault_status()[1] == 1
+            except ValueError as e:
+                assert _core._fault_status()[1] == 0
+                out = str(e)
+                break
+            else:
+                assert _core._fault_status()[1] == 0
+                break
+            finally:
+                _core._fault_inject(0)
+            n += 1
+        assert failed >= 3, "no allocation failure was injected"
+        if want is None:
+            assert len(out) == 3 and out.to_bytes() == blob
+        else:
+            assert want in out
