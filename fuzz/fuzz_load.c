@@ -1,6 +1,6 @@
 /* fuzz_load.c - libFuzzer harness: fs_sublist_load on arbitrary bytes.
  *
- * Each input is loaded twice: as it is (the envelope checks: magic,
+ * Each input is loaded twice (or three times, below): as it is (the envelope checks: magic,
  * version, lengths, checksum), and with its payload length and checksum
  * recomputed, so that mutations get past the checksum into the parser.
  * Whatever loads must round-trip: dump, load again, dump again (the second
@@ -12,7 +12,8 @@
  * would be refused as present the second time) and gives an index with
  * the same count, listing and answers.  The structural checks are reached
  * through the second load, whose checksum is re-forged over the mutated
- * bytes.  Seeds: the golden files of tests/golden, and forged images with
+ * bytes, and a third (when the input's last byte is odd) that re-forges
+ * the header's subscription and trie node counts as well.  Seeds: the golden files of tests/golden, and forged images with
  * a shape section and a trie side by side (valid ones, and issue 35's
  * duplicates, which must be refused), so that mutations explore the
  * invariants between the two.
@@ -229,6 +230,91 @@ static void put64(unsigned char *p, uint64_t v)
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* A plain scan of the payload (docs/FORMAT.md's grammar, nothing checked
+ * but the bounds) that counts subscriptions and trie nodes, so that the
+ * third load can carry the header counts of the mutated structure: a
+ * mutation that adds a node or an id (say, a copy of a shaped filter in
+ * the trie) then reaches the structural checks instead of stopping at
+ * "... count does not match the header". 0, or -1 where the scan runs out. */
+typedef struct {
+    const unsigned char *p;
+    size_t pos, end;
+    uint64_t subs, nodes;
+} scan;
+
+static int sc_uv(scan *s, uint64_t *v)
+{
+    *v = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        if (s->pos >= s->end) return -1;
+        unsigned char b = s->p[s->pos++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return 0;
+    }
+    return -1;
+}
+
+static int sc_skip(scan *s)
+{
+    uint64_t n;
+    if (sc_uv(s, &n) < 0 || n > s->end - s->pos) return -1;
+    s->pos += n;
+    return 0;
+}
+
+static int sc_ids(scan *s, uint64_t n)
+{
+    uint64_t v;
+    for (uint64_t i = 0; i < n; i++)
+        if (sc_uv(s, &v) < 0) return -1;
+    s->subs += n;
+    return 0;
+}
+
+static int sc_subs(scan *s)
+{
+    uint64_t v, ng, m;
+    if (sc_uv(s, &v) < 0 || sc_ids(s, v >> 1) < 0) return -1;
+    if (!(v & 1)) return 0;
+    if (sc_uv(s, &ng) < 0) return -1;
+    for (uint64_t i = 0; i < ng; i++)
+        if (sc_skip(s) < 0 || sc_uv(s, &m) < 0 || sc_ids(s, m) < 0) return -1;
+    return 0;
+}
+
+static int sc_record(scan *s, unsigned depth)
+{
+    uint64_t ch;
+    if (depth > 4096 || sc_subs(s) < 0 || sc_uv(s, &ch) < 0) return -1;
+    for (uint64_t i = 0; i < ch >> 2; i++) {
+        s->nodes++;
+        if (sc_skip(s) < 0 || sc_record(s, depth + 1) < 0) return -1;
+    }
+    for (unsigned w = 1; w <= 2; w++)
+        if (ch & w) {
+            s->nodes++;
+            if (sc_record(s, depth + 1) < 0) return -1;
+        }
+    return 0;
+}
+
+static int scan_counts(const unsigned char *b, size_t payload, uint64_t *subs, uint64_t *nodes)
+{
+    scan s = {b, FS_SERIAL_HEADER, FS_SERIAL_HEADER + payload, 0, 0};
+    unsigned version = (unsigned)(b[8] | b[9] << 8);
+    uint64_t nlit = 0, nshaped = 0;
+    for (int i = 0; i < 8; i++) nlit |= (uint64_t)b[32 + i] << (8 * i);
+    for (uint64_t i = 0; i < nlit; i++)
+        if (sc_skip(&s) < 0 || sc_subs(&s) < 0) return -1;
+    if (version >= 2 && sc_uv(&s, &nshaped) < 0) return -1;
+    for (uint64_t i = 0; i < nshaped; i++)
+        if (sc_skip(&s) < 0 || sc_subs(&s) < 0) return -1;
+    if (sc_record(&s, 0) < 0) return -1;
+    *subs = s.subs;
+    *nodes = s.nodes;
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     try_load((const char *)data, size);
@@ -240,6 +326,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         put64(fixed + 16, payload);
         put64(fixed + FS_SERIAL_HEADER + payload, fs_serial_checksum(fixed, FS_SERIAL_HEADER + payload));
         try_load((const char *)fixed, size);
+        /* The input's last byte (a checksum byte, re-forged anyway) selects
+         * a third load: the header's subscription and trie node counts
+         * re-forged too, from a scan of the mutated payload. */
+        uint64_t subs, nodes;
+        if ((data[size - 1] & 1) && scan_counts(fixed, payload, &subs, &nodes) == 0) {
+            put64(fixed + 24, subs);
+            put64(fixed + 40, nodes);
+            put64(fixed + FS_SERIAL_HEADER + payload, fs_serial_checksum(fixed, FS_SERIAL_HEADER + payload));
+            try_load((const char *)fixed, size);
+        }
         free(fixed);
     }
     return 0;
