@@ -23,8 +23,10 @@
  * loaded at any address, on any machine, from a read-only buffer.  Loading
  * trusts nothing: after the checksum, every read is bounds-checked, every
  * count is checked against the bytes left before anything is allocated
- * from it, and every token, group and id is re-validated against the same
- * rules insert applies.
+ * from it, every token, group and id is re-validated against the same
+ * rules insert applies, and the state must be one that inserts produce:
+ * each filter stored once, in the place an insert puts it (the numbered
+ * list in docs/FORMAT.md, "Invariants a reader checks").
  */
 #ifndef FS_SERIAL_H
 #define FS_SERIAL_H
