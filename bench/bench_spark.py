@@ -3,7 +3,7 @@ publishes as events (repeated to --events rows) against its 100k
 subscriptions, on local[2], in one run:
 
   (a) identity   an identity mapInArrow over the same subject column
-  (b) fanout     fastsub.spark.fanout(events, subs, reuse_index=False) -- one
+  (b) fanout     fastsub.spark.fan_out(events, subs, reuse_index=False) -- one
                  row per delivery, the event's columns carried along
                  (queues="pick"); the index is collected, built and shipped
                  again in every run: the figure of the target

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fastsub import _reference as R
-from fastsub import _cli_common, cli
+from fastsub import cli
+from fastsub.cli import common
 from examples import examples
 
 SUMMARY = re.compile(r"^fastsub match: ([\d,]+) subjects = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
@@ -73,7 +74,7 @@ def test_no_rejects_gives_an_empty_rejects_file_and_exit_0(capsys, tmp_path):
 
 @pytest.mark.parametrize("block", [7, 1000, 4 << 20])
 def test_a_too_long_line_is_rejected_and_streamed_to_the_rejects_file(capsys, tmp_path, monkeypatch, block):
-    monkeypatch.setattr(_cli_common, "MATCH_BLOCK_BYTES", block)
+    monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", block)
     long1 = b"a." * 40000                               # 80,000 bytes, its own line
     long2 = b"b" * 65536                                # one byte over, the last line, no \n
     ok = b"a." * 32767 + b"b"                           # 65,535 bytes: the longest valid
@@ -98,15 +99,15 @@ def test_a_huge_line_is_read_in_bounded_memory(tmp_path, monkeypatch):
         for _ in range(64):
             f.write(b"x" * (1 << 20))
         f.write(b"\nlast\n")
-    monkeypatch.setattr(_cli_common, "MATCH_BLOCK_BYTES", 1 << 20)
+    monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 1 << 20)
     tracemalloc.start()
     try:
-        got = [(first, items) for first, items, _ in _cli_common.read_lines(str(path), "subjects")]
+        got = [(first, items) for first, items, _ in common.read_lines(str(path), "subjects")]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     flat = [x for _, items in got for x in items]
-    assert len(flat) == 2 and isinstance(flat[0], _cli_common.Rejected) and flat[1] == "last"
+    assert len(flat) == 2 and isinstance(flat[0], common.Rejected) and flat[1] == "last"
     assert flat[0].reason == "line too long (67,108,864 bytes; at most 65,535)" and flat[0].raw is None
     assert peak < 8 << 20, peak                          # a few blocks, never the line
 
@@ -190,7 +191,7 @@ def test_reader_matches_a_model_in_a_subprocess(tmp_path, lines, last_newline, b
     sp, fp, rej = tmp_path / "s.txt", tmp_path / "f.txt", tmp_path / "r.txt"
     sp.write_bytes(data)
     fp.write_bytes(b"a.*\n>\tq\n")
-    code = ("import sys; from fastsub import _cli_common as c, cli; c.MATCH_BLOCK_BYTES = %d; "
+    code = ("import sys; from fastsub import cli; from fastsub.cli import common as c; c.MATCH_BLOCK_BYTES = %d; "
             "c.MAX_LINE_BYTES = %d; c.read_lines.__defaults__ = (%d, None, None, None); "
             "sys.exit(cli.main(sys.argv[1:]))"
             % (block, limit, limit))

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from fastsub import _reference as R
-from fastsub import _cli_common, _cmd_match, cli
+from fastsub import cli
+from fastsub.cli import common, match as cmd_match
 
 FILTERS = ["orders.*.created", "orders.>", "orders.> workers", "billing.*", "x.y.z"]
 
@@ -52,7 +53,7 @@ def test_small_blocks_give_the_same_output_and_line_numbers(capsys, tmp_path, mo
     # exit 3: the run finished, and rejected lines ("a..b")
     assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == cli.EXIT_REJECTED
     whole = capsys.readouterr()
-    monkeypatch.setattr(_cli_common, "MATCH_BLOCK_BYTES", 100)    # ~6 subjects per block
+    monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 100)    # ~6 subjects per block
     assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == cli.EXIT_REJECTED
     blocks = capsys.readouterr()
     assert _pairs(blocks.out) == _pairs(whole.out) == _expected(subjects)
@@ -97,7 +98,7 @@ def test_output_is_written_while_the_input_is_still_being_read(tmp_path, monkeyp
 
     out = Out()
     monkeypatch.setattr(sys, "stdout", out)
-    monkeypatch.setattr(_cli_common, "MATCH_BLOCK_BYTES", 1024)
+    monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 1024)
     assert cli.main(["match", "--subs", fp, "--subjects", "-", "--queues", "all"]) == cli.EXIT_REJECTED
     assert _pairs(out.getvalue()) == _expected(subjects)
     assert len(read_at_write) > 10
@@ -133,7 +134,7 @@ def test_a_binary_subscriptions_file_names_its_line(capsys, tmp_path):
 
 
 def test_undecodable_subject_lines_are_rejected_and_the_run_goes_on(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(_cli_common, "MATCH_BLOCK_BYTES", 8)        # the bad byte is in a later block
+    monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 8)        # the bad byte is in a later block
     fp, sp = _files(tmp_path, None, b"a.b\nc.d\nx.y.z\ncaf\xe9.x\nx.y.z\n")
     assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
     out, err = capsys.readouterr()
@@ -182,7 +183,7 @@ class _Stream(io.StringIO):
 
 def test_progress_waits_two_seconds_then_shows_rows_rate_and_eta():
     clock, stream = _Clock(), _Stream(tty=True)
-    p = _cmd_match.MatchProgress(1000, stream, "auto", clock)
+    p = cmd_match.MatchProgress(1000, stream, "auto", clock)
     clock.t += 1.0
     p.update(10_000, 100)
     assert stream.getvalue() == ""                          # a short run stays quiet
@@ -202,21 +203,21 @@ def test_progress_waits_two_seconds_then_shows_rows_rate_and_eta():
 
 def test_progress_is_quiet_when_stderr_is_not_a_terminal():
     clock, stream = _Clock(), _Stream(tty=False)
-    p = _cmd_match.MatchProgress(None, stream, "auto", clock)
+    p = cmd_match.MatchProgress(None, stream, "auto", clock)
     clock.t += 60
     p.update(1, 1)
     p.finish()
     assert stream.getvalue() == ""
-    forced = _cmd_match.MatchProgress(None, stream, "always", clock)
+    forced = cmd_match.MatchProgress(None, stream, "always", clock)
     clock.t += 60
     forced.update(600, 1)
     assert stream.getvalue() == "\rfastsub match: 600 subjects, 10/s"     # no size: no ETA
 
 
 def test_progress_end_to_end(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(_cmd_match, "PROGRESS_AFTER", 0.0)
-    monkeypatch.setattr(_cmd_match, "PROGRESS_EVERY", 0.0)
-    monkeypatch.setattr(_cli_common, "MATCH_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(cmd_match, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(cmd_match, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 4096)
     fp, sp = _files(tmp_path, _subjects(3000))
     assert cli.main(["match", "--subs", fp, "--subjects", sp, "--progress", "always"]) == cli.EXIT_REJECTED
     err = capsys.readouterr().err

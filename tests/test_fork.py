@@ -172,8 +172,9 @@ def test_fork_while_threads_create_and_free_indexes():
 def test_python_level_locks_are_released_in_the_child():
     """fastsub's Python-level locks (the workers' index caches; fork_safe_lock)
     held by another thread at fork() are free in the child."""
-    from fastsub import _spark_ship
-    lock = _spark_ship._cache_lock
+    pytest.importorskip("pyspark", reason="fastsub.spark needs PySpark (fastsub[spark])")
+    from fastsub.spark import ship
+    lock = ship._cache_lock
     held, release = threading.Event(), threading.Event()
 
     def hold():

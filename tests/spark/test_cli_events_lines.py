@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from fastsub import _fanout_io, cli
+from fastsub import cli
+from fastsub.cli import fanout_io
 
 pytestmark = pytest.mark.spark
 
@@ -48,7 +49,7 @@ def _run(capsys, tmp_path, events_name, events_bytes, *extra):
 
 
 def test_csv_events_bom_bad_bytes_long_and_malformed_rows(spark, capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(_fanout_io, "MAX_EVENT_LINE_BYTES", 200)
+    monkeypatch.setattr(fanout_io, "MAX_EVENT_LINE_BYTES", 200)
     long_row = b"9,orders.eu," + b"x" * 300
     data = (b"\xef\xbb\xbfevent_id,subject,payload\n"     # a BOM before the header
             b"1,orders.eu,a\n"

@@ -1,4 +1,4 @@
-"""fastsub.spark.fanout against the pure-Python reference, every dialect."""
+"""fastsub.spark.fan_out against the pure-Python reference, every dialect."""
 import pytest
 
 import fastsub

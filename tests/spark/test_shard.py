@@ -1,4 +1,4 @@
-"""The sharded fan-out (DESIGN.md 4b) gives, for every event, the same
+"""The sharded fan-out (docs/design.md, 'Why the sharded fan-out is exact') gives, for every event, the same
 multiset of sub ids as the unsharded one and as the pure-Python reference:
 all three dialects, queues pick/all/none, dedupe on and off, depths 1-3,
 1-8 shards, salted shards; bad subscription rows raise on the driver; the
@@ -164,7 +164,7 @@ def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):
 
 def test_event_skew_is_salted_from_a_sample(spark):
     from fastsub.spark import ShardPlan
-    from fastsub._spark_shard import _salts
+    from fastsub.spark.shard import _salts
     from pyspark.sql import functions as F
     ev = spark.range(200_000).select(F.when(F.col("id") % 10 < 9, F.lit("hot.x")).otherwise(
         F.concat(F.lit("k"), F.col("id").cast("string"), F.lit(".x"))).alias("subject"))

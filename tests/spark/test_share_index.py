@@ -123,7 +123,7 @@ def test_index_is_reused_for_the_same_dataframe(spark):
 
 
 def test_get_outside_a_task_says_why(tmp_path):
-    from fastsub._spark_ship import SharedIndex
+    from fastsub.spark.ship import SharedIndex
     idx = pickle.loads(pickle.dumps(SharedIndex("x" * 32, "nats", 10, 1, "file",
                                                 filename="fastsub-index-nowhere.bin")))
     with pytest.raises(RuntimeError, match="fastsub-index-nowhere.bin"):

@@ -1,7 +1,7 @@
 """`fastsub fanout`: the fan-out of an events table against a subscriptions
 table on Spark, written to DIR/deliveries and DIR/rejected, with counts that
 reconcile; and the Spark session `fastsub demo` runs on too.  (fastsub.cli
-parses the arguments; _fanout_io.py reads the inputs and counts rows.)
+parses the arguments; fanout_io.py reads the inputs and counts rows.)
 
 One fan-out is three Spark jobs over the data: collect the subscriptions
 (one small job), then, with the per-event frame observed, write the
@@ -15,9 +15,9 @@ import os
 import sys
 import time
 
-from fastsub._cli_common import (EXIT_REJECTED, MAX_REJECT_LINES, CLIError, check_readable, commas,
+from fastsub.cli.common import (EXIT_REJECTED, MAX_REJECT_LINES, CLIError, check_readable, commas,
                                  is_local, local_path)
-from fastsub._fanout_io import (CORRUPT_COL, first_line, format_of, parquet_rows, read_events,
+from fastsub.cli.fanout_io import (CORRUPT_COL, first_line, format_of, parquet_rows, read_events,
                                 read_table, scan_events, spark_errors, split_small_inputs,
                                 subs_frame, subs_table)
 
@@ -113,7 +113,8 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
     from pyspark.sql import functions as F
 
     from fastsub import InvalidSubjectError
-    from fastsub.spark import (AUTO_SHARD_MIN_SUBS, ExecutorEnvironmentError, FanoutCounts,
+    from fastsub.spark.limits import limit
+    from fastsub.spark import (ExecutorEnvironmentError, FanoutCounts,
                                FanoutInputError, Progress, fanout_with_rejects, index_from_arrow,
                                share_index)
     t0 = time.perf_counter()
@@ -138,7 +139,7 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
     t_read = time.perf_counter()
     kw = {"dedupe": True} if dedupe else {}
     try:
-        sharded = shards != 1 and (shards != "auto" or subs.count() > AUTO_SHARD_MIN_SUBS)
+        sharded = shards != 1 and (shards != "auto" or subs.count() > limit("AUTO_SHARD_MIN_SUBS"))
         if sharded:
             t_collect = t_built = time.perf_counter()
             res = fanout_with_rejects(events, subs_frame(subs, subs_path), subject_col=subject_col,

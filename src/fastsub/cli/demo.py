@@ -16,8 +16,8 @@ import random
 import shutil
 import time
 
-from fastsub._cli_common import CLIError
-from fastsub._cmd_fanout import run_fanout, session, where
+from fastsub.cli.common import CLIError
+from fastsub.cli.fanout import run_fanout, session, where
 
 SITES = ("plant-a", "plant-b", "warehouse-c", "lab-d")
 METRICS = ("temperature", "humidity", "vibration", "power", "status")

@@ -1,4 +1,4 @@
-"""The sharded fan-out (DESIGN.md 4b): both sides partitioned by a route key.
+"""The sharded fan-out (docs/design.md, 'The sharded fan-out'): both sides partitioned by a route key.
 
     plan = plan_shards(events, subs, shards="auto", depth="auto")   # one stats job
     print(plan.explain())                                          # d, N, shares, salting
@@ -45,12 +45,9 @@ from pyspark.sql import types as T
 from fastsub import InvalidSubjectError, Sublist
 from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
 from fastsub._dialects import check_dialect
-from fastsub._spark_base import FanoutInputError, check_subscriptions_schema, column
-from fastsub._spark_ship import LOAD_LOG_ENV, fork_safe_lock
+from fastsub.spark.base import FanoutInputError, check_subscriptions_schema, column
+from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
-#: shards="auto" keeps the broadcast path up to this many subscriptions
-#: (docs/scale.md: the measured crossover on local[2]).
-AUTO_SHARD_MIN_SUBS = 2_000_000
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
 #: of index on light's mix), and at least 2 shards per core.
 AUTO_SUBS_PER_SHARD = 500_000

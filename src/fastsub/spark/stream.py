@@ -12,10 +12,10 @@ from pyspark.sql import DataFrame
 
 from fastsub import Sublist
 from fastsub._dialects import check_dialect
-from fastsub._spark_base import QUEUE_MODES, collect_subscriptions, schema_field
-from fastsub._spark_fanout import fanout_with_rejects, index_from_arrow, share_index, small_enough
-from fastsub._spark_session import session_key
-from fastsub._spark_ship import SharedIndex
+from fastsub.spark.base import QUEUE_MODES, collect_subscriptions, schema_field
+from fastsub.spark.fan_out import fanout_with_rejects, index_from_arrow, share_index, small_enough
+from fastsub.spark.session import session_key
+from fastsub.spark.ship import SharedIndex
 
 
 class _StreamIndex:

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Optional
 
-from fastsub._spark_session import is_connect
+from fastsub.spark.session import is_connect
 
 
 class Progress:

@@ -11,7 +11,7 @@ from typing import Optional
 
 from pyspark.sql import SparkSession
 
-from fastsub._spark_base import ExecutorEnvironmentError
+from fastsub.spark.base import ExecutorEnvironmentError
 
 
 def is_connect(spark) -> bool:

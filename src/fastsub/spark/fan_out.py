@@ -2,7 +2,7 @@
 docstring says how a fan-out runs): the index of a subscriptions table
 (built on the driver, shipped by share_index, kept for later calls on the
 same DataFrame), the matching UDFs, FanoutResult, fanout_with_rejects and
-fanout.  The sharded plan is _spark_shard.py's; streams are _spark_stream.py's.
+fanout.  The sharded plan is shard.py's; streams are stream.py's.
 """
 import atexit
 import dataclasses
@@ -23,27 +23,14 @@ from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
 from fastsub._dialects import check_dialect
-from fastsub._spark_base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,
+from fastsub.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,
                                  collect_subscriptions, column, schema_field)
-from fastsub._spark_session import check_executors, is_connect, session_key
-from fastsub._spark_ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
+from fastsub.spark.session import check_executors, is_connect, session_key
+from fastsub.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
                                  reject_reasons)
-from fastsub._spark_shard import (AUTO_SHARD_MIN_SUBS, ShardPlan, _parallelism, _salts,
+from fastsub.spark.limits import limit
+from fastsub.spark.shard import (ShardPlan, _parallelism, _salts,
                                   check_shards, plan_shards, sharded_per_event)
-
-#: Classic Spark: serialized indexes up to this size travel as a broadcast
-#: variable; larger ones as a file (SparkContext.addFile).  A broadcast is
-#: held in the driver's and every executor's JVM block manager on top of the
-#: Python copy, and goes through the driver's memory in one piece; a file is
-#: fetched once per executor to local disk and read straight into the Python
-#: worker.  64 MiB is about 500k-1M subscriptions.
-BROADCAST_MAX_BYTES = 64 << 20
-
-#: Spark Connect: serialized indexes up to this size travel inside the UDF's
-#: pickled closure (part of the plan the client sends; no extra round trip);
-#: larger ones as an artifact file.  The closure goes with every task, so
-#: this stays small: 1 MiB is about 30k subscriptions of `light`'s shape.
-INLINE_MAX_BYTES = 1 << 20
 
 
 # --------------------------------------------------------------------------
@@ -149,9 +136,9 @@ def share_index(spark: SparkSession, sublist: Sublist, *, ship: str = "auto") ->
     n = len(data)
     if ship == "auto":
         if connect:
-            ship = "inline" if n <= INLINE_MAX_BYTES else "artifact"
+            ship = "inline" if n <= limit("INLINE_MAX_BYTES") else "artifact"
         else:
-            ship = "broadcast" if n <= BROADCAST_MAX_BYTES else "file"
+            ship = "broadcast" if n <= limit("BROADCAST_MAX_BYTES") else "file"
     elif connect and ship == "file":
         ship = "artifact"
     if ship not in ("broadcast", "file", "artifact", "inline"):
@@ -447,7 +434,7 @@ def small_enough(subscriptions: DataFrame, dialect: str, reuse: bool) -> bool:
     key = (session_key(subscriptions.sparkSession), dialect, "small")
     small = _reused(subscriptions, key) if reuse else None
     if small is None:
-        small = subscriptions.count() <= AUTO_SHARD_MIN_SUBS
+        small = subscriptions.count() <= limit("AUTO_SHARD_MIN_SUBS")
         if reuse:
             _remember(subscriptions, key, small)
     return small

@@ -9,20 +9,20 @@ the engine alone.  A mistake in the input (a missing file, column or type,
 an invalid filter) is one line on stderr and exit status 2; see docs/spark.md.
 
 This module holds the parser and the dispatch; each command is a module of
-its own (_cmd_fanout.py, _cmd_demo.py, _cmd_match.py), and what they share
-is in _cli_common.py, which imports nothing else of the command line.  The
-imports go one way: cli -> _cmd_* -> _cli_common.
+its own (fanout.py, demo.py, match.py), and what they share is in
+common.py, which imports nothing else of the command line.  The imports go
+one way: main -> the commands -> common.
 """
 import argparse
 import os
 import sys
 
-from fastsub._cli_common import EXIT_REJECTED, EXIT_USAGE, CLIError
-from fastsub._cmd_demo import cmd_demo
-from fastsub._cmd_fanout import cmd_fanout
-from fastsub._cmd_match import cmd_match
 from fastsub._dialects import DIALECTS
-from fastsub._fanout_io import FORMATS
+from fastsub.cli.common import EXIT_REJECTED, EXIT_USAGE, CLIError
+from fastsub.cli.demo import cmd_demo
+from fastsub.cli.fanout import cmd_fanout
+from fastsub.cli.fanout_io import FORMATS
+from fastsub.cli.match import cmd_match
 
 # The exit statuses and the user error are the command line's contract
 # (tests and scripts read them here).

@@ -2,9 +2,8 @@
 and the exit statuses, counts for humans, local paths, and the line reader
 of `fastsub match` and of `fastsub fanout`'s CSV / JSON-lines events.
 
-A leaf: it imports nothing else of the command line (cli.py holds the
-parser and the dispatch; _cmd_match.py, _cmd_fanout.py and _cmd_demo.py
-the commands).
+A leaf: it imports nothing else of the command line (main.py holds the
+parser and the dispatch; match.py, fanout.py and demo.py the commands).
 """
 import os
 import sys

@@ -15,7 +15,7 @@ on Spark Connect (no SparkContext) inside the UDF itself up to
 `INLINE_MAX_BYTES`, else as an artifact (`spark.addArtifacts(file=True)`).
 Each Python worker process loads the image the first time a task needs it
 and keeps the `Sublist` in a module-level cache keyed by that id
-(fastsub._spark_ship), so later tasks and batches on the same worker reuse
+(fastsub.spark.ship), so later tasks and batches on the same worker reuse
 it.  The index built from a subscriptions DataFrame is kept for later calls
 on the same DataFrame object.  The matching is a scalar iterator
 `arrow_udf`: only the subject column (and the key column, if any) crosses
@@ -34,17 +34,14 @@ Streams.  `fanout_stream` runs the fan-out per micro-batch (foreachBatch),
 writes deliveries, rejected and counts per batch idempotently, and re-reads
 the subscriptions between micro-batches.
 
-The parts, one job each, all re-exported here: the fan-out
-(fastsub._spark_fanout), streaming (_spark_stream), sessions and their
-log4j set-up (_spark_session), the progress line (_spark_progress), what
-they share (_spark_base: the errors, the subscriptions' schema), shipping
-an index to the executors (_spark_ship) and the sharded plan (_spark_shard).
+The parts, one job each, all re-exported here: the fan-out (fan_out.py),
+streaming (stream.py), sessions and their log4j set-up (session.py), the
+progress line (progress.py), what they share (base.py: the errors, the
+subscriptions' schema), shipping an index to the executors (ship.py), the
+sharded plan (shard.py), and the thresholds' reader (limits.py).
 
 This module imports PySpark; `import fastsub` does not import this module.
 """
-import sys
-import types
-
 try:
     import pyarrow  # noqa: F401
     import pyspark  # noqa: F401  (the check that PySpark is installed)
@@ -55,23 +52,22 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "pip install 'fastsub[spark]'") from e
 
 from fastsub import FastsubError, InvalidSubjectError, Sublist  # noqa: F401
-from fastsub import _spark_fanout
 from fastsub._dialects import check_dialect as _check_dialect  # noqa: F401
-from fastsub._spark_base import (ExecutorEnvironmentError, FanoutInputError,  # noqa: F401
+from fastsub.spark.base import (ExecutorEnvironmentError, FanoutInputError,  # noqa: F401
                                  IndexTooLargeError, check_subscriptions_schema,
                                  collect_subscriptions)
-from fastsub._spark_base import column as _col  # noqa: F401
-from fastsub._spark_fanout import (BROADCAST_MAX_BYTES, INLINE_MAX_BYTES, FanoutCounts,  # noqa: F401
+from fastsub.spark.base import column as _col  # noqa: F401
+from fastsub.spark.fan_out import (FanoutCounts,  # noqa: F401
                                    FanoutResult, Subscriptions, build_index, fanout,
                                    fanout_with_rejects, index_from_arrow, share_index)
-from fastsub._spark_progress import Progress  # noqa: F401
-from fastsub._spark_session import (check_executors, is_connect, is_local_master,  # noqa: F401
+from fastsub.spark.progress import Progress  # noqa: F401
+from fastsub.spark.session import (check_executors, is_connect, is_local_master,  # noqa: F401
                                     local_session, remote_session)
-from fastsub._spark_shard import (AUTO_SHARD_MIN_SUBS, ShardPlan, check_shards,  # noqa: F401
+from fastsub.spark.shard import (ShardPlan, check_shards,  # noqa: F401
                                   plan_shards, sharded_per_event)
-from fastsub._spark_ship import (LOAD_LOG_ENV, SharedIndex, fork_safe_lock,  # noqa: F401
+from fastsub.spark.ship import (LOAD_LOG_ENV, SharedIndex, fork_safe_lock,  # noqa: F401
                                  invalid_reasons, match_batches, reject_reasons)
-from fastsub._spark_stream import fanout_stream  # noqa: F401
+from fastsub.spark.stream import fanout_stream  # noqa: F401
 
 __all__ = [
     "fanout", "fanout_with_rejects", "fanout_stream", "share_index", "SharedIndex",
@@ -82,17 +78,24 @@ __all__ = [
 ]
 
 
-# The thresholds a user may set here (fastsub.spark.BROADCAST_MAX_BYTES = n,
-# or a test's monkeypatch) are read by the fan-out in its own module: setting
-# one on this module sets it there too, as when the fan-out lived here.
-_SETTABLE = ("AUTO_SHARD_MIN_SUBS", "BROADCAST_MAX_BYTES", "INLINE_MAX_BYTES")
+# The thresholds: a user may set them here (fastsub.spark.BROADCAST_MAX_BYTES
+# = n, or a test's monkeypatch); the fan-out reads them from here when it
+# uses them (limits.limit).
 
+#: Classic Spark: serialized indexes up to this size travel as a broadcast
+#: variable; larger ones as a file (SparkContext.addFile).  A broadcast is
+#: held in the driver's and every executor's JVM block manager on top of the
+#: Python copy, and goes through the driver's memory in one piece; a file is
+#: fetched once per executor to local disk and read straight into the Python
+#: worker.  64 MiB is about 500k-1M subscriptions.
+BROADCAST_MAX_BYTES = 64 << 20
 
-class _Module(types.ModuleType):
-    def __setattr__(self, name, value):
-        if name in _SETTABLE:
-            setattr(_spark_fanout, name, value)
-        super().__setattr__(name, value)
+#: Spark Connect: serialized indexes up to this size travel inside the UDF's
+#: pickled closure (part of the plan the client sends; no extra round trip);
+#: larger ones as an artifact file.  The closure goes with every task, so
+#: this stays small: 1 MiB is about 30k subscriptions of `light`'s shape.
+INLINE_MAX_BYTES = 1 << 20
 
-
-sys.modules[__name__].__class__ = _Module
+#: shards="auto" keeps the broadcast path up to this many subscriptions
+#: (docs/scale.md: the measured crossover on local[2]).
+AUTO_SHARD_MIN_SUBS = 2_000_000

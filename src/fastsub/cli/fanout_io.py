@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 
-from fastsub._cli_common import BOM, CLIError, Rejected, is_local, local_path, read_lines
+from fastsub.cli.common import BOM, CLIError, Rejected, is_local, local_path, read_lines
 
 FORMATS = ("parquet", "json", "csv")
 _EXT = {".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json",
@@ -249,7 +249,7 @@ def subs_table(subs, path):
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    from fastsub._spark_base import check_subscriptions_schema, collect_subscriptions, column
+    from fastsub.spark.base import check_subscriptions_schema, collect_subscriptions, column
     if "sub_id" not in subs.columns or not isinstance(subs.schema["sub_id"].dataType, T.StringType):
         return collect_subscriptions(subs)
     has_queue = check_subscriptions_schema(subs, string_ids=True)

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from fastsub._cli_common import (EXIT_REJECTED, MAX_LINE_BYTES, MAX_REJECT_LINES, CLIError,
+from fastsub.cli.common import (EXIT_REJECTED, MAX_LINE_BYTES, MAX_REJECT_LINES, CLIError,
                                  Rejected, check_readable, commas, read_lines)
 
 #: A subscriptions line may carry a queue name after its filter.
