@@ -1,5 +1,5 @@
 /* fs_route.h - the shard of a sharded fan-out that holds a filter or
- * serves a subject (DESIGN.md 4b).
+ * serves a subject (docs/design.md, "Why the sharded fan-out is exact").
  *
  * The route key of a string is a hash of its first `depth` tokens, split
  * by the index's own tokenizer (fs_tokenize), so the router and the index

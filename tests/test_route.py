@@ -1,5 +1,5 @@
-"""route_keys, the sharded fan-out's router (csrc/fs_route.c; DESIGN.md 4b),
-checked against the pure-Python reference.
+"""route_keys, the sharded fan-out's router (csrc/fs_route.c; docs/design.md,
+'Why the sharded fan-out is exact'), checked against the pure-Python reference.
 
 The property that makes the sharded fan-out exact: whenever a filter
 matches a subject, either the filter is replicated (ROUTE_ANY: every shard

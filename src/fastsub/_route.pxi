@@ -1,6 +1,6 @@
-# Route keys of the sharded fan-out (csrc/fs_route.h; DESIGN.md 4b): which
-# shard holds a filter, and which shard serves a subject, split by the
-# index's own tokenizer.  Included by _core.pyx.
+# Route keys of the sharded fan-out (csrc/fs_route.h; docs/design.md, 'Why
+# the sharded fan-out is exact'): which shard holds a filter, and which shard
+# serves a subject, split by the index's own tokenizer.  Included by _core.pyx.
 
 ROUTE_KEYED = FS_ROUTE_KEYED
 ROUTE_ANY = FS_ROUTE_ANY
