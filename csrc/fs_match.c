@@ -116,9 +116,10 @@ static int copy_small(const fs_result *r, int64_t *ids, size_t cap, size_t *n)
 }
 
 /* The same straight from the walk's hits, without building a result: the
- * plain ids in the order fs_build_result puts them.  Not for AMQP, whose
- * built result is deduplicated (one delivery per sub_id). */
-static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *ids, size_t cap,
+ * plain ids in the row's order (fs_hits_plain, as fs_build_result puts
+ * them).  Not for AMQP, whose built result is deduplicated (one delivery
+ * per sub_id). */
+static int copy_small_hits(const fs_sublist *sl, fs_scratch *sc, int64_t *ids, size_t cap,
                            size_t *n)
 {
     if (sl->dialect == FS_AMQP)
@@ -131,13 +132,7 @@ static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *
     }
     if (total > cap)
         return 0;
-    total = 0;
-    for (size_t k = 0; k < sc->nhits; k++) {
-        memcpy(ids + total, fs_node_ids(sc->hits[k]), sizeof(int64_t) * sc->hits[k]->nsubs);
-        total += sc->hits[k]->nsubs;
-    }
-    *n = total;
-    return 1;
+    return fs_hits_plain(sl, sc, ids, n) == FS_OK;   /* out of memory: the long way says so */
 }
 
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
