@@ -71,10 +71,9 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
     size_t nhits = sc->nhits;
     size_t nplain = fs_hits_nplain(hits, nhits);
     if (nplain) {
-        size_t n;
-        if (fs_idbuf_room(out, nplain) < 0 || fs_hits_plain(sl, sc, out->ids + out->n, &n) < 0)
+        if (fs_idbuf_room(out, nplain) < 0)
             return FS_ENOMEM;
-        out->n += n;
+        out->n += fs_hits_plain(hits, nhits, out->ids + out->n);
     }
     if (queues == FS_QUEUES_NONE)
         return FS_OK;

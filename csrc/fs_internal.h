@@ -188,12 +188,12 @@ static inline void fs_sl_free(fs_sublist *sl, void *p, size_t size) { fs_mem_fre
 /* Build r from the matched nodes in sc->hits, in the row's order
  * (fs_result.h).  FS_OK or FS_ENOMEM. */
 int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
-/* How many plain ids the hits hold; fs_hits_plain writes those of
- * sc->hits, in the row's order, to ids (room for that many) and sets
- * *nids.  FS_OK, or FS_ENOMEM (more than FS_MERGE_RUNS nodes hold ids and
- * their order found no room). */
+/* How many plain ids the hits hold; fs_hits_plain writes those of hits
+ * to ids (room for that many) in the row's order -- ascending
+ * (fs_result.h) -- and returns how many.  Never fails: it needs no
+ * memory. */
 size_t fs_hits_nplain(const fs_node *const *hits, size_t nhits);
-int fs_hits_plain(const fs_sublist *sl, fs_scratch *sc, int64_t *ids, size_t *nids);
+size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids);
 /* The queue groups of the hits in the row's order (fs_result.h):
  * sc->grefs[0..*nrefs), each a node's group (hit, group number).  NATS and
  * AMQP merge same-named groups across filters: a row's group is then the

@@ -119,7 +119,7 @@ static int copy_small(const fs_result *r, int64_t *ids, size_t cap, size_t *n)
  * plain ids in the row's order (fs_hits_plain, as fs_build_result puts
  * them).  Not for AMQP, whose built result is deduplicated (one delivery
  * per sub_id). */
-static int copy_small_hits(const fs_sublist *sl, fs_scratch *sc, int64_t *ids, size_t cap,
+static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *ids, size_t cap,
                            size_t *n)
 {
     if (sl->dialect == FS_AMQP)
@@ -132,7 +132,8 @@ static int copy_small_hits(const fs_sublist *sl, fs_scratch *sc, int64_t *ids, s
     }
     if (total > cap)
         return 0;
-    return fs_hits_plain(sl, sc, ids, n) == FS_OK;   /* out of memory: the long way says so */
+    *n = fs_hits_plain(sc->hits, sc->nhits, ids);
+    return 1;
 }
 
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,

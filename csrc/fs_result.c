@@ -332,82 +332,97 @@ static inline void copy_run(int64_t *dst, const int64_t *src, size_t n)
         memcpy(dst, src, sizeof(int64_t) * n);
 }
 
-/* 8 bytes from p as a big-endian number: their byte order. */
-static inline uint64_t load_be64(const char *p)
+/* How many of the sorted b[0..n) are <= x: a binary search without
+ * branches (the compiler's conditional moves), so a row's few searches
+ * cost no mispredictions. */
+static inline size_t count_le(const int64_t *b, size_t n, int64_t x)
 {
-    uint64_t x;
-    memcpy(&x, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return x;
-#elif defined(_MSC_VER)
-    return _byteswap_uint64(x);
-#else
-    return __builtin_bswap64(x);
-#endif
+    if (!n)
+        return 0;
+    const int64_t *base = b;
+    while (n > 1) {
+        size_t half = n / 2;
+        base = base[half] <= x ? base + half : base;
+        n -= half;
+    }
+    return (size_t)(base - b) + (*base <= x);
 }
 
-/* The plain ids' order of nodes: their filters' bytes.  Two table entries
- * (nearly every hit) hold whole filters, zero-padded to whole 8-byte
- * words: their first words decide most comparisons. */
-static int node_cmp(const void *pa, const void *pb, const void *pctx)
-{
-    const gref_ctx *ctx = pctx;
-    const fs_node *a = ctx->hits[((const fs_gref *)pa)->hit], *b = ctx->hits[((const fs_gref *)pb)->hit];
-    if (!a->linked && !b->linked && a->toklen && b->toklen) {
-        uint64_t x = load_be64(a->tok), y = load_be64(b->tok);
-        if (x != y)
-            return x < y ? -1 : 1;
-        return bytes_cmp(a->tok, a->toklen, b->tok, b->toklen);
-    }
-    return filter_cmp(ctx->sl, a, b);
-}
+/* The other runs' ids put into the biggest run one by one (binary search,
+ * then the stretch of the big run before it copied) up to this many;
+ * past it, an ordinary merge of the two. */
+#define FEW_SEARCHED 8
+/* The other runs' ids gathered on the stack up to this many; past it,
+ * every run is merged in turn in place (fs_runs). */
+#define FEW_SMALL 64
 
-int fs_hits_plain(const fs_sublist *sl, fs_scratch *sc, int64_t *ids, size_t *nids)
+size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
 {
-    const fs_node *const *hits = sc->hits;
-    size_t runs = 0, one = 0;
-    for (size_t k = 0; k < sc->nhits; k++)
-        if (hits[k]->nsubs) {
-            runs++;
-            one = k;
-        }
-    *nids = 0;
-    if (runs == 0)
-        return FS_OK;
-    if (runs == 1) {                 /* one node: its ids are in order */
-        *nids = hits[one]->nsubs;
-        copy_run(ids, fs_node_ids(hits[one]), *nids);
-        return FS_OK;
-    }
-    /* The nodes in their filters' order, then each node's ids. */
-    fs_gref few[FS_MERGE_RUNS], *order = few;
-    if (runs > FS_MERGE_RUNS) {
-        if (runs > sc->cap_grefs && fs_grow(&sc->grefs, &sc->cap_grefs, runs, sizeof(fs_gref)) < 0)
-            return FS_ENOMEM;
-        order = sc->grefs;
-    }
-    gref_ctx ctx = {sl, hits};
-    size_t n = 0;
-    for (size_t k = 0; k < sc->nhits; k++) {
-        if (!hits[k]->nsubs)
+    size_t runs = 0, big = 0, total = 0;
+    uint32_t nbig = 0;
+    for (size_t k = 0; k < nhits; k++) {
+        uint32_t m = hits[k]->nsubs;
+        if (!m)
             continue;
-        fs_gref x = {(uint32_t)k, 0};
-        size_t j = n++;
-        if (runs <= FS_MERGE_RUNS)               /* a few: insertion */
-            for (; j > 0 && node_cmp(&order[j - 1], &x, &ctx) > 0; j--)
-                order[j] = order[j - 1];
-        order[j] = x;
+        runs++;
+        total += m;
+        if (m > nbig) {
+            nbig = m;
+            big = k;
+        }
     }
-    if (runs > FS_MERGE_RUNS)
-        sort_items(order, runs, sizeof(fs_gref), node_cmp, &ctx);
-    size_t at = 0;
-    for (size_t i = 0; i < runs; i++) {
-        const fs_node *x = hits[order[i].hit];
-        copy_run(ids + at, fs_node_ids(x), x->nsubs);
-        at += x->nsubs;
+    if (runs == 0)
+        return 0;
+    const int64_t *b = fs_node_ids(hits[big]);
+    size_t nb = nbig, ns = total - nb;
+    if (runs == 1) {                 /* one node (most rows): its ids are in order */
+        copy_run(ids, b, nb);
+        return nb;
     }
-    *nids = at;
-    return FS_OK;
+    fs_runs r = {0, 0};
+    if (ns > FEW_SMALL) {            /* rare: every run merged in place */
+        for (size_t k = 0; k < nhits; k++)
+            fs_runs_add(&r, ids, fs_node_ids(hits[k]), hits[k]->nsubs);
+        fs_runs_end(&r, ids);
+        return total;
+    }
+    /* The big run stays whole; the few others, merged on the stack, go
+     * between its stretches. */
+    int64_t s[FEW_SMALL + 1];
+    for (size_t k = 0; k < nhits; k++)
+        if (k != big)
+            fs_runs_add(&r, s, fs_node_ids(hits[k]), hits[k]->nsubs);
+    fs_runs_end(&r, s);
+    size_t from = 0, at = 0;
+    if (ns <= FEW_SEARCHED) {
+        for (size_t j = 0; j < ns; j++) {
+            size_t p = from + count_le(b + from, nb - from, s[j]);
+            copy_run(ids + at, b + from, p - from);
+            at += p - from;
+            from = p;
+            ids[at++] = s[j];
+        }
+    } else {
+        /* Without branches: which side gives is unpredictable here.  The
+         * others end in a sentinel no id is below, so only the big run's
+         * end is tested. */
+        s[ns] = INT64_MAX;
+        const int64_t *sp = s;
+        int64_t *o = ids;
+        for (; from < nb; o++) {
+            int64_t x = b[from], y = *sp;
+            uint64_t take = (uint64_t)(y < x);             /* 1: the other's */
+            *o = (int64_t)((uint64_t)x ^ (((uint64_t)x ^ (uint64_t)y) & (0 - take)));
+            sp += take;
+            from += 1 - take;
+        }
+        at = (size_t)(o - ids);
+        size_t j = (size_t)(sp - s);
+        copy_run(ids + at, s + j, ns - j);
+        return total;
+    }
+    copy_run(ids + at, b + from, nb - from);
+    return total;
 }
 
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
@@ -534,8 +549,7 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
     if (nplain) {
         if (fs_grow(&r->ids, &r->cap_ids, nplain, sizeof(int64_t)) < 0)
             return FS_ENOMEM;
-        if (fs_hits_plain(sl, sc, r->ids, &r->nids) < 0)
-            return FS_ENOMEM;
+        r->nids = fs_hits_plain(hits, nhits, r->ids);
     }
     r->nplain = r->nids;
     size_t nrefs;

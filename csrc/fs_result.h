@@ -94,20 +94,18 @@ static inline int64_t fs_pick(uint64_t seed, const int64_t *ids, size_t n)
  * subscriptions that match -- never on insertion order, where a filter is
  * stored (literal table, shape, trie), the cache, threads, an image round
  * trip or sharding:
- *   1. the plain subscriptions by (filter bytes, sub_id): the ids of the
- *      matching filters, filter by filter in the filters' byte order, each
- *      filter's ids ascending (an id on several matching filters comes
- *      once per filter; dedupe keeps its first);
+ *   1. the plain subscriptions' ids ascending by value (an id on two
+ *      matching filters twice, side by side; dedupe keeps one), so the
+ *      rows of shards merge into the unsharded row by value alone;
  *   2. then the queue groups, by (queue name bytes, filter bytes) -- NATS
  *      and AMQP key a group by its name alone (merged across filters),
  *      MQTT by (name, filter) -- each group's members ascending.
  * A node holds its ids sorted and its groups in name order (fs_node.c), so
- * nothing is sorted where one node contributes; otherwise the few
- * matching nodes are ordered by filter (plain ids: not the ids -- merging
- * heavy's ~8 stray ids per row into its ~68 others by value cost +16% of
- * match_many's instructions, against the 5% allowed), and a merged
- * group's parts are merged by value (fs_runs_add).  fs_result.c applies
- * the rule (fs_hits_plain, fs_row_groups); src/fastsub/_reference.py
+ * nothing is sorted where one node contributes; otherwise the biggest
+ * node's ids stay whole and the others' (merged on the stack) go between
+ * its stretches (fs_hits_plain), and a merged group's parts are merged by
+ * value (fs_runs_add).  fs_result.c applies the rule (fs_hits_plain,
+ * fs_row_groups); src/fastsub/_reference.py
  * restates it independently. */
 
 /* Merge the sorted run[0..m) into the sorted ids[0..have), which has room

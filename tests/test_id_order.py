@@ -1,12 +1,15 @@
 """One order for a row's ids, on every path (README, "The order of a row").
 
 A row depends only on the set of subscriptions that match: the plain
-subscriptions by (filter bytes, sub_id), then the queue groups by (queue
-bytes, filter bytes) -- NATS and AMQP: one group per queue name --, each
-group's members ascending.  Not on insertion order, removals, the cache,
-threads, an image round trip: every comparison here is exact (lists and
-arrays, not sets), against another build of the same set and against
-src/fastsub/_reference.py, which restates the order independently."""
+subscriptions' ids ascending by value (an id on two matching filters twice,
+side by side), then the queue groups by (queue bytes, filter bytes) -- NATS
+and AMQP: one group per queue name --, each group's members ascending.  Not
+on insertion order, removals, the cache, threads, an image round trip or
+sharding: every comparison here is exact (lists and arrays, not sets),
+against another build of the same set, against the rows of shards merged
+by value, and against src/fastsub/_reference.py, which restates the order
+independently."""
+import heapq
 import random
 
 import pytest
@@ -37,11 +40,13 @@ def test_minimal_case_round_trip():
         assert e.match("a.a").groups == [("q1", None, [1]), ("q2", None, [-2])]
 
 
-def test_plain_ids_by_filter_then_id():
-    """Plain ids from several nodes (literal table, shapes, trie) come filter
-    by filter in the filters' byte order, each filter's ids ascending."""
-    subs = [("a.b", 9), ("a.b", 3), ("a.*", 7), (">", 5), ("a.>", 1), ("*.b", 2), ("*.*", 8)]
-    want = [8, 2, 5, 7, 1, 3, 9]     # "*.*" < "*.b" < ">" < "a.*" < "a.>" < "a.b"
+def test_plain_ids_ascending():
+    """Plain ids from several nodes (literal table, shapes, trie) come
+    ascending by value, whichever filter holds them; an id on two matching
+    filters comes twice, side by side (once with dedupe)."""
+    subs = [("a.b", 9), ("a.b", 3), ("a.*", 7), (">", 5), ("a.>", 1), ("*.b", 2), ("*.*", 8),
+            ("*.*", 3)]
+    want = [1, 2, 3, 3, 5, 7, 8, 9]
     for seed in range(6):
         order = subs[:]
         random.Random(seed).shuffle(order)
@@ -49,10 +54,75 @@ def test_plain_ids_by_filter_then_id():
         for f, i in order:
             sl.insert(f, i)
         assert sl.match("a.b").subs == want
+        assert sl.match("a.b", dedupe=True).subs == sorted(set(want))
         assert sl.match_many(["a.b"])[0].tolist() == want
+        assert sl.match_many(["a.b"], dedupe=True)[0].tolist() == sorted(set(want))
         ref = R.ReferenceSublist("nats")
         ref.insert_many([f for f, _ in order], [i for _, i in order])
         assert ref.match("a.b").subs == want
+
+
+# The shapes of a row's plain ids that fs_hits_plain treats apart: one
+# node; a big node and a few others (each placed by binary search); a big
+# node and up to 64 others (merged); more (every node merged in place);
+# more than 16 nodes (sorted); equal-sized nodes; repeats across nodes;
+# the extremes of int64.
+LO, HI = -(2 ** 63), 2 ** 63 - 1
+SHAPES = {
+    "one": [list(range(0, 100, 3))],
+    "big+1": [list(range(0, 100, 3)), [50]],
+    "big+1 first": [list(range(10, 100, 3)), [-5]],
+    "big+1 last": [list(range(10, 100, 3)), [500]],
+    "big+8": [list(range(0, 300, 3))] + [[7 * k + 1, 7 * k + 2] for k in range(4)],
+    "big+9": [list(range(0, 300, 3))] + [[31 * k + 1] for k in range(9)],
+    "big+64": [list(range(0, 300, 3))] + [list(range(k, 200, 25)) for k in range(8)],
+    "big+65": [list(range(0, 300, 3))] + [list(range(k, 200, 24)) for k in range(8)] + [[4]],
+    "two equal": [list(range(0, 40, 2)), list(range(1, 40, 2))],
+    "repeats": [list(range(0, 50, 2)), list(range(0, 50, 4)), [0, 48], [LO, 6, HI]],
+    "20 nodes": [[k, 100 - k] for k in range(20)] + [list(range(0, 100, 7))],
+    "extremes": [[LO, -1, 0, HI], [LO, HI], [LO + 1, HI - 1]],
+}
+
+
+def _forms(subject):
+    """Every NATS filter that matches subject: each token kept or '*', and
+    each prefix of those followed by '>' -- 31 for four tokens."""
+    toks = subject.split(".")
+    full = [[]]
+    for t in toks:
+        full = [f + [x] for f in full for x in (t, "*")]
+    out = [".".join(f) for f in full]
+    for k in range(len(toks)):
+        out += sorted({".".join(f[:k] + [">"]) for f in full})
+    return out
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("cache_size", [0, 8])
+def test_plain_merge_shapes(shape, cache_size):
+    """Run k of the shape is the ids of one matching filter of a.b.c.d."""
+    forms = _forms("a.b.c.d")
+    assert len(forms) == 31
+    fs, ids = [], []
+    for k, run in enumerate(SHAPES[shape]):
+        fs += [forms[k]] * len(run)
+        ids += run
+    order = list(range(len(fs)))
+    random.Random(7).shuffle(order)
+    fs, ids = [fs[j] for j in order], [ids[j] for j in order]
+    sl = fastsub.Sublist("nats", cache_size=cache_size)
+    assert sl.insert_many(fs, ids) == len(fs)
+    ref = R.ReferenceSublist("nats")
+    ref.insert_many(fs, ids)
+    want = ref.match("a.b.c.d").subs
+    assert want == sorted(want) and len(want) == len(fs)
+    for _ in range(2):                 # the second: from the cache, where there is one
+        assert sl.match("a.b.c.d").subs == want
+        assert sl.match("a.b.c.d", dedupe=True).subs == sorted(set(want))
+    assert sl.match_many(["a.b.c.d", "x.y", "a.b.c.d"])[0].tolist() == want
+    assert sl.match_many(["a.b.c.d", "x.y", "a.b.c.d"])[2].tolist() == want
+    assert sl.match_many(["a.b.c.d"], dedupe=True)[0].tolist() == sorted(set(want))
+    assert fastsub.Sublist.from_bytes(sl.to_bytes()).match_many(["a.b.c.d"])[0].tolist() == want
 
 
 def test_mqtt_groups_by_name_then_filter():
@@ -183,3 +253,24 @@ def test_same_set_same_rows(dialect, data):
                 with tiny_thread_blocks(block_rows):
                     got = rows(e.match_many(ss, keys=keys, queues=queues, threads=threads, dedupe=dedupe))
                 assert got == want, (queues, dedupe, threads, block_rows)
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_shards_merge_by_value(dialect, data):
+    """The sharded fan-out's rule: cut the subscriptions into shards, match
+    each, and the plain rows merged by value are the unsharded row."""
+    subs = list(dict.fromkeys(data.draw(st.lists(subscriptions(dialect), max_size=40))))
+    nshards = data.draw(st.integers(1, 4))
+    ss = data.draw(st.lists(subjects(dialect), min_size=1, max_size=6))
+    whole = _build(dialect, subs)
+    shards = [_build(dialect, [x for k, x in enumerate(subs) if k % nshards == n]) for n in range(nshards)]
+    for dedupe in (False, True):
+        want = rows(whole.match_many(ss, queues="none", dedupe=dedupe))
+        parts = [rows(sh.match_many(ss, queues="none", dedupe=dedupe)) for sh in shards]
+        for i in range(len(ss)):
+            merged = list(heapq.merge(*(p[i] for p in parts)))
+            if dedupe or dialect == "amqp":
+                merged = list(dict.fromkeys(merged))
+            assert want[i] == merged == sorted(want[i]), (ss[i], dedupe)

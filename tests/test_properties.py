@@ -232,6 +232,8 @@ def make_machine(dialect):
                     m = self.ref.match(s)
                     row = b[i].tolist()
                     assert row == R.batch_row(m, queues, key=s, dialect=dialect, dedupe=dedupe), (s, row)
+                    if queues == "none":
+                        assert row == sorted(row), (s, row)      # plain ids ascending
                     if queues == "all" and not dedupe:
                         assert Counter(row) == all_ids(m), (s, row)
                     elif queues == "pick" and not dedupe:

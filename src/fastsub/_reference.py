@@ -19,14 +19,14 @@ AMQP  (RabbitMQ topic exchanges) separator ".", words may be empty; in a
       groups merge by name as in NATS; each sub_id at most once per key.
 
 The order of a row (match's subs and groups, match_many's rows): the plain
-subscriptions by (filter, sub_id) -- filters compared as UTF-8 bytes, the
-inner filter for MQTT --, then the groups by (queue, filter) (NATS, AMQP:
-by queue alone, one group per name), each group's members ascending.
-match_many's row is that list (queues="all"), the plain part ("none"), or
-the plain part then one pick per group in group order ("pick"); dedupe
-keeps each id's first occurrence.  reverse_match: by (filter, plain before
-queued, queue, sub_id).  Written here from that definition, not from the
-engine's code.
+sub_ids ascending by value (an id on two matching filters twice, side by
+side; once with dedupe), then the groups by (queue, filter) -- compared as
+UTF-8 bytes, the inner filter for MQTT; NATS, AMQP: by queue alone, one
+group per name --, each group's members ascending.  match_many's row is
+that list (queues="all"), the plain part ("none"), or the plain part then
+one pick per group in group order ("pick"); dedupe keeps each id's first
+occurrence.  reverse_match: by (filter, plain before queued, queue,
+sub_id).  Written here from that definition, not from the engine's code.
 
 Queue picks (match_many's queues="pick"): for each matching group, every
 member gets a weight from (the row's key -- its own or the subject --, the
@@ -492,15 +492,13 @@ class ReferenceSublist:
             if not _tokens_match(_words(f, self.dialect), stoks, self.dialect):
                 continue
             if q is None:
-                plain.append((_utf8(f), i))
+                plain.append(i)
             else:
                 gkey = (q, f) if self.dialect == "mqtt" else (q, None)
                 groups.setdefault(gkey, []).append(i)
-        # The row's order: plain by (filter bytes, id); groups by (queue
-        # bytes, filter bytes), members ascending; dedupe: first occurrence.
-        subs = [i for _, i in sorted(plain)]
-        if dedupe:
-            subs = list(dict.fromkeys(subs))
+        # The row's order: plain ids ascending; groups by (queue bytes,
+        # filter bytes), members ascending; dedupe: each id once.
+        subs = sorted(set(plain)) if dedupe else sorted(plain)
         order = sorted(groups, key=lambda g: (_utf8(g[0]), _utf8(g[1] or "")))
         return MatchResult(subs, [(q, f, sorted(set(groups[q, f])) if dedupe else sorted(groups[q, f]))
                                   for q, f in order])
