@@ -69,13 +69,18 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
 {
     const fs_node *const *hits = sc->hits;
     size_t nhits = sc->nhits;
-    size_t nplain = fs_hits_nplain(hits, nhits);
+    size_t nplain = 0;
+    int grouped = 0;                 /* most rows have no groups: no call for them */
+    for (size_t k = 0; k < nhits; k++) {
+        nplain += hits[k]->nsubs;
+        grouped |= hits[k]->groups != NULL;
+    }
     if (nplain) {
         if (fs_idbuf_room(out, nplain) < 0)
             return FS_ENOMEM;
         out->n += fs_hits_plain(hits, nhits, out->ids + out->n);
     }
-    if (queues == FS_QUEUES_NONE)
+    if (queues == FS_QUEUES_NONE || !grouped)
         return FS_OK;
     size_t nrefs;
     if (fs_row_groups(sl, sc, &nrefs) < 0)

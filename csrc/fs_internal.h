@@ -188,12 +188,13 @@ static inline void fs_sl_free(fs_sublist *sl, void *p, size_t size) { fs_mem_fre
 /* Build r from the matched nodes in sc->hits, in the row's order
  * (fs_result.h).  FS_OK or FS_ENOMEM. */
 int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
-/* How many plain ids the hits hold; fs_hits_plain writes those of hits
- * to ids (room for that many) in the row's order -- ascending
- * (fs_result.h) -- and returns how many.  Never fails: it needs no
- * memory. */
-size_t fs_hits_nplain(const fs_node *const *hits, size_t nhits);
-size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids);
+/* fs_hits_plain writes the plain ids of hits (their nsubs summed: room
+ * for that many) to ids in the row's order -- ascending (fs_result.h) --
+ * and returns how many.  Never fails: it needs no memory.  Inline, so
+ * that a row of one node (most rows) pays a copy and a predictable
+ * branch; fs_hits_merge (fs_result.c) orders the rows of several. */
+size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids);
+/* static inline size_t fs_hits_plain(hits, nhits, ids): after fs_node_ids, below. */
 /* The queue groups of the hits in the row's order (fs_result.h):
  * sc->grefs[0..*nrefs), each a node's group (hit, group number).  NATS and
  * AMQP merge same-named groups across filters: a row's group is then the
@@ -305,6 +306,18 @@ static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->groups; 
 static inline const int64_t *fs_node_ids(const fs_node *n)
 {
     return n->subcap <= 1 ? &n->subs.one : n->subs.many;
+}
+
+/* The plain ids of a row's hits, in the row's order (declared above). */
+static inline size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
+{
+    if (nhits == 1) {            /* one node: its ids are sorted already */
+        size_t n = hits[0]->nsubs;
+        if (n)
+            memcpy(ids, fs_node_ids(hits[0]), sizeof(int64_t) * n);
+        return n;
+    }
+    return nhits ? fs_hits_merge(hits, nhits, ids) : 0;
 }
 
 /* The child for a literal token, or NULL.  end: how far the bytes from tok

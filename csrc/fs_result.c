@@ -5,6 +5,7 @@
  * by (name, filter) with members ascending), which the batch's direct
  * emit (fs_batch.c) takes from here too; the order of reverse matches.
  * AMQP delivers once per sub_id: its results are deduplicated here. */
+#include <stddef.h>
 #include <string.h>
 
 #include "fs_alloc.h"
@@ -315,14 +316,6 @@ size_t fs_row_group_end(const fs_sublist *sl, const fs_scratch *sc, size_t j, si
     return end;
 }
 
-size_t fs_hits_nplain(const fs_node *const *hits, size_t nhits)
-{
-    size_t total = 0;
-    for (size_t k = 0; k < nhits; k++)
-        total += hits[k]->nsubs;
-    return total;
-}
-
 /* Copy ids: a loop for the usual one or two, memcpy for long runs. */
 static inline void copy_run(int64_t *dst, const int64_t *src, size_t n)
 {
@@ -348,23 +341,80 @@ static inline size_t count_le(const int64_t *b, size_t n, int64_t x)
     return (size_t)(base - b) + (*base <= x);
 }
 
+/* t ? y : x by a mask: a compiler may turn `t ? y : x` into a branch. */
+static inline int64_t pick_if(size_t t, int64_t y, int64_t x)
+{
+    return (int64_t)((uint64_t)x ^ (((uint64_t)x ^ (uint64_t)y) & (0 - (uint64_t)t)));
+}
+
+/* Merge the sorted b[0..nb) and s[0..ns) (ns >= 1) into out[0..nb + ns),
+ * without branches on the data: the front and the back of out are filled
+ * in the same loop, two chains of loads that do not wait on each other (a
+ * one-ended branchless merge waits on each load: about half the speed).
+ * s[-1] and s[ns] must be readable: INT64_MIN and INT64_MAX.  Each end
+ * takes the half of out's values that are its own whichever of two equal
+ * ids it takes first, so ties need no care -- only reads within bounds. */
+static void merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
+{
+    size_t total = nb + ns, half = total / 2;
+    size_t fb = 0, fs = 0;           /* the front: next of b, of s */
+    size_t bb = nb, bs = ns;         /* the back: how many of b, of s are left */
+    const int64_t *s1 = s - 1;       /* s1[bs]: s's last left, s[-1] when none */
+    int64_t *hi = out + total;
+    if (nb > half) {
+        /* The usual row: the big run is more than half of it, so neither
+         * end runs out of it; s's sentinels are never taken (the front
+         * takes s's only when smaller, the back b's when not smaller). */
+        for (size_t i = 0; i < half; i++) {
+            int64_t x = b[fb], y = s[fs], u = b[bb - 1], v = s1[bs];
+            size_t ts = (size_t)(y < x), tb = (size_t)(u >= v);
+            out[i] = pick_if(ts, y, x);
+            *--hi = pick_if(tb, u, v);
+            fs += ts;
+            fb += 1 - ts;
+            bb -= tb;
+            bs -= 1 - tb;
+        }
+    } else {
+        /* b may run out at either end: its reads are clamped, and taken
+         * only while it lasts. */
+        for (size_t i = 0; i < half; i++) {
+            int64_t x = b[fb < nb ? fb : nb - 1], y = s[fs];
+            int64_t u = b[bb ? bb - 1 : 0], v = s1[bs];
+            size_t ts = (size_t)((fs != ns) & ((fb == nb) | (y < x)));
+            size_t tb = (size_t)((bb != 0) & ((bs == 0) | (u >= v)));
+            out[i] = pick_if(ts, y, x);
+            *--hi = pick_if(tb, u, v);
+            fs += ts;
+            fb += 1 - ts;
+            bb -= tb;
+            bs -= 1 - tb;
+        }
+    }
+    if (total & 1) {                 /* the middle one: the front's next */
+        int64_t x = b[fb < nb ? fb : nb - 1], y = s[fs];
+        out[half] = (fs != ns) & ((fb == nb) | (y < x)) ? y : x;
+    }
+}
+
 /* The other runs' ids put into the biggest run one by one (binary search,
  * then the stretch of the big run before it copied) up to this many;
- * past it, an ordinary merge of the two. */
+ * past it, a merge of the two from both ends (merge_two_ends). */
 #define FEW_SEARCHED 8
-/* The other runs' ids gathered on the stack up to this many; past it,
- * every run is merged in turn in place (fs_runs). */
-#define FEW_SMALL 64
+/* The other runs' ids gathered on the stack up to this many (2 KiB); past
+ * it (rare), every run is merged in turn in place (fs_runs). */
+#define FEW_SMALL 256
 
-size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
+/* The rows of two nodes or more (fs_hits_plain takes one node inline):
+ * the biggest node's ids stay whole, the others' are merged on the stack
+ * and go between its stretches. */
+size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids)
 {
     size_t runs = 0, big = 0, total = 0;
     uint32_t nbig = 0;
     for (size_t k = 0; k < nhits; k++) {
         uint32_t m = hits[k]->nsubs;
-        if (!m)
-            continue;
-        runs++;
+        runs += m != 0;
         total += m;
         if (m > nbig) {
             nbig = m;
@@ -375,8 +425,8 @@ size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
         return 0;
     const int64_t *b = fs_node_ids(hits[big]);
     size_t nb = nbig, ns = total - nb;
-    if (runs == 1) {                 /* one node (most rows): its ids are in order */
-        copy_run(ids, b, nb);
+    if (runs == 1) {                 /* one node holds ids: they are in order */
+        memcpy(ids, b, sizeof(int64_t) * nb);
         return nb;
     }
     fs_runs r = {0, 0};
@@ -386,40 +436,27 @@ size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
         fs_runs_end(&r, ids);
         return total;
     }
-    /* The big run stays whole; the few others, merged on the stack, go
-     * between its stretches. */
-    int64_t s[FEW_SMALL + 1];
+    int64_t few[FEW_SMALL + 2], *s = few + 1;    /* s[-1], s[ns]: readable */
     for (size_t k = 0; k < nhits; k++)
         if (k != big)
             fs_runs_add(&r, s, fs_node_ids(hits[k]), hits[k]->nsubs);
     fs_runs_end(&r, s);
-    size_t from = 0, at = 0;
-    if (ns <= FEW_SEARCHED) {
-        for (size_t j = 0; j < ns; j++) {
-            size_t p = from + count_le(b + from, nb - from, s[j]);
-            copy_run(ids + at, b + from, p - from);
-            at += p - from;
-            from = p;
-            ids[at++] = s[j];
-        }
-    } else {
-        /* Without branches: which side gives is unpredictable here.  The
-         * others end in a sentinel no id is below, so only the big run's
-         * end is tested. */
-        s[ns] = INT64_MAX;
-        const int64_t *sp = s;
-        int64_t *o = ids;
-        for (; from < nb; o++) {
-            int64_t x = b[from], y = *sp;
-            uint64_t take = (uint64_t)(y < x);             /* 1: the other's */
-            *o = (int64_t)((uint64_t)x ^ (((uint64_t)x ^ (uint64_t)y) & (0 - take)));
-            sp += take;
-            from += 1 - take;
-        }
-        at = (size_t)(o - ids);
-        size_t j = (size_t)(sp - s);
-        copy_run(ids + at, s + j, ns - j);
+    s[-1] = INT64_MIN;
+    s[ns] = INT64_MAX;
+    if (ns > FEW_SEARCHED) {
+        merge_two_ends(ids, b, nb, s, ns);
         return total;
+    }
+    /* Each search over the whole big run: the same number of steps for
+     * each of a row's ids (a predictable loop), and independent of the
+     * one before. */
+    size_t from = 0, at = 0;
+    for (size_t j = 0; j < ns; j++) {
+        size_t p = count_le(b, nb, s[j]);
+        copy_run(ids + at, b + from, p - from);
+        at += p - from;
+        from = p;
+        ids[at++] = s[j];
     }
     copy_run(ids + at, b + from, nb - from);
     return total;
@@ -545,13 +582,22 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
     const fs_node *const *hits = sc->hits;
     size_t nhits = sc->nhits;
     r->nids = r->nplain = r->ngroups = r->narena = 0;
-    size_t nplain = fs_hits_nplain(hits, nhits);
+    size_t nplain = 0;
+    int grouped = 0;
+    for (size_t k = 0; k < nhits; k++) {
+        nplain += hits[k]->nsubs;
+        grouped |= hits[k]->groups != NULL;
+    }
     if (nplain) {
         if (fs_grow(&r->ids, &r->cap_ids, nplain, sizeof(int64_t)) < 0)
             return FS_ENOMEM;
         r->nids = fs_hits_plain(hits, nhits, r->ids);
     }
     r->nplain = r->nids;
+    if (!grouped) {                  /* most rows: no groups to order */
+        sc->grefs_merge = 0;
+        return sl->dialect == FS_AMQP ? dedupe_result(r, nhits) : FS_OK;
+    }
     size_t nrefs;
     if (fs_row_groups(sl, sc, &nrefs) < 0)
         return FS_ENOMEM;

@@ -101,11 +101,12 @@ static inline int64_t fs_pick(uint64_t seed, const int64_t *ids, size_t n)
  *      and AMQP key a group by its name alone (merged across filters),
  *      MQTT by (name, filter) -- each group's members ascending.
  * A node holds its ids sorted and its groups in name order (fs_node.c), so
- * nothing is sorted where one node contributes; otherwise the biggest
- * node's ids stay whole and the others' (merged on the stack) go between
- * its stretches (fs_hits_plain), and a merged group's parts are merged by
- * value (fs_runs_add).  fs_result.c applies the rule (fs_hits_plain,
- * fs_row_groups); src/fastsub/_reference.py
+ * nothing is sorted where one node contributes (fs_hits_plain, inline:
+ * a copy); otherwise the others' ids are merged on the stack and then with
+ * the biggest node's -- up to 8 placed by binary search, more merged from
+ * both ends at once without branches (fs_hits_merge) -- and a merged
+ * group's parts are merged by value (fs_runs_add).  fs_result.c applies
+ * the rule (fs_hits_merge, fs_row_groups); src/fastsub/_reference.py
  * restates it independently. */
 
 /* Merge the sorted run[0..m) into the sorted ids[0..have), which has room

@@ -81,6 +81,15 @@ SHAPES = {
     "repeats": [list(range(0, 50, 2)), list(range(0, 50, 4)), [0, 48], [LO, 6, HI]],
     "20 nodes": [[k, 100 - k] for k in range(20)] + [list(range(0, 100, 7))],
     "extremes": [[LO, -1, 0, HI], [LO, HI], [LO + 1, HI - 1]],
+    # the merge from both ends (9 to 256 others), at its edges
+    "big+9 extremes": [[LO, -3, 0, 5, HI], [LO, 0, HI], [LO, 1, HI], [HI], [LO], [LO + 1, HI - 1]],
+    "big+9 extremes, big first": [[LO] + list(range(-9, 9)) + [HI], [LO, HI], [LO, 5, HI], [LO], [HI],
+                                  [LO + 1, HI - 1]],
+    "big+9 below": [list(range(1000, 1100))] + [[-k] for k in range(9)],
+    "big+9 above": [list(range(1000, 1101))] + [[5000 + k] for k in range(9)],
+    "big+10 around": [list(range(1000, 1100))] + [[-k, 9000 + k] for k in range(5)],
+    "big+256": [list(range(0, 900, 3))] + [list(range(k, 1024, 4)) for k in range(4)],
+    "big+257": [list(range(0, 900, 3))] + [list(range(k, 1024, 4)) for k in range(4)] + [[HI]],
 }
 
 
