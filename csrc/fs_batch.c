@@ -62,36 +62,53 @@ static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
 }
 
 /* Emit a row straight from the matched nodes (no cache to fill), in the
- * same order emit() gives for the built result: plain ids, then each
- * merged group's members (fs_walk.h). */
-static int emit_hits(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int queues,
-                     uint32_t keyhash, fs_idbuf *out)
+ * order emit() gives for the built result (fs_result.h): the plain ids,
+ * then each merged group's members (fs_walk.h), groups in the order
+ * fs_row_groups gives them. */
+static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t keyhash, fs_idbuf *out)
 {
-    for (size_t k = 0; k < nhits; k++)
-        if (put(out, fs_node_ids(hits[k]), hits[k]->nsubs) < 0)
-            return FS_ENOMEM;
-    if (queues == FS_QUEUES_NONE)
-        return FS_OK;
-    int merge = -1;
+    const fs_node *const *hits = sc->hits;
+    size_t nhits = sc->nhits;
+    size_t nplain = 0;
+    int grouped = 0;                 /* most rows have no groups: no call for them */
     for (size_t k = 0; k < nhits; k++) {
-        const fs_node *n = hits[k];
-        for (uint32_t gi = 0; gi < fs_ngroups(n); gi++) {
-            const fs_group *g = fs_node_group(n, gi);
-            if (fs_group_merged_before(sl, hits, nhits, k, g, &merge))
-                continue;
-            /* "pick" offers every part's members to one rendezvous choice. */
+        nplain += hits[k]->nsubs;
+        grouped |= hits[k]->groups != NULL;
+    }
+    if (nplain) {
+        if (fs_idbuf_room(out, nplain) < 0)
+            return FS_ENOMEM;
+        out->n += fs_hits_plain(hits, nhits, out->ids + out->n);
+    }
+    if (queues == FS_QUEUES_NONE || !grouped)
+        return FS_OK;
+    size_t nrefs;
+    if (fs_row_groups(sl, sc, &nrefs) < 0)
+        return FS_ENOMEM;
+    for (size_t j = 0, end; j < nrefs; j = end) {
+        end = fs_row_group_end(sl, sc, j, nrefs);
+        const fs_node *n = hits[sc->grefs[j].hit];
+        if (queues == FS_QUEUES_PICK) {
+            /* one rendezvous choice over every part's members */
             fs_pick_best best = {0, 0, 0};
-            const uint64_t seed = queues == FS_QUEUES_PICK ? fs_pick_seed(keyhash, fs_group_key(sl, n, g)) : 0;
-            size_t k2 = k;
-            for (const fs_group *part = g; part; part = fs_group_next_part(hits, nhits, merge, g, &k2)) {
-                if (queues == FS_QUEUES_PICK)
-                    fs_pick_offer(&best, seed, part->ids, part->n);
-                else if (put(out, part->ids, part->n) < 0)
-                    return FS_ENOMEM;
+            const uint64_t seed = fs_pick_seed(keyhash, fs_group_key(sl, n, fs_node_group(n, sc->grefs[j].group)));
+            for (size_t p = j; p < end; p++) {
+                const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
+                fs_pick_offer(&best, seed, part->ids, part->n);
             }
-            if (best.any && put(out, &best.id, 1) < 0)
+            if (put(out, &best.id, 1) < 0)
                 return FS_ENOMEM;
+            continue;
         }
+        fs_runs runs = {0, 0};
+        for (size_t p = j; p < end; p++) {
+            const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
+            if (fs_idbuf_room(out, runs.n + part->n) < 0)
+                return FS_ENOMEM;
+            fs_runs_add(&runs, out->ids + out->n, part->ids, part->n);
+        }
+        fs_runs_end(&runs, out->ids + out->n);
+        out->n += runs.n;
     }
     return FS_OK;
 }
@@ -285,7 +302,7 @@ static int matcher_run(row_matcher *m, fs_sublist *sl, const fs_strings *subject
                         if (rc == FS_OK)
                             rc = emit(&w->r, queues, keyhash, 0, out);
                     } else if (rc == FS_OK) {
-                        rc = emit_hits(sl, w->sc.hits, w->sc.nhits, queues, keyhash, out);
+                        rc = emit_hits(sl, &w->sc, queues, keyhash, out);
                     }
                 }
                 if (rc != FS_OK)

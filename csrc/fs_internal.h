@@ -185,8 +185,26 @@ static inline void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t si
 static inline void fs_sl_free(fs_sublist *sl, void *p, size_t size) { fs_mem_free(&sl->mem, p, size); }
 
 /* ---- results (fs_result.c) */
-/* Build r from the matched nodes in sc->hits.  FS_OK or FS_ENOMEM. */
-int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r);
+/* Build r from the matched nodes in sc->hits, in the row's order
+ * (fs_result.h).  FS_OK or FS_ENOMEM. */
+int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
+/* fs_hits_plain writes the plain ids of hits (their nsubs summed: room
+ * for that many) to ids in the row's order -- ascending (fs_result.h) --
+ * and returns how many.  Never fails: it needs no memory.  Inline, so
+ * that a row of one node (most rows) pays a copy and a predictable
+ * branch; fs_hits_merge (fs_result.c) orders the rows of several. */
+size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids);
+/* static inline size_t fs_hits_plain(hits, nhits, ids): after fs_node_ids, below. */
+/* The queue groups of the hits in the row's order (fs_result.h):
+ * sc->grefs[0..*nrefs), each a node's group (hit, group number).  NATS and
+ * AMQP merge same-named groups across filters: a row's group is then the
+ * refs [j, fs_row_group_end(j)) -- its parts, side by side; MQTT's groups
+ * are (name, filter): one ref each.  FS_OK or FS_ENOMEM. */
+int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs);
+size_t fs_row_group_end(const fs_sublist *sl, const fs_scratch *sc, size_t j, size_t nrefs);
+/* Put reverse matches in their order: filter bytes, plain before queued,
+ * queue name bytes, sub_id.  Never fails. */
+void fs_rresult_sort(fs_rresult *r);
 int fs_result_copy(fs_result *dst, const fs_result *src);
 /* Keep the first occurrence of each id in ids[0..*n), in order, and set
  * *n to how many are kept.  Runs longer than 48 use *set (grown as needed;
@@ -203,12 +221,6 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
                       fs_scratch *sc, fs_result *r, fs_error *err);
 int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);
 int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
-/* NATS and AMQP merge same-named groups across the matched nodes, which
- * needs searching only when two or more hits hold groups: does it here? */
-int fs_hits_merge_groups(const fs_sublist *sl, const fs_node *const *hits, size_t nhits);
-/* When merging (only then): is hit k's group g already part of an
- * earlier hit's group? */
-int fs_group_repeats(const fs_node *const *hits, size_t k, const fs_group *g);
 /* A hash identifying a result group (NATS: its name; MQTT: name and filter),
  * stable across processes: queue picks are made from it. */
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
@@ -294,6 +306,18 @@ static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->groups; 
 static inline const int64_t *fs_node_ids(const fs_node *n)
 {
     return n->subcap <= 1 ? &n->subs.one : n->subs.many;
+}
+
+/* The plain ids of a row's hits, in the row's order (declared above). */
+static inline size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
+{
+    if (nhits == 1) {            /* one node: its ids are sorted already */
+        size_t n = hits[0]->nsubs;
+        if (n)
+            memcpy(ids, fs_node_ids(hits[0]), sizeof(int64_t) * n);
+        return n;
+    }
+    return nhits ? fs_hits_merge(hits, nhits, ids) : 0;
 }
 
 /* The child for a literal token, or NULL.  end: how far the bytes from tok

@@ -116,8 +116,9 @@ static int copy_small(const fs_result *r, int64_t *ids, size_t cap, size_t *n)
 }
 
 /* The same straight from the walk's hits, without building a result: the
- * plain ids in the order fs_build_result puts them.  Not for AMQP, whose
- * built result is deduplicated (one delivery per sub_id). */
+ * plain ids in the row's order (fs_hits_plain, as fs_build_result puts
+ * them).  Not for AMQP, whose built result is deduplicated (one delivery
+ * per sub_id). */
 static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *ids, size_t cap,
                            size_t *n)
 {
@@ -131,12 +132,7 @@ static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *
     }
     if (total > cap)
         return 0;
-    total = 0;
-    for (size_t k = 0; k < sc->nhits; k++) {
-        memcpy(ids + total, fs_node_ids(sc->hits[k]), sizeof(int64_t) * sc->hits[k]->nsubs);
-        total += sc->hits[k]->nsubs;
-    }
-    *n = total;
+    *n = fs_hits_plain(sc->hits, sc->nhits, ids);
     return 1;
 }
 

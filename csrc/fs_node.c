@@ -1,6 +1,7 @@
 /* fs_node.c - a node and what it holds: plain subscription ids (a sorted
  * array, inline when there is one), queue groups (name + sorted member
- * ids).  A node is a trie node (one token) or a table entry (a whole
+ * ids), in name order (bytes) -- as images store them, and as a row's
+ * groups are ordered (fs_result.h).  A node is a trie node (one token) or a table entry (a whole
  * filter; parent NULL).  Memory is counted through fs_mem.h; nodes come
  * from the index's slab (fs_slab.h).  Nothing here calls the tables: the
  * owner of a table removes a node from it before freeing it. */
@@ -167,6 +168,14 @@ static int group_add(fs_sublist *sl, fs_group *g, int64_t id)
     return 1;
 }
 
+/* Does group g's name come before q (bytes; a prefix first)? */
+static int name_before(const fs_group *g, const char *q, uint32_t qlen)
+{
+    uint32_t m = g->name_len < qlen ? g->name_len : qlen;
+    int c = m ? memcmp(g->name, q, m) : 0;
+    return c < 0 || (c == 0 && g->name_len < qlen);
+}
+
 /* Insert id into the node's group q, creating the group if needed.
  * 1 new, 0 present, FS_ENOMEM (node unchanged). */
 int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen, int64_t id)
@@ -187,6 +196,9 @@ int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen,
         return FS_ENOMEM;
     }
     uint32_t ng = fs_ngroups(n), cap = n->groups ? n->groups->cap : 0;
+    uint32_t at = 0;            /* a node's groups are kept in name order */
+    while (at < ng && name_before(&n->groups->g[at], q, qlen))
+        at++;
     if (ng == cap) {
         uint32_t ncap = cap ? cap * 2 : 1;
         fs_groups *gs = fs_sl_realloc(sl, n->groups, cap ? fs_groups_bytes(cap) : 0, fs_groups_bytes(ncap));
@@ -198,7 +210,9 @@ int fs_node_add_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen,
         gs->cap = ncap;
         n->groups = gs;
     }
-    n->groups->g[n->groups->n++] = fresh;
+    memmove(&n->groups->g[at + 1], &n->groups->g[at], sizeof(fs_group) * (ng - at));
+    n->groups->g[at] = fresh;
+    n->groups->n++;
     return 1;
 }
 
@@ -213,10 +227,13 @@ int fs_node_del_queued(fs_sublist *sl, fs_node *n, const char *q, uint32_t qlen,
         return 0;
     memmove(g->ids + at, g->ids + at + 1, sizeof(int64_t) * (g->n - at - 1));
     if (--g->n == 0) {
-        /* Drop the group; its slot is reused, the block is kept (removal
-         * never allocates) and freed when the node has no groups left. */
+        /* Drop the group, the others kept in name order; the block is
+         * kept (removal never allocates) and freed when the node has no
+         * groups left. */
         group_free(sl, g);
-        *g = n->groups->g[--n->groups->n];
+        uint32_t gi = (uint32_t)(g - n->groups->g);
+        n->groups->n--;
+        memmove(g, g + 1, sizeof(fs_group) * (n->groups->n - gi));
         if (n->groups->n == 0) {
             fs_sl_free(sl, n->groups, fs_groups_bytes(n->groups->cap));
             n->groups = NULL;

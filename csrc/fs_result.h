@@ -19,7 +19,7 @@ typedef struct {
 } fs_group_out;
 
 /* What one subject matched: ids[0..nplain) are the plain subscriptions,
- * then each group's members. */
+ * then each group's members, in the one order below. */
 typedef struct {
     int64_t *ids;
     size_t nids, cap_ids, nplain;
@@ -87,6 +87,86 @@ static inline int64_t fs_pick(uint64_t seed, const int64_t *ids, size_t n)
     fs_pick_best b = {0, 0, 0};
     fs_pick_offer(&b, seed, ids, n);
     return b.id;
+}
+
+/* ---- the order of a row's ids: one rule, for every path.
+ * A row (a result, or a match_many row) depends only on the set of
+ * subscriptions that match -- never on insertion order, where a filter is
+ * stored (literal table, shape, trie), the cache, threads, an image round
+ * trip or sharding:
+ *   1. the plain subscriptions' ids ascending by value (an id on two
+ *      matching filters twice, side by side; dedupe keeps one), so the
+ *      rows of shards merge into the unsharded row by value alone;
+ *   2. then the queue groups, by (queue name bytes, filter bytes) -- NATS
+ *      and AMQP key a group by its name alone (merged across filters),
+ *      MQTT by (name, filter) -- each group's members ascending.
+ * A node holds its ids sorted and its groups in name order (fs_node.c), so
+ * nothing is sorted where one node contributes (fs_hits_plain, inline:
+ * a copy); otherwise the others' ids are merged on the stack and then with
+ * the biggest node's -- up to 8 placed by binary search, more merged from
+ * both ends at once without branches (fs_hits_merge) -- and a merged
+ * group's parts are merged by value (fs_runs_add).  fs_result.c applies
+ * the rule (fs_hits_merge, fs_row_groups); src/fastsub/_reference.py
+ * restates it independently. */
+
+/* Merge the sorted run[0..m) into the sorted ids[0..have), which has room
+ * for have + m: ids[0..have + m) is sorted.  From the back, so nothing is
+ * moved that is not past where the run goes. */
+static inline void fs_ids_merge(int64_t *ids, size_t have, const int64_t *run, size_t m)
+{
+    size_t i = have, j = m, o = have + m;
+    if (!have || ids[have - 1] <= run[0]) {          /* appended as it is */
+        for (size_t k = 0; k < m; k++)
+            ids[have + k] = run[k];
+        return;
+    }
+    while (i && j) {
+        int64_t a = ids[i - 1], b = run[j - 1];
+        int from_ids = a > b;                        /* equal: the run's first */
+        ids[--o] = from_ids ? a : b;
+        i -= (size_t)from_ids;
+        j -= (size_t)!from_ids;
+    }
+    while (j) {
+        --j;
+        ids[j] = run[j];
+    }
+}
+
+/* Runs merged one by one up to this many; past it, a row's runs are
+ * appended and the whole sorted once (merging k runs one by one costs
+ * O(n k)). */
+#define FS_MERGE_RUNS 16
+
+/* A row's ids being put together from sorted runs, at ids[0..n). */
+typedef struct {
+    size_t n;
+    unsigned runs;
+} fs_runs;
+
+/* Sort ids[0..n) ascending, in place (heapsort: no memory). */
+void fs_ids_sort(int64_t *ids, size_t n);
+
+/* Add the sorted run[0..m) to the row at ids (room for n + m). */
+static inline void fs_runs_add(fs_runs *r, int64_t *ids, const int64_t *run, size_t m)
+{
+    if (!m)
+        return;
+    if (r->runs < FS_MERGE_RUNS) {
+        fs_ids_merge(ids, r->n, run, m);
+    } else {
+        for (size_t k = 0; k < m; k++)
+            ids[r->n + k] = run[k];
+    }
+    r->runs++;
+    r->n += m;
+}
+
+/* The row's runs are all added: ids[0..r->n) sorted. */
+static inline void fs_runs_end(const fs_runs *r, int64_t *ids)
+{
+    if (r->runs > FS_MERGE_RUNS)
+        fs_ids_sort(ids, r->n);
 }
 
 void fs_result_init(fs_result *r);

@@ -1,5 +1,6 @@
 /* fs_reverse.c - reverse matching: which stored subscriptions could match
- * some subject that a query filter matches.  The trie's part is
+ * some subject that a query filter matches, in one order (fs_rresult_sort:
+ * by filter, plain before queued, queue, sub_id).  The trie's part is
  * fs_trie_rwalk_locked (fs_trie.c); the tables' entries are tested here. */
 #include "sublist.h"
 
@@ -64,5 +65,7 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
                 rc = fs_rhit_add(sl, n, fs_node_group(n, gi), fs_node_group(n, gi)->ids[i], r);
     }
     fs_rwlock_rdunlock(&sl->lock);
+    if (rc == FS_OK)
+        fs_rresult_sort(r);
     return rc;
 }

@@ -156,49 +156,17 @@ static inline int fs_walk_collect(const fs_sublist *sl, const fs_walk_row *p, co
 
 /* ------------------------------------------ queue groups, merged
  * NATS and AMQP merge same-named groups across the matched nodes into one
- * group (its members: the first node's, then each later node's of that
- * name); MQTT keeps one group per (name, filter), that is per node.  Both
+ * group; MQTT keeps one group per (name, filter), that is per node.  Both
  * result building (fs_result.c) and the batch's direct emit (fs_batch.c)
- * go through the groups of the hits this way:
+ * take a row's groups from fs_row_groups, in the row's order (fs_result.h:
+ * by name, then filter), a merged group's parts side by side:
  *
- *     int merge = -1;
- *     for (size_t k = 0; k < nhits; k++)
- *         for (uint32_t gi = 0; gi < fs_ngroups(hits[k]); gi++) {
- *             const fs_group *g = fs_node_group(hits[k], gi);
- *             if (fs_group_merged_before(sl, hits, nhits, k, g, &merge))
- *                 continue;
- *             size_t k2 = k;       one merged group: g's members, then
- *             for (const fs_group *part = g; part;
- *                  part = fs_group_next_part(hits, nhits, merge, g, &k2))
- *                 ... part's members ...
- *         }
+ *     size_t nrefs;
+ *     fs_row_groups(sl, sc, &nrefs);
+ *     for (size_t j = 0, end; j < nrefs; j = end) {
+ *         end = fs_row_group_end(sl, sc, j, nrefs);
+ *         ... one group: the members of sc->grefs[j..end), merged ...
+ *     }
  */
-
-/* 1 when group g of hits[k] was merged into an earlier hit's group of the
- * same name (it is given there).  *merge starts at -1 and is worked out
- * at the first group met: most rows have none. */
-static inline int fs_group_merged_before(const fs_sublist *sl, const fs_node *const *hits, size_t nhits,
-                                         size_t k, const fs_group *g, int *merge)
-{
-    if (*merge < 0)
-        *merge = fs_hits_merge_groups(sl, hits, nhits);
-    return *merge && fs_group_repeats(hits, k, g);
-}
-
-/* The merged group g's next part after the one on hits[*k2] (start with
- * *k2 = g's hit): the same name on a later hit, or NULL. */
-static inline const fs_group *fs_group_next_part(const fs_node *const *hits, size_t nhits, int merge,
-                                                 const fs_group *g, size_t *k2)
-{
-    if (merge <= 0)
-        return NULL;
-    while (++*k2 < nhits)
-        if (fs_ngroups(hits[*k2])) {
-            const fs_group *g2 = fs_node_find_group(hits[*k2], g->name, g->name_len, g->name_hash);
-            if (g2)
-                return g2;
-        }
-    return NULL;
-}
 
 #endif

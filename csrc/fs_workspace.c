@@ -22,6 +22,7 @@ void fs_scratch_free(fs_scratch *sc)
     FS_FREE(sc->next);
     FS_FREE(sc->hits);
     FS_FREE(sc->seen);
+    FS_FREE(sc->grefs);
     fs_scratch_init(sc);
 }
 
@@ -103,7 +104,7 @@ void fs_workspace_trim(fs_workspace *w)
     if (w->r.cap_ids > 65536 || w->r.cap_arena > 1u << 20 || w->r.cap_groups > 4096)
         fs_result_free(&w->r);
     if (w->sc.cap_front > 65536 || w->sc.cap_next > 65536 || w->sc.cap_hits > 65536 ||
-        w->sc.cap_seen > 131072 ||
+        w->sc.cap_seen > 131072 || w->sc.cap_grefs > 4096 ||
         w->sc.toks.cap > 4096)
         fs_scratch_free(&w->sc);
 }

@@ -85,12 +85,21 @@ typedef struct {
     int64_t id;
 } fs_spec;
 
+/* A queue group of a row, by where its first part is: hits[hit]'s group
+ * number group (fs_row_groups, fs_result.c). */
+typedef struct {
+    uint32_t hit, group;
+} fs_gref;
+
 /* Per-call working memory, reusable across calls by one thread. */
 typedef struct {
     fs_tokens toks;
     const fs_node **front, **next, **hits;
     size_t nfront, nnext, nhits;
     size_t cap_front, cap_next, cap_hits;
+    fs_gref *grefs;          /* the row's groups, in order (fs_row_groups) */
+    size_t cap_grefs;
+    int grefs_merge;         /* 1: two of them may be parts of one group */
     const fs_node **seen;    /* AMQP trie walk: open-addressing set of nodes, */
     size_t cap_seen, act_seen;   /* allocated / in use (a power of 2) */
 } fs_scratch;

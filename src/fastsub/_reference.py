@@ -18,6 +18,16 @@ AMQP  (RabbitMQ topic exchanges) separator ".", words may be empty; in a
       zero words; at most 255 UTF-8 bytes, any character (U+0000 too);
       groups merge by name as in NATS; each sub_id at most once per key.
 
+The order of a row (match's subs and groups, match_many's rows): the plain
+sub_ids ascending by value (an id on two matching filters twice, side by
+side; once with dedupe), then the groups by (queue, filter) -- compared as
+UTF-8 bytes, the inner filter for MQTT; NATS, AMQP: by queue alone, one
+group per name --, each group's members ascending.  match_many's row is
+that list (queues="all"), the plain part ("none"), or the plain part then
+one pick per group in group order ("pick"); dedupe keeps each id's first
+occurrence.  reverse_match: by (filter, plain before queued, queue,
+sub_id).  Written here from that definition, not from the engine's code.
+
 Queue picks (match_many's queues="pick"): for each matching group, every
 member gets a weight from (the row's key -- its own or the subject --, the
 group, the member's sub_id) and the heaviest member is delivered, the
@@ -31,7 +41,7 @@ __all__ = [
     "ReferenceSublist", "MatchResult", "subject_matches", "filters_intersect",
     "is_valid_subject", "is_valid_filter", "validate_subject", "validate_filter",
     "split_share",
-    "pick_member", "picked_row",
+    "pick_member", "picked_row", "batch_row",
 ]
 
 MAX_BYTES = 65535
@@ -101,6 +111,22 @@ def picked_row(m, key, dialect="nats", dedupe=False):
     repeats after the picks, as match_many(dedupe=True) does."""
     row = list(m.subs) + [pick_member(key, q, f, members, dialect) for q, f, members in m.groups]
     return sorted(set(row)) if dedupe else sorted(row)
+
+
+def batch_row(m, queues="all", key=None, dialect="nats", dedupe=False):
+    """The exact match_many row for a match result m (in the row's order):
+    queues "all", "none" or "pick" (key: the row's pick key, its own or the
+    subject); dedupe keeps the first occurrence of each id."""
+    row = list(m.subs)
+    if queues == "all":
+        row += [i for _, _, members in m.groups for i in members]
+    elif queues == "pick":
+        row += [pick_member(key, q, f, members, dialect) for q, f, members in m.groups]
+    return list(dict.fromkeys(row)) if dedupe else row
+
+
+def _utf8(s):
+    return s.encode("utf-8", "surrogatepass")
 
 
 def _sep(dialect):
@@ -461,18 +487,21 @@ class ReferenceSublist:
         validate_subject(subject, self.dialect)
         stoks = _words(subject, self.dialect)
         dedupe = dedupe or self.dialect == "amqp"    # AMQP: once per sub_id, always
-        subs, groups = [], {}
+        plain, groups = [], {}
         for f, q, i in self._subs:
             if not _tokens_match(_words(f, self.dialect), stoks, self.dialect):
                 continue
             if q is None:
-                subs.append(i)
+                plain.append(i)
             else:
                 gkey = (q, f) if self.dialect == "mqtt" else (q, None)
                 groups.setdefault(gkey, []).append(i)
-        once = (lambda xs: sorted(set(xs))) if dedupe else sorted
-        return MatchResult(once(subs),
-                           sorted((q, f, once(m)) for (q, f), m in groups.items()))
+        # The row's order: plain ids ascending; groups by (queue bytes,
+        # filter bytes), members ascending; dedupe: each id once.
+        subs = sorted(set(plain)) if dedupe else sorted(plain)
+        order = sorted(groups, key=lambda g: (_utf8(g[0]), _utf8(g[1] or "")))
+        return MatchResult(subs, [(q, f, sorted(set(groups[q, f])) if dedupe else sorted(groups[q, f]))
+                                  for q, f in order])
 
     def num_interest(self, subject):
         r = self.match(subject)
@@ -485,4 +514,5 @@ class ReferenceSublist:
         validate_filter(filter, self.dialect)
         toks = _words(_inner(filter, self.dialect), self.dialect)
         return sorted(((f, i, q) for f, q, i in self._subs
-                       if _intersect_tokens(toks, _words(f, self.dialect), self.dialect)), key=repr)
+                       if _intersect_tokens(toks, _words(f, self.dialect), self.dialect)),
+                      key=lambda t: (_utf8(t[0]), t[2] is not None, _utf8(t[2] or ""), t[1]))
