@@ -95,7 +95,7 @@ int fs_group_repeats(const fs_node *const *hits, size_t k, const fs_group *g)
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
 {
     uint64_t h = g->name_hash;
-    if (sl->dialect == FS_MQTT) {
+    if (!fs_groups_merge(sl->dialect)) {
         /* The group is (name, filter): fold in the filter's token hashes,
          * last to first -- the same whether the filter lives in the trie
          * (one token per node) or in a table entry (the whole filter). */
@@ -245,7 +245,7 @@ int fs_build_result(const fs_sublist *sl, const fs_scratch *sc, fs_result *r)
             r->ngroups++;
         }
     }
-    if (sl->dialect == FS_AMQP)
+    if (fs_rules(sl->dialect)->once_per_id)
         return dedupe_result(r, sc->nhits);
     return FS_OK;
 }
