@@ -237,8 +237,8 @@ static int matcher_run(row_matcher *m, fs_sublist *sl, const fs_strings *subject
 {
     fs_workspace *w = m->w;
     block *b = m->b;
-    int amqp = sl->dialect == FS_AMQP;
-    if (amqp)
+    int once = fs_rules(sl->dialect)->once_per_id;
+    if (once)
         dedupe = 1;          /* AMQP delivers once per sub_id: the rule, not an option */
     int rc = FS_OK;
     fs_cache_tally tally = {0, 0};
@@ -295,7 +295,7 @@ static int matcher_run(row_matcher *m, fs_sublist *sl, const fs_strings *subject
                     }
                 } else {
                     rc = fs_walk_collect(sl, r, &b->toks[k], &w->sc, 0);
-                    if (rc == FS_OK && amqp && queues != FS_QUEUES_NONE && any_groups(&w->sc)) {
+                    if (rc == FS_OK && once && queues != FS_QUEUES_NONE && any_groups(&w->sc)) {
                         /* AMQP picks among deduplicated members, as the
                          * built (and cached) result has them. */
                         rc = fs_build_result(sl, &w->sc, &w->r);

@@ -335,7 +335,7 @@ void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t f
     for (uint32_t i = 0; i < ft->n; i++)
         nrest += ft->tok[i].kind == FS_TOK_REST;
     int rest = nrest > 0;
-    uint32_t min_toks = d == FS_NATS ? ft->n : ft->n - nrest;   /* NATS '>' takes 1+ */
+    uint32_t min_toks = ft->n - nrest + nrest * fs_rules(d)->rest_min;   /* NATS '>' takes 1+ */
     int check_first = f0->kind == FS_TOK_LITERAL;
     int check_last = fl->kind == FS_TOK_LITERAL;
     fs_tokens st;

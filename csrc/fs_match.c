@@ -122,7 +122,7 @@ static int copy_small(const fs_result *r, int64_t *ids, size_t cap, size_t *n)
 static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *ids, size_t cap,
                            size_t *n)
 {
-    if (sl->dialect == FS_AMQP)
+    if (fs_rules(sl->dialect)->once_per_id)
         return 0;
     size_t total = 0;
     for (size_t k = 0; k < sc->nhits; k++) {
@@ -193,7 +193,7 @@ static int interest_locked(fs_sublist *sl, const char *subject, size_t len, fs_s
     if (cached) {
         *nplain = cached->nplain;
         *nqueue = cached->nids - cached->nplain;
-    } else if (sl->cache || sl->dialect == FS_AMQP) {
+    } else if (sl->cache || fs_rules(sl->dialect)->once_per_id) {
         /* Fill the cache: the next question about this subject is cheap.
          * (AMQP counts each sub_id once: the built result is deduplicated.) */
         fs_result r;

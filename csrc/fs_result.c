@@ -465,7 +465,7 @@ size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids)
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
 {
     uint64_t h = g->name_hash;
-    if (sl->dialect == FS_MQTT) {
+    if (!fs_groups_merge(sl->dialect)) {
         /* The group is (name, filter): fold in the filter's token hashes,
          * last to first -- the same whether the filter lives in the trie
          * (one token per node) or in a table entry (the whole filter). */
@@ -596,7 +596,7 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
     r->nplain = r->nids;
     if (!grouped) {                  /* most rows: no groups to order */
         sc->grefs_merge = 0;
-        return sl->dialect == FS_AMQP ? dedupe_result(r, nhits) : FS_OK;
+        return fs_rules(sl->dialect)->once_per_id ? dedupe_result(r, nhits) : FS_OK;
     }
     size_t nrefs;
     if (fs_row_groups(sl, sc, &nrefs) < 0)
@@ -634,7 +634,7 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
         r->nids += runs.n;
         r->ngroups++;
     }
-    if (sl->dialect == FS_AMQP)
+    if (fs_rules(sl->dialect)->once_per_id)
         return dedupe_result(r, nhits);
     return FS_OK;
 }

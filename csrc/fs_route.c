@@ -26,7 +26,7 @@ static int route_one(fs_dialect d, const char *s, size_t len, int is_filter, uns
 {
     fs_error err;
     *key = 0;
-    if (is_filter && d == FS_MQTT && fs_share_inner(d, &s, &len, &err) != FS_OK) {
+    if (is_filter && fs_rules(d)->shares && fs_share_inner(d, &s, &len, &err) != FS_OK) {
         *kind = FS_ROUTE_INVALID;
         return FS_OK;
     }

@@ -61,9 +61,9 @@ static int applies(const fs_shape *sh, uint32_t k, int zero_plus)
 static void rebuild_probes(fs_sublist *sl)
 {
     fs_shapes *S = &sl->shapes;
-    int zero_plus = sl->dialect != FS_NATS;
+    int zero_plus = fs_rules(sl->dialect)->rest_min == 0;
     /* k == 0 is the AMQP key of zero words, which only '#' matches. */
-    uint32_t k0 = sl->dialect == FS_AMQP ? 0 : 1;
+    uint32_t k0 = fs_rules(sl->dialect)->empty_ok ? 0 : 1;
     for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++) {
         uint64_t bits = 0;
         for (uint32_t j = 0; j < S->n; j++)
@@ -91,7 +91,7 @@ static int within_budget(const fs_sublist *sl, const fs_shape_of *of)
     fs_shape probe_of = {0};
     probe_of.ntoks = of->ntoks;
     probe_of.rest = of->rest;
-    int zero_plus = sl->dialect != FS_NATS;
+    int zero_plus = fs_rules(sl->dialect)->rest_min == 0;
     for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
         if (applies(&probe_of, k, zero_plus) && fs_popcount64(S->probe[k]) >= FS_SHAPE_MAX_PROBES)
             return 0;

@@ -452,10 +452,8 @@ int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
         if (rc != FS_OK || len == 0)
             return rc;
     }
-    if (d == FS_AMQP)
-        return tokenize_amqp(s, len, is_filter, t, err);
-    return d == FS_NATS ? tokenize_nats(s, len, is_filter, t, err)
-                        : tokenize_mqtt(s, len, is_filter, t, err);
+    return FS_PER_DIALECT(d, tokenize_nats(s, len, is_filter, t, err), tokenize_mqtt(s, len, is_filter, t, err),
+                          tokenize_amqp(s, len, is_filter, t, err));
 }
 
 /* Does filter f (tokens ft) match the literal subject s (tokens st)? */
@@ -512,15 +510,16 @@ static int amqp_match(const char *f, const fs_tokens *ft, const char *s, const f
 int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
                     const char *s, const fs_tokens *st)
 {
-    if (d == FS_AMQP)
+    const fs_dialect_rules *R = fs_rules(d);
+    if (R->rest_anywhere)
         return amqp_match(f, ft, s, st);
-    if (d == FS_MQTT && s[0] == '$' && ft->tok[0].kind != FS_TOK_LITERAL)
+    if (R->dollar_hidden && s[0] == '$' && ft->tok[0].kind != FS_TOK_LITERAL)
         return 0;
     uint32_t i = 0;
     for (; i < ft->n; i++) {
         const fs_span *a = &ft->tok[i];
         if (a->kind == FS_TOK_REST)      /* NATS '>' needs 1+ more tokens; MQTT '#' 0+ */
-            return d == FS_MQTT || i < st->n;
+            return i + R->rest_min <= st->n;
         if (i >= st->n)
             return 0;
         const fs_span *b = &st->tok[i];
@@ -537,7 +536,7 @@ static void length_range(fs_dialect d, const fs_tokens *t, uint32_t *fixed, uint
 {
     int rest = t->n && t->tok[t->n - 1].kind == FS_TOK_REST;
     *fixed = t->n - (uint32_t)rest;
-    *lo = rest && d == FS_NATS ? *fixed + 1 : *fixed;   /* '>' needs 1+ more, '#' 0+ */
+    *lo = rest ? *fixed + fs_rules(d)->rest_min : *fixed;   /* '>' needs 1+ more, '#' 0+ */
     *hi = rest ? UINT32_MAX : *fixed;
 }
 
@@ -607,7 +606,7 @@ static int amqp_intersect(const char *a, const fs_tokens *at, const char *b, con
 int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
                          const char *b, const fs_tokens *bt)
 {
-    if (d == FS_AMQP)
+    if (fs_rules(d)->rest_anywhere)
         return amqp_intersect(a, at, b, bt);
     uint32_t la, lo_a, hi_a, lb, lo_b, hi_b;
     length_range(d, at, &la, &lo_a, &hi_a);
@@ -624,7 +623,7 @@ int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
             (x->len != y->len || memcmp(a + x->off, b + y->off, x->len) != 0))
             return 0;
     }
-    if (d != FS_MQTT)
+    if (!fs_rules(d)->dollar_hidden)
         return 1;
     /* MQTT: the subject's first level is a literal one of them fixes, or
      * free.  A '$' level cannot meet a filter starting with a wildcard,

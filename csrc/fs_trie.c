@@ -260,10 +260,11 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
 {
     if (!fs_tnext(sl->root))
         return FS_OK;
-    if (sl->dialect == FS_AMQP)
+    const fs_dialect_rules *R = fs_rules(sl->dialect);
+    if (R->rest_anywhere)
         return trie_walk_amqp(sl, s, t, sc);
-    int mqtt = sl->dialect == FS_MQTT;
-    int dollar = mqtt && s[0] == '$';
+    int zero_rest = R->rest_min == 0;           /* MQTT: "a/#" matches "a" */
+    int dollar = R->dollar_hidden && s[0] == '$';
     const fs_span *last = &t->tok[t->n - 1];
     const char *end = s + last->off + last->len;
     sc->nfront = 0;
@@ -296,7 +297,7 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
         if (fs_has_subs(n) && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
             return FS_ENOMEM;
         /* MQTT: "a/#" also matches "a" itself. */
-        if (mqtt && fs_tnext(n) && fs_tnext(n)->rest &&
+        if (zero_rest && fs_tnext(n) && fs_tnext(n)->rest &&
             fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, fs_tnext(n)->rest) < 0)
             return FS_ENOMEM;
     }
@@ -338,9 +339,11 @@ static int push_descendants(const fs_node *n, int skip_dollar, fs_scratch *sc)
 int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
 {
     const fs_tokens *t = &sc->toks;
-    if (sl->dialect == FS_AMQP)
+    const fs_dialect_rules *R = fs_rules(sl->dialect);
+    if (R->rest_anywhere)
         return trie_rwalk_amqp(sl, q, sc);
-    int mqtt = sl->dialect == FS_MQTT;
+    int zero_rest = R->rest_min == 0;           /* MQTT: "a/#" matches "a" */
+    int hide_dollar = R->dollar_hidden;
     sc->nhits = 0;
     sc->nfront = 0;
     if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
@@ -359,17 +362,17 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
                  * n itself (0 tokens), except the root and except where
                  * that would be the one-empty-level topic "" (invalid). */
                 int empty_topic = i == 1 && (t->tok[0].len == 0 || (n->kind == FS_TOK_LITERAL && n->toklen == 0));
-                if (mqtt && !root && !empty_topic && fs_has_subs(n) &&
+                if (zero_rest && !root && !empty_topic && fs_has_subs(n) &&
                     fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
                     return FS_ENOMEM;
-                if (push_descendants(n, mqtt && root, sc) < 0)
+                if (push_descendants(n, hide_dollar && root, sc) < 0)
                     return FS_ENOMEM;
                 continue;
             }
             const fs_level *L = fs_tnext(n);
             if (!L)
                 continue;
-            int q_dollar = mqtt && root && sp->kind == FS_TOK_LITERAL && sp->len && q[sp->off] == '$';
+            int q_dollar = hide_dollar && root && sp->kind == FS_TOK_LITERAL && sp->len && q[sp->off] == '$';
             /* A stored rest-wildcard matches whatever the query's remaining
              * 1+ tokens match. */
             if (L->rest && !q_dollar && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
@@ -379,7 +382,7 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
             if (sp->kind == FS_TOK_ONE) {
                 for (uint32_t s = 0; s < L->cap; s++) {
                     const fs_node *c = L->slots[s].node;
-                    if (c && !(mqtt && root && c->toklen && c->tok[0] == '$') &&
+                    if (c && !(hide_dollar && root && c->toklen && c->tok[0] == '$') &&
                         fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
                         return FS_ENOMEM;
                 }
@@ -403,7 +406,7 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
         /* MQTT "a/#" matches "a" too -- but "/#" cannot match "", which
          * is not a valid topic. */
         int empty_topic = fs_parent(n) == sl->root && n->toklen == 0;
-        if (mqtt && !empty_topic && fs_tnext(n) && fs_tnext(n)->rest &&
+        if (zero_rest && !empty_topic && fs_tnext(n) && fs_tnext(n)->rest &&
             fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, fs_tnext(n)->rest) < 0)
             return FS_ENOMEM;
     }

@@ -49,7 +49,7 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     uint64_t bits = S->probe[nt > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : nt];
     /* MQTT: a topic starting with '$' is not matched by a wildcard in the
      * first level (the trie's half of the rule is in fs_trie.c). */
-    if (sl->dialect == FS_MQTT && s[0] == '$')
+    if (fs_rules(sl->dialect)->dollar_hidden && s[0] == '$')
         for (uint64_t w = bits; w; w &= w - 1)
             if (S->shape[fs_ctz64(w)]->first_wild)
                 bits &= ~(1ull << fs_ctz64(w));

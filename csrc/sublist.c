@@ -101,7 +101,7 @@ static int parse_spec(fs_dialect d, const fs_spec *spec, fs_tokens *t, parsed_sp
 {
     const char *f = spec->filter, *q = spec->queue;
     size_t flen = spec->filter_len, qlen = spec->queue_len;
-    if (d == FS_MQTT) {
+    if (fs_rules(d)->shares) {
         const char *g, *sf;
         size_t glen, sflen;
         int rc = fs_split_share(f, flen, &g, &glen, &sf, &sflen, err);

@@ -112,3 +112,53 @@ def test_the_places_that_cannot_import_the_dialects_agree():
     assert m and tuple(ast.literal_eval(f"({m.group(1)},)")) == DIALECTS
     # The reference matcher (loaded without the package when the core is not built).
     assert tuple(R._SEP) == tuple(R._ONE) == tuple(R._REST) == DIALECTS
+
+
+# -- the C core ------------------------------------------------------------------
+CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csrc")
+# A comparison with a dialect's name: `d == FS_MQTT`, `FS_AMQP != d`, `case FS_NATS:`.
+_DIALECT_TEST = re.compile(r"(?:[=!]=\s*FS_(?:NATS|MQTT|AMQP)\b)|(?:\bFS_(?:NATS|MQTT|AMQP)\s*[=!]=)"
+                           r"|(?:\bcase\s+FS_(?:NATS|MQTT|AMQP)\b)")
+
+
+def _strip_c_comments(text):
+    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group()), text, flags=re.S)
+
+
+def dialect_comparisons(sources):
+    """[(file, line, text)] of every comparison with a dialect's name in the
+    C sources {name: text} outside fs_dialect.[ch], where the rules live."""
+    found = []
+    for name, text in sorted(sources.items()):
+        if os.path.basename(name) in ("fs_dialect.h", "fs_dialect.c"):
+            continue
+        for no, line in enumerate(_strip_c_comments(text).splitlines(), 1):
+            if _DIALECT_TEST.search(line):
+                found.append((name, no, line.strip()))
+    return found
+
+
+def _c_sources():
+    out = {}
+    for root, _dirs, files in os.walk(CSRC):
+        for f in files:
+            if f.endswith((".c", ".h")):
+                p = os.path.join(root, f)
+                out[os.path.relpath(p, CSRC)] = open(p, encoding="utf-8").read()
+    return out
+
+
+def test_dialects_differ_only_through_their_rules():
+    """Every semantic difference of the dialects is a field of fs_dialect's
+    rules table: code reads the fields, it never compares the dialect."""
+    assert _c_sources(), CSRC
+    assert dialect_comparisons(_c_sources()) == []
+
+
+def test_the_dialect_check_can_fail():
+    stray = {"fs_walk.h": "int f(fs_dialect d) {\n  /* d == FS_MQTT in a comment is fine */\n"
+                          "  return d == FS_MQTT;\n}\n",
+             "fs_x.c": "switch (d) { case FS_AMQP: return 1; }\nif (FS_NATS != d) {}\n",
+             "fs_dialect.h": "return d == FS_AMQP;\n"}
+    got = dialect_comparisons(stray)
+    assert [(f, n) for f, n, _ in got] == [("fs_walk.h", 3), ("fs_x.c", 1), ("fs_x.c", 2)]
