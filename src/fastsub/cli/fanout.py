@@ -286,8 +286,21 @@ def session(args):
             raise CLIError(str(e)) from None
         except ValueError as e:
             raise CLIError(str(e)) from None
+    check_master(args.master)
     level = "WARN" if args.verbose else "ERROR"
-    return local_session(args.master, app_name=f"fastsub {args.cmd}", log_level=level)
+    try:
+        return local_session(args.master, app_name=f"fastsub {args.cmd}", log_level=level)
+    except spark_errors() as e:
+        raise CLIError(f"Spark did not start on {args.master}: {first_line(e)}") from None
+
+
+def check_master(master):
+    """A master URL Spark accepts (before the JVM: Spark's own refusal is a
+    stack trace after its start)."""
+    if master in ("local", "yarn") or master.startswith(("local[", "spark://", "k8s://")):
+        return
+    raise CLIError(f"--master {master!r}: expected local, local[N], local[*], spark://HOST:PORT, "
+                   "yarn or k8s://URL")
 
 
 def where(args):
@@ -301,6 +314,8 @@ def precheck(args):
     file's first lines, a Parquet footer)."""
     check_readable(args.events, "events")
     check_readable(args.subs, "subscriptions")
+    if not getattr(args, "remote", None):
+        check_master(args.master)
     ev_fmt = format_of(args.events, args.format, "events", "--format")
     sub_fmt = format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
     schema = check_schema_option(getattr(args, "schema", None), ev_fmt)

@@ -53,6 +53,16 @@ def _shards_arg(text):
     return n
 
 
+def _seconds_arg(text):
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not x >= 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, not {text!r}")
+    return x
+
+
 def build_parser():
     ap = argparse.ArgumentParser(
         prog="fastsub", description="NATS, MQTT and AMQP subscription matching: fan events out to "
@@ -67,9 +77,9 @@ def build_parser():
                            help="Spark master URL (default: local[*], the embedded Spark)")
         where.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
                            help="run on a Spark Connect server instead")
-        p.add_argument("--progress", type=float, default=2.0, metavar="SECONDS",
-                       help="a progress line on stderr every SECONDS while Spark works "
-                       "(default 2; 0: none)")
+        p.add_argument("--progress", type=_seconds_arg, default=2.0, metavar="SECONDS",
+                       help="on a terminal, a progress line on stderr redrawn every SECONDS "
+                       "while Spark works (default 2; 0: none; none off a terminal)")
         p.add_argument("-v", "--verbose", action="store_true",
                        help="Spark's own warnings on stderr, failed tasks' traces included")
 
