@@ -8,7 +8,6 @@ A mistake found here is a CLIError in well under a second, where Spark would
 find it only after its 10-45 s start.  Remote paths are left to Spark."""
 import csv
 import json
-import os
 import re
 
 from fastsub.cli.common import BOM, CLIError, is_local, local_path
