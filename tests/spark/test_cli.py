@@ -139,7 +139,7 @@ def test_progress_on_a_terminal_is_cleared_before_any_message(spark, tmp_path, c
     assert rc == cli.EXIT_REJECTED
     assert re.search(r"\r\[\s*[\d.]+ s\] matching: stage \d+, \d+/\d+ tasks done", raw), raw
     assert _render(raw) == [f"fastsub: {ev} line 2001: rejected: malformed json row: "
-                            '{"event_id": 2000, "subject": '], raw
+                            '{"event_id": 2000, "subject":'], raw     # (trailing space not shown)
 
 
 def _error(capsys, argv):
