@@ -16,7 +16,8 @@ PKG = os.path.dirname(os.path.abspath(fastsub.__file__))
 MAX_LINES = 700
 #: The command line's modules (cli.py: the parser and the dispatch).
 CLI = {"fastsub.cli", "fastsub.cli.main", "fastsub.cli.common", "fastsub.cli.demo",
-       "fastsub.cli.fanout", "fastsub.cli.match", "fastsub.cli.fanout_io", "fastsub.cli.__main__"}
+       "fastsub.cli.fanout", "fastsub.cli.match", "fastsub.cli.fanout_io",
+       "fastsub.cli.fanout_schema", "fastsub.cli.__main__"}
 
 
 def _modules():

@@ -113,9 +113,33 @@ def test_format_flag_and_key(spark, tmp_path, capsys):
     captured = capsys.readouterr()
     stdout = captured.out
     assert "key=device" in stdout and RECONCILE.search(stdout)
-    # the breakdown, the job count, and progress lines from the status tracker
+    # the breakdown and the job count; off a terminal, no progress line
     assert re.search(r"\d+ Spark jobs", stdout) and "read events + match + write deliveries" in stdout
-    assert re.search(r"\[\s*[\d.]+ s\] matching: stage \d+, \d+/\d+ tasks done", captured.err), captured.err
+    assert "matching: stage" not in captured.err and "\r" not in captured.err, captured.err
+
+
+def test_progress_on_a_terminal_is_cleared_before_any_message(spark, tmp_path, capsys, monkeypatch):
+    """Under a pseudo-terminal: the status tracker's line is drawn in place
+    and cleared before the rejected lines that follow it are named."""
+    pytest.importorskip("pty")
+    from test_cli_terminal import _Pty, _render
+    ev = tmp_path / "events.jsonl"
+    ev.write_text("".join(json.dumps({"event_id": i, "subject": f"orders.o{i}"}) + "\n"
+                          for i in range(2000)) + '{"event_id": 2000, "subject": \n')
+    subs = tmp_path / "subs.csv"
+    subs.write_text("sub_id,filter\n1,orders.*\n")
+    term = _Pty()
+    monkeypatch.setattr(sys, "stderr", term.stream)
+    try:
+        rc = cli.main(["fanout", "--events", str(ev), "--subs", str(subs), "--out",
+                       str(tmp_path / "out"), "--progress", "0.01"])
+    finally:
+        monkeypatch.undo()
+        raw = term.close()
+    assert rc == cli.EXIT_REJECTED
+    assert re.search(r"\r\[\s*[\d.]+ s\] matching: stage \d+, \d+/\d+ tasks done", raw), raw
+    assert _render(raw) == [f"fastsub: {ev} line 2001: rejected: malformed json row: "
+                            '{"event_id": 2000, "subject":'], raw     # (trailing space not shown)
 
 
 def _error(capsys, argv):
@@ -181,7 +205,12 @@ def test_demo_command(tmp_path):
     assert m and _num(m.group(1)) == 5000, p.stdout
     assert _num(m.group(4)) > 0                       # the sample has malformed events
     assert "sticky per device: at most 1 worker" in p.stdout
+    # every role of the sample is in the table, the one nothing matches included
+    assert re.search(r"^  alert-relay +0 deliveries \(1 subscriber: no event matched\)$", p.stdout, re.M)
+    assert not re.search(r"\b1 subscribers\b", p.stdout), p.stdout
+    assert "Spark's start-up and plumbing" in p.stdout and "docs/benchmarks.md" in p.stdout
     assert "Traceback" not in p.stderr and "\tat " not in p.stderr, p.stderr
+    assert "WARNING: Using incubator modules" not in p.stderr     # the JVM's start-up noise
     assert "Setting default log level" not in p.stderr
     for d in ("deliveries", "rejected"):
         assert os.path.isdir(tmp_path / "demo" / d)
@@ -196,6 +225,6 @@ def test_spark_error_in_a_subprocess_is_one_line(tmp_path):
                                      "--out", str(tmp_path / "out"), "--master", "local[1]"],
                        capture_output=True, text=True, timeout=300, env=_clean_env())
     assert p.returncode == 2, p.stdout + p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if not ln.startswith("WARNING: Using incubator")]
+    lines = p.stderr.splitlines()          # the JVM's incubator warning left out, too
     assert lines == [lines[-1]] and lines[-1].startswith(
         f"fastsub: error: cannot read events {corrupt} as parquet"), p.stderr

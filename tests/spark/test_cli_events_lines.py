@@ -65,9 +65,11 @@ def test_csv_events_bom_bad_bytes_long_and_malformed_rows(spark, capsys, tmp_pat
     # 8 rows: 1 and 6 delivered, 7 unmatched, 2 and the long one rejected by
     # the reader, 4 (invalid) and 5 (null) by the fan-out, 8 by Spark's parser
     assert counts == [8, 2, 1, 5]
-    assert captured.err.splitlines()[:2] == [
+    # every line that never became a row is named on stderr, the malformed one too
+    assert captured.err.splitlines() == [
         f"fastsub: {ev} line 3: rejected: not UTF-8 (byte 0xe9 at byte 6 of the line)",
         f"fastsub: {ev} line 4: rejected: line too long (312 bytes; at most 200)",
+        f"fastsub: {ev} line 9: rejected: malformed csv row: 8,x.y,g,extra,fields",
     ]
     assert rejects == b"2,caf\xe9.x,b\n" + long_row + b"\n" + b"8,x.y,g,extra,fields\n"
     delivered = sorted((int(r["event_id"]), r["sub_id"]) for r in _rows(os.path.join(out, "deliveries")))
@@ -88,6 +90,10 @@ def test_json_lines_malformed_rows_are_rejected_with_their_text(spark, capsys, t
     assert rc == cli.EXIT_REJECTED, captured
     assert counts == [4, 2, 0, 2]
     assert rejects == b'\xff\xfe\n{"event_id": 2, "subject": "x.y"\n'
+    assert captured.err.splitlines() == [
+        f"fastsub: {ev} line 4: rejected: not UTF-8 (byte 0xff at byte 1 of the line)",
+        f'fastsub: {ev} line 2: rejected: malformed json row: {{"event_id": 2, "subject": "x.y"',
+    ]
     errors = sorted(r["error"] for r in _rows(os.path.join(out, "rejected")))
     assert errors == [f"{ev} line 4: not UTF-8 (byte 0xff at byte 1 of the line)",
                       'malformed json row: {"event_id": 2, "subject": "x.y"']
@@ -133,3 +139,31 @@ def test_a_directory_of_part_files_gzip_included(spark, capsys, tmp_path):
     assert rej.read_bytes() == b"4,caf\xe9\n"
     delivered = sorted(int(r["event_id"]) for r in _rows(os.path.join(out, "deliveries")))
     assert delivered == [1, 1, 2, 3, 3]          # orders.* and one of group w; x.y
+
+
+def test_csv_ids_are_int64_when_canonical_and_schema_gives_the_types(spark, capsys, tmp_path):
+    """Without --schema a CSV id column whose every value is a canonical
+    integer is bigint (event_id), one with "007" stays a string (device_id);
+    --schema gives every column's type, for CSV and for JSON lines."""
+    import pyarrow as pa
+    data = b"event_id,subject,device_id\n1,orders.eu,007\n2,x.y,8\n3,orders.us,9\n"
+    rc, counts, captured, _, out, _ = _run(capsys, tmp_path, "events.csv", data)
+    assert rc == 0 and counts == [3, 3, 0, 0], captured
+    schema = __import__("pyarrow.parquet").parquet.read_table(os.path.join(out, "deliveries")).schema
+    assert schema.field("event_id").type == pa.int64()
+    assert schema.field("device_id").type == pa.string()
+
+    rc, counts, captured, _, out, _ = _run(capsys, tmp_path, "events.csv", data, "--overwrite",
+                                           "--schema", "event_id STRING, subject STRING, device_id INT")
+    assert rc == 0 and counts == [3, 3, 0, 0], captured
+    rows = sorted(_rows(os.path.join(out, "deliveries")), key=lambda r: (r["event_id"], r["sub_id"]))
+    assert [(r["event_id"], r["device_id"]) for r in rows][:2] == [("1", 7), ("1", 7)]
+
+    js = (b'{"event_id": 1, "subject": "orders.eu", "n": 1}\n'
+          b'{"event_id": 2, "subject": "x.y", "n": "two"}\n')
+    rc, counts, captured, ev, out, _ = _run(capsys, tmp_path, "events.jsonl", js, "--overwrite",
+                                            "--schema", "event_id BIGINT, subject STRING, n INT")
+    # "two" is not an int: that row is malformed, rejected with its text and named
+    assert rc == cli.EXIT_REJECTED and counts == [2, 1, 0, 1], captured
+    assert [(r["event_id"], r["n"]) for r in _rows(os.path.join(out, "deliveries"))] == [(1, 1)] * 3
+    assert f"{ev} line 2: rejected: malformed json row: " in captured.err

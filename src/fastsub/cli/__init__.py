@@ -7,6 +7,8 @@
     match.py       `fastsub match`: the engine alone
     fanout.py      `fastsub fanout`: the Spark fan-out of files
     fanout_io.py   its inputs: formats, events and subscriptions files
+    fanout_schema.py  their columns read before the JVM starts, --schema,
+                   the CSV id columns' inference
     demo.py        `fastsub demo`: a generated sample through `fanout`
 
 The imports go one way: main -> the commands -> common.

@@ -7,6 +7,7 @@ parser and the dispatch; match.py, fanout.py and demo.py the commands).
 """
 import os
 import sys
+import threading
 
 #: Exit status of a usage or input error that stopped the run.
 EXIT_USAGE = 2
@@ -24,6 +25,93 @@ class CLIError(Exception):
 def commas(x):
     """1234567 -> '1,234,567'."""
     return f"{x:,}"
+
+
+# --------------------------------------------------------------------------
+# stderr: one writer for the messages and the progress line
+# --------------------------------------------------------------------------
+
+def isatty(stream):
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+class Stderr:
+    """The one writer of a command's stderr (tqdm's `write`, in small): it
+    knows whether a progress line is showing, and clears it before any other
+    message, so a message never runs into the progress text.
+
+    progress: "auto" draws the progress line only when the stream is a
+    terminal, "always" on any stream, "never" not at all.  Off a terminal
+    (auto) there is no progress line: only the messages.  Thread-safe: the
+    Spark progress thread draws while the main thread writes messages."""
+
+    def __init__(self, stream=None, progress="auto"):
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = isatty(self.stream)
+        self.drawing = progress == "always" or (progress == "auto" and self.tty)
+        self.width = 0                  # the progress line's width; 0: none showing
+        self._lock = threading.RLock()
+
+    def status(self, text):
+        """Draw `text` as the progress line, replacing the one showing."""
+        if not self.drawing:
+            return
+        with self._lock:
+            self.stream.write("\r" + text.ljust(self.width))
+            self.stream.flush()
+            self.width = len(text)
+
+    def clear(self):
+        """Remove the progress line, if one is showing."""
+        with self._lock:
+            if self.width:
+                self.stream.write("\r" + " " * self.width + "\r")
+                self.stream.flush()
+                self.width = 0
+
+    def line(self, text):
+        """A message on a line of its own (the progress line cleared first;
+        the next status() draws it again)."""
+        with self._lock:
+            self.clear()
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def write(self, text):
+        """A file-like write (print(..., file=stderr)): clears the progress line."""
+        with self._lock:
+            if text:
+                self.clear()
+            return self.stream.write(text)
+
+    def flush(self):
+        self.stream.flush()
+
+    def isatty(self):
+        return self.tty
+
+
+class RejectNames:
+    """Names rejected lines on a Stderr, "fastsub: WHERE: rejected: WHY",
+    the first MAX_REJECT_LINES of them; the rest are counted, and finish()
+    says how many were not shown."""
+
+    def __init__(self, err, cap=None):
+        self.err, self.cap, self.count = err, MAX_REJECT_LINES if cap is None else cap, 0
+
+    def name(self, where, why):
+        self.count += 1
+        if self.count <= self.cap:
+            self.err.line(f"fastsub: {where}: rejected: {why}")
+
+    def finish(self, what, noun="lines"):
+        """`what`: the input, or None; then "N more rejected NOUN not shown"."""
+        if self.count > self.cap:
+            self.err.line(f"fastsub: {what + ': ' if what else ''}{self.count - self.cap:,} more "
+                          f"rejected {noun} not shown")
 
 
 # --------------------------------------------------------------------------

@@ -15,11 +15,13 @@ import os
 import sys
 import time
 
-from fastsub.cli.common import (EXIT_REJECTED, MAX_REJECT_LINES, CLIError, check_readable, commas,
-                                 is_local, local_path)
-from fastsub.cli.fanout_io import (CORRUPT_COL, first_line, format_of, parquet_rows, read_events,
-                                read_table, scan_events, spark_errors, split_small_inputs,
-                                subs_frame, subs_table)
+from fastsub.cli.common import (EXIT_REJECTED, CLIError, RejectNames, Stderr, check_readable,
+                                 commas, is_local, local_path)
+from fastsub.cli.fanout_io import (CORRUPT_COL, first_line, format_of, locate_lines, parquet_rows,
+                                read_events, read_table, scan_events, spark_errors,
+                                split_small_inputs, subs_frame, subs_table)
+from fastsub.cli.fanout_schema import (check_events, check_schema_option, check_subscriptions,
+                                    csv_header, integer_id_columns, local_columns)
 
 
 def _size(nbytes):
@@ -65,7 +67,7 @@ class _Jobs:
 def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_format=None,
                dialect="nats", subject_col="subject", key_col=None, queues="pick",
                overwrite=False, master="", out_stream=None, progress=2.0, ship="auto",
-               shards="auto", dedupe=False, rejects=None, err_stream=None):
+               shards="auto", dedupe=False, rejects=None, err_stream=None, schema=None):
     """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
     summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError.
 
@@ -74,11 +76,16 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
     fastsub.spark.AUTO_SHARD_MIN_SUBS subscriptions (counted once), sharded
     above.  dedupe: one delivery per (event, sub_id).  rejects: a binary
     file for the events lines that never became rows (see scan_events) and
-    the text of the rows Spark could not parse."""
+    the text of the rows Spark could not parse.  schema: the events' columns
+    as a Spark DDL string (CSV and JSON); without it a local CSV's id columns
+    are bigint when every value is a canonical integer, its other columns
+    strings.  err_stream: a stream, or the command's Stderr (rejected lines
+    named there, the first MAX_REJECT_LINES; the progress line drawn there,
+    on a terminal only)."""
     from fastsub.spark import is_connect
 
     out_stream = out_stream or sys.stdout
-    err_stream = err_stream or sys.stderr
+    err = err_stream if isinstance(err_stream, Stderr) else Stderr(err_stream or sys.stderr)
     p = lambda *a: print(*a, file=out_stream, flush=True)  # noqa: E731
     ev_fmt = format_of(events_path, events_format, "events", "--format")
     sub_fmt = format_of(subs_path, subs_format, "subscriptions", "--subs-format")
@@ -92,24 +99,28 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
 
     jobs = _Jobs(spark)
     scan = scan_events(events_path, ev_fmt, rejects)
+    names = RejectNames(err)
     try:
-        for n, (f, lineno, why) in enumerate(scan.rejected):
-            if n < MAX_REJECT_LINES:
-                print(f"fastsub: {f} line {lineno}: rejected: {why}", file=err_stream)
-        if len(scan.rejected) > MAX_REJECT_LINES:
-            print(f"fastsub: {len(scan.rejected) - MAX_REJECT_LINES:,} more rejected lines not shown",
-                  file=err_stream)
+        for f, lineno, why in scan.rejected:
+            names.name(f"{f} line {lineno}", why)
+        long_cols = ()
+        if ev_fmt == "csv" and schema is None and is_local(scan.path):
+            header = csv_header(scan.path) or []
+            long_cols = integer_id_columns(scan.path, header, exclude=(subject_col,))
         with jobs:
             return _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt,
-                               sub_fmt, connect, p, dialect=dialect, subject_col=subject_col,
-                               key_col=key_col, queues=queues, progress=progress, ship=ship,
-                               shards=shards, dedupe=dedupe, rejects=rejects)
+                               sub_fmt, connect, p, err, names, dialect=dialect,
+                               subject_col=subject_col, key_col=key_col, queues=queues,
+                               progress=progress, ship=ship, shards=shards, dedupe=dedupe,
+                               rejects=rejects, schema=schema, long_cols=long_cols)
     finally:
+        names.finish(None)
         scan.cleanup()
 
 
 def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, sub_fmt, connect, p,
-                *, dialect, subject_col, key_col, queues, progress, ship, shards, dedupe, rejects):
+                err, names, *, dialect, subject_col, key_col, queues, progress, ship, shards,
+                dedupe, rejects, schema, long_cols):
     from pyspark.sql import functions as F
 
     from fastsub import InvalidSubjectError
@@ -120,7 +131,7 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
     t0 = time.perf_counter()
     if not connect:
         split_small_inputs(spark, scan.path)
-    events = read_events(spark, scan.path, ev_fmt)
+    events = read_events(spark, scan.path, ev_fmt, schema, long_cols)
     malformed = None
     if CORRUPT_COL in events.columns:
         # Rows Spark could not parse: rejected with their text, never dropped.
@@ -188,7 +199,7 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
                 for f, n, why in scan.rejected]
         rejected = rejected.unionByName(spark.createDataFrame(rows, schema))
     try:
-        with Progress(spark, out=sys.stderr, interval=progress, rows=n_events,
+        with Progress(spark, out=err, interval=progress, rows=n_events,
                       label="matching") if progress else _Null():
             res.deliveries.write.mode(mode).parquet(paths["deliveries"])
         t_match = time.perf_counter()
@@ -202,9 +213,16 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
                 written_rejected = spark.read.parquet(paths["rejected"]).count()
             n_malformed = written_rejected - counts.rejected - len(scan.rejected)
             extra += n_malformed
+            texts = []
             if rejects is not None and n_malformed:
                 for row in malformed.select(*cols, CORRUPT_COL).toLocalIterator():
                     rejects.write(row[CORRUPT_COL].encode("utf-8") + b"\n")
+                    if len(texts) < names.cap:
+                        texts.append(row[CORRUPT_COL])
+            elif n_malformed and names.count < names.cap:
+                texts = [r[0] for r in malformed.select(CORRUPT_COL, *cols)
+                         .limit(names.cap - names.count).collect()]
+            _name_malformed(names, events_path, ev_fmt, texts, n_malformed)
         counts = FanoutCounts(counts.events + extra, counts.delivered, counts.unmatched,
                               counts.rejected + extra, counts.deliveries)
     except spark_errors() as e:
@@ -235,6 +253,16 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
     return counts, written, seconds
 
 
+def _name_malformed(names, events_path, fmt, texts, n_malformed):
+    """Name the rows Spark could not parse on stderr, as the line scan's
+    rejects are: by file and line (found by their text, for local files)."""
+    shown = locate_lines(events_path, texts[:max(0, names.cap - names.count)])
+    for f, lineno, text in shown:
+        where = f"{f} line {lineno}" if f is not None else events_path
+        names.name(where, f"malformed {fmt} row: {text[:200]}")
+    names.count += max(0, n_malformed - len(shown))
+
+
 class _Null:
     def __enter__(self):
         return self
@@ -258,21 +286,47 @@ def session(args):
             raise CLIError(str(e)) from None
         except ValueError as e:
             raise CLIError(str(e)) from None
+    check_master(args.master)
     level = "WARN" if args.verbose else "ERROR"
-    return local_session(args.master, app_name=f"fastsub {args.cmd}", log_level=level)
+    try:
+        return local_session(args.master, app_name=f"fastsub {args.cmd}", log_level=level)
+    except spark_errors() as e:
+        raise CLIError(f"Spark did not start on {args.master}: {first_line(e)}") from None
+
+
+def check_master(master):
+    """A master URL Spark accepts (before the JVM: Spark's own refusal is a
+    stack trace after its start)."""
+    if master in ("local", "yarn") or master.startswith(("local[", "spark://", "k8s://")):
+        return
+    raise CLIError(f"--master {master!r}: expected local, local[N], local[*], spark://HOST:PORT, "
+                   "yarn or k8s://URL")
 
 
 def where(args):
     return args.remote if getattr(args, "remote", None) else args.master
 
 
-def cmd_fanout(args):
-    # Everything that can be checked without a JVM is checked before starting one.
+def precheck(args):
+    """Everything that can be checked without a JVM, checked before one
+    starts: the files exist, their formats, --schema, the outputs, and for
+    local inputs their columns and types (a CSV's header, a JSON-lines
+    file's first lines, a Parquet footer)."""
     check_readable(args.events, "events")
     check_readable(args.subs, "subscriptions")
-    format_of(args.events, args.format, "events", "--format")
-    format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
+    if not getattr(args, "remote", None):
+        check_master(args.master)
+    ev_fmt = format_of(args.events, args.format, "events", "--format")
+    sub_fmt = format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
+    schema = check_schema_option(getattr(args, "schema", None), ev_fmt)
     _out_paths(args.out, args.overwrite)
+    check_events(args.events, local_columns(args.events, ev_fmt, schema), args.subject_col,
+                 args.key_col)
+    check_subscriptions(args.subs, local_columns(args.subs, sub_fmt))
+
+
+def cmd_fanout(args):
+    precheck(args)
     rejects = None
     if getattr(args, "rejects", None):
         try:
@@ -287,7 +341,8 @@ def cmd_fanout(args):
             key_col=args.key_col, queues=args.queues, overwrite=args.overwrite,
             master=where(args), progress=getattr(args, "progress", 2.0),
             ship=getattr(args, "ship", "auto"), shards=getattr(args, "shards", "auto"),
-            dedupe=getattr(args, "dedupe", False), rejects=rejects)
+            dedupe=getattr(args, "dedupe", False), rejects=rejects,
+            schema=getattr(args, "schema", None), err_stream=Stderr(sys.stderr))
     finally:
         if rejects is not None:
             rejects.close()

@@ -111,14 +111,14 @@ def read_table(spark, path, fmt, what):
 # the events' line discipline (CSV and JSON lines)
 # --------------------------------------------------------------------------
 
-def _data_files(p):
+def data_files(p):
     if os.path.isfile(p):
         return [p]
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs
                   if not f.startswith(("_", ".")) and not f.endswith(".crc"))
 
 
-def _opener_of(name):
+def opener_of(name):
     """-> (opener, name without its compression suffix), or (None, None) for
     a compression this scan cannot read (Spark still reads the file)."""
     low = name.lower()
@@ -164,7 +164,7 @@ def scan_events(path, fmt, rejects=None, limit=None):
     if fmt == "parquet" or not is_local(path):
         return ScannedEvents(path, [])
     p = local_path(path)
-    files = [(f, *_opener_of(f)) for f in _data_files(p)]
+    files = [(f, *opener_of(f)) for f in data_files(p)]
     files = [(f, op, plain) for f, op, plain in files if op is not None]
 
     def bad_lines(f, op, out=None):
@@ -196,7 +196,34 @@ def scan_events(path, fmt, rejects=None, limit=None):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ScannedEvents(tmp if os.path.isdir(p) else os.path.join(tmp, os.path.basename(
-        _opener_of(p)[1] or p)), rejected, tmp)
+        opener_of(p)[1] or p)), rejected, tmp)
+
+
+def locate_lines(path, texts, limit=None):
+    """Where the rows Spark could not parse are: [(file, line number, text)]
+    for the lines of local events `path` whose text is the first line of one
+    of `texts` (Spark's corrupt records), in file order, each text found as
+    many times as it is given; a text not found is listed last with
+    (None, None).  The scan stops once every text is found."""
+    from collections import Counter
+    want = Counter(t.split("\n", 1)[0].rstrip("\r") for t in texts)
+    full = {t.split("\n", 1)[0].rstrip("\r"): t for t in texts}
+    left = sum(want.values())
+    found = []
+    if is_local(path) and left:
+        for f in data_files(local_path(path)):
+            op, _ = opener_of(f)
+            if op is None:
+                continue
+            for first, items, _ in read_lines(f, "events", limit or MAX_EVENT_LINE_BYTES, opener=op):
+                for k, x in enumerate(items):
+                    if type(x) is str and want.get(x):
+                        want[x] -= 1
+                        left -= 1
+                        found.append((f, first + k, full[x]))
+                if not left:
+                    return found
+    return found + [(None, None, full[t]) for t, n in want.items() for _ in range(n)]
 
 
 def _write_clean(out, items, rejects):
@@ -215,23 +242,49 @@ def _write_clean(out, items, rejects):
 # reading with Spark
 # --------------------------------------------------------------------------
 
-def read_events(spark, path, fmt):
+def read_events(spark, path, fmt, schema=None, long_cols=()):
     """The events as a DataFrame.  CSV and JSON lines are read PERMISSIVE: a
     row Spark cannot parse (a CSV row with the wrong number of fields, a line
-    that is not JSON) is kept, its text in CORRUPT_COL, to be rejected with
-    a reason rather than stop the run (FAILFAST) or vanish (DROPMALFORMED)."""
+    that is not JSON, a value that is not of its --schema type) is kept, its
+    text in CORRUPT_COL, to be rejected with a reason rather than stop the run
+    (FAILFAST) or vanish (DROPMALFORMED).
+
+    schema: --schema, a Spark DDL string (CSV: the header's columns, in its
+    order; JSON: the fields read).  Without it a CSV's columns are strings,
+    but those in long_cols (id columns whose every value is a canonical
+    integer) are bigint; a JSON file's types are Spark's inference."""
     if fmt == "parquet":
         return read_table(spark, path, fmt, "events")
     from pyspark.sql import types as T
+    corrupt = T.StructField(CORRUPT_COL, T.StringType())
     try:
         r = spark.read.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COL)
+        given = None
+        if schema is not None:
+            try:
+                given = T._parse_datatype_string(schema)
+            except Exception as e:  # noqa: BLE001 - Spark's parser has the last word
+                raise CLIError(f"--schema {schema!r}: {first_line(e)}") from None
+            if not isinstance(given, T.StructType):
+                raise CLIError(f"--schema {schema!r}: expected columns (name type, ...)")
+            if CORRUPT_COL in given.names:
+                raise CLIError(f"--schema: column {CORRUPT_COL!r} is reserved")
         if fmt == "csv":
-            # CSV columns are strings; the header names them (one line read).
-            head = spark.read.option("header", True).csv(path).schema
-            if CORRUPT_COL in head.names:
-                raise CLIError(f"events {path}: column {CORRUPT_COL!r} is reserved")
-            schema = T.StructType(list(head.fields) + [T.StructField(CORRUPT_COL, T.StringType())])
-            df = r.option("header", True).schema(schema).csv(path)
+            if given is not None:
+                # the header is checked against the schema's names, not ignored
+                schema_ = T.StructType(list(given.fields) + [corrupt])
+                df = r.option("header", True).option("enforceSchema", False).schema(schema_).csv(path)
+            else:
+                # CSV columns are strings (one line read for the header), the
+                # inferred id columns bigint.
+                head = spark.read.option("header", True).csv(path).schema
+                if CORRUPT_COL in head.names:
+                    raise CLIError(f"events {path}: column {CORRUPT_COL!r} is reserved")
+                fields = [T.StructField(f.name, T.LongType()) if f.name in long_cols else f
+                          for f in head.fields]
+                df = r.option("header", True).schema(T.StructType(fields + [corrupt])).csv(path)
+        elif given is not None:
+            df = r.schema(T.StructType(list(given.fields) + [corrupt])).json(path)
         else:
             df = r.json(path)
         df.schema  # noqa: B018 - resolve it now, so an error names this file

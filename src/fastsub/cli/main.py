@@ -53,6 +53,16 @@ def _shards_arg(text):
     return n
 
 
+def _seconds_arg(text):
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not x >= 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, not {text!r}")
+    return x
+
+
 def build_parser():
     ap = argparse.ArgumentParser(
         prog="fastsub", description="NATS, MQTT and AMQP subscription matching: fan events out to "
@@ -67,9 +77,9 @@ def build_parser():
                            help="Spark master URL (default: local[*], the embedded Spark)")
         where.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
                            help="run on a Spark Connect server instead")
-        p.add_argument("--progress", type=float, default=2.0, metavar="SECONDS",
-                       help="a progress line on stderr every SECONDS while Spark works "
-                       "(default 2; 0: none)")
+        p.add_argument("--progress", type=_seconds_arg, default=2.0, metavar="SECONDS",
+                       help="on a terminal, a progress line on stderr redrawn every SECONDS "
+                       "while Spark works (default 2; 0: none; none off a terminal)")
         p.add_argument("-v", "--verbose", action="store_true",
                        help="Spark's own warnings on stderr, failed tasks' traces included")
 
@@ -86,17 +96,25 @@ def build_parser():
                    help="events: Parquet, JSON lines or CSV with a header (file or directory)")
     f.add_argument("--subs", required=True, metavar="PATH",
                    help="subscriptions: columns sub_id, filter, queue (optional)")
-    f.add_argument("--out", required=True, metavar="DIR")
+    f.add_argument("--out", required=True, metavar="DIR",
+                   help="where DIR/deliveries and DIR/rejected (Parquet) are written")
     f.add_argument("--dialect", choices=DIALECTS, default="nats",
                    help="nats, mqtt, or amqp (RabbitMQ topic-exchange binding keys; "
                         "one delivery per sub_id)")
-    f.add_argument("--subject-col", default="subject", metavar="C")
+    f.add_argument("--subject-col", default="subject", metavar="C",
+                   help="the events column holding the subject (default: subject)")
     f.add_argument("--key-col", default=None, metavar="C",
                    help="column the queue-group pick hashes instead of the subject")
     f.add_argument("--queues", choices=("pick", "all", "none"), default="pick",
                    help="queue groups: one member per group (pick, default), every member, none")
     f.add_argument("--format", choices=FORMATS, default=None,
                    help="format of --events (default: from its extension)")
+    f.add_argument("--schema", default=None, metavar="DDL",
+                   help="the events' columns as a Spark DDL string, for CSV and JSON lines "
+                        "(e.g. 'event_id BIGINT, subject STRING'; a CSV's header names the same "
+                        "columns, in order); default: CSV columns are strings, but an id column "
+                        "(id, *_id) is bigint when every value is a canonical integer; JSON "
+                        "types are Spark's inference")
     f.add_argument("--subs-format", choices=FORMATS, default=None,
                    help="format of --subs (default: from its extension)")
     f.add_argument("--overwrite", action="store_true", help="replace existing outputs in DIR")
@@ -121,7 +139,8 @@ def build_parser():
                    help="where the sample and the outputs go (default: out/demo)")
     d.add_argument("--events", type=int, default=500_000, metavar="N",
                    help="number of events (default 500,000)")
-    d.add_argument("--seed", type=int, default=7)
+    d.add_argument("--seed", type=int, default=7,
+                   help="random seed of the generated sample (default 7; the same seed, the same sample)")
     spark_opts(d)
     d.set_defaults(func=cmd_demo)
 
@@ -143,7 +162,8 @@ def build_parser():
     m.add_argument("--dialect", choices=DIALECTS, default="nats",
                    help="nats, mqtt, or amqp (RabbitMQ topic-exchange binding keys; "
                         "one delivery per sub_id)")
-    m.add_argument("--queues", choices=("pick", "all", "none"), default="pick")
+    m.add_argument("--queues", choices=("pick", "all", "none"), default="pick",
+                   help="queue groups: one member per group (pick, default), every member, none")
     m.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress line on stderr: auto (on a terminal, for runs over 2 s), always, never")
     m.add_argument("--rejects", default=None, metavar="FILE",

@@ -6,8 +6,8 @@ import os
 import sys
 import time
 
-from fastsub.cli.common import (EXIT_REJECTED, MAX_LINE_BYTES, MAX_REJECT_LINES, CLIError,
-                                 Rejected, check_readable, commas, read_lines)
+from fastsub.cli.common import (EXIT_REJECTED, MAX_LINE_BYTES, CLIError, Rejected, RejectNames,
+                                 Stderr, check_readable, commas, read_lines)
 
 #: A subscriptions line may carry a queue name after its filter.
 MAX_SUBS_LINE_BYTES = 2 * MAX_LINE_BYTES + 1
@@ -67,21 +67,22 @@ def _duration(seconds):
 
 
 class MatchProgress:
-    """`fastsub match`'s one-line progress report on a terminal's stderr:
-    rows done, rate, and (when the input's size is known) percentage and
-    ETA.  Silent for runs shorter than PROGRESS_AFTER seconds, and when
-    stderr is not a terminal unless forced.  (`fanout` and `demo` report
-    Spark's progress with fastsub.spark.Progress.)"""
+    """`fastsub match`'s one-line progress report on stderr: rows done, rate,
+    and (when the input's size is known) percentage and ETA.  Drawn through
+    a Stderr (the one writer of stderr, which clears the line before any
+    message): only on a terminal unless forced, and only for runs longer
+    than PROGRESS_AFTER seconds.  (`fanout` and `demo` report Spark's
+    progress with fastsub.spark.Progress, through the same writer.)
+
+    stream: a Stderr, or a stream (wrapped in one with `mode`)."""
 
     def __init__(self, total_bytes, stream=None, mode="auto", clock=time.monotonic):
-        self.stream = stream or sys.stderr
-        isatty = getattr(self.stream, "isatty", lambda: False)()
-        self.enabled = mode == "always" or (mode == "auto" and isatty)
+        self.err = stream if isinstance(stream, Stderr) else Stderr(stream, mode)
+        self.enabled = self.err.drawing
         self.total = total_bytes
         self.clock = clock
         self.start = clock()
         self.last = None
-        self.width = 0
 
     def update(self, rows, bytes_done):
         if not self.enabled:
@@ -97,16 +98,11 @@ class MatchProgress:
             frac = min(1.0, bytes_done / self.total)
             eta = elapsed * (1 - frac) / frac if frac > 0 else 0.0
             line += f", {frac:.0%}, ETA {_duration(eta)}"
-        self.stream.write("\r" + line.ljust(self.width))
-        self.stream.flush()
-        self.width = len(line)
+        self.err.status(line)
 
     def finish(self):
         """Clear the line, so the summary that follows starts clean."""
-        if self.width:
-            self.stream.write("\r" + " " * self.width + "\r")
-            self.stream.flush()
-            self.width = 0
+        self.err.clear()
 
 
 def _input_size(path):
@@ -159,11 +155,19 @@ def cmd_match(args):
 
 
 def _match_subjects(args, sl, labels, rejects, t_start, t_index):
+    out, err = sys.stdout, Stderr(sys.stderr, args.progress)
+    progress = MatchProgress(_input_size(args.subjects), err)
+    names = RejectNames(err)
+    try:
+        return _match_blocks(args, sl, labels, rejects, t_start, t_index, out, err, progress, names)
+    finally:
+        progress.finish()         # an error or ^C is then reported on a line of its own
+
+
+def _match_blocks(args, sl, labels, rejects, t_start, t_index, out, err, progress, names):
     import numpy as np
 
     from fastsub import InvalidSubjectError, Sublist
-    out, err = sys.stdout, sys.stderr
-    progress = MatchProgress(_input_size(args.subjects), err, args.progress)
     checker = None
     rows = delivered = unmatched = rejected = deliveries = 0
     t_match = 0.0
@@ -191,8 +195,7 @@ def _match_subjects(args, sl, labels, rejects, t_start, t_index):
                     raw = item.encode("utf-8")
                 if rejects is not None and raw is not None:
                     rejects.write(raw + b"\n")
-                if rejected <= MAX_REJECT_LINES:
-                    print(f"fastsub: {args.subjects} line {first + k}: rejected: {why}", file=err)
+                names.name(f"{args.subjects} line {first + k}", why)
         hit = counts > 0
         n_hit = int(hit.sum())
         delivered += n_hit
@@ -205,15 +208,12 @@ def _match_subjects(args, sl, labels, rejects, t_start, t_index):
         progress.update(rows, bytes_done)
     out.flush()
     progress.finish()
-    if rejected > MAX_REJECT_LINES:
-        print(f"fastsub: {args.subjects}: {rejected - MAX_REJECT_LINES:,} more rejected subjects "
-              "not shown", file=err)
+    names.finish(args.subjects, "subjects")
     wall = time.perf_counter() - t_start
-    print(f"fastsub match: {commas(rows)} subjects = {commas(delivered)} delivered + "
+    err.line(f"fastsub match: {commas(rows)} subjects = {commas(delivered)} delivered + "
           f"{commas(unmatched)} unmatched + {commas(rejected)} rejected; {commas(deliveries)} deliveries "
           f"from {commas(len(sl))} subscriptions ({args.dialect}, queues={args.queues}) "
           f"in {wall:.2f} s wall: matching {t_match:.2f} s ({t_match / wall if wall > 0 else 0:.0%}), "
-          f"index {t_index:.2f} s, reading and writing {max(0.0, wall - t_match - t_index):.2f} s",
-          file=err)
+          f"index {t_index:.2f} s, reading and writing {max(0.0, wall - t_match - t_index):.2f} s")
     return EXIT_REJECTED if rejected else 0
 

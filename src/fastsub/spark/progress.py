@@ -10,10 +10,15 @@ from fastsub.spark.session import is_connect
 
 
 class Progress:
-    """A thread printing one line every `interval` seconds while Spark jobs
-    run: the active stages, their tasks done / total, and elapsed time; with
-    `rows` (the input size, when known), an estimate of rows done and the
-    rate.  A no-op on Spark Connect (no status tracker on the client).
+    """A thread reporting every `interval` seconds while Spark jobs run: the
+    active stages, their tasks done / total, and elapsed time; with `rows`
+    (the input size, when known), an estimate of rows done and the rate.  A
+    no-op on Spark Connect (no status tracker on the client).
+
+    `out` is a stream (one line printed per report: a log), or a status
+    writer -- an object with `status(text)` and `clear()`, as the command
+    line's stderr writer: it draws one line in place, only on a terminal,
+    clears it before any other message, and the line is cleared on exit.
 
         with Progress(spark, out=sys.stderr, rows=n):
             df.write.parquet(...)
@@ -38,6 +43,8 @@ class Progress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
+        if hasattr(self.out, "status"):
+            self.out.clear()
         return False
 
     def line(self) -> Optional[str]:
@@ -67,6 +74,10 @@ class Progress:
                 text = self.line()
             except Exception:  # noqa: BLE001 - the session is stopping
                 return
-            if text:
+            if not text:
+                continue
+            if hasattr(self.out, "status"):
+                self.out.status(text.strip())
+            else:
                 print(text, file=self.out, flush=True)
-                self.lines += 1
+            self.lines += 1

@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import weakref
 from typing import Optional
 
@@ -78,6 +79,65 @@ def _log4j_file(level: str) -> str:
     return path
 
 
+#: Lines the JVM prints at start-up that say nothing to a user: Spark's
+#: launcher always adds --add-modules=jdk.incubator.vector, and Java 17+
+#: then warns on every start (no JVM option silences it).  Dropped from the
+#: JVM's stderr unless the log level shows warnings.
+_JVM_NOISE = (b"WARNING: Using incubator modules: ",)
+
+
+def forward_jvm_stderr(read_fd: int, write_fd: int = 2, drop=_JVM_NOISE) -> None:
+    """Copy the JVM's stderr (read_fd, a pipe) to write_fd line by line, the
+    lines that start with one of `drop` left out, until the pipe closes.
+    Lines pass through as they come (a long line in pieces)."""
+    buf = b""
+    with os.fdopen(read_fd, "rb", buffering=0) as r:
+        while True:
+            try:
+                chunk = r.read(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            out = b"".join(ln + b"\n" for ln in lines if not ln.startswith(drop))
+            if len(buf) > 65536:
+                out, buf = out + buf, b""
+            try:
+                if out:
+                    os.write(write_fd, out)
+            except OSError:
+                pass
+    if buf and not buf.startswith(drop):
+        try:
+            os.write(write_fd, buf)
+        except OSError:
+            pass
+
+
+def _start_quiet_context(builder) -> None:
+    """Start the SparkContext the builder would start, with the JVM's stderr
+    read through forward_jvm_stderr (its start-up noise dropped) -- only
+    when no context or gateway exists yet in this process."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    if SparkContext._active_spark_context is not None or SparkContext._gateway is not None \
+            or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf()
+    for k, v in builder._options.items():
+        conf.set(k, str(v))
+    r, w = os.pipe()
+    threading.Thread(target=forward_jvm_stderr, args=(r,), name="fastsub-jvm-stderr",
+                     daemon=True).start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": w})
+    finally:
+        os.close(w)             # the JVM holds its copy; EOF when it exits
+    SparkContext(conf=conf, gateway=gateway)
+
+
 def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
@@ -93,7 +153,9 @@ def local_session(master: str = "local[*]", *, app_name: str = "fastsub",
     cluster master, the executors run this interpreter too unless
     PYSPARK_PYTHON (or spark.pyspark.python in `conf`) says otherwise; a
     fan-out checks once that they can import fastsub and says how to fix it
-    when they cannot.  Returns the existing session if one is already running."""
+    when they cannot.  Returns the existing session if one is already running.
+    At a quiet log_level (ERROR and above), the JVM's start-up warning
+    "Using incubator modules" is dropped from its stderr."""
     local = is_local_master(master)
     b = SparkSession.builder.master(master).appName(app_name)
     props = _log4j_file(log_level)
@@ -121,6 +183,8 @@ def local_session(master: str = "local[*]", *, app_name: str = "fastsub",
         b = b.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for k, v in (conf or {}).items():
         b = b.config(k, str(v))
+    if log_level.upper() in ("ERROR", "FATAL", "OFF"):
+        _start_quiet_context(b)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel(log_level.upper())
     return spark
