@@ -52,8 +52,11 @@
  * their functions in fs_table.h, fs_node.h, fs_trie.h.
  * fs_walk.h: the one walk (probes, group merge) of match, batch, reverse.
  *
- * Layers of the index's files: each calls only files on its row or below
- * (checked with nm; no file calls back up, so no ring):
+ * Layers of the index's files, as intended: each calls only files on its
+ * row or below.  This is not checked yet, and fs_internal.h's inline
+ * functions, fs_fork.c <-> fs_idbuf.c and fs_result.c <-> fs_walk.h break
+ * it (docs/design.md, "Layers of the C core", lists where); what
+ * tests/test_layout.py checks of the C core is said there too:
  *
  *   fs_serial.c                                     the file format
  *   sublist.c | fs_match.c fs_batch.c fs_reverse.c  writes | reads
