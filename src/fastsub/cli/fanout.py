@@ -11,9 +11,11 @@ events that checks the subjects only: no index, no matching).  The
 reconciliation line comes from the observed counts; the deliveries written
 are counted again from the Parquet footers.
 """
+import dataclasses
 import os
 import sys
 import time
+from typing import Optional
 
 from fastsub.cli.common import (EXIT_REJECTED, CLIError, RejectNames, Stderr, check_readable,
                                  commas, is_local, local_path)
@@ -97,42 +99,87 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
       + (f", shards={shards}" if shards != "auto" else "")
       + (f") on {master}" if master else ")"))
 
+    job = _Job(events_path=events_path, subs_path=subs_path, paths=paths, mode=mode, ev_fmt=ev_fmt,
+               sub_fmt=sub_fmt, connect=connect, dialect=dialect, subject_col=subject_col,
+               key_col=key_col, queues=queues, progress=progress, ship=ship, shards=shards,
+               dedupe=dedupe, rejects=rejects, schema=schema)
     jobs = _Jobs(spark)
     scan = scan_events(events_path, ev_fmt, rejects)
     names = RejectNames(err)
     try:
         for f, lineno, why in scan.rejected:
             names.name(f"{f} line {lineno}", why)
-        long_cols = ()
         if ev_fmt == "csv" and schema is None and is_local(scan.path):
             header = csv_header(scan.path) or []
-            long_cols = integer_id_columns(scan.path, header, exclude=(subject_col,))
+            job.long_cols = integer_id_columns(scan.path, header, exclude=(subject_col,))
         with jobs:
-            return _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt,
-                               sub_fmt, connect, p, err, names, dialect=dialect,
-                               subject_col=subject_col, key_col=key_col, queues=queues,
-                               progress=progress, ship=ship, shards=shards, dedupe=dedupe,
-                               rejects=rejects, schema=schema, long_cols=long_cols)
+            clock = _Clock(time.perf_counter())
+            inputs = _read(spark, job, scan, clock)
+            res, idx = _run(spark, job, inputs, clock)
+            _report_index(p, idx, clock)
+            counts, written = _write(spark, job, scan, inputs, res, err, names, clock)
+            seconds = clock.end - clock.start
+            _report(p, job, counts, written, jobs.count(), clock)
+            return counts, written, seconds
     finally:
         names.finish(None)
         scan.cleanup()
 
 
-def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, sub_fmt, connect, p,
-                err, names, *, dialect, subject_col, key_col, queues, progress, ship, shards,
-                dedupe, rejects, schema, long_cols):
-    from pyspark.sql import functions as F
+@dataclasses.dataclass
+class _Job:
+    """What one `fastsub fanout` was asked to do."""
+    events_path: str
+    subs_path: str
+    paths: dict
+    mode: str
+    ev_fmt: str
+    sub_fmt: str
+    connect: bool
+    dialect: str
+    subject_col: str
+    key_col: Optional[str]
+    queues: str
+    progress: float
+    ship: str
+    shards: object
+    dedupe: bool
+    rejects: object
+    schema: Optional[str]
+    long_cols: tuple = ()
 
-    from fastsub import InvalidSubjectError
-    from fastsub.spark.limits import limit
-    from fastsub.spark import (ExecutorEnvironmentError, FanoutCounts,
-                               FanoutInputError, Progress, fanout_with_rejects, index_from_arrow,
-                               share_index)
-    t0 = time.perf_counter()
-    if not connect:
+
+@dataclasses.dataclass
+class _Clock:
+    """When each phase ended (time.perf_counter()), for the summary."""
+    start: float
+    read: float = 0.0
+    collect: float = 0.0
+    built: float = 0.0
+    index: float = 0.0
+    match: float = 0.0
+    rejected: float = 0.0
+    end: float = 0.0
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """The events (parsed rows), the rows Spark could not parse (or None)
+    and the events' columns beside them, and the subscriptions."""
+    events: object
+    malformed: object
+    cols: list
+    subs: object
+
+
+def _read(spark, job, scan, clock):
+    """Read the events and the subscriptions as DataFrames (lazily: Spark
+    reads them when the fan-out runs)."""
+    from pyspark.sql import functions as F
+    if not job.connect:
         split_small_inputs(spark, scan.path)
-    events = read_events(spark, scan.path, ev_fmt, schema, long_cols)
-    malformed = None
+    events = read_events(spark, scan.path, job.ev_fmt, job.schema, job.long_cols)
+    malformed, cols = None, list(events.columns)
     if CORRUPT_COL in events.columns:
         # Rows Spark could not parse: rejected with their text, never dropped.
         # (Both frames read other columns too: Spark refuses a query of a raw
@@ -140,71 +187,88 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
         cols = [c for c in events.columns if c != CORRUPT_COL]
         malformed = events.where(F.col(CORRUPT_COL).isNotNull())
         events = events.where(F.col(CORRUPT_COL).isNull()).drop(CORRUPT_COL)
-    if not connect:
+    if not job.connect:
         # A small or unsplittable file (one gzip CSV, say) is one partition: spread
         # it over the cores, or a single task does all the matching and writing.
         cores = spark.sparkContext.defaultParallelism
         if events.rdd.getNumPartitions() < cores:
             events = events.repartition(cores)
-    subs = read_table(spark, subs_path, sub_fmt, "subscriptions")
-    t_read = time.perf_counter()
-    kw = {"dedupe": True} if dedupe else {}
+    subs = read_table(spark, job.subs_path, job.sub_fmt, "subscriptions")
+    clock.read = time.perf_counter()
+    return _Inputs(events, malformed, cols, subs)
+
+
+def _run(spark, job, inputs, clock):
+    """Build or plan the index and set up the fan-out: (FanoutResult, its
+    index).  Errors in the inputs become CLIError naming the file."""
+    from fastsub import InvalidSubjectError
+    from fastsub.spark import (ExecutorEnvironmentError, FanoutInputError, fanout_with_rejects,
+                               index_from_arrow, share_index)
+    from fastsub.spark.limits import limit
+    kw = {"dedupe": True} if job.dedupe else {}
     try:
+        subs, shards = inputs.subs, job.shards
         sharded = shards != 1 and (shards != "auto" or subs.count() > limit("AUTO_SHARD_MIN_SUBS"))
         if sharded:
-            t_collect = t_built = time.perf_counter()
-            res = fanout_with_rejects(events, subs_frame(subs, subs_path), subject_col=subject_col,
-                                      key_col=key_col, dialect=dialect, queues=queues, ship=ship,
+            clock.collect = clock.built = time.perf_counter()
+            res = fanout_with_rejects(inputs.events, subs_frame(subs, job.subs_path),
+                                      subject_col=job.subject_col, key_col=job.key_col,
+                                      dialect=job.dialect, queues=job.queues, ship=job.ship,
                                       shards=shards, **kw)
             idx = res.index
         else:
-            table = subs_table(subs, subs_path)
-            t_collect = time.perf_counter()
-            idx = share_index(spark, index_from_arrow(table, dialect), ship=ship)
+            table = subs_table(subs, job.subs_path)
+            clock.collect = time.perf_counter()
+            idx = share_index(spark, index_from_arrow(table, job.dialect), ship=job.ship)
             del table
-            t_built = time.perf_counter()
+            clock.built = time.perf_counter()
             if shards != "auto":
                 kw["shards"] = shards
-            res = fanout_with_rejects(events, idx, subject_col=subject_col, key_col=key_col,
-                                      dialect=dialect, queues=queues, **kw)
+            res = fanout_with_rejects(inputs.events, idx, subject_col=job.subject_col,
+                                      key_col=job.key_col, dialect=job.dialect, queues=job.queues,
+                                      **kw)
     except (FanoutInputError, InvalidSubjectError) as e:
         about_subs = str(e).startswith(("subscriptions", "the subscriptions"))
-        where = subs_path if about_subs else events_path
+        where = job.subs_path if about_subs else job.events_path
         raise CLIError(f"{where}: {e}") from None
     except ExecutorEnvironmentError as e:
         raise CLIError(str(e)) from None
     except spark_errors() as e:
-        raise CLIError(f"reading subscriptions {subs_path} failed: {first_line(e)}") from None
-    t_index = time.perf_counter()
-    if hasattr(idx, "shipped_by"):
-        p(f"  index       {commas(idx.nsubs)} subscriptions, {_size(idx.nbytes)}, shipped by "
-          f"{idx.shipped_by} ({t_collect - t_read:.1f} s to collect, "
-          f"{t_built - t_collect:.1f} s to build and ship)")
-    else:
-        p(f"  index       sharded: {idx.shards} shards at depth {idx.depth}"
-          + (f", {commas(idx.nsubs)} subscriptions" if getattr(idx, "nsubs", None) is not None else "")
-          + " (built on the executors)")
-    n_events = parquet_rows(events_path) if ev_fmt == "parquet" else None
+        raise CLIError(f"reading subscriptions {job.subs_path} failed: {first_line(e)}") from None
+    clock.index = time.perf_counter()
+    return res, idx
+
+
+def _write(spark, job, scan, inputs, res, err, names, clock):
+    """Run the fan-out: write the deliveries (the matching pass, with the
+    progress line) and the rejected rows, name the malformed ones.  ->
+    (FanoutCounts, deliveries written)."""
+    from pyspark.sql import functions as F
+
+    from fastsub.spark import FanoutCounts, Progress
+    n_events = parquet_rows(job.events_path) if job.ev_fmt == "parquet" else None
     # No persist: caching every event with its ids costs more than reading
     # the events again for the rejected pass, which checks the subjects only.
     res = res.observe()
     rejected = res.rejected
+    malformed, cols = inputs.malformed, inputs.cols
     if malformed is not None:
         rejected = rejected.unionByName(malformed.select(
-            *cols, F.concat(F.lit(f"malformed {ev_fmt} row: "),
+            *cols, F.concat(F.lit(f"malformed {job.ev_fmt} row: "),
                             F.substring(F.col(CORRUPT_COL), 1, 200)).alias("error")))
     if scan.rejected:
         schema = rejected.schema
         rows = [tuple([None] * (len(schema.fields) - 1) + [f"{f} line {n}: {why}"])
                 for f, n, why in scan.rejected]
         rejected = rejected.unionByName(spark.createDataFrame(rows, schema))
+    paths = job.paths
     try:
-        with Progress(spark, out=err, interval=progress, rows=n_events,
-                      label="matching") if progress else _Null():
-            res.deliveries.write.mode(mode).parquet(paths["deliveries"])
-        t_match = time.perf_counter()
-        rejected.write.mode(mode).parquet(paths["rejected"])
-        t_rejected = time.perf_counter()
+        with Progress(spark, out=err, interval=job.progress, rows=n_events,
+                      label="matching") if job.progress else _Null():
+            res.deliveries.write.mode(job.mode).parquet(paths["deliveries"])
+        clock.match = time.perf_counter()
+        rejected.write.mode(job.mode).parquet(paths["rejected"])
+        clock.rejected = time.perf_counter()
         counts = res.observed_counts()
         extra = len(scan.rejected)
         if malformed is not None:
@@ -214,26 +278,43 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
             n_malformed = written_rejected - counts.rejected - len(scan.rejected)
             extra += n_malformed
             texts = []
-            if rejects is not None and n_malformed:
+            if job.rejects is not None and n_malformed:
                 for row in malformed.select(*cols, CORRUPT_COL).toLocalIterator():
-                    rejects.write(row[CORRUPT_COL].encode("utf-8") + b"\n")
+                    job.rejects.write(row[CORRUPT_COL].encode("utf-8") + b"\n")
                     if len(texts) < names.cap:
                         texts.append(row[CORRUPT_COL])
             elif n_malformed and names.count < names.cap:
                 texts = [r[0] for r in malformed.select(CORRUPT_COL, *cols)
                          .limit(names.cap - names.count).collect()]
-            _name_malformed(names, events_path, ev_fmt, texts, n_malformed)
+            _name_malformed(names, job.events_path, job.ev_fmt, texts, n_malformed)
         counts = FanoutCounts(counts.events + extra, counts.delivered, counts.unmatched,
                               counts.rejected + extra, counts.deliveries)
     except spark_errors() as e:
-        raise CLIError(f"the fan-out of {events_path} failed: {first_line(e)}") from None
-    t_end = time.perf_counter()
+        raise CLIError(f"the fan-out of {job.events_path} failed: {first_line(e)}") from None
+    clock.end = time.perf_counter()
     written = parquet_rows(paths["deliveries"])
     if written is None:
         written = spark.read.parquet(paths["deliveries"]).count()
-    n_jobs = jobs.count()
-    seconds = t_end - t0
+    return counts, written
 
+
+def _report_index(p, idx, clock):
+    """The summary's first line, printed as soon as the index is ready."""
+    if hasattr(idx, "shipped_by"):
+        p(f"  index       {commas(idx.nsubs)} subscriptions, {_size(idx.nbytes)}, shipped by "
+          f"{idx.shipped_by} ({clock.collect - clock.read:.1f} s to collect, "
+          f"{clock.built - clock.collect:.1f} s to build and ship)")
+    else:
+        p(f"  index       sharded: {idx.shards} shards at depth {idx.depth}"
+          + (f", {commas(idx.nsubs)} subscriptions" if getattr(idx, "nsubs", None) is not None else "")
+          + " (built on the executors)")
+
+
+def _report(p, job, counts, written, n_jobs, clock):
+    """The rest of the summary: the reconciliation, where the rows went, the
+    times.  A fan-out whose counts do not reconcile is a fastsub bug."""
+    seconds = clock.end - clock.start
+    paths = job.paths
     ok = counts.reconciles and written == counts.deliveries
     p(f"  events in   {commas(counts.events)} = {commas(counts.delivered)} delivered + "
       f"{commas(counts.unmatched)} unmatched + {commas(counts.rejected)} rejected  "
@@ -244,13 +325,13 @@ def _fanout_job(spark, jobs, scan, events_path, subs_path, paths, mode, ev_fmt, 
     p(f"  time        {seconds:.1f} s: {commas(round(counts.events / seconds))} events/s, "
       f"{commas(round(counts.deliveries / seconds))} deliveries/s"
       + (f", {n_jobs} Spark jobs" if n_jobs is not None else ""))
-    p(f"              read inputs {t_read - t0:.1f} s | index {t_built - t_read:.1f} s | "
-      f"plan {t_index - t_built:.1f} s | "
-      f"read events + match + write deliveries {t_match - t_index:.1f} s | "
-      f"check subjects + write rejected {t_rejected - t_match:.1f} s | counts {t_end - t_rejected:.1f} s")
+    p(f"              read inputs {clock.read - clock.start:.1f} s | index {clock.built - clock.read:.1f} s | "
+      f"plan {clock.index - clock.built:.1f} s | "
+      f"read events + match + write deliveries {clock.match - clock.index:.1f} s | "
+      f"check subjects + write rejected {clock.rejected - clock.match:.1f} s | "
+      f"counts {clock.end - clock.rejected:.1f} s")
     if not ok:
         raise RuntimeError("the counts do not reconcile: this is a fastsub bug")
-    return counts, written, seconds
 
 
 def _name_malformed(names, events_path, fmt, texts, n_malformed):
