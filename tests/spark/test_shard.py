@@ -113,18 +113,31 @@ def test_sharded_equals_unsharded_and_reference(spark, dialect, cfg):
 
 
 def test_bad_rows_raise_on_the_driver_naming_the_row(spark):
-    from fastsub.spark import FanoutInputError, fanout_with_rejects
+    """Issue 35, finding 5: the same check, and the same error, for shards=N
+    and a ShardPlan (salted or not), which skipped it -- an invalid filter
+    dropped silently, a null sub_id or a bad queue a worker's
+    PythonException --, worded as the unsharded path words it, which also
+    knows the row's position.  test_shard_tables: "auto" and streams."""
+    import re
+
+    from fastsub.spark import FanoutInputError, ShardPlan, fanout_with_rejects
     ev = spark.createDataFrame(events_rows(["a.b"]), EVENT_SCHEMA)
     good = [(i, f"k{i}.x", None) for i in range(50)]
-    cases = [((77, "a..b", None), InvalidSubjectError, "sub_id=77, filter='a..b'"),
-             ((78, "a.b", "bad queue"), InvalidSubjectError, "sub_id=78"),
-             ((None, "a.b", None), FanoutInputError, "null sub_id"),
-             ((79, None, None), FanoutInputError, "sub_id=79, filter=None"),
+    cases = [((77, "a..b", None), InvalidSubjectError,
+              "(sub_id=77): invalid filter 'a..b': empty token (at byte 2)"),
+             ((78, "a.b", "bad queue"), InvalidSubjectError,
+              "(sub_id=78, queue='bad queue'): invalid queue 'bad queue': whitespace in queue name"),
+             ((None, "a.b", None), FanoutInputError, "(sub_id=None, filter='a.b'): null sub_id"),
+             ((79, None, None), FanoutInputError, "(sub_id=79, filter=None): null filter"),
              ]
     for row, exc, text in cases:
-        sb = spark.createDataFrame(good + [row], SUBS_SCHEMA).repartition(3)
-        with pytest.raises(exc, match=__import__("re").escape(text)):
-            fanout_with_rejects(ev, sb, shards=4)
+        whole = spark.createDataFrame(good + [row], SUBS_SCHEMA)
+        sb = whole.repartition(3)
+        for shards in (4, ShardPlan(2, 1), ShardPlan(3, 2, salts={1: 2})):
+            with pytest.raises(exc, match="^a subscriptions row " + re.escape(text)):
+                fanout_with_rejects(ev, sb, shards=shards)
+        with pytest.raises(exc, match=f"^subscriptions row {len(good) + 1} " + re.escape(text)):
+            fanout_with_rejects(ev, whole, shards=1)
 
 
 def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):

@@ -45,7 +45,7 @@ from pyspark.sql import types as T
 from fastsub import InvalidSubjectError, Sublist
 from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
 from fastsub._dialects import check_dialect
-from fastsub.spark.base import FanoutInputError, check_subscriptions_schema, column
+from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
 from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
@@ -361,22 +361,6 @@ def _subs_columns(subscriptions: DataFrame, has_queue: bool):
     return cols
 
 
-def _raise_bad_row(dialect, bad_id, bad_filter, bad_queue):
-    q = f", queue={bad_queue!r}" if bad_queue is not None else ""
-    what = f"a subscriptions row (sub_id={bad_id}, filter={bad_filter!r}{q})"
-    if bad_id is None or bad_filter is None:
-        raise FanoutInputError(f"{what}: null {'sub_id' if bad_id is None else 'filter'}")
-    try:
-        Sublist(dialect).insert(bad_filter, bad_id, queue=bad_queue)
-    except InvalidSubjectError as e:
-        reason = getattr(e, "reason", None) or str(e)
-        pos = getattr(e, "position", None)
-        where = "" if pos is None else f" (at byte {pos})"
-        raise InvalidSubjectError(f"{what}: {reason}{where}", getattr(e, "subject", None),
-                                  getattr(e, "reason", None), pos) from None
-    raise FanoutInputError(f"{what}: refused by the index")  # pragma: no cover
-
-
 def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", depth="auto",
                 *, events: Optional[DataFrame] = None, subject_col: str = "subject",
                 salting: bool = True) -> ShardPlan:
@@ -385,7 +369,9 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
 
     One Spark job over the subscriptions: a bad row raises here, on the
     driver, naming its sub_id and filter (FanoutInputError for a null,
-    InvalidSubjectError for an invalid filter or queue); the replicated
+    InvalidSubjectError for an invalid filter or queue: the errors of the
+    unsharded path, base.bad_subscription); every sharded fan-out, a given
+    ShardPlan's included, is planned or checked by it; the replicated
     share and the shard sizes come back for depths 1-3 (or the one given) and
     the chosen shard count.  depth="auto": among the depths whose worker
     index (largest shard + replicated) holds at most AUTO_WORKER_SHARE of
@@ -417,7 +403,7 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     table = {}
     for r in stats:
         if r["d"] == -1:
-            _raise_bad_row(dialect, r["bad_id"], r["bad_filter"], r["bad_queue"])
+            raise bad_subscription(dialect, r["bad_id"], r["bad_filter"], r["bad_queue"])
         table[(r["d"], r["nshards"])] = (int(r["largest"]), int(r["total"]))
     rep = {d: table.get((d, 0), (0, 0))[1] for d in depths}
     nsubs = rep[depths[0]] + table.get((depths[0], candidates[0]), (0, 0))[1]
@@ -477,7 +463,8 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
                       subject_col: str, key_col: Optional[str], dialect: str, queues: str,
                       dedupe: bool) -> DataFrame:
     """events' columns + `sub_ids` (null for a rejected event), as the
-    unsharded fan-out's per-event frame, computed shard by shard."""
+    unsharded fan-out's per-event frame, computed shard by shard.  The
+    subscriptions are checked by plan_shards (fanout's _plan_for) before."""
     has_queue = check_subscriptions_schema(subscriptions)
     event_cols = list(events.columns)
     subject = column(subject_col)
