@@ -73,6 +73,81 @@ def _want(subject_of, key_of):
     return out
 
 
+@pytest.mark.parametrize("subject_col,key_col,paths", [
+    ("payload.device", "sp ace", ("1", "4", "auto", "plan-salted", "plan-d2")),
+    ("a`b", "ünï.ß `x`", ("1", "plan-salted"))])
+def test_any_column_name_through_every_batch_path(spark, monkeypatch, subject_col, key_col, paths):
+    """Finding 3 (a dot: UNRESOLVED_COLUMN; a backtick:
+    INVALID_ATTRIBUTE_NAME_SYNTAX, both sharded only) and finding 4 (an
+    events column `__fastsub_key` overwritten by the route key): every
+    path gives the unsharded rows -- every column, names and values -- and
+    the reference's ids."""
+    import fastsub.spark
+    from fastsub.spark import ShardPlan, fanout_with_rejects
+    from pyspark.sql import functions as F
+    monkeypatch.setattr(fastsub.spark, "AUTO_SHARD_MIN_SUBS", 0)
+    ev = spark.createDataFrame(_event_rows(), _ddl(EVENT_COLUMNS)).repartition(3)
+    sb = _subs(spark)
+    every = {"1": 1, "4": 4, "auto": "auto", "plan-salted": ShardPlan(3, 1, salts={0: 2, 2: 3}),
+             "plan-d2": ShardPlan(2, 2)}
+    paths = {how: every[how] for how in paths}
+    frames, results = [], {}
+    for how, shards in paths.items():
+        r = fanout_with_rejects(ev, sb, subject_col=subject_col, key_col=key_col, queues="all",
+                                shards=shards)
+        results[how] = r
+        assert r.per_event.columns == ev.columns + ["sub_ids"], how
+        frames.append(r.per_event.select(F.lit(how).alias("how"),
+                                         *[F.col(_quote(c)) for c in r.per_event.columns]))
+    if "auto" in results:
+        assert type(results["auto"].index).__name__ == "ShardPlan"
+    both = frames[0]
+    for f in frames[1:]:
+        both = both.union(f)
+    got = {how: {} for how in paths}
+    for row in both.collect():
+        values = tuple(row)[1:]
+        ids = values[-1]
+        got[row["how"]][values[0]] = values[:-1] + (None if ids is None else tuple(sorted(ids)),)
+    assert got["1"] == {r[0]: r + (got["1"][r[0]][-1],) for r in _event_rows()}
+    for how in paths:
+        assert got[how] == got["1"], how
+    col = [n for n, _ in EVENT_COLUMNS].index(subject_col)
+    want = _want(lambda r: r[col], None)
+    assert {e: None if v[-1] is None else list(v[-1]) for e, v in got["1"].items()} == want
+    # the derived frames keep the names too
+    r = results["plan-salted"]
+    assert r.deliveries.columns == ev.columns + ["sub_id"]
+    assert r.rejected.columns == ev.columns + ["error"]
+
+
+def test_any_column_name_through_a_stream(spark, tmp_path):
+    """fanout_stream, sharded by a salted ShardPlan, with the same odd names:
+    the deliveries it writes are the batch fan-out's."""
+    import pyarrow.parquet as pq
+
+    from fastsub.spark import ShardPlan, fanout_stream, fanout_with_rejects
+    inp = tmp_path / "in"
+    inp.mkdir()
+    with open(inp / "e0.json", "w") as f:
+        for r in _event_rows():
+            f.write(json.dumps(dict(zip([n for n, _ in EVENT_COLUMNS], r))) + "\n")
+    sb = _subs(spark)
+    schema = _ddl(EVENT_COLUMNS)
+    stream = spark.readStream.schema(schema).json(str(inp))
+    q = fanout_stream(stream, sb, str(tmp_path / "out"), str(tmp_path / "ckpt"),
+                      subject_col="payload.device", key_col="sp ace", queues="all",
+                      shards=ShardPlan(3, 1, salts={0: 2}), trigger={"availableNow": True})
+    q.awaitTermination(300)
+    assert q.exception() is None
+    got = pq.read_table(str(tmp_path / "out" / "deliveries")).drop(["batch_id"])
+    assert got.column_names == [n for n, _ in EVENT_COLUMNS] + ["sub_id"]
+    ev = spark.read.schema(schema).json(str(inp))
+    want = fanout_with_rejects(ev, sb, subject_col="payload.device", key_col="sp ace",
+                               queues="all", shards=1).deliveries.collect()
+    assert sorted(got.to_pylist(), key=repr) == sorted((r.asDict() for r in want), key=repr)
+
+
 def test_the_same_validation_on_every_path(spark, monkeypatch, tmp_path):
     """Finding 5, beside test_shard.py's test of every bad row on shards=N,
     a ShardPlan and shards=1: "auto" past AUTO_SHARD_MIN_SUBS and

@@ -67,12 +67,19 @@ SALT_MIN_SAMPLE = 1000
 #: smaller than that rebuilds them in every micro-batch.
 SHARD_CACHE_BYTES = int(os.environ.get("FASTSUB_SHARD_CACHE_BYTES", 256 << 20))
 
-_GROUP = "__fastsub_group"
-_KEY = "__fastsub_key"
-_PICK = "__fastsub_pick"
-_H1, _H2 = "__fastsub_h1", "__fastsub_h2"
-_KIND = "__fastsub_kind"
-_SID, _FLT, _QUE = "__fastsub_sub_id", "__fastsub_filter", "__fastsub_queue"
+# The cogroup's frame has only names of its own: the events' columns are
+# renamed by position to e0, e1, ... on the way in (DataFrame.toDF, which
+# resolves no name) and back on the way out, so any name Spark allows --
+# dots, backticks, spaces, one of the names below -- passes untouched and
+# cannot meet an internal column.  (PySpark's applyInArrow itself refers to
+# its input's columns by name string, which a dot or a backtick breaks.)
+_GROUP, _KIND, _KEY, _PICK = "g", "kind", "key", "pick"
+_H1, _H2 = "h1", "h2"
+_SID, _FLT, _QUE = "sid", "flt", "que"
+
+
+def _event_name(i: int) -> str:
+    return f"e{i}"
 
 
 def check_shards(shards, auto=True):
@@ -467,14 +474,19 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     subscriptions are checked by plan_shards (fanout's _plan_for) before."""
     has_queue = check_subscriptions_schema(subscriptions)
     event_cols = list(events.columns)
-    subject = column(subject_col)
-    pick = subject if key_col is None else F.coalesce(column(key_col).cast("string"), subject)
+    # By position, from here on (see _event_name); the subject and key are
+    # found as schema_field finds them (the first column of that name).
+    safe = [_event_name(i) for i in range(len(event_cols))]
+    ev = events.toDF(*safe)
+    subject = F.col(safe[event_cols.index(subject_col)])
+    pick = subject if key_col is None else F.coalesce(
+        F.col(safe[event_cols.index(key_col)]).cast("string"), subject)
     n, width = plan.shards, plan._width
     # Spreads the events no route key places (null, invalid) and a salted
     # shard's events: a hash of the whole row (map columns cannot be hashed).
-    row_hash = F.xxhash64(*[column(f.name) for f in events.schema.fields
+    row_hash = F.xxhash64(*[F.col(c) for c, f in zip(safe, events.schema.fields)
                             if not isinstance(f.dataType, T.MapType)])
-    ev = events.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
+    ev = ev.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
     shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
     if plan.salts:
         salts = F.create_map(*[x for s, r in sorted(plan.salts.items()) for x in (F.lit(s), F.lit(r))])
@@ -489,11 +501,12 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     null = lambda t, name: F.lit(None).cast(t).alias(name)  # noqa: E731
     sub_nulls = [null("long", _SID), null("string", _FLT), null("string", _QUE),
                  null("long", _H1), null("int", _H2)]
-    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND), *[column(c) for c in event_cols],
-                   pick.alias(_PICK), *sub_nulls)
+    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND),
+                   *[F.col(c) for c in safe], pick.alias(_PICK), *sub_nulls)
 
-    sub = subscriptions.select(*_subs_columns(subscriptions, has_queue))
-    sub = sub.withColumn(_KEY, _route_udf(dialect, plan.depth, True)(F.col("filter")))
+    sub = subscriptions.select(*_subs_columns(subscriptions, has_queue)).toDF(
+        *([_SID, _FLT] + ([_QUE] if has_queue else [])))
+    sub = sub.withColumn(_KEY, _route_udf(dialect, plan.depth, True)(F.col(_FLT)))
     sshard = F.pmod(F.col(_KEY), F.lit(n))
     if plan.salts:
         own = F.sequence(sshard * F.lit(width),
@@ -501,17 +514,19 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     else:
         own = F.array(sshard)
     groups = F.when(F.col(_KEY) == -1, _int_array(plan._all_groups())).otherwise(own)
-    queue = F.col("queue") if has_queue else F.lit(None).cast("string")
-    ident = [F.col("sub_id"), F.col("filter")] + ([F.col("queue")] if has_queue else [])
+    queue = F.col(_QUE) if has_queue else F.lit(None).cast("string")
+    ident = [F.col(_SID), F.col(_FLT)] + ([F.col(_QUE)] if has_queue else [])
     sub = sub.select(F.explode(groups).alias(_GROUP), F.lit(0).alias(_KIND),
-                     *[null(f.dataType, f.name) for f in events.schema.fields], null("string", _PICK),
-                     F.col("sub_id").alias(_SID), F.col("filter").alias(_FLT), queue.alias(_QUE),
+                     *[null(f.dataType, c) for c, f in zip(safe, events.schema.fields)],
+                     null("string", _PICK), F.col(_SID), F.col(_FLT), queue.alias(_QUE),
                      F.xxhash64(*ident).alias(_H1), F.hash(*ident).alias(_H2))
     both = ev.unionByName(sub).repartition(F.col(_GROUP)).sortWithinPartitions(_GROUP, _KIND)
 
-    out_schema_spark = T.StructType(list(events.schema.fields) + [
-        T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
+    out_schema_spark = T.StructType(
+        [T.StructField(c, f.dataType, f.nullable, f.metadata)
+         for c, f in zip(safe, events.schema.fields)]
+        + [T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
     from pyspark.sql.pandas.types import to_arrow_schema
     out_schema = to_arrow_schema(out_schema_spark)
-    fn = _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema)
-    return both.groupBy(_GROUP).applyInArrow(fn, out_schema_spark)
+    fn = _match_fn(dialect, queues, dedupe, safe[event_cols.index(subject_col)], safe, out_schema)
+    return both.groupBy(_GROUP).applyInArrow(fn, out_schema_spark).toDF(*event_cols, "sub_ids")
