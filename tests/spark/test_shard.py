@@ -1,5 +1,6 @@
 """The sharded fan-out (docs/design.md, 'Why the sharded fan-out is exact') gives, for every event, the same
-multiset of sub ids as the unsharded one and as the pure-Python reference:
+sub ids, in the same order (issue 34's one order of a row), as the unsharded
+one and as the pure-Python reference (_reference.batch_row):
 all three dialects, queues pick/all/none, dedupe on and off, depths 1-3,
 1-8 shards, salted shards; bad subscription rows raise on the driver; the
 plan is visible; workers rebuild only the shards whose rows changed.
@@ -59,6 +60,8 @@ def _frames(spark, dialect, seed):
 
 
 def _reference_rows(dialect, subs, events, queues, dedupe):
+    """{event_id: the exact row, in the one order of a row's ids (issue 34,
+    _reference.batch_row), or None for a rejected event}."""
     ref = R.ReferenceSublist(dialect)
     for sid, f, q in subs:
         ref.insert(f, sid, q)
@@ -68,13 +71,8 @@ def _reference_rows(dialect, subs, events, queues, dedupe):
             out[event_id] = None
             continue
         m = ref.match(subject)
-        if queues == "pick":
-            out[event_id] = R.picked_row(m, device if device is not None else subject, dialect, dedupe)
-            continue
-        ids = list(m.subs)
-        if queues == "all":
-            ids += [i for _, _, members in m.groups for i in members]
-        out[event_id] = sorted(set(ids)) if dedupe else sorted(ids)
+        key = device if device is not None else subject
+        out[event_id] = R.batch_row(m, queues, key, dialect, dedupe)
     return out
 
 
@@ -106,25 +104,80 @@ def test_sharded_equals_unsharded_and_reference(spark, dialect, cfg):
     got = {"whole": {}, "sharded": {}}
     for r in both.select("how", "event_id", "sub_ids").collect():
         assert r["event_id"] not in got[r["how"]], "an event came out twice"
-        got[r["how"]][r["event_id"]] = None if r["sub_ids"] is None else sorted(r["sub_ids"])
+        got[r["how"]][r["event_id"]] = r["sub_ids"]
     want = _reference_rows(dialect, subs, events, cfg["queues"], cfg["dedupe"])
     assert got["whole"] == want
     assert got["sharded"] == want
 
 
+#: (shards, depth, salts, queues, dedupe) per dialect: each dialect gets
+#: every queue mode, salted and unsalted shards, and two or three depths;
+#: dedupe on and off.
+ORDER_CONFIGS = {
+    "nats": [(4, 1, {}, "pick", False), (3, 2, {0: 2, 1: 3}, "all", False),
+             (5, 3, {2: 2}, "none", True)],
+    "mqtt": [(3, 2, {1: 3}, "pick", True), (4, 1, {}, "all", True), (2, 3, {0: 2}, "none", False)],
+    "amqp": [(3, 3, {0: 2}, "pick", False), (5, 2, {}, "none", False), (2, 1, {1: 3}, "all", True)],
+}
+
+
+@pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
+def test_explode_false_arrays_are_the_unsharded_ones_exactly(spark, dialect):
+    """Issue 35, finding 7: the `sub_ids` arrays of the sharded fan-out, salted
+    or not, at depths 1-3, are the unsharded arrays element for element, and
+    both are _reference's row in the defined order (issue 34).  One collect
+    per dialect."""
+    from pyspark.sql import functions as F
+
+    from fastsub.spark import ShardPlan, fanout_with_rejects
+    subs, events, ev, sb = _frames(spark, dialect, seed=35)
+    frames = []
+    for k, (n, d, salts, queues, dedupe) in enumerate(ORDER_CONFIGS[dialect]):
+        common = dict(dialect=dialect, key_col="device", queues=queues, dedupe=dedupe)
+        for how, shards in (("whole", 1), ("sharded", ShardPlan(n, d, salts=salts))):
+            frames.append(fanout_with_rejects(ev, sb, shards=shards, **common).per_event
+                          .select(F.lit(k).alias("k"), F.lit(how).alias("how"), "event_id",
+                                  "sub_ids"))
+    both = frames[0]
+    for f in frames[1:]:
+        both = both.union(f)
+    got = {}
+    for r in both.collect():
+        got.setdefault((r["k"], r["how"]), {})[r["event_id"]] = r["sub_ids"]
+    for k, (n, d, salts, queues, dedupe) in enumerate(ORDER_CONFIGS[dialect]):
+        want = _reference_rows(dialect, subs, events, queues, dedupe)
+        assert got[(k, "whole")] == want, (k, "whole")
+        differ = [e for e in want if got[(k, "sharded")][e] != want[e]]
+        assert not differ, (ORDER_CONFIGS[dialect][k], [(e, got[(k, "sharded")][e], want[e])
+                                               for e in differ[:5]])
+
+
 def test_bad_rows_raise_on_the_driver_naming_the_row(spark):
-    from fastsub.spark import FanoutInputError, fanout_with_rejects
+    """Issue 35, finding 5: the same check, and the same error, for shards=N
+    and a ShardPlan (salted or not), which skipped it -- an invalid filter
+    dropped silently, a null sub_id or a bad queue a worker's
+    PythonException --, worded as the unsharded path words it, which also
+    knows the row's position.  test_shard_tables: "auto" and streams."""
+    import re
+
+    from fastsub.spark import FanoutInputError, ShardPlan, fanout_with_rejects
     ev = spark.createDataFrame(events_rows(["a.b"]), EVENT_SCHEMA)
     good = [(i, f"k{i}.x", None) for i in range(50)]
-    cases = [((77, "a..b", None), InvalidSubjectError, "sub_id=77, filter='a..b'"),
-             ((78, "a.b", "bad queue"), InvalidSubjectError, "sub_id=78"),
-             ((None, "a.b", None), FanoutInputError, "null sub_id"),
-             ((79, None, None), FanoutInputError, "sub_id=79, filter=None"),
+    cases = [((77, "a..b", None), InvalidSubjectError,
+              "(sub_id=77): invalid filter 'a..b': empty token (at byte 2)"),
+             ((78, "a.b", "bad queue"), InvalidSubjectError,
+              "(sub_id=78, queue='bad queue'): invalid queue 'bad queue': whitespace in queue name"),
+             ((None, "a.b", None), FanoutInputError, "(sub_id=None, filter='a.b'): null sub_id"),
+             ((79, None, None), FanoutInputError, "(sub_id=79, filter=None): null filter"),
              ]
     for row, exc, text in cases:
-        sb = spark.createDataFrame(good + [row], SUBS_SCHEMA).repartition(3)
-        with pytest.raises(exc, match=__import__("re").escape(text)):
-            fanout_with_rejects(ev, sb, shards=4)
+        whole = spark.createDataFrame(good + [row], SUBS_SCHEMA)
+        sb = whole.repartition(3)
+        for shards in (4, ShardPlan(2, 1), ShardPlan(3, 2, salts={1: 2})):
+            with pytest.raises(exc, match="^a subscriptions row " + re.escape(text)):
+                fanout_with_rejects(ev, sb, shards=shards)
+        with pytest.raises(exc, match=f"^subscriptions row {len(good) + 1} " + re.escape(text)):
+            fanout_with_rejects(ev, whole, shards=1)
 
 
 def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):

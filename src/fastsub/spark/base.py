@@ -1,12 +1,14 @@
 """What the parts of fastsub.spark share: its errors, access to a column by
-its exact name, and the checks of the subscriptions table (fastsub.spark
-re-exports the public names).  Imports no other part of fastsub.spark."""
+its exact name, the checks of the events table (check_events) and of the
+subscriptions table, and the one error a bad subscriptions row raises
+(bad_subscription), on every path.  fastsub.spark re-exports the public
+names.  Imports no other part of fastsub.spark."""
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from fastsub import FastsubError
+from fastsub import FastsubError, InvalidSubjectError, Sublist
 
 #: The queues= modes of a fan-out.
 QUEUE_MODES = ("pick", "all", "none")
@@ -38,6 +40,64 @@ def schema_field(df: DataFrame, name: str, what: str):
             return f
     cols = ", ".join(df.columns) or "(none)"
     raise FanoutInputError(f"{what} has no column {name!r} (columns: {cols})")
+
+
+def _same_name(spark):
+    """The session's rule for two column names being one: exact when
+    spark.sql.caseSensitive is on, else case-insensitive (Spark's default)."""
+    try:
+        sensitive = str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    except Exception:  # noqa: BLE001 - a session kind without the conf
+        sensitive = False
+    return (lambda n: n) if sensitive else (lambda n: n.lower())
+
+
+def check_events(events: DataFrame, subject_col: str, key_col, explode: bool) -> None:
+    """The checks of an events table that every fan-out makes on the driver
+    before any job (batch or stream, sharded or not): the subject column is
+    a string, the key column an atomic type, and no column has a name the
+    fan-out adds (`sub_ids`, `error`, and `sub_id` when exploding), as the
+    session compares names (case-insensitively by default: withColumn would
+    silently replace `SUB_IDS`).  Raises FanoutInputError."""
+    f_subject = schema_field(events, subject_col, "the events table")
+    if not isinstance(f_subject.dataType, T.StringType):
+        raise FanoutInputError(
+            f"events column {subject_col!r} has type {f_subject.dataType.simpleString()}, "
+            "expected string")
+    if key_col is not None:
+        f_key = schema_field(events, key_col, "the events table")
+        if not isinstance(f_key.dataType, T.AtomicType):
+            raise FanoutInputError(
+                f"events column {key_col!r} has type {f_key.dataType.simpleString()}, "
+                "expected a string, number, date or timestamp key")
+    norm = _same_name(events.sparkSession)
+    added = {norm(c): c for c in ["sub_ids", "error"] + (["sub_id"] if explode else [])}
+    clash = [c for c in events.columns if norm(c) in added]
+    if clash:
+        raise FanoutInputError(
+            f"the events table already has column(s) {', '.join(map(repr, clash))}, which "
+            "fanout adds; rename them first")
+
+
+def bad_subscription(dialect: str, sub_id, filter, queue, row=None) -> Exception:
+    """The error of a bad subscriptions row, the same on every path (the
+    unsharded index built on the driver, and the sharded fan-out's
+    validation job): FanoutInputError for a null sub_id or filter, else the
+    index's own InvalidSubjectError for the filter or queue.  `row` is its
+    1-based position where the driver knows it (the collected table); the
+    sharded job reads the table in parallel and has no order to count in."""
+    where = "a subscriptions row" if row is None else f"subscriptions row {row}"
+    q = f", queue={queue!r}" if queue is not None else ""
+    if sub_id is None or filter is None:
+        return FanoutInputError(f"{where} (sub_id={sub_id}, filter={filter!r}{q}): "
+                                f"null {'sub_id' if sub_id is None else 'filter'}")
+    try:
+        Sublist(dialect).insert(filter, sub_id, queue=queue)
+    except InvalidSubjectError as e:
+        return InvalidSubjectError(f"{where} (sub_id={sub_id}{q}): {e}",
+                                   getattr(e, "subject", None), getattr(e, "reason", None),
+                                   getattr(e, "position", None))
+    return FanoutInputError(f"{where} (sub_id={sub_id}{q}): refused by the index")  # pragma: no cover
 
 
 def check_subscriptions_schema(subscriptions: DataFrame, string_ids: bool = False) -> bool:

@@ -19,12 +19,11 @@ from typing import Iterator, NamedTuple, Optional, Tuple, Union
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,
-                                 collect_subscriptions, column, schema_field)
+                                 bad_subscription, check_events, collect_subscriptions, column)
 from fastsub.spark.session import check_executors, is_connect, session_key
 from fastsub.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
                                  reject_reasons)
@@ -44,29 +43,23 @@ def index_from_arrow(table: pa.Table, dialect: str = "nats") -> Sublist:
     check_dialect(dialect)
     ids_a, filters_a = table.column(0), table.column(1)
     queues_a = table.column(2) if table.num_columns > 2 else None
+
+    def bad(i):     # the row's error, as every path words it (base.bad_subscription)
+        q = queues_a[i].as_py() if queues_a is not None else None
+        return bad_subscription(dialect, ids_a[i].as_py(), filters_a[i].as_py(), q, row=i + 1)
+
     if ids_a.null_count or filters_a.null_count:
-        bad = pc.or_(pc.is_null(ids_a), pc.is_null(filters_a))
-        i = pc.index(bad, True).as_py()
-        sid, f = ids_a[i].as_py(), filters_a[i].as_py()
-        what = "sub_id" if sid is None else "filter"
-        raise FanoutInputError(
-            f"subscriptions row {i + 1} (sub_id={sid}, filter={f!r}): null {what}")
+        raise bad(pc.index(pc.or_(pc.is_null(ids_a), pc.is_null(filters_a)), True).as_py())
     # insert_many reads the Arrow columns in place: no Python object per row.
     queues = queues_a if queues_a is not None and queues_a.null_count < len(queues_a) else None
     sl = Sublist(dialect)
     try:
         sl.insert_many(filters_a, ids_a, queues)
     except InvalidSubjectError as e:
-        m = re.match(r"item (\d+): (.*)", str(e), re.S)
+        m = re.match(r"item (\d+): ", str(e))
         if not m:
             raise
-        i = int(m.group(1))
-        qi = queues[i].as_py() if queues is not None else None
-        q = f", queue={qi!r}" if qi is not None else ""
-        raise InvalidSubjectError(
-            f"subscriptions row {i + 1} (sub_id={ids_a[i].as_py()}{q}): {m.group(2)}",
-            getattr(e, "subject", None), getattr(e, "reason", None),
-            getattr(e, "position", None)) from None
+        raise bad(int(m.group(1))) from None
     return sl
 
 
@@ -391,13 +384,21 @@ Subscriptions = Union[DataFrame, Sublist, SharedIndex]
 
 
 def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse):
-    """-> the ShardPlan of a sharded fan-out, or None for the broadcast path."""
-    plan = None
+    """-> the ShardPlan of a sharded fan-out, or None for the broadcast path.
+
+    Every sharded fan-out -- shards=N, "auto" past AUTO_SHARD_MIN_SUBS, a
+    ShardPlan, and each micro-batch of fanout_stream -- gets its plan here,
+    from plan_shards, whose one job over the subscriptions validates every
+    row (a bad one raises on the driver, as base.bad_subscription words it)
+    before any event is read.  A ShardPlan runs as given (shards, depth,
+    salts): the job checks the rows (once per DataFrame object with
+    reuse_index, as for shards=N)."""
+    given = None
     if isinstance(shards, ShardPlan):
         if not isinstance(subscriptions, DataFrame):
             raise ValueError("a ShardPlan shards a subscriptions DataFrame, not a "
                              f"{type(subscriptions).__name__}")
-        plan = shards
+        given, shards, depth = shards, shards.shards, shards.depth
     else:
         check_shards(shards)
         if shards == 1:
@@ -414,18 +415,33 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse)
     if events.isStreaming:
         raise ValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
                          "use fanout_stream(..., shards=...)")
+    spark = events.sparkSession
+    plan = checked_plan(subscriptions, dialect, shards, depth, reuse)
+    if given is not None:
+        # The caller's plan runs as given (its salting included); the log
+        # shows it with the figures the job measured.
+        logging.getLogger("fastsub.spark").info(
+            "%s", dataclasses.replace(plan, salts=dict(given.salts)).explain())
+        return given
+    # The salting follows these events: a sample of them, per call.
+    plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
+                                                  _parallelism(spark)))
+    logging.getLogger("fastsub.spark").info("%s", plan.explain())
+    return plan
+
+
+def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: bool) -> ShardPlan:
+    """plan_shards(subscriptions, dialect, shards, depth) -- the job that
+    validates every subscriptions row and measures the shards -- kept for
+    later calls on the same DataFrame object (with reuse).  The one place a
+    sharded fan-out checks its subscriptions: _plan_for, and fanout_stream
+    before it starts, call it."""
+    key = (session_key(subscriptions.sparkSession), dialect, "plan", shards, depth)
+    plan = _reused(subscriptions, key) if reuse else None
     if plan is None:
-        spark = events.sparkSession
-        key = (session_key(spark), dialect, "plan", shards, depth)
-        plan = _reused(subscriptions, key) if reuse else None
-        if plan is None:
-            plan = plan_shards(subscriptions, dialect, shards, depth)
-            if reuse:
-                _remember(subscriptions, key, plan)
-        # The salting follows these events: a sample of them, per call.
-        plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
-                                                      _parallelism(spark)))
-        logging.getLogger("fastsub.spark").info("%s", plan.explain())
+        plan = plan_shards(subscriptions, dialect, shards, depth)
+        if reuse:
+            _remember(subscriptions, key, plan)
     return plan
 
 
@@ -456,23 +472,7 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     check_dialect(dialect)
     if not isinstance(events, DataFrame):
         raise TypeError("events must be a pyspark.sql.DataFrame")
-    f_subject = schema_field(events, subject_col, "the events table")
-    if not isinstance(f_subject.dataType, T.StringType):
-        raise FanoutInputError(
-            f"events column {subject_col!r} has type {f_subject.dataType.simpleString()}, "
-            "expected string")
-    if key_col is not None:
-        f_key = schema_field(events, key_col, "the events table")
-        if not isinstance(f_key.dataType, (T.AtomicType,)):
-            raise FanoutInputError(
-                f"events column {key_col!r} has type {f_key.dataType.simpleString()}, "
-                "expected a string, number, date or timestamp key")
-    added = ["sub_ids", "error"] + (["sub_id"] if explode else [])
-    clash = [c for c in added if c in events.columns]
-    if clash:
-        raise FanoutInputError(
-            f"the events table already has column(s) {', '.join(map(repr, clash))}, which "
-            "fanout adds; rename them first")
+    check_events(events, subject_col, key_col, explode)
 
     spark = events.sparkSession
     # Once per session, local masters included: a session the user built from

@@ -45,7 +45,7 @@ from pyspark.sql import types as T
 from fastsub import InvalidSubjectError, Sublist
 from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
 from fastsub._dialects import check_dialect
-from fastsub.spark.base import FanoutInputError, check_subscriptions_schema, column
+from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
 from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
@@ -67,12 +67,19 @@ SALT_MIN_SAMPLE = 1000
 #: smaller than that rebuilds them in every micro-batch.
 SHARD_CACHE_BYTES = int(os.environ.get("FASTSUB_SHARD_CACHE_BYTES", 256 << 20))
 
-_GROUP = "__fastsub_group"
-_KEY = "__fastsub_key"
-_PICK = "__fastsub_pick"
-_H1, _H2 = "__fastsub_h1", "__fastsub_h2"
-_KIND = "__fastsub_kind"
-_SID, _FLT, _QUE = "__fastsub_sub_id", "__fastsub_filter", "__fastsub_queue"
+# The cogroup's frame has only names of its own: the events' columns are
+# renamed by position to e0, e1, ... on the way in (DataFrame.toDF, which
+# resolves no name) and back on the way out, so any name Spark allows --
+# dots, backticks, spaces, one of the names below -- passes untouched and
+# cannot meet an internal column.  (PySpark's applyInArrow itself refers to
+# its input's columns by name string, which a dot or a backtick breaks.)
+_GROUP, _KIND, _KEY, _PICK = "g", "kind", "key", "pick"
+_H1, _H2 = "h1", "h2"
+_SID, _FLT, _QUE = "sid", "flt", "que"
+
+
+def _event_name(i: int) -> str:
+    return f"e{i}"
 
 
 def check_shards(shards, auto=True):
@@ -361,22 +368,6 @@ def _subs_columns(subscriptions: DataFrame, has_queue: bool):
     return cols
 
 
-def _raise_bad_row(dialect, bad_id, bad_filter, bad_queue):
-    q = f", queue={bad_queue!r}" if bad_queue is not None else ""
-    what = f"a subscriptions row (sub_id={bad_id}, filter={bad_filter!r}{q})"
-    if bad_id is None or bad_filter is None:
-        raise FanoutInputError(f"{what}: null {'sub_id' if bad_id is None else 'filter'}")
-    try:
-        Sublist(dialect).insert(bad_filter, bad_id, queue=bad_queue)
-    except InvalidSubjectError as e:
-        reason = getattr(e, "reason", None) or str(e)
-        pos = getattr(e, "position", None)
-        where = "" if pos is None else f" (at byte {pos})"
-        raise InvalidSubjectError(f"{what}: {reason}{where}", getattr(e, "subject", None),
-                                  getattr(e, "reason", None), pos) from None
-    raise FanoutInputError(f"{what}: refused by the index")  # pragma: no cover
-
-
 def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", depth="auto",
                 *, events: Optional[DataFrame] = None, subject_col: str = "subject",
                 salting: bool = True) -> ShardPlan:
@@ -385,7 +376,9 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
 
     One Spark job over the subscriptions: a bad row raises here, on the
     driver, naming its sub_id and filter (FanoutInputError for a null,
-    InvalidSubjectError for an invalid filter or queue); the replicated
+    InvalidSubjectError for an invalid filter or queue: the errors of the
+    unsharded path, base.bad_subscription); every sharded fan-out, a given
+    ShardPlan's included, is planned or checked by it; the replicated
     share and the shard sizes come back for depths 1-3 (or the one given) and
     the chosen shard count.  depth="auto": among the depths whose worker
     index (largest shard + replicated) holds at most AUTO_WORKER_SHARE of
@@ -417,7 +410,7 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     table = {}
     for r in stats:
         if r["d"] == -1:
-            _raise_bad_row(dialect, r["bad_id"], r["bad_filter"], r["bad_queue"])
+            raise bad_subscription(dialect, r["bad_id"], r["bad_filter"], r["bad_queue"])
         table[(r["d"], r["nshards"])] = (int(r["largest"]), int(r["total"]))
     rep = {d: table.get((d, 0), (0, 0))[1] for d in depths}
     nsubs = rep[depths[0]] + table.get((depths[0], candidates[0]), (0, 0))[1]
@@ -477,17 +470,23 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
                       subject_col: str, key_col: Optional[str], dialect: str, queues: str,
                       dedupe: bool) -> DataFrame:
     """events' columns + `sub_ids` (null for a rejected event), as the
-    unsharded fan-out's per-event frame, computed shard by shard."""
+    unsharded fan-out's per-event frame, computed shard by shard.  The
+    subscriptions are checked by plan_shards (fanout's _plan_for) before."""
     has_queue = check_subscriptions_schema(subscriptions)
     event_cols = list(events.columns)
-    subject = column(subject_col)
-    pick = subject if key_col is None else F.coalesce(column(key_col).cast("string"), subject)
+    # By position, from here on (see _event_name); the subject and key are
+    # found as schema_field finds them (the first column of that name).
+    safe = [_event_name(i) for i in range(len(event_cols))]
+    ev = events.toDF(*safe)
+    subject = F.col(safe[event_cols.index(subject_col)])
+    pick = subject if key_col is None else F.coalesce(
+        F.col(safe[event_cols.index(key_col)]).cast("string"), subject)
     n, width = plan.shards, plan._width
     # Spreads the events no route key places (null, invalid) and a salted
     # shard's events: a hash of the whole row (map columns cannot be hashed).
-    row_hash = F.xxhash64(*[column(f.name) for f in events.schema.fields
+    row_hash = F.xxhash64(*[F.col(c) for c, f in zip(safe, events.schema.fields)
                             if not isinstance(f.dataType, T.MapType)])
-    ev = events.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
+    ev = ev.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
     shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
     if plan.salts:
         salts = F.create_map(*[x for s, r in sorted(plan.salts.items()) for x in (F.lit(s), F.lit(r))])
@@ -502,11 +501,12 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     null = lambda t, name: F.lit(None).cast(t).alias(name)  # noqa: E731
     sub_nulls = [null("long", _SID), null("string", _FLT), null("string", _QUE),
                  null("long", _H1), null("int", _H2)]
-    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND), *[column(c) for c in event_cols],
-                   pick.alias(_PICK), *sub_nulls)
+    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND),
+                   *[F.col(c) for c in safe], pick.alias(_PICK), *sub_nulls)
 
-    sub = subscriptions.select(*_subs_columns(subscriptions, has_queue))
-    sub = sub.withColumn(_KEY, _route_udf(dialect, plan.depth, True)(F.col("filter")))
+    sub = subscriptions.select(*_subs_columns(subscriptions, has_queue)).toDF(
+        *([_SID, _FLT] + ([_QUE] if has_queue else [])))
+    sub = sub.withColumn(_KEY, _route_udf(dialect, plan.depth, True)(F.col(_FLT)))
     sshard = F.pmod(F.col(_KEY), F.lit(n))
     if plan.salts:
         own = F.sequence(sshard * F.lit(width),
@@ -514,17 +514,19 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     else:
         own = F.array(sshard)
     groups = F.when(F.col(_KEY) == -1, _int_array(plan._all_groups())).otherwise(own)
-    queue = F.col("queue") if has_queue else F.lit(None).cast("string")
-    ident = [F.col("sub_id"), F.col("filter")] + ([F.col("queue")] if has_queue else [])
+    queue = F.col(_QUE) if has_queue else F.lit(None).cast("string")
+    ident = [F.col(_SID), F.col(_FLT)] + ([F.col(_QUE)] if has_queue else [])
     sub = sub.select(F.explode(groups).alias(_GROUP), F.lit(0).alias(_KIND),
-                     *[null(f.dataType, f.name) for f in events.schema.fields], null("string", _PICK),
-                     F.col("sub_id").alias(_SID), F.col("filter").alias(_FLT), queue.alias(_QUE),
+                     *[null(f.dataType, c) for c, f in zip(safe, events.schema.fields)],
+                     null("string", _PICK), F.col(_SID), F.col(_FLT), queue.alias(_QUE),
                      F.xxhash64(*ident).alias(_H1), F.hash(*ident).alias(_H2))
     both = ev.unionByName(sub).repartition(F.col(_GROUP)).sortWithinPartitions(_GROUP, _KIND)
 
-    out_schema_spark = T.StructType(list(events.schema.fields) + [
-        T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
+    out_schema_spark = T.StructType(
+        [T.StructField(c, f.dataType, f.nullable, f.metadata)
+         for c, f in zip(safe, events.schema.fields)]
+        + [T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
     from pyspark.sql.pandas.types import to_arrow_schema
     out_schema = to_arrow_schema(out_schema_spark)
-    fn = _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema)
-    return both.groupBy(_GROUP).applyInArrow(fn, out_schema_spark)
+    fn = _match_fn(dialect, queues, dedupe, safe[event_cols.index(subject_col)], safe, out_schema)
+    return both.groupBy(_GROUP).applyInArrow(fn, out_schema_spark).toDF(*event_cols, "sub_ids")

@@ -12,9 +12,11 @@ from pyspark.sql import DataFrame
 
 from fastsub import Sublist
 from fastsub._dialects import check_dialect
-from fastsub.spark.base import QUEUE_MODES, collect_subscriptions, schema_field
-from fastsub.spark.fan_out import fanout_with_rejects, index_from_arrow, share_index, small_enough
+from fastsub.spark.base import QUEUE_MODES, check_events, collect_subscriptions
+from fastsub.spark.fan_out import (checked_plan, fanout_with_rejects, index_from_arrow,
+                                   share_index, small_enough)
 from fastsub.spark.session import session_key
+from fastsub.spark.shard import ShardPlan, check_depth, check_shards
 from fastsub.spark.ship import SharedIndex
 
 
@@ -30,6 +32,7 @@ class _StreamIndex:
         self.digest = None          # of the subscriptions the current index holds
         self.idx = None
         self.session_id = None
+        self._primed = None         # (source, _current's answer) from prime()
 
     def resolve(self):
         """The subscriptions of this micro-batch: the source, or what it returns."""
@@ -46,6 +49,9 @@ class _StreamIndex:
         if not isinstance(src, DataFrame):
             raise TypeError("subscriptions must be a DataFrame, a Sublist, or a callable "
                             f"returning one, not {type(src).__name__}")
+        primed, self._primed = self._primed, None
+        if primed is not None and primed[0] is src:
+            return primed[1]
         table = collect_subscriptions(src)
         h = hashlib.blake2b(digest_size=16)
         sink = pa.BufferOutputStream()
@@ -54,6 +60,11 @@ class _StreamIndex:
         h.update(sink.getvalue())
         digest = h.hexdigest()
         return digest, (None if digest == self.digest else index_from_arrow(table, self.dialect))
+
+    def prime(self, src):
+        """Collect and check src now (a bad row raises here); the first
+        micro-batch that resolves the same object uses what was built."""
+        self._primed = (src, self._current(src))
 
     def _record(self, batch_id):
         return os.path.join(self.state_dir, f"batch-{batch_id}.json")
@@ -107,6 +118,13 @@ class _StreamIndex:
             m = re.fullmatch(r"index-([0-9a-f]+)\.bin", name)
             if m and m.group(1) not in used:
                 os.remove(os.path.join(self.state_dir, name))
+
+
+def _sharded(subscriptions: DataFrame, dialect, shards) -> bool:
+    """Does a micro-batch fan this subscriptions DataFrame out sharded (as
+    fanout_with_rejects decides: N > 1, a ShardPlan, "auto" past
+    AUTO_SHARD_MIN_SUBS)?"""
+    return shards != 1 and (shards != "auto" or not small_enough(subscriptions, dialect, True))
 
 
 def _atomic_write(path, data: bytes):
@@ -179,16 +197,29 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
             raise ValueError("the checkpoint is not a local path: pass state_dir= (a local "
                              "or mounted directory) for fastsub's per-batch index records")
         state_dir = os.path.join(checkpoint.replace("file://", "").replace("file:", ""), "fastsub")
-    # Fail on a bad events table now, not in the first micro-batch.
-    schema_field(events, subject_col, "the events table")
+    # Fail on a bad events table or argument now, not in the first
+    # micro-batch: the checks every fan-out makes (each micro-batch's
+    # fanout_with_rejects makes them again, and checks the subscriptions).
+    check_events(events, subject_col, key_col, explode)
+    if not isinstance(shards, ShardPlan):
+        check_shards(shards)
+    check_depth(depth)
     state = _StreamIndex(subscriptions, dialect, ship, state_dir)
+    if isinstance(subscriptions, DataFrame):
+        # A fixed subscriptions table is checked now, by the check its
+        # micro-batches make (kept, so the first one does not repeat it); a
+        # callable's tables are checked in each micro-batch.
+        if _sharded(subscriptions, dialect, shards):
+            ps, pd = (shards.shards, shards.depth) if isinstance(shards, ShardPlan) else (shards, depth)
+            checked_plan(subscriptions, dialect, ps, pd, True)
+        else:
+            state.prime(subscriptions)
     base = out.rstrip("/")
 
     def run_batch(batch_df, batch_id):
         spark = batch_df.sparkSession
         src = state.resolve()
-        if shards != 1 and isinstance(src, DataFrame) and (
-                shards != "auto" or not small_enough(src, dialect, True)):
+        if isinstance(src, DataFrame) and _sharded(src, dialect, shards):
             idx, rebuilt = src, None
         else:
             idx, rebuilt = state.for_batch(spark, batch_id, src)
