@@ -162,7 +162,9 @@ class ShardPlan:
     def __repr__(self):
         return f"<fastsub ShardPlan N={self.shards} d={self.depth} salts={self.salts}>"
 
-    # --- the groups of the cogroup: shard s, salt j -> s * width + j
+    # --- the groups of the grouped job: shard s, salt j -> s * width + j.
+    # The rule is written here once; the two Column expressions below and
+    # the list of every group all follow it.
     @property
     def _width(self) -> int:
         return max(self.salts.values(), default=1)
@@ -172,6 +174,30 @@ class ShardPlan:
 
     def _all_groups(self) -> List[int]:
         return [g for s in range(self.shards) for g in self._groups_of(s)]
+
+    def _salt_count(self, shard):
+        """Column: R for a salted shard (a Column of shard numbers), else 1."""
+        if not self.salts:
+            return F.lit(1)
+        salts = F.create_map(*[x for s, r in sorted(self.salts.items()) for x in (F.lit(s), F.lit(r))])
+        return F.coalesce(F.element_at(salts, shard), F.lit(1))
+
+    def event_group(self, shard, row_hash):
+        """Column: the group of an event in `shard`: a salted shard's events
+        are spread over its R groups by `row_hash`."""
+        if not self.salts:
+            return shard
+        return shard * F.lit(self._width) + F.pmod(row_hash, self._salt_count(shard))
+
+    def subscription_groups(self, shard, replicated):
+        """Column: the groups a subscription goes to -- every group when
+        `replicated` (a Column of booleans), else each group of its shard."""
+        if self.salts:
+            first = shard * F.lit(self._width)
+            own = F.sequence(first, first + self._salt_count(shard) - 1)
+        else:
+            own = F.array(shard)
+        return F.when(replicated, _int_array(self._all_groups())).otherwise(own)
 
 
 # --------------------------------------------------------------------------
@@ -390,11 +416,21 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     check_dialect(dialect)
     check_depth(depth)
     check_shards(shards)
-    has_queue = check_subscriptions_schema(subscriptions)
-    spark = subscriptions.sparkSession
-    cores = _parallelism(spark)
+    cores = _parallelism(subscriptions.sparkSession)
     depths = AUTO_DEPTHS if depth == "auto" else (depth,)
     candidates = tuple(sorted(set(CANDIDATE_SHARDS) | ({shards} if isinstance(shards, int) else set())))
+    table = _shard_stats(subscriptions, dialect, depths, candidates)
+    plan = _decide(table, depths, candidates, shards, cores)
+    if events is not None and salting and plan.shards > 1:
+        plan.salts = _salts(events, subject_col, dialect, plan, cores)
+    return plan
+
+
+def _shard_stats(subscriptions: DataFrame, dialect: str, depths, candidates):
+    """The one Spark job of plan_shards: {(d, N): (largest shard, total)}
+    for each depth and candidate shard count, N = 0 for the replicated
+    share.  A bad row raises here (base.bad_subscription)."""
+    has_queue = check_subscriptions_schema(subscriptions)
     stats = (subscriptions.select(*_subs_columns(subscriptions, has_queue))
              .mapInArrow(_stats_fn(dialect, depths, candidates), _STATS_SCHEMA)
              .groupBy("d", "nshards", "shard")
@@ -412,6 +448,14 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
         if r["d"] == -1:
             raise bad_subscription(dialect, r["bad_id"], r["bad_filter"], r["bad_queue"])
         table[(r["d"], r["nshards"])] = (int(r["largest"]), int(r["total"]))
+    return table
+
+
+def _decide(table, depths, candidates, shards, cores) -> ShardPlan:
+    """The plan from the statistics alone, no Spark (unit tests call it):
+    shards="auto" takes the first candidate with at least two shards per
+    core and about AUTO_SUBS_PER_SHARD subscriptions each; the depth is
+    _choose_depth's.  No salts (they need the events)."""
     rep = {d: table.get((d, 0), (0, 0))[1] for d in depths}
     nsubs = rep[depths[0]] + table.get((depths[0], candidates[0]), (0, 0))[1]
     if shards == "auto":
@@ -421,11 +465,8 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
         n = shards
     by_depth = {d: (rep[d], table.get((d, n), (0, 0))[0]) for d in depths}
     d = _choose_depth(by_depth, nsubs, n)
-    plan = ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
+    return ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
                      largest=by_depth[d][1], by_depth=by_depth)
-    if events is not None and salting and n > 1:
-        plan.salts = _salts(events, subject_col, dialect, plan, cores)
-    return plan
 
 
 def _choose_depth(by_depth, nsubs, n):
@@ -481,19 +522,14 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     subject = F.col(safe[event_cols.index(subject_col)])
     pick = subject if key_col is None else F.coalesce(
         F.col(safe[event_cols.index(key_col)]).cast("string"), subject)
-    n, width = plan.shards, plan._width
+    n = plan.shards
     # Spreads the events no route key places (null, invalid) and a salted
     # shard's events: a hash of the whole row (map columns cannot be hashed).
     row_hash = F.xxhash64(*[F.col(c) for c, f in zip(safe, events.schema.fields)
                             if not isinstance(f.dataType, T.MapType)])
     ev = ev.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
     shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
-    if plan.salts:
-        salts = F.create_map(*[x for s, r in sorted(plan.salts.items()) for x in (F.lit(s), F.lit(r))])
-        salt = F.pmod(row_hash, F.coalesce(F.element_at(salts, shard), F.lit(1)))
-        group = shard * F.lit(width) + salt
-    else:
-        group = shard
+    group = plan.event_group(shard, row_hash)
     # One frame of both sides (the other side's columns null), kind 0 for a
     # subscription and 1 for an event, clustered by group and sorted by kind
     # within it: grouped applyInArrow then streams each group to one call,
@@ -507,13 +543,7 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     sub = subscriptions.select(*_subs_columns(subscriptions, has_queue)).toDF(
         *([_SID, _FLT] + ([_QUE] if has_queue else [])))
     sub = sub.withColumn(_KEY, _route_udf(dialect, plan.depth, True)(F.col(_FLT)))
-    sshard = F.pmod(F.col(_KEY), F.lit(n))
-    if plan.salts:
-        own = F.sequence(sshard * F.lit(width),
-                         sshard * F.lit(width) + F.coalesce(F.element_at(salts, sshard), F.lit(1)) - 1)
-    else:
-        own = F.array(sshard)
-    groups = F.when(F.col(_KEY) == -1, _int_array(plan._all_groups())).otherwise(own)
+    groups = plan.subscription_groups(F.pmod(F.col(_KEY), F.lit(n)), F.col(_KEY) == -1)
     queue = F.col(_QUE) if has_queue else F.lit(None).cast("string")
     ident = [F.col(_SID), F.col(_FLT)] + ([F.col(_QUE)] if has_queue else [])
     sub = sub.select(F.explode(groups).alias(_GROUP), F.lit(0).alias(_KIND),
