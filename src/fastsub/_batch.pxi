@@ -225,24 +225,38 @@ cdef class _Column:
                     PyErr_Clear()
                     try:
                         p = _utf8_or_raise(x, &ln)     # fails the same way, raising
-                    except UnicodeEncodeError as e:   # a lone surrogate: an invalid row
+                    except UnicodeEncodeError:   # a lone surrogate: an invalid row
                         if self.strict is not None:
-                            raise InvalidSubjectError(
-                                f"item {i}: invalid {self.strict} {_shown(x)}: not valid UTF-8 "
-                                f"(lone surrogate at character {e.start})", x, "not valid UTF-8", None) from None
+                            raise _row_error(self, i, x)
                         continue
             elif x is None:
                 continue                    # a null row
             else:
                 # a wrong type is a mistake in the caller's code, not data
                 # to flag: bytes included (str only, as everywhere)
-                raise TypeError(f"{self.what}[{i}] must be str or None, not {_tname(x)}")
+                raise _row_error(self, i, x)
             self.ptrs[i] = self._copy(p, <size_t>ln)
             self.lens[i] = <size_t>ln
         self.filled = end
         if end == <Py_ssize_t>self.s.n:
             self.keep = None           # every string is copied
         return 0
+
+
+cdef object _row_error(_Column c, Py_ssize_t i, object x):
+    """The error of row i of a sequence being converted: a TypeError for a
+    wrong type, InvalidSubjectError for a lone surrogate in a strict column.
+    (Out of fill_to's loop, which stays as lean as before.)"""
+    if not isinstance(x, str):
+        return TypeError(f"{c.what}[{i}] must be {'str' if c.strict == 'filter' else 'str or None'}, "
+                         f"not {_tname(x)}")
+    try:
+        x.encode("utf-8")
+        start = None
+    except UnicodeEncodeError as e:
+        start = e.start
+    return InvalidSubjectError(f"item {i}: invalid {c.strict} {_shown(x)}: not valid UTF-8 "
+                               f"(lone surrogate at character {start})", x, "not valid UTF-8", None)
 
 
 cdef bint _is_arrow(object x):
@@ -434,12 +448,20 @@ cdef inline int64_t _index_at(const char *p, int width, bint sgn, Py_ssize_t j) 
     """Index j of a dictionary's indices buffer (any integer type; an
     unsigned 64-bit index past the int64 range reads as negative, out of
     range)."""
+    # (one return per type: a conditional expression would take the
+    # unsigned type of the pair, and -1 would read as 255)
     if width == 1:
-        return (<const int8_t *>p)[j] if sgn else (<const uint8_t *>p)[j]
+        if sgn:
+            return <int64_t>(<const int8_t *>p)[j]
+        return <int64_t>(<const uint8_t *>p)[j]
     if width == 2:
-        return (<const int16_t *>p)[j] if sgn else (<const uint16_t *>p)[j]
+        if sgn:
+            return <int64_t>(<const int16_t *>p)[j]
+        return <int64_t>(<const uint16_t *>p)[j]
     if width == 4:
-        return (<const int32_t *>p)[j] if sgn else (<const uint32_t *>p)[j]
+        if sgn:
+            return <int64_t>(<const int32_t *>p)[j]
+        return <int64_t>(<const uint32_t *>p)[j]
     return (<const int64_t *>p)[j]
 
 
@@ -604,7 +626,7 @@ cdef _Column _bulk_column(object col, str what, str singular):
         for chunk in _arrow_chunks(col, what):
             try:
                 chunk.validate(full=True)
-            except pa.ArrowInvalid as e:
+            except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
                 raise ValueError(f"{what}: {e}") from None
         return _one_arrow_column(col, what)
     c = _ptrs_column(len(col), what)
@@ -668,6 +690,8 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True,
     spread: a dictionary chunk becomes a segment of its own with no rows
     read (_Column.dictionary set), for _spread_dictionary."""
     cdef _Column c
+    if type(col) is list or type(col) is tuple:
+        return [(0, _column_of_strs(col, what, fill))]      # the usual call: no probing
     arrow = _arrow_input(col)
     if arrow is not None:
         out, base = [], 0
@@ -706,6 +730,8 @@ cdef _Column _checked_keys(object keys):
     of str/None (None: the row's subject is its key).  Anything else is a
     TypeError: a key that is silently ignored would partition rows by the
     wrong thing."""
+    if type(keys) is list or type(keys) is tuple:
+        return _column_of_strs(keys, "keys")
     arrow = _arrow_input(keys)
     if arrow is not None:
         return _one_arrow_column(arrow, "keys")

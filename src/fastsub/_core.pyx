@@ -428,8 +428,12 @@ cdef class Sublist:
             raise KeyError((filter, sub_id, queue))
 
     cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
-        if _is_arrow(filters) or _is_arrow(queues):
-            return self._bulk_arrow(filters, sub_ids, queues, inserting)
+        if type(filters) is not list or (queues is not None and type(queues) is not list):
+            af = _arrow_input(filters)
+            aq = _arrow_input(queues) if queues is not None else None
+            if af is not None or aq is not None:
+                return self._bulk_arrow(filters if af is None else af, sub_ids,
+                                        queues if aq is None else aq, inserting)
         cdef list fl = _seq(filters, "filters", "str"), il, ql = None
         cdef Py_ssize_t n = len(fl), i = 0
         il = _seq(sub_ids, "sub_ids", "int")
@@ -652,8 +656,10 @@ cdef class Sublist:
         """match_many(subjects, keys=None, queues="pick", threads=1, *, dedupe=False) -> BatchResult
 
         Match a whole column at once, without the GIL.  subjects: list of
-        str, numpy str/object array, or pyarrow (Large)StringArray /
-        ChunkedArray (read in place).  Null or invalid subjects are flagged
+        str or None (another type: TypeError naming the row), numpy
+        str/object array, or Arrow string / large_string / string_view /
+        dictionary<string> column, chunked or not (read in place; a
+        dictionary matched once per distinct value; keys likewise).  Null or invalid subjects are flagged
         in .invalid and get no ids.  queues: "pick" (plain subs plus one
         member per matching group, chosen from a hash of keys[i] -- or the
         subject -- and the group, so reruns give the same rows), "all" or
