@@ -219,28 +219,39 @@ cdef class _Column:
                 # the usual row: an ASCII str's characters are its UTF-8 bytes
                 ln = PyUnicode_GET_LENGTH(x)
                 p = <const char *>PyUnicode_DATA(x)
-            elif isinstance(x, str):
-                p = PyUnicode_AsUTF8AndSize(x, &ln)
-                if p == NULL:
-                    PyErr_Clear()
-                    try:
-                        p = _utf8_or_raise(x, &ln)     # fails the same way, raising
-                    except UnicodeEncodeError:   # a lone surrogate: an invalid row
-                        if self.strict is not None:
-                            raise _row_error(self, i, x)
-                        continue
-            elif x is None:
-                continue                    # a null row
             else:
-                # a wrong type is a mistake in the caller's code, not data
-                # to flag: bytes included (str only, as everywhere)
-                raise _row_error(self, i, x)
+                p = _other_row(self, i, x, &ln)
+                if p == NULL:
+                    continue                # a null row
             self.ptrs[i] = self._copy(p, <size_t>ln)
             self.lens[i] = <size_t>ln
         self.filled = end
         if end == <Py_ssize_t>self.s.n:
             self.keep = None           # every string is copied
         return 0
+
+
+cdef const char *_other_row(_Column c, Py_ssize_t i, object x, Py_ssize_t *ln) except? NULL:
+    """fill_to's row i when it is not an ASCII str (out of its loop, which
+    stays as lean as before): a str's UTF-8 bytes; NULL for a null row (None,
+    or a lone surrogate: an invalid row, unless the column is strict); a
+    wrong type is a mistake in the caller's code, not data to flag: a
+    TypeError (bytes included: str only, as everywhere)."""
+    cdef const char *p
+    if isinstance(x, str):
+        p = PyUnicode_AsUTF8AndSize(x, ln)
+        if p != NULL:
+            return p
+        PyErr_Clear()
+        try:
+            return _utf8_or_raise(x, ln)     # fails the same way, raising
+        except UnicodeEncodeError:
+            if c.strict is not None:
+                raise _row_error(c, i, x)
+            return NULL
+    if x is None:
+        return NULL
+    raise _row_error(c, i, x)
 
 
 cdef object _row_error(_Column c, Py_ssize_t i, object x):
