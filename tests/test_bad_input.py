@@ -460,3 +460,120 @@ def test_bad_dialect_in_functions(impl):
         mod.is_valid_subject("a", "bogus")
     with pytest.raises(ValueError):
         mod.is_valid_filter("a", "bogus")
+
+
+# --- argument types, alike across the API (issue 34) -------------------------------
+#
+# A wrong type is a TypeError naming the argument, and the row for a column
+# ("filters[1] must be str, not bytes"); bytes are refused everywhere (str
+# is text; pyarrow's binary columns likewise); a bool is not an id; a single
+# str where a sequence is expected is refused, not taken character by
+# character.  Only None and invalid strings are data (null / invalid rows).
+
+pa = pytest.importorskip("pyarrow")
+np = pytest.importorskip("numpy")
+
+
+def _engine():
+    sl = Sublist("nats")
+    sl.insert("x.y", 9)
+    return sl
+
+
+# (call on an index holding x.y -> 9, exact message)
+ARGUMENT_ROWS = [
+    # a single str (or bytes) where a sequence is expected
+    (lambda sl: sl.insert_many("abc", [1, 2, 3]), "filters must be a sequence of str, not a single str"),
+    (lambda sl: sl.remove_many("abc", [1, 2, 3]), "filters must be a sequence of str, not a single str"),
+    (lambda sl: sl.insert_many(b"abc", [1, 2, 3]), "filters must be a sequence of str, not a single bytes"),
+    (lambda sl: sl.insert_many(["a"], "1"), "sub_ids must be a sequence of int, not a single str"),
+    (lambda sl: sl.insert_many(["a"], [1], "q"), "queues must be a sequence of str or None, not a single str"),
+    (lambda sl: sl.insert_many(pa.array(["a"]), "1"), "sub_ids must be a sequence of int, not a single str"),
+    (lambda sl: sl.insert_many(pa.array(["a"]), [1], "q"),
+     "queues must be a sequence of str or None, not a single str"),
+    (lambda sl: sl.insert_many(5, [1]), "filters must be a sequence of str, not int"),
+    (lambda sl: sl.insert_many(["a"], 1), "sub_ids must be a sequence of int, not int"),
+    (lambda sl: sl.match_many("a.b"), "subjects must be a sequence of str, not a single str"),
+    (lambda sl: sl.match_many(["a.b"], keys="k"), "keys must be a sequence of str, not a single str"),
+    (lambda sl: fastsub._core.route_keys("a.b"), "values must be a sequence of str, not a single str"),
+    # a bool is not an id
+    (lambda sl: sl.insert("foo", True), "sub_id must be int, not bool"),
+    (lambda sl: sl.insert("foo", False, queue="q"), "sub_id must be int, not bool"),
+    (lambda sl: sl.remove("x.y", True), "sub_id must be int, not bool"),
+    (lambda sl: sl.discard("x.y", np.True_), "sub_id must be int, not bool"),
+    (lambda sl: sl.insert_many(["a", "b"], [1, True]), "sub_ids[1] must be int, not bool"),
+    (lambda sl: sl.remove_many(["x.y"], [True]), "sub_ids[0] must be int, not bool"),
+    (lambda sl: sl.insert_many(["a"], np.array([True])), "sub_ids[0] must be int, not bool"),
+    (lambda sl: sl.insert_many(pa.array(["a"]), np.array([True])),
+     "sub_ids must be an integer array, not one of dtype bool"),
+    (lambda sl: sl.insert_many(pa.array(["a"]), pa.array([True])),
+     "sub_ids must be an integer Arrow array, not bool"),
+    (lambda sl: sl.insert_many(pa.array(["a", "b"]), [1, True]), "sub_ids[1] must be int, not bool"),
+    # a wrong type in a row names the argument and the row
+    (lambda sl: sl.match_many(["a.b", 5]), "subjects[1] must be str or None, not int"),
+    (lambda sl: sl.match_many(["a.b", None, b"a.b"]), "subjects[2] must be str or None, not bytes"),
+    (lambda sl: sl.match_many(np.array(["a.b", 5], dtype=object)), "subjects[1] must be str or None, not int"),
+    (lambda sl: sl.match_many(["a.b"] * 3, keys=["k", None, 7]), "keys[2] must be str or None, not int"),
+    (lambda sl: fastsub._core.route_keys(["a", 1.5]), "values[1] must be str or None, not float"),
+    (lambda sl: sl.insert_many(["a", b"b"], [1, 2]), "filters[1] must be str, not bytes"),
+    (lambda sl: sl.insert_many(["a", None], [1, 2]), "filters[1] must be str, not None"),
+    (lambda sl: sl.insert_many(["a", "b"], [1, "2"]), "sub_ids[1] must be int, not str"),
+    (lambda sl: sl.insert_many(["a", "b"], [1, 2], [None, b"q"]), "queues[1] must be str or None, not bytes"),
+    (lambda sl: sl.remove_many(["a", "b"], [1, 2], ["q", 3]), "queues[1] must be str or None, not int"),
+    (lambda sl: sl.insert_many(pa.array(["a", "b"]), [1, 2], ["q", b"q"]), "queues[1] must be str or None, not bytes"),
+    (lambda sl: sl.insert_many(["a", 3], [1, 2], pa.array(["q", None])), "filters[1] must be str, not int"),
+    # scalars: the argument by name, bytes refused like any non-str
+    (lambda sl: sl.insert(b"a", 1), "filter must be str, not bytes"),
+    (lambda sl: sl.insert("a", 1, queue=b"q"), "queue must be str or None, not bytes"),
+    (lambda sl: sl.match(b"a"), "subject must be str, not bytes"),
+    (lambda sl: sl.has_interest(None), "subject must be str, not None"),
+    (lambda sl: sl.num_interest(1), "subject must be str, not int"),
+    (lambda sl: sl.reverse_match(b"a.*"), "filter must be str, not bytes"),
+    # other arguments
+    (lambda sl: sl.match_many(["a"], threads="2"), "threads must be int, not str"),
+    (lambda sl: sl.match_many(["a"], threads=True), "threads must be int, not bool"),
+    (lambda sl: sl.match_many(["a"], queues=["q"]), "queues must be 'pick', 'all' or 'none', not list"),
+    (lambda sl: fastsub._core.route_keys(["a"], depth="1"), "depth must be int, not str"),
+    (lambda sl: Sublist(cache_size=True), "cache_size must be int, not bool"),
+    (lambda sl: Sublist(5), "dialect must be str ('nats', 'mqtt' or 'amqp'), not int"),
+    # Arrow: binary is not text
+    (lambda sl: sl.match_many(pa.array([b"a.b"], pa.binary())),
+     "subjects must be an Arrow column of string, large_string, string_view or dictionary<string>, not binary"),
+    (lambda sl: sl.insert_many(pa.array([b"a"], pa.large_binary()), [1]),
+     "filters must be an Arrow column of string, large_string, string_view or dictionary<string>, not large_binary"),
+    (lambda sl: fastsub._core.route_keys(pa.array([b"a"]).dictionary_encode()),
+     "values must be an Arrow column of string, large_string, string_view or dictionary<string>, "
+     "not dictionary<values=binary, indices=int32, ordered=0>"),
+]
+
+
+@pytest.mark.parametrize("call,message", ARGUMENT_ROWS, ids=[m for _, m in ARGUMENT_ROWS])
+def test_argument_types_name_the_argument_and_change_nothing(call, message):
+    sl = _engine()
+    before = sl.to_bytes()
+    with pytest.raises(TypeError) as e:
+        call(sl)
+    assert str(e.value) == message
+    assert sl.to_bytes() == before
+
+
+def test_the_issue_34_repros():
+    sl = Sublist("nats")
+    with pytest.raises(TypeError, match="filters"):
+        sl.insert_many("abc", [1, 2, 3])         # stored a, b and c
+    with pytest.raises(TypeError, match="sub_id"):
+        sl.insert("foo", True)                   # stored id 1
+    assert len(sl) == 0
+    with pytest.raises(TypeError, match=r"subjects\[1\]"):
+        sl.match_many(["a.b", 5])                # an invalid row, silently
+    # what stays data: None and invalid strings are rows, flagged
+    b = sl.match_many(["a.b", None, "a..b", "a.\ud800"])
+    assert b.invalid.tolist() == [False, True, True, True]
+
+
+def test_ints_of_other_types_are_still_ids():
+    sl = Sublist("nats")
+    assert sl.insert("a", np.int64(3)) and sl.insert("b", np.uint8(4))
+    assert sl.insert_many(["c", "d"], [np.int32(5), 6]) == 2
+    assert sl.insert_many(["e"], np.array([7], np.uint16)) == 1
+    assert sorted(sl.match(s).subs[0] for s in "abcde") == [3, 4, 5, 6, 7]

@@ -1,5 +1,7 @@
 """insert_many / remove_many straight from Arrow columns (no Python str per
 row): the same index as the list path, the same all-or-nothing errors."""
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -52,21 +54,21 @@ def test_queues_may_be_omitted_or_a_list():
 
 
 @pytest.mark.parametrize("filters,ids,queues,err,text", [
-    (pa.array(["a.b", None]), [1, 2], None, TypeError, "item 1: filter is null"),
+    (pa.array(["a.b", None]), [1, 2], None, TypeError, "filters[1] must be str, not None"),
     (pa.array(["a.b", "a..b"]), [1, 2], None, InvalidSubjectError, "item 1: invalid filter 'a..b'"),
     (pa.array(["a.b", "c"]), [1, 2], pa.array([None, "bad queue"]), InvalidSubjectError, "item 1: invalid queue"),
-    (pa.array(["a.b"]), pa.array([None], pa.int64()), None, TypeError, "item 0: sub_id must be int, not None"),
+    (pa.array(["a.b"]), pa.array([None], pa.int64()), None, TypeError, "sub_ids[0] must be int, not None"),
     (pa.array(["a.b"]), np.array([2 ** 63], np.uint64), None, OverflowError, "outside the signed 64-bit range"),
-    (pa.array(["a.b", "c"]), [1, "x"], None, TypeError, "item 1: sub_id must be int, not str"),
+    (pa.array(["a.b", "c"]), [1, "x"], None, TypeError, "sub_ids[1] must be int, not str"),
     (pa.array(["a.b", "c"]), [1], None, ValueError, "filters and sub_ids differ in length (2 != 1)"),
-    (pa.array([1, 2]), [1, 2], None, TypeError, "filters must be a string or large_string Arrow array, not int64"),
+    (pa.array([1, 2]), [1, 2], None, TypeError, "filters must be an Arrow column of string, large_string, string_view or dictionary<string>, not int64"),
     (pa.array(["a.b"]), pa.array([1.5]), None, TypeError, "sub_ids must be an integer Arrow array, not double"),
 ])
 def test_bad_arrow_input_names_the_item_and_changes_nothing(filters, ids, queues, err, text):
     sl = Sublist("nats")
     sl.insert("x.y", 9)
     before = (sl.to_bytes(), sl.stats()["memory_bytes"])
-    with pytest.raises(err, match=text.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(err, match=re.escape(text)):
         sl.insert_many(filters, ids, queues)
     assert (sl.to_bytes(), sl.stats()["memory_bytes"]) == before
 

@@ -76,6 +76,12 @@ def make_input(kind, batch, rnd):
     if kind in ("chunked", "large_chunked"):
         cuts = [rnd.randint(0, len(vals)) for _ in range(rnd.randint(0, 4))] + [0, len(vals)]
         return _chunks(vals, cuts, typ), vals
+    if kind == "string_view":
+        return pa.array(vals, pa.string_view()), vals
+    if kind == "dictionary":
+        # matched once per distinct value, spread by the indices (keyed
+        # "pick": a pointer per row into the dictionary)
+        return pa.array(vals, pa.string()).dictionary_encode(), vals
     if kind == "chunked_sliced":
         # chunks that are themselves slices (the ChunkedArray slice keeps offsets)
         start = rnd.randint(1, 9)
@@ -86,7 +92,8 @@ def make_input(kind, batch, rnd):
 
 
 KINDS = ["list", "tuple", "numpy_U", "numpy_object", "string", "large_string",
-         "string_sliced", "large_string_sliced", "chunked", "large_chunked", "chunked_sliced"]
+         "string_sliced", "large_string_sliced", "chunked", "large_chunked", "chunked_sliced",
+         "string_view", "dictionary"]
 ARROW_KINDS = [k for k in KINDS if "string" in k or "chunked" in k]
 
 
@@ -229,7 +236,7 @@ def test_match_many_equals_match_loop(dialect, kind, data):
 
 NATS_SUBS = [("a.*", 1, None), ("a.b", 2, None), ("a.>", 3, "q"), ("a.>", 4, "q"),
              ("*.b", 5, "q"), (">", 6, "r"), ("$x.b", 7, None), ("\u00e9.*", 8, None)]
-NATS_BATCH = ["a.b", None, "a..b", "a.*", "x", "a.b.c", 3, b"a.b", "a.\ud800", "",
+NATS_BATCH = ["a.b", None, "a..b", "a.*", "x", "a.b.c", None, "a.b", "a.\ud800", "",
               "\u00e9.b", "a b", "a.b\x00", "$x.b", ">", "a." * 20 + "b"]
 
 
@@ -253,6 +260,14 @@ def test_every_input_type_gives_the_same_arrays():
         "large_sliced": pa.array(["x"] * 5 + vals, pa.large_string()).slice(5),
         "chunked_sliced": pa.chunked_array([pa.array(["x", None] + vals[:4]), pa.array(vals[4:] + ["z"])])
                             .slice(2, len(vals)),
+        "string_view": pa.array(vals, pa.string_view()),
+        "string_view_sliced": pa.array(["x" * 20, None] + vals, pa.string_view()).slice(2),
+        "dictionary": pa.array(vals).dictionary_encode(),
+        "dictionary_int8_sliced": pa.array(["x", None] + vals).dictionary_encode()
+                                    .cast(pa.dictionary(pa.int8(), pa.string())).slice(2),
+        "dictionary_of_views": pa.array(vals, pa.string_view()).dictionary_encode(),
+        "chunked_dictionaries": pa.chunked_array([pa.array(vals[:5]).dictionary_encode(),
+                                                  pa.array(vals[5:]).dictionary_encode()]),
     }
     for name, col in inputs.items():
         for q in want:
@@ -457,11 +472,16 @@ def test_list_rows_fed_to_the_threads_as_they_are_converted(threads):
                      sl.match_many(batch, queues=queues))
 
 
-def test_bytes_and_other_objects_in_a_list_are_invalid_rows():
+def test_bytes_and_other_objects_in_a_list_are_type_errors():
+    # only None (a null row) and invalid strings are data; a wrong type is
+    # the caller's mistake, named with its row (issue 34)
     sl = build("nats", NATS_SUBS)
-    b = sl.match_many([b"a.b", bytearray(b"a.b"), 1, 2.5, object(), ["a.b"], "a.b"], queues="all")
-    assert b.invalid.tolist() == [True] * 6 + [False]
-    assert sorted(b[6].tolist()) == sorted(all_ids(sl.match("a.b")).elements())
+    for bad in (b"a.b", bytearray(b"a.b"), 1, 2.5, object(), ["a.b"], True):
+        for threads in (1, 2):
+            with pytest.raises(TypeError, match=rf"^subjects\[2\] must be str or None, not {type(bad).__name__}$"):
+                sl.match_many(["a.b", None, bad, "a.b"], queues="all", threads=threads)
+    b = sl.match_many(["a.b", None, "a..b"], queues="all")
+    assert b.invalid.tolist() == [False, True, True]
 
 
 # --- queue groups ----------------------------------------------------------------
@@ -655,9 +675,8 @@ def test_bad_arguments_give_clear_errors():
             sl.match_many(ok, threads=t)
     for col in ("a.b", b"a.b", 5, None, np.arange(3), np.array([b"a.b"]), np.array([["a.b"]]),
                 pa.array([1, 2]), pa.array([b"a.b"], pa.binary()),
-                pa.array(["a.b"]).dictionary_encode(), pa.chunked_array([pa.array([1])]),
-                pa.table({"s": ["a.b"]}), 3.5) + ((pa.array(["a.b"], pa.string_view()),)
-                                                 if hasattr(pa, "string_view") else ()):
+                pa.array([1]).dictionary_encode(), pa.chunked_array([pa.array([1])]),
+                pa.table({"s": ["a.b"]}), 3.5, pa.array([b"a.b"], pa.binary()).dictionary_encode()):
         with pytest.raises(TypeError):
             sl.match_many(col)
     assert sorted(sl.match_many(["a.b"], queues="all")[0].tolist()) == [1, 2, 3, 4, 5, 6]  # still fine

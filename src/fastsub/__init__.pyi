@@ -1,4 +1,10 @@
-"""Type stubs for fastsub: the public names, re-exported from fastsub._core."""
+"""Type stubs for fastsub: the public names, re-exported from fastsub._core.
+
+Argument types are checked alike everywhere: a wrong type is a TypeError
+naming the argument (and the row, for a column); str only, bytes refused;
+a bool is not an id.  Columns may be Arrow string, large_string,
+string_view or dictionary<string> arrays, chunked or not (fastsub._core's
+stubs say where)."""
 from fastsub._core import BatchResult as BatchResult
 from fastsub._core import FastsubError as FastsubError
 from fastsub._core import InvalidSubjectError as InvalidSubjectError

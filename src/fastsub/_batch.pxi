@@ -1,8 +1,12 @@
 # Batch matching: Sublist.match_many and its result (included by _core.pyx).
 #
 # Input columns reach C as fs_strings: pyarrow (large_)string arrays read in
-# place through their data/offsets/validity buffers; a Python sequence's
-# strings copied, one after another, into buffers of their own (_Column).
+# place through their data/offsets/validity buffers; string_view and
+# dictionary arrays (and chunked arrays cut elsewhere than the subjects, for
+# keys) as a pointer and a length per row into their own buffers; a Python
+# sequence's strings copied, one after another, into buffers of their own
+# (_Column).  A dictionary column of subjects is matched once per distinct
+# value, and each row takes its value's ids (_spread_dictionary).
 # Output ids are written by C into one buffer that numpy and pyarrow then
 # view without copying.
 
@@ -17,7 +21,7 @@ cdef extern from "Python.h":
 
 cdef extern from "fs_bits.h":
     void _prefetch "FS_PREFETCH"(const void *p) nogil
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport int8_t, int16_t, uint16_t, uintptr_t
 from libc.string cimport memcpy
 
 # Rows matched per GIL release on one thread (Ctrl-C is checked between).
@@ -146,6 +150,9 @@ cdef class _Column:
     cdef fs_strings s
     cdef object keep           # the Arrow array; or the sequence, until filled
     cdef Py_ssize_t filled     # rows converted so far
+    cdef str what              # the argument, for a row's TypeError
+    cdef str strict            # not None: a lone surrogate is an invalid <strict>, not a null row
+    cdef object dictionary     # a dictionary chunk matched by _spread_dictionary (s: no rows)
     cdef const char **ptrs
     cdef size_t *lens
     cdef char **chunks
@@ -212,16 +219,10 @@ cdef class _Column:
                 # the usual row: an ASCII str's characters are its UTF-8 bytes
                 ln = PyUnicode_GET_LENGTH(x)
                 p = <const char *>PyUnicode_DATA(x)
-            elif isinstance(x, str):
-                p = PyUnicode_AsUTF8AndSize(x, &ln)
-                if p == NULL:
-                    PyErr_Clear()
-                    try:
-                        p = _utf8_or_raise(x, &ln)     # fails the same way, raising
-                    except UnicodeEncodeError:   # a lone surrogate: an invalid row
-                        continue
             else:
-                continue                    # None or not a str: a null row
+                p = _other_row(self, i, x, &ln)
+                if p == NULL:
+                    continue                # a null row
             self.ptrs[i] = self._copy(p, <size_t>ln)
             self.lens[i] = <size_t>ln
         self.filled = end
@@ -230,18 +231,53 @@ cdef class _Column:
         return 0
 
 
+cdef const char *_other_row(_Column c, Py_ssize_t i, object x, Py_ssize_t *ln) except? NULL:
+    """fill_to's row i when it is not an ASCII str (out of its loop, which
+    stays as lean as before): a str's UTF-8 bytes; NULL for a null row (None,
+    or a lone surrogate: an invalid row, unless the column is strict); a
+    wrong type is a mistake in the caller's code, not data to flag: a
+    TypeError (bytes included: str only, as everywhere)."""
+    cdef const char *p
+    if isinstance(x, str):
+        p = PyUnicode_AsUTF8AndSize(x, ln)
+        if p != NULL:
+            return p
+        PyErr_Clear()
+        try:
+            return _utf8_or_raise(x, ln)     # fails the same way, raising
+        except UnicodeEncodeError:
+            if c.strict is not None:
+                raise _row_error(c, i, x)
+            return NULL
+    if x is None:
+        return NULL
+    raise _row_error(c, i, x)
+
+
+cdef object _row_error(_Column c, Py_ssize_t i, object x):
+    """The error of row i of a sequence being converted: a TypeError for a
+    wrong type, InvalidSubjectError for a lone surrogate in a strict column.
+    (Out of fill_to's loop, which stays as lean as before.)"""
+    if not isinstance(x, str):
+        return TypeError(f"{c.what}[{i}] must be {'str' if c.strict == 'filter' else 'str or None'}, "
+                         f"not {_tname(x)}")
+    try:
+        x.encode("utf-8")
+        start = None
+    except UnicodeEncodeError as e:
+        start = e.start
+    return InvalidSubjectError(f"item {i}: invalid {c.strict} {_shown(x)}: not valid UTF-8 "
+                               f"(lone surrogate at character {start})", x, "not valid UTF-8", None)
+
+
 cdef bint _is_arrow(object x):
     return type(x).__module__.startswith("pyarrow")
 
 
-cdef _Column _column_of_strs(object items, bint fill=True):
-    """list/tuple (or any iterable) of str; None and non-str rows become
-    nulls.  fill=False leaves the rows to _Column.fill_to."""
+cdef _Column _ptrs_column(Py_ssize_t n, str what):
+    """An empty FS_STR_PTRS column of n rows, to be filled."""
     cdef _Column c = _Column.__new__(_Column)
-    if type(items) is not list and type(items) is not tuple:
-        items = list(items)
-    c.keep = items
-    cdef Py_ssize_t n = len(items)
+    c.what = what
     c.ptrs = <const char **>PyMem_Malloc(sizeof(char *) * (n if n else 1))
     c.lens = <size_t *>PyMem_Malloc(sizeof(size_t) * (n if n else 1))
     if c.ptrs == NULL or c.lens == NULL:
@@ -250,9 +286,72 @@ cdef _Column _column_of_strs(object items, bint fill=True):
     c.s.n = <size_t>n
     c.s.ptrs = c.ptrs
     c.s.lens = c.lens
-    if fill:
-        c.fill_to(n)
     return c
+
+
+cdef _Column _column_of_strs(object items, str what, bint fill=True):
+    """list/tuple (or any iterable) of str; None rows become nulls, other
+    types a TypeError naming what and the row.  fill=False leaves the rows
+    to _Column.fill_to."""
+    if type(items) is not list and type(items) is not tuple:
+        items = _seq(items, what, "str")
+    cdef _Column c = _ptrs_column(len(items), what)
+    c.keep = items
+    if fill:
+        c.fill_to(len(items))
+    return c
+
+
+# ------------------------------------------------------------- Arrow columns
+#
+# Accepted wherever a column of strings is: string, large_string,
+# string_view (pyarrow >= 16) and dictionary<any integer, one of these>,
+# each as an Array or a ChunkedArray.  binary and other types are a
+# TypeError naming the argument (bytes are not text, as in pyarrow).
+
+cdef str ARROW_STRING_TYPES = "string, large_string, string_view or dictionary<string>"
+
+
+cdef int _arrow_kind(object t) except -1:
+    """0: not a string column; 1: (large_)string, read by offsets; 2:
+    string_view; 3: dictionary of one of these."""
+    import pyarrow as pa
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return 1
+    is_view = getattr(pa.types, "is_string_view", None)
+    if is_view is not None and is_view(t):
+        return 2
+    if pa.types.is_dictionary(t) and pa.types.is_integer(t.index_type) and _arrow_kind(t.value_type) in (1, 2):
+        return 3
+    return 0
+
+
+cdef list _arrow_chunks(object col, str what):
+    """The Arrow arrays of col (one, or a ChunkedArray's chunks), each of a
+    string type; TypeError naming the argument otherwise."""
+    import pyarrow as pa
+    if isinstance(col, pa.ChunkedArray):
+        chunks = col.chunks
+    elif isinstance(col, pa.Array):
+        chunks = [col]
+    else:
+        raise TypeError(f"{what} must be an Arrow Array or ChunkedArray of {ARROW_STRING_TYPES}, "
+                        f"not {type(col).__name__}")
+    if not _arrow_kind(col.type):
+        raise TypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {col.type}")
+    return chunks
+
+
+cdef object _arrow_input(object col):
+    """col as a pyarrow object when it is one or exports the Arrow PyCapsule
+    interface (a polars Series, say); otherwise None."""
+    if _is_arrow(col):
+        return col
+    tp = type(col)
+    if hasattr(tp, "__arrow_c_stream__") or hasattr(tp, "__arrow_c_array__"):
+        import pyarrow as pa
+        return pa.chunked_array(col) if hasattr(tp, "__arrow_c_stream__") else pa.array(col)
+    return None
 
 
 cdef int _check_arrow_offsets(object arr, str what, Py_ssize_t row_base) except -1:
@@ -295,13 +394,190 @@ cdef int _check_arrow_offsets(object arr, str what, Py_ssize_t row_base) except 
     return 0
 
 
+cdef const uint8_t *_validity(object arr, str what) except? NULL:
+    """The validity bitmap of arr when it has nulls (checked long enough),
+    else NULL."""
+    validity = arr.buffers()[0]
+    if validity is None or not arr.null_count:
+        return NULL
+    if validity.size * 8 < arr.offset + len(arr):
+        raise ValueError(f"{what}: the Arrow validity bitmap is too short for {len(arr)} rows "
+                         f"at offset {arr.offset}")
+    return <const uint8_t *><uintptr_t>validity.address
+
+
+cdef int _fill_view_rows(_Column c, Py_ssize_t at, object arr, str what, Py_ssize_t row_base) except -1:
+    """Rows of a string_view array into c.ptrs/c.lens[at:]: each view is 16
+    bytes, a length then the string itself (up to 12 bytes) or a prefix,
+    a data buffer's index and an offset in it.  Every view is checked
+    before C reads through it; ValueError naming the row."""
+    bufs = arr.buffers()
+    cdef Py_ssize_t n = len(arr), off = arr.offset, i, j, nbuf = len(bufs) - 2, k
+    cdef const uint8_t *bits = _validity(arr, what)
+    cdef const char *views
+    cdef int32_t ln, bi, bo
+    if n == 0:
+        return 0
+    if bufs[1] is None or bufs[1].size < (off + n) * 16:
+        raise ValueError(f"{what}: the Arrow views buffer is too short for {n} rows at offset {off}")
+    views = <const char *><uintptr_t>bufs[1].address
+    cdef const char **addr = <const char **>PyMem_Malloc(sizeof(char *) * (nbuf if nbuf else 1))
+    cdef int64_t *size = <int64_t *>PyMem_Malloc(sizeof(int64_t) * (nbuf if nbuf else 1))
+    try:
+        if addr == NULL or size == NULL:
+            raise MemoryError()
+        for k in range(nbuf):
+            b = bufs[2 + k]
+            addr[k] = <const char *><uintptr_t>b.address if b is not None else NULL
+            size[k] = b.size if b is not None else 0
+        for i in range(n):
+            j = off + i
+            if bits != NULL and not ((bits[j >> 3] >> (j & 7)) & 1):
+                c.ptrs[at + i] = NULL
+                c.lens[at + i] = 0
+                continue
+            memcpy(&ln, views + 16 * j, 4)
+            if ln < 0:
+                raise ValueError(f"{what}: row {row_base + i} has an Arrow view of length {ln}")
+            if ln <= 12:
+                c.ptrs[at + i] = views + 16 * j + 4
+            else:
+                memcpy(&bi, views + 16 * j + 8, 4)
+                memcpy(&bo, views + 16 * j + 12, 4)
+                if bi < 0 or bi >= nbuf or bo < 0 or <int64_t>bo + ln > size[bi]:
+                    raise ValueError(f"{what}: row {row_base + i} has an Arrow view of {ln} bytes at "
+                                     f"[buffer {bi}, offset {bo}], not within the array's data buffers")
+                c.ptrs[at + i] = addr[bi] + bo
+            c.lens[at + i] = <size_t>ln
+    finally:
+        PyMem_Free(addr)
+        PyMem_Free(size)
+    return 0
+
+
+cdef inline int64_t _index_at(const char *p, int width, bint sgn, Py_ssize_t j) noexcept nogil:
+    """Index j of a dictionary's indices buffer (any integer type; an
+    unsigned 64-bit index past the int64 range reads as negative, out of
+    range)."""
+    # (one return per type: a conditional expression would take the
+    # unsigned type of the pair, and -1 would read as 255)
+    if width == 1:
+        if sgn:
+            return <int64_t>(<const int8_t *>p)[j]
+        return <int64_t>(<const uint8_t *>p)[j]
+    if width == 2:
+        if sgn:
+            return <int64_t>(<const int16_t *>p)[j]
+        return <int64_t>(<const uint16_t *>p)[j]
+    if width == 4:
+        if sgn:
+            return <int64_t>(<const int32_t *>p)[j]
+        return <int64_t>(<const uint32_t *>p)[j]
+    return (<const int64_t *>p)[j]
+
+
+cdef class _Indices:
+    """A dictionary array's indices, read in place: index(i), null(i), and
+    the dictionary's size; every index checked in range up front."""
+    cdef const char *data
+    cdef const uint8_t *bits
+    cdef Py_ssize_t off, n, ndict
+    cdef int width
+    cdef bint sgn
+    cdef object keep
+
+    cdef int check(self, str what, Py_ssize_t row_base) except -1:
+        cdef Py_ssize_t i
+        cdef int64_t k
+        for i in range(self.n):
+            if self.null(i):
+                continue
+            k = self.index(i)
+            if k < 0 or k >= self.ndict:
+                raise ValueError(f"{what}: row {row_base + i} has dictionary index {k}, outside the "
+                                 f"dictionary's {self.ndict} values")
+        return 0
+
+    cdef inline bint null(self, Py_ssize_t i) noexcept nogil:
+        cdef Py_ssize_t j = self.off + i
+        return self.bits != NULL and not ((self.bits[j >> 3] >> (j & 7)) & 1)
+
+    cdef inline int64_t index(self, Py_ssize_t i) noexcept nogil:
+        return _index_at(self.data, self.width, self.sgn, self.off + i)
+
+
+cdef _Indices _indices_of(object arr, str what, Py_ssize_t row_base):
+    import pyarrow as pa
+    idx = arr.indices
+    cdef _Indices x = _Indices.__new__(_Indices)
+    x.keep = idx
+    x.n = len(idx)
+    x.off = idx.offset
+    x.ndict = len(arr.dictionary)
+    x.width = idx.type.bit_width // 8
+    x.sgn = pa.types.is_signed_integer(idx.type)
+    x.bits = _validity(idx, what)
+    data = idx.buffers()[1]
+    if x.n and (data is None or data.size < (x.off + x.n) * x.width):
+        raise ValueError(f"{what}: the Arrow dictionary indices buffer is too short for {x.n} rows "
+                         f"at offset {x.off}")
+    x.data = <const char *><uintptr_t>data.address if data is not None else NULL
+    x.check(what, row_base)
+    return x
+
+
+cdef int _fill_rows(_Column c, Py_ssize_t at, object arr, str what, Py_ssize_t row_base) except -1:
+    """Rows of any accepted Arrow array into c.ptrs/c.lens[at:], pointing
+    into the array's own buffers (no string copied)."""
+    cdef int kind = _arrow_kind(arr.type)
+    cdef Py_ssize_t i, n = len(arr)
+    cdef _Column vals
+    cdef _Indices x
+    cdef const char *p
+    cdef size_t ln
+    if kind == 2:
+        return _fill_view_rows(c, at, arr, what, row_base)
+    if kind == 3:
+        # the dictionary's values checked once, each row pointed at its value
+        vals = _column_of_arrow(arr.dictionary, f"{what} (dictionary)", 0)
+        x = _indices_of(arr, what, row_base)
+        for i in range(n):
+            if x.null(i) or not fs_strings_get(&vals.s, <size_t>x.index(i), &p, &ln):
+                c.ptrs[at + i] = NULL
+                c.lens[at + i] = 0
+            else:
+                c.ptrs[at + i] = p
+                c.lens[at + i] = ln
+        return 0
+    vals = _column_of_arrow(arr, what, row_base)
+    for i in range(n):
+        if fs_strings_get(&vals.s, <size_t>i, &p, &ln):
+            c.ptrs[at + i] = p
+            c.lens[at + i] = ln
+        else:
+            c.ptrs[at + i] = NULL
+            c.lens[at + i] = 0
+    return 0
+
+
 cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
-    """pyarrow StringArray / LargeStringArray, read in place."""
+    """One Arrow array of an accepted type: (large_)string read in place
+    through its offsets; string_view and dictionary arrays as a pointer per
+    row into their buffers."""
     import pyarrow as pa
     t = arr.type
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        raise TypeError(f"match_many needs a string or large_string Arrow array, not {t}")
-    cdef _Column c = _Column.__new__(_Column)
+    cdef int kind = _arrow_kind(t)
+    if kind == 0:
+        raise TypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {t}")
+    cdef _Column c
+    if kind != 1:
+        c = _ptrs_column(len(arr), what)
+        c.keep = arr
+        c.filled = len(arr)
+        _fill_rows(c, 0, arr, what, row_base)
+        return c
+    c = _Column.__new__(_Column)
+    c.what = what
     c.keep = arr
     c.filled = len(arr)
     validity, offsets, data = arr.buffers()[:3]
@@ -320,30 +596,55 @@ cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
     return c
 
 
+cdef _Column _one_arrow_column(object col, str what):
+    """A whole Arrow column (Array or ChunkedArray) as one _Column: a single
+    array as _column_of_arrow reads it, several chunks as a pointer per row
+    into each chunk's buffers (no chunk combined, no string copied)."""
+    chunks = _arrow_chunks(col, what)
+    if len(chunks) == 1:
+        return _column_of_arrow(chunks[0], what, 0)
+    cdef _Column c = _ptrs_column(len(col), what)
+    c.keep = col
+    c.filled = len(col)
+    cdef Py_ssize_t base = 0
+    for chunk in chunks:
+        _fill_rows(c, base, chunk, what, base)
+        base += len(chunk)
+    return c
+
+
+cdef void _sub_strings(const fs_strings *src, size_t base, size_t n, fs_strings *out) noexcept:
+    """Rows [base, base + n) of src, as a column of their own (no copy)."""
+    out[0] = src[0]
+    out.n = n
+    if src.layout == FS_STR_PTRS:
+        out.ptrs = src.ptrs + base
+        out.lens = src.lens + base
+    else:
+        out.offset = src.offset + <int64_t>base
+
+
 # ---------------------------------------------- Arrow columns for insert_many
 
-cdef object _arrow_string_column(object col, str what):
-    """col as one pyarrow (large_)string array, its offsets and UTF-8 checked
-    (an Array as it is, a ChunkedArray's chunks combined, a sequence of str
-    converted).  TypeError / ValueError naming the argument."""
+cdef _Column _bulk_column(object col, str what, str singular):
+    """insert_many/remove_many's filters or queues as one _Column: an Arrow
+    column read in place, its offsets and UTF-8 checked (the C core takes
+    bytes; pyarrow checks UTF-8 only when asked), or a list of str copied
+    (a lone surrogate: InvalidSubjectError, as on the list path)."""
     import pyarrow as pa
-    if isinstance(col, pa.ChunkedArray):
-        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-    elif not isinstance(col, pa.Array):
-        if isinstance(col, (str, bytes)):
-            raise TypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
-        try:
-            col = pa.array(list(col), pa.string())
-        except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
-            raise TypeError(f"{what}: {e}") from None
-    t = col.type
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        raise TypeError(f"{what} must be a string or large_string Arrow array, not {t}")
-    try:
-        col.validate(full=True)       # UTF-8 and offsets; the C core reads bytes
-    except pa.ArrowInvalid as e:
-        raise ValueError(f"{what}: {e}") from None
-    return col
+    cdef _Column c
+    if _is_arrow(col):
+        for chunk in _arrow_chunks(col, what):
+            try:
+                chunk.validate(full=True)
+            except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
+                raise ValueError(f"{what}: {e}") from None
+        return _one_arrow_column(col, what)
+    c = _ptrs_column(len(col), what)
+    c.keep = col
+    c.strict = singular
+    c.fill_to(len(col))
+    return c
 
 
 cdef object _int64_column(object ids, str what):
@@ -355,106 +656,108 @@ cdef object _int64_column(object ids, str what):
         import pyarrow as pa
         if isinstance(ids, pa.ChunkedArray):
             ids = ids.combine_chunks()
-        if not pa.types.is_integer(ids.type):
-            raise TypeError(f"{what} must be an integer Arrow array, not {ids.type}")
+        if not isinstance(ids, pa.Array) or not pa.types.is_integer(ids.type):
+            raise TypeError(f"{what} must be an integer Arrow array, not {getattr(ids, 'type', _tname(ids))}")
         if ids.null_count:
             first = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
-            raise TypeError(f"item {first}: sub_id must be int, not None (a null in the Arrow {what})")
+            raise TypeError(f"{what}[{first}] must be int, not None (a null in the Arrow {what})")
         ids = ids.to_numpy(zero_copy_only=False)
-    if type(ids).__module__ == "numpy" and type(ids).__name__ == "ndarray" and ids.dtype.kind in "iu":
+    if type(ids).__module__ == "numpy" and type(ids).__name__ == "ndarray" and ids.dtype.kind != "O":
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"{what} must be an integer array, not one of dtype {ids.dtype}")
         if ids.ndim != 1:
             raise TypeError(f"{what} must be one-dimensional, not {ids.ndim}-dimensional")
         if ids.dtype.kind == "u" and ids.size and int(ids.max()) > 0x7FFFFFFFFFFFFFFF:
             i = int(np.argmax(ids))
             raise OverflowError(f"item {i}: sub_id {int(ids[i])} is outside the signed 64-bit range")
         return np.ascontiguousarray(ids, dtype=np.int64)
-    seq = list(ids)
+    seq = _seq(ids, what, "int")
     out = np.empty(len(seq), dtype=np.int64)
     for i, x in enumerate(seq):
         try:
             out[i] = _sub_id(x)
-        except (TypeError, OverflowError) as e:
-            raise type(e)(f"item {i}: {e}") from None
+        except TypeError:
+            raise TypeError(f"{what}[{i}] must be int, not {_tname(x)}") from None
+        except OverflowError as e:
+            raise OverflowError(f"item {i}: {e}") from None
     return out
 
 
-class _ArrowRows:
-    """Row i of an Arrow column as a Python object (for error messages)."""
-    def __init__(self, arr):
-        self.arr = arr
+class _Rows:
+    """Row i of a column as a Python object (for error messages)."""
+    def __init__(self, col):
+        self.col = col
 
     def __getitem__(self, i):
-        return self.arr[i].as_py()
+        x = self.col[i]
+        return x.as_py() if _is_arrow(x) else x
 
 
-cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True):
+cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True, bint spread=False):
     """Split an input column into [(row_base, _Column)]: one segment, or one
     per chunk of a ChunkedArray.  row_base: the first row's number in error
     messages.  fill=False leaves a Python sequence's rows to
-    _Column.fill_to (Arrow columns are read in place: always filled)."""
-    if _is_arrow(col):
-        import pyarrow as pa
-        if isinstance(col, pa.ChunkedArray):
-            out, base = [], 0
-            for chunk in col.chunks:
-                out.append((base, _column_of_arrow(chunk, what, row_base + base)))
-                base += len(chunk)
-            return out
-        if isinstance(col, pa.Array):
-            return [(0, _column_of_arrow(col, what, row_base))]
-        raise TypeError(f"{what}: unsupported Arrow object {type(col).__name__}")
+    _Column.fill_to (Arrow columns are read in place: always filled).
+    spread: a dictionary chunk becomes a segment of its own with no rows
+    read (_Column.dictionary set), for _spread_dictionary."""
+    cdef _Column c
+    if type(col) is list or type(col) is tuple:
+        return [(0, _column_of_strs(col, what, fill))]      # the usual call: no probing
+    arrow = _arrow_input(col)
+    if arrow is not None:
+        out, base = [], 0
+        for chunk in _arrow_chunks(arrow, what):
+            if spread and _arrow_kind(chunk.type) == 3:
+                c = _Column.__new__(_Column)
+                c.what = what
+                c.dictionary = chunk
+                c.keep = chunk
+                c.filled = len(chunk)
+                c.s.layout = FS_STR_PTRS
+                c.s.n = <size_t>len(chunk)
+            else:
+                c = _column_of_arrow(chunk, what, row_base + base)
+            out.append((base, c))
+            base += len(chunk)
+        return out
     if type(col).__module__ == "numpy" and type(col).__name__ == "ndarray":
         if col.ndim != 1:
             raise TypeError(f"{what} must be one-dimensional, not {col.ndim}-dimensional")
         if col.dtype.kind not in "OUT":
             raise TypeError(f"{what}: numpy arrays of dtype {col.dtype} are not strings")
-        return [(0, _column_of_strs(col.tolist(), fill))]
-    if isinstance(col, (str, bytes)):
+        return [(0, _column_of_strs(col.tolist(), what, fill))]
+    if isinstance(col, (str, bytes, bytearray)):
         raise TypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
     try:
-        return [(0, _column_of_strs(col, fill))]
+        iter(col)
     except TypeError:
-        raise TypeError(f"{what} must be a list of str, a numpy array or a pyarrow "
-                        f"string array, not {type(col).__name__}") from None
+        raise TypeError(f"{what} must be a list of str, a numpy array or an Arrow string column, "
+                        f"not {_tname(col)}") from None
+    return [(0, _column_of_strs(col, what, fill))]
 
 
-cdef object _checked_keys(object keys):
-    """keys as an Arrow string array or a list of str/None (None: the row's
-    subject is its key).  Anything else is a TypeError: a key that is
-    silently ignored would partition rows by the wrong thing."""
-    if _is_arrow(keys):
-        import pyarrow as pa
-        if isinstance(keys, pa.ChunkedArray):
-            base = 0
-            for chunk in keys.chunks:           # before pyarrow's concatenation reads them
-                if pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type):
-                    _check_arrow_offsets(chunk, "keys", base)
-                base += len(chunk)
-            keys = keys.combine_chunks()
-        if not isinstance(keys, pa.Array) or not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
-            raise TypeError(f"keys must be a string Arrow array, not {getattr(keys, 'type', type(keys).__name__)}")
-        return keys
-    if isinstance(keys, (str, bytes)):
+cdef _Column _checked_keys(object keys):
+    """keys as one column over every row: an Arrow string column or a list
+    of str/None (None: the row's subject is its key).  Anything else is a
+    TypeError: a key that is silently ignored would partition rows by the
+    wrong thing."""
+    if type(keys) is list or type(keys) is tuple:
+        return _column_of_strs(keys, "keys")
+    arrow = _arrow_input(keys)
+    if arrow is not None:
+        return _one_arrow_column(arrow, "keys")
+    if isinstance(keys, (str, bytes, bytearray)):
         raise TypeError(f"keys must be a sequence of str, not a single {type(keys).__name__}")
     if type(keys).__module__ == "numpy" and type(keys).__name__ == "ndarray":
         if keys.ndim != 1 or keys.dtype.kind not in "OUT":
             raise TypeError(f"keys: numpy arrays of dtype {keys.dtype} are not strings")
         keys = keys.tolist()
     try:
-        keys = list(keys)
+        iter(keys)
     except TypeError:
-        raise TypeError(f"keys must be a list of str, a numpy array or a pyarrow string array, "
+        raise TypeError(f"keys must be a list of str, a numpy array or an Arrow string column, "
                         f"not {type(keys).__name__}") from None
-    for i, k in enumerate(keys):
-        if k is not None and not isinstance(k, str):
-            raise TypeError(f"keys[{i}] must be str or None, not {type(k).__name__}")
-    return keys
-
-
-cdef object _slice_keys(object keys, Py_ssize_t base, Py_ssize_t n):
-    if keys is None:
-        return None
-    return keys.slice(base, n) if _is_arrow(keys) else keys[base:base + n]
+    return _column_of_strs(keys, "keys")
 
 
 cdef class BatchResult:
@@ -504,23 +807,27 @@ cdef class BatchResult:
 cdef object _match_many(Sublist self, object subjects, object keys, object queues, object threads,
                         bint dedupe):
     import numpy as np
+    if not isinstance(queues, str):
+        raise TypeError(f"queues must be 'pick', 'all' or 'none', not {_tname(queues)}")
     if queues not in _QUEUE_MODES:
         raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
     cdef int mode = _QUEUE_MODES[queues]
-    threads = operator.index(threads)
+    threads = _count_arg(threads, "threads")
     if threads < 1:
         raise ValueError(f"threads must be >= 1, not {threads}")
     cdef unsigned nthreads = <unsigned>min(threads, 256)
     cdef unsigned seg_threads
-    segments = _segments(subjects, "subjects", 0, False)
+    # a dictionary column is matched once per distinct value, unless each
+    # row's pick follows a key of its own
+    segments = _segments(subjects, "subjects", 0, False, keys is None or mode != FS_QUEUES_PICK)
     cdef Py_ssize_t n = 0
-    cdef _Column col, kcol
+    cdef _Column col, kcol = None
     for _, col in segments:
         n += <Py_ssize_t>col.s.n
     if keys is not None:
-        keys = _checked_keys(keys)
-        if len(keys) != n:
-            raise ValueError(f"keys has {len(keys)} rows, subjects {n}")
+        kcol = _checked_keys(keys)
+        if <Py_ssize_t>kcol.s.n != n:
+            raise ValueError(f"keys has {kcol.s.n} rows, subjects {n}")
     offsets = np.empty(n + 1, dtype=np.int64)
     invalid = np.empty(n, dtype=np.bool_)
     offsets[0] = 0
@@ -530,6 +837,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
     cdef fs_idbuf part
     cdef int rc = FS_OK
     cdef const fs_strings *kp
+    cdef fs_strings kseg
     cdef size_t base, begin, end, seg_n, k
     cdef int64_t shift
     cdef fs_batch_job *job
@@ -542,11 +850,14 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
             col = seg
             base = seg_base
             seg_n = col.s.n
-            kcol = None
+            if col.dictionary is not None:
+                _spread_dictionary(self, col.dictionary, queues, threads, dedupe, &ids,
+                                   &off_view[base + 1], &inv_view[base], <Py_ssize_t>base)
+                continue
             kp = NULL
-            if keys is not None:
-                kcol = _segments(_slice_keys(keys, seg_base, seg_n), "keys", seg_base)[0][1]
-                kp = &kcol.s
+            if kcol is not None:
+                _sub_strings(&kcol.s, base, seg_n, &kseg)
+                kp = &kseg
             seg_threads = _threads_for(nthreads, seg_n) if nthreads > 1 else 1
             if seg_threads == 1:
                 if ids.ids == NULL and n >= KEPT_BUFFER_ROWS:
@@ -622,4 +933,46 @@ cdef int _append_ids(fs_idbuf *dst, fs_idbuf *src) except -1:
         raise MemoryError()
     memcpy(dst.ids + dst.n, src.ids, sizeof(int64_t) * src.n)
     dst.n += src.n
+    return 0
+
+
+cdef int _spread_dictionary(Sublist self, object arr, object queues, object threads, bint dedupe,
+                            fs_idbuf *ids, int64_t *row_end, uint8_t *invalid,
+                            Py_ssize_t row_base) except -1:
+    """match_many over one dictionary-encoded chunk: its distinct values
+    matched once (a row's ids depend only on its subject when no key picks
+    for it), then each row takes its value's ids, appended to ids; a null
+    index is a null row.  row_end and invalid: the chunk's rows."""
+    import numpy as np
+    cdef _Indices x = _indices_of(arr, "subjects", row_base)
+    _column_of_arrow(arr.dictionary, "subjects (dictionary)", 0)     # its errors say so
+    cdef BatchResult d = _match_many(self, arr.dictionary, None, queues, threads, dedupe)
+    cdef const int64_t[::1] doff = d.offsets
+    cdef const uint8_t[::1] dinv = d.invalid.view(np.uint8)
+    cdef const int64_t[::1] dids = d.sub_ids
+    cdef const int64_t *src = &dids[0] if dids.shape[0] else NULL
+    cdef const int64_t *offs = &doff[0]
+    cdef Py_ssize_t i, n = x.n
+    cdef int64_t k, a, b
+    cdef size_t start = ids.n, total = ids.n
+    for i in range(n):
+        if x.null(i):
+            invalid[i] = 1
+        else:
+            k = x.index(i)
+            invalid[i] = dinv[k]
+            total += <size_t>(doff[k + 1] - doff[k])
+        row_end[i] = <int64_t>total
+    if fs_idbuf_room(ids, total - start) != FS_OK:
+        raise MemoryError()
+    with nogil:
+        for i in range(n):
+            if x.null(i):
+                continue
+            k = x.index(i)
+            a = offs[k]
+            b = offs[k + 1]
+            if b > a:
+                memcpy(ids.ids + ids.n, src + a, sizeof(int64_t) * <size_t>(b - a))
+                ids.n += <size_t>(b - a)
     return 0

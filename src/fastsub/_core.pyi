@@ -13,11 +13,19 @@ from typing_extensions import disjoint_base
 _Dialect = Literal["nats", "mqtt", "amqp"]
 _QueueMode = Literal["pick", "all", "none"]
 _Bytes = Union[bytes, bytearray, memoryview]
-# A column of subjects (or keys): a list of str (None for a null row), a numpy
-# str/object array, or a pyarrow (Large)StringArray / ChunkedArray (Any).
+# Argument types (issue 34): a wrong type is a TypeError naming the argument,
+# and the row for a column ("filters[3] must be str, not bytes").  Text is
+# str only: bytes are refused everywhere, as Arrow binary columns are.  A
+# bool is not an id.  A single str where a sequence is expected is refused.
+#
+# A column of subjects (or keys, or route_keys' values): a list of str (None
+# for a null row), a numpy str/object array, or an Arrow column (Any) of
+# string, large_string, string_view or dictionary<string> (any index type),
+# an Array or a ChunkedArray, or an object exporting one through the Arrow
+# PyCapsule interface (a polars Series).
 _SubjectColumn = Union[Sequence[Optional[str]], npt.NDArray[Any], Any]
-# insert_many/remove_many: filters and queues as a sequence of str or a
-# pyarrow string column (Any); sub_ids as ints, a numpy or Arrow integer array.
+# insert_many/remove_many: filters and queues as a sequence of str or such an
+# Arrow column (Any); sub_ids as ints, a numpy or Arrow integer array.
 _FilterColumn = Union[Sequence[str], Any]
 _QueueColumn = Union[Sequence[Optional[str]], Any]
 _IdColumn = Union[Sequence[int], npt.NDArray[np.integer[Any]], Any]

@@ -82,9 +82,16 @@ cdef inline const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
     return _utf8_any(s, what, n)
 
 
+cdef str _tname(object x):
+    """The type of x as an error message names it ("None" for None)."""
+    return "None" if x is None else type(x).__name__
+
+
 cdef const char *_utf8_any(object s, str what, Py_ssize_t *n) except NULL:
     if type(s) is not str and not isinstance(s, str):
-        raise TypeError(f"{what} must be str, not {type(s).__name__}")
+        # bytes too: a str is text, bytes are not (as in pyarrow's string
+        # and binary types); every argument and row refuses them alike
+        raise TypeError(f"{what} must be str, not {_tname(s)}")
     cdef const char *p = PyUnicode_AsUTF8AndSize(s, n)
     if p != NULL:
         return p
@@ -100,17 +107,49 @@ cdef const char *_utf8_any(object s, str what, Py_ssize_t *n) except NULL:
 cdef int64_t _sub_id(object sub_id) except? -1:
     cdef int overflow = 0
     if type(sub_id) is not int:
+        # a bool is an int to Python, not an id (numpy's bool_ refuses
+        # operator.index by itself)
+        if isinstance(sub_id, bool):
+            raise TypeError("sub_id must be int, not bool")
         try:
             sub_id = operator.index(sub_id)
         except TypeError:
-            raise TypeError(f"sub_id must be int, not {type(sub_id).__name__}") from None
+            raise TypeError(f"sub_id must be int, not {_tname(sub_id)}") from None
     cdef long long v = PyLong_AsLongLongAndOverflow(sub_id, &overflow)
     if overflow:
         raise OverflowError(f"sub_id {sub_id} is outside the signed 64-bit range")
     return <int64_t>v
 
 
+cdef Py_ssize_t _count_arg(object x, str what) except? -1:
+    """An int argument (threads, cache_size, depth): TypeError naming it for
+    anything else, bool included."""
+    if type(x) is not int:
+        if isinstance(x, bool):
+            raise TypeError(f"{what} must be int, not bool")
+        try:
+            x = operator.index(x)
+        except TypeError:
+            raise TypeError(f"{what} must be int, not {_tname(x)}") from None
+    return x
+
+
+cdef list _seq(object x, str what, str of):
+    """A sequence argument as a new list; a single str or bytes (which
+    would be taken character by character) and non-iterables are a
+    TypeError naming the argument."""
+    if isinstance(x, (str, bytes, bytearray)):
+        raise TypeError(f"{what} must be a sequence of {of}, not a single {_tname(x)}")
+    try:
+        it = iter(x)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of {of}, not {_tname(x)}") from None
+    return list(it)
+
+
 cdef fs_dialect _dialect(object d) except *:
+    if not isinstance(d, str):
+        raise TypeError(f"dialect must be str ('nats', 'mqtt' or 'amqp'), not {_tname(d)}")
     if d == "nats":
         return FS_NATS
     if d == "mqtt":
@@ -133,9 +172,25 @@ cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
         sp.queue = NULL
         sp.queue_len = 0
     else:
+        if not isinstance(q, str):
+            raise TypeError(f"queue must be str or None, not {_tname(q)}")
         sp.queue = _utf8(q, "queue", &n)
         sp.queue_len = <size_t>n
     return 0
+
+
+cdef object _row_type_error(Py_ssize_t i, object f, object sub_id, object q):
+    """The TypeError of insert_many/remove_many's row i, naming the column
+    and the row (the checks of _fill_spec, in its order)."""
+    if not isinstance(f, str):
+        return TypeError(f"filters[{i}] must be str, not {_tname(f)}")
+    try:
+        _sub_id(sub_id)
+    except TypeError:
+        return TypeError(f"sub_ids[{i}] must be int, not {_tname(sub_id)}")
+    except OverflowError:
+        pass
+    return TypeError(f"queues[{i}] must be str or None, not {_tname(q)}")
 
 
 cdef inline bint _fill_spec_fast(fs_spec *sp, object f, object sub_id, object q) noexcept:
@@ -313,7 +368,7 @@ cdef class Sublist:
     def __cinit__(self, dialect="nats", *, cache_size=0):
         self._d = _dialect(dialect)
         self.dialect = dialect
-        cache_size = operator.index(cache_size)
+        cache_size = _count_arg(cache_size, "cache_size")
         if cache_size < 0:
             raise ValueError(f"cache_size must be >= 0, not {cache_size}")
         self._cache_size = cache_size
@@ -376,14 +431,19 @@ cdef class Sublist:
             raise KeyError((filter, sub_id, queue))
 
     cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
-        if _is_arrow(filters) or _is_arrow(queues):
-            return self._bulk_arrow(filters, sub_ids, queues, inserting)
-        cdef list fl = list(filters), il = list(sub_ids), ql = None
+        if type(filters) is not list or (queues is not None and type(queues) is not list):
+            af = _arrow_input(filters)
+            aq = _arrow_input(queues) if queues is not None else None
+            if af is not None or aq is not None:
+                return self._bulk_arrow(filters if af is None else af, sub_ids,
+                                        queues if aq is None else aq, inserting)
+        cdef list fl = _seq(filters, "filters", "str"), il, ql = None
         cdef Py_ssize_t n = len(fl), i = 0
+        il = _seq(sub_ids, "sub_ids", "int")
         if len(il) != n:
             raise ValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
         if queues is not None:
-            ql = list(queues)
+            ql = _seq(queues, "queues", "str or None")
             if len(ql) != n:
                 raise ValueError(f"filters and queues differ in length ({n} != {len(ql)})")
         cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
@@ -401,29 +461,34 @@ cdef class Sublist:
                     for i in range(n):
                         if not _fill_spec_fast(&specs[i], fl[i], il[i], ql[i]):
                             _fill_spec(&specs[i], fl[i], il[i], ql[i])
-            except (TypeError, OverflowError, InvalidSubjectError) as e:
+            except TypeError:
+                raise _row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
+            except (OverflowError, InvalidSubjectError) as e:
                 raise type(e)(f"item {i}: {e}") from None
             return self._apply(specs, n, inserting, fl, ql)
         finally:
             PyMem_Free(specs)
 
     cdef object _bulk_arrow(self, filters, sub_ids, queues, bint inserting):
-        """insert_many/remove_many over Arrow string columns, read in place
-        (no Python str per row): filters a pyarrow (large_)string array or
-        chunked array; queues the same, or None (a null row: plain);
-        sub_ids an Arrow or numpy integer array, or any sequence of int."""
-        fcol_arr = _arrow_string_column(filters, "filters")
-        cdef Py_ssize_t n = len(fcol_arr), i
+        """insert_many/remove_many where filters or queues is an Arrow
+        column (string, large_string, string_view, dictionary of these,
+        chunked or not), read in place (no Python str per row); the other
+        may be a sequence of str.  queues: a null row is plain.  sub_ids an
+        Arrow or numpy integer array, or any sequence of int."""
+        if not _is_arrow(filters):
+            filters = _seq(filters, "filters", "str")
+        if queues is not None and not _is_arrow(queues):
+            queues = _seq(queues, "queues", "str or None")
+        cdef _Column fcol = _bulk_column(filters, "filters", "filter")
+        cdef Py_ssize_t n = <Py_ssize_t>fcol.s.n, i
         ids = _int64_column(sub_ids, "sub_ids")
         if len(ids) != n:
             raise ValueError(f"filters and sub_ids differ in length ({n} != {len(ids)})")
-        qcol_arr = None
+        cdef _Column qcol = None
         if queues is not None:
-            qcol_arr = _arrow_string_column(queues, "queues")
-            if len(qcol_arr) != n:
-                raise ValueError(f"filters and queues differ in length ({n} != {len(qcol_arr)})")
-        cdef _Column fcol = _column_of_arrow(fcol_arr, "filters", 0)
-        cdef _Column qcol = _column_of_arrow(qcol_arr, "queues", 0) if qcol_arr is not None else None
+            qcol = _bulk_column(queues, "queues", "queue")
+            if <Py_ssize_t>qcol.s.n != n:
+                raise ValueError(f"filters and queues differ in length ({n} != {qcol.s.n})")
         cdef const int64_t[::1] idv = ids
         cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
         if specs == NULL:
@@ -431,12 +496,13 @@ cdef class Sublist:
         try:
             for i in range(n):
                 if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):
-                    raise TypeError(f"item {i}: filter is null")
+                    raise TypeError(f"filters[{i}] must be str, not None")
                 specs[i].id = idv[i]
                 if qcol is None or not fs_strings_get(&qcol.s, <size_t>i, &specs[i].queue, &specs[i].queue_len):
                     specs[i].queue = NULL
                     specs[i].queue_len = 0
-            return self._apply(specs, n, inserting, _ArrowRows(fcol_arr), _ArrowRows(qcol_arr) if qcol_arr is not None else None)
+            return self._apply(specs, n, inserting, _Rows(filters),
+                               _Rows(queues) if queues is not None else None)
         finally:
             PyMem_Free(specs)
 
@@ -463,8 +529,12 @@ cdef class Sublist:
 
         Insert many subscriptions under one lock, all or nothing; returns how
         many were new.  filters (and queues) may be sequences of str or
-        pyarrow string columns, read in place (a null queue: plain);
-        sub_ids a sequence of int or an Arrow/numpy integer array."""
+        Arrow string columns (string, large_string, string_view or
+        dictionary of these, chunked or not), read in place (a null queue:
+        plain); sub_ids a sequence of int or an Arrow/numpy integer array.
+        A wrong type is a TypeError naming the argument and the row
+        ("filters[3] must be str, not bytes"); a single str where a sequence
+        is expected is refused, and so is a bool as an id."""
         return self._bulk(filters, sub_ids, queues, True)
 
     def remove_many(self, filters, sub_ids, queues=None):
@@ -589,8 +659,10 @@ cdef class Sublist:
         """match_many(subjects, keys=None, queues="pick", threads=1, *, dedupe=False) -> BatchResult
 
         Match a whole column at once, without the GIL.  subjects: list of
-        str, numpy str/object array, or pyarrow (Large)StringArray /
-        ChunkedArray (read in place).  Null or invalid subjects are flagged
+        str or None (another type: TypeError naming the row), numpy
+        str/object array, or Arrow string / large_string / string_view /
+        dictionary<string> column, chunked or not (read in place; a
+        dictionary matched once per distinct value; keys likewise).  Null or invalid subjects are flagged
         in .invalid and get no ids.  queues: "pick" (plain subs plus one
         member per matching group, chosen from a hash of keys[i] -- or the
         subject -- and the group, so reruns give the same rows), "all" or

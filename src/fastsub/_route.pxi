@@ -11,8 +11,9 @@ ROUTE_NULL = FS_ROUTE_NULL
 def route_keys(values, dialect="nats", depth=1, *, filters=False):
     """route_keys(values, dialect="nats", depth=1, *, filters=False) -> (keys, kinds)
 
-    For each row of `values` (a list of str, a numpy array or a pyarrow
-    string array): kinds[i] is ROUTE_KEYED (keys[i], >= 0, is a hash of the
+    For each row of `values` (a list of str or None, a numpy array, or an
+    Arrow column of string, large_string, string_view or dictionary<string>,
+    chunked or not; a row of another type is a TypeError): kinds[i] is ROUTE_KEYED (keys[i], >= 0, is a hash of the
     first `depth` tokens), ROUTE_ANY (a filter with a wildcard or fewer
     than `depth` tokens, needed by every shard; a subject with fewer than
     `depth` tokens, which any shard serves: keys[i] spreads them),
@@ -20,7 +21,8 @@ def route_keys(values, dialect="nats", depth=1, *, filters=False):
     The same on every machine and in every process."""
     import numpy as np
     cdef fs_dialect d = _dialect(dialect)
-    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= FS_ROUTE_MAX_DEPTH:
+    depth = _count_arg(depth, "depth")
+    if not 1 <= depth <= FS_ROUTE_MAX_DEPTH:
         raise ValueError(f"depth must be an integer from 1 to {FS_ROUTE_MAX_DEPTH}, not {depth!r}")
     cdef unsigned dep = depth
     cdef int is_filter = 1 if filters else 0

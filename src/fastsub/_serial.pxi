@@ -32,7 +32,7 @@ def _sublist_to_bytes(Sublist sl not None):
 def _sublist_from_bytes(data, cache_size=0):
     """Load an index written by to_bytes() from any contiguous buffer (read
     in place).  ValueError for corrupt data, TypeError for non-buffers."""
-    cache_size = operator.index(cache_size)
+    cache_size = _count_arg(cache_size, "cache_size")
     if cache_size < 0:
         raise ValueError(f"cache_size must be >= 0, not {cache_size}")
     cdef Py_buffer view
