@@ -62,12 +62,14 @@ static void worker_main(void *arg)
     }
 }
 
-/* Start one more thread; mu held.  0, or -1 (nothing changed). */
+/* Start one more thread; mu held.  FS_OK; FS_ENOMEM when its record
+ * could not be allocated; -1 when the system would not start it (nothing
+ * changed either way). */
 static int start_thread_locked(void)
 {
     pool_thread *p = FS_MALLOC(sizeof(pool_thread));
     if (!p)
-        return -1;
+        return FS_ENOMEM;
     if (fs_thread_start(&p->t, worker_main, NULL) != 0) {
         FS_FREE(p);
         return -1;
@@ -95,8 +97,15 @@ int fs_pool_submit(fs_pool_task *t, unsigned want)
         asked += q->want - q->given;
     unsigned free_workers = nthreads - nbusy;
     while (free_workers < asked && nthreads < FS_POOL_MAX_THREADS) {
-        if (start_thread_locked() != 0)
-            break;
+        int rc = start_thread_locked();
+        if (rc == FS_ENOMEM) {
+            /* Out of memory is the caller's error (fault injection
+             * expects one), not fewer threads. */
+            fs_mutex_unlock(&mu);
+            return FS_ENOMEM;
+        }
+        if (rc != FS_OK)
+            break;          /* the system's limit: run on what there is */
         free_workers++;
     }
     if (nthreads == 0) {

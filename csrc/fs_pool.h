@@ -45,10 +45,10 @@ struct fs_pool_task {
 
 /* Post t (fn, arg set) for want workers (>= 1), starting threads so that
  * enough are idle if it can.  t must stay where it is until
- * fs_pool_join.  FS_OK; FS_ENOMEM when the pool has no thread at all
- * and none could be started (t is then not posted).  With fewer threads
- * than asked (out of memory, or FS_POOL_MAX_THREADS), t runs on what
- * there is. */
+ * fs_pool_join.  FS_OK; FS_ENOMEM (t not posted) when a new thread's
+ * record could not be allocated, or the pool has no thread at all and the
+ * system would start none.  With fewer threads than asked (the system's
+ * limit, or FS_POOL_MAX_THREADS), t runs on what there is. */
 int fs_pool_submit(fs_pool_task *t, unsigned want);
 
 /* End t: the indexes not handed out yet never run; wait for those that
