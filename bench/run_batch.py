@@ -11,7 +11,8 @@ batch the user and system CPU time and the voluntary and involuntary
 context switches (getrusage(RUSAGE_SELF) deltas around each call: every
 thread of the process).  Thread counts interleaved round by round, medians
 of --repeat.  light1m is light's generator at 1M filters (made on first use
-under bench/data/light1m; no expected totals: every count must agree).
+under bench/data/light1m, ~10 s here; no expected totals: every count must
+agree).
 --json FILE also writes the rows.  bench/scaling.sh runs it from a wheel.
 
 Reports, as medians of --repeat runs taken in this one process:

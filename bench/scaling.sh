@@ -5,7 +5,7 @@
 #   bench/scaling.sh fastsub-*-cp312-*.whl [THREADS] [WORKLOADS] [REPEAT]
 #
 # THREADS defaults to 1,2,4,8,16; WORKLOADS to light,hot1k,heavy (add
-# light1m: light's generator at 1M filters, about a minute to generate);
+# light1m: light's generator at 1M filters, ~10 s to generate);
 # REPEAT (medians of) to 5.  It makes a venv in $SCALING_DIR (default
 # ./scaling-run), installs the wheel, numpy and pyarrow there (pip; set
 # PIP_INDEX_URL / PIP_FIND_LINKS for a mirror or local wheels), generates
