@@ -1,6 +1,19 @@
 """Batch benchmark on the standard workloads, exact totals checked.
 
     .venv/bin/python bench/run_batch.py [--repeat 5] [--only light,heavy,...]
+    .venv/bin/python bench/run_batch.py --threads 1,2,4,8,16 [--only light,hot1k,heavy,light1m]
+
+--threads T1,T2,...: the scaling table instead (scaling_table below): for
+each workload, match_many over a pyarrow column at each thread count --
+honoured even past the machine's CPUs (_set_batch_threading(cpus=) set to
+the largest) -- with ns/row, the speed-up over the first count, and per
+batch the user and system CPU time and the voluntary and involuntary
+context switches (getrusage(RUSAGE_SELF) deltas around each call: every
+thread of the process).  Thread counts interleaved round by round, medians
+of --repeat.  light1m is light's generator at 1M filters (made on first use
+under bench/data/light1m, ~10 s here; no expected totals: every count must
+agree).
+--json FILE also writes the rows.  bench/scaling.sh runs it from a wheel.
 
 Reports, as medians of --repeat runs taken in this one process:
   * match_many ns/subject (and ns per returned id) for light, heavy, hot1k,
@@ -15,7 +28,11 @@ Reports, as medians of --repeat runs taken in this one process:
     light-mqtt (a sample of the publishes, it is slow).
 """
 import argparse
+import json
+import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -169,12 +186,113 @@ def bench_paho(repeat):
           f"({t_paho / t_match:.0f}x), match_many {t_many / n:6.1f} ns/subject ({t_paho / t_many:.0f}x)")
 
 
+# light's generator arguments at 1M filters (workloads.WORKLOADS["light"]).
+LIGHT1M_ARGS = ["--vocab", "50,100,200,500,1000", "--zipf", "0.5", "--fwc-min-depth", "2",
+                "--subs", "1000000"]
+
+
+def load_scaling(name):
+    """(filters, ids, queues, publishes, expected totals or None)."""
+    if name != "light1m":
+        return (*load(name), EXPECTED[name])
+    import workloads
+    out = os.path.join(workloads.DATA, name)
+    if not os.path.exists(os.path.join(out, "pubs.txt")):
+        os.makedirs(out, exist_ok=True)
+        print(f"generating {name} into {out} ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, workloads.GENERATOR, "--out", out, *LIGHT1M_ARGS], check=True,
+                       stdout=subprocess.DEVNULL)
+    filters, ids, queues = [], [], []
+    with open(os.path.join(out, "subs.txt")) as f:
+        for j, line in enumerate(f):
+            parts = line.split()
+            filters.append(parts[0])
+            queues.append(parts[1] if len(parts) > 1 else None)
+            ids.append(j)
+    with open(os.path.join(out, "pubs.txt")) as f:
+        pubs = f.read().split("\n")
+    if pubs and pubs[-1] == "":
+        pubs.pop()
+    return filters, ids, queues, pubs, None
+
+
+def scaling_table(names, counts, repeat, json_path=None):
+    """match_many over an Arrow column at each thread count: ns/row,
+    speed-up, CPU and context switches per batch (getrusage deltas)."""
+    from fastsub import _core
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count()
+    try:
+        load_avg = "load %.2f %.2f %.2f" % os.getloadavg()
+    except OSError:
+        load_avg = "load ?"
+    print(f"scaling: {cpus} CPUs, threads {','.join(map(str, counts))}, medians of {repeat}, {load_avg}")
+    saved = _core._set_batch_threading(cpus=max(counts))
+    rows = []
+    try:
+        for name in names:
+            filters, ids, queues, pubs, expected = load_scaling(name)
+            sl = Sublist(dialect_of(name), cache_size=4096 if name.startswith("hot") else 0)
+            sl.insert_many(filters, ids, queues)
+            del filters, ids, queues
+            arrow = pa.array(pubs)
+            n = len(pubs)
+            del pubs
+            sl.match_many(arrow, queues="all", threads=max(counts))    # the pool, the kept buffer, the cache
+            samples = {t: [] for t in counts}
+            totals = {}
+            for _ in range(repeat):
+                for t in counts:
+                    r0 = resource.getrusage(resource.RUSAGE_SELF)
+                    t0 = time.perf_counter_ns()
+                    b = sl.match_many(arrow, queues="all", threads=t)
+                    dt = time.perf_counter_ns() - t0
+                    r1 = resource.getrusage(resource.RUSAGE_SELF)
+                    samples[t].append((dt, r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime,
+                                       r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw))
+                    if t not in totals:
+                        totals[t] = (len(b.sub_ids), checksum(b))
+                    del b
+            base = None
+            print(f"  {'workload':9s} {'T':>3s} {'ns/row':>8s} {'speed-up':>8s} {'user ms':>8s} {'sys ms':>7s} "
+                  f"{'vol cs':>7s} {'invol cs':>8s}  totals")
+            for t in counts:
+                med = [statistics.median(x[k] for x in samples[t]) for k in range(5)]
+                ns = med[0] / n
+                base = base or ns
+                ok = ("ok" if expected is None or totals[t] == expected else f"MISMATCH {totals[t]} != {expected}")
+                if totals[t] != totals[counts[0]]:
+                    ok = f"MISMATCH {totals[t]} != {totals[counts[0]]} (T={counts[0]})"
+                row = {"workload": name, "rows": n, "threads": t, "ns_per_row": ns, "speedup": base / ns,
+                       "user_ms": med[1] * 1e3, "sys_ms": med[2] * 1e3, "vol_cs": med[3], "invol_cs": med[4],
+                       "totals": ok}
+                rows.append(row)
+                print(f"  {name:9s} {t:3d} {ns:8.1f} {base / ns:7.2f}x {row['user_ms']:8.1f} {row['sys_ms']:7.1f} "
+                      f"{med[3]:7.0f} {med[4]:8.0f}  {ok}", flush=True)
+            del sl, arrow
+    finally:
+        _core._set_batch_threading(**saved)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"cpus": cpus, "load": load_avg, "repeat": repeat, "rows": rows}, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--only", default="light,heavy,hot1k,hot4k,light-mqtt,churn,load,paho")
+    ap.add_argument("--only", default=None,
+                    help="default: light,heavy,hot1k,hot4k,light-mqtt,churn,load,paho "
+                         "(with --threads: light,hot1k,heavy)")
+    ap.add_argument("--threads", default=None, help="e.g. 1,2,4,8,16: the scaling table")
+    ap.add_argument("--json", default=None, help="with --threads: write the rows here")
     a = ap.parse_args()
-    parts = a.only.split(",")
+    if a.threads:
+        counts = [int(t) for t in a.threads.split(",")]
+        scaling_table((a.only or "light,hot1k,heavy").split(","), counts, a.repeat, a.json)
+        return 0
+    parts = (a.only or "light,heavy,hot1k,hot4k,light-mqtt,churn,load,paho").split(",")
     print(f"fastsub match_many benchmark (medians of {a.repeat}); "
           f"calibration: empty Python loop {calibration():.1f} ns/iteration")
     for name in ("light", "heavy", "hot1k", "hot4k", "light-mqtt"):

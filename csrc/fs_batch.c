@@ -7,6 +7,7 @@
 #include "fs_bits.h"
 #include "fs_cache.h"
 #include "fs_internal.h"
+#include "fs_pool.h"
 #include "fs_sys.h"
 #include "fs_walk.h"
 
@@ -348,25 +349,72 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
 
 /* ------------------------------------------------------------ threads
  *
- * The rows are cut into blocks of THREAD_BLOCK_ROWS, which the threads
- * claim one at a time (a thread that drew cheap rows takes more of them).
+ * The rows are cut into units of unit_rows (UNIT_ROWS, or the caller's
+ * block_rows), and a block is a run of whole units: a thread claims one
+ * with a single fetch-and-add on the next unit, so blocks are claimed in
+ * row order without a lock, and a thread that drew cheap rows takes more
+ * of them.  Each thread chooses its next block's size from what its
+ * blocks cost (next_block_units): ~BLOCK_TARGET_NS of work at the cost per
+ * row it has seen (which falls at once and rises by at most a quarter a
+ * block, so a block during which the thread was preempted does not shrink
+ * the next ones), at most
+ * BLOCK_MAX_IDS ids (so a block's ids stay in the L2), never more than
+ * twice the last, and smaller near the end so the threads finish
+ * together.  Cheap rows (hot1k, cached) grow to thousands of rows a
+ * block; heavy's ~80 ids a row keep its blocks to a few hundred.
+ *
  * A thread matches a block into a small buffer of its own, which stays in
- * its cache, then reserves the block's place in the output -- in block
- * order, since the output is the blocks' ids one after another -- and
- * copies the ids there.  So the output is written once, by all the
- * threads at the same time, into one buffer (usually the pool's kept
- * one, whose pages are mapped already), and row ends are global as soon
- * as they are written.
+ * its cache, then copies the ids to their place in the one output, which
+ * all threads write at the same time.  The place is found without a lock
+ * or a wait for a turn, by a decoupled look-back (Merrill and Garland's
+ * single-pass scan): the slot of a block's last unit holds one atomic
+ * word, 0 until the block is matched, then AGG | its id count, then
+ * PREFIX | the ids of every block up to and including it.  A block's
+ * offset is the sum of the words found walking back from its first unit
+ * (each word's block says where it starts), stopping at the first PREFIX.
+ * A block is matched before it is placed, so the walk only meets a 0 for
+ * a block another thread is matching now.  Then the thread does not wait:
+ * it keeps the block in its queue (PENDING_BLOCKS) and matches the next.
+ * Only with a full queue does it wait: it spins briefly (fs_cpu_relax,
+ * SPIN_NS), and if the block before is still not matched -- its thread was
+ * preempted, as it is with more threads than processors -- the queue
+ * doubles (up to PENDING_MAX blocks or PENDING_MAX_IDS ids) instead of
+ * the thread waiting longer.  Only a thread whose queue is at that limit
+ * sleeps (a condition variable, woken by the word it waits for), so that
+ * a preempted thread's block bounds the memory the others queue: with
+ * threads <= CPUs and no other load that never happens, and no block
+ * sleeps to be placed.  A thread with nothing left to claim spins for at
+ * most END_WAIT_NS; if a block before its own is still being matched then
+ * (its thread preempted), it sleeps until every block is matched -- one
+ * sleep per thread per batch at most -- and places the rest of its queue
+ * (every offset is then known without waiting).  Nothing yields: under
+ * load, a thread that yields while it waits hands its processor to other
+ * processes and still burns its own time.
  *
- * What it replaced: each thread matched a contiguous half into a buffer
- * of its own, grown through fresh pages, and the halves were then copied
- * into one.  On heavy (~650 MB of ids) the second half's page faults and
- * that copy made threads=2 0.36-0.73x as fast as one thread.
+ * Measured under load (2 cores shared, load average 10-15; 16 threads,
+ * 1M rows): with a fixed queue of 8 whose threads yielded until they could
+ * place, light and heavy made 17,000-23,000 involuntary context switches a
+ * batch; with the queue growing, 29-200 -- but heavy, whose queues reach
+ * their limit, 12,657 while yielding there, and 25% more CPU than the
+ * old code at 2 threads.  Threads that gave their queue
+ * to fs_batch_finish after END_WAIT_NS instead of sleeping left heavy's
+ * caller copying up to 8 MiB of ids per thread alone: heavy T=16 709 ns
+ * a row against the old code's 475.  A limit of 32 MiB a worker instead of 8
+ * cut heavy's sleeps at T=16 from ~1,200 to 80 a batch, but its system
+ * time rose from ~12 to 100-155 ms (the bigger queues' fresh buffers'
+ * page faults): 8 MiB stays.
  *
- * A block whose turn to reserve has not come waits in its thread's queue
- * (PENDING_BLOCKS) while the thread matches the next one: a thread stops
- * only when its queue is full, and then only until the one block before
- * its oldest is placed.
+ * What it replaced: blocks of 1,024 rows placed in turn under a mutex,
+ * waiting on a condition variable for the block before to be placed:
+ * with 16 threads, hot1k spent 2.7 cores in the kernel and made 9,604
+ * context switches per 1M-row batch.  And before that, each thread matched
+ * a contiguous half into a buffer of its own, grown through fresh pages,
+ * then the halves were copied into one: on heavy (~650 MB of ids) the page
+ * faults and the copy made threads=2 0.36-0.73x as fast as one thread.
+ *
+ * The threads are the process's worker pool (fs_pool.h): a batch posts a
+ * task for nthreads workers and creates no thread once the pool is big
+ * enough.
  *
  * The caller may still be filling the column when the threads start
  * (fs_batch_feed): a block is matched only once its rows are fed.  A
@@ -374,70 +422,180 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
  * thread's work; fed as they are converted, the threads match the first
  * rows while the rest are converted, instead of after all of them.
  */
-/* 1,024 rows: measured against 256 and 2,048 (1M-row Arrow batches, medians,
- * threads=2 / 1): hot1k cached 1.54-1.59x / 1.81-1.84x / 1.71-1.74x, heavy
- * 1.68-1.76x / 1.83-1.87x / 1.77-1.80x.  Smaller blocks pay the per-block
- * lock, tally and reservation too often for cheap rows; bigger ones
- * outgrow the L2 with heavy's ids (~650 bytes a row).
- * fs_batch_start_blocks can ask for other sizes. */
-#define THREAD_BLOCK_ROWS 1024
-#define PENDING_BLOCKS 4
+#define UNIT_ROWS 32               /* the pipeline's BLOCK_ROWS: a whole plan */
+#define FIRST_BLOCK_ROWS 64        /* a thread's first block: a guess to measure */
+#define MAX_BLOCK_ROWS 16384
+#define BLOCK_TARGET_NS 100000ULL  /* ~100 us a block */
+#define BLOCK_MAX_IDS 65536        /* 512 KiB of ids: half the L2 here (1 MiB a core) */
+#define PENDING_BLOCKS 8           /* a worker's queue to begin with */
+#define PENDING_MAX 1024           /* it grows to this many blocks, */
+#define PENDING_MAX_IDS ((size_t)1 << 20)   /* or 8 MiB of ids, then waits */
+#define SPIN_NS 20000ULL           /* spin this long before growing the queue, or sleeping */
+#define END_WAIT_NS 50000ULL       /* a thread done claiming spins this long, then sleeps */
+
+#define ST_AGG ((uint64_t)1 << 62)
+#define ST_PREFIX ((uint64_t)2 << 62)
+#define ST_VALUE(s) ((s) & (ST_AGG - 1))
 
 typedef struct {
-    size_t block;
+    _Atomic uint64_t state;    /* at a block's last unit: 0, AGG | ids, PREFIX | ids through it */
+    size_t first;              /* that block's first unit: written before state */
+} unit_slot;
+
+typedef struct {
+    size_t first, last;        /* units */
     fs_idbuf ids;
 } pending_block;
 
 typedef struct {
-    struct fs_batch_job *job;
-    fs_thread thread;
-    int started;
-    pending_block queue[PENDING_BLOCKS];     /* a ring: head, then count */
-    unsigned head, count;
+    pending_block *queue;      /* a ring of cap: head, then count */
+    unsigned cap, head, count;
+    size_t queued_ids;         /* the ids of its count blocks */
+    size_t blocked;            /* look_back's: where its last walk stopped */
+    pending_block first[PENDING_BLOCKS];     /* the ring until it grows */
 } batch_worker;
 
 struct fs_batch_job {
     fs_sublist *sl;
     fs_strings subjects, keys;
-    int has_keys, queues, dedupe;
-    size_t nrows, nblocks, block_rows;
+    int has_keys, queues, dedupe, fixed;   /* fixed: every block is one unit */
+    size_t nrows, unit_rows, nunits;
     int64_t *row_end;
     uint8_t *invalid;
+    unit_slot *slots;
     atomic_int cancel;
-    atomic_size_t next_block;      /* the next block to claim */
+    atomic_int rc;                 /* the first error, FS_OK */
+    atomic_size_t next_unit;       /* the next unit to claim */
+    atomic_size_t units_done;      /* units matched (fs_batch_wait) */
     atomic_size_t fed;             /* rows [0, fed) may be read; written under mu */
-    fs_mutex mu;                   /* guards what follows, up to grow */
-    fs_cond turn;                  /* a place was reserved, or the job failed */
+    fs_mutex mu;                   /* for the waits on more and done */
     fs_cond more;                  /* more rows were fed, or the job was cancelled */
-    fs_cond done;                  /* a worker ended (fs_batch_wait) */
-    size_t next_reserve;           /* the block whose place is reserved next */
-    size_t reserved;               /* ids placed so far: that block's offset */
-    int rc;                        /* the first error, FS_OK */
-    unsigned running;
+    fs_cond done;                  /* every unit matched, or the job failed */
+    fs_cond placed;                /* a word was written while sleepers > 0 */
+    atomic_int sleepers;           /* threads in sleep_on_slot */
     fs_rwlock grow;                /* copies into out share it; growing out takes it alone */
     fs_idbuf out;
+    fs_pool_task task;
     unsigned nworkers;
     batch_worker workers[];
 };
 
-/* Block b's rows: [*begin, *end). */
-static void block_span(const fs_batch_job *job, size_t b, size_t *begin, size_t *end)
+/* Rows of units [first, last]. */
+static void unit_span(const fs_batch_job *job, size_t first, size_t last, size_t *begin, size_t *end)
 {
-    *begin = b * job->block_rows;
-    *end = *begin + job->block_rows < job->nrows ? *begin + job->block_rows : job->nrows;
+    *begin = first * job->unit_rows;
+    *end = (last + 1) * job->unit_rows < job->nrows ? (last + 1) * job->unit_rows : job->nrows;
 }
 
-static void fail_locked(fs_batch_job *job, int rc)
+static void wake_waiters(fs_batch_job *job)
 {
-    if (job->rc == FS_OK)
-        job->rc = rc;
-    atomic_store_explicit(&job->cancel, 1, memory_order_relaxed);
-    fs_cond_broadcast(&job->turn);
+    fs_mutex_lock(&job->mu);
     fs_cond_broadcast(&job->more);
+    fs_cond_broadcast(&job->done);
+    fs_cond_broadcast(&job->placed);
+    fs_mutex_unlock(&job->mu);
 }
 
-/* Copy a block's ids to their place, offset off, growing the output first
- * if they do not fit; make its row ends global. */
+static void fail(fs_batch_job *job, int rc)
+{
+    int ok = FS_OK;
+    atomic_compare_exchange_strong(&job->rc, &ok, rc);
+    atomic_store(&job->cancel, 1);
+    wake_waiters(job);
+}
+
+static int cancelled(fs_batch_job *job)
+{
+    return atomic_load_explicit(&job->cancel, memory_order_relaxed);
+}
+
+/* Every unit matched, or the job failed or was cancelled. */
+static int job_over(fs_batch_job *job)
+{
+    return atomic_load(&job->units_done) == job->nunits || cancelled(job);
+}
+
+/* Sleep until slot q's block is matched (its word is written) or the job
+ * is cancelled: only for a thread whose queue is at its limit (see
+ * above).  Whoever writes a word wakes the sleepers (publish), and each
+ * side writes before it reads the other's (sleepers, the word: seq_cst),
+ * so no wake-up is lost. */
+static uint64_t sleep_on_slot(fs_batch_job *job, unit_slot *q)
+{
+    atomic_fetch_add(&job->sleepers, 1);
+    fs_mutex_lock(&job->mu);
+    uint64_t st;
+    while ((st = atomic_load(&q->state)) == 0 && !cancelled(job))
+        fs_cond_wait(&job->placed, &job->mu);
+    fs_mutex_unlock(&job->mu);
+    atomic_fetch_sub(&job->sleepers, 1);
+    return st;
+}
+
+/* Write a block's word; wake the threads sleeping for one, if any. */
+static void publish(fs_batch_job *job, size_t last, uint64_t word)
+{
+    atomic_store(&job->slots[last].state, word);
+    if (atomic_load(&job->sleepers)) {
+        fs_mutex_lock(&job->mu);
+        fs_cond_broadcast(&job->placed);
+        fs_mutex_unlock(&job->mu);
+    }
+}
+
+/* Wait for a matched block's word in slot q: spin (fs_cpu_relax) for at
+ * most limit_ns, or, with limit_ns 0, SPIN_NS and then sleep.  The word,
+ * or 0 when the job is cancelled or the time is up. */
+static uint64_t await_slot(fs_batch_job *job, unit_slot *q, unsigned long long limit_ns)
+{
+    unsigned long long start = fs_now_ns();
+    for (unsigned spins = 1;; spins++) {
+        uint64_t st = atomic_load_explicit(&q->state, memory_order_acquire);
+        if (st)
+            return st;
+        if ((spins & 63) == 0) {
+            if (cancelled(job))
+                return 0;
+            unsigned long long waited = fs_now_ns() - start;
+            if (limit_ns && waited > limit_ns)
+                return 0;
+            if (!limit_ns && waited > SPIN_NS)
+                return sleep_on_slot(job, q);
+        }
+        fs_cpu_relax();
+    }
+}
+
+/* The ids of every block before unit u, into *sum.  1; 0 when a block
+ * before is still being matched and wait is 0 or its time ran out (or the
+ * job was cancelled).  *blocked: the slot a walk last stopped at (or
+ * SIZE_MAX); while it is still 0, a walk that may not wait fails at once
+ * instead of walking back to it again over every block matched since. */
+static int look_back(fs_batch_job *job, size_t u, int wait, unsigned long long limit_ns, uint64_t *sum,
+                     size_t *blocked)
+{
+    if (!wait && *blocked < u &&
+        atomic_load_explicit(&job->slots[*blocked].state, memory_order_relaxed) == 0)
+        return 0;
+    uint64_t s = 0;
+    while (u > 0) {
+        unit_slot *q = &job->slots[u - 1];
+        uint64_t st = atomic_load_explicit(&q->state, memory_order_acquire);
+        if (st == 0 && (!wait || (st = await_slot(job, q, limit_ns)) == 0)) {
+            *blocked = u - 1;
+            return 0;
+        }
+        s += ST_VALUE(st);
+        if (st & ST_PREFIX)
+            break;
+        u = q->first;
+    }
+    *sum = s;
+    return 1;
+}
+
+/* Copy a block's ids to offset off in the output, growing it first if
+ * they do not fit; make its row ends global. */
 static int place_block(fs_batch_job *job, const pending_block *p, size_t off)
 {
     size_t n = p->ids.n, need = off + n;
@@ -447,12 +605,9 @@ static int place_block(fs_batch_job *job, const pending_block *p, size_t off)
         fs_rwlock_wrlock(&job->grow);
         int rc = FS_OK;
         if (job->out.cap < need) {
-            /* Keep what was placed: everything reserved lies below
-             * job->reserved (mu is never held around taking grow). */
-            fs_mutex_lock(&job->mu);
-            size_t placed = job->reserved;
-            fs_mutex_unlock(&job->mu);
-            job->out.n = placed < job->out.cap ? placed : job->out.cap;
+            /* Blocks are placed out of order: anything below cap may
+             * have been written, so all of it is kept. */
+            job->out.n = job->out.cap;
             rc = fs_idbuf_reserve(&job->out, need);
         }
         fs_rwlock_wrunlock(&job->grow);
@@ -465,56 +620,82 @@ static int place_block(fs_batch_job *job, const pending_block *p, size_t off)
     fs_rwlock_rdunlock(&job->grow);
     if (off) {
         size_t begin, end;
-        block_span(job, p->block, &begin, &end);
+        unit_span(job, p->first, p->last, &begin, &end);
         for (size_t i = begin; i < end; i++)
             job->row_end[i] += (int64_t)off;
     }
     return FS_OK;
 }
 
-enum { FLUSH_READY, FLUSH_ROOM, FLUSH_ALL };
+/* Double a full queue: FS_OK or FS_ENOMEM. */
+static int grow_queue(batch_worker *w)
+{
+    unsigned cap = w->cap * 2;
+    pending_block *q = FS_MALLOC(cap * sizeof(pending_block));
+    if (!q)
+        return FS_ENOMEM;
+    memset(q, 0, cap * sizeof(pending_block));
+    for (unsigned k = 0; k < w->cap; k++)
+        q[k] = w->queue[(w->head + k) % w->cap];
+    if (w->queue != w->first)
+        FS_FREE(w->queue);
+    w->queue = q;
+    w->head = 0;
+    w->cap = cap;
+    return FS_OK;
+}
 
-/* Place the worker's queued blocks whose turn has come.  FLUSH_READY
- * places what it can without waiting; FLUSH_ROOM waits, when the queue is
- * full, until it can place one; FLUSH_ALL waits until the queue is empty. */
-static int flush_queue(fs_batch_job *job, batch_worker *w, int how)
+enum { PLACE_READY, PLACE_ROOM, PLACE_END };
+
+/* Sleep until every unit is matched (or the job failed or was
+ * cancelled): a thread with nothing left to claim whose queue still waits
+ * on a block another thread is matching -- one that was preempted. */
+static void sleep_until_over(fs_batch_job *job)
 {
     fs_mutex_lock(&job->mu);
+    while (!job_over(job))
+        fs_cond_wait(&job->done, &job->mu);
+    fs_mutex_unlock(&job->mu);
+}
+
+/* Place the worker's queued blocks, oldest first, while their offsets are
+ * known.  PLACE_READY: without waiting.  PLACE_ROOM: the same, but when the
+ * queue is full, make room: spin a while for the oldest, then grow the
+ * queue, or (at PENDING_MAX) wait until it is placed.  PLACE_END: wait up
+ * to END_WAIT_NS for each, then sleep until every block is matched, and
+ * place the rest.  FS_OK, or an error. */
+static int place_queued(fs_batch_job *job, batch_worker *w, int how)
+{
     while (w->count) {
         pending_block *p = &w->queue[w->head];
-        if (job->rc != FS_OK) {
-            int rc = job->rc;
-            fs_mutex_unlock(&job->mu);
-            return rc;
-        }
-        if (job->next_reserve != p->block) {
-            if (how == FLUSH_ALL || (how == FLUSH_ROOM && w->count == PENDING_BLOCKS)) {
-                fs_cond_wait(&job->turn, &job->mu);
+        int full = how == PLACE_ROOM && w->count == w->cap;
+        int growable = w->cap < PENDING_MAX && w->queued_ids < PENDING_MAX_IDS;
+        uint64_t off;
+        int found = how == PLACE_END ? look_back(job, p->first, 1, END_WAIT_NS, &off, &w->blocked)
+                  : full ? look_back(job, p->first, 1, growable ? SPIN_NS : 0, &off, &w->blocked)
+                  : look_back(job, p->first, 0, 0, &off, &w->blocked);
+        if (!found) {
+            if (cancelled(job))
+                return FS_ECANCELLED;
+            if (how == PLACE_END) {
+                sleep_until_over(job);    /* then every block's word is written */
                 continue;
             }
-            break;
+            return full ? grow_queue(w) : FS_OK;
         }
-        size_t off = job->reserved;
-        job->reserved += p->ids.n;
-        job->next_reserve++;
-        fs_cond_broadcast(&job->turn);
-        fs_mutex_unlock(&job->mu);
-        int rc = place_block(job, p, off);
-        fs_mutex_lock(&job->mu);
-        if (rc != FS_OK) {
-            fail_locked(job, rc);
-            fs_mutex_unlock(&job->mu);
+        publish(job, p->last, ST_PREFIX | (off + p->ids.n));
+        int rc = place_block(job, p, (size_t)off);
+        if (rc != FS_OK)
             return rc;
-        }
-        w->head = (w->head + 1) % PENDING_BLOCKS;
+        w->head = (w->head + 1) % w->cap;
         w->count--;
+        w->queued_ids -= p->ids.n;
     }
-    fs_mutex_unlock(&job->mu);
     return FS_OK;
 }
 
 /* Wait until rows [0, end) are fed; FS_ECANCELLED if the job is cancelled
- * first. */
+ * first.  (Only a Python list's rows are fed late.) */
 static int wait_fed(fs_batch_job *job, size_t end)
 {
     if (atomic_load_explicit(&job->fed, memory_order_acquire) >= end)
@@ -522,7 +703,7 @@ static int wait_fed(fs_batch_job *job, size_t end)
     int rc = FS_OK;
     fs_mutex_lock(&job->mu);
     while (atomic_load_explicit(&job->fed, memory_order_relaxed) < end) {
-        if (atomic_load_explicit(&job->cancel, memory_order_relaxed)) {
+        if (cancelled(job)) {
             rc = FS_ECANCELLED;
             break;
         }
@@ -532,53 +713,88 @@ static int wait_fed(fs_batch_job *job, size_t end)
     return rc;
 }
 
+/* The next block's size, in units, from the last one's rows, time and
+ * ids; *cost: the thread's estimate of ns per 1,024 rows (0: none yet). */
+static size_t next_block_units(const fs_batch_job *job, size_t rows, unsigned long long ns, size_t ids,
+                               unsigned long long *cost)
+{
+    if (job->fixed)
+        return 1;
+    unsigned long long c = ns * 1024 / rows, est = *cost;
+    est = est == 0 || c < est ? c : c < est + est / 4 ? c : est + est / 4;
+    *cost = est;
+    unsigned long long want = est ? BLOCK_TARGET_NS * 1024 / est : MAX_BLOCK_ROWS;
+    if (ids && want > (unsigned long long)rows * BLOCK_MAX_IDS / ids)
+        want = (unsigned long long)rows * BLOCK_MAX_IDS / ids;
+    if (want > 2 * (unsigned long long)rows)
+        want = 2 * (unsigned long long)rows;
+    if (want > MAX_BLOCK_ROWS)
+        want = MAX_BLOCK_ROWS;
+    size_t units = (size_t)want / job->unit_rows;
+    return units ? units : 1;
+}
+
 static int worker_run(fs_batch_job *job, batch_worker *w, row_matcher *m)
 {
     const fs_strings *keys = job->has_keys ? &job->keys : NULL;
+    size_t units = job->fixed ? 1 : (FIRST_BLOCK_ROWS + job->unit_rows - 1) / job->unit_rows;
+    unsigned long long cost = 0;
     for (;;) {
-        int rc = flush_queue(job, w, FLUSH_ROOM);
+        int rc = place_queued(job, w, PLACE_ROOM);
         if (rc != FS_OK)
             return rc;
-        if (atomic_load_explicit(&job->cancel, memory_order_relaxed))
+        if (cancelled(job))
             return FS_ECANCELLED;
-        size_t b = atomic_fetch_add_explicit(&job->next_block, 1, memory_order_relaxed);
-        if (b >= job->nblocks)
-            return flush_queue(job, w, FLUSH_ALL);
-        pending_block *p = &w->queue[(w->head + w->count) % PENDING_BLOCKS];
+        /* Near the end, smaller blocks: the threads finish together. */
+        size_t left = job->nunits - atomic_load_explicit(&job->next_unit, memory_order_relaxed);
+        size_t share = left / (2 * (size_t)job->nworkers);
+        size_t take = units < share ? units : share ? share : 1;
+        size_t first = atomic_fetch_add_explicit(&job->next_unit, take, memory_order_relaxed);
+        if (first >= job->nunits)
+            return place_queued(job, w, PLACE_END);
+        size_t last = first + take <= job->nunits ? first + take - 1 : job->nunits - 1;
+        pending_block *p = &w->queue[(w->head + w->count) % w->cap];
         size_t begin, end;
-        block_span(job, b, &begin, &end);
+        unit_span(job, first, last, &begin, &end);
         if ((rc = wait_fed(job, end)) != FS_OK)
             return rc;
-        p->block = b;
+        p->first = first;
+        p->last = last;
         p->ids.n = 0;
+        unsigned long long t0 = job->fixed ? 0 : fs_now_ns();
         rc = matcher_run(m, job->sl, &job->subjects, keys, begin, end, job->queues, job->dedupe,
                          job->row_end + begin, job->invalid + begin, &p->ids, &job->cancel);
         if (rc != FS_OK)
             return rc;
+        if (!job->fixed)
+            units = next_block_units(job, end - begin, fs_now_ns() - t0, p->ids.n, &cost);
+        job->slots[last].first = first;
+        publish(job, last, ST_AGG | p->ids.n);
         w->count++;
-        if ((rc = flush_queue(job, w, FLUSH_READY)) != FS_OK)
+        w->queued_ids += p->ids.n;
+        size_t n = last - first + 1;
+        if (atomic_fetch_add_explicit(&job->units_done, n, memory_order_acq_rel) + n == job->nunits)
+            wake_waiters(job);      /* fs_batch_wait: every block is matched */
+        if ((rc = place_queued(job, w, PLACE_READY)) != FS_OK)
             return rc;
     }
 }
 
-static void worker_main(void *arg)
+/* A pool worker's turn at the job (fs_pool.h): index picks its queue. */
+static void worker_main(void *arg, unsigned index)
 {
-    batch_worker *w = arg;
-    fs_batch_job *job = w->job;
+    fs_batch_job *job = arg;
+    batch_worker *w = &job->workers[index];
+    if (job_over(job))
+        return;                 /* came after the work was done: nothing to set up */
     row_matcher m;
     int rc = matcher_open(&m);
     if (rc == FS_OK) {
         rc = worker_run(job, w, &m);
         matcher_close(job->sl, &m);
     }
-    for (unsigned k = 0; k < PENDING_BLOCKS; k++)
-        fs_idbuf_free(&w->queue[k].ids);
-    fs_mutex_lock(&job->mu);
     if (rc != FS_OK)
-        fail_locked(job, rc);
-    job->running--;
-    fs_cond_broadcast(&job->done);
-    fs_mutex_unlock(&job->mu);
+        fail(job, rc);
 }
 
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
@@ -595,21 +811,27 @@ fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, 
     size_t n = subjects->n;
     if (fed > n)
         fed = n;
-    if (block_rows == 0)
-        block_rows = THREAD_BLOCK_ROWS;
-    size_t nblocks = n / block_rows + (n % block_rows != 0);
+    int fixed = block_rows != 0;
+    size_t unit_rows = fixed ? block_rows : UNIT_ROWS;
+    size_t nunits = n / unit_rows + (n % unit_rows != 0);
     if (nthreads == 0)
         nthreads = 1;
-    if (nblocks && nthreads > nblocks)
-        nthreads = (unsigned)nblocks;
+    if (nunits && nthreads > nunits)
+        nthreads = (unsigned)nunits;
     size_t size = sizeof(fs_batch_job) + nthreads * sizeof(batch_worker);
     fs_batch_job *job = FS_MALLOC(size);
     if (!job)
         return NULL;
     memset(job, 0, size);
-    if (fs_rwlock_init(&job->grow) != 0) {
+    job->slots = FS_MALLOC((nunits ? nunits : 1) * sizeof(unit_slot));
+    if (!job->slots || fs_rwlock_init(&job->grow) != 0) {
+        FS_FREE(job->slots);
         FS_FREE(job);
         return NULL;
+    }
+    for (size_t u = 0; u < nunits; u++) {
+        atomic_init(&job->slots[u].state, 0);
+        job->slots[u].first = 0;
     }
     job->sl = sl;
     job->subjects = *subjects;
@@ -619,37 +841,42 @@ fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, 
     }
     job->queues = queues;
     job->dedupe = dedupe;
+    job->fixed = fixed;
     job->nrows = n;
-    job->nblocks = nblocks;
-    job->block_rows = block_rows;
+    job->unit_rows = unit_rows;
+    job->nunits = nunits;
     job->row_end = row_end;
     job->invalid = invalid;
-    job->rc = FS_OK;
     atomic_init(&job->cancel, 0);
-    atomic_init(&job->next_block, 0);
+    atomic_init(&job->rc, FS_OK);
+    atomic_init(&job->next_unit, 0);
+    atomic_init(&job->units_done, 0);
     atomic_init(&job->fed, fed);
     fs_mutex_init(&job->mu);
-    fs_cond_init(&job->turn);
     fs_cond_init(&job->more);
     fs_cond_init(&job->done);
+    fs_cond_init(&job->placed);
+    atomic_init(&job->sleepers, 0);
     job->nworkers = nthreads;
-    fs_idbuf_start_kept(&job->out);     /* mapped pages: no faults where the last batch wrote */
-    fs_mutex_lock(&job->mu);
     for (unsigned t = 0; t < nthreads; t++) {
-        batch_worker *w = &job->workers[t];
-        w->job = job;
-        job->running++;
-        if (fs_thread_start(&w->thread, worker_main, w) != 0) {
-            job->running--;
-            /* The blocks are claimed, not assigned: the threads that did
-             * start match them all.  None at all: fail. */
-            if (t == 0)
-                fail_locked(job, FS_ENOMEM);
-            break;
-        }
-        w->started = 1;
+        job->workers[t].queue = job->workers[t].first;
+        job->workers[t].cap = PENDING_BLOCKS;
+        job->workers[t].blocked = SIZE_MAX;
     }
-    fs_mutex_unlock(&job->mu);
+    fs_idbuf_start_kept(&job->out);     /* mapped pages: no faults where the last batch wrote */
+    job->task.fn = worker_main;
+    job->task.arg = job;
+    if (nunits && fs_pool_submit(&job->task, nthreads) != FS_OK) {
+        fs_idbuf_free(&job->out);
+        fs_mutex_destroy(&job->mu);
+        fs_cond_destroy(&job->more);
+        fs_cond_destroy(&job->done);
+        fs_cond_destroy(&job->placed);
+        fs_rwlock_destroy(&job->grow);
+        FS_FREE(job->slots);
+        FS_FREE(job);
+        return NULL;
+    }
     return job;
 }
 
@@ -657,9 +884,9 @@ int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
 {
     fs_deadline until = fs_deadline_in(timeout_ms);
     fs_mutex_lock(&job->mu);
-    while (job->running && fs_cond_wait_until(&job->done, &job->mu, &until))
+    while (!job_over(job) && fs_cond_wait_until(&job->done, &job->mu, &until))
         ;
-    int finished = job->running == 0;
+    int finished = job_over(job);
     fs_mutex_unlock(&job->mu);
     return finished;
 }
@@ -682,26 +909,49 @@ void fs_batch_cancel(fs_batch_job *job)
     fs_mutex_lock(&job->mu);
     atomic_store(&job->cancel, 1);
     fs_cond_broadcast(&job->more);
+    fs_cond_broadcast(&job->done);
+    fs_cond_broadcast(&job->placed);
     fs_mutex_unlock(&job->mu);
 }
 
 int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
 {
-    for (unsigned t = 0; t < job->nworkers; t++)
-        if (job->workers[t].started)
-            fs_thread_join(&job->workers[t].thread);
-    int rc = job->rc;
-    if (rc == FS_OK && job->next_reserve < job->nblocks)
+    if (job->nunits)
+        fs_pool_join(&job->task);
+    int rc = atomic_load(&job->rc);
+    if (rc == FS_OK && atomic_load(&job->units_done) < job->nunits)
         rc = FS_ECANCELLED;          /* cancelled between blocks, with nothing failing */
+    uint64_t total = 0;
+    /* Every block is matched: the blocks threads left queued are placed
+     * here, without waiting. */
+    for (unsigned t = 0; t < job->nworkers && rc == FS_OK; t++) {
+        batch_worker *w = &job->workers[t];
+        rc = place_queued(job, w, PLACE_READY);
+        if (rc == FS_OK && w->count)
+            rc = FS_ECANCELLED;      /* cannot be: every word is written */
+    }
+    size_t none = SIZE_MAX;
+    if (rc == FS_OK && !look_back(job, job->nunits, 0, 0, &total, &none))
+        rc = FS_ECANCELLED;
+    for (unsigned t = 0; t < job->nworkers; t++) {
+        batch_worker *w = &job->workers[t];
+        for (unsigned k = 0; k < w->cap; k++)
+            fs_idbuf_free(&w->queue[k].ids);
+        if (w->queue != w->first)
+            FS_FREE(w->queue);
+    }
     *out = job->out;
-    out->n = job->reserved;
-    if (rc != FS_OK)
+    out->n = (size_t)total;
+    if (rc != FS_OK) {
+        out->n = out->cap;           /* blocks were placed anywhere below cap */
         fs_idbuf_free(out);
+    }
     fs_mutex_destroy(&job->mu);
-    fs_cond_destroy(&job->turn);
     fs_cond_destroy(&job->more);
     fs_cond_destroy(&job->done);
+    fs_cond_destroy(&job->placed);
     fs_rwlock_destroy(&job->grow);
+    FS_FREE(job->slots);
     FS_FREE(job);
     return rc;
 }

@@ -72,18 +72,21 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
                   size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                   uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel);
 
-/* The same over nthreads native threads, which claim blocks of rows in
- * turn and place each block's ids, in order, in one output (fs_batch.c).
- * Start, poll, then finish. */
+/* The same over nthreads workers of the process's thread pool
+ * (fs_pool.h), which claim blocks of rows in turn and place each block's
+ * ids, in order, in one output, found by a lock-free look-back over the
+ * blocks before (fs_batch.c).  Start, poll, then finish. */
 typedef struct fs_batch_job fs_batch_job;
 
-/* Starts the threads.  row_end has n entries, invalid n.  NULL when out of
- * memory or no thread could be started. */
+/* Posts the work to the pool (starting threads only when it has too few
+ * free).  row_end has n entries, invalid n.  NULL when out of memory or
+ * the pool has no thread and none could be started. */
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                              int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid);
-/* The same, the rows cut into blocks of block_rows (0: the default, 1,024)
- * that the threads claim in turn (tests and fuzzers make them tiny, so
- * that small batches take the threaded path's every turn), with only rows
+/* The same, the rows cut into blocks of block_rows (0: sized as the batch
+ * runs, from what each thread's last block cost) that the threads claim
+ * in turn (tests and fuzzers make them tiny, so that small batches take
+ * the threaded path's every turn), with only rows
  * [0, fed) of subjects filled in so far: the caller fills the rest while
  * the threads match, and hands them over with fs_batch_feed.  (keys must
  * be filled in whole.) */
@@ -93,12 +96,13 @@ fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, 
 /* Rows [0, fed) of the subjects are filled in and may be matched.  The
  * caller must feed every row, or cancel, before fs_batch_wait can end. */
 void fs_batch_feed(fs_batch_job *job, size_t fed);
-/* Wait up to timeout_ms for the job; 1 when all threads are done, else 0. */
+/* Wait up to timeout_ms for the job; 1 when every row is matched (or the
+ * job failed or was cancelled), else 0. */
 int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms);
 /* Ask the threads to stop early. */
 void fs_batch_cancel(fs_batch_job *job);
-/* Join the threads, concatenate their ids into *out (row_end becomes
- * global), free the job.  FS_OK, FS_ENOMEM or FS_ECANCELLED; on error *out
+/* Wait for the job's workers to return, place any blocks they left,
+ * hand the ids over in *out (row_end is global), free the job.  FS_OK, FS_ENOMEM or FS_ECANCELLED; on error *out
  * is empty. */
 int fs_batch_finish(fs_batch_job *job, fs_idbuf *out);
 

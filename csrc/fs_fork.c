@@ -13,7 +13,9 @@
  *      out every holder of a cache shard's spin lock, which is only ever
  *      taken with its index's read or write lock held;
  *   3. the output pool's mutex (fs_idbuf.c), which is taken with an index
- *      lock held, never the other way round.
+ *      lock held, never the other way round;
+ *   4. the worker pool's mutex (fs_pool.c), which is never held while
+ *      another lock is taken, nor taken with one held.
  *
  * The parent releases them in the reverse order.  The child re-creates
  * each index's lock instead of releasing it: a glibc rwlock counts the
@@ -29,14 +31,19 @@
  * after the index locks depending on which came first, and a batch worker
  * holding a read lock while waiting for the pool would deadlock the fork).
  *
- * Other per-process state needs no handler: the batch threads live for one
- * call (the child has none, and starts its own); a thread's workspace is
+ * The worker pool (fs_pool.c) starts empty in the child: the parent's
+ * workers do not exist there, and the tasks queued for them belong to
+ * batches of the parent's other threads.  The child's first batch starts
+ * its own workers.
+ *
+ * Other per-process state needs no handler: a thread's workspace is
  * reached only through its own thread-specific slot, and the forking
  * thread's own is idle (it is in fork(), not in a match); the others' are
  * unreachable in the child, as their threads are. */
 #include "fs_internal.h"
 
 #include "fs_idbuf.h"
+#include "fs_pool.h"
 #include "fs_sys.h"
 
 static fs_mutex registry_mu;
@@ -54,10 +61,12 @@ static void fork_prepare(void)
     for (fs_sublist *sl = tail; sl; sl = sl->fork_prev)
         fs_rwlock_wrlock(&sl->lock);
     fs_idpool_fork_prepare();
+    fs_pool_fork_prepare();
 }
 
 static void fork_after(void)
 {
+    fs_pool_fork_parent();
     fs_idpool_fork_after();
     for (fs_sublist *sl = registry_head; sl; sl = sl->fork_next)
         fs_rwlock_wrunlock(&sl->lock);
@@ -68,6 +77,7 @@ static void fork_after(void)
  * (fs_rwlock_init cannot fail here: glibc's allocates nothing.) */
 static void fork_child(void)
 {
+    fs_pool_fork_child();
     fs_idpool_fork_after();
     for (fs_sublist *sl = registry_head; sl; sl = sl->fork_next)
         (void)fs_rwlock_init(&sl->lock);

@@ -137,6 +137,26 @@ int fs_cond_wait_until(fs_cond *c, fs_mutex *m, const fs_deadline *until)
 }
 #endif
 
+#ifdef _WIN32
+unsigned long long fs_now_ns(void)
+{
+    static LARGE_INTEGER freq;       /* fixed at boot: a benign race to fill it */
+    LARGE_INTEGER c;
+    if (freq.QuadPart == 0)
+        QueryPerformanceFrequency(&freq);
+    QueryPerformanceCounter(&c);
+    unsigned long long q = (unsigned long long)c.QuadPart, f = (unsigned long long)freq.QuadPart;
+    return q / f * 1000000000ULL + q % f * 1000000000ULL / f;
+}
+#else
+unsigned long long fs_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
+}
+#endif
+
 #ifndef _WIN32
 int fs_pthread_rwlock_init(pthread_rwlock_t *l)
 {

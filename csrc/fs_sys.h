@@ -116,6 +116,7 @@ static inline void fs_mutex_unlock(fs_mutex *m) { ReleaseSRWLockExclusive(m); }
 static inline void fs_cond_init(fs_cond *c) { InitializeConditionVariable(c); }
 static inline void fs_cond_destroy(fs_cond *c) { (void)c; }
 static inline void fs_cond_broadcast(fs_cond *c) { WakeAllConditionVariable(c); }
+static inline void fs_cond_signal(fs_cond *c) { WakeConditionVariable(c); }
 static inline void fs_cond_wait(fs_cond *c, fs_mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
 #else
 typedef pthread_mutex_t fs_mutex;
@@ -129,6 +130,7 @@ static inline void fs_mutex_unlock(fs_mutex *m) { pthread_mutex_unlock(m); }
 static inline void fs_cond_init(fs_cond *c) { pthread_cond_init(c, NULL); }
 static inline void fs_cond_destroy(fs_cond *c) { pthread_cond_destroy(c); }
 static inline void fs_cond_broadcast(fs_cond *c) { pthread_cond_broadcast(c); }
+static inline void fs_cond_signal(fs_cond *c) { pthread_cond_signal(c); }
 static inline void fs_cond_wait(fs_cond *c, fs_mutex *m) { pthread_cond_wait(c, m); }
 #endif
 
@@ -218,11 +220,33 @@ int fs_pages_discard(void *p, size_t size);
 
 /* ------------------------------------------------------------ yield */
 
-/* Let another ready thread run (a spin lock's back-off). */
+/* Let another ready thread run (a spin lock's back-off).  On Linux a
+ * yield that switches counts as an involuntary context switch (the thread
+ * stays runnable), never a voluntary one: it is not a sleep. */
 #ifdef _WIN32
 static inline void fs_yield(void) { SwitchToThread(); }
 #else
 static inline void fs_yield(void) { sched_yield(); }
 #endif
+
+/* One turn of a spin-wait: tell the processor (x86 PAUSE, Arm YIELD), so a
+ * sibling hyper-thread gets the core and the loop does not flood the
+ * memory system; a plain compiler barrier elsewhere. */
+#if defined(_WIN32)
+static inline void fs_cpu_relax(void) { YieldProcessor(); }
+#elif defined(__x86_64__) || defined(__i386__)
+static inline void fs_cpu_relax(void) { __builtin_ia32_pause(); }
+#elif defined(__aarch64__) || defined(__arm__)
+static inline void fs_cpu_relax(void) { __asm__ __volatile__("yield" ::: "memory"); }
+#else
+static inline void fs_cpu_relax(void) { atomic_signal_fence(memory_order_seq_cst); }
+#endif
+
+/* ------------------------------------------------------------ clock */
+
+/* A monotonic clock in nanoseconds, for measuring short spans (a batch
+ * block's cost, a spin's budget); its origin means nothing.  A vDSO call
+ * on Linux (~20 ns), QueryPerformanceCounter on Windows. */
+unsigned long long fs_now_ns(void);
 
 #endif

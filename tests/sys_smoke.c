@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "fs_batch.h"
+#include "fs_pool.h"
 #include "fs_sys.h"
 #include "sublist.h"
 
@@ -79,6 +80,46 @@ static void tls_user(void *arg)
 
 static fs_sublist *sl;
 static atomic_int stop_writers;
+
+/* One batch against the one-thread answer (want, want_end). */
+static fs_strings *smoke_col;
+static const fs_idbuf *want;
+static const int64_t *want_end;
+
+static int batch_agrees(unsigned threads, size_t block_rows)
+{
+    size_t n = smoke_col->n;
+    int64_t *end = malloc(n * sizeof(int64_t));
+    uint8_t *inv = malloc(n);
+    fs_idbuf got;
+    int ok = 0;
+    fs_batch_job *job = end && inv ? fs_batch_start_blocks(sl, smoke_col, NULL, FS_QUEUES_ALL, 0, threads,
+                                                           end, inv, block_rows, n) : NULL;
+    if (job) {
+        while (!fs_batch_wait(job, 5))
+            ;
+        if (fs_batch_finish(job, &got) == FS_OK) {
+            ok = got.n == want->n && memcmp(end, want_end, n * sizeof(int64_t)) == 0 &&
+                 memcmp(got.ids, want->ids, got.n * sizeof(int64_t)) == 0;
+            fs_idbuf_free(&got);
+        }
+    }
+    free(end);
+    free(inv);
+    return ok;
+}
+
+/* Batches from another caller thread, beside the main one's: the pool
+ * serves both. */
+static atomic_int side_ok;
+static void side_batches(void *arg)
+{
+    (void)arg;
+    int ok = 1;
+    for (int i = 0; i < 6; i++)
+        ok &= batch_agrees(i % 2 ? 5 : 16, (size_t)(i % 4));
+    atomic_store(&side_ok, ok);
+}
 
 static void writer(void *arg)
 {
@@ -189,6 +230,30 @@ int main(void)
         while (!fs_batch_wait(job, 5))
             ;
         CHECK(fs_batch_finish(job, &fed_out) == FS_ECANCELLED && fed_out.n == 0);
+    }
+    /* The pool: 16 workers (more than the CPUs), tiny fixed blocks and
+     * sized ones, the look-back over every size; after the first batch at
+     * 16, no thread is started, by this caller or by two side by side. */
+    {
+        smoke_col = &col;
+        want = &out[0];
+        want_end = row_end[0];
+        CHECK(batch_agrees(16, 1));
+        unsigned pool_threads, idle;
+        fs_pool_status(&pool_threads, &idle);
+        CHECK(pool_threads >= 16);
+        static const size_t sizes[] = {1, 2, 3, 0, 7, 0};
+        for (int i = 0; i < 12; i++)
+            CHECK(batch_agrees(i % 3 ? 16 : 3, sizes[i % 6]));
+        unsigned now;
+        fs_pool_status(&now, &idle);
+        CHECK(now == pool_threads);
+        fs_thread side;
+        CHECK(fs_thread_start(&side, side_batches, NULL) == 0);
+        for (int i = 0; i < 6; i++)
+            CHECK(batch_agrees(i % 2 ? 4 : 16, (size_t)(i % 4)));
+        fs_thread_join(&side);
+        CHECK(atomic_load(&side_ok));
     }
     atomic_store(&stop_writers, 1);
     for (int i = 0; i < 2; i++)

@@ -193,3 +193,56 @@ def test_python_level_locks_are_released_in_the_child():
         os._exit(0 if lock.acquire(timeout=3) else 1)
     t.join()
     assert _wait(pid) == 0
+
+
+def _pool_child(sl, want_batch):
+    """Runs in a child forked with the parent's batch worker pool alive:
+    the child's pool starts empty, and its first threaded batch starts
+    workers of its own and gives the exact answer."""
+    from fastsub import _core
+    try:
+        ok = _core._pool_status() == (0, 0)
+        for threads in (2, 4, 1, 3):
+            ok = ok and sl.match_many(SUBJECTS, threads=threads).sub_ids.tolist() == want_batch
+        ok = ok and _core._pool_status()[0] >= 3
+        os._exit(0 if ok else 3)
+    except BaseException:               # noqa: BLE001 - the status reports it
+        os._exit(4)
+
+
+@pytest.mark.parametrize("cache_size", [0, 4096])
+def test_fork_with_the_worker_pool_alive_and_busy(cache_size):
+    """fork() while another thread runs threaded batches on the pool's
+    workers (tiny blocks, four workers on any machine): every child starts
+    with an empty pool, grows its own and matches exactly; none hangs; the
+    parent's pool goes on."""
+    from fastsub import _core
+    sl = _index(cache_size)
+    want_batch = sl.match_many(SUBJECTS).sub_ids.tolist()
+    saved = _core._set_batch_threading(min_rows_per_thread=1, block_rows=7, cpus=4)
+    stop, errors = threading.Event(), []
+    worker = threading.Thread(target=_busy, args=(sl, "match_many4", stop, errors))
+    try:
+        assert sl.match_many(SUBJECTS, threads=4).sub_ids.tolist() == want_batch
+        assert _core._pool_status()[0] >= 4
+        worker.start()
+        time.sleep(0.05)
+        outcomes = []
+        for i in range(FORKS):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)   # 3.12+: fork() with threads
+                pid = os.fork()
+            if pid == 0:
+                _pool_child(sl, want_batch)         # never returns
+            outcomes.append(_wait(pid))
+            time.sleep(0.003 * (i % 4))
+    finally:
+        stop.set()
+        if worker.is_alive():
+            worker.join()
+        _core._set_batch_threading(**saved)
+    assert not errors, errors
+    hung = sum(s is None for s in outcomes)
+    failed = [s for s in outcomes if s is not None and not (os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0)]
+    assert hung == 0 and not failed, f"{hung} of {FORKS} children hung; failed statuses: {failed}"
+    assert sl.match_many(SUBJECTS, threads=4).sub_ids.tolist() == want_batch

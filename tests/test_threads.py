@@ -7,6 +7,7 @@ check that nothing they saw was impossible: every id belongs to a
 subscription some writer may insert whose filter matches the subject, and a
 bulk insert or remove is seen all at once or not at all."""
 import _thread
+import os
 import random
 import threading
 import time
@@ -390,3 +391,57 @@ def test_match_many_releases_the_gil():
     t.join()
     # with the GIL held for the whole call this loop would barely run
     assert spins > 20000 * max(waited, 0.1), (spins, waited)
+
+
+def _task_count():
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
+def test_batches_start_no_threads_after_the_first():
+    """The batch's workers are the process's pool, which outlives the
+    batch: once one batch has run at a thread count, batches at that count
+    or below create no thread (the process's thread count, /proc/self/task,
+    stays the same), and give the same answer."""
+    from fastsub import _core
+    sl = fastsub.Sublist("nats")
+    sl.insert_many([f"a.{i}.*" for i in range(200)] + ["a.>"], list(range(201)))
+    col = pa.array([f"a.{i % 300}.x" for i in range(20000)])
+    saved = _core._set_batch_threading(min_rows_per_thread=1, cpus=8)
+    try:
+        want = sl.match_many(col, threads=1)
+        first = sl.match_many(col, threads=8)
+        before = _task_count()
+        pool = _core._pool_status()
+        assert pool[0] >= 8
+        for threads in (8, 2, 5, 8, 3, 8) * 3:
+            got = sl.match_many(col, threads=threads)
+            assert (got.offsets == want.offsets).all() and (got.sub_ids == want.sub_ids).all()
+        assert _task_count() == before
+        assert _core._pool_status()[0] == pool[0]
+        assert (first.sub_ids == want.sub_ids).all()
+    finally:
+        _core._set_batch_threading(**saved)
+
+
+def test_an_idle_pool_uses_no_cpu():
+    """Between batches the pool's workers are parked (a condition
+    variable), not spinning: over a second of idleness the process uses
+    next to no CPU time (all threads counted)."""
+    from fastsub import _core
+    sl = fastsub.Sublist("nats")
+    sl.insert_many([f"a.{i}.*" for i in range(50)], list(range(50)))
+    col = pa.array([f"a.{i % 60}.x" for i in range(20000)])
+    saved = _core._set_batch_threading(min_rows_per_thread=1, cpus=8)
+    try:
+        sl.match_many(col, threads=8)
+    finally:
+        _core._set_batch_threading(**saved)
+    assert _core._pool_status()[0] >= 8
+    time.sleep(0.05)                          # the workers reach their condition variable
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    time.sleep(1.0)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+    assert cpu < 0.05 * wall, (cpu, wall)
+    threads, idle = _core._pool_status()
+    assert idle == threads, (threads, idle)

@@ -50,7 +50,8 @@ cdef unsigned _threads_for(unsigned asked, size_t rows):
     them, and a block waiting for its turn to be placed holds the others
     up: heavy at threads=4 on 2 CPUs ran at 0.61x of one thread before
     this cap), and never fewer than ROWS_PER_CHUNK rows per thread, where
-    starting a thread (~50-100 us) would cost more than it gains."""
+    handing work to the pool's threads (a wake-up each, and the blocks'
+    placement) would cost more than it gains."""
     import os
     cdef size_t cpus = _cpus_override
     if cpus == 0:
@@ -62,9 +63,19 @@ cdef unsigned _threads_for(unsigned asked, size_t rows):
     return <unsigned>(n if n > 1 else 1)
 
 
+def _pool_status():
+    """Testing: (threads, idle) of the process's batch worker pool
+    (csrc/fs_pool.h): how many threads it has started, and how many are
+    parked waiting for work now."""
+    cdef unsigned threads = 0, idle = 0
+    fs_pool_status(&threads, &idle)
+    return (threads, idle)
+
+
 def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None, feed_rows=None):
     """Testing only: cut batches for threads at min_rows_per_thread rows
-    per thread (default 16,384), in blocks of block_rows (0: 1,024), as if
+    per thread (default 16,384), in blocks of block_rows (0: sized as
+    the batch runs, from what the rows cost), as if
     the process had cpus CPUs (0: as it has), a Python list's rows handed
     to the threads feed_rows at a time (default 8,192).  Returns the
     previous settings, as a dict to pass back."""

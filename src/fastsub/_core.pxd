@@ -120,6 +120,9 @@ cdef extern from "fs_idbuf.h" nogil:
     void fs_idpool_status(size_t *buffers, size_t *bytes)
     void fs_idpool_hold_for_test(unsigned ms)
 
+cdef extern from "fs_pool.h" nogil:
+    void fs_pool_status(unsigned *threads, unsigned *idle)
+
 cdef extern from "fs_batch.h" nogil:
     enum:
         FS_STR_PTRS
