@@ -804,6 +804,18 @@ fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const f
                                  subjects->n);
 }
 
+/* A job's locks and memory, once no thread uses it (its output aside). */
+static void job_free(fs_batch_job *job)
+{
+    fs_mutex_destroy(&job->mu);
+    fs_cond_destroy(&job->more);
+    fs_cond_destroy(&job->done);
+    fs_cond_destroy(&job->placed);
+    fs_rwlock_destroy(&job->grow);
+    FS_FREE(job->slots);
+    FS_FREE(job);
+}
+
 fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                                     int queues, int dedupe, unsigned nthreads, int64_t *row_end,
                                     uint8_t *invalid, size_t block_rows, size_t fed)
@@ -868,13 +880,7 @@ fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, 
     job->task.arg = job;
     if (nunits && fs_pool_submit(&job->task, nthreads) != FS_OK) {
         fs_idbuf_free(&job->out);
-        fs_mutex_destroy(&job->mu);
-        fs_cond_destroy(&job->more);
-        fs_cond_destroy(&job->done);
-        fs_cond_destroy(&job->placed);
-        fs_rwlock_destroy(&job->grow);
-        FS_FREE(job->slots);
-        FS_FREE(job);
+        job_free(job);
         return NULL;
     }
     return job;
@@ -946,12 +952,6 @@ int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
         out->n = out->cap;           /* blocks were placed anywhere below cap */
         fs_idbuf_free(out);
     }
-    fs_mutex_destroy(&job->mu);
-    fs_cond_destroy(&job->more);
-    fs_cond_destroy(&job->done);
-    fs_cond_destroy(&job->placed);
-    fs_rwlock_destroy(&job->grow);
-    FS_FREE(job->slots);
-    FS_FREE(job);
+    job_free(job);
     return rc;
 }
