@@ -72,11 +72,11 @@ test-engine: build
 # build; a new test file lands here by default.  Spark is left out (the JVM's
 # launcher scripts hang with libasan preloaded), and so are the brokers' tests
 # (the plain pass runs them).  lsan.supp names only CPython's own allocators.
-# The amqtt tests (test_amqtt*.py) run in the plain pass and the wheel round trip only:
+# The tests that start amqtt (test_amqtt*.py, test_docs_embedding.py) run in the plain pass and the wheel round trip only:
 # amqtt's authentication plugin imports Python's crypt module, whose start-up
 # probe crashes inside gcc 12's ASan crypt interceptor (a NULL from libcrypt),
 # before any fastsub code runs.
-SAN_SKIP := tests/test_amqtt.py tests/test_amqtt_hostile.py
+SAN_SKIP := tests/test_amqtt.py tests/test_amqtt_hostile.py tests/test_docs_embedding.py
 ASAN_DIR := build/asan
 # pytest captures fd 2, so the report of a process the sanitizer stops would
 # be lost with it: reports go to files (log_path), printed when the run fails.
