@@ -106,7 +106,7 @@ static entry *listing(fs_sublist *sl, size_t *n)
         e[i].key = malloc(e[i].len);
         CHECK(e[i].key != NULL);
         char *p = e[i].key;
-        memcpy(p, r.arena + h->filter_off, h->filter_len);
+        if (h->filter_len) memcpy(p, r.arena + h->filter_off, h->filter_len);   /* arena NULL if all empty */
         p += h->filter_len;
         *p++ = 0;
         if (h->queue_len) memcpy(p, r.arena + h->queue_off, h->queue_len);
@@ -155,8 +155,11 @@ static void same_as_rebuilt(fs_sublist *sl)
     CHECK(fresh != NULL);
     for (size_t i = 0; i < r.nhits; i++) {
         const fs_rhit *h = &r.hits[i];
-        fs_spec sp = {r.arena + h->filter_off, h->filter_len, h->has_queue ? r.arena + h->queue_off : NULL,
-                      h->queue_len, h->id};
+        /* The arena is NULL when every string in it is empty (AMQP's key
+         * of zero words): no offset may be applied to it then. */
+        const char *arena = r.arena ? r.arena : "";
+        fs_spec sp = {r.arena ? arena + h->filter_off : arena, h->filter_len,
+                      h->has_queue ? (r.arena ? arena + h->queue_off : arena) : NULL, h->queue_len, h->id};
         int rc = fs_sublist_insert(fresh, &sp, &err);
         if (rc != 1)
             fprintf(stderr, "fuzz_load: subscription %zu of %zu re-inserted: %d (%s)\n", i, r.nhits, rc,
