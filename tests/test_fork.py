@@ -210,6 +210,7 @@ def _pool_child(sl, want_batch):
         os._exit(4)
 
 
+@pytest.mark.skipif(_UNDER_ASAN, reason="ASan's allocator locks are not fork-safe (see above)")
 @pytest.mark.parametrize("cache_size", [0, 4096])
 def test_fork_with_the_worker_pool_alive_and_busy(cache_size):
     """fork() while another thread runs threaded batches on the pool's
