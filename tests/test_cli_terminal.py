@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from cli_errors import PREFIX, one_error_line
 from fastsub import cli
 from fastsub.cli import common, fanout as cmd_fanout, fanout_schema, match as cmd_match
 
@@ -198,12 +199,7 @@ def no_jvm(monkeypatch):
 
 
 def _error(capsys, argv):
-    rc = cli.main(argv)
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert rc == 2, captured
-    assert len(lines) == 1 and lines[0].startswith("fastsub: error: "), captured.err
-    return lines[0][len("fastsub: error: "):]
+    return one_error_line(capsys, argv)[len(PREFIX):]
 
 
 def _inputs(tmp_path):

@@ -313,21 +313,23 @@ class Broker(_AmqttBroker):
         self._guard_packets(client_session, handler)
         await super()._client_message_loop(client_session, handler)
 
-    async def _handle_subscription(self, client_session: Any, handler: Any, subscribe_waiter: Any) -> None:
-        sub = subscribe_waiter.result()
-        why = malformed_subscribe(getattr(sub, "packet_id", None), getattr(sub, "topics", None))
+    async def _checked(self, kind: str, check: Any, session: Any, handler: Any, waiter: Any, handle: Any) -> None:
+        """amqtt's handling of a SUBSCRIBE or UNSUBSCRIBE (handle), after its
+        content passed check; a malformed one closes the connection instead."""
+        packet = waiter.result()
+        why = check(getattr(packet, "packet_id", None), getattr(packet, "topics", None))
         if why is not None:
-            await self._close_malformed(client_session, handler, f"SUBSCRIBE ({why})")
+            await self._close_malformed(session, handler, f"{kind} ({why})")
             return
-        await super()._handle_subscription(client_session, handler, subscribe_waiter)
+        await handle(session, handler, waiter)
+
+    async def _handle_subscription(self, client_session: Any, handler: Any, subscribe_waiter: Any) -> None:
+        await self._checked("SUBSCRIBE", malformed_subscribe, client_session, handler, subscribe_waiter,
+                            super()._handle_subscription)
 
     async def _handle_unsubscription(self, client_session: Any, handler: Any, unsubscribe_waiter: Any) -> None:
-        unsub = unsubscribe_waiter.result()
-        why = malformed_unsubscribe(getattr(unsub, "packet_id", None), getattr(unsub, "topics", None))
-        if why is not None:
-            await self._close_malformed(client_session, handler, f"UNSUBSCRIBE ({why})")
-            return
-        await super()._handle_unsubscription(client_session, handler, unsubscribe_waiter)
+        await self._checked("UNSUBSCRIBE", malformed_unsubscribe, client_session, handler, unsubscribe_waiter,
+                            super()._handle_unsubscription)
 
     # -- publish -----------------------------------------------------------
     async def _handle_message_delivery(self, client_session: Any, handler: Any, wait_deliver: Any) -> bool:

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from cli_errors import one_error_line
 from fastsub import cli
 from spark_expect import NATS_SUBJECTS, NATS_SUBS, Expected, events_rows, random_case
 
@@ -142,13 +143,7 @@ def test_progress_on_a_terminal_is_cleared_before_any_message(spark, tmp_path, c
                             '{"event_id": 2000, "subject":'], raw     # (trailing space not shown)
 
 
-def _error(capsys, argv):
-    rc = cli.main(argv)
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert rc == 2, captured
-    assert len(lines) == 1 and lines[0].startswith("fastsub: error: "), captured.err
-    return lines[0]
+_error = one_error_line
 
 
 def test_user_errors_are_one_line(spark, tmp_path, capsys):
