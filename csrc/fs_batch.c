@@ -95,7 +95,7 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
             const uint64_t seed = fs_pick_seed(keyhash, fs_group_key(sl, n, fs_node_group(n, sc->grefs[j].group)));
             for (size_t p = j; p < end; p++) {
                 const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
-                fs_pick_offer(&best, seed, part->ids, part->n);
+                fs_pick_offer(&best, seed, fs_group_ids(part), part->n);
             }
             if (put(out, &best.id, 1) < 0)
                 return FS_ENOMEM;
@@ -106,7 +106,7 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
             const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
             if (fs_idbuf_room(out, runs.n + part->n) < 0)
                 return FS_ENOMEM;
-            fs_runs_add(&runs, out->ids + out->n, part->ids, part->n);
+            fs_runs_add(&runs, out->ids + out->n, fs_group_ids(part), part->n);
         }
         fs_runs_end(&runs, out->ids + out->n);
         out->n += runs.n;

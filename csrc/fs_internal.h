@@ -25,11 +25,11 @@
 
 typedef struct fs_cache fs_cache;
 
-typedef struct {
+struct fs_slot {
     uint32_t hash;
     uint32_t len;
     fs_node *node;       /* NULL: empty slot */
-} fs_slot;
+};
 
 typedef struct fs_level {
     fs_slot *slots;      /* open addressing, linear probing, cap a power of 2 */
@@ -79,7 +79,8 @@ typedef struct {
     char *name;
     int64_t *ids;        /* sorted */
     uint32_t name_len, name_hash;
-    uint32_t n, cap;
+    uint32_t n, cap;     /* cap 0: a mapped image's group, whose name and ids
+                          * are offsets from the group (fs_group_name/ids) */
 } fs_group;
 
 /* A node's queue groups: the counts and the groups in one allocation, so
@@ -119,7 +120,14 @@ static inline fs_link *fs_link_of(const fs_node *n)
 {
     return (fs_link *)(uintptr_t)((const char *)n - sizeof(fs_link));
 }
-/* A trie node's parent / next level; NULL for a table entry. */
+/* fs_node.linked: bit 0, a trie node (fs_link before it); bit 1, a node
+ * of a mapped image, whose links and payload are offsets (fs_up, fs_down,
+ * fs_node_ids, fs_node_group below read either kind). */
+#define FS_LINK_TRIE 1u
+#define FS_LINK_IMAGE 2u
+
+/* A built trie node's parent / next level; NULL for a table entry.  For
+ * the writes, which never see a mapped node; the reads use fs_up/fs_down. */
 static inline fs_node *fs_parent(const fs_node *n) { return n->linked ? fs_link_of(n)->parent : NULL; }
 static inline fs_level *fs_next(const fs_node *n) { return n->linked ? fs_link_of(n)->next : NULL; }
 /* The next level of a node known to be in the trie (the walks' hot path). */
@@ -146,6 +154,15 @@ typedef struct {
     uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
 } fs_shapes;
 
+/* A mapped image (fs_image.c, docs/FORMAT.md version 3): the index's own
+ * structs, laid out in one buffer, with offsets where a built index has
+ * pointers.  base NULL: the index is built in memory. */
+typedef struct {
+    const char *base;     /* the image's first byte (8-byte aligned) */
+    uint64_t len;         /* its bytes: every offset is checked against it */
+    uint64_t nodes_end;   /* objects lie in [FS_IMG_OBJECTS, nodes_end) */
+} fs_img;
+
 struct fs_sublist {
     fs_rwlock lock;
     fs_dialect dialect;
@@ -153,6 +170,18 @@ struct fs_sublist {
     fs_level literals;    /* whole literal filters -> entry (parent NULL), keyed
                            * like a shape without wildcards (fs_tokens_key),
                            * with a bitmap of its keys */
+    const fs_level *lit;  /* the literal table read by the walks: &literals,
+                           * or the image's */
+    fs_img img;           /* a mapped image's bytes (base NULL: none) */
+    _Atomic int damaged;  /* a mapped image failed a bounds check (fs_img_bad) */
+    /* A mapped image changes through a live part: a built index of its
+     * own (NULL until the first change) that holds every filter changed
+     * since opening -- the filter's image entry is copied over whole and
+     * masked (its offset in the set masked), so each filter's
+     * subscriptions are in one place.  fs_image.c. */
+    fs_sublist *live;
+    uint64_t *masked;     /* open addressing, 0: empty slot */
+    uint64_t masked_cap, masked_n;
     fs_shapes shapes;     /* filters with wildcards, by shape (fs_shape.c) */
     fs_cache *cache;      /* CLOCK cache of match results; NULL when disabled */
     fs_slab slab;         /* the blocks of every node and table entry */
@@ -164,6 +193,152 @@ struct fs_sublist {
     _Atomic uint64_t matches, fanout_total, fanout_max;
     fs_sublist *fork_prev, *fork_next;   /* the live indexes (fs_fork.c) */
 };
+
+
+/* ---- reading a mapped image (fs_image.c writes and opens it)
+ * A mapped image holds the index's own structs, with offsets from the
+ * image's first byte where a built index holds pointers: fs_level's slots,
+ * filter, one and rest, fs_slot's node, fs_link's parent and next (0:
+ * none).  The walks turn them into pointers through these functions, which
+ * hand back a built index's pointers unchanged.  No offset is followed
+ * unchecked: a node, a level and everything they point to are checked to
+ * lie inside the image when the walk reaches them (fs_img_node,
+ * fs_img_level); one that does not marks the index damaged (the call then
+ * fails: FS_EBADDATA) and reads as absent, so the walk goes on safely. */
+
+#define FS_IMG_OBJECTS 1024u   /* the first object's offset: header and root block before */
+
+/* Mark the image damaged (the running call and every later one fail). */
+static inline void fs_img_bad(const fs_sublist *sl)
+{
+    atomic_store_explicit(&((fs_sublist *)(uintptr_t)sl)->damaged, 1, memory_order_relaxed);
+}
+
+/* Is [off, off + size) inside the image's objects, off 8-byte aligned? */
+static inline int fs_img_holds(const fs_sublist *sl, uint64_t off, uint64_t size)
+{
+    return (off & 7) == 0 && off >= FS_IMG_OBJECTS && off <= sl->img.nodes_end &&
+           size <= sl->img.nodes_end - off;
+}
+
+/* The node at offset off, checked whole (fs_image.c); NULL for 0 or for a
+ * node that is not all inside the image (marked damaged). */
+const fs_node *fs_img_node_checked(const fs_sublist *sl, uint64_t off);
+const fs_level *fs_img_level_checked(const fs_sublist *sl, uint64_t off);
+
+static inline const fs_node *fs_img_node(const fs_sublist *sl, const fs_node *ref)
+{
+    return ref ? fs_img_node_checked(sl, (uint64_t)(uintptr_t)ref) : NULL;
+}
+
+/* A stored node link -- a slot's node, a level's one or rest child --
+ * as a pointer. */
+static inline const fs_node *fs_ref_node(const fs_sublist *sl, const fs_node *ref)
+{
+    return sl->img.base ? fs_img_node(sl, ref) : ref;
+}
+
+/* Where a stored link points, for a prefetch only: not checked, never
+ * read (integer arithmetic: a damaged offset cannot overflow a pointer). */
+static inline const char *fs_ref_addr(const fs_sublist *sl, const void *ref)
+{
+    return (const char *)((uintptr_t)sl->img.base + (uintptr_t)ref);
+}
+
+/* The slots and the bitmap of a level the walk holds (checked when the
+ * level was reached). */
+static inline const fs_slot *fs_lv_slots(const fs_sublist *sl, const fs_level *L)
+{
+    return sl->img.base ? (const fs_slot *)(const void *)(sl->img.base + (uintptr_t)L->slots) : L->slots;
+}
+static inline const uint64_t *fs_lv_filter(const fs_sublist *sl, const fs_level *L)
+{
+    if (!sl->img.base)
+        return L->filter;
+    return L->cap ? (const uint64_t *)(const void *)(sl->img.base + (uintptr_t)L->filter) : fs_no_filter;
+}
+static inline const fs_node *fs_lv_one(const fs_sublist *sl, const fs_level *L) { return fs_ref_node(sl, L->one); }
+static inline const fs_node *fs_lv_rest(const fs_sublist *sl, const fs_level *L) { return fs_ref_node(sl, L->rest); }
+
+/* A trie node's parent (NULL: a table entry, or the root) and next level
+ * (NULL: none), for the reads. */
+static inline const fs_node *fs_up(const fs_sublist *sl, const fs_node *n)
+{
+    if (!(n->linked & FS_LINK_TRIE))
+        return NULL;
+    const fs_node *p = fs_link_of(n)->parent;
+    return (n->linked & FS_LINK_IMAGE) ? fs_img_node(sl, p) : p;
+}
+static inline const fs_level *fs_down(const fs_sublist *sl, const fs_node *n)
+{
+    if (!(n->linked & FS_LINK_TRIE))
+        return NULL;
+    const fs_level *L = fs_link_of(n)->next;
+    if (!(n->linked & FS_LINK_IMAGE) || !L)
+        return L;
+    return fs_img_level_checked(sl, (uint64_t)(uintptr_t)L);
+}
+
+/* The deepest a filter's trie path goes: a path longer than this in a
+ * mapped image is a loop (marked damaged). */
+#define FS_MAX_DEPTH (FS_MAX_SUBJECT / 2 + 1)
+
+/* The number of tokens of node n's filter: the trie nodes from n up to,
+ * not counting, the root (the node without a parent: a built index's or
+ * an image's, so that an image's and its live part's nodes read alike);
+ * 0 for the root, and for a mapped image's path that loops (marked
+ * damaged). */
+static inline uint32_t fs_path_depth(const fs_sublist *sl, const fs_node *n)
+{
+    uint32_t d = 0;
+    for (const fs_node *p = n, *up; (up = fs_up(sl, p)) != NULL; p = up)
+        if (++d > FS_MAX_DEPTH) {
+            fs_img_bad(sl);
+            return 0;
+        }
+    return d;
+}
+
+/* The bytes of node n's filter: a table entry's whole filter, or a trie
+ * node's tokens joined by the separator (0 for the root). */
+static inline size_t fs_path_bytes(const fs_sublist *sl, const fs_node *n)
+{
+    if (!(n->linked & FS_LINK_TRIE))
+        return n->toklen;
+    uint32_t d = fs_path_depth(sl, n);
+    size_t len = 0;
+    for (uint32_t i = 0; i < d; i++, n = fs_up(sl, n))
+        len += n->toklen + 1u;
+    return d ? len - 1 : 0;
+}
+
+/* Write node n's filter (fs_path_bytes of them) ending at end. */
+static inline void fs_path_write(const fs_sublist *sl, const fs_node *n, char *end)
+{
+    if (!(n->linked & FS_LINK_TRIE)) {
+        memcpy(end - n->toklen, n->tok, n->toklen);
+        return;
+    }
+    char sep = fs_sep(sl->dialect);
+    uint32_t d = fs_path_depth(sl, n);
+    for (uint32_t i = 0; i < d; i++, n = fs_up(sl, n)) {
+        end -= n->toklen;
+        memcpy(end, n->tok, n->toklen);
+        if (i + 1 < d)
+            *--end = sep;
+    }
+}
+
+/* ---- a mapped image's live part (fs_image.c) */
+/* Was image node n's filter moved to the live part? */
+int fs_image_masked(const fs_sublist *sl, const fs_node *n);
+/* Mark it moved (write lock held).  FS_OK or FS_ENOMEM. */
+int fs_image_mask(fs_sublist *sl, const fs_node *n);
+/* The rest of fs_walk_collect for an image with a live part: drop the
+ * masked entries from sc->hits, walk the image's trie (then drop its
+ * masked nodes), then add the live part's hits. */
+int fs_image_walk_rest(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
+                       fs_scratch *sc, int first_only);
 
 /* ---- fork safety (fs_fork.c): every live index is registered, so that
  * fork() waits until no thread is inside one.  fs_fork_ready: 1 when the
@@ -242,8 +417,12 @@ fs_shape *fs_shape_find(const fs_sublist *sl, const fs_shape_of *of);
 int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out);
 /* Free a shape that has no entries (a no-op otherwise). */
 void fs_shape_drop_if_empty(fs_sublist *sl, fs_shape *sh);
+/* Does shape a come before the shape like b in the canonical order? */
+int fs_shape_before(const fs_shape *a, const fs_shape_of *b);
+/* The probe sets (fs_shapes.probe) of the index's shapes, into probe. */
+void fs_shapes_probes(const fs_sublist *sl, uint64_t *probe);
 /* The entry for filter f (whose key is key), or NULL. */
-fs_node *fs_shape_lookup(const fs_shape *sh, const char *f, uint32_t flen, uint64_t key);
+fs_node *fs_shape_lookup(const fs_sublist *sl, const fs_shape *sh, const char *f, uint32_t flen, uint64_t key);
 /* Add entry n.  FS_OK or FS_ENOMEM (table unchanged). */
 int fs_shape_add(fs_sublist *sl, fs_shape *sh, fs_node *n, uint64_t key);
 /* Remove entry n (not freed); an emptied shape is dropped.  Never fails. */
@@ -276,36 +455,65 @@ static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *
 
 /* The entry of shape sh that the subject (tokens t, bytes up to end)
  * matches, given its key in that shape; NULL when none does. */
-static inline const fs_node *fs_shape_probe_slots(const fs_shape *sh, uint64_t key, char sep, const char *s,
-                                                  const fs_span *t, const char *end)
+static inline const fs_node *fs_shape_probe_slots(const fs_sublist *sl, const fs_shape *sh, uint64_t key,
+                                                  char sep, const char *s, const fs_span *t, const char *end)
 {
     const fs_level *L = &sh->table;
+    const fs_slot *slots = fs_lv_slots(sl, L);
     uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
     for (uint32_t c = 0, i = lo & mask; c < L->cap; c++, i = (i + 1) & mask) {
-        const fs_slot *slot = &L->slots[i];
+        const fs_slot *slot = &slots[i];
         if (!slot->node)
             return NULL;
-        if (slot->hash == lo && slot->len == hi && fs_shape_entry_matches(sh, slot->node, sep, s, t, end))
-            return slot->node;       /* one filter per shape can match a subject */
+        if (slot->hash == lo && slot->len == hi) {
+            const fs_node *e = fs_ref_node(sl, slot->node);
+            if (e && fs_shape_entry_matches(sh, e, sep, s, t, end))
+                return e;            /* one filter per shape can match a subject */
+        }
     }
     return NULL;
 }
 
-/* The same, first asking the shape's bitmap (most probes stop there). */
-static inline const fs_node *fs_shape_probe(const fs_shape *sh, uint64_t key, char sep, const char *s,
-                                            const fs_span *t, const char *end)
+/* Might a filtered table hold an entry of this key?  0: certainly not. */
+static inline int fs_lv_may_hold(const fs_sublist *sl, const fs_level *L, uint64_t key)
 {
-    return fs_level_may_hold(&sh->table, key) ? fs_shape_probe_slots(sh, key, sep, s, t, end) : NULL;
+    uint32_t h = (uint32_t)(key >> 32);
+    uint64_t w = fs_lv_filter(sl, L)[(h & L->filter_mask) >> 6];
+    return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
 }
 
-static inline uint32_t fs_ngroups(const fs_node *n) { return n->groups ? n->groups->n : 0; }
-static inline fs_group *fs_node_group(const fs_node *n, uint32_t i) { return &n->groups->g[i]; }
+/* A node's payload.  A mapped image's node holds offsets from itself (from
+ * the group, for a group's name and ids) where a built one holds pointers;
+ * fs_img_node checked every one of them when the walk reached the node. */
+static inline const fs_groups *fs_node_groups(const fs_node *n)
+{
+    if (n->linked & FS_LINK_IMAGE)
+        return (const fs_groups *)(const void *)((const char *)n + (uintptr_t)n->groups);
+    return n->groups;
+}
+static inline uint32_t fs_ngroups(const fs_node *n) { return n->groups ? fs_node_groups(n)->n : 0; }
+static inline fs_group *fs_node_group(const fs_node *n, uint32_t i)
+{
+    return (fs_group *)(uintptr_t)&fs_node_groups(n)->g[i];
+}
+static inline const char *fs_group_name(const fs_group *g)
+{
+    return g->cap ? g->name : (const char *)g + (uintptr_t)g->name;
+}
+static inline const int64_t *fs_group_ids(const fs_group *g)
+{
+    return g->cap ? g->ids : (const int64_t *)(const void *)((const char *)g + (uintptr_t)g->ids);
+}
 
 static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->groups; }
 
 static inline const int64_t *fs_node_ids(const fs_node *n)
 {
-    return n->subcap <= 1 ? &n->subs.one : n->subs.many;
+    if (n->subcap <= 1)
+        return &n->subs.one;
+    if (n->linked & FS_LINK_IMAGE)
+        return (const int64_t *)(const void *)((const char *)n + n->subs.one);
+    return n->subs.many;
 }
 
 /* The plain ids of a row's hits, in the row's order (declared above). */
@@ -322,54 +530,53 @@ static inline size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int
 
 /* The child for a literal token, or NULL.  end: how far the bytes from tok
  * may be read (tok + len at least). */
-static inline fs_node *fs_level_find_within(const fs_level *L, const char *tok, uint32_t len,
-                                            uint32_t h, const char *end)
+static inline const fs_node *fs_level_find_within(const fs_sublist *sl, const fs_level *L, const char *tok,
+                                                  uint32_t len, uint32_t h, const char *end)
 {
     if (!L->cap)
         return NULL;
+    const fs_slot *slots = fs_lv_slots(sl, L);
     uint32_t mask = L->cap - 1, i = h & mask;
     for (uint32_t k = 0; k < L->cap; k++, i = (i + 1) & mask) {
-        const fs_slot *s = &L->slots[i];
+        const fs_slot *s = &slots[i];
         if (!s->node)
             return NULL;
-        if (s->hash == h && s->len == len && fs_tok_eq_within(s->node->tok, tok, len, end))
-            return s->node;
+        if (s->hash == h && s->len == len) {
+            const fs_node *n = fs_ref_node(sl, s->node);
+            if (n && n->toklen == len && fs_tok_eq_within(n->tok, tok, len, end))
+                return n;
+        }
     }
     return NULL;
 }
 
-static inline fs_node *fs_level_find(const fs_level *L, const char *tok, uint32_t len, uint32_t h)
+static inline const fs_node *fs_level_find(const fs_sublist *sl, const fs_level *L, const char *tok,
+                                           uint32_t len, uint32_t h)
 {
-    return fs_level_find_within(L, tok, len, h, tok + len);
+    return fs_level_find_within(sl, L, tok, len, h, tok + len);
 }
 
 /* The entry of a keyed table (the literal table, a shape table: slot.hash
  * and slot.len hold the key's low and high halves) whose whole filter is
  * the len bytes f (readable up to end), or NULL. */
-static inline fs_node *fs_keyed_find(const fs_level *L, uint64_t key, const char *f, uint32_t len,
-                                     const char *end)
+static inline const fs_node *fs_keyed_find(const fs_sublist *sl, const fs_level *L, uint64_t key,
+                                           const char *f, uint32_t len, const char *end)
 {
     if (!L->cap)
         return NULL;
+    const fs_slot *slots = fs_lv_slots(sl, L);
     uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
     for (uint32_t k = 0, i = lo & mask; k < L->cap; k++, i = (i + 1) & mask) {
-        const fs_slot *s = &L->slots[i];
+        const fs_slot *s = &slots[i];
         if (!s->node)
             return NULL;
-        if (s->hash == lo && s->len == hi && s->node->toklen == len &&
-            fs_tok_eq_within(s->node->tok, f, len, end))
-            return s->node;
+        if (s->hash == lo && s->len == hi) {
+            const fs_node *n = fs_ref_node(sl, s->node);
+            if (n && n->toklen == len && fs_tok_eq_within(n->tok, f, len, end))
+                return n;
+        }
     }
     return NULL;
-}
-
-/* The literal table's entry equal to the subject s (whose key is
- * fs_tokens_key of its tokens), or NULL; the bitmap answers most misses
- * without touching the slots. */
-static inline const fs_node *fs_literal_find(const fs_level *L, uint64_t key, const char *s, uint32_t len,
-                                             const char *end)
-{
-    return fs_level_may_hold(L, key) ? fs_keyed_find(L, key, s, len, end) : NULL;
 }
 
 static inline int fs_push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)

@@ -45,24 +45,12 @@ int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n
 /* Write the filter of node n (its path from the root) into an arena. */
 int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap)
 {
-    if (n == sl->root)
+    size_t total = fs_path_bytes(sl, n);
+    if (total == 0)
         return FS_OK;
-    if (!fs_parent(n))      /* a literal-table entry holds its whole filter */
-        return fs_arena_put(arena, len, cap, n->tok, n->toklen);
-    size_t total = 0;
-    for (const fs_node *p = n; p != sl->root; p = fs_parent(p))
-        total += p->toklen + 1;
-    total -= 1;
     if (fs_grow(arena, cap, *len + total, 1) < 0)
         return FS_ENOMEM;
-    char *end = *arena + *len + total;
-    char sep = fs_sep(sl->dialect);
-    for (const fs_node *p = n; p != sl->root; p = fs_parent(p)) {
-        end -= p->toklen;
-        memcpy(end, p->tok, p->toklen);
-        if (fs_parent(p) != sl->root)
-            *--end = sep;
-    }
+    fs_path_write(sl, n, *arena + *len + total);
     *len += total;
     return FS_OK;
 }
@@ -147,6 +135,7 @@ static int bytes_cmp(const char *a, size_t na, const char *b, size_t nb)
 #define READER_DEPTH 32
 
 typedef struct {
+    const fs_sublist *sl;
     const fs_node *n;
     const fs_node *path[READER_DEPTH];
     uint32_t depth, next;     /* tokens; the next chunk: 2i token i, 2i+1 the separator after it */
@@ -157,23 +146,21 @@ typedef struct {
 
 static void reader_init(filter_reader *f, const fs_sublist *sl, const fs_node *n)
 {
+    f->sl = sl;
     f->n = n;
     f->sep = fs_sep(sl->dialect);
     f->next = 0;
     f->left = 0;
     f->depth = 0;
-    if (n == sl->root)
-        return;
-    if (!fs_parent(n)) {
+    if (!(n->linked & FS_LINK_TRIE)) {
         f->depth = 1;
         f->path[0] = n;
         return;
     }
-    for (const fs_node *x = n; x != sl->root; x = fs_parent(x))
-        f->depth++;
+    f->depth = fs_path_depth(sl, n);     /* 0 for a damaged image's path */
     if (f->depth <= READER_DEPTH) {
         uint32_t i = f->depth;
-        for (const fs_node *x = n; x != sl->root; x = fs_parent(x))
+        for (const fs_node *x = n; i; x = fs_up(sl, x))
             f->path[--i] = x;
     }
 }
@@ -184,7 +171,7 @@ static const fs_node *reader_token(const filter_reader *f, uint32_t i)
         return f->path[i];
     const fs_node *x = f->n;
     for (uint32_t up = f->depth - 1 - i; up; up--)
-        x = fs_parent(x);
+        x = fs_up(f->sl, x);
     return x;
 }
 
@@ -244,9 +231,10 @@ typedef struct {
 static inline int name_cmp(const fs_group *a, const fs_group *b)
 {
     uint32_t n = a->name_len < b->name_len ? a->name_len : b->name_len;
+    const char *an = fs_group_name(a), *bn = fs_group_name(b);
     for (uint32_t i = 0; i < n; i++)          /* names are short: no call */
-        if (a->name[i] != b->name[i])
-            return (unsigned char)a->name[i] < (unsigned char)b->name[i] ? -1 : 1;
+        if (an[i] != bn[i])
+            return (unsigned char)an[i] < (unsigned char)bn[i] ? -1 : 1;
     return a->name_len < b->name_len ? -1 : a->name_len > b->name_len;
 }
 
@@ -469,9 +457,9 @@ uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
         /* The group is (name, filter): fold in the filter's token hashes,
          * last to first -- the same whether the filter lives in the trie
          * (one token per node) or in a table entry (the whole filter). */
-        if (fs_parent(n)) {
-            for (const fs_node *p = n; p != sl->root; p = fs_parent(p))
-                h = (h ^ p->hash) * 0x9E3779B97F4A7C15ull;
+        if (n->linked & FS_LINK_TRIE) {
+            for (uint32_t d = fs_path_depth(sl, n), i = 0; i < d; i++, n = fs_up(sl, n))
+                h = (h ^ n->hash) * 0x9E3779B97F4A7C15ull;
         } else {
             const char *f = n->tok;
             size_t end = n->toklen;
@@ -613,7 +601,7 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
         o->name_off = r->narena;
         o->name_len = g->name_len;
         o->key_hash = fs_group_key(sl, n, g);
-        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, fs_group_name(g), g->name_len) < 0)
             return FS_ENOMEM;
         if (!nats) {
             o->filter_off = r->narena;
@@ -627,7 +615,7 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
             const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
             if (fs_grow(&r->ids, &r->cap_ids, o->members_off + runs.n + part->n, sizeof(int64_t)) < 0)
                 return FS_ENOMEM;
-            fs_runs_add(&runs, r->ids + o->members_off, part->ids, part->n);
+            fs_runs_add(&runs, r->ids + o->members_off, fs_group_ids(part), part->n);
         }
         fs_runs_end(&runs, r->ids + o->members_off);
         o->members_len = runs.n;
@@ -679,7 +667,7 @@ int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64
         h->has_queue = 1;
         h->queue_off = r->narena;
         h->queue_len = g->name_len;
-        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, g->name, g->name_len) < 0)
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, fs_group_name(g), g->name_len) < 0)
             return FS_ENOMEM;
     }
     r->nhits++;

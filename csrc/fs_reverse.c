@@ -12,7 +12,7 @@
  * query filter q (tokens in sc->toks) intersects. */
 static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_scratch *sc)
 {
-    const fs_level *L = &sl->literals;
+    const fs_level *L = sl->lit;
     const fs_tokens *qt = &sc->toks;
     int literal = 1;
     for (uint32_t i = 0; i < qt->n; i++)
@@ -28,8 +28,9 @@ static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_s
     int rc = FS_OK;
     for (uint32_t j = 0; j <= sl->shapes.n && rc == FS_OK; j++) {
         const fs_level *T = j < sl->shapes.n ? &sl->shapes.shape[j]->table : L;
+        const fs_slot *slots = fs_lv_slots(sl, T);
         for (uint32_t i = 0; i < T->cap && rc == FS_OK; i++) {
-            const fs_node *e = T->slots[i].node;
+            const fs_node *e = fs_ref_node(sl, slots[i].node);
             if (!e)
                 continue;
             rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &et, &ignored);
@@ -38,6 +39,29 @@ static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_s
         }
     }
     fs_tokens_free(&et);
+    return rc;
+}
+
+/* Add to r the subscriptions of part (the index, or a mapped image's
+ * live part) that the query filter (tokens in sc->toks) could match;
+ * paths are read through sl, the index called. */
+static int reverse_part(const fs_sublist *sl, const fs_sublist *part, const char *filter, size_t len,
+                        fs_scratch *sc, fs_rresult *r)
+{
+    int rc = fs_trie_rwalk_locked(part, filter, sc);
+    if (rc == FS_OK)
+        rc = rentries_locked(part, filter, len, sc);
+    for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
+        const fs_node *n = sc->hits[k];
+        if (part == sl && fs_image_masked(sl, n))
+            continue;                   /* moved to the live part */
+        const int64_t *ids = fs_node_ids(n);
+        for (uint32_t i = 0; rc == FS_OK && i < n->nsubs; i++)
+            rc = fs_rhit_add(sl, n, NULL, ids[i], r);
+        for (uint32_t gi = 0; rc == FS_OK && gi < fs_ngroups(n); gi++)
+            for (uint32_t i = 0; rc == FS_OK && i < fs_node_group(n, gi)->n; i++)
+                rc = fs_rhit_add(sl, n, fs_node_group(n, gi), fs_group_ids(fs_node_group(n, gi))[i], r);
+    }
     return rc;
 }
 
@@ -52,18 +76,9 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
     if (rc < 0)
         return rc;
     fs_rwlock_rdlock(&sl->lock);
-    rc = fs_trie_rwalk_locked(sl, filter, sc);
-    if (rc == FS_OK)
-        rc = rentries_locked(sl, filter, len, sc);
-    for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
-        const fs_node *n = sc->hits[k];
-        const int64_t *ids = fs_node_ids(n);
-        for (uint32_t i = 0; rc == FS_OK && i < n->nsubs; i++)
-            rc = fs_rhit_add(sl, n, NULL, ids[i], r);
-        for (uint32_t gi = 0; rc == FS_OK && gi < fs_ngroups(n); gi++)
-            for (uint32_t i = 0; rc == FS_OK && i < fs_node_group(n, gi)->n; i++)
-                rc = fs_rhit_add(sl, n, fs_node_group(n, gi), fs_node_group(n, gi)->ids[i], r);
-    }
+    rc = reverse_part(sl, sl, filter, len, sc, r);
+    if (rc == FS_OK && sl->live)
+        rc = reverse_part(sl, sl->live, filter, len, sc, r);
     fs_rwlock_rdunlock(&sl->lock);
     if (rc == FS_OK)
         fs_rresult_sort(r);

@@ -2,6 +2,8 @@
  * back, validating everything (see fs_serial.h). */
 #include "fs_serial.h"
 
+#include "fs_image.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -322,6 +324,17 @@ static int dump_locked(fs_sublist *sl, dumper *d, uint64_t *nlit, uint64_t *ntri
 
 int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
 {
+    if (sl->img.base) {       /* a mapped image: its current set, built */
+        fs_sublist *built;
+        *out = NULL;
+        *len = 0;
+        int rc = fs_image_thaw(sl, &built);
+        if (rc == FS_OK) {
+            rc = fs_sublist_dump(built, out, len);
+            fs_sublist_free(built);
+        }
+        return rc;
+    }
     dumper d;
     memset(&d, 0, sizeof(d));
     uint64_t nlit = 0, ntrie = 0;
@@ -595,7 +608,7 @@ static int rd_literals(reader *r, uint64_t count)
             break;
         }
         uint64_t key = fs_tokens_key(t.tok, 0, t.n, 0);
-        if (fs_keyed_find(L, key, (const char *)f, flen, (const char *)f + flen)) {
+        if (fs_keyed_find(sl, L, key, (const char *)f, flen, (const char *)f + flen)) {
             rc = bad(r, "duplicate literal filter", at);
             break;
         }
@@ -668,7 +681,7 @@ static int rd_shaped(reader *r)
             rc = bad(r, "more filter shapes than an index holds", at);
             break;
         }
-        if (fs_shape_lookup(sh, (const char *)f, flen, of.key)) {
+        if (fs_shape_lookup(sl, sh, (const char *)f, flen, of.key)) {
             rc = bad(r, "duplicate shaped filter", at);
             break;
         }
@@ -731,7 +744,7 @@ static int in_shape_section(const fs_sublist *sl, const fs_node *c, const rframe
     of.onemask = onemask;
     of.key = key;
     const fs_shape *sh = fs_shape_find(sl, &of);
-    return sh && fs_shape_lookup(sh, path, pathlen, key) != NULL;
+    return sh && fs_shape_lookup(sl, sh, path, pathlen, key) != NULL;
 }
 
 /* Read the children word of node n (just read) and give n its level,
@@ -817,7 +830,7 @@ static int rd_trie(reader *r, uint64_t *ntrie)
                 break;
             }
             fs_span sp = {0, tlen, fs_hash((const char *)t, tlen), FS_TOK_LITERAL};
-            if (fs_level_find(L, (const char *)t, tlen, sp.hash)) {
+            if (fs_level_find(sl, L, (const char *)t, tlen, sp.hash)) {
                 rc = bad(r, "duplicate child token", at);
                 break;
             }

@@ -37,7 +37,7 @@ int fs_shape_classify(const fs_tokens *t, fs_shape_of *out)
 /* Canonical order of shapes: token count, then rest, then mask.  Probing
  * in this order makes a subject's hits -- and so NATS group merging and
  * queue picks -- independent of the order shapes were created in. */
-static int shape_before(const fs_shape *a, const fs_shape_of *b)
+int fs_shape_before(const fs_shape *a, const fs_shape_of *b)
 {
     if (a->ntoks != b->ntoks) return a->ntoks < b->ntoks;
     if (a->rest != b->rest) return a->rest < b->rest;
@@ -58,9 +58,9 @@ static int applies(const fs_shape *sh, uint32_t k, int zero_plus)
     return zero_plus ? sh->ntoks <= k : sh->ntoks < k;
 }
 
-static void rebuild_probes(fs_sublist *sl)
+void fs_shapes_probes(const fs_sublist *sl, uint64_t *probe)
 {
-    fs_shapes *S = &sl->shapes;
+    const fs_shapes *S = &sl->shapes;
     int zero_plus = fs_rules(sl->dialect)->rest_min == 0;
     /* k == 0 is the AMQP key of zero words, which only '#' matches. */
     uint32_t k0 = fs_rules(sl->dialect)->empty_ok ? 0 : 1;
@@ -69,8 +69,13 @@ static void rebuild_probes(fs_sublist *sl)
         for (uint32_t j = 0; j < S->n; j++)
             if (k >= k0 && applies(S->shape[j], k, zero_plus))
                 bits |= 1ull << j;
-        S->probe[k] = bits;
+        probe[k] = bits;
     }
+}
+
+static void rebuild_probes(fs_sublist *sl)
+{
+    fs_shapes_probes(sl, sl->shapes.probe);
 }
 
 fs_shape *fs_shape_find(const fs_sublist *sl, const fs_shape_of *of)
@@ -114,7 +119,7 @@ int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out)
     fs_level_filter_init(&sh->table);
     fs_shapes *S = &sl->shapes;
     uint32_t at = 0;
-    while (at < S->n && shape_before(S->shape[at], of))
+    while (at < S->n && fs_shape_before(S->shape[at], of))
         at++;
     memmove(&S->shape[at + 1], &S->shape[at], sizeof(fs_shape *) * (S->n - at));
     S->shape[at] = sh;
@@ -165,9 +170,9 @@ static inline int bytes_eq(const char *a, const char *a_end, const char *b, cons
     return 1;
 }
 
-fs_node *fs_shape_lookup(const fs_shape *sh, const char *f, uint32_t flen, uint64_t key)
+fs_node *fs_shape_lookup(const fs_sublist *sl, const fs_shape *sh, const char *f, uint32_t flen, uint64_t key)
 {
-    return fs_keyed_find(&sh->table, key, f, flen, f + flen);
+    return (fs_node *)(uintptr_t)fs_keyed_find(sl, &sh->table, key, f, flen, f + flen);
 }
 
 int fs_shape_add(fs_sublist *sl, fs_shape *sh, fs_node *n, uint64_t key)

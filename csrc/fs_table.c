@@ -11,8 +11,10 @@
 
 #include "fs_internal.h"
 
-/* Put e in the first free slot of its probe sequence. */
-static void slot_place(fs_slot *slots, uint32_t cap, fs_slot e)
+/* Put e in the first free slot of its probe sequence (the one probe
+ * sequence of every table, built or mapped: the image writer places its
+ * entries with it too). */
+void fs_slot_place(fs_slot *slots, uint32_t cap, fs_slot e)
 {
     uint32_t mask = cap - 1, i = e.hash & mask;
     while (slots[i].node)
@@ -25,6 +27,14 @@ static uint32_t max_load(uint32_t cap)
     return cap <= 4 ? cap : cap / 4 * 3;
 }
 
+uint32_t fs_table_cap(uint32_t count, int half_full)
+{
+    uint32_t cap = 0;
+    while (count > (half_full ? cap / 2 : max_load(cap)))
+        cap = cap ? cap * 2 : 1;
+    return cap;
+}
+
 const uint64_t fs_no_filter[1] = {0};
 
 void fs_level_filter_init(fs_level *L)
@@ -34,12 +44,14 @@ void fs_level_filter_init(fs_level *L)
     L->filter_mask = 0;
 }
 
-/* Set the bitmap bits of a key whose high half is hi (a slot's len): the
- * two fs_level_may_hold tests. */
+void fs_filter_mark(uint64_t *bits, uint64_t mask, uint32_t hi)
+{
+    bits[(hi & mask) >> 6] |= (1ull << (hi & 63)) | (1ull << (hi >> 26));
+}
+
 static void filter_set(fs_level *L, uint32_t hi)
 {
-    uint64_t *bits = (uint64_t *)(void *)(L->slots + L->cap);
-    bits[(hi & L->filter_mask) >> 6] |= (1ull << (hi & 63)) | (1ull << (hi >> 26));
+    fs_filter_mark((uint64_t *)(void *)(L->slots + L->cap), L->filter_mask, hi);
 }
 
 /* Point a filtered table at its bitmap and set the bit of every entry: no
@@ -79,7 +91,7 @@ int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap)
     memset(ns, 0, fs_level_bytes(L, ncap));
     for (uint32_t i = 0; i < L->cap; i++)
         if (L->slots[i].node)
-            slot_place(ns, ncap, L->slots[i]);
+            fs_slot_place(ns, ncap, L->slots[i]);
     fs_sl_free(sl, L->slots, fs_level_bytes(L, L->cap));
     L->slots = ns;
     L->cap = ncap;
@@ -92,7 +104,7 @@ static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, ui
     if (L->count + 1 > max && fs_level_resize(sl, L, L->cap ? L->cap * 2 : 1) < 0)
         return FS_ENOMEM;
     fs_slot e = {n->hash, check, n};
-    slot_place(L->slots, L->cap, e);
+    fs_slot_place(L->slots, L->cap, e);
     L->count++;
     if (L->filter)
         filter_set(L, check);
@@ -142,7 +154,7 @@ void fs_level_del(fs_level *L, const fs_node *n)
             break;
         fs_slot e = L->slots[j];
         L->slots[j].node = NULL;
-        slot_place(L->slots, L->cap, e);
+        fs_slot_place(L->slots, L->cap, e);
     }
     /* A removed entry's bit stays set (another entry may share it) until
      * the bitmap is rebuilt: here, in place, once the stale bits could

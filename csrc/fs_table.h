@@ -23,6 +23,17 @@ typedef struct {
     uint32_t cap;
 } fs_growth;
 
+typedef struct fs_slot fs_slot;
+
+/* Put slot e in the first free slot of its probe sequence in slots[0..cap). */
+void fs_slot_place(fs_slot *slots, uint32_t cap, fs_slot e);
+/* Set the bitmap bits of a key whose high half is hi (a keyed table's
+ * slot.len) in the bitmap bits (mask: its bits - 1). */
+void fs_filter_mark(uint64_t *bits, uint64_t mask, uint32_t hi);
+/* The capacity a table of count entries has when grown one insert at a
+ * time from empty, as an insert grows it (half_full: a shape table). */
+uint32_t fs_table_cap(uint32_t count, int half_full);
+
 /* Add the literal child n (slot.len = its token length).  FS_OK or
  * FS_ENOMEM (table unchanged). */
 int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n);

@@ -39,7 +39,7 @@ int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_grow
         fs_node *child;
         if (sp->kind == FS_TOK_ONE) child = L->one;
         else if (sp->kind == FS_TOK_REST) child = L->rest;
-        else child = fs_level_find(L, filter + sp->off, sp->len, sp->hash);
+        else child = (fs_node *)(uintptr_t)fs_level_find(sl, L, filter + sp->off, sp->len, sp->hash);
         if (!child) {
             child = fs_node_new(sl, n, filter + sp->off, sp);
             if (!child)
@@ -157,13 +157,49 @@ static int front_add(fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *ca
     return FS_OK;
 }
 
+/* Push x's children onto the stack v: its literal children (except, when
+ * skip is "$", those whose token starts with '$'), then its one and rest
+ * wildcard children.  FS_OK or FS_ENOMEM. */
+static int push_children(const fs_sublist *sl, const fs_node *x, const char *skip, const fs_node ***v,
+                         size_t *n, size_t *cap)
+{
+    const fs_level *L = fs_down(sl, x);
+    if (!L)
+        return FS_OK;
+    const fs_slot *slots = fs_lv_slots(sl, L);
+    for (uint32_t i = 0; i < L->cap; i++) {
+        const fs_node *c = fs_ref_node(sl, slots[i].node);
+        if (c && !(skip && c->toklen && c->tok[0] == '$') && fs_push_node(v, n, cap, c) < 0)
+            return FS_ENOMEM;
+    }
+    const fs_node *one = fs_lv_one(sl, L), *rest = fs_lv_rest(sl, L);
+    if (one && fs_push_node(v, n, cap, one) < 0)
+        return FS_ENOMEM;
+    if (rest && fs_push_node(v, n, cap, rest) < 0)
+        return FS_ENOMEM;
+    return FS_OK;
+}
+
+/* One more node visited by a walk over a whole subtree: 0 once more nodes
+ * were visited than the index has (a mapped image's loop: marked damaged). */
+static inline int fs_visit(const fs_sublist *sl, uint64_t *budget)
+{
+    if (*budget) {
+        --*budget;
+        return 1;
+    }
+    fs_img_bad(sl);
+    return 0;
+}
+
 /* Close the frontier under "skip a '#'": a node's '#' child matches with
  * zero more words (appended, so chains "#.#" are followed too). */
-static int close_front(fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *cap)
+static int close_front(const fs_sublist *sl, fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *cap)
 {
     for (size_t k = 0; k < *n; k++) {
-        const fs_level *L = fs_tnext((*arr)[k]);
-        if (L && L->rest && front_add(sc, arr, n, cap, L->rest) < 0)
+        const fs_level *L = fs_down(sl, (*arr)[k]);
+        const fs_node *rest = L ? fs_lv_rest(sl, L) : NULL;
+        if (rest && front_add(sc, arr, n, cap, rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -174,7 +210,7 @@ static int trie_walk_amqp(const fs_sublist *sl, const char *s, const fs_tokens *
     const char *end = t->n ? s + t->tok[t->n - 1].off + t->tok[t->n - 1].len : s;
     sc->nfront = 0;
     if (seen_reset(sc, 1) < 0 || front_add(sc, &sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0 ||
-        close_front(sc, &sc->front, &sc->nfront, &sc->cap_front) < 0)
+        close_front(sl, sc, &sc->front, &sc->nfront, &sc->cap_front) < 0)
         return FS_ENOMEM;
     for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
         const fs_span *sp = &t->tok[i];
@@ -186,16 +222,17 @@ static int trie_walk_amqp(const fs_sublist *sl, const char *s, const fs_tokens *
             /* '#' takes this word too and stays where it is */
             if (x->kind == FS_TOK_REST && front_add(sc, &sc->next, &sc->nnext, &sc->cap_next, x) < 0)
                 return FS_ENOMEM;
-            const fs_level *L = fs_tnext(x);
+            const fs_level *L = fs_down(sl, x);
             if (!L)
                 continue;
-            const fs_node *c = L->count ? fs_level_find_within(L, s + sp->off, sp->len, sp->hash, end) : NULL;
+            const fs_node *c = L->count ? fs_level_find_within(sl, L, s + sp->off, sp->len, sp->hash, end) : NULL;
             if (c && front_add(sc, &sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
-            if (L->one && front_add(sc, &sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+            const fs_node *one = fs_lv_one(sl, L);
+            if (one && front_add(sc, &sc->next, &sc->nnext, &sc->cap_next, one) < 0)
                 return FS_ENOMEM;
         }
-        if (close_front(sc, &sc->next, &sc->nnext, &sc->cap_next) < 0)
+        if (close_front(sl, sc, &sc->next, &sc->nnext, &sc->cap_next) < 0)
             return FS_ENOMEM;
         next_becomes_front(sc);
     }
@@ -221,36 +258,19 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
     sc->nnext = 0;
     if (fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, sl->root) < 0)
         return FS_ENOMEM;
-    while (rc == FS_OK && sc->nnext) {
+    uint64_t budget = sl->nodes + 1;     /* a mapped image's loop stops here */
+    while (rc == FS_OK && sc->nnext && fs_visit(sl, &budget)) {
         const fs_node *x = sc->next[--sc->nnext];
         if (x != sl->root && fs_has_subs(x)) {
-            size_t len = 0;
-            for (const fs_node *p = x; p != sl->root; p = fs_parent(p))
-                len += p->toklen + 1u;
-            len -= 1;
+            size_t len = fs_path_bytes(sl, x);
             if (len <= FS_AMQP_MAX_KEY) {     /* always: keys are checked on the way in */
-                char *w = path + len;
-                for (const fs_node *p = x; p != sl->root; p = fs_parent(p)) {
-                    w -= p->toklen;
-                    memcpy(w, p->tok, p->toklen);
-                    if (fs_parent(p) != sl->root)
-                        *--w = '.';
-                }
+                fs_path_write(sl, x, path + len);
                 rc = fs_tokenize(FS_AMQP, path, len, 1, &pt, &ignored);
                 if (rc == FS_OK && fs_filters_intersect(FS_AMQP, q, &sc->toks, path, &pt))
                     rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x);
             }
         }
-        const fs_level *L = fs_tnext(x);
-        if (!L)
-            continue;
-        for (uint32_t i = 0; rc == FS_OK && i < L->cap; i++)
-            if (L->slots[i].node)
-                rc = fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->slots[i].node);
-        if (rc == FS_OK && L->one)
-            rc = fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one);
-        if (rc == FS_OK && L->rest)
-            rc = fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->rest);
+        rc = push_children(sl, x, NULL, &sc->next, &sc->nnext, &sc->cap_next);
     }
     fs_tokens_free(&pt);
     return rc == FS_EINVAL ? FS_OK : rc;
@@ -258,7 +278,7 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
 
 int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
 {
-    if (!fs_tnext(sl->root))
+    if (!fs_down(sl, sl->root))
         return FS_OK;
     const fs_dialect_rules *R = fs_rules(sl->dialect);
     if (R->rest_anywhere)
@@ -275,20 +295,25 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
         int wild_ok = !(dollar && i == 0);
         sc->nnext = 0;
         for (size_t k = 0; k < sc->nfront; k++) {
-            const fs_level *L = fs_tnext(sc->front[k]);
+            const fs_level *L = fs_down(sl, sc->front[k]);
             if (!L)
                 continue;
             /* A rest-wildcard node is a leaf, so it exists only while it
              * holds subscriptions: no need to look inside it here. */
-            if (wild_ok && L->rest &&
-                fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
+            const fs_node *rest = wild_ok ? fs_lv_rest(sl, L) : NULL, *one = wild_ok ? fs_lv_one(sl, L) : NULL;
+            if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
                 return FS_ENOMEM;
-            if (wild_ok && L->one &&
-                fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
+            if (one && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, one) < 0)
                 return FS_ENOMEM;
-            const fs_node *c = fs_level_find_within(L, s + sp->off, sp->len, sp->hash, end);
+            const fs_node *c = fs_level_find_within(sl, L, s + sp->off, sp->len, sp->hash, end);
             if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
+        }
+        /* A valid trie's frontier holds distinct nodes of one depth; a
+         * mapped image's loop could double it every token. */
+        if (sc->nnext > sl->nodes + 1) {
+            fs_img_bad(sl);
+            return FS_OK;
         }
         next_becomes_front(sc);
     }
@@ -297,8 +322,9 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
         if (fs_has_subs(n) && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
             return FS_ENOMEM;
         /* MQTT: "a/#" also matches "a" itself. */
-        if (zero_rest && fs_tnext(n) && fs_tnext(n)->rest &&
-            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, fs_tnext(n)->rest) < 0)
+        const fs_level *L = zero_rest ? fs_down(sl, n) : NULL;
+        const fs_node *rest = L ? fs_lv_rest(sl, L) : NULL;
+        if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -307,27 +333,17 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
 /* Push every node below n (not n itself) onto sc->hits, skipping, when
  * skip_dollar, literal children of n whose token starts with '$'.  Uses
  * sc->next as the explicit stack. */
-static int push_descendants(const fs_node *n, int skip_dollar, fs_scratch *sc)
+static int push_descendants(const fs_sublist *sl, const fs_node *n, int skip_dollar, fs_scratch *sc)
 {
     sc->nnext = 0;
     if (fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, n) < 0)
         return FS_ENOMEM;
-    while (sc->nnext) {
+    uint64_t budget = sl->nodes + 1;     /* a mapped image's loop stops here */
+    while (sc->nnext && fs_visit(sl, &budget)) {
         const fs_node *x = sc->next[--sc->nnext];
         if (x != n && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
             return FS_ENOMEM;
-        const fs_level *L = fs_tnext(x);
-        if (!L)
-            continue;
-        for (uint32_t i = 0; i < L->cap; i++) {
-            const fs_node *c = L->slots[i].node;
-            if (c && !(skip_dollar && x == n && c->toklen && c->tok[0] == '$') &&
-                fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
-                return FS_ENOMEM;
-        }
-        if (L->one && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->one) < 0)
-            return FS_ENOMEM;
-        if (L->rest && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, L->rest) < 0)
+        if (push_children(sl, x, skip_dollar && x == n ? "$" : NULL, &sc->next, &sc->nnext, &sc->cap_next) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -365,35 +381,41 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
                 if (zero_rest && !root && !empty_topic && fs_has_subs(n) &&
                     fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
                     return FS_ENOMEM;
-                if (push_descendants(n, hide_dollar && root, sc) < 0)
+                if (push_descendants(sl, n, hide_dollar && root, sc) < 0)
                     return FS_ENOMEM;
                 continue;
             }
-            const fs_level *L = fs_tnext(n);
+            const fs_level *L = fs_down(sl, n);
             if (!L)
                 continue;
             int q_dollar = hide_dollar && root && sp->kind == FS_TOK_LITERAL && sp->len && q[sp->off] == '$';
             /* A stored rest-wildcard matches whatever the query's remaining
              * 1+ tokens match. */
-            if (L->rest && !q_dollar && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, L->rest) < 0)
+            const fs_node *rest = q_dollar ? NULL : fs_lv_rest(sl, L), *one = q_dollar ? NULL : fs_lv_one(sl, L);
+            if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
                 return FS_ENOMEM;
-            if (L->one && !q_dollar && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, L->one) < 0)
+            if (one && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, one) < 0)
                 return FS_ENOMEM;
             if (sp->kind == FS_TOK_ONE) {
+                const fs_slot *slots = fs_lv_slots(sl, L);
                 for (uint32_t s = 0; s < L->cap; s++) {
-                    const fs_node *c = L->slots[s].node;
+                    const fs_node *c = fs_ref_node(sl, slots[s].node);
                     if (c && !(hide_dollar && root && c->toklen && c->tok[0] == '$') &&
                         fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
                         return FS_ENOMEM;
                 }
             } else {
-                const fs_node *c = fs_level_find(L, q + sp->off, sp->len, sp->hash);
+                const fs_node *c = fs_level_find(sl, L, q + sp->off, sp->len, sp->hash);
                 if (c && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
                     return FS_ENOMEM;
             }
         }
         memmove(sc->front, sc->front + end, sizeof(fs_node *) * (sc->nfront - end));
         sc->nfront -= end;
+        if (sc->nfront > sl->nodes + 1) {     /* a mapped image's loop (see fs_trie_walk_locked) */
+            fs_img_bad(sl);
+            return FS_OK;
+        }
     }
     /* Query exhausted with nodes aligned: those filters end here too.  A
      * query ending in a rest-wildcard was fully handled in the loop. */
@@ -405,24 +427,25 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
             return FS_ENOMEM;
         /* MQTT "a/#" matches "a" too -- but "/#" cannot match "", which
          * is not a valid topic. */
-        int empty_topic = fs_parent(n) == sl->root && n->toklen == 0;
-        if (zero_rest && !empty_topic && fs_tnext(n) && fs_tnext(n)->rest &&
-            fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, fs_tnext(n)->rest) < 0)
+        int empty_topic = fs_up(sl, n) == sl->root && n->toklen == 0;
+        const fs_level *L = zero_rest && !empty_topic ? fs_down(sl, n) : NULL;
+        const fs_node *rest = L ? fs_lv_rest(sl, L) : NULL;
+        if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
 }
 
-fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filter)
+const fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filter)
 {
-    fs_node *n = sl->root;
+    const fs_node *n = sl->root;
     for (uint32_t i = 0; i < t->n && n; i++) {
         const fs_span *sp = &t->tok[i];
-        fs_level *L = fs_tnext(n);
+        const fs_level *L = fs_down(sl, n);
         if (!L) return NULL;
-        if (sp->kind == FS_TOK_ONE) n = L->one;
-        else if (sp->kind == FS_TOK_REST) n = L->rest;
-        else n = fs_level_find(L, filter + sp->off, sp->len, sp->hash);
+        if (sp->kind == FS_TOK_ONE) n = fs_lv_one(sl, L);
+        else if (sp->kind == FS_TOK_REST) n = fs_lv_rest(sl, L);
+        else n = fs_level_find(sl, L, filter + sp->off, sp->len, sp->hash);
     }
     return n;
 }

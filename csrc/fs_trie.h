@@ -15,8 +15,9 @@
  * or FS_ENOMEM (*out the deepest node reached, for fs_trie_prune); g
  * records the first pre-existing level that gained a child. */
 int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_growth *g, fs_node **out);
-/* The trie node of filter (tokens t), or NULL. */
-fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filter);
+/* The trie node of filter (tokens t), or NULL (a built index's or a
+ * mapped image's: only a built one's may be changed). */
+const fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filter);
 /* Remove empty trie nodes from n upwards (never the root), then the level
  * of the node it stops at if that level is left empty.  Never allocates. */
 void fs_trie_prune(fs_sublist *sl, fs_node *n);

@@ -40,7 +40,7 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
                                        const fs_tokens *t, fs_walk_row *p)
 {
     const fs_shapes *S = &sl->shapes;
-    const fs_level *lit = &sl->literals;
+    const fs_level *lit = sl->lit;
     p->s = s;
     p->len = len;
     p->shapes = 0;
@@ -61,9 +61,9 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     if (lit->count) {
         uint64_t key = fs_tokens_key(t->tok, need, nt, P[need]);
         p->literal_key = key;
-        p->literal = fs_level_may_hold(lit, key);
+        p->literal = fs_lv_may_hold(sl, lit, key);
         if (p->literal)
-            FS_PREFETCH(&lit->slots[(uint32_t)key & (lit->cap - 1)]);
+            FS_PREFETCH(&fs_lv_slots(sl, lit)[(uint32_t)key & (lit->cap - 1)]);
     }
     /* Only the probes the shape's bitmap lets through go on: most stop
      * here, without touching their table. */
@@ -72,11 +72,11 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     for (uint64_t w = bits; w; w &= w - 1) {
         const fs_shape *sh = S->shape[fs_ctz64(w)];
         uint64_t key = fs_shape_subject_key(sh, m, P);
-        if (!fs_level_may_hold(&sh->table, key))
+        if (!fs_lv_may_hold(sl, &sh->table, key))
             continue;
         probe |= w & (0 - w);
         p->keys[q++] = key;
-        FS_PREFETCH(&sh->table.slots[(uint32_t)key & (sh->table.cap - 1)]);
+        FS_PREFETCH(&fs_lv_slots(sl, &sh->table)[(uint32_t)key & (sh->table.cap - 1)]);
     }
     p->shapes = probe;
 }
@@ -96,19 +96,19 @@ static inline int fs_walk_plan(const fs_sublist *sl, const char *s, size_t len, 
 static inline void fs_walk_fetch(const fs_sublist *sl, const fs_walk_row *p)
 {
     const fs_shapes *S = &sl->shapes;
-    const fs_level *lit = &sl->literals;
+    const fs_level *lit = sl->lit;
     if (p->literal) {
-        const fs_slot *e = &lit->slots[(uint32_t)p->literal_key & (lit->cap - 1)];
+        const fs_slot *e = &fs_lv_slots(sl, lit)[(uint32_t)p->literal_key & (lit->cap - 1)];
         if (e->node && e->hash == (uint32_t)p->literal_key)
-            FS_PREFETCH(e->node);
+            FS_PREFETCH(fs_ref_addr(sl, e->node));
     }
     uint32_t q = 0;
     for (uint64_t w = p->shapes; w; w &= w - 1, q++) {
         const fs_level *L = &S->shape[fs_ctz64(w)]->table;
-        const fs_slot *e = &L->slots[(uint32_t)p->keys[q] & (L->cap - 1)];
+        const fs_slot *e = &fs_lv_slots(sl, L)[(uint32_t)p->keys[q] & (L->cap - 1)];
         if (e->node && e->hash == (uint32_t)p->keys[q]) {
-            FS_PREFETCH(e->node);
-            FS_PREFETCH((const char *)e->node + 64);
+            FS_PREFETCH(fs_ref_addr(sl, e->node));
+            FS_PREFETCH(fs_ref_addr(sl, e->node) + 64);
         }
     }
 }
@@ -122,7 +122,7 @@ static inline int fs_walk_entries(const fs_sublist *sl, const fs_walk_row *p, co
     const fs_shapes *S = &sl->shapes;
     const char *end = p->s + p->len;
     if (p->literal) {
-        const fs_node *e = fs_keyed_find(&sl->literals, p->literal_key, p->s, (uint32_t)p->len, end);
+        const fs_node *e = fs_keyed_find(sl, sl->lit, p->literal_key, p->s, (uint32_t)p->len, end);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
         if (e && first_only)
@@ -131,7 +131,7 @@ static inline int fs_walk_entries(const fs_sublist *sl, const fs_walk_row *p, co
     char sep = fs_sep(sl->dialect);
     uint32_t q = 0;
     for (uint64_t w = p->shapes; w; w &= w - 1, q++) {
-        const fs_node *e = fs_shape_probe_slots(S->shape[fs_ctz64(w)], p->keys[q], sep, p->s, t->tok, end);
+        const fs_node *e = fs_shape_probe_slots(sl, S->shape[fs_ctz64(w)], p->keys[q], sep, p->s, t->tok, end);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
         if (e && first_only)
@@ -149,6 +149,8 @@ static inline int fs_walk_collect(const fs_sublist *sl, const fs_walk_row *p, co
     sc->nhits = 0;
     if (fs_walk_entries(sl, p, t, sc, first_only) < 0)
         return FS_ENOMEM;
+    if (sl->live)                   /* a mapped image changed since opening */
+        return fs_image_walk_rest(sl, p->s, p->len, t, sc, first_only);
     if (first_only && sc->nhits)
         return FS_OK;
     return fs_trie_walk_locked(sl, p->s, t, sc);

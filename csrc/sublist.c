@@ -26,6 +26,7 @@ fs_sublist *fs_sublist_new(fs_dialect d)
     memset(sl, 0, sizeof(*sl));
     sl->dialect = d;
     fs_level_filter_init(&sl->literals);
+    sl->lit = &sl->literals;
     static const fs_span root_span = {0, 0, 0, FS_TOK_LITERAL};
     sl->root = fs_node_new(sl, NULL, "", &root_span);
     if (!sl->root) {
@@ -54,12 +55,16 @@ void fs_sublist_free(fs_sublist *sl)
     if (!sl)
         return;
     fs_fork_untrack(sl);
-    fs_trie_free(sl);
-    for (uint32_t i = 0; i < sl->literals.cap; i++)
-        if (sl->literals.slots[i].node)
-            fs_node_free(sl, sl->literals.slots[i].node);
-    FS_FREE(sl->literals.slots);
-    fs_shapes_free(sl);
+    fs_sublist_free(sl->live);
+    FS_FREE(sl->masked);
+    if (!sl->img.base) {     /* a mapped image's tables are the caller's bytes */
+        fs_trie_free(sl);
+        for (uint32_t i = 0; i < sl->literals.cap; i++)
+            if (sl->literals.slots[i].node)
+                fs_node_free(sl, sl->literals.slots[i].node);
+        FS_FREE(sl->literals.slots);
+        fs_shapes_free(sl);
+    }
     fs_slab_destroy(&sl->slab);
     fs_cache_free(sl->cache);
     fs_rwlock_destroy(&sl->lock);
@@ -182,8 +187,8 @@ int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error
 
 static void undo_growth(fs_sublist *sl, const fs_growth *g)
 {
-    if (g->level)
-        fs_level_restore(sl, g->level, g->cap);
+    if (g->level)        /* a mapped image's growth is its live part's */
+        fs_level_restore(sl->img.base ? sl->live : sl, g->level, g->cap);
 }
 
 /* Find the node holding t's subscriptions -- in the literal table, the
@@ -194,17 +199,17 @@ static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spe
 {
     *shp = NULL;
     if (ps->literal)
-        return fs_keyed_find(&sl->literals, ps->shape.key, ps->filter, ps->filter_len,
+        return (fs_node *)(uintptr_t)fs_keyed_find(sl, sl->lit, ps->shape.key, ps->filter, ps->filter_len,
                              ps->filter + ps->filter_len);
     if (ps->shaped) {
         fs_shape *sh = fs_shape_find(sl, &ps->shape);
-        fs_node *e = sh ? fs_shape_lookup(sh, ps->filter, ps->filter_len, ps->shape.key) : NULL;
+        fs_node *e = sh ? fs_shape_lookup(sl, sh, ps->filter, ps->filter_len, ps->shape.key) : NULL;
         if (e) {
             *shp = sh;
             return e;
         }
     }
-    return fs_trie_find(sl, t, ps->filter);
+    return (fs_node *)(uintptr_t)fs_trie_find(sl, t, ps->filter);
 }
 
 /* Drop n if it holds nothing any more: from its shape table (sh), the
@@ -249,6 +254,71 @@ static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fr
     return FS_OK;
 }
 
+static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         fs_growth *g, int invalidate);
+static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         int invalidate);
+
+/* Insert (remove: 0) or remove (1) every subscription node n holds into
+ * or from the index `to`, under filter ps.  Inserting stops at the first
+ * failure and takes back what it added: FS_OK or FS_ENOMEM (`to`
+ * unchanged).  Removing never fails. */
+static int copy_subs(fs_sublist *to, const fs_tokens *t, const parsed_spec *ps, const fs_node *n, int remove)
+{
+    parsed_spec q = *ps;
+    fs_growth g;
+    int rc = FS_OK;
+    const int64_t *ids = fs_node_ids(n);
+    q.queue = NULL;
+    for (uint32_t i = 0; i < n->nsubs && rc >= 0; i++)
+        rc = remove ? remove_locked(to, t, &q, ids[i], 0) : insert_locked(to, t, &q, ids[i], &g, 0);
+    for (uint32_t gi = 0; gi < fs_ngroups(n) && rc >= 0; gi++) {
+        const fs_group *grp = fs_node_group(n, gi);
+        const int64_t *m = fs_group_ids(grp);
+        q.queue = fs_group_name(grp);
+        q.queue_len = grp->name_len;
+        for (uint32_t i = 0; i < grp->n && rc >= 0; i++)
+            rc = remove ? remove_locked(to, t, &q, m[i], 0) : insert_locked(to, t, &q, m[i], &g, 0);
+    }
+    if (rc < 0) {
+        copy_subs(to, t, ps, n, 1);
+        return rc;
+    }
+    return FS_OK;
+}
+
+/* Before a mapped image's filter changes: make sure the change can go to
+ * the live part, which holds every changed filter whole -- the filter's
+ * image entry (if any, and not moved yet) is copied there and masked.
+ * FS_OK or FS_ENOMEM (nothing changed that an answer could see). */
+static int live_prepare(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps)
+{
+    if (!sl->live && !(sl->live = fs_sublist_new(sl->dialect)))
+        return FS_ENOMEM;
+    fs_shape *sh;
+    const fs_node *n = find_locked(sl, t, ps, &sh);
+    if (!n || fs_image_masked(sl, n))
+        return FS_OK;
+    int rc = copy_subs(sl->live, t, ps, n, 0);
+    if (rc == FS_OK && (rc = fs_image_mask(sl, n)) < 0)
+        copy_subs(sl->live, t, ps, n, 1);
+    return rc;
+}
+
+/* An insert or a remove (rc, from the live part) changed a mapped image's
+ * set: count it as the built index counts its own. */
+static void live_changed(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int inserted, int invalidate)
+{
+    sl->count = inserted ? sl->count + 1 : sl->count - 1;
+    sl->generation++;
+    if (inserted)
+        sl->inserts++;
+    else
+        sl->removes++;
+    if (sl->cache && invalidate)
+        fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
+}
+
 /* Add the subscription, creating its node where it belongs: the literal
  * table, its shape's table (creating the shape while the budget lasts),
  * or the trie.  Caller holds the write lock.  1 new, 0 present,
@@ -260,6 +330,11 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     int rc = FS_OK;
     g->level = NULL;
     g->cap = 0;
+    if (sl->img.base) {
+        if ((rc = live_prepare(sl, t, ps)) == FS_OK && (rc = insert_locked(sl->live, t, ps, id, g, 0)) == 1)
+            live_changed(sl, t, ps, 1, invalidate);
+        return rc;
+    }
     fs_node *n = find_locked(sl, t, ps, &sh);
     if (!n) {
         int fresh_shape = 0;
@@ -301,6 +376,12 @@ static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
                          int invalidate)
 {
     fs_shape *sh;
+    if (sl->img.base) {
+        int rc = live_prepare(sl, t, ps);
+        if (rc == FS_OK && (rc = remove_locked(sl->live, t, ps, id, 0)) == 1)
+            live_changed(sl, t, ps, 0, invalidate);
+        return rc;
+    }
     fs_node *n = find_locked(sl, t, ps, &sh);
     if (!n)
         return 0;
@@ -424,7 +505,13 @@ int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
     }
     if (rc == FS_OK) {
         fs_rwlock_wrlock(&sl->lock);
-        for (size_t i = 0; i < n; i++) {
+        /* A mapped image moves every filter to its live part first (which
+         * may fail, changing no answer); the removals then cannot fail. */
+        for (size_t i = 0; sl->img.base && i < n && rc == FS_OK; i++) {
+            parse_spec(sl->dialect, &specs[i], &t, &ps, err);
+            rc = live_prepare(sl, &t, &ps);
+        }
+        for (size_t i = 0; i < n && rc == FS_OK; i++) {
             parse_spec(sl->dialect, &specs[i], &t, &ps, err);
             *changed += (size_t)remove_locked(sl, &t, &ps, specs[i].id, 1);
         }
@@ -452,7 +539,11 @@ void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
     fs_rwlock_rdlock(&sl->lock);
     st->subscriptions = sl->count;
     st->nodes = sl->nodes;
-    st->memory_bytes = sl->mem + sizeof(fs_sublist);
+    st->memory_bytes = sl->mem + sizeof(fs_sublist) + sizeof(uint64_t) * sl->masked_cap;
+    st->mapped_bytes = sl->img.len;
+    st->live_subscriptions = sl->live ? sl->live->count : 0;
+    st->live_bytes = sl->live ? sl->live->mem + sizeof(fs_sublist) : 0;
+    st->memory_bytes += st->live_bytes;
     st->inserts = sl->inserts;
     st->removes = sl->removes;
     st->generation = sl->generation;

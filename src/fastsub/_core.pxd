@@ -66,6 +66,7 @@ cdef extern from "sublist.h" nogil:
         uint64_t entries, capacity, hits, misses, bytes
     ctypedef struct fs_stats:
         uint64_t subscriptions, nodes, memory_bytes
+        uint64_t mapped_bytes, live_subscriptions, live_bytes
         uint64_t inserts, removes, matches, fanout_total, fanout_max
         uint64_t generation
         fs_cache_stats cache
@@ -164,3 +165,9 @@ cdef extern from "fs_route.h" nogil:
         FS_ROUTE_MAX_DEPTH
     int fs_route_rows(fs_dialect d, const fs_strings *rows, int is_filter, unsigned depth,
                       int64_t *key, uint8_t *kind)
+
+cdef extern from "fs_image.h" nogil:
+    int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+    int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err)
+    int fs_image_is(const char *data, size_t len)
+    int fs_image_damaged(const fs_sublist *sl)

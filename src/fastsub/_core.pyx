@@ -8,6 +8,7 @@ ASCII strings); results come back in C-owned buffers and are converted here.
 cimport cython
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memset
 
@@ -364,6 +365,11 @@ cdef class Sublist:
     cdef fs_dialect _d
     cdef readonly str dialect
     cdef Py_ssize_t _cache_size
+    # A mapped image's bytes, held (exported) for as long as the index
+    # matches from them: an mmap cannot be closed under it (_serial.pxi).
+    cdef Py_buffer _img_view
+    cdef bint _img_held
+    cdef object _img_source
 
     def __cinit__(self, dialect="nats", *, cache_size=0):
         self._d = _dialect(dialect)
@@ -382,6 +388,18 @@ cdef class Sublist:
         if self.sl != NULL:
             fs_sublist_free(self.sl)
             self.sl = NULL
+        if self._img_held:          # after the index: it reads these bytes
+            PyBuffer_Release(&self._img_view)
+            self._img_held = False
+
+    cdef int _check_image(self) except -1:
+        # A mapped image's damage shows at the first call that reaches it
+        # (every offset is checked when followed): that call fails, and
+        # every later one.
+        if self._img_held and fs_image_damaged(self.sl):
+            raise ValueError(f"fastsub image {self._img_source} is damaged: an offset in it leads outside "
+                             f"it or loops (open it with verify=True to find where)")
+        return 0
 
     def __len__(self):
         return fs_sublist_count(self.sl)
@@ -575,6 +593,10 @@ cdef class Sublist:
             if rc == FS_EINVAL:
                 raise _invalid("subject", subject, &err)
             raise MemoryError()
+        if self._img_held and fs_image_damaged(self.sl):
+            if w != NULL:
+                fs_workspace_release(w, &spare)
+            self._check_image()
         if w == NULL:
             return _small_result(ids, k, dedupe)
         try:
@@ -600,6 +622,7 @@ cdef class Sublist:
             raise _invalid("subject", subject, &err)
         if rc < 0:
             raise MemoryError()
+        self._check_image()
         return (nplain, nqueue)
 
     @cython.binding(False)
@@ -621,6 +644,7 @@ cdef class Sublist:
             raise _invalid("subject", subject, &err)
         if rc < 0:
             raise MemoryError()
+        self._check_image()
         return rc == 1
 
     def reverse_match(self, filter):
@@ -644,6 +668,7 @@ cdef class Sublist:
                 raise _invalid("filter", filter, &err)
             if rc < 0:
                 raise MemoryError()
+            self._check_image()
             out = []
             for i in range(r.nhits):
                 h = &r.hits[i]
@@ -669,20 +694,54 @@ cdef class Sublist:
         "none".  threads: native threads to split the batch over.  dedupe:
         each sub_id at most once per row (its first occurrence), for
         subscribers holding overlapping filters (always so for AMQP)."""
-        return _match_many(self, subjects, keys, queues, threads, dedupe)
+        result = _match_many(self, subjects, keys, queues, threads, dedupe)
+        self._check_image()
+        return result
 
-    def to_bytes(self):
-        """to_bytes() -> bytes: the index in fastsub's serialized format
-        (docs/FORMAT.md); Sublist.from_bytes() loads it back."""
-        return _sublist_to_bytes(self)
+    def to_bytes(self, *, version=3):
+        """to_bytes(*, version=3) -> bytes: the index as an image
+        (docs/FORMAT.md), the bytes Sublist.save() writes, which
+        Sublist.from_bytes() and Sublist.open() match from in place.
+        version=2: the older compact format, which every reader rebuilds."""
+        return _sublist_to_bytes(self, version)
 
     @staticmethod
-    def from_bytes(data, *, cache_size=0):
-        """Sublist.from_bytes(data, *, cache_size=0) -> Sublist
+    def from_bytes(data, *, cache_size=0, verify=True):
+        """Sublist.from_bytes(data, *, cache_size=0, verify=True) -> Sublist
 
-        Load an index written by to_bytes().  Corrupt, truncated or hostile
-        data raises ValueError; nothing is trusted before it is checked."""
-        return _sublist_from_bytes(data, cache_size)
+        An index over the bytes to_bytes() returned: bytes, memoryview,
+        mmap or any read-only buffer.  An image (version 3) is matched in
+        place, not rebuilt: the index keeps the buffer alive (and exported:
+        an mmap cannot be closed under it); a writable buffer is copied
+        first.  Versions 1 and 2 are rebuilt, as before.  verify=True
+        checks the checksum and every invariant first (linear in the
+        size); verify=False, for bytes this library wrote, checks only the
+        header (O(1)) -- damage then fails the first call that reaches it,
+        with ValueError, never a read outside the buffer.  Corrupt,
+        truncated or hostile data raises ValueError."""
+        return _sublist_from_bytes(data, cache_size, verify)
+
+    @staticmethod
+    def open(path, *, verify=True, cache_size=0):
+        """Sublist.open(path, *, verify=True, cache_size=0) -> Sublist
+
+        Map the image file at path read-only and match straight from it:
+        nothing is rebuilt, and every process that opens the file shares
+        its pages.  verify as for from_bytes (True: check the whole file
+        once; False: O(1), for files this library wrote).  Files of
+        versions 1 and 2 (to_bytes(version=2), or older fastsub) are read
+        and rebuilt instead.  The file must not be changed in place while
+        open: replace it (save() writes a new file and renames it over)."""
+        return _sublist_open(path, verify, cache_size)
+
+    def save(self, path):
+        """save(path) -> None
+
+        Write the index's image to path atomically: a temporary file in the
+        same directory, flushed to disk, then renamed over path, so that a
+        reader sees the old file or the new one, never a part.  An opened
+        index writes its current set (the image and the changes since)."""
+        _sublist_save(self, path)
 
     def __reduce__(self):
         return (_sublist_from_bytes, (self.to_bytes(), self._cache_size))
@@ -707,6 +766,9 @@ cdef class Sublist:
             "max_fanout": st.fanout_max,
             "avg_fanout": (st.fanout_total / st.matches) if st.matches else 0.0,
             "generation": st.generation,
+            "mapped_bytes": st.mapped_bytes,
+            "live_subscriptions": st.live_subscriptions,
+            "live_bytes": st.live_bytes,
         }
 
 
