@@ -697,8 +697,8 @@ static int verify_table(verifier *v, const fs_level *L, const fs_shape *sh)
         if (e->linked & FS_LINK_TRIE)
             return vbad(v, "trie node in a table", at);
         fs_error fe;
-        if (fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &v->t, &fe) < 0)
-            return vbad(v, "invalid filter in a table", at);
+        if ((rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &v->t, &fe)) < 0)
+            return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in a table", at);
         fs_shape_of of;
         int shaped = fs_shape_classify(&v->t, &of);
         uint64_t key = shaped ? of.key : fs_tokens_key(v->t.tok, 0, v->t.n, 0);
@@ -726,8 +726,9 @@ static int trie_filter_in_shape(verifier *v, const fs_node *n, char *buf)
     size_t len = fs_path_bytes(sl, n);
     fs_path_write(sl, n, buf + len);
     fs_error fe;
-    if (fs_tokenize(sl->dialect, buf, len, 1, &v->t, &fe) < 0)
-        return vbad(v, "invalid filter in the trie", off_of(sl, n));
+    int rc = fs_tokenize(sl->dialect, buf, len, 1, &v->t, &fe);
+    if (rc < 0)
+        return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in the trie", off_of(sl, n));
     if (count_literal(&v->t) == v->t.n)
         return vbad(v, "literal filter in the trie", off_of(sl, n));
     fs_shape_of of;
