@@ -423,81 +423,123 @@ static int sorted_entries(writer *W, const fs_level *L)
     return FS_OK;
 }
 
-static uint64_t write_subtree(writer *W, const fs_node *n, uint64_t parent_off);
+/* The check word a built table holds for entry e (a keyed table: its
+ * key's high half; a trie level: its token length): e's slot's len. */
+static uint32_t slot_len_of(const fs_level *L, const fs_node *e)
+{
+    uint32_t i, mask = L->cap - 1;
+    for (i = e->hash & mask; L->slots[i].node != e; i = (i + 1) & mask) {}
+    return L->slots[i].len;
+}
 
-/* Write table L into the level at lv_off: fresh slots of the canonical
- * capacity, the entries placed in byte order by the one probe sequence
- * (fs_slot_place), and for a keyed table its bitmap.  trie_parent: the
- * owning trie node's offset (its children are written whole, linked to
- * it), or 0 for a keyed table (its entries are table entries). */
-static int write_level(writer *W, uint64_t lv_off, const fs_level *L, int half_full, uint64_t trie_parent)
+/* The level at lv_off for table L: fresh slots of the canonical capacity
+ * and, for a keyed table, its bitmap; entries are placed later, in byte
+ * order, by place_entry.  Its slots' offset, 0 when out of memory (or
+ * for no slots). */
+static uint64_t level_begin(writer *W, uint64_t lv_off, const fs_level *L, int half_full)
 {
     uint32_t cap = fs_table_cap(L->count, half_full);
-    int keyed = L->filter != NULL;
-    uint64_t bits = keyed && cap ? FS_FILTER_BITS(cap) : 0;
+    uint64_t bits = L->filter && cap ? FS_FILTER_BITS(cap) : 0;
     uint64_t slots = cap ? wb_alloc(&W->w, sizeof(fs_slot) * cap + bits / 8) : 0;
-    if (cap && !slots)
-        return FS_ENOMEM;
-    if (sorted_entries(W, L) < 0)
-        return FS_ENOMEM;
-    /* sorted is reused by the children's levels: take the entries first */
-    size_t count = L->count;
-    const fs_node **mine = count ? FS_MALLOC(sizeof(fs_node *) * count) : NULL;
-    if (count && !mine)
-        return FS_ENOMEM;
-    if (count)
-        memcpy(mine, W->sorted, sizeof(fs_node *) * count);
-    int rc = FS_OK;
-    for (size_t k = 0; k < count && rc == FS_OK; k++) {
-        const fs_node *e = mine[k];
-        uint64_t eo = trie_parent ? write_subtree(W, e, trie_parent) : write_node(W, e, 0, 0);
-        if (!eo) {
-            rc = FS_ENOMEM;
-            break;
-        }
-        /* the slot's check word: a keyed table's key high half, a trie
-         * level's token length -- as the built table holds it */
-        uint32_t i = 0, mask = L->cap - 1;
-        for (i = e->hash & mask; L->slots[i].node != e; i = (i + 1) & mask) {}
-        fs_slot s = {L->slots[i].hash, L->slots[i].len, (fs_node *)(uintptr_t)eo};
-        fs_slot_place(AT(&W->w, slots, fs_slot), cap, s);
-        if (keyed)
-            fs_filter_mark(AT(&W->w, slots + sizeof(fs_slot) * cap, uint64_t), bits - 1, s.len);
-    }
-    FS_FREE(mine);
-    if (rc < 0)
-        return rc;
-    uint64_t one = 0, rest = 0;
-    if (trie_parent && L->one && !(one = write_subtree(W, L->one, trie_parent)))
-        return FS_ENOMEM;
-    if (trie_parent && L->rest && !(rest = write_subtree(W, L->rest, trie_parent)))
-        return FS_ENOMEM;
     fs_level *y = AT(&W->w, lv_off, fs_level);
     memset(y, 0, sizeof(*y));
     y->slots = (fs_slot *)(uintptr_t)slots;
-    y->cap = cap;
-    y->count = L->count;
-    y->one = (fs_node *)(uintptr_t)one;
-    y->rest = (fs_node *)(uintptr_t)rest;
-    if (keyed && cap) {
+    y->cap = slots ? cap : 0;
+    y->count = slots ? L->count : 0;
+    if (bits && slots) {
         y->filter = (const uint64_t *)(uintptr_t)(slots + sizeof(fs_slot) * cap);
         y->filter_mask = bits - 1;
+    }
+    return slots;
+}
+
+/* Place entry eo (hash h, check word len) in the level at lv_off by the
+ * one probe sequence (fs_slot_place), and mark a keyed table's bitmap. */
+static void place_entry(writer *W, uint64_t lv_off, uint32_t h, uint32_t len, uint64_t eo)
+{
+    fs_level *y = AT(&W->w, lv_off, fs_level);
+    fs_slot e = {h, len, (fs_node *)(uintptr_t)eo};
+    fs_slot_place(AT(&W->w, (uintptr_t)y->slots, fs_slot), y->cap, e);
+    if (y->filter)
+        fs_filter_mark(AT(&W->w, (uintptr_t)y->filter, uint64_t), y->filter_mask, len);
+}
+
+/* A keyed table (the literal table, a shape's) into the level at lv_off. */
+static int write_table(writer *W, uint64_t lv_off, const fs_level *L, int half_full)
+{
+    if (L->count && !level_begin(W, lv_off, L, half_full))
+        return FS_ENOMEM;
+    if (!L->count)
+        return level_begin(W, lv_off, L, half_full), FS_OK;
+    if (sorted_entries(W, L) < 0)
+        return FS_ENOMEM;
+    for (size_t k = 0; k < L->count; k++) {
+        const fs_node *e = W->sorted[k];
+        uint64_t eo = write_node(W, e, 0, 0);
+        if (!eo)
+            return FS_ENOMEM;
+        place_entry(W, lv_off, e->hash, slot_len_of(L, e), eo);
     }
     return FS_OK;
 }
 
-/* A trie node and everything below it; its offset (0: out of memory). */
-static uint64_t write_subtree(writer *W, const fs_node *n, uint64_t parent_off)
+/* One trie node to write: where it goes in its parent's level. */
+typedef struct {
+    const fs_node *n;
+    uint64_t parent, lv;      /* the parent's offset and its level's */
+    uint32_t len;             /* a literal child's slot check word */
+    int where;                /* 0 a literal child, 1 the one child, 2 the rest child */
+} trie_frame;
+
+/* The trie, depth first over an explicit stack (a trie may be 32,000
+ * levels deep): each node, then its level, its children placed as they
+ * are written -- a level's literal children in byte order.  The root's
+ * offset, 0 when out of memory. */
+static uint64_t write_trie(writer *W, const fs_node *root)
 {
-    uint64_t off = write_node(W, n, parent_off, 1);
-    const fs_level *next = off ? fs_next(n) : NULL;
-    if (!off || !next)
-        return off;
-    uint64_t lv = wb_alloc(&W->w, sizeof(fs_level));
-    if (!lv || write_level(W, lv, next, 0, off) < 0)
-        return 0;
-    AT(&W->w, off - sizeof(fs_link), fs_link)->next = (fs_level *)(uintptr_t)lv;
-    return off;
+    trie_frame *stack = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t root_off = 0;
+    int rc = fs_grow(&stack, &cap, 1, sizeof(trie_frame));
+    if (rc == FS_OK)
+        stack[n++] = (trie_frame){root, 0, 0, 0, 0};
+    while (rc == FS_OK && n) {
+        trie_frame f = stack[--n];
+        uint64_t off = write_node(W, f.n, f.parent, 1);
+        if (!off) {
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (f.n == root)
+            root_off = off;
+        else if (f.where == 0)
+            place_entry(W, f.lv, f.n->hash, f.len, off);
+        else if (f.where == 1)
+            AT(&W->w, f.lv, fs_level)->one = (fs_node *)(uintptr_t)off;
+        else
+            AT(&W->w, f.lv, fs_level)->rest = (fs_node *)(uintptr_t)off;
+        const fs_level *L = fs_next(f.n);
+        if (!L || (!L->count && !L->one && !L->rest))
+            continue;
+        uint64_t lv = wb_alloc(&W->w, sizeof(fs_level));
+        if (!lv || (L->count && !level_begin(W, lv, L, 0)) || sorted_entries(W, L) < 0 ||
+            fs_grow(&stack, &cap, n + L->count + 2, sizeof(trie_frame)) < 0) {
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (!L->count)
+            level_begin(W, lv, L, 0);
+        AT(&W->w, off - sizeof(fs_link), fs_link)->next = (fs_level *)(uintptr_t)lv;
+        /* popped in the order: literal children (byte order), one, rest */
+        if (L->rest)
+            stack[n++] = (trie_frame){L->rest, off, lv, 0, 2};
+        if (L->one)
+            stack[n++] = (trie_frame){L->one, off, lv, 0, 1};
+        for (size_t k = L->count; k-- > 0;)
+            stack[n++] = (trie_frame){W->sorted[k], off, lv, slot_len_of(L, W->sorted[k]), 0};
+    }
+    FS_FREE(stack);
+    return rc == FS_OK ? root_off : 0;
 }
 
 static int write_locked(writer *W, const fs_sublist *sl)
@@ -505,15 +547,15 @@ static int write_locked(writer *W, const fs_sublist *sl)
     wb_alloc(&W->w, FS_IMG_OBJECTS);          /* header and root block, zeroed */
     if (W->w.oom)
         return FS_ENOMEM;
-    uint64_t root = write_subtree(W, sl->root, 0);
+    uint64_t root = write_trie(W, sl->root);
     uint64_t lit = root ? wb_alloc(&W->w, sizeof(fs_level)) : 0;
-    if (!lit || write_level(W, lit, &sl->literals, 0, 0) < 0)
+    if (!lit || write_table(W, lit, &sl->literals, 0) < 0)
         return FS_ENOMEM;
     uint64_t shapes[FS_SHAPE_MAX];
     for (uint32_t j = 0; j < sl->shapes.n; j++) {
         const fs_shape *sh = sl->shapes.shape[j];
         shapes[j] = wb_alloc(&W->w, sizeof(fs_shape));
-        if (!shapes[j] || write_level(W, shapes[j] + offsetof(fs_shape, table), &sh->table, 1, 0) < 0)
+        if (!shapes[j] || write_table(W, shapes[j] + offsetof(fs_shape, table), &sh->table, 1) < 0)
             return FS_ENOMEM;
         fs_shape *y = AT(&W->w, shapes[j], fs_shape);
         y->onemask = sh->onemask;
