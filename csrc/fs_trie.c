@@ -270,7 +270,8 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
                     rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x);
             }
         }
-        rc = push_children(sl, x, NULL, &sc->next, &sc->nnext, &sc->cap_next);
+        if (rc == FS_OK)
+            rc = push_children(sl, x, NULL, &sc->next, &sc->nnext, &sc->cap_next);
     }
     fs_tokens_free(&pt);
     return rc == FS_EINVAL ? FS_OK : rc;

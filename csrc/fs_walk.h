@@ -147,9 +147,11 @@ static inline int fs_walk_collect(const fs_sublist *sl, const fs_walk_row *p, co
                                   fs_scratch *sc, int first_only)
 {
     sc->nhits = 0;
-    if (fs_walk_entries(sl, p, t, sc, first_only) < 0)
+    /* A mapped image changed since opening may have moved the first entry
+     * found to its live part: it stops at none. */
+    if (fs_walk_entries(sl, p, t, sc, first_only && !sl->live) < 0)
         return FS_ENOMEM;
-    if (sl->live)                   /* a mapped image changed since opening */
+    if (sl->live)
         return fs_image_walk_rest(sl, p->s, p->len, t, sc, first_only);
     if (first_only && sc->nhits)
         return FS_OK;
