@@ -1,0 +1,895 @@
+"""The index as a mapped image (format version 3): exactness.
+
+An image -- from to_bytes() or a saved file, opened with verify=True or
+verify=False, with or without a result cache -- answers exactly as the
+index it was written from and as fastsub._reference: every match /
+match_many row in the defined order (README, "The order of a row"),
+has_interest, num_interest, reverse_match, len.  An opened index keeps
+changing through its live part and still answers for its current set,
+before and after it is saved and opened again; another process opens what
+one saved; every kind of buffer is either read in place or copied as the
+docstrings say; versions 1 and 2 still load; and the image is
+deterministic (an unchanged opened image writes its own bytes; NATS and
+MQTT sets give one image whatever the insertion order).
+
+The comparisons are exact (lists, in order).  image_helpers.py holds the
+answer collectors (observed / expected), shared with the spawned child.
+"""
+import copy
+import gc
+import mmap
+import multiprocessing
+import os
+import pickle
+import random
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis.stateful import invariant, rule
+
+import fastsub
+from fastsub import _reference as R
+
+from examples import examples, steps
+from image_helpers import (BAD_FILTER, build, child_build_and_save, child_open_and_answer, diff, expected,
+                           inner, observed, reference)
+from strategies import ALL_DIALECTS, ONE, REST, SEP, filters, rows, subjects, subscriptions, tiny_thread_blocks
+from test_properties import make_machine
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN = os.path.join(HERE, "golden")
+PROPS = settings(max_examples=examples(40), deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+# Library bug, reported (test_has_interest_sees_past_a_masked_entry, a
+# strict xfail, reproduces it): on an opened image whose live part has
+# masked the first literal/shape entry that a subject matches,
+# has_interest() stops at that entry, drops it as masked, and answers False
+# although a later entry of the image matches.  While it stands, the
+# comparisons below accept exactly that one wrong answer -- False where the
+# reference says True, on an opened image with a live part, and nowhere
+# else.  Set to False once fixed (the xfail test then passes and, being
+# strict, fails the run as a reminder).
+HAS_INTEREST_MASK_BUG = True
+
+
+def changed_image(e):
+    st_ = e.stats()
+    return st_["mapped_bytes"] > 0 and st_["live_bytes"] > 0
+
+
+def check(e, got, want, what=""):
+    if HAS_INTEREST_MASK_BUG and got != want and changed_image(e):
+        got = {k: (True if k[0] == "has" and v is False and want.get(k) is True else v) for k, v in got.items()}
+    assert got == want, (what, diff(got, want))
+
+
+def has_interest_ok(e, s, want):
+    got = e.has_interest(s)
+    if HAS_INTEREST_MASK_BUG and got is False and want is True and changed_image(e):
+        return True
+    return got is want
+
+
+def subject_for(dialect, f):
+    """A subject that filter f (inner form) matches, or None."""
+    toks = [] if dialect == "amqp" and f == "" else f.split(SEP[dialect])
+    out = []
+    for t in toks:
+        if t == ONE[dialect] or t == REST[dialect]:
+            out.append("a")
+        else:
+            out.append(t)
+    s = SEP[dialect].join(out)
+    return s if R.is_valid_subject(s, dialect) else None
+
+
+@st.composite
+def probe_sets(draw, dialect, subs):
+    """(subjects, batch, keys, reverse filters): random subjects, subjects
+    that stored filters match, a batch with invalid rows and None, keys
+    with None (the subject then), reverse queries incl. stored filters."""
+    subj = draw(st.lists(subjects(dialect), min_size=1, max_size=6))
+    subj += [s for s in (subject_for(dialect, inner(dialect, f)) for f, _, _ in subs[:5]) if s is not None]
+    subj = list(dict.fromkeys(subj))
+    batch = draw(st.lists(rows(dialect), min_size=1, max_size=8)) + subj[:4]
+    keys = draw(st.lists(st.sampled_from([None, "k1", "k2", "\u00e9"]), min_size=len(batch), max_size=len(batch)))
+    rf = draw(st.lists(filters(dialect), max_size=3)) + [f for f, _, _ in subs[:2]] + [REST[dialect]]
+    return subj, batch, keys, list(dict.fromkeys(rf))
+
+
+def opened_all(blob, folder, name="img.fsb"):
+    """The image opened every way: (label, index) for bytes and a saved
+    file, verify=True/False, cache_size 0 and 4."""
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.write(blob)
+    out = []
+    for verify in (True, False):
+        for cache in (0, 4):
+            out.append((f"from_bytes(verify={verify}, cache_size={cache})",
+                        fastsub.Sublist.from_bytes(blob, verify=verify, cache_size=cache)))
+            out.append((f"open(verify={verify}, cache_size={cache})",
+                        fastsub.Sublist.open(path, verify=verify, cache_size=cache)))
+    return out
+
+
+def assert_fresh_image_stats(e, blob):
+    st_ = e.stats()
+    assert st_["mapped_bytes"] == len(blob)
+    assert st_["live_subscriptions"] == 0 and st_["live_bytes"] == 0
+    assert st_["inserts"] == 0 and st_["removes"] == 0
+    assert st_["subscriptions"] == len(e)
+
+
+# ============================================================ 1. exactness
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_image_answers_exactly(dialect, data):
+    subs = data.draw(st.lists(subscriptions(dialect), max_size=30), label="subs")
+    built, ref = build(dialect, subs), reference(dialect, subs)
+    probes = data.draw(probe_sets(dialect, subs), label="probes")
+    want = expected(ref, probes)
+    check(built, observed(built, probes), want, "built")
+    assert built.stats()["mapped_bytes"] == 0
+    blob = built.to_bytes()
+    with tempfile.TemporaryDirectory() as folder:
+        for label, e in opened_all(blob, folder):
+            assert e.dialect == dialect
+            for rnd in (1, 2):          # the second time from the cache, where there is one
+                check(e, observed(e, probes), want, (label, rnd))
+            # threaded batches over the image: the same rows
+            batch = probes[1]
+            with tiny_thread_blocks(1):
+                for q in ("all", "pick"):
+                    b = e.match_many(batch, queues=q, threads=3)
+                    assert [None if b.invalid[i] else b[i].tolist() for i in range(len(batch))] == \
+                        want["many", q, False, False], label
+            # matching changed nothing: no insert, the image still its own bytes
+            assert_fresh_image_stats(e, blob)
+            assert e.to_bytes() == blob, label
+
+
+# ============================================================ 2. mutations
+
+@st.composite
+def operations(draw, dialect, pool):
+    """A list of operations on an index: single and bulk, on subscriptions
+    of the image (removing and re-adding them, in either MQTT form) and
+    new ones (removing never-present ones too), bulk ones with a bad row."""
+    def one():
+        if pool and draw(st.booleans()):
+            f, i, q = draw(st.sampled_from(pool))
+            if dialect == "mqtt" and draw(st.booleans()):     # the other spelling of the same subscription
+                if q is not None:
+                    f, q = f"$share/{q}/{f}", None
+                elif f.startswith("$share/"):
+                    f, q = R.split_share(f)
+            return f, i, q
+        return draw(subscriptions(dialect))
+
+    ops = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["insert", "insert", "remove", "discard", "discard",
+                                     "insert_many", "remove_many", "bad_many"]))
+        if kind in ("insert", "remove", "discard"):
+            ops.append((kind, one()))
+        else:
+            subs = [one() for _ in range(draw(st.integers(0, 5)))]
+            if kind == "bad_many":
+                ops.append((kind, subs, draw(st.booleans()), draw(st.integers(0, len(subs)))))
+            else:
+                ops.append((kind, subs))
+    return ops
+
+
+class World:
+    """A built index, opened images and the reference, receiving the same
+    operations; the model of the live part (which filters were changed)."""
+
+    def __init__(self, dialect, subs, blob, folder):
+        self.dialect = dialect
+        self.ref = reference(dialect, subs)
+        self.built = build(dialect, subs)
+        path = os.path.join(folder, "mut.fsb")
+        with open(path, "wb") as f:
+            f.write(blob)
+        self.images = [fastsub.Sublist.from_bytes(blob),
+                       fastsub.Sublist.from_bytes(blob, verify=False, cache_size=4),
+                       fastsub.Sublist.open(path, cache_size=4)]
+        self.engines = [self.built] + self.images
+        self.gens = [e.generation for e in self.engines]
+        self.built_counts = self.counts(self.built)
+        self.inserts = self.removes = 0
+        self.touched, self.maybe = set(), set()
+
+    @staticmethod
+    def counts(e):
+        st_ = e.stats()
+        return st_["inserts"], st_["removes"]
+
+    def apply(self, op):
+        kind = op[0]
+        if kind in ("insert", "remove", "discard"):
+            f, i, q = op[1]
+            self.touched.add(inner(self.dialect, f))
+            if kind == "remove":
+                present = self.ref.discard(f, i, queue=q)
+                for e in self.engines:
+                    if present:
+                        e.remove(f, i, queue=q)
+                    else:
+                        with pytest.raises(KeyError):
+                            e.remove(f, i, queue=q)
+                got = [present] * len(self.engines)
+            else:
+                present = getattr(self.ref, kind)(f, i, queue=q)
+                got = [getattr(e, kind)(f, i, queue=q) for e in self.engines]
+            assert got == [present] * len(self.engines), op
+            n, removing = int(present), kind != "insert"
+        elif kind in ("insert_many", "remove_many"):
+            fs, ids, qs = ([s[k] for s in op[1]] for k in range(3))
+            self.touched.update(inner(self.dialect, f) for f in fs)
+            n = getattr(self.ref, kind)(fs, ids, qs)
+            assert [getattr(e, kind)(fs, ids, qs) for e in self.engines] == [n] * len(self.engines), op
+            removing = kind == "remove_many"
+        else:                                           # a bulk call with one bad row: changes nothing
+            _, subs, removing, at = op
+            fs, ids, qs = ([s[k] for s in subs] for k in range(3))
+            fs.insert(at, BAD_FILTER[self.dialect])
+            ids.insert(at, 7)
+            qs.insert(at, None)
+            for e in self.engines:
+                with pytest.raises(fastsub.InvalidSubjectError):
+                    (e.remove_many if removing else e.insert_many)(fs, ids, qs)
+            if not removing:    # rows before the bad one may have been moved to the live part
+                self.maybe.update(inner(self.dialect, f) for f in fs[:at])
+            n = 0
+        if removing:
+            self.removes += n
+        else:
+            self.inserts += n
+        for k, e in enumerate(self.engines):
+            g = e.generation
+            assert (g > self.gens[k]) if n else (g >= self.gens[k]), (op, k)
+            self.gens[k] = g
+
+    def live_bounds(self):
+        held = [inner(self.dialect, f) for f, _, _ in self.ref._subs]
+        lo = sum(f in self.touched for f in held)
+        hi = sum(f in self.touched or f in self.maybe for f in held)
+        return lo, hi
+
+    def check_quick(self, subjects_):
+        lo, hi = self.live_bounds()
+        for k, e in enumerate(self.engines):
+            assert len(e) == len(self.ref) == e.stats()["subscriptions"]
+            st_ = e.stats()
+            if e is self.built:
+                assert st_["mapped_bytes"] == 0 and st_["live_subscriptions"] == 0
+                bi, br = self.built_counts
+                assert (st_["inserts"] - bi, st_["removes"] - br) == (self.inserts, self.removes)
+            else:
+                assert st_["mapped_bytes"] > 0
+                assert (st_["inserts"], st_["removes"]) == (self.inserts, self.removes)
+                assert lo <= st_["live_subscriptions"] <= hi, (k, lo, st_["live_subscriptions"], hi)
+        for s in subjects_:
+            m = self.ref.match(s)
+            want_has, want_num = self.ref.has_interest(s), self.ref.num_interest(s)
+            for e in self.engines:
+                got = e.match(s)
+                assert (got.subs, got.groups) == (m.subs, m.groups), s
+                assert tuple(e.num_interest(s)) == want_num, s
+                assert has_interest_ok(e, s, want_has), s
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_opened_image_changes_like_a_built_index(dialect, data):
+    subs = data.draw(st.lists(subscriptions(dialect), max_size=25), label="subs")
+    blob = build(dialect, subs).to_bytes()
+    ops = data.draw(operations(dialect, subs), label="ops")
+    probes = data.draw(probe_sets(dialect, subs + [s for op in ops for s in (op[1] if isinstance(op[1], list)
+                                                                              else [op[1]])]), label="probes")
+    with tempfile.TemporaryDirectory() as folder:
+        w = World(dialect, subs, blob, folder)
+        for e in w.images:
+            assert_fresh_image_stats(e, blob)
+        for op in ops:
+            w.apply(op)
+            w.check_quick(probes[0][:3])
+        want = expected(w.ref, probes)
+        for k, e in enumerate(w.engines):
+            check(e, observed(e, probes), want, ("after the operations", k, ops))
+        if w.inserts:
+            assert all(e.stats()["live_subscriptions"] > 0 or len(w.ref) == 0 for e in w.images)
+
+        # saved and opened again: the merged set, no live part, no inserts
+        images = set()
+        for k, e in enumerate(w.engines):
+            path = os.path.join(folder, f"saved{k}.fsb")
+            e.save(path)
+            with open(path, "rb") as f:
+                saved = f.read()
+            assert saved == e.to_bytes()
+            images.add(saved)
+            for again in (fastsub.Sublist.open(path), fastsub.Sublist.from_bytes(saved, verify=False, cache_size=4)):
+                check(again, observed(again, probes), want, ("saved and opened again", k))
+                assert_fresh_image_stats(again, saved)
+                # and it goes on changing: remove everything, the empty set remains
+                for f, q, i in sorted(w.ref._subs, key=repr):
+                    again.remove(f, i, queue=q)
+                assert len(again) == 0 and again.reverse_match(REST[dialect]) == []
+                assert again.to_bytes() == fastsub.Sublist(dialect).to_bytes()
+        if dialect != "amqp":
+            # one set, one image: the built index, every changed image, and
+            # a fresh build of the reference's set
+            images.add(build(dialect, sorted(((f, i, q) for f, q, i in w.ref._subs), key=repr)).to_bytes())
+            assert len(images) == 1
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_open_and_matching_insert_nothing(dialect):
+    sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
+    subs = [(f"a{sep}b", 1, None), (f"a{sep}{one}", 2, None), (f"a{sep}{rest}", 3, "q"),
+            (f"{one}{sep}b", 4, "r"), (rest, 5, None), (f"a{sep}b", 6, "q")]
+    sl = build(dialect, subs)
+    blob = sl.to_bytes()
+    ss = [f"a{sep}b", f"b{sep}b", "a", f"x{sep}y{sep}z"]
+    with tempfile.TemporaryDirectory() as folder:
+        for label, e in opened_all(blob, folder):
+            for _ in range(3):
+                for s in ss:
+                    e.match(s)
+                    e.match(s, dedupe=True)
+                    e.has_interest(s)
+                    e.num_interest(s)
+                e.reverse_match(rest)
+                for q in ("all", "none", "pick"):
+                    e.match_many(ss, queues=q, keys=["k"] * len(ss))
+                with tiny_thread_blocks(1):
+                    e.match_many(ss * 4, threads=4)
+            st_ = e.stats()
+            assert st_["inserts"] == 0 and st_["removes"] == 0 and st_["generation"] == 0, label
+            assert st_["live_subscriptions"] == 0 and st_["live_bytes"] == 0, label
+            assert st_["mapped_bytes"] == len(blob) and st_["matches"] > 0, label
+            # a no-op change (absent id, present subscription) still answers the same
+            assert e.discard(f"a{sep}b", 99) is False
+            assert e.insert(f"a{sep}b", 1) is False
+            assert e.stats()["inserts"] == 0 and len(e) == len(subs), label
+            for s in ss:
+                assert e.match(s).subs == sl.match(s).subs and e.match(s).groups == sl.match(s).groups
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_live_part_holds_each_changed_filter_whole(dialect):
+    """The changes the live part takes, step by step: a filter changed is
+    copied out whole (its other subscriptions, groups too); a filter
+    removed from the image and re-added; a never-present one removed."""
+    sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
+    f1, f2, f3 = f"a{sep}{one}", f"a{sep}b", f"{one}{sep}{rest}"
+    subs = [(f1, 1, None), (f1, 2, None), (f1, 3, "q"), (f2, 4, None), (f3, 5, "g"), (f3, 6, "g")]
+    built, ref = build(dialect, subs), reference(dialect, subs)
+    e = fastsub.Sublist.from_bytes(built.to_bytes())
+    probe = [f"a{sep}b", f"a{sep}c", f"b{sep}c{sep}d", "a"]
+
+    def same(live):
+        assert e.stats()["live_subscriptions"] == live
+        for s in probe:
+            m, b, r = e.match(s), built.match(s), ref.match(s)
+            assert (m.subs, m.groups) == (b.subs, b.groups) == (r.subs, r.groups), s
+            assert e.match_many([s], queues="all")[0].tolist() == R.batch_row(r, "all", dialect=dialect,
+                                                                               dedupe=dialect == "amqp")
+            assert tuple(e.num_interest(s)) == ref.num_interest(s), s
+        for q in (rest, f1, f3):
+            assert e.reverse_match(q) == ref.reverse_match(q), q
+
+    same(0)
+    for x in (e, built, ref):
+        x.remove(f1, 2)                             # f1 moves: 1 and 3 go with it
+    same(2)
+    for x in (e, built, ref):
+        x.insert(f1, 2)                             # re-added
+    same(3)
+    for x in (e, built, ref):
+        assert x.discard(f"b{sep}never", 9) is False    # never present: nothing moves
+    same(3)
+    for x in (e, built, ref):
+        assert x.remove_many([f2, f2, f"z{sep}z"], [4, 4, 1]) == 1
+    same(3)                                         # f2 moved, and is empty now
+    for x in (e, built, ref):
+        assert x.insert_many([f3, f2, f2], [7, 4, 8], ["g", None, None]) == 3
+    same(3 + 3 + 2)                                 # f3 moved (5, 6, 7); f2 holds 4, 8
+    assert e.stats()["inserts"] == 4 and e.stats()["removes"] == 2
+    assert len(e) == len(ref) == len(built)
+    out = fastsub.Sublist.from_bytes(e.to_bytes())
+    assert out.stats()["live_subscriptions"] == 0
+    for s in probe:
+        r = ref.match(s)
+        assert (out.match(s).subs, out.match(s).groups) == (r.subs, r.groups)
+    if dialect != "amqp":
+        assert e.to_bytes() == built.to_bytes()
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_readers_see_one_state_or_the_other_while_the_live_part_changes(dialect):
+    """Threads match an opened image while another toggles a subscription
+    on a filter of the image (moved to the live part at the first change):
+    every answer is exactly the one before or the one after."""
+    import threading
+    sep, one = SEP[dialect], ONE[dialect]
+    subs = [(f"a{sep}b", 1, None), (f"a{sep}{one}", 2, "q"), (f"{one}{sep}b", 3, None), (f"a{sep}{one}", 4, None)]
+    e = fastsub.Sublist.from_bytes(build(dialect, subs).to_bytes(), cache_size=4)
+    s = f"a{sep}b"
+    without = ([1, 3, 4], [("q", f"a{sep}{one}" if dialect == "mqtt" else None, [2])])
+    with_x = ([1, 3, 4, 9], without[1])
+    rows_ok = {(1, 3, 4, 2), (1, 3, 4, 9, 2)}       # plain ids ascending, then the group's
+    stop, bad = threading.Event(), []
+
+    def reader():
+        while not stop.is_set():
+            m = e.match(s)
+            if (m.subs, m.groups) not in (without, with_x):
+                bad.append((m.subs, m.groups))
+            row = tuple(e.match_many([s, s], queues="all")[1].tolist())
+            if row not in rows_ok:
+                bad.append(row)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(300):
+            e.insert(f"a{sep}{one}", 9)
+            e.discard(f"a{sep}{one}", 9)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not bad, bad[:3]
+    assert (e.match(s).subs, e.match(s).groups) == without and e.stats()["live_subscriptions"] == 2
+
+
+# ============================================================ the has_interest bug
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+@pytest.mark.xfail(strict=True, reason="library bug: has_interest() on an opened image stops at the first "
+                                       "literal/shape entry that matches; when that entry was moved to the "
+                                       "live part (masked) it is dropped and the image's other entries are "
+                                       "never looked at (fs_image_walk_rest with first_only), so it answers "
+                                       "False where match() finds subscriptions")
+def test_has_interest_sees_past_a_masked_entry(dialect):
+    sep, one = SEP[dialect], ONE[dialect]
+    sl = fastsub.Sublist(dialect)
+    sl.insert(f"a{sep}b", 1)          # the literal table: found first
+    sl.insert(f"a{sep}{one}", 2)      # a shape table: found after it
+    e = fastsub.Sublist.from_bytes(sl.to_bytes())
+    e.remove(f"a{sep}b", 1)           # a{sep}b moves to the live part, empty there
+    assert e.match(f"a{sep}b").subs == [2]
+    assert e.num_interest(f"a{sep}b") == (1, 0)
+    assert e.has_interest(f"a{sep}b") is True
+
+
+# ============================================================ 3. the state machine, reopening
+
+def make_image_machine(dialect):
+    Base = make_machine(dialect)
+
+    class ImageMachine(Base):
+        """test_properties' machine, whose engines are now and then
+        replaced by their own image -- bytes or a saved file, verified or
+        not -- and go on being changed and asked."""
+
+        def __init__(self):
+            super().__init__()
+            self.folder = tempfile.mkdtemp(prefix="fastsub-img-")
+            self.saves = 0
+
+        def teardown(self):
+            self.engines = []
+            gc.collect()
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+        @rule(k=st.integers(0, 1), how=st.sampled_from(["bytes", "bytes-unverified", "file", "file-unverified",
+                                                        "memoryview"]))
+        def reopen(self, k, how):
+            e = self.engines[k]
+            cache = 4 if k == 1 else 0
+            if how.startswith("file"):
+                self.saves += 1
+                path = os.path.join(self.folder, f"s{self.saves % 3}.fsb")   # saved over older files too
+                e.save(path)
+                new = fastsub.Sublist.open(path, verify=how == "file", cache_size=cache)
+                with open(path, "rb") as f:
+                    blob = f.read()
+            else:
+                blob = e.to_bytes()
+                data = memoryview(blob) if how == "memoryview" else blob
+                new = fastsub.Sublist.from_bytes(data, verify=how != "bytes-unverified", cache_size=cache)
+            assert_fresh_image_stats(new, blob)
+            assert len(new) == len(self.ref)
+            self.engines[k] = new
+            self.gens[k] = new.generation
+
+        @rule(s=subjects(dialect))
+        def has_interest(self, s):
+            want = self.ref.has_interest(s)
+            for e in self.engines:
+                assert has_interest_ok(e, s, want), s
+
+        @invariant()
+        def stats_agree(self):
+            for e in self.engines:
+                st_ = e.stats()
+                assert st_["subscriptions"] == len(self.ref)
+                assert 0 <= st_["live_subscriptions"] <= len(self.ref)
+                if st_["mapped_bytes"] == 0:
+                    assert st_["live_subscriptions"] == 0 and st_["live_bytes"] == 0
+                elif st_["live_bytes"] == 0:            # opened, and not changed since
+                    assert st_["inserts"] == 0 and st_["removes"] == 0
+
+    ImageMachine.__name__ = ImageMachine.__qualname__ = f"ImageMachine_{dialect}"
+    return ImageMachine
+
+
+STATEFUL = settings(max_examples=examples(25), stateful_step_count=steps(30), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+TestNatsImageMachine = make_image_machine("nats").TestCase
+TestNatsImageMachine.settings = STATEFUL
+TestMqttImageMachine = make_image_machine("mqtt").TestCase
+TestMqttImageMachine.settings = STATEFUL
+TestAmqpImageMachine = make_image_machine("amqp").TestCase
+TestAmqpImageMachine.settings = STATEFUL
+
+
+# ============================================================ 4. another process
+
+def _sample(dialect, seed, n=60):
+    rnd = random.Random(seed)
+    toks = ["a", "b", "c", "$x", "\u00e9"]
+    sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
+    subs = []
+    for i in range(n):
+        t = [rnd.choice(toks + [one]) for _ in range(rnd.randint(1, 3))]
+        if rnd.random() < 0.3:
+            t.append(rest)
+        f = sep.join(t)
+        q = rnd.choice([None, None, "q", "r"])
+        if dialect == "mqtt" and q and rnd.random() < 0.5:
+            f, q = f"$share/{q}/{f}", None
+        subs.append((f, rnd.randint(-3, 20), q))
+    ss = sorted({sep.join(rnd.choice(toks[:4]) for _ in range(rnd.randint(1, 4))) for _ in range(30)})
+    ss = [s for s in ss if R.is_valid_subject(s, dialect)]
+    keys = [rnd.choice([None, "k"]) for _ in ss]
+    return subs, (ss, ss + [None], keys + [None], [rest, f"a{sep}{one}", subs[0][0]])
+
+
+def test_image_saved_by_one_process_opened_by_another():
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as folder, ctx.Pool(1) as pool:
+        for n, dialect in enumerate(ALL_DIALECTS):
+            subs, probes = _sample(dialect, n)
+            want = expected(reference(dialect, subs), probes)
+            # saved in the child, opened here
+            path = os.path.join(folder, f"child-{dialect}.fsb")
+            theirs = pool.apply(child_build_and_save, (dialect, subs, path, probes))
+            assert theirs == want
+            mine = fastsub.Sublist.open(path)
+            assert mine.dialect == dialect
+            check(mine, observed(mine, probes), want, "opened here")
+            with open(path, "rb") as f:
+                assert f.read() == mine.to_bytes()
+            if dialect != "amqp":
+                assert mine.to_bytes() == build(dialect, subs).to_bytes()
+            # saved here (changed since opening: the merged set), opened in the child
+            mine.insert(subs[0][0], 1000, queue=subs[0][2])
+            mine.discard(*subs[1][:2], queue=subs[1][2])
+            ref = reference(dialect, subs)
+            ref.insert(subs[0][0], 1000, queue=subs[0][2])
+            ref.discard(*subs[1][:2], queue=subs[1][2])
+            path2 = os.path.join(folder, f"parent-{dialect}.fsb")
+            mine.save(path2)
+            got, blob, mapped, inserts, d = pool.apply(child_open_and_answer, (path2, probes))
+            assert d == dialect and mapped == len(blob) and inserts == 0
+            assert got == expected(ref, probes)
+            assert blob == mine.to_bytes()
+
+
+# ============================================================ 5. buffers and older versions
+
+def _addr(buf):
+    np = pytest.importorskip("numpy")
+    return np.frombuffer(buf, dtype=np.uint8).__array_interface__["data"][0]
+
+
+def _small(dialect):
+    sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
+    subs = [(f"a{sep}b", 1, None), (f"a{sep}{one}", 2, "q"), (f"a{sep}{rest}", 3, None), (f"c{sep}d", 4, None)]
+    return subs, [f"a{sep}b", f"a{sep}x", f"c{sep}d", "zz"]
+
+
+def _answers(e, ss):
+    return [(e.match(s).subs, e.match(s).groups, tuple(e.num_interest(s))) for s in ss], len(e)
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_buffers_read_in_place_or_copied(dialect):
+    subs, ss = _small(dialect)
+    sl = build(dialect, subs)
+    want = _answers(sl, ss)
+    blob = sl.to_bytes()
+
+    # bytes: read in place
+    e = fastsub.Sublist.from_bytes(blob)
+    assert _answers(e, ss) == want and e.stats()["mapped_bytes"] == len(blob)
+
+    # a memoryview of bytes, 8-byte aligned: read in place, so the view
+    # stays exported for as long as the index lives
+    for start in range(8, 16):
+        big = b"\0" * start + blob + b"tail"
+        mv = memoryview(big)[start:start + len(blob)]
+        if _addr(mv) % 8 == 0:
+            break
+        mv.release()
+    assert _addr(mv) % 8 == 0
+    e = fastsub.Sublist.from_bytes(mv)
+    assert _answers(e, ss) == want and e.stats()["mapped_bytes"] == len(blob)
+    with pytest.raises(BufferError):
+        mv.release()
+    del e
+    gc.collect()
+    mv.release()
+
+    # misaligned slices of a larger buffer: copied (the view can go at once)
+    for off in range(1, 8):
+        mv = memoryview(b"\0" * (start + off) + blob)[start + off:]
+        if _addr(mv) % 8 == 0:
+            mv.release()
+            continue
+        e = fastsub.Sublist.from_bytes(mv, cache_size=2)
+        mv.release()
+        assert _answers(e, ss) == want and e.to_bytes() == blob
+        assert e.stats()["mapped_bytes"] == len(blob)
+
+    # a bytearray: copied, so changing it afterwards changes nothing
+    ba = bytearray(blob)
+    e = fastsub.Sublist.from_bytes(ba)
+    ba[:] = bytes(len(ba))
+    ba.extend(b"x" * 100)               # not exported either
+    assert _answers(e, ss) == want and e.to_bytes() == blob
+
+    # a writable mmap: copied, and it can be closed under the index
+    anon = mmap.mmap(-1, len(blob))
+    anon[:] = blob
+    e = fastsub.Sublist.from_bytes(anon)
+    anon[:] = bytes(len(blob))
+    anon.close()
+    assert _answers(e, ss) == want
+
+    # a read-only mmap of a file: read in place, and held (cannot be closed)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "i.fsb")
+        sl.save(path)
+        with open(path, "rb") as f:
+            ro = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        e = fastsub.Sublist.from_bytes(ro, verify=False)
+        assert _answers(e, ss) == want and e.stats()["mapped_bytes"] == len(blob)
+        with pytest.raises(BufferError):
+            ro.close()
+        del e
+        gc.collect()
+        ro.close()
+
+        # Sublist.open: the file replaced by a save while open -- the open
+        # index keeps answering for the file it mapped, a new open sees the new one
+        e = fastsub.Sublist.open(path)
+        other = build(dialect, subs[:1])
+        other.save(path)
+        assert _answers(e, ss) == want
+        assert _answers(fastsub.Sublist.open(path), ss) == _answers(other, ss)
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_opened_index_saves_over_its_own_file_pickles_and_copies(dialect):
+    subs, ss = _small(dialect)
+    sl = build(dialect, subs)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "self.fsb")
+        sl.save(path)
+        e = fastsub.Sublist.open(path, cache_size=8)
+        e.save(path)                                    # unchanged, over the file it maps
+        assert _answers(e, ss) == _answers(sl, ss)
+        for x in (e, sl):
+            x.insert(subs[0][0], 77, queue=subs[0][2])
+            x.discard(*subs[3][:2], queue=subs[3][2])
+        e.save(path)                                    # changed, over the file it maps
+        assert _answers(e, ss) == _answers(sl, ss)      # the old mapping still serves it
+        again = fastsub.Sublist.open(path)
+        assert _answers(again, ss) == _answers(sl, ss)
+        assert again.stats()["live_subscriptions"] == 0
+        for other in [pickle.loads(pickle.dumps(e, protocol=p)) for p in range(pickle.HIGHEST_PROTOCOL + 1)] + \
+                     [copy.copy(e), copy.deepcopy(e)]:
+            assert other is not e and _answers(other, ss) == _answers(sl, ss)
+            assert other.stats()["cache_capacity"] >= 8
+            assert other.stats()["mapped_bytes"] > 0 and other.stats()["live_subscriptions"] == 0
+            if dialect != "amqp":
+                assert other.to_bytes() == sl.to_bytes()
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_version_2_loads_and_opens(dialect):
+    subs, ss = _small(dialect)
+    sl = build(dialect, subs)
+    want = _answers(sl, ss)
+    v2 = sl.to_bytes(version=2)
+    assert v2[8:10] == b"\x02\x00" and sl.to_bytes()[8:10] == b"\x03\x00"
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "v2.fsb")
+        with open(path, "wb") as f:
+            f.write(v2)
+        for e in (fastsub.Sublist.from_bytes(v2), fastsub.Sublist.from_bytes(bytearray(v2)),
+                  fastsub.Sublist.open(path), fastsub.Sublist.open(path, verify=False, cache_size=4)):
+            assert e.dialect == dialect and _answers(e, ss) == want
+            assert e.stats()["mapped_bytes"] == 0       # rebuilt, not mapped
+            assert e.to_bytes(version=2) == v2
+            if dialect != "amqp":
+                assert e.to_bytes() == sl.to_bytes()
+        # an opened image (changed or not) writes version 2 too
+        img = fastsub.Sublist.from_bytes(sl.to_bytes())
+        if dialect != "amqp":
+            assert img.to_bytes(version=2) == v2
+        img.insert(subs[0][0], 50)
+        sl.insert(subs[0][0], 50)
+        assert _answers(fastsub.Sublist.from_bytes(img.to_bytes(version=2)), ss) == _answers(sl, ss)
+    for bad in (1, 4, 0):
+        with pytest.raises(ValueError):
+            sl.to_bytes(version=bad)
+
+
+@pytest.mark.parametrize("name", ["nats_small_v1", "mqtt_small_v1", "nats_small", "mqtt_small", "amqp_small"])
+def test_golden_versions_1_and_2_open(name):
+    path = os.path.join(GOLDEN, name + ".fsb")
+    with open(path, "rb") as f:
+        old = f.read()
+    a, b = fastsub.Sublist.from_bytes(old), fastsub.Sublist.open(path)
+    assert a.stats()["mapped_bytes"] == b.stats()["mapped_bytes"] == 0
+    img = a.to_bytes()
+    c = fastsub.Sublist.from_bytes(img)
+    assert c.stats()["mapped_bytes"] == len(img)
+    d = a.dialect
+    rest, one, sep = REST[d], ONE[d], SEP[d]
+    ss = ["a", f"a{sep}b", f"a{sep}b{sep}c", f"$x{sep}a", f"b{sep}a"]
+    for e in (b, c):
+        assert len(e) == len(a) and e.dialect == d
+        assert _answers(e, ss) == _answers(a, ss)
+        assert e.reverse_match(rest) == a.reverse_match(rest)
+        assert e.reverse_match(f"{one}{sep}{one}") == a.reverse_match(f"{one}{sep}{one}")
+
+
+# ============================================================ 6. determinism
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_unchanged_image_is_its_own_image(dialect, data):
+    subs = data.draw(st.lists(subscriptions(dialect), max_size=30), label="subs")
+    blob = build(dialect, subs).to_bytes()
+    e = fastsub.Sublist.from_bytes(blob, verify=data.draw(st.booleans()))
+    assert e.to_bytes() == blob
+    assert fastsub.Sublist.from_bytes(e.to_bytes()).to_bytes() == blob
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "a.fsb")
+        e.save(path)
+        o = fastsub.Sublist.open(path)
+        assert o.to_bytes() == blob
+        o.save(os.path.join(folder, "b.fsb"))
+        with open(os.path.join(folder, "b.fsb"), "rb") as f:
+            assert f.read() == blob
+    # changed and changed back: NATS and MQTT write the same image again
+    if subs:
+        f, i, q = subs[0]
+        e.discard(f, i, queue=q)
+        e.insert(f, i, queue=q)
+        e.insert(f, 12345, queue=q)
+        e.discard(f, 12345, queue=q)
+        if dialect != "amqp":
+            assert e.to_bytes() == blob
+
+
+@pytest.mark.parametrize("dialect", ["nats", "mqtt"])
+@PROPS
+@given(data=st.data())
+def test_image_depends_only_on_the_set(dialect, data):
+    """NATS and MQTT sets of these filters (at most 4 tokens: no shape
+    budget overflow, no trie placement) give one image whatever the
+    insertion order, and whatever was inserted and removed on the way."""
+    subs = data.draw(st.lists(subscriptions(dialect), max_size=30), label="subs")
+    order = data.draw(st.permutations(subs), label="order")
+    extra = data.draw(st.lists(subscriptions(dialect), max_size=10), label="extra")
+    a = build(dialect, subs)
+    b = fastsub.Sublist(dialect)
+    for f, i, q in extra + order:
+        b.insert(f, i, queue=q)
+    ref = reference(dialect, subs)
+    absent = [x for x in extra if ref._key(*x) not in ref._subs]     # in the set only on the way
+    b.remove_many(*([x[k] for x in absent] for k in range(3)))
+    c = fastsub.Sublist.from_bytes(build(dialect, list(reversed(subs))).to_bytes())
+    c.insert_many(*([x[k] for x in extra] for k in range(3)))
+    for f, i, q in absent:
+        c.discard(f, i, queue=q)
+    assert len(a) == len(b) == len(c) == len(ref)
+    assert a.to_bytes() == b.to_bytes() == c.to_bytes()
+
+
+# ============================================================ a larger workload
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_larger_index_with_shape_overflow_and_deep_filters(dialect):
+    """Thousands of subscriptions, wide tables, more than 64 filter shapes
+    (the rest in the trie), filters of more than 48 tokens: the image,
+    opened and changed, answers as the built index does."""
+    rnd = random.Random(7)
+    sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
+    subs = []
+    for j in range(3000):
+        n = rnd.randint(1, 9)
+        toks = [f"t{rnd.randint(0, 40)}" if rnd.random() < 0.8 else one for _ in range(n)]
+        if rnd.random() < 0.2:
+            toks.append(rest)
+        if dialect == "amqp" and rnd.random() < 0.1:
+            toks.insert(rnd.randint(0, len(toks)), "#")
+        q = f"q{j % 3}" if j % 11 == 0 else None
+        subs.append((sep.join(toks), j % 1500, q))
+    for j in range(5):                                    # deep: 60 tokens
+        subs.append((sep.join([one] * 30 + [f"d{j}"] * 30), 5000 + j, None))
+    sl = build(dialect, subs)
+    blob = sl.to_bytes()
+    ss = []
+    for f, _, _ in subs[::25]:
+        s = subject_for(dialect, f)
+        if s is not None:
+            ss.append(s)
+    ss += [sep.join(["x"] * 30 + ["d1"] * 30), sep.join(f"t{rnd.randint(0, 40)}" for _ in range(5))]
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "big.fsb")
+        sl.save(path)
+        e = fastsub.Sublist.open(path, verify=True, cache_size=64)
+        e2 = fastsub.Sublist.from_bytes(blob, verify=False)
+        for x in (e, e2):
+            for q in ("all", "pick", "none"):
+                got, want = x.match_many(ss, queues=q), sl.match_many(ss, queues=q)
+                assert got.offsets.tolist() == want.offsets.tolist() and got.sub_ids.tolist() == want.sub_ids.tolist()
+            for s in ss[:40]:
+                assert x.match(s).groups == sl.match(s).groups and x.has_interest(s) == sl.has_interest(s)
+            assert x.reverse_match(sep.join([one] * 3)) == sl.reverse_match(sep.join([one] * 3))
+        # change a tenth of it through the live part
+        for f, i, q in subs[::10]:
+            for x in (e, sl):
+                x.discard(f, i, queue=q)
+        for f, i, q in subs[::13]:
+            for x in (e, sl):
+                x.insert(f, i + 10000, queue=q)
+        assert len(e) == len(sl)
+        for q in ("all", "pick"):
+            got, want = e.match_many(ss, queues=q), sl.match_many(ss, queues=q)
+            assert got.offsets.tolist() == want.offsets.tolist() and got.sub_ids.tolist() == want.sub_ids.tolist()
+        # a sample against the reference too
+        ref = R.ReferenceSublist(dialect)
+        for f, i, q in subs:
+            ref.insert(f, i, queue=q)
+        for f, i, q in subs[::10]:
+            ref.discard(f, i, queue=q)
+        for f, i, q in subs[::13]:
+            ref.insert(f, i + 10000, queue=q)
+        for s in ss[:12]:
+            r, m = ref.match(s), e.match(s)
+            assert (m.subs, m.groups) == (r.subs, r.groups), s
+        again = fastsub.Sublist.from_bytes(e.to_bytes())
+        got, want = again.match_many(ss, queues="all"), sl.match_many(ss, queues="all")
+        assert got.sub_ids.tolist() == want.sub_ids.tolist()
