@@ -43,34 +43,12 @@ GOLDEN = os.path.join(HERE, "golden")
 PROPS = settings(max_examples=examples(40), deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
-# Library bug, reported (test_has_interest_sees_past_a_masked_entry, a
-# strict xfail, reproduces it): on an opened image whose live part has
-# masked the first literal/shape entry that a subject matches,
-# has_interest() stops at that entry, drops it as masked, and answers False
-# although a later entry of the image matches.  While it stands, the
-# comparisons below accept exactly that one wrong answer -- False where the
-# reference says True, on an opened image with a live part, and nowhere
-# else.  Set to False once fixed (the xfail test then passes and, being
-# strict, fails the run as a reminder).
-HAS_INTEREST_MASK_BUG = True
-
-
-def changed_image(e):
-    st_ = e.stats()
-    return st_["mapped_bytes"] > 0 and st_["live_bytes"] > 0
-
-
 def check(e, got, want, what=""):
-    if HAS_INTEREST_MASK_BUG and got != want and changed_image(e):
-        got = {k: (True if k[0] == "has" and v is False and want.get(k) is True else v) for k, v in got.items()}
     assert got == want, (what, diff(got, want))
 
 
 def has_interest_ok(e, s, want):
-    got = e.has_interest(s)
-    if HAS_INTEREST_MASK_BUG and got is False and want is True and changed_image(e):
-        return True
-    return got is want
+    return e.has_interest(s) is want
 
 
 def subject_for(dialect, f):
@@ -455,15 +433,12 @@ def test_readers_see_one_state_or_the_other_while_the_live_part_changes(dialect)
     assert (e.match(s).subs, e.match(s).groups) == without and e.stats()["live_subscriptions"] == 2
 
 
-# ============================================================ the has_interest bug
+# ============================================================ has_interest past a masked entry
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
-@pytest.mark.xfail(strict=True, reason="library bug: has_interest() on an opened image stops at the first "
-                                       "literal/shape entry that matches; when that entry was moved to the "
-                                       "live part (masked) it is dropped and the image's other entries are "
-                                       "never looked at (fs_image_walk_rest with first_only), so it answers "
-                                       "False where match() finds subscriptions")
 def test_has_interest_sees_past_a_masked_entry(dialect):
+    # has_interest stops at the first matching table entry: on a changed
+    # image that entry may have moved to the live part (found by these tests).
     sep, one = SEP[dialect], ONE[dialect]
     sl = fastsub.Sublist(dialect)
     sl.insert(f"a{sep}b", 1)          # the literal table: found first
