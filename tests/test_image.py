@@ -868,3 +868,24 @@ def test_larger_index_with_shape_overflow_and_deep_filters(dialect):
         again = fastsub.Sublist.from_bytes(e.to_bytes())
         got, want = again.match_many(ss, queues="all"), sl.match_many(ss, queues="all")
         assert got.sub_ids.tolist() == want.sub_ids.tolist()
+
+
+# ============================================================ the documented invariants
+
+def test_every_image_reason_is_documented():
+    """Every reason fs_image.c can refuse an image with is in docs/FORMAT.md's
+    "Invariants of an image", and every reason listed there is one it gives."""
+    import re
+    root = os.path.join(HERE, "..")
+    with open(os.path.join(root, "csrc", "fs_image.c"), encoding="utf-8") as f:
+        src = f.read()
+    with open(os.path.join(root, "docs", "FORMAT.md"), encoding="utf-8") as f:
+        doc = f.read()
+    sec = doc[doc.index("## Invariants of an image"):doc.index("**Not checked**")]
+    listed = set(re.findall(r"`([^`]+)`", " ".join(sec.split())))
+    listed -= {"verify=True", "ValueError(\"corrupt fastsub index: <reason> at byte <offset>\")", "$share/"}
+    given = {r for line in src.splitlines() if re.search(r"vbad\(|FAIL\(|reason = ", line)
+             for r in re.findall(r'"([^"]+)"', line)}
+    assert given, "no reasons found in fs_image.c"
+    assert given - listed == set(), "reasons fs_image.c gives that FORMAT.md does not list"
+    assert listed - given == set(), "reasons FORMAT.md lists that fs_image.c never gives"

@@ -1,0 +1,149 @@
+"""The image as the index: build, save, open and match, on light-like filters.
+
+    python bench/image.py [--prefixes 20] [--reps 3] [--workers 4]
+
+The filter set is the standard light workload's (bench/workloads.py) under
+--prefixes first tokens ("p0.<filter>" ... "p19.<filter>": 2M filters at
+20), the subjects light's publishes under random prefixes.  Everything is
+measured in one run, each figure the median of --reps, and reported as
+ratios to insert_many of the same filters (docs/benchmarks.md, "The image"):
+
+    open(path) (verify) / insert_many          target <= 0.15
+    open(path, verify=False) / insert_many     target <= 0.01
+    match_many, opened / built                 target <= 1.10
+    private memory per process / file size     target <= 0.15, with --workers
+                                               processes opening one file
+
+Private memory is the growth of Private_Clean + Private_Dirty in
+/proc/self/smaps_rollup across open and matching, in each worker (Linux).
+"""
+import argparse
+import gc
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import workloads  # noqa: E402
+
+import fastsub  # noqa: E402
+
+
+def light_like(prefixes, seed=1):
+    filters, _, queues, pubs = workloads.load("light")
+    fs, qs = [], []
+    for k in range(prefixes):
+        fs.extend(f"p{k}.{f}" for f in filters)
+        qs.extend(queues)
+    rnd = random.Random(seed)
+    subjects = [f"p{rnd.randrange(prefixes)}.{p}" for p in pubs]
+    return fs, list(range(len(fs))), qs, subjects
+
+
+def private_kb():
+    """Private_Clean + Private_Dirty of this process, in KiB (Linux)."""
+    total = 0
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total
+
+
+def _worker(path, subjects, q):
+    gc.collect()
+    before = private_kb()
+    sl = fastsub.Sublist.open(path, verify=False)
+    res = sl.match_many(subjects, queues="all")
+    total = int(sum(res.counts()))
+    after = private_kb()
+    q.put((after - before, total, sl.stats()["inserts"]))
+
+
+def median_time(fn, reps):
+    times = []
+    out = None
+    for _ in range(reps):
+        gc.collect()
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prefixes", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--dir", default=None, help="where the image file goes (default: a temporary folder)")
+    args = ap.parse_args()
+
+    filters, ids, queues, subjects = light_like(args.prefixes)
+    print(f"{len(filters):,} light-like filters, {len(subjects):,} subjects", flush=True)
+
+    def build():
+        sl = fastsub.Sublist()
+        sl.insert_many(filters, ids, queues)
+        return sl
+
+    t_build, built = median_time(build, args.reps)
+    folder = args.dir or tempfile.mkdtemp(prefix="fastsub-image-")
+    path = os.path.join(folder, "light.fsb")
+    t_save, _ = median_time(lambda: built.save(path), args.reps)
+    size = os.path.getsize(path)
+    v2 = built.to_bytes(version=2)
+    t_v2, _ = median_time(lambda: fastsub.Sublist.from_bytes(v2), args.reps)
+    del v2
+    t_open, opened = median_time(lambda: fastsub.Sublist.open(path), args.reps)
+    t_open_nv, opened_nv = median_time(lambda: fastsub.Sublist.open(path, verify=False), args.reps)
+    assert opened.stats()["inserts"] == 0 and len(opened) == len(built)
+
+    def m(sl):
+        return lambda: sl.match_many(subjects, queues="all")
+    # interleaved, so that drift on a shared machine falls on both alike
+    tb, to = [], []
+    for _ in range(args.reps):
+        tb.append(median_time(m(built), 1)[0])
+        to.append(median_time(m(opened_nv), 1)[0])
+    t_mb, t_mo = statistics.median(tb), statistics.median(to)
+    rb, ro = built.match_many(subjects, queues="all"), opened_nv.match_many(subjects, queues="all")
+    assert [list(x) for x in rb] == [list(x) for x in ro], "opened answers differ from built"
+    total = int(sum(rb.counts()))
+
+    priv = []
+    if args.workers and os.path.exists("/proc/self/smaps_rollup"):
+        for method in ("fork", "spawn"):
+            ctx = multiprocessing.get_context(method)
+            q = ctx.Queue()
+            ps = [ctx.Process(target=_worker, args=(path, subjects, q)) for _ in range(args.workers)]
+            for p in ps:
+                p.start()
+            got = [q.get() for _ in ps]
+            for p in ps:
+                p.join()
+            assert all(g[1] == total and g[2] == 0 for g in got), got
+            priv.append((method, [g[0] for g in got]))
+
+    mb = 1024 * 1024
+    print(f"build (insert_many)        {t_build:8.3f} s")
+    print(f"save                       {t_save:8.3f} s   file {size / mb:,.1f} MiB")
+    print(f"from_bytes(version 2)      {t_v2:8.3f} s   {t_v2 / t_build:6.3f} x insert_many (rebuilds)")
+    print(f"open (verify)              {t_open:8.3f} s   {t_open / t_build:6.3f} x insert_many  (target <= 0.15)")
+    print(f"open (verify=False)        {t_open_nv:8.6f} s {t_open_nv / t_build:8.5f} x insert_many  (target <= 0.01)")
+    print(f"match_many built           {t_mb:8.3f} s   {len(subjects) / t_mb / 1e6:5.2f} M subjects/s, {total:,} ids")
+    print(f"match_many opened          {t_mo:8.3f} s   {t_mo / t_mb:6.3f} x built  (target <= 1.10)")
+    for method, kb in priv:
+        worst = max(kb) * 1024
+        print(f"private growth, {args.workers} x {method:5s}  "
+              f"{', '.join(f'{k / 1024:.1f}' for k in kb)} MiB   worst {worst / size:.3f} x file  (target <= 0.15)")
+
+
+if __name__ == "__main__":
+    main()
