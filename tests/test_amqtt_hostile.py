@@ -27,6 +27,9 @@ if sys.version_info < (3, 10):
 pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install fastsub[amqtt])")
 pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed")
 
+# A broker in-process, on sockets (`make test` runs these with the server tests).
+pytestmark = pytest.mark.amqtt
+
 from fastsub._reference import ReferenceSublist  # noqa: E402
 from fastsub.amqtt import Broker as FastBroker, malformed_subscribe  # noqa: E402
 from amqtt_harness import WAIT, Client, Running, _recv_exact, _str, _varint, settle  # noqa: E402
