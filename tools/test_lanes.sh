@@ -40,11 +40,12 @@ for t in "${bg[@]}"; do
     echo "== make test: $t, in the background ($(date -u +%H:%M:%S) UTC; output in $logs/$t.log)"
     # job control for this one command: a process group of its own (a
     # terminal's Ctrl-C does not reach it directly), where SIGINT is not
-    # ignored as it is for a plain `&` in a script -- it can be interrupted
+    # ignored as it is for a plain `&` in a script -- it can be interrupted;
+    # stdin from /dev/null (a background group reading a terminal stops)
     set -m
     (
         s=$(date +%s) rc=0
-        nice -n "${TEST_BG_NICE:-10}" "$make" --no-print-directory "$t" >"$logs/$t.log" 2>&1 || rc=$?
+        nice -n "${TEST_BG_NICE:-10}" "$make" --no-print-directory "$t" </dev/null >"$logs/$t.log" 2>&1 || rc=$?
         echo "$rc $(( $(date +%s) - s ))" >"$logs/$t.status"
     ) &
     pid[$t]=$!
