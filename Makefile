@@ -50,8 +50,8 @@ build: venv
 #
 # Two lanes at once (tools/test_lanes.sh): the plain pass is run as two
 # complementary halves.  The tests that start servers (SERVER_MARKS: Spark's
-# JVMs, Connect server and standalone cluster; the brokers; amqtt), about
-# two thirds of the plain pass's time, run in the background, niced, while
+# JVMs, Connect server and standalone cluster; the brokers; amqtt), some
+# three quarters of the plain pass's time, run in the background, niced, while
 # the other steps run one after another beside them, as before.  The lanes
 # need nothing from each other: every other step builds in its own directory
 # (build/asan, build/tsan, build/fuzz, ...), and the halves share only the
