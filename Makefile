@@ -40,27 +40,52 @@ build: venv
 # included), then the suite again under AddressSanitizer +
 # UndefinedBehaviorSanitizer (each test file under one of gcc's and clang's),
 # the threaded tests under ThreadSanitizer, then a short run of each fuzzer.
-# .ci/run runs the same steps one by one (`make test-steps` lists them), timed.
+# `make test-steps` lists the steps; each prints its time when it ends.
 #
 # The first, plain run draws every test's full Hypothesis examples.  The
 # runs after it repeat the suite on another build of the same code, to check
 # that build, not to search new inputs: they draw a tenth of the examples
 # (REPEAT_ENV: the ci-repeat profile, tests/conftest.py), and the brokers'
 # differential tests (seeded, deterministic) run in the plain pass only.
-TEST_STEPS := cross-windows test-plain test-sanitize test-sanitize-clang test-tsan fuzz-smoke
+#
+# Two lanes at once (tools/test_lanes.sh): the plain pass is run as two
+# complementary halves.  The tests that start servers (SERVER_MARKS: Spark's
+# JVMs, Connect server and standalone cluster; the brokers; amqtt), some
+# three quarters of the plain pass's time, run in the background, niced, while
+# the other steps run one after another beside them, as before.  The lanes
+# need nothing from each other: every other step builds in its own directory
+# (build/asan, build/tsan, build/fuzz, ...), and the halves share only the
+# in-place build, which neither writes.  Nothing runs twice and nothing is
+# left out: the halves' markers are complements.  The background lane's
+# output is printed when it ends (and kept in build/test-logs/).
+# `make test TEST_BG_STEPS= TEST_STEPS="cross-windows test-plain ..."` runs
+# everything in one lane.
+TEST_BG_STEPS := test-plain-servers
+TEST_STEPS := cross-windows test-plain-rest test-sanitize test-sanitize-clang test-tsan fuzz-smoke
 REPEAT_ENV := HYPOTHESIS_PROFILE=ci-repeat
 test: system-deps build
-	@for t in $(TEST_STEPS); do \
-	    s=$$(date +%s); echo "== make test: $$t ($$(date -u +%H:%M:%S) UTC)"; \
-	    $(MAKE) --no-print-directory $$t || { echo "== make test: $$t FAILED after $$(( $$(date +%s) - s )) s"; exit 1; }; \
-	    echo "== make test: $$t $$(( $$(date +%s) - s )) s"; \
-	done
+	@MAKE="$(MAKE)" bash tools/test_lanes.sh build/test-logs "$(TEST_BG_STEPS)" "$(TEST_STEPS)"
 test-steps:
-	@echo $(TEST_STEPS)
+	@echo $(TEST_BG_STEPS) $(TEST_STEPS)
 
 # The whole suite once, brokers and Spark included, with all its examples.
 test-plain: system-deps build
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The plain pass in two halves (`make test` runs them at the same time):
+# the tests that start servers (Spark, the brokers, amqtt), and the rest.
+# The servers' half leaves .pytest_cache alone (the rest's pytest, running
+# at the same time, keeps it).  It runs the brokers' and amqtt's tests
+# first, which mostly wait on sockets, and Spark's last, whose JVMs can use
+# both cores once the foreground lane is done; both runs always run, and the
+# target fails if either does.
+SERVER_MARKS := spark or brokers or amqtt
+test-plain-servers: system-deps build
+	$(PY) -m pytest -p no:cacheprovider -m "($(SERVER_MARKS)) and not spark" $(PYTEST_ARGS); \
+	    rc=$$?; $(PY) -m pytest -p no:cacheprovider -m spark $(PYTEST_ARGS) && exit $$rc
+test-plain-rest: build
+	$(PY) -m pytest -m "not ($(SERVER_MARKS))" $(PYTEST_ARGS)
+.PHONY: test-plain-servers test-plain-rest
 
 # The pure engine alone (no brokers, no JVM).
 test-engine: build

@@ -20,6 +20,9 @@ if sys.version_info < (3, 10):
 amqtt_broker = pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install fastsub[amqtt])")
 mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed")
 
+# A broker in-process, on sockets (`make test` runs these with the server tests).
+pytestmark = pytest.mark.amqtt
+
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st  # noqa: E402
 
 from fastsub._reference import ReferenceSublist  # noqa: E402

@@ -4,9 +4,12 @@ Each finding of the adversarial review (issue 35) is a test here, on raw
 sockets on 127.0.0.1 (paho refuses to send malformed packets), beside an
 honest paho client whose deliveries are checked against
 src/fastsub/_reference.py.  Then a fuzz run: mutated and grammar-generated
-packets, 20,000 or more per run, its seed printed, bounded in time, after
-which the broker must still be up, answer an honest probe exactly, and hold
-nothing: index, the adapter's tables and amqtt's subscriptions all empty.
+packets, 20,000 per run (2,000 in a repeat run: the wheel round trip's
+ci-repeat profile, tests/examples.py), its seed printed, bounded in time,
+after which the broker must still be up, answer an honest probe exactly, and
+hold nothing: index, the adapter's tables and amqtt's subscriptions all
+empty.  FASTSUB_BROKER_FUZZ_PACKETS and FASTSUB_BROKER_FUZZ_SECONDS set
+the bounds.
 """
 import asyncio
 import collections
@@ -24,11 +27,20 @@ if sys.version_info < (3, 10):
 pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install fastsub[amqtt])")
 pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed")
 
+# A broker in-process, on sockets (`make test` runs these with the server tests).
+pytestmark = pytest.mark.amqtt
+
 from fastsub._reference import ReferenceSublist  # noqa: E402
 from fastsub.amqtt import Broker as FastBroker, malformed_subscribe  # noqa: E402
 from amqtt_harness import WAIT, Client, Running, _recv_exact, _str, _varint, settle  # noqa: E402
+from examples import examples  # noqa: E402
 
-FUZZ_PACKETS = int(os.environ.get("FASTSUB_BROKER_FUZZ_PACKETS", "20000"))
+# The fuzz mostly waits (a connection that sent DISCONNECT is drained until
+# the broker closes it, for up to 0.25 s): 20,000 packets take about 85 s at
+# a few per cent of a core.  A repeat run (ci-repeat: the wheel round trip,
+# which checks the wheel's build, not new inputs) sends a tenth, like every
+# other randomized test there.
+FUZZ_PACKETS = int(os.environ.get("FASTSUB_BROKER_FUZZ_PACKETS", examples(20000)))
 FUZZ_SECONDS = float(os.environ.get("FASTSUB_BROKER_FUZZ_SECONDS", "120"))
 
 

@@ -8,6 +8,8 @@ import socket
 
 import pytest
 
+pytestmark = pytest.mark.amqtt          # the example serves amqtt's broker in-process
+
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "embedding.md")
 
 
