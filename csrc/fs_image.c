@@ -419,7 +419,8 @@ static int sorted_entries(writer *W, const fs_level *L)
     for (uint32_t i = 0; i < L->cap; i++)
         if (L->slots[i].node)
             W->sorted[k++] = L->slots[i].node;
-    qsort(W->sorted, k, sizeof(fs_node *), node_tok_cmp);
+    if (k > 1)
+        qsort(W->sorted, k, sizeof(fs_node *), node_tok_cmp);
     return FS_OK;
 }
 
