@@ -26,6 +26,8 @@ Operations:
                returns a result" that match() is compared with
   insert_many  insert_many of N filters into an index that already holds
                the workload's others (per filter)
+  OP_image     OP (match_many, match, ...) on the same index opened from its
+               image (Sublist.from_bytes(sl.to_bytes()): matched in place)
 Workloads: light, heavy (no cache), hot1k (cache_size=4096, warmed).
 
 valgrind is a Debian package: `make valgrind` installs it when missing.
@@ -52,6 +54,9 @@ if op == "insert_many":
     sl.insert_many(filters[rows * 3:], ids[rows * 3:], queues[rows * 3:])
 else:
     sl.insert_many(filters, ids, queues)
+if op.endswith("_image"):            # the same index, opened from its image
+    sl = Sublist.from_bytes(sl.to_bytes(), cache_size=cache)
+    op = op[:-len("_image")]
 pubs = pubs[:rows]
 if op == "match_many_arrow":
     import pyarrow as pa

@@ -783,6 +783,21 @@ static int trie_filter_in_shape(verifier *v, const fs_node *n, char *buf)
     return FS_OK;
 }
 
+/* A trie node to check, with the length of its filter (carried down: a
+ * path rebuilt per node would cost O(depth^2) on a 30,000-level chain). */
+typedef struct {
+    const fs_node *n;
+    size_t len;
+} vframe;
+
+static int vpush(vframe **v, size_t *n, size_t *cap, const fs_node *x, size_t len)
+{
+    if (*n == *cap && fs_grow(v, cap, *n + 1, sizeof(vframe)) < 0)
+        return FS_ENOMEM;
+    (*v)[(*n)++] = (vframe){x, len};
+    return FS_OK;
+}
+
 /* The trie, depth first over an explicit stack: every node reached once,
  * linked to its parent, of the kind its place says, found by its own
  * lookup, holding subscriptions or children (inserts prune the rest). */
@@ -790,22 +805,24 @@ static int verify_trie(verifier *v)
 {
     fs_sublist *sl = v->sl;
     const fs_dialect_rules *R = fs_rules(sl->dialect);
-    const fs_node **stack = NULL;
+    vframe *stack = NULL;
     size_t n = 0, cap = 0;
     char *buf = FS_MALLOC(FS_MAX_SUBJECT + 1);
-    int rc = buf ? fs_push_node(&stack, &n, &cap, sl->root) : FS_ENOMEM;
+    int rc = buf ? vpush(&stack, &n, &cap, sl->root, 0) : FS_ENOMEM;
     while (rc == FS_OK && n) {
-        const fs_node *x = stack[--n];
+        vframe f = stack[--n];
+        const fs_node *x = f.n;
         uint64_t at = off_of(sl, x);
         if (x != sl->root) {
-            size_t len = fs_path_bytes(sl, x);
-            if (atomic_load(&sl->damaged) || len > R->max_len) {
+            if (atomic_load(&sl->damaged) || f.len > R->max_len) {
                 rc = vbad(v, "trie path too long or not reaching the root", at);
                 break;
             }
             if (fs_has_subs(x) && ((rc = verify_subs(v, x, 0)) < 0 || (rc = trie_filter_in_shape(v, x, buf)) < 0))
                 break;
         }
+        /* a child's filter: this one's, a separator (not below the root), its token */
+        size_t below = x == sl->root ? 0 : f.len + 1;
         const fs_level *L = fs_down(sl, x);
         if (!L) {
             if (atomic_load(&sl->damaged))
@@ -838,7 +855,7 @@ static int verify_trie(verifier *v)
                 fs_level_find(sl, L, c->tok, c->toklen, c->hash) != c)
                 rc = vbad(v, "trie node not where its parent and token lead", off_of(sl, c));
             else
-                rc = fs_push_node(&stack, &n, &cap, c);
+                rc = vpush(&stack, &n, &cap, c, below + c->toklen);
         }
         if (rc == FS_OK && count != L->count)
             rc = vbad(v, "table count does not match its slots", off_of(sl, L));
@@ -851,7 +868,7 @@ static int verify_trie(verifier *v)
             if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != (w ? FS_TOK_REST : FS_TOK_ONE))
                 rc = vbad(v, "wildcard node not where its parent leads", off_of(sl, c));
             else
-                rc = fs_push_node(&stack, &n, &cap, c);
+                rc = vpush(&stack, &n, &cap, c, below + c->toklen);
         }
     }
     FS_FREE(stack);
@@ -956,6 +973,10 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
             FAIL("probe set names a shape the image lacks", FS_SERIAL_HEADER);
     if (get_le(h + 40, 8) != R.nodes)
         FAIL("node count does not match the header", 40);
+    /* Walks bound their work by the node count (a loop in a damaged image
+     * stops there): it cannot exceed what the image could hold. */
+    if (R.nodes > len / sizeof(fs_node))
+        FAIL("node count exceeds what the image could hold", 40);
 #undef FAIL
 
     fs_sublist *sl = fs_sublist_new(d);

@@ -291,6 +291,7 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
     sc->nfront = 0;
     if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
         return FS_ENOMEM;
+    uint64_t reached = 0;
     for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
         const fs_span *sp = &t->tok[i];
         int wild_ok = !(dollar && i == 0);
@@ -310,9 +311,11 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
             if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
         }
-        /* A valid trie's frontier holds distinct nodes of one depth; a
-         * mapped image's loop could double it every token. */
-        if (sc->nnext > sl->nodes + 1) {
+        /* A valid trie's frontiers hold distinct nodes, each of one depth:
+         * all of them together at most the index's nodes.  A mapped image's
+         * loop could double the frontier every token. */
+        reached += sc->nnext;
+        if (reached > sl->nodes + 1) {
             fs_img_bad(sl);
             return FS_OK;
         }

@@ -126,7 +126,8 @@ typedef struct {
 typedef struct {
     uint64_t subscriptions, nodes, memory_bytes;   /* memory: index + cache */
     uint64_t mapped_bytes;        /* a mapped image's bytes (0: built) */
-    uint64_t live_subscriptions;  /* in its live part: changed since opening */
+    uint64_t live_subscriptions;  /* in its live part: those of every filter changed
+                                   * since opening (moved there whole) */
     uint64_t live_bytes;          /* the live part's memory (in memory_bytes) */
     uint64_t inserts, removes, matches, fanout_total, fanout_max;
     uint64_t generation;

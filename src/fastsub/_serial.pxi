@@ -136,7 +136,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None):
     if rc != FS_OK or not image:
         PyBuffer_Release(&view)
     if rc == FS_EBADDATA:
-        what = f"{source}: " if source is not None else ""
+        what = f"{source!r}: " if source is not None else ""
         raise ValueError(f"{what}corrupt fastsub index: {err.reason.decode('ascii')} at byte {err.pos}")
     if rc != FS_OK:
         raise MemoryError()

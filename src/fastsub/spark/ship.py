@@ -95,7 +95,7 @@ class SharedIndex:
             if sl is not None:
                 _cache.move_to_end(self.index_id)
                 return sl
-            sl = Sublist.from_bytes(self._read())
+            sl = self._open()
             _cache[self.index_id] = sl
             while len(_cache) > _CACHE_MAX:
                 _cache.popitem(last=False)
@@ -105,11 +105,16 @@ class SharedIndex:
                     f.write(f"{self.index_id} {os.getpid()} {self.shipped_by}\n")
             return sl
 
-    def _read(self) -> bytes:
+    def _open(self) -> Sublist:
+        """The index over the shipped image, matched in place (nothing is
+        rebuilt).  A file is mapped: every Python worker of an executor
+        shares its pages, and checks it once (it crossed the network
+        without a checksum of Spark's).  A broadcast's blocks are
+        checksummed by Spark: the bytes are trusted, an O(1) open."""
         if self.shipped_by == "broadcast":
-            return self._broadcast.value
+            return Sublist.from_bytes(self._broadcast.value, verify=False)
         if self.shipped_by == "inline":
-            return self._data
+            return Sublist.from_bytes(self._data)
         from pyspark import SparkFiles
         try:
             path = SparkFiles.get(self._filename)
@@ -118,8 +123,7 @@ class SharedIndex:
                 f"fastsub index {self.index_id}: cannot locate {self._filename} with "
                 f"SparkFiles ({e}); SharedIndex.get() reads it inside Spark tasks") from e
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            return Sublist.open(path)
         except FileNotFoundError:
             raise RuntimeError(
                 f"fastsub index {self.index_id}: {self._filename} is not in this worker's "
