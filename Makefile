@@ -101,7 +101,7 @@ test-engine: build
 # amqtt's authentication plugin imports Python's crypt module, whose start-up
 # probe crashes inside gcc 12's ASan crypt interceptor (a NULL from libcrypt),
 # before any fastsub code runs.
-SAN_SKIP := tests/test_amqtt.py tests/test_amqtt_hostile.py tests/test_docs_embedding.py
+SAN_SKIP := tests/test_amqtt.py tests/test_amqtt_hostile.py tests/test_docs_embedding.py tests/test_amqtt_image.py
 ASAN_DIR := build/asan
 # pytest captures fd 2, so the report of a process the sanitizer stops would
 # be lost with it: reports go to files (log_path), printed when the run fails.

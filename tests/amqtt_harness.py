@@ -20,7 +20,8 @@ SETTLE = 0.5         # quiet time after the expected count, to catch duplicates
 
 # -- a broker in a thread ----------------------------------------------------
 class Running:
-    def __init__(self, cls, anonymous=True):
+    def __init__(self, cls, anonymous=True, plugins=None):
+        """plugins: more amqtt plugin entries ({dotted path: options})."""
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -29,7 +30,8 @@ class Running:
             # No $SYS plugin, no loggers: only routing is under test.  Without
             # anonymous access, sessions with a username are persistent ones
             # amqtt queues QoS>0 messages for while they are offline.
-            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": anonymous}},
+            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": anonymous},
+                        **(plugins or {})},
         }
 
         async def make():

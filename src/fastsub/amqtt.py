@@ -58,6 +58,24 @@ replaces only those three loops:
   §4.8.2.  No retained messages are sent to a shared subscription (MQTT 5
   §3.8.4).
 
+**Static routes from an image** (``fastsub.amqtt.RoutingImage``, an amqtt
+plugin entry): ``"plugins": {"fastsub.amqtt.RoutingImage": {"image": PATH}}``
+starts the routing index from a file written by ``save_routing_image(PATH,
+{client_id: [(filter, qos), ...]})`` instead of from empty.  The file is
+opened with ``Sublist.open`` (mapped, not rebuilt); SUBSCRIBEs go to the
+opened index's live part.  A static route belongs to a client id, not to a
+session: whichever session holds that client id gets the messages, like a
+subscription made on every CONNECT, capped and de-duplicated with the
+session's own subscriptions (one copy at the highest QoS).  Routes are the
+image's: a client cannot UNSUBSCRIBE from them, and no retained messages are
+sent for them (there is no SUBSCRIBE).  Ids: a static route is
+``-k << 2 | qos`` for the k-th client of the image (live sessions are
+``sid << 2 | qos`` with sid >= 1); ids whose low bits are 3 are the image's
+own table (its version marker, and ``$fastsub/amqtt/client/<hex of the
+client id>`` -> ``-k << 2 | 3``), looked up once per CONNECT.  A missing,
+unreadable, corrupt or foreign file (another dialect, or no routing table)
+makes ``start()`` raise ``RoutingImageError`` naming the path and the problem.
+
 Left as amqtt does it (not routing): on every CONNECT amqtt replays, at QoS
 0, the retained messages matching ANY filter held in the broker, by any
 session, once per such filter (amqtt 0.12 ``_handle_client_session``); the
@@ -71,17 +89,20 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import itertools
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+import os
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from amqtt.broker import Broker as _AmqttBroker
 from amqtt.contexts import Action
 from amqtt.mqtt.constants import QOS_1, QOS_2
+from amqtt.plugins.base import BasePlugin
 
 from fastsub._core import InvalidSubjectError, Sublist, is_valid_filter, subject_matches
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "RoutingImage", "RoutingImageError", "save_routing_image", "ROUTING_IMAGE_VERSION"]
 
 _REFUSED = 0x80          # SUBACK return code "failure" (MQTT 3.1.1 §3.9.3)
 _QOS_LEVELS = (0, 1, 2)  # the only QoS values a packet may carry (MQTT 3.1.1 §4.3)
@@ -133,6 +154,98 @@ def _share_key(topic_filter: str) -> Optional[Tuple[str, str]]:
     group, _, rest = topic_filter[len(_SHARE):].partition("/")
     return group, rest
 
+# -- the routing image: static routes per client id ----------------------------
+ROUTING_IMAGE_VERSION = 1                       # the layout below; a reader refuses others
+_TABLE = 3                                      # low bits of an id that is no route
+_MARK = "$fastsub/amqtt/routing-image"          # -> ROUTING_IMAGE_VERSION << 2 | 3
+_CLIENT = "$fastsub/amqtt/client/"              # + hex(client id, UTF-8) -> -k << 2 | 3
+
+
+class RoutingImageError(ValueError):
+    """A routing image that cannot be used (missing, unreadable, corrupt, of
+    another dialect or layout), or a bad RoutingImage configuration; the
+    message names the path and the problem."""
+
+
+def _client_key(client_id: str) -> Optional[str]:
+    """The image's table entry for client_id; None if it cannot be one
+    (a filter has at most 65,535 bytes)."""
+    key = _CLIENT + client_id.encode("utf-8", "surrogatepass").hex()
+    return key if len(key) <= 0xFFFF else None
+
+
+def save_routing_image(path: "os.PathLike[str] | str",
+                       routes: Mapping[str, Iterable[Tuple[str, int]]]) -> int:
+    """Write ``routes`` ({client id: [(filter, QoS 0-2), ...]}) to ``path``
+    as a routing image for ``RoutingImage`` (atomically: ``Sublist.save``
+    writes a temporary file and renames it over path).  Returns the number
+    of routes written.  Raises ValueError (nothing written) for an empty
+    client id, an invalid MQTT filter, a ``$share/`` filter (shared
+    subscriptions are made by SUBSCRIBE only) or a QoS outside 0-2."""
+    filters: List[str] = [_MARK]
+    ids: List[int] = [ROUTING_IMAGE_VERSION << 2 | _TABLE]
+    n = 0
+    for k, (client_id, pairs) in enumerate(routes.items(), 1):
+        if not isinstance(client_id, str) or not client_id:
+            raise ValueError(f"client id {client_id!r}: a static route needs a non-empty client id string")
+        key = _client_key(client_id)
+        if key is None:
+            raise ValueError(f"client id of {len(client_id)} characters is too long for a routing image")
+        filters.append(key)
+        ids.append(-k << 2 | _TABLE)
+        for entry in pairs:
+            if not (isinstance(entry, tuple) and len(entry) == 2):
+                raise ValueError(f"client {client_id!r}: {entry!r} is no (filter, QoS) pair")
+            f, q = entry
+            if not isinstance(f, str) or not is_valid_filter(f, "mqtt"):
+                raise ValueError(f"client {client_id!r}: {f!r} is no valid MQTT filter")
+            if f.startswith(_SHARE):
+                raise ValueError(f"client {client_id!r}: {f!r}: shared subscriptions are not static routes")
+            if not _is_qos(q):
+                raise ValueError(f"client {client_id!r}, filter {f!r}: QoS {q!r} is not 0, 1 or 2")
+            filters.append(f)
+            ids.append(-k << 2 | q)
+            n += 1
+    index = Sublist("mqtt")
+    index.insert_many(filters, ids)
+    index.save(path)
+    return n
+
+
+def _open_routing_image(path: str, verify: bool) -> Sublist:
+    """Sublist.open(path) checked to be a routing image of this layout."""
+    where = f"fastsub.amqtt routing image {path!r}"
+    try:
+        index = Sublist.open(path, verify=verify)
+    except FileNotFoundError as e:
+        raise RoutingImageError(f"{where}: no such file") from e
+    except OSError as e:
+        raise RoutingImageError(f"{where}: cannot be read: {e.strerror or e}") from e
+    except ValueError as e:
+        # fastsub's own message starts with the path (quoted or not): keep the problem.
+        why = str(e)
+        for prefix in (repr(path) + ": ", path + ": "):
+            if why.startswith(prefix):
+                why = why[len(prefix):]
+                break
+        raise RoutingImageError(f"{where}: not a usable fastsub image: {why}") from e
+    if index.dialect != "mqtt":
+        raise RoutingImageError(f"{where}: a {index.dialect!r} index; the broker routes MQTT topics "
+                                f"(write the file with fastsub.amqtt.save_routing_image)")
+    try:
+        marks = [x for x in index.match(_MARK).subs if x > 0 and x & 3 == _TABLE]
+    except ValueError as e:              # damage found by the first match (verify=False)
+        raise RoutingImageError(f"{where}: {e}") from e
+    if not marks:
+        raise RoutingImageError(f"{where}: an MQTT index without the routing table "
+                                f"(write the file with fastsub.amqtt.save_routing_image)")
+    version = marks[0] >> 2
+    if version != ROUTING_IMAGE_VERSION:
+        raise RoutingImageError(f"{where}: routing image layout {version}; this fastsub reads "
+                                f"layout {ROUTING_IMAGE_VERSION}")
+    return index
+
+
 # The QoS of the PUBLISH packet being handled.  amqtt's _handle_message_delivery
 # calls _broadcast_message without it; each client's message loop is its own
 # task, so a context variable carries it from one to the other without two
@@ -173,13 +286,22 @@ class Broker(_AmqttBroker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._fs_reset()
+        self._fs_reset(Sublist("mqtt"))
 
     # -- state -------------------------------------------------------------
-    def _fs_reset(self) -> None:
+    def _routing_image_config(self) -> Optional["RoutingImage.Config"]:
+        for plugin in self.plugins_manager.plugins:
+            if isinstance(plugin, RoutingImage):
+                return plugin.config
+        return None
+
+    def _fs_reset(self, routing_index: Sublist, static_routes: bool = False) -> None:
         if type(self._subscriptions) is dict:
             self._subscriptions = _SnapshotDict(self._subscriptions)
-        self.routing_index = Sublist("mqtt")
+        self.routing_index = routing_index
+        # Static routes (a routing image): -k -> client id, filled on CONNECT.
+        self._has_image = static_routes
+        self._static_clients: Dict[int, str] = {}
         self._holders: Dict[str, _Holder] = {}       # client_id -> holder
         self._holder_by_sid: Dict[int, _Holder] = {}
         self._next_sid = itertools.count(1)
@@ -193,9 +315,32 @@ class Broker(_AmqttBroker):
         self._next_rid = itertools.count(1)
 
     async def start(self) -> None:
-        # amqtt's start() empties its subscriptions and retained messages: so do we.
-        self._fs_reset()
+        # amqtt's start() empties its subscriptions and retained messages: so
+        # do we.  With a RoutingImage entry the routing index starts from the
+        # image, opened (and checked) again on every start: a bad file raises
+        # RoutingImageError here, before anything listens.
+        cfg = self._routing_image_config()
+        if cfg is None:
+            self._fs_reset(Sublist("mqtt"))
+        else:
+            self._fs_reset(_open_routing_image(cfg.image, cfg.verify), static_routes=True)
         await super().start()
+
+    async def _authenticate(self, session: Any, listener: Any) -> bool:
+        # Before CONNACK: from the moment the client may expect messages, its
+        # static routes (if the image has any for its client id) reach it.
+        ok = await super()._authenticate(session, listener)
+        if ok and self._has_image:
+            self._attach_static(session.client_id)
+        return bool(ok)
+
+    def _attach_static(self, client_id: Any) -> None:
+        key = _client_key(client_id) if isinstance(client_id, str) and client_id else None
+        if key is None:
+            return           # no table entry can name this client
+        for x in self.routing_index.match(key).subs:
+            if x < 0 and x & 3 == _TABLE:
+                self._static_clients[x >> 2] = client_id
 
     # -- subscribe / unsubscribe / session end -----------------------------
     async def add_subscription(self, subscription: Tuple[str, int], session: Any) -> int:
@@ -375,12 +520,25 @@ class Broker(_AmqttBroker):
             r = self.routing_index.match(topic, dedupe=True)
         except (InvalidSubjectError, TypeError):
             return []
-        best: Dict[int, int] = {}
+        # One entry per session (its highest QoS), whether its filters are its
+        # own (sid > 0) or the routing image's static routes for its client id.
+        best: Dict[str, Tuple[Any, int]] = {}
         for x in r.subs:
             sid, q = x >> 2, x & 3
-            if best.get(sid, -1) < q:
-                best[sid] = q
-        out = [(self._holder_by_sid[sid].session, q) for sid, q in best.items()]
+            if q == _TABLE:
+                continue                          # the image's own table, no route
+            if sid > 0:
+                session = self._holder_by_sid[sid].session
+            else:
+                cid = self._static_clients.get(sid)
+                entry = self._sessions.get(cid) if cid is not None else None
+                if entry is None:
+                    continue                      # that client has no session now
+                session = entry[0]
+            held = best.get(session.client_id)
+            if held is None or held[1] < q:
+                best[session.client_id] = (session, q)
+        out = list(best.values())
         for group, gfilter, members in r.groups:
             out.append(self._pick_member(group, gfilter, members))
         return out
@@ -500,3 +658,37 @@ class Broker(_AmqttBroker):
         except (InvalidSubjectError, TypeError):
             return False
 
+
+class RoutingImage(BasePlugin):
+    """The amqtt plugin entry that starts ``fastsub.amqtt.Broker``'s routing
+    index from a routing image (``save_routing_image``)::
+
+        "plugins": {"fastsub.amqtt.RoutingImage": {"image": "/srv/routes.img"}}
+
+    Options: ``image`` (the file's path, required), ``verify`` (default
+    true: check the whole file once on start; false: O(1), for files this
+    library wrote).  The broker opens the file on every ``start()``; the
+    plugin itself only carries the checked configuration.  Only
+    ``fastsub.amqtt.Broker`` can use it: stock amqtt refuses to load it."""
+
+    @dataclasses.dataclass
+    class Config:
+        image: Any = None
+        verify: Any = True
+
+        def __post_init__(self) -> None:
+            where = "fastsub.amqtt.RoutingImage"
+            if not isinstance(self.image, (str, os.PathLike)) or not os.fspath(self.image):
+                raise RoutingImageError(f"{where}: 'image' must be the path of a routing image, "
+                                        f"not {self.image!r}")
+            self.image = os.fspath(self.image)
+            if type(self.verify) is not bool:
+                raise RoutingImageError(f"{where} ({self.image!r}): 'verify' must be true or false, "
+                                        f"not {self.verify!r}")
+
+    def __init__(self, context: Any) -> None:
+        super().__init__(context)
+        broker = getattr(context, "_broker_instance", None)
+        if not isinstance(broker, Broker):
+            raise RoutingImageError("fastsub.amqtt.RoutingImage routes through fastsub.amqtt.Broker, "
+                                    f"not {type(broker).__name__}")
