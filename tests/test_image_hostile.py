@@ -1426,6 +1426,24 @@ except ValueError as e:
 """)
 
 
+@_xfail("error-position-is-the-offset: verify=True reports 'node outside the image' and 'level outside the "
+        "image' at the bad offset's value, not at a byte of the image (the field that holds it): 'at byte "
+        "9223372036854775808' of a 1,200-byte file", raises=AssertionError)
+def test_known_bug_error_position_is_outside_the_image():
+    """A literal slot whose node offset is 2**63: the refusal must name a
+    byte of the image (the slot), as every other refusal does."""
+    sl = fastsub.Sublist("nats")
+    sl.insert("a", 1)
+    img = C.Image(sl.to_bytes())
+    slot = img.slot_of(img.entry("a"))
+    img.put64(slot + 8, 1 << 63)
+    data = img.seal()
+    with pytest.raises(ValueError, match="node outside the image") as e:
+        fastsub.Sublist.from_bytes(data, verify=True)
+    pos = int(str(e.value).rsplit(" ", 1)[1])
+    assert pos < len(data), f"{e.value} (the image has {len(data)} bytes; the slot's node is at {slot + 8})"
+
+
 @pytest.mark.skipif(SANITIZED, reason="needs an address-space limit, which ASan's reservations rule out")
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmSize from /proc")
 @_xfail("loop-budget-trusts-the-header: verify=False: the walks' loop guards (fs_visit's budget, the "

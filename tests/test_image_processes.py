@@ -230,8 +230,8 @@ def test_workers_share_one_mapped_image(image, method, verify):
         print(f"  worker {k}: private growth {r['private_growth'] / 2**20:6.2f} MiB "
               f"({100 * r['private_growth'] / size:4.1f}% of the file), Rss growth {r['rss_growth'] / 2**20:6.1f} MiB; "
               f"mapping Rss {m.get('Rss', 0) / 2**20:5.1f} MiB, Shared_Clean {m.get('Shared_Clean', 0) / 2**20:5.1f}, "
-              f"Private_Clean {m.get('Private_Clean', 0) / 2**20:4.1f}, Private_Dirty {m.get('Private_Dirty', 0) / 2**20:4.1f}, "
-              f"Pss {m.get('Pss', 0) / 2**20:5.1f}")
+              f"Private_Clean {m.get('Private_Clean', 0) / 2**20:4.1f}, "
+              f"Private_Dirty {m.get('Private_Dirty', 0) / 2**20:4.1f}, Pss {m.get('Pss', 0) / 2**20:5.1f}")
     for k, r in got.items():
         assert r["count"] == n
         assert r["digest"] == want, f"worker {k} answered unlike the built index"
