@@ -274,7 +274,7 @@ callgrind: build valgrind
 # fatal).  `make fuzz`
 # runs each for FUZZ_SECONDS and fails on any finding; `make fuzz-smoke`
 # (part of `make test`) runs each for FUZZ_SMOKE_SECONDS.
-FUZZ_TARGETS := load ops validate
+FUZZ_TARGETS := load ops validate image
 FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 20

@@ -1,0 +1,621 @@
+/* fuzz_image.c - libFuzzer harness: fs_image_open on arbitrary bytes (a
+ * version 3 image, matched in place; csrc/fs_image.c).
+ *
+ * The input is the image.  Its last byte (a checksum byte) picks how it is
+ * fed: bit 0 clear -- re-forged: the header's payload length, the root
+ * block's objects' end and the checksum recomputed over the mutated bytes,
+ * so that mutations get past the envelope and the checksum into the
+ * structural checks and the walks; bit 0 set -- as it is.  Bit 1 also opens
+ * a copy at an odd address (which must be refused).  The bytes are copied
+ * to an 8-aligned buffer and opened twice:
+ *
+ *   verify=1  must refuse cleanly (FS_EBADDATA with a reason and a position
+ *             inside the input) or open an index that is what it claims: no
+ *             call ever finds damage in it; it answers every probe exactly
+ *             as the index thawed from it (fs_image_thaw) does; writing it
+ *             gives back its own bytes; the thawed index written again opens
+ *             verified and answers the same.
+ *   verify=0  must open whatever verify=1 opens (it checks a subset); on
+ *             anything it opens, every call -- match, interest,
+ *             has_interest, reverse_match, the batch (fs_match_rows), an
+ *             insert and a remove through the live part, thaw -- returns
+ *             cleanly: never a crash, a hang or a read outside the buffer
+ *             (ASan: the buffer is exactly the input's size).  Where it
+ *             found no damage and verify=1 opened the same bytes, its
+ *             answers equal the verified index's.
+ *
+ * Subjects: fixed probes, the filters a verified image lists (wildcards
+ * replaced by words), and words taken from the input's printable runs.
+ *
+ * Known, reported library bugs (tests/test_image_hostile.py, KNOWN_BUGS
+ * and its strict-xfail reproducers) are screened out here, each narrowly
+ * (screen_* below), so that the run looks for new ones; FUZZ_IMAGE_STRICT=1
+ * in the environment turns every screen off (and finds them), a comma-
+ * separated list of bug names only theirs.  Drop a screen when its bug is
+ * fixed.  Seeds: fuzz/seeds/image (made by
+ * fuzz/make_image_seeds.py).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_batch.h"
+#include "fs_image.h"
+#include "fs_internal.h"
+#include "fs_serial.h"
+#include "sublist.h"
+
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "fuzz_image: check failed at %s:%d: %s\n", __FILE__,     \
+                    __LINE__, #cond);                                               \
+            abort();                                                                \
+        }                                                                           \
+    } while (0)
+
+#define ROOT_OBJECTS_END (FS_SERIAL_HEADER + 24)   /* img_root.objects_end (fs_image.c) */
+
+static const char *strict_env;
+
+/* Is the screen for this bug off?  FUZZ_IMAGE_STRICT=1 (or "all"): every
+ * screen; a comma-separated list of the names below: those. */
+static int strict_for(const char *bug)
+{
+    const char *e = strict_env;
+    if (!e || !*e || strcmp(e, "0") == 0)
+        return 0;
+    if (strcmp(e, "1") == 0 || strcmp(e, "all") == 0)
+        return 1;
+    size_t n = strlen(bug);
+    for (const char *p = strstr(e, bug); p; p = strstr(p + 1, bug))
+        if ((p == e || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------ screens
+ * Each names a known bug (tests/test_image_hostile.py KNOWN_BUGS) and says
+ * whether this index could hit it; then the harness steps around it. */
+
+/* shape-fields-unchecked: the walks use a shape's ntoks and onemask
+ * unchecked; a verify=0 index with a shape no insert makes (ntoks over 48,
+ * onemask bits past ntoks) crashes the first match. */
+static int screen_shapes(const fs_sublist *sl)
+{
+    if (strict_for("shape-fields-unchecked"))
+        return 0;
+    for (uint32_t j = 0; j < sl->shapes.n; j++) {
+        const fs_shape *sh = sl->shapes.shape[j];
+        if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->onemask >> sh->ntoks) != 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* loop-budget-trusts-the-header: the walks stop a trie loop after
+ * sl->nodes + 1 visits, a count open takes from the header unchecked. */
+static int screen_node_count(const fs_sublist *sl)
+{
+    return !strict_for("loop-budget-trusts-the-header") && sl->nodes > (sl->img.len - FS_IMG_OBJECTS) / 8;
+}
+
+/* thaw-path-overflow: fs_image_thaw writes a trie node's filter into a
+ * 64 KiB buffer unchecked: thaw only verified indexes unless strict. */
+static int screen_thaw(int verified) { return !strict_for("thaw-path-overflow") && !verified; }
+
+/* reverse-match-einval-from-stored-filter: reverse_match returns FS_EINVAL
+ * (err unset) for a valid query when a table entry's filter is invalid. */
+static int screen_reverse_einval(int verified)
+{
+    return !strict_for("reverse-match-einval-from-stored-filter") && !verified;
+}
+
+/* verify-skips-wildcard-tokens: verify=1 accepts a wildcard trie node
+ * whose token is not its wildcard; the thawed index then holds another
+ * filter.  A verified index's trie is a tree: walked here without checks. */
+static int screen_wildcard_tokens(const fs_sublist *sl)
+{
+    const fs_dialect_rules *R = fs_rules(sl->dialect);
+    const fs_node *stack[4096];
+    size_t n = 0;
+    int bad = 0;
+    stack[n++] = sl->root;
+    while (n && !bad) {
+        const fs_node *x = stack[--n];
+        if (x->kind == FS_TOK_ONE || x->kind == FS_TOK_REST) {
+            char want = x->kind == FS_TOK_ONE ? R->one : R->rest;
+            bad = x->toklen != 1 || x->tok[0] != want;
+        }
+        const fs_level *L = fs_down(sl, x);
+        if (!L)
+            continue;
+        const fs_slot *slots = fs_lv_slots(sl, L);
+        for (uint32_t i = 0; i < L->cap && n + 3 < sizeof(stack) / sizeof(stack[0]); i++)
+            if (slots[i].node)
+                stack[n++] = fs_ref_node(sl, slots[i].node);
+        if (fs_lv_one(sl, L) && n < sizeof(stack) / sizeof(stack[0]))
+            stack[n++] = fs_lv_one(sl, L);
+        if (fs_lv_rest(sl, L) && n < sizeof(stack) / sizeof(stack[0]))
+            stack[n++] = fs_lv_rest(sl, L);
+    }
+    return bad;
+}
+
+/* image-write-qsort-null: fs_image_write's sorted_entries calls qsort(NULL,
+ * 0, ...) (undefined: qsort's first argument is declared nonnull) when the
+ * first table it writes -- the trie root's level, else the literal table --
+ * is empty; UBSan stops there.  t: a built index. */
+static int screen_write_empty(const fs_sublist *t)
+{
+    const fs_level *first = fs_next(t->root) ? fs_next(t->root) : &t->literals;
+    return !strict_for("image-write-qsort-null") && first->count == 0;
+}
+
+/* backward-payload-offsets: a mapped node's queue groups, and a group's
+ * name and ids, are found by adding an offset -- stored unsigned -- to the
+ * node's (group's) address (fs_node_groups, fs_group_name, fs_group_ids);
+ * the writer only makes forward ones, but open and verify accept one that
+ * points backwards (still inside the image), and adding it overflows the
+ * pointer (undefined; UBSan's pointer-overflow stops there).  Found by a
+ * walk of a separate verify=0 index of the same bytes (its damage marks
+ * stay its own), bounded against loops. */
+static int has_backward(const fs_node *n)
+{
+    if (!n->groups)
+        return 0;
+    if ((int64_t)(uintptr_t)n->groups < 0)
+        return 1;
+    const fs_groups *gs = fs_node_groups(n);
+    for (uint32_t i = 0; i < gs->n; i++)
+        if ((int64_t)(uintptr_t)gs->g[i].name < 0 || (int64_t)(uintptr_t)gs->g[i].ids < 0)
+            return 1;
+    return 0;
+}
+
+static int screen_backward(const unsigned char *buf, size_t size)
+{
+    if (strict_for("backward-payload-offsets"))
+        return 0;
+    fs_sublist *sl = NULL;
+    fs_error err;
+    if (fs_image_open((const char *)buf, size, 0, &sl, &err) != FS_OK)
+        return 0;
+    enum { CAP = 1 << 14 };
+    const fs_node **stack = malloc(sizeof(fs_node *) * CAP);
+    CHECK(stack != NULL);
+    size_t n = 0, budget = 4 * CAP;
+    int found = 0;
+    stack[n++] = sl->root;
+    for (uint32_t j = 0; j <= sl->shapes.n; j++) {
+        const fs_level *L = j < sl->shapes.n ? &sl->shapes.shape[j]->table : sl->lit;
+        const fs_slot *slots = fs_lv_slots(sl, L);
+        for (uint32_t i = 0; i < L->cap && n < CAP; i++) {
+            const fs_node *e = fs_ref_node(sl, slots[i].node);
+            if (e)
+                stack[n++] = e;
+        }
+    }
+    while (n && budget-- && !found) {
+        const fs_node *x = stack[--n];
+        if ((found = has_backward(x)))
+            break;
+        const fs_level *L = fs_down(sl, x);
+        if (!L)
+            continue;
+        const fs_slot *slots = fs_lv_slots(sl, L);
+        for (uint32_t i = 0; i < L->cap && n < CAP; i++) {
+            const fs_node *c = fs_ref_node(sl, slots[i].node);
+            if (c)
+                stack[n++] = c;
+        }
+        const fs_node *one = fs_lv_one(sl, L), *rest = fs_lv_rest(sl, L);
+        if (one && n < CAP)
+            stack[n++] = one;
+        if (rest && n < CAP)
+            stack[n++] = rest;
+    }
+    free(stack);
+    fs_sublist_free(sl);
+    return found;
+}
+
+/* error-position-is-the-offset: verify reports "node outside the image" and
+ * "level outside the image" at the bad offset's value, not at a byte of
+ * the image (the field holding it). */
+static int screen_error_position(const fs_error *err)
+{
+    return !strict_for("error-position-is-the-offset") && (strcmp(err->reason, "node outside the image") == 0 ||
+                       strcmp(err->reason, "level outside the image") == 0);
+}
+
+/* ------------------------------------------------------------ subjects */
+
+#define MAXS 40
+
+typedef struct {
+    char *s[MAXS];
+    size_t n[MAXS];
+    size_t count;
+} subjects;
+
+static void add_subject(subjects *S, const char *p, size_t n)
+{
+    if (S->count == MAXS)
+        return;
+    char *c = malloc(n + 1);
+    CHECK(c != NULL);
+    if (n)
+        memcpy(c, p, n);
+    c[n] = 0;
+    S->s[S->count] = c;
+    S->n[S->count++] = n;
+}
+
+static void free_subjects(subjects *S)
+{
+    for (size_t i = 0; i < S->count; i++)
+        free(S->s[i]);
+    S->count = 0;
+}
+
+static const char *const PROBES[] = {
+    "a", "a.b", "a/b", "orders.eu.created", "x", "$SYS.x", "$SYS/x", "a.b.c", "a/b/c", "", "/", "/x",
+    "a.d1.d2.zz.d4", "lit1", "b.b.b", "c.d.zz.e", "c/d/zz/e", "x.zz.y.yy", "x/zz/y/yy",
+};
+
+/* A filter as a subject that it matches: wildcards become words. */
+static void add_filter_as_subject(subjects *S, fs_dialect d, const char *f, size_t n)
+{
+    const fs_dialect_rules *R = fs_rules(d);
+    char buf[512];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 3 < sizeof(buf); i++) {
+        int tok_start = i == 0 || f[i - 1] == R->sep, tok_end = i + 1 == n || f[i + 1] == R->sep;
+        if (tok_start && tok_end && (f[i] == R->one || f[i] == R->rest)) {
+            buf[k++] = 'w';
+            buf[k++] = 'w';
+        } else {
+            buf[k++] = f[i];
+        }
+    }
+    add_subject(S, buf, k);
+}
+
+/* Words from the input's printable runs, joined in ones, twos and threes. */
+static void add_input_words(subjects *S, fs_dialect d, const uint8_t *data, size_t size)
+{
+    const char *w[6];
+    size_t wn[6], nw = 0;
+    for (size_t i = FS_IMG_OBJECTS < size ? FS_IMG_OBJECTS : 0; i < size && nw < 6;) {
+        size_t j = i;
+        while (j < size && j - i < 12 &&
+               ((data[j] >= 'a' && data[j] <= 'z') || (data[j] >= '0' && data[j] <= '9') || data[j] == '$'))
+            j++;
+        if (j > i) {
+            w[nw] = (const char *)data + i;
+            wn[nw++] = j - i;
+        }
+        i = j + 1;
+    }
+    char sep = fs_sep(d), buf[64];
+    for (size_t a = 0; a < nw; a++) {
+        add_subject(S, w[a], wn[a]);
+        for (size_t b = 0; b < nw && b < 3; b++) {
+            size_t k = 0;
+            memcpy(buf + k, w[a], wn[a]);
+            k += wn[a];
+            buf[k++] = sep;
+            memcpy(buf + k, w[b], wn[b]);
+            k += wn[b];
+            add_subject(S, buf, k);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ calls */
+
+typedef struct {
+    int rc;
+    size_t nids, nplain, ngroups;
+    int64_t ids[64];
+    int has;
+    uint64_t np, nq;
+    size_t nrev;
+} answer;
+
+static void sane_result(const fs_result *r)
+{
+    CHECK(r->nplain <= r->nids);
+    for (size_t g = 0; g < r->ngroups; g++)
+        CHECK(r->groups[g].members_off + r->groups[g].members_len <= r->nids);
+}
+
+/* Every call on one subject; the answer, for comparing indexes. */
+static void ask(fs_sublist *sl, const char *s, size_t n, int verified, int reverse, answer *a)
+{
+    fs_scratch sc;
+    fs_result r;
+    fs_rresult rr;
+    fs_error err;
+    fs_scratch_init(&sc);
+    fs_result_init(&r);
+    fs_rresult_init(&rr);
+    memset(a, 0, sizeof(*a));
+    a->rc = fs_sublist_match(sl, s, n, &sc, &r, &err);
+    CHECK(a->rc == FS_OK || a->rc == FS_EINVAL || a->rc == FS_ENOMEM);
+    if (a->rc == FS_OK) {
+        sane_result(&r);
+        a->nids = r.nids;
+        a->nplain = r.nplain;
+        a->ngroups = r.ngroups;
+        if (r.nids)
+            memcpy(a->ids, r.ids, sizeof(int64_t) * (r.nids < 64 ? r.nids : 64));
+    }
+    int rc = fs_sublist_interest(sl, s, n, &sc, &a->np, &a->nq, &err);
+    CHECK(rc == a->rc || rc == FS_ENOMEM || a->rc == FS_ENOMEM);
+    a->has = fs_sublist_has_interest(sl, s, n, &sc, &err);
+    CHECK(a->has == 0 || a->has == 1 || a->has == a->rc || a->has == FS_ENOMEM);
+    /* only a verified image promises consistent answers: verify=0 trusts
+     * what is in bounds (an entry without ids: has_interest yes, match
+     * nothing) */
+    if (verified && a->rc == FS_OK && rc == FS_OK) {
+        CHECK(a->np == a->nplain && a->np + a->nq == a->nids);
+        if (a->has >= 0)
+            CHECK(a->has == (a->nids > 0));
+    }
+    /* the subject as a reverse query (a literal filter); reverse matching
+     * is slow (AMQP: a polynomial intersection per trie node), so for a
+     * few subjects only */
+    a->nrev = (size_t)-1;
+    if (!reverse)
+        goto done;
+    rc = fs_sublist_reverse_match(sl, s, n, &sc, &rr, &err);
+    int valid = fs_validate(fs_sublist_dialect(sl), s, n, 1, &err) == FS_OK;
+    if (valid && !screen_reverse_einval(verified))
+        CHECK(rc != FS_EINVAL);
+    CHECK(rc == FS_OK || rc == FS_EINVAL || rc == FS_ENOMEM);
+    a->nrev = rc == FS_OK ? rr.nhits : (size_t)-1;
+done:
+    fs_rresult_free(&rr);
+    fs_result_free(&r);
+    fs_scratch_free(&sc);
+}
+
+static void reverse_all(fs_sublist *sl, int verified, size_t *nrows)
+{
+    static const char *const Q[] = {">", "#", "*", "+", "a.*", "a/+", "*.*", "a.#", "#.b", "a.>"};
+    fs_scratch sc;
+    fs_rresult rr;
+    fs_error err;
+    fs_scratch_init(&sc);
+    fs_rresult_init(&rr);
+    for (size_t i = 0; i < sizeof(Q) / sizeof(Q[0]); i++) {
+        int rc = fs_sublist_reverse_match(sl, Q[i], strlen(Q[i]), &sc, &rr, &err);
+        CHECK(rc == FS_OK || rc == FS_EINVAL || rc == FS_ENOMEM);
+        if (rc == FS_EINVAL && !screen_reverse_einval(verified))
+            CHECK(fs_validate(fs_sublist_dialect(sl), Q[i], strlen(Q[i]), 1, &err) != FS_OK);
+        nrows[i] = rc == FS_OK ? rr.nhits : (size_t)-1;
+    }
+    fs_rresult_free(&rr);
+    fs_scratch_free(&sc);
+}
+
+static void batch(fs_sublist *sl, const subjects *S)
+{
+    fs_strings col;
+    memset(&col, 0, sizeof(col));
+    col.layout = FS_STR_PTRS;
+    col.n = S->count;
+    col.ptrs = (const char *const *)S->s;
+    col.lens = S->n;
+    int64_t row_end[MAXS];
+    uint8_t invalid[MAXS];
+    fs_idbuf out;
+    memset(&out, 0, sizeof(out));
+    int rc = fs_match_rows(sl, &col, NULL, 0, S->count, FS_QUEUES_ALL, 0, row_end, invalid, &out, NULL);
+    CHECK(rc == FS_OK || rc == FS_ENOMEM);
+    if (rc == FS_OK) {
+        int64_t prev = 0;
+        for (size_t i = 0; i < S->count; i++) {
+            CHECK(row_end[i] >= prev && (size_t)row_end[i] <= out.n);
+            prev = row_end[i];
+        }
+    }
+    fs_idbuf_free(&out);
+}
+
+/* Every call over every subject; answers into A (may be NULL). */
+static void exercise(fs_sublist *sl, const subjects *S, int verified, answer *A, size_t *nrev)
+{
+    answer scratch;
+    for (size_t i = 0; i < S->count; i++)
+        ask(sl, S->s[i], S->n[i], verified, i % 8 == 0, A ? &A[i] : &scratch);
+    size_t rows[16];
+    reverse_all(sl, verified, nrev ? nrev : rows);
+    batch(sl, S);
+}
+
+static void same_answers(const answer *a, const answer *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        CHECK(a[i].rc == b[i].rc || a[i].rc == FS_ENOMEM || b[i].rc == FS_ENOMEM);
+        if (a[i].rc != FS_OK || b[i].rc != FS_OK)
+            continue;
+        CHECK(a[i].nids == b[i].nids && a[i].nplain == b[i].nplain && a[i].ngroups == b[i].ngroups);
+        CHECK(memcmp(a[i].ids, b[i].ids, sizeof(int64_t) * (a[i].nids < 64 ? a[i].nids : 64)) == 0);
+        CHECK(a[i].nrev == b[i].nrev || a[i].nrev == (size_t)-1 || b[i].nrev == (size_t)-1);
+    }
+}
+
+/* The filters a verified index lists, as subjects. */
+static void add_listed(subjects *S, fs_sublist *sl)
+{
+    fs_scratch sc;
+    fs_rresult rr;
+    fs_error err;
+    fs_scratch_init(&sc);
+    fs_rresult_init(&rr);
+    fs_dialect d = fs_sublist_dialect(sl);
+    if (fs_sublist_reverse_match(sl, d == FS_NATS ? ">" : "#", 1, &sc, &rr, &err) == FS_OK)
+        for (size_t i = 0; i < rr.nhits; i += 1 + rr.nhits / 8)
+            if (rr.hits[i].filter_len)
+                add_filter_as_subject(S, d, rr.arena + rr.hits[i].filter_off, rr.hits[i].filter_len);
+    fs_rresult_free(&rr);
+    fs_scratch_free(&sc);
+}
+
+/* ------------------------------------------------------------ the input */
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void check_refusal(int rc, fs_sublist *sl, const fs_error *err, size_t size)
+{
+    CHECK(rc == FS_EBADDATA || rc == FS_ENOMEM);
+    CHECK(sl == NULL);
+    if (rc == FS_EBADDATA) {
+        CHECK(err->reason != NULL);
+        if (err->pos > size && !screen_error_position(err))
+            fprintf(stderr, "fuzz_image: refused (%s) at byte %zu of %zu\n", err->reason, err->pos, size);
+        CHECK(err->pos <= size || screen_error_position(err));
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    strict_env = getenv("FUZZ_IMAGE_STRICT");
+    uint8_t ctl = size ? data[size - 1] : 0;
+    /* exactly the input's size, so that ASan sees any read past it */
+    unsigned char *buf = malloc(size ? size : 1);
+    CHECK(buf != NULL && ((uintptr_t)buf & 7) == 0);
+    if (size)
+        memcpy(buf, data, size);
+    if (!(ctl & 1) && size >= FS_IMG_OBJECTS + 8) {
+        uint64_t P = size - FS_SERIAL_HEADER - 8;
+        put64(buf + 16, P);
+        put64(buf + ROOT_OBJECTS_END, FS_SERIAL_HEADER + P);
+        put64(buf + FS_SERIAL_HEADER + P, fs_serial_checksum(buf, FS_SERIAL_HEADER + P));
+    }
+    fs_error err = {NULL, 0, 0};
+    fs_sublist *sl1 = NULL, *sl0 = NULL;
+    if (screen_backward(buf, size)) {       /* (verify=1 itself reads them) */
+        free(buf);
+        return 0;
+    }
+
+    if ((ctl & 2) && size) {               /* at an odd address: refused */
+        unsigned char *odd = malloc(size + 1);
+        CHECK(odd != NULL);
+        memcpy(odd + 1, buf, size);
+        int rc = fs_image_open((const char *)odd + 1, size, 0, &sl0, &err);
+        CHECK(rc == FS_EBADDATA && sl0 == NULL);
+        free(odd);
+    }
+
+    int rc1 = fs_image_open((const char *)buf, size, 1, &sl1, &err);
+    if (rc1 != FS_OK)
+        check_refusal(rc1, sl1, &err, size);
+    int rc0 = fs_image_open((const char *)buf, size, 0, &sl0, &err);
+    if (rc0 != FS_OK)
+        check_refusal(rc0, sl0, &err, size);
+    if (rc1 == FS_OK)
+        CHECK(rc0 == FS_OK);                /* verify=0 checks a subset */
+    CHECK(fs_image_is((const char *)buf, size) || (rc1 != FS_OK && rc0 != FS_OK));
+
+    subjects S = {{0}, {0}, 0};
+    fs_dialect d = sl1 ? fs_sublist_dialect(sl1) : sl0 ? fs_sublist_dialect(sl0) : FS_NATS;
+    for (size_t i = 0; i < sizeof(PROBES) / sizeof(PROBES[0]); i++)
+        add_subject(&S, PROBES[i], strlen(PROBES[i]));
+    if (sl1)
+        add_listed(&S, sl1);
+    add_input_words(&S, d, data, size);
+
+    static answer A1[MAXS], A0[MAXS], AT[MAXS];
+    size_t rev1[16], rev0[16];
+    if (sl1) {
+        /* a verified index: nothing in it is damaged, whatever is asked */
+        exercise(sl1, &S, 1, A1, rev1);
+        CHECK(!fs_image_damaged(sl1));
+        /* it writes its own bytes */
+        char *w = NULL;
+        size_t wn = 0;
+        int rc = fs_image_write(sl1, &w, &wn);
+        CHECK(rc == FS_OK || rc == FS_ENOMEM);
+        if (rc == FS_OK)
+            CHECK(wn == size && memcmp(w, buf, size) == 0);
+        FS_FREE(w);
+        /* it answers as the index thawed from it, and that index's image
+         * opens verified and answers the same again */
+        fs_sublist *t = NULL;
+        rc = fs_image_thaw(sl1, &t);
+        CHECK(rc == FS_OK || rc == FS_ENOMEM);
+        if (rc == FS_OK) {
+            CHECK(fs_sublist_count(t) == fs_sublist_count(sl1));
+            int wild_bad = screen_wildcard_tokens(sl1);
+            if (wild_bad && strict_for("verify-skips-wildcard-tokens")) {
+                fprintf(stderr, "fuzz_image: verify=1 opened an image with a wildcard node whose token is not it\n");
+                CHECK(!wild_bad);
+            }
+            if (!wild_bad) {
+                size_t revt[16];
+                exercise(t, &S, 1, AT, revt);
+                same_answers(A1, AT, S.count);
+                for (int i = 0; i < 10; i++)
+                    CHECK(rev1[i] == revt[i] || rev1[i] == (size_t)-1 || revt[i] == (size_t)-1);
+                char *w2 = NULL;
+                size_t wn2 = 0;
+                if (!screen_write_empty(t) && fs_image_write(t, &w2, &wn2) == FS_OK) {
+                    fs_sublist *again = NULL;
+                    rc = fs_image_open(w2, wn2, 1, &again, &err);
+                    CHECK(rc == FS_OK || rc == FS_ENOMEM);
+                    if (rc == FS_OK) {
+                        CHECK(fs_sublist_count(again) == fs_sublist_count(sl1));
+                        for (size_t i = 0; i < S.count && i < 8; i++)
+                            ask(again, S.s[i], S.n[i], 1, 0, &AT[i]);
+                        same_answers(A1, AT, S.count < 8 ? S.count : 8);
+                        fs_sublist_free(again);
+                    }
+                    FS_FREE(w2);
+                }
+            }
+            fs_sublist_free(t);
+        }
+    }
+    if (sl0 && !screen_shapes(sl0) && !screen_node_count(sl0)) {
+        exercise(sl0, &S, sl1 != NULL, A0, rev0);
+        if (sl1 && !fs_image_damaged(sl0))
+            same_answers(A1, A0, S.count);
+        int was_damaged = fs_image_damaged(sl0);
+        /* a change: an insert and a remove through the live part, then the
+         * walks that merge the live part with the image */
+        const char *f = d == FS_MQTT ? "a/+" : "a.*";
+        fs_spec sp = {f, 3, NULL, 0, INT64_MIN};
+        int rc = fs_sublist_insert(sl0, &sp, &err);
+        CHECK(rc == 0 || rc == 1 || rc == FS_ENOMEM);
+        sp.filter = S.count > 1 ? S.s[1] : "a";
+        sp.filter_len = S.count > 1 ? S.n[1] : 1;
+        rc = fs_sublist_remove(sl0, &sp, &err);
+        CHECK(rc == 0 || rc == 1 || rc == FS_EINVAL || rc == FS_ENOMEM);
+        exercise(sl0, &S, sl1 != NULL, NULL, NULL);
+        if (was_damaged)
+            CHECK(fs_image_damaged(sl0));          /* damage stays reported */
+        if (!screen_thaw(sl1 != NULL)) {
+            fs_sublist *t = NULL;
+            rc = fs_image_thaw(sl0, &t);
+            CHECK(rc == FS_OK || rc == FS_ENOMEM || rc == FS_EBADDATA);
+            CHECK((rc == FS_OK) == (t != NULL));
+            fs_sublist_free(t);
+        }
+    }
+    free_subjects(&S);
+    fs_sublist_free(sl1);
+    fs_sublist_free(sl0);
+    free(buf);
+    return 0;
+}
