@@ -60,16 +60,20 @@ static uint64_t off_of(const fs_sublist *sl, const void *p) { return (uint64_t)(
 /* A node's ids and queue groups lie inside the image (fs_img_node_checked). */
 static int payload_inside(const fs_sublist *sl, uint64_t off, const fs_node *n)
 {
+    /* The writer puts a node's payload after it (a group's name and ids
+     * after the group): an offset is forward, which also keeps node +
+     * offset from wrapping around. */
     if (n->subcap <= 1) {
         if (n->nsubs > n->subcap)
             return 0;
-    } else if (!fs_img_holds(sl, off + (uint64_t)n->subs.one, (uint64_t)n->nsubs * 8)) {
+    } else if (n->subs.one < (int64_t)sizeof(fs_node) ||
+               !fs_img_holds(sl, off + (uint64_t)n->subs.one, (uint64_t)n->nsubs * 8)) {
         return 0;
     }
     if (!n->groups)
         return 1;
     uint64_t G = off + (uint64_t)(uintptr_t)n->groups;
-    if (!fs_img_holds(sl, G, sizeof(fs_groups)))
+    if ((uintptr_t)n->groups < sizeof(fs_node) || G < off || !fs_img_holds(sl, G, sizeof(fs_groups)))
         return 0;
     const fs_groups *gs = (const fs_groups *)(const void *)(sl->img.base + G);
     if (gs->n == 0 || !fs_img_holds(sl, G, sizeof(fs_groups) + (uint64_t)gs->n * sizeof(fs_group)))
@@ -77,7 +81,8 @@ static int payload_inside(const fs_sublist *sl, uint64_t off, const fs_node *n)
     for (uint32_t i = 0; i < gs->n; i++) {
         uint64_t g = G + sizeof(fs_groups) + (uint64_t)i * sizeof(fs_group);
         const fs_group *p = &gs->g[i];
-        if (p->cap != 0 || p->n == 0 ||
+        if (p->cap != 0 || p->n == 0 || (uintptr_t)p->name < sizeof(fs_group) ||
+            (uintptr_t)p->ids < sizeof(fs_group) ||
             !fs_img_holds(sl, g + (uint64_t)(uintptr_t)p->name, FS_TOK_ALLOC(p->name_len)) ||
             !fs_img_holds(sl, g + (uint64_t)(uintptr_t)p->ids, (uint64_t)p->n * 8))
             return 0;
@@ -257,6 +262,10 @@ static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
 {
     thaw_ctx *c = pctx;
     size_t len = fs_path_bytes(sl, n);
+    if (len > FS_MAX_SUBJECT) {         /* a damaged image's path */
+        fs_img_bad(sl);
+        return FS_EBADDATA;
+    }
     fs_path_write(sl, n, c->path + len);
     fs_error err;
     int rc = FS_OK;
@@ -272,7 +281,11 @@ static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
             rc = fs_sublist_insert(c->to, &sp, &err);
         }
     }
-    return rc == FS_EINVAL ? FS_EBADDATA : rc < 0 ? rc : FS_OK;
+    if (rc == FS_EINVAL) {              /* a filter or name inserts refuse: damaged */
+        fs_img_bad(sl);
+        return FS_EBADDATA;
+    }
+    return rc < 0 ? rc : FS_OK;
 }
 
 int fs_image_thaw(fs_sublist *sl, fs_sublist **out)
@@ -285,6 +298,8 @@ int fs_image_thaw(fs_sublist *sl, fs_sublist **out)
         rc = each_node(sl, thaw_add, &c);
     if (rc == FS_OK && sl->live)
         rc = each_node(sl->live, thaw_add, &c);
+    if (rc == FS_EBADDATA)             /* the live part too holds what the image held */
+        fs_img_bad(sl);
     if (rc == FS_OK && atomic_load(&sl->damaged))
         rc = FS_EBADDATA;
     fs_rwlock_rdunlock(&sl->lock);
@@ -666,15 +681,16 @@ static uint32_t count_literal(const fs_tokens *t)
 }
 
 
-/* The node at offset ref, reached once (a second link to it: damaged). */
-static int reach(verifier *v, const fs_node *ref, const fs_node **out)
+/* The node at offset ref, stored at `from` (a slot, a link), reached once
+ * (a second link to it: damaged).  Refusals name the link's position. */
+static int reach(verifier *v, const void *from, const fs_node *ref, const fs_node **out)
 {
     uint64_t off = (uint64_t)(uintptr_t)ref;
     const fs_node *n = fs_img_node_checked(v->sl, off);
     if (!n)
-        return vbad(v, "node outside the image", off);
+        return vbad(v, "node outside the image", off_of(v->sl, from));
     if (v->seen[off >> 6] & (1u << ((off >> 3) & 7)))
-        return vbad(v, "node reached twice", off);
+        return vbad(v, "node reached twice", off_of(v->sl, from));
     v->seen[off >> 6] |= (uint8_t)(1u << ((off >> 3) & 7));
     v->nodes++;
     *out = n;
@@ -733,7 +749,7 @@ static int verify_table(verifier *v, const fs_level *L, const fs_shape *sh)
             continue;
         count++;
         const fs_node *e;
-        int rc = reach(v, slots[i].node, &e);
+        int rc = reach(v, &slots[i], slots[i].node, &e);
         if (rc < 0)
             return rc;
         uint64_t at = off_of(sl, e);
@@ -846,7 +862,7 @@ static int verify_trie(verifier *v)
                 continue;
             count++;
             const fs_node *c;
-            if ((rc = reach(v, slots[i].node, &c)) < 0)
+            if ((rc = reach(v, &slots[i], slots[i].node, &c)) < 0)
                 break;
             fs_error fe;
             if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != FS_TOK_LITERAL ||
@@ -863,9 +879,11 @@ static int verify_trie(verifier *v)
             const fs_node *ref = w ? L->rest : L->one, *c;
             if (!ref)
                 continue;
-            if ((rc = reach(v, ref, &c)) < 0)
+            if ((rc = reach(v, w ? (const void *)&L->rest : (const void *)&L->one, ref, &c)) < 0)
                 break;
-            if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != (w ? FS_TOK_REST : FS_TOK_ONE))
+            fs_tok_kind want = w ? FS_TOK_REST : FS_TOK_ONE;
+            if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != want ||
+                fs_token_kind(sl->dialect, c->tok, c->toklen) != want || c->hash != fs_hash(c->tok, c->toklen))
                 rc = vbad(v, "wildcard node not where its parent leads", off_of(sl, c));
             else
                 rc = vpush(&stack, &n, &cap, c, below + c->toklen);
@@ -989,17 +1007,26 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
     sl->img.nodes_end = R.objects_end;
     const fs_node *root = fs_img_node_checked(sl, R.root);
     const fs_level *lit = fs_img_level_checked(sl, R.literals);
-    int ok = root && (root->linked & FS_LINK_TRIE) && lit && (lit->filter || !lit->cap);
-    for (uint32_t j = 0; ok && j < R.nshapes; j++) {
-        ok = fs_img_holds(sl, R.shape[j], sizeof(fs_shape)) &&
-             fs_img_level_checked(sl, R.shape[j] + offsetof(fs_shape, table)) &&
-             ((const fs_shape *)(const void *)(data + R.shape[j]))->table.filter;
-        if (ok)
-            sl->shapes.shape[j] = (fs_shape *)(uintptr_t)(data + R.shape[j]);
+    const char *why = root && (root->linked & FS_LINK_TRIE) && lit && (lit->filter || !lit->cap)
+                          ? NULL : "root block's offsets outside the image";
+    for (uint32_t j = 0; !why && j < R.nshapes; j++) {
+        if (!fs_img_holds(sl, R.shape[j], sizeof(fs_shape)) ||
+            !fs_img_level_checked(sl, R.shape[j] + offsetof(fs_shape, table))) {
+            why = "root block's offsets outside the image";
+            break;
+        }
+        const fs_shape *sh = (const fs_shape *)(const void *)(data + R.shape[j]);
+        /* the walk derives keys from these without looking further: they
+         * index arrays of FS_SHAPE_MAX_TOKENS + 1 */
+        if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->onemask >> sh->ntoks) ||
+            (!sh->table.filter && sh->table.cap))
+            why = "invalid shape";
+        else
+            sl->shapes.shape[j] = (fs_shape *)(uintptr_t)sh;
     }
-    if (!ok) {
+    if (why) {
         fs_sublist_free(sl);
-        err->reason = "root block's offsets outside the image";
+        err->reason = why;
         err->pos = FS_SERIAL_HEADER;
         return FS_EBADDATA;
     }

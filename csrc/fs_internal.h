@@ -120,6 +120,13 @@ static inline fs_link *fs_link_of(const fs_node *n)
 {
     return (fs_link *)(uintptr_t)((const char *)n - sizeof(fs_link));
 }
+/* p + an image's offset, in integers: a damaged offset cannot overflow a
+ * pointer before the check that refuses it (fs_img_node_checked). */
+static inline const void *fs_img_plus(const void *p, uint64_t off)
+{
+    return (const void *)((uintptr_t)p + (uintptr_t)off);
+}
+
 /* fs_node.linked: bit 0, a trie node (fs_link before it); bit 1, a node
  * of a mapped image, whose links and payload are offsets (fs_up, fs_down,
  * fs_node_ids, fs_node_group below read either kind). */
@@ -249,13 +256,13 @@ static inline const char *fs_ref_addr(const fs_sublist *sl, const void *ref)
  * level was reached). */
 static inline const fs_slot *fs_lv_slots(const fs_sublist *sl, const fs_level *L)
 {
-    return sl->img.base ? (const fs_slot *)(const void *)(sl->img.base + (uintptr_t)L->slots) : L->slots;
+    return sl->img.base ? (const fs_slot *)fs_img_plus(sl->img.base, (uintptr_t)L->slots) : L->slots;
 }
 static inline const uint64_t *fs_lv_filter(const fs_sublist *sl, const fs_level *L)
 {
     if (!sl->img.base)
         return L->filter;
-    return L->cap ? (const uint64_t *)(const void *)(sl->img.base + (uintptr_t)L->filter) : fs_no_filter;
+    return L->cap ? (const uint64_t *)fs_img_plus(sl->img.base, (uintptr_t)L->filter) : fs_no_filter;
 }
 static inline const fs_node *fs_lv_one(const fs_sublist *sl, const fs_level *L) { return fs_ref_node(sl, L->one); }
 static inline const fs_node *fs_lv_rest(const fs_sublist *sl, const fs_level *L) { return fs_ref_node(sl, L->rest); }
@@ -488,7 +495,7 @@ static inline int fs_lv_may_hold(const fs_sublist *sl, const fs_level *L, uint64
 static inline const fs_groups *fs_node_groups(const fs_node *n)
 {
     if (n->linked & FS_LINK_IMAGE)
-        return (const fs_groups *)(const void *)((const char *)n + (uintptr_t)n->groups);
+        return (const fs_groups *)fs_img_plus(n, (uintptr_t)n->groups);
     return n->groups;
 }
 static inline uint32_t fs_ngroups(const fs_node *n) { return n->groups ? fs_node_groups(n)->n : 0; }
@@ -498,11 +505,11 @@ static inline fs_group *fs_node_group(const fs_node *n, uint32_t i)
 }
 static inline const char *fs_group_name(const fs_group *g)
 {
-    return g->cap ? g->name : (const char *)g + (uintptr_t)g->name;
+    return g->cap ? g->name : (const char *)fs_img_plus(g, (uintptr_t)g->name);
 }
 static inline const int64_t *fs_group_ids(const fs_group *g)
 {
-    return g->cap ? g->ids : (const int64_t *)(const void *)((const char *)g + (uintptr_t)g->ids);
+    return g->cap ? g->ids : (const int64_t *)fs_img_plus(g, (uintptr_t)g->ids);
 }
 
 static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->groups; }
@@ -512,7 +519,7 @@ static inline const int64_t *fs_node_ids(const fs_node *n)
     if (n->subcap <= 1)
         return &n->subs.one;
     if (n->linked & FS_LINK_IMAGE)
-        return (const int64_t *)(const void *)((const char *)n + n->subs.one);
+        return (const int64_t *)fs_img_plus(n, (uint64_t)n->subs.one);
     return n->subs.many;
 }
 

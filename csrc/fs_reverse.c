@@ -34,6 +34,11 @@ static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_s
             if (!e)
                 continue;
             rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &et, &ignored);
+            if (rc == FS_EINVAL) {       /* only a damaged image stores one */
+                fs_img_bad(sl);
+                rc = FS_OK;
+                continue;
+            }
             if (rc == FS_OK && fs_filters_intersect(sl->dialect, q, qt, e->tok, &et))
                 rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e);
         }

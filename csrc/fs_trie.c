@@ -266,6 +266,8 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
             if (len <= FS_AMQP_MAX_KEY) {     /* always: keys are checked on the way in */
                 fs_path_write(sl, x, path + len);
                 rc = fs_tokenize(FS_AMQP, path, len, 1, &pt, &ignored);
+                if (rc == FS_EINVAL)          /* only a damaged image stores one */
+                    fs_img_bad(sl);
                 if (rc == FS_OK && fs_filters_intersect(FS_AMQP, q, &sc->toks, path, &pt))
                     rc = fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x);
             }
