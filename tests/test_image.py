@@ -884,7 +884,7 @@ def test_every_image_reason_is_documented():
     sec = doc[doc.index("## Invariants of an image"):doc.index("**Not checked**")]
     listed = set(re.findall(r"`([^`]+)`", " ".join(sec.split())))
     listed -= {"verify=True", "ValueError(\"corrupt fastsub index: <reason> at byte <offset>\")", "$share/"}
-    given = {r for line in src.splitlines() if re.search(r"vbad\(|FAIL\(|reason = ", line)
+    given = {r for line in src.splitlines() if re.search(r"vbad\(|FAIL\(|reason = |why = ", line)
              for r in re.findall(r'"([^"]+)"', line)}
     assert given, "no reasons found in fs_image.c"
     assert given - listed == set(), "reasons fs_image.c gives that FORMAT.md does not list"

@@ -202,7 +202,11 @@ def image(tmp_path_factory):
 def test_workers_share_one_mapped_image(image, method, verify):
     path, blob, want, n = image
     size = os.path.getsize(path)
-    ctx = multiprocessing.get_context(method)
+    # "fork": forked by multiprocessing's forkserver, a fresh small process,
+    # not by this one: a worker forked from the test process copies the
+    # pages of pytest's heap that it touches (9 MB under the full suite),
+    # which is fork's cost for that parent, not the image's.
+    ctx = multiprocessing.get_context("forkserver" if method == "fork" else method)
     barrier = ctx.Barrier(WORKERS)
     results = ctx.Queue()
     t = time.perf_counter()
