@@ -320,16 +320,25 @@ typedef struct {
     char *p;
     size_t len, cap;
     int oom;
+    fs_filebuf *file;     /* non-NULL: the bytes are this file's pages */
 } wbuf;
 
 /* Room for size more bytes at an 8-byte boundary, zeroed: its offset
- * (0 when out of memory: wb->oom). */
+ * (0 when out of memory, or the file cannot grow: wb->oom). */
 static uint64_t wb_alloc(wbuf *wb, size_t size)
 {
     size_t at = (wb->len + 7) & ~(size_t)7;
     if (wb->oom || at + size < at)
         return wb->oom = 1, 0;
     if (at + size > wb->cap) {
+        if (wb->file) {            /* a file's fresh bytes are zeros already */
+            if (fs_filebuf_grow(wb->file, at + size) != FS_OK)
+                return wb->oom = 1, 0;
+            wb->p = wb->file->p;
+            wb->cap = wb->file->cap;
+            wb->len = at + size;
+            return at;
+        }
         size_t ncap = wb->cap ? wb->cap : 4096;
         while (ncap < at + size)
             ncap *= 2;
@@ -339,7 +348,8 @@ static uint64_t wb_alloc(wbuf *wb, size_t size)
         wb->p = np;
         wb->cap = ncap;
     }
-    memset(wb->p + wb->len, 0, at + size - wb->len);
+    if (!wb->file)
+        memset(wb->p + wb->len, 0, at + size - wb->len);
     wb->len = at + size;
     return at;
 }
@@ -603,47 +613,71 @@ static int write_locked(writer *W, const fs_sublist *sl)
     return FS_OK;
 }
 
-int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+/* Write sl's image into W (memory, or a file's pages).  FS_OK, FS_ENOMEM,
+ * FS_EBADDATA (a damaged opened image). */
+static int write_image(fs_sublist *sl, writer *W)
 {
-    *out = NULL;
-    *len = 0;
     fs_rwlock_rdlock(&sl->lock);
     int unchanged = sl->img.base && !sl->live;
     fs_rwlock_rdunlock(&sl->lock);
     if (unchanged) {                    /* an unchanged image is its own image */
         if (fs_image_damaged(sl))
             return FS_EBADDATA;
-        char *p = FS_MALLOC(sl->img.len);
-        if (!p)
+        uint64_t at = wb_alloc(&W->w, sl->img.len);
+        if (W->w.oom)
             return FS_ENOMEM;
-        memcpy(p, sl->img.base, sl->img.len);
-        *out = p;
-        *len = sl->img.len;
+        memcpy(W->w.p + at, sl->img.base, sl->img.len);
         return FS_OK;
     }
     if (sl->img.base) {                 /* changed: the merged set, built */
         fs_sublist *merged;
         int rc = fs_image_thaw(sl, &merged);
         if (rc == FS_OK) {
-            rc = fs_image_write(merged, out, len);
+            rc = write_image(merged, W);
             fs_sublist_free(merged);
         }
         return rc;
     }
+    fs_rwlock_rdlock(&sl->lock);
+    W->sl = sl;
+    int rc = write_locked(W, sl);
+    fs_rwlock_rdunlock(&sl->lock);
+    return rc < 0 || W->w.oom ? FS_ENOMEM : FS_OK;
+}
+
+int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+{
     writer W;
     memset(&W, 0, sizeof(W));
-    W.sl = sl;
-    fs_rwlock_rdlock(&sl->lock);
-    int rc = write_locked(&W, sl);
-    fs_rwlock_rdunlock(&sl->lock);
+    int rc = write_image(sl, &W);
     FS_FREE(W.sorted);
-    if (rc < 0 || W.w.oom) {
+    if (rc < 0) {
         FS_FREE(W.w.p);
-        return FS_ENOMEM;
+        *out = NULL;
+        *len = 0;
+        return rc;
     }
     *out = W.w.p;
     *len = W.w.len;
     return FS_OK;
+}
+
+int fs_image_save(fs_sublist *sl, const char *path)
+{
+    fs_filebuf fb;
+    int rc = fs_filebuf_open(&fb, path);
+    if (rc == FS_ENOSYS)                /* no file mappings: the caller writes fs_image_write's */
+        return rc;
+    if (rc != FS_OK)
+        return FS_EIO;
+    writer W;
+    memset(&W, 0, sizeof(W));
+    W.w.file = &fb;
+    rc = write_image(sl, &W);
+    FS_FREE(W.sorted);
+    if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0) != FS_OK && rc == FS_OK)
+        rc = FS_EIO;
+    return rc;
 }
 
 /* ============================================================ open */

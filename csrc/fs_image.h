@@ -38,6 +38,14 @@
  * NULL.  An index opened from an image writes its current set. */
 int fs_image_write(fs_sublist *sl, char **out, size_t *len);
 
+/* Write the index's image into the file at path (created or truncated),
+ * through the file's pages: the image is never whole in memory.  The file
+ * is on disk (fsync) when this returns FS_OK; the caller renames it into
+ * place.  FS_ENOMEM, FS_EBADDATA (a damaged opened image), FS_EIO (errno
+ * says why), FS_ENOSYS (no file mappings here: write fs_image_write's
+ * buffer instead). */
+int fs_image_save(fs_sublist *sl, const char *path);
+
 /* An index that matches straight from data[0..len), a version 3 image,
  * which must stay readable and unchanged, at the same address, until the
  * index is freed (the caller keeps it alive; nothing is copied).  data

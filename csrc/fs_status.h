@@ -16,7 +16,9 @@ enum {
     FS_EINVAL = -2,      /* invalid subject/filter/queue; see fs_error */
     FS_ENOTFOUND = -3,   /* no such subscription */
     FS_EBADDATA = -4,    /* corrupt serialized data; see fs_error */
-    FS_ECANCELLED = -5   /* a batch was asked to stop (fs_batch_cancel) */
+    FS_ECANCELLED = -5,  /* a batch was asked to stop (fs_batch_cancel) */
+    FS_ENOSYS = -6,      /* not available on this system (fs_sys.h) */
+    FS_EIO = -7          /* the system refused a file operation: errno says why */
 };
 
 /* Why an input was refused (FS_EINVAL: a subject, filter or queue name;

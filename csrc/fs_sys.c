@@ -7,10 +7,13 @@
 #endif
 #include "fs_sys.h"
 
+#include "fs_status.h"
+
 #ifdef _WIN32
 #include <process.h>
 #else
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -209,5 +212,77 @@ int fs_pages_discard(void *p, size_t size)
     if (end <= first)                  /* no whole page inside */
         return 0;
     return madvise((void *)first, end - first, MADV_FREE) == 0 ? 0 : -1;
+}
+#endif
+
+/* ------------------------------------------------------------ a file as a buffer */
+#ifdef _WIN32
+int fs_filebuf_open(fs_filebuf *b, const char *path)
+{
+    (void)path;
+    b->p = NULL;
+    b->cap = 0;
+    b->fd = -1;
+    return FS_ENOSYS;
+}
+int fs_filebuf_grow(fs_filebuf *b, size_t size) { (void)b; (void)size; return -1; }
+int fs_filebuf_close(fs_filebuf *b, size_t len) { (void)b; (void)len; return -1; }
+#else
+int fs_filebuf_open(fs_filebuf *b, const char *path)
+{
+    b->p = NULL;
+    b->cap = 0;
+    b->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    return b->fd < 0 ? -1 : FS_OK;
+}
+
+int fs_filebuf_grow(fs_filebuf *b, size_t size)
+{
+    if (size <= b->cap)
+        return FS_OK;
+    size_t ncap = b->cap ? b->cap : (size_t)1 << 20;
+    while (ncap < size)
+        ncap = ncap / 2 * 3;              /* by half: the file is the memory */
+    ncap = (ncap + 4095) & ~(size_t)4095;
+    if (ftruncate(b->fd, (off_t)ncap) != 0)
+        return -1;
+    void *np;
+#ifdef __linux__
+    np = b->p ? mremap(b->p, b->cap, ncap, MREMAP_MAYMOVE)
+              : mmap(NULL, ncap, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+#else
+    if (b->p)
+        munmap(b->p, b->cap);
+    np = mmap(NULL, ncap, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+#endif
+    if (np == MAP_FAILED) {
+#ifndef __linux__
+        b->p = NULL;           /* the old mapping is gone: the file keeps the bytes */
+        b->cap = 0;
+#endif
+        return -1;
+    }
+    b->p = np;
+    b->cap = ncap;
+    return FS_OK;
+}
+
+int fs_filebuf_close(fs_filebuf *b, size_t len)
+{
+    int rc = 0;
+    if (b->p && msync(b->p, b->cap, MS_SYNC) != 0)
+        rc = -1;
+    if (b->p)
+        munmap(b->p, b->cap);
+    if (rc == 0 && ftruncate(b->fd, (off_t)len) != 0)
+        rc = -1;
+    if (rc == 0 && fsync(b->fd) != 0)
+        rc = -1;
+    if (close(b->fd) != 0)
+        rc = -1;
+    b->p = NULL;
+    b->cap = 0;
+    b->fd = -1;
+    return rc;
 }
 #endif

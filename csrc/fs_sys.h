@@ -249,4 +249,28 @@ static inline void fs_cpu_relax(void) { atomic_signal_fence(memory_order_seq_cst
  * on Linux (~20 ns), QueryPerformanceCounter on Windows. */
 unsigned long long fs_now_ns(void);
 
+/* ------------------------------------------------------------ a file as a buffer */
+
+/* A buffer that is a file's pages (the image writer's, so that saving an
+ * index of billions of bytes does not hold its image twice in memory: the
+ * kernel writes the pages back and may drop them).  POSIX: a shared
+ * mapping of the file, grown with ftruncate and mremap (Linux) or a new
+ * mapping.  Elsewhere fs_filebuf_open fails with FS_ENOSYS and the writer
+ * uses memory. */
+typedef struct {
+    char *p;             /* the mapping (NULL: none yet) */
+    size_t cap;          /* bytes mapped, the file's size */
+    int fd;
+} fs_filebuf;
+
+/* Create (truncate) the file at path as an empty buffer.  FS_OK, FS_ENOSYS
+ * (no file mappings here), or -1 (errno says why). */
+int fs_filebuf_open(fs_filebuf *b, const char *path);
+/* Make the buffer at least size bytes (new bytes read as zeros; p may
+ * move).  FS_OK or -1. */
+int fs_filebuf_grow(fs_filebuf *b, size_t size);
+/* Cut the file to len bytes, write it to disk (fsync) and close it.
+ * FS_OK or -1; the buffer is closed either way. */
+int fs_filebuf_close(fs_filebuf *b, size_t len);
+
 #endif

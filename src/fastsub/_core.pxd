@@ -132,6 +132,8 @@ cdef extern from "fs_batch.h" nogil:
         FS_QUEUES_ALL
         FS_QUEUES_NONE
         FS_ECANCELLED
+        FS_ENOSYS
+        FS_EIO
     ctypedef struct fs_strings:
         int layout
         size_t n
@@ -168,6 +170,7 @@ cdef extern from "fs_route.h" nogil:
 
 cdef extern from "fs_image.h" nogil:
     int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+    int fs_image_save(fs_sublist *sl, const char *path)
     int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err)
     int fs_image_is(const char *data, size_t len)
     int fs_image_damaged(const fs_sublist *sl)

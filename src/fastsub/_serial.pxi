@@ -6,6 +6,7 @@ import os as _os
 import mmap as _mmap
 import tempfile as _tempfile
 from cpython.memoryview cimport PyMemoryView_FromMemory
+from libc.errno cimport errno
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 cdef extern from "fs_serial.h" nogil:
@@ -48,19 +49,38 @@ def _sublist_to_bytes(Sublist sl not None, version=3):
 
 
 def _sublist_save(Sublist sl not None, path):
-    """Write the image to path atomically (a temporary file, fsync, rename)."""
+    """Write the image to path atomically: into a temporary file in the same
+    folder (through its pages: the image is never whole in memory), on disk
+    (fsync), then renamed over path, and the rename itself on disk."""
     path = _os.fspath(path)
+    folder = _os.path.dirname(_os.path.abspath(path))
+    fd, tmp = _tempfile.mkstemp(dir=folder, prefix="." + _os.path.basename(path) + ".", suffix=".tmp")
+    _os.close(fd)
+    cdef bytes ctmp = _os.fsencode(tmp)
+    cdef const char *ctmp_p = ctmp
+    cdef int rc, saved_errno = 0
     cdef char *out = NULL
     cdef size_t n = 0
-    _write_image(sl, 3, &out, &n)
-    folder = _os.path.dirname(_os.path.abspath(path))
-    tmp = None
     try:
-        fd, tmp = _tempfile.mkstemp(dir=folder, prefix="." + _os.path.basename(path) + ".", suffix=".tmp")
-        with _os.fdopen(fd, "wb") as f:
-            f.write(PyMemoryView_FromMemory(out, <Py_ssize_t>n, 0x100))     # PyBUF_READ
-            f.flush()
-            _os.fsync(f.fileno())
+        with nogil:
+            rc = fs_image_save(sl.sl, ctmp_p)
+            saved_errno = errno
+        if rc == FS_ENOSYS:             # no file mappings here: through memory
+            _write_image(sl, 3, &out, &n)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(PyMemoryView_FromMemory(out, <Py_ssize_t>n, 0x100))     # PyBUF_READ
+                    f.flush()
+                    _os.fsync(f.fileno())
+            finally:
+                _serial_free(out)
+        elif rc == FS_EIO:
+            raise OSError(saved_errno, f"cannot write the image to {tmp!r}: {_os.strerror(saved_errno)}")
+        elif rc == FS_EBADDATA:
+            sl._check_image()
+            raise MemoryError()
+        elif rc != FS_OK:
+            raise MemoryError()
         _os.replace(tmp, path)
         tmp = None
         if hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
@@ -70,7 +90,6 @@ def _sublist_save(Sublist sl not None, path):
             finally:
                 _os.close(dfd)
     finally:
-        _serial_free(out)
         if tmp is not None:
             try:
                 _os.unlink(tmp)
