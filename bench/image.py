@@ -85,6 +85,9 @@ def main():
     ap.add_argument("--worker-subjects", type=int, default=100_000,
                     help="subjects each worker matches (its working memory grows with them)")
     ap.add_argument("--dir", default=None, help="where the image file goes (default: a temporary folder)")
+    ap.add_argument("--markdown", default=None,
+                    help="also write the figures as a markdown section to this file "
+                         "(docs/benchmarks/image.md: bench/report.py includes it in docs/benchmarks.md)")
     args = ap.parse_args()
 
     filters, ids, queues, subjects = light_like(args.prefixes)
@@ -125,6 +128,7 @@ def main():
     # worker copies what it touches of its parent's heap, not a collector
     # pass over millions of objects.
     work = subjects[:args.worker_subjects]
+    ids_n = range(len(filters))
     del filters, ids, queues, built, opened, rb, ro
     gc.collect()
     gc.freeze()
@@ -142,18 +146,38 @@ def main():
             priv.append((method, [g[0] for g in got]))
 
     mb = 1024 * 1024
-    print(f"build (insert_many)        {t_build:8.3f} s")
-    print(f"save                       {t_save:8.3f} s   file {size / mb:,.1f} MiB")
-    print(f"from_bytes(version 2)      {t_v2:8.3f} s   {t_v2 / t_build:6.3f} x insert_many (rebuilds)")
-    print(f"open (verify)              {t_open:8.3f} s   {t_open / t_build:6.3f} x insert_many  (target <= 0.15)")
-    print(f"open (verify=False)        {t_open_nv:8.6f} s {t_open_nv / t_build:8.5f} x insert_many  (target <= 0.01)")
-    print(f"match_many built           {t_mb:8.3f} s   {len(subjects) / t_mb / 1e6:5.2f} M subjects/s, {total:,} ids")
-    print(f"match_many opened          {t_mo:8.3f} s   {t_mo / t_mb:6.3f} x built  (target <= 1.10)")
-    print(f"private growth per worker across open + match_many of {len(work):,} subjects:")
+    lines = [
+        f"build (insert_many)        {t_build:8.3f} s",
+        f"save                       {t_save:8.3f} s   file {size / mb:,.1f} MiB",
+        f"from_bytes(version 2)      {t_v2:8.3f} s   {t_v2 / t_build:6.3f} x insert_many (rebuilds)",
+        f"open (verify)              {t_open:8.3f} s   {t_open / t_build:6.3f} x insert_many  (target <= 0.15)",
+        f"open (verify=False)        {t_open_nv:8.6f} s {t_open_nv / t_build:8.5f} x insert_many  (target <= 0.01)",
+        f"match_many built           {t_mb:8.3f} s   {len(subjects) / t_mb / 1e6:5.2f} M subjects/s, {total:,} ids",
+        f"match_many opened          {t_mo:8.3f} s   {t_mo / t_mb:6.3f} x built  (target <= 1.10)",
+        f"private growth per worker across open + match_many of {len(work):,} subjects:",
+    ]
     for method, kb in priv:
         worst = max(kb) * 1024
-        print(f"private growth, {args.workers} x {method:5s}  "
-              f"{', '.join(f'{k / 1024:.1f}' for k in kb)} MiB   worst {worst / size:.3f} x file  (target <= 0.15)")
+        lines.append(f"private growth, {args.workers} x {method:5s}  "
+                     f"{', '.join(f'{k / 1024:.1f}' for k in kb)} MiB   worst {worst / size:.3f} x file  (target <= 0.15)")
+    print("\n".join(lines))
+    if args.markdown:
+        rows = [("`open(path)` (verify) / `insert_many`", f"{t_open / t_build:.3f}", "<= 0.15"),
+                ("`open(path, verify=False)` / `insert_many`", f"{t_open_nv / t_build:.5f}", "<= 0.01"),
+                ("`match_many`, opened / built", f"{t_mo / t_mb:.3f}", "<= 1.10")]
+        for method, kb in priv:
+            rows.append((f"private memory added per process, {args.workers} {method} workers / file",
+                         f"{max(kb) * 1024 / size:.3f}", "<= 0.15"))
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write("## The image\n\n")
+            f.write(f"`python bench/image.py --prefixes {args.prefixes} --reps {args.reps} --workers {args.workers}`: "
+                    f"{len(ids_n):,} light-like filters (light's under {args.prefixes} first tokens), "
+                    f"{len(subjects):,} subjects, medians of {args.reps}, one run "
+                    f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).\n\n")
+            f.write("| figure | measured | target |\n|---|---:|---:|\n")
+            for r in rows:
+                f.write(f"| {r[0]} | {r[1]} | {r[2]} |\n")
+            f.write("\n```\n" + "\n".join(lines) + "\n```\n")
 
 
 if __name__ == "__main__":

@@ -488,6 +488,14 @@ def markdown(res, mach, cmd, files, seconds):
         w("```")
         w("</details>")
     w("")
+    # The image (docs/FORMAT.md, version 3): bench/image.py writes its own
+    # section (build, save, open, match from the mapped file, private memory of
+    # processes sharing it), kept beside the figures and included here.
+    image_md = os.path.join(ROOT, "docs", "benchmarks", "image.md")
+    if os.path.exists(image_md):
+        with open(image_md, encoding="utf-8") as f:
+            w(f.read().rstrip("\n"))
+        w("")
     return "\n".join(L)
 
 
