@@ -37,52 +37,7 @@ SEP = {"nats": ".", "mqtt": "/", "amqp": "."}
 ONE = {"nats": "*", "mqtt": "+", "amqp": "*"}
 REST = {"nats": ">", "mqtt": "#", "amqp": "#"}
 
-_P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
-_P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
-
-
-def _rotl(x, r):
-    return ((x << r) | (x >> (64 - r))) & M64
-
-
-def _round(acc, lane):
-    return (_rotl((acc + lane * _P2) & M64, 31) * _P1) & M64
-
-
-def xxh64(data, seed=0):
-    """XXH64, from its specification (the format's checksum, seed 0)."""
-    data = bytes(data)
-    n, i = len(data), 0
-    if n >= 32:
-        v = [(seed + _P1 + _P2) & M64, (seed + _P2) & M64, seed, (seed - _P1) & M64]
-        while i + 32 <= n:
-            for k in range(4):
-                v[k] = _round(v[k], int.from_bytes(data[i + 8 * k:i + 8 * k + 8], "little"))
-            i += 32
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & M64
-        for x in v:
-            h = ((h ^ _round(0, x)) * _P1 + _P4) & M64
-    else:
-        h = (seed + _P5) & M64
-    h = (h + n) & M64
-    while i + 8 <= n:
-        h ^= _round(0, int.from_bytes(data[i:i + 8], "little"))
-        h = (_rotl(h, 27) * _P1 + _P4) & M64
-        i += 8
-    if i + 4 <= n:
-        h ^= (int.from_bytes(data[i:i + 4], "little") * _P1) & M64
-        h = (_rotl(h, 23) * _P2 + _P3) & M64
-        i += 4
-    while i < n:
-        h ^= (data[i] * _P5) & M64
-        h = (_rotl(h, 11) * _P1) & M64
-        i += 1
-    h ^= h >> 33
-    h = (h * _P2) & M64
-    h ^= h >> 29
-    h = (h * _P3) & M64
-    h ^= h >> 32
-    return h
+from xxh64 import xxh64  # noqa: E402 (the formats' checksum, from its specification)
 
 
 def uv(v):
