@@ -223,19 +223,8 @@ static int each_node(const fs_sublist *sl, int (*add)(void *, const fs_sublist *
         const fs_level *L = fs_down(sl, x);
         if (x != sl->root && fs_has_subs(x) && !fs_image_masked(sl, x))
             rc = L && (L->count || L->one || L->rest) ? fs_push_node(&later, &nlater, &cap_later, x) : add(ctx, sl, x);
-        if (!L)
-            continue;
-        const fs_slot *slots = fs_lv_slots(sl, L);
-        for (uint32_t i = 0; i < L->cap && rc == FS_OK; i++) {
-            const fs_node *c = fs_ref_node(sl, slots[i].node);
-            if (c)
-                rc = fs_push_node(&stack, &n, &cap, c);
-        }
-        const fs_node *one = fs_lv_one(sl, L), *rest = fs_lv_rest(sl, L);
-        if (rc == FS_OK && one)
-            rc = fs_push_node(&stack, &n, &cap, one);
-        if (rc == FS_OK && rest)
-            rc = fs_push_node(&stack, &n, &cap, rest);
+        if (rc == FS_OK)
+            rc = fs_trie_push_children(sl, x, NULL, &stack, &n, &cap);
     }
     while (rc == FS_OK && nlater)       /* deepest first: pushed after their ancestors */
         rc = add(ctx, sl, later[--nlater]);

@@ -160,8 +160,8 @@ static int front_add(fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *ca
 /* Push x's children onto the stack v: its literal children (except, when
  * skip is "$", those whose token starts with '$'), then its one and rest
  * wildcard children.  FS_OK or FS_ENOMEM. */
-static int push_children(const fs_sublist *sl, const fs_node *x, const char *skip, const fs_node ***v,
-                         size_t *n, size_t *cap)
+int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const char *skip, const fs_node ***v,
+                          size_t *n, size_t *cap)
 {
     const fs_level *L = fs_down(sl, x);
     if (!L)
@@ -273,7 +273,7 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
             }
         }
         if (rc == FS_OK)
-            rc = push_children(sl, x, NULL, &sc->next, &sc->nnext, &sc->cap_next);
+            rc = fs_trie_push_children(sl, x, NULL, &sc->next, &sc->nnext, &sc->cap_next);
     }
     fs_tokens_free(&pt);
     return rc == FS_EINVAL ? FS_OK : rc;
@@ -349,7 +349,7 @@ static int push_descendants(const fs_sublist *sl, const fs_node *n, int skip_dol
         const fs_node *x = sc->next[--sc->nnext];
         if (x != n && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
             return FS_ENOMEM;
-        if (push_children(sl, x, skip_dollar && x == n ? "$" : NULL, &sc->next, &sc->nnext, &sc->cap_next) < 0)
+        if (fs_trie_push_children(sl, x, skip_dollar && x == n ? "$" : NULL, &sc->next, &sc->nnext, &sc->cap_next) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;

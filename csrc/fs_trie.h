@@ -25,6 +25,11 @@ void fs_trie_prune(fs_sublist *sl, fs_node *n);
  * filter q (tokenized in sc->toks); clears sc->hits first.  FS_OK or
  * FS_ENOMEM. */
 int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc);
+/* Push x's children (a built index's or a mapped image's) onto the stack
+ * v: its literal children -- except, when skip is "$", those whose token
+ * starts with '$' -- then its one and rest children.  FS_OK or FS_ENOMEM. */
+int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const char *skip, const fs_node ***v,
+                          size_t *n, size_t *cap);
 /* Free the trie, root included (never allocates). */
 void fs_trie_free(fs_sublist *sl);
 

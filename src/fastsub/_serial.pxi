@@ -30,6 +30,12 @@ cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
             rc = fs_sublist_dump(sl.sl, out, n)
     else:
         raise ValueError(f"version must be 2 or 3, not {version!r}")
+    return _written(sl, rc)
+
+
+cdef int _written(Sublist sl, int rc) except -1:
+    # A writer's status: a damaged opened image raises its ValueError (an
+    # image is only found damaged on the way); anything else left is memory.
     if rc == FS_EBADDATA:
         sl._check_image()
     if rc != FS_OK:
@@ -76,11 +82,8 @@ def _sublist_save(Sublist sl not None, path):
                 _serial_free(out)
         elif rc == FS_EIO:
             raise OSError(saved_errno, f"cannot write the image to {tmp!r}: {_os.strerror(saved_errno)}")
-        elif rc == FS_EBADDATA:
-            sl._check_image()
-            raise MemoryError()
-        elif rc != FS_OK:
-            raise MemoryError()
+        else:
+            _written(sl, rc)
         _os.replace(tmp, path)
         tmp = None
         if hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
