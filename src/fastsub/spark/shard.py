@@ -31,6 +31,7 @@ pyarrow, numpy and fastsub.
 import collections
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -43,7 +44,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
-from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
+from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys, route_split
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
 from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
@@ -204,16 +205,34 @@ class ShardPlan:
 # executors: routing and statistics
 # --------------------------------------------------------------------------
 
-def _route_udf(dialect: str, depth: int, filters: bool):
-    """An arrow_udf: the route key of each row (>= 0); for a filter every
-    shard needs, -1; for a subject shorter than depth, a key that spreads
-    them; null for a null or invalid row."""
+def _filter_route_udf(dialect: str, depth: int):
+    """An arrow_udf: the route key of each filter (>= 0); for a filter every
+    shard needs, -1; null for a null or invalid row.  (Subjects are routed
+    in the JVM: route_column.)"""
     def fastsub_route(values: pa.Array) -> pa.Array:
-        keys, kinds = route_keys(values, dialect, depth, filters=filters)
-        if filters:
-            keys = np.where(kinds == ROUTE_ANY, -1, keys)
+        keys, kinds = route_keys(values, dialect, depth, filters=True)
+        keys = np.where(kinds == ROUTE_ANY, -1, keys)
         return pa.array(keys, pa.int64(), mask=kinds > ROUTE_ANY)
     return F.arrow_udf(fastsub_route, "bigint").asNondeterministic()
+
+
+def route_column(subjects, dialect: str, depth: int):
+    """Column: each subject's route key, computed in the JVM (no Python
+    pass over the events): route_keys(subjects, dialect, depth)'s key for
+    every subject the dialect accepts, keyed or shorter than depth (tested
+    equal on random rows of every dialect); null for a null.  An invalid
+    subject gets some key: the shard it lands in rejects it, as any would.
+
+    The key is Spark's xxhash64 of the first `depth` tokens (of them all
+    when there are fewer), sign bit cleared: csrc/fs_route.c computes the
+    same hash, so a filter keyed there and a subject keyed here meet."""
+    sep, empty_is_none = route_split(dialect)
+    tokens = F.split(subjects, re.escape(sep), -1)
+    if empty_is_none:
+        tokens = F.when(subjects == F.lit(""), F.array().cast("array<string>")).otherwise(tokens)
+    key = F.when(F.size(tokens) >= F.lit(depth), F.xxhash64(F.slice(tokens, 1, depth))) \
+        .otherwise(F.xxhash64(tokens))
+    return F.when(subjects.isNotNull(), key.bitwiseAND(F.lit(0x7FFFFFFFFFFFFFFF)))
 
 
 _STATS_SCHEMA = ("d int, nshards int, shard int, n long, bad_id long, bad_filter string, "
@@ -484,7 +503,7 @@ def _salts(events: DataFrame, subject_col: str, dialect: str, plan: ShardPlan, c
     """{shard: R} from a sample of the events' shards."""
     if cores < 2:
         return {}
-    key = _route_udf(dialect, plan.depth, False)(column(subject_col))
+    key = route_column(column(subject_col), dialect, plan.depth)
     rows = (events.select(column(subject_col)).sample(fraction=SALT_FRACTION, seed=4242)
             .select(F.pmod(key, F.lit(plan.shards)).alias("s"))
             .where(F.col("s").isNotNull()).groupBy("s").count().collect())
@@ -527,7 +546,8 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     # shard's events: a hash of the whole row (map columns cannot be hashed).
     row_hash = F.xxhash64(*[F.col(c) for c, f in zip(safe, events.schema.fields)
                             if not isinstance(f.dataType, T.MapType)])
-    ev = ev.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
+    # Routed in the JVM: the events cross into Python once, to be matched.
+    ev = ev.withColumn(_KEY, route_column(subject, dialect, plan.depth))
     shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
     group = plan.event_group(shard, row_hash)
     # One frame of both sides (the other side's columns null), kind 0 for a
@@ -542,7 +562,7 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
 
     sub = subscriptions.select(*_subs_columns(subscriptions, has_queue)).toDF(
         *([_SID, _FLT] + ([_QUE] if has_queue else [])))
-    sub = sub.withColumn(_KEY, _route_udf(dialect, plan.depth, True)(F.col(_FLT)))
+    sub = sub.withColumn(_KEY, _filter_route_udf(dialect, plan.depth)(F.col(_FLT)))
     groups = plan.subscription_groups(F.pmod(F.col(_KEY), F.lit(n)), F.col(_KEY) == -1)
     queue = F.col(_QUE) if has_queue else F.lit(None).cast("string")
     ident = [F.col(_SID), F.col(_FLT)] + ([F.col(_QUE)] if has_queue else [])
