@@ -526,13 +526,25 @@ def _int_array(values):
     return F.array(*[F.lit(int(v)) for v in values])
 
 
-def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPlan, *,
-                      subject_col: str, key_col: Optional[str], dialect: str, queues: str,
-                      dedupe: bool) -> DataFrame:
-    """events' columns + `sub_ids` (null for a rejected event), as the
-    unsharded fan-out's per-event frame, computed shard by shard.  The
-    subscriptions are checked by plan_shards (fanout's _plan_for) before."""
-    has_queue = check_subscriptions_schema(subscriptions)
+@dataclass
+class EventSide:
+    """The events of a sharded fan-out, ready for their groups: `frame` has
+    the group (_GROUP), the events' columns renamed by position (`safe`, see
+    _event_name) and the pick key (_PICK); `out_schema_spark`/`out_schema`
+    are the per-event frame's (the events' columns, then sub_ids)."""
+    frame: DataFrame
+    event_cols: List[str]
+    safe: List[str]
+    subject: str
+    out_schema_spark: T.StructType
+    out_schema: pa.Schema
+
+
+def event_side(events: DataFrame, plan: ShardPlan, *, subject_col: str, key_col: Optional[str],
+               dialect: str) -> EventSide:
+    """Each event's group: its shard (its route key, computed in the JVM, so
+    the events cross into Python once, to be matched), spread over the
+    shard's salt groups."""
     event_cols = list(events.columns)
     # By position, from here on (see _event_name); the subject and key are
     # found as schema_field finds them (the first column of that name).
@@ -541,15 +553,32 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     subject = F.col(safe[event_cols.index(subject_col)])
     pick = subject if key_col is None else F.coalesce(
         F.col(safe[event_cols.index(key_col)]).cast("string"), subject)
-    n = plan.shards
-    # Spreads the events no route key places (null, invalid) and a salted
-    # shard's events: a hash of the whole row (map columns cannot be hashed).
+    # Spreads the events no route key places (null) and a salted shard's
+    # events: a hash of the whole row (map columns cannot be hashed).
     row_hash = F.xxhash64(*[F.col(c) for c, f in zip(safe, events.schema.fields)
                             if not isinstance(f.dataType, T.MapType)])
-    # Routed in the JVM: the events cross into Python once, to be matched.
-    ev = ev.withColumn(_KEY, route_column(subject, dialect, plan.depth))
-    shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
-    group = plan.event_group(shard, row_hash)
+    shard = F.pmod(F.coalesce(route_column(subject, dialect, plan.depth), row_hash), F.lit(plan.shards))
+    frame = ev.select(plan.event_group(shard, row_hash).alias(_GROUP), *[F.col(c) for c in safe],
+                      pick.alias(_PICK))
+    out_schema_spark = T.StructType(
+        [T.StructField(c, f.dataType, f.nullable, f.metadata)
+         for c, f in zip(safe, events.schema.fields)]
+        + [T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
+    from pyspark.sql.pandas.types import to_arrow_schema
+    return EventSide(frame, event_cols, safe, safe[event_cols.index(subject_col)],
+                     out_schema_spark, to_arrow_schema(out_schema_spark))
+
+
+def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPlan, *,
+                      subject_col: str, key_col: Optional[str], dialect: str, queues: str,
+                      dedupe: bool) -> DataFrame:
+    """events' columns + `sub_ids` (null for a rejected event), as the
+    unsharded fan-out's per-event frame, computed shard by shard, the
+    subscriptions shuffled beside the events and each shard's index built
+    in the group (or taken from the worker's cache).  The subscriptions are
+    checked by plan_shards (fanout's _plan_for) before."""
+    has_queue = check_subscriptions_schema(subscriptions)
+    side = event_side(events, plan, subject_col=subject_col, key_col=key_col, dialect=dialect)
     # One frame of both sides (the other side's columns null), kind 0 for a
     # subscription and 1 for an event, clustered by group and sorted by kind
     # within it: grouped applyInArrow then streams each group to one call,
@@ -557,26 +586,18 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     null = lambda t, name: F.lit(None).cast(t).alias(name)  # noqa: E731
     sub_nulls = [null("long", _SID), null("string", _FLT), null("string", _QUE),
                  null("long", _H1), null("int", _H2)]
-    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND),
-                   *[F.col(c) for c in safe], pick.alias(_PICK), *sub_nulls)
+    ev = side.frame.select(_GROUP, F.lit(1).alias(_KIND), *side.safe, _PICK, *sub_nulls)
 
     sub = subscriptions.select(*_subs_columns(subscriptions, has_queue)).toDF(
         *([_SID, _FLT] + ([_QUE] if has_queue else [])))
     sub = sub.withColumn(_KEY, _filter_route_udf(dialect, plan.depth)(F.col(_FLT)))
-    groups = plan.subscription_groups(F.pmod(F.col(_KEY), F.lit(n)), F.col(_KEY) == -1)
+    groups = plan.subscription_groups(F.pmod(F.col(_KEY), F.lit(plan.shards)), F.col(_KEY) == -1)
     queue = F.col(_QUE) if has_queue else F.lit(None).cast("string")
     ident = [F.col(_SID), F.col(_FLT)] + ([F.col(_QUE)] if has_queue else [])
     sub = sub.select(F.explode(groups).alias(_GROUP), F.lit(0).alias(_KIND),
-                     *[null(f.dataType, c) for c, f in zip(safe, events.schema.fields)],
+                     *[null(f.dataType, c) for c, f in zip(side.safe, events.schema.fields)],
                      null("string", _PICK), F.col(_SID), F.col(_FLT), queue.alias(_QUE),
                      F.xxhash64(*ident).alias(_H1), F.hash(*ident).alias(_H2))
     both = ev.unionByName(sub).repartition(F.col(_GROUP)).sortWithinPartitions(_GROUP, _KIND)
-
-    out_schema_spark = T.StructType(
-        [T.StructField(c, f.dataType, f.nullable, f.metadata)
-         for c, f in zip(safe, events.schema.fields)]
-        + [T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
-    from pyspark.sql.pandas.types import to_arrow_schema
-    out_schema = to_arrow_schema(out_schema_spark)
-    fn = _match_fn(dialect, queues, dedupe, safe[event_cols.index(subject_col)], safe, out_schema)
-    return both.groupBy(_GROUP).applyInArrow(fn, out_schema_spark).toDF(*event_cols, "sub_ids")
+    fn = _match_fn(dialect, queues, dedupe, side.subject, side.safe, side.out_schema)
+    return both.groupBy(_GROUP).applyInArrow(fn, side.out_schema_spark).toDF(*side.event_cols, "sub_ids")
