@@ -142,13 +142,19 @@ static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *
  * subscriptions on (measured: see the table in docs/design.md, "Threads").
  * Below it a release (PyEval_SaveThread/RestoreThread) costs a larger
  * share of a walk than it is worth to other threads. */
-#ifndef FS_WALK_RELEASE_MIN
 #define FS_WALK_RELEASE_MIN 1000
-#endif
+
+static _Atomic uint64_t walk_release_min = FS_WALK_RELEASE_MIN;
 
 int fs_sublist_walk_costly(const fs_sublist *sl)
 {
-    return atomic_load_explicit(&sl->size_hint, memory_order_relaxed) >= FS_WALK_RELEASE_MIN;
+    return atomic_load_explicit(&sl->size_hint, memory_order_relaxed) >=
+           atomic_load_explicit(&walk_release_min, memory_order_relaxed);
+}
+
+uint64_t fs_set_walk_release_min(uint64_t n)
+{
+    return atomic_exchange_explicit(&walk_release_min, n, memory_order_relaxed);
 }
 
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,

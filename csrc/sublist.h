@@ -228,6 +228,9 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
  * change (an atomic the writers publish), so it may lag a change in
  * progress. */
 int fs_sublist_walk_costly(const fs_sublist *sl);
+/* Testing and measuring: the size from which a walk counts as costly (0:
+ * always; UINT64_MAX: never).  Returns the previous one. */
+uint64_t fs_set_walk_release_min(uint64_t n);
 
 
 /* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"

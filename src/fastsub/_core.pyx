@@ -21,6 +21,7 @@ cdef extern from "sublist.h" nogil:
                                int64_t *ids, size_t cap, size_t *n,
                                fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk)
     int fs_sublist_walk_costly(const fs_sublist *sl)
+    uint64_t fs_set_walk_release_min(uint64_t n)
     enum: FS_MATCH_WALK
 
 cdef extern from "Python.h":
@@ -787,6 +788,14 @@ cdef class Sublist:
             "live_subscriptions": st.live_subscriptions,
             "live_bytes": st.live_bytes,
         }
+
+
+def _set_walk_release_min(n):
+    """Testing and measuring only: match() lets go of the GIL for a walk of
+    an index of n or more subscriptions (0: always; None: never).  Returns
+    the previous n (None for never)."""
+    cdef uint64_t old = fs_set_walk_release_min(<uint64_t>-1 if n is None else <uint64_t>n)
+    return None if old == <uint64_t>-1 else old
 
 
 include "_batch.pxi"
