@@ -6,7 +6,8 @@ index size: the figures behind FS_WALK_RELEASE_MIN (csrc/fs_match.c).
 
 For each size, no cache, one thread: match() over the same subjects with
 the GIL kept (_set_walk_release_min(None)) and let go for every walk (0),
-the two interleaved, median ns per call of --rounds.  The release is worth
+the two interleaved, median CPU ns per call (thread time: steadier than
+wall time on a shared machine) of --rounds.  The release is worth
 having where its cost is a small share of the walk: another thread (a
 batch, a writer, a second matcher) then runs during the walk."""
 import argparse
@@ -30,11 +31,11 @@ def build(n):
 def once(sl, subjects, calls):
     match = sl.match
     reps = max(1, calls // len(subjects))
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     for _ in range(reps):
         for s in subjects:
             match(s)
-    return (time.perf_counter() - t0) / (reps * len(subjects)) * 1e9
+    return (time.thread_time() - t0) / (reps * len(subjects)) * 1e9
 
 
 def main():
