@@ -154,12 +154,14 @@ test-sanitize-clang: venv clang-deps
 # run (exit code 66).  tests/tsan.supp is for CPython-internal reports only
 # (none so far).  First a self-check: a deliberate race in a small library
 # called from Python must be reported, or the set-up is blind.  Then the
-# thread layer's C smoke test (tests/sys_smoke.c, pthread side) under TSan.
+# thread layer's C smoke test (tests/sys_smoke.c, pthread side: the index
+# lock, the pool, and match() from 16 threads beside inserts and removes
+# with the cache on) under TSan.
 TSAN_DIR := build/tsan
 TSAN_ENV = PYTHONPATH=$(CURDIR)/$(TSAN_DIR)/src PYTHONMALLOC=malloc \
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp exitcode=66 second_deadlock_stack=1" \
 	LD_PRELOAD="$$(gcc -print-file-name=libtsan.so)"
-TSAN_TESTS := tests/test_threads.py tests/test_cache.py \
+TSAN_TESTS := tests/test_threads.py tests/test_cache.py tests/test_ft.py \
 	tests/test_match_many.py::test_threads_give_identical_arrays_on_big_batches \
 	tests/test_serial.py::test_dump_while_others_write tests/test_memory.py::test_threads_hammering_one_index
 test-tsan: venv

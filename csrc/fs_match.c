@@ -35,6 +35,8 @@ void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_
      * match() from many threads shares nothing here.  stats() sums. */
     fs_stripe *sp = fs_brlock_mine(&sl->lock);
     atomic_fetch_add_explicit(&sp->matches, matches, memory_order_relaxed);
+    /* A locked add costs a match() more than its lookup's arithmetic: none
+     * when nothing matched (~40% of subjects in the benchmarks). */
     if (fanout == 0)
         return;
     atomic_fetch_add_explicit(&sp->fanout_total, fanout, memory_order_relaxed);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fs_batch.h"
+#include "fs_brlock.h"
 #include "fs_pool.h"
 #include "fs_sys.h"
 #include "sublist.h"
@@ -47,6 +48,41 @@ static void hammer(void *arg)
                 torn = 1;
             fs_rwlock_rdunlock(&lock);
         }
+    }
+}
+
+/* ---- the index's lock (fs_brlock): the same, on its fast and long read
+ * sides, the readers reading without pause all the while: a writer gets
+ * in between overlapping reads (writers are preferred), or this hangs. */
+
+static fs_brlock blk;
+static long c_count, d_count;
+static atomic_int blk_torn, blk_writers_left;
+
+static void br_hammer(void *arg)
+{
+    int role = *(int *)arg;          /* 1 writer, 0 fast reader, 2 long reader */
+    if (role == 1) {
+        for (int i = 0; i < 5000; i++) {
+            fs_brlock_wrlock(&blk);
+            c_count++;
+            d_count++;
+            fs_brlock_wrunlock(&blk);
+        }
+        atomic_fetch_sub(&blk_writers_left, 1);
+        return;
+    }
+    while (atomic_load(&blk_writers_left) > 0) {
+        if (role == 0)
+            fs_brlock_rdlock(&blk);
+        else
+            fs_brlock_rdlock_long(&blk);
+        if (c_count != d_count)
+            atomic_store(&blk_torn, 1);
+        if (role == 0)
+            fs_brlock_rdunlock(&blk);
+        else
+            fs_brlock_rdunlock_long(&blk);
     }
 }
 
@@ -212,6 +248,20 @@ int main(void)
         fs_thread_join(&t[i]);
     CHECK(a_count == 40000 && b_count == 40000 && !torn);
     fs_rwlock_destroy(&lock);
+
+    /* the index's lock: 2 writers, 3 fast readers, 1 long reader */
+    {
+        CHECK(fs_brlock_init(&blk) == 0);
+        atomic_store(&blk_writers_left, 2);
+        fs_thread bt[6];
+        int broles[6] = {1, 0, 0, 1, 0, 2};
+        for (int i = 0; i < 6; i++)
+            CHECK(fs_thread_start(&bt[i], br_hammer, &broles[i]) == 0);
+        for (int i = 0; i < 6; i++)
+            fs_thread_join(&bt[i]);
+        CHECK(c_count == 10000 && d_count == 10000 && !atomic_load(&blk_torn));
+        fs_brlock_destroy(&blk);
+    }
 
     /* a deadline wait that nobody signals times out, and not early */
     fs_mutex_init(&mu);
