@@ -9,7 +9,7 @@
  *                   (fs_sys.h): the stripe's fast readers inside, and the
  *                   index's per-stripe match counts (fs_match.c)
  *
- * Why: a pthreads rwlock's read acquire and release each write the lock
+ * Why: an OS reader/writer lock's read acquire and release each write the lock
  * word, one line shared by every reader, so match() from two threads took
  * turns with that line.  Here a fast reader adds one to its stripe's count,
  * then checks `writer`; a writer takes rw, sets `writer`, then waits for
