@@ -42,7 +42,9 @@
  * and one filter against one subject, fs_dialect.c the dialects' rules,
  * which the tokenizer and the loader share (byte classes, wildcards,
  * lengths, queue names, MQTT shares, the loader's check of a stored
- * literal); fs_sys.c threads and locks (POSIX or Windows),
+ * literal); fs_sys.c threads and locks (POSIX or Windows), fs_brlock.c
+ * the index's lock (a reader/writer lock whose readers write only their
+ * own thread's stripe),
  * fs_bits.h the compiler built-ins, fs_alloc.c the one door for memory,
  * fs_mem.c growing arrays and counting an index's memory (memory_bytes),
  * fs_status.h the status codes of the whole core; borrowed algorithms,
@@ -64,7 +66,7 @@
  *   fs_node.c fs_table.c                            nodes, hash tables
  *   fs_slab.c fs_mem.c                              blocks, the account
  *   fs_token.c                                      tokens
- *   fs_dialect.c fs_alloc.c                         the rules, the one door
+ *   fs_dialect.c fs_alloc.c fs_brlock.c             the rules, the one door, the lock
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
