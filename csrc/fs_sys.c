@@ -23,20 +23,23 @@
 
 FS_THREAD_LOCAL unsigned fs_stripe_plus1;
 
-static atomic_uint stripes_next;     /* threads given a stripe so far */
+/* Threads given a stripe so far.  64 bits: a server that starts a thread
+ * per request never wraps it back below FS_STRIPES (fs_stripes_used would
+ * then hide stripes in use from a writer). */
+static atomic_ullong stripes_next;
 
 unsigned fs_thread_stripe_assign(void)
 {
-    unsigned n = atomic_fetch_add_explicit(&stripes_next, 1, memory_order_seq_cst);
-    unsigned s = n % FS_STRIPES;
+    unsigned long long n = atomic_fetch_add_explicit(&stripes_next, 1, memory_order_seq_cst);
+    unsigned s = (unsigned)(n % FS_STRIPES);
     fs_stripe_plus1 = s + 1;
     return s;
 }
 
 unsigned fs_stripes_used(void)
 {
-    unsigned n = atomic_load_explicit(&stripes_next, memory_order_seq_cst);
-    return n < FS_STRIPES ? n : FS_STRIPES;
+    unsigned long long n = atomic_load_explicit(&stripes_next, memory_order_seq_cst);
+    return n < FS_STRIPES ? (unsigned)n : FS_STRIPES;
 }
 
 /* A thread starts in a trampoline that calls the caller's void fn(void *):
