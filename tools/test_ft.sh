@@ -14,6 +14,11 @@
 #      of the tree (build/ft), so the normal in-place build is left alone.
 #   3. The tests run there; the first checks that importing fastsub._core
 #      leaves sys._is_gil_enabled() False.
+#
+# FT_CACHE (default ~/.cache/fastsub), FT_JOBS (make -j, default 2),
+# FT_TESTS (the test files), FT_STAGE=venv (stop once the interpreter and
+# the venv are ready).  Cold: ~5.5 min for the interpreter, ~25 s for the
+# wheels; warm: the build of fastsub (~1 min) and the tests.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
