@@ -18,7 +18,9 @@
  *      another lock is taken, nor taken with one held.
  *
  * The parent releases them in the reverse order.  The child re-creates
- * each index's lock instead of releasing it: a glibc rwlock counts the
+ * each index's lock instead of releasing it (fs_brlock_child_reset: its
+ * rwlock re-created, its stripes' reader counts zeroed -- a parent thread
+ * may have been between a reader's add and its back-off): a glibc rwlock counts the
  * readers and writers that were waiting for it in the lock word itself (a
  * waiting reader registers before it sleeps, and is handed the lock when
  * the writer leaves), and those threads do not exist in the child, so an
@@ -59,7 +61,7 @@ static void fork_prepare(void)
     while (tail && tail->fork_next)
         tail = tail->fork_next;
     for (fs_sublist *sl = tail; sl; sl = sl->fork_prev)
-        fs_rwlock_wrlock(&sl->lock);
+        fs_brlock_wrlock(&sl->lock);
     fs_idpool_fork_prepare();
     fs_pool_fork_prepare();
 }
@@ -69,7 +71,7 @@ static void fork_after(void)
     fs_pool_fork_parent();
     fs_idpool_fork_after();
     for (fs_sublist *sl = registry_head; sl; sl = sl->fork_next)
-        fs_rwlock_wrunlock(&sl->lock);
+        fs_brlock_wrunlock(&sl->lock);
     fs_mutex_unlock(&registry_mu);
 }
 
@@ -80,7 +82,7 @@ static void fork_child(void)
     fs_pool_fork_child();
     fs_idpool_fork_after();
     for (fs_sublist *sl = registry_head; sl; sl = sl->fork_next)
-        (void)fs_rwlock_init(&sl->lock);
+        fs_brlock_child_reset(&sl->lock);
     fs_mutex_unlock(&registry_mu);
 }
 

@@ -18,6 +18,7 @@
 #include "fs_node.h"
 #include "fs_shape.h"
 #include "fs_slab.h"
+#include "fs_brlock.h"
 #include "fs_sys.h"
 #include "fs_table.h"
 #include "fs_trie.h"
@@ -171,7 +172,10 @@ typedef struct {
 } fs_img;
 
 struct fs_sublist {
-    fs_rwlock lock;
+    /* readers: match(), batches, stats (fast side), serializing, thawing,
+     * reverse_match (long side); writers: every change, set_cache, the
+     * cache reclaim, fork().  Its stripes also hold the match counts. */
+    fs_brlock lock;
     fs_dialect dialect;
     fs_node *root;        /* the trie: filters with a wildcard */
     fs_level literals;    /* whole literal filters -> entry (parent NULL), keyed
@@ -193,11 +197,12 @@ struct fs_sublist {
     fs_cache *cache;      /* CLOCK cache of match results; NULL when disabled */
     fs_slab slab;         /* the blocks of every node and table entry */
     uint64_t count;       /* subscriptions */
+    _Atomic uint64_t size_hint;   /* count as of the last write unlock, read
+                                   * without the lock (fs_sublist_walk_costly) */
     uint64_t nodes;
     uint64_t mem;         /* bytes allocated for the index */
     uint64_t generation;
     uint64_t inserts, removes;
-    _Atomic uint64_t matches, fanout_total, fanout_max;
     fs_sublist *fork_prev, *fork_next;   /* the live indexes (fs_fork.c) */
 };
 
@@ -410,6 +415,10 @@ uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
  * call's hit/miss tally and free evicted entries when enough wait (that
  * briefly takes the write lock).  fs_reclaim_cache does the latter alone. */
 void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally);
+/* Publish sl->count to lock-free readers (fs_sublist_walk_costly): the
+ * write unlock does it; an index built before anyone else sees it (loaded,
+ * opened) calls this. */
+void fs_sublist_publish_count(fs_sublist *sl);
 void fs_reclaim_cache(fs_sublist *sl);
 /* Add to the match statistics (thread-safe). */
 void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max);

@@ -42,7 +42,9 @@
  * and one filter against one subject, fs_dialect.c the dialects' rules,
  * which the tokenizer and the loader share (byte classes, wildcards,
  * lengths, queue names, MQTT shares, the loader's check of a stored
- * literal); fs_sys.c threads and locks (POSIX or Windows),
+ * literal); fs_sys.c threads and locks (POSIX or Windows), fs_brlock.c
+ * the index's lock (a reader/writer lock whose readers write only their
+ * own thread's stripe),
  * fs_bits.h the compiler built-ins, fs_alloc.c the one door for memory,
  * fs_mem.c growing arrays and counting an index's memory (memory_bytes),
  * fs_status.h the status codes of the whole core; borrowed algorithms,
@@ -64,7 +66,7 @@
  *   fs_node.c fs_table.c                            nodes, hash tables
  *   fs_slab.c fs_mem.c                              blocks, the account
  *   fs_token.c                                      tokens
- *   fs_dialect.c fs_alloc.c                         the rules, the one door
+ *   fs_dialect.c fs_alloc.c fs_brlock.c             the rules, the one door, the lock
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
@@ -213,10 +215,24 @@ void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
  * needs no workspace at all.  Any other answer is left in (*wp)->r, with
  * *wp the thread's workspace (or spare, see fs_workspace_acquire) lent to
  * the caller until fs_workspace_release(*wp, spare).  FS_OK, FS_EINVAL or
- * FS_ENOMEM (then *wp is NULL). */
+ * FS_ENOMEM (then *wp is NULL).  walk 0: answer only from the cache; when
+ * the answer is not there, return FS_MATCH_WALK having done and counted
+ * nothing (*wp NULL), so that the caller can let go of what it holds (the
+ * GIL) for the walk and call again with walk 1. */
+#define FS_MATCH_WALK 1
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                            int64_t *ids, size_t cap, size_t *n,
-                           fs_workspace *spare, fs_workspace **wp, fs_error *err);
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk);
+
+/* Whether a walk of this index costs more than a caller's release of the
+ * GIL (the Python layer's rule, measured: see FS_WALK_RELEASE_MIN in
+ * fs_match.c).  Lock-free: reads the subscription count as of the last
+ * change (an atomic the writers publish), so it may lag a change in
+ * progress. */
+int fs_sublist_walk_costly(const fs_sublist *sl);
+/* Testing and measuring: the size from which a walk counts as costly (0:
+ * always; UINT64_MAX: never).  Returns the previous one. */
+uint64_t fs_set_walk_release_min(uint64_t n);
 
 
 /* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"
