@@ -60,6 +60,7 @@ from fastsub.spark.base import column as _col  # noqa: F401
 from fastsub.spark.fan_out import (FanoutCounts,  # noqa: F401
                                    FanoutResult, Subscriptions, build_index, fanout,
                                    fanout_with_rejects, index_from_arrow, share_index)
+from fastsub.spark.images import default_image_dir, image_version  # noqa: F401
 from fastsub.spark.progress import Progress  # noqa: F401
 from fastsub.spark.session import (check_executors, is_connect, is_local_master,  # noqa: F401
                                     local_session, remote_session)
@@ -75,6 +76,7 @@ __all__ = [
     "build_index", "local_session", "remote_session", "is_connect", "check_executors",
     "BROADCAST_MAX_BYTES", "INLINE_MAX_BYTES", "LOAD_LOG_ENV",
     "ShardPlan", "plan_shards", "IndexTooLargeError", "AUTO_SHARD_MIN_SUBS",
+    "default_image_dir",
 ]
 
 
