@@ -247,7 +247,7 @@ def _build_task(image_dir, name, dialect, force, empty):
                 log = os.environ.get(LOAD_LOG_ENV)
                 if log:
                     with open(log, "a") as f:
-                        f.write(f"{name} {os.getpid()} build {inserts}\n")
+                        f.write(f"{name} {os.getpid()} build {inserts} {path}\n")
                 yield _result("built", path, inserts=inserts, nsubs=len(sl),
                               nbytes=os.path.getsize(path))
             finally:
