@@ -1,7 +1,7 @@
 """The fan-out of fastsub.spark, which re-exports its public names (and whose
 docstring says how a fan-out runs): the index of a subscriptions table
-(built on the driver, shipped by share_index, kept for later calls on the
-same DataFrame), the matching UDFs, FanoutResult, fanout_with_rejects and
+(an image built on the executors, images.py; or built on the driver and
+shipped by share_index; kept for later calls on the same DataFrame), the matching UDFs, FanoutResult, fanout_with_rejects and
 fanout.  The sharded plan is shard.py's; streams are stream.py's.
 """
 import atexit
