@@ -24,7 +24,7 @@ from fastsub import Sublist
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
                                  check_events, collect_subscriptions, column, index_from_arrow)
-from fastsub.spark import images
+from fastsub.spark.images import use_images, image_index, save_sublist
 from fastsub.spark.session import check_executors, is_connect, session_key
 from fastsub.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
                                  reject_reasons)
@@ -109,8 +109,8 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
     if isinstance(sublist, DataFrame):
         dialect = "nats" if dialect is None else dialect
         check_dialect(dialect)
-        if images.use_images(spark, image_dir, ship):
-            return images.image_index(sublist, dialect, image_dir)
+        if use_images(spark, image_dir, ship):
+            return image_index(sublist, dialect, image_dir)
         sublist = build_index(sublist, dialect)
     if not isinstance(sublist, Sublist):
         raise TypeError("share_index needs a fastsub.Sublist (or a subscriptions DataFrame), "
@@ -119,8 +119,8 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
         raise ValueError(f"the Sublist is {sublist.dialect!r}, share_index was given "
                          f"dialect={dialect!r}")
     if image_dir is not None:
-        images.use_images(spark, image_dir, ship)     # checks the pair
-        return images.save_sublist(sublist, image_dir)
+        use_images(spark, image_dir, ship)     # checks the pair
+        return save_sublist(sublist, image_dir)
     connect = is_connect(spark)
     data = sublist.to_bytes()
     n = len(data)
@@ -174,7 +174,7 @@ def _forget(key):
 def _index_for(spark, subscriptions, dialect, ship, reuse, image_dir=None) -> SharedIndex:
     """DataFrame, Sublist or SharedIndex -> the SharedIndex a fan-out uses.
     A DataFrame's index is an image built on the executors (images.py)
-    where images.use_images says so, else built here and shipped."""
+    where use_images says so, else built here and shipped."""
     if isinstance(subscriptions, SharedIndex):
         if subscriptions.dialect != dialect:
             raise ValueError(f"the shared index is {subscriptions.dialect!r}, the fan-out "
@@ -188,11 +188,11 @@ def _index_for(spark, subscriptions, dialect, ship, reuse, image_dir=None) -> Sh
     if not isinstance(subscriptions, DataFrame):
         raise TypeError("subscriptions must be a pyspark.sql.DataFrame, a fastsub.Sublist "
                         f"or a SharedIndex, not {type(subscriptions).__name__}")
-    if images.use_images(spark, image_dir, ship):
+    if use_images(spark, image_dir, ship):
         key = (session_key(spark), dialect, "image", image_dir)
         idx = _reused(subscriptions, key) if reuse else None
         if idx is None:
-            idx = images.image_index(subscriptions, dialect, image_dir, rebuild=not reuse)
+            idx = image_index(subscriptions, dialect, image_dir, rebuild=not reuse)
             if reuse:
                 _remember(subscriptions, key, idx)
         return idx

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 
 from fastsub import Sublist
 from fastsub._dialects import check_dialect
-from fastsub.spark import images
+from fastsub.spark.images import use_images, digest_name, image_index, image_of, check_image_dir
 from fastsub.spark.base import QUEUE_MODES, check_events, collect_subscriptions
 from fastsub.spark.fan_out import (checked_plan, fanout_with_rejects, index_from_arrow,
                                    share_index, small_enough)
@@ -53,13 +53,13 @@ class _StreamIndex:
         primed, self._primed = self._primed, None
         if primed is not None and primed[0] is src:
             return primed[1]
-        if images.use_images(src.sparkSession, self.image_dir, self.ship):
+        if use_images(src.sparkSession, self.image_dir, self.ship):
             # the image of the rows: (its content name, its SharedIndex, or
             # None when it is the index in use)
-            name = images.digest_name(src, self.dialect)
+            name = digest_name(src, self.dialect)
             if name == self.digest:
                 return name, None
-            idx = images.image_index(src, self.dialect, self.image_dir)
+            idx = image_index(src, self.dialect, self.image_dir)
             return idx.digest, idx
         table = collect_subscriptions(src)
         h = hashlib.blake2b(digest_size=16)
@@ -112,7 +112,7 @@ class _StreamIndex:
             # an image: nothing to ship; one on the session of an earlier
             # SharedIndex is probed again (images' memo is per session)
             if sl is None:
-                sl = images.image_index(src, self.dialect, self.image_dir)
+                sl = image_index(src, self.dialect, self.image_dir)
             if self.idx is not None:
                 self.idx.release()
             self.idx, self.digest, self.session_id = sl, digest, session_key(spark)
@@ -131,10 +131,10 @@ class _StreamIndex:
         """The image a replayed micro-batch's first attempt recorded: the
         source's, if its rows are still those; else the file, if it is still
         in the image directory (it is never written in place)."""
-        if isinstance(src, DataFrame) and images.use_images(src.sparkSession, self.image_dir,
+        if isinstance(src, DataFrame) and use_images(src.sparkSession, self.image_dir,
                                                             self.ship):
-            if images.digest_name(src, self.dialect) == recorded["index"]:
-                return images.image_index(src, self.dialect, self.image_dir)
+            if digest_name(src, self.dialect) == recorded["index"]:
+                return image_index(src, self.dialect, self.image_dir)
         path = recorded["image"]
         try:
             sl = Sublist.open(path)
@@ -144,7 +144,7 @@ class _StreamIndex:
                 f"attempt used, the image {path}, which this driver cannot read ({e}), and the "
                 "subscriptions have changed since: give fanout_stream an image_dir the driver "
                 "sees (shared storage), or keep the image") from None
-        return images.image_of(sl, path, recorded["index"])
+        return image_of(sl, path, recorded["index"])
 
     def _prune(self, batch_id, keep=100):
         """Forget records (and index images no record names) older than `keep` batches."""
@@ -256,7 +256,7 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
         check_shards(shards)
     check_depth(depth)
     if image_dir is not None:
-        images.check_image_dir(image_dir, ship)
+        check_image_dir(image_dir, ship)
     state = _StreamIndex(subscriptions, dialect, ship, state_dir, image_dir)
     if isinstance(subscriptions, DataFrame):
         # A fixed subscriptions table is checked now, by the check its
