@@ -236,3 +236,40 @@ def test_stream_builds_once_per_content(spark, tmp_path, load_log):
     for run in range(2):
         got = pq.read_table(str(tmp_path / f"out-{run}" / "deliveries")).to_pylist()
         assert sorted((r["event_id"], r["sub_id"]) for r in got) == want
+
+
+class _Info:
+    def __init__(self, host):
+        self._host = host
+
+    def host(self):
+        return self._host
+
+
+class _FakeSession:
+    """What default_dir_works reads of a classic session: the master, the
+    conf and the status tracker's executors (the driver's entry first)."""
+
+    def __init__(self, master, hosts, dynamic="false"):
+        from types import SimpleNamespace as NS
+        conf = {"spark.driver.host": "driver-host", "spark.dynamicAllocation.enabled": dynamic}
+        tracker = NS(getExecutorInfos=lambda: [_Info(h) for h in hosts])
+        self.sparkContext = NS(master=master, getConf=lambda: NS(get=lambda k, d=None: conf.get(k, d)),
+                               _jsc=NS(sc=lambda: NS(statusTracker=lambda: tracker)))
+
+
+@pytest.mark.parametrize("master, hosts, dynamic, works", [
+    ("local[2]", [], "false", True),
+    ("spark://m:7077", ["driver-host", "w1", "w1"], "false", True),       # one host
+    ("spark://m:7077", ["driver-host", "w1", "w2"], "false", False),      # several hosts
+    ("spark://m:7077", ["driver-host", "w1"], "true", False),             # executors may come and go
+    ("spark://m:7077", ["driver-host"], "false", False),                  # none registered yet
+    ("yarn", ["driver-host", "driver-host"], "false", True),              # beside the driver
+])
+def test_where_the_default_directory_works(master, hosts, dynamic, works):
+    from fastsub.spark.images import default_dir_works, use_images
+    s = _FakeSession(master, hosts, dynamic)
+    assert default_dir_works(s) is works
+    assert use_images(s, None, "auto") is works
+    assert use_images(s, None, "broadcast") is False
+    assert use_images(s, "/mnt/shared/images", "auto") is True

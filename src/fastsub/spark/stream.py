@@ -107,8 +107,9 @@ class _StreamIndex:
             _atomic_write(rec, json.dumps(record).encode())
             self._prune(batch_id)
         rebuilt = sl is not None or self.idx is None or self.session_id != session_key(spark)
-        if rebuilt and (isinstance(sl, SharedIndex) or (sl is None and self.idx is not None
-                                                        and self.idx.shipped_by == "image")):
+        if rebuilt and (isinstance(sl, SharedIndex) or (
+                sl is None and isinstance(src, DataFrame) and self.idx is not None
+                and self.idx.shipped_by == "image")):
             # an image: nothing to ship; one on the session of an earlier
             # SharedIndex is probed again (images' memo is per session)
             if sl is None:
@@ -123,7 +124,7 @@ class _StreamIndex:
                     sl = Sublist.from_bytes(f.read())
             if self.idx is not None:
                 self.idx.release()
-            self.idx = share_index(spark, sl, ship=self.ship)
+            self.idx = share_index(spark, sl, ship=self.ship, image_dir=self.image_dir)
             self.digest, self.session_id = digest, session_key(spark)
         return self.idx, rebuilt
 
