@@ -12,10 +12,10 @@ from pyspark.sql import DataFrame
 
 from fastsub import Sublist
 from fastsub._dialects import check_dialect
-from fastsub.spark.images import use_images, digest_name, image_index, image_of, check_image_dir
 from fastsub.spark.base import QUEUE_MODES, check_events, collect_subscriptions
 from fastsub.spark.fan_out import (checked_plan, fanout_with_rejects, index_from_arrow,
                                    share_index, small_enough)
+from fastsub.spark.images import check_image_dir, digest_name, image_index, image_of, use_images
 from fastsub.spark.session import session_key
 from fastsub.spark.shard import ShardPlan, check_depth, check_shards
 from fastsub.spark.ship import SharedIndex
@@ -40,7 +40,8 @@ class _StreamIndex:
         return self.source() if callable(self.source) else self.source
 
     def _current(self, src):
-        """-> (digest, Sublist or None if unchanged)"""
+        """-> (digest, None if unchanged, else the Sublist built here or, for
+        a DataFrame whose index is an image, its SharedIndex)"""
         if isinstance(src, Sublist):
             if src.dialect != self.dialect:
                 raise ValueError(f"the Sublist is {src.dialect!r}, the stream asks for {self.dialect!r}")
