@@ -273,3 +273,22 @@ def test_where_the_default_directory_works(master, hosts, dynamic, works):
     assert use_images(s, None, "auto") is works
     assert use_images(s, None, "broadcast") is False
     assert use_images(s, "/mnt/shared/images", "auto") is True
+
+
+def test_the_digest_is_the_sum_of_the_row_hashes(spark):
+    """The name's digest: the sums mod 2^64 of Spark's own seeded xxhash64
+    per row (the job adds 32-bit halves as bigints), any row order."""
+    from pyspark.sql import functions as F
+
+    from fastsub.spark import images
+    rows = [(1, "a.b", None), (2, "c.*", "q"), (3, "x", None), (-5, "y.>", "")]
+    df = spark.createDataFrame(rows, SUBS_SCHEMA)
+    cols = [F.col(c) for c in ("sub_id", "filter", "queue")]
+    flags = [c.isNull() for c in cols]
+    hashes = [df.select(F.xxhash64(F.lit(s), *cols, *flags)).collect() for s in images._SEEDS]
+    digest = "".join(f"{sum(r[0] % (1 << 64) for r in h) % (1 << 64):016x}" for h in hashes)
+    assert images.digest_name(df, "nats") == f"fastsub-nats-v{images.image_version()}-n4-{digest}"
+    assert images.digest_name(spark.createDataFrame(rows[::-1], SUBS_SCHEMA), "nats") == \
+        images.digest_name(df, "nats")
+    assert images.digest_name(df, "mqtt") != images.digest_name(df, "nats")
+    assert images.image_version() == fastsub.Sublist().to_bytes()[8]

@@ -170,10 +170,16 @@ def digest_name(subscriptions: DataFrame, dialect: str) -> str:
     cols = [F.col(c) for c in ("sub_id", "filter", "queue")]
     # xxhash64 skips a null argument: the null flags keep (a, null) and (null, a) apart.
     flags = [c.isNull() for c in cols]
-    sums = [F.coalesce(F.sum(F.xxhash64(F.lit(seed), *cols, *flags).cast("decimal(20,0)")),
-                       F.lit(0).cast("decimal(30,0)")) for seed in _SEEDS]
-    n, s1, s2 = rows.agg(F.count(F.lit(1)), *sums).first()
-    h1, h2 = (int(s) % (1 << 64) for s in (s1, s2))
+    # A hash's two 32-bit halves are summed as bigints (exact up to 2^31
+    # rows; a bigint sum that wraps would fail under ANSI mode, and a
+    # decimal sum measured twice as slow), and put together mod 2^64 here.
+    sums = []
+    for seed in _SEEDS:
+        h = F.xxhash64(F.lit(seed), *cols, *flags)
+        sums += [F.coalesce(F.sum(F.shiftrightunsigned(h, 32)), F.lit(0)),
+                 F.coalesce(F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))), F.lit(0))]
+    n, hi1, lo1, hi2, lo2 = rows.agg(F.count(F.lit(1)), *sums).first()
+    h1, h2 = (((hi << 32) + lo) % (1 << 64) for hi, lo in ((hi1, lo1), (hi2, lo2)))
     return f"fastsub-{dialect}-v{image_version()}-n{int(n)}-{h1:016x}{h2:016x}"
 
 
