@@ -292,3 +292,13 @@ def test_the_digest_is_the_sum_of_the_row_hashes(spark):
         images.digest_name(df, "nats")
     assert images.digest_name(df, "mqtt") != images.digest_name(df, "nats")
     assert images.image_version() == fastsub.Sublist().to_bytes()[8]
+
+
+def test_rows_from_columns_spark_marks_not_null(spark, tmp_path):
+    """spark.range's id is `not null` in the task's Arrow batches."""
+    from pyspark.sql import functions as F
+
+    from fastsub.spark import fanout
+    ev = spark.createDataFrame(events_rows(["a.b", "c"]), EVENT_SCHEMA)
+    sb = spark.range(1, 4).select(F.col("id").alias("sub_id"), F.lit("a.>").alias("filter"))
+    assert sorted(r["sub_id"] for r in fanout(ev, sb, image_dir=str(tmp_path)).collect()) == [1, 2, 3]

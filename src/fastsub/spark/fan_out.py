@@ -60,7 +60,8 @@ def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
             f"the subscriptions do not fit through the driver ({why[:300]}); an unsharded "
             "fan-out collects them all: pass shards=N (or shards='auto') to fanout / "
             "fanout_with_rejects / fanout_stream, or --shards to `fastsub fanout`, to build "
-            "the index shard by shard on the executors") from None
+            "the index shard by shard on the executors; or leave ship='auto' with image_dir= "
+            "(a directory every executor shares) to build it as one image on an executor") from None
     return index_from_arrow(table, dialect)
 
 

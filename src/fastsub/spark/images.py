@@ -243,7 +243,8 @@ def _build_task(image_dir, name, dialect, force, empty):
                     sl = Sublist.open(path, verify=False)
                     yield _result("there", path, nsubs=len(sl), nbytes=os.path.getsize(path))
                     return
-                table = pa.Table.from_batches(got, schema=schema)
+                # (Spark's batches may mark a column not null: their own schema)
+                table = pa.Table.from_batches(got) if got else schema.empty_table()
                 sl, bad = insert_arrow(table, dialect)
                 if bad is not None:
                     yield _result("bad", path, bad=bad)
