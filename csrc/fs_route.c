@@ -78,12 +78,9 @@ int fs_route_rows(fs_dialect d, const fs_strings *rows, int is_filter, unsigned 
     return rc;
 }
 
-char fs_route_separator(fs_dialect d)
+fs_route_split fs_route_rules(fs_dialect d)
 {
-    return fs_sep(d);
-}
-
-int fs_route_empty_is_no_tokens(fs_dialect d)
-{
-    return fs_rules(d)->empty_ok;
+    const fs_dialect_rules *r = fs_rules(d);
+    fs_route_split out = {r->sep, r->one, r->rest, r->empty_ok, r->shares};
+    return out;
 }

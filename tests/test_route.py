@@ -106,5 +106,6 @@ def test_keys_are_sparks_xxhash64_of_the_tokens():
     # shorter than the depth: every token (zero for AMQP's empty key)
     assert route_keys(["a.b"], "nats", 3)[0].tolist() == [spark_hash(["a", "b"])]
     assert route_keys([""], "amqp", 2)[0].tolist() == [spark_hash([])]
-    assert route_split("nats") == (".", False) and route_split("mqtt") == ("/", False)
-    assert route_split("amqp") == (".", True)
+    assert route_split("nats") == (".", "*", ">", False, None)
+    assert route_split("mqtt") == ("/", "+", "#", False, "$share/")
+    assert route_split("amqp") == (".", "*", "#", True, None)

@@ -30,7 +30,18 @@ def load_log(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def spark(load_log):
+def image_dir(tmp_path_factory):
+    """The executors' default image directory for this session: images are
+    named by content, so a directory kept from an earlier run would hold
+    them already (FASTSUB_IMAGE_DIR, set before any JVM starts)."""
+    from fastsub.spark.images import IMAGE_DIR_ENV
+    path = tmp_path_factory.mktemp("images")
+    os.environ[IMAGE_DIR_ENV] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def spark(load_log, image_dir):
     pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'fastsub[spark]')")
     if not _have_java():
         pytest.skip("no Java runtime: the Spark tests need one")
@@ -62,7 +73,7 @@ def _servers_or_skip():
 
 
 @pytest.fixture(scope="session")
-def connect_url(tmp_path_factory, remote_load_log):
+def connect_url(tmp_path_factory, remote_load_log, image_dir):
     """sc://127.0.0.1:PORT of a Spark Connect server started from the PySpark
     package (local[2] inside), stopped at the end of the session."""
     servers = _servers_or_skip()
@@ -75,7 +86,7 @@ def connect_url(tmp_path_factory, remote_load_log):
 
 
 @pytest.fixture(scope="session")
-def cluster_url(tmp_path_factory, remote_load_log):
+def cluster_url(tmp_path_factory, remote_load_log, image_dir):
     """spark://127.0.0.1:PORT of a standalone master with two 1-core workers,
     each its own process, stopped at the end of the session."""
     servers = _servers_or_skip()

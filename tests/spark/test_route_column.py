@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from fastsub import _reference as R
 from fastsub._core import ROUTE_ANY, ROUTE_INVALID, ROUTE_KEYED, ROUTE_NULL, route_keys
 
 pytestmark = pytest.mark.spark
@@ -64,3 +65,45 @@ def test_a_filter_keyed_in_c_meets_its_subjects_in_the_jvm(spark):
         row = spark.createDataFrame([(subject,)], "s string").select(
             route_column(F.col("s"), dialect, 2).alias("k")).first()
         assert row["k"] == int(fkey[0][0]), (dialect, flt, subject)
+
+
+def _filters(dialect, seed, n=3000):
+    rng = random.Random(seed)
+    sep, one, rest = {"nats": (".", "*", ">"), "mqtt": ("/", "+", "#"), "amqp": (".", "*", "#")}[dialect]
+    words = TOKENS + [one, one, rest]
+    out = [None] + [f for f in ("", one, rest, "$share/g/" + rest, "$share/g/a/b")
+                    if R.is_valid_filter(f, dialect)]
+    while len(out) < n:
+        f = sep.join(rng.choice(words) for _ in range(rng.choice([1, 1, 2, 3, 4, 6])))
+        if dialect == "mqtt" and rng.random() < 0.2:
+            f = f"$share/{rng.choice(['g', 'q1', 'é'])}/{f}"
+        if R.is_valid_filter(f, dialect):
+            out.append(f)
+    return out
+
+
+@pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
+def test_filter_route_column_is_route_keys(spark, dialect):
+    """The sharded image path routes filters in the JVM too (its per-shard
+    digests and builds): equal to route_keys(filters=True) on valid filters,
+    -1 for the ones every shard needs."""
+    from pyspark.sql import functions as F
+
+    from fastsub.spark.shard import filter_route_column
+    filters = _filters(dialect, seed={"nats": 4, "mqtt": 5, "amqp": 6}[dialect])
+    df = spark.createDataFrame([(i, f) for i, f in enumerate(filters)], "i long, f string")
+    got = {r["i"]: r for r in df.select(
+        "i", *[filter_route_column(F.col("f"), dialect, d).alias(f"k{d}") for d in DEPTHS]).collect()}
+    checked = {ROUTE_KEYED: 0, ROUTE_ANY: 0}
+    for d in DEPTHS:
+        keys, kinds = route_keys(filters, dialect, d, filters=True)
+        for i, f in enumerate(filters):
+            jvm = got[i][f"k{d}"]
+            if kinds[i] == ROUTE_NULL:
+                assert jvm is None
+            else:
+                assert kinds[i] != ROUTE_INVALID, f
+                want = int(keys[i]) if kinds[i] == ROUTE_KEYED else -1
+                assert jvm == want, (dialect, d, f, int(kinds[i]))
+                checked[int(kinds[i])] += 1
+    assert checked[ROUTE_KEYED] > 500 and checked[ROUTE_ANY] > 1000, checked

@@ -25,6 +25,7 @@ from fastsub._dialects import check_dialect
 from fastsub.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
                                  check_events, collect_subscriptions, column, index_from_arrow)
 from fastsub.spark.images import use_images, image_index, save_sublist
+from fastsub.spark.shard_images import image_per_event
 from fastsub.spark.session import check_executors, is_connect, session_key
 from fastsub.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
                                  reject_reasons)
@@ -489,9 +490,14 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     check_executors(spark)
     plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index)
     if plan is not None:
-        per_event = sharded_per_event(events, subscriptions, plan, subject_col=subject_col,
-                                      key_col=key_col, dialect=dialect, queues=queues,
-                                      dedupe=bool(dedupe))
+        how = dict(subject_col=subject_col, key_col=key_col, dialect=dialect, queues=queues,
+                   dedupe=bool(dedupe))
+        if use_images(spark, image_dir, ship):
+            # each shard's image built once per content, only the events shuffled
+            per_event = image_per_event(events, subscriptions, plan, image_dir=image_dir,
+                                        rebuild=not reuse_index, **how)
+        else:
+            per_event = sharded_per_event(events, subscriptions, plan, **how)
         return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, plan,
                             events=events)
     idx = _index_for(spark, subscriptions, dialect, ship, reuse_index, image_dir)

@@ -77,10 +77,17 @@ def image_version() -> int:
 _VERSION = []
 
 
+#: In the executors' environment: the default image directory instead of
+#: fastsub-images-<uid> in their temporary directory.
+IMAGE_DIR_ENV = "FASTSUB_IMAGE_DIR"
+
+
 def default_image_dir() -> str:
     """The default image directory, as a task resolves it on its executor:
-    fastsub-images-<uid> in the executor's temporary directory."""
-    return os.path.join(tempfile.gettempdir(), f"fastsub-images-{os.getuid()}")
+    $FASTSUB_IMAGE_DIR, or fastsub-images-<uid> in the executor's
+    temporary directory."""
+    return os.environ.get(IMAGE_DIR_ENV) or os.path.join(tempfile.gettempdir(),
+                                                         f"fastsub-images-{os.getuid()}")
 
 
 def _check_dir(image_dir) -> Optional[str]:
@@ -163,24 +170,38 @@ def _rows(subscriptions: DataFrame) -> DataFrame:
                                 column("filter").alias("filter"), queue.alias("queue"))
 
 
-def digest_name(subscriptions: DataFrame, dialect: str) -> str:
-    """The content name of the index of `subscriptions`: one aggregate job
-    on the executors.  fastsub-<dialect>-v<format>-n<rows>-<32 hex digits>."""
-    rows = _rows(subscriptions)
+def digest_columns():
+    """The digest's aggregate columns over _rows' frame: the row count, and
+    per seed the sums of a row hash's high and low 32-bit halves.  Sums add
+    up: the digest of a union of row sets is the sum of theirs (the sharded
+    image path names a shard by its keyed rows' sums plus the replicated
+    rows')."""
     cols = [F.col(c) for c in ("sub_id", "filter", "queue")]
     # xxhash64 skips a null argument: the null flags keep (a, null) and (null, a) apart.
     flags = [c.isNull() for c in cols]
     # A hash's two 32-bit halves are summed as bigints (exact up to 2^31
     # rows; a bigint sum that wraps would fail under ANSI mode, and a
     # decimal sum measured twice as slow), and put together mod 2^64 here.
-    sums = []
+    sums = [F.count(F.lit(1))]
     for seed in _SEEDS:
         h = F.xxhash64(F.lit(seed), *cols, *flags)
         sums += [F.coalesce(F.sum(F.shiftrightunsigned(h, 32)), F.lit(0)),
                  F.coalesce(F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))), F.lit(0))]
-    n, hi1, lo1, hi2, lo2 = rows.agg(F.count(F.lit(1)), *sums).first()
+    return sums
+
+
+def name_of(dialect: str, sums) -> str:
+    """The content name of the rows whose digest_columns are `sums` (n,
+    hi1, lo1, hi2, lo2): fastsub-<dialect>-v<format>-n<rows>-<32 hex digits>."""
+    n, hi1, lo1, hi2, lo2 = (int(x) for x in sums)
     h1, h2 = (((hi << 32) + lo) % (1 << 64) for hi, lo in ((hi1, lo1), (hi2, lo2)))
-    return f"fastsub-{dialect}-v{image_version()}-n{int(n)}-{h1:016x}{h2:016x}"
+    return f"fastsub-{dialect}-v{image_version()}-n{n}-{h1:016x}{h2:016x}"
+
+
+def digest_name(subscriptions: DataFrame, dialect: str) -> str:
+    """The content name of the index of `subscriptions`: one aggregate job
+    on the executors (name_of)."""
+    return name_of(dialect, _rows(subscriptions).agg(*digest_columns()).first())
 
 
 # --------------------------------------------------------------------------

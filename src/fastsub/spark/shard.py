@@ -216,6 +216,23 @@ def _filter_route_udf(dialect: str, depth: int):
     return F.arrow_udf(fastsub_route, "bigint").asNondeterministic()
 
 
+def _tokens(values, dialect: str, filters: bool):
+    """Column: the tokens of each value, split as the tokenizer splits one
+    it accepts (route_split); of a filter, MQTT's "$share/GROUP/" goes
+    first (a subject is a topic, whatever it starts with)."""
+    sep, _, _, empty_is_none, share = route_split(dialect)
+    if filters and share is not None:
+        values = F.regexp_replace(values, "^" + re.escape(share) + "[^" + re.escape(sep) + "]*"
+                                  + re.escape(sep), "")
+    tokens = F.split(values, re.escape(sep), -1)
+    if empty_is_none:
+        tokens = F.when(values == F.lit(""), F.array().cast("array<string>")).otherwise(tokens)
+    return tokens
+
+
+_KEY_MASK = 0x7FFFFFFFFFFFFFFF
+
+
 def route_column(subjects, dialect: str, depth: int):
     """Column: each subject's route key, computed in the JVM (no Python
     pass over the events): route_keys(subjects, dialect, depth)'s key for
@@ -226,13 +243,25 @@ def route_column(subjects, dialect: str, depth: int):
     The key is Spark's xxhash64 of the first `depth` tokens (of them all
     when there are fewer), sign bit cleared: csrc/fs_route.c computes the
     same hash, so a filter keyed there and a subject keyed here meet."""
-    sep, empty_is_none = route_split(dialect)
-    tokens = F.split(subjects, re.escape(sep), -1)
-    if empty_is_none:
-        tokens = F.when(subjects == F.lit(""), F.array().cast("array<string>")).otherwise(tokens)
+    tokens = _tokens(subjects, dialect, False)
     key = F.when(F.size(tokens) >= F.lit(depth), F.xxhash64(F.slice(tokens, 1, depth))) \
         .otherwise(F.xxhash64(tokens))
-    return F.when(subjects.isNotNull(), key.bitwiseAND(F.lit(0x7FFFFFFFFFFFFFFF)))
+    return F.when(subjects.isNotNull(), key.bitwiseAND(F.lit(_KEY_MASK)))
+
+
+def filter_route_column(filters, dialect: str, depth: int):
+    """Column: each filter's route key, as route_keys(filters=True) gives it
+    for a filter the dialect accepts (tested equal), with -1 for a filter
+    every shard needs (a wildcard among its first `depth` tokens, or fewer
+    tokens); null for a null.  For valid filters only (plan_shards checks
+    them): an invalid one gets some value."""
+    _, one, rest, _, _ = route_split(dialect)
+    tokens = _tokens(filters, dialect, True)
+    head = F.slice(tokens, 1, depth)
+    literal = (F.size(tokens) >= F.lit(depth)) & ~F.exists(
+        head, lambda t: (t == F.lit(one)) | (t == F.lit(rest)))
+    key = F.when(literal, F.xxhash64(head).bitwiseAND(F.lit(_KEY_MASK))).otherwise(F.lit(-1))
+    return F.when(filters.isNotNull(), key)
 
 
 _STATS_SCHEMA = ("d int, nshards int, shard int, n long, bad_id long, bad_filter string, "

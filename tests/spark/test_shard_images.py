@@ -1,0 +1,92 @@
+"""The sharded fan-out over images (fastsub.spark.shard_images): every
+shard's index is built once per content on the executors and mapped by the
+workers; a call on unchanged subscriptions shuffles only the events; a
+changed subscription rebuilds only the shards it reaches.  The answers are
+the reference's, in every dialect."""
+import pytest
+
+from spark_expect import (EVENT_SCHEMA, SUBS_SCHEMA, Expected, events_rows, random_case,
+                          rows_by_event)
+
+pytestmark = pytest.mark.spark
+
+
+def _plan():
+    from fastsub.spark import ShardPlan
+    return ShardPlan(4, 1)
+
+
+@pytest.mark.parametrize("dialect,seed", [("nats", 21), ("mqtt", 22), ("amqp", 23)])
+@pytest.mark.parametrize("queues", ["all", "pick"])
+def test_exact_and_built_once(spark, tmp_path, dialect, seed, queues):
+    from fastsub.spark import fanout
+    from fastsub.spark.shard_images import shard_images
+    subs, subjects = random_case(dialect, n_subs=80, n_events=300, seed=seed)
+    events = events_rows(subjects)
+    ev = spark.createDataFrame(spark.sparkContext.parallelize(events, 3), EVENT_SCHEMA)
+    sd = spark.createDataFrame(subs, SUBS_SCHEMA)
+    want = Expected(dialect, subs, events)
+    for _ in range(2):
+        got = rows_by_event(fanout(ev, sd, dialect=dialect, queues=queues, shards=_plan(),
+                                   image_dir=str(tmp_path)).collect(), True)
+        for e in want.plain:
+            got.setdefault(e, [])
+        want.check(got, queues)
+    # the same rows in a new DataFrame, in another order: nothing to build
+    again = spark.createDataFrame(list(reversed(subs)), SUBS_SCHEMA)
+    assert shard_images(again, dialect, _plan(), str(tmp_path))["built"] == []
+
+
+def test_a_change_rebuilds_only_the_shards_it_reaches(spark, tmp_path):
+    from fastsub._core import ROUTE_KEYED, route_keys
+    from fastsub.spark.shard_images import _KNOWN, shard_images
+    subs = [(1, "a.x", None), (2, "b.y.>", None), (3, "c.z", "q"), (4, "d", None),
+            (5, "e.f", None), (6, "*.g", None)]
+    plan = _plan()
+    first = shard_images(spark.createDataFrame(subs, SUBS_SCHEMA), "nats", plan, str(tmp_path))
+    assert first["built"] and first["inserts"] > 0
+    # a new keyed filter: only its own shard's image is new
+    keys, kinds = route_keys(["a.new"], "nats", 1, filters=True)
+    assert kinds[0] == ROUTE_KEYED
+    _KNOWN.clear()            # as a new application would: the probe runs
+    second = shard_images(spark.createDataFrame(subs + [(7, "a.new", None)], SUBS_SCHEMA),
+                          "nats", plan, str(tmp_path))
+    assert second["built"] == [int(keys[0]) % plan.shards]
+    changed = [k for k in range(plan.shards) if first["paths"][k] != second["paths"][k]]
+    assert changed == second["built"]
+    # a new replicated filter reaches every shard
+    third = shard_images(spark.createDataFrame(subs + [(8, "*.h", None)], SUBS_SCHEMA),
+                         "nats", plan, str(tmp_path))
+    assert sorted(third["built"]) == sorted({k for k in range(plan.shards)
+                                             if third["paths"][k] not in third["paths"][:k]})
+
+
+def test_only_the_events_are_shuffled(spark, tmp_path):
+    """The matching job's plan reads no subscriptions and has one exchange,
+    the events': the subscriptions were digested (an aggregate) and their
+    images built before it."""
+    import re
+
+    from fastsub.spark import fanout
+    subs = [(i, f"t{i % 7}.x.{i}", None) for i in range(200)] + [(999, "*.x.>", None)]
+    sd = spark.createDataFrame(subs, SUBS_SCHEMA)
+    ev = spark.createDataFrame(events_rows([f"t{i % 7}.x.{i}" for i in range(100)]), EVENT_SCHEMA)
+    res = fanout(ev, sd, shards=_plan(), image_dir=str(tmp_path), queues="all")
+    text = res._jdf.queryExecution().executedPlan().toString()
+    assert not re.search(r"\bfilter#\d", text), text     # the subscriptions are not read
+    assert text.count("Exchange hashpartitioning") == 1, text
+    assert res.count() == 100 + 100     # its own filter, and the replicated one
+
+
+def test_damaged_shard_image_is_rebuilt(spark, tmp_path):
+    from fastsub.spark.shard_images import _KNOWN, shard_images
+    subs = [(i, f"k{i}.x", None) for i in range(40)]
+    sd = spark.createDataFrame(subs, SUBS_SCHEMA)
+    first = shard_images(sd, "nats", _plan(), str(tmp_path))
+    victim = first["paths"][0]
+    with open(victim, "r+b") as f:
+        f.seek(2000)
+        f.write(b"\xff" * 16)
+    _KNOWN.clear()
+    second = shard_images(sd, "nats", _plan(), str(tmp_path))
+    assert 0 in second["built"] and second["paths"] == first["paths"]
