@@ -12,7 +12,7 @@
 #include "fs_alloc.h"
 #include "fs_bits.h"
 #include "fs_cache.h"
-#include "fs_internal.h"
+#include "fs_index.h"
 #include "fs_node.h"
 #include "fs_sys.h"
 #include "fs_table.h"
@@ -40,7 +40,7 @@ fs_sublist *fs_sublist_new(fs_dialect d)
         FS_FREE(sl);
         return NULL;
     }
-    if (fs_fork_track(sl) != FS_OK) {
+    if (fs_sl_fork_track(sl) != FS_OK) {
         fs_rwlock_destroy(&sl->lock);
         fs_slab_destroy(&sl->slab);
         FS_FREE(sl);
@@ -54,7 +54,7 @@ void fs_sublist_free(fs_sublist *sl)
 {
     if (!sl)
         return;
-    fs_fork_untrack(sl);
+    fs_sl_fork_untrack(sl);
     fs_sublist_free(sl->live);
     FS_FREE(sl->masked);
     if (!sl->img.base) {     /* a mapped image's tables are the caller's bytes */

@@ -73,55 +73,15 @@
 #include <stdint.h>
 
 #include "fs_cache.h"
+#include "fs_match.h"
 #include "fs_result.h"
+#include "fs_scratch.h"
 #include "fs_token.h"
 
-typedef struct fs_sublist fs_sublist;
-typedef struct fs_node fs_node;
-
-/* One subscription to insert or remove in bulk.  queue == NULL: plain. */
-typedef struct {
-    const char *filter;
-    size_t filter_len;
-    const char *queue;
-    size_t queue_len;
-    int64_t id;
-} fs_spec;
-
-/* A queue group of a row, by where its first part is: hits[hit]'s group
- * number group (fs_row_groups, fs_result.c). */
-typedef struct {
-    uint32_t hit, group;
-} fs_gref;
-
-/* Per-call working memory, reusable across calls by one thread. */
-typedef struct {
-    fs_tokens toks;
-    const fs_node **front, **next, **hits;
-    size_t nfront, nnext, nhits;
-    size_t cap_front, cap_next, cap_hits;
-    fs_gref *grefs;          /* the row's groups, in order (fs_row_groups) */
-    size_t cap_grefs;
-    int grefs_merge;         /* 1: two of them may be parts of one group */
-    const fs_node **seen;    /* AMQP trie walk: open-addressing set of nodes, */
-    size_t cap_seen, act_seen;   /* allocated / in use (a power of 2) */
-} fs_scratch;
-
-/* One reverse-match hit. */
-typedef struct {
-    size_t filter_off, filter_len;
-    size_t queue_off, queue_len;
-    int has_queue;
-    int64_t id;
-} fs_rhit;
-
-typedef struct {
-    fs_rhit *hits;
-    size_t nhits, cap_hits;
-    char *arena;
-    size_t narena, cap_arena;
-} fs_rresult;
-
+/* The match calls (fs_sublist_match, _interest, _has_interest,
+ * _reverse_match, _match_small) and the per-thread workspace are the match
+ * layer's, declared in fs_match.h; the types an index's calls share
+ * (fs_spec, fs_scratch, fs_rresult) in fs_scratch.h. */
 
 typedef struct {
     uint64_t subscriptions, nodes, memory_bytes;   /* memory: index + cache */
@@ -159,65 +119,11 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
 int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
                            size_t *changed, size_t *bad, fs_error *err);
 
-void fs_scratch_init(fs_scratch *sc);
-void fs_scratch_free(fs_scratch *sc);
-void fs_rresult_init(fs_rresult *r);
-void fs_rresult_free(fs_rresult *r);
-
-/* Match a literal subject into r (cleared first).  FS_OK, FS_EINVAL, FS_ENOMEM. */
-int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
-                     fs_scratch *sc, fs_result *r, fs_error *err);
-/* Count what a subject matches: plain subscriptions and queue members.
- * FS_OK, FS_EINVAL, FS_ENOMEM. */
-int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
-                        fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
-                        fs_error *err);
-/* Does the subject match anything?  Stops at the first matching entry of
- * the literal and shape tables (where nearly every filter lives); a trie
- * walk, for filters past the shape budget, is done whole.  1 yes,
- * 0 no, FS_EINVAL, FS_ENOMEM. */
-int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
-                            fs_scratch *sc, fs_error *err);
-/* Every stored subscription whose filter intersects the given filter.
- * FS_OK, FS_EINVAL, FS_ENOMEM. */
-int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
-                             fs_scratch *sc, fs_rresult *r, fs_error *err);
-
 void fs_sublist_stats(fs_sublist *sl, fs_stats *st);
 
 /* Give the index a result cache of `capacity` entries, replacing any
  * it had (0: no cache).  FS_OK or FS_ENOMEM (the old cache is kept). */
 int fs_sublist_set_cache(fs_sublist *sl, size_t capacity);
-
-/* Working memory kept per thread (freed when the thread exits), so a
- * single match allocates nothing once warm.  NULL when out of memory. */
-typedef struct {
-    fs_scratch sc;
-    fs_result r;
-    int busy;            /* lent out by fs_workspace_acquire */
-} fs_workspace;
-fs_workspace *fs_workspace_get(void);
-/* Drop buffers a huge result left oversized. */
-void fs_workspace_trim(fs_workspace *w);
-/* Borrow the thread's workspace for one call.  A call that is still using
- * it further up the same thread's stack (a garbage-collector pass run while
- * Python objects are built from a result can re-enter the index) makes
- * this return spare instead, freshly initialised.  NULL when out of
- * memory.  Give it back with fs_workspace_release(w, spare). */
-fs_workspace *fs_workspace_acquire(fs_workspace *spare);
-void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
-
-/* match() for a caller that builds its own objects from the answer (the
- * Python layer): a small answer -- plain ids only, at most cap of them --
- * is written to ids[0..*n) and the call is done (*wp NULL); a cached one
- * needs no workspace at all.  Any other answer is left in (*wp)->r, with
- * *wp the thread's workspace (or spare, see fs_workspace_acquire) lent to
- * the caller until fs_workspace_release(*wp, spare).  FS_OK, FS_EINVAL or
- * FS_ENOMEM (then *wp is NULL). */
-int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
-                           int64_t *ids, size_t cap, size_t *n,
-                           fs_workspace *spare, fs_workspace **wp, fs_error *err);
-
 
 /* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"
  * included)?  FS_OK, FS_EINVAL (err set) or FS_ENOMEM. */

@@ -6,16 +6,22 @@
  * exist there holds it: the child then waits for it forever.  Re-creating
  * a lock in the child would be no better: a write in progress would leave
  * the index half-changed.  So the prepare handler waits until no thread is
- * inside any index or the output pool, by taking, in this one order:
+ * inside any index or the output pool, by taking every lock registered
+ * with it (fs_fork.h), in this one order:
  *
  *   1. the registry's mutex (no index is created or freed meanwhile);
- *   2. the write lock of every live index, oldest first.  That also waits
+ *   2. the objects' locks, oldest first: the write lock of every live
+ *      index (registered by the index layer, fs_layout.c).  That also waits
  *      out every holder of a cache shard's spin lock, which is only ever
  *      taken with its index's read or write lock held;
- *   3. the output pool's mutex (fs_idbuf.c), which is taken with an index
- *      lock held, never the other way round;
- *   4. the worker pool's mutex (fs_pool.c), which is never held while
- *      another lock is taken, nor taken with one held.
+ *   3. the process-wide locks' mutex, then those locks by their order:
+ *      the output pool's mutex (fs_idbuf.c, order 1), which is taken with
+ *      an index lock held, never the other way round; the worker pool's
+ *      mutex (fs_pool.c, order 2), which is never held while another lock
+ *      is taken, nor taken with one held.
+ *
+ * The registry names none of them: each registers itself, so it sits in
+ * the base layer with no call up to the layers that use it.
  *
  * The parent releases them in the reverse order.  The child re-creates
  * each index's lock instead of releasing it: a glibc rwlock counts the
@@ -40,14 +46,15 @@
  * reached only through its own thread-specific slot, and the forking
  * thread's own is idle (it is in fork(), not in a match); the others' are
  * unreachable in the child, as their threads are. */
-#include "fs_internal.h"
+#include "fs_fork.h"
 
-#include "fs_idbuf.h"
-#include "fs_pool.h"
+#include "fs_status.h"
 #include "fs_sys.h"
 
-static fs_mutex registry_mu;
-static fs_sublist *registry_head;        /* newest first */
+static fs_mutex registry_mu;             /* the objects' list */
+static fs_fork_entry *objects;           /* newest first */
+static fs_mutex wide_mu;                 /* the process-wide locks' list */
+static fs_fork_entry *wide;              /* by ascending order */
 static fs_once_flag registry_once = FS_ONCE_INIT;
 static int handlers_ok;
 
@@ -55,38 +62,39 @@ static void fork_prepare(void)
 {
     fs_mutex_lock(&registry_mu);
     /* Oldest first: the list is newest first, so walk from its tail. */
-    fs_sublist *tail = registry_head;
-    while (tail && tail->fork_next)
-        tail = tail->fork_next;
-    for (fs_sublist *sl = tail; sl; sl = sl->fork_prev)
-        fs_rwlock_wrlock(&sl->lock);
-    fs_idpool_fork_prepare();
-    fs_pool_fork_prepare();
+    fs_fork_entry *tail = objects;
+    while (tail && tail->next)
+        tail = tail->next;
+    for (fs_fork_entry *e = tail; e; e = e->prev)
+        e->prepare(e->arg);
+    fs_mutex_lock(&wide_mu);
+    for (fs_fork_entry *e = wide; e; e = e->next)
+        e->prepare(e->arg);
 }
 
-static void fork_after(void)
+/* The reverse order of fork_prepare, calling each entry's `parent` (after)
+ * or `child` callback. */
+static void fork_release(int child)
 {
-    fs_pool_fork_parent();
-    fs_idpool_fork_after();
-    for (fs_sublist *sl = registry_head; sl; sl = sl->fork_next)
-        fs_rwlock_wrunlock(&sl->lock);
+    fs_fork_entry *last = wide;
+    while (last && last->next)
+        last = last->next;
+    for (fs_fork_entry *e = last; e; e = e->prev)
+        (child ? e->child : e->parent)(e->arg);
+    fs_mutex_unlock(&wide_mu);
+    for (fs_fork_entry *e = objects; e; e = e->next)
+        (child ? e->child : e->parent)(e->arg);
     fs_mutex_unlock(&registry_mu);
 }
 
-/* In the child, the only thread: fresh locks, then the pool and registry.
- * (fs_rwlock_init cannot fail here: glibc's allocates nothing.) */
-static void fork_child(void)
-{
-    fs_pool_fork_child();
-    fs_idpool_fork_after();
-    for (fs_sublist *sl = registry_head; sl; sl = sl->fork_next)
-        (void)fs_rwlock_init(&sl->lock);
-    fs_mutex_unlock(&registry_mu);
-}
+static void fork_after(void) { fork_release(0); }
+/* In the child, the only thread. */
+static void fork_child(void) { fork_release(1); }
 
 static void registry_init(void)
 {
     fs_mutex_init(&registry_mu);
+    fs_mutex_init(&wide_mu);
     handlers_ok = fs_atfork(fork_prepare, fork_after, fork_child) == 0;
 }
 
@@ -96,29 +104,48 @@ int fs_fork_ready(void)
     return handlers_ok;
 }
 
-int fs_fork_track(fs_sublist *sl)
+int fs_fork_track(fs_fork_entry *e)
 {
     if (!fs_fork_ready())
         return FS_ENOMEM;    /* registering fork handlers fails only for want of memory */
     fs_mutex_lock(&registry_mu);
-    sl->fork_prev = NULL;
-    sl->fork_next = registry_head;
-    if (registry_head)
-        registry_head->fork_prev = sl;
-    registry_head = sl;
+    e->prev = NULL;
+    e->next = objects;
+    if (objects)
+        objects->prev = e;
+    objects = e;
     fs_mutex_unlock(&registry_mu);
     return FS_OK;
 }
 
-void fs_fork_untrack(fs_sublist *sl)
+void fs_fork_untrack(fs_fork_entry *e)
 {
     fs_mutex_lock(&registry_mu);
-    if (sl->fork_prev)
-        sl->fork_prev->fork_next = sl->fork_next;
+    if (e->prev)
+        e->prev->next = e->next;
     else
-        registry_head = sl->fork_next;
-    if (sl->fork_next)
-        sl->fork_next->fork_prev = sl->fork_prev;
-    sl->fork_prev = sl->fork_next = NULL;
+        objects = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    e->prev = e->next = NULL;
     fs_mutex_unlock(&registry_mu);
+}
+
+int fs_fork_register(fs_fork_entry *e)
+{
+    if (!fs_fork_ready())
+        return FS_ENOMEM;
+    fs_mutex_lock(&wide_mu);
+    fs_fork_entry **at = &wide, *before = NULL;
+    while (*at && (*at)->order <= e->order) {
+        before = *at;
+        at = &(*at)->next;
+    }
+    e->prev = before;
+    e->next = *at;
+    if (*at)
+        (*at)->prev = e;
+    *at = e;
+    fs_mutex_unlock(&wide_mu);
+    return FS_OK;
 }

@@ -5,7 +5,8 @@
 #include <string.h>
 
 #include "fs_alloc.h"
-#include "fs_internal.h"
+#include "fs_fork.h"
+#include "fs_status.h"
 #include "fs_sys.h"
 
 typedef struct {
@@ -22,24 +23,28 @@ static fs_mutex pool_mu;
 static fs_once_flag pool_once = FS_ONCE_INIT;
 static int pool_usable = 1;     /* 0 when the fork handlers could not be registered */
 
-/* Around fork(): fs_fork.c's handlers hold this lock (after every index's
- * lock: the pool is entered with an index lock held) so that no other
- * thread is inside it when the process is copied, then release it on both
- * sides. */
+/* Around fork(): the fork registry (fs_fork.h) holds this lock (after
+ * every index's lock: the pool is entered with an index lock held) so
+ * that no other thread is inside it when the process is copied, then
+ * releases it on both sides. */
+static void fork_lock(void *arg)
+{
+    (void)arg;
+    fs_mutex_lock(&pool_mu);
+}
+static void fork_unlock(void *arg)
+{
+    (void)arg;
+    fs_mutex_unlock(&pool_mu);
+}
+static fs_fork_entry pool_fork = {.prepare = fork_lock, .parent = fork_unlock, .child = fork_unlock, .order = 1};
+
 static void pool_init(void)
 {
     fs_mutex_init(&pool_mu);
-    if (!fs_fork_ready())
+    if (fs_fork_register(&pool_fork) != FS_OK)
         pool_usable = 0;      /* unsafe across fork: keep nothing */
 }
-
-void fs_idpool_fork_prepare(void)
-{
-    fs_once(&pool_once, pool_init);
-    fs_mutex_lock(&pool_mu);
-}
-
-void fs_idpool_fork_after(void) { fs_mutex_unlock(&pool_mu); }
 
 /* 1 when buffers may be kept (and the lock is initialised). */
 static int pool_on(void)

@@ -65,10 +65,6 @@ int fs_idbuf_fit(fs_idbuf *b);
 size_t fs_idpool_trim(void);
 /* How many buffers, and bytes, the pool keeps now. */
 void fs_idpool_status(size_t *buffers, size_t *bytes);
-/* fs_fork.c's fork handlers: take the pool's lock (initialising the pool
- * if need be), and release it. */
-void fs_idpool_fork_prepare(void);
-void fs_idpool_fork_after(void);
 /* Testing: hold the pool's lock for ms milliseconds (a fork() meanwhile
  * must wait for it, not copy it held into the child). */
 void fs_idpool_hold_for_test(unsigned ms);

@@ -2,6 +2,7 @@
 #include "fs_pool.h"
 
 #include "fs_alloc.h"
+#include "fs_fork.h"
 #include "fs_status.h"
 
 typedef struct pool_thread pool_thread;
@@ -18,11 +19,19 @@ static pool_thread *threads;   /* every started thread, newest first */
 static unsigned nthreads, nidle, nbusy;   /* nbusy: between taking an index and coming back */
 static fs_once_flag pool_once = FS_ONCE_INIT;
 
+static void fork_prepare(void *arg);
+static void fork_parent(void *arg);
+static void fork_child(void *arg);
+/* order 2: taken last (the output pool's is 1); this mutex is never held
+ * while another lock is taken (fs_fork.c). */
+static fs_fork_entry pool_fork = {.prepare = fork_prepare, .parent = fork_parent, .child = fork_child, .order = 2};
+
 static void pool_init(void)
 {
     fs_mutex_init(&mu);
     fs_cond_init(&work);
     fs_cond_init(&ended);
+    (void)fs_fork_register(&pool_fork);   /* not registered: no fork handlers at all */
 }
 
 static void unlink_head(void)
@@ -159,21 +168,28 @@ void fs_pool_status(unsigned *n, unsigned *idle)
     fs_mutex_unlock(&mu);
 }
 
-void fs_pool_fork_prepare(void)
+/* Around fork(), the fork registry's callbacks (registered by pool_init):
+ * the mutex is held across fork() and released in the parent. */
+static void fork_prepare(void *arg)
 {
-    fs_once(&pool_once, pool_init);
+    (void)arg;
     fs_mutex_lock(&mu);
 }
 
-void fs_pool_fork_parent(void) { fs_mutex_unlock(&mu); }
+static void fork_parent(void *arg)
+{
+    (void)arg;
+    fs_mutex_unlock(&mu);
+}
 
 /* The child has none of the parent's workers: forget them (their records
  * are freed; their stacks were the parent's threads' and are not mapped
  * into anything the child uses), and the tasks queued for them, whose
  * owners are threads of the parent too.  Fresh mutex and condition
  * variable: the parent's parked workers are counted inside the copy. */
-void fs_pool_fork_child(void)
+static void fork_child(void *arg)
 {
+    (void)arg;
     pool_thread *p = threads;
     while (p) {
         pool_thread *next = p->next;

@@ -21,7 +21,7 @@
  * worker only), and may itself tell the owner that the work is done (the
  * owner's own condition variable), before returning.
  *
- * Fork: fs_fork.c's handlers hold the pool's mutex across fork(); the
+ * Fork: the fork registry (fs_fork.h) holds the pool's mutex across fork(); the
  * child starts with an empty pool (its parent's workers do not exist
  * there) and grows its own on its first batch.
  *
@@ -59,9 +59,5 @@ unsigned fs_pool_join(fs_pool_task *t);
 /* Threads in the pool now, and how many of them are idle (tests). */
 void fs_pool_status(unsigned *threads, unsigned *idle);
 
-/* fs_fork.c's handlers: before fork, in the parent after, in the child. */
-void fs_pool_fork_prepare(void);
-void fs_pool_fork_parent(void);
-void fs_pool_fork_child(void);
 
 #endif

@@ -4,7 +4,7 @@
  * memory (fs_alloc.h) and knows no index type, so the tables (fs_table.c),
  * the nodes (fs_node.c), the shapes, the trie and the loader all count
  * their memory here without depending on each other.  An index's account
- * is its sl->mem (memory_bytes in the statistics); fs_internal.h's
+ * is its sl->mem (memory_bytes in the statistics); fs_layout.h's
  * fs_sl_alloc / fs_sl_realloc / fs_sl_free pass it in.
  */
 #ifndef FS_MEM_H

@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "fs_internal.h"
+#include "fs_layout.h"
 
 /* Binary search in a sorted id array: index of id, or of where it goes. */
 static uint32_t ids_find(const int64_t *ids, uint32_t n, int64_t id, int *found)

@@ -1,6 +1,6 @@
 /* fs_node.h - a node and what it holds (fs_node.c): a trie node (one
  * token, with links) or a table entry (a whole filter, without); its plain
- * subscription ids and queue groups.  The layout is in fs_internal.h.
+ * subscription ids and queue groups.  The layout is in fs_layout.h.
  * Calls only fs_mem.h and fs_slab.h: freeing a node never touches the
  * table that held it (its owner removes it first: fs_trie_prune, the
  * literal table in sublist.c, fs_shape_del).

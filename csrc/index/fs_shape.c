@@ -6,7 +6,7 @@
 
 #include "fs_alloc.h"
 #include "fs_bits.h"
-#include "fs_internal.h"
+#include "fs_index.h"
 
 int fs_shape_classify(const fs_tokens *t, fs_shape_of *out)
 {

@@ -1,6 +1,6 @@
 /* fs_table.c - the open-addressing hash table every part of the index
  * uses: a trie level's literal children, the literal table, each shape's
- * table (fs_internal.h has the layout).  Linear probing, power-of-two
+ * table (fs_layout.h has the layout).  Linear probing, power-of-two
  * capacities, grown past 3/4 full (shape tables: 1/2), shrunk below 1/8.
  * Keyed tables (the literal table, shape tables) also keep a bitmap of
  * their keys (fs_level.filter).  Memory is counted through fs_mem.h; the
@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "fs_internal.h"
+#include "fs_layout.h"
 
 /* Put e in the first free slot of its probe sequence (the one probe
  * sequence of every table, built or mapped: the image writer places its

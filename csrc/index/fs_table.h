@@ -1,6 +1,6 @@
 /* fs_table.h - the open-addressing hash table of the index (fs_table.c):
  * a trie level's literal children, the literal table, each shape's table.
- * The layout (fs_level, fs_slot) is in fs_internal.h; lookups are inline
+ * The layout (fs_level, fs_slot) is in fs_layout.h; lookups are inline
  * there (fs_level_find, fs_keyed_find).  Calls only fs_mem.h: nothing
  * here knows nodes beyond their hash and length.
  */

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "fs_alloc.h"
-#include "fs_internal.h"
+#include "fs_index.h"
 
 /* Create the trie path of t.  FS_OK (*out its last node) or FS_ENOMEM
  * (*out the deepest node reached, for pruning). */

@@ -1,7 +1,7 @@
 /* fs_trie.h - the trie (fs_trie.c): the filters no table holds.  Above
  * the tables (fs_table.h) and the nodes (fs_node.h), which it calls.  The
  * subject walk, fs_trie_walk_locked, is declared with the walks in
- * fs_internal.h.
+ * fs_layout.h.
  */
 #ifndef FS_TRIE_H
 #define FS_TRIE_H
@@ -9,7 +9,7 @@
 #include "fs_status.h"
 #include "fs_table.h"
 #include "fs_token.h"
-#include "sublist.h"
+#include "fs_scratch.h"
 
 /* Create the trie path of filter (tokens t).  FS_OK (*out its last node)
  * or FS_ENOMEM (*out the deepest node reached, for fs_trie_prune); g
@@ -30,6 +30,8 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc);
  * starts with '$' -- then its one and rest children.  FS_OK or FS_ENOMEM. */
 int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const char *skip, const fs_node ***v,
                           size_t *n, size_t *cap);
+/* The trie's part of the walk (fs_walk.h; appends to sc->hits). */
+int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc);
 /* Free the trie, root included (never allocates). */
 void fs_trie_free(fs_sublist *sl);
 

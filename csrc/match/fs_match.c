@@ -4,12 +4,12 @@
  * tables (fs_shape.c) and the trie (fs_trie.c), whose hits fs_result.c
  * turns into a result.  The walk is fs_walk.h's, which the batch matcher
  * (fs_batch.c) shares. */
-#include "sublist.h"
+#include "fs_match.h"
 
 #include <stdatomic.h>
 
 #include "fs_cache.h"
-#include "fs_internal.h"
+#include "fs_index.h"
 #include "fs_sys.h"
 
 #include <string.h>

@@ -9,8 +9,9 @@
 #include <string.h>
 
 #include "fs_alloc.h"
-#include "fs_internal.h"
-#include "fs_walk.h"
+#include "fs_groups.h"
+#include "fs_index.h"
+#include "fs_result.h"
 
 void fs_result_init(fs_result *r) { memset(r, 0, sizeof(*r)); }
 

@@ -175,4 +175,46 @@ void fs_result_free(fs_result *r);
  * subject_hash (the pick of a row without a key of its own). */
 void fs_result_pick_for_subject(fs_result *r, uint32_t subject_hash);
 
+/* ---- building results from a walk's hits (fs_result.c), for the match
+ * layer and the batch pipeline: these read the index's layout. */
+#include "fs_layout.h"
+
+/* Build r from the matched nodes in sc->hits, in the row's order
+ * (fs_result.h).  FS_OK or FS_ENOMEM. */
+int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
+/* fs_hits_plain writes the plain ids of hits (their nsubs summed: room
+ * for that many) to ids in the row's order -- ascending (fs_result.h) --
+ * and returns how many.  Never fails: it needs no memory.  Inline, so
+ * that a row of one node (most rows) pays a copy and a predictable
+ * branch; fs_hits_merge (fs_result.c) orders the rows of several. */
+size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids);
+/* Put reverse matches in their order: filter bytes, plain before queued,
+ * queue name bytes, sub_id.  Never fails. */
+void fs_rresult_sort(fs_rresult *r);
+int fs_result_copy(fs_result *dst, const fs_result *src);
+/* Keep the first occurrence of each id in ids[0..*n), in order, and set
+ * *n to how many are kept.  Runs longer than 48 use *set (grown as needed;
+ * the caller frees it) as a hash set.  FS_OK, or FS_ENOMEM with ids and
+ * *n unchanged. */
+int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set);
+/* Append one reverse-match row (n's filter, g's name or none, id). */
+int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r);
+int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);
+int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
+/* A hash identifying a result group (NATS: its name; MQTT: name and filter),
+ * stable across processes: queue picks are made from it. */
+uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
+/* The plain ids of a row's hits, in the row's order (fs_hits_merge: several). */
+static inline size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
+{
+    if (nhits == 1) {            /* one node: its ids are sorted already */
+        size_t n = hits[0]->nsubs;
+        if (n)
+            memcpy(ids, fs_node_ids(hits[0]), sizeof(int64_t) * n);
+        return n;
+    }
+    return nhits ? fs_hits_merge(hits, nhits, ids) : 0;
+}
+
+
 #endif

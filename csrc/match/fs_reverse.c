@@ -2,9 +2,9 @@
  * some subject that a query filter matches, in one order (fs_rresult_sort:
  * by filter, plain before queued, queue, sub_id).  The trie's part is
  * fs_trie_rwalk_locked (fs_trie.c); the tables' entries are tested here. */
-#include "sublist.h"
+#include "fs_match.h"
 
-#include "fs_internal.h"
+#include "fs_index.h"
 #include "fs_sys.h"
 #include "fs_walk.h"
 

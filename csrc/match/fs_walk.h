@@ -22,7 +22,7 @@
 #define FS_WALK_H
 
 #include "fs_bits.h"
-#include "fs_internal.h"
+#include "fs_index.h"
 
 /* A subject's plan: what collect will probe. */
 typedef struct {
@@ -140,6 +140,12 @@ static inline int fs_walk_entries(const fs_sublist *sl, const fs_walk_row *p, co
     return FS_OK;
 }
 
+/* The rest of fs_walk_collect for an image with a live part (fs_walk.c):
+ * drop the masked entries from sc->hits, walk the image's trie (then drop
+ * its masked nodes), then add the live part's hits. */
+int fs_walk_image_rest(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
+                       fs_scratch *sc, int first_only);
+
 /* sc->hits = every node whose subscriptions match the planned subject.
  * first_only: at least one, if any (has_interest): the trie is walked
  * only when no entry matched. */
@@ -152,25 +158,10 @@ static inline int fs_walk_collect(const fs_sublist *sl, const fs_walk_row *p, co
     if (fs_walk_entries(sl, p, t, sc, first_only && !sl->live) < 0)
         return FS_ENOMEM;
     if (sl->live)
-        return fs_image_walk_rest(sl, p->s, p->len, t, sc, first_only);
+        return fs_walk_image_rest(sl, p->s, p->len, t, sc, first_only);
     if (first_only && sc->nhits)
         return FS_OK;
     return fs_trie_walk_locked(sl, p->s, t, sc);
 }
-
-/* ------------------------------------------ queue groups, merged
- * NATS and AMQP merge same-named groups across the matched nodes into one
- * group; MQTT keeps one group per (name, filter), that is per node.  Both
- * result building (fs_result.c) and the batch's direct emit (fs_batch.c)
- * take a row's groups from fs_row_groups, in the row's order (fs_result.h:
- * by name, then filter), a merged group's parts side by side:
- *
- *     size_t nrefs;
- *     fs_row_groups(sl, sc, &nrefs);
- *     for (size_t j = 0, end; j < nrefs; j = end) {
- *         end = fs_row_group_end(sl, sc, j, nrefs);
- *         ... one group: the members of sc->grefs[j..end), merged ...
- *     }
- */
 
 #endif

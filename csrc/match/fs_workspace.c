@@ -1,7 +1,7 @@
 /* fs_workspace.c - per-call working memory: the scratch buffers a match
  * walks with, and each thread's reusable workspace (a scratch and a
  * result), lent to one call at a time (see sublist.h). */
-#include "sublist.h"
+#include "fs_match.h"
 
 #include <stdatomic.h>
 

@@ -14,7 +14,7 @@
 #define FS_ROUTE_H
 
 #include <stdint.h>
-#include "fs_batch.h"
+#include "fs_strings.h"
 #include "fs_token.h"
 
 enum {

@@ -1,9 +1,11 @@
 /* fs_image.c - the index as a mapped image (fs_image.h; docs/FORMAT.md,
  * version 3): the writer lays the index's structs out in one buffer with
  * offsets for pointers; opening points an index at such a buffer; the
- * checks that make following an offset safe (fs_img_node_checked,
- * fs_img_level_checked) and the full verification (verify_image) live
- * here too, so that what is written and what is accepted are side by side.
+ * full verification (verify_image) lives here too, so that what is written
+ * and what is accepted are side by side.  The checks that make following
+ * an offset safe while matching (fs_img_node_checked, fs_img_level_checked)
+ * are the index layer's, below this one (fs_layout.c), as is the set of
+ * masked nodes of the live part; the walk over the live part is fs_walk.c's.
  */
 #include "fs_image.h"
 
@@ -12,9 +14,8 @@
 
 
 #include "fs_alloc.h"
-#include "fs_internal.h"
+#include "fs_index.h"
 #include "fs_serial.h"
-#include "fs_walk.h"
 
 /* The root block, after the 48-byte header: the index's own fields. */
 typedef struct {
@@ -51,158 +52,6 @@ static int host_little_endian(void)
 {
     const uint16_t one = 1;
     return *(const unsigned char *)&one == 1;
-}
-
-/* ============================================================ checks */
-
-static uint64_t off_of(const fs_sublist *sl, const void *p) { return (uint64_t)((const char *)p - sl->img.base); }
-
-/* A node's ids and queue groups lie inside the image (fs_img_node_checked). */
-static int payload_inside(const fs_sublist *sl, uint64_t off, const fs_node *n)
-{
-    /* The writer puts a node's payload after it (a group's name and ids
-     * after the group): an offset is forward, which also keeps node +
-     * offset from wrapping around. */
-    if (n->subcap <= 1) {
-        if (n->nsubs > n->subcap)
-            return 0;
-    } else if (n->subs.one < (int64_t)sizeof(fs_node) ||
-               !fs_img_holds(sl, off + (uint64_t)n->subs.one, (uint64_t)n->nsubs * 8)) {
-        return 0;
-    }
-    if (!n->groups)
-        return 1;
-    uint64_t G = off + (uint64_t)(uintptr_t)n->groups;
-    if ((uintptr_t)n->groups < sizeof(fs_node) || G < off || !fs_img_holds(sl, G, sizeof(fs_groups)))
-        return 0;
-    const fs_groups *gs = (const fs_groups *)(const void *)(sl->img.base + G);
-    if (gs->n == 0 || !fs_img_holds(sl, G, sizeof(fs_groups) + (uint64_t)gs->n * sizeof(fs_group)))
-        return 0;
-    for (uint32_t i = 0; i < gs->n; i++) {
-        uint64_t g = G + sizeof(fs_groups) + (uint64_t)i * sizeof(fs_group);
-        const fs_group *p = &gs->g[i];
-        if (p->cap != 0 || p->n == 0 || (uintptr_t)p->name < sizeof(fs_group) ||
-            (uintptr_t)p->ids < sizeof(fs_group) ||
-            !fs_img_holds(sl, g + (uint64_t)(uintptr_t)p->name, FS_TOK_ALLOC(p->name_len)) ||
-            !fs_img_holds(sl, g + (uint64_t)(uintptr_t)p->ids, (uint64_t)p->n * 8))
-            return 0;
-    }
-    return 1;
-}
-
-const fs_node *fs_img_node_checked(const fs_sublist *sl, uint64_t off)
-{
-    if (fs_img_holds(sl, off, sizeof(fs_node))) {
-        const fs_node *n = (const fs_node *)(const void *)(sl->img.base + off);
-        if ((n->linked & FS_LINK_IMAGE) && fs_img_holds(sl, off, sizeof(fs_node) + FS_TOK_ALLOC(n->toklen)) &&
-            (!(n->linked & FS_LINK_TRIE) || fs_img_holds(sl, off - sizeof(fs_link), sizeof(fs_link))) &&
-            payload_inside(sl, off, n))
-            return n;
-    }
-    fs_img_bad(sl);
-    return NULL;
-}
-
-const fs_level *fs_img_level_checked(const fs_sublist *sl, uint64_t off)
-{
-    if (fs_img_holds(sl, off, sizeof(fs_level))) {
-        const fs_level *L = (const fs_level *)(const void *)(sl->img.base + off);
-        uint64_t bits = L->filter ? L->filter_mask + 1 : 0;
-        if ((L->cap & (L->cap - 1)) == 0 && L->count <= L->cap &&
-            (L->cap ? fs_img_holds(sl, (uintptr_t)L->slots, (uint64_t)L->cap * sizeof(fs_slot)) : !L->slots) &&
-            (!L->filter || (L->cap && bits >= 64 && (bits & (bits - 1)) == 0 &&
-                            fs_img_holds(sl, (uintptr_t)L->filter, bits / 8))))
-            return L;
-    }
-    fs_img_bad(sl);
-    return NULL;
-}
-
-
-/* ============================================================ live part */
-
-static uint64_t mask_slot(uint64_t off, uint64_t cap)
-{
-    return ((off >> 3) * 0x9E3779B97F4A7C15ull >> 17) & (cap - 1);
-}
-
-int fs_image_masked(const fs_sublist *sl, const fs_node *n)
-{
-    if (!sl->masked_n || !(n->linked & FS_LINK_IMAGE))
-        return 0;
-    uint64_t off = off_of(sl, n);
-    for (uint64_t i = mask_slot(off, sl->masked_cap);; i = (i + 1) & (sl->masked_cap - 1)) {
-        if (sl->masked[i] == off)
-            return 1;
-        if (!sl->masked[i])
-            return 0;
-    }
-}
-
-int fs_image_mask(fs_sublist *sl, const fs_node *n)
-{
-    if (2 * (sl->masked_n + 1) > sl->masked_cap) {
-        uint64_t ncap = sl->masked_cap ? 2 * sl->masked_cap : 64;
-        uint64_t *nm = FS_MALLOC((size_t)ncap * sizeof(uint64_t));
-        if (!nm)
-            return FS_ENOMEM;
-        memset(nm, 0, (size_t)ncap * sizeof(uint64_t));
-        for (uint64_t k = 0; k < sl->masked_cap; k++) {
-            uint64_t off = sl->masked[k];
-            if (!off)
-                continue;
-            uint64_t i = mask_slot(off, ncap);
-            while (nm[i])
-                i = (i + 1) & (ncap - 1);
-            nm[i] = off;
-        }
-        FS_FREE(sl->masked);
-        sl->masked = nm;
-        sl->masked_cap = ncap;
-    }
-    uint64_t off = off_of(sl, n), i = mask_slot(off, sl->masked_cap);
-    while (sl->masked[i])
-        i = (i + 1) & (sl->masked_cap - 1);
-    sl->masked[i] = off;
-    sl->masked_n++;
-    return FS_OK;
-}
-
-/* Drop from sc->hits[from..) the image nodes moved to the live part. */
-static void drop_masked(const fs_sublist *sl, fs_scratch *sc, size_t from)
-{
-    if (!sl->masked_n)
-        return;
-    size_t k = from;
-    for (size_t i = from; i < sc->nhits; i++)
-        if (!fs_image_masked(sl, sc->hits[i]))
-            sc->hits[k++] = sc->hits[i];
-    sc->nhits = k;
-}
-
-int fs_image_walk_rest(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
-                       fs_scratch *sc, int first_only)
-{
-    drop_masked(sl, sc, 0);
-    if (first_only && sc->nhits)
-        return FS_OK;
-    size_t from = sc->nhits;
-    int rc = fs_trie_walk_locked(sl, s, t, sc);
-    if (rc < 0)
-        return rc;
-    drop_masked(sl, sc, from);
-    if (first_only && sc->nhits)
-        return FS_OK;
-    const fs_sublist *live = sl->live;
-    if (!live->count)
-        return FS_OK;
-    fs_walk_row p;
-    fs_walk_plan_tokens(live, s, len, t, &p);
-    if (fs_walk_entries(live, &p, t, sc, first_only) < 0)
-        return FS_ENOMEM;
-    if (first_only && sc->nhits)
-        return FS_OK;
-    return fs_trie_walk_locked(live, s, t, sc);
 }
 
 /* Call add(ctx, n) for every node of sl holding subscriptions -- its
@@ -715,9 +564,9 @@ static int reach(verifier *v, const void *from, const fs_node *ref, const fs_nod
     uint64_t off = (uint64_t)(uintptr_t)ref;
     const fs_node *n = fs_img_node_checked(v->sl, off);
     if (!n)
-        return vbad(v, "node outside the image", off_of(v->sl, from));
+        return vbad(v, "node outside the image", fs_img_off(v->sl, from));
     if (v->seen[off >> 6] & (1u << ((off >> 3) & 7)))
-        return vbad(v, "node reached twice", off_of(v->sl, from));
+        return vbad(v, "node reached twice", fs_img_off(v->sl, from));
     v->seen[off >> 6] |= (uint8_t)(1u << ((off >> 3) & 7));
     v->nodes++;
     *out = n;
@@ -729,7 +578,7 @@ static int reach(verifier *v, const void *from, const fs_node *ref, const fs_nod
  * valid name, non-empty, members strictly increasing. */
 static int verify_subs(verifier *v, const fs_node *n, int entry)
 {
-    uint64_t at = off_of(v->sl, n);
+    uint64_t at = fs_img_off(v->sl, n);
     const int64_t *ids = fs_node_ids(n);
     for (uint32_t i = 1; i < n->nsubs; i++)
         if (ids[i] <= ids[i - 1])
@@ -790,7 +639,7 @@ static int verify_table(verifier *v, const fs_level *L, const fs_shape *sh)
         int rc = reach(v, &slots[i], slots[i].node, &e);
         if (rc < 0)
             return rc;
-        uint64_t at = off_of(sl, e);
+        uint64_t at = fs_img_off(sl, e);
         if (e->linked & FS_LINK_TRIE)
             return vbad(v, "trie node in a table", at);
         fs_error fe;
@@ -811,7 +660,7 @@ static int verify_table(verifier *v, const fs_level *L, const fs_shape *sh)
             return rc;
     }
     if (count != L->count)
-        return vbad(v, "table count does not match its slots", off_of(sl, L));
+        return vbad(v, "table count does not match its slots", fs_img_off(sl, L));
     return FS_OK;
 }
 
@@ -825,15 +674,15 @@ static int trie_filter_in_shape(verifier *v, const fs_node *n, char *buf)
     fs_error fe;
     int rc = fs_tokenize(sl->dialect, buf, len, 1, &v->t, &fe);
     if (rc < 0)
-        return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in the trie", off_of(sl, n));
+        return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in the trie", fs_img_off(sl, n));
     if (count_literal(&v->t) == v->t.n)
-        return vbad(v, "literal filter in the trie", off_of(sl, n));
+        return vbad(v, "literal filter in the trie", fs_img_off(sl, n));
     fs_shape_of of;
     if (!fs_shape_classify(&v->t, &of))
         return FS_OK;
     const fs_shape *sh = fs_shape_find(sl, &of);
     if (sh && fs_keyed_find(sl, &sh->table, of.key, buf, (uint32_t)len, buf + len))
-        return vbad(v, "filter both in a shape table and in the trie", off_of(sl, n));
+        return vbad(v, "filter both in a shape table and in the trie", fs_img_off(sl, n));
     return FS_OK;
 }
 
@@ -866,7 +715,7 @@ static int verify_trie(verifier *v)
     while (rc == FS_OK && n) {
         vframe f = stack[--n];
         const fs_node *x = f.n;
-        uint64_t at = off_of(sl, x);
+        uint64_t at = fs_img_off(sl, x);
         if (x != sl->root) {
             if (atomic_load(&sl->damaged) || f.len > R->max_len) {
                 rc = vbad(v, "trie path too long or not reaching the root", at);
@@ -907,12 +756,12 @@ static int verify_trie(verifier *v)
                 fs_check_literal(sl->dialect, (const unsigned char *)c->tok, c->toklen, 0, &fe) < 0 ||
                 c->hash != fs_hash(c->tok, c->toklen) || slots[i].hash != c->hash || slots[i].len != c->toklen ||
                 fs_level_find(sl, L, c->tok, c->toklen, c->hash) != c)
-                rc = vbad(v, "trie node not where its parent and token lead", off_of(sl, c));
+                rc = vbad(v, "trie node not where its parent and token lead", fs_img_off(sl, c));
             else
                 rc = vpush(&stack, &n, &cap, c, below + c->toklen);
         }
         if (rc == FS_OK && count != L->count)
-            rc = vbad(v, "table count does not match its slots", off_of(sl, L));
+            rc = vbad(v, "table count does not match its slots", fs_img_off(sl, L));
         for (int w = 0; w < 2 && rc == FS_OK; w++) {
             const fs_node *ref = w ? L->rest : L->one, *c;
             if (!ref)
@@ -922,7 +771,7 @@ static int verify_trie(verifier *v)
             fs_tok_kind want = w ? FS_TOK_REST : FS_TOK_ONE;
             if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != want ||
                 fs_token_kind(sl->dialect, c->tok, c->toklen) != want || c->hash != fs_hash(c->tok, c->toklen))
-                rc = vbad(v, "wildcard node not where its parent leads", off_of(sl, c));
+                rc = vbad(v, "wildcard node not where its parent leads", fs_img_off(sl, c));
             else
                 rc = vpush(&stack, &n, &cap, c, below + c->toklen);
         }
@@ -950,7 +799,7 @@ static int verify_image(fs_sublist *sl, fs_error *err)
         memset(v.seen, 0, seen_bytes);
     const unsigned char *h = (const unsigned char *)sl->img.base;
     /* the root was reached at open: mark it */
-    uint64_t ro = off_of(sl, sl->root);
+    uint64_t ro = fs_img_off(sl, sl->root);
     if (rc == FS_OK) {
         v.seen[ro >> 6] |= (uint8_t)(1u << ((ro >> 3) & 7));
         if (!(sl->root->linked & FS_LINK_TRIE) || fs_up(sl, sl->root) || fs_has_subs(sl->root) || sl->root->toklen)
@@ -962,7 +811,7 @@ static int verify_image(fs_sublist *sl, fs_error *err)
     uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
     for (uint32_t j = 0; j < sl->shapes.n && rc == FS_OK; j++) {
         const fs_shape *sh = sl->shapes.shape[j];
-        uint64_t at = off_of(sl, sh);
+        uint64_t at = fs_img_off(sl, sh);
         fs_shape_of of = {sh->onemask, sh->ntoks, sh->rest, 0};
         if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->ntoks < 64 && sh->onemask >> sh->ntoks) ||
             (!sh->onemask && !sh->rest) || sh->first_wild != ((sh->onemask & 1) || (sh->rest && sh->ntoks == 0)))

@@ -7,12 +7,12 @@
  *                trie's root, the literal table, the shapes and their
  *                probe sets), offsets where a built index has pointers
  *   offset 1024  objects: levels, slot arrays with their bitmaps, nodes,
- *                ids, queue groups -- the structs of fs_internal.h, each
+ *                ids, queue groups -- the structs of fs_layout.h, each
  *                8-byte aligned, links as offsets from the image's first
  *                byte (a node's payload: offsets from the node)
  *   offset 48+P  u64 checksum: XXH64 (seed 0) of bytes [0, 48 + P)
  *
- * The walk that matches a built index matches the image (fs_internal.h,
+ * The walk that matches a built index matches the image (fs_layout.h,
  * "reading a mapped image"): the same probe sequence, the same tables.
  * Opening is O(1): the header and the root block are checked, and every
  * offset is bounds-checked when a walk first follows it.  fs_image_verify

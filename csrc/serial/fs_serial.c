@@ -9,7 +9,7 @@
 
 #include "fs_alloc.h"
 #include "fs_dialect.h"
-#include "fs_internal.h"
+#include "fs_index.h"
 #include "fs_mem.h"
 #include "fs_node.h"
 #include "fs_table.h"
@@ -52,8 +52,6 @@ static inline void put_le(unsigned char *p, uint64_t v, unsigned n)
 /* ------------------------------------------------------------- checksum */
 
 /* XXH64 with seed 0 (fs_xxh64.h). */
-uint64_t fs_serial_checksum(const void *data, size_t len) { return fs_xxh64(data, len, 0); }
-
 /* --------------------------------------------------------------- sizing */
 
 /* The capacities a freshly built index ends up with (see sublist.c), so a

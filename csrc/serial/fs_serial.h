@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fs_checksum.h"
 #include "fs_token.h"
 #include "sublist.h"
 
@@ -53,7 +54,5 @@ int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len);
  * FS_ENOMEM: *out is NULL.  On either error nothing is leaked. */
 int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err);
 
-/* The format's checksum: XXH64 with seed 0 (never fails). */
-uint64_t fs_serial_checksum(const void *data, size_t len);
 
 #endif

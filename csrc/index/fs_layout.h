@@ -1,27 +1,28 @@
-/* fs_internal.h - the index's data layout (tables, nodes, shapes, the
- * trie), shared by the core's own files; the diagram is in sublist.h.
- * Not part of the public C API; see sublist.h for that.  The functions of
- * the tables, nodes and trie are declared in their own headers
- * (fs_table.h, fs_node.h, fs_trie.h; memory accounting: fs_mem.h), which
- * need no layout and are included here. */
-#ifndef FS_INTERNAL_H
-#define FS_INTERNAL_H
+/* fs_layout.h - the index's data layout (tables, nodes, shapes, the
+ * trie; the diagram is in sublist.h) and reading it, built in memory or
+ * mapped from an image ("reading a mapped image" below; the checks behind
+ * it are fs_layout.c's).  The index layer's own API over it is
+ * fs_index.h; the functions of the tables, nodes and trie are declared in
+ * their own headers (fs_table.h, fs_node.h, fs_trie.h; memory accounting:
+ * fs_mem.h).  Not part of the public C API; see sublist.h for that. */
+#ifndef FS_LAYOUT_H
+#define FS_LAYOUT_H
 
 #include <assert.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "fs_cache.h"
 #include "fs_bits.h"
+#include "fs_fork.h"
 #include "fs_mem.h"
 #include "fs_node.h"
+#include "fs_scratch.h"
 #include "fs_shape.h"
 #include "fs_slab.h"
 #include "fs_sys.h"
 #include "fs_table.h"
-#include "fs_trie.h"
-#include "sublist.h"
+#include "fs_token.h"
 
 typedef struct fs_cache fs_cache;
 
@@ -198,11 +199,12 @@ struct fs_sublist {
     uint64_t generation;
     uint64_t inserts, removes;
     _Atomic uint64_t matches, fanout_total, fanout_max;
-    fs_sublist *fork_prev, *fork_next;   /* the live indexes (fs_fork.c) */
+    fs_fork_entry fork;   /* its lock in the fork registry (fs_layout.c) */
 };
 
 
-/* ---- reading a mapped image (fs_image.c writes and opens it)
+/* ---- reading a mapped image (fs_image.c writes and opens it; the checks
+ * are fs_layout.c's)
  * A mapped image holds the index's own structs, with offsets from the
  * image's first byte where a built index holds pointers: fs_level's slots,
  * filter, one and rest, fs_slot's node, fs_link's parent and next (0:
@@ -214,6 +216,12 @@ struct fs_sublist {
  * fails: FS_EBADDATA) and reads as absent, so the walk goes on safely. */
 
 #define FS_IMG_OBJECTS 1024u   /* the first object's offset: header and root block before */
+
+/* The offset of p, a pointer into the mapped image. */
+static inline uint64_t fs_img_off(const fs_sublist *sl, const void *p)
+{
+    return (uint64_t)((const char *)p - sl->img.base);
+}
 
 /* Mark the image damaged (the running call and every later one fail). */
 static inline void fs_img_bad(const fs_sublist *sl)
@@ -228,7 +236,7 @@ static inline int fs_img_holds(const fs_sublist *sl, uint64_t off, uint64_t size
            size <= sl->img.nodes_end - off;
 }
 
-/* The node at offset off, checked whole (fs_image.c); NULL for 0 or for a
+/* The node at offset off, checked whole (fs_layout.c); NULL for 0 or for a
  * node that is not all inside the image (marked damaged). */
 const fs_node *fs_img_node_checked(const fs_sublist *sl, uint64_t off);
 const fs_level *fs_img_level_checked(const fs_sublist *sl, uint64_t off);
@@ -336,27 +344,19 @@ static inline void fs_path_write(const fs_sublist *sl, const fs_node *n, char *e
     }
 }
 
-/* ---- a mapped image's live part (fs_image.c) */
+/* ---- the index's lock in the fork registry (fs_layout.c): fork() waits
+ * until no thread is inside any live index.  FS_OK, or FS_ENOMEM when the
+ * fork handlers could not be registered (fs_sublist_new then fails:
+ * MemoryError).  Untrack before the index's lock is destroyed. */
+int fs_sl_fork_track(fs_sublist *sl);
+void fs_sl_fork_untrack(fs_sublist *sl);
+
+/* ---- a mapped image's live part (fs_layout.c; the walk over it is
+ * fs_walk.c's) */
 /* Was image node n's filter moved to the live part? */
 int fs_image_masked(const fs_sublist *sl, const fs_node *n);
 /* Mark it moved (write lock held).  FS_OK or FS_ENOMEM. */
 int fs_image_mask(fs_sublist *sl, const fs_node *n);
-/* The rest of fs_walk_collect for an image with a live part: drop the
- * masked entries from sc->hits, walk the image's trie (then drop its
- * masked nodes), then add the live part's hits. */
-int fs_image_walk_rest(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
-                       fs_scratch *sc, int first_only);
-
-/* ---- fork safety (fs_fork.c): every live index is registered, so that
- * fork() waits until no thread is inside one.  fs_fork_ready: 1 when the
- * fork handlers are registered (done once, on first call), else 0.
- * fs_fork_track: FS_OK, or FS_ENOMEM when the handlers could not be
- * registered (fs_sublist_new then fails: MemoryError).
- * fs_fork_untrack: before the index's lock is destroyed. */
-int fs_fork_ready(void);
-int fs_fork_track(fs_sublist *sl);
-void fs_fork_untrack(fs_sublist *sl);
-
 
 /* The index's memory account is sl->mem (fs_mem.h counts it). */
 static inline void *fs_sl_alloc(fs_sublist *sl, size_t size) { return fs_mem_alloc(&sl->mem, size); }
@@ -365,121 +365,6 @@ static inline void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t si
     return fs_mem_realloc(&sl->mem, p, old, size);
 }
 static inline void fs_sl_free(fs_sublist *sl, void *p, size_t size) { fs_mem_free(&sl->mem, p, size); }
-
-/* ---- results (fs_result.c) */
-/* Build r from the matched nodes in sc->hits, in the row's order
- * (fs_result.h).  FS_OK or FS_ENOMEM. */
-int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
-/* fs_hits_plain writes the plain ids of hits (their nsubs summed: room
- * for that many) to ids in the row's order -- ascending (fs_result.h) --
- * and returns how many.  Never fails: it needs no memory.  Inline, so
- * that a row of one node (most rows) pays a copy and a predictable
- * branch; fs_hits_merge (fs_result.c) orders the rows of several. */
-size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids);
-/* static inline size_t fs_hits_plain(hits, nhits, ids): after fs_node_ids, below. */
-/* The queue groups of the hits in the row's order (fs_result.h):
- * sc->grefs[0..*nrefs), each a node's group (hit, group number).  NATS and
- * AMQP merge same-named groups across filters: a row's group is then the
- * refs [j, fs_row_group_end(j)) -- its parts, side by side; MQTT's groups
- * are (name, filter): one ref each.  FS_OK or FS_ENOMEM. */
-int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs);
-size_t fs_row_group_end(const fs_sublist *sl, const fs_scratch *sc, size_t j, size_t nrefs);
-/* Put reverse matches in their order: filter bytes, plain before queued,
- * queue name bytes, sub_id.  Never fails. */
-void fs_rresult_sort(fs_rresult *r);
-int fs_result_copy(fs_result *dst, const fs_result *src);
-/* Keep the first occurrence of each id in ids[0..*n), in order, and set
- * *n to how many are kept.  Runs longer than 48 use *set (grown as needed;
- * the caller frees it) as a hash set.  FS_OK, or FS_ENOMEM with ids and
- * *n unchanged. */
-int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set);
-/* Append one reverse-match row (n's filter, g's name or none, id). */
-int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r);
-/* The trie's part of the walk (fs_walk.h; appends to sc->hits). */
-int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc);
-/* Tokenize, walk and build the full result of a subject (filling the cache
- * if there is one).  Read lock held.  FS_OK, FS_EINVAL, FS_ENOMEM. */
-int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
-                      fs_scratch *sc, fs_result *r, fs_error *err);
-int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);
-int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
-/* A hash identifying a result group (NATS: its name; MQTT: name and filter),
- * stable across processes: queue picks are made from it. */
-uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
-/* Release the read lock at the end of a call that used the cache: flush the
- * call's hit/miss tally and free evicted entries when enough wait (that
- * briefly takes the write lock).  fs_reclaim_cache does the latter alone. */
-void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally);
-void fs_reclaim_cache(fs_sublist *sl);
-/* Add to the match statistics (thread-safe). */
-void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max);
-
-/* ---- shape tables (fs_shape.c); the write lock is held where they change */
-
-/* The shape like `of`, or NULL. */
-fs_shape *fs_shape_find(const fs_sublist *sl, const fs_shape_of *of);
-/* A new empty shape like `of` (which must not exist yet): FS_OK with *out
- * set, FS_OK with *out NULL when the shape budget is spent (the filter
- * goes to the trie), or FS_ENOMEM. */
-int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out);
-/* Free a shape that has no entries (a no-op otherwise). */
-void fs_shape_drop_if_empty(fs_sublist *sl, fs_shape *sh);
-/* Does shape a come before the shape like b in the canonical order? */
-int fs_shape_before(const fs_shape *a, const fs_shape_of *b);
-/* The probe sets (fs_shapes.probe) of the index's shapes, into probe. */
-void fs_shapes_probes(const fs_sublist *sl, uint64_t *probe);
-/* The entry for filter f (whose key is key), or NULL. */
-fs_node *fs_shape_lookup(const fs_sublist *sl, const fs_shape *sh, const char *f, uint32_t flen, uint64_t key);
-/* Add entry n.  FS_OK or FS_ENOMEM (table unchanged). */
-int fs_shape_add(fs_sublist *sl, fs_shape *sh, fs_node *n, uint64_t key);
-/* Remove entry n (not freed); an emptied shape is dropped.  Never fails. */
-void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n);
-/* Do entry e's literal tokens equal the subject's (tokens t) at their
- * positions?  The entry's key has already matched the subject's. */
-int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const char *s,
-                           const fs_span *t, const char *s_end);
-void fs_shapes_free(fs_sublist *sl);
-
-/* Per-token mixes m[0..n) and their prefix sums P[0..n] of a subject. */
-static inline void fs_shape_mixes(const fs_span *tok, uint32_t n, uint64_t *m, uint64_t *P)
-{
-    P[0] = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        m[i] = fs_pos_mix(tok[i].hash, i);
-        P[i + 1] = P[i] + m[i];
-    }
-}
-
-/* The key a subject (mixes m, prefix sums P) has in shape sh: the sum of
- * the mixes at the shape's literal positions. */
-static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *m, const uint64_t *P)
-{
-    uint64_t key = P[sh->ntoks];
-    for (uint64_t w = sh->onemask; w; w &= w - 1)
-        key -= m[fs_ctz64(w)];
-    return key;
-}
-
-/* The entry of shape sh that the subject (tokens t, bytes up to end)
- * matches, given its key in that shape; NULL when none does. */
-static inline const fs_node *fs_shape_probe_slots(const fs_sublist *sl, const fs_shape *sh, uint64_t key,
-                                                  char sep, const char *s, const fs_span *t, const char *end)
-{
-    const fs_level *L = &sh->table;
-    const fs_slot *slots = fs_lv_slots(sl, L);
-    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
-    for (uint32_t c = 0, i = lo & mask; c < L->cap; c++, i = (i + 1) & mask) {
-        const fs_slot *slot = &slots[i];
-        if (!slot->node)
-            return NULL;
-        if (slot->hash == lo && slot->len == hi) {
-            const fs_node *e = fs_ref_node(sl, slot->node);
-            if (e && fs_shape_entry_matches(sh, e, sep, s, t, end))
-                return e;            /* one filter per shape can match a subject */
-        }
-    }
-    return NULL;
-}
 
 /* Might a filtered table hold an entry of this key?  0: certainly not. */
 static inline int fs_lv_may_hold(const fs_sublist *sl, const fs_level *L, uint64_t key)
@@ -521,18 +406,6 @@ static inline const int64_t *fs_node_ids(const fs_node *n)
     if (n->linked & FS_LINK_IMAGE)
         return (const int64_t *)fs_img_plus(n, (uint64_t)n->subs.one);
     return n->subs.many;
-}
-
-/* The plain ids of a row's hits, in the row's order (declared above). */
-static inline size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
-{
-    if (nhits == 1) {            /* one node: its ids are sorted already */
-        size_t n = hits[0]->nsubs;
-        if (n)
-            memcpy(ids, fs_node_ids(hits[0]), sizeof(int64_t) * n);
-        return n;
-    }
-    return nhits ? fs_hits_merge(hits, nhits, ids) : 0;
 }
 
 /* The child for a literal token, or NULL.  end: how far the bytes from tok
