@@ -188,7 +188,7 @@ int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error
 static void undo_growth(fs_sublist *sl, const fs_growth *g)
 {
     if (g->level)        /* a mapped image's growth is its live part's */
-        fs_level_restore(sl->img.base ? sl->live : sl, g->level, g->cap);
+        fs_level_restore(&(sl->img.base ? sl->live : sl)->mem, g->level, g->cap);
 }
 
 /* Find the node holding t's subscriptions -- in the literal table, the
@@ -227,7 +227,7 @@ static void prune_node(fs_sublist *sl, fs_node *n, fs_shape *sh)
     } else if (n->nsubs == 0 && fs_ngroups(n) == 0) {
         fs_level_del(&sl->literals, n);
         fs_node_free(sl, n);
-        fs_level_shrink(sl, &sl->literals);
+        fs_level_shrink(&sl->mem, &sl->literals);
     }
 }
 
@@ -246,7 +246,7 @@ static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fr
         g->level = L;
         g->cap = L->cap;
     }
-    if ((sh ? fs_shape_add(sl, sh, n, key) : fs_level_add_checked(sl, L, n, (uint32_t)(key >> 32), 0)) < 0) {
+    if ((sh ? fs_shape_add(sl, sh, n, key) : fs_level_add_checked(&sl->mem, L, n, (uint32_t)(key >> 32), 0)) < 0) {
         fs_node_free(sl, n);
         return FS_ENOMEM;
     }

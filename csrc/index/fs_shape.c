@@ -177,13 +177,13 @@ fs_node *fs_shape_lookup(const fs_sublist *sl, const fs_shape *sh, const char *f
 
 int fs_shape_add(fs_sublist *sl, fs_shape *sh, fs_node *n, uint64_t key)
 {
-    return fs_level_add_checked(sl, &sh->table, n, (uint32_t)(key >> 32), 1);
+    return fs_level_add_checked(&sl->mem, &sh->table, n, (uint32_t)(key >> 32), 1);
 }
 
 void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n)
 {
     fs_level_del(&sh->table, n);
-    fs_level_shrink(sl, &sh->table);
+    fs_level_shrink(&sl->mem, &sh->table);
     fs_shape_drop_if_empty(sl, sh);
 }
 

@@ -76,32 +76,32 @@ static void filter_rebuild(fs_level *L)
 
 /* Rehash L into ncap slots (which must hold its entries).  FS_OK or
  * FS_ENOMEM (L unchanged). */
-int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap)
+int fs_level_resize(uint64_t *mem, fs_level *L, uint32_t ncap)
 {
     if (ncap == 0) {               /* only for an empty table */
-        fs_sl_free(sl, L->slots, fs_level_bytes(L, L->cap));
+        fs_mem_free(mem, L->slots, fs_level_bytes(L, L->cap));
         L->slots = NULL;
         L->cap = 0;
         filter_rebuild(L);
         return FS_OK;
     }
-    fs_slot *ns = fs_sl_alloc(sl, fs_level_bytes(L, ncap));
+    fs_slot *ns = fs_mem_alloc(mem, fs_level_bytes(L, ncap));
     if (!ns)
         return FS_ENOMEM;
     memset(ns, 0, fs_level_bytes(L, ncap));
     for (uint32_t i = 0; i < L->cap; i++)
         if (L->slots[i].node)
             fs_slot_place(ns, ncap, L->slots[i]);
-    fs_sl_free(sl, L->slots, fs_level_bytes(L, L->cap));
+    fs_mem_free(mem, L->slots, fs_level_bytes(L, L->cap));
     L->slots = ns;
     L->cap = ncap;
     filter_rebuild(L);
     return FS_OK;
 }
 
-static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, uint32_t max)
+static int level_add(uint64_t *mem, fs_level *L, fs_node *n, uint32_t check, uint32_t max)
 {
-    if (L->count + 1 > max && fs_level_resize(sl, L, L->cap ? L->cap * 2 : 1) < 0)
+    if (L->count + 1 > max && fs_level_resize(mem, L, L->cap ? L->cap * 2 : 1) < 0)
         return FS_ENOMEM;
     fs_slot e = {n->hash, check, n};
     fs_slot_place(L->slots, L->cap, e);
@@ -117,27 +117,27 @@ static int level_add(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, ui
  * 8.5 at 3/4 full, 2.5 at 1/2.  They hold only the wildcard filters,
  * so the extra slots cost little memory.  The literal table holds most
  * filters, so it stays 3/4: its bitmap answers most misses instead. */
-int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, int half_full)
+int fs_level_add_checked(uint64_t *mem, fs_level *L, fs_node *n, uint32_t check, int half_full)
 {
-    return level_add(sl, L, n, check, half_full ? L->cap / 2 : max_load(L->cap));
+    return level_add(mem, L, n, check, half_full ? L->cap / 2 : max_load(L->cap));
 }
 
-int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n)
+int fs_level_add(uint64_t *mem, fs_level *L, fs_node *n)
 {
-    return level_add(sl, L, n, n->toklen, max_load(L->cap));
+    return level_add(mem, L, n, n->toklen, max_load(L->cap));
 }
 
 /* Tables grow past 3/4 full and shrink below 1/8 full, to half their
  * size: after a shrink the table is at most 1/4 full, so churn around
  * either threshold cannot resize back and forth on every operation. */
-void fs_level_shrink(fs_sublist *sl, fs_level *L)
+void fs_level_shrink(uint64_t *mem, fs_level *L)
 {
     if (L->cap <= 16 || L->count >= L->cap / 8)
         return;
     uint32_t ncap = L->cap / 2;
     while (ncap > 16 && L->count < ncap / 8)
         ncap /= 2;
-    fs_level_resize(sl, L, ncap);          /* best effort: keeps the old table if it fails */
+    fs_level_resize(mem, L, ncap);          /* best effort: keeps the old table if it fails */
 }
 
 /* Remove a literal child (present).  Re-places the rest of its probe
@@ -163,9 +163,9 @@ void fs_level_del(fs_level *L, const fs_node *n)
         filter_rebuild(L);
 }
 
-void fs_level_restore(fs_sublist *sl, fs_level *L, uint32_t cap)
+void fs_level_restore(uint64_t *mem, fs_level *L, uint32_t cap)
 {
     if (L->cap != cap && L->count <= max_load(cap))
-        fs_level_resize(sl, L, cap);    /* best effort: keeps the bigger table if it fails */
+        fs_level_resize(mem, L, cap);    /* best effort: keeps the bigger table if it fails */
 }
 

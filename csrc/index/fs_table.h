@@ -2,7 +2,9 @@
  * a trie level's literal children, the literal table, each shape's table.
  * The layout (fs_level, fs_slot) is in fs_layout.h; lookups are inline
  * there (fs_level_find, fs_keyed_find).  Calls only fs_mem.h: nothing
- * here knows nodes beyond their hash and length.
+ * here knows nodes beyond their hash and length, nor the index: the
+ * functions that allocate take the memory account they count into (an
+ * index's is &sl->mem).
  */
 #ifndef FS_TABLE_H
 #define FS_TABLE_H
@@ -13,7 +15,6 @@
 
 typedef struct fs_level fs_level;
 typedef struct fs_node fs_node;
-typedef struct fs_sublist fs_sublist;
 
 /* The one pre-existing table an insert added an entry or a child to
  * (every level below it is new), and its capacity before, so that undoing
@@ -36,21 +37,21 @@ uint32_t fs_table_cap(uint32_t count, int half_full);
 
 /* Add the literal child n (slot.len = its token length).  FS_OK or
  * FS_ENOMEM (table unchanged). */
-int fs_level_add(fs_sublist *sl, fs_level *L, fs_node *n);
+int fs_level_add(uint64_t *mem, fs_level *L, fs_node *n);
 /* Make L a filtered table (a keyed table: a bitmap of its keys). */
 void fs_level_filter_init(fs_level *L);
 /* Rehash L into ncap slots (which must hold its entries).  FS_OK or
  * FS_ENOMEM (L unchanged). */
-int fs_level_resize(fs_sublist *sl, fs_level *L, uint32_t ncap);
+int fs_level_resize(uint64_t *mem, fs_level *L, uint32_t ncap);
 /* Back to capacity cap if the entries fit (undoing a growth; best effort). */
-void fs_level_restore(fs_sublist *sl, fs_level *L, uint32_t cap);
+void fs_level_restore(uint64_t *mem, fs_level *L, uint32_t cap);
 /* Add n to a keyed table with slot.len = check (the key's high bits).
  * Shape tables are kept at most half full, the literal table 3/4.  FS_OK
  * or FS_ENOMEM (table unchanged). */
-int fs_level_add_checked(fs_sublist *sl, fs_level *L, fs_node *n, uint32_t check, int half_full);
+int fs_level_add_checked(uint64_t *mem, fs_level *L, fs_node *n, uint32_t check, int half_full);
 /* Shrink L when it has fallen well below its capacity (best effort: a
  * failed allocation keeps the bigger table). */
-void fs_level_shrink(fs_sublist *sl, fs_level *L);
+void fs_level_shrink(uint64_t *mem, fs_level *L);
 /* Remove n (which must be in L).  Never allocates. */
 void fs_level_del(fs_level *L, const fs_node *n);
 

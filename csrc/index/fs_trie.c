@@ -50,7 +50,7 @@ int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_grow
             }
             if (sp->kind == FS_TOK_ONE) L->one = child;
             else if (sp->kind == FS_TOK_REST) L->rest = child;
-            else if (fs_level_add(sl, L, child) < 0) {
+            else if (fs_level_add(&sl->mem, L, child) < 0) {
                 fs_node_free(sl, child);
                 return FS_ENOMEM;
             }
@@ -79,7 +79,7 @@ void fs_trie_prune(fs_sublist *sl, fs_node *n)
         else if (n->kind == FS_TOK_REST) L->rest = NULL;
         else {
             fs_level_del(L, n);
-            fs_level_shrink(sl, L);
+            fs_level_shrink(&sl->mem, L);
         }
         fs_node_free(sl, n);
         n = parent;

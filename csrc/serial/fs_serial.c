@@ -573,7 +573,7 @@ static int rd_literals(reader *r, uint64_t count)
     fs_sublist *sl = r->sl;
     fs_level *L = &sl->literals;
     uint32_t cap = table_cap((uint32_t)count);
-    if (cap && fs_level_resize(sl, L, cap) < 0)
+    if (cap && fs_level_resize(&sl->mem, L, cap) < 0)
         return FS_ENOMEM;
     fs_tokens t;
     fs_tokens_init(&t);
@@ -616,7 +616,7 @@ static int rd_literals(reader *r, uint64_t count)
             rc = FS_ENOMEM;
             break;
         }
-        if (fs_level_add_checked(sl, L, e, (uint32_t)(key >> 32), 0) < 0) {
+        if (fs_level_add_checked(&sl->mem, L, e, (uint32_t)(key >> 32), 0) < 0) {
             fs_node_free(sl, e);
             rc = FS_ENOMEM;
             break;
@@ -836,7 +836,7 @@ static int rd_trie(reader *r, uint64_t *ntrie)
                 rc = FS_ENOMEM;
                 break;
             }
-            if (fs_level_add(sl, L, c) < 0) {
+            if (fs_level_add(&sl->mem, L, c) < 0) {
                 fs_node_free(sl, c);
                 rc = FS_ENOMEM;
                 break;
