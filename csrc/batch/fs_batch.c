@@ -232,22 +232,122 @@ static void matcher_close(fs_sublist *sl, row_matcher *m)
     fs_workspace_release(m->w, &m->spare);
 }
 
-/* fs_match_rows' work, with the set-up done. */
-static int matcher_run(row_matcher *m, fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                       size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
-                       uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel)
+/* One call's rows and what to do with them: fs_match_rows' parameters,
+ * fixed for the whole call.  row_end and invalid are the rows' from begin
+ * (row i's are row_end[i - begin], invalid[i - begin]). */
+typedef struct {
+    fs_sublist *sl;
+    const fs_strings *subjects, *keys;
+    size_t begin, end;
+    int queues;
+    int dedupe;          /* 1 also where the dialect delivers once per id */
+    int once;            /* the dialect delivers each sub_id once (the rules' once_per_id) */
+    int64_t *row_end;
+    uint8_t *invalid;
+    fs_idbuf *out;
+    const atomic_int *cancel;
+} rows_job;
+
+/* The hash that row i's queue picks are made from: its key's, or its
+ * subject's (the cache's key; without a cache, hashed for picks alone);
+ * *keyed 1 when the row has a key.  0 unless picking. */
+static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t k, size_t i,
+                                     int cached_index, int *keyed)
+{
+    *keyed = 0;
+    if (job->queues != FS_QUEUES_PICK)
+        return 0;
+    const fs_walk_row *r = &b->plan[k];
+    const char *key;
+    size_t klen;
+    *keyed = job->keys && fs_strings_get(job->keys, i, &key, &klen);
+    return *keyed ? fs_hash(key, klen) : cached_index ? b->hash[k] : fs_hash(r->s, r->len);
+}
+
+/* Emit the answer of planned row k (row i) into job->out, by one of three
+ * paths: the cached result, a result computed (and cached) now, or the
+ * walk's hits directly (an index without a cache).  FS_OK (with
+ * invalid[i - begin] set for a subject the tokenizer refused), FS_ENOMEM. */
+static inline int emit_row(row_matcher *m, const rows_job *job, size_t k, size_t i, int cached_index,
+                           fs_cache_tally *tally)
 {
     fs_workspace *w = m->w;
     block *b = m->b;
-    int once = fs_rules(sl->dialect)->once_per_id;
-    if (once)
-        dedupe = 1;          /* AMQP delivers once per sub_id: the rule, not an option */
+    const fs_walk_row *r = &b->plan[k];
+    int keyed;
+    uint32_t keyhash = row_pick_hash(job, b, k, i, cached_index, &keyed);
+    int rc;
+    if (cached_index) {
+        const fs_result *cached = fs_cache_get_from(b->bucket[k], r->s, r->len, b->hash[k], tally);
+        if (cached)
+            return emit(cached, job->queues, keyhash, !keyed, job->out);
+        fs_error err;
+        rc = fs_compute_locked(job->sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
+        if (rc == FS_OK)
+            rc = emit(&w->r, job->queues, keyhash, !keyed, job->out);
+        if (rc == FS_EINVAL) {
+            job->invalid[i - job->begin] = 1;
+            rc = FS_OK;
+        }
+        return rc;
+    }
+    rc = fs_walk_collect(job->sl, r, &b->toks[k], &w->sc, 0);
+    if (rc != FS_OK)
+        return rc;
+    if (job->once && job->queues != FS_QUEUES_NONE && any_groups(&w->sc)) {
+        /* AMQP picks among deduplicated members, as the built (and cached)
+         * result has them. */
+        rc = fs_build_result(job->sl, &w->sc, &w->r);
+        return rc == FS_OK ? emit(&w->r, job->queues, keyhash, 0, job->out) : rc;
+    }
+    return emit_hits(job->sl, &w->sc, job->queues, keyhash, job->out);
+}
+
+/* Match planned row k of the block, row i of the job: its ids into
+ * job->out (deduplicated if asked), its end into row_end, whether it was
+ * invalid, and the match counts into m.  FS_OK or FS_ENOMEM. */
+static inline int match_row(row_matcher *m, const rows_job *job, size_t k, size_t i, int cached_index,
+                            fs_cache_tally *tally)
+{
+    fs_idbuf *out = job->out;
+    size_t before = out->n, at = i - job->begin;
+    job->invalid[at] = m->b->state[k] != ROW_OK;
+    if (m->b->state[k] != ROW_OK) {
+        job->row_end[at] = (int64_t)out->n;
+        return FS_OK;
+    }
+    int rc = emit_row(m, job, k, i, cached_index, tally);
+    if (rc != FS_OK)
+        return rc;
+    /* Only when the row emitted: with nothing emitted yet, out->ids may be
+     * NULL, and NULL + 0 is undefined. */
+    if (job->dedupe && out->n > before) {
+        size_t kept = out->n - before;
+        if ((rc = fs_ids_dedupe(out->ids + before, &kept, &m->set.ids, &m->set.cap)) != FS_OK)
+            return rc;
+        out->n = before + kept;
+    }
+    job->row_end[at] = (int64_t)out->n;
+    if (!job->invalid[at]) {
+        uint64_t f = out->n - before;
+        m->matched++;
+        m->fanout += f;
+        if (f > m->fanout_max)
+            m->fanout_max = f;
+    }
+    return FS_OK;
+}
+
+/* fs_match_rows' work, with the set-up done: the job's rows a block at a
+ * time, the read lock taken for ROWS_PER_LOCK rows at a time. */
+static int matcher_run(row_matcher *m, const rows_job *job)
+{
+    fs_sublist *sl = job->sl;
     int rc = FS_OK;
     fs_cache_tally tally = {0, 0};
-    uint64_t matched = 0, fanout = 0, fanout_max = 0;   /* into m's at the end */
-    size_t i = begin;
+    size_t i = job->begin, end = job->end;
     while (i < end && rc == FS_OK) {
-        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed)) {
+        if (job->cancel && atomic_load_explicit(job->cancel, memory_order_relaxed)) {
             rc = FS_ECANCELLED;
             break;
         }
@@ -257,83 +357,30 @@ static int matcher_run(row_matcher *m, fs_sublist *sl, const fs_strings *subject
         while (i < stop && rc == FS_OK) {
             size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;
             if (cached_index) {
-                plan_cached_rows(sl, subjects, i, nblock, b);
-            } else if ((rc = plan_rows(sl, subjects, i, nblock, b)) < 0) {
+                plan_cached_rows(sl, job->subjects, i, nblock, m->b);
+            } else if ((rc = plan_rows(sl, job->subjects, i, nblock, m->b)) < 0) {
                 break;
             }
-            for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++) {
-                const fs_walk_row *r = &b->plan[k];
-                size_t before = out->n;
-                invalid[i - begin] = b->state[k] != ROW_OK;
-                if (b->state[k] != ROW_OK) {
-                    row_end[i - begin] = (int64_t)out->n;
-                    continue;
-                }
-                /* Queue picks hash the row's key: its own, or the subject
-                 * (the cache's key; without a cache, hashed for picks alone). */
-                const char *key;
-                size_t klen;
-                uint32_t keyhash = 0;
-                int keyed = 0;
-                if (queues == FS_QUEUES_PICK) {
-                    keyed = keys && fs_strings_get(keys, i, &key, &klen);
-                    keyhash = keyed ? fs_hash(key, klen)
-                            : cached_index ? b->hash[k] : fs_hash(r->s, r->len);
-                }
-                if (cached_index) {
-                    const fs_result *cached = fs_cache_get_from(b->bucket[k], r->s, r->len,
-                                                                b->hash[k], &tally);
-                    if (cached) {
-                        rc = emit(cached, queues, keyhash, !keyed, out);
-                    } else {
-                        fs_error err;
-                        rc = fs_compute_locked(sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
-                        if (rc == FS_OK)
-                            rc = emit(&w->r, queues, keyhash, !keyed, out);
-                        if (rc == FS_EINVAL) {
-                            invalid[i - begin] = 1;
-                            rc = FS_OK;
-                        }
-                    }
-                } else {
-                    rc = fs_walk_collect(sl, r, &b->toks[k], &w->sc, 0);
-                    if (rc == FS_OK && once && queues != FS_QUEUES_NONE && any_groups(&w->sc)) {
-                        /* AMQP picks among deduplicated members, as the
-                         * built (and cached) result has them. */
-                        rc = fs_build_result(sl, &w->sc, &w->r);
-                        if (rc == FS_OK)
-                            rc = emit(&w->r, queues, keyhash, 0, out);
-                    } else if (rc == FS_OK) {
-                        rc = emit_hits(sl, &w->sc, queues, keyhash, out);
-                    }
-                }
-                if (rc != FS_OK)
-                    break;
-                /* Only when the row emitted: with nothing emitted yet, out->ids may be
-                 * NULL, and NULL + 0 is undefined. */
-                if (dedupe && out->n > before) {
-                    size_t kept = out->n - before;
-                    if ((rc = fs_ids_dedupe(out->ids + before, &kept, &m->set.ids, &m->set.cap)) != FS_OK)
-                        break;
-                    out->n = before + kept;
-                }
-                row_end[i - begin] = (int64_t)out->n;
-                if (!invalid[i - begin]) {
-                    uint64_t f = out->n - before;
-                    matched++;
-                    fanout += f;
-                    if (f > fanout_max) fanout_max = f;
-                }
-            }
+            for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++)
+                rc = match_row(m, job, k, i, cached_index, &tally);
         }
         fs_read_done(sl, &tally);
         tally = (fs_cache_tally){0, 0};
     }
-    m->matched += matched;
-    m->fanout += fanout;
-    if (fanout_max > m->fanout_max)
-        m->fanout_max = fanout_max;
     return rc;
+}
+
+/* The job of rows [begin, end) with fs_match_rows' parameters (row_end and
+ * invalid: row begin's). */
+static rows_job rows_job_of(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys, size_t begin,
+                            size_t end, int queues, int dedupe, int64_t *row_end, uint8_t *invalid,
+                            fs_idbuf *out, const atomic_int *cancel)
+{
+    int once = fs_rules(sl->dialect)->once_per_id;
+    /* AMQP delivers once per sub_id: the rule, not an option. */
+    return (rows_job){.sl = sl, .subjects = subjects, .keys = keys, .begin = begin, .end = end,
+                      .queues = queues, .dedupe = dedupe || once, .once = once, .row_end = row_end,
+                      .invalid = invalid, .out = out, .cancel = cancel};
 }
 
 int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
@@ -343,7 +390,8 @@ int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *
     row_matcher m;
     if (matcher_open(&m) != FS_OK)
         return FS_ENOMEM;
-    int rc = matcher_run(&m, sl, subjects, keys, begin, end, queues, dedupe, row_end, invalid, out, cancel);
+    rows_job job = rows_job_of(sl, subjects, keys, begin, end, queues, dedupe, row_end, invalid, out, cancel);
+    int rc = matcher_run(&m, &job);
     matcher_close(sl, &m);
     return rc;
 }
@@ -763,8 +811,9 @@ static int worker_run(fs_batch_job *job, batch_worker *w, row_matcher *m)
         p->last = last;
         p->ids.n = 0;
         unsigned long long t0 = job->fixed ? 0 : fs_now_ns();
-        rc = matcher_run(m, job->sl, &job->subjects, keys, begin, end, job->queues, job->dedupe,
-                         job->row_end + begin, job->invalid + begin, &p->ids, &job->cancel);
+        rows_job rows = rows_job_of(job->sl, &job->subjects, keys, begin, end, job->queues, job->dedupe,
+                                    job->row_end + begin, job->invalid + begin, &p->ids, &job->cancel);
+        rc = matcher_run(m, &rows);
         if (rc != FS_OK)
             return rc;
         if (!job->fixed)
