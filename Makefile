@@ -188,9 +188,9 @@ test-tsan: venv
 # The C core built for Windows with mingw-w64 (a Debian package, installed
 # when missing), under the same warnings as setup.py's `strict` flags plus
 # what MSVC's C would reject (-Wvla; -Wpedantic for GNU extensions).  Every
-# csrc/*.c is compiled twice: as gcc/clang see it, and with FS_BITS_PORTABLE
+# csrc/*/*.c is compiled twice: as gcc/clang see it, and with FS_BITS_PORTABLE
 # (fs_bits.h's MSVC side, on mingw's intrinsic headers).  Then: only
-# csrc/fs_sys.[ch] may name pthreads or Win32 (a grep, and no POSIX thread
+# csrc/base/fs_sys.[ch] may name pthreads or Win32 (a grep, and no POSIX thread
 # header among any file's includes), and tests/sys_smoke.c (the thread
 # layer's Win32 side, and a threaded batch with writers) is linked with
 # each set of objects and, when Wine is installed, run.  Two compiles at a time.  Wine is optional (a large install): without

@@ -10,11 +10,11 @@ Build switches (environment variables, "1" to enable):
   FASTSUB_COVERAGE  gcov instrumentation of the C core
   FASTSUB_SYMBOLS   keep debug symbols (-g) in an optimized build, for
                     profilers; release builds (wheels) carry none
-  FASTSUB_BLOCK_ROWS=N  rows per block of the batch pipeline (csrc/fs_batch.c;
+  FASTSUB_BLOCK_ROWS=N  rows per block of the batch pipeline (csrc/batch/fs_batch.c;
                     default 32), for measuring other sizes
 
 On Windows the C core builds with MSVC (the flags below) or mingw-w64; its
-threads go through csrc/fs_sys.h, which uses Win32 there.
+threads go through csrc/base/fs_sys.h, which uses Win32 there.
 """
 import glob
 import os

@@ -30,41 +30,41 @@
  * itself; results are copied out into caller-owned buffers, so nothing
  * returned points into the index.
  *
- * Files, one job each: sublist.c routes the writes (insert, remove, bulk)
- * and owns the index (and its literal table), fs_match.c answers one
- * subject, fs_batch.c the batch pipeline (fs_idbuf.c its output buffers
- * and the pool that keeps released big ones), fs_reverse.c reverse
- * matching; fs_table.c the hash tables, fs_shape.c the shapes, fs_trie.c
- * the trie (and pruning it), fs_node.c nodes and their subscriptions
- * (fs_slab.c the blocks they are carved from), fs_result.c results,
- * fs_cache.c the cache, fs_serial.c the file format, fs_workspace.c
- * per-call working memory, fs_token.c tokens (validated as they are cut)
- * and one filter against one subject, fs_dialect.c the dialects' rules,
- * which the tokenizer and the loader share (byte classes, wildcards,
- * lengths, queue names, MQTT shares, the loader's check of a stored
- * literal); fs_sys.c threads and locks (POSIX or Windows),
- * fs_bits.h the compiler built-ins, fs_alloc.c the one door for memory,
- * fs_mem.c growing arrays and counting an index's memory (memory_bytes),
- * fs_status.h the status codes of the whole core; borrowed algorithms,
- * written here from their specifications: fs_xxh64.h the format's
- * checksum (XXH64), fs_utf8.h the UTF-8 rule.  fs_internal.h is the
- * layout the index's files share; the tables, nodes and trie declare
- * their functions in fs_table.h, fs_node.h, fs_trie.h.
- * fs_walk.h: the one walk (probes, group merge) of match, batch, reverse.
+ * Files, one job each, in one folder per layer (top first; a file
+ * includes and calls only its own layer and those below, and no two files
+ * call each other -- tests/test_layout.py checks it, docs/design.md's
+ * "Layers of the C core" draws it):
  *
- * Layers of the index's files, as intended: each calls only files on its
- * row or below.  This is not checked yet, and fs_internal.h's inline
- * functions, fs_fork.c <-> fs_idbuf.c and fs_result.c <-> fs_walk.h break
- * it (docs/design.md, "Layers of the C core", lists where); what
- * tests/test_layout.py checks of the C core is said there too:
- *
- *   fs_serial.c                                     the file format
- *   sublist.c | fs_match.c fs_batch.c fs_reverse.c  writes | reads
- *   fs_shape.c fs_trie.c | fs_result.c fs_cache.c   filters | results
- *   fs_node.c fs_table.c                            nodes, hash tables
- *   fs_slab.c fs_mem.c                              blocks, the account
- *   fs_token.c                                      tokens
- *   fs_dialect.c fs_alloc.c                         the rules, the one door
+ *   serial/  fs_image.c the mapped image (version 3: written, opened,
+ *            verified), fs_serial.c versions 1 and 2, fs_checksum.h and
+ *            fs_xxh64.h (borrowed, written from its specification) the
+ *            format's checksum; they build indexes through this API
+ *   api/     sublist.c: this API -- creates and frees an index, validates,
+ *            locks and routes the writes (insert, remove, bulk; the cache
+ *            invalidated), owns the literal table
+ *   batch/   fs_batch.c the batch pipeline, fs_pool.c the worker threads,
+ *            fs_idbuf.c its output buffers and the pool of released big ones
+ *   match/   fs_walk.[ch] the one walk (probes; a mapped image's live
+ *            part), fs_groups.h a row's merged queue groups, fs_result.c
+ *            results, fs_cache.c the cache, fs_match.c one subject (and
+ *            fs_match.h, the match calls of this API), fs_reverse.c reverse
+ *            matching, fs_workspace.c per-call working memory
+ *   index/   fs_layout.[ch] the layout and reading it (a mapped image's
+ *            offsets checked, its live part's masked set), fs_index.h the
+ *            layer's API (shapes), fs_scratch.h the types the calls share,
+ *            fs_shape.c the shapes, fs_trie.c the trie (and pruning it),
+ *            fs_node.c nodes and their subscriptions, fs_table.c the hash
+ *            tables, fs_slab.c the blocks nodes are carved from, fs_mem.c
+ *            growing arrays and an index's memory account (memory_bytes)
+ *   rules/   fs_dialect.c the dialects' rules (every difference between
+ *            them is a field of the table), fs_token.c tokens (validated as
+ *            they are cut) and one filter against a subject or a filter,
+ *            fs_utf8.h the UTF-8 rule (borrowed), fs_strings.h a column of
+ *            strings, fs_route.c the sharded fan-out's route keys
+ *   base/    fs_status.h the status codes of the whole core, fs_bits.h the
+ *            compiler built-ins, fs_alloc.c the one door for memory, fs_sys.c
+ *            threads and locks (POSIX or Windows), fs_fork.c the fork
+ *            registry (any lock registers with it)
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
