@@ -21,7 +21,10 @@
  *      is taken, nor taken with one held.
  *
  * The registry names none of them: each registers itself, so it sits in
- * the base layer with no call up to the layers that use it.
+ * the base layer with no call up to the layers that use it.  A process-wide
+ * lock is created and registered in one step under the mutex of step 3
+ * (fs_fork_register_once, in place of its module's once-flag), so a fork()
+ * waits for a first use in progress instead of copying it half done.
  *
  * The parent releases them in the reverse order.  The child re-creates
  * each index's lock instead of releasing it: a glibc rwlock counts the
@@ -131,21 +134,29 @@ void fs_fork_untrack(fs_fork_entry *e)
     fs_mutex_unlock(&registry_mu);
 }
 
-int fs_fork_register(fs_fork_entry *e)
+int fs_fork_register_once(fs_fork_entry *e, void (*init)(void))
 {
-    if (!fs_fork_ready())
-        return FS_ENOMEM;
+    if (atomic_load_explicit(&e->done, memory_order_acquire))
+        return e->rc;
+    int ok = fs_fork_ready();          /* wide_mu is initialised either way */
     fs_mutex_lock(&wide_mu);
-    fs_fork_entry **at = &wide, *before = NULL;
-    while (*at && (*at)->order <= e->order) {
-        before = *at;
-        at = &(*at)->next;
+    if (!atomic_load_explicit(&e->done, memory_order_relaxed)) {
+        init();
+        if (ok) {
+            fs_fork_entry **at = &wide, *before = NULL;
+            while (*at && (*at)->order <= e->order) {
+                before = *at;
+                at = &(*at)->next;
+            }
+            e->prev = before;
+            e->next = *at;
+            if (*at)
+                (*at)->prev = e;
+            *at = e;
+        }
+        e->rc = ok ? FS_OK : FS_ENOMEM;
+        atomic_store_explicit(&e->done, 1, memory_order_release);
     }
-    e->prev = before;
-    e->next = *at;
-    if (*at)
-        (*at)->prev = e;
-    *at = e;
     fs_mutex_unlock(&wide_mu);
-    return FS_OK;
+    return e->rc;
 }

@@ -20,8 +20,6 @@ typedef struct {
 static kept_buffer pool[FS_IDPOOL_SLOTS];
 static size_t pool_bytes;
 static fs_mutex pool_mu;
-static fs_once_flag pool_once = FS_ONCE_INIT;
-static int pool_usable = 1;     /* 0 when the fork handlers could not be registered */
 
 /* Around fork(): the fork registry (fs_fork.h) holds this lock (after
  * every index's lock: the pool is entered with an index lock held) so
@@ -39,23 +37,16 @@ static void fork_unlock(void *arg)
 }
 static fs_fork_entry pool_fork = {.prepare = fork_lock, .parent = fork_unlock, .child = fork_unlock, .order = 1};
 
-static void pool_init(void)
-{
-    fs_mutex_init(&pool_mu);
-    if (fs_fork_register(&pool_fork) != FS_OK)
-        pool_usable = 0;      /* unsafe across fork: keep nothing */
-}
+static void pool_init(void) { fs_mutex_init(&pool_mu); }
 
-/* 1 when buffers may be kept (and the lock is initialised). */
-static int pool_on(void)
-{
-    fs_once(&pool_once, pool_init);
-    return pool_usable;
-}
+/* 1 when buffers may be kept: 0 when the fork handlers could not be
+ * registered (unsafe across fork: keep nothing).  The lock is initialised
+ * either way. */
+static int pool_on(void) { return fs_fork_register_once(&pool_fork, pool_init) == FS_OK; }
 
 static void pool_lock(void)
 {
-    fs_once(&pool_once, pool_init);
+    (void)fs_fork_register_once(&pool_fork, pool_init);
     fs_mutex_lock(&pool_mu);
 }
 

@@ -17,7 +17,6 @@ static fs_cond ended;          /* a task's fn returned */
 static fs_pool_task *queue_head, *queue_tail;
 static pool_thread *threads;   /* every started thread, newest first */
 static unsigned nthreads, nidle, nbusy;   /* nbusy: between taking an index and coming back */
-static fs_once_flag pool_once = FS_ONCE_INIT;
 
 static void fork_prepare(void *arg);
 static void fork_parent(void *arg);
@@ -31,7 +30,6 @@ static void pool_init(void)
     fs_mutex_init(&mu);
     fs_cond_init(&work);
     fs_cond_init(&ended);
-    (void)fs_fork_register(&pool_fork);   /* not registered: no fork handlers at all */
 }
 
 static void unlink_head(void)
@@ -91,7 +89,7 @@ static int start_thread_locked(void)
 
 int fs_pool_submit(fs_pool_task *t, unsigned want)
 {
-    fs_once(&pool_once, pool_init);
+    (void)fs_fork_register_once(&pool_fork, pool_init);   /* not registered: no fork handlers at all */
     if (want == 0)
         want = 1;
     t->want = want;
@@ -161,14 +159,14 @@ unsigned fs_pool_join(fs_pool_task *t)
 
 void fs_pool_status(unsigned *n, unsigned *idle)
 {
-    fs_once(&pool_once, pool_init);
+    (void)fs_fork_register_once(&pool_fork, pool_init);   /* not registered: no fork handlers at all */
     fs_mutex_lock(&mu);
     *n = nthreads;
     *idle = nidle;
     fs_mutex_unlock(&mu);
 }
 
-/* Around fork(), the fork registry's callbacks (registered by pool_init):
+/* Around fork(), the fork registry's callbacks (registered with pool_init):
  * the mutex is held across fork() and released in the parent. */
 static void fork_prepare(void *arg)
 {
