@@ -248,11 +248,23 @@ typedef struct {
     const atomic_int *cancel;
 } rows_job;
 
+/* What a matcher_run uses of its matcher, read into locals once per call
+ * (the inlined functions below take their address, nothing else does, so
+ * they stay in registers), and the match counts it adds up. */
+typedef struct {
+    block *b;
+    fs_workspace *w;
+    fs_idbuf *set;           /* the dedupe set */
+} rows_parts;
+typedef struct {
+    uint64_t matched, fanout, fanout_max;
+} rows_counts;
+
 /* The hash that row i's queue picks are made from: its key's, or its
  * subject's (the cache's key; without a cache, hashed for picks alone);
  * *keyed 1 when the row has a key.  0 unless picking. */
-static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t k, size_t i,
-                                     int cached_index, int *keyed)
+static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t k, size_t i, int cached_index,
+                                     int *keyed)
 {
     *keyed = 0;
     if (job->queues != FS_QUEUES_PICK)
@@ -268,11 +280,11 @@ static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t
  * paths: the cached result, a result computed (and cached) now, or the
  * walk's hits directly (an index without a cache).  FS_OK (with
  * invalid[i - begin] set for a subject the tokenizer refused), FS_ENOMEM. */
-static inline int emit_row(row_matcher *m, const rows_job *job, size_t k, size_t i, int cached_index,
+static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, size_t i, int cached_index,
                            fs_cache_tally *tally)
 {
-    fs_workspace *w = m->w;
-    block *b = m->b;
+    fs_workspace *w = p->w;
+    block *b = p->b;
     const fs_walk_row *r = &b->plan[k];
     int keyed;
     uint32_t keyhash = row_pick_hash(job, b, k, i, cached_index, &keyed);
@@ -292,7 +304,7 @@ static inline int emit_row(row_matcher *m, const rows_job *job, size_t k, size_t
         return rc;
     }
     rc = fs_walk_collect(job->sl, r, &b->toks[k], &w->sc, 0);
-    if (rc != FS_OK)
+    if (FS_UNLIKELY(rc != FS_OK))
         return rc;
     if (job->once && job->queues != FS_QUEUES_NONE && any_groups(&w->sc)) {
         /* AMQP picks among deduplicated members, as the built (and cached)
@@ -305,68 +317,75 @@ static inline int emit_row(row_matcher *m, const rows_job *job, size_t k, size_t
 
 /* Match planned row k of the block, row i of the job: its ids into
  * job->out (deduplicated if asked), its end into row_end, whether it was
- * invalid, and the match counts into m.  FS_OK or FS_ENOMEM. */
-static inline int match_row(row_matcher *m, const rows_job *job, size_t k, size_t i, int cached_index,
-                            fs_cache_tally *tally)
+ * invalid, and the match counts into c.  FS_OK or FS_ENOMEM. */
+static inline int match_row(const rows_job *job, const rows_parts *p, rows_counts *c, size_t k, size_t i,
+                            int cached_index, fs_cache_tally *tally)
 {
     fs_idbuf *out = job->out;
     size_t before = out->n, at = i - job->begin;
-    job->invalid[at] = m->b->state[k] != ROW_OK;
-    if (m->b->state[k] != ROW_OK) {
+    job->invalid[at] = p->b->state[k] != ROW_OK;
+    if (FS_UNLIKELY(p->b->state[k] != ROW_OK)) {
         job->row_end[at] = (int64_t)out->n;
         return FS_OK;
     }
-    int rc = emit_row(m, job, k, i, cached_index, tally);
-    if (rc != FS_OK)
+    int rc = emit_row(job, p, k, i, cached_index, tally);
+    if (FS_UNLIKELY(rc != FS_OK))
         return rc;
     /* Only when the row emitted: with nothing emitted yet, out->ids may be
      * NULL, and NULL + 0 is undefined. */
     if (job->dedupe && out->n > before) {
         size_t kept = out->n - before;
-        if ((rc = fs_ids_dedupe(out->ids + before, &kept, &m->set.ids, &m->set.cap)) != FS_OK)
+        if ((rc = fs_ids_dedupe(out->ids + before, &kept, &p->set->ids, &p->set->cap)) != FS_OK)
             return rc;
         out->n = before + kept;
     }
     job->row_end[at] = (int64_t)out->n;
     if (!job->invalid[at]) {
         uint64_t f = out->n - before;
-        m->matched++;
-        m->fanout += f;
-        if (f > m->fanout_max)
-            m->fanout_max = f;
+        c->matched++;
+        c->fanout += f;
+        if (f > c->fanout_max)
+            c->fanout_max = f;
     }
     return FS_OK;
 }
 
 /* fs_match_rows' work, with the set-up done: the job's rows a block at a
  * time, the read lock taken for ROWS_PER_LOCK rows at a time. */
-static int matcher_run(row_matcher *m, const rows_job *job)
+static int matcher_run(row_matcher *m, const rows_job *jp)
 {
-    fs_sublist *sl = job->sl;
+    const rows_job job = *jp;
+    const rows_parts parts = {.b = m->b, .w = m->w, .set = &m->set};
+    rows_counts c = {0, 0, 0};
+    fs_sublist *sl = job.sl;
     int rc = FS_OK;
     fs_cache_tally tally = {0, 0};
-    size_t i = job->begin, end = job->end;
-    while (i < end && rc == FS_OK) {
-        if (job->cancel && atomic_load_explicit(job->cancel, memory_order_relaxed)) {
+    size_t i = job.begin;
+    while (i < job.end && rc == FS_OK) {
+        if (job.cancel && atomic_load_explicit(job.cancel, memory_order_relaxed)) {
             rc = FS_ECANCELLED;
             break;
         }
-        size_t stop = end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : end;
+        size_t stop = job.end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : job.end;
         fs_rwlock_rdlock(&sl->lock);
         int cached_index = sl->cache != NULL;
         while (i < stop && rc == FS_OK) {
             size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;
             if (cached_index) {
-                plan_cached_rows(sl, job->subjects, i, nblock, m->b);
-            } else if ((rc = plan_rows(sl, job->subjects, i, nblock, m->b)) < 0) {
+                plan_cached_rows(sl, job.subjects, i, nblock, parts.b);
+            } else if ((rc = plan_rows(sl, job.subjects, i, nblock, parts.b)) < 0) {
                 break;
             }
             for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++)
-                rc = match_row(m, job, k, i, cached_index, &tally);
+                rc = match_row(&job, &parts, &c, k, i, cached_index, &tally);
         }
         fs_read_done(sl, &tally);
         tally = (fs_cache_tally){0, 0};
     }
+    m->matched += c.matched;
+    m->fanout += c.fanout;
+    if (c.fanout_max > m->fanout_max)
+        m->fanout_max = c.fanout_max;
     return rc;
 }
 
