@@ -21,6 +21,16 @@ unsharded and sharded passes must agree on both figures.
   unsharded  fanout(shards=1, reuse_index=False): collect, build, ship, match
   sharded    fanout(shards=...): one stats job, the events' salting sample,
              the cogroup that builds each shard's index on the executors
+  fanout     fanout(events, subs) with its default arguments (shards="auto")
+  again      the same call again on the same subscriptions DataFrame
+  sql-merge, sql-broadcast
+             the plain Spark SQL shape-join (bench/sql_join.py: one candidate
+             key per filter shape, an equi-join on the filter), sort-merge or
+             with the subscriptions broadcast-hinted; no Python, no fastsub.
+             Its physical plans are printed (explain()).
+
+Every pass that delivers must agree with every other on the count and the
+checksum: the SQL passes are the fan-out's independent oracle.
 
 Reported per pass: wall seconds, events/s, shuffle bytes written per event
 (Spark's REST API), the peak RSS of the driver's Python and of its JVM (with
@@ -41,6 +51,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import sql_join  # noqa: E402  (bench/sql_join.py, the plain SQL way)
 SEED = 0x5EED
 VOCAB = (50, 100, 200, 500, 1000)
 ZIPF = 0.5
@@ -237,6 +249,7 @@ def main(argv=None):
     ap.add_argument("--cluster", action="store_true",
                     help="start a standalone cluster (a master, two 1-core workers) and run on it")
     ap.add_argument("--runs", default="warmup,identity,unsharded,sharded",
+                    # also: fanout, again, sql-merge, sql-broadcast
                     help="passes in order (warmup: the identity pass, not reported)")
     ap.add_argument("--shards", default="auto")
     ap.add_argument("--depth", default="auto")
@@ -295,6 +308,7 @@ def main(argv=None):
         return int(r[0]), int(r[1])
 
     results = {"subs": args.subs, "events": args.events, "where": where, "passes": {}}
+    explained = {}
     plan = None
     for name in args.runs.split(","):
         before = _shuffle_bytes(spark)
@@ -313,6 +327,14 @@ def main(argv=None):
                     # (salting included), passed on so that this pass shards at any size
                     plan = plan_shards(subs, "nats", shards, depth, events=events)
                     got = agg(fanout(events, subs, shards=plan))
+                elif name in ("fanout", "again"):
+                    got = agg(fanout(events, subs))
+                elif name in ("sql-merge", "sql-broadcast"):
+                    how = name.split("-")[1]
+                    joined = sql_join.sql_fanout(events, subs, "nats", plan=how)
+                    if how not in explained:
+                        explained[how] = joined._jdf.queryExecution().executedPlan().toString()
+                    got = agg(joined)
                 else:
                     raise SystemExit(f"unknown pass {name!r}")
             except IndexTooLargeError as e:
@@ -344,15 +366,21 @@ def main(argv=None):
         if name != "warmup":
             walls = [r["wall_s"] for r in rows]
             print(f"  {name:<10} median {statistics.median(walls):.1f} s over {len(walls)}: {walls}")
+    for how, text in explained.items():
+        print(f"== sql-{how}: physical plan\n{text}")
+    results["sql_plans"] = explained
     if "identity" in p:
         base = statistics.median(r["wall_s"] for r in p["identity"])
-        for name in ("unsharded", "sharded"):
-            if name in p:
+        for name in p:
+            if name not in ("identity", "warmup"):
                 print(f"  {name} / identity = {statistics.median(r['wall_s'] for r in p[name]) / base:.2f}")
-    if "unsharded" in p and "sharded" in p and not isinstance(p["unsharded"][0]["result"], str):
-        same = {tuple(r["result"]) for r in p["unsharded"] + p["sharded"]}
-        print(f"  unsharded and sharded deliveries agree: {len(same) == 1}")
+    delivered = [(name, tuple(r["result"])) for name, rows in p.items() if name not in ("identity", "warmup")
+                 for r in rows if not isinstance(r["result"], str)]
+    if len(delivered) > 1:
+        same = {got for _, got in delivered}
+        print(f"  {', '.join(sorted({n for n, _ in delivered}))}: deliveries agree: {len(same) == 1}")
         if len(same) != 1:
+            print(f"  MISMATCH: {delivered}")
             return 1
     if args.json:
         with open(args.json, "a") as f:

@@ -443,6 +443,9 @@ def markdown(res, mach, cmd, files, seconds):
             w(f"| {r['workload']} | {r['threads']} | {r['ns_per_subject']:.1f} | {r['ns_per_id']:.2f} | "
               f"{one['ns_per_subject'] / r['ns_per_subject']:.2f}x |")
         w("")
+    # Threads on a machine with the cores (bench/scaling.sh there, then
+    # bench/scaling_report.py here): its own section, kept and included.
+    included("scaling.md", w)
     if res.get("compare"):
         w("## Against pure-Python matchers")
         w("")
@@ -491,12 +494,18 @@ def markdown(res, mach, cmd, files, seconds):
     # The image (docs/FORMAT.md, version 3): bench/image.py writes its own
     # section (build, save, open, match from the mapped file, private memory of
     # processes sharing it), kept beside the figures and included here.
-    image_md = os.path.join(ROOT, "docs", "benchmarks", "image.md")
-    if os.path.exists(image_md):
-        with open(image_md, encoding="utf-8") as f:
+    included("image.md", w)
+    return "\n".join(L)
+
+
+def included(name, w):
+    """A section that its own script writes into docs/benchmarks/ (from a
+    run this report does not make), copied in where it exists."""
+    path = os.path.join(ROOT, "docs", "benchmarks", name)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
             w(f.read().rstrip("\n"))
         w("")
-    return "\n".join(L)
 
 
 README_START = "<!-- bench-summary: written by bench/report.py; edits here are overwritten -->"

@@ -10,9 +10,9 @@ the largest) -- with ns/row, the speed-up over the first count, and per
 batch the user and system CPU time and the voluntary and involuntary
 context switches (getrusage(RUSAGE_SELF) deltas around each call: every
 thread of the process).  Thread counts interleaved round by round, medians
-of --repeat.  light1m is light's generator at 1M filters (made on first use
-under bench/data/light1m, ~10 s here; no expected totals: every count must
-agree).
+of --repeat.  light1m (light10m, ...) is light's generator at 1M (10M, ...)
+filters (made on first use under bench/data/light1m, ~10 s per million
+here; no expected totals: every count must agree).
 --json FILE also writes the rows.  bench/scaling.sh runs it from a wheel.
 
 Reports, as medians of --repeat runs taken in this one process:
@@ -30,6 +30,7 @@ Reports, as medians of --repeat runs taken in this one process:
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -186,21 +187,24 @@ def bench_paho(repeat):
           f"({t_paho / t_match:.0f}x), match_many {t_many / n:6.1f} ns/subject ({t_paho / t_many:.0f}x)")
 
 
-# light's generator arguments at 1M filters (workloads.WORKLOADS["light"]).
-LIGHT1M_ARGS = ["--vocab", "50,100,200,500,1000", "--zipf", "0.5", "--fwc-min-depth", "2",
-                "--subs", "1000000"]
+# light's generator arguments (workloads.WORKLOADS["light"]), at N million
+# filters for the workload named lightNm (light1m, light10m).
+LIGHT_ARGS = ["--vocab", "50,100,200,500,1000", "--zipf", "0.5", "--fwc-min-depth", "2"]
+LIGHT_BIG = re.compile(r"light([1-9][0-9]*)m")
 
 
 def load_scaling(name):
     """(filters, ids, queues, publishes, expected totals or None)."""
-    if name != "light1m":
+    big = LIGHT_BIG.fullmatch(name)
+    if big is None:
         return (*load(name), EXPECTED[name])
     import workloads
     out = os.path.join(workloads.DATA, name)
     if not os.path.exists(os.path.join(out, "pubs.txt")):
         os.makedirs(out, exist_ok=True)
         print(f"generating {name} into {out} ...", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, workloads.GENERATOR, "--out", out, *LIGHT1M_ARGS], check=True,
+        subprocess.run([sys.executable, workloads.GENERATOR, "--out", out, *LIGHT_ARGS,
+                        "--subs", str(int(big.group(1)) * 1_000_000)], check=True,
                        stdout=subprocess.DEVNULL)
     filters, ids, queues = [], [], []
     with open(os.path.join(out, "subs.txt")) as f:
@@ -272,11 +276,11 @@ def scaling_table(names, counts, repeat, json_path=None):
                 print(f"  {name:9s} {t:3d} {ns:8.1f} {base / ns:7.2f}x {row['user_ms']:8.1f} {row['sys_ms']:7.1f} "
                       f"{med[3]:7.0f} {med[4]:8.0f}  {ok}", flush=True)
             del sl, arrow
+            if json_path:       # after each workload: a run cut short keeps what it measured
+                with open(json_path, "w") as f:
+                    json.dump({"cpus": cpus, "load": load_avg, "repeat": repeat, "rows": rows}, f, indent=1)
     finally:
         _core._set_batch_threading(**saved)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"cpus": cpus, "load": load_avg, "repeat": repeat, "rows": rows}, f, indent=1)
 
 
 def main():

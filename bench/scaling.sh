@@ -5,10 +5,12 @@
 #   bench/scaling.sh fastsub-*-cp312-*.whl [THREADS] [WORKLOADS] [REPEAT]
 #
 # THREADS defaults to 1,2,4,8,16; WORKLOADS to light,hot1k,heavy (add
-# light1m: light's generator at 1M filters, ~10 s to generate);
-# REPEAT (medians of) to 5.  It makes a venv in $SCALING_DIR (default
-# ./scaling-run), installs the wheel, numpy and pyarrow there (pip; set
-# PIP_INDEX_URL / PIP_FIND_LINKS for a mirror or local wheels), generates
+# light1m, light10m: light's generator at 1M, 10M filters, ~10 s per million);
+# REPEAT (medians of) to 5.  Where that Python already imports numpy and
+# pyarrow, the wheel is unpacked into $SCALING_DIR/site (default
+# ./scaling-run) and used beside them: no network, no venv.  Otherwise it
+# makes a venv there and installs the wheel, numpy and pyarrow (pip; set
+# PIP_INDEX_URL / PIP_FIND_LINKS for a mirror or local wheels).  It generates
 # the standard workloads with bench/gen_workload.py into $SCALING_DIR/data
 # (md5-checked against bench/workloads.py), then prints the table and
 # writes it as JSON to $SCALING_DIR/scaling.json, with uptime before and
@@ -28,15 +30,25 @@ py=${PYTHON:-python3.12}
     || { echo "scaling.sh: needs Python 3.12 (PYTHON=...) for a cp312 wheel"; exit 1; }
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
-if [ ! -x "$dir/venv/bin/python" ]; then
-    "$py" -m venv "$dir/venv"
+if "$py" -c 'import numpy, pyarrow' 2>/dev/null; then
+    # numpy and pyarrow already there (a machine without network): the
+    # wheel is unpacked beside them, no venv, no pip.
+    rm -rf "$dir/site"
+    "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$wheel" "$dir/site"
+    export PYTHONPATH="$dir/site"
+    run="$py"
+else
+    if [ ! -x "$dir/venv/bin/python" ]; then
+        "$py" -m venv "$dir/venv"
+    fi
+    "$dir/venv/bin/python" -m pip install -q --upgrade --force-reinstall --no-deps "$wheel"
+    "$dir/venv/bin/python" -m pip install -q numpy pyarrow
+    run="$dir/venv/bin/python"
 fi
-"$dir/venv/bin/python" -m pip install -q --upgrade --force-reinstall --no-deps "$wheel"
-"$dir/venv/bin/python" -m pip install -q numpy pyarrow
 export FASTSUB_BENCH_DATA="$dir/data"
 # The workloads named, made here (light1m is made by run_batch.py itself).
-names=$(echo "$only" | tr ',' '\n' | grep -v '^light1m$' | tr '\n' ' ')
-(cd "$dir" && "$dir/venv/bin/python" -c "
+names=$(echo "$only" | tr ',' '\n' | grep -v '^light[0-9]*m$' | tr '\n' ' ')
+(cd "$dir" && "$run" -c "
 import sys
 sys.path.insert(0, '$here')
 import workloads
@@ -46,7 +58,7 @@ for n in sys.argv[1:]:
 " $names)
 echo "== uptime before: $(uptime)"
 # From $dir, so `import fastsub` finds the wheel, not a source tree.
-(cd "$dir" && "$dir/venv/bin/python" -c "import fastsub, sys; print('fastsub', fastsub.__file__, sys.version.split()[0])")
-(cd "$dir" && "$dir/venv/bin/python" "$here/run_batch.py" --threads "$threads" --only "$only" \
+(cd "$dir" && "$run" -c "import fastsub, sys; print('fastsub', fastsub.__file__, sys.version.split()[0])")
+(cd "$dir" && "$run" "$here/run_batch.py" --threads "$threads" --only "$only" \
     --repeat "$repeat" --json "$dir/scaling.json")
 echo "== uptime after: $(uptime)"

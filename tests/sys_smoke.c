@@ -5,7 +5,8 @@
  * side implements on its own: the reader/writer lock under contention, a
  * condition-variable wait with a deadline, threads, once, the thread-exit
  * destructor, and a threaded batch (fs_batch_*) against the same batch on
- * one thread, with writers and the result cache running alongside.  Prints
+ * one thread, with writers and the result cache running alongside, and
+ * match() from 16 threads beside inserts and removes, the cache on.  Prints
  * "ok" and exits 0, or names the first failed check and exits 1. */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "fs_batch.h"
+#include "fs_brlock.h"
 #include "fs_pool.h"
 #include "fs_sys.h"
 #include "sublist.h"
@@ -46,6 +48,41 @@ static void hammer(void *arg)
                 torn = 1;
             fs_rwlock_rdunlock(&lock);
         }
+    }
+}
+
+/* ---- the index's lock (fs_brlock): the same, on its fast and long read
+ * sides, the readers reading without pause all the while: a writer gets
+ * in between overlapping reads (writers are preferred), or this hangs. */
+
+static fs_brlock blk;
+static long c_count, d_count;
+static atomic_int blk_torn, blk_writers_left;
+
+static void br_hammer(void *arg)
+{
+    int role = *(int *)arg;          /* 1 writer, 0 fast reader, 2 long reader */
+    if (role == 1) {
+        for (int i = 0; i < 5000; i++) {
+            fs_brlock_wrlock(&blk);
+            c_count++;
+            d_count++;
+            fs_brlock_wrunlock(&blk);
+        }
+        atomic_fetch_sub(&blk_writers_left, 1);
+        return;
+    }
+    while (atomic_load(&blk_writers_left) > 0) {
+        if (role == 0)
+            fs_brlock_rdlock(&blk);
+        else
+            fs_brlock_rdlock_long(&blk);
+        if (c_count != d_count)
+            atomic_store(&blk_torn, 1);
+        if (role == 0)
+            fs_brlock_rdunlock(&blk);
+        else
+            fs_brlock_rdunlock_long(&blk);
     }
 }
 
@@ -134,6 +171,71 @@ static void writer(void *arg)
     }
 }
 
+/* ---- match() from 16 threads, the cache on, beside inserts and removes.
+ * The path the Python layer takes (fs_sublist_match_small: a cache-only
+ * call first, then the walk), every answer checked against the one taken
+ * before the threads started: the writers' filters either match no
+ * subject ("churn.N.>") or add exactly one id (TOGGLE_ID, "orders.>"),
+ * which is taken out before comparing. */
+enum { MATCHERS = 16, MATCH_SUBJECTS = 800, MATCH_ROUNDS = 3, TOGGLE_ID = 777777 };
+static char msubj[MATCH_SUBJECTS][32];
+static size_t msubj_len[MATCH_SUBJECTS];
+static int64_t mwant[MATCH_SUBJECTS][8];
+static size_t mwant_n[MATCH_SUBJECTS];
+static atomic_int match_bad;
+static atomic_ullong match_calls;
+
+/* The plain ids of one match() of subject k, TOGGLE_ID left out, into
+ * ids (room for 8).  Their count, or -1 on an error. */
+static long match_one(int k, int64_t *ids)
+{
+    int64_t small[4];
+    size_t n = 0;
+    fs_workspace spare, *w = NULL;
+    fs_error err;
+    int rc = fs_sublist_match_small(sl, msubj[k], msubj_len[k], small, 4, &n, &spare, &w, &err, 0);
+    if (rc == FS_MATCH_WALK)
+        rc = fs_sublist_match_small(sl, msubj[k], msubj_len[k], small, 4, &n, &spare, &w, &err, 1);
+    if (rc != FS_OK)
+        return -1;
+    const int64_t *got = w ? w->r.ids : small;
+    size_t ngot = w ? w->r.nplain : n;
+    long m = 0;
+    for (size_t i = 0; i < ngot; i++)
+        if (got[i] != TOGGLE_ID && m < 8)
+            ids[m++] = got[i];
+    if (w)
+        fs_workspace_release(w, &spare);
+    return m;
+}
+
+static void matcher(void *arg)
+{
+    int first = *(int *)arg;
+    unsigned long long calls = 0;
+    for (int r = 0; r < MATCH_ROUNDS; r++)
+        for (int i = 0; i < MATCH_SUBJECTS; i++) {
+            int k = (first + i * 7) % MATCH_SUBJECTS;
+            int64_t ids[8];
+            long m = match_one(k, ids);
+            calls++;
+            if (m != (long)mwant_n[k] || memcmp(ids, mwant[k], sizeof(int64_t) * (size_t)m) != 0)
+                atomic_store(&match_bad, 1);
+        }
+    atomic_fetch_add(&match_calls, calls);
+}
+
+static void toggler(void *arg)
+{
+    (void)arg;
+    fs_error err;
+    fs_spec s = {"orders.>", 8, NULL, 0, TOGGLE_ID};
+    while (!atomic_load(&stop_writers)) {
+        fs_sublist_insert(sl, &s, &err);
+        fs_sublist_remove(sl, &s, &err);
+    }
+}
+
 int main(void)
 {
     /* rwlock: 2 writers, 2 readers */
@@ -146,6 +248,20 @@ int main(void)
         fs_thread_join(&t[i]);
     CHECK(a_count == 40000 && b_count == 40000 && !torn);
     fs_rwlock_destroy(&lock);
+
+    /* the index's lock: 2 writers, 3 fast readers, 1 long reader */
+    {
+        CHECK(fs_brlock_init(&blk) == 0);
+        atomic_store(&blk_writers_left, 2);
+        fs_thread bt[6];
+        int broles[6] = {1, 0, 0, 1, 0, 2};
+        for (int i = 0; i < 6; i++)
+            CHECK(fs_thread_start(&bt[i], br_hammer, &broles[i]) == 0);
+        for (int i = 0; i < 6; i++)
+            fs_thread_join(&bt[i]);
+        CHECK(c_count == 10000 && d_count == 10000 && !atomic_load(&blk_torn));
+        fs_brlock_destroy(&blk);
+    }
 
     /* a deadline wait that nobody signals times out, and not early */
     fs_mutex_init(&mu);
@@ -254,6 +370,38 @@ int main(void)
             CHECK(batch_agrees(i % 2 ? 4 : 16, (size_t)(i % 4)));
         fs_thread_join(&side);
         CHECK(atomic_load(&side_ok));
+    }
+    /* match() from 16 threads, the cache on (1,024 entries for 800
+     * subjects: hits, and misses after each invalidation), the churning
+     * writers and a toggler of a matching filter running; then stats()
+     * counts exactly the calls made (hits + misses, and matches). */
+    {
+        for (int k = 0; k < MATCH_SUBJECTS; k++) {
+            msubj_len[k] = (size_t)snprintf(msubj[k], sizeof msubj[k], "orders.%d.created", k);
+            long m = match_one(k, mwant[k]);
+            CHECK(m >= 0);
+            mwant_n[k] = (size_t)m;
+        }
+        fs_stats before, after;
+        fs_sublist_stats(sl, &before);
+        fs_thread tg, mt[MATCHERS];
+        int firsts[MATCHERS];
+        CHECK(fs_thread_start(&tg, toggler, NULL) == 0);
+        for (int i = 0; i < MATCHERS; i++) {
+            firsts[i] = i * 50;
+            CHECK(fs_thread_start(&mt[i], matcher, &firsts[i]) == 0);
+        }
+        for (int i = 0; i < MATCHERS; i++)
+            fs_thread_join(&mt[i]);
+        CHECK(!atomic_load(&match_bad));
+        fs_sublist_stats(sl, &after);
+        unsigned long long calls = atomic_load(&match_calls);
+        CHECK(calls == (unsigned long long)MATCHERS * MATCH_ROUNDS * MATCH_SUBJECTS);
+        CHECK(after.matches - before.matches == calls);
+        CHECK((after.cache.hits + after.cache.misses) - (before.cache.hits + before.cache.misses) == calls);
+        CHECK(after.cache.hits > before.cache.hits);
+        atomic_store(&stop_writers, 1);
+        fs_thread_join(&tg);
     }
     atomic_store(&stop_writers, 1);
     for (int i = 0; i < 2; i++)

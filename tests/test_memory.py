@@ -321,6 +321,13 @@ def _dialect_ops(d):
     def cached():
         return _build(d, cache_size=1024)
 
+    def big(cache_size=0):
+        # Past FS_WALK_RELEASE_MIN (1,000) subscriptions: match() walks
+        # without the GIL, after a cache-only look-up when cached.
+        sl = _build(d, cache_size=cache_size)
+        sl.insert_many([j(["bulk", str(i), "x"]) for i in range(1200)], list(range(50_000, 51_200)))
+        return sl
+
     ops = [
         # insert
         ("insert-literal-new", base, lambda sl: sl.insert(j(["orders", "us", "created"]), 900)),
@@ -430,6 +437,8 @@ def _dialect_ops(d):
         ("match_many-threads-cached", cached,
          lambda sl: sl.match_many(many_rows, queues="all", threads=2, dedupe=True), "lenient racy"),
         ("match-dedupe", base, lambda sl: sl.match(j("abcd"), dedupe=True), "thread"),
+        ("match-big-index-nogil", big, lambda sl: sl.match(j("abcd")), "thread"),
+        ("cached-match-big-index-nogil", lambda: big(1024), lambda sl: sl.match(j("abcd")), "thread lenient"),
         ("to_bytes", base, lambda sl: sl.to_bytes()),
         ("from_bytes", base, lambda sl: Sublist.from_bytes(_blob(d))),
         ("from_bytes-cached", base, lambda sl: Sublist.from_bytes(_blob(d), cache_size=64)),

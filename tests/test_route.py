@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from examples import examples
 from fastsub import _reference as R
-from fastsub._core import ROUTE_ANY, ROUTE_INVALID, ROUTE_KEYED, ROUTE_NULL, route_keys
+from fastsub._core import ROUTE_ANY, ROUTE_INVALID, ROUTE_KEYED, ROUTE_NULL, route_keys, route_split
 from strategies import ALL_DIALECTS, filters, subjects
 
 
@@ -69,8 +69,8 @@ def test_keys_are_stable_and_spread():
     executors and another machine must agree (these values are pinned; a
     change would send events and filters of one run to different shards if
     two builds ever met in one cluster)."""
-    assert route_keys(["orders.eu"], "nats", 1)[0].tolist() == [3610081901379897859]
-    assert route_keys(["a/b/c"], "mqtt", 2)[0].tolist() == [8777774491339146430]
+    assert route_keys(["orders.eu"], "nats", 1)[0].tolist() == [416231822545541734]
+    assert route_keys(["a/b/c"], "mqtt", 2)[0].tolist() == [1865999723604705596]
     keys, kinds = route_keys([f"k{i}.x" for i in range(4096)], "nats", 1)
     assert (kinds == ROUTE_KEYED).all() and (keys >= 0).all()
     assert len(set((keys % 64).tolist())) == 64
@@ -87,3 +87,24 @@ def test_bad_arguments():
         route_keys(["a"], "xmpp", 1)
     with pytest.raises(TypeError):
         route_keys("a.b", "nats", 1)
+
+
+def test_keys_are_sparks_xxhash64_of_the_tokens():
+    """A key is Spark SQL's xxhash64 of the tokens (XXH64 of each token's
+    UTF-8 bytes seeded with the hash so far, from 42), sign bit cleared, so
+    the JVM can route subjects itself (tests/spark/test_route_column.py);
+    here against the plain-Python XXH64."""
+    from xxh64 import xxh64
+
+    def spark_hash(tokens):
+        h = 42
+        for t in tokens:
+            h = xxh64(t.encode(), h)
+        return h & (2 ** 63 - 1)
+    assert route_keys(["orders.eu.x"], "nats", 2)[0].tolist() == [spark_hash(["orders", "eu"])]
+    assert route_keys(["é/日本//x"], "mqtt", 3)[0].tolist() == [spark_hash(["é", "日本", ""])]
+    # shorter than the depth: every token (zero for AMQP's empty key)
+    assert route_keys(["a.b"], "nats", 3)[0].tolist() == [spark_hash(["a", "b"])]
+    assert route_keys([""], "amqp", 2)[0].tolist() == [spark_hash([])]
+    assert route_split("nats") == (".", False) and route_split("mqtt") == ("/", False)
+    assert route_split("amqp") == (".", True)

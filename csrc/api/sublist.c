@@ -18,6 +18,19 @@
 #include "fs_table.h"
 #include "fs_trie.h"
 
+/* Release the write lock, publishing the count for lock-free readers of
+ * the index's size (fs_sublist_walk_costly). */
+static void write_done(fs_sublist *sl)
+{
+    atomic_store_explicit(&sl->size_hint, sl->count, memory_order_relaxed);
+    fs_brlock_wrunlock(&sl->lock);
+}
+
+void fs_sublist_publish_count(fs_sublist *sl)
+{
+    atomic_store_explicit(&sl->size_hint, sl->count, memory_order_relaxed);
+}
+
 fs_sublist *fs_sublist_new(fs_dialect d)
 {
     fs_sublist *sl = FS_MALLOC(sizeof(fs_sublist));
@@ -35,13 +48,13 @@ fs_sublist *fs_sublist_new(fs_dialect d)
         return NULL;
     }
     sl->nodes = 0;  /* the root is not counted */
-    if (fs_rwlock_init(&sl->lock) != 0) {
+    if (fs_brlock_init(&sl->lock) != 0) {
         fs_slab_destroy(&sl->slab);
         FS_FREE(sl);
         return NULL;
     }
     if (fs_sl_fork_track(sl) != FS_OK) {
-        fs_rwlock_destroy(&sl->lock);
+        fs_brlock_destroy(&sl->lock);
         fs_slab_destroy(&sl->slab);
         FS_FREE(sl);
         return NULL;
@@ -67,7 +80,7 @@ void fs_sublist_free(fs_sublist *sl)
     }
     fs_slab_destroy(&sl->slab);
     fs_cache_free(sl->cache);
-    fs_rwlock_destroy(&sl->lock);
+    fs_brlock_destroy(&sl->lock);
     FS_FREE(sl);
 }
 
@@ -75,17 +88,17 @@ fs_dialect fs_sublist_dialect(const fs_sublist *sl) { return sl->dialect; }
 
 uint64_t fs_sublist_count(fs_sublist *sl)
 {
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock(&sl->lock);
     uint64_t c = sl->count;
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock(&sl->lock);
     return c;
 }
 
 uint64_t fs_sublist_generation(fs_sublist *sl)
 {
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock(&sl->lock);
     uint64_t g = sl->generation;
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock(&sl->lock);
     return g;
 }
 
@@ -406,9 +419,9 @@ int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
     if (rc == FS_OK) {
         fs_growth g;
-        fs_rwlock_wrlock(&sl->lock);
+        fs_brlock_wrlock(&sl->lock);
         rc = insert_locked(sl, &t, &ps, spec->id, &g, 1);
-        fs_rwlock_wrunlock(&sl->lock);
+        write_done(sl);
     }
     fs_tokens_free(&t);
     return rc;
@@ -421,9 +434,9 @@ int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     fs_tokens_init(&t);
     int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
     if (rc == FS_OK) {
-        fs_rwlock_wrlock(&sl->lock);
+        fs_brlock_wrlock(&sl->lock);
         rc = remove_locked(sl, &t, &ps, spec->id, 1);
-        fs_rwlock_wrunlock(&sl->lock);
+        write_done(sl);
     }
     fs_tokens_free(&t);
     return rc;
@@ -448,7 +461,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
     fs_tokens_init(&t);
     int rc = FS_OK;
     size_t i;
-    fs_rwlock_wrlock(&sl->lock);
+    fs_brlock_wrlock(&sl->lock);
     uint64_t generation = sl->generation;
     for (i = 0; i < n; i++) {
         rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
@@ -482,7 +495,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
             if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
                 fs_cache_invalidate(sl->cache, sl->dialect, ps.filter, ps.filter_len, &t, ps.literal);
     }
-    fs_rwlock_wrunlock(&sl->lock);
+    write_done(sl);
     fs_tokens_free(&t);
     FS_FREE(fresh);
     FS_FREE(grew);
@@ -504,7 +517,7 @@ int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
             *bad = i;
     }
     if (rc == FS_OK) {
-        fs_rwlock_wrlock(&sl->lock);
+        fs_brlock_wrlock(&sl->lock);
         /* A mapped image moves every filter to its live part first (which
          * may fail, changing no answer); the removals then cannot fail. */
         for (size_t i = 0; sl->img.base && i < n && rc == FS_OK; i++) {
@@ -515,7 +528,7 @@ int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
             parse_spec(sl->dialect, &specs[i], &t, &ps, err);
             *changed += (size_t)remove_locked(sl, &t, &ps, specs[i].id, 1);
         }
-        fs_rwlock_wrunlock(&sl->lock);
+        write_done(sl);
     }
     fs_tokens_free(&t);
     return rc;
@@ -526,17 +539,17 @@ int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
     fs_cache *c = NULL;
     if (capacity && !(c = fs_cache_new(capacity)))
         return FS_ENOMEM;
-    fs_rwlock_wrlock(&sl->lock);
+    fs_brlock_wrlock(&sl->lock);
     fs_cache *old = sl->cache;
     sl->cache = c;
-    fs_rwlock_wrunlock(&sl->lock);
+    write_done(sl);
     fs_cache_free(old);
     return FS_OK;
 }
 
 void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
 {
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock(&sl->lock);
     st->subscriptions = sl->count;
     st->nodes = sl->nodes;
     st->memory_bytes = sl->mem + sizeof(fs_sublist) + sizeof(uint64_t) * sl->masked_cap;
@@ -552,8 +565,15 @@ void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
         fs_cache_stats_get(sl->cache, &st->cache);
         st->memory_bytes += st->cache.bytes;
     }
-    fs_rwlock_rdunlock(&sl->lock);
-    st->matches = atomic_load_explicit(&sl->matches, memory_order_relaxed);
-    st->fanout_total = atomic_load_explicit(&sl->fanout_total, memory_order_relaxed);
-    st->fanout_max = atomic_load_explicit(&sl->fanout_max, memory_order_relaxed);
+    fs_brlock_rdunlock(&sl->lock);
+    /* Each thread counts its matches in its own stripe: the sums. */
+    st->matches = st->fanout_total = st->fanout_max = 0;
+    for (unsigned i = 0, used = fs_stripes_used(); i < used; i++) {
+        const fs_stripe *sp = &sl->lock.stripe[i];
+        st->matches += atomic_load_explicit(&sp->matches, memory_order_relaxed);
+        st->fanout_total += atomic_load_explicit(&sp->fanout_total, memory_order_relaxed);
+        uint64_t m = atomic_load_explicit(&sp->fanout_max, memory_order_relaxed);
+        if (m > st->fanout_max)
+            st->fanout_max = m;
+    }
 }

@@ -36,8 +36,7 @@
  * "Layers of the C core" draws it):
  *
  *   serial/  fs_image.c the mapped image (version 3: written, opened,
- *            verified), fs_serial.c versions 1 and 2, fs_checksum.h and
- *            fs_xxh64.h (borrowed, written from its specification) the
+ *            verified), fs_serial.c versions 1 and 2, fs_checksum.h the
  *            format's checksum; they build indexes through this API
  *   api/     sublist.c: this API -- creates and frees an index, validates,
  *            locks and routes the writes (insert, remove, bulk; the cache
@@ -63,8 +62,11 @@
  *            strings, fs_route.c the sharded fan-out's route keys
  *   base/    fs_status.h the status codes of the whole core, fs_bits.h the
  *            compiler built-ins, fs_alloc.c the one door for memory, fs_sys.c
- *            threads and locks (POSIX or Windows), fs_fork.c the fork
- *            registry (any lock registers with it)
+ *            threads and locks (POSIX or Windows), fs_brlock.c the index's
+ *            lock (a reader/writer lock whose readers write only their own
+ *            thread's stripe), fs_fork.c the fork registry (any lock
+ *            registers with it), fs_xxh64.h XXH64 (borrowed, written from
+ *            its specification: the format's checksum, the route key)
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
@@ -96,6 +98,10 @@ typedef struct {
 
 /* A new empty index; NULL when out of memory. */
 fs_sublist *fs_sublist_new(fs_dialect d);
+/* Publish sl->count to lock-free readers (fs_sublist_walk_costly): the
+ * write unlock does it; an index built before anyone else sees it (loaded,
+ * opened) calls this. */
+void fs_sublist_publish_count(fs_sublist *sl);
 /* Frees everything the index holds (never allocates). */
 void fs_sublist_free(fs_sublist *sl);
 fs_dialect fs_sublist_dialect(const fs_sublist *sl);

@@ -27,7 +27,9 @@
  * waits for a first use in progress instead of copying it half done.
  *
  * The parent releases them in the reverse order.  The child re-creates
- * each index's lock instead of releasing it: a glibc rwlock counts the
+ * each index's lock instead of releasing it (fs_brlock_child_reset: its
+ * rwlock re-created, its stripes' reader counts zeroed -- a parent thread
+ * may have been between a reader's add and its back-off): a glibc rwlock counts the
  * readers and writers that were waiting for it in the lock word itself (a
  * waiting reader registers before it sleeps, and is handed the lock when
  * the writer leaves), and those threads do not exist in the child, so an

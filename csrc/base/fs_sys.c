@@ -9,6 +9,8 @@
 
 #include "fs_status.h"
 
+#include <stdatomic.h>
+
 #ifdef _WIN32
 #include <process.h>
 #else
@@ -18,6 +20,27 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #endif
+
+FS_THREAD_LOCAL unsigned fs_stripe_plus1;
+
+/* Threads given a stripe so far.  64 bits: a server that starts a thread
+ * per request never wraps it back below FS_STRIPES (fs_stripes_used would
+ * then hide stripes in use from a writer). */
+static atomic_ullong stripes_next;
+
+unsigned fs_thread_stripe_assign(void)
+{
+    unsigned long long n = atomic_fetch_add_explicit(&stripes_next, 1, memory_order_seq_cst);
+    unsigned s = (unsigned)(n % FS_STRIPES);
+    fs_stripe_plus1 = s + 1;
+    return s;
+}
+
+unsigned fs_stripes_used(void)
+{
+    unsigned long long n = atomic_load_explicit(&stripes_next, memory_order_seq_cst);
+    return n < FS_STRIPES ? (unsigned)n : FS_STRIPES;
+}
 
 /* A thread starts in a trampoline that calls the caller's void fn(void *):
  * the two systems want different start-routine signatures, and the

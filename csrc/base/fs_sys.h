@@ -242,6 +242,44 @@ static inline void fs_cpu_relax(void) { __asm__ __volatile__("yield" ::: "memory
 static inline void fs_cpu_relax(void) { atomic_signal_fence(memory_order_seq_cst); }
 #endif
 
+/* ------------------------------------------------- a thread's stripe */
+
+/* Counters that every match() updates -- the index lock's reader count,
+ * the match and cache tallies -- are kept in FS_STRIPES stripes, one cache
+ * line each, and a thread writes only its own stripe's line: a read that
+ * wrote a line other threads write too would make threads take turns with
+ * that line and stop scaling.  A thread's stripe is the order in which it
+ * first asked, modulo FS_STRIPES (more threads than that share stripes:
+ * every stripe field is atomic, so sharing costs only speed).  The readers
+ * of a sum (stats(), a writer waiting for readers to leave) look at the
+ * first fs_stripes_used() stripes only, so a program with one thread scans
+ * one line. */
+#define FS_STRIPES 32u
+#if defined(_MSC_VER) && !defined(__clang__)
+#define FS_THREAD_LOCAL __declspec(thread)
+#elif defined(__GNUC__) && !defined(_WIN32)
+/* initial-exec: one load from the thread pointer (the default model in a
+ * shared object calls __tls_get_addr on every access) */
+#define FS_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))
+#else
+#define FS_THREAD_LOCAL _Thread_local
+#endif
+/* This thread's stripe plus one; 0 until fs_thread_stripe_assign. */
+extern FS_THREAD_LOCAL unsigned fs_stripe_plus1;
+/* Give the calling thread its stripe (and count it in fs_stripes_used). */
+unsigned fs_thread_stripe_assign(void);
+/* The calling thread's stripe, in [0, FS_STRIPES). */
+static inline unsigned fs_thread_stripe(void)
+{
+    unsigned s = fs_stripe_plus1;
+    return s ? s - 1 : fs_thread_stripe_assign();
+}
+/* How many stripes any thread has been given (1..FS_STRIPES; 0 before the
+ * first): stripes at or past it have never been written.  A sequentially
+ * consistent load: a thread's stripe is counted here before its first
+ * write to it (see fs_brlock.c for why a writer relies on that). */
+unsigned fs_stripes_used(void);
+
 /* ------------------------------------------------------------ clock */
 
 /* A monotonic clock in nanoseconds, for measuring short spans (a batch

@@ -367,7 +367,7 @@ static int matcher_run(row_matcher *m, const rows_job *jp)
             break;
         }
         size_t stop = job.end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : job.end;
-        fs_rwlock_rdlock(&sl->lock);
+        fs_brlock_rdlock(&sl->lock);
         int cached_index = sl->cache != NULL;
         while (i < stop && rc == FS_OK) {
             size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;

@@ -123,11 +123,13 @@ int fs_image_mask(fs_sublist *sl, const fs_node *n)
 
 /* ============================================================ fork */
 
-static void sl_lock(void *sl) { fs_rwlock_wrlock(&((fs_sublist *)sl)->lock); }
-static void sl_unlock(void *sl) { fs_rwlock_wrunlock(&((fs_sublist *)sl)->lock); }
-/* In the child: a fresh lock instead of a release (fs_fork.c says why).
- * fs_rwlock_init cannot fail here: glibc's allocates nothing. */
-static void sl_relock(void *sl) { (void)fs_rwlock_init(&((fs_sublist *)sl)->lock); }
+static void sl_lock(void *sl) { fs_brlock_wrlock(&((fs_sublist *)sl)->lock); }
+static void sl_unlock(void *sl) { fs_brlock_wrunlock(&((fs_sublist *)sl)->lock); }
+/* In the child: a fresh lock instead of a release (fs_fork.c says why):
+ * fs_brlock_child_reset re-creates its rwlock and zeroes its stripes'
+ * reader counts (a parent thread may have been between a reader's add and
+ * its back-off). */
+static void sl_relock(void *sl) { fs_brlock_child_reset(&((fs_sublist *)sl)->lock); }
 
 int fs_sl_fork_track(fs_sublist *sl)
 {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fs_bits.h"
+#include "fs_brlock.h"
 #include "fs_fork.h"
 #include "fs_mem.h"
 #include "fs_node.h"
@@ -172,7 +173,10 @@ typedef struct {
 } fs_img;
 
 struct fs_sublist {
-    fs_rwlock lock;
+    /* readers: match(), batches, stats (fast side), serializing, thawing,
+     * reverse_match (long side); writers: every change, set_cache, the
+     * cache reclaim, fork().  Its stripes also hold the match counts. */
+    fs_brlock lock;
     fs_dialect dialect;
     fs_node *root;        /* the trie: filters with a wildcard */
     fs_level literals;    /* whole literal filters -> entry (parent NULL), keyed
@@ -194,11 +198,12 @@ struct fs_sublist {
     fs_cache *cache;      /* CLOCK cache of match results; NULL when disabled */
     fs_slab slab;         /* the blocks of every node and table entry */
     uint64_t count;       /* subscriptions */
+    _Atomic uint64_t size_hint;   /* count as of the last write unlock, read
+                                   * without the lock (fs_sublist_walk_costly) */
     uint64_t nodes;
     uint64_t mem;         /* bytes allocated for the index */
     uint64_t generation;
     uint64_t inserts, removes;
-    _Atomic uint64_t matches, fanout_total, fanout_max;
     fs_fork_entry fork;   /* its lock in the fork registry (fs_layout.c) */
 };
 

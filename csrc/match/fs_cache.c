@@ -41,13 +41,22 @@ struct fs_cache_shard {
 };
 typedef struct fs_cache_shard fs_cache_shard;
 
+/* Hit and miss counts, one stripe per thread stripe (fs_sys.h): a call
+ * flushes its tally into its own thread's line, never into one that
+ * other threads write; stats sums them.  128 bytes: the two counters lie
+ * in one line, never a neighbour's, whatever the allocation's alignment. */
+typedef struct {
+    _Atomic uint64_t hits, misses;
+    char pad[128 - 2 * sizeof(uint64_t)];
+} fs_tally_stripe;
+
 struct fs_cache {
     uint32_t nshards, shard_bits;
     size_t capacity;
     char pad0[64];
-    _Atomic uint64_t hits, misses;    /* flushed tallies: once per call */
     atomic_size_t nretired;
     char pad1[64];
+    fs_tally_stripe tally[FS_STRIPES];
     fs_cache_shard shards[];
 };
 
@@ -235,10 +244,11 @@ void fs_cache_buckets(const fs_cache *c, const uint32_t *hash, size_t n, const f
 
 void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally)
 {
+    fs_tally_stripe *t = &c->tally[fs_thread_stripe()];
     if (tally->hits)
-        atomic_fetch_add_explicit(&c->hits, tally->hits, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->hits, tally->hits, memory_order_relaxed);
     if (tally->misses)
-        atomic_fetch_add_explicit(&c->misses, tally->misses, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->misses, tally->misses, memory_order_relaxed);
 }
 
 #define ALIGN8(x) (((x) + 7u) & ~(size_t)7u)
@@ -372,8 +382,10 @@ void fs_cache_stats_get(fs_cache *c, fs_cache_stats *st)
     memset(st, 0, sizeof(*st));
     st->capacity = c->capacity;
     st->bytes = sizeof(fs_cache) + c->nshards * sizeof(fs_cache_shard);
-    st->hits = atomic_load_explicit(&c->hits, memory_order_relaxed);
-    st->misses = atomic_load_explicit(&c->misses, memory_order_relaxed);
+    for (unsigned i = 0, used = fs_stripes_used(); i < used; i++) {
+        st->hits += atomic_load_explicit(&c->tally[i].hits, memory_order_relaxed);
+        st->misses += atomic_load_explicit(&c->tally[i].misses, memory_order_relaxed);
+    }
     for (uint32_t i = 0; i < c->nshards; i++) {
         fs_cache_shard *sh = &c->shards[i];
         shard_lock(sh);

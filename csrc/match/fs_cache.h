@@ -15,7 +15,8 @@
  * or cached workloads stop scaling with threads (an LRU relinks on every
  * hit, under a lock).  Here a hit reads the bucket chain with acquire loads
  * and sets its entry's reference bit only when it is clear; hit and miss
- * counts go to a caller's tally, added to the shared counters once per call.
+ * counts go to a caller's tally, added once per call to the counters of
+ * the caller's thread stripe (fs_sys.h), a line no other thread writes.
  *
  * Lifetimes, with the index's lock (the caller's):
  *  - lookups and fills run under the read lock.  A fill that evicts cannot
@@ -42,8 +43,9 @@ typedef struct {
     uint64_t entries, capacity, hits, misses, bytes;
 } fs_cache_stats;
 
-/* A caller's own hit and miss counts (on its stack): added to the cache's
- * counters by fs_cache_tally_flush, once per call rather than per lookup. */
+/* A caller's own hit and miss counts (on its stack): added to its thread
+ * stripe's counters by fs_cache_tally_flush, once per call rather than per
+ * lookup; fs_cache_stats_get sums the stripes. */
 typedef struct {
     uint64_t hits, misses;
 } fs_cache_tally;

@@ -30,15 +30,19 @@ static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scrat
 
 void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
 {
-    atomic_fetch_add_explicit(&sl->matches, matches, memory_order_relaxed);
+    /* Into the calling thread's stripe (fs_brlock.h): a line no other
+     * thread writes (unless more than FS_STRIPES threads match), so
+     * match() from many threads shares nothing here.  stats() sums. */
+    fs_stripe *sp = fs_brlock_mine(&sl->lock);
+    atomic_fetch_add_explicit(&sp->matches, matches, memory_order_relaxed);
     /* A locked add costs a match() more than its lookup's arithmetic: none
      * when nothing matched (~40% of subjects in the benchmarks). */
     if (fanout == 0)
         return;
-    atomic_fetch_add_explicit(&sl->fanout_total, fanout, memory_order_relaxed);
-    uint64_t cur = atomic_load_explicit(&sl->fanout_max, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sp->fanout_total, fanout, memory_order_relaxed);
+    uint64_t cur = atomic_load_explicit(&sp->fanout_max, memory_order_relaxed);
     while (fanout_max > cur &&
-           !atomic_compare_exchange_weak_explicit(&sl->fanout_max, &cur, fanout_max,
+           !atomic_compare_exchange_weak_explicit(&sp->fanout_max, &cur, fanout_max,
                                                   memory_order_relaxed, memory_order_relaxed))
         ;
 }
@@ -63,10 +67,10 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
 
 void fs_reclaim_cache(fs_sublist *sl)
 {
-    fs_rwlock_wrlock(&sl->lock);
+    fs_brlock_wrlock(&sl->lock);
     if (sl->cache)
         fs_cache_reclaim(sl->cache);
-    fs_rwlock_wrunlock(&sl->lock);
+    fs_brlock_wrunlock(&sl->lock);
 }
 
 /* End of a read-locked call that may have filled the cache: flush its
@@ -79,7 +83,7 @@ void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
         fs_cache_tally_flush(sl->cache, tally);
         reclaim = fs_cache_should_reclaim(sl->cache);
     }
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock(&sl->lock);
     if (reclaim)
         fs_reclaim_cache(sl);
 }
@@ -89,7 +93,7 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
 {
     int rc;
     fs_cache_tally tally = {0, 0};
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock(&sl->lock);
     /* The whole-subject hash keys the cache alone. */
     uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
     const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
@@ -136,19 +140,49 @@ static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *
     return 1;
 }
 
+/* The Python layer releases the GIL for a walk from this many
+ * subscriptions on.  Measured (bench/match_release.py, CPython 3.11, one
+ * thread, CPU ns per call; the table is in docs/design.md, "Threads"): the
+ * release and re-acquire cost ~28 ns at any size; a match() of 10-100
+ * filters is ~77 ns, nearly all Python call and result, and a bigger index
+ * adds the walk's own cost to that: ~30 ns at 1,000 filters, ~40 at 10k,
+ * ~60 at 100k, ~130 at 1M.  From 1,000 on the walk costs more than the
+ * release, and another thread can run during it. */
+#define FS_WALK_RELEASE_MIN 1000
+
+static _Atomic uint64_t walk_release_min = FS_WALK_RELEASE_MIN;
+
+int fs_sublist_walk_costly(const fs_sublist *sl)
+{
+    return atomic_load_explicit(&sl->size_hint, memory_order_relaxed) >=
+           atomic_load_explicit(&walk_release_min, memory_order_relaxed);
+}
+
+uint64_t fs_set_walk_release_min(uint64_t n)
+{
+    return atomic_exchange_explicit(&walk_release_min, n, memory_order_relaxed);
+}
+
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                            int64_t *ids, size_t cap, size_t *n,
-                           fs_workspace *spare, fs_workspace **wp, fs_error *err)
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk)
 {
     int rc = FS_OK;
     fs_workspace *w = NULL;
     fs_cache_tally tally = {0, 0};
     *n = 0;
     *wp = NULL;
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock(&sl->lock);
     /* The whole-subject hash keys the cache alone. */
     uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
     const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    if (!cached && !walk) {
+        /* The caller walks in a second call: this one leaves no trace
+         * (the miss is counted then). */
+        tally.misses = 0;
+        fs_read_done(sl, &tally);
+        return FS_MATCH_WALK;
+    }
     /* A small cached answer goes straight to ids: no workspace, no copy
      * into a result. */
     if (!cached || !copy_small(cached, ids, cap, n)) {
@@ -219,7 +253,7 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
                         fs_error *err)
 {
     fs_cache_tally tally = {0, 0};
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock(&sl->lock);
     int rc = interest_locked(sl, subject, len, sc, nplain, nqueue, err, &tally);
     fs_read_done(sl, &tally);
     if (rc == FS_OK)
@@ -230,7 +264,7 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
 int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
                             fs_scratch *sc, fs_error *err)
 {
-    fs_rwlock_rdlock(&sl->lock);      /* once: a lock pair is ~60 instructions */
+    fs_brlock_rdlock(&sl->lock);      /* once: a lock pair is ~60 instructions */
     if (sl->cache) {
         /* With a cache the whole answer is worth computing: it is kept,
          * and the next question about this subject is one lookup. */
@@ -247,7 +281,7 @@ int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
     int rc = walk_locked(sl, subject, len, sc, 1, err);
     if (rc == FS_OK)
         rc = sc->nhits > 0;
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock(&sl->lock);
     if (rc >= 0)
         count_match(sl, 0);
     return rc;

@@ -61,10 +61,25 @@ void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
  * needs no workspace at all.  Any other answer is left in (*wp)->r, with
  * *wp the thread's workspace (or spare, see fs_workspace_acquire) lent to
  * the caller until fs_workspace_release(*wp, spare).  FS_OK, FS_EINVAL or
- * FS_ENOMEM (then *wp is NULL). */
+ * FS_ENOMEM (then *wp is NULL).  walk 0: answer only from the cache; when
+ * the answer is not there, return FS_MATCH_WALK having done and counted
+ * nothing (*wp NULL), so that the caller can let go of what it holds (the
+ * GIL) for the walk and call again with walk 1. */
+#define FS_MATCH_WALK 1
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                            int64_t *ids, size_t cap, size_t *n,
-                           fs_workspace *spare, fs_workspace **wp, fs_error *err);
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk);
+
+/* Whether a walk of this index costs more than a caller's release of the
+ * GIL (the Python layer's rule, measured: see FS_WALK_RELEASE_MIN in
+ * fs_match.c).  Lock-free: reads the subscription count as of the last
+ * change (an atomic the writers publish), so it may lag a change in
+ * progress. */
+int fs_sublist_walk_costly(const fs_sublist *sl);
+/* Testing and measuring: the size from which a walk counts as costly (0:
+ * always; UINT64_MAX: never).  Returns the previous one. */
+uint64_t fs_set_walk_release_min(uint64_t n);
+
 
 
 /* ---- internals (fs_match.c) */

@@ -80,11 +80,11 @@ int fs_sublist_reverse_match(fs_sublist *sl, const char *filter, size_t len,
     rc = fs_tokenize(sl->dialect, filter, len, 1, &sc->toks, err);
     if (rc < 0)
         return rc;
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock_long(&sl->lock);
     rc = reverse_part(sl, sl, filter, len, sc, r);
     if (rc == FS_OK && sl->live)
         rc = reverse_part(sl, sl->live, filter, len, sc, r);
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock_long(&sl->lock);
     if (rc == FS_OK)
         fs_rresult_sort(r);
     return rc;

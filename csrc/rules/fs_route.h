@@ -33,4 +33,11 @@ enum {
 int fs_route_rows(fs_dialect d, const fs_strings *rows, int is_filter, unsigned depth,
                   int64_t *key, uint8_t *kind);
 
+/* What a router outside C (a JVM expression: fastsub.spark.shard's
+ * route_column) needs to split a subject as fs_tokenize does, for a subject
+ * the tokenizer accepts: the separator, and whether the empty string is
+ * zero tokens (AMQP's empty key) rather than invalid. */
+char fs_route_separator(fs_dialect d);
+int fs_route_empty_is_no_tokens(fs_dialect d);
+
 #endif

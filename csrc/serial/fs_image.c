@@ -131,7 +131,7 @@ int fs_image_thaw(fs_sublist *sl, fs_sublist **out)
     *out = NULL;
     thaw_ctx c = {fs_sublist_new(sl->dialect), FS_MALLOC(FS_MAX_SUBJECT + 1)};
     int rc = c.to && c.path ? FS_OK : FS_ENOMEM;
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock_long(&sl->lock);
     if (rc == FS_OK)
         rc = each_node(sl, thaw_add, &c);
     if (rc == FS_OK && sl->live)
@@ -140,7 +140,7 @@ int fs_image_thaw(fs_sublist *sl, fs_sublist **out)
         fs_img_bad(sl);
     if (rc == FS_OK && atomic_load(&sl->damaged))
         rc = FS_EBADDATA;
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock_long(&sl->lock);
     FS_FREE(c.path);
     if (rc < 0) {
         fs_sublist_free(c.to);
@@ -455,9 +455,9 @@ static int write_locked(writer *W, const fs_sublist *sl)
  * FS_EBADDATA (a damaged opened image). */
 static int write_image(fs_sublist *sl, writer *W)
 {
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock(&sl->lock);
     int unchanged = sl->img.base && !sl->live;
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock(&sl->lock);
     if (unchanged) {                    /* an unchanged image is its own image */
         if (fs_image_damaged(sl))
             return FS_EBADDATA;
@@ -476,10 +476,10 @@ static int write_image(fs_sublist *sl, writer *W)
         }
         return rc;
     }
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock_long(&sl->lock);
     W->sl = sl;
     int rc = write_locked(W, sl);
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock_long(&sl->lock);
     return rc < 0 || W->w.oom ? FS_ENOMEM : FS_OK;
 }
 
@@ -925,6 +925,7 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
     sl->shapes.n = (uint32_t)R.nshapes;
     memcpy(sl->shapes.probe, R.probe, sizeof(R.probe));
     sl->count = get_le(h + 24, 8);
+    fs_sublist_publish_count(sl);
     sl->nodes = R.nodes;
     if (verify) {
         int rc = verify_image(sl, err);

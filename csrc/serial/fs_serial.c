@@ -338,10 +338,10 @@ int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
     uint64_t nlit = 0, ntrie = 0;
     *out = NULL;
     *len = 0;
-    fs_rwlock_rdlock(&sl->lock);
+    fs_brlock_rdlock_long(&sl->lock);
     fs_dialect dialect = sl->dialect;
     int rc = dump_locked(sl, &d, &nlit, &ntrie);
-    fs_rwlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock_long(&sl->lock);
     FS_FREE(d.gs);
     FS_FREE(d.kids);
     if (rc == FS_OK)
@@ -984,6 +984,7 @@ int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *er
         return rc;
     }
     sl->count = nsubs;
+    fs_sublist_publish_count(sl);
     *out = sl;
     return FS_OK;
 }

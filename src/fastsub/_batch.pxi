@@ -101,10 +101,10 @@ cdef class _IdBuffer:
     cdef Py_ssize_t strides[1]
 
     def __getbuffer__(self, Py_buffer *buf, int flags):
+        # shape and strides are set once, by _take_ids: threads exporting
+        # one buffer at once (free-threaded builds) only read this object.
         if flags & PyBUF_WRITABLE:
             raise BufferError("match_many ids are read-only")
-        self.shape[0] = <Py_ssize_t>self.buf.n
-        self.strides[0] = sizeof(int64_t)
         if self.buf.ids != NULL:
             buf.buf = <void *>self.buf.ids
         else:
@@ -136,6 +136,8 @@ cdef _IdBuffer _take_ids(fs_idbuf *b):
     cdef _IdBuffer out = _IdBuffer.__new__(_IdBuffer)
     out.buf = b[0]
     memset(b, 0, sizeof(fs_idbuf))
+    out.shape[0] = <Py_ssize_t>out.buf.n
+    out.strides[0] = sizeof(int64_t)
     return out
 
 

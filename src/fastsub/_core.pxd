@@ -167,6 +167,8 @@ cdef extern from "fs_route.h" nogil:
         FS_ROUTE_MAX_DEPTH
     int fs_route_rows(fs_dialect d, const fs_strings *rows, int is_filter, unsigned depth,
                       int64_t *key, uint8_t *kind)
+    char fs_route_separator(fs_dialect d)
+    int fs_route_empty_is_no_tokens(fs_dialect d)
 
 cdef extern from "fs_image.h" nogil:
     int fs_image_write(fs_sublist *sl, char **out, size_t *len)

@@ -4,6 +4,14 @@
 It converts arguments, calls C, and turns C status codes into exceptions.
 Strings reach C as the UTF-8 buffers CPython caches in each str (no copy for
 ASCII strings); results come back in C-owned buffers and are converted here.
+
+Threads, with or without the GIL (the module is built freethreading_compatible,
+so a free-threaded CPython keeps the GIL off): the C index is protected by its
+own lock (csrc/fs_brlock.h); a Sublist's Python fields are written only while
+it is made and when it is freed; MatchResult's lazily made lists are set in a
+critical section; BatchResult and its id buffer are read-only once made; the
+module's C globals are testing hooks.  docs/design.md, "What protects each
+shared structure", has the whole table.
 """
 cimport cython
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -19,7 +27,10 @@ import operator
 cdef extern from "sublist.h" nogil:
     int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                                int64_t *ids, size_t cap, size_t *n,
-                               fs_workspace *spare, fs_workspace **wp, fs_error *err)
+                               fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk)
+    int fs_sublist_walk_costly(const fs_sublist *sl)
+    uint64_t fs_set_walk_release_min(uint64_t n)
+    enum: FS_MATCH_WALK
 
 cdef extern from "Python.h":
     ctypedef struct PyObject
@@ -260,13 +271,16 @@ cdef class MatchResult:
         may run other threads or a __del__ that asks first: the list that
         got there first stays."""
         cdef list made = []
-        if groups:
-            if self._groups is None:
-                self._groups = made
-            return self._groups
-        if self._subs is None:
-            self._subs = made
-        return self._subs
+        # Free-threaded builds: two threads may ask at once; the critical
+        # section (a no-op with the GIL) makes test-and-set one step.
+        with cython.critical_section(self):
+            if groups:
+                if self._groups is None:
+                    self._groups = made
+                return self._groups
+            if self._subs is None:
+                self._subs = made
+            return self._subs
 
     def __len__(self):
         cdef Py_ssize_t n = 0 if self._subs is None else len(self._subs)
@@ -587,8 +601,20 @@ cdef class Sublist:
         # this call until its objects are built (that may run the garbage
         # collector, and a __del__ may call back into an index on this
         # thread: a nested call gets a workspace of its own).
-        cdef int rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k,
-                                             &spare, &w, &err)
+        # The GIL is let go for a walk of a big index (fs_sublist_walk_costly:
+        # the rule and its measurements are in docs/design.md, "Threads"): a
+        # cached answer is looked up first with it held (cheaper than the
+        # release), and only a miss walks without it.
+        cdef int rc
+        if not fs_sublist_walk_costly(self.sl):
+            rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 1)
+        else:
+            rc = FS_MATCH_WALK
+            if self._cache_size:
+                rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 0)
+            if rc == FS_MATCH_WALK:
+                with nogil:
+                    rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 1)
         if rc < 0:
             if rc == FS_EINVAL:
                 raise _invalid("subject", subject, &err)
@@ -770,6 +796,14 @@ cdef class Sublist:
             "live_subscriptions": st.live_subscriptions,
             "live_bytes": st.live_bytes,
         }
+
+
+def _set_walk_release_min(n):
+    """Testing and measuring only: match() lets go of the GIL for a walk of
+    an index of n or more subscriptions (0: always; None: never).  Returns
+    the previous n (None for never)."""
+    cdef uint64_t old = fs_set_walk_release_min(<uint64_t>-1 if n is None else <uint64_t>n)
+    return None if old == <uint64_t>-1 else old
 
 
 include "_batch.pxi"

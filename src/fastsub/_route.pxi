@@ -45,3 +45,16 @@ def route_keys(values, dialect="nats", depth=1, *, filters=False):
             raise MemoryError()
     return keys, kinds
 
+
+
+def route_split(dialect="nats"):
+    """route_split(dialect="nats") -> (separator, empty_is_no_tokens)
+
+    How route_keys splits a subject that the dialect accepts, for a router
+    written elsewhere (fastsub.spark.shard.route_column, a Spark SQL
+    expression): split on the separator; the empty string is zero tokens
+    where empty_is_no_tokens (AMQP's empty key), else invalid.  A key is
+    then Spark's xxhash64 of the first `depth` tokens (of every token, for
+    a subject with fewer), with the sign bit cleared."""
+    cdef fs_dialect d = _dialect(dialect)
+    return chr(fs_route_separator(d)), bool(fs_route_empty_is_no_tokens(d))

@@ -45,7 +45,7 @@ def local_result(spark):
 @pytest.fixture(scope="module")
 def cluster_result(cluster_url, tmp_path_factory, remote_load_log):
     return _run_checks(tmp_path_factory, [
-        "--master", cluster_url, "--ships", "broadcast,file,sharded",
+        "--master", cluster_url, "--ships", "broadcast,file,sharded,auto",
         "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
         "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64",
@@ -92,8 +92,10 @@ def _loads(log, index_ids):
 
 
 def test_standalone_cluster_equals_local(cluster_result, local_result, remote_load_log):
-    _same_as_local(cluster_result, local_result, ["broadcast", "file", "sharded"])
+    _same_as_local(cluster_result, local_result, ["broadcast", "file", "sharded", "auto"])
     assert cluster_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
+    # the executors all run on 127.0.0.1: an image in their default directory
+    assert cluster_result["shipped_by"]["nats/auto"] == "image"
     assert set(cluster_result["examples"]) == {"mapPartitions", "mapInArrow"}
     assert cluster_result["shipped_by"]["nats/file"] == "file"
     assert cluster_result["shipped_by"]["nats/broadcast"] == "broadcast"

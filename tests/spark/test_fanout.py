@@ -141,7 +141,9 @@ def test_large_index_goes_by_file(spark, monkeypatch):
     import fastsub.spark as fs
     monkeypatch.setattr(fs, "BROADCAST_MAX_BYTES", 10)
     _, _, ev, sb = _frames(spark, "nats")
-    r = fs.fanout_with_rejects(ev, sb)
+    # an index built on the driver (a DataFrame's is an image on the
+    # executors in local mode: test_images.py)
+    r = fs.fanout_with_rejects(ev, fs.build_index(sb))
     assert r.index.shipped_by == "file" and r.index.nbytes > 10
     assert r.deliveries.count() > 0
 

@@ -312,22 +312,25 @@ ev = spark.range(20000).select(F.col("id").alias("event_id"),
      .alias("subject"), F.lit(None).cast("string").alias("device"), F.lit("p").alias("payload"))
 out = {}
 try:
-    fanout_with_rejects(ev, subs, shards=1).counts()
+    # built on the driver and shipped (ship= named; the default builds an image on the executors)
+    fanout_with_rejects(ev, subs, shards=1, ship="broadcast").counts()
     out["unsharded"] = "passed"
 except IndexTooLargeError as e:
     out["unsharded"] = str(e)
-r = fanout_with_rejects(ev, subs, shards=4)
-c = r.counts()
-out["sharded"] = [list(c), r.deliveries.agg(F.sum(F.col("event_id") * 1000003 + F.col("sub_id"))).first()[0]]
+for name, how in (("sharded", dict(shards=4)), ("image", dict(shards=1))):
+    r = fanout_with_rejects(ev, subs, **how)
+    c = r.counts()
+    out[name] = [list(c), r.deliveries.agg(F.sum(F.col("event_id") * 1000003 + F.col("sub_id"))).first()[0]]
 print("RESULT " + json.dumps(out))
 """
 
 
 def test_capped_driver_fails_unsharded_and_passes_sharded(spark, tmp_path):
     """A driver whose spark.driver.maxResultSize cannot take the subscriptions:
-    the unsharded fan-out fails with an error that names shards=, the sharded
-    one gives the uncapped session's count and checksum.  Own JVM: the cap
-    cannot be changed at runtime."""
+    the unsharded fan-out built on the driver fails with an error that names
+    shards=; the sharded one, and the unsharded index built as an image on
+    the executors, give the uncapped session's count and checksum.  Own JVM:
+    the cap cannot be changed at runtime."""
     from pyspark.sql import functions as F
 
     from fastsub.spark import fanout_with_rejects
@@ -350,7 +353,7 @@ def test_capped_driver_fails_unsharded_and_passes_sharded(spark, tmp_path):
     r = fanout_with_rejects(ev, subs, shards=1)
     want = [list(r.counts()),
             r.deliveries.agg(F.sum(F.col("event_id") * 1000003 + F.col("sub_id"))).first()[0]]
-    assert got["sharded"] == want and want[0][1] > 0
+    assert got["sharded"] == got["image"] == want and want[0][1] > 0
 
 
 def test_a_void_queue_column_means_all_plain(spark):

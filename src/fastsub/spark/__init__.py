@@ -7,7 +7,11 @@
     >>> r.counts()                                        # events = delivered + unmatched + rejected
     >>> idx = share_index(spark, sublist)                 # your own code: idx.get() on executors
 
-How it runs.  The subscriptions table is collected once on the driver and
+How it runs.  A subscriptions DataFrame's index is built on an executor and
+saved as an image file named by a digest of its rows, which every Python
+worker maps (fastsub.spark.images; image_dir=), where the executors can
+share files: local mode, one-host clusters, or image_dir on shared storage.
+Otherwise the subscriptions table is collected once on the driver and
 built into one `Sublist`; `share_index` ships its `to_bytes()` image to the
 executors under an id chosen on the driver (a uuid): by broadcast or, above
 `BROADCAST_MAX_BYTES`, as a file (`SparkContext.addFile`) on classic Spark;
@@ -35,7 +39,8 @@ writes deliveries, rejected and counts per batch idempotently, and re-reads
 the subscriptions between micro-batches.
 
 The parts, one job each, all re-exported here: the fan-out (fan_out.py),
-streaming (stream.py), sessions and their log4j set-up (session.py), the
+streaming (stream.py), images built on the executors (images.py),
+sessions and their log4j set-up (session.py), the
 progress line (progress.py), what they share (base.py: the errors, the
 subscriptions' schema), shipping an index to the executors (ship.py), the
 sharded plan (shard.py), and the thresholds' reader (limits.py).
@@ -60,6 +65,7 @@ from fastsub.spark.base import column as _col  # noqa: F401
 from fastsub.spark.fan_out import (FanoutCounts,  # noqa: F401
                                    FanoutResult, Subscriptions, build_index, fanout,
                                    fanout_with_rejects, index_from_arrow, share_index)
+from fastsub.spark.images import default_image_dir, image_version  # noqa: F401
 from fastsub.spark.progress import Progress  # noqa: F401
 from fastsub.spark.session import (check_executors, is_connect, is_local_master,  # noqa: F401
                                     local_session, remote_session)
@@ -75,6 +81,7 @@ __all__ = [
     "build_index", "local_session", "remote_session", "is_connect", "check_executors",
     "BROADCAST_MAX_BYTES", "INLINE_MAX_BYTES", "LOAD_LOG_ENV",
     "ShardPlan", "plan_shards", "IndexTooLargeError", "AUTO_SHARD_MIN_SUBS",
+    "default_image_dir",
 ]
 
 

@@ -1,14 +1,20 @@
 """What the parts of fastsub.spark share: its errors, access to a column by
 its exact name, the checks of the events table (check_events) and of the
-subscriptions table, and the one error a bad subscriptions row raises
-(bad_subscription), on every path.  fastsub.spark re-exports the public
+subscriptions table, the one error a bad subscriptions row raises
+(bad_subscription), on every path, and the index of an Arrow subscriptions
+table (index_from_arrow: on the driver, or in the task that builds an
+image).  fastsub.spark re-exports the public
 names.  Imports no other part of fastsub.spark."""
+import re
+from typing import Optional, Tuple
+
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from fastsub import FastsubError, InvalidSubjectError, Sublist
+from fastsub._dialects import check_dialect
 
 #: The queues= modes of a fan-out.
 QUEUE_MODES = ("pick", "all", "none")
@@ -135,3 +141,42 @@ def collect_subscriptions(subscriptions: DataFrame) -> pa.Table:
         [column("queue").cast("string").alias("queue")] if has_queue else [])
     return subscriptions.select(*cols).toArrow()
 
+
+
+def insert_arrow(table: pa.Table, dialect: str) -> Tuple[Optional[Sublist], Optional[tuple]]:
+    """The index of an Arrow table (sub_id, filter[, queue]) as
+    collect_subscriptions returns it: (Sublist, None), or (None, (i, sub_id,
+    filter, queue)) for its first bad row i (0-based), whose error
+    bad_subscription words (a task returns the row; the driver raises)."""
+    import pyarrow.compute as pc
+    check_dialect(dialect)
+    ids_a, filters_a = table.column(0), table.column(1)
+    queues_a = table.column(2) if table.num_columns > 2 else None
+
+    def bad(i):
+        q = queues_a[i].as_py() if queues_a is not None else None
+        return None, (i, ids_a[i].as_py(), filters_a[i].as_py(), q)
+
+    if ids_a.null_count or filters_a.null_count:
+        return bad(pc.index(pc.or_(pc.is_null(ids_a), pc.is_null(filters_a)), True).as_py())
+    # insert_many reads the Arrow columns in place: no Python object per row.
+    queues = queues_a if queues_a is not None and queues_a.null_count < len(queues_a) else None
+    sl = Sublist(dialect)
+    try:
+        sl.insert_many(filters_a, ids_a, queues)
+    except InvalidSubjectError as e:
+        m = re.match(r"item (\d+): ", str(e))
+        if not m:
+            raise
+        return bad(int(m.group(1)))
+    return sl, None
+
+
+def index_from_arrow(table: pa.Table, dialect: str = "nats") -> Sublist:
+    """A Sublist from an Arrow table (sub_id, filter[, queue]) as collect_subscriptions
+    returns it.  A bad row raises one error naming it (1-based)."""
+    sl, bad = insert_arrow(table, dialect)
+    if bad is not None:
+        i, sub_id, filter_, queue = bad
+        raise bad_subscription(dialect, sub_id, filter_, queue, row=i + 1)
+    return sl

@@ -1,7 +1,7 @@
 """The fan-out of fastsub.spark, which re-exports its public names (and whose
 docstring says how a fan-out runs): the index of a subscriptions table
-(built on the driver, shipped by share_index, kept for later calls on the
-same DataFrame), the matching UDFs, FanoutResult, fanout_with_rejects and
+(an image built on the executors, images.py; or built on the driver and
+shipped by share_index; kept for later calls on the same DataFrame), the matching UDFs, FanoutResult, fanout_with_rejects and
 fanout.  The sharded plan is shard.py's; streams are stream.py's.
 """
 import atexit
@@ -20,10 +20,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from fastsub import InvalidSubjectError, Sublist
+from fastsub import Sublist
 from fastsub._dialects import check_dialect
-from fastsub.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,
-                                 bad_subscription, check_events, collect_subscriptions, column)
+from fastsub.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
+                                 check_events, collect_subscriptions, column, index_from_arrow)
+from fastsub.spark.images import use_images, image_index, save_sublist
 from fastsub.spark.session import check_executors, is_connect, session_key
 from fastsub.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
                                  reject_reasons)
@@ -35,33 +36,6 @@ from fastsub.spark.shard import (ShardPlan, _parallelism, _salts,
 # --------------------------------------------------------------------------
 # driver side: the index
 # --------------------------------------------------------------------------
-
-def index_from_arrow(table: pa.Table, dialect: str = "nats") -> Sublist:
-    """A Sublist from an Arrow table (sub_id, filter[, queue]) as collect_subscriptions
-    returns it.  A bad row raises one error naming it (1-based)."""
-    import pyarrow.compute as pc
-    check_dialect(dialect)
-    ids_a, filters_a = table.column(0), table.column(1)
-    queues_a = table.column(2) if table.num_columns > 2 else None
-
-    def bad(i):     # the row's error, as every path words it (base.bad_subscription)
-        q = queues_a[i].as_py() if queues_a is not None else None
-        return bad_subscription(dialect, ids_a[i].as_py(), filters_a[i].as_py(), q, row=i + 1)
-
-    if ids_a.null_count or filters_a.null_count:
-        raise bad(pc.index(pc.or_(pc.is_null(ids_a), pc.is_null(filters_a)), True).as_py())
-    # insert_many reads the Arrow columns in place: no Python object per row.
-    queues = queues_a if queues_a is not None and queues_a.null_count < len(queues_a) else None
-    sl = Sublist(dialect)
-    try:
-        sl.insert_many(filters_a, ids_a, queues)
-    except InvalidSubjectError as e:
-        m = re.match(r"item (\d+): ", str(e))
-        if not m:
-            raise
-        raise bad(int(m.group(1))) from None
-    return sl
-
 
 def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
     """build_index(subscriptions, dialect="nats") -> Sublist
@@ -86,7 +60,8 @@ def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
             f"the subscriptions do not fit through the driver ({why[:300]}); an unsharded "
             "fan-out collects them all: pass shards=N (or shards='auto') to fanout / "
             "fanout_with_rejects / fanout_stream, or --shards to `fastsub fanout`, to build "
-            "the index shard by shard on the executors") from None
+            "the index shard by shard on the executors; or leave ship='auto' with image_dir= "
+            "(a directory every executor shares) to build it as one image on an executor") from None
     return index_from_arrow(table, dialect)
 
 
@@ -107,11 +82,21 @@ def _write_image(data: bytes, name: str) -> str:
     return path
 
 
-def share_index(spark: SparkSession, sublist: Sublist, *, ship: str = "auto") -> SharedIndex:
-    """share_index(spark, sublist, *, ship="auto") -> SharedIndex
+def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship: str = "auto",
+                image_dir: Optional[str] = None, dialect: Optional[str] = None) -> SharedIndex:
+    """share_index(spark, sublist, *, ship="auto", image_dir=None, dialect=None) -> SharedIndex
 
     Ship `sublist` to the executors once; `.get()` inside any function Spark
     runs there returns it, loaded once per Python worker process.
+
+    image_dir (a directory the driver and every executor see, e.g. shared
+    storage): `sublist` is saved there as an image, named by its content,
+    and the workers map it (shipped_by "image"); nothing else travels.
+    `sublist` may also be a subscriptions DataFrame (sub_id, filter[,
+    queue]; dialect= names its dialect, "nats" by default): its index is
+    built on the executors into image_dir, or into their default directory
+    where every executor shares a host, and reused by content (see
+    fanout's image_dir); elsewhere it is built on the driver and shipped.
 
     ship="auto" picks by session kind and size:
         classic Spark   broadcast up to BROADCAST_MAX_BYTES, else "file"
@@ -122,8 +107,21 @@ def share_index(spark: SparkSession, sublist: Sublist, *, ship: str = "auto") ->
     The Sublist is serialized now: later changes to it are not shipped (share
     it again).  Call .release() when done to free a broadcast (or an
     artifact's local copy) early; a file stays until the driver exits."""
+    if isinstance(sublist, DataFrame):
+        dialect = "nats" if dialect is None else dialect
+        check_dialect(dialect)
+        if use_images(spark, image_dir, ship):
+            return image_index(sublist, dialect, image_dir)
+        sublist = build_index(sublist, dialect)
     if not isinstance(sublist, Sublist):
-        raise TypeError(f"share_index needs a fastsub.Sublist, not {type(sublist).__name__}")
+        raise TypeError("share_index needs a fastsub.Sublist (or a subscriptions DataFrame), "
+                        f"not {type(sublist).__name__}")
+    if dialect is not None and dialect != sublist.dialect:
+        raise ValueError(f"the Sublist is {sublist.dialect!r}, share_index was given "
+                         f"dialect={dialect!r}")
+    if image_dir is not None:
+        use_images(spark, image_dir, ship)     # checks the pair
+        return save_sublist(sublist, image_dir)
     connect = is_connect(spark)
     data = sublist.to_bytes()
     n = len(data)
@@ -174,8 +172,10 @@ def _forget(key):
         _BUILT.pop(key, None)
 
 
-def _index_for(spark, subscriptions, dialect, ship, reuse) -> SharedIndex:
-    """DataFrame, Sublist or SharedIndex -> the SharedIndex a fan-out uses."""
+def _index_for(spark, subscriptions, dialect, ship, reuse, image_dir=None) -> SharedIndex:
+    """DataFrame, Sublist or SharedIndex -> the SharedIndex a fan-out uses.
+    A DataFrame's index is an image built on the executors (images.py)
+    where use_images says so, else built here and shipped."""
     if isinstance(subscriptions, SharedIndex):
         if subscriptions.dialect != dialect:
             raise ValueError(f"the shared index is {subscriptions.dialect!r}, the fan-out "
@@ -185,10 +185,18 @@ def _index_for(spark, subscriptions, dialect, ship, reuse) -> SharedIndex:
         if subscriptions.dialect != dialect:
             raise ValueError(f"the Sublist is {subscriptions.dialect!r}, the fan-out "
                              f"asks for dialect={dialect!r}")
-        return share_index(spark, subscriptions, ship=ship)
+        return share_index(spark, subscriptions, ship=ship, image_dir=image_dir)
     if not isinstance(subscriptions, DataFrame):
         raise TypeError("subscriptions must be a pyspark.sql.DataFrame, a fastsub.Sublist "
                         f"or a SharedIndex, not {type(subscriptions).__name__}")
+    if use_images(spark, image_dir, ship):
+        key = (session_key(spark), dialect, "image", image_dir)
+        idx = _reused(subscriptions, key) if reuse else None
+        if idx is None:
+            idx = image_index(subscriptions, dialect, image_dir, rebuild=not reuse)
+            if reuse:
+                _remember(subscriptions, key, idx)
+        return idx
     key = (session_key(spark), dialect, ship)
     idx = _reused(subscriptions, key) if reuse else None
     if idx is None:
@@ -460,10 +468,11 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
                         subject_col: str = "subject", key_col: Optional[str] = None,
                         dialect: str = "nats", queues: str = "pick", explode: bool = True, *,
                         ship: str = "auto", reuse_index: bool = True, shards="auto",
-                        depth="auto", dedupe: bool = False) -> FanoutResult:
+                        depth="auto", dedupe: bool = False,
+                        image_dir: Optional[str] = None) -> FanoutResult:
     """fanout_with_rejects(events, subscriptions, subject_col="subject", key_col=None,
     dialect="nats", queues="pick", explode=True, *, ship="auto", reuse_index=True,
-    shards="auto", depth="auto", dedupe=False) -> FanoutResult
+    shards="auto", depth="auto", dedupe=False, image_dir=None) -> FanoutResult
 
     Like fanout(), and also the rejected events (with an `error` column), the
     unmatched ones, the per-event frame and counts().  See FanoutResult."""
@@ -485,7 +494,7 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
                                       dedupe=bool(dedupe))
         return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, plan,
                             events=events)
-    idx = _index_for(spark, subscriptions, dialect, ship, reuse_index)
+    idx = _index_for(spark, subscriptions, dialect, ship, reuse_index, image_dir)
 
     subject = column(subject_col)
     if key_col is None:
@@ -502,10 +511,11 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
 def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "subject",
            key_col: Optional[str] = None, dialect: str = "nats", queues: str = "pick",
            explode: bool = True, *, ship: str = "auto", reuse_index: bool = True,
-           shards="auto", depth="auto", dedupe: bool = False) -> DataFrame:
+           shards="auto", depth="auto", dedupe: bool = False,
+           image_dir: Optional[str] = None) -> DataFrame:
     """fanout(events, subscriptions, subject_col="subject", key_col=None, dialect="nats",
     queues="pick", explode=True, *, ship="auto", reuse_index=True, shards="auto",
-    depth="auto", dedupe=False) -> DataFrame
+    depth="auto", dedupe=False, image_dir=None) -> DataFrame
 
     The delivery list of `events` against `subscriptions`: a DataFrame
     (`sub_id` long, `filter` string, `queue` string or null), a Sublist, or
@@ -520,13 +530,29 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
                    "none": plain subscriptions only.
     key_col        the column the queue pick hashes instead of the subject (e.g. a
                    device id, for sticky picks); cast to string; null -> subject.
-    ship           how the index travels (see share_index): "auto", "broadcast",
-                   "file", "artifact" or "inline".
-    reuse_index    a subscriptions DataFrame's index is built at its first fan-out
-                   and reused by later calls with the same DataFrame object (and
-                   session, dialect, ship); False builds it again.  Re-read the
+    image_dir      where the unsharded index of a subscriptions DataFrame lives:
+                   an executor task builds it from the rows and saves it there
+                   as an image named by a digest of the rows' content (one
+                   aggregate job per call), and every Python worker maps it.
+                   A later call, application or micro-batch on the same rows
+                   builds nothing.  None: a directory on the executors' local
+                   disk, when every executor shares a host (local mode, a
+                   one-host cluster); on several hosts or Spark Connect, give
+                   a directory on storage they all mount, or the index is
+                   built on the driver and shipped as before (docs/spark.md,
+                   "Images on the executors").  A Sublist given with image_dir
+                   is saved there instead of shipped.  Not with ship= other
+                   than "auto" (a DataFrame with ship= set goes the shipped way).
+    ship           how an index built on the driver travels (see share_index):
+                   "auto", "broadcast", "file", "artifact" or "inline".
+    reuse_index    a subscriptions DataFrame's index is reused by later calls
+                   with the same DataFrame object (and session, dialect, ship,
+                   image_dir) without any job; as an image it is also reused by
+                   calls on other DataFrames with the same rows.  False builds
+                   it again (an image is rebuilt and replaced).  Re-read the
                    table (a new DataFrame) to pick up changed subscriptions.
-    shards         1: one index, built on the driver and shipped to every worker.
+    shards         1: one index, built once (see image_dir) and mapped or
+                   shipped to every worker.
                    N > 1 or a ShardPlan: the sharded fan-out (docs/spark.md,
                    "Sharded"): both sides are partitioned by a route key, each
                    shard's index is built on an executor, nothing index-sized
@@ -548,5 +574,6 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
     row, on the driver, before any event is read."""
     return fanout_with_rejects(events, subscriptions, subject_col, key_col, dialect,
                                queues, explode, ship=ship, reuse_index=reuse_index,
-                               shards=shards, depth=depth, dedupe=dedupe).deliveries
+                               shards=shards, depth=depth, dedupe=dedupe,
+                               image_dir=image_dir).deliveries
 

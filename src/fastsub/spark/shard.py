@@ -31,6 +31,7 @@ pyarrow, numpy and fastsub.
 import collections
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -43,7 +44,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
-from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys
+from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys, route_split
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
 from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
@@ -204,16 +205,34 @@ class ShardPlan:
 # executors: routing and statistics
 # --------------------------------------------------------------------------
 
-def _route_udf(dialect: str, depth: int, filters: bool):
-    """An arrow_udf: the route key of each row (>= 0); for a filter every
-    shard needs, -1; for a subject shorter than depth, a key that spreads
-    them; null for a null or invalid row."""
+def _filter_route_udf(dialect: str, depth: int):
+    """An arrow_udf: the route key of each filter (>= 0); for a filter every
+    shard needs, -1; null for a null or invalid row.  (Subjects are routed
+    in the JVM: route_column.)"""
     def fastsub_route(values: pa.Array) -> pa.Array:
-        keys, kinds = route_keys(values, dialect, depth, filters=filters)
-        if filters:
-            keys = np.where(kinds == ROUTE_ANY, -1, keys)
+        keys, kinds = route_keys(values, dialect, depth, filters=True)
+        keys = np.where(kinds == ROUTE_ANY, -1, keys)
         return pa.array(keys, pa.int64(), mask=kinds > ROUTE_ANY)
     return F.arrow_udf(fastsub_route, "bigint").asNondeterministic()
+
+
+def route_column(subjects, dialect: str, depth: int):
+    """Column: each subject's route key, computed in the JVM (no Python
+    pass over the events): route_keys(subjects, dialect, depth)'s key for
+    every subject the dialect accepts, keyed or shorter than depth (tested
+    equal on random rows of every dialect); null for a null.  An invalid
+    subject gets some key: the shard it lands in rejects it, as any would.
+
+    The key is Spark's xxhash64 of the first `depth` tokens (of them all
+    when there are fewer), sign bit cleared: csrc/fs_route.c computes the
+    same hash, so a filter keyed there and a subject keyed here meet."""
+    sep, empty_is_none = route_split(dialect)
+    tokens = F.split(subjects, re.escape(sep), -1)
+    if empty_is_none:
+        tokens = F.when(subjects == F.lit(""), F.array().cast("array<string>")).otherwise(tokens)
+    key = F.when(F.size(tokens) >= F.lit(depth), F.xxhash64(F.slice(tokens, 1, depth))) \
+        .otherwise(F.xxhash64(tokens))
+    return F.when(subjects.isNotNull(), key.bitwiseAND(F.lit(0x7FFFFFFFFFFFFFFF)))
 
 
 _STATS_SCHEMA = ("d int, nshards int, shard int, n long, bad_id long, bad_filter string, "
@@ -484,7 +503,7 @@ def _salts(events: DataFrame, subject_col: str, dialect: str, plan: ShardPlan, c
     """{shard: R} from a sample of the events' shards."""
     if cores < 2:
         return {}
-    key = _route_udf(dialect, plan.depth, False)(column(subject_col))
+    key = route_column(column(subject_col), dialect, plan.depth)
     rows = (events.select(column(subject_col)).sample(fraction=SALT_FRACTION, seed=4242)
             .select(F.pmod(key, F.lit(plan.shards)).alias("s"))
             .where(F.col("s").isNotNull()).groupBy("s").count().collect())
@@ -507,13 +526,25 @@ def _int_array(values):
     return F.array(*[F.lit(int(v)) for v in values])
 
 
-def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPlan, *,
-                      subject_col: str, key_col: Optional[str], dialect: str, queues: str,
-                      dedupe: bool) -> DataFrame:
-    """events' columns + `sub_ids` (null for a rejected event), as the
-    unsharded fan-out's per-event frame, computed shard by shard.  The
-    subscriptions are checked by plan_shards (fanout's _plan_for) before."""
-    has_queue = check_subscriptions_schema(subscriptions)
+@dataclass
+class EventSide:
+    """The events of a sharded fan-out, ready for their groups: `frame` has
+    the group (_GROUP), the events' columns renamed by position (`safe`, see
+    _event_name) and the pick key (_PICK); `out_schema_spark`/`out_schema`
+    are the per-event frame's (the events' columns, then sub_ids)."""
+    frame: DataFrame
+    event_cols: List[str]
+    safe: List[str]
+    subject: str
+    out_schema_spark: T.StructType
+    out_schema: pa.Schema
+
+
+def event_side(events: DataFrame, plan: ShardPlan, *, subject_col: str, key_col: Optional[str],
+               dialect: str) -> EventSide:
+    """Each event's group: its shard (its route key, computed in the JVM, so
+    the events cross into Python once, to be matched), spread over the
+    shard's salt groups."""
     event_cols = list(events.columns)
     # By position, from here on (see _event_name); the subject and key are
     # found as schema_field finds them (the first column of that name).
@@ -522,14 +553,32 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     subject = F.col(safe[event_cols.index(subject_col)])
     pick = subject if key_col is None else F.coalesce(
         F.col(safe[event_cols.index(key_col)]).cast("string"), subject)
-    n = plan.shards
-    # Spreads the events no route key places (null, invalid) and a salted
-    # shard's events: a hash of the whole row (map columns cannot be hashed).
+    # Spreads the events no route key places (null) and a salted shard's
+    # events: a hash of the whole row (map columns cannot be hashed).
     row_hash = F.xxhash64(*[F.col(c) for c, f in zip(safe, events.schema.fields)
                             if not isinstance(f.dataType, T.MapType)])
-    ev = ev.withColumn(_KEY, _route_udf(dialect, plan.depth, False)(subject))
-    shard = F.pmod(F.coalesce(F.col(_KEY), row_hash), F.lit(n))
-    group = plan.event_group(shard, row_hash)
+    shard = F.pmod(F.coalesce(route_column(subject, dialect, plan.depth), row_hash), F.lit(plan.shards))
+    frame = ev.select(plan.event_group(shard, row_hash).alias(_GROUP), *[F.col(c) for c in safe],
+                      pick.alias(_PICK))
+    out_schema_spark = T.StructType(
+        [T.StructField(c, f.dataType, f.nullable, f.metadata)
+         for c, f in zip(safe, events.schema.fields)]
+        + [T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
+    from pyspark.sql.pandas.types import to_arrow_schema
+    return EventSide(frame, event_cols, safe, safe[event_cols.index(subject_col)],
+                     out_schema_spark, to_arrow_schema(out_schema_spark))
+
+
+def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPlan, *,
+                      subject_col: str, key_col: Optional[str], dialect: str, queues: str,
+                      dedupe: bool) -> DataFrame:
+    """events' columns + `sub_ids` (null for a rejected event), as the
+    unsharded fan-out's per-event frame, computed shard by shard, the
+    subscriptions shuffled beside the events and each shard's index built
+    in the group (or taken from the worker's cache).  The subscriptions are
+    checked by plan_shards (fanout's _plan_for) before."""
+    has_queue = check_subscriptions_schema(subscriptions)
+    side = event_side(events, plan, subject_col=subject_col, key_col=key_col, dialect=dialect)
     # One frame of both sides (the other side's columns null), kind 0 for a
     # subscription and 1 for an event, clustered by group and sorted by kind
     # within it: grouped applyInArrow then streams each group to one call,
@@ -537,26 +586,18 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     null = lambda t, name: F.lit(None).cast(t).alias(name)  # noqa: E731
     sub_nulls = [null("long", _SID), null("string", _FLT), null("string", _QUE),
                  null("long", _H1), null("int", _H2)]
-    ev = ev.select(group.alias(_GROUP), F.lit(1).alias(_KIND),
-                   *[F.col(c) for c in safe], pick.alias(_PICK), *sub_nulls)
+    ev = side.frame.select(_GROUP, F.lit(1).alias(_KIND), *side.safe, _PICK, *sub_nulls)
 
     sub = subscriptions.select(*_subs_columns(subscriptions, has_queue)).toDF(
         *([_SID, _FLT] + ([_QUE] if has_queue else [])))
-    sub = sub.withColumn(_KEY, _route_udf(dialect, plan.depth, True)(F.col(_FLT)))
-    groups = plan.subscription_groups(F.pmod(F.col(_KEY), F.lit(n)), F.col(_KEY) == -1)
+    sub = sub.withColumn(_KEY, _filter_route_udf(dialect, plan.depth)(F.col(_FLT)))
+    groups = plan.subscription_groups(F.pmod(F.col(_KEY), F.lit(plan.shards)), F.col(_KEY) == -1)
     queue = F.col(_QUE) if has_queue else F.lit(None).cast("string")
     ident = [F.col(_SID), F.col(_FLT)] + ([F.col(_QUE)] if has_queue else [])
     sub = sub.select(F.explode(groups).alias(_GROUP), F.lit(0).alias(_KIND),
-                     *[null(f.dataType, c) for c, f in zip(safe, events.schema.fields)],
+                     *[null(f.dataType, c) for c, f in zip(side.safe, events.schema.fields)],
                      null("string", _PICK), F.col(_SID), F.col(_FLT), queue.alias(_QUE),
                      F.xxhash64(*ident).alias(_H1), F.hash(*ident).alias(_H2))
     both = ev.unionByName(sub).repartition(F.col(_GROUP)).sortWithinPartitions(_GROUP, _KIND)
-
-    out_schema_spark = T.StructType(
-        [T.StructField(c, f.dataType, f.nullable, f.metadata)
-         for c, f in zip(safe, events.schema.fields)]
-        + [T.StructField("sub_ids", T.ArrayType(T.LongType()), True)])
-    from pyspark.sql.pandas.types import to_arrow_schema
-    out_schema = to_arrow_schema(out_schema_spark)
-    fn = _match_fn(dialect, queues, dedupe, safe[event_cols.index(subject_col)], safe, out_schema)
-    return both.groupBy(_GROUP).applyInArrow(fn, out_schema_spark).toDF(*event_cols, "sub_ids")
+    fn = _match_fn(dialect, queues, dedupe, side.subject, side.safe, side.out_schema)
+    return both.groupBy(_GROUP).applyInArrow(fn, side.out_schema_spark).toDF(*side.event_cols, "sub_ids")

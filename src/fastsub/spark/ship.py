@@ -17,6 +17,10 @@ How the image travels (`shipped_by`):
     inline      the bytes themselves inside the pickled closure: no round trip
                 through any store, but they travel with every task's command,
                 so only for small indexes
+    image       nothing travels: an executor task built the index from the
+                subscriptions rows and saved it as an image file in an image
+                directory (fastsub.spark.images); each Python worker maps
+                that file, and every worker of a host shares its pages
 
 This module imports neither pyspark.sql nor the JVM gateway: executors load
 it quickly, and unpickling a SharedIndex costs only its own fields.
@@ -33,7 +37,7 @@ from fastsub import Sublist
 #: process loads an index once, not once per task.
 LOAD_LOG_ENV = "FASTSUB_SPARK_LOAD_LOG"
 
-METHODS = ("broadcast", "file", "artifact", "inline")
+METHODS = ("broadcast", "file", "artifact", "inline", "image")
 
 def fork_safe_lock() -> threading.Lock:
     """A lock that a fork() never leaves held in the child: held across the
@@ -46,7 +50,7 @@ def fork_safe_lock() -> threading.Lock:
 
 
 _CACHE_MAX = 4                            # indexes kept per worker process (LRU)
-_cache = collections.OrderedDict()        # index id -> Sublist
+_cache = collections.OrderedDict()        # index id (image: its digest name) -> Sublist
 _cache_lock = fork_safe_lock()
 
 
@@ -59,9 +63,18 @@ class SharedIndex:
                               worker process, then reused.  On the driver it
                               returns the driver's own Sublist.
     idx.index_id              the driver-chosen id (a uuid hex string)
-    idx.shipped_by            "broadcast", "file", "artifact" or "inline"
+    idx.shipped_by            "broadcast", "file", "artifact", "inline" or "image"
     idx.nbytes, idx.nsubs     size of the serialized image, subscriptions
     idx.dialect
+    idx.image_path            "image": the image file the workers map
+                              (None for the other methods)
+    idx.digest                "image": its content name (dialect, format
+                              version, row count and row digest); the
+                              workers' cache key, so indexes of the same
+                              rows share one mapping per worker process
+    idx.inserts               "image": the subscriptions the build task
+                              inserted for this SharedIndex (0 when the
+                              image was there already: nothing was built)
     idx.release()             free the broadcast / the artifact's temporary file
                               (a file shipped by addFile stays until the
                               driver exits: Spark cannot withdraw it)
@@ -71,12 +84,15 @@ class SharedIndex:
     """
 
     def __init__(self, index_id, dialect, nbytes, nsubs, shipped_by, *, broadcast=None,
-                 filename=None, data=None, local_path=None, sublist=None):
+                 filename=None, data=None, local_path=None, sublist=None, image_path=None,
+                 digest=None, build_host=None, inserts=0):
         if shipped_by not in METHODS:
             raise ValueError(f"unknown shipping method {shipped_by!r}")
         self.index_id, self.dialect = index_id, dialect
         self.nbytes, self.nsubs, self.shipped_by = nbytes, nsubs, shipped_by
         self._broadcast, self._filename, self._data = broadcast, filename, data
+        self.image_path, self.digest, self.inserts = image_path, digest, inserts
+        self._build_host = build_host     # the host whose task wrote or checked the image
         self._local_path = local_path     # driver only: the file it shipped
         self._sublist = sublist           # driver only: never pickled
 
@@ -90,13 +106,14 @@ class SharedIndex:
         """get() -> Sublist: the index, loaded once per process."""
         if self._sublist is not None:
             return self._sublist
+        key = self.digest if self.shipped_by == "image" else self.index_id
         with _cache_lock:
-            sl = _cache.get(self.index_id)
+            sl = _cache.get(key)
             if sl is not None:
-                _cache.move_to_end(self.index_id)
+                _cache.move_to_end(key)
                 return sl
             sl = self._open()
-            _cache[self.index_id] = sl
+            _cache[key] = sl
             while len(_cache) > _CACHE_MAX:
                 _cache.popitem(last=False)
             log = os.environ.get(LOAD_LOG_ENV)
@@ -115,6 +132,8 @@ class SharedIndex:
             return Sublist.from_bytes(self._broadcast.value, verify=False)
         if self.shipped_by == "inline":
             return Sublist.from_bytes(self._data)
+        if self.shipped_by == "image":
+            return self._open_image()
         from pyspark import SparkFiles
         try:
             path = SparkFiles.get(self._filename)
@@ -129,6 +148,22 @@ class SharedIndex:
                 f"fastsub index {self.index_id}: {self._filename} is not in this worker's "
                 f"SparkFiles directory ({os.path.dirname(path)}); was it shipped by another "
                 "session, or released?") from None
+
+    def _open_image(self) -> Sublist:
+        """The image file, mapped without the full check: the task that
+        built it wrote it with save() (atomic), and one that found it there
+        checked it in full before the driver handed it out (images.py)."""
+        try:
+            return Sublist.open(self.image_path, verify=False)
+        except FileNotFoundError:
+            import socket
+            here = socket.gethostname()
+            where = ("" if here == self._build_host else
+                     f" (the image was made on host {self._build_host!r}, this task runs on "
+                     f"{here!r}: pass image_dir= a directory every executor shares)")
+            raise RuntimeError(
+                f"fastsub index {self.index_id}: its image {self.image_path} is missing on this "
+                f"executor{where}; was the image directory cleaned while the fan-out ran?") from None
 
     def release(self) -> None:
         """Free what shipping holds: the broadcast's blocks; for an artifact,

@@ -15,6 +15,7 @@ from fastsub._dialects import check_dialect
 from fastsub.spark.base import QUEUE_MODES, check_events, collect_subscriptions
 from fastsub.spark.fan_out import (checked_plan, fanout_with_rejects, index_from_arrow,
                                    share_index, small_enough)
+from fastsub.spark.images import check_image_dir, digest_name, image_index, image_of, use_images
 from fastsub.spark.session import session_key
 from fastsub.spark.shard import ShardPlan, check_depth, check_shards
 from fastsub.spark.ship import SharedIndex
@@ -25,9 +26,9 @@ class _StreamIndex:
     per batch id, so a micro-batch replayed after a restart uses the index
     its first attempt used (and writes the same rows)."""
 
-    def __init__(self, subscriptions, dialect, ship, state_dir):
+    def __init__(self, subscriptions, dialect, ship, state_dir, image_dir=None):
         self.source, self.dialect, self.ship = subscriptions, dialect, ship
-        self.state_dir = state_dir
+        self.state_dir, self.image_dir = state_dir, image_dir
         os.makedirs(state_dir, exist_ok=True)
         self.digest = None          # of the subscriptions the current index holds
         self.idx = None
@@ -39,7 +40,8 @@ class _StreamIndex:
         return self.source() if callable(self.source) else self.source
 
     def _current(self, src):
-        """-> (digest, Sublist or None if unchanged)"""
+        """-> (digest, None if unchanged, else the Sublist built here or, for
+        a DataFrame whose index is an image, its SharedIndex)"""
         if isinstance(src, Sublist):
             if src.dialect != self.dialect:
                 raise ValueError(f"the Sublist is {src.dialect!r}, the stream asks for {self.dialect!r}")
@@ -52,6 +54,14 @@ class _StreamIndex:
         primed, self._primed = self._primed, None
         if primed is not None and primed[0] is src:
             return primed[1]
+        if use_images(src.sparkSession, self.image_dir, self.ship):
+            # the image of the rows: (its content name, its SharedIndex, or
+            # None when it is the index in use)
+            name = digest_name(src, self.dialect)
+            if name == self.digest:
+                return name, None
+            idx = image_index(src, self.dialect, self.image_dir)
+            return idx.digest, idx
         table = collect_subscriptions(src)
         h = hashlib.blake2b(digest_size=16)
         sink = pa.BufferOutputStream()
@@ -79,26 +89,64 @@ class _StreamIndex:
         sl = None
         if os.path.exists(rec):                       # a replay: the recorded index
             with open(rec) as f:
-                digest = json.load(f)["index"]
-            if digest != self.digest:
-                with open(self._image(digest), "rb") as f:
-                    sl = Sublist.from_bytes(f.read())
+                recorded = json.load(f)
+            digest = recorded["index"]
+            if digest != self.digest or self.session_id != session_key(spark):
+                if recorded.get("image"):
+                    sl = self._replayed_image(src, recorded)
+                else:
+                    with open(self._image(digest), "rb") as f:
+                        sl = Sublist.from_bytes(f.read())
         else:
             digest, sl = self._current(src)
-            if sl is not None and not os.path.exists(self._image(digest)):
+            record = {"batch_id": batch_id, "index": digest}
+            image = sl if sl is not None else self.idx
+            if isinstance(image, SharedIndex) and image.shipped_by == "image":
+                record["image"] = image.image_path
+            if isinstance(sl, Sublist) and not os.path.exists(self._image(digest)):
                 _atomic_write(self._image(digest), sl.to_bytes())
-            _atomic_write(rec, json.dumps({"batch_id": batch_id, "index": digest}).encode())
+            _atomic_write(rec, json.dumps(record).encode())
             self._prune(batch_id)
         rebuilt = sl is not None or self.idx is None or self.session_id != session_key(spark)
+        if rebuilt and (isinstance(sl, SharedIndex) or (
+                sl is None and isinstance(src, DataFrame) and self.idx is not None
+                and self.idx.shipped_by == "image")):
+            # an image: nothing to ship; one on the session of an earlier
+            # SharedIndex is probed again (images' memo is per session)
+            if sl is None:
+                sl = image_index(src, self.dialect, self.image_dir)
+            if self.idx is not None:
+                self.idx.release()
+            self.idx, self.digest, self.session_id = sl, digest, session_key(spark)
+            return self.idx, True
         if rebuilt:
             if sl is None:
                 with open(self._image(digest), "rb") as f:
                     sl = Sublist.from_bytes(f.read())
             if self.idx is not None:
                 self.idx.release()
-            self.idx = share_index(spark, sl, ship=self.ship)
+            self.idx = share_index(spark, sl, ship=self.ship, image_dir=self.image_dir)
             self.digest, self.session_id = digest, session_key(spark)
         return self.idx, rebuilt
+
+    def _replayed_image(self, src, recorded) -> SharedIndex:
+        """The image a replayed micro-batch's first attempt recorded: the
+        source's, if its rows are still those; else the file, if it is still
+        in the image directory (it is never written in place)."""
+        if isinstance(src, DataFrame) and use_images(src.sparkSession, self.image_dir,
+                                                            self.ship):
+            if digest_name(src, self.dialect) == recorded["index"]:
+                return image_index(src, self.dialect, self.image_dir)
+        path = recorded["image"]
+        try:
+            sl = Sublist.open(path)
+        except (OSError, ValueError) as e:
+            raise RuntimeError(
+                f"micro-batch {recorded['batch_id']} is replayed with the index its first "
+                f"attempt used, the image {path}, which this driver cannot read ({e}), and the "
+                "subscriptions have changed since: give fanout_stream an image_dir the driver "
+                "sees (shared storage), or keep the image") from None
+        return image_of(sl, path, recorded["index"])
 
     def _prune(self, batch_id, keep=100):
         """Forget records (and index images no record names) older than `keep` batches."""
@@ -142,11 +190,11 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
                   ship: str = "auto", trigger: Optional[dict] = None,
                   on_batch: Optional[Callable] = None, query_name: Optional[str] = None,
                   state_dir: Optional[str] = None, shards="auto", depth="auto",
-                  dedupe: bool = False):
+                  dedupe: bool = False, image_dir: Optional[str] = None):
     """fanout_stream(events, subscriptions, out, checkpoint, *, subject_col="subject",
     key_col=None, dialect="nats", queues="pick", explode=True, ship="auto",
     trigger=None, on_batch=None, query_name=None, state_dir=None, shards="auto",
-    depth="auto", dedupe=False) -> StreamingQuery
+    depth="auto", dedupe=False, image_dir=None) -> StreamingQuery
 
     Fan a streaming DataFrame out per micro-batch (foreachBatch) and write,
     for micro-batch N, Parquet directories
@@ -178,6 +226,11 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     state_dir (default checkpoint/fastsub, a local path) keeps the per-batch
     index records.  Classic Spark: foreachBatch runs on the driver.
 
+    image_dir: as fanout().  A DataFrame's rows are digested per micro-batch
+    (one aggregate job); the image of rows seen before is reused, and a
+    change builds the new rows' image on an executor.  The batch record
+    names the image, so a replay maps the image its first attempt used.
+
     shards, depth, dedupe: as fanout().  Sharded (a DataFrame source with
     shards=N, or "auto" above AUTO_SHARD_MIN_SUBS), no index passes through
     the driver: each micro-batch cogroups its events with the subscriptions
@@ -204,7 +257,9 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     if not isinstance(shards, ShardPlan):
         check_shards(shards)
     check_depth(depth)
-    state = _StreamIndex(subscriptions, dialect, ship, state_dir)
+    if image_dir is not None:
+        check_image_dir(image_dir, ship)
+    state = _StreamIndex(subscriptions, dialect, ship, state_dir, image_dir)
     if isinstance(subscriptions, DataFrame):
         # A fixed subscriptions table is checked now, by the check its
         # micro-batches make (kept, so the first one does not repeat it); a
@@ -224,8 +279,8 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
         else:
             idx, rebuilt = state.for_batch(spark, batch_id, src)
         res = fanout_with_rejects(batch_df, idx, subject_col, key_col, dialect, queues,
-                                  explode, shards=shards, depth=depth,
-                                  dedupe=dedupe).observe().persist()
+                                  explode, shards=shards, depth=depth, dedupe=dedupe,
+                                  image_dir=image_dir).observe().persist()
         idx = res.index
         try:
             part = f"batch_id={batch_id}"

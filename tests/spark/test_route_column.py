@@ -1,0 +1,66 @@
+"""The sharded fan-out routes events in the JVM (fastsub.spark.shard.
+route_column, a Spark SQL expression): on every subject the dialect accepts
+it must give route_keys's key exactly (csrc/fs_route.c), or a filter keyed
+in C and an event keyed in the JVM would miss each other."""
+import random
+
+import pytest
+
+from fastsub._core import ROUTE_ANY, ROUTE_INVALID, ROUTE_KEYED, ROUTE_NULL, route_keys
+
+pytestmark = pytest.mark.spark
+
+DEPTHS = (1, 2, 3, 4)
+# tokens: plain, unicode (multi-byte UTF-8), empty, `$` topics, wildcard-like
+TOKENS = ["a", "orders", "é", "日本", "", "$SYS", "$share", "g1", "*", "+", "#", ">", "x y", "a-b_c"]
+
+
+def _subjects(dialect, seed, n=3000):
+    rng = random.Random(seed)
+    sep = "/" if dialect == "mqtt" else "."
+    out = [None, "", sep, "$share/g/x/y", "$share/g", "a" * 300, "a" + sep * 5]
+    for _ in range(n):
+        k = rng.choice([1, 1, 2, 3, 4, 5, 7])       # shorter and longer than the depths
+        out.append(sep.join(rng.choice(TOKENS) for _ in range(k)))
+    return out
+
+
+@pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
+def test_route_column_is_route_keys(spark, dialect):
+    from pyspark.sql import functions as F
+
+    from fastsub.spark.shard import route_column
+    subjects = _subjects(dialect, seed={"nats": 1, "mqtt": 2, "amqp": 3}[dialect])
+    df = spark.createDataFrame([(i, s) for i, s in enumerate(subjects)], "i long, s string")
+    got = {r["i"]: r for r in df.select(
+        "i", *[route_column(F.col("s"), dialect, d).alias(f"k{d}") for d in DEPTHS]).collect()}
+    checked = {ROUTE_KEYED: 0, ROUTE_ANY: 0}
+    for d in DEPTHS:
+        keys, kinds = route_keys(subjects, dialect, d)
+        for i, s in enumerate(subjects):
+            jvm = got[i][f"k{d}"]
+            if kinds[i] == ROUTE_NULL:
+                assert jvm is None
+            elif kinds[i] != ROUTE_INVALID:
+                assert jvm == int(keys[i]), (dialect, d, s, int(kinds[i]))
+                checked[int(kinds[i])] += 1
+    # both kinds were tried, many times: keyed, and shorter than the depth
+    assert checked[ROUTE_KEYED] > 1000 and checked[ROUTE_ANY] > 300, checked
+    if dialect == "amqp":       # the empty key: zero words, shorter than any depth
+        assert route_keys([""], "amqp", 1)[1][0] == ROUTE_ANY
+
+
+def test_a_filter_keyed_in_c_meets_its_subjects_in_the_jvm(spark):
+    """The filter side stays in C (route_keys(filters=True)); its keyed
+    filters land where the JVM sends their subjects."""
+    from pyspark.sql import functions as F
+
+    from fastsub.spark.shard import route_column
+    pairs = [("nats", "orders.eu.>", "orders.eu.x.y"), ("mqtt", "$share/g/sport/tennis/#", "sport/tennis"),
+             ("mqtt", "a//+", "a//b"), ("amqp", "a.b.#", "a.b")]
+    for dialect, flt, subject in pairs:
+        fkey = route_keys([flt], dialect, 2, filters=True)
+        assert fkey[1][0] == ROUTE_KEYED
+        row = spark.createDataFrame([(subject,)], "s string").select(
+            route_column(F.col("s"), dialect, 2).alias("k")).first()
+        assert row["k"] == int(fkey[0][0]), (dialect, flt, subject)
