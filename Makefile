@@ -5,6 +5,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 PYTEST_ARGS ?=
 
+# The C core: one folder per layer (docs/design.md), each on the include
+# path, as in setup.py.
+CORE_C := $(sort $(wildcard csrc/*/*.c))
+CORE_H := $(sort $(wildcard csrc/*/*.h))
+CORE_INC := $(patsubst %/,-I%,$(sort $(dir $(CORE_C) $(CORE_H))))
+
 .PHONY: valgrind callgrind all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
 
 all: build
@@ -174,7 +180,7 @@ test-tsan: venv
 	        2>$(TSAN_DIR)/canary.log || ! grep -q "ThreadSanitizer: data race" $(TSAN_DIR)/canary.log; then \
 	    echo "test-tsan: the deliberate race was not reported: the set-up is blind"; exit 1; \
 	else echo "test-tsan: self-check ok (the deliberate race was reported)"; fi
-	gcc -std=c11 -D_GNU_SOURCE -pthread -fsanitize=thread -O1 -g -Icsrc $(sort $(wildcard csrc/*.c)) \
+	gcc -std=c11 -D_GNU_SOURCE -pthread -fsanitize=thread -O1 -g $(CORE_INC) $(CORE_C) \
 	    tests/sys_smoke.c -o $(TSAN_DIR)/sys_smoke
 	TSAN_OPTIONS="exitcode=66" $(TSAN_DIR)/sys_smoke
 	$(TSAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(TSAN_DIR)' in c.__file__, c.__file__"
@@ -196,9 +202,9 @@ test-ft:
 # The C core built for Windows with mingw-w64 (a Debian package, installed
 # when missing), under the same warnings as setup.py's `strict` flags plus
 # what MSVC's C would reject (-Wvla; -Wpedantic for GNU extensions).  Every
-# csrc/*.c is compiled twice: as gcc/clang see it, and with FS_BITS_PORTABLE
+# csrc/*/*.c is compiled twice: as gcc/clang see it, and with FS_BITS_PORTABLE
 # (fs_bits.h's MSVC side, on mingw's intrinsic headers).  Then: only
-# csrc/fs_sys.[ch] may name pthreads or Win32 (a grep, and no POSIX thread
+# csrc/base/fs_sys.[ch] may name pthreads or Win32 (a grep, and no POSIX thread
 # header among any file's includes), and tests/sys_smoke.c (the thread
 # layer's Win32 side, and a threaded batch with writers) is linked with
 # each set of objects and, when Wine is installed, run.  Two compiles at a time.  Wine is optional (a large install): without
@@ -206,7 +212,7 @@ test-ft:
 # create, is kept in build/wine-prefix.
 XWIN_CC := x86_64-w64-mingw32-gcc
 XWIN_DIR := build/cross-windows
-XWIN_CFLAGS := -std=c11 -Wall -Wextra -Wconversion -Wshadow -Werror -Wvla -Wpedantic -O2 -Icsrc
+XWIN_CFLAGS := -std=c11 -Wall -Wextra -Wconversion -Wshadow -Werror -Wvla -Wpedantic -O2 $(CORE_INC)
 XWIN_OS_NAMES := pthread|sched_yield|clock_gettime|sysconf|<windows\.h>|<unistd\.h>|SRWLock|ConditionVariable|CreateThread|_beginthread|WaitForSingleObject|InitOnce|Fls[A-Z]|Tls[A-Z]|SwitchToThread
 WINE ?= $(firstword $(shell command -v wine64 wine 2>/dev/null) $(wildcard /usr/lib/wine/wine64))
 cross-windows:
@@ -217,18 +223,18 @@ cross-windows:
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mingw-w64 >/dev/null; \
 	fi
 	@rm -rf $(XWIN_DIR) && mkdir -p $(XWIN_DIR)/builtin $(XWIN_DIR)/portable
-	@printf '%s\n' csrc/*.c | xargs -P 2 -I{} sh -c 'o=$$(basename {} .c).o; \
+	@printf '%s\n' $(CORE_C) | xargs -P 2 -I{} sh -c 'o=$$(basename {} .c).o; \
 	    $(XWIN_CC) $(XWIN_CFLAGS) -MMD -MF $(XWIN_DIR)/$$o.d -c {} -o $(XWIN_DIR)/builtin/$$o && \
 	    $(XWIN_CC) $(XWIN_CFLAGS) -DFS_BITS_PORTABLE -c {} -o $(XWIN_DIR)/portable/$$o' \
 	    || { echo "cross-windows: a file does not compile (above)"; exit 1; }
-	@if grep -nE '$(XWIN_OS_NAMES)' $(filter-out csrc/fs_sys.c csrc/fs_sys.h,$(wildcard csrc/*.[ch])); then \
-	    echo "cross-windows: only csrc/fs_sys.[ch] may name pthreads or Win32 (above)"; exit 1; fi
-	@$(XWIN_CC) $(XWIN_CFLAGS) -M csrc/*.c | grep -E '(pthread|sched|unistd)[^ ]*\.h' \
+	@if grep -nE '$(XWIN_OS_NAMES)' $(filter-out csrc/base/fs_sys.c csrc/base/fs_sys.h,$(CORE_C) $(CORE_H)); then \
+	    echo "cross-windows: only csrc/base/fs_sys.[ch] may name pthreads or Win32 (above)"; exit 1; fi
+	@$(XWIN_CC) $(XWIN_CFLAGS) -M $(CORE_C) | grep -E '(pthread|sched|unistd)[^ ]*\.h' \
 	    && { echo "cross-windows: a POSIX thread header is included (above)"; exit 1; } || true
 	@$(XWIN_CC) $(XWIN_CFLAGS) -static $(XWIN_DIR)/builtin/*.o tests/sys_smoke.c -o $(XWIN_DIR)/sys_smoke.exe
 	@$(XWIN_CC) $(XWIN_CFLAGS) -DFS_BITS_PORTABLE -static $(XWIN_DIR)/portable/*.o tests/sys_smoke.c \
 	    -o $(XWIN_DIR)/sys_smoke_portable.exe
-	@echo "cross-windows: $(words $(wildcard csrc/*.c)) files x 2 compiled for x86_64 Windows, smoke test linked"
+	@echo "cross-windows: $(words $(CORE_C)) files x 2 compiled for x86_64 Windows, smoke test linked"
 	@if [ -n "$(WINE)" ]; then \
 	    for exe in sys_smoke sys_smoke_portable; do \
 	        WINEPREFIX=$(CURDIR)/build/wine-prefix WINEDEBUG=-all $(WINE) $(XWIN_DIR)/$$exe.exe 2>$(XWIN_DIR)/$$exe.log \
@@ -292,14 +298,14 @@ FUZZ_TARGETS := load ops validate image
 FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 20
-FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -fno-omit-frame-pointer -Icsrc \
+FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -fno-omit-frame-pointer $(CORE_INC) \
 	-fsanitize=fuzzer,address,undefined,nullability -fno-sanitize-recover=all
 # The core is compiled once (build/fuzz/obj) and linked into each harness.
-FUZZ_OBJS := $(patsubst csrc/%.c,$(FUZZ_DIR)/obj/%.o,$(sort $(wildcard csrc/*.c)))
-$(FUZZ_DIR)/obj/%.o: csrc/%.c $(wildcard csrc/*.h) | clang-deps
+FUZZ_OBJS := $(patsubst csrc/%.c,$(FUZZ_DIR)/obj/%.o,$(CORE_C))
+$(FUZZ_DIR)/obj/%.o: csrc/%.c $(CORE_H) | clang-deps
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) -c $< -o $@
-$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/oracle.h $(FUZZ_OBJS) $(wildcard csrc/*.h) | clang-deps
+$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/oracle.h $(FUZZ_OBJS) $(CORE_H) | clang-deps
 	clang $(FUZZ_CFLAGS) $(FUZZ_OBJS) $< -o $@
 .SECONDARY: $(FUZZ_OBJS)
 fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)

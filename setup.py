@@ -10,11 +10,11 @@ Build switches (environment variables, "1" to enable):
   FASTSUB_COVERAGE  gcov instrumentation of the C core
   FASTSUB_SYMBOLS   keep debug symbols (-g) in an optimized build, for
                     profilers; release builds (wheels) carry none
-  FASTSUB_BLOCK_ROWS=N  rows per block of the batch pipeline (csrc/fs_batch.c;
+  FASTSUB_BLOCK_ROWS=N  rows per block of the batch pipeline (csrc/batch/fs_batch.c;
                     default 32), for measuring other sizes
 
 On Windows the C core builds with MSVC (the flags below) or mingw-w64; its
-threads go through csrc/fs_sys.h, which uses Win32 there.
+threads go through csrc/base/fs_sys.h, which uses Win32 there.
 """
 import glob
 import os
@@ -103,7 +103,13 @@ pthread = [] if WINDOWS else ["-pthread"]
 # interposed: every call to one is an indirect jump).
 strict = ["-std=c11", "-Wall", "-Wextra", "-Wconversion", "-Wshadow", "-Werror", "-fPIC",
           "-fvisibility=hidden", "-D_GNU_SOURCE"] + pthread
-core_sources = sorted(glob.glob("csrc/*.c"))
+# The core's folders are its layers (docs/design.md, "Layers of the C core"),
+# each on the include path: an #include names the file alone, so moving a
+# file between layers touches no source, and other branches' edits merge by
+# rename.  The layering (includes only go down) is tests/test_layout.py's.
+CORE_LAYERS = ["base", "rules", "index", "match", "batch", "api", "serial"]
+core_dirs = [f"csrc/{layer}" for layer in CORE_LAYERS]
+core_sources = sorted(glob.glob("csrc/*/*.c"))
 
 # MSVC (the Windows wheels) takes none of gcc's flags.  C11 with its atomics:
 # <stdatomic.h> needs /experimental:c11atomics (Visual Studio 2022 17.5 or
@@ -120,8 +126,8 @@ ext = Extension(
     "fastsub._core",
     sources=["src/fastsub/_core.pyx"],
     # relink when the core library changes
-    depends=sorted(glob.glob("csrc/*.[ch]")),
-    include_dirs=["csrc"],
+    depends=sorted(glob.glob("csrc/*/*.[ch]")),
+    include_dirs=core_dirs,
     define_macros=defines,
     extra_compile_args=opt + instrument,
     extra_link_args=link_instrument + pthread,
@@ -131,7 +137,7 @@ setup(
     cmdclass={"build_clib": build_clib_for_compiler, "build_ext": build_ext_with_core},
     libraries=[("fastsub_core", {
         "sources": core_sources,
-        "include_dirs": ["csrc"],
+        "include_dirs": core_dirs,
         "macros": defines,
         # Python's CFLAGS carry -fwrapv, which also turns off UBSan's signed
         # overflow and (clang) pointer-overflow checks: off for our C.

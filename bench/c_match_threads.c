@@ -2,7 +2,7 @@
  * Python layer takes: fs_sublist_match_small, cache-only look-up first),
  * with no Python in the way: whether the core's read path scales.
  *
- *   cc -O2 -std=c11 -D_GNU_SOURCE -pthread -Icsrc csrc/\*.c bench/c_match_threads.c -o c_match_threads
+ *   cc -O2 -std=c11 -D_GNU_SOURCE -pthread -Icsrc/base -Icsrc/rules -Icsrc/index -Icsrc/match -Icsrc/batch -Icsrc/api -Icsrc/serial $(find csrc -name '*.c') bench/c_match_threads.c -o c_match_threads
  *   ./c_match_threads [max_threads] [cache_size]
  *
  * 10,000 filters, the same 1,000 hot subjects in every thread (each its

@@ -43,7 +43,7 @@
 #include "fs_alloc.h"
 #include "fs_batch.h"
 #include "fs_image.h"
-#include "fs_internal.h"
+#include "fs_index.h"
 #include "fs_serial.h"
 #include "sublist.h"
 

@@ -1,7 +1,7 @@
 """A plain-Python reader and forger of fastsub's mapped image (file format
 version 3, csrc/fs_image.c), for the hostile-image tests.
 
-It knows the layout from csrc/fs_image.c and csrc/fs_internal.h, not from
+It knows the layout from csrc/serial/fs_image.c and csrc/index/fs_layout.h, not from
 the library: a 48-byte header, the root block at 48 (struct img_root), the
 objects from 1024 (fs_level, fs_slot arrays with their bitmaps, fs_node with
 an fs_link before trie nodes, ids, queue groups), then the XXH64 of

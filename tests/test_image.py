@@ -882,7 +882,7 @@ def test_every_image_reason_is_documented():
     "Invariants of an image", and every reason listed there is one it gives."""
     import re
     root = os.path.join(HERE, "..")
-    with open(os.path.join(root, "csrc", "fs_image.c"), encoding="utf-8") as f:
+    with open(os.path.join(root, "csrc", "serial", "fs_image.c"), encoding="utf-8") as f:
         src = f.read()
     with open(os.path.join(root, "docs", "FORMAT.md"), encoding="utf-8") as f:
         doc = f.read()

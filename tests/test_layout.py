@@ -163,3 +163,181 @@ def test_the_dialect_check_can_fail():
              "fs_dialect.h": "return d == FS_AMQP;\n"}
     got = dialect_comparisons(stray)
     assert [(f, n) for f, n, _ in got] == [("fs_walk.h", 3), ("fs_x.c", 1), ("fs_x.c", 2)]
+
+
+# -- the C core's layers ------------------------------------------------------------
+#: The folders of csrc/, bottom first: each may include and call only its own
+#: layer and those below it (docs/design.md, "Layers of the C core").
+C_LAYERS = ("base", "rules", "index", "match", "batch", "api", "serial")
+_C_TOKEN = re.compile(r"[A-Za-z_]\w*|[{}();]")
+_C_NOT_CALLS = {"if", "for", "while", "switch", "return", "sizeof", "_Alignof", "defined", "case", "do",
+                "else", "_Static_assert", "__attribute__", "offsetof", "_Generic", "static_assert"}
+
+
+def _c_code(text):
+    """text without comments, string and character literals, and
+    preprocessor lines (whose line breaks are kept)."""
+    text = _strip_c_comments(text)
+    text = re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', '""', text)
+    return re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group()), text, flags=re.M)
+
+
+def c_functions(text):
+    """(defined, static, called): the functions a C file defines (those
+    defined `static` too, a .c file's own), and the names it calls from
+    inside its function bodies."""
+    defined, static, called = set(), set(), set()
+    depth = paren = 0
+    head = []            # the tokens of the declaration at file scope so far
+    toks = _C_TOKEN.findall(_c_code(text))
+    for i, tok in enumerate(toks):
+        prev = toks[i - 1] if i else ""
+        if tok == "{":
+            if depth == 0 and head and "(" in head:
+                name = head[head.index("(") - 1]
+                defined.add(name)
+                if "static" in head:
+                    static.add(name)
+            depth += 1
+            head = []
+        elif tok == "}":
+            depth -= 1
+        elif tok == ";":
+            if depth == 0:
+                head = []
+        else:
+            if tok == "(":
+                if depth > 0 and re.match(r"[A-Za-z_]", prev) and prev not in _C_NOT_CALLS:
+                    called.add(prev)
+                paren += 1
+            elif tok == ")":
+                paren -= 1
+            if depth == 0 and (tok != "(" or "(" not in head):
+                head.append(tok)
+    return defined, static, called
+
+
+def _c_module(name):
+    """A C file's module: its folder and stem (fs_x.c and fs_x.h are one)."""
+    return os.path.splitext(name.replace(os.sep, "/"))[0]
+
+
+def c_layering(sources):
+    """Breaks of the C layering in sources {"layer/file": text}, as lines:
+    a file outside the layers, an #include that goes up a layer, a call that
+    goes up a layer, and a circle of calls between modules (a .c file with
+    its header is one module; a header alone is one too)."""
+    found = []
+    layer = {}
+    for name in sources:
+        top = name.replace(os.sep, "/").split("/")[0]
+        if top not in C_LAYERS or "/" not in name.replace(os.sep, "/"):
+            found.append(f"{name}: not in a layer's folder {C_LAYERS}")
+            continue
+        layer[name] = C_LAYERS.index(top)
+    by_base = {}
+    for name in layer:
+        by_base.setdefault(os.path.basename(name), []).append(name)
+    for base, names in by_base.items():
+        if len(names) > 1:
+            found.append(f"{base}: in more than one folder {sorted(names)} (includes name files alone)")
+    for name in sorted(layer):
+        for no, line in enumerate(_strip_c_comments(sources[name]).splitlines(), 1):
+            m = re.match(r'\s*#\s*include\s*"([^"]+)"', line)
+            if m and m.group(1) in by_base:
+                to = by_base[m.group(1)][0]
+                if layer[to] > layer[name]:
+                    found.append(f"{name}:{no}: includes {to}, a layer up")
+    # Calls: a function belongs to the module that defines it (a .c file's
+    # static functions are its own).
+    info = {name: c_functions(sources[name]) for name in layer}
+    owner = {}
+    for name, (defined, static, _called) in info.items():
+        for f in defined - (static if name.endswith(".c") else set()):
+            owner.setdefault(f, _c_module(name))
+    edges = {}
+    mod_layer = {}
+    for name, (defined, _static, called) in sorted(info.items()):
+        mod = _c_module(name)
+        mod_layer[mod] = layer[name]
+        for f in sorted(called - defined):
+            to = owner.get(f)
+            if to and to != mod:
+                edges.setdefault(mod, {}).setdefault(to, f)
+    for mod in sorted(edges):
+        for to, f in sorted(edges[mod].items()):
+            if mod_layer[to] > mod_layer[mod]:
+                found.append(f"{mod} calls {to} ({f}), a layer up")
+    # Circles: the strongly connected parts of the call graph (Tarjan).
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, {})):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    for v in sorted(mod_layer):
+        if v not in index:
+            visit(v)
+    for comp in sorted(comps):
+        how = ", ".join(f"{a} -> {b} ({edges[a][b]})" for a in comp for b in sorted(edges.get(a, {})) if b in comp)
+        found.append(f"a circle of calls: {how}")
+    return found
+
+
+def test_c_layers_only_look_down():
+    """csrc/'s folders are its layers: a file includes and calls only its own
+    layer and those below, and no two modules call each other (not even
+    round a longer circle)."""
+    sources = _c_sources()
+    assert sorted({n.replace(os.sep, "/").split("/")[0] for n in sources}) == sorted(C_LAYERS)
+    assert c_layering(sources) == []
+
+
+def test_the_c_layer_check_can_fail():
+    """Fed the real tree with one synthetic break of each kind, the check
+    reports each, and only those."""
+    sources = _c_sources()
+    assert c_layering(sources) == []
+    bad = dict(sources)
+    # an upward include: the rules layer includes the index's layout
+    bad["rules/fs_dialect.c"] = '#include "fs_layout.h"\n' + bad["rules/fs_dialect.c"]
+    # a circle: the slab calls the memory account, which calls the slab
+    bad["index/fs_slab.c"] += "\nint fs_test_slab_calls(void) { return fs_test_mem_calls(); }\n"
+    bad["index/fs_mem.c"] += "\nint fs_test_mem_calls(void) { return fs_test_slab_calls(); }\n"
+    # an upward call: base calls the trie
+    bad["base/fs_status.h"] += "\nstatic inline void fs_test_up(void *sl) { fs_trie_free(sl); }\n"
+    # a stray file, and a header in two folders
+    bad["fs_loose.c"] = "int x;\n"
+    bad["match/fs_bits.h"] = "\n"
+    got = c_layering(bad)
+    assert got == [
+        "fs_loose.c: not in a layer's folder " + str(C_LAYERS),
+        f"fs_bits.h: in more than one folder {sorted(['base/fs_bits.h', 'match/fs_bits.h'])} "
+        "(includes name files alone)",
+        "rules/fs_dialect.c:1: includes index/fs_layout.h, a layer up",
+        "base/fs_status calls index/fs_trie (fs_trie_free), a layer up",
+        "a circle of calls: index/fs_mem -> index/fs_slab (fs_test_slab_calls), "
+        "index/fs_slab -> index/fs_mem (fs_test_mem_calls)",
+    ], got
+    # and a stray dialect comparison in the real tree is found too
+    bad = dict(sources)
+    bad["match/fs_match.c"] += "\nint fs_test_is_mqtt(fs_dialect d) { return d == FS_MQTT; }\n"
+    assert [(f, t) for f, _n, t in dialect_comparisons(bad)] == [
+        ("match/fs_match.c", "int fs_test_is_mqtt(fs_dialect d) { return d == FS_MQTT; }")]

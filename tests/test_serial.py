@@ -952,7 +952,7 @@ def test_xxh64_reference_vectors():
 # byte), so one table serves all three.
 
 FORMAT_MD = os.path.join(HERE, "..", "docs", "FORMAT.md")
-FS_SERIAL_C = os.path.join(HERE, "..", "csrc", "fs_serial.c")
+FS_SERIAL_C = os.path.join(HERE, "..", "csrc", "serial", "fs_serial.c")
 
 
 def _d(dialect, s):

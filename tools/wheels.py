@@ -131,7 +131,7 @@ def build_sdist(logfile):
     run([sys.executable, "-m", "build", "--sdist", "--outdir", out, ROOT], logfile, env=clean_env())
     (sdist,) = glob.glob(os.path.join(out, "fastsub-*.tar.gz"))
     tree = unpack(sdist, os.path.join(WORK, "sdist-tree"))
-    for need in ("LICENSE", "tests/golden/nats_small.fsb", "README.md", "csrc/sublist.h", "tools/wheels.py"):
+    for need in ("LICENSE", "tests/golden/nats_small.fsb", "README.md", "csrc/api/sublist.h", "tools/wheels.py"):
         if not os.path.exists(os.path.join(tree, need)):
             raise Failed(f"the sdist has no {need}")
     # every file git tracks under these directories must be in the sdist

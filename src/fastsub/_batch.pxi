@@ -27,7 +27,7 @@ from libc.string cimport memcpy
 # Rows matched per GIL release on one thread (Ctrl-C is checked between).
 DEF ROWS_PER_CHUNK = 16384
 # A batch of at least this many rows starts its output in the largest
-# buffer the output pool keeps (csrc/fs_idbuf.h); smaller ones never touch
+# buffer the output pool keeps (csrc/batch/fs_idbuf.h); smaller ones never touch
 # the pool, so a loop of tiny batches pays nothing for it.
 DEF KEPT_BUFFER_ROWS = 4096
 
@@ -65,7 +65,7 @@ cdef unsigned _threads_for(unsigned asked, size_t rows):
 
 def _pool_status():
     """Testing: (threads, idle) of the process's batch worker pool
-    (csrc/fs_pool.h): how many threads it has started, and how many are
+    (csrc/batch/fs_pool.h): how many threads it has started, and how many are
     parked waiting for work now."""
     cdef unsigned threads = 0, idle = 0
     fs_pool_status(&threads, &idle)

@@ -1,4 +1,4 @@
-# Declarations of the C core (csrc/); see csrc/sublist.h for the contract.
+# Declarations of the C core (csrc/); see csrc/api/sublist.h for the contract.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "fs_alloc.h" nogil:

@@ -1,4 +1,4 @@
-# Route keys of the sharded fan-out (csrc/fs_route.h; docs/design.md, 'Why
+# Route keys of the sharded fan-out (csrc/rules/fs_route.h; docs/design.md, 'Why
 # the sharded fan-out is exact'): which shard holds a filter, and which shard
 # serves a subject, split by the index's own tokenizer.  Included by _core.pyx.
 

@@ -1,6 +1,6 @@
 # Serialization glue: Sublist.to_bytes / from_bytes / open / save / pickle
-# over csrc/fs_image.c (version 3: the image, matched in place) and
-# csrc/fs_serial.c (versions 1 and 2: rebuilt).  Format: docs/FORMAT.md.
+# over csrc/serial/fs_image.c (version 3: the image, matched in place) and
+# csrc/serial/fs_serial.c (versions 1 and 2: rebuilt).  Format: docs/FORMAT.md.
 # Included into _core.pyx.
 import os as _os
 import mmap as _mmap

@@ -1,0 +1,579 @@
+/* sublist.c - the index itself and its write side: it creates and frees
+ * the index, validates each subscription, takes the write lock and routes
+ * the filter to the part that holds it -- the literal table, the shape
+ * tables (fs_shape.c) or the trie (fs_trie.c) -- all or nothing for a
+ * bulk call.  The read side is fs_match.c (one subject), fs_batch.c
+ * (many) and fs_reverse.c.  See sublist.h for the layout. */
+#include "sublist.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_bits.h"
+#include "fs_cache.h"
+#include "fs_index.h"
+#include "fs_node.h"
+#include "fs_sys.h"
+#include "fs_table.h"
+#include "fs_trie.h"
+
+/* Release the write lock, publishing the count for lock-free readers of
+ * the index's size (fs_sublist_walk_costly). */
+static void write_done(fs_sublist *sl)
+{
+    atomic_store_explicit(&sl->size_hint, sl->count, memory_order_relaxed);
+    fs_brlock_wrunlock(&sl->lock);
+}
+
+void fs_sublist_publish_count(fs_sublist *sl)
+{
+    atomic_store_explicit(&sl->size_hint, sl->count, memory_order_relaxed);
+}
+
+fs_sublist *fs_sublist_new(fs_dialect d)
+{
+    fs_sublist *sl = FS_MALLOC(sizeof(fs_sublist));
+    if (!sl)
+        return NULL;
+    memset(sl, 0, sizeof(*sl));
+    sl->dialect = d;
+    fs_level_filter_init(&sl->literals);
+    sl->lit = &sl->literals;
+    static const fs_span root_span = {0, 0, 0, FS_TOK_LITERAL};
+    sl->root = fs_node_new(sl, NULL, "", &root_span);
+    if (!sl->root) {
+        fs_slab_destroy(&sl->slab);
+        FS_FREE(sl);
+        return NULL;
+    }
+    sl->nodes = 0;  /* the root is not counted */
+    if (fs_brlock_init(&sl->lock) != 0) {
+        fs_slab_destroy(&sl->slab);
+        FS_FREE(sl);
+        return NULL;
+    }
+    if (fs_sl_fork_track(sl) != FS_OK) {
+        fs_brlock_destroy(&sl->lock);
+        fs_slab_destroy(&sl->slab);
+        FS_FREE(sl);
+        return NULL;
+    }
+    return sl;
+}
+
+/* Frees everything: the trie, the literal table, the shapes, the cache. */
+void fs_sublist_free(fs_sublist *sl)
+{
+    if (!sl)
+        return;
+    fs_sl_fork_untrack(sl);
+    fs_sublist_free(sl->live);
+    FS_FREE(sl->masked);
+    if (!sl->img.base) {     /* a mapped image's tables are the caller's bytes */
+        fs_trie_free(sl);
+        for (uint32_t i = 0; i < sl->literals.cap; i++)
+            if (sl->literals.slots[i].node)
+                fs_node_free(sl, sl->literals.slots[i].node);
+        FS_FREE(sl->literals.slots);
+        fs_shapes_free(sl);
+    }
+    fs_slab_destroy(&sl->slab);
+    fs_cache_free(sl->cache);
+    fs_brlock_destroy(&sl->lock);
+    FS_FREE(sl);
+}
+
+fs_dialect fs_sublist_dialect(const fs_sublist *sl) { return sl->dialect; }
+
+uint64_t fs_sublist_count(fs_sublist *sl)
+{
+    fs_brlock_rdlock(&sl->lock);
+    uint64_t c = sl->count;
+    fs_brlock_rdunlock(&sl->lock);
+    return c;
+}
+
+uint64_t fs_sublist_generation(fs_sublist *sl)
+{
+    fs_brlock_rdlock(&sl->lock);
+    uint64_t g = sl->generation;
+    fs_brlock_rdunlock(&sl->lock);
+    return g;
+}
+
+/* A validated subscription: the filter's tokens plus where the queue is. */
+typedef struct {
+    const char *filter;
+    uint32_t filter_len;
+    int literal;          /* no wildcard: lives in the literal table */
+    int shaped;           /* has a shape (fs_shape.h): shape describes it */
+    fs_shape_of shape;    /* shape.key: the key in its shape's table, or a
+                           * literal's in the literal table */
+    const char *queue;    /* NULL: plain */
+    uint32_t queue_len;
+} parsed_spec;
+
+/* Split "$share/G/f", check the queue, tokenize the filter into t. */
+static int parse_spec(fs_dialect d, const fs_spec *spec, fs_tokens *t, parsed_spec *out, fs_error *err)
+{
+    const char *f = spec->filter, *q = spec->queue;
+    size_t flen = spec->filter_len, qlen = spec->queue_len;
+    if (fs_rules(d)->shares) {
+        const char *g, *sf;
+        size_t glen, sflen;
+        int rc = fs_split_share(f, flen, &g, &glen, &sf, &sflen, err);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            if (q) {
+                err->reason = "both a '$share/' group and a queue given";
+                err->pos = 0;
+                err->in_queue = 0;
+                return FS_EINVAL;
+            }
+            q = g;
+            qlen = glen;
+            size_t shift = (size_t)(sf - f);
+            f = sf;
+            flen = sflen;
+            rc = fs_tokenize(d, f, flen, 1, t, err);
+            if (rc == FS_EINVAL)
+                err->pos += shift;
+            if (rc < 0)
+                return rc;
+            goto tokenized;
+        }
+    }
+    {
+        int rc = fs_tokenize(d, f, flen, 1, t, err);
+        if (rc < 0)
+            return rc;
+    }
+tokenized:
+    if (q) {
+        int rc = fs_check_queue(d, q, qlen, err);
+        if (rc < 0)
+            return rc;
+    }
+    out->filter = f;
+    out->filter_len = (uint32_t)flen;
+    /* One pass for a literal, most filters: its key in the literal table
+     * as it goes (fs_tokens_key); only a filter with a wildcard is
+     * classified. */
+    uint64_t key = 0;
+    uint32_t i = 0;
+    for (; i < t->n && t->tok[i].kind == FS_TOK_LITERAL; i++)
+        key += fs_pos_mix(t->tok[i].hash, i);
+    out->literal = i == t->n;
+    if (out->literal) {
+        out->shaped = 0;
+        out->shape.key = key;
+    } else {
+        out->shaped = fs_shape_classify(t, &out->shape);
+    }
+    out->queue = q;
+    out->queue_len = (uint32_t)qlen;
+    return FS_OK;
+}
+
+int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err)
+{
+    fs_tokens t;
+    fs_tokens_init(&t);
+    int rc;
+    if (is_filter) {
+        fs_spec spec = {s, len, NULL, 0, 0};
+        parsed_spec ps;
+        rc = parse_spec(d, &spec, &t, &ps, err);
+    } else {
+        rc = fs_tokenize(d, s, len, 0, &t, err);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+/* The one pre-existing level an insert added a child to (every level below
+ * it is new), and its capacity before, so that undoing the insert can
+ * shrink it back and leave not even memory_bytes changed. */
+
+
+static void undo_growth(fs_sublist *sl, const fs_growth *g)
+{
+    if (g->level)        /* a mapped image's growth is its live part's */
+        fs_level_restore(&(sl->img.base ? sl->live : sl)->mem, g->level, g->cap);
+}
+
+/* Find the node holding t's subscriptions -- in the literal table, the
+ * filter's shape table (then *shp is that shape) or the trie -- or NULL.
+ * A shaped filter may still sit in the trie: it went there while the
+ * shape budget was spent, or it came from a version 1 image. */
+static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, fs_shape **shp)
+{
+    *shp = NULL;
+    if (ps->literal)
+        return (fs_node *)(uintptr_t)fs_keyed_find(sl, sl->lit, ps->shape.key, ps->filter, ps->filter_len,
+                             ps->filter + ps->filter_len);
+    if (ps->shaped) {
+        fs_shape *sh = fs_shape_find(sl, &ps->shape);
+        fs_node *e = sh ? fs_shape_lookup(sl, sh, ps->filter, ps->filter_len, ps->shape.key) : NULL;
+        if (e) {
+            *shp = sh;
+            return e;
+        }
+    }
+    return (fs_node *)(uintptr_t)fs_trie_find(sl, t, ps->filter);
+}
+
+/* Drop n if it holds nothing any more: from its shape table (sh), the
+ * literal table (an entry without links) or the trie (with its emptied
+ * ancestors). */
+static void prune_node(fs_sublist *sl, fs_node *n, fs_shape *sh)
+{
+    if (sh) {
+        if (!fs_has_subs(n)) {
+            fs_shape_del(sl, sh, n);
+            fs_node_free(sl, n);
+        }
+    } else if (n->linked) {
+        fs_trie_prune(sl, n);
+    } else if (n->nsubs == 0 && fs_ngroups(n) == 0) {
+        fs_level_del(&sl->literals, n);
+        fs_node_free(sl, n);
+        fs_level_shrink(&sl->mem, &sl->literals);
+    }
+}
+
+/* A new entry for a whole filter in the literal table or a shape table.
+ * Records in g the pre-existing table it grew.  FS_OK or FS_ENOMEM. */
+static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fresh_shape,
+                     fs_growth *g, fs_node **out)
+{
+    fs_level *L = sh ? &sh->table : &sl->literals;
+    uint64_t key = ps->shape.key;
+    fs_span whole = {0, ps->filter_len, (uint32_t)key, sh ? FS_NODE_SHAPED : FS_TOK_LITERAL};
+    fs_node *n = fs_entry_new(sl, ps->filter, &whole);
+    if (!n)
+        return FS_ENOMEM;
+    if (!fresh_shape) {
+        g->level = L;
+        g->cap = L->cap;
+    }
+    if ((sh ? fs_shape_add(sl, sh, n, key) : fs_level_add_checked(&sl->mem, L, n, (uint32_t)(key >> 32), 0)) < 0) {
+        fs_node_free(sl, n);
+        return FS_ENOMEM;
+    }
+    *out = n;
+    return FS_OK;
+}
+
+static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         fs_growth *g, int invalidate);
+static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         int invalidate);
+
+/* Insert (remove: 0) or remove (1) every subscription node n holds into
+ * or from the index `to`, under filter ps.  Inserting stops at the first
+ * failure and takes back what it added: FS_OK or FS_ENOMEM (`to`
+ * unchanged).  Removing never fails. */
+static int copy_subs(fs_sublist *to, const fs_tokens *t, const parsed_spec *ps, const fs_node *n, int remove)
+{
+    parsed_spec q = *ps;
+    fs_growth g;
+    int rc = FS_OK;
+    const int64_t *ids = fs_node_ids(n);
+    q.queue = NULL;
+    for (uint32_t i = 0; i < n->nsubs && rc >= 0; i++)
+        rc = remove ? remove_locked(to, t, &q, ids[i], 0) : insert_locked(to, t, &q, ids[i], &g, 0);
+    for (uint32_t gi = 0; gi < fs_ngroups(n) && rc >= 0; gi++) {
+        const fs_group *grp = fs_node_group(n, gi);
+        const int64_t *m = fs_group_ids(grp);
+        q.queue = fs_group_name(grp);
+        q.queue_len = grp->name_len;
+        for (uint32_t i = 0; i < grp->n && rc >= 0; i++)
+            rc = remove ? remove_locked(to, t, &q, m[i], 0) : insert_locked(to, t, &q, m[i], &g, 0);
+    }
+    if (rc < 0) {
+        copy_subs(to, t, ps, n, 1);
+        return rc;
+    }
+    return FS_OK;
+}
+
+/* Before a mapped image's filter changes: make sure the change can go to
+ * the live part, which holds every changed filter whole -- the filter's
+ * image entry (if any, and not moved yet) is copied there and masked.
+ * FS_OK or FS_ENOMEM (nothing changed that an answer could see). */
+static int live_prepare(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps)
+{
+    if (!sl->live && !(sl->live = fs_sublist_new(sl->dialect)))
+        return FS_ENOMEM;
+    fs_shape *sh;
+    const fs_node *n = find_locked(sl, t, ps, &sh);
+    if (!n || fs_image_masked(sl, n))
+        return FS_OK;
+    int rc = copy_subs(sl->live, t, ps, n, 0);
+    if (rc == FS_OK && (rc = fs_image_mask(sl, n)) < 0)
+        copy_subs(sl->live, t, ps, n, 1);
+    return rc;
+}
+
+/* An insert or a remove (rc, from the live part) changed a mapped image's
+ * set: count it as the built index counts its own. */
+static void live_changed(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int inserted, int invalidate)
+{
+    sl->count = inserted ? sl->count + 1 : sl->count - 1;
+    sl->generation++;
+    if (inserted)
+        sl->inserts++;
+    else
+        sl->removes++;
+    if (sl->cache && invalidate)
+        fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
+}
+
+/* Add the subscription, creating its node where it belongs: the literal
+ * table, its shape's table (creating the shape while the budget lasts),
+ * or the trie.  Caller holds the write lock.  1 new, 0 present,
+ * FS_ENOMEM (index unchanged). */
+static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         fs_growth *g, int invalidate)
+{
+    fs_shape *sh;
+    int rc = FS_OK;
+    g->level = NULL;
+    g->cap = 0;
+    if (sl->img.base) {
+        if ((rc = live_prepare(sl, t, ps)) == FS_OK && (rc = insert_locked(sl->live, t, ps, id, g, 0)) == 1)
+            live_changed(sl, t, ps, 1, invalidate);
+        return rc;
+    }
+    fs_node *n = find_locked(sl, t, ps, &sh);
+    if (!n) {
+        int fresh_shape = 0;
+        if (ps->shaped && !(sh = fs_shape_find(sl, &ps->shape))) {
+            if (fs_shape_create(sl, &ps->shape, &sh) < 0)
+                return FS_ENOMEM;
+            fresh_shape = sh != NULL;
+        }
+        if (ps->literal || sh) {
+            rc = new_entry(sl, ps, sh, fresh_shape, g, &n);
+            if (rc < 0) {
+                if (fresh_shape)
+                    fs_shape_drop_if_empty(sl, sh);
+                return rc;
+            }
+        } else if ((rc = fs_trie_path(sl, t, ps->filter, g, &n)) < 0) {
+            goto fail;
+        }
+    }
+    rc = ps->queue ? fs_node_add_queued(sl, n, ps->queue, ps->queue_len, id)
+                   : fs_node_add_sub(sl, n, id);
+    if (rc < 0)
+        goto fail;
+    if (rc == 1) {
+        sl->count++;
+        sl->generation++;
+        sl->inserts++;
+        if (sl->cache && invalidate)
+            fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
+    }
+    return rc;
+fail:
+    prune_node(sl, n, sh);
+    undo_growth(sl, g);
+    return rc;
+}
+
+static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                         int invalidate)
+{
+    fs_shape *sh;
+    if (sl->img.base) {
+        int rc = live_prepare(sl, t, ps);
+        if (rc == FS_OK && (rc = remove_locked(sl->live, t, ps, id, 0)) == 1)
+            live_changed(sl, t, ps, 0, invalidate);
+        return rc;
+    }
+    fs_node *n = find_locked(sl, t, ps, &sh);
+    if (!n)
+        return 0;
+    int rc = ps->queue ? fs_node_del_queued(sl, n, ps->queue, ps->queue_len, id)
+                       : fs_node_del_sub(sl, n, id);
+    if (rc == 1) {
+        sl->count--;
+        sl->generation++;
+        sl->removes++;
+        prune_node(sl, n, sh);
+        if (sl->cache && invalidate)
+            fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
+    }
+    return rc;
+}
+
+int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err)
+{
+    fs_tokens t;
+    parsed_spec ps;
+    fs_tokens_init(&t);
+    int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
+    if (rc == FS_OK) {
+        fs_growth g;
+        fs_brlock_wrlock(&sl->lock);
+        rc = insert_locked(sl, &t, &ps, spec->id, &g, 1);
+        write_done(sl);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err)
+{
+    fs_tokens t;
+    parsed_spec ps;
+    fs_tokens_init(&t);
+    int rc = parse_spec(sl->dialect, spec, &t, &ps, err);
+    if (rc == FS_OK) {
+        fs_brlock_wrlock(&sl->lock);
+        rc = remove_locked(sl, &t, &ps, spec->id, 1);
+        write_done(sl);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                           size_t *changed, size_t *bad, fs_error *err)
+{
+    *changed = 0;
+    *bad = 0;
+    /* Remember which ones were new and what they grew, to undo them if a
+     * later one fails. */
+    unsigned char *fresh = FS_MALLOC(n ? n : 1);
+    fs_growth *grew = FS_MALLOC(sizeof(fs_growth) * (n ? n : 1));
+    if (!fresh || !grew) {
+        FS_FREE(fresh);
+        FS_FREE(grew);
+        return FS_ENOMEM;
+    }
+    fs_tokens t;
+    parsed_spec ps;
+    fs_tokens_init(&t);
+    int rc = FS_OK;
+    size_t i;
+    fs_brlock_wrlock(&sl->lock);
+    uint64_t generation = sl->generation;
+    for (i = 0; i < n; i++) {
+        rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
+        if (rc == FS_OK)
+            rc = insert_locked(sl, &t, &ps, specs[i].id, &grew[i], 0);
+        if (rc < 0)
+            break;
+        fresh[i] = (unsigned char)rc;
+        *changed += (size_t)rc;
+        rc = FS_OK;
+    }
+    if (rc < 0) {
+        *bad = i;
+        /* Undo.  Tokens already have room for every filter before i, so
+         * parse_spec cannot fail here, and removal never allocates. */
+        fs_error ignored;
+        while (i-- > 0) {
+            if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
+                remove_locked(sl, &t, &ps, specs[i].id, 0);   /* the cache never saw it */
+            undo_growth(sl, &grew[i]);
+        }
+        sl->inserts -= *changed;
+        sl->removes -= *changed;
+        sl->generation = generation;
+        *changed = 0;
+    } else if (sl->cache) {
+        /* Only a batch that went in whole touches the cache: evict what
+         * the new subscriptions match (re-parsing cannot fail now). */
+        fs_error ignored;
+        for (i = 0; i < n; i++)
+            if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
+                fs_cache_invalidate(sl->cache, sl->dialect, ps.filter, ps.filter_len, &t, ps.literal);
+    }
+    write_done(sl);
+    fs_tokens_free(&t);
+    FS_FREE(fresh);
+    FS_FREE(grew);
+    return rc;
+}
+
+int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                           size_t *changed, size_t *bad, fs_error *err)
+{
+    *changed = 0;
+    *bad = 0;
+    fs_tokens t;
+    parsed_spec ps;
+    fs_tokens_init(&t);
+    int rc = FS_OK;
+    for (size_t i = 0; i < n && rc == FS_OK; i++) {
+        rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
+        if (rc < 0)
+            *bad = i;
+    }
+    if (rc == FS_OK) {
+        fs_brlock_wrlock(&sl->lock);
+        /* A mapped image moves every filter to its live part first (which
+         * may fail, changing no answer); the removals then cannot fail. */
+        for (size_t i = 0; sl->img.base && i < n && rc == FS_OK; i++) {
+            parse_spec(sl->dialect, &specs[i], &t, &ps, err);
+            rc = live_prepare(sl, &t, &ps);
+        }
+        for (size_t i = 0; i < n && rc == FS_OK; i++) {
+            parse_spec(sl->dialect, &specs[i], &t, &ps, err);
+            *changed += (size_t)remove_locked(sl, &t, &ps, specs[i].id, 1);
+        }
+        write_done(sl);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
+{
+    fs_cache *c = NULL;
+    if (capacity && !(c = fs_cache_new(capacity)))
+        return FS_ENOMEM;
+    fs_brlock_wrlock(&sl->lock);
+    fs_cache *old = sl->cache;
+    sl->cache = c;
+    write_done(sl);
+    fs_cache_free(old);
+    return FS_OK;
+}
+
+void fs_sublist_stats(fs_sublist *sl, fs_stats *st)
+{
+    fs_brlock_rdlock(&sl->lock);
+    st->subscriptions = sl->count;
+    st->nodes = sl->nodes;
+    st->memory_bytes = sl->mem + sizeof(fs_sublist) + sizeof(uint64_t) * sl->masked_cap;
+    st->mapped_bytes = sl->img.len;
+    st->live_subscriptions = sl->live ? sl->live->count : 0;
+    st->live_bytes = sl->live ? sl->live->mem + sizeof(fs_sublist) : 0;
+    st->memory_bytes += st->live_bytes;
+    st->inserts = sl->inserts;
+    st->removes = sl->removes;
+    st->generation = sl->generation;
+    memset(&st->cache, 0, sizeof(st->cache));
+    if (sl->cache) {
+        fs_cache_stats_get(sl->cache, &st->cache);
+        st->memory_bytes += st->cache.bytes;
+    }
+    fs_brlock_rdunlock(&sl->lock);
+    /* Each thread counts its matches in its own stripe: the sums. */
+    st->matches = st->fanout_total = st->fanout_max = 0;
+    for (unsigned i = 0, used = fs_stripes_used(); i < used; i++) {
+        const fs_stripe *sp = &sl->lock.stripe[i];
+        st->matches += atomic_load_explicit(&sp->matches, memory_order_relaxed);
+        st->fanout_total += atomic_load_explicit(&sp->fanout_total, memory_order_relaxed);
+        uint64_t m = atomic_load_explicit(&sp->fanout_max, memory_order_relaxed);
+        if (m > st->fanout_max)
+            st->fanout_max = m;
+    }
+}

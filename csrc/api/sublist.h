@@ -1,0 +1,138 @@
+/* sublist.h - the subscription index.
+ *
+ *   fs_sublist ─┬─ literals: table  key(all tokens) ─► entry
+ *               │                   ("orders.eu.created"), + a bitmap
+ *               ├─ shapes:   shape[j] (fs_shape.h), one table each
+ *               │     (3, {1}, -)    key(literal tokens) ─► entry
+ *               │     (2, {},  rest) key(literal tokens) ─► entry
+ *               │     + a bitmap of the keys (L2-sized): most probes
+ *               │       stop there, before touching the table
+ *               │   probe[k]: the shapes a subject of k tokens probes
+ *               ├─ root ─► trie (fs_trie.c): what no table holds
+ *               │   level ─┬─ "orders" ─► node ─► level ...
+ *               │          ├─ one  ─► node      ('*' / '+')
+ *               │          └─ rest ─► node      ('>' / '#'; a leaf, except
+ *               │                               AMQP '#', which has children)
+ *               └─ cache: CLOCK cache of results by subject (fs_cache.h)
+ *
+ *   entry / node: plain subscription ids (sorted int64 array, inline when
+ *   there is one) and queue groups (name + sorted member ids); an entry
+ *   holds its whole filter, a trie node one token.  Only trie nodes carry
+ *   the parent and next-level links (fs_link, stored before the node), so
+ *   the entries, most subscriptions, are 16 bytes smaller.
+ *
+ * A subscription is the triple (filter, queue-or-none, sub_id).  Matching
+ * a subject probes the literal table with the sum of its tokens' mixes,
+ * every shape of its length with a key derived in O(wildcards) from them
+ * -- independent probes, which the batch matcher prefetches a block of
+ * rows at a time (fs_batch.c) -- and walks the trie only when it holds
+ * anything.  Every public function takes the index's read/write lock
+ * itself; results are copied out into caller-owned buffers, so nothing
+ * returned points into the index.
+ *
+ * Files, one job each, in one folder per layer (top first; a file
+ * includes and calls only its own layer and those below, and no two files
+ * call each other -- tests/test_layout.py checks it, docs/design.md's
+ * "Layers of the C core" draws it):
+ *
+ *   serial/  fs_image.c the mapped image (version 3: written, opened,
+ *            verified), fs_serial.c versions 1 and 2, fs_checksum.h the
+ *            format's checksum; they build indexes through this API
+ *   api/     sublist.c: this API -- creates and frees an index, validates,
+ *            locks and routes the writes (insert, remove, bulk; the cache
+ *            invalidated), owns the literal table
+ *   batch/   fs_batch.c the batch pipeline, fs_pool.c the worker threads,
+ *            fs_idbuf.c its output buffers and the pool of released big ones
+ *   match/   fs_walk.[ch] the one walk (probes; a mapped image's live
+ *            part), fs_groups.h a row's merged queue groups, fs_result.c
+ *            results, fs_cache.c the cache, fs_match.c one subject (and
+ *            fs_match.h, the match calls of this API), fs_reverse.c reverse
+ *            matching, fs_workspace.c per-call working memory
+ *   index/   fs_layout.[ch] the layout and reading it (a mapped image's
+ *            offsets checked, its live part's masked set), fs_index.h the
+ *            layer's API (shapes), fs_scratch.h the types the calls share,
+ *            fs_shape.c the shapes, fs_trie.c the trie (and pruning it),
+ *            fs_node.c nodes and their subscriptions, fs_table.c the hash
+ *            tables, fs_slab.c the blocks nodes are carved from, fs_mem.c
+ *            growing arrays and an index's memory account (memory_bytes)
+ *   rules/   fs_dialect.c the dialects' rules (every difference between
+ *            them is a field of the table), fs_token.c tokens (validated as
+ *            they are cut) and one filter against a subject or a filter,
+ *            fs_utf8.h the UTF-8 rule (borrowed), fs_strings.h a column of
+ *            strings, fs_route.c the sharded fan-out's route keys
+ *   base/    fs_status.h the status codes of the whole core, fs_bits.h the
+ *            compiler built-ins, fs_alloc.c the one door for memory, fs_sys.c
+ *            threads and locks (POSIX or Windows), fs_brlock.c the index's
+ *            lock (a reader/writer lock whose readers write only their own
+ *            thread's stripe), fs_fork.c the fork registry (any lock
+ *            registers with it), fs_xxh64.h XXH64 (borrowed, written from
+ *            its specification: the format's checksum, the route key)
+ */
+#ifndef FS_SUBLIST_H
+#define FS_SUBLIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs_cache.h"
+#include "fs_match.h"
+#include "fs_result.h"
+#include "fs_scratch.h"
+#include "fs_token.h"
+
+/* The match calls (fs_sublist_match, _interest, _has_interest,
+ * _reverse_match, _match_small) and the per-thread workspace are the match
+ * layer's, declared in fs_match.h; the types an index's calls share
+ * (fs_spec, fs_scratch, fs_rresult) in fs_scratch.h. */
+
+typedef struct {
+    uint64_t subscriptions, nodes, memory_bytes;   /* memory: index + cache */
+    uint64_t mapped_bytes;        /* a mapped image's bytes (0: built) */
+    uint64_t live_subscriptions;  /* in its live part: those of every filter changed
+                                   * since opening (moved there whole) */
+    uint64_t live_bytes;          /* the live part's memory (in memory_bytes) */
+    uint64_t inserts, removes, matches, fanout_total, fanout_max;
+    uint64_t generation;
+    fs_cache_stats cache;
+} fs_stats;
+
+/* A new empty index; NULL when out of memory. */
+fs_sublist *fs_sublist_new(fs_dialect d);
+/* Publish sl->count to lock-free readers (fs_sublist_walk_costly): the
+ * write unlock does it; an index built before anyone else sees it (loaded,
+ * opened) calls this. */
+void fs_sublist_publish_count(fs_sublist *sl);
+/* Frees everything the index holds (never allocates). */
+void fs_sublist_free(fs_sublist *sl);
+fs_dialect fs_sublist_dialect(const fs_sublist *sl);
+uint64_t fs_sublist_count(fs_sublist *sl);
+uint64_t fs_sublist_generation(fs_sublist *sl);
+
+/* Insert one subscription (queue NULL: plain; MQTT also takes
+ * "$share/GROUP/filter").  Returns 1 if new, 0 if it was already there,
+ * FS_EINVAL (err set; nothing changed) or FS_ENOMEM (nothing changed). */
+int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err);
+/* Remove one.  Returns 1 if removed, 0 if absent, FS_EINVAL. Never ENOMEM
+ * for filters of up to FS_TOKENS_INLINE tokens. */
+int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err);
+/* Bulk insert under one lock, all or nothing: returns FS_OK with *changed
+ * the number of new subscriptions, or FS_EINVAL with *bad the index of the
+ * offending spec, or FS_ENOMEM; on either error the index is unchanged. */
+int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                           size_t *changed, size_t *bad, fs_error *err);
+/* Bulk remove: validates all first, then removes; absent ones are skipped.
+ * FS_OK (*changed = number removed), FS_EINVAL (*bad set) or FS_ENOMEM. */
+int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
+                           size_t *changed, size_t *bad, fs_error *err);
+
+void fs_sublist_stats(fs_sublist *sl, fs_stats *st);
+
+/* Give the index a result cache of `capacity` entries, replacing any
+ * it had (0: no cache).  FS_OK or FS_ENOMEM (the old cache is kept). */
+int fs_sublist_set_cache(fs_sublist *sl, size_t capacity);
+
+/* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"
+ * included)?  FS_OK, FS_EINVAL (err set) or FS_ENOMEM. */
+int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err);
+
+#endif

@@ -1,0 +1,1026 @@
+/* fs_batch.c - batch matching, on one thread or several (see fs_batch.h). */
+#include "fs_batch.h"
+
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_bits.h"
+#include "fs_cache.h"
+#include "fs_groups.h"
+#include "fs_index.h"
+#include "fs_pool.h"
+#include "fs_sys.h"
+#include "fs_walk.h"
+
+/* Rows per read-lock hold: writers wait at most this long, and a cancel
+ * request is seen this often. */
+#define ROWS_PER_LOCK 1024
+
+/* Copy ids: a loop for the usual one or two, memcpy for long runs. */
+static inline void copy_ids(int64_t *dst, const int64_t *src, size_t n)
+{
+    if (n <= 4)
+        for (size_t i = 0; i < n; i++) dst[i] = src[i];
+    else
+        memcpy(dst, src, sizeof(int64_t) * n);
+}
+
+/* Emit a row from a built (or cached) result.  by_subject: the row's pick
+ * key is its subject and r's subject_pick are filled (fs_compute_locked):
+ * the picks are read, not recomputed over every member. */
+FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, int by_subject,
+                          fs_idbuf *out)
+{
+    size_t extra = queues == FS_QUEUES_ALL ? r->nids - r->nplain
+                 : queues == FS_QUEUES_PICK ? r->ngroups : 0;
+    if (r->nplain + extra == 0)   /* out->ids may still be NULL: no NULL + 0 */
+        return FS_OK;
+    if (fs_idbuf_room(out, r->nplain + extra) < 0)
+        return FS_ENOMEM;
+    int64_t *dst = out->ids + out->n;
+    size_t ncopy = queues == FS_QUEUES_ALL ? r->nids : r->nplain;
+    copy_ids(dst, r->ids, ncopy);
+    dst += ncopy;
+    if (queues == FS_QUEUES_PICK)
+        for (size_t gi = 0; gi < r->ngroups; gi++) {
+            const fs_group_out *g = &r->groups[gi];
+            *dst++ = by_subject ? g->subject_pick
+                                : fs_pick(fs_pick_seed(keyhash, g->key_hash), r->ids + g->members_off,
+                                          g->members_len);
+        }
+    out->n = (size_t)(dst - out->ids);
+    return FS_OK;
+}
+
+static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
+{
+    if (n == 0)               /* out->ids may still be NULL: no NULL + 0 */
+        return FS_OK;
+    if (fs_idbuf_room(out, n) < 0)
+        return FS_ENOMEM;
+    copy_ids(out->ids + out->n, ids, n);
+    out->n += n;
+    return FS_OK;
+}
+
+/* Emit a row straight from the matched nodes (no cache to fill), in the
+ * order emit() gives for the built result (fs_result.h): the plain ids,
+ * then each merged group's members (fs_walk.h), groups in the order
+ * fs_row_groups gives them. */
+static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t keyhash, fs_idbuf *out)
+{
+    const fs_node *const *hits = sc->hits;
+    size_t nhits = sc->nhits;
+    size_t nplain = 0;
+    int grouped = 0;                 /* most rows have no groups: no call for them */
+    for (size_t k = 0; k < nhits; k++) {
+        nplain += hits[k]->nsubs;
+        grouped |= hits[k]->groups != NULL;
+    }
+    if (nplain) {
+        if (fs_idbuf_room(out, nplain) < 0)
+            return FS_ENOMEM;
+        out->n += fs_hits_plain(hits, nhits, out->ids + out->n);
+    }
+    if (queues == FS_QUEUES_NONE || !grouped)
+        return FS_OK;
+    size_t nrefs;
+    if (fs_row_groups(sl, sc, &nrefs) < 0)
+        return FS_ENOMEM;
+    for (size_t j = 0, end; j < nrefs; j = end) {
+        end = fs_row_group_end(sl, sc, j, nrefs);
+        const fs_node *n = hits[sc->grefs[j].hit];
+        if (queues == FS_QUEUES_PICK) {
+            /* one rendezvous choice over every part's members */
+            fs_pick_best best = {0, 0, 0};
+            const uint64_t seed = fs_pick_seed(keyhash, fs_group_key(sl, n, fs_node_group(n, sc->grefs[j].group)));
+            for (size_t p = j; p < end; p++) {
+                const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
+                fs_pick_offer(&best, seed, fs_group_ids(part), part->n);
+            }
+            if (put(out, &best.id, 1) < 0)
+                return FS_ENOMEM;
+            continue;
+        }
+        fs_runs runs = {0, 0};
+        for (size_t p = j; p < end; p++) {
+            const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
+            if (fs_idbuf_room(out, runs.n + part->n) < 0)
+                return FS_ENOMEM;
+            fs_runs_add(&runs, out->ids + out->n, fs_group_ids(part), part->n);
+        }
+        fs_runs_end(&runs, out->ids + out->n);
+        out->n += runs.n;
+    }
+    return FS_OK;
+}
+
+static int any_groups(const fs_scratch *sc)
+{
+    for (size_t k = 0; k < sc->nhits; k++)
+        if (fs_ngroups(sc->hits[k]))
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------- the pipeline */
+
+/* A block of rows goes through three passes, so that the memory each
+ * needs is requested for the whole block before any row waits on it:
+ *   plan:   tokenize, hash, compute every shape key; prefetch the slots
+ *   fetch:  the slots have arrived: prefetch the entries they point to
+ *   match:  verify the entries (now cached), walk the trie, emit
+ * BLOCK_ROWS was measured, not guessed: builds with FASTSUB_BLOCK_ROWS=N
+ * (setup.py), light's first 200,000 publishes, match_many over Arrow, one
+ * thread, three interleaved rounds (medians of 3 in each), ns/subject:
+ *     N = 1: 432-450   8: 453-461   16: 442-475   32: 466-487
+ *     N = 64: 430-472   128: 461-473
+ * -- alike within the machine's noise, even N = 1.  At 100k subscriptions
+ * the probes are not what waits: callgrind counts ~1,200 instructions per
+ * subject (tokenize ~390, keys and bitmaps of ~8 shapes ~330, emit), run
+ * at ~2.5 per cycle; the rest is mispredicted branches (~8 per subject,
+ * mostly the bitmaps' answers), not misses.  32 stays: it
+ * keeps the plan (keys, tokens) in L1 and hides misses where the tables
+ * do outgrow the caches (millions of subscriptions). */
+#ifndef FS_BLOCK_ROWS
+#define FS_BLOCK_ROWS 32
+#endif
+#define BLOCK_ROWS FS_BLOCK_ROWS
+
+enum { ROW_NULL = 0, ROW_INVALID = 1, ROW_OK = 2 };
+
+typedef struct {
+    fs_walk_row plan[BLOCK_ROWS];
+    fs_tokens toks[BLOCK_ROWS];
+    int state[BLOCK_ROWS];
+    uint32_t hash[BLOCK_ROWS];              /* with a cache: the subjects' (its key) */
+    const fs_cache_bucket *bucket[BLOCK_ROWS];  /* and their buckets */
+} block;
+
+/* With a cache, a block's plan is the rows' subjects and hashes, and the
+ * entries their buckets point to are prefetched, so a hit finds its entry
+ * in L1 (hot1k, cache_size=4096, 50,000 rows, one thread, interleaved
+ * medians: 52.6-53.5 -> 47.0-47.8 ns/subject; prefetching the buckets
+ * first as well gained nothing: 46.3-47.5). */
+static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n,
+                             block *b)
+{
+    for (size_t k = 0; k < n; k++) {
+        fs_walk_row *r = &b->plan[k];
+        b->state[k] = fs_strings_get(subjects, i + k, &r->s, &r->len) ? ROW_OK : ROW_NULL;
+        b->hash[k] = b->state[k] == ROW_OK ? fs_hash(r->s, r->len) : 0;
+    }
+    fs_cache_buckets(sl->cache, b->hash, n, b->bucket);
+}
+
+/* The walk's plan and fetch steps over a block of rows (fs_walk.h). */
+static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n, block *b)
+{
+    for (size_t k = 0; k < n; k++) {
+        const char *s;
+        size_t len;
+        b->state[k] = ROW_NULL;
+        if (!fs_strings_get(subjects, i + k, &s, &len))
+            continue;
+        fs_error err;
+        int rc = fs_walk_plan(sl, s, len, &b->toks[k], &b->plan[k], &err);
+        if (rc == FS_ENOMEM)
+            return rc;
+        b->state[k] = rc < 0 ? ROW_INVALID : ROW_OK;
+    }
+    for (size_t k = 0; k < n; k++)
+        if (b->state[k] == ROW_OK)
+            fs_walk_fetch(sl, &b->plan[k]);
+    return FS_OK;
+}
+
+/* What matching rows needs besides the rows: the thread's workspace, a
+ * block's plan and the dedupe set, set up once per thread (a batch's
+ * threads run it over many small blocks) and the match counts, flushed
+ * into the index's once at the end. */
+typedef struct {
+    fs_workspace spare, *w;
+    block *b;
+    fs_idbuf set;
+    uint64_t matched, fanout, fanout_max;
+} row_matcher;
+
+static int matcher_open(row_matcher *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->b = FS_MALLOC(sizeof(block));
+    if (!m->b)
+        return FS_ENOMEM;
+    m->w = fs_workspace_acquire(&m->spare);
+    if (!m->w) {
+        FS_FREE(m->b);
+        return FS_ENOMEM;
+    }
+    for (size_t k = 0; k < BLOCK_ROWS; k++)
+        fs_tokens_init(&m->b->toks[k]);
+    return FS_OK;
+}
+
+static void matcher_close(fs_sublist *sl, row_matcher *m)
+{
+    for (size_t k = 0; k < BLOCK_ROWS; k++)
+        fs_tokens_free(&m->b->toks[k]);
+    FS_FREE(m->b);
+    m->set.n = m->set.cap;      /* a hash set: any of its slots may be written */
+    fs_idbuf_free(&m->set);
+    fs_count_matches(sl, m->matched, m->fanout, m->fanout_max);
+    fs_workspace_release(m->w, &m->spare);
+}
+
+/* One call's rows and what to do with them: fs_match_rows' parameters,
+ * fixed for the whole call.  row_end and invalid are the rows' from begin
+ * (row i's are row_end[i - begin], invalid[i - begin]). */
+typedef struct {
+    fs_sublist *sl;
+    const fs_strings *subjects, *keys;
+    size_t begin, end;
+    int queues;
+    int dedupe;          /* 1 also where the dialect delivers once per id */
+    int once;            /* the dialect delivers each sub_id once (the rules' once_per_id) */
+    int64_t *row_end;
+    uint8_t *invalid;
+    fs_idbuf *out;
+    const atomic_int *cancel;
+} rows_job;
+
+/* What a matcher_run uses of its matcher, read into locals once per call
+ * (the inlined functions below take their address, nothing else does, so
+ * they stay in registers), and the match counts it adds up. */
+typedef struct {
+    block *b;
+    fs_workspace *w;
+    fs_idbuf *set;           /* the dedupe set */
+} rows_parts;
+typedef struct {
+    uint64_t matched, fanout, fanout_max;
+} rows_counts;
+
+/* The hash that row i's queue picks are made from: its key's, or its
+ * subject's (the cache's key; without a cache, hashed for picks alone);
+ * *keyed 1 when the row has a key.  0 unless picking. */
+static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t k, size_t i, int cached_index,
+                                     int *keyed)
+{
+    *keyed = 0;
+    if (job->queues != FS_QUEUES_PICK)
+        return 0;
+    const fs_walk_row *r = &b->plan[k];
+    const char *key;
+    size_t klen;
+    *keyed = job->keys && fs_strings_get(job->keys, i, &key, &klen);
+    return *keyed ? fs_hash(key, klen) : cached_index ? b->hash[k] : fs_hash(r->s, r->len);
+}
+
+/* Emit the answer of planned row k (row i) into job->out, by one of three
+ * paths: the cached result, a result computed (and cached) now, or the
+ * walk's hits directly (an index without a cache).  FS_OK (with
+ * invalid[i - begin] set for a subject the tokenizer refused), FS_ENOMEM. */
+static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, size_t i, int cached_index,
+                           fs_cache_tally *tally)
+{
+    fs_workspace *w = p->w;
+    block *b = p->b;
+    const fs_walk_row *r = &b->plan[k];
+    int keyed;
+    uint32_t keyhash = row_pick_hash(job, b, k, i, cached_index, &keyed);
+    int rc;
+    if (cached_index) {
+        const fs_result *cached = fs_cache_get_from(b->bucket[k], r->s, r->len, b->hash[k], tally);
+        if (cached)
+            return emit(cached, job->queues, keyhash, !keyed, job->out);
+        fs_error err;
+        rc = fs_compute_locked(job->sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
+        if (rc == FS_OK)
+            rc = emit(&w->r, job->queues, keyhash, !keyed, job->out);
+        if (rc == FS_EINVAL) {
+            job->invalid[i - job->begin] = 1;
+            rc = FS_OK;
+        }
+        return rc;
+    }
+    rc = fs_walk_collect(job->sl, r, &b->toks[k], &w->sc, 0);
+    if (FS_UNLIKELY(rc != FS_OK))
+        return rc;
+    if (job->once && job->queues != FS_QUEUES_NONE && any_groups(&w->sc)) {
+        /* AMQP picks among deduplicated members, as the built (and cached)
+         * result has them. */
+        rc = fs_build_result(job->sl, &w->sc, &w->r);
+        return rc == FS_OK ? emit(&w->r, job->queues, keyhash, 0, job->out) : rc;
+    }
+    return emit_hits(job->sl, &w->sc, job->queues, keyhash, job->out);
+}
+
+/* Match planned row k of the block, row i of the job: its ids into
+ * job->out (deduplicated if asked), its end into row_end, whether it was
+ * invalid, and the match counts into c.  FS_OK or FS_ENOMEM. */
+static inline int match_row(const rows_job *job, const rows_parts *p, rows_counts *c, size_t k, size_t i,
+                            int cached_index, fs_cache_tally *tally)
+{
+    fs_idbuf *out = job->out;
+    size_t before = out->n, at = i - job->begin;
+    job->invalid[at] = p->b->state[k] != ROW_OK;
+    if (FS_UNLIKELY(p->b->state[k] != ROW_OK)) {
+        job->row_end[at] = (int64_t)out->n;
+        return FS_OK;
+    }
+    int rc = emit_row(job, p, k, i, cached_index, tally);
+    if (FS_UNLIKELY(rc != FS_OK))
+        return rc;
+    /* Only when the row emitted: with nothing emitted yet, out->ids may be
+     * NULL, and NULL + 0 is undefined. */
+    if (job->dedupe && out->n > before) {
+        size_t kept = out->n - before;
+        if ((rc = fs_ids_dedupe(out->ids + before, &kept, &p->set->ids, &p->set->cap)) != FS_OK)
+            return rc;
+        out->n = before + kept;
+    }
+    job->row_end[at] = (int64_t)out->n;
+    if (!job->invalid[at]) {
+        uint64_t f = out->n - before;
+        c->matched++;
+        c->fanout += f;
+        if (f > c->fanout_max)
+            c->fanout_max = f;
+    }
+    return FS_OK;
+}
+
+/* fs_match_rows' work, with the set-up done: the job's rows a block at a
+ * time, the read lock taken for ROWS_PER_LOCK rows at a time. */
+static int matcher_run(row_matcher *m, const rows_job *jp)
+{
+    const rows_job job = *jp;
+    const rows_parts parts = {.b = m->b, .w = m->w, .set = &m->set};
+    rows_counts c = {0, 0, 0};
+    fs_sublist *sl = job.sl;
+    int rc = FS_OK;
+    fs_cache_tally tally = {0, 0};
+    size_t i = job.begin;
+    while (i < job.end && rc == FS_OK) {
+        if (job.cancel && atomic_load_explicit(job.cancel, memory_order_relaxed)) {
+            rc = FS_ECANCELLED;
+            break;
+        }
+        size_t stop = job.end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : job.end;
+        fs_brlock_rdlock(&sl->lock);
+        int cached_index = sl->cache != NULL;
+        while (i < stop && rc == FS_OK) {
+            size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;
+            if (cached_index) {
+                plan_cached_rows(sl, job.subjects, i, nblock, parts.b);
+            } else if ((rc = plan_rows(sl, job.subjects, i, nblock, parts.b)) < 0) {
+                break;
+            }
+            for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++)
+                rc = match_row(&job, &parts, &c, k, i, cached_index, &tally);
+        }
+        fs_read_done(sl, &tally);
+        tally = (fs_cache_tally){0, 0};
+    }
+    m->matched += c.matched;
+    m->fanout += c.fanout;
+    if (c.fanout_max > m->fanout_max)
+        m->fanout_max = c.fanout_max;
+    return rc;
+}
+
+/* The job of rows [begin, end) with fs_match_rows' parameters (row_end and
+ * invalid: row begin's). */
+static rows_job rows_job_of(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys, size_t begin,
+                            size_t end, int queues, int dedupe, int64_t *row_end, uint8_t *invalid,
+                            fs_idbuf *out, const atomic_int *cancel)
+{
+    int once = fs_rules(sl->dialect)->once_per_id;
+    /* AMQP delivers once per sub_id: the rule, not an option. */
+    return (rows_job){.sl = sl, .subjects = subjects, .keys = keys, .begin = begin, .end = end,
+                      .queues = queues, .dedupe = dedupe || once, .once = once, .row_end = row_end,
+                      .invalid = invalid, .out = out, .cancel = cancel};
+}
+
+int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                  size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
+                  uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel)
+{
+    row_matcher m;
+    if (matcher_open(&m) != FS_OK)
+        return FS_ENOMEM;
+    rows_job job = rows_job_of(sl, subjects, keys, begin, end, queues, dedupe, row_end, invalid, out, cancel);
+    int rc = matcher_run(&m, &job);
+    matcher_close(sl, &m);
+    return rc;
+}
+
+/* ------------------------------------------------------------ threads
+ *
+ * The rows are cut into units of unit_rows (UNIT_ROWS, or the caller's
+ * block_rows), and a block is a run of whole units: a thread claims one
+ * with a single fetch-and-add on the next unit, so blocks are claimed in
+ * row order without a lock, and a thread that drew cheap rows takes more
+ * of them.  Each thread chooses its next block's size from what its
+ * blocks cost (next_block_units): ~BLOCK_TARGET_NS of work at the cost per
+ * row it has seen (which falls at once and rises by at most a quarter a
+ * block, so a block during which the thread was preempted does not shrink
+ * the next ones), at most
+ * BLOCK_MAX_IDS ids (so a block's ids stay in the L2), never more than
+ * twice the last, and smaller near the end so the threads finish
+ * together.  Cheap rows (hot1k, cached) grow to thousands of rows a
+ * block; heavy's ~80 ids a row keep its blocks to a few hundred.
+ *
+ * A thread matches a block into a small buffer of its own, which stays in
+ * its cache, then copies the ids to their place in the one output, which
+ * all threads write at the same time.  The place is found without a lock
+ * or a wait for a turn, by a decoupled look-back (Merrill and Garland's
+ * single-pass scan): the slot of a block's last unit holds one atomic
+ * word, 0 until the block is matched, then AGG | its id count, then
+ * PREFIX | the ids of every block up to and including it.  A block's
+ * offset is the sum of the words found walking back from its first unit
+ * (each word's block says where it starts), stopping at the first PREFIX.
+ * A block is matched before it is placed, so the walk only meets a 0 for
+ * a block another thread is matching now.  Then the thread does not wait:
+ * it keeps the block in its queue (PENDING_BLOCKS) and matches the next.
+ * Only with a full queue does it wait: it spins briefly (fs_cpu_relax,
+ * SPIN_NS), and if the block before is still not matched -- its thread was
+ * preempted, as it is with more threads than processors -- the queue
+ * doubles (up to PENDING_MAX blocks or PENDING_MAX_IDS ids) instead of
+ * the thread waiting longer.  Only a thread whose queue is at that limit
+ * sleeps (a condition variable, woken by the word it waits for), so that
+ * a preempted thread's block bounds the memory the others queue: with
+ * threads <= CPUs and no other load that never happens, and no block
+ * sleeps to be placed.  A thread with nothing left to claim spins for at
+ * most END_WAIT_NS; if a block before its own is still being matched then
+ * (its thread preempted), it sleeps until every block is matched -- one
+ * sleep per thread per batch at most -- and places the rest of its queue
+ * (every offset is then known without waiting).  Nothing yields: under
+ * load, a thread that yields while it waits hands its processor to other
+ * processes and still burns its own time.
+ *
+ * Measured under load (2 cores shared, load average 10-15; 16 threads,
+ * 1M rows): with a fixed queue of 8 whose threads yielded until they could
+ * place, light and heavy made 17,000-23,000 involuntary context switches a
+ * batch; with the queue growing, 29-200 -- but heavy, whose queues reach
+ * their limit, 12,657 while yielding there, and 25% more CPU than the
+ * old code at 2 threads.  Threads that gave their queue
+ * to fs_batch_finish after END_WAIT_NS instead of sleeping left heavy's
+ * caller copying up to 8 MiB of ids per thread alone: heavy T=16 709 ns
+ * a row against the old code's 475.  A limit of 32 MiB a worker instead of 8
+ * cut heavy's sleeps at T=16 from ~1,200 to 80 a batch, but its system
+ * time rose from ~12 to 100-155 ms (the bigger queues' fresh buffers'
+ * page faults): 8 MiB stays.
+ *
+ * What it replaced: blocks of 1,024 rows placed in turn under a mutex,
+ * waiting on a condition variable for the block before to be placed:
+ * with 16 threads, hot1k spent 2.7 cores in the kernel and made 9,604
+ * context switches per 1M-row batch.  And before that, each thread matched
+ * a contiguous half into a buffer of its own, grown through fresh pages,
+ * then the halves were copied into one: on heavy (~650 MB of ids) the page
+ * faults and the copy made threads=2 0.36-0.73x as fast as one thread.
+ *
+ * The threads are the process's worker pool (fs_pool.h): a batch posts a
+ * task for nthreads workers and creates no thread once the pool is big
+ * enough.
+ *
+ * The caller may still be filling the column when the threads start
+ * (fs_batch_feed): a block is matched only once its rows are fed.  A
+ * Python list's strings are converted under the interpreter lock, one
+ * thread's work; fed as they are converted, the threads match the first
+ * rows while the rest are converted, instead of after all of them.
+ */
+#define UNIT_ROWS 32               /* the pipeline's BLOCK_ROWS: a whole plan */
+#define FIRST_BLOCK_ROWS 64        /* a thread's first block: a guess to measure */
+#define MAX_BLOCK_ROWS 16384
+#define BLOCK_TARGET_NS 100000ULL  /* ~100 us a block */
+#define BLOCK_MAX_IDS 65536        /* 512 KiB of ids: half the L2 here (1 MiB a core) */
+#define PENDING_BLOCKS 8           /* a worker's queue to begin with */
+#define PENDING_MAX 1024           /* it grows to this many blocks, */
+#define PENDING_MAX_IDS ((size_t)1 << 20)   /* or 8 MiB of ids, then waits */
+#define SPIN_NS 20000ULL           /* spin this long before growing the queue, or sleeping */
+#define END_WAIT_NS 50000ULL       /* a thread done claiming spins this long, then sleeps */
+
+#define ST_AGG ((uint64_t)1 << 62)
+#define ST_PREFIX ((uint64_t)2 << 62)
+#define ST_VALUE(s) ((s) & (ST_AGG - 1))
+
+typedef struct {
+    _Atomic uint64_t state;    /* at a block's last unit: 0, AGG | ids, PREFIX | ids through it */
+    size_t first;              /* that block's first unit: written before state */
+} unit_slot;
+
+typedef struct {
+    size_t first, last;        /* units */
+    fs_idbuf ids;
+} pending_block;
+
+typedef struct {
+    pending_block *queue;      /* a ring of cap: head, then count */
+    unsigned cap, head, count;
+    size_t queued_ids;         /* the ids of its count blocks */
+    size_t blocked;            /* look_back's: where its last walk stopped */
+    pending_block first[PENDING_BLOCKS];     /* the ring until it grows */
+} batch_worker;
+
+struct fs_batch_job {
+    fs_sublist *sl;
+    fs_strings subjects, keys;
+    int has_keys, queues, dedupe, fixed;   /* fixed: every block is one unit */
+    size_t nrows, unit_rows, nunits;
+    int64_t *row_end;
+    uint8_t *invalid;
+    unit_slot *slots;
+    atomic_int cancel;
+    atomic_int rc;                 /* the first error, FS_OK */
+    atomic_size_t next_unit;       /* the next unit to claim */
+    atomic_size_t units_done;      /* units matched (fs_batch_wait) */
+    atomic_size_t fed;             /* rows [0, fed) may be read; written under mu */
+    fs_mutex mu;                   /* for the waits on more and done */
+    fs_cond more;                  /* more rows were fed, or the job was cancelled */
+    fs_cond done;                  /* every unit matched, or the job failed */
+    fs_cond placed;                /* a word was written while sleepers > 0 */
+    atomic_int sleepers;           /* threads in sleep_on_slot */
+    fs_rwlock grow;                /* copies into out share it; growing out takes it alone */
+    fs_idbuf out;
+    fs_pool_task task;
+    unsigned nworkers;
+    batch_worker workers[];
+};
+
+/* Rows of units [first, last]. */
+static void unit_span(const fs_batch_job *job, size_t first, size_t last, size_t *begin, size_t *end)
+{
+    *begin = first * job->unit_rows;
+    *end = (last + 1) * job->unit_rows < job->nrows ? (last + 1) * job->unit_rows : job->nrows;
+}
+
+static void wake_waiters(fs_batch_job *job)
+{
+    fs_mutex_lock(&job->mu);
+    fs_cond_broadcast(&job->more);
+    fs_cond_broadcast(&job->done);
+    fs_cond_broadcast(&job->placed);
+    fs_mutex_unlock(&job->mu);
+}
+
+static void fail(fs_batch_job *job, int rc)
+{
+    int ok = FS_OK;
+    atomic_compare_exchange_strong(&job->rc, &ok, rc);
+    atomic_store(&job->cancel, 1);
+    wake_waiters(job);
+}
+
+static int cancelled(fs_batch_job *job)
+{
+    return atomic_load_explicit(&job->cancel, memory_order_relaxed);
+}
+
+/* Every unit matched, or the job failed or was cancelled. */
+static int job_over(fs_batch_job *job)
+{
+    return atomic_load(&job->units_done) == job->nunits || cancelled(job);
+}
+
+/* Sleep until slot q's block is matched (its word is written) or the job
+ * is cancelled: only for a thread whose queue is at its limit (see
+ * above).  Whoever writes a word wakes the sleepers (publish), and each
+ * side writes before it reads the other's (sleepers, the word: seq_cst),
+ * so no wake-up is lost. */
+static uint64_t sleep_on_slot(fs_batch_job *job, unit_slot *q)
+{
+    atomic_fetch_add(&job->sleepers, 1);
+    fs_mutex_lock(&job->mu);
+    uint64_t st;
+    while ((st = atomic_load(&q->state)) == 0 && !cancelled(job))
+        fs_cond_wait(&job->placed, &job->mu);
+    fs_mutex_unlock(&job->mu);
+    atomic_fetch_sub(&job->sleepers, 1);
+    return st;
+}
+
+/* Write a block's word; wake the threads sleeping for one, if any. */
+static void publish(fs_batch_job *job, size_t last, uint64_t word)
+{
+    atomic_store(&job->slots[last].state, word);
+    if (atomic_load(&job->sleepers)) {
+        fs_mutex_lock(&job->mu);
+        fs_cond_broadcast(&job->placed);
+        fs_mutex_unlock(&job->mu);
+    }
+}
+
+/* Wait for a matched block's word in slot q: spin (fs_cpu_relax) for at
+ * most limit_ns, or, with limit_ns 0, SPIN_NS and then sleep.  The word,
+ * or 0 when the job is cancelled or the time is up. */
+static uint64_t await_slot(fs_batch_job *job, unit_slot *q, unsigned long long limit_ns)
+{
+    unsigned long long start = fs_now_ns();
+    for (unsigned spins = 1;; spins++) {
+        uint64_t st = atomic_load_explicit(&q->state, memory_order_acquire);
+        if (st)
+            return st;
+        if ((spins & 63) == 0) {
+            if (cancelled(job))
+                return 0;
+            unsigned long long waited = fs_now_ns() - start;
+            if (limit_ns && waited > limit_ns)
+                return 0;
+            if (!limit_ns && waited > SPIN_NS)
+                return sleep_on_slot(job, q);
+        }
+        fs_cpu_relax();
+    }
+}
+
+/* The ids of every block before unit u, into *sum.  1; 0 when a block
+ * before is still being matched and wait is 0 or its time ran out (or the
+ * job was cancelled).  *blocked: the slot a walk last stopped at (or
+ * SIZE_MAX); while it is still 0, a walk that may not wait fails at once
+ * instead of walking back to it again over every block matched since. */
+static int look_back(fs_batch_job *job, size_t u, int wait, unsigned long long limit_ns, uint64_t *sum,
+                     size_t *blocked)
+{
+    if (!wait && *blocked < u &&
+        atomic_load_explicit(&job->slots[*blocked].state, memory_order_relaxed) == 0)
+        return 0;
+    uint64_t s = 0;
+    while (u > 0) {
+        unit_slot *q = &job->slots[u - 1];
+        uint64_t st = atomic_load_explicit(&q->state, memory_order_acquire);
+        if (st == 0 && (!wait || (st = await_slot(job, q, limit_ns)) == 0)) {
+            *blocked = u - 1;
+            return 0;
+        }
+        s += ST_VALUE(st);
+        if (st & ST_PREFIX)
+            break;
+        u = q->first;
+    }
+    *sum = s;
+    return 1;
+}
+
+/* Copy a block's ids to offset off in the output, growing it first if
+ * they do not fit; make its row ends global. */
+static int place_block(fs_batch_job *job, const pending_block *p, size_t off)
+{
+    size_t n = p->ids.n, need = off + n;
+    fs_rwlock_rdlock(&job->grow);
+    while (job->out.cap < need) {
+        fs_rwlock_rdunlock(&job->grow);
+        fs_rwlock_wrlock(&job->grow);
+        int rc = FS_OK;
+        if (job->out.cap < need) {
+            /* Blocks are placed out of order: anything below cap may
+             * have been written, so all of it is kept. */
+            job->out.n = job->out.cap;
+            rc = fs_idbuf_reserve(&job->out, need);
+        }
+        fs_rwlock_wrunlock(&job->grow);
+        if (rc != FS_OK)
+            return rc;
+        fs_rwlock_rdlock(&job->grow);
+    }
+    if (n)
+        memcpy(job->out.ids + off, p->ids.ids, sizeof(int64_t) * n);
+    fs_rwlock_rdunlock(&job->grow);
+    if (off) {
+        size_t begin, end;
+        unit_span(job, p->first, p->last, &begin, &end);
+        for (size_t i = begin; i < end; i++)
+            job->row_end[i] += (int64_t)off;
+    }
+    return FS_OK;
+}
+
+/* Double a full queue: FS_OK or FS_ENOMEM. */
+static int grow_queue(batch_worker *w)
+{
+    unsigned cap = w->cap * 2;
+    pending_block *q = FS_MALLOC(cap * sizeof(pending_block));
+    if (!q)
+        return FS_ENOMEM;
+    memset(q, 0, cap * sizeof(pending_block));
+    for (unsigned k = 0; k < w->cap; k++)
+        q[k] = w->queue[(w->head + k) % w->cap];
+    if (w->queue != w->first)
+        FS_FREE(w->queue);
+    w->queue = q;
+    w->head = 0;
+    w->cap = cap;
+    return FS_OK;
+}
+
+enum { PLACE_READY, PLACE_ROOM, PLACE_END };
+
+/* Sleep until every unit is matched (or the job failed or was
+ * cancelled): a thread with nothing left to claim whose queue still waits
+ * on a block another thread is matching -- one that was preempted. */
+static void sleep_until_over(fs_batch_job *job)
+{
+    fs_mutex_lock(&job->mu);
+    while (!job_over(job))
+        fs_cond_wait(&job->done, &job->mu);
+    fs_mutex_unlock(&job->mu);
+}
+
+/* Place the worker's queued blocks, oldest first, while their offsets are
+ * known.  PLACE_READY: without waiting.  PLACE_ROOM: the same, but when the
+ * queue is full, make room: spin a while for the oldest, then grow the
+ * queue, or (at PENDING_MAX) wait until it is placed.  PLACE_END: wait up
+ * to END_WAIT_NS for each, then sleep until every block is matched, and
+ * place the rest.  FS_OK, or an error. */
+static int place_queued(fs_batch_job *job, batch_worker *w, int how)
+{
+    while (w->count) {
+        pending_block *p = &w->queue[w->head];
+        int full = how == PLACE_ROOM && w->count == w->cap;
+        int growable = w->cap < PENDING_MAX && w->queued_ids < PENDING_MAX_IDS;
+        uint64_t off;
+        int found = how == PLACE_END ? look_back(job, p->first, 1, END_WAIT_NS, &off, &w->blocked)
+                  : full ? look_back(job, p->first, 1, growable ? SPIN_NS : 0, &off, &w->blocked)
+                  : look_back(job, p->first, 0, 0, &off, &w->blocked);
+        if (!found) {
+            if (cancelled(job))
+                return FS_ECANCELLED;
+            if (how == PLACE_END) {
+                sleep_until_over(job);    /* then every block's word is written */
+                continue;
+            }
+            return full ? grow_queue(w) : FS_OK;
+        }
+        publish(job, p->last, ST_PREFIX | (off + p->ids.n));
+        int rc = place_block(job, p, (size_t)off);
+        if (rc != FS_OK)
+            return rc;
+        w->head = (w->head + 1) % w->cap;
+        w->count--;
+        w->queued_ids -= p->ids.n;
+    }
+    return FS_OK;
+}
+
+/* Wait until rows [0, end) are fed; FS_ECANCELLED if the job is cancelled
+ * first.  (Only a Python list's rows are fed late.) */
+static int wait_fed(fs_batch_job *job, size_t end)
+{
+    if (atomic_load_explicit(&job->fed, memory_order_acquire) >= end)
+        return FS_OK;
+    int rc = FS_OK;
+    fs_mutex_lock(&job->mu);
+    while (atomic_load_explicit(&job->fed, memory_order_relaxed) < end) {
+        if (cancelled(job)) {
+            rc = FS_ECANCELLED;
+            break;
+        }
+        fs_cond_wait(&job->more, &job->mu);
+    }
+    fs_mutex_unlock(&job->mu);
+    return rc;
+}
+
+/* The next block's size, in units, from the last one's rows, time and
+ * ids; *cost: the thread's estimate of ns per 1,024 rows (0: none yet). */
+static size_t next_block_units(const fs_batch_job *job, size_t rows, unsigned long long ns, size_t ids,
+                               unsigned long long *cost)
+{
+    if (job->fixed)
+        return 1;
+    unsigned long long c = ns * 1024 / rows, est = *cost;
+    est = est == 0 || c < est ? c : c < est + est / 4 ? c : est + est / 4;
+    *cost = est;
+    unsigned long long want = est ? BLOCK_TARGET_NS * 1024 / est : MAX_BLOCK_ROWS;
+    if (ids && want > (unsigned long long)rows * BLOCK_MAX_IDS / ids)
+        want = (unsigned long long)rows * BLOCK_MAX_IDS / ids;
+    if (want > 2 * (unsigned long long)rows)
+        want = 2 * (unsigned long long)rows;
+    if (want > MAX_BLOCK_ROWS)
+        want = MAX_BLOCK_ROWS;
+    size_t units = (size_t)want / job->unit_rows;
+    return units ? units : 1;
+}
+
+static int worker_run(fs_batch_job *job, batch_worker *w, row_matcher *m)
+{
+    const fs_strings *keys = job->has_keys ? &job->keys : NULL;
+    size_t units = job->fixed ? 1 : (FIRST_BLOCK_ROWS + job->unit_rows - 1) / job->unit_rows;
+    unsigned long long cost = 0;
+    for (;;) {
+        int rc = place_queued(job, w, PLACE_ROOM);
+        if (rc != FS_OK)
+            return rc;
+        if (cancelled(job))
+            return FS_ECANCELLED;
+        /* Near the end, smaller blocks: the threads finish together. */
+        size_t left = job->nunits - atomic_load_explicit(&job->next_unit, memory_order_relaxed);
+        size_t share = left / (2 * (size_t)job->nworkers);
+        size_t take = units < share ? units : share ? share : 1;
+        size_t first = atomic_fetch_add_explicit(&job->next_unit, take, memory_order_relaxed);
+        if (first >= job->nunits)
+            return place_queued(job, w, PLACE_END);
+        size_t last = first + take <= job->nunits ? first + take - 1 : job->nunits - 1;
+        pending_block *p = &w->queue[(w->head + w->count) % w->cap];
+        size_t begin, end;
+        unit_span(job, first, last, &begin, &end);
+        if ((rc = wait_fed(job, end)) != FS_OK)
+            return rc;
+        p->first = first;
+        p->last = last;
+        p->ids.n = 0;
+        unsigned long long t0 = job->fixed ? 0 : fs_now_ns();
+        rows_job rows = rows_job_of(job->sl, &job->subjects, keys, begin, end, job->queues, job->dedupe,
+                                    job->row_end + begin, job->invalid + begin, &p->ids, &job->cancel);
+        rc = matcher_run(m, &rows);
+        if (rc != FS_OK)
+            return rc;
+        if (!job->fixed)
+            units = next_block_units(job, end - begin, fs_now_ns() - t0, p->ids.n, &cost);
+        job->slots[last].first = first;
+        publish(job, last, ST_AGG | p->ids.n);
+        w->count++;
+        w->queued_ids += p->ids.n;
+        size_t n = last - first + 1;
+        if (atomic_fetch_add_explicit(&job->units_done, n, memory_order_acq_rel) + n == job->nunits)
+            wake_waiters(job);      /* fs_batch_wait: every block is matched */
+        if ((rc = place_queued(job, w, PLACE_READY)) != FS_OK)
+            return rc;
+    }
+}
+
+/* A pool worker's turn at the job (fs_pool.h): index picks its queue. */
+static void worker_main(void *arg, unsigned index)
+{
+    fs_batch_job *job = arg;
+    batch_worker *w = &job->workers[index];
+    if (job_over(job))
+        return;                 /* came after the work was done: nothing to set up */
+    row_matcher m;
+    int rc = matcher_open(&m);
+    if (rc == FS_OK) {
+        rc = worker_run(job, w, &m);
+        matcher_close(job->sl, &m);
+    }
+    if (rc != FS_OK)
+        fail(job, rc);
+}
+
+fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                             int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
+{
+    return fs_batch_start_blocks(sl, subjects, keys, queues, dedupe, nthreads, row_end, invalid, 0,
+                                 subjects->n);
+}
+
+/* A job's locks and memory, once no thread uses it (its output aside). */
+static void job_free(fs_batch_job *job)
+{
+    fs_mutex_destroy(&job->mu);
+    fs_cond_destroy(&job->more);
+    fs_cond_destroy(&job->done);
+    fs_cond_destroy(&job->placed);
+    fs_rwlock_destroy(&job->grow);
+    FS_FREE(job->slots);
+    FS_FREE(job);
+}
+
+fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+                                    int queues, int dedupe, unsigned nthreads, int64_t *row_end,
+                                    uint8_t *invalid, size_t block_rows, size_t fed)
+{
+    size_t n = subjects->n;
+    if (fed > n)
+        fed = n;
+    int fixed = block_rows != 0;
+    size_t unit_rows = fixed ? block_rows : UNIT_ROWS;
+    size_t nunits = n / unit_rows + (n % unit_rows != 0);
+    if (nthreads == 0)
+        nthreads = 1;
+    if (nunits && nthreads > nunits)
+        nthreads = (unsigned)nunits;
+    size_t size = sizeof(fs_batch_job) + nthreads * sizeof(batch_worker);
+    fs_batch_job *job = FS_MALLOC(size);
+    if (!job)
+        return NULL;
+    memset(job, 0, size);
+    job->slots = FS_MALLOC((nunits ? nunits : 1) * sizeof(unit_slot));
+    if (!job->slots || fs_rwlock_init(&job->grow) != 0) {
+        FS_FREE(job->slots);
+        FS_FREE(job);
+        return NULL;
+    }
+    for (size_t u = 0; u < nunits; u++) {
+        atomic_init(&job->slots[u].state, 0);
+        job->slots[u].first = 0;
+    }
+    job->sl = sl;
+    job->subjects = *subjects;
+    if (keys) {
+        job->keys = *keys;
+        job->has_keys = 1;
+    }
+    job->queues = queues;
+    job->dedupe = dedupe;
+    job->fixed = fixed;
+    job->nrows = n;
+    job->unit_rows = unit_rows;
+    job->nunits = nunits;
+    job->row_end = row_end;
+    job->invalid = invalid;
+    atomic_init(&job->cancel, 0);
+    atomic_init(&job->rc, FS_OK);
+    atomic_init(&job->next_unit, 0);
+    atomic_init(&job->units_done, 0);
+    atomic_init(&job->fed, fed);
+    fs_mutex_init(&job->mu);
+    fs_cond_init(&job->more);
+    fs_cond_init(&job->done);
+    fs_cond_init(&job->placed);
+    atomic_init(&job->sleepers, 0);
+    job->nworkers = nthreads;
+    for (unsigned t = 0; t < nthreads; t++) {
+        job->workers[t].queue = job->workers[t].first;
+        job->workers[t].cap = PENDING_BLOCKS;
+        job->workers[t].blocked = SIZE_MAX;
+    }
+    fs_idbuf_start_kept(&job->out);     /* mapped pages: no faults where the last batch wrote */
+    job->task.fn = worker_main;
+    job->task.arg = job;
+    if (nunits && fs_pool_submit(&job->task, nthreads) != FS_OK) {
+        fs_idbuf_free(&job->out);
+        job_free(job);
+        return NULL;
+    }
+    return job;
+}
+
+int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
+{
+    fs_deadline until = fs_deadline_in(timeout_ms);
+    fs_mutex_lock(&job->mu);
+    while (!job_over(job) && fs_cond_wait_until(&job->done, &job->mu, &until))
+        ;
+    int finished = job_over(job);
+    fs_mutex_unlock(&job->mu);
+    return finished;
+}
+
+void fs_batch_feed(fs_batch_job *job, size_t fed)
+{
+    fs_mutex_lock(&job->mu);
+    if (fed > job->nrows)
+        fed = job->nrows;
+    if (fed > atomic_load_explicit(&job->fed, memory_order_relaxed))
+        atomic_store_explicit(&job->fed, fed, memory_order_release);
+    fs_cond_broadcast(&job->more);
+    fs_mutex_unlock(&job->mu);
+}
+
+void fs_batch_cancel(fs_batch_job *job)
+{
+    /* Under mu: a thread waiting for rows checks cancel under it, then
+     * sleeps on more, so it cannot miss this wake-up. */
+    fs_mutex_lock(&job->mu);
+    atomic_store(&job->cancel, 1);
+    fs_cond_broadcast(&job->more);
+    fs_cond_broadcast(&job->done);
+    fs_cond_broadcast(&job->placed);
+    fs_mutex_unlock(&job->mu);
+}
+
+int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
+{
+    if (job->nunits)
+        fs_pool_join(&job->task);
+    int rc = atomic_load(&job->rc);
+    if (rc == FS_OK && atomic_load(&job->units_done) < job->nunits)
+        rc = FS_ECANCELLED;          /* cancelled between blocks, with nothing failing */
+    uint64_t total = 0;
+    /* Every block is matched: the blocks threads left queued are placed
+     * here, without waiting. */
+    for (unsigned t = 0; t < job->nworkers && rc == FS_OK; t++) {
+        batch_worker *w = &job->workers[t];
+        rc = place_queued(job, w, PLACE_READY);
+        if (rc == FS_OK && w->count)
+            rc = FS_ECANCELLED;      /* cannot be: every word is written */
+    }
+    size_t none = SIZE_MAX;
+    if (rc == FS_OK && !look_back(job, job->nunits, 0, 0, &total, &none))
+        rc = FS_ECANCELLED;
+    for (unsigned t = 0; t < job->nworkers; t++) {
+        batch_worker *w = &job->workers[t];
+        for (unsigned k = 0; k < w->cap; k++)
+            fs_idbuf_free(&w->queue[k].ids);
+        if (w->queue != w->first)
+            FS_FREE(w->queue);
+    }
+    *out = job->out;
+    out->n = (size_t)total;
+    if (rc != FS_OK) {
+        out->n = out->cap;           /* blocks were placed anywhere below cap */
+        fs_idbuf_free(out);
+    }
+    job_free(job);
+    return rc;
+}

@@ -1,0 +1,84 @@
+/* fs_index.h - the index layer's own API, over its layout (fs_layout.h):
+ * the shape tables (fs_shape.c) and probing them, with the tables, nodes
+ * and trie (fs_table.h, fs_node.h, fs_trie.h).  The files above the index
+ * (match, batch, the API, serial) include this header; the public C API
+ * is sublist.h. */
+#ifndef FS_INDEX_H
+#define FS_INDEX_H
+
+#include "fs_layout.h"
+#include "fs_node.h"
+#include "fs_scratch.h"
+#include "fs_shape.h"
+#include "fs_table.h"
+#include "fs_trie.h"
+
+/* ---- shape tables (fs_shape.c); the write lock is held where they change */
+
+/* The shape like `of`, or NULL. */
+fs_shape *fs_shape_find(const fs_sublist *sl, const fs_shape_of *of);
+/* A new empty shape like `of` (which must not exist yet): FS_OK with *out
+ * set, FS_OK with *out NULL when the shape budget is spent (the filter
+ * goes to the trie), or FS_ENOMEM. */
+int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out);
+/* Free a shape that has no entries (a no-op otherwise). */
+void fs_shape_drop_if_empty(fs_sublist *sl, fs_shape *sh);
+/* Does shape a come before the shape like b in the canonical order? */
+int fs_shape_before(const fs_shape *a, const fs_shape_of *b);
+/* The probe sets (fs_shapes.probe) of the index's shapes, into probe. */
+void fs_shapes_probes(const fs_sublist *sl, uint64_t *probe);
+/* The entry for filter f (whose key is key), or NULL. */
+fs_node *fs_shape_lookup(const fs_sublist *sl, const fs_shape *sh, const char *f, uint32_t flen, uint64_t key);
+/* Add entry n.  FS_OK or FS_ENOMEM (table unchanged). */
+int fs_shape_add(fs_sublist *sl, fs_shape *sh, fs_node *n, uint64_t key);
+/* Remove entry n (not freed); an emptied shape is dropped.  Never fails. */
+void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n);
+/* Do entry e's literal tokens equal the subject's (tokens t) at their
+ * positions?  The entry's key has already matched the subject's. */
+int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const char *s,
+                           const fs_span *t, const char *s_end);
+void fs_shapes_free(fs_sublist *sl);
+
+/* Per-token mixes m[0..n) and their prefix sums P[0..n] of a subject. */
+static inline void fs_shape_mixes(const fs_span *tok, uint32_t n, uint64_t *m, uint64_t *P)
+{
+    P[0] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        m[i] = fs_pos_mix(tok[i].hash, i);
+        P[i + 1] = P[i] + m[i];
+    }
+}
+
+/* The key a subject (mixes m, prefix sums P) has in shape sh: the sum of
+ * the mixes at the shape's literal positions. */
+static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *m, const uint64_t *P)
+{
+    uint64_t key = P[sh->ntoks];
+    for (uint64_t w = sh->onemask; w; w &= w - 1)
+        key -= m[fs_ctz64(w)];
+    return key;
+}
+
+/* The entry of shape sh that the subject (tokens t, bytes up to end)
+ * matches, given its key in that shape; NULL when none does. */
+static inline const fs_node *fs_shape_probe_slots(const fs_sublist *sl, const fs_shape *sh, uint64_t key,
+                                                  char sep, const char *s, const fs_span *t, const char *end)
+{
+    const fs_level *L = &sh->table;
+    const fs_slot *slots = fs_lv_slots(sl, L);
+    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
+    for (uint32_t c = 0, i = lo & mask; c < L->cap; c++, i = (i + 1) & mask) {
+        const fs_slot *slot = &slots[i];
+        if (!slot->node)
+            return NULL;
+        if (slot->hash == lo && slot->len == hi) {
+            const fs_node *e = fs_ref_node(sl, slot->node);
+            if (e && fs_shape_entry_matches(sh, e, sep, s, t, end))
+                return e;            /* one filter per shape can match a subject */
+        }
+    }
+    return NULL;
+}
+
+
+#endif

@@ -1,0 +1,486 @@
+/* fs_layout.h - the index's data layout (tables, nodes, shapes, the
+ * trie; the diagram is in sublist.h) and reading it, built in memory or
+ * mapped from an image ("reading a mapped image" below; the checks behind
+ * it are fs_layout.c's).  The index layer's own API over it is
+ * fs_index.h; the functions of the tables, nodes and trie are declared in
+ * their own headers (fs_table.h, fs_node.h, fs_trie.h; memory accounting:
+ * fs_mem.h).  Not part of the public C API; see sublist.h for that. */
+#ifndef FS_LAYOUT_H
+#define FS_LAYOUT_H
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fs_bits.h"
+#include "fs_brlock.h"
+#include "fs_fork.h"
+#include "fs_mem.h"
+#include "fs_node.h"
+#include "fs_scratch.h"
+#include "fs_shape.h"
+#include "fs_slab.h"
+#include "fs_sys.h"
+#include "fs_table.h"
+#include "fs_token.h"
+
+typedef struct fs_cache fs_cache;
+
+struct fs_slot {
+    uint32_t hash;
+    uint32_t len;
+    fs_node *node;       /* NULL: empty slot */
+};
+
+typedef struct fs_level {
+    fs_slot *slots;      /* open addressing, linear probing, cap a power of 2 */
+    uint32_t cap, count;
+    fs_node *one;        /* the '*' / '+' child */
+    fs_node *rest;       /* the '>' / '#' child */
+    /* Keyed tables only (filter != NULL): a bitmap after the slots, in
+     * the same allocation, of FS_FILTER_BITS(cap) bits -- a Bloom filter
+     * of two bits in one word: an entry whose key's high half is h sets,
+     * in word (h mod bits) / 64, bits h mod 64 and h >> 26.  A subject's
+     * probe finding either clear cannot hit, so it is skipped before the
+     * table is touched.  Removals leave their bits (stale) until the
+     * table is rebuilt. */
+    const uint64_t *filter;   /* the bitmap (fs_no_filter while cap is 0) */
+    uint64_t filter_mask;     /* its bits - 1 */
+    uint32_t stale;
+} fs_level;
+
+/* The bitmap of a filtered table with no slots: nothing may be there. */
+extern const uint64_t fs_no_filter[1];
+
+/* The bitmap of a filtered table: 8 bits per slot, at least one word.  A
+ * shape table at most half full has 16 or more bits per entry: with two
+ * bits per entry in one word, ~1.5% false positives (one bit at 4 bits
+ * per slot let 9.5% of light's missing probes through: 0.73 wasted table
+ * probes per subject, ~1 mispredicted branch).  Light, 100k subscriptions,
+ * one thread, interleaved: 281-293 -> 270-273 ns/subject, +0.8 B/sub.
+ * ~300 KB for all of light's shapes: it stays in L2 while the slots do
+ * not. */
+#define FS_FILTER_BITS(cap) ((cap) >= 8 ? (uint64_t)(cap) * 8 : 64u)
+
+/* Bytes of a table's allocation of cap slots (and its bitmap). */
+static inline size_t fs_level_bytes(const fs_level *L, uint32_t cap)
+{
+    return sizeof(fs_slot) * cap + (L->filter && cap ? (size_t)(FS_FILTER_BITS(cap) / 8) : 0);
+}
+
+/* Might a filtered table hold an entry of this key?  0: certainly not. */
+static inline int fs_level_may_hold(const fs_level *L, uint64_t key)
+{
+    uint32_t h = (uint32_t)(key >> 32);
+    uint64_t w = L->filter[(h & L->filter_mask) >> 6];
+    return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
+}
+
+typedef struct {
+    char *name;
+    int64_t *ids;        /* sorted */
+    uint32_t name_len, name_hash;
+    uint32_t n, cap;     /* cap 0: a mapped image's group, whose name and ids
+                          * are offsets from the group (fs_group_name/ids) */
+} fs_group;
+
+/* A node's queue groups: the counts and the groups in one allocation, so
+ * that a node without groups -- nearly every node -- pays one pointer
+ * (light's entries are 64 bytes with the filter: one cache line). */
+typedef struct {
+    uint32_t n, cap;
+    fs_group g[];
+} fs_groups;
+
+static inline size_t fs_groups_bytes(uint32_t cap) { return sizeof(fs_groups) + sizeof(fs_group) * cap; }
+
+/* A trie node's links.  They sit just before the node, and only trie
+ * nodes (the root included) have them: the entries of the literal and
+ * shape tables, which hold most subscriptions, are allocated without,
+ * 16 bytes smaller. */
+typedef struct {
+    fs_node *parent;
+    fs_level *next;
+} fs_link;
+
+struct fs_node {
+    union {
+        int64_t one;     /* subcap <= 1: the single id lives here */
+        int64_t *many;   /* sorted */
+    } subs;
+    fs_groups *groups;   /* NULL: none */
+    uint32_t nsubs, subcap;
+    uint32_t hash;
+    uint16_t toklen;     /* a token, or a whole literal filter: <= 65,535 */
+    uint8_t kind;        /* fs_tok_kind */
+    uint8_t linked;      /* 1: a trie node, an fs_link before it; 0: a table entry */
+    char tok[];
+};
+
+static inline fs_link *fs_link_of(const fs_node *n)
+{
+    return (fs_link *)(uintptr_t)((const char *)n - sizeof(fs_link));
+}
+/* p + an image's offset, in integers: a damaged offset cannot overflow a
+ * pointer before the check that refuses it (fs_img_node_checked). */
+static inline const void *fs_img_plus(const void *p, uint64_t off)
+{
+    return (const void *)((uintptr_t)p + (uintptr_t)off);
+}
+
+/* fs_node.linked: bit 0, a trie node (fs_link before it); bit 1, a node
+ * of a mapped image, whose links and payload are offsets (fs_up, fs_down,
+ * fs_node_ids, fs_node_group below read either kind). */
+#define FS_LINK_TRIE 1u
+#define FS_LINK_IMAGE 2u
+
+/* A built trie node's parent / next level; NULL for a table entry.  For
+ * the writes, which never see a mapped node; the reads use fs_up/fs_down. */
+static inline fs_node *fs_parent(const fs_node *n) { return n->linked ? fs_link_of(n)->parent : NULL; }
+static inline fs_level *fs_next(const fs_node *n) { return n->linked ? fs_link_of(n)->next : NULL; }
+/* The next level of a node known to be in the trie (the walks' hot path). */
+static inline fs_level *fs_tnext(const fs_node *n)
+{
+    assert(n->linked);
+    return fs_link_of(n)->next;
+}
+
+/* One shape's table (see fs_shape.h).  Allocated on its own so that
+ * pointers to it stay valid while other shapes come and go. */
+typedef struct {
+    fs_level table;       /* slot.hash, slot.len: low, high 32 bits of the key */
+    uint64_t onemask;
+    uint32_t ntoks, rest;
+    uint32_t first_wild;  /* starts with a wildcard: never matches MQTT '$' topics */
+} fs_shape;
+
+typedef struct {
+    fs_shape *shape[FS_SHAPE_MAX];          /* canonical order */
+    uint32_t n;
+    /* probe[k] (k clamped to FS_SHAPE_MAX_TOKENS + 1): bit j set when a
+     * subject of k tokens must probe shape[j] */
+    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
+} fs_shapes;
+
+/* A mapped image (fs_image.c, docs/FORMAT.md version 3): the index's own
+ * structs, laid out in one buffer, with offsets where a built index has
+ * pointers.  base NULL: the index is built in memory. */
+typedef struct {
+    const char *base;     /* the image's first byte (8-byte aligned) */
+    uint64_t len;         /* its bytes: every offset is checked against it */
+    uint64_t nodes_end;   /* objects lie in [FS_IMG_OBJECTS, nodes_end) */
+} fs_img;
+
+struct fs_sublist {
+    /* readers: match(), batches, stats (fast side), serializing, thawing,
+     * reverse_match (long side); writers: every change, set_cache, the
+     * cache reclaim, fork().  Its stripes also hold the match counts. */
+    fs_brlock lock;
+    fs_dialect dialect;
+    fs_node *root;        /* the trie: filters with a wildcard */
+    fs_level literals;    /* whole literal filters -> entry (parent NULL), keyed
+                           * like a shape without wildcards (fs_tokens_key),
+                           * with a bitmap of its keys */
+    const fs_level *lit;  /* the literal table read by the walks: &literals,
+                           * or the image's */
+    fs_img img;           /* a mapped image's bytes (base NULL: none) */
+    _Atomic int damaged;  /* a mapped image failed a bounds check (fs_img_bad) */
+    /* A mapped image changes through a live part: a built index of its
+     * own (NULL until the first change) that holds every filter changed
+     * since opening -- the filter's image entry is copied over whole and
+     * masked (its offset in the set masked), so each filter's
+     * subscriptions are in one place.  fs_image.c. */
+    fs_sublist *live;
+    uint64_t *masked;     /* open addressing, 0: empty slot */
+    uint64_t masked_cap, masked_n;
+    fs_shapes shapes;     /* filters with wildcards, by shape (fs_shape.c) */
+    fs_cache *cache;      /* CLOCK cache of match results; NULL when disabled */
+    fs_slab slab;         /* the blocks of every node and table entry */
+    uint64_t count;       /* subscriptions */
+    _Atomic uint64_t size_hint;   /* count as of the last write unlock, read
+                                   * without the lock (fs_sublist_walk_costly) */
+    uint64_t nodes;
+    uint64_t mem;         /* bytes allocated for the index */
+    uint64_t generation;
+    uint64_t inserts, removes;
+    fs_fork_entry fork;   /* its lock in the fork registry (fs_layout.c) */
+};
+
+
+/* ---- reading a mapped image (fs_image.c writes and opens it; the checks
+ * are fs_layout.c's)
+ * A mapped image holds the index's own structs, with offsets from the
+ * image's first byte where a built index holds pointers: fs_level's slots,
+ * filter, one and rest, fs_slot's node, fs_link's parent and next (0:
+ * none).  The walks turn them into pointers through these functions, which
+ * hand back a built index's pointers unchanged.  No offset is followed
+ * unchecked: a node, a level and everything they point to are checked to
+ * lie inside the image when the walk reaches them (fs_img_node,
+ * fs_img_level); one that does not marks the index damaged (the call then
+ * fails: FS_EBADDATA) and reads as absent, so the walk goes on safely. */
+
+#define FS_IMG_OBJECTS 1024u   /* the first object's offset: header and root block before */
+
+/* The offset of p, a pointer into the mapped image. */
+static inline uint64_t fs_img_off(const fs_sublist *sl, const void *p)
+{
+    return (uint64_t)((const char *)p - sl->img.base);
+}
+
+/* Mark the image damaged (the running call and every later one fail). */
+static inline void fs_img_bad(const fs_sublist *sl)
+{
+    atomic_store_explicit(&((fs_sublist *)(uintptr_t)sl)->damaged, 1, memory_order_relaxed);
+}
+
+/* Is [off, off + size) inside the image's objects, off 8-byte aligned? */
+static inline int fs_img_holds(const fs_sublist *sl, uint64_t off, uint64_t size)
+{
+    return (off & 7) == 0 && off >= FS_IMG_OBJECTS && off <= sl->img.nodes_end &&
+           size <= sl->img.nodes_end - off;
+}
+
+/* The node at offset off, checked whole (fs_layout.c); NULL for 0 or for a
+ * node that is not all inside the image (marked damaged). */
+const fs_node *fs_img_node_checked(const fs_sublist *sl, uint64_t off);
+const fs_level *fs_img_level_checked(const fs_sublist *sl, uint64_t off);
+
+static inline const fs_node *fs_img_node(const fs_sublist *sl, const fs_node *ref)
+{
+    return ref ? fs_img_node_checked(sl, (uint64_t)(uintptr_t)ref) : NULL;
+}
+
+/* A stored node link -- a slot's node, a level's one or rest child --
+ * as a pointer. */
+static inline const fs_node *fs_ref_node(const fs_sublist *sl, const fs_node *ref)
+{
+    return sl->img.base ? fs_img_node(sl, ref) : ref;
+}
+
+/* Where a stored link points, for a prefetch only: not checked, never
+ * read (integer arithmetic: a damaged offset cannot overflow a pointer). */
+static inline const char *fs_ref_addr(const fs_sublist *sl, const void *ref)
+{
+    return (const char *)((uintptr_t)sl->img.base + (uintptr_t)ref);
+}
+
+/* The slots and the bitmap of a level the walk holds (checked when the
+ * level was reached). */
+static inline const fs_slot *fs_lv_slots(const fs_sublist *sl, const fs_level *L)
+{
+    return sl->img.base ? (const fs_slot *)fs_img_plus(sl->img.base, (uintptr_t)L->slots) : L->slots;
+}
+static inline const uint64_t *fs_lv_filter(const fs_sublist *sl, const fs_level *L)
+{
+    if (!sl->img.base)
+        return L->filter;
+    return L->cap ? (const uint64_t *)fs_img_plus(sl->img.base, (uintptr_t)L->filter) : fs_no_filter;
+}
+static inline const fs_node *fs_lv_one(const fs_sublist *sl, const fs_level *L) { return fs_ref_node(sl, L->one); }
+static inline const fs_node *fs_lv_rest(const fs_sublist *sl, const fs_level *L) { return fs_ref_node(sl, L->rest); }
+
+/* A trie node's parent (NULL: a table entry, or the root) and next level
+ * (NULL: none), for the reads. */
+static inline const fs_node *fs_up(const fs_sublist *sl, const fs_node *n)
+{
+    if (!(n->linked & FS_LINK_TRIE))
+        return NULL;
+    const fs_node *p = fs_link_of(n)->parent;
+    return (n->linked & FS_LINK_IMAGE) ? fs_img_node(sl, p) : p;
+}
+static inline const fs_level *fs_down(const fs_sublist *sl, const fs_node *n)
+{
+    if (!(n->linked & FS_LINK_TRIE))
+        return NULL;
+    const fs_level *L = fs_link_of(n)->next;
+    if (!(n->linked & FS_LINK_IMAGE) || !L)
+        return L;
+    return fs_img_level_checked(sl, (uint64_t)(uintptr_t)L);
+}
+
+/* The deepest a filter's trie path goes: a path longer than this in a
+ * mapped image is a loop (marked damaged). */
+#define FS_MAX_DEPTH (FS_MAX_SUBJECT / 2 + 1)
+
+/* The number of tokens of node n's filter: the trie nodes from n up to,
+ * not counting, the root (the node without a parent: a built index's or
+ * an image's, so that an image's and its live part's nodes read alike);
+ * 0 for the root, and for a mapped image's path that loops (marked
+ * damaged). */
+static inline uint32_t fs_path_depth(const fs_sublist *sl, const fs_node *n)
+{
+    uint32_t d = 0;
+    for (const fs_node *p = n, *up; (up = fs_up(sl, p)) != NULL; p = up)
+        if (++d > FS_MAX_DEPTH) {
+            fs_img_bad(sl);
+            return 0;
+        }
+    return d;
+}
+
+/* The bytes of node n's filter: a table entry's whole filter, or a trie
+ * node's tokens joined by the separator (0 for the root). */
+static inline size_t fs_path_bytes(const fs_sublist *sl, const fs_node *n)
+{
+    if (!(n->linked & FS_LINK_TRIE))
+        return n->toklen;
+    uint32_t d = fs_path_depth(sl, n);
+    size_t len = 0;
+    for (uint32_t i = 0; i < d; i++, n = fs_up(sl, n))
+        len += n->toklen + 1u;
+    return d ? len - 1 : 0;
+}
+
+/* Write node n's filter (fs_path_bytes of them) ending at end. */
+static inline void fs_path_write(const fs_sublist *sl, const fs_node *n, char *end)
+{
+    if (!(n->linked & FS_LINK_TRIE)) {
+        memcpy(end - n->toklen, n->tok, n->toklen);
+        return;
+    }
+    char sep = fs_sep(sl->dialect);
+    uint32_t d = fs_path_depth(sl, n);
+    for (uint32_t i = 0; i < d; i++, n = fs_up(sl, n)) {
+        end -= n->toklen;
+        memcpy(end, n->tok, n->toklen);
+        if (i + 1 < d)
+            *--end = sep;
+    }
+}
+
+/* ---- the index's lock in the fork registry (fs_layout.c): fork() waits
+ * until no thread is inside any live index.  FS_OK, or FS_ENOMEM when the
+ * fork handlers could not be registered (fs_sublist_new then fails:
+ * MemoryError).  Untrack before the index's lock is destroyed. */
+int fs_sl_fork_track(fs_sublist *sl);
+void fs_sl_fork_untrack(fs_sublist *sl);
+
+/* ---- a mapped image's live part (fs_layout.c; the walk over it is
+ * fs_walk.c's) */
+/* Was image node n's filter moved to the live part? */
+int fs_image_masked(const fs_sublist *sl, const fs_node *n);
+/* Mark it moved (write lock held).  FS_OK or FS_ENOMEM. */
+int fs_image_mask(fs_sublist *sl, const fs_node *n);
+
+/* The index's memory account is sl->mem (fs_mem.h counts it). */
+static inline void *fs_sl_alloc(fs_sublist *sl, size_t size) { return fs_mem_alloc(&sl->mem, size); }
+static inline void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t size)
+{
+    return fs_mem_realloc(&sl->mem, p, old, size);
+}
+static inline void fs_sl_free(fs_sublist *sl, void *p, size_t size) { fs_mem_free(&sl->mem, p, size); }
+
+/* Might a filtered table hold an entry of this key?  0: certainly not. */
+static inline int fs_lv_may_hold(const fs_sublist *sl, const fs_level *L, uint64_t key)
+{
+    uint32_t h = (uint32_t)(key >> 32);
+    uint64_t w = fs_lv_filter(sl, L)[(h & L->filter_mask) >> 6];
+    return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
+}
+
+/* A node's payload.  A mapped image's node holds offsets from itself (from
+ * the group, for a group's name and ids) where a built one holds pointers;
+ * fs_img_node checked every one of them when the walk reached the node. */
+static inline const fs_groups *fs_node_groups(const fs_node *n)
+{
+    if (n->linked & FS_LINK_IMAGE)
+        return (const fs_groups *)fs_img_plus(n, (uintptr_t)n->groups);
+    return n->groups;
+}
+static inline uint32_t fs_ngroups(const fs_node *n) { return n->groups ? fs_node_groups(n)->n : 0; }
+static inline fs_group *fs_node_group(const fs_node *n, uint32_t i)
+{
+    return (fs_group *)(uintptr_t)&fs_node_groups(n)->g[i];
+}
+static inline const char *fs_group_name(const fs_group *g)
+{
+    return g->cap ? g->name : (const char *)fs_img_plus(g, (uintptr_t)g->name);
+}
+static inline const int64_t *fs_group_ids(const fs_group *g)
+{
+    return g->cap ? g->ids : (const int64_t *)fs_img_plus(g, (uintptr_t)g->ids);
+}
+
+static inline int fs_has_subs(const fs_node *n) { return n->nsubs || n->groups; }
+
+static inline const int64_t *fs_node_ids(const fs_node *n)
+{
+    if (n->subcap <= 1)
+        return &n->subs.one;
+    if (n->linked & FS_LINK_IMAGE)
+        return (const int64_t *)fs_img_plus(n, (uint64_t)n->subs.one);
+    return n->subs.many;
+}
+
+/* The child for a literal token, or NULL.  end: how far the bytes from tok
+ * may be read (tok + len at least). */
+static inline const fs_node *fs_level_find_within(const fs_sublist *sl, const fs_level *L, const char *tok,
+                                                  uint32_t len, uint32_t h, const char *end)
+{
+    if (!L->cap)
+        return NULL;
+    const fs_slot *slots = fs_lv_slots(sl, L);
+    uint32_t mask = L->cap - 1, i = h & mask;
+    for (uint32_t k = 0; k < L->cap; k++, i = (i + 1) & mask) {
+        const fs_slot *s = &slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == h && s->len == len) {
+            const fs_node *n = fs_ref_node(sl, s->node);
+            if (n && n->toklen == len && fs_tok_eq_within(n->tok, tok, len, end))
+                return n;
+        }
+    }
+    return NULL;
+}
+
+static inline const fs_node *fs_level_find(const fs_sublist *sl, const fs_level *L, const char *tok,
+                                           uint32_t len, uint32_t h)
+{
+    return fs_level_find_within(sl, L, tok, len, h, tok + len);
+}
+
+/* The entry of a keyed table (the literal table, a shape table: slot.hash
+ * and slot.len hold the key's low and high halves) whose whole filter is
+ * the len bytes f (readable up to end), or NULL. */
+static inline const fs_node *fs_keyed_find(const fs_sublist *sl, const fs_level *L, uint64_t key,
+                                           const char *f, uint32_t len, const char *end)
+{
+    if (!L->cap)
+        return NULL;
+    const fs_slot *slots = fs_lv_slots(sl, L);
+    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
+    for (uint32_t k = 0, i = lo & mask; k < L->cap; k++, i = (i + 1) & mask) {
+        const fs_slot *s = &slots[i];
+        if (!s->node)
+            return NULL;
+        if (s->hash == lo && s->len == hi) {
+            const fs_node *n = fs_ref_node(sl, s->node);
+            if (n && n->toklen == len && fs_tok_eq_within(n->tok, f, len, end))
+                return n;
+        }
+    }
+    return NULL;
+}
+
+static inline int fs_push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)
+{
+    if (*n == *cap && fs_grow(v, cap, *n + 1, sizeof(fs_node *)) < 0)
+        return FS_ENOMEM;
+    (*v)[(*n)++] = x;
+    return FS_OK;
+}
+
+/* The node's group named q, or NULL. */
+static inline fs_group *fs_node_find_group(const fs_node *n, const char *q, uint32_t qlen, uint32_t qh)
+{
+    for (uint32_t i = 0; i < fs_ngroups(n); i++) {
+        fs_group *g = fs_node_group(n, i);
+        if (g->name_hash == qh && g->name_len == qlen && memcmp(g->name, q, qlen) == 0)
+            return g;
+    }
+    return NULL;
+}
+
+#endif

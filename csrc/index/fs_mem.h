@@ -1,0 +1,32 @@
+/* fs_mem.h - growing arrays, and counting what an index allocates.
+ *
+ * The bottom of the index's own files: it calls only the one door for
+ * memory (fs_alloc.h) and knows no index type, so the tables (fs_table.c),
+ * the nodes (fs_node.c), the shapes, the trie and the loader all count
+ * their memory here without depending on each other.  An index's account
+ * is its sl->mem (memory_bytes in the statistics); fs_layout.h's
+ * fs_sl_alloc / fs_sl_realloc / fs_sl_free pass it in.
+ */
+#ifndef FS_MEM_H
+#define FS_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs_status.h"
+
+/* Grow the array *p (of elsize-byte items, capacity *cap) to hold need:
+ * capacities double from 8.  FS_OK (also when it already holds need), or
+ * FS_ENOMEM with *p and *cap unchanged. */
+int fs_grow(void *p, size_t *cap, size_t need, size_t elsize);
+
+/* size bytes (FS_MALLOC) counted in *account; NULL when out of memory
+ * (nothing counted). */
+void *fs_mem_alloc(uint64_t *account, size_t size);
+/* p (counted as old bytes) resized to size (FS_REALLOC); NULL when out of
+ * memory (p and the account unchanged). */
+void *fs_mem_realloc(uint64_t *account, void *p, size_t old, size_t size);
+/* Free p (counted as size bytes; p may be NULL: nothing done).  Never fails. */
+void fs_mem_free(uint64_t *account, void *p, size_t size);
+
+#endif

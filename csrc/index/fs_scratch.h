@@ -1,0 +1,63 @@
+/* fs_scratch.h - the types the index's calls and its walks share: a
+ * subscription to insert or remove (fs_spec), a call's working memory
+ * (fs_scratch: the tokens, the walk's frontier and hits, a row's queue
+ * groups), and the rows of a reverse match (fs_rresult).  Plain data: the
+ * index layer's walks (fs_trie.c) fill them, the match layer reads them,
+ * and the public API (sublist.h) hands them to callers. */
+#ifndef FS_SCRATCH_H
+#define FS_SCRATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs_token.h"
+
+typedef struct fs_sublist fs_sublist;
+typedef struct fs_node fs_node;
+
+/* One subscription to insert or remove in bulk.  queue == NULL: plain. */
+typedef struct {
+    const char *filter;
+    size_t filter_len;
+    const char *queue;
+    size_t queue_len;
+    int64_t id;
+} fs_spec;
+
+/* A queue group of a row, by where its first part is: hits[hit]'s group
+ * number group (fs_row_groups, fs_result.c). */
+typedef struct {
+    uint32_t hit, group;
+} fs_gref;
+
+/* Per-call working memory, reusable across calls by one thread. */
+typedef struct {
+    fs_tokens toks;
+    const fs_node **front, **next, **hits;
+    size_t nfront, nnext, nhits;
+    size_t cap_front, cap_next, cap_hits;
+    fs_gref *grefs;          /* the row's groups, in order (fs_row_groups) */
+    size_t cap_grefs;
+    int grefs_merge;         /* 1: two of them may be parts of one group */
+    const fs_node **seen;    /* AMQP trie walk: open-addressing set of nodes, */
+    size_t cap_seen, act_seen;   /* allocated / in use (a power of 2) */
+} fs_scratch;
+
+/* One reverse-match hit. */
+typedef struct {
+    size_t filter_off, filter_len;
+    size_t queue_off, queue_len;
+    int has_queue;
+    int64_t id;
+} fs_rhit;
+
+typedef struct {
+    fs_rhit *hits;
+    size_t nhits, cap_hits;
+    char *arena;
+    size_t narena, cap_arena;
+} fs_rresult;
+
+
+
+#endif

@@ -1,0 +1,34 @@
+/* fs_groups.h - a row's queue groups, merged (fs_result.c defines them).
+ *
+ * NATS and AMQP merge same-named groups across the matched nodes into one
+ * group; MQTT keeps one group per (name, filter), that is per node (the
+ * rules table's groups_merge).  Both result building (fs_result.c) and the
+ * batch's direct emit (fs_batch.c) take a row's groups from fs_row_groups,
+ * in the row's order (fs_result.h: by name, then filter), a merged group's
+ * parts side by side:
+ *
+ *     size_t nrefs;
+ *     fs_row_groups(sl, sc, &nrefs);
+ *     for (size_t j = 0, end; j < nrefs; j = end) {
+ *         end = fs_row_group_end(sl, sc, j, nrefs);
+ *         ... one group: the members of sc->grefs[j..end), merged ...
+ *     }
+ *
+ * A header of its own so that neither the walk (fs_walk.h) nor the
+ * results' builder names the other for it. */
+#ifndef FS_GROUPS_H
+#define FS_GROUPS_H
+
+#include <stddef.h>
+
+#include "fs_scratch.h"
+
+/* The queue groups of the hits in the row's order (fs_result.h):
+ * sc->grefs[0..*nrefs), each a node's group (hit, group number).  NATS and
+ * AMQP merge same-named groups across filters: a row's group is then the
+ * refs [j, fs_row_group_end(j)) -- its parts, side by side; MQTT's groups
+ * are (name, filter): one ref each.  FS_OK or FS_ENOMEM. */
+int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs);
+size_t fs_row_group_end(const fs_sublist *sl, const fs_scratch *sc, size_t j, size_t nrefs);
+
+#endif

@@ -1,0 +1,288 @@
+/* fs_match.c - the read side of the index for one subject: match,
+ * num_interest and has_interest.  A subject is looked up in the result
+ * cache, else tokenized and answered by the literal table, the shape
+ * tables (fs_shape.c) and the trie (fs_trie.c), whose hits fs_result.c
+ * turns into a result.  The walk is fs_walk.h's, which the batch matcher
+ * (fs_batch.c) shares. */
+#include "fs_match.h"
+
+#include <stdatomic.h>
+
+#include "fs_cache.h"
+#include "fs_index.h"
+#include "fs_sys.h"
+
+#include <string.h>
+#include "fs_walk.h"
+
+/* The walk (fs_walk.h) of one subject: tokenize it into sc->toks, then
+ * collect into sc->hits every node whose subscriptions match it (first_only:
+ * at least one, if any).  Caller holds the read lock. */
+static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc,
+                       int first_only, fs_error *err)
+{
+    fs_walk_row p;
+    int rc = fs_walk_plan(sl, s, len, &sc->toks, &p, err);
+    if (rc == FS_OK)
+        rc = fs_walk_collect(sl, &p, &sc->toks, sc, first_only);
+    return rc;
+}
+
+void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
+{
+    /* Into the calling thread's stripe (fs_brlock.h): a line no other
+     * thread writes (unless more than FS_STRIPES threads match), so
+     * match() from many threads shares nothing here.  stats() sums. */
+    fs_stripe *sp = fs_brlock_mine(&sl->lock);
+    atomic_fetch_add_explicit(&sp->matches, matches, memory_order_relaxed);
+    /* A locked add costs a match() more than its lookup's arithmetic: none
+     * when nothing matched (~40% of subjects in the benchmarks). */
+    if (fanout == 0)
+        return;
+    atomic_fetch_add_explicit(&sp->fanout_total, fanout, memory_order_relaxed);
+    uint64_t cur = atomic_load_explicit(&sp->fanout_max, memory_order_relaxed);
+    while (fanout_max > cur &&
+           !atomic_compare_exchange_weak_explicit(&sp->fanout_max, &cur, fanout_max,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+static void count_match(fs_sublist *sl, uint64_t fanout) { fs_count_matches(sl, 1, fanout, fanout); }
+
+int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
+                      fs_scratch *sc, fs_result *r, fs_error *err)
+{
+    int rc = walk_locked(sl, s, len, sc, 0, err);
+    if (rc == FS_OK)
+        rc = fs_build_result(sl, sc, r);
+    /* A cached result remembers its picks for its own subject: a batch row
+     * without a key then picks from the cache in O(1).  (match() without a
+     * cache makes no picks: nothing to compute.) */
+    if (rc == FS_OK && sl->cache) {
+        fs_result_pick_for_subject(r, hash);
+        fs_cache_put(sl->cache, s, len, hash, &sc->toks, r);
+    }
+    return rc;
+}
+
+void fs_reclaim_cache(fs_sublist *sl)
+{
+    fs_brlock_wrlock(&sl->lock);
+    if (sl->cache)
+        fs_cache_reclaim(sl->cache);
+    fs_brlock_wrunlock(&sl->lock);
+}
+
+/* End of a read-locked call that may have filled the cache: flush its
+ * tally, then release the read lock, then free evicted entries if enough
+ * wait (that needs the write lock: no reader may still be on them). */
+void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
+{
+    int reclaim = 0;
+    if (sl->cache) {
+        fs_cache_tally_flush(sl->cache, tally);
+        reclaim = fs_cache_should_reclaim(sl->cache);
+    }
+    fs_brlock_rdunlock(&sl->lock);
+    if (reclaim)
+        fs_reclaim_cache(sl);
+}
+
+int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
+                     fs_scratch *sc, fs_result *r, fs_error *err)
+{
+    int rc;
+    fs_cache_tally tally = {0, 0};
+    fs_brlock_rdlock(&sl->lock);
+    /* The whole-subject hash keys the cache alone. */
+    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    if (cached)
+        rc = fs_result_copy(r, cached);
+    else
+        rc = fs_compute_locked(sl, subject, len, hash, sc, r, err);
+    fs_read_done(sl, &tally);
+    if (rc == FS_OK)
+        count_match(sl, r->nids);
+    return rc;
+}
+
+/* r's answer when it is plain ids only, at most cap of them: copied to
+ * ids[0..*n), 1.  Else 0. */
+static int copy_small(const fs_result *r, int64_t *ids, size_t cap, size_t *n)
+{
+    if (r->ngroups || r->nids > cap)
+        return 0;
+    if (r->nids)
+        memcpy(ids, r->ids, sizeof(int64_t) * r->nids);
+    *n = r->nids;
+    return 1;
+}
+
+/* The same straight from the walk's hits, without building a result: the
+ * plain ids in the row's order (fs_hits_plain, as fs_build_result puts
+ * them).  Not for AMQP, whose built result is deduplicated (one delivery
+ * per sub_id). */
+static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *ids, size_t cap,
+                           size_t *n)
+{
+    if (fs_rules(sl->dialect)->once_per_id)
+        return 0;
+    size_t total = 0;
+    for (size_t k = 0; k < sc->nhits; k++) {
+        if (fs_ngroups(sc->hits[k]))
+            return 0;
+        total += sc->hits[k]->nsubs;
+    }
+    if (total > cap)
+        return 0;
+    *n = fs_hits_plain(sc->hits, sc->nhits, ids);
+    return 1;
+}
+
+/* The Python layer releases the GIL for a walk from this many
+ * subscriptions on.  Measured (bench/match_release.py, CPython 3.11, one
+ * thread, CPU ns per call; the table is in docs/design.md, "Threads"): the
+ * release and re-acquire cost ~28 ns at any size; a match() of 10-100
+ * filters is ~77 ns, nearly all Python call and result, and a bigger index
+ * adds the walk's own cost to that: ~30 ns at 1,000 filters, ~40 at 10k,
+ * ~60 at 100k, ~130 at 1M.  From 1,000 on the walk costs more than the
+ * release, and another thread can run during it. */
+#define FS_WALK_RELEASE_MIN 1000
+
+static _Atomic uint64_t walk_release_min = FS_WALK_RELEASE_MIN;
+
+int fs_sublist_walk_costly(const fs_sublist *sl)
+{
+    return atomic_load_explicit(&sl->size_hint, memory_order_relaxed) >=
+           atomic_load_explicit(&walk_release_min, memory_order_relaxed);
+}
+
+uint64_t fs_set_walk_release_min(uint64_t n)
+{
+    return atomic_exchange_explicit(&walk_release_min, n, memory_order_relaxed);
+}
+
+int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
+                           int64_t *ids, size_t cap, size_t *n,
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk)
+{
+    int rc = FS_OK;
+    fs_workspace *w = NULL;
+    fs_cache_tally tally = {0, 0};
+    *n = 0;
+    *wp = NULL;
+    fs_brlock_rdlock(&sl->lock);
+    /* The whole-subject hash keys the cache alone. */
+    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    if (!cached && !walk) {
+        /* The caller walks in a second call: this one leaves no trace
+         * (the miss is counted then). */
+        tally.misses = 0;
+        fs_read_done(sl, &tally);
+        return FS_MATCH_WALK;
+    }
+    /* A small cached answer goes straight to ids: no workspace, no copy
+     * into a result. */
+    if (!cached || !copy_small(cached, ids, cap, n)) {
+        w = fs_workspace_acquire(spare);
+        int small = 0;
+        if (!w) {
+            rc = FS_ENOMEM;
+        } else if (cached) {
+            rc = fs_result_copy(&w->r, cached);
+        } else if (sl->cache) {
+            rc = fs_compute_locked(sl, subject, len, hash, &w->sc, &w->r, err);
+            small = rc == FS_OK && copy_small(&w->r, ids, cap, n);
+        } else {
+            /* Nothing to cache: a small answer needs no result built. */
+            rc = walk_locked(sl, subject, len, &w->sc, 0, err);
+            small = rc == FS_OK && copy_small_hits(sl, &w->sc, ids, cap, n);
+            if (rc == FS_OK && !small)
+                rc = fs_build_result(sl, &w->sc, &w->r);
+        }
+        if (rc == FS_OK && !small) {
+            *n = w->r.nids;
+            *wp = w;                  /* lent until the caller releases it */
+        }
+    }
+    fs_read_done(sl, &tally);
+    if (w && !*wp)
+        fs_workspace_release(w, spare);
+    if (rc == FS_OK)
+        count_match(sl, *n);
+    return rc;
+}
+
+/* num_interest's answer; caller holds the read lock, then calls
+ * fs_read_done with the tally. */
+static int interest_locked(fs_sublist *sl, const char *subject, size_t len, fs_scratch *sc,
+                           uint64_t *nplain, uint64_t *nqueue, fs_error *err, fs_cache_tally *tally)
+{
+    *nplain = *nqueue = 0;
+    int rc = FS_OK;
+    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;    /* keys the cache alone */
+    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, tally) : NULL;
+    if (cached) {
+        *nplain = cached->nplain;
+        *nqueue = cached->nids - cached->nplain;
+    } else if (sl->cache || fs_rules(sl->dialect)->once_per_id) {
+        /* Fill the cache: the next question about this subject is cheap.
+         * (AMQP counts each sub_id once: the built result is deduplicated.) */
+        fs_result r;
+        fs_result_init(&r);
+        rc = fs_compute_locked(sl, subject, len, hash, sc, &r, err);
+        *nplain = r.nplain;
+        *nqueue = r.nids - r.nplain;
+        fs_result_free(&r);
+    } else {
+        rc = walk_locked(sl, subject, len, sc, 0, err);
+        for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
+            const fs_node *n = sc->hits[k];
+            *nplain += n->nsubs;
+            for (uint32_t gi = 0; gi < fs_ngroups(n); gi++)
+                *nqueue += fs_node_group(n, gi)->n;
+        }
+    }
+    return rc;
+}
+
+int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
+                        fs_scratch *sc, uint64_t *nplain, uint64_t *nqueue,
+                        fs_error *err)
+{
+    fs_cache_tally tally = {0, 0};
+    fs_brlock_rdlock(&sl->lock);
+    int rc = interest_locked(sl, subject, len, sc, nplain, nqueue, err, &tally);
+    fs_read_done(sl, &tally);
+    if (rc == FS_OK)
+        count_match(sl, *nplain + *nqueue);
+    return rc;
+}
+
+int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
+                            fs_scratch *sc, fs_error *err)
+{
+    fs_brlock_rdlock(&sl->lock);      /* once: a lock pair is ~60 instructions */
+    if (sl->cache) {
+        /* With a cache the whole answer is worth computing: it is kept,
+         * and the next question about this subject is one lookup. */
+        uint64_t nplain, nqueue;
+        fs_cache_tally tally = {0, 0};
+        int rc = interest_locked(sl, subject, len, sc, &nplain, &nqueue, err, &tally);
+        fs_read_done(sl, &tally);
+        if (rc < 0)
+            return rc;
+        count_match(sl, nplain + nqueue);
+        return nplain + nqueue > 0;
+    }
+    /* The tables first, stopping at the first entry; the trie only if none. */
+    int rc = walk_locked(sl, subject, len, sc, 1, err);
+    if (rc == FS_OK)
+        rc = sc->nhits > 0;
+    fs_brlock_rdunlock(&sl->lock);
+    if (rc >= 0)
+        count_match(sl, 0);
+    return rc;
+}

@@ -1,0 +1,701 @@
+/* fs_result.c - turning matched nodes into results: the ids, the queue
+ * groups (NATS and AMQP merge them by name across nodes, MQTT keeps (name,
+ * filter) pairs), their filters' text and the keys queue picks hash; the
+ * one order of a row's ids (fs_result.h: plain ids ascending, then groups
+ * by (name, filter) with members ascending), which the batch's direct
+ * emit (fs_batch.c) takes from here too; the order of reverse matches.
+ * AMQP delivers once per sub_id: its results are deduplicated here. */
+#include <stddef.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_groups.h"
+#include "fs_index.h"
+#include "fs_result.h"
+
+void fs_result_init(fs_result *r) { memset(r, 0, sizeof(*r)); }
+
+void fs_result_pick_for_subject(fs_result *r, uint32_t subject_hash)
+{
+    for (size_t gi = 0; gi < r->ngroups; gi++) {
+        fs_group_out *g = &r->groups[gi];
+        g->subject_pick = fs_pick(fs_pick_seed(subject_hash, g->key_hash), r->ids + g->members_off,
+                                  g->members_len);
+    }
+}
+
+void fs_result_free(fs_result *r)
+{
+    FS_FREE(r->ids);
+    FS_FREE(r->groups);
+    FS_FREE(r->arena);
+    fs_result_init(r);
+}
+
+int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (n == 0)
+        return FS_OK;
+    if (fs_grow(arena, cap, *len + n, 1) < 0)
+        return FS_ENOMEM;
+    memcpy(*arena + *len, p, n);
+    *len += n;
+    return FS_OK;
+}
+
+/* Write the filter of node n (its path from the root) into an arena. */
+int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap)
+{
+    size_t total = fs_path_bytes(sl, n);
+    if (total == 0)
+        return FS_OK;
+    if (fs_grow(arena, cap, *len + total, 1) < 0)
+        return FS_ENOMEM;
+    fs_path_write(sl, n, *arena + *len + total);
+    *len += total;
+    return FS_OK;
+}
+
+/* ------------------------------------------------------- the order */
+
+void fs_ids_sort(int64_t *ids, size_t n)
+{
+    if (n < 2)
+        return;
+    /* heapsort: build a max-heap, then move its top to the end */
+    for (size_t start = n / 2; start-- > 0;) {
+        size_t root = start;
+        for (size_t child; (child = 2 * root + 1) < n; root = child) {
+            if (child + 1 < n && ids[child] < ids[child + 1])
+                child++;
+            if (ids[root] >= ids[child])
+                break;
+            int64_t t = ids[root]; ids[root] = ids[child]; ids[child] = t;
+        }
+    }
+    for (size_t end = n - 1; end > 0; end--) {
+        int64_t t = ids[0]; ids[0] = ids[end]; ids[end] = t;
+        size_t root = 0;
+        for (size_t child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && ids[child] < ids[child + 1])
+                child++;
+            if (ids[root] >= ids[child])
+                break;
+            t = ids[root]; ids[root] = ids[child]; ids[child] = t;
+        }
+    }
+}
+
+/* Heapsort of n items of size bytes (at most 64) by cmp: for the rare long
+ * lists of groups, and reverse matches.  No memory. */
+typedef int (*cmp_fn)(const void *a, const void *b, const void *ctx);
+
+static void sift_down(char *base, size_t root, size_t end, size_t size, cmp_fn cmp, const void *ctx)
+{
+    char t[64];
+    for (size_t child; (child = 2 * root + 1) < end; root = child) {
+        if (child + 1 < end && cmp(base + child * size, base + (child + 1) * size, ctx) < 0)
+            child++;
+        if (cmp(base + root * size, base + child * size, ctx) >= 0)
+            break;
+        memcpy(t, base + root * size, size);
+        memcpy(base + root * size, base + child * size, size);
+        memcpy(base + child * size, t, size);
+    }
+}
+
+static void sort_items(void *items, size_t n, size_t size, cmp_fn cmp, const void *ctx)
+{
+    char *base = items, t[64];
+    assert(size <= sizeof(t));
+    if (n < 2)
+        return;
+    for (size_t start = n / 2; start-- > 0;)
+        sift_down(base, start, n, size, cmp, ctx);
+    for (size_t end = n - 1; end > 0; end--) {
+        memcpy(t, base, size);
+        memcpy(base, base + end * size, size);
+        memcpy(base + end * size, t, size);
+        sift_down(base, 0, end, size, cmp, ctx);
+    }
+}
+
+static int bytes_cmp(const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t k = na < nb ? na : nb;
+    int c = k ? memcmp(a, b, k) : 0;
+    if (c)
+        return c < 0 ? -1 : 1;
+    return na < nb ? -1 : na > nb;
+}
+
+/* A node's filter read front to back, a token or a separator at a time,
+ * without writing it out: a table entry is one token (its whole filter),
+ * a trie node's tokens are its path's from the root.  Paths up to
+ * READER_DEPTH deep are held; deeper ones are climbed again per token. */
+#define READER_DEPTH 32
+
+typedef struct {
+    const fs_sublist *sl;
+    const fs_node *n;
+    const fs_node *path[READER_DEPTH];
+    uint32_t depth, next;     /* tokens; the next chunk: 2i token i, 2i+1 the separator after it */
+    char sep;
+    const char *p;            /* the current chunk's bytes not yet compared */
+    size_t left;
+} filter_reader;
+
+static void reader_init(filter_reader *f, const fs_sublist *sl, const fs_node *n)
+{
+    f->sl = sl;
+    f->n = n;
+    f->sep = fs_sep(sl->dialect);
+    f->next = 0;
+    f->left = 0;
+    f->depth = 0;
+    if (!(n->linked & FS_LINK_TRIE)) {
+        f->depth = 1;
+        f->path[0] = n;
+        return;
+    }
+    f->depth = fs_path_depth(sl, n);     /* 0 for a damaged image's path */
+    if (f->depth <= READER_DEPTH) {
+        uint32_t i = f->depth;
+        for (const fs_node *x = n; i; x = fs_up(sl, x))
+            f->path[--i] = x;
+    }
+}
+
+static const fs_node *reader_token(const filter_reader *f, uint32_t i)
+{
+    if (f->depth <= READER_DEPTH)
+        return f->path[i];
+    const fs_node *x = f->n;
+    for (uint32_t up = f->depth - 1 - i; up; up--)
+        x = fs_up(f->sl, x);
+    return x;
+}
+
+/* The next non-empty chunk into p, left: 1; 0 at the end. */
+static int reader_next(filter_reader *f)
+{
+    while (f->next + 1 < 2 * f->depth) {
+        uint32_t c = f->next++;
+        if (c & 1) {
+            f->p = &f->sep;
+            f->left = 1;
+            return 1;
+        }
+        const fs_node *t = reader_token(f, c / 2);
+        if (t->toklen) {
+            f->p = t->tok;
+            f->left = t->toklen;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Compare the filters of nodes a and b as bytes (<0, 0, >0). */
+static int filter_cmp(const fs_sublist *sl, const fs_node *a, const fs_node *b)
+{
+    filter_reader x, y;
+    reader_init(&x, sl, a);
+    reader_init(&y, sl, b);
+    int hx = reader_next(&x), hy = reader_next(&y);
+    for (;;) {
+        if (!hx || !hy)
+            return hx - hy;          /* a prefix comes first */
+        size_t k = x.left < y.left ? x.left : y.left;
+        int c = memcmp(x.p, y.p, k);
+        if (c)
+            return c < 0 ? -1 : 1;
+        x.p += k;
+        x.left -= k;
+        y.p += k;
+        y.left -= k;
+        if (!x.left)
+            hx = reader_next(&x);
+        if (!y.left)
+            hy = reader_next(&y);
+    }
+}
+
+typedef struct {
+    const fs_sublist *sl;
+    const fs_node *const *hits;
+} gref_ctx;
+
+/* The groups' order: name bytes, then (MQTT, where a group is (name,
+ * filter)) filter bytes.  0: the same group -- NATS and AMQP merge
+ * same-named groups across filters. */
+static inline int name_cmp(const fs_group *a, const fs_group *b)
+{
+    uint32_t n = a->name_len < b->name_len ? a->name_len : b->name_len;
+    const char *an = fs_group_name(a), *bn = fs_group_name(b);
+    for (uint32_t i = 0; i < n; i++)          /* names are short: no call */
+        if (an[i] != bn[i])
+            return (unsigned char)an[i] < (unsigned char)bn[i] ? -1 : 1;
+    return a->name_len < b->name_len ? -1 : a->name_len > b->name_len;
+}
+
+static int gref_cmp(const void *pa, const void *pb, const void *pctx)
+{
+    const fs_gref *a = pa, *b = pb;
+    const gref_ctx *ctx = pctx;
+    const fs_group *ga = fs_node_group(ctx->hits[a->hit], a->group);
+    const fs_group *gb = fs_node_group(ctx->hits[b->hit], b->group);
+    int c = name_cmp(ga, gb);
+    if (c || fs_groups_merge(ctx->sl->dialect))
+        return c;
+    return filter_cmp(ctx->sl, ctx->hits[a->hit], ctx->hits[b->hit]);
+}
+
+int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
+{
+    const fs_node *const *hits = sc->hits;
+    size_t total = 0, n = 0;
+    for (size_t k = 0; k < sc->nhits; k++)
+        total += fs_ngroups(hits[k]);
+    *nrefs = total;
+    sc->grefs_merge = 0;
+    if (total == 0)
+        return FS_OK;
+    if (total > sc->cap_grefs && fs_grow(&sc->grefs, &sc->cap_grefs, total, sizeof(fs_gref)) < 0)
+        return FS_ENOMEM;
+    fs_gref *refs = sc->grefs;
+    gref_ctx ctx = {sl, hits};
+    unsigned runs = 0;
+    for (size_t k = 0; k < sc->nhits; k++) {
+        uint32_t ng = fs_ngroups(hits[k]);
+        if (!ng)
+            continue;
+        /* A node's groups are in name order already (fs_node.c): a row
+         * with one node holding groups needs no comparison. */
+        size_t start = n;
+        for (uint32_t gi = 0; gi < ng; gi++, n++) {
+            refs[n].hit = (uint32_t)k;
+            refs[n].group = gi;
+        }
+        if (runs++ == 0 || total > 32)
+            continue;
+        for (size_t i = start; i < n; i++) {         /* a few: insertion */
+            fs_gref x = refs[i];
+            size_t j = i;
+            for (; j > 0 && gref_cmp(&refs[j - 1], &x, &ctx) > 0; j--)
+                refs[j] = refs[j - 1];
+            refs[j] = x;
+        }
+    }
+    if (runs > 1 && total > 32)
+        sort_items(refs, total, sizeof(fs_gref), gref_cmp, &ctx);
+    /* A node's groups have distinct names: only groups of two nodes can
+     * be parts of one (NATS, AMQP). */
+    sc->grefs_merge = runs > 1 && fs_groups_merge(sl->dialect);
+    return FS_OK;
+}
+
+size_t fs_row_group_end(const fs_sublist *sl, const fs_scratch *sc, size_t j, size_t nrefs)
+{
+    gref_ctx ctx = {sl, sc->hits};
+    size_t end = j + 1;
+    if (sc->grefs_merge)
+        while (end < nrefs && gref_cmp(&sc->grefs[j], &sc->grefs[end], &ctx) == 0)
+            end++;
+    return end;
+}
+
+/* Copy ids: a loop for the usual one or two, memcpy for long runs. */
+static inline void copy_run(int64_t *dst, const int64_t *src, size_t n)
+{
+    if (n <= 4)
+        for (size_t i = 0; i < n; i++) dst[i] = src[i];
+    else
+        memcpy(dst, src, sizeof(int64_t) * n);
+}
+
+/* How many of the sorted b[0..n) are <= x: a binary search without
+ * branches (the compiler's conditional moves), so a row's few searches
+ * cost no mispredictions. */
+static inline size_t count_le(const int64_t *b, size_t n, int64_t x)
+{
+    if (!n)
+        return 0;
+    const int64_t *base = b;
+    while (n > 1) {
+        size_t half = n / 2;
+        base = base[half] <= x ? base + half : base;
+        n -= half;
+    }
+    return (size_t)(base - b) + (*base <= x);
+}
+
+/* t ? y : x by a mask: a compiler may turn `t ? y : x` into a branch. */
+static inline int64_t pick_if(size_t t, int64_t y, int64_t x)
+{
+    return (int64_t)((uint64_t)x ^ (((uint64_t)x ^ (uint64_t)y) & (0 - (uint64_t)t)));
+}
+
+/* Merge the sorted b[0..nb) and s[0..ns) (ns >= 1) into out[0..nb + ns),
+ * without branches on the data: the front and the back of out are filled
+ * in the same loop, two chains of loads that do not wait on each other (a
+ * one-ended branchless merge waits on each load: about half the speed).
+ * s[-1] and s[ns] must be readable: INT64_MIN and INT64_MAX.  Each end
+ * takes the half of out's values that are its own whichever of two equal
+ * ids it takes first, so ties need no care -- only reads within bounds. */
+static void merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
+{
+    size_t total = nb + ns, half = total / 2;
+    size_t fb = 0, fs = 0;           /* the front: next of b, of s */
+    size_t bb = nb, bs = ns;         /* the back: how many of b, of s are left */
+    const int64_t *s1 = s - 1;       /* s1[bs]: s's last left, s[-1] when none */
+    int64_t *hi = out + total;
+    if (nb > half) {
+        /* The usual row: the big run is more than half of it, so neither
+         * end runs out of it; s's sentinels are never taken (the front
+         * takes s's only when smaller, the back b's when not smaller). */
+        for (size_t i = 0; i < half; i++) {
+            int64_t x = b[fb], y = s[fs], u = b[bb - 1], v = s1[bs];
+            size_t ts = (size_t)(y < x), tb = (size_t)(u >= v);
+            out[i] = pick_if(ts, y, x);
+            *--hi = pick_if(tb, u, v);
+            fs += ts;
+            fb += 1 - ts;
+            bb -= tb;
+            bs -= 1 - tb;
+        }
+    } else {
+        /* b may run out at either end: its reads are clamped, and taken
+         * only while it lasts. */
+        for (size_t i = 0; i < half; i++) {
+            int64_t x = b[fb < nb ? fb : nb - 1], y = s[fs];
+            int64_t u = b[bb ? bb - 1 : 0], v = s1[bs];
+            size_t ts = (size_t)((fs != ns) & ((fb == nb) | (y < x)));
+            size_t tb = (size_t)((bb != 0) & ((bs == 0) | (u >= v)));
+            out[i] = pick_if(ts, y, x);
+            *--hi = pick_if(tb, u, v);
+            fs += ts;
+            fb += 1 - ts;
+            bb -= tb;
+            bs -= 1 - tb;
+        }
+    }
+    if (total & 1) {                 /* the middle one: the front's next */
+        int64_t x = b[fb < nb ? fb : nb - 1], y = s[fs];
+        out[half] = (fs != ns) & ((fb == nb) | (y < x)) ? y : x;
+    }
+}
+
+/* The other runs' ids put into the biggest run one by one (binary search,
+ * then the stretch of the big run before it copied) up to this many;
+ * past it, a merge of the two from both ends (merge_two_ends). */
+#define FEW_SEARCHED 8
+/* The other runs' ids gathered on the stack up to this many (2 KiB); past
+ * it (rare), every run is merged in turn in place (fs_runs). */
+#define FEW_SMALL 256
+
+/* The rows of two nodes or more (fs_hits_plain takes one node inline):
+ * the biggest node's ids stay whole, the others' are merged on the stack
+ * and go between its stretches. */
+size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids)
+{
+    size_t runs = 0, big = 0, total = 0;
+    uint32_t nbig = 0;
+    for (size_t k = 0; k < nhits; k++) {
+        uint32_t m = hits[k]->nsubs;
+        runs += m != 0;
+        total += m;
+        if (m > nbig) {
+            nbig = m;
+            big = k;
+        }
+    }
+    if (runs == 0)
+        return 0;
+    const int64_t *b = fs_node_ids(hits[big]);
+    size_t nb = nbig, ns = total - nb;
+    if (runs == 1) {                 /* one node holds ids: they are in order */
+        memcpy(ids, b, sizeof(int64_t) * nb);
+        return nb;
+    }
+    fs_runs r = {0, 0};
+    if (ns > FEW_SMALL) {            /* rare: every run merged in place */
+        for (size_t k = 0; k < nhits; k++)
+            fs_runs_add(&r, ids, fs_node_ids(hits[k]), hits[k]->nsubs);
+        fs_runs_end(&r, ids);
+        return total;
+    }
+    int64_t few[FEW_SMALL + 2], *s = few + 1;    /* s[-1], s[ns]: readable */
+    for (size_t k = 0; k < nhits; k++)
+        if (k != big)
+            fs_runs_add(&r, s, fs_node_ids(hits[k]), hits[k]->nsubs);
+    fs_runs_end(&r, s);
+    s[-1] = INT64_MIN;
+    s[ns] = INT64_MAX;
+    if (ns > FEW_SEARCHED) {
+        merge_two_ends(ids, b, nb, s, ns);
+        return total;
+    }
+    /* Each search over the whole big run: the same number of steps for
+     * each of a row's ids (a predictable loop), and independent of the
+     * one before. */
+    size_t from = 0, at = 0;
+    for (size_t j = 0; j < ns; j++) {
+        size_t p = count_le(b, nb, s[j]);
+        copy_run(ids + at, b + from, p - from);
+        at += p - from;
+        from = p;
+        ids[at++] = s[j];
+    }
+    copy_run(ids + at, b + from, nb - from);
+    return total;
+}
+
+uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
+{
+    uint64_t h = g->name_hash;
+    if (!fs_groups_merge(sl->dialect)) {
+        /* The group is (name, filter): fold in the filter's token hashes,
+         * last to first -- the same whether the filter lives in the trie
+         * (one token per node) or in a table entry (the whole filter). */
+        if (n->linked & FS_LINK_TRIE) {
+            for (uint32_t d = fs_path_depth(sl, n), i = 0; i < d; i++, n = fs_up(sl, n))
+                h = (h ^ n->hash) * 0x9E3779B97F4A7C15ull;
+        } else {
+            const char *f = n->tok;
+            size_t end = n->toklen;
+            for (;;) {
+                size_t start = end;
+                while (start > 0 && f[start - 1] != '/')
+                    start--;
+                h = (h ^ fs_hash(f + start, end - start)) * 0x9E3779B97F4A7C15ull;
+                if (start == 0)
+                    break;
+                end = start - 1;
+            }
+        }
+    }
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* Keep the first occurrence of each id by pairwise comparison. */
+static size_t dedupe_pairwise(int64_t *ids, size_t n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < kept && ids[j] != ids[i])
+            j++;
+        if (j == kept)
+            ids[kept++] = ids[i];
+    }
+    return kept;
+}
+
+int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set)
+{
+    size_t len = *n;
+    if (len <= 48) {
+        *n = dedupe_pairwise(ids, len);
+        return FS_OK;
+    }
+    size_t cap = 64;
+    while (cap < 2 * len)
+        cap *= 2;
+    if (fs_grow(set, cap_set, 2 * cap, sizeof(int64_t)) < 0)
+        return FS_ENOMEM;
+    int64_t *slots = *set;
+    memset(slots, 0, sizeof(int64_t) * 2 * cap);
+    size_t kept = 0;
+    for (size_t i = 0; i < len; i++) {
+        size_t h = (size_t)(((uint64_t)ids[i] * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+        for (;; h = (h + 1) & (cap - 1)) {
+            if (!slots[2 * h]) {
+                slots[2 * h] = 1;
+                slots[2 * h + 1] = ids[i];
+                ids[kept++] = ids[i];
+                break;
+            }
+            if (slots[2 * h + 1] == ids[i])
+                break;
+        }
+    }
+    *n = kept;
+    return FS_OK;
+}
+
+/* AMQP: each sub_id once among the plain ids and once in each group (the
+ * first occurrence kept, in the row's order).  Ids of one node are unique
+ * already, so one hit needs nothing.  The hash set is sized for the
+ * longest run up front: FS_OK or FS_ENOMEM (r is then left as built, and
+ * the caller fails the whole call). */
+static int dedupe_result(fs_result *r, size_t nhits)
+{
+    if (nhits < 2)
+        return FS_OK;
+    int64_t *set = NULL;
+    size_t cap_set = 0, longest = r->nplain;
+    for (size_t gi = 0; gi < r->ngroups; gi++)
+        if (r->groups[gi].members_len > longest)
+            longest = r->groups[gi].members_len;
+    if (longest > 48) {
+        size_t cap = 64;
+        while (cap < 2 * longest)
+            cap *= 2;
+        if (fs_grow(&set, &cap_set, 2 * cap, sizeof(int64_t)) < 0)
+            return FS_ENOMEM;
+    }
+    size_t nplain = r->nplain;
+    fs_ids_dedupe(r->ids, &nplain, &set, &cap_set);        /* cannot fail: the set has room */
+    size_t at = nplain;
+    for (size_t gi = 0; gi < r->ngroups; gi++) {
+        fs_group_out *o = &r->groups[gi];
+        size_t m = o->members_len;
+        fs_ids_dedupe(r->ids + o->members_off, &m, &set, &cap_set);
+        memmove(r->ids + at, r->ids + o->members_off, sizeof(int64_t) * m);
+        o->members_off = at;
+        o->members_len = m;
+        at += m;
+    }
+    r->nplain = nplain;
+    r->nids = at;
+    FS_FREE(set);
+    return FS_OK;
+}
+
+/* Build r from sc->hits, in the row's order (fs_result.h): the plain ids,
+ * then each group (fs_walk.h: NATS and AMQP merge by name across nodes,
+ * MQTT groups are (name, filter) pairs, one per node). */
+int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
+{
+    const fs_node *const *hits = sc->hits;
+    size_t nhits = sc->nhits;
+    r->nids = r->nplain = r->ngroups = r->narena = 0;
+    size_t nplain = 0;
+    int grouped = 0;
+    for (size_t k = 0; k < nhits; k++) {
+        nplain += hits[k]->nsubs;
+        grouped |= hits[k]->groups != NULL;
+    }
+    if (nplain) {
+        if (fs_grow(&r->ids, &r->cap_ids, nplain, sizeof(int64_t)) < 0)
+            return FS_ENOMEM;
+        r->nids = fs_hits_plain(hits, nhits, r->ids);
+    }
+    r->nplain = r->nids;
+    if (!grouped) {                  /* most rows: no groups to order */
+        sc->grefs_merge = 0;
+        return fs_rules(sl->dialect)->once_per_id ? dedupe_result(r, nhits) : FS_OK;
+    }
+    size_t nrefs;
+    if (fs_row_groups(sl, sc, &nrefs) < 0)
+        return FS_ENOMEM;
+    if (nrefs && fs_grow(&r->groups, &r->cap_groups, nrefs, sizeof(fs_group_out)) < 0)
+        return FS_ENOMEM;
+    int nats = fs_groups_merge(sl->dialect);
+    for (size_t j = 0, end; j < nrefs; j = end) {
+        end = fs_row_group_end(sl, sc, j, nrefs);
+        const fs_node *n = hits[sc->grefs[j].hit];
+        const fs_group *g = fs_node_group(n, sc->grefs[j].group);
+        fs_group_out *o = &r->groups[r->ngroups];
+        memset(o, 0, sizeof(*o));
+        o->name_off = r->narena;
+        o->name_len = g->name_len;
+        o->key_hash = fs_group_key(sl, n, g);
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, fs_group_name(g), g->name_len) < 0)
+            return FS_ENOMEM;
+        if (!nats) {
+            o->filter_off = r->narena;
+            if (fs_put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
+                return FS_ENOMEM;
+            o->filter_len = r->narena - o->filter_off;
+        }
+        o->members_off = r->nids;
+        fs_runs runs = {0, 0};
+        for (size_t p = j; p < end; p++) {           /* its parts, one per filter */
+            const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
+            if (fs_grow(&r->ids, &r->cap_ids, o->members_off + runs.n + part->n, sizeof(int64_t)) < 0)
+                return FS_ENOMEM;
+            fs_runs_add(&runs, r->ids + o->members_off, fs_group_ids(part), part->n);
+        }
+        fs_runs_end(&runs, r->ids + o->members_off);
+        o->members_len = runs.n;
+        r->nids += runs.n;
+        r->ngroups++;
+    }
+    if (fs_rules(sl->dialect)->once_per_id)
+        return dedupe_result(r, nhits);
+    return FS_OK;
+}
+
+int fs_result_copy(fs_result *dst, const fs_result *src)
+{
+    if (fs_grow(&dst->ids, &dst->cap_ids, src->nids, sizeof(int64_t)) < 0 ||
+        fs_grow(&dst->groups, &dst->cap_groups, src->ngroups, sizeof(fs_group_out)) < 0 ||
+        fs_grow(&dst->arena, &dst->cap_arena, src->narena, 1) < 0)
+        return FS_ENOMEM;
+    if (src->nids) memcpy(dst->ids, src->ids, sizeof(int64_t) * src->nids);
+    if (src->ngroups) memcpy(dst->groups, src->groups, sizeof(fs_group_out) * src->ngroups);
+    if (src->narena) memcpy(dst->arena, src->arena, src->narena);
+    dst->nids = src->nids;
+    dst->nplain = src->nplain;
+    dst->ngroups = src->ngroups;
+    dst->narena = src->narena;
+    return FS_OK;
+}
+
+void fs_rresult_init(fs_rresult *r) { memset(r, 0, sizeof(*r)); }
+
+void fs_rresult_free(fs_rresult *r)
+{
+    FS_FREE(r->hits);
+    FS_FREE(r->arena);
+    fs_rresult_init(r);
+}
+
+int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r)
+{
+    if (fs_grow(&r->hits, &r->cap_hits, r->nhits + 1, sizeof(fs_rhit)) < 0)
+        return FS_ENOMEM;
+    fs_rhit *h = &r->hits[r->nhits];
+    memset(h, 0, sizeof(*h));
+    h->id = id;
+    h->filter_off = r->narena;
+    if (fs_put_path(sl, n, &r->arena, &r->narena, &r->cap_arena) < 0)
+        return FS_ENOMEM;
+    h->filter_len = r->narena - h->filter_off;
+    if (g) {
+        h->has_queue = 1;
+        h->queue_off = r->narena;
+        h->queue_len = g->name_len;
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, fs_group_name(g), g->name_len) < 0)
+            return FS_ENOMEM;
+    }
+    r->nhits++;
+    return FS_OK;
+}
+
+/* Reverse matches' order: filter bytes, then plain before queued, queue
+ * name bytes, sub_id ascending. */
+static const char *arena_at(const char *arena, size_t off, size_t len) { return len ? arena + off : NULL; }
+
+static int rhit_cmp(const void *pa, const void *pb, const void *ctx)
+{
+    const fs_rhit *a = pa, *b = pb;
+    const char *arena = ctx;
+    int c = bytes_cmp(arena_at(arena, a->filter_off, a->filter_len), a->filter_len,
+                      arena_at(arena, b->filter_off, b->filter_len), b->filter_len);
+    if (c)
+        return c;
+    if (a->has_queue != b->has_queue)
+        return a->has_queue ? 1 : -1;
+    if (a->has_queue && (c = bytes_cmp(arena_at(arena, a->queue_off, a->queue_len), a->queue_len,
+                                       arena_at(arena, b->queue_off, b->queue_len), b->queue_len)))
+        return c;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+void fs_rresult_sort(fs_rresult *r)
+{
+    sort_items(r->hits, r->nhits, sizeof(fs_rhit), rhit_cmp, r->arena);
+}

@@ -1,0 +1,220 @@
+/* fs_result.h - what one subject matched, as both the index and the
+ * result cache hold it.  Below both: it depends on neither. */
+#ifndef FS_RESULT_H
+#define FS_RESULT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A group in a match result.  Byte ranges index fs_result.arena; members
+ * index fs_result.ids. */
+typedef struct {
+    size_t name_off, name_len;
+    size_t filter_off, filter_len;   /* MQTT: the group's filter; NATS: 0, 0 */
+    size_t members_off, members_len;
+    uint32_t key_hash;               /* identifies the group for queue picks */
+    int64_t subject_pick;            /* the member picked for a row keyed by its own
+                                      * subject (fs_result_pick_for_subject): a cached
+                                      * result then picks in O(1), not O(members) */
+} fs_group_out;
+
+/* What one subject matched: ids[0..nplain) are the plain subscriptions,
+ * then each group's members, in the one order below. */
+typedef struct {
+    int64_t *ids;
+    size_t nids, cap_ids, nplain;
+    fs_group_out *groups;
+    size_t ngroups, cap_groups;
+    char *arena;
+    size_t narena, cap_arena;
+} fs_result;
+
+/* ---- queue picks (queues="pick"): rendezvous hashing.
+ * Each member of a matching group gets a weight from (the row's pick seed,
+ * its sub_id); the member with the highest weight is delivered (ties: the
+ * smaller sub_id).  The choice so depends only on the SET of matching
+ * members, the key and the group -- never on insertion order or on where a
+ * filter is stored (trie, shape or literal table), so an index rebuilt in
+ * any order, loaded from an image or cut into shards picks the same member.
+ * Adding or removing one member moves only the keys that member wins or
+ * held.  src/fastsub/_reference.py restates the rule independently.
+ *
+ * fs_pick_seed folds the row's key hash (fs_hash of its key, or of the
+ * subject) and the group's key (fs_group_key); fs_pick_weight scores a
+ * member.  Both are fmix64 (MurmurHash3's finalizer, public domain). */
+static inline uint64_t fs_pick_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static inline uint64_t fs_pick_seed(uint32_t keyhash, uint32_t group_key)
+{
+    return fs_pick_mix(((uint64_t)keyhash << 32) | group_key);
+}
+
+static inline uint64_t fs_pick_weight(uint64_t seed, int64_t id)
+{
+    return fs_pick_mix(seed ^ ((uint64_t)id * 0x9E3779B97F4A7C15ull));
+}
+
+/* The running best of a pick: feed it members in any order. */
+typedef struct {
+    uint64_t weight;
+    int64_t id;
+    int any;
+} fs_pick_best;
+
+static inline void fs_pick_offer(fs_pick_best *b, uint64_t seed, const int64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w = fs_pick_weight(seed, ids[i]);
+        if (!b->any || w > b->weight || (w == b->weight && ids[i] < b->id)) {
+            b->weight = w;
+            b->id = ids[i];
+            b->any = 1;
+        }
+    }
+}
+
+/* The member picked among ids[0..n), n >= 1. */
+static inline int64_t fs_pick(uint64_t seed, const int64_t *ids, size_t n)
+{
+    fs_pick_best b = {0, 0, 0};
+    fs_pick_offer(&b, seed, ids, n);
+    return b.id;
+}
+
+/* ---- the order of a row's ids: one rule, for every path.
+ * A row (a result, or a match_many row) depends only on the set of
+ * subscriptions that match -- never on insertion order, where a filter is
+ * stored (literal table, shape, trie), the cache, threads, an image round
+ * trip or sharding:
+ *   1. the plain subscriptions' ids ascending by value (an id on two
+ *      matching filters twice, side by side; dedupe keeps one), so the
+ *      rows of shards merge into the unsharded row by value alone;
+ *   2. then the queue groups, by (queue name bytes, filter bytes) -- NATS
+ *      and AMQP key a group by its name alone (merged across filters),
+ *      MQTT by (name, filter) -- each group's members ascending.
+ * A node holds its ids sorted and its groups in name order (fs_node.c), so
+ * nothing is sorted where one node contributes (fs_hits_plain, inline:
+ * a copy); otherwise the others' ids are merged on the stack and then with
+ * the biggest node's -- up to 8 placed by binary search, more merged from
+ * both ends at once without branches (fs_hits_merge) -- and a merged
+ * group's parts are merged by value (fs_runs_add).  fs_result.c applies
+ * the rule (fs_hits_merge, fs_row_groups); src/fastsub/_reference.py
+ * restates it independently. */
+
+/* Merge the sorted run[0..m) into the sorted ids[0..have), which has room
+ * for have + m: ids[0..have + m) is sorted.  From the back, so nothing is
+ * moved that is not past where the run goes. */
+static inline void fs_ids_merge(int64_t *ids, size_t have, const int64_t *run, size_t m)
+{
+    size_t i = have, j = m, o = have + m;
+    if (!have || ids[have - 1] <= run[0]) {          /* appended as it is */
+        for (size_t k = 0; k < m; k++)
+            ids[have + k] = run[k];
+        return;
+    }
+    while (i && j) {
+        int64_t a = ids[i - 1], b = run[j - 1];
+        int from_ids = a > b;                        /* equal: the run's first */
+        ids[--o] = from_ids ? a : b;
+        i -= (size_t)from_ids;
+        j -= (size_t)!from_ids;
+    }
+    while (j) {
+        --j;
+        ids[j] = run[j];
+    }
+}
+
+/* Runs merged one by one up to this many; past it, a row's runs are
+ * appended and the whole sorted once (merging k runs one by one costs
+ * O(n k)). */
+#define FS_MERGE_RUNS 16
+
+/* A row's ids being put together from sorted runs, at ids[0..n). */
+typedef struct {
+    size_t n;
+    unsigned runs;
+} fs_runs;
+
+/* Sort ids[0..n) ascending, in place (heapsort: no memory). */
+void fs_ids_sort(int64_t *ids, size_t n);
+
+/* Add the sorted run[0..m) to the row at ids (room for n + m). */
+static inline void fs_runs_add(fs_runs *r, int64_t *ids, const int64_t *run, size_t m)
+{
+    if (!m)
+        return;
+    if (r->runs < FS_MERGE_RUNS) {
+        fs_ids_merge(ids, r->n, run, m);
+    } else {
+        for (size_t k = 0; k < m; k++)
+            ids[r->n + k] = run[k];
+    }
+    r->runs++;
+    r->n += m;
+}
+
+/* The row's runs are all added: ids[0..r->n) sorted. */
+static inline void fs_runs_end(const fs_runs *r, int64_t *ids)
+{
+    if (r->runs > FS_MERGE_RUNS)
+        fs_ids_sort(ids, r->n);
+}
+
+void fs_result_init(fs_result *r);
+void fs_result_free(fs_result *r);
+/* Fill each group's subject_pick for the subject whose fs_hash is
+ * subject_hash (the pick of a row without a key of its own). */
+void fs_result_pick_for_subject(fs_result *r, uint32_t subject_hash);
+
+/* ---- building results from a walk's hits (fs_result.c), for the match
+ * layer and the batch pipeline: these read the index's layout. */
+#include "fs_layout.h"
+
+/* Build r from the matched nodes in sc->hits, in the row's order
+ * (fs_result.h).  FS_OK or FS_ENOMEM. */
+int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
+/* fs_hits_plain writes the plain ids of hits (their nsubs summed: room
+ * for that many) to ids in the row's order -- ascending (fs_result.h) --
+ * and returns how many.  Never fails: it needs no memory.  Inline, so
+ * that a row of one node (most rows) pays a copy and a predictable
+ * branch; fs_hits_merge (fs_result.c) orders the rows of several. */
+size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids);
+/* Put reverse matches in their order: filter bytes, plain before queued,
+ * queue name bytes, sub_id.  Never fails. */
+void fs_rresult_sort(fs_rresult *r);
+int fs_result_copy(fs_result *dst, const fs_result *src);
+/* Keep the first occurrence of each id in ids[0..*n), in order, and set
+ * *n to how many are kept.  Runs longer than 48 use *set (grown as needed;
+ * the caller frees it) as a hash set.  FS_OK, or FS_ENOMEM with ids and
+ * *n unchanged. */
+int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set);
+/* Append one reverse-match row (n's filter, g's name or none, id). */
+int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r);
+int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);
+int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n);
+/* A hash identifying a result group (NATS: its name; MQTT: name and filter),
+ * stable across processes: queue picks are made from it. */
+uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
+/* The plain ids of a row's hits, in the row's order (fs_hits_merge: several). */
+static inline size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
+{
+    if (nhits == 1) {            /* one node: its ids are sorted already */
+        size_t n = hits[0]->nsubs;
+        if (n)
+            memcpy(ids, fs_node_ids(hits[0]), sizeof(int64_t) * n);
+        return n;
+    }
+    return nhits ? fs_hits_merge(hits, nhits, ids) : 0;
+}
+
+
+#endif

@@ -1,0 +1,167 @@
+/* fs_walk.h - the one walk: which stored filters a subject matches, and
+ * how their queue groups merge.  match() (fs_match.c, one subject), the
+ * batch (fs_batch.c, a block of rows) and reverse matching of a literal
+ * query (fs_reverse.c) all go through these steps, so each rule of the
+ * probe sequence is written once, here:
+ *
+ *   plan     tokenize; the literal table's key and every shape key of the
+ *            subject's length that the shape's bitmap lets through (MQTT:
+ *            no wildcard-first shape for a '$' subject); prefetch their
+ *            slots
+ *   fetch    prefetch the entries the slots point to -- worth it only
+ *            where other rows' work hides the wait: the batch plans a
+ *            block of rows, fetches them all, then collects them all
+ *   collect  verify the entries (literal table, then shapes in bit
+ *            order), then walk the trie (fs_trie.c), into sc->hits
+ *
+ * Static inline: both paths compile the steps into their own loops (a
+ * call per row per step would add ~2% to the batch's instructions).
+ * Caller holds the index's read lock throughout.
+ */
+#ifndef FS_WALK_H
+#define FS_WALK_H
+
+#include "fs_bits.h"
+#include "fs_index.h"
+
+/* A subject's plan: what collect will probe. */
+typedef struct {
+    const char *s;
+    size_t len;
+    int literal;                            /* 1: probe the literal table */
+    uint64_t literal_key;
+    uint64_t shapes;                        /* bit j: probe shape j */
+    uint64_t keys[FS_SHAPE_MAX_PROBES];     /* their keys, in bit order */
+} fs_walk_row;
+
+/* Plan the subject s (tokens t, already tokenized) and prefetch the slots
+ * it will probe. */
+static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size_t len,
+                                       const fs_tokens *t, fs_walk_row *p)
+{
+    const fs_shapes *S = &sl->shapes;
+    const fs_level *lit = sl->lit;
+    p->s = s;
+    p->len = len;
+    p->shapes = 0;
+    p->literal = 0;
+    uint32_t nt = t->n;
+    uint64_t bits = S->probe[nt > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : nt];
+    /* MQTT: a topic starting with '$' is not matched by a wildcard in the
+     * first level (the trie's half of the rule is in fs_trie.c). */
+    if (fs_rules(sl->dialect)->dollar_hidden && s[0] == '$')
+        for (uint64_t w = bits; w; w &= w - 1)
+            if (S->shape[fs_ctz64(w)]->first_wild)
+                bits &= ~(1ull << fs_ctz64(w));
+    if (!bits && !lit->count)
+        return;
+    uint32_t need = nt < FS_SHAPE_MAX_TOKENS ? nt : FS_SHAPE_MAX_TOKENS;
+    uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
+    fs_shape_mixes(t->tok, need, m, P);
+    if (lit->count) {
+        uint64_t key = fs_tokens_key(t->tok, need, nt, P[need]);
+        p->literal_key = key;
+        p->literal = fs_lv_may_hold(sl, lit, key);
+        if (p->literal)
+            FS_PREFETCH(&fs_lv_slots(sl, lit)[(uint32_t)key & (lit->cap - 1)]);
+    }
+    /* Only the probes the shape's bitmap lets through go on: most stop
+     * here, without touching their table. */
+    uint32_t q = 0;
+    uint64_t probe = 0;
+    for (uint64_t w = bits; w; w &= w - 1) {
+        const fs_shape *sh = S->shape[fs_ctz64(w)];
+        uint64_t key = fs_shape_subject_key(sh, m, P);
+        if (!fs_lv_may_hold(sl, &sh->table, key))
+            continue;
+        probe |= w & (0 - w);
+        p->keys[q++] = key;
+        FS_PREFETCH(&fs_lv_slots(sl, &sh->table)[(uint32_t)key & (sh->table.cap - 1)]);
+    }
+    p->shapes = probe;
+}
+
+/* Tokenize the subject s into t, then plan it.  FS_OK; FS_EINVAL (with
+ * err) for an invalid subject; FS_ENOMEM. */
+static inline int fs_walk_plan(const fs_sublist *sl, const char *s, size_t len, fs_tokens *t,
+                               fs_walk_row *p, fs_error *err)
+{
+    int rc = fs_tokenize(sl->dialect, s, len, 0, t, err);
+    if (rc == FS_OK)
+        fs_walk_plan_tokens(sl, s, len, t, p);
+    return rc;
+}
+
+/* The planned slots have arrived: prefetch the entries they point to. */
+static inline void fs_walk_fetch(const fs_sublist *sl, const fs_walk_row *p)
+{
+    const fs_shapes *S = &sl->shapes;
+    const fs_level *lit = sl->lit;
+    if (p->literal) {
+        const fs_slot *e = &fs_lv_slots(sl, lit)[(uint32_t)p->literal_key & (lit->cap - 1)];
+        if (e->node && e->hash == (uint32_t)p->literal_key)
+            FS_PREFETCH(fs_ref_addr(sl, e->node));
+    }
+    uint32_t q = 0;
+    for (uint64_t w = p->shapes; w; w &= w - 1, q++) {
+        const fs_level *L = &S->shape[fs_ctz64(w)]->table;
+        const fs_slot *e = &fs_lv_slots(sl, L)[(uint32_t)p->keys[q] & (L->cap - 1)];
+        if (e->node && e->hash == (uint32_t)p->keys[q]) {
+            FS_PREFETCH(fs_ref_addr(sl, e->node));
+            FS_PREFETCH(fs_ref_addr(sl, e->node) + 64);
+        }
+    }
+}
+
+/* Append to sc->hits the table entries the planned subject matches: the
+ * literal table's, then each shape's.  first_only: stop at the first
+ * (entries always hold subscriptions). */
+static inline int fs_walk_entries(const fs_sublist *sl, const fs_walk_row *p, const fs_tokens *t,
+                                  fs_scratch *sc, int first_only)
+{
+    const fs_shapes *S = &sl->shapes;
+    const char *end = p->s + p->len;
+    if (p->literal) {
+        const fs_node *e = fs_keyed_find(sl, sl->lit, p->literal_key, p->s, (uint32_t)p->len, end);
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
+        if (e && first_only)
+            return FS_OK;
+    }
+    char sep = fs_sep(sl->dialect);
+    uint32_t q = 0;
+    for (uint64_t w = p->shapes; w; w &= w - 1, q++) {
+        const fs_node *e = fs_shape_probe_slots(sl, S->shape[fs_ctz64(w)], p->keys[q], sep, p->s, t->tok, end);
+        if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
+            return FS_ENOMEM;
+        if (e && first_only)
+            return FS_OK;
+    }
+    return FS_OK;
+}
+
+/* The rest of fs_walk_collect for an image with a live part (fs_walk.c):
+ * drop the masked entries from sc->hits, walk the image's trie (then drop
+ * its masked nodes), then add the live part's hits. */
+int fs_walk_image_rest(const fs_sublist *sl, const char *s, size_t len, const fs_tokens *t,
+                       fs_scratch *sc, int first_only);
+
+/* sc->hits = every node whose subscriptions match the planned subject.
+ * first_only: at least one, if any (has_interest): the trie is walked
+ * only when no entry matched. */
+static inline int fs_walk_collect(const fs_sublist *sl, const fs_walk_row *p, const fs_tokens *t,
+                                  fs_scratch *sc, int first_only)
+{
+    sc->nhits = 0;
+    /* A mapped image changed since opening may have moved the first entry
+     * found to its live part: it stops at none. */
+    if (fs_walk_entries(sl, p, t, sc, first_only && !sl->live) < 0)
+        return FS_ENOMEM;
+    if (sl->live)
+        return fs_walk_image_rest(sl, p->s, p->len, t, sc, first_only);
+    if (first_only && sc->nhits)
+        return FS_OK;
+    return fs_trie_walk_locked(sl, p->s, t, sc);
+}
+
+#endif

@@ -1,0 +1,110 @@
+/* fs_workspace.c - per-call working memory: the scratch buffers a match
+ * walks with, and each thread's reusable workspace (a scratch and a
+ * result), lent to one call at a time (see sublist.h). */
+#include "fs_match.h"
+
+#include <stdatomic.h>
+
+#include "fs_alloc.h"
+#include "fs_bits.h"
+#include "fs_sys.h"
+
+void fs_scratch_init(fs_scratch *sc)
+{
+    memset(sc, 0, sizeof(*sc));
+    fs_tokens_init(&sc->toks);
+}
+
+void fs_scratch_free(fs_scratch *sc)
+{
+    fs_tokens_free(&sc->toks);
+    FS_FREE(sc->front);
+    FS_FREE(sc->next);
+    FS_FREE(sc->hits);
+    FS_FREE(sc->seen);
+    FS_FREE(sc->grefs);
+    fs_scratch_init(sc);
+}
+
+static fs_tls_key workspace_key;
+
+static fs_once_flag workspace_once = FS_ONCE_INIT;
+
+static int workspace_key_ok;
+
+/* 1 once the key exists: then a call skips fs_once, which is a call into
+ * the threads library every time (it sat on every match()'s path). */
+static atomic_int workspace_ready;
+
+static void FS_TLS_DESTRUCTOR workspace_destroy(void *p)
+{
+    fs_workspace *w = p;
+    fs_scratch_free(&w->sc);
+    fs_result_free(&w->r);
+    FS_FREE(w);
+}
+
+static void workspace_key_create(void)
+{
+    workspace_key_ok = fs_tls_create(&workspace_key, workspace_destroy) == 0;
+    atomic_store_explicit(&workspace_ready, workspace_key_ok, memory_order_release);
+}
+
+fs_workspace *fs_workspace_get(void)
+{
+    if (FS_UNLIKELY(!atomic_load_explicit(&workspace_ready, memory_order_acquire))) {
+        fs_once(&workspace_once, workspace_key_create);
+        if (!workspace_key_ok)
+            return NULL;
+    }
+    fs_workspace *w = fs_tls_get(workspace_key);
+    if (!w) {
+        w = FS_MALLOC(sizeof(fs_workspace));
+        if (!w)
+            return NULL;
+        fs_scratch_init(&w->sc);
+        fs_result_init(&w->r);
+        w->busy = 0;
+        if (fs_tls_set(workspace_key, w) != 0) {
+            FS_FREE(w);
+            return NULL;
+        }
+    }
+    return w;
+}
+
+fs_workspace *fs_workspace_acquire(fs_workspace *spare)
+{
+    fs_workspace *w = fs_workspace_get();
+    if (w && !w->busy) {
+        w->busy = 1;
+        return w;
+    }
+    if (!w)
+        return NULL;
+    fs_scratch_init(&spare->sc);
+    fs_result_init(&spare->r);
+    spare->busy = 1;
+    return spare;
+}
+
+void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
+{
+    if (w == spare) {
+        fs_scratch_free(&w->sc);
+        fs_result_free(&w->r);
+        return;
+    }
+    w->busy = 0;
+    fs_workspace_trim(w);
+}
+
+void fs_workspace_trim(fs_workspace *w)
+{
+    if (w->r.cap_ids > 65536 || w->r.cap_arena > 1u << 20 || w->r.cap_groups > 4096)
+        fs_result_free(&w->r);
+    if (w->sc.cap_front > 65536 || w->sc.cap_next > 65536 || w->sc.cap_hits > 65536 ||
+        w->sc.cap_seen > 131072 || w->sc.cap_grefs > 4096 ||
+        w->sc.toks.cap > 4096)
+        fs_scratch_free(&w->sc);
+}

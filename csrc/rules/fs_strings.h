@@ -1,0 +1,49 @@
+/* fs_strings.h - a column of strings, read in place: an array of
+ * pointers and lengths (the Python layer's list of str/bytes), or an Arrow
+ * StringArray / LargeStringArray (offsets, data, validity bitmap).  The
+ * batch pipeline (fs_batch.h) matches one, the router (fs_route.h) keys
+ * one; it sits in the rules layer, below both. */
+#ifndef FS_STRINGS_H
+#define FS_STRINGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { FS_STR_PTRS = 0, FS_STR_ARROW = 1 };
+
+typedef struct {
+    int layout;
+    size_t n;
+    const char *const *ptrs;      /* FS_STR_PTRS */
+    const size_t *lens;
+    const char *data;             /* FS_STR_ARROW */
+    const int32_t *off32;         /* exactly one of off32 / off64 */
+    const int64_t *off64;
+    const uint8_t *validity;      /* NULL: no nulls */
+    int64_t offset;               /* the Arrow array's offset */
+} fs_strings;
+
+/* Row i of a column: 1 with its bytes, 0 for a null (or a corrupt Arrow
+ * offset pair, which is treated the same). */
+static inline int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
+{
+    if (s->layout == FS_STR_PTRS) {
+        if (!s->ptrs[i])
+            return 0;
+        *p = s->ptrs[i];
+        *len = s->lens[i];
+        return 1;
+    }
+    int64_t j = s->offset + (int64_t)i;
+    if (s->validity && !((s->validity[j >> 3] >> (j & 7)) & 1))
+        return 0;
+    int64_t a = s->off32 ? s->off32[j] : s->off64[j];
+    int64_t b = s->off32 ? s->off32[j + 1] : s->off64[j + 1];
+    if (b < a)
+        return 0;
+    *p = s->data + a;
+    *len = (size_t)(b - a);
+    return 1;
+}
+
+#endif

@@ -1,0 +1,939 @@
+/* fs_image.c - the index as a mapped image (fs_image.h; docs/FORMAT.md,
+ * version 3): the writer lays the index's structs out in one buffer with
+ * offsets for pointers; opening points an index at such a buffer; the
+ * full verification (verify_image) lives here too, so that what is written
+ * and what is accepted are side by side.  The checks that make following
+ * an offset safe while matching (fs_img_node_checked, fs_img_level_checked)
+ * are the index layer's, below this one (fs_layout.c), as is the set of
+ * masked nodes of the live part; the walk over the live part is fs_walk.c's.
+ */
+#include "fs_image.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+#include "fs_alloc.h"
+#include "fs_index.h"
+#include "fs_serial.h"
+
+/* The root block, after the 48-byte header: the index's own fields. */
+typedef struct {
+    uint64_t nodes;           /* trie nodes and table entries (fs_sublist.nodes) */
+    uint64_t root;            /* the trie's root node */
+    uint64_t literals;        /* the literal table's level */
+    uint64_t objects_end;     /* objects lie in [FS_IMG_OBJECTS, objects_end) = 48 + P */
+    uint64_t nshapes;
+    uint64_t shape[FS_SHAPE_MAX];                  /* fs_shape structs, canonical order */
+    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];       /* as fs_shapes.probe */
+} img_root;
+
+_Static_assert(FS_SERIAL_HEADER + sizeof(img_root) <= FS_IMG_OBJECTS, "root block fits before the objects");
+_Static_assert(sizeof(void *) == 8, "the image's structs are a 64-bit host's");
+_Static_assert(sizeof(fs_node) == 32 && sizeof(fs_link) == 16 && sizeof(fs_slot) == 16, "image layout");
+
+static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\n'};
+
+static uint64_t get_le(const unsigned char *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void put_le(unsigned char *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static int host_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 1;
+}
+
+/* Call add(ctx, n) for every node of sl holding subscriptions -- its
+ * trie's, then its literal table's and its shapes' -- except a mapped
+ * image's masked ones.  A trie node with children comes after the nodes
+ * below it: inserted in this order into an empty index, a filter that a
+ * shape could hold but that sits in the trie because its node was there
+ * for longer filters (AMQP "#" under "#.c") lands in the trie again.
+ * FS_OK or add's failure. */
+static int each_node(const fs_sublist *sl, int (*add)(void *, const fs_sublist *, const fs_node *), void *ctx)
+{
+    const fs_node **stack = NULL, **later = NULL;
+    size_t n = 0, cap = 0, nlater = 0, cap_later = 0;
+    uint64_t budget = sl->nodes + 1;
+    int rc = fs_push_node(&stack, &n, &cap, sl->root);
+    while (rc == FS_OK && n && budget--) {
+        const fs_node *x = stack[--n];
+        const fs_level *L = fs_down(sl, x);
+        if (x != sl->root && fs_has_subs(x) && !fs_image_masked(sl, x))
+            rc = L && (L->count || L->one || L->rest) ? fs_push_node(&later, &nlater, &cap_later, x) : add(ctx, sl, x);
+        if (rc == FS_OK)
+            rc = fs_trie_push_children(sl, x, NULL, &stack, &n, &cap);
+    }
+    while (rc == FS_OK && nlater)       /* deepest first: pushed after their ancestors */
+        rc = add(ctx, sl, later[--nlater]);
+    FS_FREE(stack);
+    FS_FREE(later);
+    for (uint32_t j = 0; j <= sl->shapes.n && rc == FS_OK; j++) {
+        const fs_level *L = j < sl->shapes.n ? &sl->shapes.shape[j]->table : sl->lit;
+        const fs_slot *slots = fs_lv_slots(sl, L);
+        for (uint32_t i = 0; i < L->cap && rc == FS_OK; i++) {
+            const fs_node *e = fs_ref_node(sl, slots[i].node);
+            if (e && !fs_image_masked(sl, e))
+                rc = add(ctx, sl, e);
+        }
+    }
+    return rc;
+}
+
+typedef struct {
+    fs_sublist *to;
+    char *path;
+} thaw_ctx;
+
+static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
+{
+    thaw_ctx *c = pctx;
+    size_t len = fs_path_bytes(sl, n);
+    if (len > FS_MAX_SUBJECT) {         /* a damaged image's path */
+        fs_img_bad(sl);
+        return FS_EBADDATA;
+    }
+    fs_path_write(sl, n, c->path + len);
+    fs_error err;
+    int rc = FS_OK;
+    const int64_t *ids = fs_node_ids(n);
+    for (uint32_t i = 0; i < n->nsubs && rc >= 0; i++) {
+        fs_spec sp = {c->path, len, NULL, 0, ids[i]};
+        rc = fs_sublist_insert(c->to, &sp, &err);
+    }
+    for (uint32_t gi = 0; gi < fs_ngroups(n) && rc >= 0; gi++) {
+        const fs_group *g = fs_node_group(n, gi);
+        for (uint32_t i = 0; i < g->n && rc >= 0; i++) {
+            fs_spec sp = {c->path, len, fs_group_name(g), g->name_len, fs_group_ids(g)[i]};
+            rc = fs_sublist_insert(c->to, &sp, &err);
+        }
+    }
+    if (rc == FS_EINVAL) {              /* a filter or name inserts refuse: damaged */
+        fs_img_bad(sl);
+        return FS_EBADDATA;
+    }
+    return rc < 0 ? rc : FS_OK;
+}
+
+int fs_image_thaw(fs_sublist *sl, fs_sublist **out)
+{
+    *out = NULL;
+    thaw_ctx c = {fs_sublist_new(sl->dialect), FS_MALLOC(FS_MAX_SUBJECT + 1)};
+    int rc = c.to && c.path ? FS_OK : FS_ENOMEM;
+    fs_brlock_rdlock_long(&sl->lock);
+    if (rc == FS_OK)
+        rc = each_node(sl, thaw_add, &c);
+    if (rc == FS_OK && sl->live)
+        rc = each_node(sl->live, thaw_add, &c);
+    if (rc == FS_EBADDATA)             /* the live part too holds what the image held */
+        fs_img_bad(sl);
+    if (rc == FS_OK && atomic_load(&sl->damaged))
+        rc = FS_EBADDATA;
+    fs_brlock_rdunlock_long(&sl->lock);
+    FS_FREE(c.path);
+    if (rc < 0) {
+        fs_sublist_free(c.to);
+        return rc;
+    }
+    *out = c.to;
+    return FS_OK;
+}
+
+int fs_image_damaged(const fs_sublist *sl) { return atomic_load(&((fs_sublist *)(uintptr_t)sl)->damaged); }
+
+/* ============================================================ write */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+    fs_filebuf *file;     /* non-NULL: the bytes are this file's pages */
+} wbuf;
+
+/* Room for size more bytes at an 8-byte boundary, zeroed: its offset
+ * (0 when out of memory, or the file cannot grow: wb->oom). */
+static uint64_t wb_alloc(wbuf *wb, size_t size)
+{
+    size_t at = (wb->len + 7) & ~(size_t)7;
+    if (wb->oom || at + size < at)
+        return wb->oom = 1, 0;
+    if (at + size > wb->cap) {
+        if (wb->file) {            /* a file's fresh bytes are zeros already */
+            if (fs_filebuf_grow(wb->file, at + size) != FS_OK)
+                return wb->oom = 1, 0;
+            wb->p = wb->file->p;
+            wb->cap = wb->file->cap;
+            wb->len = at + size;
+            return at;
+        }
+        size_t ncap = wb->cap ? wb->cap : 4096;
+        while (ncap < at + size)
+            ncap *= 2;
+        char *np = FS_REALLOC(wb->p, ncap);
+        if (!np)
+            return wb->oom = 1, 0;
+        wb->p = np;
+        wb->cap = ncap;
+    }
+    if (!wb->file)
+        memset(wb->p + wb->len, 0, at + size - wb->len);
+    wb->len = at + size;
+    return at;
+}
+
+#define AT(wb, off, type) ((type *)(void *)((wb)->p + (off)))
+
+typedef struct {
+    const fs_sublist *sl;
+    wbuf w;
+    const fs_node **sorted;   /* scratch for one level's entries */
+    size_t cap_sorted;
+} writer;
+
+static int node_tok_cmp(const void *pa, const void *pb)
+{
+    const fs_node *a = *(const fs_node *const *)pa, *b = *(const fs_node *const *)pb;
+    size_t m = a->toklen < b->toklen ? a->toklen : b->toklen;
+    int c = memcmp(a->tok, b->tok, m);
+    return c ? c : (a->toklen > b->toklen) - (a->toklen < b->toklen);
+}
+
+/* Copy bytes to a fresh 8-aligned object; its offset (0: out of memory). */
+static uint64_t put_bytes(writer *W, const void *src, size_t n, size_t room)
+{
+    uint64_t off = wb_alloc(&W->w, room);
+    if (off && n)
+        memcpy(W->w.p + off, src, n);
+    return off;
+}
+
+/* A node (a trie node when parent_off is not ~0: with its link) and its
+ * payload; its offset, 0 when out of memory.  The next level is linked by
+ * the caller. */
+static uint64_t write_node(writer *W, const fs_node *n, uint64_t parent_off, int trie)
+{
+    size_t tok = FS_TOK_ALLOC(n->toklen);
+    uint64_t block = wb_alloc(&W->w, (trie ? sizeof(fs_link) : 0) + sizeof(fs_node) + tok);
+    if (!block)
+        return 0;
+    uint64_t off = block + (trie ? sizeof(fs_link) : 0);
+    fs_node *x = AT(&W->w, off, fs_node);
+    memcpy(x, n, sizeof(fs_node) + tok);
+    x->linked = (uint8_t)(FS_LINK_IMAGE | (trie ? FS_LINK_TRIE : 0));
+    x->groups = NULL;
+    if (trie)
+        AT(&W->w, block, fs_link)->parent = (fs_node *)(uintptr_t)parent_off;
+    const int64_t *ids = fs_node_ids(n);
+    if (n->nsubs <= 1) {
+        x->subcap = n->nsubs;
+        x->subs.one = n->nsubs ? ids[0] : 0;
+    } else {
+        uint64_t at = put_bytes(W, ids, sizeof(int64_t) * n->nsubs, sizeof(int64_t) * n->nsubs);
+        if (!at)
+            return 0;
+        x = AT(&W->w, off, fs_node);
+        x->subcap = n->nsubs;
+        x->subs.one = (int64_t)(at - off);
+    }
+    uint32_t ng = fs_ngroups(n);
+    if (!ng)
+        return off;
+    uint64_t G = wb_alloc(&W->w, sizeof(fs_groups) + sizeof(fs_group) * ng);
+    if (!G)
+        return 0;
+    AT(&W->w, G, fs_groups)->n = AT(&W->w, G, fs_groups)->cap = ng;
+    for (uint32_t i = 0; i < ng; i++) {
+        const fs_group *g = fs_node_group(n, i);
+        uint64_t name = put_bytes(W, fs_group_name(g), g->name_len, FS_TOK_ALLOC(g->name_len ? g->name_len : 1));
+        uint64_t gids = put_bytes(W, fs_group_ids(g), sizeof(int64_t) * g->n, sizeof(int64_t) * g->n);
+        if (!name || !gids)
+            return 0;
+        uint64_t at = G + sizeof(fs_groups) + sizeof(fs_group) * i;
+        fs_group *y = AT(&W->w, at, fs_group);
+        y->name = (char *)(uintptr_t)(name - at);
+        y->ids = (int64_t *)(uintptr_t)(gids - at);
+        y->name_len = g->name_len;
+        y->name_hash = g->name_hash;
+        y->n = g->n;
+        y->cap = 0;
+    }
+    AT(&W->w, off, fs_node)->groups = (fs_groups *)(uintptr_t)(G - off);
+    return off;
+}
+
+/* The entries of table L in byte order of their tokens (or whole filters):
+ * the order they are placed in, so that the image depends only on the set. */
+static int sorted_entries(writer *W, const fs_level *L)
+{
+    if (L->count > W->cap_sorted && fs_grow(&W->sorted, &W->cap_sorted, L->count, sizeof(fs_node *)) < 0)
+        return FS_ENOMEM;
+    size_t k = 0;
+    for (uint32_t i = 0; i < L->cap; i++)
+        if (L->slots[i].node)
+            W->sorted[k++] = L->slots[i].node;
+    if (k > 1)
+        qsort(W->sorted, k, sizeof(fs_node *), node_tok_cmp);
+    return FS_OK;
+}
+
+/* The check word a built table holds for entry e (a keyed table: its
+ * key's high half; a trie level: its token length): e's slot's len. */
+static uint32_t slot_len_of(const fs_level *L, const fs_node *e)
+{
+    uint32_t i, mask = L->cap - 1;
+    for (i = e->hash & mask; L->slots[i].node != e; i = (i + 1) & mask) {}
+    return L->slots[i].len;
+}
+
+/* The level at lv_off for table L: fresh slots of the canonical capacity
+ * and, for a keyed table, its bitmap; entries are placed later, in byte
+ * order, by place_entry.  Its slots' offset, 0 when out of memory (or
+ * for no slots). */
+static uint64_t level_begin(writer *W, uint64_t lv_off, const fs_level *L, int half_full)
+{
+    uint32_t cap = fs_table_cap(L->count, half_full);
+    uint64_t bits = L->filter && cap ? FS_FILTER_BITS(cap) : 0;
+    uint64_t slots = cap ? wb_alloc(&W->w, sizeof(fs_slot) * cap + bits / 8) : 0;
+    fs_level *y = AT(&W->w, lv_off, fs_level);
+    memset(y, 0, sizeof(*y));
+    y->slots = (fs_slot *)(uintptr_t)slots;
+    y->cap = slots ? cap : 0;
+    y->count = slots ? L->count : 0;
+    if (bits && slots) {
+        y->filter = (const uint64_t *)(uintptr_t)(slots + sizeof(fs_slot) * cap);
+        y->filter_mask = bits - 1;
+    }
+    return slots;
+}
+
+/* Place entry eo (hash h, check word len) in the level at lv_off by the
+ * one probe sequence (fs_slot_place), and mark a keyed table's bitmap. */
+static void place_entry(writer *W, uint64_t lv_off, uint32_t h, uint32_t len, uint64_t eo)
+{
+    fs_level *y = AT(&W->w, lv_off, fs_level);
+    fs_slot e = {h, len, (fs_node *)(uintptr_t)eo};
+    fs_slot_place(AT(&W->w, (uintptr_t)y->slots, fs_slot), y->cap, e);
+    if (y->filter)
+        fs_filter_mark(AT(&W->w, (uintptr_t)y->filter, uint64_t), y->filter_mask, len);
+}
+
+/* A keyed table (the literal table, a shape's) into the level at lv_off. */
+static int write_table(writer *W, uint64_t lv_off, const fs_level *L, int half_full)
+{
+    if (L->count && !level_begin(W, lv_off, L, half_full))
+        return FS_ENOMEM;
+    if (!L->count)
+        return level_begin(W, lv_off, L, half_full), FS_OK;
+    if (sorted_entries(W, L) < 0)
+        return FS_ENOMEM;
+    for (size_t k = 0; k < L->count; k++) {
+        const fs_node *e = W->sorted[k];
+        uint64_t eo = write_node(W, e, 0, 0);
+        if (!eo)
+            return FS_ENOMEM;
+        place_entry(W, lv_off, e->hash, slot_len_of(L, e), eo);
+    }
+    return FS_OK;
+}
+
+/* One trie node to write: where it goes in its parent's level. */
+typedef struct {
+    const fs_node *n;
+    uint64_t parent, lv;      /* the parent's offset and its level's */
+    uint32_t len;             /* a literal child's slot check word */
+    int where;                /* 0 a literal child, 1 the one child, 2 the rest child */
+} trie_frame;
+
+/* The trie, depth first over an explicit stack (a trie may be 32,000
+ * levels deep): each node, then its level, its children placed as they
+ * are written -- a level's literal children in byte order.  The root's
+ * offset, 0 when out of memory. */
+static uint64_t write_trie(writer *W, const fs_node *root)
+{
+    trie_frame *stack = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t root_off = 0;
+    int rc = fs_grow(&stack, &cap, 1, sizeof(trie_frame));
+    if (rc == FS_OK)
+        stack[n++] = (trie_frame){root, 0, 0, 0, 0};
+    while (rc == FS_OK && n) {
+        trie_frame f = stack[--n];
+        uint64_t off = write_node(W, f.n, f.parent, 1);
+        if (!off) {
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (f.n == root)
+            root_off = off;
+        else if (f.where == 0)
+            place_entry(W, f.lv, f.n->hash, f.len, off);
+        else if (f.where == 1)
+            AT(&W->w, f.lv, fs_level)->one = (fs_node *)(uintptr_t)off;
+        else
+            AT(&W->w, f.lv, fs_level)->rest = (fs_node *)(uintptr_t)off;
+        const fs_level *L = fs_next(f.n);
+        if (!L || (!L->count && !L->one && !L->rest))
+            continue;
+        uint64_t lv = wb_alloc(&W->w, sizeof(fs_level));
+        if (!lv || (L->count && !level_begin(W, lv, L, 0)) || sorted_entries(W, L) < 0 ||
+            fs_grow(&stack, &cap, n + L->count + 2, sizeof(trie_frame)) < 0) {
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (!L->count)
+            level_begin(W, lv, L, 0);
+        AT(&W->w, off - sizeof(fs_link), fs_link)->next = (fs_level *)(uintptr_t)lv;
+        /* popped in the order: literal children (byte order), one, rest */
+        if (L->rest)
+            stack[n++] = (trie_frame){L->rest, off, lv, 0, 2};
+        if (L->one)
+            stack[n++] = (trie_frame){L->one, off, lv, 0, 1};
+        for (size_t k = L->count; k-- > 0;)
+            stack[n++] = (trie_frame){W->sorted[k], off, lv, slot_len_of(L, W->sorted[k]), 0};
+    }
+    FS_FREE(stack);
+    return rc == FS_OK ? root_off : 0;
+}
+
+static int write_locked(writer *W, const fs_sublist *sl)
+{
+    wb_alloc(&W->w, FS_IMG_OBJECTS);          /* header and root block, zeroed */
+    if (W->w.oom)
+        return FS_ENOMEM;
+    uint64_t root = write_trie(W, sl->root);
+    uint64_t lit = root ? wb_alloc(&W->w, sizeof(fs_level)) : 0;
+    if (!lit || write_table(W, lit, &sl->literals, 0) < 0)
+        return FS_ENOMEM;
+    uint64_t shapes[FS_SHAPE_MAX];
+    for (uint32_t j = 0; j < sl->shapes.n; j++) {
+        const fs_shape *sh = sl->shapes.shape[j];
+        shapes[j] = wb_alloc(&W->w, sizeof(fs_shape));
+        if (!shapes[j] || write_table(W, shapes[j] + offsetof(fs_shape, table), &sh->table, 1) < 0)
+            return FS_ENOMEM;
+        fs_shape *y = AT(&W->w, shapes[j], fs_shape);
+        y->onemask = sh->onemask;
+        y->ntoks = sh->ntoks;
+        y->rest = sh->rest;
+        y->first_wild = sh->first_wild;
+    }
+    if (wb_alloc(&W->w, 8) == 0)      /* the checksum's room */
+        return FS_ENOMEM;
+    W->w.len -= 8;
+    img_root *R = AT(&W->w, FS_SERIAL_HEADER, img_root);
+    R->nodes = sl->nodes;
+    R->root = root;
+    R->literals = lit;
+    R->objects_end = W->w.len;
+    R->nshapes = sl->shapes.n;
+    memcpy(R->shape, shapes, sizeof(uint64_t) * sl->shapes.n);
+    memcpy(R->probe, sl->shapes.probe, sizeof(R->probe));
+    unsigned char *h = (unsigned char *)W->w.p;
+    memcpy(h, MAGIC, sizeof(MAGIC));
+    put_le(h + 8, FS_IMAGE_VERSION, 2);
+    put_le(h + 10, fs_dialect_code(sl->dialect), 2);
+    put_le(h + 16, W->w.len - FS_SERIAL_HEADER, 8);
+    put_le(h + 24, sl->count, 8);
+    put_le(h + 32, sl->literals.count, 8);
+    put_le(h + 40, sl->nodes, 8);
+    put_le(h + W->w.len, fs_serial_checksum(h, W->w.len), 8);
+    W->w.len += 8;
+    return FS_OK;
+}
+
+/* Write sl's image into W (memory, or a file's pages).  FS_OK, FS_ENOMEM,
+ * FS_EBADDATA (a damaged opened image). */
+static int write_image(fs_sublist *sl, writer *W)
+{
+    fs_brlock_rdlock(&sl->lock);
+    int unchanged = sl->img.base && !sl->live;
+    fs_brlock_rdunlock(&sl->lock);
+    if (unchanged) {                    /* an unchanged image is its own image */
+        if (fs_image_damaged(sl))
+            return FS_EBADDATA;
+        uint64_t at = wb_alloc(&W->w, sl->img.len);
+        if (W->w.oom)
+            return FS_ENOMEM;
+        memcpy(W->w.p + at, sl->img.base, sl->img.len);
+        return FS_OK;
+    }
+    if (sl->img.base) {                 /* changed: the merged set, built */
+        fs_sublist *merged;
+        int rc = fs_image_thaw(sl, &merged);
+        if (rc == FS_OK) {
+            rc = write_image(merged, W);
+            fs_sublist_free(merged);
+        }
+        return rc;
+    }
+    fs_brlock_rdlock_long(&sl->lock);
+    W->sl = sl;
+    int rc = write_locked(W, sl);
+    fs_brlock_rdunlock_long(&sl->lock);
+    return rc < 0 || W->w.oom ? FS_ENOMEM : FS_OK;
+}
+
+int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+{
+    writer W;
+    memset(&W, 0, sizeof(W));
+    int rc = write_image(sl, &W);
+    FS_FREE(W.sorted);
+    if (rc < 0) {
+        FS_FREE(W.w.p);
+        *out = NULL;
+        *len = 0;
+        return rc;
+    }
+    *out = W.w.p;
+    *len = W.w.len;
+    return FS_OK;
+}
+
+int fs_image_save(fs_sublist *sl, const char *path)
+{
+    fs_filebuf fb;
+    int rc = fs_filebuf_open(&fb, path);
+    if (rc == FS_ENOSYS)                /* no file mappings: the caller writes fs_image_write's */
+        return rc;
+    if (rc != FS_OK)
+        return FS_EIO;
+    writer W;
+    memset(&W, 0, sizeof(W));
+    W.w.file = &fb;
+    rc = write_image(sl, &W);
+    FS_FREE(W.sorted);
+    if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0) != FS_OK && rc == FS_OK)
+        rc = FS_EIO;
+    return rc;
+}
+
+/* ============================================================ open */
+
+int fs_image_is(const char *data, size_t len)
+{
+    return len >= FS_SERIAL_HEADER && memcmp(data, MAGIC, sizeof(MAGIC)) == 0 &&
+           get_le((const unsigned char *)data + 8, 2) == FS_IMAGE_VERSION;
+}
+
+uint64_t fs_image_bytes(const fs_sublist *sl) { return sl->img.base ? sl->img.len : 0; }
+
+/* Table slots fetched ahead by verify_table. */
+#define VERIFY_AHEAD 24
+
+typedef struct {
+    fs_sublist *sl;
+    fs_error *err;
+    fs_tokens t;
+    uint64_t nseen;           /* bytes of seen, a power of two */
+    uint8_t *seen;            /* a bit per 8 bytes of the image: nodes reached */
+    uint64_t subs, nodes, literals;
+} verifier;
+
+static int vbad(verifier *v, const char *why, uint64_t pos)
+{
+    v->err->reason = why;
+    v->err->pos = (size_t)pos;
+    v->err->in_queue = 0;
+    return FS_EBADDATA;
+}
+
+static uint32_t count_literal(const fs_tokens *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        n += t->tok[i].kind == FS_TOK_LITERAL;
+    return n;
+}
+
+
+/* The node at offset ref, stored at `from` (a slot, a link), reached once
+ * (a second link to it: damaged).  Refusals name the link's position. */
+static int reach(verifier *v, const void *from, const fs_node *ref, const fs_node **out)
+{
+    uint64_t off = (uint64_t)(uintptr_t)ref;
+    const fs_node *n = fs_img_node_checked(v->sl, off);
+    if (!n)
+        return vbad(v, "node outside the image", fs_img_off(v->sl, from));
+    if (v->seen[off >> 6] & (1u << ((off >> 3) & 7)))
+        return vbad(v, "node reached twice", fs_img_off(v->sl, from));
+    v->seen[off >> 6] |= (uint8_t)(1u << ((off >> 3) & 7));
+    v->nodes++;
+    *out = n;
+    return FS_OK;
+}
+
+/* A node's subscriptions as inserts leave them: plain ids strictly
+ * increasing, queue groups in strictly increasing name order, each a
+ * valid name, non-empty, members strictly increasing. */
+static int verify_subs(verifier *v, const fs_node *n, int entry)
+{
+    uint64_t at = fs_img_off(v->sl, n);
+    const int64_t *ids = fs_node_ids(n);
+    for (uint32_t i = 1; i < n->nsubs; i++)
+        if (ids[i] <= ids[i - 1])
+            return vbad(v, "ids not in strictly increasing order", at);
+    v->subs += n->nsubs;
+    if (entry && !fs_has_subs(n))
+        return vbad(v, "table entry without subscriptions", at);
+    if (n->nsubs && fs_share_prefixed(v->sl->dialect, n->tok, n->toklen) && entry)
+        return vbad(v, "plain subscription on a '$share/' filter", at);
+    for (uint32_t gi = 0; gi < fs_ngroups(n); gi++) {
+        const fs_group *g = fs_node_group(n, gi);
+        const char *name = fs_group_name(g);
+        fs_error qe;
+        if (fs_check_queue(v->sl->dialect, name, g->name_len, &qe) < 0)
+            return vbad(v, qe.reason, at);
+        if (g->name_hash != fs_hash(name, g->name_len))
+            return vbad(v, "queue name hash does not match", at);
+        if (gi > 0) {
+            const fs_group *p = fs_node_group(n, gi - 1);
+            uint32_t m = p->name_len < g->name_len ? p->name_len : g->name_len;
+            int c = memcmp(fs_group_name(p), name, m);
+            if (c > 0 || (c == 0 && p->name_len >= g->name_len))
+                return vbad(v, "queue groups not in strictly increasing name order", at);
+        }
+        const int64_t *m = fs_group_ids(g);
+        for (uint32_t i = 1; i < g->n; i++)
+            if (m[i] <= m[i - 1])
+                return vbad(v, "ids not in strictly increasing order", at);
+        v->subs += g->n;
+    }
+    return FS_OK;
+}
+
+/* Every slot of a table: count entries, each reached once, each found by
+ * its own lookup (so at its place in the probe sequence, its key or token
+ * hash right), with its bitmap bits set. */
+static int verify_table(verifier *v, const fs_level *L, const fs_shape *sh)
+{
+    fs_sublist *sl = v->sl;
+    const fs_slot *slots = fs_lv_slots(sl, L);
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < L->cap; i++) {
+        /* Slots are in hash order, nodes in byte order: each node is a
+         * cache miss.  Fetch some ahead, so that the misses overlap (this
+         * pass is memory-bound: 2.6x faster on light's 2M filters). */
+        if (i + VERIFY_AHEAD < L->cap && slots[i + VERIFY_AHEAD].node) {
+            uint64_t ahead = (uint64_t)(uintptr_t)slots[i + VERIFY_AHEAD].node;
+            FS_PREFETCH(fs_ref_addr(sl, slots[i + VERIFY_AHEAD].node));
+            FS_PREFETCH(fs_ref_addr(sl, slots[i + VERIFY_AHEAD].node) + 64);     /* its token's tail */
+            FS_PREFETCH(&v->seen[(ahead >> 6) & (v->nseen - 1)]);
+            if (L->filter)         /* its bitmap word (fs_lv_may_hold), from the slot's key */
+                FS_PREFETCH(&fs_lv_filter(sl, L)[(slots[i + VERIFY_AHEAD].len & L->filter_mask) >> 6]);
+        }
+        if (!slots[i].node)
+            continue;
+        count++;
+        const fs_node *e;
+        int rc = reach(v, &slots[i], slots[i].node, &e);
+        if (rc < 0)
+            return rc;
+        uint64_t at = fs_img_off(sl, e);
+        if (e->linked & FS_LINK_TRIE)
+            return vbad(v, "trie node in a table", at);
+        fs_error fe;
+        if ((rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &v->t, &fe)) < 0)
+            return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in a table", at);
+        fs_shape_of of;
+        int shaped = fs_shape_classify(&v->t, &of);
+        uint64_t key = shaped ? of.key : fs_tokens_key(v->t.tok, 0, v->t.n, 0);
+        if (sh ? !shaped || of.ntoks != sh->ntoks || of.rest != sh->rest || of.onemask != sh->onemask
+               : shaped || v->t.n != count_literal(&v->t))
+            return vbad(v, sh ? "filter in the wrong shape's table" : "wildcard filter in the literal table", at);
+        if (e->kind != (sh ? FS_NODE_SHAPED : FS_TOK_LITERAL) || e->hash != (uint32_t)key ||
+            slots[i].hash != (uint32_t)key || slots[i].len != (uint32_t)(key >> 32))
+            return vbad(v, "entry's key does not match its filter", at);
+        if (fs_keyed_find(sl, L, key, e->tok, e->toklen, e->tok + e->toklen) != e || !fs_lv_may_hold(sl, L, key))
+            return vbad(v, "entry not where its key leads", at);
+        if ((rc = verify_subs(v, e, 1)) < 0)
+            return rc;
+    }
+    if (count != L->count)
+        return vbad(v, "table count does not match its slots", fs_img_off(sl, L));
+    return FS_OK;
+}
+
+/* Is the trie filter of node n also kept by a shape table?  (Then it is
+ * stored twice.)  Rebuilds the filter into buf. */
+static int trie_filter_in_shape(verifier *v, const fs_node *n, char *buf)
+{
+    fs_sublist *sl = v->sl;
+    size_t len = fs_path_bytes(sl, n);
+    fs_path_write(sl, n, buf + len);
+    fs_error fe;
+    int rc = fs_tokenize(sl->dialect, buf, len, 1, &v->t, &fe);
+    if (rc < 0)
+        return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in the trie", fs_img_off(sl, n));
+    if (count_literal(&v->t) == v->t.n)
+        return vbad(v, "literal filter in the trie", fs_img_off(sl, n));
+    fs_shape_of of;
+    if (!fs_shape_classify(&v->t, &of))
+        return FS_OK;
+    const fs_shape *sh = fs_shape_find(sl, &of);
+    if (sh && fs_keyed_find(sl, &sh->table, of.key, buf, (uint32_t)len, buf + len))
+        return vbad(v, "filter both in a shape table and in the trie", fs_img_off(sl, n));
+    return FS_OK;
+}
+
+/* A trie node to check, with the length of its filter (carried down: a
+ * path rebuilt per node would cost O(depth^2) on a 30,000-level chain). */
+typedef struct {
+    const fs_node *n;
+    size_t len;
+} vframe;
+
+static int vpush(vframe **v, size_t *n, size_t *cap, const fs_node *x, size_t len)
+{
+    if (*n == *cap && fs_grow(v, cap, *n + 1, sizeof(vframe)) < 0)
+        return FS_ENOMEM;
+    (*v)[(*n)++] = (vframe){x, len};
+    return FS_OK;
+}
+
+/* The trie, depth first over an explicit stack: every node reached once,
+ * linked to its parent, of the kind its place says, found by its own
+ * lookup, holding subscriptions or children (inserts prune the rest). */
+static int verify_trie(verifier *v)
+{
+    fs_sublist *sl = v->sl;
+    const fs_dialect_rules *R = fs_rules(sl->dialect);
+    vframe *stack = NULL;
+    size_t n = 0, cap = 0;
+    char *buf = FS_MALLOC(FS_MAX_SUBJECT + 1);
+    int rc = buf ? vpush(&stack, &n, &cap, sl->root, 0) : FS_ENOMEM;
+    while (rc == FS_OK && n) {
+        vframe f = stack[--n];
+        const fs_node *x = f.n;
+        uint64_t at = fs_img_off(sl, x);
+        if (x != sl->root) {
+            if (atomic_load(&sl->damaged) || f.len > R->max_len) {
+                rc = vbad(v, "trie path too long or not reaching the root", at);
+                break;
+            }
+            if (fs_has_subs(x) && ((rc = verify_subs(v, x, 0)) < 0 || (rc = trie_filter_in_shape(v, x, buf)) < 0))
+                break;
+        }
+        /* a child's filter: this one's, a separator (not below the root), its token */
+        size_t below = x == sl->root ? 0 : f.len + 1;
+        const fs_level *L = fs_down(sl, x);
+        if (!L) {
+            if (atomic_load(&sl->damaged))
+                rc = vbad(v, "level outside the image", at);
+            else if (x != sl->root && !fs_has_subs(x))
+                rc = vbad(v, "empty trie node", at);
+            continue;
+        }
+        if (x != sl->root && !fs_has_subs(x) && !L->count && !L->one && !L->rest) {
+            rc = vbad(v, "empty trie node", at);
+            break;
+        }
+        if (x->kind == FS_TOK_REST && !R->rest_anywhere && (L->count || L->one || L->rest)) {
+            rc = vbad(v, "rest wildcard with children", at);
+            break;
+        }
+        const fs_slot *slots = fs_lv_slots(sl, L);
+        uint32_t count = 0;
+        for (uint32_t i = 0; i < L->cap && rc == FS_OK; i++) {
+            if (!slots[i].node)
+                continue;
+            count++;
+            const fs_node *c;
+            if ((rc = reach(v, &slots[i], slots[i].node, &c)) < 0)
+                break;
+            fs_error fe;
+            if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != FS_TOK_LITERAL ||
+                fs_check_literal(sl->dialect, (const unsigned char *)c->tok, c->toklen, 0, &fe) < 0 ||
+                c->hash != fs_hash(c->tok, c->toklen) || slots[i].hash != c->hash || slots[i].len != c->toklen ||
+                fs_level_find(sl, L, c->tok, c->toklen, c->hash) != c)
+                rc = vbad(v, "trie node not where its parent and token lead", fs_img_off(sl, c));
+            else
+                rc = vpush(&stack, &n, &cap, c, below + c->toklen);
+        }
+        if (rc == FS_OK && count != L->count)
+            rc = vbad(v, "table count does not match its slots", fs_img_off(sl, L));
+        for (int w = 0; w < 2 && rc == FS_OK; w++) {
+            const fs_node *ref = w ? L->rest : L->one, *c;
+            if (!ref)
+                continue;
+            if ((rc = reach(v, w ? (const void *)&L->rest : (const void *)&L->one, ref, &c)) < 0)
+                break;
+            fs_tok_kind want = w ? FS_TOK_REST : FS_TOK_ONE;
+            if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != want ||
+                fs_token_kind(sl->dialect, c->tok, c->toklen) != want || c->hash != fs_hash(c->tok, c->toklen))
+                rc = vbad(v, "wildcard node not where its parent leads", fs_img_off(sl, c));
+            else
+                rc = vpush(&stack, &n, &cap, c, below + c->toklen);
+        }
+    }
+    FS_FREE(stack);
+    FS_FREE(buf);
+    return rc;
+}
+
+/* Every invariant of docs/FORMAT.md, "Invariants of a mapped image". */
+static int verify_image(fs_sublist *sl, fs_error *err)
+{
+    verifier v;
+    memset(&v, 0, sizeof(v));
+    v.sl = sl;
+    v.err = err;
+    fs_tokens_init(&v.t);
+    size_t seen_bytes = 64;
+    while (seen_bytes < (size_t)(sl->img.len >> 6) + 1)
+        seen_bytes *= 2;
+    v.nseen = seen_bytes;
+    v.seen = FS_MALLOC(seen_bytes);
+    int rc = v.seen ? FS_OK : FS_ENOMEM;
+    if (v.seen)
+        memset(v.seen, 0, seen_bytes);
+    const unsigned char *h = (const unsigned char *)sl->img.base;
+    /* the root was reached at open: mark it */
+    uint64_t ro = fs_img_off(sl, sl->root);
+    if (rc == FS_OK) {
+        v.seen[ro >> 6] |= (uint8_t)(1u << ((ro >> 3) & 7));
+        if (!(sl->root->linked & FS_LINK_TRIE) || fs_up(sl, sl->root) || fs_has_subs(sl->root) || sl->root->toklen)
+            rc = vbad(&v, "the trie's root is not a bare root node", ro);
+    }
+    if (rc == FS_OK)
+        rc = verify_table(&v, sl->lit, NULL);
+    v.literals = v.nodes;
+    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
+    for (uint32_t j = 0; j < sl->shapes.n && rc == FS_OK; j++) {
+        const fs_shape *sh = sl->shapes.shape[j];
+        uint64_t at = fs_img_off(sl, sh);
+        fs_shape_of of = {sh->onemask, sh->ntoks, sh->rest, 0};
+        if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->ntoks < 64 && sh->onemask >> sh->ntoks) ||
+            (!sh->onemask && !sh->rest) || sh->first_wild != ((sh->onemask & 1) || (sh->rest && sh->ntoks == 0)))
+            rc = vbad(&v, "invalid shape", at);
+        else if (j && !fs_shape_before(sl->shapes.shape[j - 1], &of))
+            rc = vbad(&v, "shapes not in canonical order", at);
+        else if (!sh->table.count)
+            rc = vbad(&v, "empty shape", at);
+        else
+            rc = verify_table(&v, &sh->table, sh);
+    }
+    if (rc == FS_OK) {
+        fs_shapes_probes(sl, probe);
+        if (memcmp(probe, sl->shapes.probe, sizeof(probe)) != 0)
+            rc = vbad(&v, "probe sets do not match the shapes", FS_SERIAL_HEADER);
+    }
+    if (rc == FS_OK)
+        rc = verify_trie(&v);
+    if (rc == FS_OK && v.subs != get_le(h + 24, 8))
+        rc = vbad(&v, "subscription count does not match the header", 24);
+    if (rc == FS_OK && v.literals != get_le(h + 32, 8))
+        rc = vbad(&v, "literal count does not match the header", 32);
+    if (rc == FS_OK && v.nodes != sl->nodes)
+        rc = vbad(&v, "node count does not match the header", 40);
+    if (rc == FS_OK && atomic_load(&sl->damaged))
+        rc = vbad(&v, "offset outside the image", 0);
+    fs_tokens_free(&v.t);
+    FS_FREE(v.seen);
+    return rc;
+}
+
+int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err)
+{
+    *out = NULL;
+    const unsigned char *h = (const unsigned char *)data;
+    err->in_queue = 0;
+#define FAIL(why, at) do { err->reason = (why); err->pos = (at); return FS_EBADDATA; } while (0)
+    if (!host_little_endian())
+        FAIL("a version 3 image maps only on little-endian hosts", 8);
+    if (((uintptr_t)data & 7) != 0)
+        FAIL("image not 8-byte aligned in memory", 0);
+    if (len < FS_IMG_OBJECTS + 8)
+        FAIL("image shorter than its header and root block", len);
+    if (memcmp(h, MAGIC, sizeof(MAGIC)) != 0)
+        FAIL("bad magic", 0);
+    if (get_le(h + 8, 2) != FS_IMAGE_VERSION)
+        FAIL("not a version 3 image", 8);
+    fs_dialect d;
+    if (!fs_dialect_of_code(get_le(h + 10, 2), &d))
+        FAIL("unknown dialect", 10);
+    if (get_le(h + 12, 4) != 0)
+        FAIL("reserved field not zero", 12);
+    uint64_t P = get_le(h + 16, 8);
+    if (P != len - FS_SERIAL_HEADER - 8)
+        FAIL("payload length does not match the image's size", 16);
+    if (verify && get_le(h + FS_SERIAL_HEADER + P, 8) != fs_serial_checksum(h, FS_SERIAL_HEADER + P))
+        FAIL("checksum mismatch", FS_SERIAL_HEADER + P);
+    img_root R;
+    memcpy(&R, h + FS_SERIAL_HEADER, sizeof(R));
+    if (R.objects_end != FS_SERIAL_HEADER + P)
+        FAIL("objects' end does not match the payload", FS_SERIAL_HEADER);
+    if (R.nshapes > FS_SHAPE_MAX)
+        FAIL("more filter shapes than an index holds", FS_SERIAL_HEADER);
+    uint64_t known = R.nshapes == 64 ? ~0ull : (1ull << R.nshapes) - 1;
+    for (uint32_t k = 0; k < FS_SHAPE_MAX_TOKENS + 2; k++)
+        if ((R.probe[k] & ~known) || fs_popcount64(R.probe[k]) > FS_SHAPE_MAX_PROBES)
+            FAIL("probe set names a shape the image lacks", FS_SERIAL_HEADER);
+    if (get_le(h + 40, 8) != R.nodes)
+        FAIL("node count does not match the header", 40);
+    /* Walks bound their work by the node count (a loop in a damaged image
+     * stops there): it cannot exceed what the image could hold. */
+    if (R.nodes > len / sizeof(fs_node))
+        FAIL("node count exceeds what the image could hold", 40);
+#undef FAIL
+
+    fs_sublist *sl = fs_sublist_new(d);
+    if (!sl)
+        return FS_ENOMEM;
+    fs_node_free(sl, sl->root);           /* the image has its own */
+    sl->root = NULL;
+    sl->img.base = data;
+    sl->img.len = len;
+    sl->img.nodes_end = R.objects_end;
+    const fs_node *root = fs_img_node_checked(sl, R.root);
+    const fs_level *lit = fs_img_level_checked(sl, R.literals);
+    const char *why = root && (root->linked & FS_LINK_TRIE) && lit && (lit->filter || !lit->cap)
+                          ? NULL : "root block's offsets outside the image";
+    for (uint32_t j = 0; !why && j < R.nshapes; j++) {
+        if (!fs_img_holds(sl, R.shape[j], sizeof(fs_shape)) ||
+            !fs_img_level_checked(sl, R.shape[j] + offsetof(fs_shape, table))) {
+            why = "root block's offsets outside the image";
+            break;
+        }
+        const fs_shape *sh = (const fs_shape *)(const void *)(data + R.shape[j]);
+        /* the walk derives keys from these without looking further: they
+         * index arrays of FS_SHAPE_MAX_TOKENS + 1 */
+        if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->onemask >> sh->ntoks) ||
+            (!sh->table.filter && sh->table.cap))
+            why = "invalid shape";
+        else
+            sl->shapes.shape[j] = (fs_shape *)(uintptr_t)sh;
+    }
+    if (why) {
+        fs_sublist_free(sl);
+        err->reason = why;
+        err->pos = FS_SERIAL_HEADER;
+        return FS_EBADDATA;
+    }
+    sl->root = (fs_node *)(uintptr_t)root;
+    sl->lit = lit;
+    sl->shapes.n = (uint32_t)R.nshapes;
+    memcpy(sl->shapes.probe, R.probe, sizeof(R.probe));
+    sl->count = get_le(h + 24, 8);
+    fs_sublist_publish_count(sl);
+    sl->nodes = R.nodes;
+    if (verify) {
+        int rc = verify_image(sl, err);
+        if (rc < 0) {
+            fs_sublist_free(sl);
+            return rc;
+        }
+    }
+    *out = sl;
+    return FS_OK;
+}

@@ -1,0 +1,73 @@
+/* fs_image.h - the index as a mapped image (docs/FORMAT.md, version 3):
+ * written once, then matched from its bytes by every process that maps
+ * it, with nothing rebuilt.
+ *
+ *   offset 0     header, 48 bytes, as versions 1 and 2 (fs_serial.h)
+ *   offset 48    root block: the index's own fields (node count, the
+ *                trie's root, the literal table, the shapes and their
+ *                probe sets), offsets where a built index has pointers
+ *   offset 1024  objects: levels, slot arrays with their bitmaps, nodes,
+ *                ids, queue groups -- the structs of fs_layout.h, each
+ *                8-byte aligned, links as offsets from the image's first
+ *                byte (a node's payload: offsets from the node)
+ *   offset 48+P  u64 checksum: XXH64 (seed 0) of bytes [0, 48 + P)
+ *
+ * The walk that matches a built index matches the image (fs_layout.h,
+ * "reading a mapped image"): the same probe sequence, the same tables.
+ * Opening is O(1): the header and the root block are checked, and every
+ * offset is bounds-checked when a walk first follows it.  fs_image_verify
+ * checks the whole image once: every invariant that inserts keep.
+ *
+ * The structs are the host's: the image is written and mapped on 64-bit
+ * little-endian hosts (every platform fastsub builds wheels for); version
+ * 2 stays readable and writable everywhere (fs_serial.h).
+ */
+#ifndef FS_IMAGE_H
+#define FS_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs_token.h"
+#include "sublist.h"
+
+#define FS_IMAGE_VERSION 3
+
+/* Write the index (under its read lock) as a version 3 image into a new
+ * buffer (FS_MALLOC; free with FS_FREE).  FS_OK, or FS_ENOMEM with *out
+ * NULL.  An index opened from an image writes its current set. */
+int fs_image_write(fs_sublist *sl, char **out, size_t *len);
+
+/* Write the index's image into the file at path (created or truncated),
+ * through the file's pages: the image is never whole in memory.  The file
+ * is on disk (fsync) when this returns FS_OK; the caller renames it into
+ * place.  FS_ENOMEM, FS_EBADDATA (a damaged opened image), FS_EIO (errno
+ * says why), FS_ENOSYS (no file mappings here: write fs_image_write's
+ * buffer instead). */
+int fs_image_save(fs_sublist *sl, const char *path);
+
+/* An index that matches straight from data[0..len), a version 3 image,
+ * which must stay readable and unchanged, at the same address, until the
+ * index is freed (the caller keeps it alive; nothing is copied).  data
+ * must be 8-byte aligned.  verify: check the checksum and every invariant
+ * first (linear in len); 0: only the header and the root block (O(1)),
+ * for images this library wrote -- a damaged one still fails cleanly, at
+ * the first call that reaches the damage.  FS_OK (*out set), FS_EBADDATA
+ * (err->reason, err->pos), FS_ENOMEM. */
+int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err);
+
+/* A built index holding what sl holds now (an opened image and the changes
+ * made to it since).  FS_OK, FS_ENOMEM, FS_EBADDATA (a damaged image). */
+int fs_image_thaw(fs_sublist *sl, fs_sublist **out);
+
+/* Did a call reach damage in the image sl matches from (then it failed,
+ * and every later call fails)? */
+int fs_image_damaged(const fs_sublist *sl);
+
+/* Is data a version 3 image (by its header's magic and version)? */
+int fs_image_is(const char *data, size_t len);
+
+/* Bytes of the image an index matches from (0: a built index). */
+uint64_t fs_image_bytes(const fs_sublist *sl);
+
+#endif

@@ -1,0 +1,990 @@
+/* fs_serial.c - dump an index to the format of docs/FORMAT.md and load it
+ * back, validating everything (see fs_serial.h). */
+#include "fs_serial.h"
+
+#include "fs_image.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_dialect.h"
+#include "fs_index.h"
+#include "fs_mem.h"
+#include "fs_node.h"
+#include "fs_table.h"
+#include "fs_xxh64.h"
+
+static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\n'};
+
+/* Cheap lower bounds on the encoded size of one item, used to reject a
+ * count before anything is allocated from it. */
+#define MIN_ID 1u          /* one varint byte */
+#define MIN_GROUP 4u       /* name length, 1 name byte, member count, one id */
+#define MIN_LITERAL 4u     /* length, 1 byte, subscriptions varint, one id */
+#define MIN_CHILD 3u       /* token length (MQTT tokens may be empty), subs, children */
+#define MIN_NODE 2u        /* a wildcard child: subs, children (no token) */
+#define MAX_TABLE (1u << 30)  /* entries of one hash table or group list: keeps capacities in uint32 */
+
+/* ------------------------------------------------------- little endian */
+
+static inline uint64_t get_le(const unsigned char *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Spelled out so the compiler turns it into one load. */
+static inline uint64_t get64(const unsigned char *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static inline void put_le(unsigned char *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* ------------------------------------------------------------- checksum */
+
+/* XXH64 with seed 0 (fs_xxh64.h). */
+/* --------------------------------------------------------------- sizing */
+
+/* The capacities a freshly built index ends up with (see sublist.c), so a
+ * loaded index has the same layout and memory_bytes. */
+static uint32_t table_cap(uint32_t count)
+{
+    if (count == 0)
+        return 0;
+    uint32_t cap = 1;
+    while ((cap <= 4 ? cap : cap / 4 * 3) < count)
+        cap *= 2;
+    return cap;
+}
+
+static uint32_t ids_cap(uint32_t n, uint32_t first)
+{
+    uint64_t cap = first;
+    while (cap < n)
+        cap *= 2;
+    return cap > UINT32_MAX ? n : (uint32_t)cap;
+}
+
+/* ================================================================= dump */
+
+typedef struct {
+    unsigned char *buf;
+    size_t len, cap;
+} wbuf;
+
+/* Make room for n more bytes.  FS_OK or FS_ENOMEM. */
+static int wb_room(wbuf *w, size_t n)
+{
+    if (w->cap - w->len >= n)
+        return FS_OK;
+    if (n > SIZE_MAX / 2 - w->len)
+        return FS_ENOMEM;
+    size_t need = w->len + n, ncap = w->cap ? w->cap : 4096;
+    while (ncap < need)
+        ncap *= 2;
+    unsigned char *nb = FS_REALLOC(w->buf, ncap);
+    if (!nb)
+        return FS_ENOMEM;
+    w->buf = nb;
+    w->cap = ncap;
+    return FS_OK;
+}
+
+/* The caller has made room (at most 10 bytes). */
+static inline void wb_uv(wbuf *w, uint64_t v)
+{
+    while (v >= 0x80) {
+        w->buf[w->len++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    w->buf[w->len++] = (unsigned char)v;
+}
+
+static int wb_ids(wbuf *w, const int64_t *ids, uint32_t n)
+{
+    if (wb_room(w, 10 * (size_t)n) < 0)
+        return FS_ENOMEM;
+    uint64_t first = (uint64_t)ids[0];
+    wb_uv(w, (first << 1) ^ (0 - (first >> 63)));   /* zigzag */
+    for (uint32_t i = 1; i < n; i++)
+        wb_uv(w, (uint64_t)ids[i] - (uint64_t)ids[i - 1] - 1);
+    return FS_OK;
+}
+
+static int wb_bytes(wbuf *w, const char *p, size_t n)
+{
+    if (wb_room(w, 10 + n) < 0)
+        return FS_ENOMEM;
+    wb_uv(w, n);
+    memcpy(w->buf + w->len, p, n);
+    w->len += n;
+    return FS_OK;
+}
+
+static int group_cmp(const void *a, const void *b)
+{
+    const fs_group *x = *(const fs_group *const *)a, *y = *(const fs_group *const *)b;
+    uint32_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, n);
+    if (c)
+        return c;
+    return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* Nodes and entries in the byte order of their token (a table entry's
+ * token is its whole filter): the image lists them so, not in the order of
+ * hash-table slots, which depends on the order of insertion. */
+static int node_cmp(const void *a, const void *b)
+{
+    const fs_node *x = *(const fs_node *const *)a, *y = *(const fs_node *const *)b;
+    uint32_t n = x->toklen < y->toklen ? x->toklen : y->toklen;
+    int c = n ? memcmp(x->tok, y->tok, n) : 0;
+    if (c)
+        return c;
+    return (x->toklen > y->toklen) - (x->toklen < y->toklen);
+}
+
+typedef struct {
+    wbuf w;
+    const fs_group **gs;     /* scratch for sorting one node's groups */
+    size_t cap_gs;
+    const fs_node **kids;    /* sorted entries or children: a stack of runs */
+    size_t nkids, cap_kids;
+    uint64_t subs;
+} dumper;
+
+/* Append the entries of table L to d->kids, sorted.  FS_OK or FS_ENOMEM. */
+static int collect_sorted(dumper *d, const fs_level *L)
+{
+    size_t start = d->nkids;
+    if (fs_grow(&d->kids, &d->cap_kids, start + L->count, sizeof(*d->kids)) < 0)
+        return FS_ENOMEM;
+    for (uint32_t i = 0; i < L->cap; i++)
+        if (L->slots[i].node)
+            d->kids[d->nkids++] = L->slots[i].node;
+    if (d->nkids - start > 1)
+        qsort(d->kids + start, d->nkids - start, sizeof(*d->kids), node_cmp);
+    return FS_OK;
+}
+
+/* A node's subscriptions: plain ids, then its groups sorted by name. */
+static int dump_subs(dumper *d, const fs_node *n)
+{
+    if (wb_room(&d->w, 10) < 0)
+        return FS_ENOMEM;
+    wb_uv(&d->w, (uint64_t)n->nsubs << 1 | (fs_ngroups(n) > 0));
+    if (n->nsubs && wb_ids(&d->w, fs_node_ids(n), n->nsubs) < 0)
+        return FS_ENOMEM;
+    d->subs += n->nsubs;
+    if (!fs_ngroups(n))
+        return FS_OK;
+    if (fs_grow(&d->gs, &d->cap_gs, fs_ngroups(n), sizeof(*d->gs)) < 0 || wb_room(&d->w, 10) < 0)
+        return FS_ENOMEM;
+    wb_uv(&d->w, fs_ngroups(n));
+    for (uint32_t i = 0; i < fs_ngroups(n); i++)
+        d->gs[i] = fs_node_group(n, i);
+    if (fs_ngroups(n) > 1)
+        qsort(d->gs, fs_ngroups(n), sizeof(*d->gs), group_cmp);
+    for (uint32_t i = 0; i < fs_ngroups(n); i++) {
+        const fs_group *g = d->gs[i];
+        if (wb_bytes(&d->w, g->name, g->name_len) < 0 || wb_room(&d->w, 10) < 0)
+            return FS_ENOMEM;
+        wb_uv(&d->w, g->n);
+        if (wb_ids(&d->w, g->ids, g->n) < 0)
+            return FS_ENOMEM;
+        d->subs += g->n;
+    }
+    return FS_OK;
+}
+
+static int has_children(const fs_node *n)
+{
+    return fs_next(n) && (fs_next(n)->count || fs_next(n)->one || fs_next(n)->rest);
+}
+
+/* A trie node's record: subscriptions, then its children word. */
+static int dump_record(dumper *d, const fs_node *n)
+{
+    if (dump_subs(d, n) < 0 || wb_room(&d->w, 10) < 0)
+        return FS_ENOMEM;
+    const fs_level *L = fs_next(n);
+    uint64_t ch = 0;
+    if (L)
+        ch = (uint64_t)L->count << 2 | (L->one ? 1u : 0u) | (L->rest ? 2u : 0u);
+    wb_uv(&d->w, ch);
+    return FS_OK;
+}
+
+typedef struct {
+    const fs_node *n;
+    size_t kids_start;     /* n's literal children, sorted: d->kids[kids_start..kids_end), */
+    size_t kid, kids_end;  /* the next to write at kid */
+    int stage;             /* 0 literal children, 1 the one child, 2 the rest child */
+} wframe;
+
+/* Push node c (which has children) onto the walk: its literal children are
+ * sorted onto d->kids.  FS_OK or FS_ENOMEM. */
+static int push_frame(dumper *d, wframe **stack, size_t *depth, size_t *cap, const fs_node *c)
+{
+    if (fs_grow(stack, cap, *depth + 1, sizeof(wframe)) < 0)
+        return FS_ENOMEM;
+    size_t start = d->nkids;
+    if (collect_sorted(d, fs_next(c)) < 0)
+        return FS_ENOMEM;
+    (*stack)[(*depth)++] = (wframe){c, start, start, d->nkids, 0};
+    return FS_OK;
+}
+
+/* The image is canonical: every list in it is sorted by bytes (literal
+ * entries, shaped entries, each level's literal children; groups by name,
+ * ids ascending), so it depends on the subscriptions and on which part of
+ * the index holds each filter, never on the order of insertion. */
+static int dump_locked(fs_sublist *sl, dumper *d, uint64_t *nlit, uint64_t *ntrie)
+{
+    if (wb_room(&d->w, FS_SERIAL_HEADER) < 0)
+        return FS_ENOMEM;
+    d->w.len = FS_SERIAL_HEADER;     /* filled in at the end */
+
+    d->nkids = 0;
+    if (collect_sorted(d, &sl->literals) < 0)
+        return FS_ENOMEM;
+    for (size_t i = 0; i < d->nkids; i++) {
+        const fs_node *e = d->kids[i];
+        if (wb_bytes(&d->w, e->tok, e->toklen) < 0 || dump_subs(d, e) < 0)
+            return FS_ENOMEM;
+        (*nlit)++;
+    }
+
+    /* Version 2: the shape-table entries, each a whole filter and its
+     * subscriptions, after a count; sorted across all shapes. */
+    d->nkids = 0;
+    for (uint32_t j = 0; j < sl->shapes.n; j++)
+        if (collect_sorted(d, &sl->shapes.shape[j]->table) < 0)
+            return FS_ENOMEM;
+    if (d->nkids > 1)         /* one order across the shapes */
+        qsort(d->kids, d->nkids, sizeof(*d->kids), node_cmp);
+    if (wb_room(&d->w, 10) < 0)
+        return FS_ENOMEM;
+    wb_uv(&d->w, d->nkids);
+    for (size_t i = 0; i < d->nkids; i++) {
+        const fs_node *e = d->kids[i];
+        if (wb_bytes(&d->w, e->tok, e->toklen) < 0 || dump_subs(d, e) < 0)
+            return FS_ENOMEM;
+    }
+    d->nkids = 0;
+
+    /* The trie, preorder, with an explicit stack. */
+    wframe *stack = NULL;
+    size_t depth = 0, cap = 0;
+    int rc = dump_record(d, sl->root);
+    if (rc == FS_OK && has_children(sl->root))
+        rc = push_frame(d, &stack, &depth, &cap, sl->root);
+    while (rc == FS_OK && depth) {
+        wframe *f = &stack[depth - 1];
+        const fs_level *L = fs_next(f->n);
+        const fs_node *c = NULL;
+        if (f->stage == 0) {
+            if (f->kid < f->kids_end) {
+                c = d->kids[f->kid++];
+                rc = wb_bytes(&d->w, c->tok, c->toklen);
+            } else {
+                f->stage = 1;
+            }
+        } else if (f->stage == 1) {
+            c = L->one;
+            f->stage = 2;
+        } else if (f->stage == 2) {
+            c = L->rest;
+            f->stage = 3;
+        } else {
+            d->nkids = f->kids_start;     /* its run is the top of d->kids: drop it */
+            depth--;
+        }
+        if (!c || rc < 0)
+            continue;
+        (*ntrie)++;
+        rc = dump_record(d, c);
+        if (rc == FS_OK && has_children(c))
+            rc = push_frame(d, &stack, &depth, &cap, c);
+    }
+    FS_FREE(stack);
+    return rc;
+}
+
+int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
+{
+    if (sl->img.base) {       /* a mapped image: its current set, built */
+        fs_sublist *built;
+        *out = NULL;
+        *len = 0;
+        int rc = fs_image_thaw(sl, &built);
+        if (rc == FS_OK) {
+            rc = fs_sublist_dump(built, out, len);
+            fs_sublist_free(built);
+        }
+        return rc;
+    }
+    dumper d;
+    memset(&d, 0, sizeof(d));
+    uint64_t nlit = 0, ntrie = 0;
+    *out = NULL;
+    *len = 0;
+    fs_brlock_rdlock_long(&sl->lock);
+    fs_dialect dialect = sl->dialect;
+    int rc = dump_locked(sl, &d, &nlit, &ntrie);
+    fs_brlock_rdunlock_long(&sl->lock);
+    FS_FREE(d.gs);
+    FS_FREE(d.kids);
+    if (rc == FS_OK)
+        rc = wb_room(&d.w, FS_SERIAL_TRAILER);
+    if (rc < 0) {
+        FS_FREE(d.w.buf);
+        return FS_ENOMEM;
+    }
+    unsigned char *h = d.w.buf;
+    memcpy(h, MAGIC, sizeof(MAGIC));
+    put_le(h + 8, FS_SERIAL_VERSION, 2);
+    put_le(h + 10, fs_dialect_code(dialect), 2);
+    put_le(h + 12, 0, 4);
+    put_le(h + 16, d.w.len - FS_SERIAL_HEADER, 8);
+    put_le(h + 24, d.subs, 8);
+    put_le(h + 32, nlit, 8);
+    put_le(h + 40, ntrie, 8);
+    put_le(h + d.w.len, fs_serial_checksum(h, d.w.len), 8);
+    d.w.len += FS_SERIAL_TRAILER;
+    *out = (char *)d.w.buf;
+    *len = d.w.len;
+    return FS_OK;
+}
+
+/* ================================================================= load */
+
+typedef struct {
+    const unsigned char *p;   /* the whole blob */
+    size_t pos, end;          /* end: the end of the payload */
+    fs_error *err;
+    fs_dialect d;
+    fs_sublist *sl;
+    uint64_t subs;            /* subscriptions read so far */
+    unsigned version;         /* of the blob: 1 has no shape section */
+} reader;
+
+static int bad(reader *r, const char *why, size_t pos)
+{
+    r->err->reason = why;
+    r->err->in_queue = 0;
+    r->err->pos = pos;
+    return FS_EBADDATA;
+}
+
+static inline size_t left(const reader *r) { return r->end - r->pos; }
+
+static int rd_uv_slow(reader *r, uint64_t *v)
+{
+    size_t start = r->pos;
+    uint64_t x = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        if (r->pos >= r->end)
+            return bad(r, "record runs past the end of the payload", r->end);
+        unsigned b = r->p[r->pos++];
+        if (shift == 63 && b > 1)
+            return bad(r, "varint overflows 64 bits", start);
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            if (b == 0 && shift)
+                return bad(r, "non-canonical varint", start);
+            *v = x;
+            return FS_OK;
+        }
+    }
+}
+
+static inline int rd_uv(reader *r, uint64_t *v)
+{
+    if (r->pos < r->end && r->p[r->pos] < 0x80) {
+        *v = r->p[r->pos++];
+        return FS_OK;
+    }
+    return rd_uv_slow(r, v);
+}
+
+/* n >= 1 strictly increasing ids (the encoding cannot express anything
+ * else; only running past INT64_MAX is possible). */
+static int rd_ids(reader *r, int64_t *out, uint32_t n)
+{
+    uint64_t u;
+    if (rd_uv(r, &u) < 0)
+        return FS_EBADDATA;
+    uint64_t prev = (u >> 1) ^ (0 - (u & 1));
+    out[0] = (int64_t)prev;
+    for (uint32_t i = 1; i < n; i++) {
+        size_t at = r->pos;
+        if (rd_uv(r, &u) < 0)
+            return FS_EBADDATA;
+        /* room: how far prev is below INT64_MAX (exact in unsigned math) */
+        if (u >= (uint64_t)INT64_MAX - prev)
+            return bad(r, "id beyond the signed 64-bit range", at);
+        prev += u + 1;
+        out[i] = (int64_t)prev;
+    }
+    return FS_OK;
+}
+
+/* A length-prefixed string: checks the length against max and the bytes
+ * left; *s points at its bytes in the blob (r->pos - *len after). */
+static int rd_str(reader *r, size_t max, const char *too_long, const unsigned char **s,
+                  uint32_t *len)
+{
+    size_t at = r->pos;
+    uint64_t n;
+    if (rd_uv(r, &n) < 0)
+        return FS_EBADDATA;
+    if (n > max)
+        return bad(r, too_long, at);
+    if (n > left(r))
+        return bad(r, "record runs past the end of the payload", r->end);
+    *s = r->p + r->pos;
+    *len = (uint32_t)n;
+    r->pos += n;
+    return FS_OK;
+}
+
+/* ------------------------------------------------- token validation */
+
+/* A literal token (whole_filter 0) or a whole literal filter (1) of the
+ * dialect, exactly as the tokenizer accepts it (fs_check_literal, the
+ * dialects' rules); at is its blob offset. */
+static int check_literal(reader *r, const unsigned char *t, size_t n, int whole_filter, size_t at)
+{
+    fs_error e;
+    if (fs_check_literal(r->d, t, n, whole_filter, &e) < 0)
+        return bad(r, e.reason, at + e.pos);
+    return FS_OK;
+}
+
+/* ---------------------------------------------------------- records */
+
+/* Read a node's subscriptions into n (already linked into the index, so
+ * fs_sublist_free releases whatever was attached when a read fails). */
+static int rd_subs(reader *r, fs_node *n)
+{
+    fs_sublist *sl = r->sl;
+    size_t at = r->pos;
+    uint64_t v;
+    if (rd_uv(r, &v) < 0)
+        return FS_EBADDATA;
+    uint64_t ns = v >> 1;
+    if (ns > left(r) / MIN_ID || ns > UINT32_MAX)
+        return bad(r, "id count exceeds the data", at);
+    if (ns == 1) {
+        n->subcap = 1;
+        if (rd_ids(r, &n->subs.one, 1) < 0)
+            return FS_EBADDATA;
+    } else if (ns > 1) {
+        uint32_t cap = ids_cap((uint32_t)ns, 4);
+        int64_t *ids = fs_sl_alloc(sl, sizeof(int64_t) * cap);
+        if (!ids)
+            return FS_ENOMEM;
+        n->subs.many = ids;
+        n->subcap = cap;
+        if (rd_ids(r, ids, (uint32_t)ns) < 0)
+            return FS_EBADDATA;
+    }
+    n->nsubs = (uint32_t)ns;
+    r->subs += ns;
+    if (!(v & 1))
+        return FS_OK;
+
+    at = r->pos;
+    uint64_t ng;
+    if (rd_uv(r, &ng) < 0)
+        return FS_EBADDATA;
+    if (ng == 0)
+        return bad(r, "zero queue groups after the groups flag", at);
+    if (ng > left(r) / MIN_GROUP || ng > MAX_TABLE)
+        return bad(r, "queue group count exceeds the data", at);
+    uint32_t gcap = ids_cap((uint32_t)ng, 1);
+    fs_groups *G = fs_sl_alloc(sl, fs_groups_bytes(gcap));
+    if (!G)
+        return FS_ENOMEM;
+    memset(G, 0, fs_groups_bytes(gcap));
+    G->cap = gcap;
+    n->groups = G;
+    fs_group *gs = G->g;
+    for (uint32_t i = 0; i < ng; i++) {
+        fs_group *g = &gs[i];
+        G->n = i + 1;
+        const unsigned char *name;
+        uint32_t qlen;
+        at = r->pos;
+        if (rd_str(r, FS_MAX_SUBJECT, "queue name longer than 65,535 bytes", &name, &qlen) < 0)
+            return FS_EBADDATA;
+        size_t name_at = r->pos - qlen;
+        fs_error qe;
+        if (fs_check_queue(r->d, (const char *)name, qlen, &qe) < 0)
+            return bad(r, qe.reason, name_at + qe.pos);
+        if (i > 0) {
+            const fs_group *pg = &gs[i - 1];
+            uint32_t m = pg->name_len < qlen ? pg->name_len : qlen;
+            int c = memcmp(pg->name, name, m);
+            if (c > 0 || (c == 0 && pg->name_len >= qlen))
+                return bad(r, "queue groups not in strictly increasing name order", at);
+        }
+        g->name = fs_sl_alloc(sl, qlen);
+        if (!g->name)
+            return FS_ENOMEM;
+        memcpy(g->name, name, qlen);
+        g->name_len = qlen;
+        g->name_hash = fs_hash((const char *)name, qlen);
+
+        at = r->pos;
+        uint64_t m;
+        if (rd_uv(r, &m) < 0)
+            return FS_EBADDATA;
+        if (m == 0)
+            return bad(r, "empty queue group", at);
+        if (m > left(r) / MIN_ID || m > UINT32_MAX)
+            return bad(r, "member count exceeds the data", at);
+        uint32_t cap = ids_cap((uint32_t)m, 2);
+        g->ids = fs_sl_alloc(sl, sizeof(int64_t) * cap);
+        if (!g->ids)
+            return FS_ENOMEM;
+        g->cap = cap;
+        if (rd_ids(r, g->ids, (uint32_t)m) < 0)
+            return FS_EBADDATA;
+        g->n = (uint32_t)m;
+        r->subs += m;
+    }
+    return FS_OK;
+}
+
+static int rd_literals(reader *r, uint64_t count)
+{
+    const fs_dialect_rules *R = fs_rules(r->d);
+    fs_sublist *sl = r->sl;
+    fs_level *L = &sl->literals;
+    uint32_t cap = table_cap((uint32_t)count);
+    if (cap && fs_level_resize(&sl->mem, L, cap) < 0)
+        return FS_ENOMEM;
+    fs_tokens t;
+    fs_tokens_init(&t);
+    int rc = FS_OK;
+    for (uint64_t i = 0; i < count && rc == FS_OK; i++) {
+        size_t at = r->pos;
+        const unsigned char *f;
+        uint32_t flen;
+        fs_error fe;
+        if (rd_str(r, FS_MAX_SUBJECT, "filter longer than 65,535 bytes", &f, &flen) < 0) {
+            rc = FS_EBADDATA;
+            break;
+        }
+        if (flen == 0 && !R->empty_ok) {        /* AMQP: "" is the key of zero words */
+            rc = bad(r, "empty literal filter", at);
+            break;
+        }
+        if (flen > R->max_len) {                /* AMQP: 255 bytes (rd_str checked 65,535) */
+            rc = bad(r, R->filter_too_long, at);
+            break;
+        }
+        if (check_literal(r, f, flen, 1, r->pos - flen) < 0) {
+            rc = FS_EBADDATA;
+            break;
+        }
+        /* The key is of the tokens, as an insert computes it. */
+        if ((rc = fs_tokenize(r->d, (const char *)f, flen, 1, &t, &fe)) < 0) {
+            if (rc == FS_EINVAL)
+                rc = bad(r, fe.reason, r->pos - flen + fe.pos);
+            break;
+        }
+        uint64_t key = fs_tokens_key(t.tok, 0, t.n, 0);
+        if (fs_keyed_find(sl, L, key, (const char *)f, flen, (const char *)f + flen)) {
+            rc = bad(r, "duplicate literal filter", at);
+            break;
+        }
+        fs_span sp = {0, flen, (uint32_t)key, FS_TOK_LITERAL};
+        fs_node *e = fs_entry_new(sl, (const char *)f, &sp);
+        if (!e) {
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (fs_level_add_checked(&sl->mem, L, e, (uint32_t)(key >> 32), 0) < 0) {
+            fs_node_free(sl, e);
+            rc = FS_ENOMEM;
+            break;
+        }
+        size_t body = r->pos;
+        if ((rc = rd_subs(r, e)) < 0)
+            break;
+        if (!fs_has_subs(e))
+            rc = bad(r, "literal filter without subscriptions", body);
+        /* insert("$share/G/f") always makes a group: a plain subscription
+         * on a filter starting "$share/" cannot be built through the API */
+        else if (e->nsubs && fs_share_prefixed(r->d, (const char *)f, flen))
+            rc = bad(r, "plain subscription on a '$share/' filter", body);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+/* Version 2's shape-table entries: whole filters with wildcards, each
+ * placed in its shape's table (the shapes of a valid image always fit
+ * the budget, whatever order they are created in). */
+static int rd_shaped(reader *r)
+{
+    fs_sublist *sl = r->sl;
+    size_t at = r->pos;
+    uint64_t count;
+    if (rd_uv(r, &count) < 0)
+        return FS_EBADDATA;
+    if (count > left(r) / MIN_LITERAL || count > MAX_TABLE)
+        return bad(r, "shaped filter count exceeds the data", at);
+    fs_tokens t;
+    fs_tokens_init(&t);
+    int rc = FS_OK;
+    for (uint64_t i = 0; i < count && rc == FS_OK; i++) {
+        at = r->pos;
+        const unsigned char *f;
+        uint32_t flen;
+        fs_error fe;
+        fs_shape_of of;
+        fs_shape *sh;
+        if (rd_str(r, FS_MAX_SUBJECT, "filter longer than 65,535 bytes", &f, &flen) < 0) {
+            rc = FS_EBADDATA;
+            break;
+        }
+        rc = fs_tokenize(r->d, (const char *)f, flen, 1, &t, &fe);
+        if (rc == FS_EINVAL) {
+            rc = bad(r, fe.reason, r->pos - flen + fe.pos);
+            break;
+        }
+        if (rc < 0)
+            break;
+        if (!fs_shape_classify(&t, &of)) {
+            rc = bad(r, "shaped filter without a shape", at);
+            break;
+        }
+        sh = fs_shape_find(sl, &of);
+        if (!sh && (rc = fs_shape_create(sl, &of, &sh)) < 0)
+            break;
+        if (!sh) {
+            rc = bad(r, "more filter shapes than an index holds", at);
+            break;
+        }
+        if (fs_shape_lookup(sl, sh, (const char *)f, flen, of.key)) {
+            rc = bad(r, "duplicate shaped filter", at);
+            break;
+        }
+        fs_span sp = {0, flen, (uint32_t)of.key, FS_NODE_SHAPED};
+        fs_node *e = fs_entry_new(sl, (const char *)f, &sp);
+        if (!e) {
+            fs_shape_drop_if_empty(sl, sh);
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (fs_shape_add(sl, sh, e, of.key) < 0) {
+            fs_node_free(sl, e);
+            fs_shape_drop_if_empty(sl, sh);
+            rc = FS_ENOMEM;
+            break;
+        }
+        size_t body = r->pos;
+        if ((rc = rd_subs(r, e)) < 0)
+            break;
+        if (!fs_has_subs(e))
+            rc = bad(r, "shaped filter without subscriptions", body);
+        else if (e->nsubs && fs_share_prefixed(r->d, (const char *)f, flen))
+            rc = bad(r, "plain subscription on a '$share/' filter", body);
+    }
+    fs_tokens_free(&t);
+    return rc;
+}
+
+typedef struct {
+    fs_node *n;
+    uint64_t lit_left;       /* literal children still to read */
+    uint64_t key;            /* the shape key of n's filter: fs_pos_mix of its literal tokens */
+    uint64_t onemask;        /* bit i: token i of n's filter is a one-level wildcard (i < 64) */
+    uint32_t pathlen;        /* bytes of n's filter */
+    uint32_t ntok;           /* tokens of n's filter */
+    uint8_t wild;            /* bit 0: a one child to read, bit 1: a rest child */
+    uint8_t haswild;         /* n's path has a wildcard token */
+    uint8_t share;           /* MQTT: the filters below n start "$share/" */
+    uint8_t restpath;        /* n's path has a rest wildcard token (n's own included) */
+} rframe;
+
+/* A filter stored in the trie must not also be an entry of the shape
+ * section: an insert finds the shape entry first (find_locked in
+ * sublist.c) and never creates the trie node then, nor the entry while the
+ * trie node holds subscriptions.  c is a trie node with subscriptions, its
+ * filter the pathlen bytes at path, its shape computed on the way down
+ * (exactly what fs_shape_classify computes from the filter's tokens:
+ * tokens before a trailing rest wildcard, no rest wildcard before it,
+ * at most FS_SHAPE_MAX_TOKENS); 1 when the shape section holds it. */
+static int in_shape_section(const fs_sublist *sl, const fs_node *c, const rframe *parent,
+                            uint64_t key, uint64_t onemask, const char *path, uint32_t pathlen)
+{
+    fs_shape_of of;
+    if (parent->restpath)
+        return 0;                      /* AMQP '#' before the end: no shape */
+    of.rest = c->kind == FS_TOK_REST;
+    of.ntoks = parent->ntok + 1 - of.rest;
+    if (of.ntoks > FS_SHAPE_MAX_TOKENS)
+        return 0;
+    of.onemask = onemask;
+    of.key = key;
+    const fs_shape *sh = fs_shape_find(sl, &of);
+    return sh && fs_shape_lookup(sl, sh, path, pathlen, key) != NULL;
+}
+
+/* Read the children word of node n (just read) and give n its level,
+ * pre-sized.  *ch is the word. */
+static int rd_children(reader *r, fs_node *n, uint64_t *ch)
+{
+    size_t at = r->pos;
+    if (rd_uv(r, ch) < 0)
+        return FS_EBADDATA;
+    if (*ch == 0)
+        return FS_OK;
+    if (n->kind == FS_TOK_REST && fs_rules(r->d)->rest_children)     /* AMQP's '#' may be anywhere */
+        return bad(r, fs_rules(r->d)->rest_children, at);
+    uint64_t nlit = *ch >> 2;
+    if (nlit > left(r) / MIN_CHILD || nlit > MAX_TABLE)
+        return bad(r, "child count exceeds the data", at);
+    fs_sublist *sl = r->sl;
+    fs_level *L = fs_sl_alloc(sl, sizeof(fs_level));
+    if (!L)
+        return FS_ENOMEM;
+    memset(L, 0, sizeof(*L));
+    fs_link_of(n)->next = L;
+    uint32_t cap = table_cap((uint32_t)nlit);
+    if (cap) {
+        L->slots = fs_sl_alloc(sl, sizeof(fs_slot) * cap);
+        if (!L->slots)
+            return FS_ENOMEM;
+        memset(L->slots, 0, sizeof(fs_slot) * cap);
+        L->cap = cap;
+    }
+    return FS_OK;
+}
+
+static int rd_trie(reader *r, uint64_t *ntrie)
+{
+    fs_sublist *sl = r->sl;
+    const fs_dialect_rules *R = fs_rules(r->d);
+    const char *one = &R->one, *rest = &R->rest;
+    uint32_t maxlen = R->max_len;
+    const char *too_long = R->filter_too_long;
+    const fs_span one_sp = {0, 1, fs_hash(one, 1), FS_TOK_ONE};
+    const fs_span rest_sp = {0, 1, fs_hash(rest, 1), FS_TOK_REST};
+    rframe *stack = NULL;
+    size_t depth = 0, cap = 0;
+    uint64_t ch;
+    /* The current node's filter, kept only when there are shape tables to
+     * check trie filters against: each token is copied once, over its
+     * previous sibling's, so keeping it is linear in the trie's bytes. */
+    char *path = NULL;
+
+    size_t at = r->pos;
+    int rc = rd_subs(r, sl->root);
+    if (rc == FS_OK && fs_has_subs(sl->root))
+        rc = bad(r, "subscriptions on the trie root", at);
+    if (rc == FS_OK)
+        rc = rd_children(r, sl->root, &ch);
+    if (rc == FS_OK && ch && sl->shapes.n && !(path = FS_MALLOC(maxlen)))
+        rc = FS_ENOMEM;
+    if (rc == FS_OK && ch) {
+        if ((rc = fs_grow(&stack, &cap, 1, sizeof(rframe))) == FS_OK)
+            stack[depth++] = (rframe){sl->root, ch >> 2, 0, 0, 0, 0, (uint8_t)(ch & 3), 0, 0, 0};
+    }
+    while (rc == FS_OK && depth) {
+        rframe *f = &stack[depth - 1];
+        fs_node *parent = f->n, *c;
+        fs_level *L = fs_next(parent);
+        uint32_t sep = parent == sl->root ? 0 : 1;
+        uint32_t pathlen;
+        uint8_t haswild = 1, share = f->share, restpath = f->restpath;
+        uint64_t key = f->key, onemask = f->onemask;
+        at = r->pos;
+        if (f->lit_left) {
+            f->lit_left--;
+            const unsigned char *t;
+            uint32_t tlen;
+            if ((rc = rd_str(r, FS_MAX_SUBJECT, "token longer than 65,535 bytes", &t, &tlen)) < 0)
+                break;
+            if ((rc = check_literal(r, t, tlen, 0, r->pos - tlen)) < 0)
+                break;
+            pathlen = f->pathlen + sep + tlen;
+            if (pathlen > maxlen) {
+                rc = bad(r, too_long, at);
+                break;
+            }
+            fs_span sp = {0, tlen, fs_hash((const char *)t, tlen), FS_TOK_LITERAL};
+            if (fs_level_find(sl, L, (const char *)t, tlen, sp.hash)) {
+                rc = bad(r, "duplicate child token", at);
+                break;
+            }
+            if (!(c = fs_node_new(sl, parent, (const char *)t, &sp))) {
+                rc = FS_ENOMEM;
+                break;
+            }
+            if (fs_level_add(&sl->mem, L, c) < 0) {
+                fs_node_free(sl, c);
+                rc = FS_ENOMEM;
+                break;
+            }
+            haswild = f->haswild;
+            if (!sep && fs_share_level(r->d, (const char *)t, tlen))
+                share = 1;
+            key += fs_pos_mix(sp.hash, f->ntok);
+            if (path) {
+                if (sep)
+                    path[f->pathlen] = R->sep;
+                memcpy(path + f->pathlen + sep, t, tlen);
+            }
+        } else if (f->wild) {
+            int is_one = f->wild & 1;
+            f->wild = (uint8_t)(f->wild & (is_one ? 2 : 1));
+            pathlen = f->pathlen + sep + 1;
+            if (pathlen > maxlen) {
+                rc = bad(r, too_long, at);
+                break;
+            }
+            if (!(c = fs_node_new(sl, parent, is_one ? one : rest, is_one ? &one_sp : &rest_sp))) {
+                rc = FS_ENOMEM;
+                break;
+            }
+            if (is_one) L->one = c;
+            else L->rest = c;
+            if (is_one && f->ntok < 64)
+                onemask |= 1ull << f->ntok;
+            if (!is_one)
+                restpath = 1;
+            if (path) {
+                if (sep)
+                    path[f->pathlen] = R->sep;
+                path[f->pathlen + sep] = is_one ? *one : *rest;
+            }
+        } else {
+            depth--;
+            continue;
+        }
+        (*ntrie)++;
+        size_t body = r->pos;
+        if ((rc = rd_subs(r, c)) < 0)
+            break;
+        if (fs_has_subs(c) && !haswild) {
+            rc = bad(r, "subscriptions on a trie path without a wildcard", body);
+            break;
+        }
+        if (c->nsubs && f->share) {
+            rc = bad(r, "plain subscription on a '$share/' filter", body);
+            break;
+        }
+        if (path && fs_has_subs(c) && in_shape_section(sl, c, f, key, onemask, path, pathlen)) {
+            rc = bad(r, "filter both in the shape section and the trie", body);
+            break;
+        }
+        if ((rc = rd_children(r, c, &ch)) < 0)
+            break;
+        if (!ch && !fs_has_subs(c)) {
+            rc = bad(r, "empty trie node", body);
+            break;
+        }
+        if (ch) {
+            if ((rc = fs_grow(&stack, &cap, depth + 1, sizeof(rframe))) < 0)
+                break;
+            f = &stack[depth - 1];      /* the stack may have moved */
+            stack[depth++] = (rframe){c, ch >> 2, key, onemask, pathlen, f->ntok + 1, (uint8_t)(ch & 3),
+                                      haswild, share, restpath};
+        }
+    }
+    FS_FREE(path);
+    FS_FREE(stack);
+    return rc;
+}
+
+/* The fixed header and the checksum: everything before the structure. */
+static int check_envelope(reader *r, size_t len, uint64_t *payload)
+{
+    const unsigned char *p = r->p;
+    if (len < FS_SERIAL_HEADER)
+        return bad(r, "truncated header", len);
+    if (memcmp(p, MAGIC, sizeof(MAGIC)) != 0)
+        return bad(r, "bad magic (not a fastsub index)", 0);
+    r->version = (unsigned)get_le(p + 8, 2);
+    if (r->version < 1 || r->version > FS_SERIAL_VERSION)
+        return bad(r, "unsupported format version", 8);
+    uint64_t flags = get_le(p + 10, 2);
+    if (flags & ~(uint64_t)3)
+        return bad(r, "unknown flags", 10);
+    fs_dialect d;
+    if (!fs_dialect_of_code(flags, &d))
+        return bad(r, "unknown dialect", 10);
+    if (get_le(p + 12, 4) != 0)
+        return bad(r, "nonzero reserved field", 12);
+    *payload = get64(p + 16);
+    size_t room = len - FS_SERIAL_HEADER;
+    if (room < FS_SERIAL_TRAILER || *payload > room - FS_SERIAL_TRAILER)
+        return bad(r, "truncated data", len);
+    size_t end = FS_SERIAL_HEADER + (size_t)*payload;
+    if (room - FS_SERIAL_TRAILER > *payload)
+        return bad(r, "trailing bytes after the checksum", end + FS_SERIAL_TRAILER);
+    if (fs_serial_checksum(p, end) != get_le(p + end, 8))
+        return bad(r, "checksum mismatch", end);
+    r->d = d;
+    r->pos = FS_SERIAL_HEADER;
+    r->end = end;
+    return FS_OK;
+}
+
+int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err)
+{
+    reader r;
+    memset(&r, 0, sizeof(r));
+    r.p = (const unsigned char *)data;
+    r.err = err;
+    *out = NULL;
+    uint64_t payload;
+    int rc = check_envelope(&r, len, &payload);
+    if (rc < 0)
+        return rc;
+    uint64_t nsubs = get_le(r.p + 24, 8), nlit = get_le(r.p + 32, 8), ntrie = get_le(r.p + 40, 8);
+    if (nlit > payload / MIN_LITERAL || nlit > MAX_TABLE)
+        return bad(&r, "literal filter count exceeds the data", 32);
+    if (ntrie > payload / MIN_NODE)
+        return bad(&r, "trie node count exceeds the data", 40);
+
+    fs_sublist *sl = fs_sublist_new(r.d);
+    if (!sl)
+        return FS_ENOMEM;
+    r.sl = sl;
+    uint64_t seen = 0;
+    rc = rd_literals(&r, nlit);
+    if (rc == FS_OK && r.version >= 2)
+        rc = rd_shaped(&r);
+    if (rc == FS_OK)
+        rc = rd_trie(&r, &seen);
+    if (rc == FS_OK && r.pos != r.end)
+        rc = bad(&r, "trailing bytes after the trie", r.pos);
+    if (rc == FS_OK && r.subs != nsubs)
+        rc = bad(&r, "subscription count does not match the header", 24);
+    if (rc == FS_OK && seen != ntrie)
+        rc = bad(&r, "trie node count does not match the header", 40);
+    if (rc < 0) {
+        fs_sublist_free(sl);
+        return rc;
+    }
+    sl->count = nsubs;
+    fs_sublist_publish_count(sl);
+    *out = sl;
+    return FS_OK;
+}
