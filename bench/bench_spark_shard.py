@@ -29,8 +29,9 @@ unsharded and sharded passes must agree on both figures.
              with the subscriptions broadcast-hinted; no Python, no fastsub.
              Its physical plans are printed (explain()).
 
-Every pass that delivers must agree with every other on the count and the
-checksum: the SQL passes are the fan-out's independent oracle.
+Every pass delivers to every matching subscription (queues="all", as the
+SQL does) and must agree with every other on the count and the checksum:
+the SQL passes are the fan-out's independent oracle.
 
 Reported per pass: wall seconds, events/s, shuffle bytes written per event
 (Spark's REST API), the peak RSS of the driver's Python and of its JVM (with
@@ -321,14 +322,14 @@ def main(argv=None):
                 if name in ("identity", "warmup"):
                     got = identity()
                 elif name == "unsharded":
-                    got = agg(fanout(events, subs, shards=1, reuse_index=False))
+                    got = agg(fanout(events, subs, shards=1, reuse_index=False, queues="all"))
                 elif name == "sharded":
                     # the plan as shards="auto" would make it above its threshold
                     # (salting included), passed on so that this pass shards at any size
                     plan = plan_shards(subs, "nats", shards, depth, events=events)
-                    got = agg(fanout(events, subs, shards=plan))
+                    got = agg(fanout(events, subs, shards=plan, queues="all"))
                 elif name in ("fanout", "again"):
-                    got = agg(fanout(events, subs))
+                    got = agg(fanout(events, subs, queues="all"))
                 elif name in ("sql-merge", "sql-broadcast"):
                     how = name.split("-")[1]
                     joined = sql_join.sql_fanout(events, subs, "nats", plan=how)

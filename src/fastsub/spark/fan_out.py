@@ -25,7 +25,7 @@ from fastsub._dialects import check_dialect
 from fastsub.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
                                  check_events, collect_subscriptions, column, index_from_arrow)
 from fastsub.spark.images import use_images, image_index, save_sublist
-from fastsub.spark.shard_images import image_per_event
+from fastsub.spark.shard_images import image_per_event, shard_images
 from fastsub.spark.session import check_executors, is_connect, session_key
 from fastsub.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
                                  reject_reasons)
@@ -493,9 +493,16 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
         how = dict(subject_col=subject_col, key_col=key_col, dialect=dialect, queues=queues,
                    dedupe=bool(dedupe))
         if use_images(spark, image_dir, ship):
-            # each shard's image built once per content, only the events shuffled
-            per_event = image_per_event(events, subscriptions, plan, image_dir=image_dir,
-                                        rebuild=not reuse_index, **how)
+            # each shard's image built once per content, only the events
+            # shuffled; the same DataFrame object again: not even the digest
+            key = (session_key(spark), dialect, "shard-images", image_dir, plan.shards, plan.depth)
+            paths = _reused(subscriptions, key) if reuse_index else None
+            if paths is None:
+                paths = shard_images(subscriptions, dialect, plan, image_dir,
+                                     rebuild=not reuse_index)["paths"]
+                if reuse_index:
+                    _remember(subscriptions, key, paths)
+            per_event = image_per_event(events, plan, paths, **how)
         else:
             per_event = sharded_per_event(events, subscriptions, plan, **how)
         return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, plan,

@@ -245,12 +245,10 @@ def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols,
     return fastsub_shard_image_match
 
 
-def image_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPlan, *,
-                    subject_col: str, key_col, dialect: str, queues: str, dedupe: bool,
-                    image_dir=None, rebuild: bool = False) -> DataFrame:
-    """sharded_per_event's frame, from the shards' images: only the events
-    are shuffled.  rebuild=True builds every shard's image again."""
-    paths = shard_images(subscriptions, dialect, plan, image_dir, rebuild=rebuild)["paths"]
+def image_per_event(events: DataFrame, plan: ShardPlan, paths: List[str], *, subject_col: str,
+                    key_col, dialect: str, queues: str, dedupe: bool) -> DataFrame:
+    """sharded_per_event's frame, from the shards' images (shard_images'
+    paths): only the events are shuffled."""
     side = event_side(events, plan, subject_col=subject_col, key_col=key_col, dialect=dialect)
     fn = _match_fn(paths, plan._width, queues, dedupe, side.subject, side.safe, side.out_schema)
     return side.frame.groupBy(_GROUP).applyInArrow(fn, side.out_schema_spark) \
