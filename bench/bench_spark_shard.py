@@ -21,7 +21,8 @@ unsharded and sharded passes must agree on both figures.
   unsharded  fanout(shards=1, reuse_index=False): collect, build, ship, match
   sharded    fanout(shards=...): one stats job, the events' salting sample,
              the cogroup that builds each shard's index on the executors
-  fanout     fanout(events, subs) with its default arguments (shards="auto")
+  fanout     fanout(events, subs) with its default arguments (shards="auto"),
+             the images built into a new directory (--image-dir): a first call
   again      the same call again on the same subscriptions DataFrame
   sql-merge, sql-broadcast
              the plain Spark SQL shape-join (bench/sql_join.py: one candidate
@@ -258,6 +259,9 @@ def main(argv=None):
     ap.add_argument("--driver-memory", default="6g")
     ap.add_argument("--executor-memory", default="5g")
     ap.add_argument("--json", help="append the results as one JSON line to this file")
+    ap.add_argument("--image-dir", default=None,
+                    help="where the shard images go (default: a new temporary directory, so "
+                         "that the first fanout pass builds them: a first call)")
     args = ap.parse_args(argv)
 
     from pyspark.sql import functions as F
@@ -265,6 +269,7 @@ def main(argv=None):
     from fastsub.spark import LOAD_LOG_ENV, IndexTooLargeError, fanout, local_session, plan_shards
 
     build_log = tempfile.mktemp(prefix="fastsub-shard-builds-")
+    image_dir = args.image_dir or tempfile.mkdtemp(prefix="fastsub-bench-images-")
     os.environ[LOAD_LOG_ENV] = build_log
     cluster = None
     master = args.master
@@ -322,14 +327,15 @@ def main(argv=None):
                 if name in ("identity", "warmup"):
                     got = identity()
                 elif name == "unsharded":
-                    got = agg(fanout(events, subs, shards=1, reuse_index=False, queues="all"))
+                    got = agg(fanout(events, subs, shards=1, reuse_index=False, queues="all",
+                                     image_dir=image_dir))
                 elif name == "sharded":
                     # the plan as shards="auto" would make it above its threshold
                     # (salting included), passed on so that this pass shards at any size
                     plan = plan_shards(subs, "nats", shards, depth, events=events)
-                    got = agg(fanout(events, subs, shards=plan, queues="all"))
+                    got = agg(fanout(events, subs, shards=plan, queues="all", image_dir=image_dir))
                 elif name in ("fanout", "again"):
-                    got = agg(fanout(events, subs, queues="all"))
+                    got = agg(fanout(events, subs, queues="all", image_dir=image_dir))
                 elif name in ("sql-merge", "sql-broadcast"):
                     how = name.split("-")[1]
                     joined = sql_join.sql_fanout(events, subs, "nats", plan=how)
