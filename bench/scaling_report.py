@@ -60,12 +60,24 @@ def markdown(data, machine, command):
     L.append(f"Speed-up at T={top} against the Go sublist's at T=16 on the same kind of machine "
              "(its figures: issue 32's table, T goroutines sharing one `Sublist`):")
     L.append("")
-    L.append(f"| workload | fastsub T={top} / T=1 | Go T=16 / T=1 |")
-    L.append("|---|---:|---:|")
-    for name, rs in _by_workload(rows).items():
-        last = max(rs, key=lambda r: r["threads"])
+    earlier = data.get("earlier")
+    extra = f" | {earlier['label']} |" if earlier else " |"
+    L.append(f"| workload | fastsub T={top} / T=1{extra} Go T=16 / T=1 |")
+    L.append("|---|---:|---:|" + ("---:|" if earlier else ""))
+    before = {}
+    if earlier:
+        for name, rs in _by_workload(earlier["rows"]).items():
+            before[name] = max(rs, key=lambda r: r["threads"])["speedup"]
+    names = list(_by_workload(rows)) + [n for n in before if n not in _by_workload(rows)]
+    for name in names:
+        rs = _by_workload(rows).get(name)
+        now = f"{max(rs, key=lambda r: r['threads'])['speedup']:.2f}x" if rs else "-"
+        was = (f" {before[name]:.2f}x |" if name in before else " - |") if earlier else ""
         go = GO_T16.get(name)
-        L.append(f"| {go[0] if go else name} | {last['speedup']:.2f}x | {f'{go[1]:.1f}x' if go else '-'} |")
+        L.append(f"| {go[0] if go else name} | {now} |{was} {f'{go[1]:.1f}x' if go else '-'} |")
+    if earlier:
+        L.append("")
+        L.append(earlier["note"])
     return "\n".join(L) + "\n"
 
 
@@ -98,6 +110,9 @@ def main():
     ap.add_argument("--machine", default="the many-core machine")
     ap.add_argument("--command", default="bench/scaling.sh WHEEL 1,2,4,8,16 light,hot1k,heavy,light1m,light10m 3")
     ap.add_argument("--from-kept", action="store_true", help="rewrite from docs/benchmarks/scaling.json")
+    ap.add_argument("--earlier", help="another run's scaling.json, its T=16 speed-ups beside these")
+    ap.add_argument("--earlier-label", default="an earlier run")
+    ap.add_argument("--earlier-note", default="")
     a = ap.parse_args()
     kept = os.path.join(OUT, "scaling.json")
     if a.from_kept:
@@ -109,6 +124,9 @@ def main():
         with open(a.json) as f:
             data = json.load(f)
         data["machine"], data["command"] = a.machine, a.command
+        if a.earlier:
+            with open(a.earlier) as f:
+                data["earlier"] = dict(json.load(f), label=a.earlier_label, note=a.earlier_note)
         with open(kept, "w") as f:
             json.dump(data, f, indent=1)
     with open(os.path.join(OUT, "scaling.md"), "w", encoding="utf-8") as f:
