@@ -494,6 +494,8 @@ def markdown(res, mach, cmd, files, seconds):
     # The image (docs/FORMAT.md, version 3): bench/image.py writes its own
     # section (build, save, open, match from the mapped file, private memory of
     # processes sharing it), kept beside the figures and included here.
+    # The plain SQL shape-join's plans (bench/bench_spark_shard.py prints them).
+    included("sql-plans.md", w)
     included("image.md", w)
     return "\n".join(L)
 
