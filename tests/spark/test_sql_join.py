@@ -10,10 +10,19 @@ import pytest
 from spark_expect import EVENT_SCHEMA, SUBS_SCHEMA, Expected, events_rows, random_case
 from fastsub import _reference as R
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-import sql_join  # noqa: E402
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 
 pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def sql_join():
+    """bench/sql_join.py, imported here: it needs PySpark, which a test
+    run without Spark (the wheel's) does not have at collection."""
+    pytest.importorskip("pyspark")
+    sys.path.insert(0, BENCH)
+    import sql_join
+    return sql_join
 
 
 def _case(dialect, seed):
@@ -24,7 +33,7 @@ def _case(dialect, seed):
 
 
 @pytest.mark.parametrize("dialect,seed", [("nats", 11), ("mqtt", 12), ("mqtt", 13)])
-def test_sql_join_is_the_reference(spark, dialect, seed):
+def test_sql_join_is_the_reference(spark, sql_join, dialect, seed):
     from fastsub.spark import fanout
     subs, events = _case(dialect, seed)
     ev = spark.createDataFrame(spark.sparkContext.parallelize(events, 3), EVENT_SCHEMA)
@@ -46,7 +55,7 @@ def test_sql_join_is_the_reference(spark, dialect, seed):
         assert sorted((r["event_id"], r["sub_id"]) for r in rows) == fast
 
 
-def test_shapes_and_plans(spark):
+def test_shapes_and_plans(spark, sql_join):
     subs = [(1, "a.*.c", None), (2, "a.>", None), (3, "x.y", "q"), (4, "*.*.c", None)]
     sub_df = spark.createDataFrame(subs, SUBS_SCHEMA)
     assert sql_join.shapes(sub_df, "nats") == [
