@@ -205,17 +205,6 @@ class ShardPlan:
 # executors: routing and statistics
 # --------------------------------------------------------------------------
 
-def _filter_route_udf(dialect: str, depth: int):
-    """An arrow_udf: the route key of each filter (>= 0); for a filter every
-    shard needs, -1; null for a null or invalid row.  (Subjects are routed
-    in the JVM: route_column.)"""
-    def fastsub_route(values: pa.Array) -> pa.Array:
-        keys, kinds = route_keys(values, dialect, depth, filters=True)
-        keys = np.where(kinds == ROUTE_ANY, -1, keys)
-        return pa.array(keys, pa.int64(), mask=kinds > ROUTE_ANY)
-    return F.arrow_udf(fastsub_route, "bigint").asNondeterministic()
-
-
 def _tokens(values, dialect: str, filters: bool):
     """Column: the tokens of each value, split as the tokenizer splits one
     it accepts (route_split); of a filter, MQTT's "$share/GROUP/" goes
@@ -619,7 +608,7 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
 
     sub = subscriptions.select(*_subs_columns(subscriptions, has_queue)).toDF(
         *([_SID, _FLT] + ([_QUE] if has_queue else [])))
-    sub = sub.withColumn(_KEY, _filter_route_udf(dialect, plan.depth)(F.col(_FLT)))
+    sub = sub.withColumn(_KEY, filter_route_column(F.col(_FLT), dialect, plan.depth))
     groups = plan.subscription_groups(F.pmod(F.col(_KEY), F.lit(plan.shards)), F.col(_KEY) == -1)
     queue = F.col(_QUE) if has_queue else F.lit(None).cast("string")
     ident = [F.col(_SID), F.col(_FLT)] + ([F.col(_QUE)] if has_queue else [])

@@ -27,7 +27,6 @@ So a call on unchanged subscriptions runs the digest job and shuffles the
 events, nothing else: the subscriptions never meet the events' shuffle,
 and no Python process reads them.
 """
-import collections
 import fcntl
 import os
 import threading
@@ -42,7 +41,7 @@ from fastsub import Sublist
 from fastsub.spark.base import insert_arrow
 from fastsub.spark.images import _check_dir, _image_path, _rows, digest_columns, name_of
 from fastsub.spark.session import session_key
-from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
+from fastsub.spark.ship import LOAD_LOG_ENV, WorkerCache
 from fastsub.spark.shard import (_GROUP, _PICK, ShardPlan, _int_array, event_side,
                                   filter_route_column)
 
@@ -207,24 +206,16 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
 # the workers: shard images mapped, kept by path
 # --------------------------------------------------------------------------
 
-_mapped = collections.OrderedDict()
-_mapped_lock = fork_safe_lock()
+# Checked in full by the driver's probe or written by a build task of this
+# application: opened with the header and root block checked, and every walk
+# stays inside the mapping.
+_mapped = WorkerCache(MAPPED_MAX)
 
 
 def _open_shard(path: str) -> Sublist:
-    with _mapped_lock:
-        sl = _mapped.get(path)
-        if sl is not None:
-            _mapped.move_to_end(path)
-            return sl
-        # Checked in full by the driver's probe or written by a build task of
-        # this application: the header and root block are checked here, and
-        # every walk stays inside the mapping.
-        sl = _mapped[path] = Sublist.open(path, verify=False)
-        while len(_mapped) > MAPPED_MAX:
-            _mapped.popitem(last=False)
+    sl, opened = _mapped.get(path, lambda: Sublist.open(path, verify=False))
     log = os.environ.get(LOAD_LOG_ENV)
-    if log:
+    if opened and log:
         with open(log, "a") as f:
             f.write(f"mapped-shard {os.path.basename(path)} {os.getpid()}\n")
     return sl

@@ -28,6 +28,7 @@ it quickly, and unpickling a SharedIndex costs only its own fields.
 import collections
 import os
 import threading
+from typing import Tuple
 
 from fastsub import Sublist
 
@@ -49,9 +50,30 @@ def fork_safe_lock() -> threading.Lock:
     return lock
 
 
-_CACHE_MAX = 4                            # indexes kept per worker process (LRU)
-_cache = collections.OrderedDict()        # index id (image: its digest name) -> Sublist
-_cache_lock = fork_safe_lock()
+class WorkerCache:
+    """Indexes a Python worker keeps (least recently used out first), under
+    a fork-safe lock: get(key, open) returns the kept one, or opens, keeps
+    and returns a new one; `opened` says which (for the load logs)."""
+
+    def __init__(self, max_items: int):
+        self.max_items = max_items
+        self._items = collections.OrderedDict()
+        self._lock = fork_safe_lock()
+
+    def get(self, key, open_fn) -> Tuple[Sublist, bool]:
+        with self._lock:
+            sl = self._items.get(key)
+            if sl is not None:
+                self._items.move_to_end(key)
+                return sl, False
+            sl = self._items[key] = open_fn()
+            while len(self._items) > self.max_items:
+                self._items.popitem(last=False)
+            return sl, True
+
+
+# index id (image: its digest name) -> Sublist, 4 per worker process
+_cache = WorkerCache(4)
 
 
 class SharedIndex:
@@ -106,21 +128,13 @@ class SharedIndex:
         """get() -> Sublist: the index, loaded once per process."""
         if self._sublist is not None:
             return self._sublist
-        key = self.digest if self.shipped_by == "image" else self.index_id
-        with _cache_lock:
-            sl = _cache.get(key)
-            if sl is not None:
-                _cache.move_to_end(key)
-                return sl
-            sl = self._open()
-            _cache[key] = sl
-            while len(_cache) > _CACHE_MAX:
-                _cache.popitem(last=False)
-            log = os.environ.get(LOAD_LOG_ENV)
-            if log:
-                with open(log, "a") as f:
-                    f.write(f"{self.index_id} {os.getpid()} {self.shipped_by}\n")
-            return sl
+        sl, opened = _cache.get(self.digest if self.shipped_by == "image" else self.index_id,
+                                self._open)
+        log = os.environ.get(LOAD_LOG_ENV)
+        if opened and log:
+            with open(log, "a") as f:
+                f.write(f"{self.index_id} {os.getpid()} {self.shipped_by}\n")
+        return sl
 
     def _open(self) -> Sublist:
         """The index over the shipped image, matched in place (nothing is
