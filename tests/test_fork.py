@@ -174,7 +174,7 @@ def test_python_level_locks_are_released_in_the_child():
     held by another thread at fork() are free in the child."""
     pytest.importorskip("pyspark", reason="fastsub.spark needs PySpark (fastsub[spark])")
     from fastsub.spark import ship
-    lock = ship._cache_lock
+    lock = ship._cache._lock
     held, release = threading.Event(), threading.Event()
 
     def hold():
