@@ -70,7 +70,7 @@ def test_keys_are_stable_and_spread():
     change would send events and filters of one run to different shards if
     two builds ever met in one cluster)."""
     assert route_keys(["orders.eu"], "nats", 1)[0].tolist() == [416231822545541734]
-    assert route_keys(["a/b/c"], "mqtt", 2)[0].tolist() == [1865999723604705596]
+    assert route_keys(["a/b/c"], "mqtt", 2)[0].tolist() == [8543435277440106538]
     keys, kinds = route_keys([f"k{i}.x" for i in range(4096)], "nats", 1)
     assert (kinds == ROUTE_KEYED).all() and (keys >= 0).all()
     assert len(set((keys % 64).tolist())) == 64
@@ -89,23 +89,22 @@ def test_bad_arguments():
         route_keys("a.b", "nats", 1)
 
 
-def test_keys_are_sparks_xxhash64_of_the_tokens():
-    """A key is Spark SQL's xxhash64 of the tokens (XXH64 of each token's
-    UTF-8 bytes seeded with the hash so far, from 42), sign bit cleared, so
-    the JVM can route subjects itself (tests/spark/test_route_column.py);
-    here against the plain-Python XXH64."""
+def test_keys_are_sparks_xxhash64_of_the_prefix():
+    """A key is Spark SQL's xxhash64 of the value's first d tokens as they
+    stand in it (XXH64 of those UTF-8 bytes, seed 42: what
+    `xxhash64(substring_index(v, sep, d))` gives), sign bit cleared, so the
+    JVM can route subjects itself (tests/spark/test_route_column.py); here
+    against the plain-Python XXH64."""
     from xxh64 import xxh64
 
-    def spark_hash(tokens):
-        h = 42
-        for t in tokens:
-            h = xxh64(t.encode(), h)
-        return h & (2 ** 63 - 1)
-    assert route_keys(["orders.eu.x"], "nats", 2)[0].tolist() == [spark_hash(["orders", "eu"])]
-    assert route_keys(["é/日本//x"], "mqtt", 3)[0].tolist() == [spark_hash(["é", "日本", ""])]
-    # shorter than the depth: every token (zero for AMQP's empty key)
-    assert route_keys(["a.b"], "nats", 3)[0].tolist() == [spark_hash(["a", "b"])]
-    assert route_keys([""], "amqp", 2)[0].tolist() == [spark_hash([])]
+    def spark_hash(text):
+        return xxh64(text.encode(), 42) & (2 ** 63 - 1)
+    assert route_keys(["orders.eu.x"], "nats", 2)[0].tolist() == [spark_hash("orders.eu")]
+    assert route_keys(["é/日本//x"], "mqtt", 3)[0].tolist() == [spark_hash("é/日本/")]
+    assert route_keys(["$share/g/a/b/c"], "mqtt", 2, filters=True)[0].tolist() == [spark_hash("a/b")]
+    # shorter than the depth: the whole value (AMQP's empty key: no byte)
+    assert route_keys(["a.b"], "nats", 3)[0].tolist() == [spark_hash("a.b")]
+    assert route_keys([""], "amqp", 2)[0].tolist() == [spark_hash("")]
     assert route_split("nats") == (".", "*", ">", False, None)
     assert route_split("mqtt") == ("/", "+", "#", False, "$share/")
     assert route_split("amqp") == (".", "*", "#", True, None)

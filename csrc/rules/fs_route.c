@@ -2,21 +2,19 @@
 #include "fs_route.h"
 #include "fs_xxh64.h"
 
-/* The key is Spark SQL's xxhash64 of the tokens (XXH64 of each token's
- * UTF-8 bytes, seeded with the hash so far, starting from Spark's seed 42),
- * kept non-negative: so a JVM expression can route a subject exactly as
- * this does (fastsub.spark.shard.route_column, tested equal to this on
- * random rows of every dialect), and `key mod N` is the same everywhere. */
+/* The key is Spark SQL's xxhash64 of the string's first `depth` tokens as
+ * they stand in it, separators included (XXH64 of those UTF-8 bytes with
+ * Spark's seed 42: `xxhash64(substring_index(s, sep, depth))`), kept
+ * non-negative.  So a JVM expression routes a subject exactly as this does
+ * with two cheap string functions (fastsub.spark.shard.route_column, tested
+ * equal to this on random rows of every dialect), and `key mod N` is the
+ * same everywhere.  A subject with fewer tokens hashes whole: the same
+ * expression. */
 #define SPARK_HASH_SEED 42u
 
-static uint64_t mix_token(uint64_t k, const char *s, const fs_span *t)
+static int64_t prefix_key(const char *s, size_t len)
 {
-    return fs_xxh64(s + t->off, t->len, k);
-}
-
-static int64_t finish(uint64_t k)
-{
-    return (int64_t)(k & (uint64_t)INT64_MAX);
+    return (int64_t)(fs_xxh64(s, len, SPARK_HASH_SEED) & (uint64_t)INT64_MAX);
 }
 
 static int route_one(fs_dialect d, const char *s, size_t len, int is_filter, unsigned depth,
@@ -35,24 +33,18 @@ static int route_one(fs_dialect d, const char *s, size_t len, int is_filter, uns
         *kind = FS_ROUTE_INVALID;
         return FS_OK;
     }
-    uint64_t k = SPARK_HASH_SEED;
     uint32_t i = 0;
-    for (; i < t->n && i < depth; i++) {
-        if (t->tok[i].kind != FS_TOK_LITERAL)
-            break;
-        k = mix_token(k, s, &t->tok[i]);
-    }
+    while (i < t->n && i < depth && t->tok[i].kind == FS_TOK_LITERAL)
+        i++;
     if (i == depth) {
+        const fs_span *last = &t->tok[depth - 1];
         *kind = FS_ROUTE_KEYED;
-        *key = finish(k);
+        *key = prefix_key(s, last->off + last->len);
         return FS_OK;
     }
     *kind = FS_ROUTE_ANY;
-    if (!is_filter) {           /* spread short subjects: every token in the key */
-        for (; i < t->n; i++)
-            k = mix_token(k, s, &t->tok[i]);
-        *key = finish(k);
-    }
+    if (!is_filter)             /* spread short subjects: the whole subject is the key */
+        *key = prefix_key(s, len);
     return FS_OK;
 }
 

@@ -173,9 +173,12 @@ def test_bad_rows_raise_on_the_driver_naming_the_row(spark):
     for row, exc, text in cases:
         whole = spark.createDataFrame(good + [row], SUBS_SCHEMA)
         sb = whole.repartition(3)
-        for shards in (4, ShardPlan(2, 1), ShardPlan(3, 2, salts={1: 2})):
+        # the image path (a local master) checks in its build task; ship=
+        # named takes the cogroup, checked by plan_shards' own job
+        for shards, ship in ((4, "auto"), (ShardPlan(2, 1), "auto"),
+                             (ShardPlan(3, 2, salts={1: 2}), "auto"), (ShardPlan(2, 1), "file")):
             with pytest.raises(exc, match="^a subscriptions row " + re.escape(text)):
-                fanout_with_rejects(ev, sb, shards=shards)
+                fanout_with_rejects(ev, sb, shards=shards, ship=ship)
         with pytest.raises(exc, match=f"^subscriptions row {len(good) + 1} " + re.escape(text)):
             fanout_with_rejects(ev, whole, shards=1)
 

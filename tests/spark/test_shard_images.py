@@ -90,3 +90,43 @@ def test_damaged_shard_image_is_rebuilt(spark, tmp_path):
     _KNOWN.clear()
     second = shard_images(sd, "nats", _plan(), str(tmp_path))
     assert 0 in second["built"] and second["paths"] == first["paths"]
+
+
+@pytest.mark.parametrize("dialect,seed", [("nats", 31), ("mqtt", 32), ("amqp", 33)])
+def test_names_are_the_digests_of_each_shards_rows(spark, dialect, seed):
+    """A shard image's name, folded out of the plan's buckets, is the
+    unsharded digest of exactly the rows the shard holds, found here by the
+    C router (route_keys): its keyed filters plus the replicated ones."""
+    from fastsub._core import ROUTE_KEYED, route_keys
+    from fastsub.spark import plan_shards
+    from fastsub.spark.images import digest_name
+    from fastsub.spark.shard_images import shard_names
+    subs, _ = random_case(dialect, n_subs=120, n_events=1, seed=seed)
+    sd = spark.createDataFrame(subs, SUBS_SCHEMA)
+    for shards, depth in ((4, 1), (8, 2), ("auto", "auto")):
+        plan = plan_shards(sd, dialect, shards, depth)
+        names = shard_names(sd, dialect, plan)
+        keys, kinds = route_keys([f for _, f, _ in subs], dialect, plan.depth, filters=True)
+        for k in range(plan.shards):
+            mine = [r for r, key, kind in zip(subs, keys, kinds)
+                    if kind != ROUTE_KEYED or key % plan.shards == k]
+            assert names[k] == digest_name(spark.createDataFrame(mine, SUBS_SCHEMA), dialect)
+        # a plan without its figures (as a caller may build one) names alike
+        from fastsub.spark import ShardPlan
+        assert shard_names(sd, dialect, ShardPlan(plan.shards, plan.depth)) == names
+
+
+def test_the_build_gives_each_shard_a_partition_of_its_own(spark):
+    """_placement's values, hashed as Spark hashes an int, land one per
+    partition: the build job needs no sort to give each shard its task."""
+    from pyspark.sql import functions as F
+
+    from fastsub.spark.shard_images import _murmur3_int, _placement
+    vals = [0, 1, -1, 7, 123456, 2 ** 31 - 1, -2 ** 31]
+    got = spark.createDataFrame([(v,) for v in vals], "v int").select(F.hash("v")).collect()
+    assert [r[0] for r in got] == [_murmur3_int(v) for v in vals]
+    for n in (1, 3, 8, 13):
+        place = _placement(n)
+        parts = spark.createDataFrame([(v,) for v in place], "v int").repartition(n, "v") \
+            .rdd.glom().map(lambda rows: [r[0] for r in rows]).collect()
+        assert parts == [[v] for v in place]

@@ -31,7 +31,7 @@ from fastsub.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, ma
                                  reject_reasons)
 from fastsub.spark.limits import limit
 from fastsub.spark.shard import (ShardPlan, _parallelism, _salts,
-                                  check_shards, plan_shards, sharded_per_event)
+                                  check_rows, check_shards, plan_shards, sharded_per_event)
 
 
 # --------------------------------------------------------------------------
@@ -392,7 +392,7 @@ class FanoutResult:
 Subscriptions = Union[DataFrame, Sublist, SharedIndex]
 
 
-def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse):
+def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse, check=True):
     """-> the ShardPlan of a sharded fan-out, or None for the broadcast path.
 
     Every sharded fan-out -- shards=N, "auto" past AUTO_SHARD_MIN_SUBS, a
@@ -425,7 +425,7 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse)
         raise ValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
                          "use fanout_stream(..., shards=...)")
     spark = events.sparkSession
-    plan = checked_plan(subscriptions, dialect, shards, depth, reuse)
+    plan = checked_plan(subscriptions, dialect, shards, depth, reuse, check)
     if given is not None:
         # The caller's plan runs as given (its salting included); the log
         # shows it with the figures the job measured.
@@ -439,18 +439,25 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse)
     return plan
 
 
-def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: bool) -> ShardPlan:
-    """plan_shards(subscriptions, dialect, shards, depth) -- the job that
-    validates every subscriptions row and measures the shards -- kept for
-    later calls on the same DataFrame object (with reuse).  The one place a
-    sharded fan-out checks its subscriptions: _plan_for, and fanout_stream
-    before it starts, call it."""
+def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: bool,
+                 check: bool = True) -> ShardPlan:
+    """plan_shards(subscriptions, dialect, shards, depth, check=check) --
+    the aggregate that measures the shards and names their images, and
+    (check) the job that checks every subscriptions row -- kept for later
+    calls on the same DataFrame object (with reuse).  The one place a
+    sharded fan-out plans: _plan_for, and fanout_stream before it starts,
+    call it.  check=False where the shard images' build checks the rows."""
     key = (session_key(subscriptions.sparkSession), dialect, "plan", shards, depth)
+    checked_key = key + ("checked",)
     plan = _reused(subscriptions, key) if reuse else None
     if plan is None:
-        plan = plan_shards(subscriptions, dialect, shards, depth)
+        plan = plan_shards(subscriptions, dialect, shards, depth, check=check)
         if reuse:
             _remember(subscriptions, key, plan)
+    elif check and not _reused(subscriptions, checked_key):
+        check_rows(subscriptions, dialect)
+    if check and reuse:
+        _remember(subscriptions, checked_key, True)
     return plan
 
 
@@ -488,11 +495,15 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     # Once per session, local masters included: a session the user built from
     # a Python without pyarrow gets a clear error instead of a worker's stack.
     check_executors(spark)
-    plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index)
+    # Shard images check their rows as they build (and not at all when
+    # found by content): the plan's own check job is for the other paths.
+    images = isinstance(subscriptions, DataFrame) and use_images(spark, image_dir, ship)
+    plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index,
+                     check=not images)
     if plan is not None:
         how = dict(subject_col=subject_col, key_col=key_col, dialect=dialect, queues=queues,
                    dedupe=bool(dedupe))
-        if use_images(spark, image_dir, ship):
+        if images:
             # each shard's image built once per content, only the events
             # shuffled; the same DataFrame object again: not even the digest
             key = (session_key(spark), dialect, "shard-images", image_dir, plan.shards, plan.depth)

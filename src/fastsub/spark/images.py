@@ -161,7 +161,7 @@ def default_dir_works(spark) -> bool:
 # the digest job
 # --------------------------------------------------------------------------
 
-def _rows(subscriptions: DataFrame) -> DataFrame:
+def index_rows(subscriptions: DataFrame) -> DataFrame:
     """sub_id (long), filter, queue (string, null when the column is absent):
     the columns an index is built from, as collect_subscriptions reads them."""
     has_queue = check_subscriptions_schema(subscriptions)
@@ -170,24 +170,34 @@ def _rows(subscriptions: DataFrame) -> DataFrame:
                                 column("filter").alias("filter"), queue.alias("queue"))
 
 
-def digest_columns():
-    """The digest's aggregate columns over _rows' frame: the row count, and
-    per seed the sums of a row hash's high and low 32-bit halves.  Sums add
-    up: the digest of a union of row sets is the sum of theirs (the sharded
-    image path names a shard by its keyed rows' sums plus the replicated
-    rows')."""
+def digest_hashes():
+    """The digest's two row hashes over index_rows' frame: xxhash64 of (sub_id,
+    filter, queue), once per seed."""
     cols = [F.col(c) for c in ("sub_id", "filter", "queue")]
     # xxhash64 skips a null argument: the null flags keep (a, null) and (null, a) apart.
     flags = [c.isNull() for c in cols]
+    return [F.xxhash64(F.lit(seed), *cols, *flags) for seed in _SEEDS]
+
+
+def digest_sums(hashes):
+    """The digest's aggregate columns over rows whose digest_hashes are the
+    Columns `hashes`: the row count, and per hash the sums of its high and
+    low 32-bit halves.  Sums add up: the digest of a union of row sets is
+    the sum of theirs (the sharded image path names a shard by its keyed
+    rows' sums plus the replicated rows', summed from finer buckets)."""
     # A hash's two 32-bit halves are summed as bigints (exact up to 2^31
     # rows; a bigint sum that wraps would fail under ANSI mode, and a
     # decimal sum measured twice as slow), and put together mod 2^64 here.
     sums = [F.count(F.lit(1))]
-    for seed in _SEEDS:
-        h = F.xxhash64(F.lit(seed), *cols, *flags)
+    for h in hashes:
         sums += [F.coalesce(F.sum(F.shiftrightunsigned(h, 32)), F.lit(0)),
                  F.coalesce(F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))), F.lit(0))]
     return sums
+
+
+def digest_columns():
+    """The digest's aggregate columns over index_rows' frame (name_of reads them)."""
+    return digest_sums(digest_hashes())
 
 
 def name_of(dialect: str, sums) -> str:
@@ -201,7 +211,7 @@ def name_of(dialect: str, sums) -> str:
 def digest_name(subscriptions: DataFrame, dialect: str) -> str:
     """The content name of the index of `subscriptions`: one aggregate job
     on the executors (name_of)."""
-    return name_of(dialect, _rows(subscriptions).agg(*digest_columns()).first())
+    return name_of(dialect, index_rows(subscriptions).agg(*digest_columns()).first())
 
 
 # --------------------------------------------------------------------------
@@ -316,7 +326,7 @@ def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
                 _log.warning("fastsub: rebuilding the image %s (%s)", row["path"], row["status"])
                 force = True
         if rebuild or row["status"] != "ok":
-            rows = _rows(subscriptions).coalesce(1)
+            rows = index_rows(subscriptions).coalesce(1)
             got = rows.mapInArrow(_build_task(image_dir, name, dialect, force, False), _RESULT).collect()
             if not got:     # no partition at all: an empty table
                 got = one.mapInArrow(_build_task(image_dir, name, dialect, force, True), _RESULT).collect()

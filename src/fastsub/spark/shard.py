@@ -1,6 +1,6 @@
 """The sharded fan-out (docs/design.md, 'The sharded fan-out'): both sides partitioned by a route key.
 
-    plan = plan_shards(events, subs, shards="auto", depth="auto")   # one stats job
+    plan = plan_shards(subs, shards="auto", depth="auto")   # one aggregate (+ the check)
     print(plan.explain())                                          # d, N, shares, salting
     per_event = sharded_per_event(events, subs, plan, ...)        # a cogroup
 
@@ -8,17 +8,20 @@ The rule.  A filter whose first d tokens are all literal lives in shard
 route_key mod N; any other filter is replicated into every shard.  An event
 with at least d tokens goes to the shard of its first d tokens; a shorter
 one, a null and an invalid one go to a shard spread by a hash (they can
-match only replicated filters, or take the rejects path).  Route keys come
-from fastsub._core.route_keys: the index's own tokenizer, on both sides.
+match only replicated filters, or take the rejects path).  Route keys are
+computed in the JVM (route_column, filter_route_column), tested equal to
+fastsub._core.route_keys, which splits with the index's own tokenizer.
 
-Nothing index-sized goes through the driver: it runs one stats job over the
-subscriptions (validation, the replicated share and the shard sizes for the
-candidate depths and shard counts, aggregated in Spark) and, for salting,
-one sampled count of the events per shard.  Each shard's index is built in
-a Python worker from the subscriptions the cogroup hands it, and kept in a
-per-process cache keyed by a digest of those rows (SHARD_CACHE_BYTES), so the
-salted copies of a shard and an unchanged shard in the next micro-batch
-reuse it.
+Nothing index-sized goes through the driver: it runs one aggregate over the
+subscriptions in the JVM (row_stats: per depth and route-key bucket, the
+rows' count and content digest, from which the shard sizes, the replicated
+share and the shard images' names fold out), a check of every row in
+Python (check_rows; the image path checks in its build instead) and, for
+salting, one sampled count of the events per shard.  Each shard's index is
+built in a Python worker from the subscriptions the cogroup hands it, and
+kept in a per-process cache keyed by a digest of those rows
+(SHARD_CACHE_BYTES), so the salted copies of a shard and an unchanged shard
+in the next micro-batch reuse it (shard_images.py keeps images instead).
 
 Salting (event skew).  A shard that receives more than one core's fair share
 of the sampled events, share s with P cores, is split into R = min(P,
@@ -29,6 +32,7 @@ This module imports PySpark; the functions that run on executors use only
 pyarrow, numpy and fastsub.
 """
 import collections
+import dataclasses
 import math
 import os
 import re
@@ -47,6 +51,7 @@ from fastsub import InvalidSubjectError, Sublist
 from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys, route_split
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
+from fastsub.spark.images import index_rows, digest_hashes, digest_sums
 from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
@@ -57,7 +62,7 @@ AUTO_SUBS_PER_SHARD = 500_000
 AUTO_WORKER_SHARE = 1 / 8
 #: The depths depth="auto" chooses among.
 AUTO_DEPTHS = (1, 2, 3)
-#: Shard counts the stats job sizes (plus the one asked for).
+#: Shard counts shards="auto" sizes (row_stats' buckets are mod the largest).
 CANDIDATE_SHARDS = tuple(2 ** k for k in range(1, 13))
 #: Sampled share of the events for salting; no salting below SALT_MIN_SAMPLE sampled events.
 SALT_FRACTION = 0.01
@@ -121,6 +126,8 @@ class ShardPlan:
     replicated: Optional[int] = None
     largest: Optional[int] = None
     by_depth: Dict[int, Tuple[int, int]] = field(default_factory=dict)
+    #: the figures plan_shards measured (the shards' content digests among them)
+    stats: Optional["RowStats"] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         check_shards(self.shards, auto=False)
@@ -205,21 +212,17 @@ class ShardPlan:
 # executors: routing and statistics
 # --------------------------------------------------------------------------
 
-def _tokens(values, dialect: str, filters: bool):
-    """Column: the tokens of each value, split as the tokenizer splits one
-    it accepts (route_split); of a filter, MQTT's "$share/GROUP/" goes
-    first (a subject is a topic, whatever it starts with)."""
-    sep, _, _, empty_is_none, share = route_split(dialect)
-    if filters and share is not None:
-        values = F.regexp_replace(values, "^" + re.escape(share) + "[^" + re.escape(sep) + "]*"
-                                  + re.escape(sep), "")
-    tokens = F.split(values, re.escape(sep), -1)
-    if empty_is_none:
-        tokens = F.when(values == F.lit(""), F.array().cast("array<string>")).otherwise(tokens)
-    return tokens
+def _prefix(values, sep: str, depth: int):
+    """Column: each value's first `depth` tokens as they stand in it (the
+    whole value when it has fewer): what the route key hashes."""
+    return F.substring_index(values, sep, depth)
 
 
 _KEY_MASK = 0x7FFFFFFFFFFFFFFF
+
+
+def _key(prefix):
+    return F.xxhash64(prefix).bitwiseAND(F.lit(_KEY_MASK))
 
 
 def route_column(subjects, dialect: str, depth: int):
@@ -229,32 +232,54 @@ def route_column(subjects, dialect: str, depth: int):
     equal on random rows of every dialect); null for a null.  An invalid
     subject gets some key: the shard it lands in rejects it, as any would.
 
-    The key is Spark's xxhash64 of the first `depth` tokens (of them all
-    when there are fewer), sign bit cleared: csrc/fs_route.c computes the
-    same hash, so a filter keyed there and a subject keyed here meet."""
-    tokens = _tokens(subjects, dialect, False)
-    key = F.when(F.size(tokens) >= F.lit(depth), F.xxhash64(F.slice(tokens, 1, depth))) \
-        .otherwise(F.xxhash64(tokens))
-    return F.when(subjects.isNotNull(), key.bitwiseAND(F.lit(_KEY_MASK)))
+    The key is Spark's xxhash64 of the subject's first `depth` tokens as
+    they stand in it (all of it when it has fewer), sign bit cleared:
+    csrc/*/fs_route.c computes the same hash, so a filter keyed there and a
+    subject keyed here meet.  Only string functions Spark compiles (no
+    split into an array, no lambda): the events pass it once per call."""
+    sep = route_split(dialect)[0]
+    return F.when(subjects.isNotNull(), _key(_prefix(subjects, sep, depth)))
+
+
+def _filter_shape(filters, dialect: str):
+    """Columns (inner, count, first) of each filter: the filter routed (MQTT's
+    "$share/GROUP/" cut off), its number of tokens, and the 1-based place of
+    its first wildcard token (null when it has none).  Split once: the
+    route key at every depth is read from these."""
+    sep, one, rest, empty_is_none, share = route_split(dialect)
+    if share is not None:
+        filters = F.when(filters.startswith(share), F.regexp_replace(
+            filters, "^" + re.escape(share) + "[^" + re.escape(sep) + "]*" + re.escape(sep), "")
+        ).otherwise(filters)
+    tokens = F.split(filters, re.escape(sep), -1)
+    count = F.size(tokens)
+    if empty_is_none:       # AMQP's empty key has no token at all
+        count = F.when(filters == F.lit(""), F.lit(0)).otherwise(count)
+    at = [F.array_position(tokens, w) for w in (one, rest)]
+    first = F.least(*[F.when(p > 0, p) for p in at])
+    return filters, count, first
+
+
+def _filter_key(inner, count, first, dialect: str, depth: int):
+    """Column: the route key at `depth` of a filter given by _filter_shape's
+    columns, or -1 for one every shard needs (fewer tokens, or a wildcard
+    among the first depth)."""
+    literal = (count >= F.lit(depth)) & (first.isNull() | (first > F.lit(depth)))
+    return F.when(literal, _key(_prefix(inner, route_split(dialect)[0], depth))).otherwise(F.lit(-1))
 
 
 def filter_route_column(filters, dialect: str, depth: int):
     """Column: each filter's route key, as route_keys(filters=True) gives it
     for a filter the dialect accepts (tested equal), with -1 for a filter
     every shard needs (a wildcard among its first `depth` tokens, or fewer
-    tokens); null for a null.  For valid filters only (plan_shards checks
-    them): an invalid one gets some value."""
-    _, one, rest, _, _ = route_split(dialect)
-    tokens = _tokens(filters, dialect, True)
-    head = F.slice(tokens, 1, depth)
-    literal = (F.size(tokens) >= F.lit(depth)) & ~F.exists(
-        head, lambda t: (t == F.lit(one)) | (t == F.lit(rest)))
-    key = F.when(literal, F.xxhash64(head).bitwiseAND(F.lit(_KEY_MASK))).otherwise(F.lit(-1))
-    return F.when(filters.isNotNull(), key)
+    tokens); null for a null.  An invalid filter gets some value (the build
+    or the check that reads it refuses it)."""
+    return F.when(filters.isNotNull(), _filter_key(*_filter_shape(filters, dialect), dialect, depth))
 
 
-_STATS_SCHEMA = ("d int, nshards int, shard int, n long, bad_id long, bad_filter string, "
-                 "bad_queue string")
+_CHECK = "bad_id long, bad_filter string, bad_queue string"
+_CHECK_SCHEMA = pa.schema([("bad_id", pa.int64()), ("bad_filter", pa.string()),
+                           ("bad_queue", pa.string())])
 
 
 def _bad_queues(dialect, filters, queues):
@@ -279,54 +304,99 @@ def _bad_queues(dialect, filters, queues):
     return bad
 
 
-def _stats_fn(dialect: str, depths, candidates):
-    """mapInArrow over (sub_id, filter[, queue]): per partition, the shard
-    sizes for each depth and candidate shard count (nshards 0: the replicated
-    count), and the first bad row (d = -1)."""
-    def fastsub_sub_stats(batches):
-        counts = {(d, n): np.zeros(n, dtype=np.int64) for d in depths for n in candidates}
-        replicated = dict.fromkeys(depths, 0)
-        bad_row = None
+def _check_fn(dialect: str):
+    """mapInArrow over (sub_id, filter, queue): per partition, its first
+    row the index would refuse (a null, an invalid filter or queue), if any."""
+    def fastsub_sub_check(batches):
         for b in batches:
-            ids, filters = b.column(0), b.column(1)
-            queues = b.column(2) if b.num_columns > 2 else None
-            keys1, kinds1 = route_keys(filters, dialect, depths[0], filters=True)
-            bad = (kinds1 > ROUTE_ANY) | ids.is_null().to_numpy(zero_copy_only=False)
-            if queues is not None:
-                bad |= _bad_queues(dialect, filters, queues)
-            if bad_row is None and bad.any():
+            ids, filters, queues = b.column(0), b.column(1), b.column(2)
+            _, kinds = route_keys(filters, dialect, 1, filters=True)
+            bad = (kinds > ROUTE_ANY) | ids.is_null().to_numpy(zero_copy_only=False)
+            bad |= _bad_queues(dialect, filters, queues)
+            if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                bad_row = (ids[i].as_py(), filters[i].as_py(),
-                           queues[i].as_py() if queues is not None else None)
-            good = ~bad
-            for d in depths:
-                keys, kinds = (keys1, kinds1) if d == depths[0] else \
-                    route_keys(filters, dialect, d, filters=True)
-                replicated[d] += int(np.count_nonzero(good & (kinds == ROUTE_ANY)))
-                k = keys[good & (kinds == ROUTE_KEYED)]
-                for n in candidates:
-                    counts[(d, n)] += np.bincount(k % n, minlength=n)
-        rows = {"d": [], "nshards": [], "shard": [], "n": []}
-        for d in depths:
-            rows["d"].append(d), rows["nshards"].append(0), rows["shard"].append(0)
-            rows["n"].append(replicated[d])
-            for n in candidates:
-                c = counts[(d, n)]
-                nz = np.flatnonzero(c)
-                rows["d"] += [d] * len(nz)
-                rows["nshards"] += [n] * len(nz)
-                rows["shard"] += nz.tolist()
-                rows["n"] += c[nz].tolist()
-        k = len(rows["d"])
-        out = dict(rows, bad_id=[None] * k, bad_filter=[None] * k, bad_queue=[None] * k)
-        if bad_row is not None:
-            for col, v in zip(("d", "nshards", "shard", "n", "bad_id", "bad_filter", "bad_queue"),
-                              (-1, -1, -1, 1) + bad_row):
-                out[col].append(v)
-        yield pa.RecordBatch.from_pydict(out, schema=pa.schema([
-            ("d", pa.int32()), ("nshards", pa.int32()), ("shard", pa.int32()), ("n", pa.int64()),
-            ("bad_id", pa.int64()), ("bad_filter", pa.string()), ("bad_queue", pa.string())]))
-    return fastsub_sub_stats
+                yield pa.RecordBatch.from_pydict(
+                    {"bad_id": [ids[i].as_py()], "bad_filter": [filters[i].as_py()],
+                     "bad_queue": [queues[i].as_py()]}, schema=_CHECK_SCHEMA)
+                return
+    return fastsub_sub_check
+
+
+def check_rows(subscriptions: DataFrame, dialect: str) -> None:
+    """One job over the subscriptions, in Python (the index's own
+    tokenizer): a row the index would refuse raises here, on the driver,
+    naming its sub_id and filter (base.bad_subscription's errors).  The
+    image path needs none: its build task refuses the row instead, and an
+    image found by its content name was built from checked rows."""
+    bad = index_rows(subscriptions).mapInArrow(_check_fn(dialect), _CHECK).limit(1).collect()
+    if bad:
+        raise bad_subscription(dialect, bad[0]["bad_id"], bad[0]["bad_filter"], bad[0]["bad_queue"])
+
+
+@dataclass(frozen=True)
+class RowStats:
+    """The figures of one aggregate over the subscriptions (row_stats), per
+    depth d and bucket b (the route key mod `modulus`; -1 for the rows every
+    shard needs): the digest_sums of those rows, (count, hi1, lo1, hi2, lo2).
+    Both the plan (shard sizes) and the shard images' names (their content
+    digests: sums add up) are read from it, for any shard count dividing
+    `modulus`."""
+    modulus: int
+    sums: Dict[Tuple[int, int], Tuple[int, ...]]
+
+    def counts(self, d: int, n: int) -> np.ndarray:
+        """The keyed rows of each of n shards at depth d."""
+        out = np.zeros(n, dtype=np.int64)
+        for (dd, b), v in self.sums.items():
+            if dd == d and b >= 0:
+                out[b % n] += v[0]
+        return out
+
+    def replicated(self, d: int) -> int:
+        return int(self.sums.get((d, -1), (0,))[0])
+
+    def shard_sums(self, d: int, n: int) -> Optional[List[Tuple[int, ...]]]:
+        """Each of n shards' digest_sums at depth d (its keyed rows plus the
+        replicated), or None when these figures cannot give them."""
+        if self.modulus % n or not any(dd == d for dd, _ in self.sums):
+            return None
+        out = [list(self.sums.get((d, -1), (0,) * 5)) for _ in range(n)]
+        for (dd, b), v in self.sums.items():
+            if dd == d and b >= 0:
+                out[b % n] = [x + y for x, y in zip(out[b % n], v)]
+        return [tuple(v) for v in out]
+
+
+def _shard_of(key, n: int):
+    """Column: the shard of n of a filter route key (-1 stays -1: keys are
+    otherwise non-negative); a null filter's is 0, the shard that then
+    refuses it."""
+    return F.coalesce(key % F.lit(n), F.lit(0))
+
+
+def shard_column(dialect: str, depth: int, n: int):
+    """Column over index_rows' frame: each subscription's shard of n, -1 for
+    one every shard needs."""
+    return _shard_of(filter_route_column(F.col("filter"), dialect, depth), n)
+
+
+def row_stats(subscriptions: DataFrame, dialect: str, depths, modulus: int) -> RowStats:
+    """One aggregate over the subscriptions, all in the JVM (no Python
+    pass): RowStats for `depths`, buckets mod `modulus`.  Each filter is
+    split once (_filter_shape) whatever the number of depths."""
+    hashes = [h.alias(f"h{i}") for i, h in enumerate(digest_hashes())]
+    hcols = [f"h{i}" for i in range(len(hashes))]
+    inner, count, first = _filter_shape(F.col("filter"), dialect)
+    shaped = index_rows(subscriptions).select(
+        inner.alias("inner"), count.alias("count"), first.alias("first"), *hashes)
+    buckets = F.array(*[F.struct(F.lit(d).alias("d"), _shard_of(F.when(
+        F.col("inner").isNotNull(), _filter_key(F.col("inner"), F.col("count"), F.col("first"),
+                                                dialect, d)), modulus).alias("b"))
+        for d in depths])
+    got = (shaped.select(F.explode(buckets).alias("x"), *hcols)
+           .groupBy(F.col("x.d").alias("d"), F.col("x.b").alias("b"))
+           .agg(*digest_sums([F.col(c) for c in hcols])).collect())
+    return RowStats(modulus, {(r[0], r[1]): tuple(int(x) for x in r[2:]) for r in got})
 
 
 # The shard indexes of this Python worker: digest -> Sublist, least recently used first.
@@ -433,58 +503,53 @@ def _subs_columns(subscriptions: DataFrame, has_queue: bool):
 
 def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", depth="auto",
                 *, events: Optional[DataFrame] = None, subject_col: str = "subject",
-                salting: bool = True) -> ShardPlan:
+                salting: bool = True, check: bool = True) -> ShardPlan:
     """plan_shards(subscriptions, dialect="nats", shards="auto", depth="auto", *,
-    events=None, subject_col="subject", salting=True) -> ShardPlan
+    events=None, subject_col="subject", salting=True, check=True) -> ShardPlan
 
-    One Spark job over the subscriptions: a bad row raises here, on the
-    driver, naming its sub_id and filter (FanoutInputError for a null,
-    InvalidSubjectError for an invalid filter or queue: the errors of the
-    unsharded path, base.bad_subscription); every sharded fan-out, a given
-    ShardPlan's included, is planned or checked by it; the replicated
-    share and the shard sizes come back for depths 1-3 (or the one given) and
-    the chosen shard count.  depth="auto": among the depths whose worker
-    index (largest shard + replicated) holds at most AUTO_WORKER_SHARE of
-    the subscriptions, the one copying the fewest rows into the shards;
-    when none does, the one with the smallest worker index.  shards="auto": at least
-    two per core and about AUTO_SUBS_PER_SHARD subscriptions each.  With
-    `events` and salting=True, a 1% sample of the events is counted per
-    shard, and each shard with more than one core's share is salted."""
+    One aggregate over the subscriptions, in the JVM (row_stats): the
+    replicated share and the shard sizes for depths 1-3 (or the one given)
+    and the candidate shard counts (or the one given), and each bucket's
+    content digest, which names the shard images.  With check=True a second
+    job checks every row with the index's tokenizer: a bad one raises here,
+    on the driver, naming its sub_id and filter (FanoutInputError for a
+    null, InvalidSubjectError for an invalid filter or queue: the errors of
+    the unsharded path, base.bad_subscription).  depth="auto": among the
+    depths whose worker index (largest shard + replicated) holds at most
+    AUTO_WORKER_SHARE of the subscriptions, the one copying the fewest rows
+    into the shards; when none does, the one with the smallest worker index.
+    shards="auto": at least two per core and about AUTO_SUBS_PER_SHARD
+    subscriptions each.  With `events` and salting=True, a 1% sample of the
+    events is counted per shard, and each shard with more than one core's
+    share is salted."""
     check_dialect(dialect)
     check_depth(depth)
     check_shards(shards)
+    check_subscriptions_schema(subscriptions)
     cores = _parallelism(subscriptions.sparkSession)
     depths = AUTO_DEPTHS if depth == "auto" else (depth,)
-    candidates = tuple(sorted(set(CANDIDATE_SHARDS) | ({shards} if isinstance(shards, int) else set())))
-    table = _shard_stats(subscriptions, dialect, depths, candidates)
-    plan = _decide(table, depths, candidates, shards, cores)
+    # shards="auto" sizes powers of two: buckets mod the largest serve them all
+    candidates = CANDIDATE_SHARDS if shards == "auto" else (shards,)
+    stats = row_stats(subscriptions, dialect, depths, max(candidates))
+    if check:
+        check_rows(subscriptions, dialect)
+    table = _stats_table(stats, depths, candidates)
+    plan = dataclasses.replace(_decide(table, depths, candidates, shards, cores), stats=stats)
     if events is not None and salting and plan.shards > 1:
         plan.salts = _salts(events, subject_col, dialect, plan, cores)
     return plan
 
 
-def _shard_stats(subscriptions: DataFrame, dialect: str, depths, candidates):
-    """The one Spark job of plan_shards: {(d, N): (largest shard, total)}
-    for each depth and candidate shard count, N = 0 for the replicated
-    share.  A bad row raises here (base.bad_subscription)."""
-    has_queue = check_subscriptions_schema(subscriptions)
-    stats = (subscriptions.select(*_subs_columns(subscriptions, has_queue))
-             .mapInArrow(_stats_fn(dialect, depths, candidates), _STATS_SCHEMA)
-             .groupBy("d", "nshards", "shard")
-             .agg(F.sum("n").alias("n"), F.first("bad_id", True).alias("bad_id"),
-                  F.first("bad_filter", True).alias("bad_filter"),
-                  F.first("bad_queue", True).alias("bad_queue"))
-             .groupBy("d", "nshards")
-             .agg(F.max("n").alias("largest"), F.sum("n").alias("total"),
-                  F.first("bad_id", True).alias("bad_id"),
-                  F.first("bad_filter", True).alias("bad_filter"),
-                  F.first("bad_queue", True).alias("bad_queue"))
-             .collect())
+def _stats_table(stats: RowStats, depths, candidates):
+    """{(d, N): (largest shard, total)} for each depth and candidate shard
+    count, N = 0 for the replicated share: what _decide reads."""
     table = {}
-    for r in stats:
-        if r["d"] == -1:
-            raise bad_subscription(dialect, r["bad_id"], r["bad_filter"], r["bad_queue"])
-        table[(r["d"], r["nshards"])] = (int(r["largest"]), int(r["total"]))
+    for d in depths:
+        rep = stats.replicated(d)
+        table[(d, 0)] = (rep, rep)
+        for n in candidates:
+            c = stats.counts(d, n)
+            table[(d, n)] = (int(c.max()), int(c.sum()))
     return table
 
 

@@ -5,11 +5,11 @@ shuffles only the events (docs/spark.md, "Images on the executors").
 
 On the driver, per call:
 
-1. the digest job, routed: one aggregate over the subscriptions grouped
-   by their shard (the route key computed in the JVM, filter_route_column;
-   the replicated filters as a group of their own).  A shard's image is
-   named by the content of its rows, its keyed ones plus the replicated
-   ones (images.name_of: the digest's sums add up), so a change to the
+1. the names: a shard's image is named by the content of its rows, its
+   keyed ones plus the replicated ones (images.name_of: the digest's sums
+   add up).  The sums come from plan_shards' one aggregate, which sums
+   the rows' two hashes per depth and route-key bucket, all in the JVM
+   (shard.row_stats), so naming costs no job of its own.  A change to the
    subscriptions renames only the shards it touches (every shard, for a
    replicated filter), and an unchanged shard keeps its image;
 2. once per application and content (remembered, as images.py remembers
@@ -18,13 +18,15 @@ On the driver, per call:
    routes the subscriptions (a keyed filter to its shard, a replicated one
    to every shard being built), and each group's task builds its shard's
    index and saves it under an exclusive flock (looking again once it holds
-   the lock);
+   the lock).  The build is where this path checks the rows (a bad one
+   raises on the driver, as plan_shards' check would word it): an image
+   found by its content name was built from rows that passed;
 4. the events, grouped as sharded_per_event groups them (shard.event_side),
    each group's task maps its shard's image (kept per worker process) and
    streams the group's events through match_many.
 
-So a call on unchanged subscriptions runs the digest job and shuffles the
-events, nothing else: the subscriptions never meet the events' shuffle,
+So a call on unchanged subscriptions runs the plan's aggregate and
+shuffles the events, nothing else: the subscriptions never meet the events' shuffle,
 and no Python process reads them.
 """
 import fcntl
@@ -34,20 +36,24 @@ import time
 from typing import Dict, Iterator, List
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fastsub import Sublist
-from fastsub.spark.base import insert_arrow
-from fastsub.spark.images import _check_dir, _image_path, _rows, digest_columns, name_of
+from fastsub.spark.base import bad_subscription, insert_arrow
+from fastsub.spark.images import _check_dir, _image_path, index_rows, name_of
 from fastsub.spark.session import session_key
 from fastsub.spark.ship import LOAD_LOG_ENV, WorkerCache
-from fastsub.spark.shard import (_GROUP, _PICK, ShardPlan, _int_array, event_side,
-                                  filter_route_column)
+from fastsub.spark.shard import (_GROUP, _PICK, ShardPlan, _int_array, event_side, row_stats,
+                                  shard_column)
 
-_RESULT = "shard int, status string, path string, inserts long, nsubs long"
+_RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
+           "bad_filter string, bad_queue string")
 _RESULT_SCHEMA = pa.schema([("shard", pa.int32()), ("status", pa.string()), ("path", pa.string()),
-                            ("inserts", pa.int64()), ("nsubs", pa.int64())])
+                            ("inserts", pa.int64()), ("nsubs", pa.int64()),
+                            ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()),
+                            ("bad_queue", pa.string())])
 _ROWS_SCHEMA = pa.schema([("sub_id", pa.int64()), ("filter", pa.string()), ("queue", pa.string())])
 
 #: Shard images a Python worker keeps mapped (least recently used out first).
@@ -55,24 +61,23 @@ _ROWS_SCHEMA = pa.schema([("sub_id", pa.int64()), ("filter", pa.string()), ("que
 MAPPED_MAX = 256
 
 
-def _routed_shard(dialect: str, plan: ShardPlan):
-    """Column: a subscription's shard, or -1 for one every shard needs."""
-    key = filter_route_column(F.col("filter"), dialect, plan.depth)
-    return F.when(key == -1, F.lit(-1)).otherwise(F.pmod(key, F.lit(plan.shards)))
-
-
 def shard_names(subscriptions: DataFrame, dialect: str, plan: ShardPlan) -> List[str]:
-    """The content name of each shard's image: one aggregate job."""
-    got = {r[0]: r[1:] for r in _rows(subscriptions).groupBy(_routed_shard(dialect, plan))
-           .agg(*digest_columns()).collect()}
-    replicated = got.get(-1, (0,) * 5)
-    return [name_of(dialect, [a + b for a, b in zip(got.get(k, (0,) * 5), replicated)])
-            for k in range(plan.shards)]
+    """The content name of each shard's image: read from the figures of
+    the plan's own job (plan.stats: the digest of every bucket of rows),
+    or, for a plan without them, one aggregate job."""
+    stats = plan.stats
+    sums = stats.shard_sums(plan.depth, plan.shards) if stats is not None else None
+    if sums is None:
+        sums = row_stats(subscriptions, dialect, (plan.depth,), plan.shards).shard_sums(
+            plan.depth, plan.shards)
+    return [name_of(dialect, v) for v in sums]
 
 
-def _result(shard, status, path, inserts=0, nsubs=0) -> pa.RecordBatch:
+def _result(shard, status, path, inserts=0, nsubs=0, bad=(None, None, None)) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"shard": [shard], "status": [status], "path": [path],
-                                       "inserts": [inserts], "nsubs": [nsubs]}, schema=_RESULT_SCHEMA)
+                                       "inserts": [inserts], "nsubs": [nsubs],
+                                       "bad_sub_id": [bad[0]], "bad_filter": [bad[1]],
+                                       "bad_queue": [bad[2]]}, schema=_RESULT_SCHEMA)
 
 
 def _probe_task(image_dir, names, shards):
@@ -95,6 +100,10 @@ def _probe_task(image_dir, names, shards):
     return fastsub_shard_probe
 
 
+class _BadRow(Exception):
+    """A build met a row the index refuses: (sub_id, filter, queue)."""
+
+
 def _save_locked(path: str, force: bool, build):
     """build() -> Sublist saved at path under an exclusive flock beside it,
     unless the image is there by the time the lock is held (and not force).
@@ -113,27 +122,74 @@ def _save_locked(path: str, force: bool, build):
 
 
 def _build_task(image_dir, names, dialect, force):
-    """The function of one shard's group: its rows (shard, sub_id, filter,
-    queue) become the shard's image."""
+    """The function of the build job's partitions: their rows (shard,
+    sub_id, filter, queue) become the images of the shards in them (one per
+    partition, as _placement places them).  This is where the image path
+    checks its rows (plan_shards(check=False)): a row the index refuses
+    comes back as status "bad", and the driver raises its error."""
     def fastsub_shard_build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        got = list(batches)
-        shard = got[0].column("shard")[0].as_py()
-        path = _image_path(image_dir, names[shard])
-
-        def build():
-            table = pa.Table.from_batches([b.select(["sub_id", "filter", "queue"]) for b in got])
-            sl, bad = insert_arrow(table, dialect)
-            if bad is not None:     # plan_shards checked every row before: not expected
-                raise ValueError(f"fastsub: shard {shard}: subscription row {bad} is invalid")
-            return sl
-        t0 = time.perf_counter()
-        status, inserts, nsubs = _save_locked(path, shard in force, build)
-        log = os.environ.get(LOAD_LOG_ENV)
-        if log and status == "built":   # as shard.py's builds: "shard-<name> <pid> <subscriptions> <seconds>"
-            with open(log, "a") as f:
-                f.write(f"shard-{names[shard]} {os.getpid()} {inserts} {time.perf_counter() - t0:.3f}\n")
-        yield _result(shard, status, path, inserts, nsubs)
+        got = [b for b in batches if b.num_rows]
+        if not got:
+            return
+        table = pa.Table.from_batches(got)
+        shards = pc.unique(table.column("shard")).to_pylist()
+        for shard in shards:
+            rows = table if len(shards) == 1 else table.filter(pc.equal(table.column("shard"), shard))
+            yield _build_one(image_dir, names, dialect, force, shard,
+                             rows.select(["sub_id", "filter", "queue"]))
     return fastsub_shard_build
+
+
+def _build_one(image_dir, names, dialect, force, shard, rows: pa.Table) -> pa.RecordBatch:
+    path = _image_path(image_dir, names[shard])
+
+    def build():
+        sl, bad = insert_arrow(rows, dialect)
+        if bad is not None:
+            raise _BadRow(*bad[1:])
+        return sl
+    t0 = time.perf_counter()
+    try:
+        status, inserts, nsubs = _save_locked(path, shard in force, build)
+    except _BadRow as e:
+        return _result(shard, "bad", path, bad=e.args)
+    log = os.environ.get(LOAD_LOG_ENV)
+    if log and status == "built":   # as shard.py's builds: "shard-<name> <pid> <subscriptions> <seconds>"
+        with open(log, "a") as f:
+            f.write(f"shard-{names[shard]} {os.getpid()} {inserts} {time.perf_counter() - t0:.3f}\n")
+    return _result(shard, status, path, inserts, nsubs)
+
+
+def _murmur3_int(v: int, seed: int = 42) -> int:
+    """Spark SQL's hash() of an int (Murmur3 x86 32-bit, its seed 42): the
+    hash its HashPartitioning places a row by."""
+    def rotl(x, r):
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+    k = (v & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k = rotl(k, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = rotl(seed ^ k, 13)
+    h = (h * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & 0xFFFFFFFF
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _placement(n: int) -> List[int]:
+    """For each partition p of n, an int that repartition(n, column) sends
+    to p: the build job gives each shard a partition of its own, with no
+    sort (a grouped job would sort every row by its shard first).  Were
+    Spark to place rows otherwise, a task would build two shards: slower,
+    never wrong."""
+    out: Dict[int, int] = {}
+    v = 0
+    while len(out) < n:
+        out.setdefault(_murmur3_int(v) % n, v)
+        v += 1
+    return [out[p] for p in range(n)]
 
 
 def _empty_task(image_dir, names, dialect, shards, force):
@@ -180,13 +236,19 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
     if todo:
-        routed = _routed_shard(dialect, plan)
         every = _int_array(todo)
-        rows = _rows(subscriptions).select(
-            F.explode(F.when(routed == -1, every).otherwise(F.array(routed))).alias("shard"),
-            "sub_id", "filter", "queue").where(F.col("shard").isin(todo))
-        for r in rows.groupBy("shard").applyInArrow(
+        rows = index_rows(subscriptions).select(
+            shard_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
+        rows = rows.select(F.explode(F.when(F.col("shard") == -1, every)
+                                     .otherwise(F.array("shard"))).alias("shard"),
+                           "sub_id", "filter", "queue").where(F.col("shard").isin(todo))
+        place = _placement(len(todo))
+        slot = F.element_at(F.create_map(*[F.lit(x) for i, k in enumerate(todo)
+                                           for x in (k, place[i])]), F.col("shard"))
+        for r in rows.repartition(len(todo), slot).mapInArrow(
                 _build_task(image_dir, names, dialect, force), _RESULT).collect():
+            if r["status"] == "bad":
+                raise bad_subscription(dialect, r["bad_sub_id"], r["bad_filter"], r["bad_queue"])
             built[r["shard"]] = r
         empty = [k for k in todo if k not in built]
         if empty:
