@@ -894,3 +894,42 @@ def test_every_image_reason_is_documented():
     assert given, "no reasons found in fs_image.c"
     assert given - listed == set(), "reasons fs_image.c gives that FORMAT.md does not list"
     assert listed - given == set(), "reasons FORMAT.md lists that fs_image.c never gives"
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_entries_sharing_long_prefixes_are_written_in_one_order(dialect):
+    """The writer sorts a table's entries 8 bytes of their tokens at a time
+    (csrc/serial/fs_image.c, sort_from), each run of equal words by the
+    next, and compares whole past 64 bytes.  Entries sharing 7, 8, 9, ...
+    70 bytes, prefixes of one another, and runs longer than 16 must still
+    come out in byte order: the image is the same whatever order they were
+    inserted in, an opened image writes back its own bytes, and it answers
+    as the reference does."""
+    sep, one = SEP[dialect], ONE[dialect]
+    base = "p" * 70
+    stems = [base[:k] for k in (1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 70)]
+    tails = ["", sep + "a", sep + "b", "a", "q" + sep + "y", sep + "a" + sep + "b", sep + one]
+    flts = sorted({s + t for s in stems for t in tails}
+                  | {f"{base}{sep}{i}" for i in range(40)}
+                  | {f"{base[:20]}{i:03d}" for i in range(40)}
+                  | {f"{base[:9]}{sep}{base[:12]}{i}" for i in range(30)})
+    rows_ = [(f, i, None) for i, f in enumerate(flts)]
+    subjects_ = [f for f in flts if one not in f.split(sep)][::3] + [base + sep + "a", base[:8] + "z"]
+    want = None
+    rng = random.Random(7)
+    for _ in range(4):
+        rng.shuffle(rows_)
+        sl = fastsub.Sublist(dialect)
+        for f, i, _q in rows_:
+            sl.insert(f, i)
+        got = sl.to_bytes()
+        if want is None:
+            want = got
+        assert got == want
+    opened = fastsub.Sublist.from_bytes(want)
+    assert opened.to_bytes() == want
+    ref = R.ReferenceSublist(dialect)
+    for f, i, _q in rows_:
+        ref.insert(f, i)
+    for s in subjects_:
+        assert list(opened.match(s).subs) == list(ref.match(s).subs), s

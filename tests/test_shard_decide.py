@@ -55,3 +55,33 @@ def test_plan_groups_follow_one_rule():
     plan = S.ShardPlan(shards=3, depth=1, salts={1: 3})
     assert plan._all_groups() == [0, 3, 4, 5, 6]
     assert plan._groups_of(1) == [3, 4, 5]
+
+
+def test_images_take_the_least_build_work():
+    """The image path weighs the rows its builds insert: each of N shards
+    copies the replicated filters, so a large replicated share wants few
+    shards (but at least two per core), and a skewed depth loses to one
+    that spreads (the largest shard is one task)."""
+    nsubs = 10_000_000
+
+    def table(rep, largest_at_4):
+        t = {}
+        for d in rep:
+            t[(d, 0)] = (rep[d], rep[d])
+            for n in S.CANDIDATE_SHARDS:
+                t[(d, n)] = (largest_at_4[d] * 4 // n, nsubs - rep[d])
+        return t
+    t = table({1: 200_000, 2: 400_000, 3: 700_000}, {1: 3_000_000, 2: 2_500_000, 3: 2_400_000})
+    plan = S._decide_for_images(t, S.AUTO_DEPTHS, S.CANDIDATE_SHARDS, "auto", cores=2)
+    # N=4, d=1: (10M + 3 x 200k) / 2 = 5.3M rows a core, the largest task 3.2M
+    assert (plan.shards, plan.depth) == (4, 1)
+    assert plan.replicated == 200_000 and plan.largest == 3_000_000
+    # every shard within AUTO_IMAGE_SHARD_MAX when some N allows it
+    t = table({1: 0, 2: 0, 3: 0}, {1: 9_000_000, 2: 9_000_000, 3: 9_000_000})
+    plan = S._decide_for_images(t, S.AUTO_DEPTHS, S.CANDIDATE_SHARDS, "auto", cores=2)
+    assert plan.largest + plan.replicated <= S.AUTO_IMAGE_SHARD_MAX and plan.shards == 16
+    # at least two shards per core; a given N is kept
+    plan = S._decide_for_images(t, S.AUTO_DEPTHS, S.CANDIDATE_SHARDS, "auto", cores=8)
+    assert plan.shards >= 16
+    plan = S._decide_for_images(table({2: 100}, {2: 1000}), (2,), (8,), 8, cores=2)
+    assert (plan.shards, plan.depth) == (8, 2)

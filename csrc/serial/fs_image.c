@@ -194,11 +194,22 @@ static uint64_t wb_alloc(wbuf *wb, size_t size)
 
 #define AT(wb, off, type) ((type *)(void *)((wb)->p + (off)))
 
+/* An entry to sort, with 8 bytes of its tokens from some offset as a
+ * big-endian word (zero past its end): most comparisons end in the word,
+ * without reading the node, which lies anywhere in memory (a sort that
+ * read the nodes was most of a large save). */
+typedef struct {
+    uint64_t w;
+    const fs_node *n;
+} sort_rec;
+
 typedef struct {
     const fs_sublist *sl;
     wbuf w;
     const fs_node **sorted;   /* scratch for one level's entries */
     size_t cap_sorted;
+    sort_rec *recs;           /* scratch for sorting them */
+    size_t cap_recs;
 } writer;
 
 static int node_tok_cmp(const void *pa, const void *pb)
@@ -207,6 +218,92 @@ static int node_tok_cmp(const void *pa, const void *pb)
     size_t m = a->toklen < b->toklen ? a->toklen : b->toklen;
     int c = memcmp(a->tok, b->tok, m);
     return c ? c : (a->toklen > b->toklen) - (a->toklen < b->toklen);
+}
+
+/* Bytes [at, at + 8) of n's tokens as a big-endian word, zero past the end. */
+static uint64_t word_at(const fs_node *n, size_t at)
+{
+    uint8_t b[8] = {0};
+    if (at < n->toklen)
+        memcpy(b, n->tok + at, n->toklen - at < 8 ? n->toklen - at : 8);
+    uint64_t w = 0;
+    for (int i = 0; i < 8; i++)
+        w = (w << 8) | b[i];
+    return w;
+}
+
+#define BY_WORD(x, y) ((x)->w < (y)->w)
+#define BY_BYTES(x, y) (node_tok_cmp(&(x)->n, &(y)->n) < 0)
+
+/* Sort a[0..n) with tmp[0..n) as room: runs of 16 by insertion, then
+ * merged bottom-up, the comparison inlined.  A merge sort: n log n
+ * whatever the filters. */
+#define DEFINE_REC_SORT(name, LESS)                                                    \
+    static void name(sort_rec *a, sort_rec *tmp, size_t n)                             \
+    {                                                                                  \
+        enum { RUN = 16 };                                                             \
+        for (size_t lo = 0; lo < n; lo += RUN) {                                       \
+            size_t hi = lo + RUN < n ? lo + RUN : n;                                   \
+            for (size_t i = lo + 1; i < hi; i++) {                                     \
+                sort_rec x = a[i];                                                     \
+                size_t j = i;                                                          \
+                for (; j > lo && LESS(&x, &a[j - 1]); j--)                             \
+                    a[j] = a[j - 1];                                                   \
+                a[j] = x;                                                              \
+            }                                                                          \
+        }                                                                              \
+        sort_rec *src = a, *dst = tmp;                                                 \
+        for (size_t w = RUN; w < n; w *= 2) {                                          \
+            for (size_t lo = 0; lo < n; lo += 2 * w) {                                 \
+                size_t mid = lo + w < n ? lo + w : n;                                  \
+                size_t hi = lo + 2 * w < n ? lo + 2 * w : n;                           \
+                size_t i = lo, j = mid, k = lo;                                        \
+                while (i < mid && j < hi)                                              \
+                    dst[k++] = LESS(&src[j], &src[i]) ? src[j++] : src[i++];           \
+                while (i < mid)                                                        \
+                    dst[k++] = src[i++];                                               \
+                while (j < hi)                                                         \
+                    dst[k++] = src[j++];                                               \
+            }                                                                          \
+            sort_rec *t = src;                                                         \
+            src = dst;                                                                 \
+            dst = t;                                                                   \
+        }                                                                              \
+        if (src != a)                                                                  \
+            memcpy(a, src, n * sizeof(*a));                                            \
+    }
+
+DEFINE_REC_SORT(sort_by_word, BY_WORD)
+DEFINE_REC_SORT(sort_by_bytes, BY_BYTES)
+
+/* Refine by words up to this far into the tokens, then compare whole. */
+#define SORT_WORD_BYTES 64
+
+/* Sort a[0..n), which agree on their first `at` bytes, into node_tok_cmp's
+ * order: by the word at `at`, then each run of equal words by the next one
+ * (words order as the bytes they hold; a zero past an entry's end ties
+ * with a real zero byte and is settled further on).  Small runs, and runs
+ * that agree that far, are compared whole.  Recursion depth is at most
+ * SORT_WORD_BYTES / 8. */
+static void sort_from(sort_rec *a, sort_rec *tmp, size_t n, size_t at)
+{
+    if (n < 2)
+        return;
+    size_t longest = 0;
+    for (size_t i = 0; i < n; i++)
+        if (a[i].n->toklen > longest)
+            longest = a[i].n->toklen;
+    if (n <= 16 || at >= SORT_WORD_BYTES || longest <= at) {
+        sort_by_bytes(a, tmp, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        a[i].w = word_at(a[i].n, at);
+    sort_by_word(a, tmp, n);
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && a[j].w == a[i].w; j++) {}
+        sort_from(a + i, tmp + i, j - i, at + 8);
+    }
 }
 
 /* Copy bytes to a fresh 8-aligned object; its offset (0: out of memory). */
@@ -282,8 +379,15 @@ static int sorted_entries(writer *W, const fs_level *L)
     for (uint32_t i = 0; i < L->cap; i++)
         if (L->slots[i].node)
             W->sorted[k++] = L->slots[i].node;
-    if (k > 1)
-        qsort(W->sorted, k, sizeof(fs_node *), node_tok_cmp);
+    if (k < 2)
+        return FS_OK;
+    if (2 * k > W->cap_recs && fs_grow(&W->recs, &W->cap_recs, 2 * k, sizeof(sort_rec)) < 0)
+        return FS_ENOMEM;
+    for (size_t i = 0; i < k; i++)
+        W->recs[i].n = W->sorted[i];
+    sort_from(W->recs, W->recs + k, k, 0);
+    for (size_t i = 0; i < k; i++)
+        W->sorted[i] = W->recs[i].n;
     return FS_OK;
 }
 
@@ -489,6 +593,7 @@ int fs_image_write(fs_sublist *sl, char **out, size_t *len)
     memset(&W, 0, sizeof(W));
     int rc = write_image(sl, &W);
     FS_FREE(W.sorted);
+    FS_FREE(W.recs);
     if (rc < 0) {
         FS_FREE(W.w.p);
         *out = NULL;
@@ -513,6 +618,7 @@ int fs_image_save(fs_sublist *sl, const char *path)
     W.w.file = &fb;
     rc = write_image(sl, &W);
     FS_FREE(W.sorted);
+    FS_FREE(W.recs);
     if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0) != FS_OK && rc == FS_OK)
         rc = FS_EIO;
     return rc;

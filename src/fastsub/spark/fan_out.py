@@ -392,7 +392,7 @@ class FanoutResult:
 Subscriptions = Union[DataFrame, Sublist, SharedIndex]
 
 
-def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse, check=True):
+def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse, images=False):
     """-> the ShardPlan of a sharded fan-out, or None for the broadcast path.
 
     Every sharded fan-out -- shards=N, "auto" past AUTO_SHARD_MIN_SUBS, a
@@ -425,7 +425,7 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse,
         raise ValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
                          "use fanout_stream(..., shards=...)")
     spark = events.sparkSession
-    plan = checked_plan(subscriptions, dialect, shards, depth, reuse, check)
+    plan = checked_plan(subscriptions, dialect, shards, depth, reuse, images=images)
     if given is not None:
         # The caller's plan runs as given (its salting included); the log
         # shows it with the figures the job measured.
@@ -439,19 +439,21 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse,
     return plan
 
 
-def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: bool,
-                 check: bool = True) -> ShardPlan:
-    """plan_shards(subscriptions, dialect, shards, depth, check=check) --
-    the aggregate that measures the shards and names their images, and
-    (check) the job that checks every subscriptions row -- kept for later
-    calls on the same DataFrame object (with reuse).  The one place a
-    sharded fan-out plans: _plan_for, and fanout_stream before it starts,
-    call it.  check=False where the shard images' build checks the rows."""
-    key = (session_key(subscriptions.sparkSession), dialect, "plan", shards, depth)
+def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: bool, *,
+                 images: bool = False) -> ShardPlan:
+    """plan_shards(subscriptions, dialect, shards, depth) -- the aggregate
+    that measures the shards and names their images, and the job that checks
+    every subscriptions row -- kept for later calls on the same DataFrame
+    object (with reuse).  The one place a sharded fan-out plans: _plan_for,
+    and fanout_stream before it starts, call it.  images=True: planned for
+    shard images (plan_shards(images=True)), whose build checks the rows
+    instead of the check job."""
+    check = not images
+    key = (session_key(subscriptions.sparkSession), dialect, "plan", shards, depth, images)
     checked_key = key + ("checked",)
     plan = _reused(subscriptions, key) if reuse else None
     if plan is None:
-        plan = plan_shards(subscriptions, dialect, shards, depth, check=check)
+        plan = plan_shards(subscriptions, dialect, shards, depth, check=check, images=images)
         if reuse:
             _remember(subscriptions, key, plan)
     elif check and not _reused(subscriptions, checked_key):
@@ -499,7 +501,7 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     # found by content): the plan's own check job is for the other paths.
     images = isinstance(subscriptions, DataFrame) and use_images(spark, image_dir, ship)
     plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index,
-                     check=not images)
+                     images=images)
     if plan is not None:
         how = dict(subject_col=subject_col, key_col=key_col, dialect=dialect, queues=queues,
                    dedupe=bool(dedupe))

@@ -57,6 +57,9 @@ from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
 #: of index on light's mix), and at least 2 shards per core.
 AUTO_SUBS_PER_SHARD = 500_000
+#: The image path (images=True): no shard image above this many subscriptions
+#: (~400 MB of image on light's mix; one task builds it in its heap).
+AUTO_IMAGE_SHARD_MAX = 4_000_000
 #: depth="auto": a worker's index (largest shard + replicated) should hold at
 #: most this share of the subscriptions.
 AUTO_WORKER_SHARE = 1 / 8
@@ -503,9 +506,9 @@ def _subs_columns(subscriptions: DataFrame, has_queue: bool):
 
 def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", depth="auto",
                 *, events: Optional[DataFrame] = None, subject_col: str = "subject",
-                salting: bool = True, check: bool = True) -> ShardPlan:
+                salting: bool = True, check: bool = True, images: bool = False) -> ShardPlan:
     """plan_shards(subscriptions, dialect="nats", shards="auto", depth="auto", *,
-    events=None, subject_col="subject", salting=True, check=True) -> ShardPlan
+    events=None, subject_col="subject", salting=True, check=True, images=False) -> ShardPlan
 
     One aggregate over the subscriptions, in the JVM (row_stats): the
     replicated share and the shard sizes for depths 1-3 (or the one given)
@@ -519,9 +522,10 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     AUTO_WORKER_SHARE of the subscriptions, the one copying the fewest rows
     into the shards; when none does, the one with the smallest worker index.
     shards="auto": at least two per core and about AUTO_SUBS_PER_SHARD
-    subscriptions each.  With `events` and salting=True, a 1% sample of the
-    events is counted per shard, and each shard with more than one core's
-    share is salted."""
+    subscriptions each.  images=True plans for shard images instead
+    (_decide_for_images): the least build work.  With `events` and
+    salting=True, a 1% sample of the events is counted per shard, and each
+    shard with more than one core's share is salted."""
     check_dialect(dialect)
     check_depth(depth)
     check_shards(shards)
@@ -534,7 +538,8 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     if check:
         check_rows(subscriptions, dialect)
     table = _stats_table(stats, depths, candidates)
-    plan = dataclasses.replace(_decide(table, depths, candidates, shards, cores), stats=stats)
+    decide = _decide_for_images if images else _decide
+    plan = dataclasses.replace(decide(table, depths, candidates, shards, cores), stats=stats)
     if events is not None and salting and plan.shards > 1:
         plan.salts = _salts(events, subject_col, dialect, plan, cores)
     return plan
@@ -567,6 +572,38 @@ def _decide(table, depths, candidates, shards, cores) -> ShardPlan:
         n = shards
     by_depth = {d: (rep[d], table.get((d, n), (0, 0))[0]) for d in depths}
     d = _choose_depth(by_depth, nsubs, n)
+    return ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
+                     largest=by_depth[d][1], by_depth=by_depth)
+
+
+def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
+    """The plan of the image path, from the statistics alone: the (N, d)
+    whose builds take the least time, estimated in rows inserted as
+    max(all rows / cores, the largest shard's rows), where all rows are the
+    keyed filters plus N copies of the replicated ones.  The cogroup's
+    rules (about AUTO_SUBS_PER_SHARD a shard, a worker's index at most
+    AUTO_WORKER_SHARE of the whole) are for an index every worker builds
+    and keeps in its own heap; an image is built once and mapped, its pages
+    shared, so fewer, larger shards cost less: fewer copies of the
+    replicated filters.  N is at least two per core (shards="auto") and no
+    shard image holds more than AUTO_IMAGE_SHARD_MAX rows when some N
+    allows it."""
+    rep = {d: table.get((d, 0), (0, 0))[1] for d in depths}
+    nsubs = rep[depths[0]] + table.get((depths[0], candidates[0]), (0, 0))[1]
+    if shards == "auto":
+        ns = [c for c in candidates if c >= 2 * cores] or [candidates[-1]]
+    else:
+        ns = [shards]
+
+    def rows(n, d):
+        return rep[d] + table.get((d, n), (0, 0))[0]
+
+    def cost(nd):
+        n, d = nd
+        over = rows(n, d) > AUTO_IMAGE_SHARD_MAX
+        return (over, max((nsubs + (n - 1) * rep[d]) / cores, rows(n, d)), n, d)
+    n, d = min(((n, d) for n in ns for d in depths), key=cost)
+    by_depth = {dd: (rep[dd], table.get((dd, n), (0, 0))[0]) for dd in depths}
     return ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
                      largest=by_depth[d][1], by_depth=by_depth)
 
