@@ -43,7 +43,7 @@ import struct
 import tempfile
 import threading
 import uuid
-from typing import Optional
+from typing import Callable, Optional, Tuple
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -234,6 +234,54 @@ def _image_path(image_dir, name) -> str:
     return os.path.join(image_dir if image_dir is not None else default_image_dir(), name + ".img")
 
 
+def probe_image(path: str, dialect: str) -> Tuple[str, int]:
+    """Is the image at path good?  ("ok", its subscriptions) when it opens
+    checked in full (Sublist.open(verify=True)) as a `dialect` index;
+    ("missing", 0); or ("damaged: <why>", 0)."""
+    try:
+        sl = Sublist.open(path, verify=True)
+    except FileNotFoundError:
+        return "missing", 0
+    except (ValueError, OSError) as e:
+        return f"damaged: {e}", 0
+    if sl.dialect != dialect:
+        return f"damaged: a {sl.dialect} index under a {dialect} name", 0
+    return "ok", len(sl)
+
+
+class BadRow(Exception):
+    """A build met a row the index refuses: args (i, sub_id, filter, queue),
+    as insert_arrow gives it."""
+
+
+def save_locked(path: str, force: bool, build: Callable[[], Sublist]) -> Tuple[str, int, int]:
+    """build() -> a Sublist, saved at path under an exclusive flock on a lock
+    file beside it, unless the image is there by the time the lock is held
+    (another task built it while this one waited) and not `force` (it was
+    found damaged).  -> (status "built" or "there", inserts, subscriptions).
+    build() may raise BadRow, which passes through, the lock released."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            if not force and os.path.exists(path):
+                return "there", 0, len(Sublist.open(path, verify=False))
+            sl = build()
+            sl.save(path)
+            return "built", sl.stats()["inserts"], len(sl)
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def build_rows(rows: pa.Table, dialect: str) -> Sublist:
+    """The index of rows (sub_id, filter, queue), or BadRow for the first
+    row it refuses."""
+    sl, bad = insert_arrow(rows, dialect)
+    if bad is not None:
+        raise BadRow(*bad)
+    return sl
+
+
 def _probe_task(image_dir, name, dialect):
     """-> the probe: a row with status "ok" (checked in full), "missing" or
     "damaged: <why>"."""
@@ -241,18 +289,9 @@ def _probe_task(image_dir, name, dialect):
         for _ in batches:
             pass
         path = _image_path(image_dir, name)
-        try:
-            sl = Sublist.open(path, verify=True)
-        except FileNotFoundError:
-            yield _result("missing", path)
-            return
-        except (ValueError, OSError) as e:
-            yield _result(f"damaged: {e}", path)
-            return
-        if sl.dialect != dialect:
-            yield _result(f"damaged: a {sl.dialect} index under a {dialect} name", path)
-            return
-        yield _result("ok", path, nsubs=len(sl), nbytes=os.path.getsize(path))
+        status, nsubs = probe_image(path, dialect)
+        yield _result(status, path, nsubs=nsubs,
+                      nbytes=os.path.getsize(path) if status == "ok" else 0)
     return fastsub_image_probe
 
 
@@ -265,31 +304,18 @@ def _build_task(image_dir, name, dialect, force, empty):
     def fastsub_image_build(batches):
         got = [b for b in batches if not empty]
         path = _image_path(image_dir, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".lock", "a") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                if not force and os.path.exists(path):
-                    # built by another task while this one waited
-                    sl = Sublist.open(path, verify=False)
-                    yield _result("there", path, nsubs=len(sl), nbytes=os.path.getsize(path))
-                    return
-                # (Spark's batches may mark a column not null: their own schema)
-                table = pa.Table.from_batches(got) if got else schema.empty_table()
-                sl, bad = insert_arrow(table, dialect)
-                if bad is not None:
-                    yield _result("bad", path, bad=bad)
-                    return
-                sl.save(path)
-                inserts = sl.stats()["inserts"]
-                log = os.environ.get(LOAD_LOG_ENV)
-                if log:
-                    with open(log, "a") as f:
-                        f.write(f"{name} {os.getpid()} build {inserts} {path}\n")
-                yield _result("built", path, inserts=inserts, nsubs=len(sl),
-                              nbytes=os.path.getsize(path))
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        # (Spark's batches may mark a column not null: their own schema)
+        table = pa.Table.from_batches(got) if got else schema.empty_table()
+        try:
+            status, inserts, nsubs = save_locked(path, force, lambda: build_rows(table, dialect))
+        except BadRow as e:
+            yield _result("bad", path, bad=e.args)
+            return
+        log = os.environ.get(LOAD_LOG_ENV)
+        if log and status == "built":
+            with open(log, "a") as f:
+                f.write(f"{name} {os.getpid()} build {inserts} {path}\n")
+        yield _result(status, path, inserts=inserts, nsubs=nsubs, nbytes=os.path.getsize(path))
     return fastsub_image_build
 
 

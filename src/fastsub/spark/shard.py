@@ -48,7 +48,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
-from fastsub._core import ROUTE_ANY, ROUTE_KEYED, route_keys, route_split
+from fastsub._core import ROUTE_ANY, route_keys, route_split
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
 from fastsub.spark.images import index_rows, digest_hashes, digest_sums

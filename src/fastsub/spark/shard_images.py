@@ -29,7 +29,6 @@ So a call on unchanged subscriptions runs the plan's aggregate and
 shuffles the events, nothing else: the subscriptions never meet the events' shuffle,
 and no Python process reads them.
 """
-import fcntl
 import os
 import threading
 import time
@@ -41,8 +40,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fastsub import Sublist
-from fastsub.spark.base import bad_subscription, insert_arrow
-from fastsub.spark.images import _check_dir, _image_path, index_rows, name_of
+from fastsub.spark.base import bad_subscription
+from fastsub.spark.images import (BadRow, _check_dir, _image_path, build_rows, index_rows, name_of,
+                                  probe_image, save_locked)
 from fastsub.spark.session import session_key
 from fastsub.spark.ship import LOAD_LOG_ENV, WorkerCache
 from fastsub.spark.shard import (_GROUP, _PICK, ShardPlan, _int_array, event_side, row_stats,
@@ -80,45 +80,17 @@ def _result(shard, status, path, inserts=0, nsubs=0, bad=(None, None, None)) -> 
                                        "bad_queue": [bad[2]]}, schema=_RESULT_SCHEMA)
 
 
-def _probe_task(image_dir, names, shards):
+def _probe_task(image_dir, names, dialect, shards):
     """One task: each shard's image checked in full ("ok"), "missing" or
-    "damaged: why"."""
+    "damaged: why" (images.probe_image)."""
     def fastsub_shard_probe(batches):
         for _ in batches:
             pass
         for k in shards:
             path = _image_path(image_dir, names[k])
-            try:
-                nsubs = len(Sublist.open(path, verify=True))
-            except FileNotFoundError:
-                yield _result(k, "missing", path)
-                continue
-            except (ValueError, OSError) as e:
-                yield _result(k, f"damaged: {e}", path)
-                continue
-            yield _result(k, "ok", path, nsubs=nsubs)
+            status, nsubs = probe_image(path, dialect)
+            yield _result(k, status, path, nsubs=nsubs)
     return fastsub_shard_probe
-
-
-class _BadRow(Exception):
-    """A build met a row the index refuses: (sub_id, filter, queue)."""
-
-
-def _save_locked(path: str, force: bool, build):
-    """build() -> Sublist saved at path under an exclusive flock beside it,
-    unless the image is there by the time the lock is held (and not force).
-    -> (status, inserts, nsubs)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            if not force and os.path.exists(path):
-                return "there", 0, len(Sublist.open(path, verify=False))
-            sl = build()
-            sl.save(path)
-            return "built", sl.stats()["inserts"], len(sl)
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def _build_task(image_dir, names, dialect, force):
@@ -142,17 +114,11 @@ def _build_task(image_dir, names, dialect, force):
 
 def _build_one(image_dir, names, dialect, force, shard, rows: pa.Table) -> pa.RecordBatch:
     path = _image_path(image_dir, names[shard])
-
-    def build():
-        sl, bad = insert_arrow(rows, dialect)
-        if bad is not None:
-            raise _BadRow(*bad[1:])
-        return sl
     t0 = time.perf_counter()
     try:
-        status, inserts, nsubs = _save_locked(path, shard in force, build)
-    except _BadRow as e:
-        return _result(shard, "bad", path, bad=e.args)
+        status, inserts, nsubs = save_locked(path, shard in force, lambda: build_rows(rows, dialect))
+    except BadRow as e:     # (its position in a shard means nothing to the caller)
+        return _result(shard, "bad", path, bad=e.args[1:])
     log = os.environ.get(LOAD_LOG_ENV)
     if log and status == "built":   # as shard.py's builds: "shard-<name> <pid> <subscriptions> <seconds>"
         with open(log, "a") as f:
@@ -199,7 +165,7 @@ def _empty_task(image_dir, names, dialect, shards, force):
             pass
         for k in shards:
             path = _image_path(image_dir, names[k])
-            status, inserts, nsubs = _save_locked(path, k in force, lambda: Sublist(dialect))
+            status, inserts, nsubs = save_locked(path, k in force, lambda: Sublist(dialect))
             yield _result(k, status, path, inserts, nsubs)
     return fastsub_shard_empty
 
@@ -231,7 +197,7 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     else:
         # (the shards with the same content, e.g. empty ones, share a name)
         probe = {r["shard"]: r for r in one.mapInArrow(
-            _probe_task(image_dir, names, unknown), _RESULT).collect()}
+            _probe_task(image_dir, names, dialect, unknown), _RESULT).collect()}
     todo = sorted(k for k in unknown if probe[k]["status"] != "ok")
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
