@@ -130,3 +130,29 @@ def test_the_build_gives_each_shard_a_partition_of_its_own(spark):
         parts = spark.createDataFrame([(v,) for v in place], "v int").repartition(n, "v") \
             .rdd.glom().map(lambda rows: [r[0] for r in rows]).collect()
         assert parts == [[v] for v in place]
+
+
+def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path):
+    """The match job places each (shard, salt) group in a partition of its
+    own; were Spark to place two in one (or a batch to mix them), each
+    group's events must still meet their own shard's image."""
+    import pyarrow as pa
+
+    from fastsub import Sublist
+    from fastsub.spark.shard import _GROUP, _PICK
+    from fastsub.spark.shard_images import _match_fn
+    paths = []
+    for k, flt in enumerate(["a.>", "b.>"]):
+        sl = Sublist("nats")
+        sl.insert(flt, 10 + k)
+        paths.append(str(tmp_path / f"s{k}.img"))
+        sl.save(paths[-1])
+    out_schema = pa.schema([("e0", pa.string()), ("sub_ids", pa.list_(pa.int64()))])
+    fn = _match_fn(paths, 2, "pick", False, "e0", ["e0"], out_schema)
+    # width 2: groups 0, 1 are shard 0's; 2, 3 shard 1's
+    batch = pa.RecordBatch.from_pydict({_GROUP: pa.array([0, 3, 1, 2], pa.int32()),
+                                        "e0": ["a.x", "b.x", "a.y", "a.z"],
+                                        _PICK: ["a.x", "b.x", "a.y", "a.z"]})
+    got = sorted((r["e0"], r["sub_ids"]) for b in fn(iter([batch])) for r in b.to_pylist())
+    # "a.z" sits in shard 1's group 2: routed there, it meets shard 1's image only
+    assert got == [("a.x", [10]), ("a.y", [10]), ("a.z", []), ("b.x", [11])]

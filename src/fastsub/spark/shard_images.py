@@ -208,10 +208,7 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
         rows = rows.select(F.explode(F.when(F.col("shard") == -1, every)
                                      .otherwise(F.array("shard"))).alias("shard"),
                            "sub_id", "filter", "queue").where(F.col("shard").isin(todo))
-        place = _placement(len(todo))
-        slot = F.element_at(F.create_map(*[F.lit(x) for i, k in enumerate(todo)
-                                           for x in (k, place[i])]), F.col("shard"))
-        for r in rows.repartition(len(todo), slot).mapInArrow(
+        for r in _one_per_partition(rows, "shard", todo).mapInArrow(
                 _build_task(image_dir, names, dialect, force), _RESULT).collect():
             if r["status"] == "bad":
                 raise bad_subscription(dialect, r["bad_sub_id"], r["bad_filter"], r["bad_queue"])
@@ -250,25 +247,43 @@ def _open_shard(path: str) -> Sublist:
 
 
 def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols, out_schema):
+    """The function of the match job's partitions: each batch's events,
+    matched by their shard's image (a partition holds one group, as
+    _placement places them; were it to hold more, each is matched apart)."""
     def fastsub_shard_image_match(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        sl = None
         for b in batches:
             if b.num_rows == 0:
                 continue
-            if sl is None:
-                sl = _open_shard(paths[b.column(_GROUP)[0].as_py() // width])
-            ids = sl.match_many(b.column(subject), keys=b.column(_PICK), queues=queues,
-                                dedupe=dedupe).to_arrow()
-            yield pa.RecordBatch.from_arrays([b.column(c) for c in event_cols] + [ids],
-                                             schema=out_schema)
+            shards = pc.divide(b.column(_GROUP), width)
+            span = pc.min_max(shards)
+            first, last = span["min"].as_py(), span["max"].as_py()
+            parts = [(first, b)] if first == last else \
+                [(k, b.filter(pc.equal(shards, k))) for k in pc.unique(shards).to_pylist()]
+            for k, rows in parts:
+                ids = _open_shard(paths[k]).match_many(
+                    rows.column(subject), keys=rows.column(_PICK), queues=queues,
+                    dedupe=dedupe).to_arrow()
+                yield pa.RecordBatch.from_arrays([rows.column(c) for c in event_cols] + [ids],
+                                                 schema=out_schema)
     return fastsub_shard_image_match
+
+
+def _one_per_partition(frame: DataFrame, column: str, values: List[int]) -> DataFrame:
+    """frame repartitioned so that the rows of each of `values` (the int
+    Column `column`) have a partition of their own: no sort, as a grouped
+    job would need (see _placement)."""
+    place = _placement(len(values))
+    slot = F.element_at(F.create_map(*[F.lit(x) for i, v in enumerate(values)
+                                       for x in (v, place[i])]), F.col(column))
+    return frame.repartition(len(values), slot)
 
 
 def image_per_event(events: DataFrame, plan: ShardPlan, paths: List[str], *, subject_col: str,
                     key_col, dialect: str, queues: str, dedupe: bool) -> DataFrame:
     """sharded_per_event's frame, from the shards' images (shard_images'
-    paths): only the events are shuffled."""
+    paths): only the events are shuffled, each (shard, salt) group into a
+    partition of its own."""
     side = event_side(events, plan, subject_col=subject_col, key_col=key_col, dialect=dialect)
     fn = _match_fn(paths, plan._width, queues, dedupe, side.subject, side.safe, side.out_schema)
-    return side.frame.groupBy(_GROUP).applyInArrow(fn, side.out_schema_spark) \
-        .toDF(*side.event_cols, "sub_ids")
+    return _one_per_partition(side.frame, _GROUP, plan._all_groups()) \
+        .mapInArrow(fn, side.out_schema_spark).toDF(*side.event_cols, "sub_ids")
