@@ -61,21 +61,37 @@ def test_a_change_rebuilds_only_the_shards_it_reaches(spark, tmp_path):
                                              if third["paths"][k] not in third["paths"][:k]})
 
 
-def test_only_the_events_are_shuffled(spark, tmp_path):
-    """The matching job's plan reads no subscriptions and has one exchange,
-    the events': the subscriptions were digested (an aggregate) and their
-    images built before it."""
+def test_the_events_move_only_between_hosts(spark, tmp_path):
+    """The matching job's plan reads no subscriptions (their images were
+    built before it).  On one host (a local master) it has no exchange at
+    all: each task matches its events in place against every shard's image.
+    Shuffled (executors on several hosts), its one exchange is the events',
+    each group into a partition of its own; the answers are the same."""
     import re
 
+    from pyspark.sql import functions as F
+
     from fastsub.spark import fanout
+    from fastsub.spark.shard_images import image_per_event, shard_images
     subs = [(i, f"t{i % 7}.x.{i}", None) for i in range(200)] + [(999, "*.x.>", None)]
     sd = spark.createDataFrame(subs, SUBS_SCHEMA)
-    ev = spark.createDataFrame(events_rows([f"t{i % 7}.x.{i}" for i in range(100)]), EVENT_SCHEMA)
+    ev = spark.createDataFrame(events_rows([f"t{i % 7}.x.{i}" for i in range(100)]), EVENT_SCHEMA) \
+        .repartition(3)
     res = fanout(ev, sd, shards=_plan(), image_dir=str(tmp_path), queues="all")
     text = res._jdf.queryExecution().executedPlan().toString()
     assert not re.search(r"\bfilter#\d", text), text     # the subscriptions are not read
-    assert text.count("Exchange hashpartitioning") == 1, text
+    ev_plan = ev._jdf.queryExecution().executedPlan().toString()
+    assert text.count("Exchange") == ev_plan.count("Exchange"), text   # the events' own only
     assert res.count() == 100 + 100     # its own filter, and the replicated one
+    paths = shard_images(sd, "nats", _plan(), str(tmp_path))["paths"]
+    for in_place in (True, False):
+        per_event = image_per_event(ev, _plan(), paths, subject_col="subject", key_col=None,
+                                    dialect="nats", queues="all", dedupe=False, in_place=in_place)
+        text = per_event._jdf.queryExecution().executedPlan().toString()
+        assert text.count("Exchange") == ev_plan.count("Exchange") + (0 if in_place else 1), text
+        got = sorted((r["event_id"], sorted(r["sub_ids"])) for r in per_event.collect())
+        assert len(got) == 100 and all(999 in ids for _, ids in got)
+        assert per_event.select(F.explode("sub_ids")).count() == 200
 
 
 def test_damaged_shard_image_is_rebuilt(spark, tmp_path):

@@ -24,7 +24,7 @@ from fastsub import Sublist
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
                                  check_events, collect_subscriptions, column, index_from_arrow)
-from fastsub.spark.images import use_images, image_index, save_sublist
+from fastsub.spark.images import default_dir_works, image_index, save_sublist, use_images
 from fastsub.spark.shard_images import image_per_event, shard_images
 from fastsub.spark.session import check_executors, is_connect, session_key
 from fastsub.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
@@ -392,7 +392,8 @@ class FanoutResult:
 Subscriptions = Union[DataFrame, Sublist, SharedIndex]
 
 
-def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse, images=False):
+def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse, images=False,
+              salting=True):
     """-> the ShardPlan of a sharded fan-out, or None for the broadcast path.
 
     Every sharded fan-out -- shards=N, "auto" past AUTO_SHARD_MIN_SUBS, a
@@ -432,9 +433,11 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse,
         logging.getLogger("fastsub.spark").info(
             "%s", dataclasses.replace(plan, salts=dict(given.salts)).explain())
         return given
-    # The salting follows these events: a sample of them, per call.
-    plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
-                                                  _parallelism(spark)))
+    # The salting follows these events: a sample of them, per call (none
+    # when the events are matched where they are).
+    if salting:
+        plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
+                                                      _parallelism(spark)))
     logging.getLogger("fastsub.spark").info("%s", plan.explain())
     return plan
 
@@ -500,14 +503,18 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     # Shard images check their rows as they build (and not at all when
     # found by content): the plan's own check job is for the other paths.
     images = isinstance(subscriptions, DataFrame) and use_images(spark, image_dir, ship)
+    # Executors on one host share its page cache: the events are matched
+    # where they are, against every shard's image (no shuffle, no salting).
+    in_place = images and default_dir_works(spark)
     plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index,
-                     images=images)
+                     images=images, salting=not in_place)
     if plan is not None:
         how = dict(subject_col=subject_col, key_col=key_col, dialect=dialect, queues=queues,
                    dedupe=bool(dedupe))
         if images:
             # each shard's image built once per content, only the events
-            # shuffled; the same DataFrame object again: not even the digest
+            # shuffled (or none); the same DataFrame object again: not even
+            # the plan's aggregate
             key = (session_key(spark), dialect, "shard-images", image_dir, plan.shards, plan.depth)
             paths = _reused(subscriptions, key) if reuse_index else None
             if paths is None:
@@ -515,7 +522,7 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
                                      rebuild=not reuse_index)["paths"]
                 if reuse_index:
                     _remember(subscriptions, key, paths)
-            per_event = image_per_event(events, plan, paths, **how)
+            per_event = image_per_event(events, plan, paths, in_place=in_place, **how)
         else:
             per_event = sharded_per_event(events, subscriptions, plan, **how)
         return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, plan,

@@ -34,6 +34,7 @@ import threading
 import time
 from typing import Dict, Iterator, List
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -248,18 +249,25 @@ def _open_shard(path: str) -> Sublist:
 
 def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols, out_schema):
     """The function of the match job's partitions: each batch's events,
-    matched by their shard's image (a partition holds one group, as
-    _placement places them; were it to hold more, each is matched apart)."""
+    matched by their shard's image.  Shuffled, a partition holds one
+    (shard, salt) group (_one_per_partition); matched in place, a batch
+    holds events of every shard, sorted here by shard and each run matched
+    by its own image."""
     def fastsub_shard_image_match(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             if b.num_rows == 0:
                 continue
-            shards = pc.divide(b.column(_GROUP), width)
-            span = pc.min_max(shards)
-            first, last = span["min"].as_py(), span["max"].as_py()
-            parts = [(first, b)] if first == last else \
-                [(k, b.filter(pc.equal(shards, k))) for k in pc.unique(shards).to_pylist()]
-            for k, rows in parts:
+            shards = pc.divide(b.column(_GROUP), width).to_numpy(zero_copy_only=False)
+            if (shards == shards[0]).all():
+                runs = [(int(shards[0]), b)]
+            else:
+                order = np.argsort(shards, kind="stable")
+                b, shards = b.take(pa.array(order)), shards[order]
+                cuts = np.flatnonzero(np.diff(shards)) + 1
+                starts = np.concatenate(([0], cuts))
+                ends = np.concatenate((cuts, [len(shards)]))
+                runs = [(int(shards[i]), b.slice(i, j - i)) for i, j in zip(starts, ends)]
+            for k, rows in runs:
                 ids = _open_shard(paths[k]).match_many(
                     rows.column(subject), keys=rows.column(_PICK), queues=queues,
                     dedupe=dedupe).to_arrow()
@@ -279,11 +287,16 @@ def _one_per_partition(frame: DataFrame, column: str, values: List[int]) -> Data
 
 
 def image_per_event(events: DataFrame, plan: ShardPlan, paths: List[str], *, subject_col: str,
-                    key_col, dialect: str, queues: str, dedupe: bool) -> DataFrame:
+                    key_col, dialect: str, queues: str, dedupe: bool,
+                    in_place: bool = False) -> DataFrame:
     """sharded_per_event's frame, from the shards' images (shard_images'
-    paths): only the events are shuffled, each (shard, salt) group into a
-    partition of its own."""
+    paths).  Shuffled (in_place=False): only the events are, each (shard,
+    salt) group into a partition of its own, so a host reads only the
+    images of the groups its tasks run.  In place: nothing is shuffled;
+    each task maps every shard's image and matches each event by its
+    shard's -- where every executor shares one host, and so one page
+    cache, moving the events buys nothing."""
     side = event_side(events, plan, subject_col=subject_col, key_col=key_col, dialect=dialect)
     fn = _match_fn(paths, plan._width, queues, dedupe, side.subject, side.safe, side.out_schema)
-    return _one_per_partition(side.frame, _GROUP, plan._all_groups()) \
-        .mapInArrow(fn, side.out_schema_spark).toDF(*side.event_cols, "sub_ids")
+    frame = side.frame if in_place else _one_per_partition(side.frame, _GROUP, plan._all_groups())
+    return frame.mapInArrow(fn, side.out_schema_spark).toDF(*side.event_cols, "sub_ids")
