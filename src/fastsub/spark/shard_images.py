@@ -1,7 +1,8 @@
 """The sharded fan-out over images: each shard's index is built once per
 content by executor tasks and saved as an image in the image directory
 (images.py's: image_dir or the executors' shared local disk), and a call
-shuffles only the events (docs/spark.md, "Images on the executors").
+moves no subscription: the events are matched where they are on one host,
+and only they are shuffled across hosts (docs/spark.md, "Shard images").
 
 On the driver, per call:
 
@@ -21,13 +22,16 @@ On the driver, per call:
    the lock).  The build is where this path checks the rows (a bad one
    raises on the driver, as plan_shards' check would word it): an image
    found by its content name was built from rows that passed;
-4. the events, grouped as sharded_per_event groups them (shard.event_side),
-   each group's task maps its shard's image (kept per worker process) and
-   streams the group's events through match_many.
+4. the match (image_per_event).  Where every executor shares one host
+   (and so one page cache), in place: each task maps every shard's image
+   (kept per worker process) and matches each event by its shard's, with
+   no shuffle and no salting sample.  Across hosts, the events are grouped
+   as sharded_per_event groups them (shard.event_side, salted), each group
+   shuffled into a partition of its own, so a host maps only the images
+   of the groups it runs.
 
-So a call on unchanged subscriptions runs the plan's aggregate and
-shuffles the events, nothing else: the subscriptions never meet the events' shuffle,
-and no Python process reads them.
+So a call on unchanged subscriptions runs the plan's aggregate and the
+match, nothing else: no subscription is shuffled or read by Python.
 """
 import os
 import threading
