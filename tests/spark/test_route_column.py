@@ -30,7 +30,7 @@ def _subjects(dialect, seed, n=3000):
 def test_route_column_is_route_keys(spark, dialect):
     from pyspark.sql import functions as F
 
-    from fastsub.spark.shard import route_column
+    from fastsub.spark.route import route_column
     subjects = _subjects(dialect, seed={"nats": 1, "mqtt": 2, "amqp": 3}[dialect])
     df = spark.createDataFrame([(i, s) for i, s in enumerate(subjects)], "i long, s string")
     got = {r["i"]: r for r in df.select(
@@ -56,7 +56,7 @@ def test_a_filter_keyed_in_c_meets_its_subjects_in_the_jvm(spark):
     filters land where the JVM sends their subjects."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark.shard import route_column
+    from fastsub.spark.route import route_column
     pairs = [("nats", "orders.eu.>", "orders.eu.x.y"), ("mqtt", "$share/g/sport/tennis/#", "sport/tennis"),
              ("mqtt", "a//+", "a//b"), ("amqp", "a.b.#", "a.b")]
     for dialect, flt, subject in pairs:
@@ -89,7 +89,7 @@ def test_filter_route_column_is_route_keys(spark, dialect):
     -1 for the ones every shard needs."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark.shard import filter_route_column
+    from fastsub.spark.route import filter_route_column
     filters = _filters(dialect, seed={"nats": 4, "mqtt": 5, "amqp": 6}[dialect])
     df = spark.createDataFrame([(i, f) for i, f in enumerate(filters)], "i long, f string")
     got = {r["i"]: r for r in df.select(

@@ -35,7 +35,6 @@ import collections
 import dataclasses
 import math
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -48,10 +47,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from fastsub import InvalidSubjectError, Sublist
-from fastsub._core import ROUTE_ANY, route_keys, route_split
+from fastsub._core import ROUTE_ANY, route_keys
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
 from fastsub.spark.images import index_rows, digest_hashes, digest_sums
+from fastsub.spark.route import (_filter_key, _filter_shape, _shard_of, filter_route_column,
+                                 route_column)
 from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
@@ -215,71 +216,6 @@ class ShardPlan:
 # executors: routing and statistics
 # --------------------------------------------------------------------------
 
-def _prefix(values, sep: str, depth: int):
-    """Column: each value's first `depth` tokens as they stand in it (the
-    whole value when it has fewer): what the route key hashes."""
-    return F.substring_index(values, sep, depth)
-
-
-_KEY_MASK = 0x7FFFFFFFFFFFFFFF
-
-
-def _key(prefix):
-    return F.xxhash64(prefix).bitwiseAND(F.lit(_KEY_MASK))
-
-
-def route_column(subjects, dialect: str, depth: int):
-    """Column: each subject's route key, computed in the JVM (no Python
-    pass over the events): route_keys(subjects, dialect, depth)'s key for
-    every subject the dialect accepts, keyed or shorter than depth (tested
-    equal on random rows of every dialect); null for a null.  An invalid
-    subject gets some key: the shard it lands in rejects it, as any would.
-
-    The key is Spark's xxhash64 of the subject's first `depth` tokens as
-    they stand in it (all of it when it has fewer), sign bit cleared:
-    csrc/*/fs_route.c computes the same hash, so a filter keyed there and a
-    subject keyed here meet.  Only string functions Spark compiles (no
-    split into an array, no lambda): the events pass it once per call."""
-    sep = route_split(dialect)[0]
-    return F.when(subjects.isNotNull(), _key(_prefix(subjects, sep, depth)))
-
-
-def _filter_shape(filters, dialect: str):
-    """Columns (inner, count, first) of each filter: the filter routed (MQTT's
-    "$share/GROUP/" cut off), its number of tokens, and the 1-based place of
-    its first wildcard token (null when it has none).  Split once: the
-    route key at every depth is read from these."""
-    sep, one, rest, empty_is_none, share = route_split(dialect)
-    if share is not None:
-        filters = F.when(filters.startswith(share), F.regexp_replace(
-            filters, "^" + re.escape(share) + "[^" + re.escape(sep) + "]*" + re.escape(sep), "")
-        ).otherwise(filters)
-    tokens = F.split(filters, re.escape(sep), -1)
-    count = F.size(tokens)
-    if empty_is_none:       # AMQP's empty key has no token at all
-        count = F.when(filters == F.lit(""), F.lit(0)).otherwise(count)
-    at = [F.array_position(tokens, w) for w in (one, rest)]
-    first = F.least(*[F.when(p > 0, p) for p in at])
-    return filters, count, first
-
-
-def _filter_key(inner, count, first, dialect: str, depth: int):
-    """Column: the route key at `depth` of a filter given by _filter_shape's
-    columns, or -1 for one every shard needs (fewer tokens, or a wildcard
-    among the first depth)."""
-    literal = (count >= F.lit(depth)) & (first.isNull() | (first > F.lit(depth)))
-    return F.when(literal, _key(_prefix(inner, route_split(dialect)[0], depth))).otherwise(F.lit(-1))
-
-
-def filter_route_column(filters, dialect: str, depth: int):
-    """Column: each filter's route key, as route_keys(filters=True) gives it
-    for a filter the dialect accepts (tested equal), with -1 for a filter
-    every shard needs (a wildcard among its first `depth` tokens, or fewer
-    tokens); null for a null.  An invalid filter gets some value (the build
-    or the check that reads it refuses it)."""
-    return F.when(filters.isNotNull(), _filter_key(*_filter_shape(filters, dialect), dialect, depth))
-
-
 _CHECK = "bad_id long, bad_filter string, bad_queue string"
 _CHECK_SCHEMA = pa.schema([("bad_id", pa.int64()), ("bad_filter", pa.string()),
                            ("bad_queue", pa.string())])
@@ -368,19 +304,6 @@ class RowStats:
             if dd == d and b >= 0:
                 out[b % n] = [x + y for x, y in zip(out[b % n], v)]
         return [tuple(v) for v in out]
-
-
-def _shard_of(key, n: int):
-    """Column: the shard of n of a filter route key (-1 stays -1: keys are
-    otherwise non-negative); a null filter's is 0, the shard that then
-    refuses it."""
-    return F.coalesce(key % F.lit(n), F.lit(0))
-
-
-def shard_column(dialect: str, depth: int, n: int):
-    """Column over index_rows' frame: each subscription's shard of n, -1 for
-    one every shard needs."""
-    return _shard_of(filter_route_column(F.col("filter"), dialect, depth), n)
 
 
 def row_stats(subscriptions: DataFrame, dialect: str, depths, modulus: int) -> RowStats:

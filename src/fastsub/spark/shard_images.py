@@ -50,8 +50,8 @@ from fastsub.spark.images import (BadRow, _check_dir, _image_path, build_rows, i
                                   probe_image, save_locked)
 from fastsub.spark.session import session_key
 from fastsub.spark.ship import LOAD_LOG_ENV, WorkerCache
-from fastsub.spark.shard import (_GROUP, _PICK, ShardPlan, _int_array, event_side, row_stats,
-                                  shard_column)
+from fastsub.spark.route import shard_column
+from fastsub.spark.shard import _GROUP, _PICK, ShardPlan, _int_array, event_side, row_stats
 
 _RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
            "bad_filter string, bad_queue string")
