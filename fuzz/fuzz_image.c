@@ -415,7 +415,7 @@ static void batch(fs_sublist *sl, const subjects *S)
     uint8_t invalid[MAXS];
     fs_idbuf out;
     memset(&out, 0, sizeof(out));
-    int rc = fs_match_rows(sl, &col, NULL, 0, S->count, FS_QUEUES_ALL, 0, row_end, invalid, &out, NULL);
+    int rc = fs_match_rows(sl, NULL, &col, NULL, 0, S->count, FS_QUEUES_ALL, 0, row_end, invalid, &out, NULL);
     CHECK(rc == FS_OK || rc == FS_ENOMEM);
     if (rc == FS_OK) {
         int64_t prev = 0;

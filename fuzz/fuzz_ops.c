@@ -703,7 +703,7 @@ static void op_batch(rd *r, int threaded)
     uint8_t invalid[64];
     fs_idbuf out;
     memset(&out, 0, sizeof(out));
-    int rc = fs_match_rows(sl, &sc.col, keys, 0, rows, queues, 0, row_end, invalid, &out, NULL);
+    int rc = fs_match_rows(sl, NULL, &sc.col, keys, 0, rows, queues, 0, row_end, invalid, &out, NULL);
     if (rc == FS_ENOMEM) {
         fs_idbuf_free(&out);
         return;
@@ -733,7 +733,7 @@ static void op_batch(rd *r, int threaded)
             memset(&one, 0, sizeof(one));
             int64_t end1;
             uint8_t inv1;
-            rc = fs_match_rows(sl, &sc.col, keys, i, i + 1, queues, 0, &end1, &inv1, &one, NULL);
+            rc = fs_match_rows(sl, NULL, &sc.col, keys, i, i + 1, queues, 0, &end1, &inv1, &one, NULL);
             if (rc == FS_OK) {
                 CHECK(inv1 == invalid[i]);
                 CHECK((size_t)end1 == (size_t)row_end[i] - prev && one.n == (size_t)end1);
@@ -753,7 +753,7 @@ static void op_batch(rd *r, int threaded)
          * The rows are fed in steps of 1-4, as a Python list's are while
          * it is converted. */
         size_t step = 1 + u8(r) % 4;
-        fs_batch_job *job = fs_batch_start_blocks(sl, &sc.col, keys, queues, 0, 2 + u8(r) % 3, tend, tinv,
+        fs_batch_job *job = fs_batch_start_blocks(sl, NULL, &sc.col, keys, queues, 0, 2 + u8(r) % 3, tend, tinv,
                                                   1 + u8(r) % 4, step);
         if (job) {
             for (size_t fed = step; fed < rows; fed += step)

@@ -130,7 +130,7 @@ static int batch_agrees(unsigned threads, size_t block_rows)
     uint8_t *inv = malloc(n);
     fs_idbuf got;
     int ok = 0;
-    fs_batch_job *job = end && inv ? fs_batch_start_blocks(sl, smoke_col, NULL, FS_QUEUES_ALL, 0, threads,
+    fs_batch_job *job = end && inv ? fs_batch_start_blocks(sl, NULL, smoke_col, NULL, FS_QUEUES_ALL, 0, threads,
                                                            end, inv, block_rows, n) : NULL;
     if (job) {
         while (!fs_batch_wait(job, 5))
@@ -326,7 +326,7 @@ int main(void)
         static int64_t fed_end[N];
         static uint8_t fed_invalid[N];
         fs_idbuf fed_out;
-        fs_batch_job *job = fs_batch_start_blocks(sl, &col, NULL, FS_QUEUES_ALL, 0, 4, fed_end, fed_invalid,
+        fs_batch_job *job = fs_batch_start_blocks(sl, NULL, &col, NULL, FS_QUEUES_ALL, 0, 4, fed_end, fed_invalid,
                                                   64, 0);
         CHECK(job != NULL);
         for (size_t fed = 1000; fed < N; fed += 1000)
@@ -339,7 +339,7 @@ int main(void)
         CHECK(memcmp(fed_out.ids, out[0].ids, sizeof(int64_t) * fed_out.n) == 0);
         fs_idbuf_free(&fed_out);
 
-        job = fs_batch_start_blocks(sl, &col, NULL, FS_QUEUES_ALL, 0, 4, fed_end, fed_invalid, 64, 1000);
+        job = fs_batch_start_blocks(sl, NULL, &col, NULL, FS_QUEUES_ALL, 0, 4, fed_end, fed_invalid, 64, 1000);
         CHECK(job != NULL);
         CHECK(!fs_batch_wait(job, 20));      /* the rows after 1,000 never come */
         fs_batch_cancel(job);

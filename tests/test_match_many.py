@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import fastsub
 from fastsub import _reference as R
 from examples import examples
-from strategies import DIALECTS, all_ids, is_one_per_group, rows, subjects, subscriptions, valid_subject
+from strategies import ALL_DIALECTS, DIALECTS, all_ids, is_one_per_group, rows, subjects, subscriptions, valid_subject
 
 pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
 
@@ -546,6 +546,57 @@ def test_pick_depends_only_on_the_set_of_members(dialect, data):
         for threads in (1, 2):
             got = sl.match_many(batch, keys=keys, threads=threads)
             assert [sorted(got[i].tolist()) for i in range(len(batch))] == want
+
+
+# --- also: two indexes answered as one ----------------------------------------
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
+@PROPS
+@given(data=st.data())
+def test_also_answers_as_one_index_holding_both(dialect, data):
+    """match_many(also=b) gives, row for row and in the same order, what one
+    index holding a's and b's subscriptions gives -- the plain ids merged,
+    a group whose members the two split as one group, picks over all its
+    members -- on every path: one thread or several, keys or none, dedupe,
+    a dictionary column, a cached index, and b a mapped image with a live
+    part."""
+    def once(drawn, seen):          # each subscription once (MQTT: "$share/q/f" is (f, q))
+        out = {}
+        for f, i, q in drawn:
+            key = (*f.split("/", 2)[:0:-1], i) if f.startswith("$share/") else (f, q, i)
+            if key not in seen:
+                out.setdefault(key, (f, i, q))
+        return out
+    subs = once(data.draw(st.lists(subscriptions(dialect), max_size=30), label="subs"), {})
+    side = data.draw(st.lists(st.booleans(), min_size=len(subs), max_size=len(subs)), label="side")
+    late = list(once(data.draw(st.lists(subscriptions(dialect), max_size=4), label="late"), subs).values())
+    subs = list(subs.values())
+    batch = data.draw(st.lists(rows(dialect), max_size=25), label="batch")
+    a = build(dialect, [x for x, s in zip(subs, side) if s], data.draw(st.sampled_from([0, 3])))
+    b = fastsub.Sublist.from_bytes(build(dialect, [x for x, s in zip(subs, side) if not s]).to_bytes())
+    for f, i, q in late:            # b's live part, beside its mapped image
+        b.insert(f, i, queue=q)
+    both = build(dialect, subs + late)
+    keys = [f"k{i % 4}" if i % 3 else None for i in range(len(batch))]
+    dictionary, eff = make_input("dictionary", batch, random.Random(0))
+    for queues in ("all", "none", "pick"):
+        for kw in ({}, {"keys": keys}, {"threads": 3}, {"dedupe": True}):
+            got = a.match_many(batch, queues=queues, also=b, **kw)
+            same(got, both.match_many(batch, queues=queues, **kw))
+            if not kw and dialect != "amqp":     # (check_rows knows no once-per-id)
+                check_rows(both, got, eff, queues)
+        same(a.match_many(dictionary, queues=queues, also=b), both.match_many(dictionary, queues=queues))
+        same(b.match_many(batch, queues=queues, also=a), both.match_many(batch, queues=queues))
+
+
+def test_also_refuses_what_is_not_another_index_of_its_dialect():
+    a = fastsub.Sublist("nats")
+    with pytest.raises(TypeError, match="also must be a fastsub.Sublist or None, not str"):
+        a.match_many(["x"], also="x")
+    with pytest.raises(ValueError, match="also must be another index"):
+        a.match_many(["x"], also=a)
+    with pytest.raises(ValueError, match="also is a 'mqtt' index, this one 'nats'"):
+        a.match_many(["x"], also=fastsub.Sublist("mqtt"))
 
 
 def _issue21_index(full):

@@ -1,6 +1,7 @@
 /* fs_batch.c - batch matching, on one thread or several (see fs_batch.h). */
 #include "fs_batch.h"
 
+#include <assert.h>
 #include <string.h>
 
 #include "fs_alloc.h"
@@ -151,6 +152,7 @@ enum { ROW_NULL = 0, ROW_INVALID = 1, ROW_OK = 2 };
 
 typedef struct {
     fs_walk_row plan[BLOCK_ROWS];
+    fs_walk_row also[BLOCK_ROWS];           /* the same subjects' plans in the job's also */
     fs_tokens toks[BLOCK_ROWS];
     int state[BLOCK_ROWS];
     uint32_t hash[BLOCK_ROWS];              /* with a cache: the subjects' (its key) */
@@ -173,8 +175,11 @@ static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, s
     fs_cache_buckets(sl->cache, b->hash, n, b->bucket);
 }
 
-/* The walk's plan and fetch steps over a block of rows (fs_walk.h). */
-static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n, block *b)
+/* The walk's plan and fetch steps over a block of rows (fs_walk.h), in
+ * sl and, where the job has one, in also (the tokens serve both: one
+ * dialect). */
+static int plan_rows(const fs_sublist *sl, const fs_sublist *also, const fs_strings *subjects, size_t i,
+                     size_t n, block *b)
 {
     for (size_t k = 0; k < n; k++) {
         const char *s;
@@ -187,10 +192,15 @@ static int plan_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i,
         if (rc == FS_ENOMEM)
             return rc;
         b->state[k] = rc < 0 ? ROW_INVALID : ROW_OK;
+        if (also && rc == FS_OK)
+            fs_walk_plan_tokens(also, s, len, &b->toks[k], &b->also[k]);
     }
     for (size_t k = 0; k < n; k++)
-        if (b->state[k] == ROW_OK)
+        if (b->state[k] == ROW_OK) {
             fs_walk_fetch(sl, &b->plan[k]);
+            if (also)
+                fs_walk_fetch(also, &b->also[k]);
+        }
     return FS_OK;
 }
 
@@ -202,6 +212,8 @@ typedef struct {
     fs_workspace spare, *w;
     block *b;
     fs_idbuf set;
+    fs_scratch also_sc;              /* a row's walk of the job's also, */
+    fs_result also_r, both;          /* its answer, and the two answers as one */
     uint64_t matched, fanout, fanout_max;
 } row_matcher;
 
@@ -218,6 +230,9 @@ static int matcher_open(row_matcher *m)
     }
     for (size_t k = 0; k < BLOCK_ROWS; k++)
         fs_tokens_init(&m->b->toks[k]);
+    fs_scratch_init(&m->also_sc);
+    fs_result_init(&m->also_r);
+    fs_result_init(&m->both);
     return FS_OK;
 }
 
@@ -228,6 +243,9 @@ static void matcher_close(fs_sublist *sl, row_matcher *m)
     FS_FREE(m->b);
     m->set.n = m->set.cap;      /* a hash set: any of its slots may be written */
     fs_idbuf_free(&m->set);
+    fs_scratch_free(&m->also_sc);
+    fs_result_free(&m->also_r);
+    fs_result_free(&m->both);
     fs_count_matches(sl, m->matched, m->fanout, m->fanout_max);
     fs_workspace_release(m->w, &m->spare);
 }
@@ -237,6 +255,7 @@ static void matcher_close(fs_sublist *sl, row_matcher *m)
  * (row i's are row_end[i - begin], invalid[i - begin]). */
 typedef struct {
     fs_sublist *sl;
+    fs_sublist *also;    /* NULL, or a second index answered with sl as one (fs_match_rows) */
     const fs_strings *subjects, *keys;
     size_t begin, end;
     int queues;
@@ -255,6 +274,8 @@ typedef struct {
     block *b;
     fs_workspace *w;
     fs_idbuf *set;           /* the dedupe set */
+    fs_scratch *also_sc;     /* with the job's also: its walk, */
+    fs_result *also_r, *both;    /* its answer and the merged one */
 } rows_parts;
 typedef struct {
     uint64_t matched, fanout, fanout_max;
@@ -276,9 +297,38 @@ static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t
     return *keyed ? fs_hash(key, klen) : cached_index ? b->hash[k] : fs_hash(r->s, r->len);
 }
 
+/* Emit a row from the hits of a walk of sl (sl: the job's index or its
+ * also) in sc: straight from the hits, or through the built result r. */
+static inline int emit_walked(const rows_job *job, const fs_sublist *sl, fs_scratch *sc, fs_result *r,
+                              uint32_t keyhash)
+{
+    if (job->once && job->queues != FS_QUEUES_NONE && any_groups(sc)) {
+        /* AMQP picks among deduplicated members, as the built (and cached)
+         * result has them. */
+        int rc = fs_build_result(sl, sc, r);
+        return rc == FS_OK ? emit(r, job->queues, keyhash, 0, job->out) : rc;
+    }
+    return emit_hits(sl, sc, job->queues, keyhash, job->out);
+}
+
+/* Emit a row both of the job's indexes matched: each one's result built
+ * (their nodes are read through their own index), then merged as one
+ * index's would be (fs_result_merge), and the queue picks made over the
+ * merged groups. */
+static int emit_both(const rows_job *job, const rows_parts *p, uint32_t keyhash)
+{
+    int rc = fs_build_result(job->sl, &p->w->sc, &p->w->r);
+    if (rc == FS_OK)
+        rc = fs_build_result(job->also, p->also_sc, p->also_r);
+    if (rc == FS_OK)
+        rc = fs_result_merge(p->both, &p->w->r, p->also_r, fs_groups_merge(job->sl->dialect), job->once);
+    return rc == FS_OK ? emit(p->both, job->queues, keyhash, 0, job->out) : rc;
+}
+
 /* Emit the answer of planned row k (row i) into job->out, by one of three
  * paths: the cached result, a result computed (and cached) now, or the
- * walk's hits directly (an index without a cache).  FS_OK (with
+ * walk's hits directly (an index without a cache, or a job with an also,
+ * where a row that only one index matched is emitted from its hits).  FS_OK (with
  * invalid[i - begin] set for a subject the tokenizer refused), FS_ENOMEM. */
 static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, size_t i, int cached_index,
                            fs_cache_tally *tally)
@@ -306,13 +356,15 @@ static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, s
     rc = fs_walk_collect(job->sl, r, &b->toks[k], &w->sc, 0);
     if (FS_UNLIKELY(rc != FS_OK))
         return rc;
-    if (job->once && job->queues != FS_QUEUES_NONE && any_groups(&w->sc)) {
-        /* AMQP picks among deduplicated members, as the built (and cached)
-         * result has them. */
-        rc = fs_build_result(job->sl, &w->sc, &w->r);
-        return rc == FS_OK ? emit(&w->r, job->queues, keyhash, 0, job->out) : rc;
+    if (job->also) {
+        if ((rc = fs_walk_collect(job->also, &b->also[k], &b->toks[k], p->also_sc, 0)) != FS_OK)
+            return rc;
+        if (p->also_sc->nhits && w->sc.nhits)
+            return emit_both(job, p, keyhash);
+        if (p->also_sc->nhits)
+            return emit_walked(job, job->also, p->also_sc, p->also_r, keyhash);
     }
-    return emit_hits(job->sl, &w->sc, job->queues, keyhash, job->out);
+    return emit_walked(job, job->sl, &w->sc, &w->r, keyhash);
 }
 
 /* Match planned row k of the block, row i of the job: its ids into
@@ -355,7 +407,8 @@ static inline int match_row(const rows_job *job, const rows_parts *p, rows_count
 static int matcher_run(row_matcher *m, const rows_job *jp)
 {
     const rows_job job = *jp;
-    const rows_parts parts = {.b = m->b, .w = m->w, .set = &m->set};
+    const rows_parts parts = {.b = m->b, .w = m->w, .set = &m->set, .also_sc = &m->also_sc,
+                              .also_r = &m->also_r, .both = &m->both};
     rows_counts c = {0, 0, 0};
     fs_sublist *sl = job.sl;
     int rc = FS_OK;
@@ -367,18 +420,28 @@ static int matcher_run(row_matcher *m, const rows_job *jp)
             break;
         }
         size_t stop = job.end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : job.end;
+        /* Two indexes' read locks in one order (by address), whichever
+         * is the job's also: two calls naming them the other way round
+         * cannot wait on each other's writers. */
+        if (job.also && (uintptr_t)job.also < (uintptr_t)sl)
+            fs_brlock_rdlock(&job.also->lock);
         fs_brlock_rdlock(&sl->lock);
-        int cached_index = sl->cache != NULL;
+        if (job.also && (uintptr_t)job.also > (uintptr_t)sl)
+            fs_brlock_rdlock(&job.also->lock);
+        /* (with an also, the walk's path: a cached answer is sl's alone) */
+        int cached_index = sl->cache != NULL && !job.also;
         while (i < stop && rc == FS_OK) {
             size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;
             if (cached_index) {
                 plan_cached_rows(sl, job.subjects, i, nblock, parts.b);
-            } else if ((rc = plan_rows(sl, job.subjects, i, nblock, parts.b)) < 0) {
+            } else if ((rc = plan_rows(sl, job.also, job.subjects, i, nblock, parts.b)) < 0) {
                 break;
             }
             for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++)
                 rc = match_row(&job, &parts, &c, k, i, cached_index, &tally);
         }
+        if (job.also)
+            fs_brlock_rdunlock(&job.also->lock);
         fs_read_done(sl, &tally);
         tally = (fs_cache_tally){0, 0};
     }
@@ -391,25 +454,26 @@ static int matcher_run(row_matcher *m, const rows_job *jp)
 
 /* The job of rows [begin, end) with fs_match_rows' parameters (row_end and
  * invalid: row begin's). */
-static rows_job rows_job_of(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys, size_t begin,
-                            size_t end, int queues, int dedupe, int64_t *row_end, uint8_t *invalid,
-                            fs_idbuf *out, const atomic_int *cancel)
+static rows_job rows_job_of(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects,
+                            const fs_strings *keys, size_t begin, size_t end, int queues, int dedupe,
+                            int64_t *row_end, uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel)
 {
     int once = fs_rules(sl->dialect)->once_per_id;
     /* AMQP delivers once per sub_id: the rule, not an option. */
-    return (rows_job){.sl = sl, .subjects = subjects, .keys = keys, .begin = begin, .end = end,
+    return (rows_job){.sl = sl, .also = also, .subjects = subjects, .keys = keys, .begin = begin, .end = end,
                       .queues = queues, .dedupe = dedupe || once, .once = once, .row_end = row_end,
                       .invalid = invalid, .out = out, .cancel = cancel};
 }
 
-int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+int fs_match_rows(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects, const fs_strings *keys,
                   size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                   uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel)
 {
+    assert(also != sl && (!also || also->dialect == sl->dialect));
     row_matcher m;
     if (matcher_open(&m) != FS_OK)
         return FS_ENOMEM;
-    rows_job job = rows_job_of(sl, subjects, keys, begin, end, queues, dedupe, row_end, invalid, out, cancel);
+    rows_job job = rows_job_of(sl, also, subjects, keys, begin, end, queues, dedupe, row_end, invalid, out, cancel);
     int rc = matcher_run(&m, &job);
     matcher_close(sl, &m);
     return rc;
@@ -524,7 +588,7 @@ typedef struct {
 } batch_worker;
 
 struct fs_batch_job {
-    fs_sublist *sl;
+    fs_sublist *sl, *also;
     fs_strings subjects, keys;
     int has_keys, queues, dedupe, fixed;   /* fixed: every block is one unit */
     size_t nrows, unit_rows, nunits;
@@ -830,7 +894,7 @@ static int worker_run(fs_batch_job *job, batch_worker *w, row_matcher *m)
         p->last = last;
         p->ids.n = 0;
         unsigned long long t0 = job->fixed ? 0 : fs_now_ns();
-        rows_job rows = rows_job_of(job->sl, &job->subjects, keys, begin, end, job->queues, job->dedupe,
+        rows_job rows = rows_job_of(job->sl, job->also, &job->subjects, keys, begin, end, job->queues, job->dedupe,
                                     job->row_end + begin, job->invalid + begin, &p->ids, &job->cancel);
         rc = matcher_run(m, &rows);
         if (rc != FS_OK)
@@ -869,7 +933,7 @@ static void worker_main(void *arg, unsigned index)
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                              int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid)
 {
-    return fs_batch_start_blocks(sl, subjects, keys, queues, dedupe, nthreads, row_end, invalid, 0,
+    return fs_batch_start_blocks(sl, NULL, subjects, keys, queues, dedupe, nthreads, row_end, invalid, 0,
                                  subjects->n);
 }
 
@@ -885,10 +949,11 @@ static void job_free(fs_batch_job *job)
     FS_FREE(job);
 }
 
-fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                                    int queues, int dedupe, unsigned nthreads, int64_t *row_end,
-                                    uint8_t *invalid, size_t block_rows, size_t fed)
+fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects,
+                                    const fs_strings *keys, int queues, int dedupe, unsigned nthreads,
+                                    int64_t *row_end, uint8_t *invalid, size_t block_rows, size_t fed)
 {
+    assert(also != sl && (!also || also->dialect == sl->dialect));
     size_t n = subjects->n;
     if (fed > n)
         fed = n;
@@ -915,6 +980,7 @@ fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, 
         job->slots[u].first = 0;
     }
     job->sl = sl;
+    job->also = also;
     job->subjects = *subjects;
     if (keys) {
         job->keys = *keys;

@@ -29,11 +29,16 @@ enum { FS_QUEUES_PICK = 0, FS_QUEUES_ALL = 1, FS_QUEUES_NONE = 2 };
 
 /* Match rows [begin, end) of subjects (keys may be NULL), appending ids to
  * out; row_end[i - begin] receives out->n after row i, invalid[i - begin]
- * 1 or 0.  dedupe: each id at most once per row (its first occurrence;
+ * 1 or 0.  also (NULL, or another index of sl's dialect, not sl): each row
+ * gets the answer one index holding both indexes' subscriptions would give
+ * (fs_result_merge; queue picks over both's members) -- the sharded
+ * fan-out matches a shard's image and the image of the filters every
+ * shard needs so, without copying those into every shard.  Both read
+ * locks are held while rows are matched; sl's cache is not used.  dedupe: each id at most once per row (its first occurrence;
  * always so for an AMQP index, where it is the delivery rule).  Stops early with FS_ECANCELLED when *cancel (may be NULL)
  * becomes non-zero.
  * FS_OK, FS_ENOMEM, FS_ECANCELLED. */
-int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+int fs_match_rows(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects, const fs_strings *keys,
                   size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                   uint8_t *invalid, fs_idbuf *out, const atomic_int *cancel);
 
@@ -48,16 +53,17 @@ typedef struct fs_batch_job fs_batch_job;
  * the pool has no thread and none could be started. */
 fs_batch_job *fs_batch_start(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
                              int queues, int dedupe, unsigned nthreads, int64_t *row_end, uint8_t *invalid);
-/* The same, the rows cut into blocks of block_rows (0: sized as the batch
+/* The same, with an also (NULL: none; see fs_match_rows), the rows cut
+ * into blocks of block_rows (0: sized as the batch
  * runs, from what each thread's last block cost) that the threads claim
  * in turn (tests and fuzzers make them tiny, so that small batches take
  * the threaded path's every turn), with only rows
  * [0, fed) of subjects filled in so far: the caller fills the rest while
  * the threads match, and hands them over with fs_batch_feed.  (keys must
  * be filled in whole.) */
-fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                                    int queues, int dedupe, unsigned nthreads, int64_t *row_end,
-                                    uint8_t *invalid, size_t block_rows, size_t fed);
+fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects,
+                                    const fs_strings *keys, int queues, int dedupe, unsigned nthreads,
+                                    int64_t *row_end, uint8_t *invalid, size_t block_rows, size_t fed);
 /* Rows [0, fed) of the subjects are filled in and may be matched.  The
  * caller must feed every row, or cancel, before fs_batch_wait can end. */
 void fs_batch_feed(fs_batch_job *job, size_t fed);

@@ -120,6 +120,9 @@ static void sort_items(void *items, size_t n, size_t size, cmp_fn cmp, const voi
     }
 }
 
+/* An arena's bytes at off (NULL when there are none: the arena may be). */
+static const char *arena_at(const char *arena, size_t off, size_t len) { return len ? arena + off : NULL; }
+
 static int bytes_cmp(const char *a, size_t na, const char *b, size_t nb)
 {
     size_t k = na < nb ? na : nb;
@@ -644,6 +647,74 @@ int fs_result_copy(fs_result *dst, const fs_result *src)
     return FS_OK;
 }
 
+/* ------------------------------------------- two indexes' answers as one */
+
+/* The sorted a[0..na) and b[0..nb) merged into out; once: each id once. */
+static size_t merge_sorted(int64_t *out, const int64_t *a, size_t na, const int64_t *b, size_t nb, int once)
+{
+    size_t i = 0, j = 0, n = 0;
+    while (i < na || j < nb) {
+        int64_t x = j == nb || (i < na && a[i] <= b[j]) ? a[i++] : b[j++];
+        if (!once || n == 0 || out[n - 1] != x)
+            out[n++] = x;
+    }
+    return n;
+}
+
+/* The groups' order of fs_result.h (name bytes, then, where a group is
+ * (name, filter), filter bytes) across two results; 0: one group. */
+static int group_out_cmp(const fs_result *a, const fs_group_out *ga, const fs_result *b,
+                         const fs_group_out *gb, int by_name)
+{
+    int c = bytes_cmp(arena_at(a->arena, ga->name_off, ga->name_len), ga->name_len,
+                      arena_at(b->arena, gb->name_off, gb->name_len), gb->name_len);
+    if (c || by_name)
+        return c;
+    return bytes_cmp(arena_at(a->arena, ga->filter_off, ga->filter_len), ga->filter_len,
+                     arena_at(b->arena, gb->filter_off, gb->filter_len), gb->filter_len);
+}
+
+static void put_bytes(fs_result *r, const char *p, size_t n, size_t *off)
+{
+    *off = r->narena;
+    if (n)
+        memcpy(r->arena + r->narena, p, n);
+    r->narena += n;
+}
+
+int fs_result_merge(fs_result *r, const fs_result *a, const fs_result *b, int by_name, int once)
+{
+    r->nids = r->nplain = r->ngroups = r->narena = 0;
+    size_t nids = a->nids + b->nids, ngroups = a->ngroups + b->ngroups, narena = a->narena + b->narena;
+    if ((nids && fs_grow(&r->ids, &r->cap_ids, nids, sizeof(int64_t)) < 0) ||
+        (ngroups && fs_grow(&r->groups, &r->cap_groups, ngroups, sizeof(fs_group_out)) < 0) ||
+        (narena && fs_grow(&r->arena, &r->cap_arena, narena, 1) < 0))
+        return FS_ENOMEM;
+    if (a->nplain + b->nplain)
+        r->nids = r->nplain = merge_sorted(r->ids, a->ids, a->nplain, b->ids, b->nplain, once);
+    size_t i = 0, j = 0;
+    while (i < a->ngroups || j < b->ngroups) {
+        const fs_group_out *ga = i < a->ngroups ? &a->groups[i] : NULL;
+        const fs_group_out *gb = j < b->ngroups ? &b->groups[j] : NULL;
+        int c = !ga ? 1 : !gb ? -1 : group_out_cmp(a, ga, b, gb, by_name);
+        const fs_result *from = c <= 0 ? a : b;
+        const fs_group_out *g = c <= 0 ? ga : gb;
+        fs_group_out *o = &r->groups[r->ngroups++];
+        *o = *g;
+        o->subject_pick = 0;          /* not filled: emit picks from the key */
+        put_bytes(r, arena_at(from->arena, g->name_off, g->name_len), g->name_len, &o->name_off);
+        put_bytes(r, arena_at(from->arena, g->filter_off, g->filter_len), g->filter_len, &o->filter_off);
+        size_t na = c <= 0 ? ga->members_len : 0, nb = c >= 0 ? gb->members_len : 0;
+        o->members_off = r->nids;
+        o->members_len = merge_sorted(r->ids + r->nids, na ? a->ids + ga->members_off : NULL, na,
+                                      nb ? b->ids + gb->members_off : NULL, nb, once);
+        r->nids += o->members_len;
+        i += c <= 0;
+        j += c >= 0;
+    }
+    return FS_OK;
+}
+
 void fs_rresult_init(fs_rresult *r) { memset(r, 0, sizeof(*r)); }
 
 void fs_rresult_free(fs_rresult *r)
@@ -677,7 +748,6 @@ int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64
 
 /* Reverse matches' order: filter bytes, then plain before queued, queue
  * name bytes, sub_id ascending. */
-static const char *arena_at(const char *arena, size_t off, size_t len) { return len ? arena + off : NULL; }
 
 static int rhit_cmp(const void *pa, const void *pb, const void *ctx)
 {

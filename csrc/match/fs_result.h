@@ -192,6 +192,15 @@ size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids);
  * queue name bytes, sub_id.  Never fails. */
 void fs_rresult_sort(fs_rresult *r);
 int fs_result_copy(fs_result *dst, const fs_result *src);
+/* r = the answer of one index holding both a's and b's subscriptions (a
+ * and b built by fs_build_result, from two indexes of one dialect): the
+ * plain ids merged, and groups of one key (by_name: the name, as NATS and
+ * AMQP merge them; else name and filter) merged into one group, all in the
+ * row's order.  once: each id once per list, as an AMQP result has them.
+ * Queue picks are made afterwards, over the merged members: so a row of a
+ * group whose members the two indexes share picks as one index would.
+ * FS_OK or FS_ENOMEM. */
+int fs_result_merge(fs_result *r, const fs_result *a, const fs_result *b, int by_name, int once);
 /* Keep the first occurrence of each id in ids[0..*n), in order, and set
  * *n to how many are kept.  Runs longer than 48 use *set (grown as needed;
  * the caller frees it) as a hash set.  FS_OK, or FS_ENOMEM with ids and

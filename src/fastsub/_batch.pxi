@@ -817,9 +817,25 @@ cdef class BatchResult:
         return f"<fastsub.BatchResult rows={len(self)} ids={len(self.sub_ids)} invalid={int(self.invalid.sum())}>"
 
 
-cdef object _match_many(Sublist self, object subjects, object keys, object queues, object threads,
-                        bint dedupe):
+cdef Sublist _also_arg(Sublist self, object also):
+    """match_many's also, checked: None, or another index of self's dialect."""
+    if also is None:
+        return None
+    if not isinstance(also, Sublist):
+        raise TypeError(f"also must be a fastsub.Sublist or None, not {_tname(also)}")
+    if also is self:
+        raise ValueError("also must be another index: an index matched with itself would answer each "
+                         "subscription twice")
+    if (<Sublist>also).dialect != self.dialect:
+        raise ValueError(f"also is a {(<Sublist>also).dialect!r} index, this one {self.dialect!r}: "
+                         f"both must be of one dialect")
+    return <Sublist>also
+
+
+cdef object _match_many(Sublist self, Sublist also, object subjects, object keys, object queues,
+                        object threads, bint dedupe):
     import numpy as np
+    cdef fs_sublist *also_sl = also.sl if also is not None else NULL
     if not isinstance(queues, str):
         raise TypeError(f"queues must be 'pick', 'all' or 'none', not {_tname(queues)}")
     if queues not in _QUEUE_MODES:
@@ -864,7 +880,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
             base = seg_base
             seg_n = col.s.n
             if col.dictionary is not None:
-                _spread_dictionary(self, col.dictionary, queues, threads, dedupe, &ids,
+                _spread_dictionary(self, also, col.dictionary, queues, threads, dedupe, &ids,
                                    &off_view[base + 1], &inv_view[base], <Py_ssize_t>base)
                 continue
             kp = NULL
@@ -882,7 +898,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
                 while begin < seg_n:
                     end = min(begin + ROWS_PER_CHUNK, seg_n)
                     with nogil:
-                        rc = fs_match_rows(self.sl, &col.s, kp, begin, end, mode, dedupe,
+                        rc = fs_match_rows(self.sl, also_sl, &col.s, kp, begin, end, mode, dedupe,
                                            &off_view[base + begin + 1], &inv_view[base + begin], &ids, NULL)
                     if rc != FS_OK:
                         raise MemoryError()
@@ -893,7 +909,7 @@ cdef object _match_many(Sublist self, object subjects, object keys, object queue
             # lock throughout (the list as it was at the call): the threads
             # match the converted ones meanwhile.
             col.fill_to(_feed_rows)
-            job = fs_batch_start_blocks(self.sl, &col.s, kp, mode, dedupe, seg_threads,
+            job = fs_batch_start_blocks(self.sl, also_sl, &col.s, kp, mode, dedupe, seg_threads,
                                         &off_view[base + 1], &inv_view[base], _thread_block_rows,
                                         <size_t>col.filled)
             if job == NULL:
@@ -949,7 +965,7 @@ cdef int _append_ids(fs_idbuf *dst, fs_idbuf *src) except -1:
     return 0
 
 
-cdef int _spread_dictionary(Sublist self, object arr, object queues, object threads, bint dedupe,
+cdef int _spread_dictionary(Sublist self, Sublist also, object arr, object queues, object threads, bint dedupe,
                             fs_idbuf *ids, int64_t *row_end, uint8_t *invalid,
                             Py_ssize_t row_base) except -1:
     """match_many over one dictionary-encoded chunk: its distinct values
@@ -959,7 +975,7 @@ cdef int _spread_dictionary(Sublist self, object arr, object queues, object thre
     import numpy as np
     cdef _Indices x = _indices_of(arr, "subjects", row_base)
     _column_of_arrow(arr.dictionary, "subjects (dictionary)", 0)     # its errors say so
-    cdef BatchResult d = _match_many(self, arr.dictionary, None, queues, threads, dedupe)
+    cdef BatchResult d = _match_many(self, also, arr.dictionary, None, queues, threads, dedupe)
     cdef const int64_t[::1] doff = d.offsets
     cdef const uint8_t[::1] dinv = d.invalid.view(np.uint8)
     cdef const int64_t[::1] dids = d.sub_ids

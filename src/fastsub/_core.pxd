@@ -147,12 +147,12 @@ cdef extern from "fs_batch.h" nogil:
     ctypedef struct fs_batch_job:
         pass
     int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
-    int fs_match_rows(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
+    int fs_match_rows(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects, const fs_strings *keys,
                       size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
                       uint8_t *invalid, fs_idbuf *out, const void *cancel)
-    fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, const fs_strings *subjects, const fs_strings *keys,
-                                        int queues, int dedupe, unsigned nthreads, int64_t *row_end,
-                                        uint8_t *invalid, size_t block_rows, size_t fed)
+    fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects,
+                                        const fs_strings *keys, int queues, int dedupe, unsigned nthreads,
+                                        int64_t *row_end, uint8_t *invalid, size_t block_rows, size_t fed)
     void fs_batch_feed(fs_batch_job *job, size_t fed)
     int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
     void fs_batch_cancel(fs_batch_job *job)

@@ -706,8 +706,8 @@ cdef class Sublist:
             fs_scratch_free(&sc)
             fs_rresult_free(&r)
 
-    def match_many(self, subjects, keys=None, queues="pick", threads=1, *, dedupe=False):
-        """match_many(subjects, keys=None, queues="pick", threads=1, *, dedupe=False) -> BatchResult
+    def match_many(self, subjects, keys=None, queues="pick", threads=1, *, dedupe=False, also=None):
+        """match_many(subjects, keys=None, queues="pick", threads=1, *, dedupe=False, also=None) -> BatchResult
 
         Match a whole column at once, without the GIL.  subjects: list of
         str or None (another type: TypeError naming the row), numpy
@@ -719,9 +719,17 @@ cdef class Sublist:
         subject -- and the group, so reruns give the same rows), "all" or
         "none".  threads: native threads to split the batch over.  dedupe:
         each sub_id at most once per row (its first occurrence), for
-        subscribers holding overlapping filters (always so for AMQP)."""
-        result = _match_many(self, subjects, keys, queues, threads, dedupe)
+        subscribers holding overlapping filters (always so for AMQP).
+        also: another Sublist of the same dialect; each row then gets
+        what one index holding both indexes' subscriptions would answer
+        (the same ids in the same order, queue picks made over both's
+        members), without building it -- e.g. a shard's image and the
+        image of the filters every shard needs."""
+        cdef Sublist other = _also_arg(self, also)
+        result = _match_many(self, other, subjects, keys, queues, threads, dedupe)
         self._check_image()
+        if other is not None:
+            other._check_image()
         return result
 
     def to_bytes(self, *, version=3):
