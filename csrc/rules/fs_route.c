@@ -6,7 +6,7 @@
  * they stand in it, separators included (XXH64 of those UTF-8 bytes with
  * Spark's seed 42: `xxhash64(substring_index(s, sep, depth))`), kept
  * non-negative.  So a JVM expression routes a subject exactly as this does
- * with two cheap string functions (fastsub.spark.shard.route_column, tested
+ * with two cheap string functions (fastsub.spark.route.route_column, tested
  * equal to this on random rows of every dialect), and `key mod N` is the
  * same everywhere.  A subject with fewer tokens hashes whole: the same
  * expression. */
@@ -73,6 +73,6 @@ int fs_route_rows(fs_dialect d, const fs_strings *rows, int is_filter, unsigned 
 fs_route_split fs_route_rules(fs_dialect d)
 {
     const fs_dialect_rules *r = fs_rules(d);
-    fs_route_split out = {r->sep, r->one, r->rest, r->empty_ok, r->shares};
+    fs_route_split out = {r->sep, r->one, r->rest, r->empty_ok, r->shares ? FS_SHARE_PREFIX : NULL};
     return out;
 }

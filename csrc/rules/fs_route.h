@@ -33,15 +33,17 @@ enum {
 int fs_route_rows(fs_dialect d, const fs_strings *rows, int is_filter, unsigned depth,
                   int64_t *key, uint8_t *kind);
 
-/* What a router outside C (Spark SQL expressions: fastsub.spark.shard's
+/* What a router outside C (Spark SQL expressions: fastsub.spark.route's
  * route_column and filter_route_column) needs to split a value as
  * fs_tokenize does, for a value the tokenizer accepts: the separator, the
  * two wildcards (whole tokens of a filter), whether the empty string is
- * zero tokens (AMQP's empty key) rather than invalid, and whether a filter
- * may start with MQTT's "$share/GROUP/" (routed as what follows). */
+ * zero tokens (AMQP's empty key) rather than invalid, and the prefix of a
+ * shared subscription's filter, routed as what follows its group (MQTT's
+ * "$share/"; NULL in the other dialects). */
 typedef struct {
     char sep, one, rest;
-    uint8_t empty_is_no_tokens, shares;
+    uint8_t empty_is_no_tokens;
+    const char *share_prefix;
 } fs_route_split;
 
 fs_route_split fs_route_rules(fs_dialect d);

@@ -289,16 +289,21 @@ static void sort_from(sort_rec *a, sort_rec *tmp, size_t n, size_t at)
 {
     if (n < 2)
         return;
-    size_t longest = 0;
-    for (size_t i = 0; i < n; i++)
-        if (a[i].n->toklen > longest)
-            longest = a[i].n->toklen;
-    if (n <= 16 || at >= SORT_WORD_BYTES || longest <= at) {
+    if (n <= 16 || at >= SORT_WORD_BYTES) {
         sort_by_bytes(a, tmp, n);
         return;
     }
-    for (size_t i = 0; i < n; i++)
+    /* one pass over the nodes: their words, and whether any goes on */
+    size_t longest = 0;
+    for (size_t i = 0; i < n; i++) {
         a[i].w = word_at(a[i].n, at);
+        if (a[i].n->toklen > longest)
+            longest = a[i].n->toklen;
+    }
+    if (longest <= at) {
+        sort_by_bytes(a, tmp, n);
+        return;
+    }
     sort_by_word(a, tmp, n);
     for (size_t i = 0, j; i < n; i = j) {
         for (j = i + 1; j < n && a[j].w == a[i].w; j++) {}

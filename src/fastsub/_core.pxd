@@ -172,7 +172,7 @@ cdef extern from "fs_route.h" nogil:
         char one
         char rest
         uint8_t empty_is_no_tokens
-        uint8_t shares
+        const char *share_prefix
     fs_route_split fs_route_rules(fs_dialect d)
 
 cdef extern from "fs_image.h" nogil:

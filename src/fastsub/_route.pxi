@@ -51,14 +51,14 @@ def route_split(dialect="nats"):
     """route_split(dialect="nats") -> (separator, one, rest, empty_is_no_tokens, share_prefix)
 
     How route_keys splits a value that the dialect accepts, for a router
-    written elsewhere (fastsub.spark.shard's route_column and
+    written elsewhere (fastsub.spark.route's route_column and
     filter_route_column, Spark SQL expressions): split on the separator;
     `one` and `rest` are the wildcards (whole tokens of a filter); the empty
     string is zero tokens where empty_is_no_tokens (AMQP's empty key), else
     invalid; a filter starting with share_prefix ("$share/" in MQTT, else
     None) and a group name routes as what follows the group.  A key is then
-    Spark's xxhash64 of the first `depth` tokens (of every token, for a
-    subject with fewer), with the sign bit cleared."""
+    Spark's xxhash64 of the first `depth` tokens as they stand in the value
+    (all of it, for a subject with fewer), with the sign bit cleared."""
     cdef fs_route_split r = fs_route_rules(_dialect(dialect))
     return (chr(r.sep), chr(r.one), chr(r.rest), bool(r.empty_is_no_tokens),
-            "$share/" if r.shares else None)
+            r.share_prefix.decode() if r.share_prefix != NULL else None)

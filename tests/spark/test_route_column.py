@@ -26,15 +26,19 @@ def _subjects(dialect, seed, n=3000):
     return out
 
 
+def _jvm_keys(spark, values, column_fn, dialect):
+    """{row: its Row of k1.. keys}: column_fn(col, dialect, d) at every depth, in the JVM."""
+    from pyspark.sql import functions as F
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "i long, v string")
+    return {r["i"]: r for r in df.select(
+        "i", *[column_fn(F.col("v"), dialect, d).alias(f"k{d}") for d in DEPTHS]).collect()}
+
+
 @pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
 def test_route_column_is_route_keys(spark, dialect):
-    from pyspark.sql import functions as F
-
     from fastsub.spark.route import route_column
     subjects = _subjects(dialect, seed={"nats": 1, "mqtt": 2, "amqp": 3}[dialect])
-    df = spark.createDataFrame([(i, s) for i, s in enumerate(subjects)], "i long, s string")
-    got = {r["i"]: r for r in df.select(
-        "i", *[route_column(F.col("s"), dialect, d).alias(f"k{d}") for d in DEPTHS]).collect()}
+    got = _jvm_keys(spark, subjects, route_column, dialect)
     checked = {ROUTE_KEYED: 0, ROUTE_ANY: 0}
     for d in DEPTHS:
         keys, kinds = route_keys(subjects, dialect, d)
@@ -52,8 +56,8 @@ def test_route_column_is_route_keys(spark, dialect):
 
 
 def test_a_filter_keyed_in_c_meets_its_subjects_in_the_jvm(spark):
-    """The filter side stays in C (route_keys(filters=True)); its keyed
-    filters land where the JVM sends their subjects."""
+    """A filter keyed by the C router (route_keys(filters=True)) lands where
+    the JVM sends its subjects."""
     from pyspark.sql import functions as F
 
     from fastsub.spark.route import route_column
@@ -87,13 +91,9 @@ def test_filter_route_column_is_route_keys(spark, dialect):
     """The sharded image path routes filters in the JVM too (its per-shard
     digests and builds): equal to route_keys(filters=True) on valid filters,
     -1 for the ones every shard needs."""
-    from pyspark.sql import functions as F
-
     from fastsub.spark.route import filter_route_column
     filters = _filters(dialect, seed={"nats": 4, "mqtt": 5, "amqp": 6}[dialect])
-    df = spark.createDataFrame([(i, f) for i, f in enumerate(filters)], "i long, f string")
-    got = {r["i"]: r for r in df.select(
-        "i", *[filter_route_column(F.col("f"), dialect, d).alias(f"k{d}") for d in DEPTHS]).collect()}
+    got = _jvm_keys(spark, filters, filter_route_column, dialect)
     checked = {ROUTE_KEYED: 0, ROUTE_ANY: 0}
     for d in DEPTHS:
         keys, kinds = route_keys(filters, dialect, d, filters=True)

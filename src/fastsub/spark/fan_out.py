@@ -505,7 +505,8 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     images = isinstance(subscriptions, DataFrame) and use_images(spark, image_dir, ship)
     # Executors on one host share its page cache: the events are matched
     # where they are, against every shard's image (no shuffle, no salting).
-    in_place = images and default_dir_works(spark)
+    # (Images without image_dir are already that: use_images asked.)
+    in_place = images and (image_dir is None or default_dir_works(spark))
     plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index,
                      images=images, salting=not in_place)
     if plan is not None:

@@ -44,7 +44,7 @@ def route_column(subjects, dialect: str, depth: int):
     return F.when(subjects.isNotNull(), _key(_prefix(subjects, sep, depth)))
 
 
-def _filter_shape(filters, dialect: str):
+def filter_shape(filters, dialect: str):
     """Columns (inner, count, first) of each filter: the filter routed (MQTT's
     "$share/GROUP/" cut off), its number of tokens, and the 1-based place of
     its first wildcard token (null when it has none).  Split once: the
@@ -63,8 +63,8 @@ def _filter_shape(filters, dialect: str):
     return filters, count, first
 
 
-def _filter_key(inner, count, first, dialect: str, depth: int):
-    """Column: the route key at `depth` of a filter given by _filter_shape's
+def filter_key(inner, count, first, dialect: str, depth: int):
+    """Column: the route key at `depth` of a filter given by filter_shape's
     columns, or -1 for one every shard needs (fewer tokens, or a wildcard
     among the first depth)."""
     literal = (count >= F.lit(depth)) & (first.isNull() | (first > F.lit(depth)))
@@ -77,10 +77,10 @@ def filter_route_column(filters, dialect: str, depth: int):
     every shard needs (a wildcard among its first `depth` tokens, or fewer
     tokens); null for a null.  An invalid filter gets some value (the build
     or the check that reads it refuses it)."""
-    return F.when(filters.isNotNull(), _filter_key(*_filter_shape(filters, dialect), dialect, depth))
+    return F.when(filters.isNotNull(), filter_key(*filter_shape(filters, dialect), dialect, depth))
 
 
-def _shard_of(key, n: int):
+def shard_of(key, n: int):
     """Column: the shard of n of a filter route key (-1 stays -1: keys are
     otherwise non-negative); a null filter's is 0, the shard that then
     refuses it."""
@@ -90,4 +90,4 @@ def _shard_of(key, n: int):
 def shard_column(dialect: str, depth: int, n: int):
     """Column over index_rows' frame: each subscription's shard of n, -1 for
     one every shard needs."""
-    return _shard_of(filter_route_column(F.col("filter"), dialect, depth), n)
+    return shard_of(filter_route_column(F.col("filter"), dialect, depth), n)

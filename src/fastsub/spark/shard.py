@@ -51,8 +51,7 @@ from fastsub._core import ROUTE_ANY, route_keys
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
 from fastsub.spark.images import index_rows, digest_hashes, digest_sums
-from fastsub.spark.route import (_filter_key, _filter_shape, _shard_of, filter_route_column,
-                                 route_column)
+from fastsub.spark.route import filter_key, filter_route_column, filter_shape, route_column, shard_of
 from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
@@ -309,14 +308,14 @@ class RowStats:
 def row_stats(subscriptions: DataFrame, dialect: str, depths, modulus: int) -> RowStats:
     """One aggregate over the subscriptions, all in the JVM (no Python
     pass): RowStats for `depths`, buckets mod `modulus`.  Each filter is
-    split once (_filter_shape) whatever the number of depths."""
+    split once (filter_shape) whatever the number of depths."""
     hashes = [h.alias(f"h{i}") for i, h in enumerate(digest_hashes())]
     hcols = [f"h{i}" for i in range(len(hashes))]
-    inner, count, first = _filter_shape(F.col("filter"), dialect)
+    inner, count, first = filter_shape(F.col("filter"), dialect)
     shaped = index_rows(subscriptions).select(
         inner.alias("inner"), count.alias("count"), first.alias("first"), *hashes)
-    buckets = F.array(*[F.struct(F.lit(d).alias("d"), _shard_of(F.when(
-        F.col("inner").isNotNull(), _filter_key(F.col("inner"), F.col("count"), F.col("first"),
+    buckets = F.array(*[F.struct(F.lit(d).alias("d"), shard_of(F.when(
+        F.col("inner").isNotNull(), filter_key(F.col("inner"), F.col("count"), F.col("first"),
                                                 dialect, d)), modulus).alias("b"))
         for d in depths])
     got = (shaped.select(F.explode(buckets).alias("x"), *hcols)
@@ -452,7 +451,6 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     check_dialect(dialect)
     check_depth(depth)
     check_shards(shards)
-    check_subscriptions_schema(subscriptions)
     cores = _parallelism(subscriptions.sparkSession)
     depths = AUTO_DEPTHS if depth == "auto" else (depth,)
     # shards="auto" sizes powers of two: buckets mod the largest serve them all
@@ -481,22 +479,32 @@ def _stats_table(stats: RowStats, depths, candidates):
     return table
 
 
+def _totals(table, depths, candidates):
+    """({d: replicated}, all subscriptions) from the statistics table."""
+    rep = {d: table.get((d, 0), (0, 0))[1] for d in depths}
+    return rep, rep[depths[0]] + table.get((depths[0], candidates[0]), (0, 0))[1]
+
+
+def _plan_at(table, depths, rep, nsubs, n, d) -> ShardPlan:
+    """The ShardPlan of N=n, depth d, with the figures of every depth at n."""
+    by_depth = {dd: (rep[dd], table.get((dd, n), (0, 0))[0]) for dd in depths}
+    return ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
+                     largest=by_depth[d][1], by_depth=by_depth)
+
+
 def _decide(table, depths, candidates, shards, cores) -> ShardPlan:
     """The plan from the statistics alone, no Spark (unit tests call it):
     shards="auto" takes the first candidate with at least two shards per
     core and about AUTO_SUBS_PER_SHARD subscriptions each; the depth is
     _choose_depth's.  No salts (they need the events)."""
-    rep = {d: table.get((d, 0), (0, 0))[1] for d in depths}
-    nsubs = rep[depths[0]] + table.get((depths[0], candidates[0]), (0, 0))[1]
+    rep, nsubs = _totals(table, depths, candidates)
     if shards == "auto":
         want = max(2 * cores, math.ceil(nsubs / AUTO_SUBS_PER_SHARD))
         n = next((c for c in candidates if c >= want), candidates[-1])
     else:
         n = shards
     by_depth = {d: (rep[d], table.get((d, n), (0, 0))[0]) for d in depths}
-    d = _choose_depth(by_depth, nsubs, n)
-    return ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
-                     largest=by_depth[d][1], by_depth=by_depth)
+    return _plan_at(table, depths, rep, nsubs, n, _choose_depth(by_depth, nsubs, n))
 
 
 def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
@@ -511,8 +519,7 @@ def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
     replicated filters.  N is at least two per core (shards="auto") and no
     shard image holds more than AUTO_IMAGE_SHARD_MAX rows when some N
     allows it."""
-    rep = {d: table.get((d, 0), (0, 0))[1] for d in depths}
-    nsubs = rep[depths[0]] + table.get((depths[0], candidates[0]), (0, 0))[1]
+    rep, nsubs = _totals(table, depths, candidates)
     if shards == "auto":
         ns = [c for c in candidates if c >= 2 * cores] or [candidates[-1]]
     else:
@@ -526,9 +533,7 @@ def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
         over = rows(n, d) > AUTO_IMAGE_SHARD_MAX
         return (over, max((nsubs + (n - 1) * rep[d]) / cores, rows(n, d)), n, d)
     n, d = min(((n, d) for n in ns for d in depths), key=cost)
-    by_depth = {dd: (rep[dd], table.get((dd, n), (0, 0))[0]) for dd in depths}
-    return ShardPlan(shards=n, depth=d, nsubs=nsubs, replicated=rep[d],
-                     largest=by_depth[d][1], by_depth=by_depth)
+    return _plan_at(table, depths, rep, nsubs, n, d)
 
 
 def _choose_depth(by_depth, nsubs, n):

@@ -59,7 +59,6 @@ _RESULT_SCHEMA = pa.schema([("shard", pa.int32()), ("status", pa.string()), ("pa
                             ("inserts", pa.int64()), ("nsubs", pa.int64()),
                             ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()),
                             ("bad_queue", pa.string())])
-_ROWS_SCHEMA = pa.schema([("sub_id", pa.int64()), ("filter", pa.string()), ("queue", pa.string())])
 
 #: Shard images a Python worker keeps mapped (least recently used out first).
 #: A mapping costs address space, not memory: the pages are the page cache's.
@@ -109,9 +108,7 @@ def _build_task(image_dir, names, dialect, force):
         if not got:
             return
         table = pa.Table.from_batches(got)
-        shards = pc.unique(table.column("shard")).to_pylist()
-        for shard in shards:
-            rows = table if len(shards) == 1 else table.filter(pc.equal(table.column("shard"), shard))
+        for shard, rows in _runs(table, table.column("shard").to_numpy()):
             yield _build_one(image_dir, names, dialect, force, shard,
                              rows.select(["sub_id", "filter", "queue"]))
     return fastsub_shard_build
@@ -251,27 +248,30 @@ def _open_shard(path: str) -> Sublist:
     return sl
 
 
+def _runs(rows, keys: np.ndarray):
+    """[(key, its rows)] of rows (an Arrow table or batch) split by `keys`
+    (one per row): whole when they all agree, else sorted by key and sliced."""
+    if (keys == keys[0]).all():
+        return [(int(keys[0]), rows)]
+    order = np.argsort(keys, kind="stable")
+    rows, keys = rows.take(pa.array(order)), keys[order]
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(keys)) + 1))
+    ends = np.concatenate((starts[1:], [len(keys)]))
+    return [(int(keys[i]), rows.slice(i, j - i)) for i, j in zip(starts, ends)]
+
+
 def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols, out_schema):
     """The function of the match job's partitions: each batch's events,
     matched by their shard's image.  Shuffled, a partition holds one
     (shard, salt) group (_one_per_partition); matched in place, a batch
-    holds events of every shard, sorted here by shard and each run matched
-    by its own image."""
+    holds events of every shard, and each shard's run is matched by its
+    own image."""
     def fastsub_shard_image_match(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             if b.num_rows == 0:
                 continue
             shards = pc.divide(b.column(_GROUP), width).to_numpy(zero_copy_only=False)
-            if (shards == shards[0]).all():
-                runs = [(int(shards[0]), b)]
-            else:
-                order = np.argsort(shards, kind="stable")
-                b, shards = b.take(pa.array(order)), shards[order]
-                cuts = np.flatnonzero(np.diff(shards)) + 1
-                starts = np.concatenate(([0], cuts))
-                ends = np.concatenate((cuts, [len(shards)]))
-                runs = [(int(shards[i]), b.slice(i, j - i)) for i, j in zip(starts, ends)]
-            for k, rows in runs:
+            for k, rows in _runs(b, shards):
                 ids = _open_shard(paths[k]).match_many(
                     rows.column(subject), keys=rows.column(_PICK), queues=queues,
                     dedupe=dedupe).to_arrow()
