@@ -58,10 +58,11 @@ def test_plan_groups_follow_one_rule():
 
 
 def test_images_take_the_least_build_work():
-    """The image path weighs the rows its builds insert: each of N shards
-    copies the replicated filters, so a large replicated share wants few
-    shards (but at least two per core), and a skewed depth loses to one
-    that spreads (the largest shard is one task)."""
+    """The image path weighs the rows its builds insert: each row goes
+    into one image (its shard's, or the replicated share's, an image of its
+    own), so the work is all rows spread over the cores, or the largest
+    image (one task) when that is longer; at least two shards per core, and
+    few shards where more would not shorten the builds."""
     nsubs = 10_000_000
 
     def table(rep, largest_at_4):
@@ -73,13 +74,21 @@ def test_images_take_the_least_build_work():
         return t
     t = table({1: 200_000, 2: 400_000, 3: 700_000}, {1: 3_000_000, 2: 2_500_000, 3: 2_400_000})
     plan = S._decide_for_images(t, S.AUTO_DEPTHS, S.CANDIDATE_SHARDS, "auto", cores=2)
-    # N=4, d=1: (10M + 3 x 200k) / 2 = 5.3M rows a core, the largest task 3.2M
+    # N=4, d=1: 10M / 2 = 5M rows a core, the largest image 3M
     assert (plan.shards, plan.depth) == (4, 1)
     assert plan.replicated == 200_000 and plan.largest == 3_000_000
+    # a skewed depth (its largest shard one long task) loses to one that spreads
+    t = table({1: 100_000, 2: 300_000, 3: 600_000}, {1: 7_000_000, 2: 2_600_000, 3: 2_500_000})
+    plan = S._decide_for_images(t, S.AUTO_DEPTHS, S.CANDIDATE_SHARDS, "auto", cores=2)
+    assert (plan.shards, plan.depth) == (4, 2)
+    # and so does a depth whose replicated share is the long task
+    t = table({1: 6_000_000, 2: 100_000, 3: 100_000}, {1: 1_000_000, 2: 2_600_000, 3: 2_600_000})
+    plan = S._decide_for_images(t, S.AUTO_DEPTHS, S.CANDIDATE_SHARDS, "auto", cores=4)
+    assert (plan.shards, plan.depth) == (8, 2)
     # every shard within AUTO_IMAGE_SHARD_MAX when some N allows it
     t = table({1: 0, 2: 0, 3: 0}, {1: 9_000_000, 2: 9_000_000, 3: 9_000_000})
     plan = S._decide_for_images(t, S.AUTO_DEPTHS, S.CANDIDATE_SHARDS, "auto", cores=2)
-    assert plan.largest + plan.replicated <= S.AUTO_IMAGE_SHARD_MAX and plan.shards == 16
+    assert max(plan.largest, plan.replicated) <= S.AUTO_IMAGE_SHARD_MAX and plan.shards == 16
     # at least two shards per core; a given N is kept
     plan = S._decide_for_images(t, S.AUTO_DEPTHS, S.CANDIDATE_SHARDS, "auto", cores=8)
     assert plan.shards >= 16

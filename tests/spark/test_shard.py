@@ -248,9 +248,10 @@ def _shard_builds(load_log):
 
 
 def test_stream_rebuilds_only_the_shards_that_changed(spark, tmp_path, load_log):
-    """Micro-batch 0 builds every shard; 1 (same subscriptions) builds none
-    that a worker already holds; 2 (one keyed filter added) builds only the
-    one shard it changed, and matches it."""
+    """Micro-batch 0 builds every shard (and, over images, the replicated
+    share's); 1 (same subscriptions) builds none that a worker already
+    holds; 2 (one keyed filter added) builds only the one shard it changed,
+    and matches it."""
     import pyarrow.parquet as pq
 
     from fastsub.spark import ShardPlan, fanout_stream
@@ -293,7 +294,7 @@ def test_stream_rebuilds_only_the_shards_that_changed(spark, tmp_path, load_log)
     new0 = set(builds[0])
     new1 = set(builds[1][len(builds[0]):]) - new0
     new2 = set(builds[2][len(builds[1]):]) - new0
-    assert len(new0) == 4 and not new1, builds         # four shards, then none new
+    assert len(new0) == 5 and not new1, builds         # four shards and "*.x1"'s, then none new
     assert len(new2) == 1, builds                      # only the shard of "k3.new"
     deliveries = pq.read_table(str(tmp_path / "out" / "deliveries")).to_pylist()
     assert any(r["sub_id"] == 999 for r in deliveries)

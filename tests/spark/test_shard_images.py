@@ -1,7 +1,9 @@
 """The sharded fan-out over images (fastsub.spark.shard_images): every
 shard's index is built once per content on the executors and mapped by the
-workers; a call on unchanged subscriptions shuffles only the events; a
-changed subscription rebuilds only the shards it reaches.  The answers are
+workers, beside one image of the replicated share (the filters every
+shard needs), matched with each shard's as one index; a call on unchanged
+subscriptions shuffles only the events; a changed subscription rebuilds
+only the image it reaches.  The answers are
 the reference's, in every dialect."""
 import pytest
 
@@ -37,7 +39,7 @@ def test_exact_and_built_once(spark, tmp_path, dialect, seed, queues):
     assert shard_images(again, dialect, _plan(), str(tmp_path))["built"] == []
 
 
-def test_a_change_rebuilds_only_the_shards_it_reaches(spark, tmp_path):
+def test_a_change_rebuilds_only_the_image_it_reaches(spark, tmp_path):
     from fastsub._core import ROUTE_KEYED, route_keys
     from fastsub.spark.shard_images import _KNOWN, shard_images
     subs = [(1, "a.x", None), (2, "b.y.>", None), (3, "c.z", "q"), (4, "d", None),
@@ -52,13 +54,14 @@ def test_a_change_rebuilds_only_the_shards_it_reaches(spark, tmp_path):
     second = shard_images(spark.createDataFrame(subs + [(7, "a.new", None)], SUBS_SCHEMA),
                           "nats", plan, str(tmp_path))
     assert second["built"] == [int(keys[0]) % plan.shards]
-    changed = [k for k in range(plan.shards) if first["paths"][k] != second["paths"][k]]
+    changed = [k for k in range(plan.shards + 1) if first["paths"][k] != second["paths"][k]]
     assert changed == second["built"]
-    # a new replicated filter reaches every shard
-    third = shard_images(spark.createDataFrame(subs + [(8, "*.h", None)], SUBS_SCHEMA),
+    # a new replicated filter: only the replicated share's image (image N)
+    third = shard_images(spark.createDataFrame(subs + [(7, "a.new", None), (8, "*.h", None)], SUBS_SCHEMA),
                          "nats", plan, str(tmp_path))
-    assert sorted(third["built"]) == sorted({k for k in range(plan.shards)
-                                             if third["paths"][k] not in third["paths"][:k]})
+    assert third["built"] == [plan.shards]
+    assert third["paths"][:plan.shards] == second["paths"][:plan.shards]
+    assert len(set(third["paths"])) == len(third["paths"])
 
 
 def test_the_events_move_only_between_hosts(spark, tmp_path):
@@ -110,9 +113,10 @@ def test_damaged_shard_image_is_rebuilt(spark, tmp_path):
 
 @pytest.mark.parametrize("dialect,seed", [("nats", 31), ("mqtt", 32), ("amqp", 33)])
 def test_names_are_the_digests_of_each_shards_rows(spark, dialect, seed):
-    """A shard image's name, folded out of the plan's buckets, is the
-    unsharded digest of exactly the rows the shard holds, found here by the
-    C router (route_keys): its keyed filters plus the replicated ones."""
+    """An image's name, folded out of the plan's buckets, is the unsharded
+    digest of exactly the rows it holds, found here by the C router
+    (route_keys): a shard's keyed filters, and (image N) the replicated
+    ones."""
     from fastsub._core import ROUTE_KEYED, route_keys
     from fastsub.spark import plan_shards
     from fastsub.spark.images import digest_name
@@ -123,9 +127,11 @@ def test_names_are_the_digests_of_each_shards_rows(spark, dialect, seed):
         plan = plan_shards(sd, dialect, shards, depth)
         names = shard_names(sd, dialect, plan)
         keys, kinds = route_keys([f for _, f, _ in subs], dialect, plan.depth, filters=True)
-        for k in range(plan.shards):
+        assert len(names) == plan.shards + 1
+        for k in range(plan.shards + 1):
             mine = [r for r, key, kind in zip(subs, keys, kinds)
-                    if kind != ROUTE_KEYED or key % plan.shards == k]
+                    if (kind != ROUTE_KEYED if k == plan.shards else kind == ROUTE_KEYED and
+                        key % plan.shards == k)]
             assert names[k] == digest_name(spark.createDataFrame(mine, SUBS_SCHEMA), dialect)
         # a plan without its figures (as a caller may build one) names alike
         from fastsub.spark import ShardPlan
@@ -158,7 +164,7 @@ def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path):
     from fastsub.spark.shard import _GROUP, _PICK
     from fastsub.spark.shard_images import _match_fn
     paths = []
-    for k, flt in enumerate(["a.>", "b.>"]):
+    for k, flt in enumerate(["a.>", "b.>", "*.z"]):        # two shards, then the replicated share
         sl = Sublist("nats")
         sl.insert(flt, 10 + k)
         paths.append(str(tmp_path / f"s{k}.img"))
@@ -170,5 +176,6 @@ def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path):
                                         "e0": ["a.x", "b.x", "a.y", "a.z"],
                                         _PICK: ["a.x", "b.x", "a.y", "a.z"]})
     got = sorted((r["e0"], r["sub_ids"]) for b in fn(iter([batch])) for r in b.to_pylist())
-    # "a.z" sits in shard 1's group 2: routed there, it meets shard 1's image only
-    assert got == [("a.x", [10]), ("a.y", [10]), ("a.z", []), ("b.x", [11])]
+    # "a.z" sits in shard 1's group 2: routed there, it meets shard 1's
+    # image (and the replicated share's), not shard 0's
+    assert got == [("a.x", [10]), ("a.y", [10]), ("a.z", [12]), ("b.x", [11])]

@@ -294,11 +294,12 @@ class RowStats:
         return int(self.sums.get((d, -1), (0,))[0])
 
     def shard_sums(self, d: int, n: int) -> Optional[List[Tuple[int, ...]]]:
-        """Each of n shards' digest_sums at depth d (its keyed rows plus the
-        replicated), or None when these figures cannot give them."""
+        """The digest_sums at depth d of each of n shards' keyed rows, then
+        (item n) of the replicated rows: the contents of the n + 1 images
+        of the image path; None when these figures cannot give them."""
         if self.modulus % n or not any(dd == d for dd, _ in self.sums):
             return None
-        out = [list(self.sums.get((d, -1), (0,) * 5)) for _ in range(n)]
+        out = [[0] * 5 for _ in range(n)] + [list(self.sums.get((d, -1), (0,) * 5))]
         for (dd, b), v in self.sums.items():
             if dd == d and b >= 0:
                 out[b % n] = [x + y for x, y in zip(out[b % n], v)]
@@ -510,14 +511,15 @@ def _decide(table, depths, candidates, shards, cores) -> ShardPlan:
 def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
     """The plan of the image path, from the statistics alone: the (N, d)
     whose builds take the least time, estimated in rows inserted as
-    max(all rows / cores, the largest shard's rows), where all rows are the
-    keyed filters plus N copies of the replicated ones.  The cogroup's
-    rules (about AUTO_SUBS_PER_SHARD a shard, a worker's index at most
-    AUTO_WORKER_SHARE of the whole) are for an index every worker builds
-    and keeps in its own heap; an image is built once and mapped, its pages
-    shared, so fewer, larger shards cost less: fewer copies of the
-    replicated filters.  N is at least two per core (shards="auto") and no
-    shard image holds more than AUTO_IMAGE_SHARD_MAX rows when some N
+    max(all rows / cores, the largest image's rows).  Each row goes into
+    one image: its keyed shard's, or the replicated share's, which is an
+    image of its own (matched beside each shard's: match_many(also=...)).
+    The cogroup's rules (about AUTO_SUBS_PER_SHARD a shard, a worker's
+    index at most AUTO_WORKER_SHARE of the whole) are for an index every
+    worker builds and keeps in its own heap; an image is built once and
+    mapped, its pages shared, so fewer, larger shards cost less: fewer
+    builds and files.  N is at least two per core (shards="auto") and no
+    image holds more than AUTO_IMAGE_SHARD_MAX rows when some (N, d)
     allows it."""
     rep, nsubs = _totals(table, depths, candidates)
     if shards == "auto":
@@ -525,13 +527,10 @@ def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
     else:
         ns = [shards]
 
-    def rows(n, d):
-        return rep[d] + table.get((d, n), (0, 0))[0]
-
     def cost(nd):
         n, d = nd
-        over = rows(n, d) > AUTO_IMAGE_SHARD_MAX
-        return (over, max((nsubs + (n - 1) * rep[d]) / cores, rows(n, d)), n, d)
+        largest = max(rep[d], table.get((d, n), (0, 0))[0])
+        return (largest > AUTO_IMAGE_SHARD_MAX, max(nsubs / cores, largest), n, d)
     n, d = min(((n, d) for n in ns for d in depths), key=cost)
     return _plan_at(table, depths, rep, nsubs, n, d)
 

@@ -6,26 +6,28 @@ and only they are shuffled across hosts (docs/spark.md, "Shard images").
 
 On the driver, per call:
 
-1. the names: a shard's image is named by the content of its rows, its
-   keyed ones plus the replicated ones (images.name_of: the digest's sums
-   add up).  The sums come from plan_shards' one aggregate, which sums
-   the rows' two hashes per depth and route-key bucket, all in the JVM
-   (shard.row_stats), so naming costs no job of its own.  A change to the
-   subscriptions renames only the shards it touches (every shard, for a
-   replicated filter), and an unchanged shard keeps its image;
+1. the names: the N shards' images and one more, the replicated share's
+   (the filters every shard needs: image N), each named by the content of
+   its rows (images.name_of: the digest's sums add up).  The sums come
+   from plan_shards' one aggregate, which sums the rows' two hashes per
+   depth and route-key bucket, all in the JVM (shard.row_stats), so naming
+   costs no job of its own.  A change to the subscriptions renames only
+   the image it touches (a keyed filter's shard, or the replicated share),
+   and every other image keeps its name;
 2. once per application and content (remembered, as images.py remembers
    the unsharded image): one probe task checks the shards' images in full;
-3. only for shards whose image is missing or damaged: one grouped job
-   routes the subscriptions (a keyed filter to its shard, a replicated one
-   to every shard being built), and each group's task builds its shard's
-   index and saves it under an exclusive flock (looking again once it holds
-   the lock).  The build is where this path checks the rows (a bad one
+3. only for images missing or damaged: one job routes the subscriptions
+   (a keyed filter to its shard, a replicated one to image N: each row to
+   one image, none copied), and each image's task builds its index and
+   saves it under an exclusive flock (looking again once it holds the
+   lock).  The build is where this path checks the rows (a bad one
    raises on the driver, as plan_shards' check would word it): an image
    found by its content name was built from rows that passed;
 4. the match (image_per_event).  Where every executor shares one host
-   (and so one page cache), in place: each task maps every shard's image
-   (kept per worker process) and matches each event by its shard's, with
-   no shuffle and no salting sample.  Across hosts, the events are grouped
+   (and so one page cache), in place: each task maps every image (kept
+   per worker process) and matches each event by its shard's and the
+   replicated share's as by one index (match_many(also=...)), with no
+   shuffle and no salting sample.  Across hosts, the events are grouped
    as sharded_per_event groups them (shard.event_side, salted), each group
    shuffled into a partition of its own, so a host maps only the images
    of the groups it runs.
@@ -51,7 +53,7 @@ from fastsub.spark.images import (BadRow, _check_dir, _image_path, build_rows, i
 from fastsub.spark.session import session_key
 from fastsub.spark.ship import LOAD_LOG_ENV, WorkerCache
 from fastsub.spark.route import shard_column
-from fastsub.spark.shard import _GROUP, _PICK, ShardPlan, _int_array, event_side, row_stats
+from fastsub.spark.shard import _GROUP, _PICK, ShardPlan, event_side, row_stats
 
 _RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
            "bad_filter string, bad_queue string")
@@ -66,9 +68,10 @@ MAPPED_MAX = 256
 
 
 def shard_names(subscriptions: DataFrame, dialect: str, plan: ShardPlan) -> List[str]:
-    """The content name of each shard's image: read from the figures of
-    the plan's own job (plan.stats: the digest of every bucket of rows),
-    or, for a plan without them, one aggregate job."""
+    """The content name of each of the N shards' images, then the
+    replicated share's: read from the figures of the plan's own job
+    (plan.stats: the digest of every bucket of rows), or, for a plan
+    without them, one aggregate job."""
     stats = plan.stats
     sums = stats.shard_sums(plan.depth, plan.shards) if stats is not None else None
     if sums is None:
@@ -180,10 +183,10 @@ _KNOWN_LOCK = threading.Lock()
 
 def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_dir=None, *,
                  rebuild: bool = False) -> dict:
-    """-> {"paths": [path of shard k's image], "built": [shards built by
-    this call], "inserts": subscriptions they inserted}: every shard's
-    image, built by executor tasks where it is missing or damaged (every
-    one, with rebuild=True)."""
+    """-> {"paths": [path of image k: shard k's, then (k = N) the
+    replicated share's], "built": [the images this call built],
+    "inserts": subscriptions they inserted}: every image, built by executor
+    tasks where it is missing or damaged (every one, with rebuild=True)."""
     image_dir = _check_dir(image_dir)
     spark = subscriptions.sparkSession
     names = shard_names(subscriptions, dialect, plan)
@@ -204,12 +207,11 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
     if todo:
-        every = _int_array(todo)
+        shard = shard_column(dialect, plan.depth, plan.shards)
         rows = index_rows(subscriptions).select(
-            shard_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
-        rows = rows.select(F.explode(F.when(F.col("shard") == -1, every)
-                                     .otherwise(F.array("shard"))).alias("shard"),
-                           "sub_id", "filter", "queue").where(F.col("shard").isin(todo))
+            F.when(shard == -1, plan.shards).otherwise(shard).alias("shard"), "sub_id", "filter", "queue")
+        if len(todo) < len(names):
+            rows = rows.where(F.col("shard").isin(todo))
         for r in _one_per_partition(rows, "shard", todo).mapInArrow(
                 _build_task(image_dir, names, dialect, force), _RESULT).collect():
             if r["status"] == "bad":
@@ -262,7 +264,8 @@ def _runs(rows, keys: np.ndarray):
 
 def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols, out_schema):
     """The function of the match job's partitions: each batch's events,
-    matched by their shard's image.  Shuffled, a partition holds one
+    matched by their shard's image and the replicated share's (paths[-1])
+    as by one index.  Shuffled, a partition holds one
     (shard, salt) group (_one_per_partition); matched in place, a batch
     holds events of every shard, and each shard's run is matched by its
     own image."""
@@ -271,10 +274,11 @@ def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols,
             if b.num_rows == 0:
                 continue
             shards = pc.divide(b.column(_GROUP), width).to_numpy(zero_copy_only=False)
+            replicated = _open_shard(paths[-1])
             for k, rows in _runs(b, shards):
                 ids = _open_shard(paths[k]).match_many(
                     rows.column(subject), keys=rows.column(_PICK), queues=queues,
-                    dedupe=dedupe).to_arrow()
+                    dedupe=dedupe, also=replicated).to_arrow()
                 yield pa.RecordBatch.from_arrays([rows.column(c) for c in event_cols] + [ids],
                                                  schema=out_schema)
     return fastsub_shard_image_match
