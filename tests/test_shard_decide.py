@@ -94,3 +94,30 @@ def test_images_take_the_least_build_work():
     assert plan.shards >= 16
     plan = S._decide_for_images(table({2: 100}, {2: 1000}), (2,), (8,), 8, cores=2)
     assert (plan.shards, plan.depth) == (8, 2)
+
+
+def test_the_image_plan_asks_for_other_depths_only_when_they_could_do_better():
+    """plan_shards(images=True) aggregates depth 1 first, and the other
+    depths only when _image_plan_is_best says depth 1's plan could be
+    beaten: wherever it says so, the plan from every depth's figures is
+    the same."""
+    import random
+    rng = random.Random(7)
+    settled = 0
+    for _ in range(2000):
+        nsubs, cores = rng.choice([10_000, 3_000_000, 10_000_000, 40_000_000]), rng.choice([1, 2, 8, 16])
+        t = {}
+        for d in S.AUTO_DEPTHS:
+            rep = int(nsubs * rng.choice([0, 0.02, 0.1, 0.5, 0.9]))
+            t[(d, 0)] = (rep, rep)
+            share = rng.choice([0.05, 0.3, 0.6, 1.0])
+            for n in S.CANDIDATE_SHARDS:
+                t[(d, n)] = (max(1, int((nsubs - rep) * max(share * 4 / n, 1 / n))), nsubs - rep)
+        shards = rng.choice(["auto", "auto", 8])
+        cands = S.CANDIDATE_SHARDS if shards == "auto" else (shards,)
+        first = S._decide_for_images({k: v for k, v in t.items() if k[0] == 1}, (1,), cands, shards, cores)
+        if S._image_plan_is_best(first, S._image_shard_counts(cands, shards, cores), cores):
+            settled += 1
+            full = S._decide_for_images(t, S.AUTO_DEPTHS, cands, shards, cores)
+            assert (full.shards, full.depth) == (first.shards, first.depth)
+    assert 100 < settled < 2000

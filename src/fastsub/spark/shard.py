@@ -51,7 +51,7 @@ from fastsub._core import ROUTE_ANY, route_keys
 from fastsub._dialects import check_dialect
 from fastsub.spark.base import bad_subscription, check_subscriptions_schema, column
 from fastsub.spark.images import index_rows, digest_hashes, digest_sums
-from fastsub.spark.route import filter_key, filter_route_column, filter_shape, route_column, shard_of
+from fastsub.spark.route import filter_inner, filter_key, filter_route_column, route_column, shard_of
 from fastsub.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
@@ -308,17 +308,15 @@ class RowStats:
 
 def row_stats(subscriptions: DataFrame, dialect: str, depths, modulus: int) -> RowStats:
     """One aggregate over the subscriptions, all in the JVM (no Python
-    pass): RowStats for `depths`, buckets mod `modulus`.  Each filter is
-    split once (filter_shape) whatever the number of depths."""
+    pass): RowStats for `depths`, buckets mod `modulus`.  Each filter's
+    routed form (filter_inner) is computed once whatever the number of
+    depths."""
     hashes = [h.alias(f"h{i}") for i, h in enumerate(digest_hashes())]
     hcols = [f"h{i}" for i in range(len(hashes))]
-    inner, count, first = filter_shape(F.col("filter"), dialect)
-    shaped = index_rows(subscriptions).select(
-        inner.alias("inner"), count.alias("count"), first.alias("first"), *hashes)
-    buckets = F.array(*[F.struct(F.lit(d).alias("d"), shard_of(F.when(
-        F.col("inner").isNotNull(), filter_key(F.col("inner"), F.col("count"), F.col("first"),
-                                                dialect, d)), modulus).alias("b"))
-        for d in depths])
+    shaped = index_rows(subscriptions).select(filter_inner(F.col("filter"), dialect).alias("inner"), *hashes)
+    buckets = F.array(*[F.struct(F.lit(d).alias("d"), shard_of(filter_key(F.col("inner"), dialect, d),
+                                                                modulus).alias("b"))
+                        for d in depths])
     got = (shaped.select(F.explode(buckets).alias("x"), *hcols)
            .groupBy(F.col("x.d").alias("d"), F.col("x.b").alias("b"))
            .agg(*digest_sums([F.col(c) for c in hcols])).collect())
@@ -446,7 +444,9 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     into the shards; when none does, the one with the smallest worker index.
     shards="auto": at least two per core and about AUTO_SUBS_PER_SHARD
     subscriptions each.  images=True plans for shard images instead
-    (_decide_for_images): the least build work.  With `events` and
+    (_decide_for_images): the least build work, and the aggregate covers
+    the first depth alone unless another could do better
+    (_image_plan_is_best).  With `events` and
     salting=True, a 1% sample of the events is counted per shard, and each
     shard with more than one core's share is salted."""
     check_dialect(dialect)
@@ -456,12 +456,21 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     depths = AUTO_DEPTHS if depth == "auto" else (depth,)
     # shards="auto" sizes powers of two: buckets mod the largest serve them all
     candidates = CANDIDATE_SHARDS if shards == "auto" else (shards,)
-    stats = row_stats(subscriptions, dialect, depths, max(candidates))
+    # The image plan asks for the other depths only when the first leaves
+    # room to do better (_image_plan_is_best): on most sets one depth
+    # suffices, and each depth is a third of the aggregate's rows.
+    first = depths[:1] if images else depths
+    stats = row_stats(subscriptions, dialect, first, max(candidates))
     if check:
         check_rows(subscriptions, dialect)
-    table = _stats_table(stats, depths, candidates)
     decide = _decide_for_images if images else _decide
-    plan = dataclasses.replace(decide(table, depths, candidates, shards, cores), stats=stats)
+    plan = decide(_stats_table(stats, first, candidates), first, candidates, shards, cores)
+    if first != depths and not _image_plan_is_best(plan, _image_shard_counts(candidates, shards, cores),
+                                                  cores):
+        more = row_stats(subscriptions, dialect, depths[len(first):], max(candidates))
+        stats = RowStats(stats.modulus, {**stats.sums, **more.sums})
+        plan = decide(_stats_table(stats, depths, candidates), depths, candidates, shards, cores)
+    plan = dataclasses.replace(plan, stats=stats)
     if events is not None and salting and plan.shards > 1:
         plan.salts = _salts(events, subject_col, dialect, plan, cores)
     return plan
@@ -522,10 +531,7 @@ def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
     image holds more than AUTO_IMAGE_SHARD_MAX rows when some (N, d)
     allows it."""
     rep, nsubs = _totals(table, depths, candidates)
-    if shards == "auto":
-        ns = [c for c in candidates if c >= 2 * cores] or [candidates[-1]]
-    else:
-        ns = [shards]
+    ns = _image_shard_counts(candidates, shards, cores)
 
     def cost(nd):
         n, d = nd
@@ -533,6 +539,23 @@ def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
         return (largest > AUTO_IMAGE_SHARD_MAX, max(nsubs / cores, largest), n, d)
     n, d = min(((n, d) for n in ns for d in depths), key=cost)
     return _plan_at(table, depths, rep, nsubs, n, d)
+
+
+def _image_shard_counts(candidates, shards, cores) -> List[int]:
+    """The shard counts the image plan weighs: at least two per core
+    (shards="auto"), or the one given."""
+    if shards == "auto":
+        return [c for c in candidates if c >= 2 * cores] or [candidates[-1]]
+    return [shards]
+
+
+def _image_plan_is_best(plan: ShardPlan, ns, cores) -> bool:
+    """No depth can give a better image plan than `plan`: its builds are
+    bound by all rows / cores (no image longer), within
+    AUTO_IMAGE_SHARD_MAX, and it has the fewest shards weighed (the
+    tie-break).  Then the other depths' figures need not be gathered."""
+    largest = max(plan.replicated, plan.largest)
+    return plan.shards == ns[0] and largest <= AUTO_IMAGE_SHARD_MAX and largest <= plan.nsubs / cores
 
 
 def _choose_depth(by_depth, nsubs, n):

@@ -207,9 +207,11 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
     if todo:
-        shard = shard_column(dialect, plan.depth, plan.shards)
         rows = index_rows(subscriptions).select(
-            F.when(shard == -1, plan.shards).otherwise(shard).alias("shard"), "sub_id", "filter", "queue")
+            shard_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
+        # (a second projection: the route key is hashed once a row)
+        rows = rows.select(F.when(F.col("shard") == -1, plan.shards).otherwise(F.col("shard")).alias("shard"),
+                           "sub_id", "filter", "queue")
         if len(todo) < len(names):
             rows = rows.where(F.col("shard").isin(todo))
         for r in _one_per_partition(rows, "shard", todo).mapInArrow(
