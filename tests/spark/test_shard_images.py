@@ -138,6 +138,28 @@ def test_names_are_the_digests_of_each_shards_rows(spark, dialect, seed):
         assert shard_names(sd, dialect, ShardPlan(plan.shards, plan.depth)) == names
 
 
+@pytest.mark.parametrize("dialect,seed", [("nats", 41), ("mqtt", 42), ("amqp", 43)])
+def test_row_stats_of_one_depth_are_those_of_several(spark, dialect, seed):
+    """row_stats groups one depth by its bucket directly and several
+    through one row per depth: a depth's figures are the same either way,
+    and their counts are the C router's."""
+    from fastsub._core import ROUTE_KEYED, route_keys
+    from fastsub.spark.shard import row_stats
+    subs, _ = random_case(dialect, n_subs=150, n_events=1, seed=seed)
+    sd = spark.createDataFrame(subs, SUBS_SCHEMA)
+    every = row_stats(sd, dialect, (1, 2, 3), 16)
+    for d in (1, 2, 3):
+        one = row_stats(sd, dialect, (d,), 16)
+        assert one.sums == {k: v for k, v in every.sums.items() if k[0] == d}
+        keys, kinds = route_keys([f for _, f, _ in subs], dialect, d, filters=True)
+        want = [0] * 16
+        for key, kind in zip(keys, kinds):
+            if kind == ROUTE_KEYED:
+                want[int(key) % 16] += 1
+        assert one.counts(d, 16).tolist() == want
+        assert one.replicated(d) == len(subs) - sum(want)
+
+
 def test_the_build_gives_each_shard_a_partition_of_its_own(spark):
     """_placement's values, hashed as Spark hashes an int, land one per
     partition: the build job needs no sort to give each shard its task."""

@@ -310,16 +310,23 @@ def row_stats(subscriptions: DataFrame, dialect: str, depths, modulus: int) -> R
     """One aggregate over the subscriptions, all in the JVM (no Python
     pass): RowStats for `depths`, buckets mod `modulus`.  Each filter's
     routed form (filter_inner) is computed once whatever the number of
-    depths."""
+    depths; one depth is grouped by its bucket directly, several through
+    one row per depth (an explode, which on 10M filters cost more than the
+    rest of the aggregate: 3.1-4.4 s against 1.5-2.1 s for one depth)."""
     hashes = [h.alias(f"h{i}") for i, h in enumerate(digest_hashes())]
     hcols = [f"h{i}" for i in range(len(hashes))]
+    sums = digest_sums([F.col(c) for c in hcols])
     shaped = index_rows(subscriptions).select(filter_inner(F.col("filter"), dialect).alias("inner"), *hashes)
-    buckets = F.array(*[F.struct(F.lit(d).alias("d"), shard_of(filter_key(F.col("inner"), dialect, d),
-                                                                modulus).alias("b"))
-                        for d in depths])
-    got = (shaped.select(F.explode(buckets).alias("x"), *hcols)
-           .groupBy(F.col("x.d").alias("d"), F.col("x.b").alias("b"))
-           .agg(*digest_sums([F.col(c) for c in hcols])).collect())
+
+    def bucket(d):
+        return shard_of(filter_key(F.col("inner"), dialect, d), modulus)
+    if len(depths) == 1:
+        got = (shaped.select(bucket(depths[0]).alias("b"), *hcols).groupBy("b").agg(*sums)
+               .select(F.lit(depths[0]).alias("d"), "*").collect())
+    else:
+        buckets = F.array(*[F.struct(F.lit(d).alias("d"), bucket(d).alias("b")) for d in depths])
+        got = (shaped.select(F.explode(buckets).alias("x"), *hcols)
+               .groupBy(F.col("x.d").alias("d"), F.col("x.b").alias("b")).agg(*sums).collect())
     return RowStats(modulus, {(r[0], r[1]): tuple(int(x) for x in r[2:]) for r in got})
 
 

@@ -163,6 +163,18 @@ def _placement(n: int) -> List[int]:
     return [out[p] for p in range(n)]
 
 
+def _largest_first(todo: List[int], plan: ShardPlan) -> List[int]:
+    """The images to build, the most rows first (as the plan's figures
+    count them; as given without them): the build job's partitions, one an
+    image, start in this order, so the longest build starts at once and
+    the short ones fill the cores at the end.  (10M light filters, 2 cores:
+    the builds took 10.2 s in shard order, the longest started second.)"""
+    if plan.stats is None:
+        return todo
+    rows = list(plan.stats.counts(plan.depth, plan.shards)) + [plan.stats.replicated(plan.depth)]
+    return sorted(todo, key=lambda k: (-rows[k], k))
+
+
 def _empty_task(image_dir, names, dialect, shards, force):
     """One task: the images of shards no subscription reaches (empty)."""
     def fastsub_shard_empty(batches):
@@ -214,7 +226,7 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
                            "sub_id", "filter", "queue")
         if len(todo) < len(names):
             rows = rows.where(F.col("shard").isin(todo))
-        for r in _one_per_partition(rows, "shard", todo).mapInArrow(
+        for r in _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
                 _build_task(image_dir, names, dialect, force), _RESULT).collect():
             if r["status"] == "bad":
                 raise bad_subscription(dialect, r["bad_sub_id"], r["bad_filter"], r["bad_queue"])
