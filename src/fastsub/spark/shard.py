@@ -396,7 +396,7 @@ def _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema):
             if sl is None:
                 sl = _shard_index(dialect, pa.Table.from_batches(subs, _subs_schema(b)))
                 subs = None
-            ids = sl.match_many(b.column(subject_col), keys=b.column(_PICK), queues=queues,
+            ids = sl.match_many(b.column(subject_col), keys=pick_keys(b), queues=queues,
                                 dedupe=dedupe).to_arrow()
             yield pa.RecordBatch.from_arrays([b.column(c) for c in event_cols] + [ids],
                                              schema=out_schema)
@@ -603,6 +603,13 @@ def _int_array(values):
     return F.array(*[F.lit(int(v)) for v in values])
 
 
+def pick_keys(batch):
+    """The pick keys of a batch of event_side's rows: its _PICK column, or
+    None where every row picks by its subject (all null)."""
+    keys = batch.column(_PICK)
+    return None if keys.null_count == len(keys) else keys
+
+
 @dataclass
 class EventSide:
     """The events of a sharded fan-out, ready for their groups: `frame` has
@@ -628,7 +635,9 @@ def event_side(events: DataFrame, plan: ShardPlan, *, subject_col: str, key_col:
     safe = [_event_name(i) for i in range(len(event_cols))]
     ev = events.toDF(*safe)
     subject = F.col(safe[event_cols.index(subject_col)])
-    pick = subject if key_col is None else F.coalesce(
+    # Without a key column a row picks by its subject, which a null key
+    # means: no copy of every subject goes to Python (or the shuffle).
+    pick = F.lit(None).cast("string") if key_col is None else F.coalesce(
         F.col(safe[event_cols.index(key_col)]).cast("string"), subject)
     # Spreads the events no route key places (null) and a salted shard's
     # events: a hash of the whole row (map columns cannot be hashed).

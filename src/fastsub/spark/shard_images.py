@@ -53,7 +53,7 @@ from fastsub.spark.images import (BadRow, _check_dir, _image_path, build_rows, i
 from fastsub.spark.session import session_key
 from fastsub.spark.ship import LOAD_LOG_ENV, WorkerCache
 from fastsub.spark.route import shard_column
-from fastsub.spark.shard import _GROUP, _PICK, ShardPlan, event_side, row_stats
+from fastsub.spark.shard import _GROUP, ShardPlan, event_side, pick_keys, row_stats
 
 _RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
            "bad_filter string, bad_queue string")
@@ -291,7 +291,7 @@ def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols,
             replicated = _open_shard(paths[-1])
             for k, rows in _runs(b, shards):
                 ids = _open_shard(paths[k]).match_many(
-                    rows.column(subject), keys=rows.column(_PICK), queues=queues,
+                    rows.column(subject), keys=pick_keys(rows), queues=queues,
                     dedupe=dedupe, also=replicated).to_arrow()
                 yield pa.RecordBatch.from_arrays([rows.column(c) for c in event_cols] + [ids],
                                                  schema=out_schema)
