@@ -176,7 +176,8 @@ def test_the_build_gives_each_shard_a_partition_of_its_own(spark):
         assert parts == [[v] for v in place]
 
 
-def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path):
+@pytest.mark.parametrize("gather", [1, 3, 100])
+def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path, monkeypatch, gather):
     """The match job places each (shard, salt) group in a partition of its
     own; were Spark to place two in one (or a batch to mix them), each
     group's events must still meet their own shard's image."""
@@ -197,7 +198,14 @@ def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path):
     batch = pa.RecordBatch.from_pydict({_GROUP: pa.array([0, 3, 1, 2], pa.int32()),
                                         "e0": ["a.x", "b.x", "a.y", "a.z"],
                                         _PICK: ["a.x", "b.x", "a.y", "a.z"]})
-    got = sorted((r["e0"], r["sub_ids"]) for b in fn(iter([batch])) for r in b.to_pylist())
+    # Spark's batches are gathered up to MATCH_ROWS rows before they are
+    # split by shard: across batches, and not past the rows given
+    from fastsub.spark import shard_images
+    monkeypatch.setattr(shard_images, "MATCH_ROWS", gather)
+    pieces = [batch.slice(0, 1), batch.slice(1, 0), batch.slice(1, 2), batch.slice(3)]
+    out = list(fn(iter(pieces)))
+    assert sum(b.num_rows for b in out) == 4
+    got = sorted((r["e0"], r["sub_ids"]) for b in out for r in b.to_pylist())
     # "a.z" sits in shard 1's group 2: routed there, it meets shard 1's
     # image (and the replicated share's), not shard 0's
     assert got == [("a.x", [10]), ("a.y", [10]), ("a.z", [12]), ("b.x", [11])]
