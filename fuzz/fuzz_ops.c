@@ -670,6 +670,16 @@ static void check_row(const int64_t *ids, size_t n, int queues, const o_result *
     free(exp);
 }
 
+/* Two batch outputs of the same rows are the same: ends, flags and ids. */
+static void same_batch(const fs_idbuf *got, const int64_t *got_end, const uint8_t *got_invalid,
+                       const fs_idbuf *want, const int64_t *want_end, const uint8_t *want_invalid, size_t rows)
+{
+    CHECK(got->n == want->n);
+    CHECK(memcmp(got_end, want_end, sizeof(int64_t) * rows) == 0);
+    CHECK(memcmp(got_invalid, want_invalid, rows) == 0);
+    CHECK(want->n == 0 || memcmp(got->ids, want->ids, sizeof(int64_t) * want->n) == 0);
+}
+
 /* The model's subscriptions split between two new indexes, each one's
  * side drawn from the input: matched as one (fs_match_rows' also), they
  * must answer every row exactly as sl does -- the plain ids merged, a
@@ -774,10 +784,7 @@ static void op_batch(rd *r, int threaded)
         uint8_t two_invalid[64];
         rc = fs_match_rows(a, b, &sc.col, keys, 0, rows, queues, 0, two_end, two_invalid, &two, NULL);
         if (rc == FS_OK) {
-            CHECK(two.n == out.n);
-            CHECK(memcmp(two_end, row_end, sizeof(int64_t) * rows) == 0);
-            CHECK(memcmp(two_invalid, invalid, rows) == 0);
-            CHECK(out.n == 0 || memcmp(two.ids, out.ids, sizeof(int64_t) * out.n) == 0);
+            same_batch(&two, two_end, two_invalid, &out, row_end, invalid, rows);
         } else {
             CHECK(rc == FS_ENOMEM);
         }
@@ -823,10 +830,7 @@ static void op_batch(rd *r, int threaded)
             while (!fs_batch_wait(job, 1000)) {}
             rc = fs_batch_finish(job, &tout);
             if (rc == FS_OK) {
-                CHECK(tout.n == out.n);
-                CHECK(memcmp(tend, row_end, sizeof(int64_t) * rows) == 0);
-                CHECK(memcmp(tinv, invalid, rows) == 0);
-                CHECK(out.n == 0 || memcmp(tout.ids, out.ids, sizeof(int64_t) * out.n) == 0);
+                same_batch(&tout, tend, tinv, &out, row_end, invalid, rows);
             } else {
                 CHECK(rc == FS_ENOMEM && tout.n == 0);
             }
