@@ -680,6 +680,40 @@ static void same_batch(const fs_idbuf *got, const int64_t *got_end, const uint8_
     CHECK(want->n == 0 || memcmp(got->ids, want->ids, sizeof(int64_t) * want->n) == 0);
 }
 
+/* The batch's rows matched again in index (with also, if not NULL), on one
+ * thread or on 2-4 (blocks of 1-4 rows: a few rows already take the
+ * threads' turns; the rows fed in steps of 1-4, as a Python list's are
+ * while it is converted): the same output as want. */
+static void batch_again(rd *r, fs_sublist *index, fs_sublist *also, const fs_strings *col, const fs_strings *keys,
+                        int queues, size_t rows, int threaded, const fs_idbuf *want, const int64_t *want_end,
+                        const uint8_t *want_invalid)
+{
+    int64_t end[64];
+    uint8_t invalid[64];
+    fs_idbuf got;
+    memset(&got, 0, sizeof(got));
+    int rc = FS_ENOMEM;
+    if (!threaded) {
+        rc = fs_match_rows(index, also, col, keys, 0, rows, queues, 0, end, invalid, &got, NULL);
+    } else {
+        size_t step = 1 + u8(r) % 4;
+        fs_batch_job *job = fs_batch_start_blocks(index, also, col, keys, queues, 0, 2 + u8(r) % 3, end, invalid,
+                                                  1 + u8(r) % 4, step);
+        if (job) {
+            for (size_t fed = step; fed < rows; fed += step)
+                fs_batch_feed(job, fed);
+            fs_batch_feed(job, rows);
+            while (!fs_batch_wait(job, 1000)) {}
+            rc = fs_batch_finish(job, &got);
+        }
+    }
+    if (rc == FS_OK)
+        same_batch(&got, end, invalid, want, want_end, want_invalid, rows);
+    else        /* (the threads' output is all or nothing; one thread's may be partial) */
+        CHECK(rc == FS_ENOMEM && (!threaded || got.n == 0));
+    fs_idbuf_free(&got);
+}
+
 /* The model's subscriptions split between two new indexes, each one's
  * side drawn from the input: matched as one (fs_match_rows' also), they
  * must answer every row exactly as sl does -- the plain ids merged, a
@@ -778,17 +812,7 @@ static void op_batch(rd *r, int threaded)
     CHECK(prev == out.n);
     fs_sublist *a, *b;
     if (split_index(r, &a, &b)) {
-        fs_idbuf two;
-        memset(&two, 0, sizeof(two));
-        int64_t two_end[64];
-        uint8_t two_invalid[64];
-        rc = fs_match_rows(a, b, &sc.col, keys, 0, rows, queues, 0, two_end, two_invalid, &two, NULL);
-        if (rc == FS_OK) {
-            same_batch(&two, two_end, two_invalid, &out, row_end, invalid, rows);
-        } else {
-            CHECK(rc == FS_ENOMEM);
-        }
-        fs_idbuf_free(&two);
+        batch_again(r, a, b, &sc.col, keys, queues, rows, threaded, &out, row_end, invalid);
         fs_sublist_free(a);
         fs_sublist_free(b);
     }
@@ -813,29 +837,7 @@ static void op_batch(rd *r, int threaded)
             prev = (size_t)row_end[i];
         }
     } else {
-        int64_t tend[64];
-        uint8_t tinv[64];
-        fs_idbuf tout;
-        memset(&tout, 0, sizeof(tout));
-        /* Blocks of 1-4 rows: a few rows already take the threads' turns.
-         * The rows are fed in steps of 1-4, as a Python list's are while
-         * it is converted. */
-        size_t step = 1 + u8(r) % 4;
-        fs_batch_job *job = fs_batch_start_blocks(sl, NULL, &sc.col, keys, queues, 0, 2 + u8(r) % 3, tend, tinv,
-                                                  1 + u8(r) % 4, step);
-        if (job) {
-            for (size_t fed = step; fed < rows; fed += step)
-                fs_batch_feed(job, fed);
-            fs_batch_feed(job, rows);
-            while (!fs_batch_wait(job, 1000)) {}
-            rc = fs_batch_finish(job, &tout);
-            if (rc == FS_OK) {
-                same_batch(&tout, tend, tinv, &out, row_end, invalid, rows);
-            } else {
-                CHECK(rc == FS_ENOMEM && tout.n == 0);
-            }
-        }
-        fs_idbuf_free(&tout);
+        batch_again(r, sl, NULL, &sc.col, keys, queues, rows, 1, &out, row_end, invalid);
     }
     fs_idbuf_free(&out);
 }

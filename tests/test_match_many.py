@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import fastsub
 from fastsub import _reference as R
 from examples import examples
-from strategies import ALL_DIALECTS, DIALECTS, all_ids, is_one_per_group, rows, subjects, subscriptions, valid_subject
+from strategies import (ALL_DIALECTS, DIALECTS, all_ids, is_one_per_group, rows, subjects, subscriptions,
+                        tiny_thread_blocks, valid_subject)
 
 pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
 
@@ -587,6 +588,9 @@ def test_also_answers_as_one_index_holding_both(dialect, data):
                 check_rows(both, got, eff, queues)
         same(a.match_many(dictionary, queues=queues, also=b), both.match_many(dictionary, queues=queues))
         same(b.match_many(batch, queues=queues, also=a), both.match_many(batch, queues=queues))
+        with tiny_thread_blocks(1 + len(batch) % 3):       # the threads' path, whatever the size
+            same(a.match_many(batch, queues=queues, threads=3, also=b),
+                 both.match_many(batch, queues=queues))
 
 
 def test_also_refuses_what_is_not_another_index_of_its_dialect():

@@ -11,7 +11,10 @@
  *
  *   1. the registry's mutex (no index is created or freed meanwhile);
  *   2. the objects' locks, oldest first: the write lock of every live
- *      index (registered by the index layer, fs_layout.c).  That also waits
+ *      index (registered by the index layer, fs_layout.c).  A thread that
+ *      holds two index locks at once (a batch with an also, fs_batch.c)
+ *      takes them in this order too (fs_fork_entry.seq), or the handler
+ *      could hold the older one while waiting for that thread's newer.  That also waits
  *      out every holder of a cache shard's spin lock, which is only ever
  *      taken with its index's read or write lock held;
  *   3. the process-wide locks' mutex, then those locks by their order:
@@ -58,6 +61,7 @@
 
 static fs_mutex registry_mu;             /* the objects' list */
 static fs_fork_entry *objects;           /* newest first */
+static uint64_t tracked;                 /* the last object's seq */
 static fs_mutex wide_mu;                 /* the process-wide locks' list */
 static fs_fork_entry *wide;              /* by ascending order */
 static fs_once_flag registry_once = FS_ONCE_INIT;
@@ -114,6 +118,7 @@ int fs_fork_track(fs_fork_entry *e)
     if (!fs_fork_ready())
         return FS_ENOMEM;    /* registering fork handlers fails only for want of memory */
     fs_mutex_lock(&registry_mu);
+    e->seq = ++tracked;
     e->prev = NULL;
     e->next = objects;
     if (objects)

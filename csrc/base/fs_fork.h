@@ -17,6 +17,7 @@
 #define FS_FORK_H
 
 #include <stdatomic.h>
+#include <stdint.h>
 
 typedef struct fs_fork_entry {
     void (*prepare)(void *arg);   /* take the lock (before fork) */
@@ -24,6 +25,9 @@ typedef struct fs_fork_entry {
     void (*child)(void *arg);     /* make it usable (in the child) */
     void *arg;
     int order;                    /* process-wide locks: taken in ascending order */
+    uint64_t seq;                 /* objects: when tracked (fs_fork_track), ascending: the
+                                   * prepare handler takes their locks in this order, so a
+                                   * caller holding two takes them in it too */
     struct fs_fork_entry *prev, *next;   /* the registry's (its mutex held) */
     _Atomic int done;             /* process-wide: initialised (fs_fork_register_once) */
     int rc;                       /* and its registration's status */

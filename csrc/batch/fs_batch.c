@@ -420,13 +420,16 @@ static int matcher_run(row_matcher *m, const rows_job *jp)
             break;
         }
         size_t stop = job.end - i > ROWS_PER_LOCK ? i + ROWS_PER_LOCK : job.end;
-        /* Two indexes' read locks in one order (by address), whichever
-         * is the job's also: two calls naming them the other way round
-         * cannot wait on each other's writers. */
-        if (job.also && (uintptr_t)job.also < (uintptr_t)sl)
+        /* Two indexes' read locks in one order, the older index's first,
+         * whichever is the job's also: the order in which the fork
+         * handler takes their write locks (fs_fork.c), so that neither a
+         * fork() nor two calls naming them the other way round can wait
+         * on each other. */
+        int also_first = job.also && job.also->fork.seq < sl->fork.seq;
+        if (also_first)
             fs_brlock_rdlock(&job.also->lock);
         fs_brlock_rdlock(&sl->lock);
-        if (job.also && (uintptr_t)job.also > (uintptr_t)sl)
+        if (job.also && !also_first)
             fs_brlock_rdlock(&job.also->lock);
         /* (with an also, the walk's path: a cached answer is sl's alone) */
         int cached_index = sl->cache != NULL && !job.also;

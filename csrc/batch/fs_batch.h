@@ -33,8 +33,11 @@ enum { FS_QUEUES_PICK = 0, FS_QUEUES_ALL = 1, FS_QUEUES_NONE = 2 };
  * gets the answer one index holding both indexes' subscriptions would give
  * (fs_result_merge; queue picks over both's members) -- the sharded
  * fan-out matches a shard's image and the image of the filters every
- * shard needs so, without copying those into every shard.  Both read
- * locks are held while rows are matched; sl's cache is not used.  dedupe: each id at most once per row (its first occurrence;
+ * shard needs so, without copying those into every shard.  The two must
+ * not share a subscription (one index holds it once; both would deliver
+ * it twice).  Both read locks are held while rows are matched, taken in
+ * the fork handler's order (fs_fork.c); sl's cache is not used, and the
+ * match counts go to sl's statistics.  dedupe: each id at most once per row (its first occurrence;
  * always so for an AMQP index, where it is the delivery rule).  Stops early with FS_ECANCELLED when *cancel (may be NULL)
  * becomes non-zero.
  * FS_OK, FS_ENOMEM, FS_ECANCELLED. */

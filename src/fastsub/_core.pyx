@@ -724,7 +724,8 @@ cdef class Sublist:
         what one index holding both indexes' subscriptions would answer
         (the same ids in the same order, queue picks made over both's
         members), without building it -- e.g. a shard's image and the
-        image of the filters every shard needs."""
+        image of the filters every shard needs.  The two should not hold
+        the same subscription (two indexes deliver it twice)."""
         cdef Sublist other = _also_arg(self, also)
         result = _match_many(self, other, subjects, keys, queues, threads, dedupe)
         self._check_image()

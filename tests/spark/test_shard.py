@@ -195,7 +195,7 @@ def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):
     assert plan.by_depth[1][1] >= 800 and plan.depth == 2
     assert plan.replicated == 1 and plan.largest < 400
     text = plan.explain()
-    for part in ("N=8 shards", "depth d=2", "replicated into every shard 1 (", "largest shard",
+    for part in ("N=8 shards", "depth d=2", "needed by every shard (replicated) 1 (", "largest shard",
                  "at d=1", "at d=3", "salted: none"):
         assert part in text, (part, text)
     ev = spark.createDataFrame(events_rows(["big.k1.x", "s3.y", "q"]), EVENT_SCHEMA)

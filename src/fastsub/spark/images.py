@@ -183,8 +183,9 @@ def digest_sums(hashes):
     """The digest's aggregate columns over rows whose digest_hashes are the
     Columns `hashes`: the row count, and per hash the sums of its high and
     low 32-bit halves.  Sums add up: the digest of a union of row sets is
-    the sum of theirs (the sharded image path names a shard by its keyed
-    rows' sums plus the replicated rows', summed from finer buckets)."""
+    the sum of theirs (the sharded image path names each shard's image by
+    its keyed rows' sums, and the replicated share's by its rows', summed
+    from finer buckets)."""
     # A hash's two 32-bit halves are summed as bigints (exact up to 2^31
     # rows; a bigint sum that wraps would fail under ANSI mode, and a
     # decimal sum measured twice as slow), and put together mod 2^64 here.

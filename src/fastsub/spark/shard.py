@@ -5,7 +5,9 @@
     per_event = sharded_per_event(events, subs, plan, ...)        # a cogroup
 
 The rule.  A filter whose first d tokens are all literal lives in shard
-route_key mod N; any other filter is replicated into every shard.  An event
+route_key mod N; any other filter is needed by every shard (the cogroup
+copies it into each; the image path keeps it in one image of its own,
+matched beside each shard's).  An event
 with at least d tokens goes to the shard of its first d tokens; a shorter
 one, a null and an invalid one go to a shard spread by a hash (they can
 match only replicated filters, or take the rejects path).  Route keys are
@@ -147,7 +149,8 @@ class ShardPlan:
 
     @property
     def nsubs_per_worker(self) -> Optional[int]:
-        """The most subscriptions one worker's index holds: the largest shard plus the replicated."""
+        """The most subscriptions one worker's index holds on the cogroup path:
+        the largest shard plus the replicated (copied into it)."""
         if self.largest is None or self.replicated is None:
             return None
         return self.largest + self.replicated
@@ -157,7 +160,7 @@ class ShardPlan:
             return "?" if n is None or not self.nsubs else f"{100.0 * n / self.nsubs:.1f}%"
         lines = [f"fastsub sharded fan-out: N={self.shards} shards, depth d={self.depth}"]
         if self.nsubs is not None:
-            lines.append(f"  subscriptions {self.nsubs:,}; replicated into every shard "
+            lines.append(f"  subscriptions {self.nsubs:,}; needed by every shard (replicated) "
                          f"{self.replicated:,} ({pct(self.replicated)}); largest shard "
                          f"{self.largest:,} ({pct(self.largest)}); a worker's index holds "
                          f"at most {self.nsubs_per_worker:,} ({pct(self.nsubs_per_worker)})")

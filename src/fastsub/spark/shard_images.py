@@ -307,7 +307,9 @@ def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols,
     (_one_per_partition); matched in place, a batch holds events of every
     shard, and each shard's run is matched by its own image."""
     def fastsub_shard_image_match(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # (an empty replicated share: no second walk, and the shard's cache)
         replicated = _open_shard(paths[-1])
+        replicated = replicated if len(replicated) else None
         for table in _gathered(batches, MATCH_ROWS):
             shards = pc.divide(table.column(_GROUP), width).to_numpy()
             for k, rows in _runs(table, shards):
@@ -332,13 +334,14 @@ def _one_per_partition(frame: DataFrame, column: str, values: List[int]) -> Data
 def image_per_event(events: DataFrame, plan: ShardPlan, paths: List[str], *, subject_col: str,
                     key_col, dialect: str, queues: str, dedupe: bool,
                     in_place: bool = False) -> DataFrame:
-    """sharded_per_event's frame, from the shards' images (shard_images'
-    paths).  Shuffled (in_place=False): only the events are, each (shard,
-    salt) group into a partition of its own, so a host reads only the
-    images of the groups its tasks run.  In place: nothing is shuffled;
-    each task maps every shard's image and matches each event by its
-    shard's -- where every executor shares one host, and so one page
-    cache, moving the events buys nothing."""
+    """sharded_per_event's frame, from the images (shard_images' paths:
+    the N shards', then the replicated share's, which every event meets
+    beside its shard's).  Shuffled (in_place=False): only the events are,
+    each (shard, salt) group into a partition of its own, so a host reads
+    only the images of the groups its tasks run (and the replicated
+    share's).  In place: nothing is shuffled; each task maps every image
+    and matches each event by its shard's -- where every executor shares
+    one host, and so one page cache, moving the events buys nothing."""
     side = event_side(events, plan, subject_col=subject_col, key_col=key_col, dialect=dialect)
     fn = _match_fn(paths, plan._width, queues, dedupe, side.subject, side.safe, side.out_schema)
     frame = side.frame if in_place else _one_per_partition(side.frame, _GROUP, plan._all_groups())
