@@ -176,8 +176,8 @@ static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, s
 }
 
 /* The walk's plan and fetch steps over a block of rows (fs_walk.h), in
- * sl and, where the job has one, in also (the tokens serve both: one
- * dialect). */
+ * sl and, where the job has one, in also (fs_walk_plan: one tokenizing
+ * and one mixing serve both). */
 static int plan_rows(const fs_sublist *sl, const fs_sublist *also, const fs_strings *subjects, size_t i,
                      size_t n, block *b)
 {
@@ -188,12 +188,10 @@ static int plan_rows(const fs_sublist *sl, const fs_sublist *also, const fs_stri
         if (!fs_strings_get(subjects, i + k, &s, &len))
             continue;
         fs_error err;
-        int rc = fs_walk_plan(sl, s, len, &b->toks[k], &b->plan[k], &err);
+        int rc = fs_walk_plan(sl, also, s, len, &b->toks[k], &b->plan[k], &b->also[k], &err);
         if (rc == FS_ENOMEM)
             return rc;
         b->state[k] = rc < 0 ? ROW_INVALID : ROW_OK;
-        if (also && rc == FS_OK)
-            fs_walk_plan_tokens(also, s, len, &b->toks[k], &b->also[k]);
     }
     for (size_t k = 0; k < n; k++)
         if (b->state[k] == ROW_OK) {

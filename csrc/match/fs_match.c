@@ -22,7 +22,7 @@ static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scrat
                        int first_only, fs_error *err)
 {
     fs_walk_row p;
-    int rc = fs_walk_plan(sl, s, len, &sc->toks, &p, err);
+    int rc = fs_walk_plan(sl, NULL, s, len, &sc->toks, &p, NULL, err);
     if (rc == FS_OK)
         rc = fs_walk_collect(sl, &p, &sc->toks, sc, first_only);
     return rc;

@@ -674,21 +674,12 @@ static int group_out_cmp(const fs_result *a, const fs_group_out *ga, const fs_re
                      arena_at(b->arena, gb->filter_off, gb->filter_len), gb->filter_len);
 }
 
-static void put_bytes(fs_result *r, const char *p, size_t n, size_t *off)
-{
-    *off = r->narena;
-    if (n)
-        memcpy(r->arena + r->narena, p, n);
-    r->narena += n;
-}
-
 int fs_result_merge(fs_result *r, const fs_result *a, const fs_result *b, int by_name, int once)
 {
     r->nids = r->nplain = r->ngroups = r->narena = 0;
-    size_t nids = a->nids + b->nids, ngroups = a->ngroups + b->ngroups, narena = a->narena + b->narena;
+    size_t nids = a->nids + b->nids, ngroups = a->ngroups + b->ngroups;
     if ((nids && fs_grow(&r->ids, &r->cap_ids, nids, sizeof(int64_t)) < 0) ||
-        (ngroups && fs_grow(&r->groups, &r->cap_groups, ngroups, sizeof(fs_group_out)) < 0) ||
-        (narena && fs_grow(&r->arena, &r->cap_arena, narena, 1) < 0))
+        (ngroups && fs_grow(&r->groups, &r->cap_groups, ngroups, sizeof(fs_group_out)) < 0))
         return FS_ENOMEM;
     if (a->nplain + b->nplain)
         r->nids = r->nplain = merge_sorted(r->ids, a->ids, a->nplain, b->ids, b->nplain, once);
@@ -702,8 +693,14 @@ int fs_result_merge(fs_result *r, const fs_result *a, const fs_result *b, int by
         fs_group_out *o = &r->groups[r->ngroups++];
         *o = *g;
         o->subject_pick = 0;          /* not filled: emit picks from the key */
-        put_bytes(r, arena_at(from->arena, g->name_off, g->name_len), g->name_len, &o->name_off);
-        put_bytes(r, arena_at(from->arena, g->filter_off, g->filter_len), g->filter_len, &o->filter_off);
+        o->name_off = r->narena;
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, arena_at(from->arena, g->name_off, g->name_len),
+                         g->name_len) < 0)
+            return FS_ENOMEM;
+        o->filter_off = r->narena;
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, arena_at(from->arena, g->filter_off, g->filter_len),
+                         g->filter_len) < 0)
+            return FS_ENOMEM;
         size_t na = c <= 0 ? ga->members_len : 0, nb = c >= 0 ? gb->members_len : 0;
         o->members_off = r->nids;
         o->members_len = merge_sorted(r->ids + r->nids, na ? a->ids + ga->members_off : NULL, na,

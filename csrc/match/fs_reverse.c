@@ -19,7 +19,7 @@ static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_s
         literal &= qt->tok[i].kind == FS_TOK_LITERAL;
     if (literal) {    /* a literal query is a subject: the entries are what it matches */
         fs_walk_row p;
-        fs_walk_plan_tokens(sl, q, len, qt, &p);
+        fs_walk_plan_tokens(sl, q, len, qt, NULL, &p);
         return fs_walk_entries(sl, &p, qt, sc, 0);
     }
     fs_tokens et;

@@ -33,7 +33,7 @@ int fs_walk_image_rest(const fs_sublist *sl, const char *s, size_t len, const fs
     if (!live->count)
         return FS_OK;
     fs_walk_row p;
-    fs_walk_plan_tokens(live, s, len, t, &p);
+    fs_walk_plan_tokens(live, s, len, t, NULL, &p);
     if (fs_walk_entries(live, &p, t, sc, first_only) < 0)
         return FS_ENOMEM;
     if (first_only && sc->nhits)

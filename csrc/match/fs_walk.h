@@ -34,10 +34,23 @@ typedef struct {
     uint64_t keys[FS_SHAPE_MAX_PROBES];     /* their keys, in bit order */
 } fs_walk_row;
 
-/* Plan the subject s (tokens t, already tokenized) and prefetch the slots
- * it will probe. */
+/* The mixes of a subject's first tokens (fs_shape_mixes), which its
+ * literal key and every shape key are made from: the same in any index of
+ * the dialect, so a row planned in two indexes (a batch's also) mixes once. */
+typedef struct {
+    uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
+} fs_walk_mixes;
+
+static inline void fs_walk_mix(const fs_tokens *t, fs_walk_mixes *x)
+{
+    fs_shape_mixes(t->tok, t->n < FS_SHAPE_MAX_TOKENS ? t->n : FS_SHAPE_MAX_TOKENS, x->m, x->P);
+}
+
+/* Plan the subject s (tokens t, already tokenized; mixed: their mixes, or
+ * NULL to make them here if a probe needs them) and prefetch the slots it
+ * will probe. */
 static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size_t len,
-                                       const fs_tokens *t, fs_walk_row *p)
+                                       const fs_tokens *t, const fs_walk_mixes *mixed, fs_walk_row *p)
 {
     const fs_shapes *S = &sl->shapes;
     const fs_level *lit = sl->lit;
@@ -56,8 +69,12 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     if (!bits && !lit->count)
         return;
     uint32_t need = nt < FS_SHAPE_MAX_TOKENS ? nt : FS_SHAPE_MAX_TOKENS;
-    uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
-    fs_shape_mixes(t->tok, need, m, P);
+    fs_walk_mixes own;
+    if (!mixed) {
+        fs_walk_mix(t, &own);
+        mixed = &own;
+    }
+    const uint64_t *m = mixed->m, *P = mixed->P;
     if (lit->count) {
         uint64_t key = fs_tokens_key(t->tok, need, nt, P[need]);
         p->literal_key = key;
@@ -81,14 +98,24 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     p->shapes = probe;
 }
 
-/* Tokenize the subject s into t, then plan it.  FS_OK; FS_EINVAL (with
- * err) for an invalid subject; FS_ENOMEM. */
-static inline int fs_walk_plan(const fs_sublist *sl, const char *s, size_t len, fs_tokens *t,
-                               fs_walk_row *p, fs_error *err)
+/* Tokenize the subject s into t, then plan it in sl (into p) and, if
+ * also is not NULL, in also (into also_p; one dialect: the tokens and
+ * their mixes serve both).  FS_OK; FS_EINVAL (with err) for an invalid
+ * subject; FS_ENOMEM. */
+static inline int fs_walk_plan(const fs_sublist *sl, const fs_sublist *also, const char *s, size_t len,
+                               fs_tokens *t, fs_walk_row *p, fs_walk_row *also_p, fs_error *err)
 {
     int rc = fs_tokenize(sl->dialect, s, len, 0, t, err);
-    if (rc == FS_OK)
-        fs_walk_plan_tokens(sl, s, len, t, p);
+    if (rc != FS_OK)
+        return rc;
+    if (!also) {
+        fs_walk_plan_tokens(sl, s, len, t, NULL, p);
+        return rc;
+    }
+    fs_walk_mixes x;
+    fs_walk_mix(t, &x);
+    fs_walk_plan_tokens(sl, s, len, t, &x, p);
+    fs_walk_plan_tokens(also, s, len, t, &x, also_p);
     return rc;
 }
 

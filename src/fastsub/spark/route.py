@@ -97,7 +97,10 @@ def shard_of(key, n: int):
     return F.coalesce(key % F.lit(n), F.lit(0))
 
 
-def shard_column(dialect: str, depth: int, n: int):
-    """Column over index_rows' frame: each subscription's shard of n, -1 for
-    one every shard needs."""
-    return shard_of(filter_route_column(F.col("filter"), dialect, depth), n)
+def image_column(dialect: str, depth: int, n: int):
+    """Column over index_rows' frame: each subscription's image on the
+    shard image path: its shard of n, or n, the replicated share's image,
+    for one every shard needs.  (The key in the first condition: Spark
+    computes it once a row.)"""
+    key = filter_route_column(F.col("filter"), dialect, depth)
+    return F.when(key == F.lit(-1), F.lit(n)).otherwise(shard_of(key, n))

@@ -545,8 +545,7 @@ def _decide_for_images(table, depths, candidates, shards, cores) -> ShardPlan:
 
     def cost(nd):
         n, d = nd
-        largest = max(rep[d], table.get((d, n), (0, 0))[0])
-        return (largest > AUTO_IMAGE_SHARD_MAX, max(nsubs / cores, largest), n, d)
+        return (*_image_build_cost(max(rep[d], table.get((d, n), (0, 0))[0]), nsubs, cores), n, d)
     n, d = min(((n, d) for n in ns for d in depths), key=cost)
     return _plan_at(table, depths, rep, nsubs, n, d)
 
@@ -559,13 +558,20 @@ def _image_shard_counts(candidates, shards, cores) -> List[int]:
     return [shards]
 
 
+def _image_build_cost(largest_image: int, nsubs: int, cores: int):
+    """(over AUTO_IMAGE_SHARD_MAX, rows a core inserts at best): what the
+    image plan minimises, before the fewest shards and the smallest depth;
+    never below (False, nsubs / cores)."""
+    return largest_image > AUTO_IMAGE_SHARD_MAX, max(nsubs / cores, largest_image)
+
+
 def _image_plan_is_best(plan: ShardPlan, ns, cores) -> bool:
     """No depth can give a better image plan than `plan`: its builds are
     bound by all rows / cores (no image longer), within
     AUTO_IMAGE_SHARD_MAX, and it has the fewest shards weighed (the
     tie-break).  Then the other depths' figures need not be gathered."""
-    largest = max(plan.replicated, plan.largest)
-    return plan.shards == ns[0] and largest <= AUTO_IMAGE_SHARD_MAX and largest <= plan.nsubs / cores
+    return (plan.shards == ns[0] and _image_build_cost(max(plan.replicated, plan.largest), plan.nsubs, cores)
+            == (False, plan.nsubs / cores))
 
 
 def _choose_depth(by_depth, nsubs, n):

@@ -52,7 +52,7 @@ from fastsub.spark.images import (BadRow, _check_dir, _image_path, build_rows, i
                                   probe_image, save_locked)
 from fastsub.spark.session import session_key
 from fastsub.spark.ship import LOAD_LOG_ENV, WorkerCache
-from fastsub.spark.route import shard_column
+from fastsub.spark.route import image_column
 from fastsub.spark.shard import _GROUP, ShardPlan, event_side, pick_keys, row_stats
 
 _RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
@@ -220,10 +220,7 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     built = {}
     if todo:
         rows = index_rows(subscriptions).select(
-            shard_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
-        # (a second projection: the route key is hashed once a row)
-        rows = rows.select(F.when(F.col("shard") == -1, plan.shards).otherwise(F.col("shard")).alias("shard"),
-                           "sub_id", "filter", "queue")
+            image_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
         if len(todo) < len(names):
             rows = rows.where(F.col("shard").isin(todo))
         for r in _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
