@@ -1,8 +1,11 @@
 """Regenerate the golden serialized indexes in this directory.
 
-    python tests/golden/make_golden.py
+    python tests/golden/make_golden.py [--version N] [NAME ...]
 
-Each NAME.fsb is Sublist.to_bytes() of a small index; NAME.json records the
+Each NAME.fsb is Sublist.to_bytes(version=2) of a small index, NAME_v1.fsb
+version 1's and NAME_v3.fsb version 3's (an image: the v3 files were
+written before the package was renamed, so they also show that images
+saved under the old name still open); NAME[_vN].json records the
 subscriptions it holds and the answers it gave when it was written.
 tests/test_serial.py loads every NAME.fsb and checks the answers still
 match, so a change to the format that breaks old files fails the tests.
@@ -50,10 +53,12 @@ def norm(r):
     return [sorted(r.subs), sorted(([q, f, sorted(m)] for q, f, m in r.groups), key=repr)]
 
 
-def main(only=None):
+def main(only=None, version=2):
+    suffix = "" if version == 2 else f"_v{version}"
     for name, (dialect, subs, subjects, qfilters) in SETS.items():
         if only and name not in only:
             continue
+        name += suffix
         sl = fastsub.Sublist(dialect)
         for f, i, q in subs:
             sl.insert(f, i, queue=q)
@@ -71,12 +76,16 @@ def main(only=None):
             "reverse_match": {f: sorted((list(t) for t in sl.reverse_match(f)), key=repr) for f in qfilters},
         }
         with open(os.path.join(HERE, name + ".fsb"), "wb") as fh:
-            fh.write(sl.to_bytes())
+            fh.write(sl.to_bytes(version=version))
         with open(os.path.join(HERE, name + ".json"), "w") as fh:
             json.dump(want, fh, indent=1, ensure_ascii=True, sort_keys=True)
             fh.write("\n")
 
 
 if __name__ == "__main__":
-    import sys
-    main(sys.argv[1:])   # names to write (default: all)
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--version", type=int, default=2, help="the format version to write (default 2)")
+    ap.add_argument("names", nargs="*", help="the sets to write (default: all)")
+    a = ap.parse_args()
+    main(a.names, a.version)
