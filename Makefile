@@ -1,4 +1,4 @@
-# fastsub: `make test` and `make demo` do all the set-up on a fresh machine.
+# topicmatch: `make test` and `make demo` do all the set-up on a fresh machine.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -106,7 +106,7 @@ test-engine: build
 # The tests that start amqtt (test_amqtt*.py, test_docs_embedding.py) run in the plain pass and the wheel round trip only:
 # amqtt's authentication plugin imports Python's crypt module, whose start-up
 # probe crashes inside gcc 12's ASan crypt interceptor (a NULL from libcrypt),
-# before any fastsub code runs.
+# before any topicmatch code runs.
 SAN_SKIP := tests/test_amqtt.py tests/test_amqtt_hostile.py tests/test_docs_embedding.py tests/test_amqtt_image.py
 ASAN_DIR := build/asan
 # pytest captures fd 2, so the report of a process the sanitizer stops would
@@ -120,9 +120,9 @@ SAN_ENV = PYTHONPATH=$(CURDIR)/$(ASAN_DIR)/src PYTHONMALLOC=malloc \
 test-sanitize: venv
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
 	cp -r setup.py pyproject.toml README.md MANIFEST.in csrc src $(ASAN_DIR)/
-	rm -f $(ASAN_DIR)/src/fastsub/*.so $(ASAN_DIR)/src/fastsub/_core.c
-	cd $(ASAN_DIR) && FASTSUB_SANITIZE=1 $(CURDIR)/$(PY) setup.py -q build_ext --inplace
-	$(SAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(ASAN_DIR)' in c.__file__, c.__file__"
+	rm -f $(ASAN_DIR)/src/topicmatch/*.so $(ASAN_DIR)/src/topicmatch/_core.c
+	cd $(ASAN_DIR) && TOPICMATCH_SANITIZE=1 $(CURDIR)/$(PY) setup.py -q build_ext --inplace
+	$(SAN_ENV) $(PY) -c "import topicmatch._core as c; assert '$(ASAN_DIR)' in c.__file__, c.__file__"
 	$(SAN_ENV) $(REPEAT_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not spark and not brokers" \
 	    $(addprefix --ignore=,$(CLANG_SAN_TESTS) $(SAN_SKIP)) $(PYTEST_ARGS) \
 	    || { $(SAN_REPORTS) $(ASAN_DIR); exit 1; }
@@ -145,17 +145,17 @@ CLANG_SAN_TESTS := tests/test_bad_input.py tests/test_cache.py tests/test_match_
 test-sanitize-clang: venv clang-deps
 	rm -rf $(CLANG_SAN_DIR) && mkdir -p $(CLANG_SAN_DIR)
 	cp -r setup.py pyproject.toml README.md MANIFEST.in csrc src $(wildcard LICENSE) $(CLANG_SAN_DIR)/
-	rm -f $(CLANG_SAN_DIR)/src/fastsub/*.so $(CLANG_SAN_DIR)/src/fastsub/_core.c
-	cd $(CLANG_SAN_DIR) && CC=clang LDSHARED="clang -shared" FASTSUB_SANITIZE=1 \
+	rm -f $(CLANG_SAN_DIR)/src/topicmatch/*.so $(CLANG_SAN_DIR)/src/topicmatch/_core.c
+	cd $(CLANG_SAN_DIR) && CC=clang LDSHARED="clang -shared" TOPICMATCH_SANITIZE=1 \
 	    $(CURDIR)/$(PY) setup.py -q build_ext --inplace
-	$(CLANG_SAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(CLANG_SAN_DIR)' in c.__file__, c.__file__"
+	$(CLANG_SAN_ENV) $(PY) -c "import topicmatch._core as c; assert '$(CLANG_SAN_DIR)' in c.__file__, c.__file__"
 	$(CLANG_SAN_ENV) $(REPEAT_ENV) $(PY) -m pytest -q -p no:cacheprovider $(CLANG_SAN_TESTS) $(PYTEST_ARGS) \
 	    || { $(SAN_REPORTS) $(CLANG_SAN_DIR); exit 1; }
 .PHONY: test-sanitize-clang
 
 # The threaded tests (threads, the cache, match_many on native threads,
 # writers during batches and during serialization) under ThreadSanitizer:
-# a TSan build of the extension (gcc, FASTSUB_TSAN=1) in its own directory,
+# a TSan build of the extension (gcc, TOPICMATCH_TSAN=1) in its own directory,
 # libtsan preloaded into the (uninstrumented) python.  Any report fails the
 # run (exit code 66).  tests/tsan.supp is for CPython-internal reports only
 # (none so far).  First a self-check: a deliberate race in a small library
@@ -173,8 +173,8 @@ TSAN_TESTS := tests/test_threads.py tests/test_cache.py tests/test_ft.py \
 test-tsan: venv
 	rm -rf $(TSAN_DIR) && mkdir -p $(TSAN_DIR)
 	cp -r setup.py pyproject.toml README.md MANIFEST.in csrc src $(wildcard LICENSE) $(TSAN_DIR)/
-	rm -f $(TSAN_DIR)/src/fastsub/*.so $(TSAN_DIR)/src/fastsub/_core.c
-	cd $(TSAN_DIR) && FASTSUB_TSAN=1 $(CURDIR)/$(PY) setup.py -q build_ext --inplace
+	rm -f $(TSAN_DIR)/src/topicmatch/*.so $(TSAN_DIR)/src/topicmatch/_core.c
+	cd $(TSAN_DIR) && TOPICMATCH_TSAN=1 $(CURDIR)/$(PY) setup.py -q build_ext --inplace
 	gcc -fsanitize=thread -fPIC -shared -O1 -g tests/tsan_canary.c -o $(TSAN_DIR)/canary.so
 	@if $(TSAN_ENV) $(PY) -c "import ctypes; ctypes.CDLL('$(TSAN_DIR)/canary.so').tsan_canary()" \
 	        2>$(TSAN_DIR)/canary.log || ! grep -q "ThreadSanitizer: data race" $(TSAN_DIR)/canary.log; then \
@@ -183,7 +183,7 @@ test-tsan: venv
 	gcc -std=c11 -D_GNU_SOURCE -pthread -fsanitize=thread -O1 -g $(CORE_INC) $(CORE_C) \
 	    tests/sys_smoke.c -o $(TSAN_DIR)/sys_smoke
 	TSAN_OPTIONS="exitcode=66" $(TSAN_DIR)/sys_smoke
-	$(TSAN_ENV) $(PY) -c "import fastsub._core as c; assert '$(TSAN_DIR)' in c.__file__, c.__file__"
+	$(TSAN_ENV) $(PY) -c "import topicmatch._core as c; assert '$(TSAN_DIR)' in c.__file__, c.__file__"
 	$(TSAN_ENV) $(REPEAT_ENV) $(PY) -m pytest -q -p no:cacheprovider $(TSAN_TESTS) $(PYTEST_ARGS)
 .PHONY: test-tsan
 
@@ -192,9 +192,9 @@ test-tsan: venv
 # own declaration (never PYTHON_GIL=0): tools/test_ft.sh builds that
 # interpreter once into FT_CACHE (trixie's python3.13 source package,
 # fetched through a private apt configuration; about 5.5 minutes on 2
-# cores), a venv with the cp313t wheels in build/ft-venv, and fastsub in a
+# cores), a venv with the cp313t wheels in build/ft-venv, and topicmatch in a
 # copy of the tree (build/ft).  FT_TESTS="tests/..." to choose the tests.
-FT_CACHE ?= $(HOME)/.cache/fastsub
+FT_CACHE ?= $(HOME)/.cache/topicmatch
 test-ft:
 	FT_CACHE=$(FT_CACHE) bash tools/test_ft.sh $(PYTEST_ARGS)
 .PHONY: test-ft
@@ -243,7 +243,7 @@ cross-windows:
 	else echo "cross-windows: Wine is not installed: the smoke test was linked, not run (apt-get install wine64 to run it)"; fi
 
 demo: build
-	$(VENV)/bin/fastsub demo
+	$(VENV)/bin/topicmatch demo
 
 bench: build
 	$(PY) bench/run_engine.py
@@ -316,4 +316,4 @@ fuzz-smoke: fuzz-build
 .PHONY: clang-deps fuzz-build fuzz fuzz-smoke
 
 clean:
-	rm -rf build dist src/*.egg-info src/fastsub/_core.c src/fastsub/_core*.so .pytest_cache .hypothesis
+	rm -rf build dist src/*.egg-info src/topicmatch/_core.c src/topicmatch/_core*.so .pytest_cache .hypothesis

@@ -1,16 +1,16 @@
 """Build script: the C core (csrc/) as its own strictly-warned static library,
-then the thin Cython extension fastsub._core linked against it.
+then the thin Cython extension topicmatch._core linked against it.
 
 Build switches (environment variables, "1" to enable):
-  FASTSUB_DEBUG     -O0 -g, C asserts on
-  FASTSUB_SANITIZE  AddressSanitizer + UndefinedBehaviorSanitizer (implies DEBUG);
+  TOPICMATCH_DEBUG     -O0 -g, C asserts on
+  TOPICMATCH_SANITIZE  AddressSanitizer + UndefinedBehaviorSanitizer (implies DEBUG);
                     with CC=clang also nullability and NULL-pointer arithmetic
                     checks, linked to the shared ASan runtime (make test-sanitize-clang)
-  FASTSUB_TSAN      ThreadSanitizer, -O1 (make test-tsan)
-  FASTSUB_COVERAGE  gcov instrumentation of the C core
-  FASTSUB_SYMBOLS   keep debug symbols (-g) in an optimized build, for
+  TOPICMATCH_TSAN      ThreadSanitizer, -O1 (make test-tsan)
+  TOPICMATCH_COVERAGE  gcov instrumentation of the C core
+  TOPICMATCH_SYMBOLS   keep debug symbols (-g) in an optimized build, for
                     profilers; release builds (wheels) carry none
-  FASTSUB_BLOCK_ROWS=N  rows per block of the batch pipeline (csrc/batch/fs_batch.c;
+  TOPICMATCH_BLOCK_ROWS=N  rows per block of the batch pipeline (csrc/batch/fs_batch.c;
                     default 32), for measuring other sizes
 
 On Windows the C core builds with MSVC (the flags below) or mingw-w64; its
@@ -32,7 +32,7 @@ class build_clib_for_compiler(build_clib):
     def build_libraries(self, libraries):
         if self.compiler.compiler_type == "msvc":
             if SANITIZE or TSAN or COVERAGE:
-                raise SystemExit("fastsub: the sanitizer and coverage builds need gcc or clang, not MSVC")
+                raise SystemExit("topicmatch: the sanitizer and coverage builds need gcc or clang, not MSVC")
             libraries = [(name, {**info, "cflags": MSVC_CORE}) for name, info in libraries]
         super().build_libraries(libraries)
 
@@ -56,23 +56,23 @@ def flag(name):
     return os.environ.get(name, "0") not in ("", "0", "false", "False")
 
 
-DEBUG = flag("FASTSUB_DEBUG") or flag("FASTSUB_SANITIZE")
-SANITIZE = flag("FASTSUB_SANITIZE")
-TSAN = flag("FASTSUB_TSAN")
+DEBUG = flag("TOPICMATCH_DEBUG") or flag("TOPICMATCH_SANITIZE")
+SANITIZE = flag("TOPICMATCH_SANITIZE")
+TSAN = flag("TOPICMATCH_TSAN")
 CLANG = "clang" in os.path.basename(os.environ.get("CC", "").split(" ")[0])
-COVERAGE = flag("FASTSUB_COVERAGE")
-SYMBOLS = flag("FASTSUB_SYMBOLS")
+COVERAGE = flag("TOPICMATCH_COVERAGE")
+SYMBOLS = flag("TOPICMATCH_SYMBOLS")
 
 mode = ", ".join(m for m, on in (("debug", DEBUG), ("sanitize", SANITIZE), ("tsan", TSAN), ("coverage", COVERAGE),
                                  ("symbols", SYMBOLS and not DEBUG)) if on)
-print(f"fastsub build: {mode or 'release'}", file=sys.stderr)
+print(f"topicmatch build: {mode or 'release'}", file=sys.stderr)
 
 # -g0 last: Python's own CFLAGS often carry -g, which would leave megabytes
 # of debug information in a release build.
 opt = ["-O0", "-g3"] if DEBUG else ["-O1", "-g"] if TSAN else ["-O3", "-g"] if SYMBOLS else ["-O3", "-g0"]
 defines = [] if DEBUG or TSAN else [("NDEBUG", "1")]
-if os.environ.get("FASTSUB_BLOCK_ROWS"):
-    defines.append(("FS_BLOCK_ROWS", str(int(os.environ["FASTSUB_BLOCK_ROWS"]))))
+if os.environ.get("TOPICMATCH_BLOCK_ROWS"):
+    defines.append(("FS_BLOCK_ROWS", str(int(os.environ["TOPICMATCH_BLOCK_ROWS"]))))
 instrument = []
 link_instrument = []
 if SANITIZE:
@@ -123,8 +123,8 @@ MSVC_CORE = MSVC_C + MSVC_OPT + ["/W3"]
 MSVC_EXT = MSVC_C + MSVC_OPT
 
 ext = Extension(
-    "fastsub._core",
-    sources=["src/fastsub/_core.pyx"],
+    "topicmatch._core",
+    sources=["src/topicmatch/_core.pyx"],
     # relink when the core library changes
     depends=sorted(glob.glob("csrc/*/*.[ch]")),
     include_dirs=core_dirs,
@@ -135,7 +135,7 @@ ext = Extension(
 
 setup(
     cmdclass={"build_clib": build_clib_for_compiler, "build_ext": build_ext_with_core},
-    libraries=[("fastsub_core", {
+    libraries=[("topicmatch_core", {
         "sources": core_sources,
         "include_dirs": core_dirs,
         "macros": defines,

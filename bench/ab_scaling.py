@@ -1,10 +1,10 @@
-"""Two builds of fastsub side by side, interleaved: the thread-scaling
+"""Two builds of topicmatch side by side, interleaved: the thread-scaling
 figures of run_batch.py --threads for a base and a new source tree, in
 one run, so that both see the same machine.
 
     python bench/ab_scaling.py BASE_SRC NEW_SRC [--threads 1,2,16] [--only light,hot1k,heavy] [--repeat 5]
 
-BASE_SRC and NEW_SRC are directories holding a built fastsub package
+BASE_SRC and NEW_SRC are directories holding a built topicmatch package
 (e.g. a checkout's src/ after build_ext --inplace).  One worker process
 per build loads each workload once; the driver asks them for one batch at
 a time, alternating which build goes first (A B B A ...), every thread
@@ -27,12 +27,12 @@ WORKER = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 import pyarrow as pa
-import fastsub
-from fastsub import Sublist, _core
+import topicmatch
+from topicmatch import Sublist, _core
 from workloads import dialect_of, load
 _core._set_batch_threading(cpus=int(sys.argv[2]))
 loaded = {}
-print(json.dumps({"file": fastsub.__file__}), flush=True)
+print(json.dumps({"file": topicmatch.__file__}), flush=True)
 for line in sys.stdin:
     name, t = line.split()
     t = int(t)

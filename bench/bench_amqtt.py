@@ -1,4 +1,4 @@
-"""Stock amqtt vs fastsub.amqtt.Broker: publish throughput and
+"""Stock amqtt vs topicmatch.amqtt.Broker: publish throughput and
 publish-to-delivery latency at growing subscription counts, with real
 paho-mqtt clients on loopback.  A benchmark, not a test (bench/README.md).
 
@@ -41,8 +41,8 @@ WAIT = 300.0
 
 # -- the broker process ---------------------------------------------------------
 def _serve(kind, conn):
-    if kind == "fastsub":
-        from fastsub.amqtt import Broker
+    if kind == "topicmatch":
+        from topicmatch.amqtt import Broker
     else:
         from amqtt.broker import Broker
     import logging
@@ -190,10 +190,10 @@ def run_one(kind, n, sessions, publishes, rng, lat_rate):
 def retained_lookup(n, reps=20):
     """Microseconds to find the retained topics a new subscription matches,
     with n retained topics (the workload's topics): stock amqtt tests every
-    retained topic; fastsub asks the retained index (reverse_match), or looks
+    retained topic; topicmatch asks the retained index (reverse_match), or looks
     a filter without wildcards up in the dict.  In process, no clients."""
     from amqtt.broker import Broker as Stock
-    from fastsub.amqtt import Broker as Fast
+    from topicmatch.amqtt import Broker as Fast
 
     async def build():
         cfg = {"listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:0"}}, "plugins": {}}
@@ -247,7 +247,7 @@ def main(argv=None):
                     help="publishes for stock amqtt at >= 100k subscriptions (about 2/s there)")
     ap.add_argument("--lat-rate", type=float, default=200.0,
                     help="publishes/s of the latency run (lower when half the throughput is lower)")
-    ap.add_argument("--brokers", default="amqtt,fastsub")
+    ap.add_argument("--brokers", default="amqtt,topicmatch")
     ap.add_argument("--retained", type=int, default=100000,
                     help="retained topics for the retained-lookup comparison (0: skip it)")
     ap.add_argument("--json", help="also write the rows here")
@@ -276,7 +276,7 @@ def main(argv=None):
     if a.retained:
         print()
         print(f"retained lookup for a new subscription, {a.retained:,} retained topics (us per lookup)")
-        print(f"{'filter':14} {'found':>6} {'stock scan':>11} {'fastsub':>9} {'reverse_match':>14}")
+        print(f"{'filter':14} {'found':>6} {'stock scan':>11} {'topicmatch':>9} {'reverse_match':>14}")
         for f, k, us_stock, us_fast, us_rm in retained_lookup(a.retained):
             print(f"{f:14} {k:>6} {us_stock:>11.1f} {us_fast:>9.1f} {us_rm:>14.1f}")
     if a.json:

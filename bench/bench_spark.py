@@ -3,7 +3,7 @@ publishes as events (repeated to --events rows) against its 100k
 subscriptions, on local[2], in one run:
 
   (a) identity   an identity mapInArrow over the same subject column
-  (b) fanout     fastsub.spark.fan_out(events, subs, reuse_index=False) -- one
+  (b) fanout     topicmatch.spark.fan_out(events, subs, reuse_index=False) -- one
                  row per delivery, the event's columns carried along
                  (queues="pick"); the index is built again in every run (with
                  the default ship="auto" in local mode: the digest job and the
@@ -72,8 +72,8 @@ def main(argv=None):
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    from fastsub import InvalidSubjectError
-    from fastsub.spark import (collect_subscriptions, fanout, fanout_with_rejects, index_from_arrow,
+    from topicmatch import InvalidSubjectError
+    from topicmatch.spark import (collect_subscriptions, fanout, fanout_with_rejects, index_from_arrow,
                                local_session, share_index)
 
     filters, ids, queues, pubs = load("light")
@@ -88,7 +88,7 @@ def main(argv=None):
     conf = {"spark.driver.memory": args.driver_memory}
     if args.batch:
         conf["spark.sql.execution.arrow.maxRecordsPerBatch"] = args.batch
-    spark = local_session(args.master, app_name="fastsub bench", conf=conf)
+    spark = local_session(args.master, app_name="topicmatch bench", conf=conf)
 
     table = pa.table({"event_id": pa.array(np.arange(len(subjects), dtype=np.int64)),
                       "subject": pa.array(subjects, pa.string())})
@@ -133,7 +133,7 @@ def main(argv=None):
         return res.index
 
     import tempfile
-    subs_copy = os.path.join(tempfile.mkdtemp(prefix="fastsub-bench-"), "subs.parquet")
+    subs_copy = os.path.join(tempfile.mkdtemp(prefix="topicmatch-bench-"), "subs.parquet")
     subs.write.parquet(subs_copy)
     inserts = []
 
@@ -235,7 +235,7 @@ def main(argv=None):
 
 
 def _index(filters, ids, queues):
-    from fastsub import Sublist
+    from topicmatch import Sublist
     sl = Sublist("nats")
     sl.insert_many(filters, ids, queues)
     return sl

@@ -27,7 +27,7 @@ unsharded and sharded passes must agree on both figures.
   sql-merge, sql-broadcast
              the plain Spark SQL shape-join (bench/sql_join.py: one candidate
              key per filter shape, an equi-join on the filter), sort-merge or
-             with the subscriptions broadcast-hinted; no Python, no fastsub.
+             with the subscriptions broadcast-hinted; no Python, no topicmatch.
              Its physical plans are printed (explain()).
 
 Every pass delivers to every matching subscription (queues="all", as the
@@ -266,17 +266,17 @@ def main(argv=None):
 
     from pyspark.sql import functions as F
 
-    from fastsub.spark import LOAD_LOG_ENV, IndexTooLargeError, fanout, local_session, plan_shards
+    from topicmatch.spark import LOAD_LOG_ENV, IndexTooLargeError, fanout, local_session, plan_shards
 
-    build_log = tempfile.mktemp(prefix="fastsub-shard-builds-")
-    image_dir = args.image_dir or tempfile.mkdtemp(prefix="fastsub-bench-images-")
+    build_log = tempfile.mktemp(prefix="topicmatch-shard-builds-")
+    image_dir = args.image_dir or tempfile.mkdtemp(prefix="topicmatch-bench-images-")
     os.environ[LOAD_LOG_ENV] = build_log
     cluster = None
     master = args.master
     if args.cluster:
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "spark"))
         import servers
-        cluster_dir = tempfile.mkdtemp(prefix="fastsub-bench-cluster-")
+        cluster_dir = tempfile.mkdtemp(prefix="topicmatch-bench-cluster-")
         master, cluster = servers.standalone_cluster(cluster_dir, extra_env={LOAD_LOG_ENV: build_log},
                                                      worker_memory=args.executor_memory)
     conf = {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": args.partitions,
@@ -284,7 +284,7 @@ def main(argv=None):
     if args.cluster:
         conf.update({"spark.executor.memory": args.executor_memory, "spark.executor.cores": 1,
                      "spark.cores.max": 2, "spark.driver.host": "127.0.0.1"})
-    spark = local_session(master, app_name="fastsub shard bench", conf=conf)
+    spark = local_session(master, app_name="topicmatch shard bench", conf=conf)
     jvm = _driver_jvm_pid()
     subs = spark.range(args.subs, numPartitions=args.partitions).mapInArrow(
         gen_subs, "sub_id long, filter string, queue string")

@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = r"""
 import gc, sys
 sys.path.insert(0, {here!r})
-from fastsub import Sublist
+from topicmatch import Sublist
 from workloads import load, dialect_of
 op, name, rows, reps = {op!r}, {name!r}, {rows}, {reps}
 filters, ids, queues, pubs = load(name)

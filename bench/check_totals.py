@@ -1,5 +1,5 @@
 """Check the exact totals of the standard workloads (bench/README.md) with
-the installed or in-place fastsub: every matching (publish line i,
+the installed or in-place topicmatch: every matching (publish line i,
 subscription line j) pair, queue members included, and the checksum
 sum (i+1)*(j+1) mod 2**64.  Generates the workloads first if they are missing
 (and checks their md5).
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from fastsub import Sublist
+from topicmatch import Sublist
 
 from workloads import EXPECTED, dialect_of, ensure_data, load, verify
 

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from fastsub import Sublist
+from topicmatch import Sublist
 
 
 def rss_mb():

@@ -19,11 +19,11 @@ import sysconfig
 import threading
 import time
 
-import fastsub
+import topicmatch
 
 
 def build(nfilters, cache):
-    sl = fastsub.Sublist(cache_size=cache)
+    sl = topicmatch.Sublist(cache_size=cache)
     filters = [f"svc.{i % 300}.{i}.*" if i % 4 == 0 else f"svc.{i % 300}.{i}.evt" for i in range(nfilters)]
     sl.insert_many(filters, list(range(nfilters)))
     return sl

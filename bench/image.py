@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 
 import workloads  # noqa: E402
 
-import fastsub  # noqa: E402
+import topicmatch  # noqa: E402
 
 
 def light_like(prefixes, seed=1):
@@ -59,7 +59,7 @@ def private_kb():
 def _worker(path, subjects, q):
     gc.collect()
     before = private_kb()
-    sl = fastsub.Sublist.open(path, verify=False)
+    sl = topicmatch.Sublist.open(path, verify=False)
     res = sl.match_many(subjects, queues="all")
     total = int(sum(res.counts()))
     after = private_kb()
@@ -94,20 +94,20 @@ def main():
     print(f"{len(filters):,} light-like filters, {len(subjects):,} subjects", flush=True)
 
     def build():
-        sl = fastsub.Sublist()
+        sl = topicmatch.Sublist()
         sl.insert_many(filters, ids, queues)
         return sl
 
     t_build, built = median_time(build, args.reps)
-    folder = args.dir or tempfile.mkdtemp(prefix="fastsub-image-")
+    folder = args.dir or tempfile.mkdtemp(prefix="topicmatch-image-")
     path = os.path.join(folder, "light.fsb")
     t_save, _ = median_time(lambda: built.save(path), args.reps)
     size = os.path.getsize(path)
     v2 = built.to_bytes(version=2)
-    t_v2, _ = median_time(lambda: fastsub.Sublist.from_bytes(v2), args.reps)
+    t_v2, _ = median_time(lambda: topicmatch.Sublist.from_bytes(v2), args.reps)
     del v2
-    t_open, opened = median_time(lambda: fastsub.Sublist.open(path), args.reps)
-    t_open_nv, opened_nv = median_time(lambda: fastsub.Sublist.open(path, verify=False), args.reps)
+    t_open, opened = median_time(lambda: topicmatch.Sublist.open(path), args.reps)
+    t_open_nv, opened_nv = median_time(lambda: topicmatch.Sublist.open(path, verify=False), args.reps)
     assert opened.stats()["inserts"] == 0 and len(opened) == len(built)
 
     def m(sl):

@@ -14,12 +14,12 @@ import argparse
 import statistics
 import time
 
-import fastsub
-from fastsub import _core
+import topicmatch
+from topicmatch import _core
 
 
 def build(n):
-    sl = fastsub.Sublist()
+    sl = topicmatch.Sublist()
     # light-like: mostly literal filters, a quarter with one wildcard
     filters = [f"svc.{i % 1000}.{i}.*" if i % 4 == 0 else f"svc.{i % 1000}.{i}.evt" for i in range(n)]
     sl.insert_many(filters, list(range(n)))

@@ -8,7 +8,7 @@ Figures:
   1. match_many ns/subject (and index bytes/subscription) against the number
      of subscriptions: 10k ... 1M of light's shape (--huge adds 3M and 10M);
   2. match_many ns/subject against threads, light and heavy;
-  3. fastsub (match_many, match()) against paho-mqtt's MQTTMatcher and a
+  3. topicmatch (match_many, match()) against paho-mqtt's MQTTMatcher and a
      naive Python loop over the filters, light-mqtt's shape, 1k-100k subs;
   4. the Spark fan-out against Spark's identity mapInArrow pass
      (bench/bench_spark.py; skipped with the reason when PySpark or Java is
@@ -37,8 +37,8 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-import fastsub  # noqa: E402
-from fastsub import Sublist  # noqa: E402
+import topicmatch  # noqa: E402
+from topicmatch import Sublist  # noqa: E402
 
 import workloads  # noqa: E402
 from check_totals import SMALL, totals  # noqa: E402
@@ -85,7 +85,7 @@ def machine():
     return {
         "cpu": cpu, "cores": os.cpu_count(), "system": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "fastsub": fastsub.__version__, "commit": commit,
+        "topicmatch": topicmatch.__version__, "commit": commit,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "loadavg_at_start": load1,
     }
@@ -221,7 +221,7 @@ def run_compare(sizes, samples, repeat):
         paho_sample = pubs[:samples["paho"]]
         naive_n = max(20, samples["naive"] * 1000 // n)
         naive_sample = pubs[:naive_n]
-        fast_sample = pubs[:samples["fastsub"]]
+        fast_sample = pubs[:samples["topicmatch"]]
         arrow = pa.array(fast_sample)
         match = sl.match
 
@@ -245,7 +245,7 @@ def run_compare(sizes, samples, repeat):
         t_many, _, _ = timed(lambda: sl.match_many(arrow, queues="all"), repeat)
         rows.append({"subs": n, "naive_ns": t_naive / naive_n, "paho_ns": t_paho / len(paho_sample),
                      "match_ns": t_match / len(fast_sample), "match_many_ns": t_many / len(fast_sample),
-                     "samples": {"naive": naive_n, "paho": len(paho_sample), "fastsub": len(fast_sample)}})
+                     "samples": {"naive": naive_n, "paho": len(paho_sample), "topicmatch": len(fast_sample)}})
         r = rows[-1]
         print(f"  {n:>8,} subs: naive {r['naive_ns']:12,.0f}  paho {r['paho_ns']:8,.0f}  "
               f"match() {r['match_ns']:6,.0f}  match_many {r['match_many_ns']:6,.1f} ns/subject", flush=True)
@@ -260,7 +260,7 @@ def run_spark(events, repeat):
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return None, "", "PySpark is not installed (pip install 'fastsub[spark]')"
+        return None, "", "PySpark is not installed (pip install 'topicmatch[spark]')"
     home = os.environ.get("JAVA_HOME")
     if not (shutil.which("java") or (home and os.path.exists(os.path.join(home, "bin", "java")))):
         return None, "", "no Java runtime"
@@ -289,7 +289,7 @@ def plots(res, outdir, cmd, mach):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    foot = f"{cmd}\n{mach['cpu']}, {mach['cores']} cores, {mach['python']}, fastsub {mach['fastsub']} @ {mach['commit']}"
+    foot = f"{cmd}\n{mach['cpu']}, {mach['cores']} cores, {mach['python']}, topicmatch {mach['topicmatch']} @ {mach['commit']}"
     files = {}
 
     def save(fig, name):
@@ -339,15 +339,15 @@ def plots(res, outdir, cmd, mach):
         x = [r["subs"] for r in c]
         for key, label, mark in (("naive_ns", "naive Python loop over the filters", "x-"),
                                  ("paho_ns", "paho-mqtt MQTTMatcher (pure-Python trie)", "d-"),
-                                 ("match_ns", "fastsub match() per subject", "s-"),
-                                 ("match_many_ns", "fastsub match_many (Arrow, 1 thread)", "o-")):
+                                 ("match_ns", "topicmatch match() per subject", "s-"),
+                                 ("match_many_ns", "topicmatch match_many (Arrow, 1 thread)", "o-")):
             ax.plot(x, [r[key] for r in c], mark, label=label)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("subscriptions (light-mqtt's shape)")
         ax.set_ylabel("ns per subject (log)")
         ax.legend(fontsize=8)
-        ax.set_title("fastsub against pure-Python matchers (MQTT)")
+        ax.set_title("topicmatch against pure-Python matchers (MQTT)")
         save(fig, "compare.png")
 
     if res.get("spark"):
@@ -376,7 +376,7 @@ def busy_note(mach):
         return None
     return (f"The machine was busy when this ran (load average {load:.1f} on {cores} cores, from other "
             "work): every figure is slower than on an idle machine, and the thread figures show "
-            "contention for the cores, not fastsub's scaling.")
+            "contention for the cores, not topicmatch's scaling.")
 
 
 def markdown(res, mach, cmd, files, seconds):
@@ -390,7 +390,7 @@ def markdown(res, mach, cmd, files, seconds):
       "`results.json` beside the plots holds every run.")
     w("")
     w("**Machine:** " + f"{mach['cpu']}, {mach['cores']} cores, {mach['system']}; {mach['python']}; "
-      f"fastsub {mach['fastsub']} at commit {mach['commit']}; {mach['date']}; load average at start "
+      f"topicmatch {mach['topicmatch']} at commit {mach['commit']}; {mach['date']}; load average at start "
       f"{mach['loadavg_at_start']}; calibration (empty Python loop) {res['calibration_ns']:.1f} ns/iteration.")
     w("")
     if busy_note(mach):
@@ -449,7 +449,7 @@ def markdown(res, mach, cmd, files, seconds):
     if res.get("compare"):
         w("## Against pure-Python matchers")
         w("")
-        w("![fastsub against paho and a naive loop](benchmarks/compare.png)")
+        w("![topicmatch against paho and a naive loop](benchmarks/compare.png)")
         w("")
         w("MQTT, light-mqtt's shape, the first N subscriptions of one generated set. The naive loop "
           "tests every filter against each subject (`naive_mqtt_match` in `bench/report.py`); paho's "
@@ -615,7 +615,7 @@ def main(argv=None):
     print("pure-Python comparison ...", flush=True)
     res["compare"] = run_compare([1_000, 10_000] if quick else [1_000, 10_000, 100_000],
                                  {"naive": 20 if quick else 200, "paho": 2_000 if quick else 20_000,
-                                  "fastsub": 20_000 if quick else 100_000}, a.repeat)
+                                  "topicmatch": 20_000 if quick else 100_000}, a.repeat)
     if a.no_spark:
         res["spark"], res["spark_output"], res["spark_skipped"] = None, "", "--no-spark"
     else:

@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from fastsub import Sublist, subject_matches
+from topicmatch import Sublist, subject_matches
 
 from workloads import EXPECTED, calibration, load
 from run_batch import checksum

@@ -40,7 +40,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from fastsub import Sublist
+from topicmatch import Sublist
 
 from workloads import EXPECTED, calibration, dialect_of, load
 
@@ -183,7 +183,7 @@ def bench_paho(repeat):
     arrow = pa.array(sample)
     t_many, _ = timed(lambda: sl.match_many(arrow, queues="all"), repeat)
     n = len(sample)
-    print(f"  light-mqtt: paho MQTTMatcher {t_paho / n:7.0f} ns/match, fastsub match() {t_match / n:6.0f} ns "
+    print(f"  light-mqtt: paho MQTTMatcher {t_paho / n:7.0f} ns/match, topicmatch match() {t_match / n:6.0f} ns "
           f"({t_paho / t_match:.0f}x), match_many {t_many / n:6.1f} ns/subject ({t_paho / t_many:.0f}x)")
 
 
@@ -223,7 +223,7 @@ def load_scaling(name):
 def scaling_table(names, counts, repeat, json_path=None):
     """match_many over an Arrow column at each thread count: ns/row,
     speed-up, CPU and context switches per batch (getrusage deltas)."""
-    from fastsub import _core
+    from topicmatch import _core
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -297,7 +297,7 @@ def main():
         scaling_table((a.only or "light,hot1k,heavy").split(","), counts, a.repeat, a.json)
         return 0
     parts = (a.only or "light,heavy,hot1k,hot4k,light-mqtt,churn,load,paho").split(",")
-    print(f"fastsub match_many benchmark (medians of {a.repeat}); "
+    print(f"topicmatch match_many benchmark (medians of {a.repeat}); "
           f"calibration: empty Python loop {calibration():.1f} ns/iteration")
     for name in ("light", "heavy", "hot1k", "hot4k", "light-mqtt"):
         if name in parts:

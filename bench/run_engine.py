@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from fastsub import Sublist
+from topicmatch import Sublist
 
 from workloads import EXPECTED, calibration, dialect_of, load
 

@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 
 import workloads  # noqa: E402
 
-import fastsub  # noqa: E402
+import topicmatch  # noqa: E402
 
 
 def peak_rss_mib():
@@ -47,7 +47,7 @@ def private_mib():
 def build_and_save(prefixes, path, q):
     filters, _, queues, _ = workloads.load("light")
     n = len(filters)
-    sl = fastsub.Sublist()
+    sl = topicmatch.Sublist()
     t = time.perf_counter()
     for k in range(prefixes):
         fs = [f"p{k}.{f}" for f in filters]
@@ -68,7 +68,7 @@ def open_and_match(path, prefixes, seed, q):
     subjects = [f"p{rnd.randrange(prefixes)}.{p}" for p in pubs]
     before = private_mib()
     t = time.perf_counter()
-    sl = fastsub.Sublist.open(path, verify=False)
+    sl = topicmatch.Sublist.open(path, verify=False)
     t_open = time.perf_counter() - t
     t = time.perf_counter()
     res = sl.match_many(subjects, queues="all")
@@ -79,7 +79,7 @@ def open_and_match(path, prefixes, seed, q):
 
 def verify(path, q):
     t = time.perf_counter()
-    sl = fastsub.Sublist.open(path, verify=True)
+    sl = topicmatch.Sublist.open(path, verify=True)
     q.put(("verify", len(sl), time.perf_counter() - t, peak_rss_mib()))
 
 
@@ -99,7 +99,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
-    folder = args.dir or tempfile.mkdtemp(prefix="fastsub-scale-")
+    folder = args.dir or tempfile.mkdtemp(prefix="topicmatch-scale-")
     path = os.path.join(folder, "scale.fsb")
     t0 = time.perf_counter()
     _, n, t_build, t_save, mem, rss = run(build_and_save, args.prefixes, path)

@@ -2,7 +2,7 @@
 # The thread-scaling table (bench/run_batch.py --threads) on any machine,
 # from a built cp312 wheel, with nothing but Python 3.12, numpy and pyarrow:
 #
-#   bench/scaling.sh fastsub-*-cp312-*.whl [THREADS] [WORKLOADS] [REPEAT]
+#   bench/scaling.sh topicmatch-*-cp312-*.whl [THREADS] [WORKLOADS] [REPEAT]
 #
 # THREADS defaults to 1,2,4,8,16; WORKLOADS to light,hot1k,heavy (add
 # light1m, light10m: light's generator at 1M, 10M filters, ~10 s per million);
@@ -16,7 +16,7 @@
 # writes it as JSON to $SCALING_DIR/scaling.json, with uptime before and
 # after (the load average: the figures mean little on a busy machine).
 # Only this directory's run_batch.py, workloads.py and gen_workload.py are
-# read from the repository; fastsub comes from the wheel.
+# read from the repository; topicmatch comes from the wheel.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 wheel=${1:?usage: bench/scaling.sh WHEEL [THREADS] [WORKLOADS] [REPEAT]}
@@ -45,7 +45,7 @@ else
     "$dir/venv/bin/python" -m pip install -q numpy pyarrow
     run="$dir/venv/bin/python"
 fi
-export FASTSUB_BENCH_DATA="$dir/data"
+export TOPICMATCH_BENCH_DATA="$dir/data"
 # The workloads named, made here (light1m is made by run_batch.py itself).
 names=$(echo "$only" | tr ',' '\n' | grep -v '^light[0-9]*m$' | tr '\n' ' ')
 (cd "$dir" && "$run" -c "
@@ -57,8 +57,8 @@ for n in sys.argv[1:]:
     workloads.verify(n)
 " $names)
 echo "== uptime before: $(uptime)"
-# From $dir, so `import fastsub` finds the wheel, not a source tree.
-(cd "$dir" && "$run" -c "import fastsub, sys; print('fastsub', fastsub.__file__, sys.version.split()[0])")
+# From $dir, so `import topicmatch` finds the wheel, not a source tree.
+(cd "$dir" && "$run" -c "import topicmatch, sys; print('topicmatch', topicmatch.__file__, sys.version.split()[0])")
 (cd "$dir" && "$run" "$here/run_batch.py" --threads "$threads" --only "$only" \
     --repeat "$repeat" --json "$dir/scaling.json")
 echo "== uptime after: $(uptime)"

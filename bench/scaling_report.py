@@ -62,7 +62,7 @@ def markdown(data, machine, command):
     L.append("")
     earlier = data.get("earlier")
     extra = f" | {earlier['label']} |" if earlier else " |"
-    L.append(f"| workload | fastsub T={top} / T=1{extra} Go T=16 / T=1 |")
+    L.append(f"| workload | topicmatch T={top} / T=1{extra} Go T=16 / T=1 |")
     L.append("|---|---:|---:|" + ("---:|" if earlier else ""))
     before = {}
     if earlier:

@@ -36,7 +36,7 @@ import time
 
 import pyarrow as pa
 
-import fastsub
+import topicmatch
 
 VOCAB = [50, 100, 200, 500, 1000]       # distinct tokens per level, like the 'light' workload
 
@@ -174,7 +174,7 @@ def main():
     pool = [make_subject(srng) for _ in range(200_000)]
     pool_arrow = pa.array(pool)
 
-    sl = fastsub.Sublist("nats", cache_size=args.cache_size)
+    sl = topicmatch.Sublist("nats", cache_size=args.cache_size)
     ops = operations(args.seed, args.subs, batch)
     t0 = time.perf_counter()
     apply(sl, next(ops))
@@ -312,7 +312,7 @@ def main():
     # the serial replay: the same operations, in order, on one thread
     nbatches = counts["batches"]
     t1 = time.perf_counter()
-    replay = fastsub.Sublist("nats", cache_size=0)
+    replay = topicmatch.Sublist("nats", cache_size=0)
     rops = operations(args.seed, args.subs, batch)
     for _ in range(nbatches):
         apply(replay, next(rops))

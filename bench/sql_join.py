@@ -1,5 +1,5 @@
 """The plain Spark SQL way to fan events out to wildcard subscriptions, with
-no Python on the executors and no fastsub: the benchmarks' rival and their
+no Python on the executors and no topicmatch: the benchmarks' rival and their
 independent oracle (issue 31).
 
 A filter's *shape* is where its wildcards stand: its token count, the

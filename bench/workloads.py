@@ -13,7 +13,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.environ.get("FASTSUB_BENCH_DATA", os.path.join(HERE, "data"))
+DATA = os.environ.get("TOPICMATCH_BENCH_DATA", os.path.join(HERE, "data"))
 GENERATOR = os.path.join(HERE, "gen_workload.py")
 
 _LIGHT = ["--vocab", "50,100,200,500,1000", "--zipf", "0.5", "--fwc-min-depth", "2"]

@@ -16,14 +16,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-import fastsub                      # noqa: E402
+import topicmatch                      # noqa: E402
 import test_image_hostile as H      # noqa: E402
 
 OUT = os.path.join(HERE, "seeds", "image")
 
 
 def index(d, subs):
-    sl = fastsub.Sublist(d)
+    sl = topicmatch.Sublist(d)
     for f, i, q in subs:
         sl.insert(f, i, queue=q)
     return sl

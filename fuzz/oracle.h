@@ -1,5 +1,5 @@
 /* oracle.h - the fuzz harnesses' own, deliberately plain model of the rules
- * of the README's Semantics section (the C twin of src/fastsub/_reference.py): byte
+ * of the README's Semantics section (the C twin of src/topicmatch/_reference.py): byte
  * splitting, no trie, no hashing, no word-at-a-time scanning.  The
  * harnesses compare the engine's answers with these.
  *

@@ -191,7 +191,7 @@ def rabbitmq_server(tmp_path_factory):
         "RABBITMQ_NODE_PORT": str(port),
         "RABBITMQ_DIST_PORT": str(dist_port),
         "ERL_EPMD_PORT": str(epmd_port),
-        "RABBITMQ_NODENAME": f"fastsub{os.getpid()}_{port}@localhost",
+        "RABBITMQ_NODENAME": f"topicmatch{os.getpid()}_{port}@localhost",
         "RABBITMQ_MNESIA_BASE": str(workdir / "mnesia"),
         "RABBITMQ_LOG_BASE": str(workdir / "log"),
         "RABBITMQ_LOGS": "-",                      # to the captured stdout
@@ -230,7 +230,7 @@ def rabbitmq_server(tmp_path_factory):
 class NatsConn:
     """One NATS connection speaking the raw text protocol."""
 
-    def __init__(self, addr, name="fastsub-test"):
+    def __init__(self, addr, name="topicmatch-test"):
         self.sock = socket.create_connection(addr, timeout=IO_TIMEOUT)
         self.rfile = self.sock.makefile("rb")
         line = self.rfile.readline()

@@ -1,12 +1,12 @@
 """What the command-line tests share: a run that must end in one error line."""
-from fastsub import cli
+from topicmatch import cli
 
-PREFIX = "fastsub: error: "
+PREFIX = "topicmatch: error: "
 
 
 def one_error_line(capsys, argv):
-    """Run `fastsub argv` in-process: exit status 2 and exactly one stderr
-    line, `fastsub: error: ...`, which is returned whole."""
+    """Run `topicmatch argv` in-process: exit status 2 and exactly one stderr
+    line, `topicmatch: error: ...`, which is returned whole."""
     rc = cli.main(argv)
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

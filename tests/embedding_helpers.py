@@ -1,6 +1,6 @@
 """Helpers of tests/test_docs_embedding.py that a spawned process runs
 (light to import: no pytest, no test module)."""
-import fastsub
+import topicmatch
 
 
 def reopen_while_swapped(path, subjects, stop, out):
@@ -11,7 +11,7 @@ def reopen_while_swapped(path, subjects, stop, out):
     opens, versions, errors = 0, set(), []
     while not stop.is_set() or opens == 0:
         try:
-            index = fastsub.Sublist.open(path)
+            index = topicmatch.Sublist.open(path)
             opens += 1
             for s in subjects:
                 subs = index.match(s).subs

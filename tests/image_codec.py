@@ -1,4 +1,4 @@
-"""A plain-Python reader and forger of fastsub's mapped image (file format
+"""A plain-Python reader and forger of topicmatch's mapped image (file format
 version 3, csrc/fs_image.c), for the hostile-image tests.
 
 It knows the layout from csrc/serial/fs_image.c and csrc/index/fs_layout.h, not from

@@ -1,10 +1,10 @@
 """Helpers of tests/test_image.py: every answer an index gives for a set of
 probes, as plain data (so that it can be compared exactly, across
-processes too), the same answers restated from fastsub._reference, and the
+processes too), the same answers restated from topicmatch._reference, and the
 two functions a spawned child runs (this module is light to import: no
 Hypothesis, no test module)."""
-import fastsub
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import _reference as R
 
 MODES = ("all", "none", "pick")
 BAD_FILTER = {"nats": "a..b", "mqtt": "a/#/b", "amqp": "x" * 256}
@@ -16,7 +16,7 @@ def inner(dialect, f):
 
 
 def build(dialect, subs, cache_size=0):
-    sl = fastsub.Sublist(dialect, cache_size=cache_size)
+    sl = topicmatch.Sublist(dialect, cache_size=cache_size)
     for f, i, q in subs:
         sl.insert(f, i, queue=q)
     return sl
@@ -101,7 +101,7 @@ def child_build_and_save(dialect, subs, path, probes):
 
 def child_open_and_answer(path, probes):
     """Open the image at path here; its answers, its bytes and its stats."""
-    sl = fastsub.Sublist.open(path)
+    sl = topicmatch.Sublist.open(path)
     got = observed(sl, probes)
     st = sl.stats()
     return got, sl.to_bytes(), st["mapped_bytes"], st["inserts"], sl.dialect

@@ -9,7 +9,7 @@ from collections import Counter
 
 from hypothesis import assume, strategies as st
 
-from fastsub import _reference as R
+from topicmatch import _reference as R
 
 DIALECTS = ["nats", "mqtt"]
 ALL_DIALECTS = DIALECTS + ["amqp"]    # the tests that know AMQP's rules use this
@@ -140,11 +140,11 @@ class tiny_thread_blocks:
         self.block_rows = block_rows
 
     def __enter__(self):
-        from fastsub import _core
+        from topicmatch import _core
         self.saved = _core._set_batch_threading(min_rows_per_thread=1, block_rows=self.block_rows, cpus=4,
                                                  feed_rows=self.block_rows + 1)
         return self
 
     def __exit__(self, *exc):
-        from fastsub import _core
+        from topicmatch import _core
         _core._set_batch_threading(**self.saved)

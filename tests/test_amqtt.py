@@ -1,5 +1,5 @@
-"""fastsub.amqtt.Broker: amqtt's broker routing through a Sublist, checked
-with real paho-mqtt clients on loopback against src/fastsub/_reference.py,
+"""topicmatch.amqtt.Broker: amqtt's broker routing through a Sublist, checked
+with real paho-mqtt clients on loopback against src/topicmatch/_reference.py,
 and the same scenario against stock amqtt to show where the two differ.
 The harness (a broker in a thread, a recording paho client, packets written
 by hand) is tests/amqtt_harness.py; hostile clients are
@@ -16,8 +16,8 @@ import uuid
 import pytest
 
 if sys.version_info < (3, 10):
-    pytest.skip("amqtt needs Python >= 3.10 (fastsub[amqtt] installs it only there)", allow_module_level=True)
-amqtt_broker = pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install fastsub[amqtt])")
+    pytest.skip("amqtt needs Python >= 3.10 (topicmatch[amqtt] installs it only there)", allow_module_level=True)
+amqtt_broker = pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install topicmatch[amqtt])")
 mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed")
 
 # A broker in-process, on sockets (`make test` runs these with the server tests).
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.amqtt
 
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st  # noqa: E402
 
-from fastsub._reference import ReferenceSublist  # noqa: E402
-from fastsub.amqtt import Broker as FastBroker  # noqa: E402
+from topicmatch._reference import ReferenceSublist  # noqa: E402
+from topicmatch.amqtt import Broker as FastBroker  # noqa: E402
 from amqtt_harness import (  # noqa: E402
     SETTLE, WAIT, Client, Running, _recv_exact, _str, _varint, norm, raw_suback, settle,
 )
@@ -130,7 +130,7 @@ def test_matches_cases_follow_the_spec_and_reference():
             ref_says = bool(r.match(topic).subs)
             assert ref_says == want, (f, topic)
             assert b._matches(topic, f) == want, (f, topic)
-        # Filters fastsub refuses match nothing (amqtt would try them literally).
+        # Filters topicmatch refuses match nothing (amqtt would try them literally).
         assert not b._matches("a", "")
         assert not b._matches("a/\x00", "a/+")
     finally:
@@ -142,7 +142,7 @@ def test_matcher_agrees_with_stock_amqtt_and_the_reference_on_valid_filters():
     '$x', '+', '#'): the adapter's _matches, stock amqtt's and _reference
     agree.  (Stock also tries filters the spec refuses, such as '' -- the
     adapter refuses those on SUBSCRIBE; see the bad-input test.)"""
-    from fastsub._reference import is_valid_filter, subject_matches
+    from topicmatch._reference import is_valid_filter, subject_matches
 
     async def make():
         cfg = {"listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:0"}}, "plugins": {}}
@@ -165,7 +165,7 @@ def test_matcher_agrees_with_stock_amqtt_and_the_reference_on_valid_filters():
     assert checked > 900      # the grammar does produce matches (996), wildcard ones included
 
 
-# -- the main scenario: one against fastsub and the same against stock -----------
+# -- the main scenario: one against topicmatch and the same against stock -----------
 FILTERS = [  # overlapping, per client: (filter, qos)
     [("sport/#", 1), ("sport/+", 0), ("#", 0)],
     [("sport", 0), ("sport/tennis/+", 1), ("+/tennis/#", 1)],
@@ -392,7 +392,7 @@ def test_invalid_filters_are_refused_and_change_nothing(fast):
         return len(b.routing_index), {k: [(s.client_id, q) for s, q in v] for k, v in b._subscriptions.items()}
     cid = f"{uuid.uuid4().hex[:8]}-bad"
     before = fast.call(state())
-    # amqtt's own refusals, and those fastsub adds (the empty filter, U+0000,
+    # amqtt's own refusals, and those topicmatch adds (the empty filter, U+0000,
     # a malformed $share) get the same SUBACK 0x80; the valid one beside them is granted.
     bad = ["a/#/b", "a#", "sport+", "+x/y", "", "a/\x00", "$share//x", "$share/g"]
     assert raw_suback(fast.port, cid, bad + ["ok/+"]) == [0x80] * len(bad) + [0]

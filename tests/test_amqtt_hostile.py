@@ -1,14 +1,14 @@
-"""fastsub.amqtt.Broker against clients that send what the spec forbids.
+"""topicmatch.amqtt.Broker against clients that send what the spec forbids.
 
 Each finding of the adversarial review (issue 35) is a test here, on raw
 sockets on 127.0.0.1 (paho refuses to send malformed packets), beside an
 honest paho client whose deliveries are checked against
-src/fastsub/_reference.py.  Then a fuzz run: mutated and grammar-generated
+src/topicmatch/_reference.py.  Then a fuzz run: mutated and grammar-generated
 packets, 20,000 per run (2,000 in a repeat run: the wheel round trip's
 ci-repeat profile, tests/examples.py), its seed printed, bounded in time,
 after which the broker must still be up, answer an honest probe exactly, and
 hold nothing: index, the adapter's tables and amqtt's subscriptions all
-empty.  FASTSUB_BROKER_FUZZ_PACKETS and FASTSUB_BROKER_FUZZ_SECONDS set
+empty.  TOPICMATCH_BROKER_FUZZ_PACKETS and TOPICMATCH_BROKER_FUZZ_SECONDS set
 the bounds.
 """
 import asyncio
@@ -23,15 +23,15 @@ import uuid
 import pytest
 
 if sys.version_info < (3, 10):
-    pytest.skip("amqtt needs Python >= 3.10 (fastsub[amqtt] installs it only there)", allow_module_level=True)
-pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install fastsub[amqtt])")
+    pytest.skip("amqtt needs Python >= 3.10 (topicmatch[amqtt] installs it only there)", allow_module_level=True)
+pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install topicmatch[amqtt])")
 pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed")
 
 # A broker in-process, on sockets (`make test` runs these with the server tests).
 pytestmark = pytest.mark.amqtt
 
-from fastsub._reference import ReferenceSublist  # noqa: E402
-from fastsub.amqtt import Broker as FastBroker, malformed_subscribe  # noqa: E402
+from topicmatch._reference import ReferenceSublist  # noqa: E402
+from topicmatch.amqtt import Broker as FastBroker, malformed_subscribe  # noqa: E402
 from amqtt_harness import WAIT, Client, Running, _recv_exact, _str, _varint, settle  # noqa: E402
 from examples import examples  # noqa: E402
 
@@ -40,8 +40,8 @@ from examples import examples  # noqa: E402
 # a few per cent of a core.  A repeat run (ci-repeat: the wheel round trip,
 # which checks the wheel's build, not new inputs) sends a tenth, like every
 # other randomized test there.
-FUZZ_PACKETS = int(os.environ.get("FASTSUB_BROKER_FUZZ_PACKETS", examples(20000)))
-FUZZ_SECONDS = float(os.environ.get("FASTSUB_BROKER_FUZZ_SECONDS", "120"))
+FUZZ_PACKETS = int(os.environ.get("TOPICMATCH_BROKER_FUZZ_PACKETS", examples(20000)))
+FUZZ_SECONDS = float(os.environ.get("TOPICMATCH_BROKER_FUZZ_SECONDS", "120"))
 
 
 @pytest.fixture(scope="module")
@@ -382,8 +382,8 @@ def clear_retained(broker):
 
 
 def test_broker_survives_mutated_and_generated_packets(broker):
-    seed = int(os.environ.get("FASTSUB_BROKER_FUZZ_SEED", random.randrange(2 ** 32)))
-    print(f"broker fuzz seed {seed} (FASTSUB_BROKER_FUZZ_SEED={seed} repeats it)")
+    seed = int(os.environ.get("TOPICMATCH_BROKER_FUZZ_SEED", random.randrange(2 ** 32)))
+    print(f"broker fuzz seed {seed} (TOPICMATCH_BROKER_FUZZ_SEED={seed} repeats it)")
     rng = random.Random(seed)
     ids = [f"fz{i}" for i in range(8)]
     sent, conns = 0, 0

@@ -1,8 +1,8 @@
-"""fastsub.amqtt.Broker started from a routing image (the RoutingImage plugin
+"""topicmatch.amqtt.Broker started from a routing image (the RoutingImage plugin
 entry, docs/embedding.md "One image, many processes"): static routes per
 client id, written by save_routing_image and mapped with Sublist.open,
 checked with real paho-mqtt clients on loopback against a model built on
-fastsub._reference; and every bad configuration refused on start with the
+topicmatch._reference; and every bad configuration refused on start with the
 path and the problem.  The harness is tests/amqtt_harness.py.
 """
 import asyncio
@@ -14,20 +14,20 @@ import uuid
 import pytest
 
 if sys.version_info < (3, 10):
-    pytest.skip("amqtt needs Python >= 3.10 (fastsub[amqtt] installs it only there)", allow_module_level=True)
-amqtt_broker = pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install fastsub[amqtt])")
+    pytest.skip("amqtt needs Python >= 3.10 (topicmatch[amqtt] installs it only there)", allow_module_level=True)
+amqtt_broker = pytest.importorskip("amqtt.broker", reason="amqtt not installed (pip install topicmatch[amqtt])")
 pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed")
 
-import fastsub  # noqa: E402
-from fastsub._reference import subject_matches  # noqa: E402
-from fastsub.amqtt import (  # noqa: E402
+import topicmatch  # noqa: E402
+from topicmatch._reference import subject_matches  # noqa: E402
+from topicmatch.amqtt import (  # noqa: E402
     ROUTING_IMAGE_VERSION, Broker, RoutingImageError, save_routing_image,
 )
 from amqtt_harness import Client, Running, norm, settle  # noqa: E402
 
 pytestmark = pytest.mark.amqtt          # serves amqtt's broker in-process
 
-PLUGIN = "fastsub.amqtt.RoutingImage"
+PLUGIN = "topicmatch.amqtt.RoutingImage"
 ANON = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": False}}
 
 
@@ -93,8 +93,8 @@ def test_static_routes_from_an_image_reach_their_clients(tmp_path):
         held[ops] = {}
         assert len(index) == in_image + 1
         # The image's own table is no route, even for a topic that names it.
-        assert running.broker.route("$fastsub/amqtt/routing-image") == []
-        assert running.broker.route("$fastsub/amqtt/client/" + dev.encode().hex()) == []
+        assert running.broker.route("$topicmatch/amqtt/routing-image") == []
+        assert running.broker.route("$topicmatch/amqtt/client/" + dev.encode().hex()) == []
 
         # dev goes offline: its persistent session queues the QoS 1 copy.
         d.close()
@@ -165,16 +165,16 @@ def _bad_files(tmp_path):
     put("truncated.img", data[: len(data) // 2])
     put("empty.img", b"")
     put("text.img", b"listeners: {}\n" * 10)
-    nats = fastsub.Sublist("nats")
+    nats = topicmatch.Sublist("nats")
     nats.insert("x.*", 1)
     nats.save(tmp_path / "nats.img")
     files["nats.img"] = tmp_path / "nats.img"
-    plain = fastsub.Sublist("mqtt")
+    plain = topicmatch.Sublist("mqtt")
     plain.insert("x/+", 1)
     plain.save(tmp_path / "plain.img")                 # MQTT, but no routing table
     files["plain.img"] = tmp_path / "plain.img"
-    future = fastsub.Sublist("mqtt")
-    future.insert("$fastsub/amqtt/routing-image", (ROUTING_IMAGE_VERSION + 1) << 2 | 3)
+    future = topicmatch.Sublist("mqtt")
+    future.insert("$topicmatch/amqtt/routing-image", (ROUTING_IMAGE_VERSION + 1) << 2 | 3)
     future.save(tmp_path / "future.img")
     files["future.img"] = tmp_path / "future.img"
     return good, files
@@ -182,13 +182,13 @@ def _bad_files(tmp_path):
 
 BAD = {  # file -> what the message must say
     "missing.img": "no such file",
-    "flipped.img": "corrupt fastsub index",
-    "truncated.img": "corrupt fastsub index",
+    "flipped.img": "corrupt topicmatch index",
+    "truncated.img": "corrupt topicmatch index",
     "empty.img": "empty file",
-    "text.img": "corrupt fastsub index",
+    "text.img": "corrupt topicmatch index",
     "nats.img": "a 'nats' index; the broker routes MQTT topics",
     "plain.img": "an MQTT index without the routing table",
-    "future.img": f"routing image layout {ROUTING_IMAGE_VERSION + 1}; this fastsub reads layout {ROUTING_IMAGE_VERSION}",
+    "future.img": f"routing image layout {ROUTING_IMAGE_VERSION + 1}; this topicmatch reads layout {ROUTING_IMAGE_VERSION}",
 }
 
 
@@ -226,7 +226,7 @@ def test_bad_options_are_refused_when_the_broker_is_made(tmp_path):
     # Stock amqtt's broker cannot use the entry: refused, not ignored.
     e = _start({"image": "r.img"}, cls=amqtt_broker.Broker)
     assert type(e).__name__ == "PluginInitError"
-    assert "routes through fastsub.amqtt.Broker, not Broker" in str(e.__cause__), e.__cause__
+    assert "routes through topicmatch.amqtt.Broker, not Broker" in str(e.__cause__), e.__cause__
 
 
 def test_save_routing_image_refuses_what_cannot_be_a_static_route(tmp_path):

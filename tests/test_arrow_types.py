@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fastsub import Sublist
-from fastsub._core import route_keys
+from topicmatch import Sublist
+from topicmatch._core import route_keys
 from examples import examples
 from strategies import ALL_DIALECTS, fuzz, subjects, subscriptions
 

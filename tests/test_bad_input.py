@@ -11,21 +11,21 @@ import pytest
 
 from isolated import run_isolated
 
-import fastsub
-from fastsub import InvalidSubjectError, Sublist
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import InvalidSubjectError, Sublist
+from topicmatch import _reference as R
 
 
 IMPLS = {
     # name: (Sublist factory, module with subject_matches/is_valid_*, invalid-input error)
-    "engine": (Sublist, fastsub, InvalidSubjectError),
+    "engine": (Sublist, topicmatch, InvalidSubjectError),
     "reference": (R.ReferenceSublist, R, ValueError),
 }
 
 
 def test_invalid_subject_error_is_value_error():
     assert issubclass(InvalidSubjectError, ValueError)
-    assert issubclass(InvalidSubjectError, fastsub.FastsubError) if hasattr(fastsub, "FastsubError") else True
+    assert issubclass(InvalidSubjectError, topicmatch.TopicmatchError) if hasattr(topicmatch, "TopicmatchError") else True
 
 
 # --- wrong types ----------------------------------------------------------------
@@ -495,7 +495,7 @@ ARGUMENT_ROWS = [
     (lambda sl: sl.insert_many(["a"], 1), "sub_ids must be a sequence of int, not int"),
     (lambda sl: sl.match_many("a.b"), "subjects must be a sequence of str, not a single str"),
     (lambda sl: sl.match_many(["a.b"], keys="k"), "keys must be a sequence of str, not a single str"),
-    (lambda sl: fastsub._core.route_keys("a.b"), "values must be a sequence of str, not a single str"),
+    (lambda sl: topicmatch._core.route_keys("a.b"), "values must be a sequence of str, not a single str"),
     # a bool is not an id
     (lambda sl: sl.insert("foo", True), "sub_id must be int, not bool"),
     (lambda sl: sl.insert("foo", False, queue="q"), "sub_id must be int, not bool"),
@@ -514,7 +514,7 @@ ARGUMENT_ROWS = [
     (lambda sl: sl.match_many(["a.b", None, b"a.b"]), "subjects[2] must be str or None, not bytes"),
     (lambda sl: sl.match_many(np.array(["a.b", 5], dtype=object)), "subjects[1] must be str or None, not int"),
     (lambda sl: sl.match_many(["a.b"] * 3, keys=["k", None, 7]), "keys[2] must be str or None, not int"),
-    (lambda sl: fastsub._core.route_keys(["a", 1.5]), "values[1] must be str or None, not float"),
+    (lambda sl: topicmatch._core.route_keys(["a", 1.5]), "values[1] must be str or None, not float"),
     (lambda sl: sl.insert_many(["a", b"b"], [1, 2]), "filters[1] must be str, not bytes"),
     (lambda sl: sl.insert_many(["a", None], [1, 2]), "filters[1] must be str, not None"),
     (lambda sl: sl.insert_many(["a", "b"], [1, "2"]), "sub_ids[1] must be int, not str"),
@@ -533,7 +533,7 @@ ARGUMENT_ROWS = [
     (lambda sl: sl.match_many(["a"], threads="2"), "threads must be int, not str"),
     (lambda sl: sl.match_many(["a"], threads=True), "threads must be int, not bool"),
     (lambda sl: sl.match_many(["a"], queues=["q"]), "queues must be 'pick', 'all' or 'none', not list"),
-    (lambda sl: fastsub._core.route_keys(["a"], depth="1"), "depth must be int, not str"),
+    (lambda sl: topicmatch._core.route_keys(["a"], depth="1"), "depth must be int, not str"),
     (lambda sl: Sublist(cache_size=True), "cache_size must be int, not bool"),
     (lambda sl: Sublist(5), "dialect must be str ('nats', 'mqtt' or 'amqp'), not int"),
     # Arrow: binary is not text
@@ -541,7 +541,7 @@ ARGUMENT_ROWS = [
      "subjects must be an Arrow column of string, large_string, string_view or dictionary<string>, not binary"),
     (lambda sl: sl.insert_many(pa.array([b"a"], pa.large_binary()), [1]),
      "filters must be an Arrow column of string, large_string, string_view or dictionary<string>, not large_binary"),
-    (lambda sl: fastsub._core.route_keys(pa.array([b"a"]).dictionary_encode()),
+    (lambda sl: topicmatch._core.route_keys(pa.array([b"a"]).dictionary_encode()),
      "values must be an Arrow column of string, large_string, string_view or dictionary<string>, "
      "not dictionary<values=binary, indices=int32, ordered=0>"),
 ]

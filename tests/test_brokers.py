@@ -1,14 +1,14 @@
-"""Differential tests: the real brokers on loopback against fastsub.
+"""Differential tests: the real brokers on loopback against topicmatch.
 
 nats-server and mosquitto are started once per session (tests/brokers.py).
 Each test subscribes a few hundred seeded, generated filters, publishes a few
 hundred literal subjects, collects what the broker delivered, and compares it
-with what ``fastsub.Sublist`` (the C engine) -- and, as a cross-check of the
+with what ``topicmatch.Sublist`` (the C engine) -- and, as a cross-check of the
 harness, the pure-Python ``ReferenceSublist`` -- match for the same subject.
 A second pair of tests checks that the broker refuses a filter exactly when
 ``is_valid_filter`` says it is invalid.
 
-Known broker deviations (fastsub follows the specification; the generators
+Known broker deviations (topicmatch follows the specification; the generators
 skip these cases explicitly, see the comments where they are skipped):
   - mosquitto 2.0 never delivers to a shared subscription whose filter starts
     with '$' ('$share/g/$SYS/#', '$share/g/$x/a');
@@ -48,25 +48,25 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # implementations under test
 
 
-def _import_fastsub():
+def _import_topicmatch():
     try:
-        import fastsub
+        import topicmatch
     except ModuleNotFoundError as e:
-        if e.name != "fastsub":
+        if e.name != "topicmatch":
             raise
         sys.path.insert(0, str(SRC))  # not installed: use the source tree
-        import fastsub
-    return fastsub
+        import topicmatch
+    return topicmatch
 
 
 def _load_reference():
     try:
-        from fastsub import _reference
+        from topicmatch import _reference
         return _reference
     except ImportError:
-        # fastsub/__init__ needs the compiled core; the reference does not
+        # topicmatch/__init__ needs the compiled core; the reference does not
         spec = importlib.util.spec_from_file_location(
-            "fastsub_reference_standalone", SRC / "fastsub" / "_reference.py")
+            "topicmatch_reference_standalone", SRC / "topicmatch" / "_reference.py")
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
@@ -75,11 +75,11 @@ def _load_reference():
 @pytest.fixture(params=["engine", "reference"])
 def impl(request):
     if request.param == "engine":
-        fastsub = _import_fastsub()
-        if not hasattr(fastsub, "Sublist"):
-            pytest.fail(f"fastsub.Sublist missing (engine not built?) in {fastsub.__path__}")
-        return SimpleNamespace(name="engine", Sublist=fastsub.Sublist,
-                               is_valid_filter=fastsub.is_valid_filter)
+        topicmatch = _import_topicmatch()
+        if not hasattr(topicmatch, "Sublist"):
+            pytest.fail(f"topicmatch.Sublist missing (engine not built?) in {topicmatch.__path__}")
+        return SimpleNamespace(name="engine", Sublist=topicmatch.Sublist,
+                               is_valid_filter=topicmatch.is_valid_filter)
     ref = _load_reference()
     return SimpleNamespace(name="reference", Sublist=ref.ReferenceSublist,
                            is_valid_filter=ref.is_valid_filter)
@@ -102,7 +102,7 @@ class Run:
 
 def _compare(run: Run, sl, dialect: str) -> list:
     """Per publish: plain ids == r.subs; delivered groups == r.groups, and the
-    member the broker picked is one of fastsub's members for that group."""
+    member the broker picked is one of topicmatch's members for that group."""
     group_of = {sid: (q if dialect == "nats" else (q, inner))
                 for sid, _, q, inner in run.subs if q is not None}
     problems = []
@@ -112,9 +112,9 @@ def _compare(run: Run, sl, dialect: str) -> list:
         plain = {s for s in got if s not in group_of}
         if plain != set(r.subs) or len(r.subs) != len(set(r.subs)):
             problems.append(f"{subject!r}: broker delivered to plain subs {sorted(plain)}, "
-                            f"fastsub .subs={sorted(r.subs)}; "
+                            f"topicmatch .subs={sorted(r.subs)}; "
                             f"broker-only {_filters(run, plain - set(r.subs))}, "
-                            f"fastsub-only {_filters(run, set(r.subs) - plain)}")
+                            f"topicmatch-only {_filters(run, set(r.subs) - plain)}")
         picked = defaultdict(list)
         for s in got:
             if s in group_of:
@@ -125,17 +125,17 @@ def _compare(run: Run, sl, dialect: str) -> list:
             if dialect == "nats" and f is not None:
                 problems.append(f"{subject!r}: NATS group {q!r} has filter {f!r}, expected None")
             if key in expected:
-                problems.append(f"{subject!r}: fastsub lists group {key!r} twice in .groups")
+                problems.append(f"{subject!r}: topicmatch lists group {key!r} twice in .groups")
             expected[key] = set(members)
         if set(picked) != set(expected):
             problems.append(f"{subject!r}: broker delivered to groups {sorted(picked)}, "
-                            f"fastsub .groups={sorted(expected)}")
+                            f"topicmatch .groups={sorted(expected)}")
         for key, sids in picked.items():
             if len(sids) != 1:
                 problems.append(f"{subject!r}: broker delivered group {key!r} to {sids} (expected one)")
             if key in expected and not set(sids) <= expected[key]:
                 problems.append(f"{subject!r}: broker picked {sids} {_filters(run, sids)} in group "
-                                f"{key!r}, not among fastsub's members {sorted(expected[key])}")
+                                f"{key!r}, not among topicmatch's members {sorted(expected[key])}")
     return problems
 
 
@@ -151,7 +151,7 @@ NATS_TOKENS = ["a", "b", "c", "d"]
 # nats-server takes these as literal tokens (only a whole-token '*' / '>' is a wildcard)
 NATS_ODD_TOKENS = ["a*b", "x>", ">x", "*a", "$SYS", "$x"]
 NATS_QUEUES = ["q1", "q2", "q3"]
-NATS_SENTINEL = "fastsub_sentinel"
+NATS_SENTINEL = "topicmatch_sentinel"
 
 
 def _nats_token(rng):
@@ -246,7 +246,7 @@ def test_nats_deliveries(impl, nats_run):
             problems.append(f"nats-server accepted filter {f!r}, is_valid_filter says invalid")
         sl.insert(f, sid, queue=q)
     problems += _compare(nats_run, sl, "nats")
-    _report(problems, f"between nats-server and fastsub {impl.name}")
+    _report(problems, f"between nats-server and topicmatch {impl.name}")
 
 
 NATS_PROBES = [
@@ -294,7 +294,7 @@ def test_nats_invalid_filters(impl, nats_probes):
                 f"is_valid_filter(..., 'nats') = {impl.is_valid_filter(f, 'nats')}"
                 for f, refused in nats_probes.items()
                 if refused == impl.is_valid_filter(f, "nats")]
-    _report(problems, f"between nats-server and fastsub {impl.name} on filter validity")
+    _report(problems, f"between nats-server and topicmatch {impl.name} on filter validity")
 
 
 # --------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def test_nats_invalid_filters(impl, nats_probes):
 
 MQTT_LEVELS = ["a", "b", "c", ""]  # '' = empty level: 'a//b', '/a', 'a/'
 MQTT_GROUPS = ["g1", "g2"]
-MQTT_SENTINEL = "fastsub_sentinel"
+MQTT_SENTINEL = "topicmatch_sentinel"
 MQTT_SENTINEL_ID = 268_435_455  # largest Subscription Identifier
 N_MQTT_CLIENTS = 4
 
@@ -380,8 +380,8 @@ def mqtt_run(mosquitto_server):
                 for _ in range(N_PUBS)]
     run.pubs += ["a", "a/", "/a", "/", "//", "a//b", "$x", "$x/a", "$x/", "a/b/c"]
 
-    clients = [brokers.MqttConn(mosquitto_server, f"fastsub-sub{k}") for k in range(N_MQTT_CLIENTS)]
-    pub = brokers.MqttConn(mosquitto_server, "fastsub-pub")
+    clients = [brokers.MqttConn(mosquitto_server, f"topicmatch-sub{k}") for k in range(N_MQTT_CLIENTS)]
+    pub = brokers.MqttConn(mosquitto_server, "topicmatch-pub")
     try:
         pids = defaultdict(list)
         for (sid, sent, _, _), client in zip(run.subs, placement):
@@ -427,7 +427,7 @@ def test_mqtt_deliveries(impl, mqtt_run):
         else:
             sl.insert(sent, sid)
     problems += _compare(mqtt_run, sl, "mqtt")
-    _report(problems, f"between mosquitto and fastsub {impl.name}")
+    _report(problems, f"between mosquitto and topicmatch {impl.name}")
 
 
 MQTT_PROBES = [
@@ -444,7 +444,7 @@ def mosquitto_share_syntax_deviation(f: str) -> bool:
     filter), '$share/g/' (empty filter), '$share//a' (empty share name) and
     '$share/+/a' (wildcard as share name), all of which MQTT 5 §4.8.2
     forbids; and it refuses the plain filter '$share' (which does not start
-    with '$share/').  fastsub follows the specification: not compared."""
+    with '$share/').  topicmatch follows the specification: not compared."""
     if f == "$share":
         return True
     if not f.startswith("$share/"):
@@ -470,7 +470,7 @@ def mqtt_probes(mosquitto_server):
             if mosquitto_share_syntax_deviation(f):
                 continue
             if conn is None or conn.closed:
-                conn = brokers.MqttConn(mosquitto_server, "fastsub-probe")
+                conn = brokers.MqttConn(mosquitto_server, "topicmatch-probe")
             rc = conn.subscribe(f, 1)
             result[f] = rc is None or rc >= 0x80
     finally:
@@ -485,4 +485,4 @@ def test_mqtt_invalid_filters(impl, mqtt_probes):
                 f"is_valid_filter(..., 'mqtt') = {impl.is_valid_filter(f, 'mqtt')}"
                 for f, refused in mqtt_probes.items()
                 if refused == impl.is_valid_filter(f, "mqtt")]
-    _report(problems, f"between mosquitto and fastsub {impl.name} on filter validity")
+    _report(problems, f"between mosquitto and topicmatch {impl.name} on filter validity")

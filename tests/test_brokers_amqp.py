@@ -1,5 +1,5 @@
 """Differential test: a real RabbitMQ topic exchange on loopback against
-fastsub's AMQP dialect.
+topicmatch's AMQP dialect.
 
 rabbitmq-server (Debian package; ``make system-deps`` installs it) is started
 once per session on a free port with private directories (tests/brokers.py).
@@ -8,14 +8,14 @@ binding keys to ~100 queues (overlapping vocabulary, empty words, the empty
 key, several '#', a whole-word '*' or '#' in a routing key, long keys),
 publishes a few hundred routing keys with publisher confirms, drains every
 queue and compares what arrived -- copy counts included: a queue bound with
-several matching keys gets one copy -- with ``fastsub.Sublist("amqp")`` and,
+several matching keys gets one copy -- with ``topicmatch.Sublist("amqp")`` and,
 as a cross-check of the harness, the pure-Python reference.  A second test
 checks that the keys the broker (or the protocol) refuses are the keys
-fastsub refuses.
+topicmatch refuses.
 
 Known deviations, skipped explicitly where they occur:
   - RabbitMQ 4.3.5+ refuses binding keys with more than two '#' (its
-    backtracking matcher is exponential in them); fastsub accepts any number
+    backtracking matcher is exponential in them); topicmatch accepts any number
     and matches them in polynomial time.  Older brokers (3.10.8, Debian 12)
     accept them, so they are part of the delivery test -- with short routing
     keys, since 3.10.8 takes seconds on "#.#.#.#" against 128 words.
@@ -47,7 +47,7 @@ SEED = 20261123
 N_BINDINGS = 360
 N_QUEUES = 100
 N_PUBS = 360
-EXCHANGE = "fastsub.topic"
+EXCHANGE = "topicmatch.topic"
 
 WORDS = ["a", "b", "c", ""]
 # literal words that look like wildcards (only a whole word '*' / '#' is one)
@@ -103,7 +103,7 @@ FIXED_KEYS = [
 
 
 def _queue(k: int) -> str:
-    return f"fastsub.q{k}"
+    return f"topicmatch.q{k}"
 
 
 @pytest.fixture(scope="module")
@@ -175,9 +175,9 @@ def test_amqp_deliveries(impl, amqp_run):
                 by_q[k].append(b)
             diff = sorted(set(got) ^ set(want))
             problems.append(
-                f"{key!r}: broker copies {dict(sorted(got.items()))}, fastsub {dict(sorted(want.items()))}; "
+                f"{key!r}: broker copies {dict(sorted(got.items()))}, topicmatch {dict(sorted(want.items()))}; "
                 f"differing queues and their keys: {[(k, by_q[k]) for k in diff[:3]]}")
-    _report(problems, f"between RabbitMQ and fastsub {impl.name}")
+    _report(problems, f"between RabbitMQ and topicmatch {impl.name}")
 
 
 def test_amqp_copy_counts_are_one(amqp_run):
@@ -190,9 +190,9 @@ def test_amqp_copy_counts_are_one(amqp_run):
 
 def test_amqp_batch_agrees(amqp_run):
     """match_many (batch pipeline, dedupe by rule) gives the broker's queues too."""
-    import fastsub
+    import topicmatch
     bound, pubs, arrived, _ = amqp_run
-    sl = fastsub.Sublist("amqp")
+    sl = topicmatch.Sublist("amqp")
     sl.insert_many([b for b, _ in bound], [k for _, k in bound])
     res = sl.match_many(pubs)
     for i in range(len(pubs)):
@@ -211,7 +211,7 @@ PROBES = [
 
 
 def _many_hashes(key: str) -> bool:
-    """Refused by RabbitMQ 4.3.5+ only (more than two '#'): accepted by fastsub."""
+    """Refused by RabbitMQ 4.3.5+ only (more than two '#'): accepted by topicmatch."""
     return key.split(".").count("#") > 2
 
 
@@ -222,11 +222,11 @@ def amqp_probes(rabbitmq_server):
     verdicts = {}
     try:
         ch = conn.channel()
-        ch.exchange_declare("fastsub.probe", exchange_type="topic")
+        ch.exchange_declare("topicmatch.probe", exchange_type="topic")
         q = ch.queue_declare("", exclusive=True).method.queue
         for key in PROBES:
             try:
-                ch.queue_bind(q, "fastsub.probe", routing_key=key)
+                ch.queue_bind(q, "topicmatch.probe", routing_key=key)
                 verdicts[key] = "accepted"
             except pika.exceptions.ChannelClosedByBroker as e:
                 verdicts[key] = f"refused by the broker: {e}"
@@ -236,10 +236,10 @@ def amqp_probes(rabbitmq_server):
         # routing keys go through the same encoding (published to an exchange
         # without bindings: 3.10.8 would backtrack for minutes matching
         # 128 words against the many-'#' probes just bound)
-        ch.exchange_declare("fastsub.probe.unbound", exchange_type="topic")
+        ch.exchange_declare("topicmatch.probe.unbound", exchange_type="topic")
         for key in PROBES:
             try:
-                ch.basic_publish("fastsub.probe.unbound", key, b"")
+                ch.basic_publish("topicmatch.probe.unbound", key, b"")
             except (pika.exceptions.ShortStringTooLong, ValueError):
                 assert not verdicts[key].startswith("accepted"), key
     finally:
@@ -253,12 +253,12 @@ def test_amqp_refused_keys(impl, amqp_probes):
         ours = impl.is_valid_filter(key, "amqp")
         theirs = verdict == "accepted"
         if not theirs and ours and _many_hashes(key):
-            continue    # RabbitMQ 4.3.5+ refuses > 2 '#'; fastsub accepts them by design
+            continue    # RabbitMQ 4.3.5+ refuses > 2 '#'; topicmatch accepts them by design
         if ours != theirs:
             problems.append(f"{key[:40]!r} ({len(key.encode())} bytes): {verdict}; "
-                            f"fastsub is_valid_filter={ours}")
+                            f"topicmatch is_valid_filter={ours}")
         if impl.name == "engine":
-            import fastsub
-            if fastsub.is_valid_subject(key, "amqp") != theirs:
+            import topicmatch
+            if topicmatch.is_valid_subject(key, "amqp") != theirs:
                 problems.append(f"routing key {key[:40]!r}: {verdict}; is_valid_subject disagrees")
-    _report(problems, f"between RabbitMQ's refusals and fastsub {impl.name}")
+    _report(problems, f"between RabbitMQ's refusals and topicmatch {impl.name}")

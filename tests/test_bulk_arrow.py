@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fastsub import InvalidSubjectError, Sublist
+from topicmatch import InvalidSubjectError, Sublist
 from examples import examples
 from strategies import ALL_DIALECTS, subjects, subscriptions
 

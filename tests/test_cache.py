@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-import fastsub
-from fastsub import InvalidSubjectError
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import InvalidSubjectError
+from topicmatch import _reference as R
 from examples import examples, steps
 from strategies import norm, norm_reverse, filters, subjects, subscriptions
 
@@ -89,12 +89,12 @@ def make_machine(dialect):
         def __init__(self):
             super().__init__()
             self.ref = R.ReferenceSublist(dialect)
-            self.plain = fastsub.Sublist(dialect)
+            self.plain = topicmatch.Sublist(dialect)
 
         @initialize(cap=st.sampled_from([1, 3, 5, 8]))
         def make(self, cap):
             self.cap = cap
-            self.cached = fastsub.Sublist(dialect, cache_size=cap)
+            self.cached = topicmatch.Sublist(dialect, cache_size=cap)
             self.model = ClockModel(cap)
 
         # the model
@@ -244,7 +244,7 @@ TestMqttCacheMachine.settings = STATEFUL
 # --- statistics ----------------------------------------------------------------
 
 def test_stats_for_a_scripted_sequence():
-    sl = fastsub.Sublist("nats", cache_size=8)
+    sl = topicmatch.Sublist("nats", cache_size=8)
     sl.insert("a.*", 1)
     assert cache_stats(sl) == dict(cache_entries=0, cache_capacity=8, cache_hits=0, cache_misses=0)
     assert sl.stats()["cache_hit_rate"] == 0.0
@@ -275,7 +275,7 @@ def test_stats_for_a_scripted_sequence():
 
 
 def test_clock_order_is_exact_for_a_small_cache():
-    sl = fastsub.Sublist("nats", cache_size=3)
+    sl = topicmatch.Sublist("nats", cache_size=3)
     sl.insert(">", 1)
 
     def hits_misses():
@@ -300,7 +300,7 @@ def test_clock_order_is_exact_for_a_small_cache():
 def test_the_model_follows_the_engine_on_a_long_random_sequence():
     import random
     rnd = random.Random(7)
-    sl = fastsub.Sublist("mqtt", cache_size=40)
+    sl = topicmatch.Sublist("mqtt", cache_size=40)
     sl.insert("#", 1)
     model = ClockModel(40)
     for _ in range(20000):
@@ -314,7 +314,7 @@ def test_the_model_follows_the_engine_on_a_long_random_sequence():
 
 def test_a_big_cache_stays_within_capacity():
     cap = 1000
-    sl = fastsub.Sublist("mqtt", cache_size=cap)
+    sl = topicmatch.Sublist("mqtt", cache_size=cap)
     sl.insert("#", 1)
     subs = [f"t/{i}" for i in range(5000)]
     b = sl.match_many(subs, threads=2)
@@ -343,7 +343,7 @@ def test_a_big_cache_stays_within_capacity():
 
 
 def test_cache_size_zero_disables_the_cache():
-    for sl in (fastsub.Sublist("nats"), fastsub.Sublist("nats", cache_size=0)):
+    for sl in (topicmatch.Sublist("nats"), topicmatch.Sublist("nats", cache_size=0)):
         sl.insert("a.*", 1)
         for _ in range(3):
             sl.match("a.b")
@@ -356,12 +356,12 @@ def test_cache_size_zero_disables_the_cache():
 
 def test_cache_size_argument():
     with pytest.raises(ValueError):
-        fastsub.Sublist("nats", cache_size=-1)
+        topicmatch.Sublist("nats", cache_size=-1)
     with pytest.raises(TypeError):
-        fastsub.Sublist("nats", cache_size="8")
+        topicmatch.Sublist("nats", cache_size="8")
     with pytest.raises(TypeError):
-        fastsub.Sublist("nats", cache_size=2.5)
-    assert fastsub.Sublist("nats", cache_size=np.int64(5)).stats()["cache_capacity"] == 5
+        topicmatch.Sublist("nats", cache_size=2.5)
+    assert topicmatch.Sublist("nats", cache_size=np.int64(5)).stats()["cache_capacity"] == 5
 
 
 # --- selective invalidation -------------------------------------------------------
@@ -382,7 +382,7 @@ NATS_WARM = ["a.b", "c.d", "e.f", "a.b.c"]
 
 
 def test_unrelated_changes_keep_every_entry():
-    sl = fastsub.Sublist("nats", cache_size=16)
+    sl = topicmatch.Sublist("nats", cache_size=16)
     sl.insert("a.*", 1)
     warm(sl, NATS_WARM)
     sl.insert("x.y", 2)                     # literal, unrelated
@@ -398,7 +398,7 @@ def test_unrelated_changes_keep_every_entry():
 
 
 def test_a_matching_change_evicts_exactly_its_subjects():
-    sl = fastsub.Sublist("nats", cache_size=16)
+    sl = topicmatch.Sublist("nats", cache_size=16)
     warm(sl, NATS_WARM)
     sl.insert("a.*", 1)                     # matches a.b only
     assert sl.stats()["cache_entries"] == 3
@@ -424,7 +424,7 @@ def test_a_matching_change_evicts_exactly_its_subjects():
 
 
 def test_changes_that_change_nothing_evict_nothing():
-    sl = fastsub.Sublist("nats", cache_size=16)
+    sl = topicmatch.Sublist("nats", cache_size=16)
     sl.insert("a.*", 1)
     warm(sl, NATS_WARM)
     assert sl.insert("a.*", 1) is False     # already there
@@ -441,7 +441,7 @@ def test_changes_that_change_nothing_evict_nothing():
 
 
 def test_mqtt_shares_and_dollar_topics():
-    sl = fastsub.Sublist("mqtt", cache_size=16)
+    sl = topicmatch.Sublist("mqtt", cache_size=16)
     topics = ["a/b", "c/d", "$x/b", "a", "a//b", "/b"]
     warm(sl, topics)
     sl.insert("+/b", 1)                     # not the '$' topic, not a//b; /b has an empty first level
@@ -465,8 +465,8 @@ def test_mqtt_shares_and_dollar_topics():
 
 
 def test_memory_bytes_includes_the_cache():
-    cached = fastsub.Sublist("nats", cache_size=500)
-    plain = fastsub.Sublist("nats")
+    cached = topicmatch.Sublist("nats", cache_size=500)
+    plain = topicmatch.Sublist("nats")
     for sl in (cached, plain):
         sl.insert_many([f"a.{i}.*" for i in range(50)], list(range(50)))
     m_cached, m_plain = cached.stats()["memory_bytes"], plain.stats()["memory_bytes"]
@@ -483,13 +483,13 @@ def test_memory_bytes_includes_the_cache():
 
 
 def test_a_loaded_or_unpickled_index_keeps_its_cache_size():
-    sl = fastsub.Sublist("nats", cache_size=8)
+    sl = topicmatch.Sublist("nats", cache_size=8)
     sl.insert("a.*", 1)
     try:
         blob = sl.to_bytes()
     except NotImplementedError:
         pytest.skip("serialization not available in this build")
-    loaded = fastsub.Sublist.from_bytes(blob, cache_size=4)
+    loaded = topicmatch.Sublist.from_bytes(blob, cache_size=4)
     assert loaded.stats()["cache_capacity"] == 4
     loaded.match("a.b")
     loaded.match("a.b")

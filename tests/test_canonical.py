@@ -11,8 +11,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import fastsub
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import _reference as R
 from examples import examples
 from strategies import DIALECTS, subjects, subscriptions
 
@@ -22,7 +22,7 @@ PROPS = settings(max_examples=examples(150), deadline=None, suppress_health_chec
 
 
 def _built(dialect, subs, how):
-    sl = fastsub.Sublist(dialect, cache_size=0 if how == "bulk" else 8)
+    sl = topicmatch.Sublist(dialect, cache_size=0 if how == "bulk" else 8)
     if how == "bulk":
         if subs:
             sl.insert_many([s[0] for s in subs], [s[1] for s in subs], [s[2] for s in subs])
@@ -52,9 +52,9 @@ def test_equal_sets_give_equal_images_and_picks(dialect, data):
     assert len(a) == len(b)
     blob = a.to_bytes()
     assert b.to_bytes() == blob
-    loaded = fastsub.Sublist.from_bytes(blob)
+    loaded = topicmatch.Sublist.from_bytes(blob)
     assert loaded.to_bytes() == blob                         # a round trip keeps the bytes
-    assert fastsub.Sublist.from_bytes(loaded.to_bytes()).to_bytes() == blob
+    assert topicmatch.Sublist.from_bytes(loaded.to_bytes()).to_bytes() == blob
 
     batch = data.draw(st.lists(subjects(dialect), min_size=1, max_size=8), label="batch")
     keys = [f"k{i}" for i in range(len(batch))]
@@ -73,9 +73,9 @@ def test_older_images_load_and_then_round_trip_canonically(name):
     the trie -- so its new image need not equal a fresh build's.)"""
     with open(os.path.join(GOLDEN, name + ".fsb"), "rb") as f:
         old = f.read()
-    sl = fastsub.Sublist.from_bytes(old)
+    sl = topicmatch.Sublist.from_bytes(old)
     again = sl.to_bytes()
-    loaded = fastsub.Sublist.from_bytes(again)
+    loaded = topicmatch.Sublist.from_bytes(again)
     assert loaded.to_bytes() == again
     assert len(loaded) == len(sl)
 
@@ -84,13 +84,13 @@ def test_image_digest_identifies_the_set():
     """The use the issue names: a digest of the image as the key of a set."""
     filters = [f"orders.{r}.{k}" for r in ("eu", "us", "ap") for k in ("created", "paid", "*")]
     filters += ["orders.>", "*.eu.*", ">"]
-    one = fastsub.Sublist("nats")
+    one = topicmatch.Sublist("nats")
     one.insert_many(filters, list(range(len(filters))), ["w" if i % 3 else None for i in range(len(filters))])
-    two = fastsub.Sublist("nats")
+    two = topicmatch.Sublist("nats")
     for i in reversed(range(len(filters))):
         two.insert(filters[i], i, queue="w" if i % 3 else None)
     d1 = hashlib.sha256(one.to_bytes()).hexdigest()
     assert d1 == hashlib.sha256(two.to_bytes()).hexdigest()
-    assert d1 == hashlib.sha256(fastsub.Sublist.from_bytes(one.to_bytes()).to_bytes()).hexdigest()
+    assert d1 == hashlib.sha256(topicmatch.Sublist.from_bytes(one.to_bytes()).to_bytes()).hexdigest()
     two.insert("orders.eu.created", 999)
     assert hashlib.sha256(two.to_bytes()).hexdigest() != d1

@@ -1,4 +1,4 @@
-"""`fastsub match`'s line reader never loses a line (issue 23): a BOM is
+"""`topicmatch match`'s line reader never loses a line (issue 23): a BOM is
 removed; a line that is not UTF-8, too long or invalid is a counted,
 rejected line with its reason and the run goes on; filters are split from
 their queue only where the dialect allows; a line of any length is read in
@@ -13,12 +13,12 @@ import tracemalloc
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fastsub import _reference as R
-from fastsub import cli
-from fastsub.cli import common
+from topicmatch import _reference as R
+from topicmatch import cli
+from topicmatch.cli import common
 from examples import examples
 
-SUMMARY = re.compile(r"^fastsub match: ([\d,]+) subjects = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
+SUMMARY = re.compile(r"^topicmatch match: ([\d,]+) subjects = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
                      r"([\d,]+) rejected; ([\d,]+) deliveries from ([\d,]+) subscriptions ")
 
 
@@ -57,10 +57,10 @@ def test_non_utf8_and_invalid_lines_are_rejected_with_reasons_and_written(capsys
     assert rc == cli.EXIT_REJECTED
     assert out == "a.b\t1\ta.b\na.b\t2\t*.b\n" * 2
     assert err == [
-        f"fastsub: {sp} line 2: rejected: not UTF-8 (byte 0xe9 at byte 4 of the line)",
-        f"fastsub: {sp} line 3: rejected: invalid subject '': empty (at byte 0)",
-        f"fastsub: {sp} line 4: rejected: invalid subject 'x y': whitespace (at byte 1)",
-        f"fastsub: {sp} line 6: rejected: not UTF-8 (byte 0xff at byte 3 of the line)",
+        f"topicmatch: {sp} line 2: rejected: not UTF-8 (byte 0xe9 at byte 4 of the line)",
+        f"topicmatch: {sp} line 3: rejected: invalid subject '': empty (at byte 0)",
+        f"topicmatch: {sp} line 4: rejected: invalid subject 'x y': whitespace (at byte 1)",
+        f"topicmatch: {sp} line 6: rejected: not UTF-8 (byte 0xff at byte 3 of the line)",
     ]
     assert counts[:5] == (6, 2, 0, 4, 4)
     assert rej.read_bytes() == b"caf\xe9.b\n\nx y\nz.\xff\xfe\n"
@@ -84,9 +84,9 @@ def test_a_too_long_line_is_rejected_and_streamed_to_the_rejects_file(capsys, tm
     assert rc == cli.EXIT_REJECTED
     assert out == "a.b\t1\ta.>\n" + ok.decode() + "\t1\ta.>\n"
     assert err == [
-        f"fastsub: {sp} line 2: rejected: line too long (80,000 bytes; at most 65,535)",
-        f"fastsub: {sp} line 4: rejected: invalid subject 'x..y': empty token (at byte 2)",
-        f"fastsub: {sp} line 5: rejected: line too long (65,536 bytes; at most 65,535)",
+        f"topicmatch: {sp} line 2: rejected: line too long (80,000 bytes; at most 65,535)",
+        f"topicmatch: {sp} line 4: rejected: invalid subject 'x..y': empty token (at byte 2)",
+        f"topicmatch: {sp} line 5: rejected: line too long (65,536 bytes; at most 65,535)",
     ]
     assert counts[:4] == (5, 2, 0, 3)
     assert rej.read_bytes() == long1 + b"\nx..y\n" + long2 + b"\n"
@@ -137,13 +137,13 @@ def test_mqtt_and_amqp_split_on_a_tab_only(capsys, tmp_path, dialect):
 def test_mqtt_three_fields_name_the_line(capsys, tmp_path):
     rc, out, err, counts, _ = _run(capsys, tmp_path, b"a/b\ta\tb\n", b"a/b\n", "--dialect", "mqtt")
     assert rc == 2 and out == ""
-    assert err == [f"fastsub: error: {tmp_path / 'subs.txt'} line 1: expected 'filter' or 'filter<TAB>queue'"]
+    assert err == [f"topicmatch: error: {tmp_path / 'subs.txt'} line 1: expected 'filter' or 'filter<TAB>queue'"]
 
 
 def test_a_too_long_subscriptions_line_names_its_line(capsys, tmp_path):
     rc, out, err, counts, _ = _run(capsys, tmp_path, b"a.b\n" + b"x" * 200_000 + b"\n", b"a.b\n")
     assert rc == 2 and out == ""
-    assert err == [f"fastsub: error: subscriptions {tmp_path / 'subs.txt'} line 2: "
+    assert err == [f"topicmatch: error: subscriptions {tmp_path / 'subs.txt'} line 2: "
                    "line too long (200,000 bytes; at most 131,071)"]
 
 
@@ -191,7 +191,7 @@ def test_reader_matches_a_model_in_a_subprocess(tmp_path, lines, last_newline, b
     sp, fp, rej = tmp_path / "s.txt", tmp_path / "f.txt", tmp_path / "r.txt"
     sp.write_bytes(data)
     fp.write_bytes(b"a.*\n>\tq\n")
-    code = ("import sys; from fastsub import cli; from fastsub.cli import common as c; c.MATCH_BLOCK_BYTES = %d; "
+    code = ("import sys; from topicmatch import cli; from topicmatch.cli import common as c; c.MATCH_BLOCK_BYTES = %d; "
             "c.MAX_LINE_BYTES = %d; c.read_lines.__defaults__ = (%d, None, None, None); "
             "sys.exit(cli.main(sys.argv[1:]))"
             % (block, limit, limit))

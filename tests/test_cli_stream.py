@@ -1,4 +1,4 @@
-"""`fastsub match` at scale: input read and output written in blocks, a
+"""`topicmatch match` at scale: input read and output written in blocks, a
 progress line (terminal only, after a while), an honest summary, and input
 errors that name the file and line."""
 import io
@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from fastsub import _reference as R
-from fastsub import cli
-from fastsub.cli import common, match as cmd_match
+from topicmatch import _reference as R
+from topicmatch import cli
+from topicmatch.cli import common, match as cmd_match
 
 FILTERS = ["orders.*.created", "orders.>", "orders.> workers", "billing.*", "x.y.z"]
 
@@ -59,7 +59,7 @@ def test_small_blocks_give_the_same_output_and_line_numbers(capsys, tmp_path, mo
     assert _pairs(blocks.out) == _pairs(whole.out) == _expected(subjects)
     # rejected subjects are named by their line in the file, across blocks
     bad = [f"line {i + 1}: rejected" for i, s in enumerate(subjects) if s == "a..b"][:100]
-    assert [ln.split("fastsub: " + sp + " ")[1][:len(bad[0])] for ln in blocks.err.splitlines()
+    assert [ln.split("topicmatch: " + sp + " ")[1][:len(bad[0])] for ln in blocks.err.splitlines()
             if "rejected:" in ln][:3] == [b[:len(bad[0])] for b in bad[:3]]
     assert blocks.err.count(": rejected: ") == len(bad)
     n_bad = sum(s == "a..b" for s in subjects)
@@ -118,7 +118,7 @@ def test_binary_subjects_are_rejected_lines_and_the_run_goes_on(capsys, tmp_path
     assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
     out, err = capsys.readouterr()
     assert out == "x.y.z\t5\tx.y.z\n"
-    assert err.splitlines()[0] == (f"fastsub: {sp} line 3: rejected: invalid subject "
+    assert err.splitlines()[0] == (f"topicmatch: {sp} line 3: rejected: invalid subject "
                                    "'PAR1\\x15\\x04\\x00\\x00binary': NUL byte (at byte 6)")
     assert "3 subjects = 1 delivered + 1 unmatched + 1 rejected" in err
 
@@ -130,7 +130,7 @@ def test_a_binary_subscriptions_file_names_its_line(capsys, tmp_path):
     assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith(f"fastsub: error: {fp} line 3: ")
+    assert err.startswith(f"topicmatch: error: {fp} line 3: ")
 
 
 def test_undecodable_subject_lines_are_rejected_and_the_run_goes_on(capsys, tmp_path, monkeypatch):
@@ -139,7 +139,7 @@ def test_undecodable_subject_lines_are_rejected_and_the_run_goes_on(capsys, tmp_
     assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
     out, err = capsys.readouterr()
     assert out == "x.y.z\t5\tx.y.z\n" * 2
-    assert err.splitlines()[0] == f"fastsub: {sp} line 4: rejected: not UTF-8 (byte 0xe9 at byte 4 of the line)"
+    assert err.splitlines()[0] == f"topicmatch: {sp} line 4: rejected: not UTF-8 (byte 0xe9 at byte 4 of the line)"
     assert "5 subjects = 2 delivered + 2 unmatched + 1 rejected" in err
 
 
@@ -148,7 +148,7 @@ def test_undecodable_subscriptions_line_names_its_line(capsys, tmp_path):
     with open(fp, "wb") as f:
         f.write(b"a.b\ncaf\xe9.x\n")
     assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 2
-    assert capsys.readouterr().err == (f"fastsub: error: subscriptions {fp} line 2: not UTF-8 "
+    assert capsys.readouterr().err == (f"topicmatch: error: subscriptions {fp} line 2: not UTF-8 "
                                        "(byte 0xe9 at byte 4 of the line)\n")
 
 
@@ -190,13 +190,13 @@ def test_progress_waits_two_seconds_then_shows_rows_rate_and_eta():
     clock.t += 1.5
     p.update(25_000, 250)                                   # 2.5 s: a quarter done
     line = stream.getvalue()
-    assert line == "\rfastsub match: 25,000 subjects, 10,000/s, 25%, ETA 0:00:08"
+    assert line == "\rtopicmatch match: 25,000 subjects, 10,000/s, 25%, ETA 0:00:08"
     clock.t += 0.1
     p.update(26_000, 260)
     assert stream.getvalue() == line                        # not redrawn more than 4 times a second
     clock.t += 0.4
     p.update(30_000, 300)
-    assert stream.getvalue().endswith("\rfastsub match: 30,000 subjects, 10,000/s, 30%, ETA 0:00:07")
+    assert stream.getvalue().endswith("\rtopicmatch match: 30,000 subjects, 10,000/s, 30%, ETA 0:00:07")
     p.finish()
     assert stream.getvalue().endswith("\r" + " " * (len(line) - 1) + "\r")
 
@@ -211,7 +211,7 @@ def test_progress_is_quiet_when_stderr_is_not_a_terminal():
     forced = cmd_match.MatchProgress(None, stream, "always", clock)
     clock.t += 60
     forced.update(600, 1)
-    assert stream.getvalue() == "\rfastsub match: 600 subjects, 10/s"     # no size: no ETA
+    assert stream.getvalue() == "\rtopicmatch match: 600 subjects, 10/s"     # no size: no ETA
 
 
 def test_progress_end_to_end(capsys, tmp_path, monkeypatch):
@@ -221,18 +221,18 @@ def test_progress_end_to_end(capsys, tmp_path, monkeypatch):
     fp, sp = _files(tmp_path, _subjects(3000))
     assert cli.main(["match", "--subs", fp, "--subjects", sp, "--progress", "always"]) == cli.EXIT_REJECTED
     err = capsys.readouterr().err
-    assert "\rfastsub match: 3,000 subjects, " in err and ", 100%, ETA 0:00:00" in err
+    assert "\rtopicmatch match: 3,000 subjects, " in err and ", 100%, ETA 0:00:00" in err
     assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED   # auto, not a terminal
     assert "\r" not in capsys.readouterr().err
 
 
-def test_python_m_fastsub_match(tmp_path):
+def test_python_m_topicmatch_match(tmp_path):
     fp, sp = _files(tmp_path, ["x.y.z", "billing.q"])
-    r = subprocess.run([sys.executable, "-m", "fastsub", "match", "--subs", fp, "--subjects", sp],
+    r = subprocess.run([sys.executable, "-m", "topicmatch", "match", "--subs", fp, "--subjects", sp],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "x.y.z\t5\tx.y.z\nbilling.q\t4\tbilling.*\n"
-    assert r.stderr.startswith("fastsub match: 2 subjects = 2 delivered + 0 unmatched + 0 rejected")
+    assert r.stderr.startswith("topicmatch match: 2 subjects = 2 delivered + 0 unmatched + 0 rejected")
 
 
 def test_match_amqp_dialect(capsys, tmp_path):

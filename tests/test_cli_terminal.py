@@ -14,8 +14,8 @@ import threading
 import pytest
 
 from cli_errors import PREFIX, one_error_line
-from fastsub import cli
-from fastsub.cli import common, fanout as cmd_fanout, fanout_schema, match as cmd_match
+from topicmatch import cli
+from topicmatch.cli import common, fanout as cmd_fanout, fanout_schema, match as cmd_match
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -92,16 +92,16 @@ def test_match_progress_and_rejects_on_a_terminal_never_share_a_line(tmp_path, m
         monkeypatch.undo()
         raw = term.close()
     assert rc == cli.EXIT_REJECTED
-    assert "\rfastsub match: " in raw and "ETA" in raw            # drawn on the terminal
+    assert "\rtopicmatch match: " in raw and "ETA" in raw            # drawn on the terminal
     shown = _render(raw)
     rejects = [ln for ln in shown if " rejected: " in ln]
     assert len(rejects) == 60
-    assert all(re.fullmatch(rf"fastsub: {re.escape(sp)} line \d+: rejected: .*empty token.*",
+    assert all(re.fullmatch(rf"topicmatch: {re.escape(sp)} line \d+: rejected: .*empty token.*",
                             ln) for ln in rejects), rejects[:3]
     # every line shown is a message: no progress text left before or after one
-    assert all(ln.startswith("fastsub: ") or ln.startswith("fastsub match: 3,000 subjects = ")
+    assert all(ln.startswith("topicmatch: ") or ln.startswith("topicmatch match: 3,000 subjects = ")
                for ln in shown), [ln for ln in shown if "ETA" in ln][:3]
-    assert shown[-1].startswith("fastsub match: 3,000 subjects = ")
+    assert shown[-1].startswith("topicmatch match: 3,000 subjects = ")
 
 
 def test_match_off_a_terminal_has_no_progress_only_capped_rejects_and_the_summary(
@@ -116,8 +116,8 @@ def test_match_off_a_terminal_has_no_progress_only_capped_rejects_and_the_summar
     lines = err.splitlines()
     assert len(lines) == 102
     assert all(" rejected: " in ln for ln in lines[:100])
-    assert lines[100] == f"fastsub: {sp}: 100 more rejected subjects not shown"
-    assert lines[101].startswith("fastsub match: 10,000 subjects = ")
+    assert lines[100] == f"topicmatch: {sp}: 100 more rejected subjects not shown"
+    assert lines[101].startswith("topicmatch match: 10,000 subjects = ")
 
 
 def test_the_writer_clears_the_progress_line_before_a_message():
@@ -127,10 +127,10 @@ def test_the_writer_clears_the_progress_line_before_a_message():
     out = Tty()
     err = common.Stderr(out)
     err.status("working 10%")
-    err.line("fastsub: x line 3: rejected: why")
+    err.line("topicmatch: x line 3: rejected: why")
     err.status("working 20%")
-    print("fastsub: error: boom", file=err)                    # print() through it too
-    assert _render(out.getvalue()) == ["fastsub: x line 3: rejected: why", "fastsub: error: boom"]
+    print("topicmatch: error: boom", file=err)                    # print() through it too
+    assert _render(out.getvalue()) == ["topicmatch: x line 3: rejected: why", "topicmatch: error: boom"]
     off = common.Stderr(io.StringIO())
     off.status("working")
     off.line("message")
@@ -138,10 +138,10 @@ def test_the_writer_clears_the_progress_line_before_a_message():
 
 
 def test_spark_progress_draws_through_the_writer(monkeypatch):
-    """fastsub.spark.Progress given the command line's writer: one line
+    """topicmatch.spark.Progress given the command line's writer: one line
     redrawn in place (a terminal), cleared on exit; none off a terminal."""
     pytest.importorskip("pyspark")
-    from fastsub.spark import progress as sp
+    from topicmatch.spark import progress as sp
 
     class Tty(io.StringIO):
         def isatty(self):
@@ -157,10 +157,10 @@ def test_spark_progress_draws_through_the_writer(monkeypatch):
         with p:
             while p.lines < 2:
                 pass
-            err.line("fastsub: a message")
+            err.line("topicmatch: a message")
         raw = stream.getvalue()
         assert ("\r[  0.1 s] matching: stage 1" in raw) is drawn
-        assert _render(raw) == ["fastsub: a message"]
+        assert _render(raw) == ["topicmatch: a message"]
         assert err.width == 0
 
 
@@ -323,7 +323,7 @@ def test_no_placeholder_is_left_in_the_docs():
 
 def test_the_jvm_incubator_warning_is_dropped_and_the_rest_passes():
     pytest.importorskip("pyspark")
-    from fastsub.spark.session import forward_jvm_stderr
+    from topicmatch.spark.session import forward_jvm_stderr
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     t = threading.Thread(target=forward_jvm_stderr, args=(r_in, w_out))

@@ -12,7 +12,7 @@ as written:
   while a writer saves new images over the path several times: no request
   fails, every answer is one whole set's, and the old index answers from
   its unlinked file until it is dropped;
-* routing-image: fastsub.amqtt's broker started from a routing image routes
+* routing-image: topicmatch.amqtt's broker started from a routing image routes
   to paho clients that never subscribed (tests/test_amqtt_image.py has the
   rest).
 
@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from fastsub import Sublist
+from topicmatch import Sublist
 
 pytestmark = pytest.mark.amqtt          # the examples serve amqtt's broker in-process
 
@@ -54,7 +54,7 @@ def _free_port():
 
 
 def test_the_broker_example_starts_and_shuts_down():
-    pytest.importorskip("amqtt", reason="the example needs amqtt (pip install 'fastsub[amqtt]')")
+    pytest.importorskip("amqtt", reason="the example needs amqtt (pip install 'topicmatch[amqtt]')")
     ns = {"__name__": "__doc_example__"}
     exec(compile(_example("broker"), "docs/embedding.md:broker", "exec"), ns)
     port = _free_port()
@@ -319,7 +319,7 @@ def test_hot_swap_readers_see_one_whole_set_at_a_time(tmp_path):
 
 # -- the broker from a routing image ------------------------------------------
 def test_the_routing_image_example_routes_without_subscribe(tmp_path):
-    pytest.importorskip("amqtt", reason="the example needs amqtt (pip install 'fastsub[amqtt]')")
+    pytest.importorskip("amqtt", reason="the example needs amqtt (pip install 'topicmatch[amqtt]')")
     pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed")
     from amqtt_harness import Client, settle
     ns = {"__name__": "__doc_example__"}

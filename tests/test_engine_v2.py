@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-import fastsub
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import _reference as R
 
 from isolated import run_isolated
 from strategies import DIALECTS, ONE, REST, SEP, all_ids, norm
@@ -29,7 +29,7 @@ def agree(sl, ref, subjects):
 
 def both(sl_ref_pairs, f, i, q=None):
     for x in sl_ref_pairs:
-        x.insert(f, i, queue=q) if isinstance(x, fastsub.Sublist) else x.insert(f, i, q)
+        x.insert(f, i, queue=q) if isinstance(x, topicmatch.Sublist) else x.insert(f, i, q)
 
 
 def many_shapes(dialect, n_tokens, count, rng):
@@ -49,7 +49,7 @@ def test_shapes_past_the_budget_go_to_the_trie(dialect):
     # 7 tokens give 127 one-wildcard masks: more shapes than the budget
     # (64 in all, 24 probed per subject length); the surplus lives in the trie
     rng = random.Random(5)
-    sl, ref = fastsub.Sublist(dialect), R.ReferenceSublist(dialect)
+    sl, ref = topicmatch.Sublist(dialect), R.ReferenceSublist(dialect)
     filters = many_shapes(dialect, 7, 127, rng)
     for i, f in enumerate(filters):
         both((sl, ref), f, i)
@@ -63,13 +63,13 @@ def test_shapes_past_the_budget_go_to_the_trie(dialect):
         ref.remove(filters[i], i)
     agree(sl, ref, subjects)
     # and a serialized image of the mixed layout answers the same
-    agree(fastsub.Sublist.from_bytes(sl.to_bytes()), ref, subjects)
+    agree(topicmatch.Sublist.from_bytes(sl.to_bytes()), ref, subjects)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_filters_deeper_than_a_shape_holds(dialect):
     sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
-    sl, ref = fastsub.Sublist(dialect), R.ReferenceSublist(dialect)
+    sl, ref = topicmatch.Sublist(dialect), R.ReferenceSublist(dialect)
     deep = ["a"] * 60
     f1 = sep.join(deep[:30] + [one] + deep[31:])
     f2 = sep.join(deep[:55]) + sep + rest
@@ -85,7 +85,7 @@ def test_literals_deeper_than_the_shape_mixes(dialect):
     # The literal table's key sums every token's mix; a subject computes the
     # first FS_SHAPE_MAX_TOKENS (48) of them for the shapes and adds the rest.
     sep = SEP[dialect]
-    sl, ref = fastsub.Sublist(dialect), R.ReferenceSublist(dialect)
+    sl, ref = topicmatch.Sublist(dialect), R.ReferenceSublist(dialect)
     words = [f"w{i}" for i in range(70)]
     filters = [sep.join(words[:n]) for n in (47, 48, 49, 60, 70)]
     filters.append(sep.join(words[:59] + ["other"]))
@@ -94,7 +94,7 @@ def test_literals_deeper_than_the_shape_mixes(dialect):
     subjects = filters + [sep.join(words[:n]) for n in (46, 50, 61, 69)]
     subjects.append(sep.join(words[:48] + ["x"] + words[49:60]))
     agree(sl, ref, subjects)
-    agree(fastsub.Sublist.from_bytes(sl.to_bytes()), ref, subjects)
+    agree(topicmatch.Sublist.from_bytes(sl.to_bytes()), ref, subjects)
     for i in range(0, len(filters), 2):
         sl.remove(filters[i], i)
         ref.remove(filters[i], i, None)
@@ -104,7 +104,7 @@ def test_literals_deeper_than_the_shape_mixes(dialect):
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_shape_churn(dialect):
     sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
-    sl, ref = fastsub.Sublist(dialect, cache_size=16), R.ReferenceSublist(dialect)
+    sl, ref = topicmatch.Sublist(dialect, cache_size=16), R.ReferenceSublist(dialect)
     empty = sl.stats()["memory_bytes"]
     subjects = [f"a{sep}b", f"a{sep}b{sep}c", f"x{sep}b", "a"]
     agree(sl, ref, subjects)
@@ -128,7 +128,7 @@ def test_a_shape_appearing_between_batches_of_one_call(dialect):
     # another thread lands between chunks; rows after it see the new shape
     import threading
     sep, one = SEP[dialect], ONE[dialect]
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     sl.insert(f"a{sep}b", 1)
     subjects = [f"a{sep}b"] * 200_000
     started = threading.Event()
@@ -152,7 +152,7 @@ def test_version_1_images_still_load_and_change():
     # a version 1 image keeps its wildcard filters in the trie; inserting
     # them again finds them there instead of adding a second entry
     with open(os.path.join(HERE, "golden", "nats_small_v1.fsb"), "rb") as f:
-        sl = fastsub.Sublist.from_bytes(f.read())
+        sl = topicmatch.Sublist.from_bytes(f.read())
     n = len(sl)
     assert sl.insert("orders.*.created", 3) is False
     assert sl.insert("orders.>", 4, queue="workers") is False
@@ -160,7 +160,7 @@ def test_version_1_images_still_load_and_change():
     assert 3 not in sl.match("orders.eu.created").subs
     assert sl.insert("orders.*.created", 3) is True
     assert len(sl) == n
-    again = fastsub.Sublist.from_bytes(sl.to_bytes())
+    again = topicmatch.Sublist.from_bytes(sl.to_bytes())
     assert norm(again.match("orders.eu.created")) == norm(sl.match("orders.eu.created"))
 
 
@@ -169,7 +169,7 @@ def test_version_1_images_still_load_and_change():
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_dedupe_delivers_each_subscriber_once(dialect):
     sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     # subscriber 7 holds three overlapping filters, subscriber 8 one
     for f in (f"a{sep}b", f"a{sep}{one}", f"a{sep}{rest}"):
         sl.insert(f, 7)
@@ -193,8 +193,8 @@ def test_dedupe_delivers_each_subscriber_once(dialect):
 # --------------------------------------------------------- hardening (issue F1, F4, F5)
 
 F1_MATCH = """
-import gc, sys, fastsub
-sl = fastsub.Sublist(); n = 5000
+import gc, sys, topicmatch
+sl = topicmatch.Sublist(); n = 5000
 sl.insert_many(["a.b"] * n, range(n), [f"q{i}" for i in range(n)]); sl.insert("x.y", -1)
 class B:
     def __init__(s): s.me = s
@@ -222,7 +222,7 @@ def test_gc_reentry_during_match_keeps_the_outer_result(inner):
 def test_failed_insert_many_keeps_memory_bytes(dialect):
     # F5: the id array a failed batch grew is given back when it is undone
     sep = SEP[dialect]
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     f = sep.join("cccc")
     sl.insert(f, 0)
     m = sl.stats()["memory_bytes"]
@@ -236,7 +236,7 @@ def test_memory_follows_the_live_set(dialect):
     # F4: tables shrink when they empty, so an emptied index is back to
     # (nearly) the memory of a new one
     sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     empty = sl.stats()["memory_bytes"]
     n = 60_000
     filters = []

@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-import fastsub
+import topicmatch
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
 
@@ -29,7 +29,7 @@ SUBJECTS = [f"a.{i % 40}.c" for i in range(1100)] + ["x.y"] * 100   # two read-l
 
 def _index(cache_size):
     """2,000 filters, some in queue groups, as in the issue's reproduction."""
-    sl = fastsub.Sublist("nats", cache_size=cache_size)
+    sl = topicmatch.Sublist("nats", cache_size=cache_size)
     filters = ([f"a.{i}.c" for i in range(1000)] + [f"a.*.{i}" for i in range(500)]
                + ["a.>"] * 250 + ["*.*.c"] * 20 + [f"b.*.{i}" for i in range(230)])
     queues = [None] * 1500 + ["w"] * 250 + [None] * 250
@@ -68,10 +68,10 @@ def _child(sl, want_match, want_batch):
             b = sl.match_many(SUBJECTS, threads=threads)
             ok = ok and b.sub_ids.tolist() == want_batch
         ok = ok and sl.remove("fork.child", 424242) is None
-        fresh = fastsub.Sublist("nats", cache_size=16)
+        fresh = topicmatch.Sublist("nats", cache_size=16)
         fresh.insert("p.*", 1)
         ok = ok and fresh.match("p.q").subs == [1]
-        ok = ok and fastsub.Sublist.from_bytes(sl.to_bytes()).match("a.7.c").subs == m.subs
+        ok = ok and topicmatch.Sublist.from_bytes(sl.to_bytes()).match("a.7.c").subs == m.subs
         os._exit(0 if ok else 3)
     except BaseException:               # noqa: BLE001 - the status reports it
         os._exit(4)
@@ -141,7 +141,7 @@ def test_fork_while_threads_create_and_free_indexes():
     def churn():
         try:
             while not stop.is_set():
-                x = fastsub.Sublist("mqtt", cache_size=8)
+                x = topicmatch.Sublist("mqtt", cache_size=8)
                 x.insert("a/+", 1)
                 x.match_many(["a/b"] * 100, threads=2)
                 del x
@@ -170,10 +170,10 @@ def test_fork_while_threads_create_and_free_indexes():
 
 
 def test_python_level_locks_are_released_in_the_child():
-    """fastsub's Python-level locks (the workers' index caches; fork_safe_lock)
+    """topicmatch's Python-level locks (the workers' index caches; fork_safe_lock)
     held by another thread at fork() are free in the child."""
-    pytest.importorskip("pyspark", reason="fastsub.spark needs PySpark (fastsub[spark])")
-    from fastsub.spark import ship
+    pytest.importorskip("pyspark", reason="topicmatch.spark needs PySpark (topicmatch[spark])")
+    from topicmatch.spark import ship
     lock = ship._cache._lock
     held, release = threading.Event(), threading.Event()
 
@@ -199,7 +199,7 @@ def _pool_child(sl, want_batch):
     """Runs in a child forked with the parent's batch worker pool alive:
     the child's pool starts empty, and its first threaded batch starts
     workers of its own and gives the exact answer."""
-    from fastsub import _core
+    from topicmatch import _core
     try:
         ok = _core._pool_status() == (0, 0)
         for threads in (2, 4, 1, 3):
@@ -217,7 +217,7 @@ def test_fork_with_the_worker_pool_alive_and_busy(cache_size):
     workers (tiny blocks, four workers on any machine): every child starts
     with an empty pool, grows its own and matches exactly; none hangs; the
     parent's pool goes on."""
-    from fastsub import _core
+    from topicmatch import _core
     sl = _index(cache_size)
     want_batch = sl.match_many(SUBJECTS).sub_ids.tolist()
     saved = _core._set_batch_threading(min_rows_per_thread=1, block_rows=7, cpus=4)

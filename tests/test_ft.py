@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-import fastsub
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import _reference as R
 
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 # fs_match.c's FS_WALK_RELEASE_MIN: from this many subscriptions match()
@@ -27,7 +27,7 @@ BIG = 1000
 def test_importing_keeps_the_gil_off():
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
     code = ("import sys, warnings; warnings.simplefilter('error');"
-            "import fastsub, fastsub._core; print(sys._is_gil_enabled())")
+            "import topicmatch, topicmatch._core; print(sys._is_gil_enabled())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", out.stderr
@@ -40,7 +40,7 @@ def test_this_run_has_the_gil_off():
 
 
 def _index(n, cache_size):
-    sl = fastsub.Sublist(cache_size=cache_size)
+    sl = topicmatch.Sublist(cache_size=cache_size)
     filters = [f"svc.{i % 97}.{i}" if i % 3 else f"svc.{i % 97}.*" for i in range(n)]
     sl.insert_many(filters, list(range(n)))
     return sl, list(zip(filters, range(n), [None] * n))
@@ -120,7 +120,7 @@ def test_match_results_shared_between_threads():
     """Two threads asking one MatchResult for its empty lists at once get
     the same list (free-threaded: a critical section makes the test and the
     set one step)."""
-    sl = fastsub.Sublist()
+    sl = topicmatch.Sublist()
     for _ in range(200):
         m = sl.match("nothing.here")
         got = []

@@ -7,7 +7,7 @@ and AMQP: one group per queue name --, each group's members ascending.  Not
 on insertion order, removals, the cache, threads, an image round trip or
 sharding: every comparison here is exact (lists and arrays, not sets),
 against another build of the same set, against the rows of shards merged
-by value, and against src/fastsub/_reference.py, which restates the order
+by value, and against src/topicmatch/_reference.py, which restates the order
 independently."""
 import heapq
 import random
@@ -15,8 +15,8 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import fastsub
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import _reference as R
 
 from examples import examples
 from strategies import ALL_DIALECTS, subjects, subscriptions, tiny_thread_blocks
@@ -31,10 +31,10 @@ def rows(b):
 def test_minimal_case_round_trip():
     """Queue groups come by name, not in the order they were made: the same
     before and after to_bytes()/from_bytes() (which stores them by name)."""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert("a.a", -2, queue="q2")
     sl.insert("a.a", 1, queue="q1")
-    loaded = fastsub.Sublist.from_bytes(sl.to_bytes())
+    loaded = topicmatch.Sublist.from_bytes(sl.to_bytes())
     for e in (sl, loaded):
         assert e.match_many(["a.a"], queues="all")[0].tolist() == [1, -2]
         assert e.match("a.a").groups == [("q1", None, [1]), ("q2", None, [-2])]
@@ -50,7 +50,7 @@ def test_plain_ids_ascending():
     for seed in range(6):
         order = subs[:]
         random.Random(seed).shuffle(order)
-        sl = fastsub.Sublist("nats")
+        sl = topicmatch.Sublist("nats")
         for f, i in order:
             sl.insert(f, i)
         assert sl.match("a.b").subs == want
@@ -119,7 +119,7 @@ def test_plain_merge_shapes(shape, cache_size):
     order = list(range(len(fs)))
     random.Random(7).shuffle(order)
     fs, ids = [fs[j] for j in order], [ids[j] for j in order]
-    sl = fastsub.Sublist("nats", cache_size=cache_size)
+    sl = topicmatch.Sublist("nats", cache_size=cache_size)
     assert sl.insert_many(fs, ids) == len(fs)
     ref = R.ReferenceSublist("nats")
     ref.insert_many(fs, ids)
@@ -131,11 +131,11 @@ def test_plain_merge_shapes(shape, cache_size):
     assert sl.match_many(["a.b.c.d", "x.y", "a.b.c.d"])[0].tolist() == want
     assert sl.match_many(["a.b.c.d", "x.y", "a.b.c.d"])[2].tolist() == want
     assert sl.match_many(["a.b.c.d"], dedupe=True)[0].tolist() == sorted(set(want))
-    assert fastsub.Sublist.from_bytes(sl.to_bytes()).match_many(["a.b.c.d"])[0].tolist() == want
+    assert topicmatch.Sublist.from_bytes(sl.to_bytes()).match_many(["a.b.c.d"])[0].tolist() == want
 
 
 def test_mqtt_groups_by_name_then_filter():
-    sl = fastsub.Sublist("mqtt")
+    sl = topicmatch.Sublist("mqtt")
     sl.insert("$share/g/a/#", 4)
     sl.insert("a/+", 3, queue="g")
     sl.insert("a/b", 2, queue="g")
@@ -148,7 +148,7 @@ def test_mqtt_groups_by_name_then_filter():
 
 def test_merged_group_members_ascending():
     """NATS: one group per name across filters, its members merged."""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     for f, i in [("a.b", 5), ("a.*", 2), ("a.>", 9), ("*.b", 1), ("a.b", 3)]:
         sl.insert(f, i, queue="q")
     assert sl.match("a.b").groups == [("q", None, [1, 2, 3, 5, 9])]
@@ -157,7 +157,7 @@ def test_merged_group_members_ascending():
 
 def test_removal_keeps_the_order():
     """Removing a group from a node keeps the others in name order."""
-    a, b = fastsub.Sublist("nats"), fastsub.Sublist("nats")
+    a, b = topicmatch.Sublist("nats"), topicmatch.Sublist("nats")
     for q in ["z", "c", "m", "a"]:
         a.insert("x", ord(q), queue=q)
     a.remove("x", ord("c"), queue="c")
@@ -170,7 +170,7 @@ def test_removal_keeps_the_order():
 def test_many_nodes_sorted():
     """More matching filters than are ordered by insertion (16): sorted all
     the same."""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     filters = [f"a.{'*' if k % 2 else 'b'}.>" if k < 2 else f"a.b.c{k}" for k in range(40)]
     rng = random.Random(1)
     subs = [("a.>", k) for k in range(3)] + [(f, 100 + k) for k, f in enumerate(filters)]
@@ -195,7 +195,7 @@ def test_reverse_match_order(dialect):
     for seed in range(4):
         order = subs[:]
         random.Random(seed).shuffle(order)
-        sl, ref = fastsub.Sublist(dialect), R.ReferenceSublist(dialect)
+        sl, ref = topicmatch.Sublist(dialect), R.ReferenceSublist(dialect)
         for f, i, q in order:
             sl.insert(f, i, queue=q)
             ref.insert(f, i, queue=q)
@@ -218,7 +218,7 @@ def builds(draw, dialect):
 
 
 def _build(dialect, subs, extra=(), cache_size=0):
-    sl = fastsub.Sublist(dialect, cache_size=cache_size)
+    sl = topicmatch.Sublist(dialect, cache_size=cache_size)
     for f, i, q in subs:
         sl.insert(f, i, queue=q)
     for f, i, q in extra:                # inserted, then removed again (if new)
@@ -238,8 +238,8 @@ def test_same_set_same_rows(dialect, data):
         ref.insert(f, i, queue=q)
     first = _build(dialect, subs)
     engines = [first, _build(dialect, other, extra), _build(dialect, other, extra, cache_size=4),
-               fastsub.Sublist.from_bytes(first.to_bytes()),
-               fastsub.Sublist.from_bytes(_build(dialect, other, extra).to_bytes(), cache_size=4)]
+               topicmatch.Sublist.from_bytes(first.to_bytes()),
+               topicmatch.Sublist.from_bytes(_build(dialect, other, extra).to_bytes(), cache_size=4)]
     for s in ss:
         for dedupe in (False, True):
             want = ref.match(s, dedupe=dedupe)

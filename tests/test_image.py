@@ -2,7 +2,7 @@
 
 An image -- from to_bytes() or a saved file, opened with verify=True or
 verify=False, with or without a result cache -- answers exactly as the
-index it was written from and as fastsub._reference: every match /
+index it was written from and as topicmatch._reference: every match /
 match_many row in the defined order (README, "The order of a row"),
 has_interest, num_interest, reverse_match, len.  An opened index keeps
 changing through its live part and still answers for its current set,
@@ -29,8 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import invariant, rule
 
-import fastsub
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import _reference as R
 
 from examples import examples, steps
 from image_helpers import (BAD_FILTER, build, child_build_and_save, child_open_and_answer, diff, expected,
@@ -88,9 +88,9 @@ def opened_all(blob, folder, name="img.fsb"):
     for verify in (True, False):
         for cache in (0, 4):
             out.append((f"from_bytes(verify={verify}, cache_size={cache})",
-                        fastsub.Sublist.from_bytes(blob, verify=verify, cache_size=cache)))
+                        topicmatch.Sublist.from_bytes(blob, verify=verify, cache_size=cache)))
             out.append((f"open(verify={verify}, cache_size={cache})",
-                        fastsub.Sublist.open(path, verify=verify, cache_size=cache)))
+                        topicmatch.Sublist.open(path, verify=verify, cache_size=cache)))
     return out
 
 
@@ -176,9 +176,9 @@ class World:
         path = os.path.join(folder, "mut.fsb")
         with open(path, "wb") as f:
             f.write(blob)
-        self.images = [fastsub.Sublist.from_bytes(blob),
-                       fastsub.Sublist.from_bytes(blob, verify=False, cache_size=4),
-                       fastsub.Sublist.open(path, cache_size=4)]
+        self.images = [topicmatch.Sublist.from_bytes(blob),
+                       topicmatch.Sublist.from_bytes(blob, verify=False, cache_size=4),
+                       topicmatch.Sublist.open(path, cache_size=4)]
         self.engines = [self.built] + self.images
         self.gens = [e.generation for e in self.engines]
         self.built_counts = self.counts(self.built)
@@ -222,7 +222,7 @@ class World:
             ids.insert(at, 7)
             qs.insert(at, None)
             for e in self.engines:
-                with pytest.raises(fastsub.InvalidSubjectError):
+                with pytest.raises(topicmatch.InvalidSubjectError):
                     (e.remove_many if removing else e.insert_many)(fs, ids, qs)
             if not removing:    # rows before the bad one may have been moved to the live part
                 self.maybe.update(inner(self.dialect, f) for f in fs[:at])
@@ -301,14 +301,14 @@ def test_opened_image_changes_like_a_built_index(dialect, data):
                 saved = f.read()
             assert saved == e.to_bytes()
             images.add(saved)
-            for again in (fastsub.Sublist.open(path), fastsub.Sublist.from_bytes(saved, verify=False, cache_size=4)):
+            for again in (topicmatch.Sublist.open(path), topicmatch.Sublist.from_bytes(saved, verify=False, cache_size=4)):
                 check(again, observed(again, probes), want, ("saved and opened again", k))
                 assert_fresh_image_stats(again, saved)
                 # and it goes on changing: remove everything, the empty set remains
                 for f, q, i in sorted(w.ref._subs, key=repr):
                     again.remove(f, i, queue=q)
                 assert len(again) == 0 and again.reverse_match(REST[dialect]) == []
-                assert again.to_bytes() == fastsub.Sublist(dialect).to_bytes()
+                assert again.to_bytes() == topicmatch.Sublist(dialect).to_bytes()
         if dialect != "amqp":
             # one set, one image: the built index, every changed image, and
             # a fresh build of the reference's set
@@ -358,7 +358,7 @@ def test_live_part_holds_each_changed_filter_whole(dialect):
     f1, f2, f3 = f"a{sep}{one}", f"a{sep}b", f"{one}{sep}{rest}"
     subs = [(f1, 1, None), (f1, 2, None), (f1, 3, "q"), (f2, 4, None), (f3, 5, "g"), (f3, 6, "g")]
     built, ref = build(dialect, subs), reference(dialect, subs)
-    e = fastsub.Sublist.from_bytes(built.to_bytes())
+    e = topicmatch.Sublist.from_bytes(built.to_bytes())
     probe = [f"a{sep}b", f"a{sep}c", f"b{sep}c{sep}d", "a"]
 
     def same(live):
@@ -390,7 +390,7 @@ def test_live_part_holds_each_changed_filter_whole(dialect):
     same(3 + 3 + 2)                                 # f3 moved (5, 6, 7); f2 holds 4, 8
     assert e.stats()["inserts"] == 4 and e.stats()["removes"] == 2
     assert len(e) == len(ref) == len(built)
-    out = fastsub.Sublist.from_bytes(e.to_bytes())
+    out = topicmatch.Sublist.from_bytes(e.to_bytes())
     assert out.stats()["live_subscriptions"] == 0
     for s in probe:
         r = ref.match(s)
@@ -407,7 +407,7 @@ def test_readers_see_one_state_or_the_other_while_the_live_part_changes(dialect)
     import threading
     sep, one = SEP[dialect], ONE[dialect]
     subs = [(f"a{sep}b", 1, None), (f"a{sep}{one}", 2, "q"), (f"{one}{sep}b", 3, None), (f"a{sep}{one}", 4, None)]
-    e = fastsub.Sublist.from_bytes(build(dialect, subs).to_bytes(), cache_size=4)
+    e = topicmatch.Sublist.from_bytes(build(dialect, subs).to_bytes(), cache_size=4)
     s = f"a{sep}b"
     without = ([1, 3, 4], [("q", f"a{sep}{one}" if dialect == "mqtt" else None, [2])])
     with_x = ([1, 3, 4, 9], without[1])
@@ -445,10 +445,10 @@ def test_has_interest_sees_past_a_masked_entry(dialect):
     # has_interest stops at the first matching table entry: on a changed
     # image that entry may have moved to the live part (found by these tests).
     sep, one = SEP[dialect], ONE[dialect]
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     sl.insert(f"a{sep}b", 1)          # the literal table: found first
     sl.insert(f"a{sep}{one}", 2)      # a shape table: found after it
-    e = fastsub.Sublist.from_bytes(sl.to_bytes())
+    e = topicmatch.Sublist.from_bytes(sl.to_bytes())
     e.remove(f"a{sep}b", 1)           # a{sep}b moves to the live part, empty there
     assert e.match(f"a{sep}b").subs == [2]
     assert e.num_interest(f"a{sep}b") == (1, 0)
@@ -467,7 +467,7 @@ def make_image_machine(dialect):
 
         def __init__(self):
             super().__init__()
-            self.folder = tempfile.mkdtemp(prefix="fastsub-img-")
+            self.folder = tempfile.mkdtemp(prefix="topicmatch-img-")
             self.saves = 0
 
         def teardown(self):
@@ -484,13 +484,13 @@ def make_image_machine(dialect):
                 self.saves += 1
                 path = os.path.join(self.folder, f"s{self.saves % 3}.fsb")   # saved over older files too
                 e.save(path)
-                new = fastsub.Sublist.open(path, verify=how == "file", cache_size=cache)
+                new = topicmatch.Sublist.open(path, verify=how == "file", cache_size=cache)
                 with open(path, "rb") as f:
                     blob = f.read()
             else:
                 blob = e.to_bytes()
                 data = memoryview(blob) if how == "memoryview" else blob
-                new = fastsub.Sublist.from_bytes(data, verify=how != "bytes-unverified", cache_size=cache)
+                new = topicmatch.Sublist.from_bytes(data, verify=how != "bytes-unverified", cache_size=cache)
             assert_fresh_image_stats(new, blob)
             assert len(new) == len(self.ref)
             self.engines[k] = new
@@ -560,7 +560,7 @@ def test_image_saved_by_one_process_opened_by_another():
             path = os.path.join(folder, f"child-{dialect}.fsb")
             theirs = pool.apply(child_build_and_save, (dialect, subs, path, probes))
             assert theirs == want
-            mine = fastsub.Sublist.open(path)
+            mine = topicmatch.Sublist.open(path)
             assert mine.dialect == dialect
             check(mine, observed(mine, probes), want, "opened here")
             with open(path, "rb") as f:
@@ -606,7 +606,7 @@ def test_buffers_read_in_place_or_copied(dialect):
     blob = sl.to_bytes()
 
     # bytes: read in place
-    e = fastsub.Sublist.from_bytes(blob)
+    e = topicmatch.Sublist.from_bytes(blob)
     assert _answers(e, ss) == want and e.stats()["mapped_bytes"] == len(blob)
 
     # a memoryview of bytes, 8-byte aligned: read in place, so the view
@@ -618,7 +618,7 @@ def test_buffers_read_in_place_or_copied(dialect):
             break
         mv.release()
     assert _addr(mv) % 8 == 0
-    e = fastsub.Sublist.from_bytes(mv)
+    e = topicmatch.Sublist.from_bytes(mv)
     assert _answers(e, ss) == want and e.stats()["mapped_bytes"] == len(blob)
     with pytest.raises(BufferError):
         mv.release()
@@ -632,14 +632,14 @@ def test_buffers_read_in_place_or_copied(dialect):
         if _addr(mv) % 8 == 0:
             mv.release()
             continue
-        e = fastsub.Sublist.from_bytes(mv, cache_size=2)
+        e = topicmatch.Sublist.from_bytes(mv, cache_size=2)
         mv.release()
         assert _answers(e, ss) == want and e.to_bytes() == blob
         assert e.stats()["mapped_bytes"] == len(blob)
 
     # a bytearray: copied, so changing it afterwards changes nothing
     ba = bytearray(blob)
-    e = fastsub.Sublist.from_bytes(ba)
+    e = topicmatch.Sublist.from_bytes(ba)
     ba[:] = bytes(len(ba))
     ba.extend(b"x" * 100)               # not exported either
     assert _answers(e, ss) == want and e.to_bytes() == blob
@@ -647,7 +647,7 @@ def test_buffers_read_in_place_or_copied(dialect):
     # a writable mmap: copied, and it can be closed under the index
     anon = mmap.mmap(-1, len(blob))
     anon[:] = blob
-    e = fastsub.Sublist.from_bytes(anon)
+    e = topicmatch.Sublist.from_bytes(anon)
     anon[:] = bytes(len(blob))
     anon.close()
     assert _answers(e, ss) == want
@@ -658,7 +658,7 @@ def test_buffers_read_in_place_or_copied(dialect):
         sl.save(path)
         with open(path, "rb") as f:
             ro = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        e = fastsub.Sublist.from_bytes(ro, verify=False)
+        e = topicmatch.Sublist.from_bytes(ro, verify=False)
         assert _answers(e, ss) == want and e.stats()["mapped_bytes"] == len(blob)
         with pytest.raises(BufferError):
             ro.close()
@@ -668,11 +668,11 @@ def test_buffers_read_in_place_or_copied(dialect):
 
         # Sublist.open: the file replaced by a save while open -- the open
         # index keeps answering for the file it mapped, a new open sees the new one
-        e = fastsub.Sublist.open(path)
+        e = topicmatch.Sublist.open(path)
         other = build(dialect, subs[:1])
         other.save(path)
         assert _answers(e, ss) == want
-        assert _answers(fastsub.Sublist.open(path), ss) == _answers(other, ss)
+        assert _answers(topicmatch.Sublist.open(path), ss) == _answers(other, ss)
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
@@ -682,7 +682,7 @@ def test_opened_index_saves_over_its_own_file_pickles_and_copies(dialect):
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "self.fsb")
         sl.save(path)
-        e = fastsub.Sublist.open(path, cache_size=8)
+        e = topicmatch.Sublist.open(path, cache_size=8)
         e.save(path)                                    # unchanged, over the file it maps
         assert _answers(e, ss) == _answers(sl, ss)
         for x in (e, sl):
@@ -690,7 +690,7 @@ def test_opened_index_saves_over_its_own_file_pickles_and_copies(dialect):
             x.discard(*subs[3][:2], queue=subs[3][2])
         e.save(path)                                    # changed, over the file it maps
         assert _answers(e, ss) == _answers(sl, ss)      # the old mapping still serves it
-        again = fastsub.Sublist.open(path)
+        again = topicmatch.Sublist.open(path)
         assert _answers(again, ss) == _answers(sl, ss)
         assert again.stats()["live_subscriptions"] == 0
         for other in [pickle.loads(pickle.dumps(e, protocol=p)) for p in range(pickle.HIGHEST_PROTOCOL + 1)] + \
@@ -713,20 +713,20 @@ def test_version_2_loads_and_opens(dialect):
         path = os.path.join(folder, "v2.fsb")
         with open(path, "wb") as f:
             f.write(v2)
-        for e in (fastsub.Sublist.from_bytes(v2), fastsub.Sublist.from_bytes(bytearray(v2)),
-                  fastsub.Sublist.open(path), fastsub.Sublist.open(path, verify=False, cache_size=4)):
+        for e in (topicmatch.Sublist.from_bytes(v2), topicmatch.Sublist.from_bytes(bytearray(v2)),
+                  topicmatch.Sublist.open(path), topicmatch.Sublist.open(path, verify=False, cache_size=4)):
             assert e.dialect == dialect and _answers(e, ss) == want
             assert e.stats()["mapped_bytes"] == 0       # rebuilt, not mapped
             assert e.to_bytes(version=2) == v2
             if dialect != "amqp":
                 assert e.to_bytes() == sl.to_bytes()
         # an opened image (changed or not) writes version 2 too
-        img = fastsub.Sublist.from_bytes(sl.to_bytes())
+        img = topicmatch.Sublist.from_bytes(sl.to_bytes())
         if dialect != "amqp":
             assert img.to_bytes(version=2) == v2
         img.insert(subs[0][0], 50)
         sl.insert(subs[0][0], 50)
-        assert _answers(fastsub.Sublist.from_bytes(img.to_bytes(version=2)), ss) == _answers(sl, ss)
+        assert _answers(topicmatch.Sublist.from_bytes(img.to_bytes(version=2)), ss) == _answers(sl, ss)
     for bad in (1, 4, 0):
         with pytest.raises(ValueError):
             sl.to_bytes(version=bad)
@@ -737,10 +737,10 @@ def test_golden_versions_1_and_2_open(name):
     path = os.path.join(GOLDEN, name + ".fsb")
     with open(path, "rb") as f:
         old = f.read()
-    a, b = fastsub.Sublist.from_bytes(old), fastsub.Sublist.open(path)
+    a, b = topicmatch.Sublist.from_bytes(old), topicmatch.Sublist.open(path)
     assert a.stats()["mapped_bytes"] == b.stats()["mapped_bytes"] == 0
     img = a.to_bytes()
-    c = fastsub.Sublist.from_bytes(img)
+    c = topicmatch.Sublist.from_bytes(img)
     assert c.stats()["mapped_bytes"] == len(img)
     d = a.dialect
     rest, one, sep = REST[d], ONE[d], SEP[d]
@@ -760,13 +760,13 @@ def test_golden_versions_1_and_2_open(name):
 def test_unchanged_image_is_its_own_image(dialect, data):
     subs = data.draw(st.lists(subscriptions(dialect), max_size=30), label="subs")
     blob = build(dialect, subs).to_bytes()
-    e = fastsub.Sublist.from_bytes(blob, verify=data.draw(st.booleans()))
+    e = topicmatch.Sublist.from_bytes(blob, verify=data.draw(st.booleans()))
     assert e.to_bytes() == blob
-    assert fastsub.Sublist.from_bytes(e.to_bytes()).to_bytes() == blob
+    assert topicmatch.Sublist.from_bytes(e.to_bytes()).to_bytes() == blob
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "a.fsb")
         e.save(path)
-        o = fastsub.Sublist.open(path)
+        o = topicmatch.Sublist.open(path)
         assert o.to_bytes() == blob
         o.save(os.path.join(folder, "b.fsb"))
         with open(os.path.join(folder, "b.fsb"), "rb") as f:
@@ -793,13 +793,13 @@ def test_image_depends_only_on_the_set(dialect, data):
     order = data.draw(st.permutations(subs), label="order")
     extra = data.draw(st.lists(subscriptions(dialect), max_size=10), label="extra")
     a = build(dialect, subs)
-    b = fastsub.Sublist(dialect)
+    b = topicmatch.Sublist(dialect)
     for f, i, q in extra + order:
         b.insert(f, i, queue=q)
     ref = reference(dialect, subs)
     absent = [x for x in extra if ref._key(*x) not in ref._subs]     # in the set only on the way
     b.remove_many(*([x[k] for x in absent] for k in range(3)))
-    c = fastsub.Sublist.from_bytes(build(dialect, list(reversed(subs))).to_bytes())
+    c = topicmatch.Sublist.from_bytes(build(dialect, list(reversed(subs))).to_bytes())
     c.insert_many(*([x[k] for x in extra] for k in range(3)))
     for f, i, q in absent:
         c.discard(f, i, queue=q)
@@ -839,8 +839,8 @@ def test_larger_index_with_shape_overflow_and_deep_filters(dialect):
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "big.fsb")
         sl.save(path)
-        e = fastsub.Sublist.open(path, verify=True, cache_size=64)
-        e2 = fastsub.Sublist.from_bytes(blob, verify=False)
+        e = topicmatch.Sublist.open(path, verify=True, cache_size=64)
+        e2 = topicmatch.Sublist.from_bytes(blob, verify=False)
         for x in (e, e2):
             for q in ("all", "pick", "none"):
                 got, want = x.match_many(ss, queues=q), sl.match_many(ss, queues=q)
@@ -870,7 +870,7 @@ def test_larger_index_with_shape_overflow_and_deep_filters(dialect):
         for s in ss[:12]:
             r, m = ref.match(s), e.match(s)
             assert (m.subs, m.groups) == (r.subs, r.groups), s
-        again = fastsub.Sublist.from_bytes(e.to_bytes())
+        again = topicmatch.Sublist.from_bytes(e.to_bytes())
         got, want = again.match_many(ss, queues="all"), sl.match_many(ss, queues="all")
         assert got.sub_ids.tolist() == want.sub_ids.tolist()
 
@@ -888,7 +888,7 @@ def test_every_image_reason_is_documented():
         doc = f.read()
     sec = doc[doc.index("## Invariants of an image"):doc.index("**Not checked**")]
     listed = set(re.findall(r"`([^`]+)`", " ".join(sec.split())))
-    listed -= {"verify=True", "ValueError(\"corrupt fastsub index: <reason> at byte <offset>\")", "$share/"}
+    listed -= {"verify=True", "ValueError(\"corrupt topicmatch index: <reason> at byte <offset>\")", "$share/"}
     given = {r for line in src.splitlines() if re.search(r"vbad\(|FAIL\(|reason = |why = ", line)
              for r in re.findall(r'"([^"]+)"', line)}
     assert given, "no reasons found in fs_image.c"
@@ -919,14 +919,14 @@ def test_entries_sharing_long_prefixes_are_written_in_one_order(dialect):
     rng = random.Random(7)
     for _ in range(4):
         rng.shuffle(rows_)
-        sl = fastsub.Sublist(dialect)
+        sl = topicmatch.Sublist(dialect)
         for f, i, _q in rows_:
             sl.insert(f, i)
         got = sl.to_bytes()
         if want is None:
             want = got
         assert got == want
-    opened = fastsub.Sublist.from_bytes(want)
+    opened = topicmatch.Sublist.from_bytes(want)
     assert opened.to_bytes() == want
     ref = R.ReferenceSublist(dialect)
     for f, i, _q in rows_:

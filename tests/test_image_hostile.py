@@ -53,7 +53,7 @@ import warnings
 
 import pytest
 
-import fastsub
+import topicmatch
 import image_codec as C
 from examples import REPEAT
 
@@ -98,7 +98,7 @@ def subscriptions(d):
 
 
 def build(d):
-    sl = fastsub.Sublist(d)
+    sl = topicmatch.Sublist(d)
     for f, i, q in subscriptions(d):
         sl.insert(f, i, queue=q)
     return sl
@@ -207,7 +207,7 @@ def exercise(sl, d, rng):
 
 def consistent(sl, d):
     """A verified image answers exactly as the index rebuilt from it."""
-    rebuilt = fastsub.Sublist.from_bytes(sl.to_bytes(version=2))
+    rebuilt = topicmatch.Sublist.from_bytes(sl.to_bytes(version=2))
     a, b = answers(sl, d), answers(rebuilt, d)
     if a != b:
         return f"verified image answers unlike its rebuilt index: {[k for k in a if a[k] != b[k]]}"
@@ -218,7 +218,7 @@ def open_both(data, d, rng):
     """The outcomes of opening data with verify=True and with verify=False."""
     out = {}
     try:
-        sl = fastsub.Sublist.from_bytes(data, verify=True)
+        sl = topicmatch.Sublist.from_bytes(data, verify=True)
     except ValueError as e:
         out["verify"] = "ValueError"
         out["verify_msg"] = str(e)
@@ -232,7 +232,7 @@ def open_both(data, d, rng):
             out["consistent"] = f"{type(e).__name__}: {e}"
         del sl
     try:
-        sl = fastsub.Sublist.from_bytes(data, verify=False, cache_size=rng.choice([0, 0, 64]))
+        sl = topicmatch.Sublist.from_bytes(data, verify=False, cache_size=rng.choice([0, 0, 64]))
     except ValueError as e:
         out["fast"] = "open-error"
         out["fast_msg"] = str(e)
@@ -254,7 +254,7 @@ def problems(out, *, verify_must_fail, expect=None, fast=None):
     v = out.get("verify")
     if v == "ValueError":
         msg = out["verify_msg"]
-        if not msg.startswith("corrupt fastsub index: "):
+        if not msg.startswith("corrupt topicmatch index: "):
             bad.append(f"verify=True: odd message {msg!r}")
         if expect and not any(e in msg for e in (expect if isinstance(expect, tuple) else (expect,))):
             bad.append(f"verify=True: message {msg!r} does not name {expect!r}")
@@ -267,7 +267,7 @@ def problems(out, *, verify_must_fail, expect=None, fast=None):
         bad.append(f"verify=True raised {v}")
     f = out.get("fast")
     if f == "open-error":
-        if not out["fast_msg"].startswith("corrupt fastsub index: "):
+        if not out["fast_msg"].startswith("corrupt topicmatch index: "):
             bad.append(f"verify=False: odd open message {out['fast_msg']!r}")
     elif f == "answered":
         if fast == "refused":
@@ -1249,7 +1249,7 @@ def test_forged_cases_apply():
     """Every forger finds what it edits in every dialect's image (and the
     untouched image, resealed, still opens)."""
     for d in DIALECTS:
-        assert fastsub.Sublist.from_bytes(C.Image(base(d)).seal(), verify=True)
+        assert topicmatch.Sublist.from_bytes(C.Image(base(d)).seal(), verify=True)
         for name, f, _, _ in FORGED:
             data = _forge(d, f)
             assert data is not None, (d, name)
@@ -1300,14 +1300,14 @@ def test_regress_shape_ntoks_crashes_match():
     """One image byte (a shape's ntoks), verify=False: match must answer or
     raise ValueError.  Today: SIGSEGV/SIGBUS in fs_shape_subject_key."""
     _isolated("""
-import struct, fastsub
-sl = fastsub.Sublist("nats")
+import struct, topicmatch
+sl = topicmatch.Sublist("nats")
 sl.insert("a.*", 1)
 b = bytearray(sl.to_bytes())
 shape = struct.unpack_from("<Q", b, 48 + 40)[0]       # the root block's shape[0]
 struct.pack_into("<I", b, shape + 64, 0x7FFFFFFF)     # its fs_shape.ntoks
 try:
-    o = fastsub.Sublist.from_bytes(bytes(b), verify=False)   # (verify=False reads no checksum)
+    o = topicmatch.Sublist.from_bytes(bytes(b), verify=False)   # (verify=False reads no checksum)
     print(o.match("a.b"))
 except ValueError as e:
     print("refused:", e)
@@ -1318,12 +1318,12 @@ def test_regress_thaw_of_invalid_queue_name_is_memoryerror():
     """A queue name with a NUL, verify=False: to_bytes(version=2) must raise
     ValueError (the image is damaged) and later calls too.  Today:
     MemoryError, and the index answers on."""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert("a.b", 1, queue="q")
     img = C.Image(sl.to_bytes())
     g = img.entry("a.b").group_list[0][0]
     img.b[g + img.u("<Q", g)] = 0                        # the name "q" -> "\0"
-    o = fastsub.Sublist.from_bytes(img.raw(), verify=False)
+    o = topicmatch.Sublist.from_bytes(img.raw(), verify=False)
     with pytest.raises(ValueError, match=DAMAGED):
         o.to_bytes(version=2)
     with pytest.raises(ValueError, match=DAMAGED):
@@ -1336,14 +1336,14 @@ def test_regress_verify_accepts_a_wildcard_node_with_another_token():
     the filter a.a...x.*.b while match answers for a.a...*.*.b.  (Only the
     verifier's "literal filter in the trie" check catches it, where the
     wildcard was the filter's only one.)"""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     f = ".".join(["a"] * 47 + ["*", "*", "b"])           # 50 tokens: a trie filter
     sl.insert(f, 1)
     img = C.Image(sl.to_bytes())
     star = next(n for n in img.trie_nodes if n.kind == C.TOK_ONE)
     img.b[star.off + 32] = ord("x")
     try:
-        o = fastsub.Sublist.from_bytes(img.seal(), verify=True)
+        o = topicmatch.Sublist.from_bytes(img.seal(), verify=True)
     except ValueError:
         return
     rows = o.reverse_match(">")
@@ -1356,12 +1356,12 @@ def test_regress_reverse_match_blames_the_query_for_a_stored_filter():
     Today: InvalidSubjectError for '>' built from an uninitialized
     err.reason (garbage text, UnicodeDecodeError, or SIGSEGV)."""
     _isolated(f"""
-import fastsub, image_codec as C
-sl = fastsub.Sublist("nats")
+import topicmatch, image_codec as C
+sl = topicmatch.Sublist("nats")
 sl.insert("a", 1)
 img = C.Image(sl.to_bytes())
 img.b[img.entry("a").off + 32] = 0                    # the filter "a" -> "\\0"
-o = fastsub.Sublist.from_bytes(img.raw(), verify=False)
+o = topicmatch.Sublist.from_bytes(img.raw(), verify=False)
 try:
     print(o.reverse_match(">"))
 except ValueError as e:
@@ -1374,14 +1374,14 @@ def test_regress_thaw_overflows_its_path_buffer():
     inside the image), verify=False: to_bytes(version=2) must raise
     ValueError.  Today: a heap buffer overflow (abort)."""
     _isolated("""
-import fastsub, image_codec as C
-sl = fastsub.Sublist("nats")
+import topicmatch, image_codec as C
+sl = topicmatch.Sublist("nats")
 sl.insert(".".join(["a"] * 40 + ["*"] + ["b"] * 9), 1)     # 50 tokens: a trie filter
 img = C.Image(sl.to_bytes())
 for n in img.trie_nodes:
     if n.off != img.root:
         img.put("<H", n.off + C.ND_TOKLEN, min(65535, img.objects_end - n.off - 32))
-o = fastsub.Sublist.from_bytes(img.raw(), verify=False)
+o = topicmatch.Sublist.from_bytes(img.raw(), verify=False)
 try:
     o.to_bytes(version=2)
 except ValueError as e:
@@ -1392,14 +1392,14 @@ except ValueError as e:
 def test_regress_error_position_is_outside_the_image():
     """A literal slot whose node offset is 2**63: the refusal must name a
     byte of the image (the slot), as every other refusal does."""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert("a", 1)
     img = C.Image(sl.to_bytes())
     slot = img.slot_of(img.entry("a"))
     img.put64(slot + 8, 1 << 63)
     data = img.seal()
     with pytest.raises(ValueError, match="node outside the image") as e:
-        fastsub.Sublist.from_bytes(data, verify=True)
+        topicmatch.Sublist.from_bytes(data, verify=True)
     pos = int(str(e.value).rsplit(" ", 1)[1])
     assert pos < len(data), f"{e.value} (the image has {len(data)} bytes; the slot's node is at {slot + 8})"
 
@@ -1411,18 +1411,18 @@ def test_regress_trie_loop_with_a_raised_node_count_runs_away():
     root block's node count raised: reverse_match('>') must raise ValueError
     (damaged) at once.  Today: it allocates until the limit (MemoryError)."""
     _isolated("""
-import resource, fastsub, image_codec as C
+import resource, topicmatch, image_codec as C
 with open("/proc/self/status") as f:
     vm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize:"))
 resource.setrlimit(resource.RLIMIT_AS, (vm + (3 << 30), resource.RLIM_INFINITY))
-sl = fastsub.Sublist("nats")
+sl = topicmatch.Sublist("nats")
 sl.insert(".".join(["a"] * 50 + ["*"]), 1)
 img = C.Image(sl.to_bytes())
 img.put64(img.level[img.node[img.root].next].off + C.LV_ONE, img.root)   # a loop back to the root
 img.put64(40, 1 << 62)                                # the header's node count
 img.put64(C.ROOT_NODES, 1 << 62)                      # and the root block's
 try:
-    o = fastsub.Sublist.from_bytes(img.raw(), verify=False)
+    o = topicmatch.Sublist.from_bytes(img.raw(), verify=False)
     o.reverse_match(">")
 except ValueError as e:
     print("refused:", e)

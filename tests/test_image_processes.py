@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-import fastsub
+import topicmatch
 
 SANITIZED = any(rt in os.environ.get("LD_PRELOAD", "") for rt in ("libasan", "libclang_rt.asan", "libtsan"))
 pytestmark = [
@@ -161,7 +161,7 @@ def _worker(path, blob, verify, barrier, results, k):
             pass
         gc.collect()
         before = rollup()
-        sl = fastsub.Sublist.open(path, verify=verify)
+        sl = topicmatch.Sublist.open(path, verify=verify)
         answer = digest(sl, subjects)
         barrier.wait(timeout=300)                 # all four hold the mapping now
         after = rollup()
@@ -180,7 +180,7 @@ def _build(path):
     workers) never held the index -- a forked worker reusing its freed heap
     would copy those pages, which is fork's cost, not the image's."""
     filters, ids, queues, subjects = workload()
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert_many(filters, ids, queues)
     sl.save(path)
     return "\n".join(subjects).encode(), digest(sl, subjects), len(sl)

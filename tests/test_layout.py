@@ -1,23 +1,23 @@
 """The package's house rules (issue 25): its imports flow one way (no
 cycle, not even through an import inside a function), the command line's
 shared module is a leaf, no Python module passes 700 lines, and the dialect
-names are written once, in fastsub._dialects, with the places that cannot
+names are written once, in topicmatch._dialects, with the places that cannot
 import them (the compiled core's stub, the reference matcher) agreeing."""
 import ast
 import os
 import re
 
-import fastsub
-from fastsub import Sublist
-from fastsub import _reference as R
-from fastsub._dialects import DIALECTS
+import topicmatch
+from topicmatch import Sublist
+from topicmatch import _reference as R
+from topicmatch._dialects import DIALECTS
 
-PKG = os.path.dirname(os.path.abspath(fastsub.__file__))
+PKG = os.path.dirname(os.path.abspath(topicmatch.__file__))
 MAX_LINES = 700
 #: The command line's modules (cli.py: the parser and the dispatch).
-CLI = {"fastsub.cli", "fastsub.cli.main", "fastsub.cli.common", "fastsub.cli.demo",
-       "fastsub.cli.fanout", "fastsub.cli.match", "fastsub.cli.fanout_io",
-       "fastsub.cli.fanout_schema", "fastsub.cli.__main__"}
+CLI = {"topicmatch.cli", "topicmatch.cli.main", "topicmatch.cli.common", "topicmatch.cli.demo",
+       "topicmatch.cli.fanout", "topicmatch.cli.match", "topicmatch.cli.fanout_io",
+       "topicmatch.cli.fanout_schema", "topicmatch.cli.__main__"}
 
 
 def _modules():
@@ -27,7 +27,7 @@ def _modules():
     for root, dirs, files in os.walk(PKG):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         rel = os.path.relpath(root, PKG)
-        prefix = "fastsub" if rel == "." else "fastsub." + rel.replace(os.sep, ".")
+        prefix = "topicmatch" if rel == "." else "topicmatch." + rel.replace(os.sep, ".")
         for name in sorted(files):
             if name.endswith(".py"):
                 out[prefix if name == "__init__.py" else f"{prefix}.{name[:-3]}"] = os.path.join(root, name)
@@ -35,19 +35,19 @@ def _modules():
 
 
 def _imports(path, known):
-    """The fastsub modules `path` imports, at the top or inside a function."""
+    """The topicmatch modules `path` imports, at the top or inside a function."""
     got = set()
     for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # `from fastsub.spark import fanout` imports that module
+            # `from topicmatch.spark import fanout` imports that module
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
         got |= {n for n in names if n in known}
-    if "fastsub._core" in got:          # a compiled module: no .py here
-        got.discard("fastsub._core")
+    if "topicmatch._core" in got:          # a compiled module: no .py here
+        got.discard("topicmatch._core")
     return got
 
 
@@ -77,11 +77,11 @@ def test_imports_have_no_cycle():
 def test_command_line_flows_one_way():
     graph = _graph()
     assert CLI <= set(graph), sorted(CLI - set(graph))
-    assert {m for m, deps in graph.items() if "fastsub.cli" in deps} <= {"fastsub.__main__"}
-    assert not graph["fastsub.cli.common"] & CLI, "the CLI's shared module must be a leaf"
+    assert {m for m, deps in graph.items() if "topicmatch.cli" in deps} <= {"topicmatch.__main__"}
+    assert not graph["topicmatch.cli.common"] & CLI, "the CLI's shared module must be a leaf"
     # The parser imports the commands, never the other way round.
-    assert not any("fastsub.cli.main" in graph[m] for m in CLI - {"fastsub.cli", "fastsub.cli.__main__"})
-    assert not any(graph[m] & CLI for m in graph if m not in CLI | {"fastsub.__main__"}), \
+    assert not any("topicmatch.cli.main" in graph[m] for m in CLI - {"topicmatch.cli", "topicmatch.cli.__main__"})
+    assert not any(graph[m] & CLI for m in graph if m not in CLI | {"topicmatch.__main__"}), \
         "only the command line imports the command line"
 
 
@@ -92,9 +92,9 @@ def test_no_python_module_over_700_lines():
 
 def test_dialect_names_are_written_once():
     spelled = re.compile(r"""["']nats["'],\s*["']mqtt["']""")
-    others = [m for m, p in _modules().items() if m not in ("fastsub._dialects", "fastsub._reference")
+    others = [m for m, p in _modules().items() if m not in ("topicmatch._dialects", "topicmatch._reference")
               and spelled.search(open(p, encoding="utf-8").read())]
-    assert not others, f"{others} list the dialects: import DIALECTS from fastsub._dialects"
+    assert not others, f"{others} list the dialects: import DIALECTS from topicmatch._dialects"
 
 
 def test_the_places_that_cannot_import_the_dialects_agree():

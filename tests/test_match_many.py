@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import fastsub
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import _reference as R
 from examples import examples
 from strategies import (ALL_DIALECTS, DIALECTS, all_ids, is_one_per_group, rows, subjects, subscriptions,
                         tiny_thread_blocks, valid_subject)
@@ -169,7 +169,7 @@ def check_rows(sl, b, eff, queues, keys=None):
 
 
 def build(dialect, subs, cache_size=0):
-    sl = fastsub.Sublist(dialect, cache_size=cache_size)
+    sl = topicmatch.Sublist(dialect, cache_size=cache_size)
     sl.insert_many([s[0] for s in subs], [s[1] for s in subs], [s[2] for s in subs])
     return sl
 
@@ -322,10 +322,10 @@ def test_nulls_at_every_bitmap_position_of_sliced_arrays():
 
 
 def test_subject_length_limit():
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert(">", 1)
     sl.insert("*", 2)
-    mq = fastsub.Sublist("mqtt")
+    mq = topicmatch.Sublist("mqtt")
     mq.insert("#", 1)
     longest, too_long = "a" * 65535, "a" * 65536
     wide_ok, wide_bad = "\u00e9" * 32767 + "a", "\u00e9" * 32768       # 65535 / 65536 bytes
@@ -356,7 +356,7 @@ def test_arrow_rows_that_are_not_utf8_are_invalid(dialect):
     # row that is not valid UTF-8 (here: an encoded lone surrogate, a stray
     # byte, a truncated sequence, an overlong form, a code point above
     # U+10FFFF) is not a valid subject: flag it like a lone-surrogate str.
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     sl.insert({"nats": ">", "mqtt": "#"}[dialect], 1)
     sep = {"nats": b".", "mqtt": b"/"}[dialect]
     bad = [b"a" + sep + b"\xed\xa0\x80", b"\xff", b"a\xc3", b"\xe0\x80\x80", b"\xf4\x90\x80\x80",
@@ -374,9 +374,9 @@ def test_arrow_offsets_changed_after_validation_are_refused():
     # Issue 9, F2: the reproducer, in a fresh interpreter (it used to crash).
     from isolated import run_isolated
     out = run_isolated("""
-        import numpy as np, pyarrow as pa, fastsub
+        import numpy as np, pyarrow as pa, topicmatch
         def main():                  # locals die before exit (LeakSanitizer runs then)
-            sl = fastsub.Sublist(); sl.insert("a.b", 1)
+            sl = topicmatch.Sublist(); sl.insert("a.b", 1)
             offs = np.array([0, 3, 6], np.int32)
             a = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offs), pa.py_buffer(b"a.bc.d")])
             offs[0] = -(1 << 30)
@@ -488,7 +488,7 @@ def test_bytes_and_other_objects_in_a_list_are_type_errors():
 # --- queue groups ----------------------------------------------------------------
 
 def test_pick_spreads_over_members_and_follows_the_key():
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert("a.>", 100)
     sl.insert_many(["a.>"] * 4, [1, 2, 3, 4], ["q"] * 4)
     subjects_ = [f"a.s{i}" for i in range(2000)]
@@ -507,7 +507,7 @@ def test_pick_spreads_over_members_and_follows_the_key():
 
 
 def test_pick_nats_groups_merge_by_name_mqtt_by_group_and_filter():
-    nats = fastsub.Sublist("nats")
+    nats = topicmatch.Sublist("nats")
     nats.insert_many(["a.b", "a.*", "a.>", "a.b"], [1, 2, 3, 4], ["q", "q", "q", "r"])
     b = nats.match_many(["a.b"] * 50, keys=[str(i) for i in range(50)])
     assert (b.counts() == 2).all()                  # one from q (of 1, 2, 3), one from r
@@ -516,7 +516,7 @@ def test_pick_nats_groups_merge_by_name_mqtt_by_group_and_filter():
         assert row[0] in (1, 2, 3) and row[1] == 4
     assert set(b.sub_ids.tolist()) == {1, 2, 3, 4}
 
-    mq = fastsub.Sublist("mqtt")
+    mq = topicmatch.Sublist("mqtt")
     mq.insert_many(["$share/g/a/b", "$share/g/a/b", "$share/g/a/+", "a/#"], [1, 2, 3, 4],
                    [None, None, None, "g"])
     b = mq.match_many(["a/b"] * 50, keys=[str(i) for i in range(50)])
@@ -539,7 +539,7 @@ def test_pick_depends_only_on_the_set_of_members(dialect, data):
     batch = data.draw(st.lists(subjects(dialect), min_size=1, max_size=12), label="batch")
     keys = [f"k{i % 5}" if i % 3 else None for i in range(len(batch))]
     a = build(dialect, subs, 0)
-    b = fastsub.Sublist(dialect, cache_size=16)
+    b = topicmatch.Sublist(dialect, cache_size=16)
     for f, i, q in perm:
         b.insert(f, i, queue=q)
     want = [R.picked_row(a.match(s), s if k is None else k, dialect) for s, k in zip(batch, keys)]
@@ -574,7 +574,7 @@ def test_also_answers_as_one_index_holding_both(dialect, data):
     subs = list(subs.values())
     batch = data.draw(st.lists(rows(dialect), max_size=25), label="batch")
     a = build(dialect, [x for x, s in zip(subs, side) if s], data.draw(st.sampled_from([0, 3])))
-    b = fastsub.Sublist.from_bytes(build(dialect, [x for x, s in zip(subs, side) if not s]).to_bytes())
+    b = topicmatch.Sublist.from_bytes(build(dialect, [x for x, s in zip(subs, side) if not s]).to_bytes())
     for f, i, q in late:            # b's live part, beside its mapped image
         b.insert(f, i, queue=q)
     both = build(dialect, subs + late)
@@ -594,20 +594,20 @@ def test_also_answers_as_one_index_holding_both(dialect, data):
 
 
 def test_also_refuses_what_is_not_another_index_of_its_dialect():
-    a = fastsub.Sublist("nats")
-    with pytest.raises(TypeError, match="also must be a fastsub.Sublist or None, not str"):
+    a = topicmatch.Sublist("nats")
+    with pytest.raises(TypeError, match="also must be a topicmatch.Sublist or None, not str"):
         a.match_many(["x"], also="x")
     with pytest.raises(ValueError, match="also must be another index"):
         a.match_many(["x"], also=a)
     with pytest.raises(ValueError, match="also is a 'mqtt' index, this one 'nats'"):
-        a.match_many(["x"], also=fastsub.Sublist("mqtt"))
+        a.match_many(["x"], also=topicmatch.Sublist("mqtt"))
 
 
 def _issue21_index(full):
     """63 filler shapes (one '*' in 3..11 tokens: none a 2-token shape) use up
     all but one of the shape budget, so "orders.*" takes the last shape and
     "*.eu" stays in the trie; the small index holds both filters in shapes."""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     if full:
         n = 0
         for count in range(3, 12):
@@ -640,7 +640,7 @@ def test_pick_ignores_where_a_filter_is_stored_issue_21():
 def test_same_key_same_pick_across_subjects():
     for dialect, filt, subs_ in (("nats", "a.>", ["a.b", "a.c", "a.b.c", "a.\u00e9"]),
                                  ("mqtt", "a/#", ["a", "a/b", "a//", "a/\u00e9"])):
-        sl = fastsub.Sublist(dialect)
+        sl = topicmatch.Sublist(dialect)
         sl.insert_many([filt] * 7, list(range(7)), ["q"] * 7)
         for k in range(50):
             b = sl.match_many(subs_, keys=[f"key{k}"] * len(subs_))
@@ -703,7 +703,7 @@ def test_keys_that_are_not_strings_are_rejected_not_silently_ignored():
     # An int key column, or one str taken as a sequence of characters, would
     # otherwise fall back to the subject (or key by a character), quietly
     # partitioning by the wrong thing.  subjects= already refuses these.
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert_many(["a"] * 8, list(range(8)), ["q"] * 8)
     with pytest.raises((TypeError, ValueError)):
         sl.match_many(["a"] * 5, keys=np.arange(5))
@@ -771,7 +771,7 @@ def test_repr():
 # --- big batches: the native-thread path ---------------------------------------------
 
 def _big_index(cache_size=0):
-    sl = fastsub.Sublist("nats", cache_size=cache_size)
+    sl = topicmatch.Sublist("nats", cache_size=cache_size)
     rnd = random.Random(5)
     toks = ["a", "b", "c", "d", "e"]
     for i in range(300):
@@ -842,7 +842,7 @@ POOL_MIN_BYTES = 4 << 20        # fs_idbuf.h: FS_IDPOOL_MIN_BYTES
 def _fanout_index():
     """Subjects matching up to 220 ids each: batches of tens of thousands
     of rows return several MB, the size whose buffers the pool keeps."""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert_many(["a.>"] * 150 + ["a.*.c"] * 40 + ["*.b.*"] * 30, list(range(220)),
                    [None] * 150 + ["g1", "g2"] * 20 + [None] * 30)
     return sl
@@ -853,8 +853,8 @@ def test_big_outputs_reuse_released_buffers_and_stay_exact():
     later batches, on one thread and several: every batch must still be
     exactly the rows' ids (a stale id left from an earlier batch, or a row
     written over another's, shows in the exact comparison)."""
-    fastsub.release_memory()
-    assert fastsub._core._idpool_status() == (0, 0)
+    topicmatch.release_memory()
+    assert topicmatch._core._idpool_status() == (0, 0)
     sl = _fanout_index()
     kinds = ["a.b.c", "a.x.c", "q.b.z", "a.b", "zz", None, "a..b"]
     per_kind = {}
@@ -875,7 +875,7 @@ def test_big_outputs_reuse_released_buffers_and_stay_exact():
         big = b.sub_ids.nbytes >= POOL_MIN_BYTES
         del b
         gc.collect()
-        kept, nbytes = fastsub._core._idpool_status()
+        kept, nbytes = topicmatch._core._idpool_status()
         if big and sys.platform.startswith("linux"):      # MADV_FREE: the buffer is kept
             assert kept >= 1 and nbytes >= POOL_MIN_BYTES, (n, threads, kept, nbytes)
             kept_any = True
@@ -884,16 +884,16 @@ def test_big_outputs_reuse_released_buffers_and_stay_exact():
     # A batch of many rows but few ids starts in the largest kept buffer
     # and moves its ids out at the end: the result is exact and the pool
     # still holds every buffer it had (no small result pins a big one).
-    before = fastsub._core._idpool_status()
+    before = topicmatch._core._idpool_status()
     subj = ["zz"] * 5000 + ["a.b.c"]
     small = sl.match_many(subj, queues="all")
     assert small.sub_ids.tolist() == per_kind["a.b.c"].tolist()
-    assert fastsub._core._idpool_status() == before
+    assert topicmatch._core._idpool_status() == before
     del small
-    kept, nbytes = fastsub._core._idpool_status()
-    assert fastsub.release_memory() == nbytes
-    assert fastsub._core._idpool_status() == (0, 0)
-    assert fastsub.release_memory() == 0
+    kept, nbytes = topicmatch._core._idpool_status()
+    assert topicmatch.release_memory() == nbytes
+    assert topicmatch._core._idpool_status() == (0, 0)
+    assert topicmatch.release_memory() == 0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
@@ -910,7 +910,7 @@ def test_fork_while_another_thread_holds_the_output_pool():
     sl = _fanout_index()
     subj = (["a.b.c"] + ["zz"] * 4) * 2000            # 10,000 rows: the pool is used
     want = sl.match_many(subj, queues="all").sub_ids.copy()
-    holder = threading.Thread(target=fastsub._core._idpool_hold, args=(500,))
+    holder = threading.Thread(target=topicmatch._core._idpool_hold, args=(500,))
     holder.start()
     time.sleep(0.1)
     with warnings.catch_warnings():
@@ -937,7 +937,7 @@ def test_fork_while_another_thread_holds_the_output_pool():
 
 DETERMINISM_SCRIPT = r'''
 import hashlib, random
-import fastsub
+import topicmatch
 def digest():
     out = hashlib.sha256()
     for dialect, sep in (("nats", "."), ("mqtt", "/")):
@@ -950,7 +950,7 @@ def digest():
         subj = [sep.join(rnd.choice(toks) for _ in range(rnd.randint(1, 3))) for _ in range(40000)]
         keys = ["k%d" % rnd.randrange(500) for _ in range(len(subj))]
         for cache in (0, 64):
-            sl = fastsub.Sublist(dialect, cache_size=cache)
+            sl = topicmatch.Sublist(dialect, cache_size=cache)
             for f, i, q in subs:
                 sl.insert(f, i, queue=q)
             for k in (None, keys):
@@ -971,7 +971,7 @@ def test_pick_is_the_same_in_another_process():
     here = _digest_here()
     env = dict(os.environ)
     env["PYTHONHASHSEED"] = "12345"
-    pkg_root = os.path.dirname(os.path.dirname(fastsub.__file__))
+    pkg_root = os.path.dirname(os.path.dirname(topicmatch.__file__))
     env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT + "\nprint(digest())"],
                          env=env, capture_output=True, text=True, timeout=120)
@@ -983,13 +983,13 @@ def test_pick_is_the_same_in_another_process():
 def test_pick_survives_a_serialization_round_trip(dialect):
     sep = {"nats": ".", "mqtt": "/"}[dialect]
     rnd = random.Random(3)
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     for i in range(150):
         f = sep.join(rnd.choice(["a", "b", "c"]) for _ in range(rnd.randint(1, 3)))
         sl.insert(f, i, queue=rnd.choice(["q1", "q2", None]))
     try:
         blob = sl.to_bytes()
-        loaded = fastsub.Sublist.from_bytes(blob)
+        loaded = topicmatch.Sublist.from_bytes(blob)
     except NotImplementedError:
         pytest.skip("serialization not available in this build")
     subj = [sep.join(rnd.choice(["a", "b", "c"]) for _ in range(rnd.randint(1, 3))) for _ in range(3000)]

@@ -28,9 +28,9 @@ import pytest
 
 from isolated import run_isolated
 
-import fastsub
-from fastsub import InvalidSubjectError, MatchResult, Sublist
-from fastsub import _core
+import topicmatch
+from topicmatch import InvalidSubjectError, MatchResult, Sublist
+from topicmatch import _core
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # gcc's runtime is libasan.so, clang's libclang_rt.asan-<arch>.so
@@ -53,8 +53,8 @@ def _attempt(n, fn):
             # Without its traceback: on CPython 3.12 and 3.13 a MemoryError
             # made by PyErr_NoMemory (the interpreter's reused instances)
             # that is returned from a function leaks its traceback and
-            # frames -- reproduced with ctypes alone, no fastsub involved --
-            # which the leak loops would report as fastsub's.
+            # frames -- reproduced with ctypes alone, no topicmatch involved --
+            # which the leak loops would report as topicmatch's.
             return None, e.with_traceback(None), _core._fault_status()
         return result, None, _core._fault_status()
     finally:
@@ -388,9 +388,9 @@ def _dialect_ops(d):
         # the rest of the surface
         ("Sublist()", base, lambda sl: Sublist(d)),
         ("Sublist(cache_size)", base, lambda sl: Sublist(d, cache_size=5000)),
-        ("subject_matches-deep", base, lambda sl: fastsub.subject_matches(deep, _deep(d, "t"), d)),
-        ("is_valid_filter-deep", base, lambda sl: fastsub.is_valid_filter(deep, d)),
-        ("is_valid_subject-deep", base, lambda sl: fastsub.is_valid_subject(_deep(d, "t"), d)),
+        ("subject_matches-deep", base, lambda sl: topicmatch.subject_matches(deep, _deep(d, "t"), d)),
+        ("is_valid_filter-deep", base, lambda sl: topicmatch.is_valid_filter(deep, d)),
+        ("is_valid_subject-deep", base, lambda sl: topicmatch.is_valid_subject(_deep(d, "t"), d)),
     ]
     if d == "amqp":
         ops += [
@@ -490,7 +490,7 @@ def test_fault_injection_with_big_outputs(threads):
     subj = (["a.b.c"] + ["zz"] * 9) * 3300
     fault_walk(lambda: _fanout("nats"), lambda sl: sl.match_many(subj, queues="all", threads=threads),
                racy=True)
-    fastsub.release_memory()
+    topicmatch.release_memory()
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -564,7 +564,7 @@ def test_failed_insert_many_keeps_memory_bytes(dialect):
     assert sl.stats()["memory_bytes"] == before
 
 
-# Found by UBSan (FASTSUB_SANITIZE=1): memcpy(NULL, ..., 0) -- a zero-length
+# Found by UBSan (TOPICMATCH_SANITIZE=1): memcpy(NULL, ..., 0) -- a zero-length
 # copy into a result buffer not allocated yet -- when the first matched node
 # has queue groups but no plain ids, or a batch's first rows emit nothing.
 # Undefined behaviour, and the sanitizer build aborts on it, so each case
@@ -597,7 +597,7 @@ EMPTY_COPY_CASES = {
 @pytest.mark.parametrize("case", EMPTY_COPY_CASES)
 def test_empty_copies(case):
     code = textwrap.dedent(EMPTY_COPY_CASES[case])
-    run_isolated("from fastsub import Sublist\n" + code)
+    run_isolated("from topicmatch import Sublist\n" + code)
 
 
 # ------------------------------------------------- operations that never fail
@@ -638,9 +638,9 @@ def test_operations_that_allocate_nothing(dialect):
         "remove (short, <= 16 tokens)": lambda: sl.remove(short, 1),
         "remove absent: KeyError": lambda: _key_error(lambda: sl.remove(short, 1)),
         "remove_many (short)": lambda: sl.remove_many([short, short], [5, 6]),
-        "subject_matches (short)": lambda: fastsub.subject_matches(subj, subj, dialect),
-        "is_valid_subject (short)": lambda: fastsub.is_valid_subject(subj, dialect),
-        "is_valid_filter (short)": lambda: fastsub.is_valid_filter(subj, dialect),
+        "subject_matches (short)": lambda: topicmatch.subject_matches(subj, subj, dialect),
+        "is_valid_subject (short)": lambda: topicmatch.is_valid_subject(subj, dialect),
+        "is_valid_filter (short)": lambda: topicmatch.is_valid_filter(subj, dialect),
         "invalid subject": lambda: _raises(InvalidSubjectError, lambda: sl.match(BAD_SUBJECT[dialect])),
         "invalid filter": lambda: _raises(InvalidSubjectError, lambda: sl.insert(BAD_FILTER[dialect], 1)),
         "wrong type": lambda: _raises(TypeError, lambda: sl.insert(b"a", 1)),
@@ -729,10 +729,10 @@ def test_refcounts_of_arguments(dialect):
         sl.discard(deep, sid)
         sl.insert_many(filters, ids, queues)
         sl.remove_many(filters, ids, queues)
-        fastsub.subject_matches(f, subj, dialect)
-        fastsub.is_valid_subject(subj, dialect)
-        fastsub.is_valid_filter(f, dialect)
-        fastsub.is_valid_filter(surrogate, dialect)
+        topicmatch.subject_matches(f, subj, dialect)
+        topicmatch.is_valid_subject(subj, dialect)
+        topicmatch.is_valid_filter(f, dialect)
+        topicmatch.is_valid_filter(surrogate, dialect)
         # error paths
         swallow(KeyError, sl.remove, f, sid)
         swallow(KeyError, sl.remove, lit, sid, queue=q)
@@ -745,8 +745,8 @@ def test_refcounts_of_arguments(dialect):
         swallow(InvalidSubjectError, sl.reverse_match, bad_f)
         swallow(InvalidSubjectError, sl.insert_many, [f, lit, bad_f], [sid, sid, sid])
         swallow(InvalidSubjectError, sl.remove_many, [f, bad_f], [sid, sid])
-        swallow(InvalidSubjectError, fastsub.subject_matches, bad_f, subj, dialect)
-        swallow(InvalidSubjectError, fastsub.subject_matches, f, bad_s, dialect)
+        swallow(InvalidSubjectError, topicmatch.subject_matches, bad_f, subj, dialect)
+        swallow(InvalidSubjectError, topicmatch.subject_matches, f, bad_s, dialect)
         swallow(TypeError, sl.insert, not_str, sid)
         swallow(TypeError, sl.insert, f, subj)
         swallow(TypeError, sl.match, not_str)
@@ -863,7 +863,7 @@ def _leak_units(group, d):
             swallow(InvalidSubjectError, sl.remove, BAD_FILTER[d], 1)
             swallow(InvalidSubjectError, sl.reverse_match, BAD_FILTER[d])
             swallow(InvalidSubjectError, sl.remove_many, [subj, BAD_FILTER[d]], [1, 2])
-            swallow(InvalidSubjectError, fastsub.subject_matches, BAD_FILTER[d], subj, d)
+            swallow(InvalidSubjectError, topicmatch.subject_matches, BAD_FILTER[d], subj, d)
             swallow(KeyError, sl.remove, subj, 10 ** 9)
             swallow(KeyError, sl.remove, deep, 10 ** 9)
             swallow(TypeError, sl.insert, None, 1)
@@ -874,8 +874,8 @@ def _leak_units(group, d):
             swallow(ValueError, sl.insert_many, [subj], [])
             swallow(ValueError, Sublist, "amqp")
             swallow(ValueError, Sublist, d, cache_size=-1)
-            fastsub.is_valid_filter(BAD_FILTER[d], d)
-            fastsub.is_valid_subject("a\udc80", d)
+            topicmatch.is_valid_filter(BAD_FILTER[d], d)
+            topicmatch.is_valid_subject("a\udc80", d)
             if d == "mqtt":
                 swallow(InvalidSubjectError, sl.insert, "$share//a", 1)
                 swallow(InvalidSubjectError, sl.insert, "$share/g/a", 1, queue="q")
@@ -1102,7 +1102,7 @@ def _deep_one(d):
     rev = sl.reverse_match(deep_w)
     assert (deep_w, 1, None) in rev and (deep_o, 4, None) in rev
     assert len(sl.reverse_match(rest)) >= n
-    assert fastsub.subject_matches(deep_w, subject, d)
+    assert topicmatch.subject_matches(deep_w, subject, d)
     sl.remove(deep_w, 1)                                # prunes nothing yet (queue left)
     sl.remove(deep_w, 2, queue="q")                     # prunes a 30,000-node chain
     sl.remove(deep_o, 4)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import fastsub
-from fastsub import InvalidSubjectError
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import InvalidSubjectError
+from topicmatch import _reference as R
 
 from examples import examples, steps
 from strategies import (tiny_thread_blocks, ALL_DIALECTS as DIALECTS, ONE, QUEUES, REST, SEP, SUB_IDS, all_ids, filters, fuzz,
@@ -28,7 +28,7 @@ PROPS = settings(max_examples=examples(300), deadline=None, suppress_health_chec
 def test_subject_matches_agrees(dialect, data):
     f = data.draw(filters(dialect))
     s = data.draw(subjects(dialect))
-    assert fastsub.subject_matches(f, s, dialect) is R.subject_matches(f, s, dialect)
+    assert topicmatch.subject_matches(f, s, dialect) is R.subject_matches(f, s, dialect)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -37,16 +37,16 @@ def test_subject_matches_agrees(dialect, data):
 def test_validity_agrees(dialect, data):
     s = data.draw(fuzz(dialect))
     vs, vf = R.is_valid_subject(s, dialect), R.is_valid_filter(s, dialect)
-    assert fastsub.is_valid_subject(s, dialect) is vs
-    assert fastsub.is_valid_filter(s, dialect) is vf
+    assert topicmatch.is_valid_subject(s, dialect) is vs
+    assert topicmatch.is_valid_filter(s, dialect) is vf
     f = data.draw(st.one_of(fuzz(dialect), filters(dialect)))
     try:
         want = R.subject_matches(f, s, dialect)
     except ValueError:
         with pytest.raises(InvalidSubjectError):
-            fastsub.subject_matches(f, s, dialect)
+            topicmatch.subject_matches(f, s, dialect)
     else:
-        assert fastsub.subject_matches(f, s, dialect) is want
+        assert topicmatch.subject_matches(f, s, dialect) is want
 
 
 # Strings across several 8-byte words, which the tokenizer scans a word at
@@ -63,12 +63,12 @@ def test_long_strings_agree(dialect, data):
     pieces = st.lists(st.sampled_from(LONG_PIECES + [SEP[dialect]] * 3), max_size=12).map("".join)
     s = data.draw(pieces)
     vs, vf = R.is_valid_subject(s, dialect), R.is_valid_filter(s, dialect)
-    assert fastsub.is_valid_subject(s, dialect) is vs
-    assert fastsub.is_valid_filter(s, dialect) is vf
+    assert topicmatch.is_valid_subject(s, dialect) is vs
+    assert topicmatch.is_valid_filter(s, dialect) is vf
     f = data.draw(st.one_of(pieces, st.just(s)))
     if vs and R.is_valid_filter(f, dialect):
-        assert fastsub.subject_matches(f, s, dialect) is R.subject_matches(f, s, dialect)
-        sl = fastsub.Sublist(dialect)
+        assert topicmatch.subject_matches(f, s, dialect) is R.subject_matches(f, s, dialect)
+        sl = topicmatch.Sublist(dialect)
         sl.insert(f, 1)
         assert (1 in sl.match(s).subs) is R.subject_matches(f, s, dialect)
 
@@ -93,7 +93,7 @@ def test_reference_intersection_is_complete(dialect, data):
 @given(data=st.data())
 def test_reverse_match_is_intersection(dialect, data):
     f1, f2 = data.draw(filters(dialect)), data.draw(filters(dialect))
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     sl.insert(f2, 1)
     want = [(f2, 1, None)] if R.filters_intersect(f1, f2, dialect) else []
     assert norm_reverse(sl.reverse_match(f1)) == want
@@ -104,7 +104,7 @@ def test_reverse_match_is_intersection(dialect, data):
 @given(data=st.data())
 def test_bulk_index_agrees(dialect, data):
     subs = data.draw(st.lists(subscriptions(dialect), max_size=40))
-    sl, ref = fastsub.Sublist(dialect), R.ReferenceSublist(dialect)
+    sl, ref = topicmatch.Sublist(dialect), R.ReferenceSublist(dialect)
     fs, ids, qs = ([s[k] for s in subs] for k in range(3))
     assert sl.insert_many(fs, ids, qs) == ref.insert_many(fs, ids, qs)
     assert len(sl) == len(ref)
@@ -126,7 +126,7 @@ def make_machine(dialect):
             super().__init__()
             self.ref = R.ReferenceSublist(dialect)
             # uncached, and a tiny cache so that eviction and invalidation both happen
-            self.engines = [fastsub.Sublist(dialect), fastsub.Sublist(dialect, cache_size=4)]
+            self.engines = [topicmatch.Sublist(dialect), topicmatch.Sublist(dialect, cache_size=4)]
             self.gens = [e.generation for e in self.engines]
 
         def _check_generation(self, changed):
@@ -244,7 +244,7 @@ def make_machine(dialect):
         def round_trip(self):
             # the uncached engine is replaced by its own serialized image,
             # and the next steps go on changing and asking the loaded one
-            self.engines[0] = fastsub.Sublist.from_bytes(self.engines[0].to_bytes())
+            self.engines[0] = topicmatch.Sublist.from_bytes(self.engines[0].to_bytes())
             self.gens[0] = self.engines[0].generation
 
         @rule(ss=st.lists(subjects(dialect), min_size=1, max_size=6), threads=st.integers(1, 4),
@@ -253,7 +253,7 @@ def make_machine(dialect):
             # each engine's image, loaded, answers with the same arrays, in
             # the same order, as the engine it was written from
             for e in self.engines:
-                loaded = fastsub.Sublist.from_bytes(e.to_bytes(), cache_size=4)
+                loaded = topicmatch.Sublist.from_bytes(e.to_bytes(), cache_size=4)
                 for queues in ("all", "none", "pick"):
                     for dedupe in (False, True) if not always_dedupe else (True,):
                         want = e.match_many(ss, queues=queues, dedupe=dedupe)
@@ -314,8 +314,8 @@ def test_amqp_many_hashes_agree(data):
     f = ".".join(toks)
     s = ".".join(data.draw(st.lists(words, max_size=30)))
     want = R.subject_matches(f, s, "amqp")
-    assert fastsub.subject_matches(f, s, "amqp") is want
-    sl = fastsub.Sublist("amqp")
+    assert topicmatch.subject_matches(f, s, "amqp") is want
+    sl = topicmatch.Sublist("amqp")
     sl.insert(f, 1)
     sl.insert(f + ".#", 2)
     sl.insert("#." + f, 2)

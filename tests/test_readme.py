@@ -9,7 +9,7 @@ from readme import README, python_blocks
 
 def test_readme_has_install_then_contributing_then_quickstart():
     text = open(README, encoding="utf-8").read()
-    order = [text.find(h) for h in ("pip install fastsub", "pip install 'fastsub[spark]'",
+    order = [text.find(h) for h in ("pip install topicmatch", "pip install 'topicmatch[spark]'",
                                     "make demo", "make test", "## Quickstart")]
     assert -1 not in order and order == sorted(order), order
     assert "Windows" in text and "Linux" in text and "macOS" in text

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from examples import examples
-from fastsub import _reference as R
-from fastsub._core import ROUTE_ANY, ROUTE_INVALID, ROUTE_KEYED, ROUTE_NULL, route_keys, route_split
+from topicmatch import _reference as R
+from topicmatch._core import ROUTE_ANY, ROUTE_INVALID, ROUTE_KEYED, ROUTE_NULL, route_keys, route_split
 from strategies import ALL_DIALECTS, filters, subjects
 
 

@@ -4,8 +4,8 @@ Every row runs against the C engine (uncached and cached) and against the
 pure-Python reference, so a disagreement points at one of the three."""
 import pytest
 
-import fastsub
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import _reference as R
 
 
 class Impl:
@@ -18,10 +18,10 @@ class Impl:
 
 
 IMPLS = [
-    Impl("engine", lambda d: fastsub.Sublist(d), fastsub.subject_matches,
-         fastsub.is_valid_subject, fastsub.is_valid_filter),
-    Impl("engine-cached", lambda d: fastsub.Sublist(d, cache_size=64), fastsub.subject_matches,
-         fastsub.is_valid_subject, fastsub.is_valid_filter),
+    Impl("engine", lambda d: topicmatch.Sublist(d), topicmatch.subject_matches,
+         topicmatch.is_valid_subject, topicmatch.is_valid_filter),
+    Impl("engine-cached", lambda d: topicmatch.Sublist(d, cache_size=64), topicmatch.subject_matches,
+         topicmatch.is_valid_subject, topicmatch.is_valid_filter),
     Impl("reference", R.ReferenceSublist, R.subject_matches,
          R.is_valid_subject, R.is_valid_filter),
 ]

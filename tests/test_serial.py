@@ -21,8 +21,8 @@ import threading
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-import fastsub
-from fastsub import _core
+import topicmatch
+from topicmatch import _core
 from examples import examples
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -269,7 +269,7 @@ def filters(draw, dialect):
     if draw(st.integers(0, 3)) == 0:
         toks[-1] = REST[dialect]
     f = SEP[dialect].join(toks)
-    assume(fastsub.is_valid_filter(f, dialect))
+    assume(topicmatch.is_valid_filter(f, dialect))
     return f
 
 
@@ -284,7 +284,7 @@ def subscriptions(draw, dialect):
 
 
 def build(dialect, subs, **kw):
-    sl = fastsub.Sublist(dialect, **kw)
+    sl = topicmatch.Sublist(dialect, **kw)
     for f, i, q in subs:
         sl.insert(f, i, queue=q)
     return sl
@@ -320,9 +320,9 @@ def test_round_trip_answers_identically(dialect, data):
     want = answers(sl, subjects, qfilters)
 
     blob = sl.to_bytes(version=2)
-    loaded = [fastsub.Sublist.from_bytes(blob)]
+    loaded = [topicmatch.Sublist.from_bytes(blob)]
     loaded += [pickle.loads(pickle.dumps(sl, protocol=p)) for p in range(pickle.HIGHEST_PROTOCOL + 1)]
-    loaded.append(fastsub.Sublist.from_bytes(loaded[0].to_bytes(version=2)))   # a second generation
+    loaded.append(topicmatch.Sublist.from_bytes(loaded[0].to_bytes(version=2)))   # a second generation
     for other in loaded:
         assert other.dialect == dialect
         assert answers(other, subjects, qfilters) == want
@@ -358,15 +358,15 @@ def remove_all(sl):
         else:
             sl.remove(f, i, queue=q)
     assert len(sl) == 0 and sl.reverse_match(REST[d]) == []
-    assert sl.to_bytes(version=2) == fastsub.Sublist(d).to_bytes(version=2)
+    assert sl.to_bytes(version=2) == topicmatch.Sublist(d).to_bytes(version=2)
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
 def test_empty_index(dialect):
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     blob = sl.to_bytes(version=2)
     assert len(blob) == HEADER + 3 + 8        # no shaped filters; root record: no subscriptions, no children
-    other = fastsub.Sublist.from_bytes(blob)
+    other = topicmatch.Sublist.from_bytes(blob)
     assert len(other) == 0 and other.dialect == dialect
     assert other.stats()["memory_bytes"] == sl.stats()["memory_bytes"]
     other.insert("a", 1)
@@ -385,7 +385,7 @@ def test_workload_shaped_index_and_memory():
         subs.append((".".join(toks), j, f"q{j % 5}" if j % 20 == 0 else None))
     sl = build("nats", subs)
     blob = sl.to_bytes(version=2)
-    other = fastsub.Sublist.from_bytes(blob)
+    other = topicmatch.Sublist.from_bytes(blob)
     assert other.stats()["memory_bytes"] == sl.stats()["memory_bytes"]
     assert other.stats()["nodes"] == sl.stats()["nodes"]
     subjects = [subject_for("nats", f) for f, _, _ in subs[::7]]
@@ -399,27 +399,27 @@ def test_limits_round_trip(dialect):
     deep = one + (sep + "a") * 30000 + sep + rest           # 30,002 levels: explicit stacks
     longest = "x" * 65535                                   # literal filter at the length limit
     wide = one + sep + "y" * (65535 - 2)                    # trie path at the length limit
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     sl.insert(deep, 1)
     sl.insert(longest, 2)
     sl.insert(wide, 3, queue="g")
     for i in range(300):                                    # a wide level and a big id list
         sl.insert(f"{one}{sep}k{i}", i)
         sl.insert(f"{one}{sep}k0", 10 ** 6 + i)
-    other = fastsub.Sublist.from_bytes(sl.to_bytes(version=2))
+    other = topicmatch.Sublist.from_bytes(sl.to_bytes(version=2))
     subj = subject_for(dialect, deep)
     for s in (subj, longest, "w" + sep + "y" * 65533, f"w{sep}k0", f"w{sep}k299"):
         assert norm(other.match(s)) == norm(sl.match(s))
     assert len(other) == len(sl)
     if dialect == "mqtt":
-        sl2 = fastsub.Sublist("mqtt")
+        sl2 = topicmatch.Sublist("mqtt")
         sl2.insert(sep * 65534 + rest, 5)                   # 65,535 empty levels then '#'
-        other2 = fastsub.Sublist.from_bytes(sl2.to_bytes(version=2))
+        other2 = topicmatch.Sublist.from_bytes(sl2.to_bytes(version=2))
         assert other2.match(sep * 65534).subs == [5]
 
 
 def test_pickle_keeps_cache_size_and_copy_works():
-    sl = fastsub.Sublist("mqtt", cache_size=64)
+    sl = topicmatch.Sublist("mqtt", cache_size=64)
     sl.insert("a/+", 1)
     sl.insert("$share/g/a/#", 2)
     for proto in range(pickle.HIGHEST_PROTOCOL + 1):
@@ -428,30 +428,30 @@ def test_pickle_keeps_cache_size_and_copy_works():
         assert norm(other.match("a/b")) == norm(sl.match("a/b"))
     for other in (copy.copy(sl), copy.deepcopy(sl)):
         assert other is not sl and norm(other.match("a/b")) == norm(sl.match("a/b"))
-    assert fastsub.Sublist.from_bytes(sl.to_bytes(version=2), cache_size=8).stats()["cache_capacity"] >= 8
+    assert topicmatch.Sublist.from_bytes(sl.to_bytes(version=2), cache_size=8).stats()["cache_capacity"] >= 8
     with pytest.raises(ValueError):
-        fastsub.Sublist.from_bytes(sl.to_bytes(version=2), cache_size=-1)
+        topicmatch.Sublist.from_bytes(sl.to_bytes(version=2), cache_size=-1)
 
 
 def test_buffers_in_and_type_errors():
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert("a.*", 7)
     blob = sl.to_bytes(version=2)
     interleaved = bytes(b for c in blob for b in (c, 0))
     for buf in (blob, bytearray(blob), memoryview(blob), array.array("B", blob),
                 memoryview(b"..." + blob)[3:], memoryview(interleaved)[::2]):
-        assert fastsub.Sublist.from_bytes(buf).match("a.b").subs == [7]
+        assert topicmatch.Sublist.from_bytes(buf).match("a.b").subs == [7]
     np = pytest.importorskip("numpy")
-    assert fastsub.Sublist.from_bytes(np.frombuffer(blob, dtype=np.uint8)).match("a.b").subs == [7]
+    assert topicmatch.Sublist.from_bytes(np.frombuffer(blob, dtype=np.uint8)).match("a.b").subs == [7]
     for bad in ("text", 12, None, [1, 2], object()):
         with pytest.raises(TypeError, match="bytes-like"):
-            fastsub.Sublist.from_bytes(bad)
+            topicmatch.Sublist.from_bytes(bad)
     with pytest.raises(TypeError):
         _core._sublist_to_bytes(None)
 
 
 def test_dump_while_others_write():
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     stop = threading.Event()
 
     def writer():
@@ -465,7 +465,7 @@ def test_dump_while_others_write():
     t.start()
     try:
         for _ in range(200):
-            other = fastsub.Sublist.from_bytes(sl.to_bytes(version=2))
+            other = topicmatch.Sublist.from_bytes(sl.to_bytes(version=2))
             assert len(other) == other.stats()["subscriptions"]
     finally:
         stop.set()
@@ -484,7 +484,7 @@ def test_out_of_memory_is_clean(dialect):
     sl = build(dialect, subs)
     blob = sl.to_bytes(version=2)
     want = answers(sl, ["a.b.c", "x.y", "a.q"], ["a.>"])
-    for op in (lambda: fastsub.Sublist.from_bytes(blob), lambda: sl.to_bytes(version=2)):
+    for op in (lambda: topicmatch.Sublist.from_bytes(blob), lambda: sl.to_bytes(version=2)):
         n, failed = 1, 0
         while True:
             _core._fault_inject(n)
@@ -527,7 +527,7 @@ def test_golden_file_loads_and_answers_as_recorded(name):
     with open(os.path.join(GOLDEN, name + ".json")) as f:
         want = json.load(f)
     path = os.path.join(GOLDEN, name + ".fsb")
-    loaded = [fastsub.Sublist.from_bytes(blob), fastsub.Sublist.open(path), fastsub.Sublist.open(path, verify=False)]
+    loaded = [topicmatch.Sublist.from_bytes(blob), topicmatch.Sublist.open(path), topicmatch.Sublist.open(path, verify=False)]
     if name.endswith("_v3"):
         # images written before the package was renamed: mapped as they are
         assert all(sl.stats()["mapped_bytes"] == len(blob) for sl in loaded)
@@ -552,12 +552,12 @@ def test_golden_file_loads_and_answers_as_recorded(name):
 
 def corrupt(data):
     with pytest.raises(ValueError) as e:
-        fastsub.Sublist.from_bytes(data)
+        topicmatch.Sublist.from_bytes(data)
     return str(e.value)
 
 
 def small_blob(dialect="nats"):
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
     sl.insert(f"a{sep}b", 1)
     sl.insert(f"a{sep}{one}", 2)
@@ -568,28 +568,28 @@ def small_blob(dialect="nats"):
 def test_envelope_errors_exact():
     blob = small_blob()
     plen = len(blob) - HEADER - 8
-    assert corrupt(b"") == "corrupt fastsub index: truncated header at byte 0"
-    assert corrupt(blob[:20]) == "corrupt fastsub index: truncated header at byte 20"
-    assert corrupt(b"PK\x03\x04" + blob[4:]) == "corrupt fastsub index: bad magic (not a fastsub index) at byte 0"
-    assert corrupt(blob[:8] + b"\x04\x00" + blob[10:]) == "corrupt fastsub index: unsupported format version at byte 8"
-    assert corrupt(blob[:8] + b"\x00\x00" + blob[10:]) == "corrupt fastsub index: unsupported format version at byte 8"
+    assert corrupt(b"") == "corrupt topicmatch index: truncated header at byte 0"
+    assert corrupt(blob[:20]) == "corrupt topicmatch index: truncated header at byte 20"
+    assert corrupt(b"PK\x03\x04" + blob[4:]) == "corrupt topicmatch index: bad magic (not a topicmatch index) at byte 0"
+    assert corrupt(blob[:8] + b"\x04\x00" + blob[10:]) == "corrupt topicmatch index: unsupported format version at byte 8"
+    assert corrupt(blob[:8] + b"\x00\x00" + blob[10:]) == "corrupt topicmatch index: unsupported format version at byte 8"
     # flags: the dialect in bits 0-1 (0 NATS, 1 MQTT, 2 AMQP); 3 and higher bits are refused
-    assert corrupt(blob[:10] + b"\x04\x00" + blob[12:]) == "corrupt fastsub index: unknown flags at byte 10"
-    assert corrupt(blob[:10] + b"\x03\x00" + blob[12:]) == "corrupt fastsub index: unknown dialect at byte 10"
-    assert corrupt(blob[:12] + b"\x01" + blob[13:]) == "corrupt fastsub index: nonzero reserved field at byte 12"
-    assert corrupt(blob[:-1]) == f"corrupt fastsub index: truncated data at byte {len(blob) - 1}"
-    assert corrupt(blob[:HEADER]) == f"corrupt fastsub index: truncated data at byte {HEADER}"
-    assert corrupt(blob + b"\x00") == f"corrupt fastsub index: trailing bytes after the checksum at byte {len(blob)}"
+    assert corrupt(blob[:10] + b"\x04\x00" + blob[12:]) == "corrupt topicmatch index: unknown flags at byte 10"
+    assert corrupt(blob[:10] + b"\x03\x00" + blob[12:]) == "corrupt topicmatch index: unknown dialect at byte 10"
+    assert corrupt(blob[:12] + b"\x01" + blob[13:]) == "corrupt topicmatch index: nonzero reserved field at byte 12"
+    assert corrupt(blob[:-1]) == f"corrupt topicmatch index: truncated data at byte {len(blob) - 1}"
+    assert corrupt(blob[:HEADER]) == f"corrupt topicmatch index: truncated data at byte {HEADER}"
+    assert corrupt(blob + b"\x00") == f"corrupt topicmatch index: trailing bytes after the checksum at byte {len(blob)}"
     flipped = bytearray(blob)
     flipped[HEADER + 3] ^= 0x10
-    assert corrupt(flipped) == f"corrupt fastsub index: checksum mismatch at byte {HEADER + plen}"
+    assert corrupt(flipped) == f"corrupt topicmatch index: checksum mismatch at byte {HEADER + plen}"
     flipped = bytearray(blob)
     flipped[-1] ^= 0x80
-    assert corrupt(flipped) == f"corrupt fastsub index: checksum mismatch at byte {HEADER + plen}"
+    assert corrupt(flipped) == f"corrupt topicmatch index: checksum mismatch at byte {HEADER + plen}"
     # the dialect flag is covered by the checksum too
     flipped = bytearray(blob)
     flipped[10] ^= 1
-    assert corrupt(flipped) == f"corrupt fastsub index: checksum mismatch at byte {HEADER + plen}"
+    assert corrupt(flipped) == f"corrupt topicmatch index: checksum mismatch at byte {HEADER + plen}"
 
 
 def lit(*items):
@@ -757,9 +757,9 @@ def test_structural_errors_exact(case):
     _, _, blob, reason, pos = case
     msg = corrupt(blob)
     if pos is None:
-        assert msg.startswith(f"corrupt fastsub index: {reason} at byte "), msg
+        assert msg.startswith(f"corrupt topicmatch index: {reason} at byte "), msg
     else:
-        assert msg == f"corrupt fastsub index: {reason} at byte {pos}"
+        assert msg == f"corrupt topicmatch index: {reason} at byte {pos}"
 
 
 def test_amqp_forged_but_valid_structures_load():
@@ -767,13 +767,13 @@ def test_amqp_forged_but_valid_structures_load():
     blob = encode("amqp", lit(("", T(subs=[1])), ("a..b", T(subs=[2]))),
                   T(rest=T(subs=[3], lit=[("x", T(rest=T(subs=[4])))]),
                     lit=[("a", T(rest=T(lit=[("b", T(groups=[(b"g", [5, 6])]))])))]))
-    sl = fastsub.Sublist.from_bytes(blob)
+    sl = topicmatch.Sublist.from_bytes(blob)
     assert sl.dialect == "amqp" and len(sl) == 6
     assert norm(sl.match("")) == ([1, 3], [])
     assert norm(sl.match("a.x")) == ([3, 4], [])
     assert norm(sl.match("a.q.b")) == ([3], [("g", None, [5, 6])])
     assert norm(sl.match("a..b")) == ([2, 3], [("g", None, [5, 6])])
-    assert sl.to_bytes(version=2) == fastsub.Sublist.from_bytes(sl.to_bytes(version=2)).to_bytes(version=2)
+    assert sl.to_bytes(version=2) == topicmatch.Sublist.from_bytes(sl.to_bytes(version=2)).to_bytes(version=2)
     sl.remove("#.x.#", 4)
     sl.remove("a.#.b", 5, queue="g")
     assert norm(sl.match("a.x")) == ([3], [])
@@ -785,7 +785,7 @@ def test_forged_but_valid_structures_load():
     blob = encode("mqtt", lit(("$share", T(subs=[1])), ("/", T(subs=[2]))),
                   T(lit=[("$share", T(lit=[("x", T(one=T(groups=[(b"g", [3, 4])])))]))],
                     one=T(lit=[("", T(subs=[5]))])))
-    sl = fastsub.Sublist.from_bytes(blob)
+    sl = topicmatch.Sublist.from_bytes(blob)
     assert len(sl) == 5
     assert norm(sl.match("$share/x/y")) == ([], [("g", "$share/x/+", [3, 4])])
     sl.remove("$share/g/$share/x/+", 3)
@@ -795,7 +795,7 @@ def test_forged_but_valid_structures_load():
 MUTATE_SCRIPT = r"""
 import copy, random, struct, sys
 sys.path.insert(0, sys.argv[1])
-import fastsub
+import topicmatch
 import test_serial as T
 
 rng = random.Random(int(sys.argv[2]))
@@ -803,7 +803,7 @@ N = int(sys.argv[3])
 bases = []
 for dialect in ("nats", "mqtt"):
     sep, one, rest = T.SEP[dialect], T.ONE[dialect], T.REST[dialect]
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     subs = [("a", 1, None), (f"a{sep}b", 2, None), (f"a{sep}{one}", 3, None), (f"a{sep}{one}", -4, None),
             (f"{one}{sep}b{sep}{rest}", 5, "q"), (f"{one}{sep}b{sep}{rest}", 6, "q"),
             (f"{one}{sep}b{sep}{rest}", 7, "r"), (rest, 2 ** 63 - 1, None), (f"$x{sep}{one}", 8, None),
@@ -890,7 +890,7 @@ def bytewise(blob, forge):
 def consistent(sl, blob):
     n = len(sl)
     assert n == sl.stats()["subscriptions"]
-    again = fastsub.Sublist.from_bytes(sl.to_bytes(version=2))
+    again = topicmatch.Sublist.from_bytes(sl.to_bytes(version=2))
     assert len(again) == n
     dialect, counts, lits, root = T.decode(blob)
     stored = T.subscriptions_of(dialect, lits, root)
@@ -919,9 +919,9 @@ for k in range(N):
     else:
         blob = bytewise(base, forge=kind != 1)
     try:
-        sl = fastsub.Sublist.from_bytes(blob)
+        sl = topicmatch.Sublist.from_bytes(blob)
     except ValueError as e:
-        assert str(e).startswith("corrupt fastsub index: "), e
+        assert str(e).startswith("corrupt topicmatch index: "), e
         stats["rejected"] += 1
         continue
     # unforged damage never gets past the checksum and length checks
@@ -988,7 +988,7 @@ def invariant_cases(dialect):
     good = small_blob(dialect)
     plen = len(good) - HEADER - 8
     add(1, "short", good[:40], "truncated header", 40)
-    add(2, "magic", b"\x88" + good[1:], "bad magic (not a fastsub index)", 0)
+    add(2, "magic", b"\x88" + good[1:], "bad magic (not a topicmatch index)", 0)
     add(3, "version 4", good[:8] + b"\x04\x00" + good[10:], "unsupported format version", 8)
     add(4, "flag bit 2", good[:10] + bytes([good[10] | 4]) + good[11:], "unknown flags", 10)
     add(4, "dialect 3", good[:10] + b"\x03" + good[11:], "unknown dialect", 10)
@@ -1111,7 +1111,7 @@ INVARIANT_CASES = [(d,) + c for d in ALL_DIALECTS for c in invariant_cases(d)]
 @pytest.mark.parametrize("case", INVARIANT_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in INVARIANT_CASES])
 def test_invariant_forged_image_refused(case):
     dialect, _, _, blob, reason, pos = case
-    assert corrupt(blob) == f"corrupt fastsub index: {reason} at byte {pos}"
+    assert corrupt(blob) == f"corrupt topicmatch index: {reason} at byte {pos}"
 
 
 def _documented_invariants():
@@ -1163,14 +1163,14 @@ def test_issue35_duplicate_in_shape_section_and_trie(dialect):
     sub = lambda f: f.replace(".", SEP[dialect]).replace("*", ONE[dialect])
     blob = encode("nats" if dialect == "nats" else dialect,
                   [(sub("a.*").encode(), T(subs=[1]))], T(lit=[("a", T(one=T(subs=[1])))]))
-    assert corrupt(blob) == f"corrupt fastsub index: filter both in the shape section and the trie at byte {HEADER + 13}"
+    assert corrupt(blob) == f"corrupt topicmatch index: filter both in the shape section and the trie at byte {HEADER + 13}"
     blob = encode(dialect, [(sub("a.*").encode(), T(groups=[(b"q", [5])]))],
                   T(lit=[("a", T(one=T(groups=[(b"q", [5])])))]))
-    assert corrupt(blob) == f"corrupt fastsub index: filter both in the shape section and the trie at byte {HEADER + 17}"
+    assert corrupt(blob) == f"corrupt topicmatch index: filter both in the shape section and the trie at byte {HEADER + 17}"
     # each half alone is a state inserts make, and loads
     for blob in (encode(dialect, [(sub("a.*").encode(), T(subs=[1]))], T()),
                  encode(dialect, [], T(lit=[("a", T(one=T(subs=[1])))]))):
-        sl = fastsub.Sublist.from_bytes(blob)
+        sl = topicmatch.Sublist.from_bytes(blob)
         assert len(sl) == 1 and sl.match(sub("a.b")).subs == [1]
 
 
@@ -1180,16 +1180,16 @@ def test_reachable_states_that_look_odd_load(dialect):
     reader must keep accepting."""
     s = lambda f: _d(dialect, f).decode()
     # one id plain and in two groups on one filter: three subscriptions
-    built = fastsub.Sublist(dialect)
+    built = topicmatch.Sublist(dialect)
     for q in (None, "q", "r"):
         built.insert(s("a.*"), 1, queue=q)
     blob = _v2(dialect, [("a.*", T(subs=[1], groups=[(b"q", [1]), (b"r", [1])]))], T())
-    sl = fastsub.Sublist.from_bytes(blob)
+    sl = topicmatch.Sublist.from_bytes(blob)
     assert len(sl) == 3 and sl.to_bytes(version=2) == built.to_bytes(version=2) == blob
     # a filter with a shape in the trie beside an entry of the same shape;
     # the same group name on two filters
     blob = _v2(dialect, [("a.*", T(groups=[(b"q", [1])]))], T(lit=[("b", T(one=T(groups=[(b"q", [2])])))]))
-    sl = fastsub.Sublist.from_bytes(blob)
+    sl = topicmatch.Sublist.from_bytes(blob)
     assert len(sl) == 2 and sl.to_bytes(version=2) == blob
     sl.remove(s("b.*"), 2, queue="q")
     sl.insert(s("b.*"), 2, queue="q")          # back in, now where an insert puts it: the shape table
@@ -1198,9 +1198,9 @@ def test_reachable_states_that_look_odd_load(dialect):
     # entries in another order than to_bytes() writes (earlier writers): the same state
     blob = _v2(dialect, [("b.c", T(subs=[1])), ("a.c", T(subs=[2])), ("b.*", T(subs=[3])), ("a.*", T(subs=[4]))],
                T(lit=[("z", T(one=T(subs=[5]))), ("y", T(one=T(subs=[6])))]))
-    sl = fastsub.Sublist.from_bytes(blob)
+    sl = topicmatch.Sublist.from_bytes(blob)
     assert len(sl) == 6 and sl.to_bytes(version=2) != blob
-    assert fastsub.Sublist.from_bytes(sl.to_bytes(version=2)).to_bytes(version=2) == sl.to_bytes(version=2)
+    assert topicmatch.Sublist.from_bytes(sl.to_bytes(version=2)).to_bytes(version=2) == sl.to_bytes(version=2)
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
@@ -1216,7 +1216,7 @@ def test_out_of_memory_while_checking_the_trie_against_shapes(dialect):
         while True:
             _core._fault_inject(n)
             try:
-                out = fastsub.Sublist.from_bytes(blob)
+                out = topicmatch.Sublist.from_bytes(blob)
             except MemoryError:
                 failed += 1
                 assert _core._fault_status()[1] == 1

@@ -1,10 +1,10 @@
 """The sharded fan-out's plan decided from its statistics alone
-(fastsub.spark.shard._decide, _choose_depth): no JVM, no Spark job."""
+(topicmatch.spark.shard._decide, _choose_depth): no JVM, no Spark job."""
 import pytest
 
-pytest.importorskip("pyspark", reason="fastsub.spark needs PySpark (fastsub[spark])")
+pytest.importorskip("pyspark", reason="topicmatch.spark needs PySpark (topicmatch[spark])")
 
-from fastsub.spark import shard as S  # noqa: E402
+from topicmatch.spark import shard as S  # noqa: E402
 
 
 def stats(nsubs, replicated, largest):

@@ -17,9 +17,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import fastsub
-from fastsub import InvalidSubjectError
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import InvalidSubjectError
+from topicmatch import _reference as R
 from strategies import norm, norm_reverse
 
 pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
@@ -191,7 +191,7 @@ def run_threads(targets, seconds):
 @pytest.mark.parametrize("dialect,cache_size", [("nats", 0), ("nats", 64), ("mqtt", 16)])
 def test_concurrent_writers_and_readers(dialect, cache_size):
     pools, subjects = universe(dialect, seed=len(dialect) * 100 + cache_size)
-    sl = fastsub.Sublist(dialect, cache_size=cache_size)
+    sl = topicmatch.Sublist(dialect, cache_size=cache_size)
     possible = Possible(dialect, pools)
     writers = [Writer(sl, pools[t], seed=t) for t in range(N_WRITERS)]
     counts = Counter()
@@ -279,7 +279,7 @@ def test_concurrent_writers_and_readers(dialect, cache_size):
         assert sorted(b[k].tolist()) == sorted(r.subs + [i for _, _, m in r.groups for i in m])
     for f in sorted({f for pool in pools for f, _, _ in pool})[:30]:
         assert norm_reverse(sl.reverse_match(f)) == norm_reverse(final.reverse_match(f)), f
-    fresh = fastsub.Sublist(dialect)
+    fresh = topicmatch.Sublist(dialect)
     for f, q, i in final._subs:
         fresh.insert(f, i, queue=q)
     big = rows * 2
@@ -295,7 +295,7 @@ def test_concurrent_writers_and_readers(dialect, cache_size):
 def slow_index():
     """Every subject walks 2**8 trie nodes and matches one subscription, so a
     row is slow to match but produces little output."""
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     for mask in range(256):
         toks = ["*" if mask >> k & 1 else "a" for k in range(8)]
         sl.insert(".".join(toks + ["z"]), mask)
@@ -421,8 +421,8 @@ def test_batches_start_no_threads_after_the_first():
     batch: once one batch has run at a thread count, batches at that count
     or below create no thread (the process's thread count, /proc/self/task,
     stays the same), and give the same answer."""
-    from fastsub import _core
-    sl = fastsub.Sublist("nats")
+    from topicmatch import _core
+    sl = topicmatch.Sublist("nats")
     sl.insert_many([f"a.{i}.*" for i in range(200)] + ["a.>"], list(range(201)))
     col = pa.array([f"a.{i % 300}.x" for i in range(20000)])
     saved = _core._set_batch_threading(min_rows_per_thread=1, cpus=8)
@@ -446,8 +446,8 @@ def test_an_idle_pool_uses_no_cpu():
     """Between batches the pool's workers are parked (a condition
     variable), not spinning: over a second of idleness the process uses
     next to no CPU time (all threads counted)."""
-    from fastsub import _core
-    sl = fastsub.Sublist("nats")
+    from topicmatch import _core
+    sl = topicmatch.Sublist("nats")
     sl.insert_many([f"a.{i}.*" for i in range(50)], list(range(50)))
     col = pa.array([f"a.{i % 60}.x" for i in range(20000)])
     saved = _core._set_batch_threading(min_rows_per_thread=1, cpus=8)

@@ -18,9 +18,9 @@ import random
 
 import pytest
 
-import fastsub
-from fastsub import InvalidSubjectError, Sublist
-from fastsub import _reference as R
+import topicmatch
+from topicmatch import InvalidSubjectError, Sublist
+from topicmatch import _reference as R
 
 SEP = {"nats": ".", "mqtt": "/", "amqp": "."}
 ONE = {"nats": "*", "mqtt": "+", "amqp": "*"}
@@ -68,7 +68,7 @@ def test_odd_bytes_at_every_position(dialect):
             for odd in ODD:
                 s = base[:pos] + odd + base[pos + 1:]
                 for kind in ("subject", "filter"):
-                    valid = getattr(fastsub, f"is_valid_{kind}")
+                    valid = getattr(topicmatch, f"is_valid_{kind}")
                     assert valid(s, dialect) == getattr(R, f"is_valid_{kind}")(s, dialect), (kind, s)
                     if kind == "filter" and s.startswith("$share/"):
                         continue            # a share prefix is not a token of the filter

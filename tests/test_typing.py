@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-import fastsub
-from fastsub import Sublist
+import topicmatch
+from topicmatch import Sublist
 
 from readme import python_blocks
 
@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "mypy.ini")
 ALLOWLIST = os.path.join(HERE, "stubtest_allowlist.txt")
 
-pytest.importorskip("mypy", reason="mypy is in the test extras: pip install 'fastsub[test]'")
+pytest.importorskip("mypy", reason="mypy is in the test extras: pip install 'topicmatch[test]'")
 # The sanitizer runs (make test-sanitize / test-tsan) repeat the suite for
 # memory and races; mypy under a preloaded sanitizer runtime only adds minutes.
 pytestmark = pytest.mark.skipif(
@@ -34,20 +34,20 @@ def _mypy(args, cwd):
 def test_stubtest(tmp_path):
     allow = [open(ALLOWLIST).read()]
     if importlib.util.find_spec("pyspark") is None:
-        # fastsub.spark cannot be imported here: stubtest reports that (and
+        # topicmatch.spark cannot be imported here: stubtest reports that (and
         # nothing else about the module), and the spark.py entry goes unused.
         # The same for its modules (the package's __init__ imports PySpark).
-        allow = [a.replace("fastsub.spark.e\n", "fastsub.spark\n") for a in allow]
-        allow.append("fastsub\\.spark\\.\\w+\n")
+        allow = [a.replace("topicmatch.spark.e\n", "topicmatch.spark\n") for a in allow]
+        allow.append("topicmatch\\.spark\\.\\w+\n")
     if importlib.util.find_spec("amqtt") is None:
-        # fastsub.amqtt needs the optional amqtt (fastsub[amqtt], Python >= 3.10):
+        # topicmatch.amqtt needs the optional amqtt (topicmatch[amqtt], Python >= 3.10):
         # without it stubtest reports only that the module cannot be imported.
-        allow.append("fastsub.amqtt\n")
+        allow.append("topicmatch.amqtt\n")
     path = tmp_path / "allowlist.txt"
     path.write_text("".join(allow))
-    # From an empty directory, so the module checked is the importable fastsub
+    # From an empty directory, so the module checked is the importable topicmatch
     # (the installed wheel, or the in-place build) and nothing else.
-    r = _mypy(["mypy.stubtest", "fastsub", "--mypy-config-file", CONFIG, "--allowlist", str(path)],
+    r = _mypy(["mypy.stubtest", "topicmatch", "--mypy-config-file", CONFIG, "--allowlist", str(path)],
               cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -64,7 +64,7 @@ def test_readme_examples_pass_mypy_strict(tmp_path):
 def test_mypy_strict_catches_a_wrong_call(tmp_path):
     """The check above can fail: a misuse of the API is an error."""
     src = tmp_path / "wrong.py"
-    src.write_text("from fastsub import Sublist\n"
+    src.write_text("from topicmatch import Sublist\n"
                    "sl = Sublist('nats')\n"
                    "sl.insert('a.b', 'not an id')\n"
                    "n: str = sl.match_many(['a.b']).offsets\n")
@@ -75,7 +75,7 @@ def test_mypy_strict_catches_a_wrong_call(tmp_path):
 
 
 def _stub_stats_keys():
-    stub = os.path.join(os.path.dirname(fastsub.__file__), "_core.pyi")
+    stub = os.path.join(os.path.dirname(topicmatch.__file__), "_core.pyi")
     tree = ast.parse(open(stub).read())
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "_Stats":
@@ -88,8 +88,8 @@ def test_stats_typeddict_names_every_key():
 
 
 def test_public_names_are_in_the_stubs():
-    stub = os.path.join(os.path.dirname(fastsub.__file__), "__init__.pyi")
+    stub = os.path.join(os.path.dirname(topicmatch.__file__), "__init__.pyi")
     tree = ast.parse(open(stub).read())
     stubbed = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
     stubbed |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
-    assert set(fastsub.__all__) <= stubbed
+    assert set(topicmatch.__all__) <= stubbed

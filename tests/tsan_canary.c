@@ -1,7 +1,7 @@
 /* tsan_canary.c - a deliberate data race, for `make test-tsan` to check
  * that its set-up (a TSan runtime preloaded into an uninstrumented python,
  * native code called from Python threads) does report races.  Not part of
- * fastsub. */
+ * topicmatch. */
 #include <pthread.h>
 
 static long counter;

@@ -10,19 +10,19 @@
 #      sources are never read or changed.  We build the upstream tarball in
 #      it (the .orig.tar.xz), with --disable-gil.
 #   2. A venv under build/ft-venv gets the cp313t wheels (numpy, pyarrow,
-#      hypothesis, pytest, Cython) and an in-place build of fastsub in a copy
+#      hypothesis, pytest, Cython) and an in-place build of topicmatch in a copy
 #      of the tree (build/ft), so the normal in-place build is left alone.
-#   3. The tests run there; the first checks that importing fastsub._core
+#   3. The tests run there; the first checks that importing topicmatch._core
 #      leaves sys._is_gil_enabled() False.
 #
-# FT_CACHE (default ~/.cache/fastsub), FT_JOBS (make -j, default 2),
+# FT_CACHE (default ~/.cache/topicmatch), FT_JOBS (make -j, default 2),
 # FT_TESTS (the test files), FT_STAGE=venv (stop once the interpreter and
 # the venv are ready).  Cold: ~5.5 min for the interpreter, ~25 s for the
-# wheels; warm: the build of fastsub (~1 min) and the tests.
+# wheels; warm: the build of topicmatch (~1 min) and the tests.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-FT_CACHE=${FT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastsub}
+FT_CACHE=${FT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/topicmatch}
 PYVER=3.13
 PREFIX=$FT_CACHE/python${PYVER}t
 FT_DIR=$ROOT/build/ft
@@ -100,13 +100,13 @@ fi
 [ "${FT_STAGE:-}" = venv ] && { say "interpreter and venv ready"; exit 0; }
 rm -rf "$FT_DIR" && mkdir -p "$FT_DIR"
 cp -r "$ROOT"/setup.py "$ROOT"/pyproject.toml "$ROOT"/README.md "$ROOT"/MANIFEST.in "$ROOT"/csrc "$ROOT"/src "$ROOT"/tests "$FT_DIR"/
-rm -f "$FT_DIR"/src/fastsub/*.so "$FT_DIR"/src/fastsub/_core.c
+rm -f "$FT_DIR"/src/topicmatch/*.so "$FT_DIR"/src/topicmatch/_core.c
 rm -rf "$FT_DIR"/tests/__pycache__
-say "building fastsub for $("$PY" -c 'import sys; print(sys.implementation.cache_tag, "free-threaded" if not sys._is_gil_enabled() else "GIL")')"
+say "building topicmatch for $("$PY" -c 'import sys; print(sys.implementation.cache_tag, "free-threaded" if not sys._is_gil_enabled() else "GIL")')"
 (cd "$FT_DIR" && "$PY" setup.py -q build_ext --inplace >build.log 2>&1 || { tail -n 40 build.log; exit 1; })
 # Never PYTHON_GIL=0: the module must keep the GIL off by its own declaration.
 cd "$FT_DIR"
 env -u PYTHON_GIL PYTHONPATH=src "$PY" -W error::RuntimeWarning -c \
-    'import sys, fastsub._core as c; assert not sys._is_gil_enabled(), "importing fastsub re-enabled the GIL"; print("test-ft: GIL off after import:", c.__file__)'
+    'import sys, topicmatch._core as c; assert not sys._is_gil_enabled(), "importing topicmatch re-enabled the GIL"; print("test-ft: GIL off after import:", c.__file__)'
 env -u PYTHON_GIL PYTHONPATH=src "$PY" -m pytest -q -p no:cacheprovider -W error::RuntimeWarning $FT_TESTS "$@"
 say "done"

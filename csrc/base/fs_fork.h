@@ -2,7 +2,7 @@
  * every lock of the core, because the registry's handlers take each
  * registered lock before fork() and make it usable again on both sides.
  *
- * It knows no fastsub type: whatever holds a lock registers an entry with
+ * It knows no topicmatch type: whatever holds a lock registers an entry with
  * three callbacks (take it; release it in the parent; make it usable in
  * the child, where the threads that held or awaited it do not exist).
  *

@@ -1,6 +1,6 @@
 /* fs_xxh64.h - XXH64, the 64-bit xxHash of Yann Collet.
  *
- * Origin: written for fastsub from the algorithm's specification
+ * Origin: written for topicmatch from the algorithm's specification
  * (https://github.com/Cyan4973/xxHash/blob/dev/doc/xxhash_spec.md,
  * "XXH64 Algorithm Description"), not copied from xxhash.h: four lanes over
  * 32-byte stripes, then the 8-, 4- and 1-byte tails and the avalanche.  It

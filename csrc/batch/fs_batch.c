@@ -131,7 +131,7 @@ static int any_groups(const fs_scratch *sc)
  *   plan:   tokenize, hash, compute every shape key; prefetch the slots
  *   fetch:  the slots have arrived: prefetch the entries they point to
  *   match:  verify the entries (now cached), walk the trie, emit
- * BLOCK_ROWS was measured, not guessed: builds with FASTSUB_BLOCK_ROWS=N
+ * BLOCK_ROWS was measured, not guessed: builds with TOPICMATCH_BLOCK_ROWS=N
  * (setup.py), light's first 200,000 publishes, match_many over Arrow, one
  * thread, three interleaved rounds (medians of 3 in each), ns/subject:
  *     N = 1: 432-450   8: 453-461   16: 442-475   32: 466-487

@@ -37,7 +37,7 @@ typedef struct {
  * filter is stored (trie, shape or literal table), so an index rebuilt in
  * any order, loaded from an image or cut into shards picks the same member.
  * Adding or removing one member moves only the keys that member wins or
- * held.  src/fastsub/_reference.py restates the rule independently.
+ * held.  src/topicmatch/_reference.py restates the rule independently.
  *
  * fs_pick_seed folds the row's key hash (fs_hash of its key, or of the
  * subject) and the group's key (fs_group_key); fs_pick_weight scores a
@@ -106,7 +106,7 @@ static inline int64_t fs_pick(uint64_t seed, const int64_t *ids, size_t n)
  * the biggest node's -- up to 8 placed by binary search, more merged from
  * both ends at once without branches (fs_hits_merge) -- and a merged
  * group's parts are merged by value (fs_runs_add).  fs_result.c applies
- * the rule (fs_hits_merge, fs_row_groups); src/fastsub/_reference.py
+ * the rule (fs_hits_merge, fs_row_groups); src/topicmatch/_reference.py
  * restates it independently. */
 
 /* Merge the sorted run[0..m) into the sorted ids[0..have), which has room

@@ -6,7 +6,7 @@
  * they stand in it, separators included (XXH64 of those UTF-8 bytes with
  * Spark's seed 42: `xxhash64(substring_index(s, sep, depth))`), kept
  * non-negative.  So a JVM expression routes a subject exactly as this does
- * with two cheap string functions (fastsub.spark.route.route_column, tested
+ * with two cheap string functions (topicmatch.spark.route.route_column, tested
  * equal to this on random rows of every dialect), and `key mod N` is the
  * same everywhere.  A subject with fewer tokens hashes whole: the same
  * expression. */

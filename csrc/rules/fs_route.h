@@ -33,7 +33,7 @@ enum {
 int fs_route_rows(fs_dialect d, const fs_strings *rows, int is_filter, unsigned depth,
                   int64_t *key, uint8_t *kind);
 
-/* What a router outside C (Spark SQL expressions: fastsub.spark.route's
+/* What a router outside C (Spark SQL expressions: topicmatch.spark.route's
  * route_column and filter_route_column) needs to split a value as
  * fs_tokenize does, for a value the tokenizer accepts: the separator, the
  * two wildcards (whole tokens of a filter), whether the empty string is

@@ -1,6 +1,6 @@
 /* fs_utf8.h - is there a well-formed UTF-8 sequence here, and how long?
  *
- * Origin: written for fastsub from RFC 3629, section 4 (the syntax of
+ * Origin: written for topicmatch from RFC 3629, section 4 (the syntax of
  * UTF-8 byte sequences): a lead byte gives the length (2, 3 or 4), every
  * continuation byte is 10xxxxxx, and the code point may not be overlong
  * (below the smallest one of that length), a surrogate (U+D800..U+DFFF)

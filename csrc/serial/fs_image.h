@@ -19,7 +19,7 @@
  * checks the whole image once: every invariant that inserts keep.
  *
  * The structs are the host's: the image is written and mapped on 64-bit
- * little-endian hosts (every platform fastsub builds wheels for); version
+ * little-endian hosts (every platform topicmatch builds wheels for); version
  * 2 stays readable and writable everywhere (fs_serial.h).
  */
 #ifndef FS_IMAGE_H

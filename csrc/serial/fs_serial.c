@@ -919,7 +919,7 @@ static int check_envelope(reader *r, size_t len, uint64_t *payload)
     if (len < FS_SERIAL_HEADER)
         return bad(r, "truncated header", len);
     if (memcmp(p, MAGIC, sizeof(MAGIC)) != 0)
-        return bad(r, "bad magic (not a fastsub index)", 0);
+        return bad(r, "bad magic (not a topicmatch index)", 0);
     r->version = (unsigned)get_le(p + 8, 2);
     if (r->version < 1 || r->version > FS_SERIAL_VERSION)
         return bad(r, "unsupported format version", 8);

@@ -14,7 +14,7 @@ the old files under a versioned name too)."""
 import json
 import os
 
-import fastsub
+import topicmatch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,7 +59,7 @@ def main(only=None, version=2):
         if only and name not in only:
             continue
         name += suffix
-        sl = fastsub.Sublist(dialect)
+        sl = topicmatch.Sublist(dialect)
         for f, i, q in subs:
             sl.insert(f, i, queue=q)
         stored = []

@@ -33,8 +33,8 @@ def load_log(tmp_path_factory):
 def image_dir(tmp_path_factory):
     """The executors' default image directory for this session: images are
     named by content, so a directory kept from an earlier run would hold
-    them already (FASTSUB_IMAGE_DIR, set before any JVM starts)."""
-    from fastsub.spark.images import IMAGE_DIR_ENV
+    them already (TOPICMATCH_IMAGE_DIR, set before any JVM starts)."""
+    from topicmatch.spark.images import IMAGE_DIR_ENV
     path = tmp_path_factory.mktemp("images")
     os.environ[IMAGE_DIR_ENV] = str(path)
     return path
@@ -42,13 +42,13 @@ def image_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spark(load_log, image_dir):
-    pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'fastsub[spark]')")
+    pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'topicmatch[spark]')")
     if not _have_java():
         pytest.skip("no Java runtime: the Spark tests need one")
-    from fastsub.spark import LOAD_LOG_ENV, local_session
+    from topicmatch.spark import LOAD_LOG_ENV, local_session
     # Set before the JVM starts: its Python workers inherit the environment.
     os.environ[LOAD_LOG_ENV] = str(load_log)
-    session = local_session(MASTER, app_name="fastsub-tests", conf={
+    session = local_session(MASTER, app_name="topicmatch-tests", conf={
         "spark.sql.execution.arrow.maxRecordsPerBatch": ARROW_BATCH,
         "spark.default.parallelism": 2,
     })
@@ -65,7 +65,7 @@ def remote_load_log(tmp_path_factory):
 
 
 def _servers_or_skip():
-    pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'fastsub[spark]')")
+    pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'topicmatch[spark]')")
     if not _have_java():
         pytest.skip("no Java runtime: the Spark tests need one")
     import servers
@@ -77,8 +77,8 @@ def connect_url(tmp_path_factory, remote_load_log, image_dir):
     """sc://127.0.0.1:PORT of a Spark Connect server started from the PySpark
     package (local[2] inside), stopped at the end of the session."""
     servers = _servers_or_skip()
-    pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'fastsub[spark]')")
-    from fastsub.spark import LOAD_LOG_ENV
+    pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'topicmatch[spark]')")
+    from topicmatch.spark import LOAD_LOG_ENV
     url, server = servers.connect_server(str(tmp_path_factory.mktemp("connect-server")),
                                          extra_env={LOAD_LOG_ENV: str(remote_load_log)})
     yield url
@@ -90,7 +90,7 @@ def cluster_url(tmp_path_factory, remote_load_log, image_dir):
     """spark://127.0.0.1:PORT of a standalone master with two 1-core workers,
     each its own process, stopped at the end of the session."""
     servers = _servers_or_skip()
-    from fastsub.spark import LOAD_LOG_ENV
+    from topicmatch.spark import LOAD_LOG_ENV
     url, procs = servers.standalone_cluster(str(tmp_path_factory.mktemp("cluster")),
                                             extra_env={LOAD_LOG_ENV: str(remote_load_log)})
     yield url

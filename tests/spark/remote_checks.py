@@ -30,7 +30,7 @@ def _rows(df, *order):
 
 
 def compute(spark, ships):
-    from fastsub.spark import ShardPlan, fanout, fanout_with_rejects, is_connect
+    from topicmatch.spark import ShardPlan, fanout, fanout_with_rejects, is_connect
     out = {"fanout": {}, "examples": {}, "shipped_by": {}, "index_ids": []}
     for name, (dialect, (subs, subjects), key) in CASES.items():
         ev = spark.createDataFrame(events_rows(subjects), EVENT_SCHEMA).repartition(3)
@@ -68,10 +68,10 @@ def compute(spark, ships):
         out["index_ids"].append(ns["idx"].index_id)
     out["errors"] = {}
     if is_connect(spark):
-        import fastsub
-        from fastsub.spark import share_index
+        import topicmatch
+        from topicmatch.spark import share_index
         try:
-            share_index(spark, fastsub.Sublist(), ship="broadcast")
+            share_index(spark, topicmatch.Sublist(), ship="broadcast")
         except ValueError as e:
             out["errors"]["broadcast"] = str(e)
     return out
@@ -86,12 +86,12 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--conf", action="append", default=[], metavar="K=V")
     args = ap.parse_args(argv)
-    from fastsub.spark import local_session, remote_session
+    from topicmatch.spark import local_session, remote_session
     if args.remote:
-        spark = remote_session(args.remote, app_name="fastsub remote checks")
+        spark = remote_session(args.remote, app_name="topicmatch remote checks")
     else:
         conf = dict(kv.split("=", 1) for kv in args.conf)
-        spark = local_session(args.master, app_name="fastsub cluster checks", conf=conf)
+        spark = local_session(args.master, app_name="topicmatch cluster checks", conf=conf)
     try:
         result = compute(spark, args.ships.split(","))
         result["executor_python"] = sorted({r[0] for r in spark.range(4, numPartitions=4).mapInArrow(

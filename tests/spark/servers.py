@@ -106,7 +106,7 @@ def _env(base_dir, extra=None):
         "SPARK_PID_DIR": os.path.join(base_dir, "pids"),
         "SPARK_LOCAL_DIRS": os.path.join(base_dir, "local"),
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_IDENT_STRING": "fastsub-tests",
+        "SPARK_IDENT_STRING": "topicmatch-tests",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     })

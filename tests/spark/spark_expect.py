@@ -1,13 +1,13 @@
 """Small tables and the pure-Python answer a fan-out must give on them.
 
-The answer comes from fastsub._reference.ReferenceSublist (slow, plain),
+The answer comes from topicmatch._reference.ReferenceSublist (slow, plain),
 never from the engine under test; the queue-group pick, which is the
 engine's hash, is checked for its shape (one member of each matching group)
 and separately for equality with the engine's own match_many on the driver."""
 import collections
 import random
 
-from fastsub import _reference as R
+from topicmatch import _reference as R
 
 EVENT_SCHEMA = "event_id long, subject string, device string, payload string"
 SUBS_SCHEMA = "sub_id long, filter string, queue string"

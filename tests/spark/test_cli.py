@@ -1,4 +1,4 @@
-"""`fastsub fanout` and `fastsub demo` end to end: CSV, JSON lines and Parquet
+"""`topicmatch fanout` and `topicmatch demo` end to end: CSV, JSON lines and Parquet
 inputs, the reconciliation line, the rejected output, and the one-line errors.
 
 Most runs call cli.main() in this process (it reuses the session fixture's
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from cli_errors import one_error_line
-from fastsub import cli
+from topicmatch import cli
 from spark_expect import NATS_SUBJECTS, NATS_SUBS, Expected, events_rows, random_case
 
 pytestmark = pytest.mark.spark
@@ -139,7 +139,7 @@ def test_progress_on_a_terminal_is_cleared_before_any_message(spark, tmp_path, c
         raw = term.close()
     assert rc == cli.EXIT_REJECTED
     assert re.search(r"\r\[\s*[\d.]+ s\] matching: stage \d+, \d+/\d+ tasks done", raw), raw
-    assert _render(raw) == [f"fastsub: {ev} line 2001: rejected: malformed json row: "
+    assert _render(raw) == [f"topicmatch: {ev} line 2001: rejected: malformed json row: "
                             '{"event_id": 2000, "subject":'], raw     # (trailing space not shown)
 
 
@@ -180,13 +180,13 @@ def test_user_errors_are_one_line(spark, tmp_path, capsys):
 
 
 def _command():
-    exe = os.path.join(os.path.dirname(sys.executable), "fastsub")
-    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "fastsub.cli"]
+    exe = os.path.join(os.path.dirname(sys.executable), "topicmatch")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "topicmatch.cli"]
 
 
 def _clean_env():
     env = dict(os.environ)
-    env.pop("FASTSUB_SPARK_LOAD_LOG", None)
+    env.pop("TOPICMATCH_SPARK_LOAD_LOG", None)
     return env
 
 
@@ -222,4 +222,4 @@ def test_spark_error_in_a_subprocess_is_one_line(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     lines = p.stderr.splitlines()          # the JVM's incubator warning left out, too
     assert lines == [lines[-1]] and lines[-1].startswith(
-        f"fastsub: error: cannot read events {corrupt} as parquet"), p.stderr
+        f"topicmatch: error: cannot read events {corrupt} as parquet"), p.stderr

@@ -1,18 +1,18 @@
-"""`fastsub fanout`'s events input never loses a row (issue 23): CSV and JSON
+"""`topicmatch fanout`'s events input never loses a row (issue 23): CSV and JSON
 lines are scanned line by line first -- a BOM is removed, a line that is not
 UTF-8 or too long is rejected with its reason -- and a row Spark cannot
 parse is rejected too (PERMISSIVE, not FAILFAST or DROPMALFORMED).  Every
 rejected line is counted (events in = delivered + unmatched + rejected), is
 a row of DIR/rejected with its reason, and with --rejects is written to a
 file; the exit status says lines were rejected.  --shards and --dedupe pass
-through to fastsub.spark.fanout_with_rejects."""
+through to topicmatch.spark.fanout_with_rejects."""
 import os
 import re
 
 import pytest
 
-from fastsub import cli
-from fastsub.cli import fanout_io
+from topicmatch import cli
+from topicmatch.cli import fanout_io
 
 pytestmark = pytest.mark.spark
 
@@ -67,9 +67,9 @@ def test_csv_events_bom_bad_bytes_long_and_malformed_rows(spark, capsys, tmp_pat
     assert counts == [8, 2, 1, 5]
     # every line that never became a row is named on stderr, the malformed one too
     assert captured.err.splitlines() == [
-        f"fastsub: {ev} line 3: rejected: not UTF-8 (byte 0xe9 at byte 6 of the line)",
-        f"fastsub: {ev} line 4: rejected: line too long (312 bytes; at most 200)",
-        f"fastsub: {ev} line 9: rejected: malformed csv row: 8,x.y,g,extra,fields",
+        f"topicmatch: {ev} line 3: rejected: not UTF-8 (byte 0xe9 at byte 6 of the line)",
+        f"topicmatch: {ev} line 4: rejected: line too long (312 bytes; at most 200)",
+        f"topicmatch: {ev} line 9: rejected: malformed csv row: 8,x.y,g,extra,fields",
     ]
     assert rejects == b"2,caf\xe9.x,b\n" + long_row + b"\n" + b"8,x.y,g,extra,fields\n"
     delivered = sorted((int(r["event_id"]), r["sub_id"]) for r in _rows(os.path.join(out, "deliveries")))
@@ -91,8 +91,8 @@ def test_json_lines_malformed_rows_are_rejected_with_their_text(spark, capsys, t
     assert counts == [4, 2, 0, 2]
     assert rejects == b'\xff\xfe\n{"event_id": 2, "subject": "x.y"\n'
     assert captured.err.splitlines() == [
-        f"fastsub: {ev} line 4: rejected: not UTF-8 (byte 0xff at byte 1 of the line)",
-        f'fastsub: {ev} line 2: rejected: malformed json row: {{"event_id": 2, "subject": "x.y"',
+        f"topicmatch: {ev} line 4: rejected: not UTF-8 (byte 0xff at byte 1 of the line)",
+        f'topicmatch: {ev} line 2: rejected: malformed json row: {{"event_id": 2, "subject": "x.y"',
     ]
     errors = sorted(r["error"] for r in _rows(os.path.join(out, "rejected")))
     assert errors == [f"{ev} line 4: not UTF-8 (byte 0xff at byte 1 of the line)",
@@ -134,7 +134,7 @@ def test_a_directory_of_part_files_gzip_included(spark, capsys, tmp_path):
     captured = capsys.readouterr()
     assert rc == cli.EXIT_REJECTED, captured
     assert [_num(x) for x in RECONCILE.search(captured.out).groups()] == [5, 3, 1, 1]
-    assert captured.err.splitlines()[0] == (f"fastsub: {d / 'part-1.csv.gz'} line 3: rejected: "
+    assert captured.err.splitlines()[0] == (f"topicmatch: {d / 'part-1.csv.gz'} line 3: rejected: "
                                             "not UTF-8 (byte 0xe9 at byte 6 of the line)")
     assert rej.read_bytes() == b"4,caf\xe9\n"
     delivered = sorted(int(r["event_id"]) for r in _rows(os.path.join(out, "deliveries")))

@@ -1,9 +1,9 @@
-"""`fastsub match`: the engine alone, no Spark (runs in `make test-engine` too)."""
+"""`topicmatch match`: the engine alone, no Spark (runs in `make test-engine` too)."""
 import subprocess
 import sys
 
-from fastsub import _reference as R
-from fastsub import cli
+from topicmatch import _reference as R
+from topicmatch import cli
 
 
 def _run(capsys, tmp_path, filters, subjects, *extra):
@@ -36,7 +36,7 @@ def test_match_prints_deliveries_and_a_summary(capsys, tmp_path):
     assert "orders.eu.created\t4\torders.eu.*\tworkers" in out.splitlines()
     assert "line 4: rejected: invalid subject 'a..b': empty token" in err
     summary = err.strip().splitlines()[-1]
-    assert summary.startswith("fastsub match: 5 subjects = 3 delivered + 1 unmatched + 1 rejected; "
+    assert summary.startswith("topicmatch match: 5 subjects = 3 delivered + 1 unmatched + 1 rejected; "
                               f"{len(expected)} deliveries from 5 subscriptions (nats, queues=all)")
 
 
@@ -53,7 +53,7 @@ def test_match_mqtt_tab_separated(capsys, tmp_path):
 def test_match_invalid_filter_names_the_line(capsys, tmp_path):
     rc, out, err = _run(capsys, tmp_path, ["a.*", "a.>.b"], ["a.b"])
     assert rc == 2 and out == ""
-    assert err.strip() == f"fastsub: error: {tmp_path / 'filters.txt'} line 2: invalid filter 'a.>.b': " \
+    assert err.strip() == f"topicmatch: error: {tmp_path / 'filters.txt'} line 2: invalid filter 'a.>.b': " \
         + err.strip().split("invalid filter 'a.>.b': ")[1]
     rc, out, err = _run(capsys, tmp_path, ["a b c"], ["a"])
     assert rc == 2 and "line 1: expected 'filter' or 'filter queue'" in err
@@ -65,7 +65,7 @@ def test_match_missing_file(capsys, tmp_path):
     assert capsys.readouterr().err.strip().endswith("nope: no such file or directory")
 
 
-def test_import_fastsub_does_not_import_pyspark():
-    code = ("import sys, fastsub, fastsub.cli; "
+def test_import_topicmatch_does_not_import_pyspark():
+    code = ("import sys, topicmatch, topicmatch.cli; "
             "assert 'pyspark' not in sys.modules and 'py4j' not in sys.modules, 'pyspark imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

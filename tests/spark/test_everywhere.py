@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _clean_env(**extra):
     env = dict(os.environ)
     for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
-              "FASTSUB_SPARK_LOAD_LOG"):
+              "TOPICMATCH_SPARK_LOAD_LOG"):
         env.pop(k, None)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env.update(extra)
@@ -148,15 +148,15 @@ def _outputs(out):
     return sorted(d, key=key), sorted(r, key=key)
 
 
-def _fastsub(args, **env):
-    exe = os.path.join(os.path.dirname(sys.executable), "fastsub")
-    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "fastsub.cli"]
+def _topicmatch(args, **env):
+    exe = os.path.join(os.path.dirname(sys.executable), "topicmatch")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "topicmatch.cli"]
     return subprocess.run(cmd + args, capture_output=True, text=True, timeout=600, env=_clean_env(**env))
 
 
 @pytest.fixture(scope="module")
 def cli_local(spark, tmp_path_factory):
-    from fastsub import cli
+    from topicmatch import cli
     tmp = tmp_path_factory.mktemp("cli-local")
     ev, subs, exp = _cli_inputs(tmp)
     out = str(tmp / "out")
@@ -169,7 +169,7 @@ def cli_local(spark, tmp_path_factory):
 
 def _check_cli_run(p, out, cli_local, where):
     from test_cli import RECONCILE
-    from fastsub.cli import EXIT_REJECTED
+    from topicmatch.cli import EXIT_REJECTED
     ev, subs, exp, (deliveries, rejected) = cli_local
     c = exp.counts("pick")
     assert p.returncode == (EXIT_REJECTED if c["rejected"] else 0), p.stdout + p.stderr[-5000:]
@@ -183,12 +183,12 @@ def _check_cli_run(p, out, cli_local, where):
 
 
 def test_cli_on_the_cluster(cluster_url, cli_local, tmp_path):
-    """`fastsub fanout --master spark://...` from a plain environment (no
+    """`topicmatch fanout --master spark://...` from a plain environment (no
     PYSPARK_PYTHON): the executors run the driver's interpreter; the index
     travels as a file; the outputs are local mode's."""
     ev, subs, _, _ = cli_local
     out = str(tmp_path / "out")
-    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
+    p = _topicmatch(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
                   "--master", cluster_url, "--ship", "file"])
     _check_cli_run(p, out, cli_local, cluster_url)
     assert "shipped by file" in p.stdout
@@ -197,22 +197,22 @@ def test_cli_on_the_cluster(cluster_url, cli_local, tmp_path):
 def test_cli_names_the_fix_for_a_bad_executor_python(cluster_url, cli_local, tmp_path):
     # An interpreter without site-packages, like a worker's stock python3:
     # it runs Spark's worker (pyspark comes on PYTHONPATH) but has neither
-    # pyarrow nor fastsub.  Made here, so the test needs nothing of the host.
+    # pyarrow nor topicmatch.  Made here, so the test needs nothing of the host.
     bare = tmp_path / "bare-python"
     bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
     bare.chmod(0o755)
     ev, subs, _, _ = cli_local
-    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", str(tmp_path / "out"),
+    p = _topicmatch(["fanout", "--events", ev, "--subs", subs, "--out", str(tmp_path / "out"),
                   "--master", cluster_url], PYSPARK_PYTHON=str(bare))
     assert p.returncode == 2, p.stdout + p.stderr
-    err = [ln for ln in p.stderr.splitlines() if ln.startswith("fastsub: error:")]
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("topicmatch: error:")]
     assert len(err) == 1 and "PYSPARK_PYTHON" in err[0] and "No module named" in err[0], p.stderr
 
 
 def test_cli_on_connect(connect_url, cli_local, tmp_path):
     ev, subs, _, _ = cli_local
     out = str(tmp_path / "out")
-    p = _fastsub(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
+    p = _topicmatch(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
                   "--remote", connect_url])
     _check_cli_run(p, out, cli_local, connect_url)
     assert "shipped by inline" in p.stdout

@@ -1,7 +1,7 @@
-"""fastsub.spark.fan_out against the pure-Python reference, every dialect."""
+"""topicmatch.spark.fan_out against the pure-Python reference, every dialect."""
 import pytest
 
-import fastsub
+import topicmatch
 from spark_expect import (EVENT_SCHEMA, MQTT_SUBJECTS, MQTT_SUBS, NATS_SUBJECTS, NATS_SUBS,
                           SUBS_SCHEMA, Expected, events_rows, random_case, rows_by_event)
 
@@ -25,7 +25,7 @@ def _frames(spark, case, partitions=3):
 
 def _engine_pick(dialect, subs, events, with_key):
     """The engine's own answer on the driver (for the pick, which is its hash)."""
-    sl = fastsub.Sublist(dialect)
+    sl = topicmatch.Sublist(dialect)
     sl.insert_many([f for _, f, _ in subs], [i for i, _, _ in subs], [q for _, _, q in subs])
     subjects = [e[1] for e in events]
     keys = [(e[2] if e[2] is not None else e[1]) for e in events] if with_key else None
@@ -44,7 +44,7 @@ MATRIX = [(case, queues, explode) for case in CASES for queues in ("pick", "all"
 @pytest.mark.parametrize("case, queues, explode", MATRIX,
                          ids=[f"{c}-{q}-{'explode' if e else 'arrays'}" for c, q, e in MATRIX])
 def test_fanout_equals_reference(spark, case, queues, explode):
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     dialect = case.split("-")[0]
     subs, events, ev, sb = _frames(spark, case)
     exp = Expected(dialect, subs, events)
@@ -88,7 +88,7 @@ def test_fanout_equals_reference(spark, case, queues, explode):
 
 
 def test_reject_reasons(spark):
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     _, _, ev, sb = _frames(spark, "nats")
     got = {r["subject"]: r["error"] for r in fanout_with_rejects(ev, sb).rejected.collect()}
     assert got == {
@@ -102,7 +102,7 @@ def test_reject_reasons(spark):
 
 
 def test_fanout_returns_the_deliveries(spark):
-    from fastsub.spark import fanout, fanout_with_rejects
+    from topicmatch.spark import fanout, fanout_with_rejects
     _, _, ev, sb = _frames(spark, "nats")
     a = fanout(ev, sb, queues="all").collect()
     b = fanout_with_rejects(ev, sb, queues="all").deliveries.collect()
@@ -113,7 +113,7 @@ def test_fanout_returns_the_deliveries(spark):
 
 def test_key_makes_the_pick_sticky(spark):
     """With key_col, every event of one key goes to the same member of a group."""
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     subs = [(i, "t.>", "g") for i in range(1, 9)]
     events = [(i, f"t.{i}.x", f"dev-{i % 5}", "p") for i in range(400)]
     ev = spark.createDataFrame(spark.sparkContext.parallelize(events, 4), EVENT_SCHEMA)
@@ -128,7 +128,7 @@ def test_key_makes_the_pick_sticky(spark):
 
 
 def test_ship_by_file_gives_the_same_rows(spark):
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     _, _, ev, sb = _frames(spark, "mqtt-random")
     a = fanout_with_rejects(ev, sb, dialect="mqtt", ship="broadcast")
     b = fanout_with_rejects(ev, sb, dialect="mqtt", ship="file")
@@ -138,7 +138,7 @@ def test_ship_by_file_gives_the_same_rows(spark):
 
 
 def test_large_index_goes_by_file(spark, monkeypatch):
-    import fastsub.spark as fs
+    import topicmatch.spark as fs
     monkeypatch.setattr(fs, "BROADCAST_MAX_BYTES", 10)
     _, _, ev, sb = _frames(spark, "nats")
     # an index built on the driver (a DataFrame's is an image on the
@@ -150,14 +150,14 @@ def test_large_index_goes_by_file(spark, monkeypatch):
 
 def test_one_matching_pass_per_plan(spark):
     """explode infers a `size(sub_ids) > 0` filter; the UDF must not be copied into it."""
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     _, _, ev, sb = _frames(spark, "nats")
     plan = fanout(ev, sb)._jdf.queryExecution().executedPlan().toString()
     assert plan.count("ArrowEvalPython") == 1, plan
 
 
 def test_persist_shares_the_pass(spark):
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     _, _, ev, sb = _frames(spark, "nats")
     res = fanout_with_rejects(ev, sb).persist()
     try:
@@ -165,13 +165,13 @@ def test_persist_shares_the_pass(spark):
         for df in (res.deliveries, res.rejected):
             plan = df._jdf.queryExecution().executedPlan().toString()
             above_cache = plan.split("InMemoryRelation")[0]
-            assert "InMemoryTableScan" in above_cache and "fastsub_match" not in above_cache, plan
+            assert "InMemoryTableScan" in above_cache and "topicmatch_match" not in above_cache, plan
     finally:
         res.unpersist()
 
 
 def test_no_subscriptions_all_unmatched(spark):
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     _, events, ev, _ = _frames(spark, "nats")
     res = fanout_with_rejects(ev, spark.createDataFrame([], SUBS_SCHEMA))
     c = res.counts()
@@ -179,7 +179,7 @@ def test_no_subscriptions_all_unmatched(spark):
 
 
 def test_queue_column_is_optional(spark):
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     ev = spark.createDataFrame([(1, "a.b", None, "p")], EVENT_SCHEMA)
     sb = spark.createDataFrame([(7, "a.*")], "sub_id int, filter string")
     assert [r["sub_id"] for r in fanout(ev, sb).collect()] == [7]
@@ -188,20 +188,20 @@ def test_queue_column_is_optional(spark):
 # -- errors a user can make: one clear message, raised on the driver --------
 
 def _bad(spark, subs, schema=SUBS_SCHEMA, events=None, **kw):
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     ev = events if events is not None else spark.createDataFrame([(1, "a.b", None, "p")], EVENT_SCHEMA)
     return lambda: fanout(ev, spark.createDataFrame(subs, schema), **kw)
 
 
 def test_invalid_filter_names_the_row(spark):
     f = _bad(spark, [(1, "a.*", None), (2, "b.>", None), (3, "a..b", "q")])
-    with pytest.raises(fastsub.InvalidSubjectError,
+    with pytest.raises(topicmatch.InvalidSubjectError,
                        match=r"^subscriptions row 3 \(sub_id=3, queue='q'\): invalid filter 'a\.\.b': empty token"):
         f()
     f = _bad(spark, [(1, "sport/#/x", None)], dialect="mqtt")
-    with pytest.raises(fastsub.InvalidSubjectError, match=r"row 1 \(sub_id=1\): invalid filter 'sport/#/x'"):
+    with pytest.raises(topicmatch.InvalidSubjectError, match=r"row 1 \(sub_id=1\): invalid filter 'sport/#/x'"):
         f()
-    with pytest.raises(fastsub.InvalidSubjectError, match="row 2.*invalid queue 'a b'"):
+    with pytest.raises(topicmatch.InvalidSubjectError, match="row 2.*invalid queue 'a b'"):
         _bad(spark, [(1, "a", None), (2, "b", "a b")])()
 
 
@@ -214,13 +214,13 @@ def test_invalid_filter_names_the_row(spark):
     ([(1, "a", 5)], "sub_id long, filter string, queue int", r"column 'queue' has type int"),
 ])
 def test_bad_subscriptions_table(spark, subs, schema, message):
-    from fastsub.spark import FanoutInputError
+    from topicmatch.spark import FanoutInputError
     with pytest.raises(FanoutInputError, match=message):
         _bad(spark, subs, schema)()
 
 
 def test_bad_events_table(spark):
-    from fastsub.spark import FanoutInputError
+    from topicmatch.spark import FanoutInputError
     subs = [(1, "a", None)]
     ev = spark.createDataFrame([(1, 5)], "event_id long, subject long")
     with pytest.raises(FanoutInputError, match=r"events column 'subject' has type bigint, expected string"):

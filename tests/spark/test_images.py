@@ -1,5 +1,5 @@
 """The unsharded index of a subscriptions DataFrame as an image built on the
-executors (fastsub.spark.images): named by its rows' content, built at most
+executors (topicmatch.spark.images): named by its rows' content, built at most
 once per name and image directory (counted by the build task's insert
 counter and the build lines of the load log), mapped by the workers (their
 own insert counters stay at 0), rebuilt when damaged, and the same rows as
@@ -10,7 +10,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-import fastsub
+import topicmatch
 from spark_expect import EVENT_SCHEMA, SUBS_SCHEMA, Expected, events_rows, random_case
 
 pytestmark = pytest.mark.spark
@@ -48,7 +48,7 @@ def frames(spark):
 
 
 def test_built_once_per_content(spark, frames, tmp_path, load_log):
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     ev, subs = frames
     d = str(tmp_path / "images")
     exp = Expected("nats", SUBS, events_rows(SUBJECTS))
@@ -93,7 +93,7 @@ def test_a_new_application_reuses_the_images(spark, frames, tmp_path, load_log, 
     """The driver's memo of the images it built or checked is what a new
     application lacks: without it, the probe task finds the image (checked in
     full) and nothing is built; a damaged one is rebuilt, never used."""
-    from fastsub.spark import fanout, fanout_with_rejects, images
+    from topicmatch.spark import fanout, fanout_with_rejects, images
     ev, subs = frames
     d = str(tmp_path / "images")
     a = fanout_with_rejects(ev, subs(), image_dir=d).index
@@ -102,7 +102,7 @@ def test_a_new_application_reuses_the_images(spark, frames, tmp_path, load_log, 
     assert (b.digest, b.inserts) == (a.digest, 0)
     assert _builds(load_log, a) == [len(SUBS)]
 
-    want = _pairs(fanout(ev, fastsub.spark.build_index(subs())))
+    want = _pairs(fanout(ev, topicmatch.spark.build_index(subs())))
     with open(a.image_path, "r+b") as f:            # damage the payload
         f.seek(2000)
         byte = f.read(1)
@@ -112,12 +112,12 @@ def test_a_new_application_reuses_the_images(spark, frames, tmp_path, load_log, 
     r = fanout_with_rejects(ev, subs(), image_dir=d)
     assert (r.index.digest, r.index.inserts) == (a.digest, len(SUBS))
     assert _builds(load_log, a) == [len(SUBS)] * 2
-    fastsub.Sublist.open(a.image_path)              # a good image again
+    topicmatch.Sublist.open(a.image_path)              # a good image again
     assert _pairs(r.deliveries) == want
 
 
 def test_the_default_directory_in_local_mode(spark, frames):
-    from fastsub.spark import default_image_dir, fanout_with_rejects
+    from topicmatch.spark import default_image_dir, fanout_with_rejects
     ev, subs = frames
     r = fanout_with_rejects(ev, subs())
     assert r.index.shipped_by == "image"
@@ -127,10 +127,10 @@ def test_the_default_directory_in_local_mode(spark, frames):
 
 
 def test_bad_rows_raise_on_the_driver(spark, tmp_path):
-    from fastsub.spark import FanoutInputError, fanout
+    from topicmatch.spark import FanoutInputError, fanout
     ev = spark.createDataFrame([(1, "a.b", None, "p")], EVENT_SCHEMA)
     d = str(tmp_path / "images")
-    with pytest.raises(fastsub.InvalidSubjectError,
+    with pytest.raises(topicmatch.InvalidSubjectError,
                        match=r"^subscriptions row 3 \(sub_id=3, queue='q'\): invalid filter 'a\.\.b': empty token"):
         fanout(ev, spark.createDataFrame([(1, "a.*", None), (2, "b.>", None), (3, "a..b", "q")],
                                          SUBS_SCHEMA), image_dir=d)
@@ -143,7 +143,7 @@ def test_bad_rows_raise_on_the_driver(spark, tmp_path):
 
 
 def test_image_dir_errors(spark, frames, tmp_path):
-    from fastsub.spark import fanout, share_index
+    from topicmatch.spark import fanout, share_index
     ev, subs = frames
     with pytest.raises(ValueError, match="absolute directory path"):
         fanout(ev, subs(), image_dir="relative/dir")
@@ -152,11 +152,11 @@ def test_image_dir_errors(spark, frames, tmp_path):
     with pytest.raises(ValueError, match="ship='file' and image_dir= are two ways"):
         fanout(ev, subs(), ship="file", image_dir=str(tmp_path))
     with pytest.raises(TypeError, match="image_dir must be a path"):
-        share_index(spark, fastsub.Sublist(), image_dir=3)
+        share_index(spark, topicmatch.Sublist(), image_dir=3)
 
 
 def test_share_index_into_an_image_dir(spark, frames, tmp_path, load_log):
-    from fastsub.spark import build_index, fanout, share_index
+    from topicmatch.spark import build_index, fanout, share_index
     ev, subs = frames
     d = str(tmp_path / "images")
     sl = build_index(subs())
@@ -174,14 +174,14 @@ def test_share_index_into_an_image_dir(spark, frames, tmp_path, load_log):
 
 
 def fanout_with_rejects_index(ev, sb, d):
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     return fanout_with_rejects(ev, sb, image_dir=d).index
 
 
 def test_two_tasks_never_build_one_image(tmp_path):
     """The build under the lock: of two tasks at once, one builds, the other
     finds the image when it gets the lock."""
-    from fastsub.spark.images import _build_task
+    from topicmatch.spark.images import _build_task
     table = pa.table({"sub_id": pa.array([i for i, _, _ in SUBS], pa.int64()),
                       "filter": [f for _, f, _ in SUBS], "queue": [q for _, _, q in SUBS]})
     d = str(tmp_path)
@@ -190,7 +190,7 @@ def test_two_tasks_never_build_one_image(tmp_path):
 
     def task():
         go.wait()
-        out.extend(_build_task(d, "fastsub-nats-test", "nats", False, False)(iter(table.to_batches())))
+        out.extend(_build_task(d, "topicmatch-nats-test", "nats", False, False)(iter(table.to_batches())))
 
     threads = [threading.Thread(target=task) for _ in range(2)]
     for t in threads:
@@ -206,7 +206,7 @@ def test_stream_builds_once_per_content(spark, tmp_path, load_log):
     does a new stream (a restart, a new application) on the same image_dir."""
     import json
 
-    from fastsub.spark import fanout_stream
+    from topicmatch.spark import fanout_stream
     d = str(tmp_path / "images")
     inp = tmp_path / "in"
     inp.mkdir()
@@ -267,7 +267,7 @@ class _FakeSession:
     ("yarn", ["driver-host", "driver-host"], "false", True),              # beside the driver
 ])
 def test_where_the_default_directory_works(master, hosts, dynamic, works):
-    from fastsub.spark.images import default_dir_works, use_images
+    from topicmatch.spark.images import default_dir_works, use_images
     s = _FakeSession(master, hosts, dynamic)
     assert default_dir_works(s) is works
     assert use_images(s, None, "auto") is works
@@ -280,25 +280,25 @@ def test_the_digest_is_the_sum_of_the_row_hashes(spark):
     per row (the job adds 32-bit halves as bigints), any row order."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark import images
+    from topicmatch.spark import images
     rows = [(1, "a.b", None), (2, "c.*", "q"), (3, "x", None), (-5, "y.>", "")]
     df = spark.createDataFrame(rows, SUBS_SCHEMA)
     cols = [F.col(c) for c in ("sub_id", "filter", "queue")]
     flags = [c.isNull() for c in cols]
     hashes = [df.select(F.xxhash64(F.lit(s), *cols, *flags)).collect() for s in images._SEEDS]
     digest = "".join(f"{sum(r[0] % (1 << 64) for r in h) % (1 << 64):016x}" for h in hashes)
-    assert images.digest_name(df, "nats") == f"fastsub-nats-v{images.image_version()}-n4-{digest}"
+    assert images.digest_name(df, "nats") == f"topicmatch-nats-v{images.image_version()}-n4-{digest}"
     assert images.digest_name(spark.createDataFrame(rows[::-1], SUBS_SCHEMA), "nats") == \
         images.digest_name(df, "nats")
     assert images.digest_name(df, "mqtt") != images.digest_name(df, "nats")
-    assert images.image_version() == fastsub.Sublist().to_bytes()[8]
+    assert images.image_version() == topicmatch.Sublist().to_bytes()[8]
 
 
 def test_rows_from_columns_spark_marks_not_null(spark, tmp_path):
     """spark.range's id is `not null` in the task's Arrow batches."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     ev = spark.createDataFrame(events_rows(["a.b", "c"]), EVENT_SCHEMA)
     sb = spark.range(1, 4).select(F.col("id").alias("sub_id"), F.lit("a.>").alias("filter"))
     assert sorted(r["sub_id"] for r in fanout(ev, sb, image_dir=str(tmp_path)).collect()) == [1, 2, 3]

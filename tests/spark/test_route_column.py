@@ -1,4 +1,4 @@
-"""The sharded fan-out routes events in the JVM (fastsub.spark.shard.
+"""The sharded fan-out routes events in the JVM (topicmatch.spark.shard.
 route_column, a Spark SQL expression): on every subject the dialect accepts
 it must give route_keys's key exactly (csrc/fs_route.c), or a filter keyed
 in C and an event keyed in the JVM would miss each other."""
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from fastsub import _reference as R
-from fastsub._core import ROUTE_ANY, ROUTE_INVALID, ROUTE_KEYED, ROUTE_NULL, route_keys
+from topicmatch import _reference as R
+from topicmatch._core import ROUTE_ANY, ROUTE_INVALID, ROUTE_KEYED, ROUTE_NULL, route_keys
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +36,7 @@ def _jvm_keys(spark, values, column_fn, dialect):
 
 @pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
 def test_route_column_is_route_keys(spark, dialect):
-    from fastsub.spark.route import route_column
+    from topicmatch.spark.route import route_column
     subjects = _subjects(dialect, seed={"nats": 1, "mqtt": 2, "amqp": 3}[dialect])
     got = _jvm_keys(spark, subjects, route_column, dialect)
     checked = {ROUTE_KEYED: 0, ROUTE_ANY: 0}
@@ -60,7 +60,7 @@ def test_a_filter_keyed_in_c_meets_its_subjects_in_the_jvm(spark):
     the JVM sends its subjects."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark.route import route_column
+    from topicmatch.spark.route import route_column
     pairs = [("nats", "orders.eu.>", "orders.eu.x.y"), ("mqtt", "$share/g/sport/tennis/#", "sport/tennis"),
              ("mqtt", "a//+", "a//b"), ("amqp", "a.b.#", "a.b")]
     for dialect, flt, subject in pairs:
@@ -91,7 +91,7 @@ def test_filter_route_column_is_route_keys(spark, dialect):
     """The sharded image path routes filters in the JVM too (its per-shard
     digests and builds): equal to route_keys(filters=True) on valid filters,
     -1 for the ones every shard needs."""
-    from fastsub.spark.route import filter_route_column
+    from topicmatch.spark.route import filter_route_column
     filters = _filters(dialect, seed={"nats": 4, "mqtt": 5, "amqp": 6}[dialect])
     got = _jvm_keys(spark, filters, filter_route_column, dialect)
     checked = {ROUTE_KEYED: 0, ROUTE_ANY: 0}

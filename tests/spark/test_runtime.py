@@ -22,7 +22,7 @@ def _subs(spark):
 
 
 def test_same_rows_twice(spark):
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     ev, sb = _events(spark), _subs(spark)
     a = fanout(ev, sb).collect()
     b = fanout(ev, sb).collect()            # a new index (new id), same rows, same order
@@ -35,7 +35,7 @@ def test_task_retry_writes_the_same_rows(spark, tmp_path):
     """Task 1 fails on its first attempt after it has produced some of its
     deliveries; Spark retries it (local[2,3]) and the result equals a run
     without a failure."""
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     ev, sb = _events(spark), _subs(spark)
     deliveries = fanout(ev, sb)
     clean = deliveries.collect()
@@ -59,7 +59,7 @@ def test_index_loaded_once_per_worker_process(spark, load_log):
     """16 tasks (each of several Arrow batches) on 2 cores: each Python worker
     process loads the index once, and there are far fewer of them than tasks
     (Spark keeps a small pool of reusable workers), never one per task or batch."""
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     ev = _events(spark, n=4000, partitions=16)
     for ship in ("broadcast", "file"):
         res = fanout_with_rejects(ev, _subs(spark), ship=ship)

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastsub import InvalidSubjectError
-from fastsub import _reference as R
+from topicmatch import InvalidSubjectError
+from topicmatch import _reference as R
 from spark_expect import EVENT_SCHEMA, SUBS_SCHEMA, events_rows, random_case
 
 pytestmark = pytest.mark.spark
@@ -92,7 +92,7 @@ def _configs(draw):
 def test_sharded_equals_unsharded_and_reference(spark, dialect, cfg):
     from pyspark.sql import functions as F
 
-    from fastsub.spark import ShardPlan, fanout_with_rejects
+    from topicmatch.spark import ShardPlan, fanout_with_rejects
     subs, events, ev, sb = _frames(spark, dialect, cfg["seed"])
     plan = ShardPlan(cfg["shards"], cfg["depth"], salts=cfg["salts"])
     common = dict(dialect=dialect, key_col="device", queues=cfg["queues"], dedupe=cfg["dedupe"])
@@ -129,7 +129,7 @@ def test_explode_false_arrays_are_the_unsharded_ones_exactly(spark, dialect):
     per dialect."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark import ShardPlan, fanout_with_rejects
+    from topicmatch.spark import ShardPlan, fanout_with_rejects
     subs, events, ev, sb = _frames(spark, dialect, seed=35)
     frames = []
     for k, (n, d, salts, queues, dedupe) in enumerate(ORDER_CONFIGS[dialect]):
@@ -160,7 +160,7 @@ def test_bad_rows_raise_on_the_driver_naming_the_row(spark):
     knows the row's position.  test_shard_tables: "auto" and streams."""
     import re
 
-    from fastsub.spark import FanoutInputError, ShardPlan, fanout_with_rejects
+    from topicmatch.spark import FanoutInputError, ShardPlan, fanout_with_rejects
     ev = spark.createDataFrame(events_rows(["a.b"]), EVENT_SCHEMA)
     good = [(i, f"k{i}.x", None) for i in range(50)]
     cases = [((77, "a..b", None), InvalidSubjectError,
@@ -184,8 +184,8 @@ def test_bad_rows_raise_on_the_driver_naming_the_row(spark):
 
 
 def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):
-    from fastsub.spark import ShardPlan, SharedIndex, fanout_with_rejects, plan_shards
-    import fastsub
+    from topicmatch.spark import ShardPlan, SharedIndex, fanout_with_rejects, plan_shards
+    import topicmatch
     # d=1 leaves one key with most filters; d=2 splits it
     rows = [(i, f"big.k{i % 40}.x", None) for i in range(800)] + \
            [(1000 + i, f"s{i}.y", None) for i in range(100)] + [(5000, "*.y", None)]
@@ -201,7 +201,7 @@ def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):
     ev = spark.createDataFrame(events_rows(["big.k1.x", "s3.y", "q"]), EVENT_SCHEMA)
     # "auto" keeps a small set on the broadcast path; a Sublist is always shipped whole
     assert isinstance(fanout_with_rejects(ev, sb).index, SharedIndex)
-    sl = fastsub.Sublist()
+    sl = topicmatch.Sublist()
     sl.insert("a.b", 1)
     assert isinstance(fanout_with_rejects(ev, sl).index, SharedIndex)
     with pytest.raises(ValueError, match="needs the subscriptions as a DataFrame"):
@@ -219,14 +219,14 @@ def test_plan_is_visible_and_auto_depth_keeps_workers_small(spark):
 
 
 def test_event_skew_is_salted_from_a_sample(spark):
-    from fastsub.spark import ShardPlan
-    from fastsub.spark.shard import _salts
+    from topicmatch.spark import ShardPlan
+    from topicmatch.spark.shard import _salts
     from pyspark.sql import functions as F
     ev = spark.range(200_000).select(F.when(F.col("id") % 10 < 9, F.lit("hot.x")).otherwise(
         F.concat(F.lit("k"), F.col("id").cast("string"), F.lit(".x"))).alias("subject"))
     plan = ShardPlan(8, 1)
     salts = _salts(ev, "subject", "nats", plan, cores=4)
-    from fastsub._core import route_keys
+    from topicmatch._core import route_keys
     hot = int(route_keys(["hot.x"], "nats", 1)[0][0] % 8)
     assert salts.get(hot) == 4 and all(r <= 2 for s, r in salts.items() if s != hot), salts
     assert _salts(ev, "subject", "nats", plan, cores=1) == {}
@@ -254,7 +254,7 @@ def test_stream_rebuilds_only_the_shards_that_changed(spark, tmp_path, load_log)
     and matches it."""
     import pyarrow.parquet as pq
 
-    from fastsub.spark import ShardPlan, fanout_stream
+    from topicmatch.spark import ShardPlan, fanout_stream
     subs = [(i, f"k{i % 16}.x{i}", None) for i in range(200)] + [(900, "*.x1", None)]
     subs_file = str(tmp_path / "subs.jsonl")
     _write_json(subs_file, subs)
@@ -304,7 +304,7 @@ def test_stream_rebuilds_only_the_shards_that_changed(spark, tmp_path, load_log)
 CAPPED = r"""
 import json, sys
 from pyspark.sql import functions as F
-from fastsub.spark import IndexTooLargeError, fanout_with_rejects, local_session
+from topicmatch.spark import IndexTooLargeError, fanout_with_rejects, local_session
 spark = local_session("local[2]", conf={"spark.driver.maxResultSize": "1m",
                                         "spark.sql.shuffle.partitions": "8"})
 n = int(sys.argv[1])
@@ -337,11 +337,11 @@ def test_capped_driver_fails_unsharded_and_passes_sharded(spark, tmp_path):
     the cap cannot be changed at runtime."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     n = 150_000
     script = tmp_path / "capped.py"
     script.write_text(CAPPED)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "FASTSUB_SPARK_LOAD_LOG")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "TOPICMATCH_SPARK_LOAD_LOG")}
     p = subprocess.run([sys.executable, str(script), str(n)], capture_output=True, text=True,
                        timeout=600, env=env)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
@@ -365,7 +365,7 @@ def test_a_void_queue_column_means_all_plain(spark):
     all-None column through createDataFrame)."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark import ShardPlan, fanout_with_rejects
+    from topicmatch.spark import ShardPlan, fanout_with_rejects
     sb = spark.createDataFrame([(1, "a.*"), (2, "a.b")], ["sub_id", "filter"]).withColumn(
         "queue", F.lit(None))
     assert sb.schema["queue"].dataType.typeName() == "void"
@@ -379,7 +379,7 @@ def test_a_void_queue_column_means_all_plain(spark):
 SELF_BUILT = r"""
 import sys
 from pyspark.sql import SparkSession
-from fastsub.spark import ExecutorEnvironmentError, fanout
+from topicmatch.spark import ExecutorEnvironmentError, fanout
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 ev = spark.createDataFrame([(1, "a.b")], "event_id long, subject string")
 sb = spark.createDataFrame([(1, "a.b")], "sub_id long, filter string")
@@ -393,13 +393,13 @@ except ExecutorEnvironmentError as e:
 
 def test_a_session_the_user_built_gets_the_executor_check(tmp_path):
     """A local session built by hand whose workers run a Python without
-    fastsub: one clear error naming the fix, not a worker's stack."""
+    topicmatch: one clear error naming the fix, not a worker's stack."""
     base = getattr(sys, "_base_executable", None)
     if not base or sys.prefix == sys.base_prefix:
-        pytest.skip("needs a virtual environment (its base Python lacks fastsub)")
-    probe = subprocess.run([base, "-c", "import fastsub, pyarrow"], capture_output=True)
+        pytest.skip("needs a virtual environment (its base Python lacks topicmatch)")
+    probe = subprocess.run([base, "-c", "import topicmatch, pyarrow"], capture_output=True)
     if probe.returncode == 0:
-        pytest.skip(f"the base Python {base} has fastsub and pyarrow")
+        pytest.skip(f"the base Python {base} has topicmatch and pyarrow")
     script = tmp_path / "self_built.py"
     script.write_text(SELF_BUILT)
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_DRIVER_PYTHON",)}
@@ -408,5 +408,5 @@ def test_a_session_the_user_built_gets_the_executor_check(tmp_path):
                        env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout.strip().splitlines()[-1]
-    assert out.startswith("CLEAR the executors cannot run fastsub"), p.stdout[-2000:]
+    assert out.startswith("CLEAR the executors cannot run topicmatch"), p.stdout[-2000:]
     assert "PYSPARK_PYTHON" in out

@@ -1,4 +1,4 @@
-"""The sharded fan-out over images (fastsub.spark.shard_images): every
+"""The sharded fan-out over images (topicmatch.spark.shard_images): every
 shard's index is built once per content on the executors and mapped by the
 workers, beside one image of the replicated share (the filters every
 shard needs), matched with each shard's as one index; a call on unchanged
@@ -14,15 +14,15 @@ pytestmark = pytest.mark.spark
 
 
 def _plan():
-    from fastsub.spark import ShardPlan
+    from topicmatch.spark import ShardPlan
     return ShardPlan(4, 1)
 
 
 @pytest.mark.parametrize("dialect,seed", [("nats", 21), ("mqtt", 22), ("amqp", 23)])
 @pytest.mark.parametrize("queues", ["all", "pick"])
 def test_exact_and_built_once(spark, tmp_path, dialect, seed, queues):
-    from fastsub.spark import fanout
-    from fastsub.spark.shard_images import shard_images
+    from topicmatch.spark import fanout
+    from topicmatch.spark.shard_images import shard_images
     subs, subjects = random_case(dialect, n_subs=80, n_events=300, seed=seed)
     events = events_rows(subjects)
     ev = spark.createDataFrame(spark.sparkContext.parallelize(events, 3), EVENT_SCHEMA)
@@ -40,8 +40,8 @@ def test_exact_and_built_once(spark, tmp_path, dialect, seed, queues):
 
 
 def test_a_change_rebuilds_only_the_image_it_reaches(spark, tmp_path):
-    from fastsub._core import ROUTE_KEYED, route_keys
-    from fastsub.spark.shard_images import _KNOWN, shard_images
+    from topicmatch._core import ROUTE_KEYED, route_keys
+    from topicmatch.spark.shard_images import _KNOWN, shard_images
     subs = [(1, "a.x", None), (2, "b.y.>", None), (3, "c.z", "q"), (4, "d", None),
             (5, "e.f", None), (6, "*.g", None)]
     plan = _plan()
@@ -74,8 +74,8 @@ def test_the_events_move_only_between_hosts(spark, tmp_path):
 
     from pyspark.sql import functions as F
 
-    from fastsub.spark import fanout
-    from fastsub.spark.shard_images import image_per_event, shard_images
+    from topicmatch.spark import fanout
+    from topicmatch.spark.shard_images import image_per_event, shard_images
     subs = [(i, f"t{i % 7}.x.{i}", None) for i in range(200)] + [(999, "*.x.>", None)]
     sd = spark.createDataFrame(subs, SUBS_SCHEMA)
     ev = spark.createDataFrame(events_rows([f"t{i % 7}.x.{i}" for i in range(100)]), EVENT_SCHEMA) \
@@ -98,7 +98,7 @@ def test_the_events_move_only_between_hosts(spark, tmp_path):
 
 
 def test_damaged_shard_image_is_rebuilt(spark, tmp_path):
-    from fastsub.spark.shard_images import _KNOWN, shard_images
+    from topicmatch.spark.shard_images import _KNOWN, shard_images
     subs = [(i, f"k{i}.x", None) for i in range(40)]
     sd = spark.createDataFrame(subs, SUBS_SCHEMA)
     first = shard_images(sd, "nats", _plan(), str(tmp_path))
@@ -117,10 +117,10 @@ def test_names_are_the_digests_of_each_shards_rows(spark, dialect, seed):
     digest of exactly the rows it holds, found here by the C router
     (route_keys): a shard's keyed filters, and (image N) the replicated
     ones."""
-    from fastsub._core import ROUTE_KEYED, route_keys
-    from fastsub.spark import plan_shards
-    from fastsub.spark.images import digest_name
-    from fastsub.spark.shard_images import shard_names
+    from topicmatch._core import ROUTE_KEYED, route_keys
+    from topicmatch.spark import plan_shards
+    from topicmatch.spark.images import digest_name
+    from topicmatch.spark.shard_images import shard_names
     subs, _ = random_case(dialect, n_subs=120, n_events=1, seed=seed)
     sd = spark.createDataFrame(subs, SUBS_SCHEMA)
     for shards, depth in ((4, 1), (8, 2), ("auto", "auto")):
@@ -134,7 +134,7 @@ def test_names_are_the_digests_of_each_shards_rows(spark, dialect, seed):
                         key % plan.shards == k)]
             assert names[k] == digest_name(spark.createDataFrame(mine, SUBS_SCHEMA), dialect)
         # a plan without its figures (as a caller may build one) names alike
-        from fastsub.spark import ShardPlan
+        from topicmatch.spark import ShardPlan
         assert shard_names(sd, dialect, ShardPlan(plan.shards, plan.depth)) == names
 
 
@@ -143,8 +143,8 @@ def test_row_stats_of_one_depth_are_those_of_several(spark, dialect, seed):
     """row_stats groups one depth by its bucket directly and several
     through one row per depth: a depth's figures are the same either way,
     and their counts are the C router's."""
-    from fastsub._core import ROUTE_KEYED, route_keys
-    from fastsub.spark.shard import row_stats
+    from topicmatch._core import ROUTE_KEYED, route_keys
+    from topicmatch.spark.shard import row_stats
     subs, _ = random_case(dialect, n_subs=150, n_events=1, seed=seed)
     sd = spark.createDataFrame(subs, SUBS_SCHEMA)
     every = row_stats(sd, dialect, (1, 2, 3), 16)
@@ -165,7 +165,7 @@ def test_the_build_gives_each_shard_a_partition_of_its_own(spark):
     partition: the build job needs no sort to give each shard its task."""
     from pyspark.sql import functions as F
 
-    from fastsub.spark.shard_images import _murmur3_int, _placement
+    from topicmatch.spark.shard_images import _murmur3_int, _placement
     vals = [0, 1, -1, 7, 123456, 2 ** 31 - 1, -2 ** 31]
     got = spark.createDataFrame([(v,) for v in vals], "v int").select(F.hash("v")).collect()
     assert [r[0] for r in got] == [_murmur3_int(v) for v in vals]
@@ -183,9 +183,9 @@ def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path, 
     group's events must still meet their own shard's image."""
     import pyarrow as pa
 
-    from fastsub import Sublist
-    from fastsub.spark.shard import _GROUP, _PICK
-    from fastsub.spark.shard_images import _match_fn
+    from topicmatch import Sublist
+    from topicmatch.spark.shard import _GROUP, _PICK
+    from topicmatch.spark.shard_images import _match_fn
     paths = []
     for k, flt in enumerate(["a.>", "b.>", "*.z"]):        # two shards, then the replicated share
         sl = Sublist("nats")
@@ -200,7 +200,7 @@ def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path, 
                                         _PICK: ["a.x", "b.x", "a.y", "a.z"]})
     # Spark's batches are gathered up to MATCH_ROWS rows before they are
     # split by shard: across batches, and not past the rows given
-    from fastsub.spark import shard_images
+    from topicmatch.spark import shard_images
     monkeypatch.setattr(shard_images, "MATCH_ROWS", gather)
     pieces = [batch.slice(0, 1), batch.slice(1, 0), batch.slice(1, 2), batch.slice(3)]
     out = list(fn(iter(pieces)))

@@ -5,7 +5,7 @@
   untouched (shards=1, N, "auto" past a lowered AUTO_SHARD_MIN_SUBS, a
   ShardPlan salted and not, fanout_stream), as subject, key and passenger
   columns of the events, and as extra columns of the subscriptions.
-- Internal columns cannot clash: an events column `__fastsub_key` (the old
+- Internal columns cannot clash: an events column `__topicmatch_key` (the old
   route key's name) keeps its own values.
 - Validation: a bad subscriptions row raises the same error, on the driver,
   before any event is read, on every sharded path; the unsharded path words
@@ -17,18 +17,18 @@ import re
 
 import pytest
 
-from fastsub import InvalidSubjectError
-from fastsub import _reference as R
+from topicmatch import InvalidSubjectError
+from topicmatch import _reference as R
 from spark_expect import NATS_SUBJECTS, NATS_SUBS, SUBS_SCHEMA
 
 pytestmark = pytest.mark.spark
 
 #: Event columns: (name, type).  The subject and key columns are among the
 #: odd names; the others ride along.  "e0", "g", "key", "pick" are the
-#: cogroup frame's own names (shard.py), "__fastsub_*" the old ones.
+#: cogroup frame's own names (shard.py), "__topicmatch_*" the old ones.
 EVENT_COLUMNS = [("ev.id", "long"), ("payload.device", "string"), ("a`b", "string"),
-                 ("sp ace", "string"), ("ünï.ß `x`", "string"), ("__fastsub_key", "long"),
-                 ("__fastsub_group", "long"), ("e0", "string"), ("g", "int"), ("key", "string"),
+                 ("sp ace", "string"), ("ünï.ß `x`", "string"), ("__topicmatch_key", "long"),
+                 ("__topicmatch_group", "long"), ("e0", "string"), ("g", "int"), ("key", "string"),
                  ("pick", "string"), ("`", "string")]
 
 
@@ -53,7 +53,7 @@ def _event_rows():
 def _subs(spark):
     """NATS_SUBS with extra columns of odd names (ignored by the fan-out)."""
     rows = [(sid, f, q, f"x{sid}", sid * 2, "s") for sid, f, q in NATS_SUBS]
-    return spark.createDataFrame(rows, SUBS_SCHEMA + ", `x.y` string, `__fastsub_key` long, "
+    return spark.createDataFrame(rows, SUBS_SCHEMA + ", `x.y` string, `__topicmatch_key` long, "
                                  "`a``b` string")
 
 
@@ -79,13 +79,13 @@ def _want(subject_of, key_of):
 def test_any_column_name_through_every_batch_path(spark, monkeypatch, subject_col, key_col, paths):
     """Finding 3 (a dot: UNRESOLVED_COLUMN; a backtick:
     INVALID_ATTRIBUTE_NAME_SYNTAX, both sharded only) and finding 4 (an
-    events column `__fastsub_key` overwritten by the route key): every
+    events column `__topicmatch_key` overwritten by the route key): every
     path gives the unsharded rows -- every column, names and values -- and
     the reference's ids."""
-    import fastsub.spark
-    from fastsub.spark import ShardPlan, fanout_with_rejects
+    import topicmatch.spark
+    from topicmatch.spark import ShardPlan, fanout_with_rejects
     from pyspark.sql import functions as F
-    monkeypatch.setattr(fastsub.spark, "AUTO_SHARD_MIN_SUBS", 0)
+    monkeypatch.setattr(topicmatch.spark, "AUTO_SHARD_MIN_SUBS", 0)
     ev = spark.createDataFrame(_event_rows(), _ddl(EVENT_COLUMNS)).repartition(3)
     sb = _subs(spark)
     every = {"1": 1, "4": 4, "auto": "auto", "plan-salted": ShardPlan(3, 1, salts={0: 2, 2: 3}),
@@ -126,7 +126,7 @@ def test_any_column_name_through_a_stream(spark, tmp_path):
     the deliveries it writes are the batch fan-out's."""
     import pyarrow.parquet as pq
 
-    from fastsub.spark import ShardPlan, fanout_stream, fanout_with_rejects
+    from topicmatch.spark import ShardPlan, fanout_stream, fanout_with_rejects
     inp = tmp_path / "in"
     inp.mkdir()
     with open(inp / "e0.json", "w") as f:
@@ -152,9 +152,9 @@ def test_the_same_validation_on_every_path(spark, monkeypatch, tmp_path):
     """Finding 5, beside test_shard.py's test of every bad row on shards=N,
     a ShardPlan and shards=1: "auto" past AUTO_SHARD_MIN_SUBS and
     fanout_stream (before the query starts) raise the same error."""
-    import fastsub.spark
-    from fastsub.spark import FanoutInputError, ShardPlan, fanout_stream, fanout_with_rejects
-    monkeypatch.setattr(fastsub.spark, "AUTO_SHARD_MIN_SUBS", 0)
+    import topicmatch.spark
+    from topicmatch.spark import FanoutInputError, ShardPlan, fanout_stream, fanout_with_rejects
+    monkeypatch.setattr(topicmatch.spark, "AUTO_SHARD_MIN_SUBS", 0)
     ev = spark.createDataFrame([(1, "a.b")], "event_id long, subject string")
     stream = spark.readStream.schema("event_id long, subject string").json(str(tmp_path))
     good = [(i, f"k{i}.x", None) for i in range(20)]

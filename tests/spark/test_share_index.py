@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 
-import fastsub
+import topicmatch
 from doc_examples import run
 from spark_expect import EVENT_SCHEMA, NATS_SUBJECTS, SUBS_SCHEMA, events_rows, random_case
 
@@ -18,7 +18,7 @@ def _events(spark, subjects, partitions=4):
 
 
 def _reference_pairs(filters_ids, events):
-    from fastsub import _reference as R
+    from topicmatch import _reference as R
     ref = R.ReferenceSublist("nats")
     for f, i in filters_ids:
         ref.insert(f, i, None)
@@ -30,7 +30,7 @@ def _reference_pairs(filters_ids, events):
 
 
 def test_documented_examples(spark, load_log):
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     _, subjects = random_case("nats", n_events=400, seed=11)
     subjects = subjects + NATS_SUBJECTS + ["orders.eu.created", "billing.x"] * 20
     events = _events(spark, subjects)
@@ -56,9 +56,9 @@ def test_documented_examples(spark, load_log):
 
 @pytest.mark.parametrize("ship", ["broadcast", "file", "inline"])
 def test_every_method_on_classic(spark, ship):
-    from fastsub.spark import fanout, share_index
+    from topicmatch.spark import fanout, share_index
     subs, subjects = random_case("nats", n_subs=60, n_events=300, seed=12)
-    sl = fastsub.Sublist("nats")
+    sl = topicmatch.Sublist("nats")
     sl.insert_many([f for _, f, _ in subs], [i for i, _, _ in subs], [q for _, _, q in subs])
     idx = share_index(spark, sl, ship=ship)
     assert idx.shipped_by == ship and idx.nbytes == len(sl.to_bytes())
@@ -87,30 +87,30 @@ def test_release_leaves_the_session_working(spark, ship):
     the session's later jobs still run.  (It used to delete a file shipped
     by addFile, and every later task then failed: 'File ... exists and does
     not match contents of ...'.)"""
-    from fastsub.spark import share_index
-    sl = fastsub.Sublist("nats")
+    from topicmatch.spark import share_index
+    sl = topicmatch.Sublist("nats")
     sl.insert_many(["a.*", "b.>"], [1, 2])
     share_index(spark, sl, ship=ship).release()
     assert spark.range(10).repartition(2).count() == 10
 
 
 def test_share_index_errors(spark):
-    from fastsub.spark import share_index
-    sl = fastsub.Sublist("mqtt")
-    with pytest.raises(TypeError, match="needs a fastsub.Sublist"):
+    from topicmatch.spark import share_index
+    sl = topicmatch.Sublist("mqtt")
+    with pytest.raises(TypeError, match="needs a topicmatch.Sublist"):
         share_index(spark, [("a", 1)])
     with pytest.raises(ValueError, match="ship='artifact' is for Spark Connect"):
         share_index(spark, sl, ship="artifact")
     with pytest.raises(ValueError, match="ship must be"):
         share_index(spark, sl, ship="carrier-pigeon")
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     ev = _events(spark, ["a"])
     with pytest.raises(ValueError, match="the Sublist is 'mqtt'"):
         fanout(ev, sl)
 
 
 def test_index_is_reused_for_the_same_dataframe(spark):
-    from fastsub.spark import fanout_with_rejects
+    from topicmatch.spark import fanout_with_rejects
     ev = _events(spark, ["orders.eu.created"] * 10)
     sb = spark.createDataFrame([(1, "orders.>", None)], SUBS_SCHEMA)
     a = fanout_with_rejects(ev, sb)
@@ -123,8 +123,8 @@ def test_index_is_reused_for_the_same_dataframe(spark):
 
 
 def test_get_outside_a_task_says_why(tmp_path):
-    from fastsub.spark.ship import SharedIndex
+    from topicmatch.spark.ship import SharedIndex
     idx = pickle.loads(pickle.dumps(SharedIndex("x" * 32, "nats", 10, 1, "file",
-                                                filename="fastsub-index-nowhere.bin")))
-    with pytest.raises(RuntimeError, match="fastsub-index-nowhere.bin"):
+                                                filename="topicmatch-index-nowhere.bin")))
+    with pytest.raises(RuntimeError, match="topicmatch-index-nowhere.bin"):
         idx.get()

@@ -1,6 +1,6 @@
 """bench/sql_join.py, the plain Spark SQL shape-join that the benchmarks
-race fastsub against and check their totals with: its deliveries equal the
-reference's and fastsub's fan-out's, both plans, NATS and MQTT."""
+race topicmatch against and check their totals with: its deliveries equal the
+reference's and topicmatch's fan-out's, both plans, NATS and MQTT."""
 import collections
 import os
 import sys
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from spark_expect import EVENT_SCHEMA, SUBS_SCHEMA, Expected, events_rows, random_case
-from fastsub import _reference as R
+from topicmatch import _reference as R
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 
@@ -34,7 +34,7 @@ def _case(dialect, seed):
 
 @pytest.mark.parametrize("dialect,seed", [("nats", 11), ("mqtt", 12), ("mqtt", 13)])
 def test_sql_join_is_the_reference(spark, sql_join, dialect, seed):
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     subs, events = _case(dialect, seed)
     ev = spark.createDataFrame(spark.sparkContext.parallelize(events, 3), EVENT_SCHEMA)
     sub_df = spark.createDataFrame(subs, SUBS_SCHEMA)

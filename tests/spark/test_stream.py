@@ -25,7 +25,7 @@ def _write_json(path, rows, columns):
 def test_stream_exactly_once_across_a_restart(spark, tmp_path):
     from pyspark.errors import StreamingQueryException
 
-    from fastsub.spark import fanout_stream
+    from topicmatch.spark import fanout_stream
     subs, subjects = random_case("nats", n_subs=40, n_events=200, seed=41)
     events = events_rows(subjects)
     files = [events[i * 50:(i + 1) * 50] for i in range(4)]
@@ -106,7 +106,7 @@ def test_stream_exactly_once_across_a_restart(spark, tmp_path):
 
 
 def test_stream_needs_a_streaming_frame(spark, tmp_path):
-    from fastsub.spark import fanout_stream
+    from topicmatch.spark import fanout_stream
     ev = spark.createDataFrame(events_rows(["a"]), EVENT_SCHEMA)
     with pytest.raises(ValueError, match="needs a streaming DataFrame"):
         fanout_stream(ev, spark.createDataFrame([], SUBS_SCHEMA), str(tmp_path / "o"), str(tmp_path / "c"))
@@ -116,7 +116,7 @@ def test_fanout_of_a_streaming_frame_is_a_streaming_frame(spark, tmp_path):
     """Plain fanout() on a stream: a streaming DataFrame of deliveries,
     written by any sink (here Parquet with a checkpoint); the rows are the
     reference's (the index is the one built when fanout() was called)."""
-    from fastsub.spark import fanout
+    from topicmatch.spark import fanout
     subs, subjects = random_case("nats", n_subs=30, n_events=120, seed=7)
     events = events_rows(subjects)
     inp = tmp_path / "in"

@@ -1,0 +1,1007 @@
+# Batch matching: Sublist.match_many and its result (included by _core.pyx).
+#
+# Input columns reach C as fs_strings: pyarrow (large_)string arrays read in
+# place through their data/offsets/validity buffers; string_view and
+# dictionary arrays (and chunked arrays cut elsewhere than the subjects, for
+# keys) as a pointer and a length per row into their own buffers; a Python
+# sequence's strings copied, one after another, into buffers of their own
+# (_Column).  A dictionary column of subjects is matched once per distinct
+# value, and each row takes its value's ids (_spread_dictionary).
+# Output ids are written by C into one buffer that numpy and pyarrow then
+# view without copying.
+
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.mem cimport PyMem_Realloc
+
+cdef extern from "Python.h":
+    # borrowed references, for a list or a tuple
+    PyObject *PySequence_Fast_GET_ITEM(object o, Py_ssize_t i)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+
+cdef extern from "fs_bits.h":
+    void _prefetch "FS_PREFETCH"(const void *p) nogil
+from libc.stdint cimport int8_t, int16_t, uint16_t, uintptr_t
+from libc.string cimport memcpy
+
+# Rows matched per GIL release on one thread (Ctrl-C is checked between).
+DEF ROWS_PER_CHUNK = 16384
+# A batch of at least this many rows starts its output in the largest
+# buffer the output pool keeps (csrc/batch/fs_idbuf.h); smaller ones never touch
+# the pool, so a loop of tiny batches pays nothing for it.
+DEF KEPT_BUFFER_ROWS = 4096
+
+_QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_NONE}
+
+
+# How batches are cut for threads (_threads_for); tests shrink them with
+# _set_batch_threading so that small batches take the threaded path.
+cdef size_t _min_rows_per_thread = ROWS_PER_CHUNK
+cdef size_t _thread_block_rows = 0          # 0: the C default (fs_batch.c)
+cdef unsigned _cpus_override = 0            # 0: the CPUs this process may run on
+# A Python list's rows are handed to the threads this many at a time as
+# they are converted (8 blocks: a mutex and a wake-up per 8,192 rows).
+cdef Py_ssize_t _feed_rows = 8192
+
+
+cdef unsigned _threads_for(unsigned asked, size_t rows):
+    """How many threads a batch of rows gets when threads=asked: never more
+    than the CPUs this process may run on (more would only take turns on
+    them, and a block waiting for its turn to be placed holds the others
+    up: heavy at threads=4 on 2 CPUs ran at 0.61x of one thread before
+    this cap), and never fewer than ROWS_PER_CHUNK rows per thread, where
+    handing work to the pool's threads (a wake-up each, and the blocks'
+    placement) would cost more than it gains."""
+    import os
+    cdef size_t cpus = _cpus_override
+    if cpus == 0:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    cdef size_t n = min(<size_t>asked, cpus, rows // _min_rows_per_thread)
+    return <unsigned>(n if n > 1 else 1)
+
+
+def _pool_status():
+    """Testing: (threads, idle) of the process's batch worker pool
+    (csrc/batch/fs_pool.h): how many threads it has started, and how many are
+    parked waiting for work now."""
+    cdef unsigned threads = 0, idle = 0
+    fs_pool_status(&threads, &idle)
+    return (threads, idle)
+
+
+def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None, feed_rows=None):
+    """Testing only: cut batches for threads at min_rows_per_thread rows
+    per thread (default 16,384), in blocks of block_rows (0: sized as
+    the batch runs, from what the rows cost), as if
+    the process had cpus CPUs (0: as it has), a Python list's rows handed
+    to the threads feed_rows at a time (default 8,192).  Returns the
+    previous settings, as a dict to pass back."""
+    global _min_rows_per_thread, _thread_block_rows, _cpus_override, _feed_rows
+    old = {"min_rows_per_thread": _min_rows_per_thread, "block_rows": _thread_block_rows,
+           "cpus": _cpus_override, "feed_rows": _feed_rows}
+    if feed_rows is not None:
+        _feed_rows = max(1, int(feed_rows))
+    if min_rows_per_thread is not None:
+        _min_rows_per_thread = max(1, int(min_rows_per_thread))
+    if block_rows is not None:
+        _thread_block_rows = max(0, int(block_rows))
+    if cpus is not None:
+        _cpus_override = max(0, int(cpus))
+    return old
+
+
+cdef class _IdBuffer:
+    """Owns the int64 id buffer the C core filled; exposes it read-only
+    through the buffer protocol so numpy/pyarrow view it in place."""
+    cdef fs_idbuf buf             # released into fs_idbuf.c's pool, not freed
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        # shape and strides are set once, by _take_ids: threads exporting
+        # one buffer at once (free-threaded builds) only read this object.
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("match_many ids are read-only")
+        if self.buf.ids != NULL:
+            buf.buf = <void *>self.buf.ids
+        else:
+            buf.buf = <void *>&self.shape[0]     # any valid address for 0 bytes
+        buf.obj = self
+        buf.len = self.shape[0] * sizeof(int64_t)
+        buf.readonly = 1
+        buf.itemsize = sizeof(int64_t)
+        buf.format = NULL
+        if flags & PyBUF_FORMAT:
+            buf.format = b"q"
+        buf.ndim = 1
+        buf.shape = NULL
+        buf.strides = NULL
+        if flags & PyBUF_ND:
+            buf.shape = self.shape
+            buf.strides = self.strides
+        buf.suboffsets = NULL
+        buf.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        pass
+
+    def __dealloc__(self):
+        fs_idbuf_free(&self.buf)
+
+
+cdef _IdBuffer _take_ids(fs_idbuf *b):
+    cdef _IdBuffer out = _IdBuffer.__new__(_IdBuffer)
+    out.buf = b[0]
+    memset(b, 0, sizeof(fs_idbuf))
+    out.shape[0] = <Py_ssize_t>out.buf.n
+    out.strides[0] = sizeof(int64_t)
+    return out
+
+
+cdef enum:
+    # A Python sequence's strings are copied into chunks of this size (or
+    # of one longer string): see _Column.fill_to.
+    STR_CHUNK_BYTES = 1 << 20
+
+
+@cython.final
+cdef class _Column:
+    """A C view (fs_strings) of one column of strings, and what must outlive
+    it: the Arrow array read in place, or the copies of a Python
+    sequence's strings.
+
+    A sequence's rows are converted by fill_to, which copies each string's
+    UTF-8 bytes into the column's own chunks.  Copied, they need no
+    reference to the str objects (the tuple copy and the decref pass that
+    holding references cost took a third of a cached batch's time), the
+    matcher reads them one after another, and a list another thread
+    mutates later changes nothing here.  match_many's threads may match
+    the first rows while fill_to converts the rest (fs_batch_feed)."""
+    cdef fs_strings s
+    cdef object keep           # the Arrow array; or the sequence, until filled
+    cdef Py_ssize_t filled     # rows converted so far
+    cdef str what              # the argument, for a row's TypeError
+    cdef str strict            # not None: a lone surrogate is an invalid <strict>, not a null row
+    cdef object dictionary     # a dictionary chunk matched by _spread_dictionary (s: no rows)
+    cdef const char **ptrs
+    cdef size_t *lens
+    cdef char **chunks
+    cdef size_t nchunks
+    cdef char *cur             # where the next string's copy goes
+    cdef size_t room           # bytes left at cur
+
+    def __dealloc__(self):
+        cdef size_t k
+        for k in range(self.nchunks):
+            PyMem_Free(self.chunks[k])
+        PyMem_Free(self.chunks)
+        PyMem_Free(self.ptrs)
+        PyMem_Free(self.lens)
+
+    cdef const char *_copy(self, const char *p, size_t n) except NULL:
+        """A copy of n bytes in the column's chunks (never NULL: NULL is a
+        null row)."""
+        cdef size_t size
+        cdef char **grown
+        if n > self.room or self.cur == NULL:
+            size = max(<size_t>STR_CHUNK_BYTES, n)
+            grown = <char **>PyMem_Realloc(self.chunks, sizeof(char *) * (self.nchunks + 1))
+            if grown == NULL:
+                raise MemoryError()
+            self.chunks = grown
+            self.cur = <char *>PyMem_Malloc(size)
+            if self.cur == NULL:
+                raise MemoryError()
+            self.chunks[self.nchunks] = self.cur
+            self.nchunks += 1
+            self.room = size
+        cdef const char *at = self.cur
+        memcpy(self.cur, p, n)
+        self.cur += n
+        self.room -= n
+        return at
+
+    cdef int fill_to(self, Py_ssize_t end) except -1:
+        """Convert rows [filled, end) of the sequence.  No Python code runs
+        here, so the list cannot change under it; match_many calls it with
+        the interpreter lock held throughout, between feeds too."""
+        cdef Py_ssize_t i, ln
+        cdef const char *p
+        cdef const char *obj
+        cdef object items = self.keep
+        if end > <Py_ssize_t>self.s.n:
+            end = <Py_ssize_t>self.s.n
+        if end <= self.filled:
+            return 0
+        if end > PySequence_Fast_GET_SIZE(items):
+            raise RuntimeError("the subjects list changed size during match_many")
+        for i in range(self.filled, end):
+            if i + 8 < end:
+                # the str 8 rows on: its header and characters (one or two
+                # lines) are the loop's misses
+                obj = <const char *>PySequence_Fast_GET_ITEM(items, i + 8)
+                _prefetch(obj)
+                _prefetch(obj + 64)
+            x = <object>PySequence_Fast_GET_ITEM(items, i)
+            self.ptrs[i] = NULL
+            self.lens[i] = 0
+            if type(x) is str and PyUnicode_IS_COMPACT_ASCII(x):
+                # the usual row: an ASCII str's characters are its UTF-8 bytes
+                ln = PyUnicode_GET_LENGTH(x)
+                p = <const char *>PyUnicode_DATA(x)
+            else:
+                p = _other_row(self, i, x, &ln)
+                if p == NULL:
+                    continue                # a null row
+            self.ptrs[i] = self._copy(p, <size_t>ln)
+            self.lens[i] = <size_t>ln
+        self.filled = end
+        if end == <Py_ssize_t>self.s.n:
+            self.keep = None           # every string is copied
+        return 0
+
+
+cdef const char *_other_row(_Column c, Py_ssize_t i, object x, Py_ssize_t *ln) except? NULL:
+    """fill_to's row i when it is not an ASCII str (out of its loop, which
+    stays as lean as before): a str's UTF-8 bytes; NULL for a null row (None,
+    or a lone surrogate: an invalid row, unless the column is strict); a
+    wrong type is a mistake in the caller's code, not data to flag: a
+    TypeError (bytes included: str only, as everywhere)."""
+    cdef const char *p
+    if isinstance(x, str):
+        p = PyUnicode_AsUTF8AndSize(x, ln)
+        if p != NULL:
+            return p
+        PyErr_Clear()
+        try:
+            return _utf8_or_raise(x, ln)     # fails the same way, raising
+        except UnicodeEncodeError:
+            if c.strict is not None:
+                raise _row_error(c, i, x)
+            return NULL
+    if x is None:
+        return NULL
+    raise _row_error(c, i, x)
+
+
+cdef object _row_error(_Column c, Py_ssize_t i, object x):
+    """The error of row i of a sequence being converted: a TypeError for a
+    wrong type, InvalidSubjectError for a lone surrogate in a strict column.
+    (Out of fill_to's loop, which stays as lean as before.)"""
+    if not isinstance(x, str):
+        return TypeError(f"{c.what}[{i}] must be {'str' if c.strict == 'filter' else 'str or None'}, "
+                         f"not {_tname(x)}")
+    try:
+        x.encode("utf-8")
+        start = None
+    except UnicodeEncodeError as e:
+        start = e.start
+    return InvalidSubjectError(f"item {i}: invalid {c.strict} {_shown(x)}: not valid UTF-8 "
+                               f"(lone surrogate at character {start})", x, "not valid UTF-8", None)
+
+
+cdef bint _is_arrow(object x):
+    return type(x).__module__.startswith("pyarrow")
+
+
+cdef _Column _ptrs_column(Py_ssize_t n, str what):
+    """An empty FS_STR_PTRS column of n rows, to be filled."""
+    cdef _Column c = _Column.__new__(_Column)
+    c.what = what
+    c.ptrs = <const char **>PyMem_Malloc(sizeof(char *) * (n if n else 1))
+    c.lens = <size_t *>PyMem_Malloc(sizeof(size_t) * (n if n else 1))
+    if c.ptrs == NULL or c.lens == NULL:
+        raise MemoryError()
+    c.s.layout = FS_STR_PTRS
+    c.s.n = <size_t>n
+    c.s.ptrs = c.ptrs
+    c.s.lens = c.lens
+    return c
+
+
+cdef _Column _column_of_strs(object items, str what, bint fill=True):
+    """list/tuple (or any iterable) of str; None rows become nulls, other
+    types a TypeError naming what and the row.  fill=False leaves the rows
+    to _Column.fill_to."""
+    if type(items) is not list and type(items) is not tuple:
+        items = _seq(items, what, "str")
+    cdef _Column c = _ptrs_column(len(items), what)
+    c.keep = items
+    if fill:
+        c.fill_to(len(items))
+    return c
+
+
+# ------------------------------------------------------------- Arrow columns
+#
+# Accepted wherever a column of strings is: string, large_string,
+# string_view (pyarrow >= 16) and dictionary<any integer, one of these>,
+# each as an Array or a ChunkedArray.  binary and other types are a
+# TypeError naming the argument (bytes are not text, as in pyarrow).
+
+cdef str ARROW_STRING_TYPES = "string, large_string, string_view or dictionary<string>"
+
+
+cdef int _arrow_kind(object t) except -1:
+    """0: not a string column; 1: (large_)string, read by offsets; 2:
+    string_view; 3: dictionary of one of these."""
+    import pyarrow as pa
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return 1
+    is_view = getattr(pa.types, "is_string_view", None)
+    if is_view is not None and is_view(t):
+        return 2
+    if pa.types.is_dictionary(t) and pa.types.is_integer(t.index_type) and _arrow_kind(t.value_type) in (1, 2):
+        return 3
+    return 0
+
+
+cdef list _arrow_chunks(object col, str what):
+    """The Arrow arrays of col (one, or a ChunkedArray's chunks), each of a
+    string type; TypeError naming the argument otherwise."""
+    import pyarrow as pa
+    if isinstance(col, pa.ChunkedArray):
+        chunks = col.chunks
+    elif isinstance(col, pa.Array):
+        chunks = [col]
+    else:
+        raise TypeError(f"{what} must be an Arrow Array or ChunkedArray of {ARROW_STRING_TYPES}, "
+                        f"not {type(col).__name__}")
+    if not _arrow_kind(col.type):
+        raise TypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {col.type}")
+    return chunks
+
+
+cdef object _arrow_input(object col):
+    """col as a pyarrow object when it is one or exports the Arrow PyCapsule
+    interface (a polars Series, say); otherwise None."""
+    if _is_arrow(col):
+        return col
+    tp = type(col)
+    if hasattr(tp, "__arrow_c_stream__") or hasattr(tp, "__arrow_c_array__"):
+        import pyarrow as pa
+        return pa.chunked_array(col) if hasattr(tp, "__arrow_c_stream__") else pa.array(col)
+    return None
+
+
+cdef int _check_arrow_offsets(object arr, str what, Py_ssize_t row_base) except -1:
+    """Check every offset pair the matcher will read, before C reads through
+    them: pyarrow validates offsets only when asked (from_buffers does not),
+    and a buffer may be changed in place after it did.  Each non-null row
+    needs 0 <= start <= end <= the data buffer's size; null rows are never
+    read.  ValueError naming the argument and the row (row_base + i)."""
+    import pyarrow as pa
+    validity, offsets, data = arr.buffers()[:3]
+    cdef bint large = pa.types.is_large_string(arr.type)
+    cdef Py_ssize_t n = len(arr), off = arr.offset, i, j
+    cdef Py_ssize_t width = 8 if large else 4
+    cdef int64_t size = data.size if data is not None else 0
+    cdef int64_t a, b
+    cdef const int32_t *o32 = NULL
+    cdef const int64_t *o64 = NULL
+    cdef const uint8_t *bits = NULL
+    if n == 0:
+        return 0
+    if offsets is None or offsets.size < (off + n + 1) * width:
+        raise ValueError(f"{what}: the Arrow offsets buffer is too short for {n} rows at offset {off}")
+    if validity is not None and arr.null_count:
+        if validity.size * 8 < off + n:
+            raise ValueError(f"{what}: the Arrow validity bitmap is too short for {n} rows at offset {off}")
+        bits = <const uint8_t *><uintptr_t>validity.address
+    if large:
+        o64 = <const int64_t *><uintptr_t>offsets.address
+    else:
+        o32 = <const int32_t *><uintptr_t>offsets.address
+    for i in range(n):
+        j = off + i
+        if bits != NULL and not ((bits[j >> 3] >> (j & 7)) & 1):
+            continue
+        a = o64[j] if large else o32[j]
+        b = o64[j + 1] if large else o32[j + 1]
+        if a < 0 or b < a or b > size:
+            raise ValueError(f"{what}: row {row_base + i} has Arrow offsets [{a}, {b}), "
+                             f"not within the data buffer's {size} bytes")
+    return 0
+
+
+cdef const uint8_t *_validity(object arr, str what) except? NULL:
+    """The validity bitmap of arr when it has nulls (checked long enough),
+    else NULL."""
+    validity = arr.buffers()[0]
+    if validity is None or not arr.null_count:
+        return NULL
+    if validity.size * 8 < arr.offset + len(arr):
+        raise ValueError(f"{what}: the Arrow validity bitmap is too short for {len(arr)} rows "
+                         f"at offset {arr.offset}")
+    return <const uint8_t *><uintptr_t>validity.address
+
+
+cdef int _fill_view_rows(_Column c, Py_ssize_t at, object arr, str what, Py_ssize_t row_base) except -1:
+    """Rows of a string_view array into c.ptrs/c.lens[at:]: each view is 16
+    bytes, a length then the string itself (up to 12 bytes) or a prefix,
+    a data buffer's index and an offset in it.  Every view is checked
+    before C reads through it; ValueError naming the row."""
+    bufs = arr.buffers()
+    cdef Py_ssize_t n = len(arr), off = arr.offset, i, j, nbuf = len(bufs) - 2, k
+    cdef const uint8_t *bits = _validity(arr, what)
+    cdef const char *views
+    cdef int32_t ln, bi, bo
+    if n == 0:
+        return 0
+    if bufs[1] is None or bufs[1].size < (off + n) * 16:
+        raise ValueError(f"{what}: the Arrow views buffer is too short for {n} rows at offset {off}")
+    views = <const char *><uintptr_t>bufs[1].address
+    cdef const char **addr = <const char **>PyMem_Malloc(sizeof(char *) * (nbuf if nbuf else 1))
+    cdef int64_t *size = <int64_t *>PyMem_Malloc(sizeof(int64_t) * (nbuf if nbuf else 1))
+    try:
+        if addr == NULL or size == NULL:
+            raise MemoryError()
+        for k in range(nbuf):
+            b = bufs[2 + k]
+            addr[k] = <const char *><uintptr_t>b.address if b is not None else NULL
+            size[k] = b.size if b is not None else 0
+        for i in range(n):
+            j = off + i
+            if bits != NULL and not ((bits[j >> 3] >> (j & 7)) & 1):
+                c.ptrs[at + i] = NULL
+                c.lens[at + i] = 0
+                continue
+            memcpy(&ln, views + 16 * j, 4)
+            if ln < 0:
+                raise ValueError(f"{what}: row {row_base + i} has an Arrow view of length {ln}")
+            if ln <= 12:
+                c.ptrs[at + i] = views + 16 * j + 4
+            else:
+                memcpy(&bi, views + 16 * j + 8, 4)
+                memcpy(&bo, views + 16 * j + 12, 4)
+                if bi < 0 or bi >= nbuf or bo < 0 or <int64_t>bo + ln > size[bi]:
+                    raise ValueError(f"{what}: row {row_base + i} has an Arrow view of {ln} bytes at "
+                                     f"[buffer {bi}, offset {bo}], not within the array's data buffers")
+                c.ptrs[at + i] = addr[bi] + bo
+            c.lens[at + i] = <size_t>ln
+    finally:
+        PyMem_Free(addr)
+        PyMem_Free(size)
+    return 0
+
+
+cdef inline int64_t _index_at(const char *p, int width, bint sgn, Py_ssize_t j) noexcept nogil:
+    """Index j of a dictionary's indices buffer (any integer type; an
+    unsigned 64-bit index past the int64 range reads as negative, out of
+    range)."""
+    # (one return per type: a conditional expression would take the
+    # unsigned type of the pair, and -1 would read as 255)
+    if width == 1:
+        if sgn:
+            return <int64_t>(<const int8_t *>p)[j]
+        return <int64_t>(<const uint8_t *>p)[j]
+    if width == 2:
+        if sgn:
+            return <int64_t>(<const int16_t *>p)[j]
+        return <int64_t>(<const uint16_t *>p)[j]
+    if width == 4:
+        if sgn:
+            return <int64_t>(<const int32_t *>p)[j]
+        return <int64_t>(<const uint32_t *>p)[j]
+    return (<const int64_t *>p)[j]
+
+
+cdef class _Indices:
+    """A dictionary array's indices, read in place: index(i), null(i), and
+    the dictionary's size; every index checked in range up front."""
+    cdef const char *data
+    cdef const uint8_t *bits
+    cdef Py_ssize_t off, n, ndict
+    cdef int width
+    cdef bint sgn
+    cdef object keep
+
+    cdef int check(self, str what, Py_ssize_t row_base) except -1:
+        cdef Py_ssize_t i
+        cdef int64_t k
+        for i in range(self.n):
+            if self.null(i):
+                continue
+            k = self.index(i)
+            if k < 0 or k >= self.ndict:
+                raise ValueError(f"{what}: row {row_base + i} has dictionary index {k}, outside the "
+                                 f"dictionary's {self.ndict} values")
+        return 0
+
+    cdef inline bint null(self, Py_ssize_t i) noexcept nogil:
+        cdef Py_ssize_t j = self.off + i
+        return self.bits != NULL and not ((self.bits[j >> 3] >> (j & 7)) & 1)
+
+    cdef inline int64_t index(self, Py_ssize_t i) noexcept nogil:
+        return _index_at(self.data, self.width, self.sgn, self.off + i)
+
+
+cdef _Indices _indices_of(object arr, str what, Py_ssize_t row_base):
+    import pyarrow as pa
+    idx = arr.indices
+    cdef _Indices x = _Indices.__new__(_Indices)
+    x.keep = idx
+    x.n = len(idx)
+    x.off = idx.offset
+    x.ndict = len(arr.dictionary)
+    x.width = idx.type.bit_width // 8
+    x.sgn = pa.types.is_signed_integer(idx.type)
+    x.bits = _validity(idx, what)
+    data = idx.buffers()[1]
+    if x.n and (data is None or data.size < (x.off + x.n) * x.width):
+        raise ValueError(f"{what}: the Arrow dictionary indices buffer is too short for {x.n} rows "
+                         f"at offset {x.off}")
+    x.data = <const char *><uintptr_t>data.address if data is not None else NULL
+    x.check(what, row_base)
+    return x
+
+
+cdef int _fill_rows(_Column c, Py_ssize_t at, object arr, str what, Py_ssize_t row_base) except -1:
+    """Rows of any accepted Arrow array into c.ptrs/c.lens[at:], pointing
+    into the array's own buffers (no string copied)."""
+    cdef int kind = _arrow_kind(arr.type)
+    cdef Py_ssize_t i, n = len(arr)
+    cdef _Column vals
+    cdef _Indices x
+    cdef const char *p
+    cdef size_t ln
+    if kind == 2:
+        return _fill_view_rows(c, at, arr, what, row_base)
+    if kind == 3:
+        # the dictionary's values checked once, each row pointed at its value
+        vals = _column_of_arrow(arr.dictionary, f"{what} (dictionary)", 0)
+        x = _indices_of(arr, what, row_base)
+        for i in range(n):
+            if x.null(i) or not fs_strings_get(&vals.s, <size_t>x.index(i), &p, &ln):
+                c.ptrs[at + i] = NULL
+                c.lens[at + i] = 0
+            else:
+                c.ptrs[at + i] = p
+                c.lens[at + i] = ln
+        return 0
+    vals = _column_of_arrow(arr, what, row_base)
+    for i in range(n):
+        if fs_strings_get(&vals.s, <size_t>i, &p, &ln):
+            c.ptrs[at + i] = p
+            c.lens[at + i] = ln
+        else:
+            c.ptrs[at + i] = NULL
+            c.lens[at + i] = 0
+    return 0
+
+
+cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
+    """One Arrow array of an accepted type: (large_)string read in place
+    through its offsets; string_view and dictionary arrays as a pointer per
+    row into their buffers."""
+    import pyarrow as pa
+    t = arr.type
+    cdef int kind = _arrow_kind(t)
+    if kind == 0:
+        raise TypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {t}")
+    cdef _Column c
+    if kind != 1:
+        c = _ptrs_column(len(arr), what)
+        c.keep = arr
+        c.filled = len(arr)
+        _fill_rows(c, 0, arr, what, row_base)
+        return c
+    c = _Column.__new__(_Column)
+    c.what = what
+    c.keep = arr
+    c.filled = len(arr)
+    validity, offsets, data = arr.buffers()[:3]
+    _check_arrow_offsets(arr, what, row_base)
+    c.s.layout = FS_STR_ARROW
+    c.s.n = <size_t>len(arr)
+    c.s.offset = arr.offset
+    c.s.validity = <const uint8_t *><uintptr_t>validity.address if validity is not None and arr.null_count else NULL
+    if pa.types.is_string(t):
+        c.s.off32 = <const int32_t *><uintptr_t>offsets.address
+        c.s.off64 = NULL
+    else:
+        c.s.off32 = NULL
+        c.s.off64 = <const int64_t *><uintptr_t>offsets.address
+    c.s.data = <const char *><uintptr_t>data.address if data is not None else <const char *>c.s.off32
+    return c
+
+
+cdef _Column _one_arrow_column(object col, str what):
+    """A whole Arrow column (Array or ChunkedArray) as one _Column: a single
+    array as _column_of_arrow reads it, several chunks as a pointer per row
+    into each chunk's buffers (no chunk combined, no string copied)."""
+    chunks = _arrow_chunks(col, what)
+    if len(chunks) == 1:
+        return _column_of_arrow(chunks[0], what, 0)
+    cdef _Column c = _ptrs_column(len(col), what)
+    c.keep = col
+    c.filled = len(col)
+    cdef Py_ssize_t base = 0
+    for chunk in chunks:
+        _fill_rows(c, base, chunk, what, base)
+        base += len(chunk)
+    return c
+
+
+cdef void _sub_strings(const fs_strings *src, size_t base, size_t n, fs_strings *out) noexcept:
+    """Rows [base, base + n) of src, as a column of their own (no copy)."""
+    out[0] = src[0]
+    out.n = n
+    if src.layout == FS_STR_PTRS:
+        out.ptrs = src.ptrs + base
+        out.lens = src.lens + base
+    else:
+        out.offset = src.offset + <int64_t>base
+
+
+# ---------------------------------------------- Arrow columns for insert_many
+
+cdef _Column _bulk_column(object col, str what, str singular):
+    """insert_many/remove_many's filters or queues as one _Column: an Arrow
+    column read in place, its offsets and UTF-8 checked (the C core takes
+    bytes; pyarrow checks UTF-8 only when asked), or a list of str copied
+    (a lone surrogate: InvalidSubjectError, as on the list path)."""
+    import pyarrow as pa
+    cdef _Column c
+    if _is_arrow(col):
+        for chunk in _arrow_chunks(col, what):
+            try:
+                chunk.validate(full=True)
+            except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
+                raise ValueError(f"{what}: {e}") from None
+        return _one_arrow_column(col, what)
+    c = _ptrs_column(len(col), what)
+    c.keep = col
+    c.strict = singular
+    c.fill_to(len(col))
+    return c
+
+
+cdef object _int64_column(object ids, str what):
+    """ids as a contiguous numpy int64 array: from an Arrow or numpy integer
+    array (no nulls; unsigned values must fit), or item by item from any
+    sequence of int (the errors of the list path, with the item)."""
+    import numpy as np
+    if _is_arrow(ids):
+        import pyarrow as pa
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks()
+        if not isinstance(ids, pa.Array) or not pa.types.is_integer(ids.type):
+            raise TypeError(f"{what} must be an integer Arrow array, not {getattr(ids, 'type', _tname(ids))}")
+        if ids.null_count:
+            first = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
+            raise TypeError(f"{what}[{first}] must be int, not None (a null in the Arrow {what})")
+        ids = ids.to_numpy(zero_copy_only=False)
+    if type(ids).__module__ == "numpy" and type(ids).__name__ == "ndarray" and ids.dtype.kind != "O":
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"{what} must be an integer array, not one of dtype {ids.dtype}")
+        if ids.ndim != 1:
+            raise TypeError(f"{what} must be one-dimensional, not {ids.ndim}-dimensional")
+        if ids.dtype.kind == "u" and ids.size and int(ids.max()) > 0x7FFFFFFFFFFFFFFF:
+            i = int(np.argmax(ids))
+            raise OverflowError(f"item {i}: sub_id {int(ids[i])} is outside the signed 64-bit range")
+        return np.ascontiguousarray(ids, dtype=np.int64)
+    seq = _seq(ids, what, "int")
+    out = np.empty(len(seq), dtype=np.int64)
+    for i, x in enumerate(seq):
+        try:
+            out[i] = _sub_id(x)
+        except TypeError:
+            raise TypeError(f"{what}[{i}] must be int, not {_tname(x)}") from None
+        except OverflowError as e:
+            raise OverflowError(f"item {i}: {e}") from None
+    return out
+
+
+class _Rows:
+    """Row i of a column as a Python object (for error messages)."""
+    def __init__(self, col):
+        self.col = col
+
+    def __getitem__(self, i):
+        x = self.col[i]
+        return x.as_py() if _is_arrow(x) else x
+
+
+cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True, bint spread=False):
+    """Split an input column into [(row_base, _Column)]: one segment, or one
+    per chunk of a ChunkedArray.  row_base: the first row's number in error
+    messages.  fill=False leaves a Python sequence's rows to
+    _Column.fill_to (Arrow columns are read in place: always filled).
+    spread: a dictionary chunk becomes a segment of its own with no rows
+    read (_Column.dictionary set), for _spread_dictionary."""
+    cdef _Column c
+    if type(col) is list or type(col) is tuple:
+        return [(0, _column_of_strs(col, what, fill))]      # the usual call: no probing
+    arrow = _arrow_input(col)
+    if arrow is not None:
+        out, base = [], 0
+        for chunk in _arrow_chunks(arrow, what):
+            if spread and _arrow_kind(chunk.type) == 3:
+                c = _Column.__new__(_Column)
+                c.what = what
+                c.dictionary = chunk
+                c.keep = chunk
+                c.filled = len(chunk)
+                c.s.layout = FS_STR_PTRS
+                c.s.n = <size_t>len(chunk)
+            else:
+                c = _column_of_arrow(chunk, what, row_base + base)
+            out.append((base, c))
+            base += len(chunk)
+        return out
+    if type(col).__module__ == "numpy" and type(col).__name__ == "ndarray":
+        if col.ndim != 1:
+            raise TypeError(f"{what} must be one-dimensional, not {col.ndim}-dimensional")
+        if col.dtype.kind not in "OUT":
+            raise TypeError(f"{what}: numpy arrays of dtype {col.dtype} are not strings")
+        return [(0, _column_of_strs(col.tolist(), what, fill))]
+    if isinstance(col, (str, bytes, bytearray)):
+        raise TypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
+    try:
+        iter(col)
+    except TypeError:
+        raise TypeError(f"{what} must be a list of str, a numpy array or an Arrow string column, "
+                        f"not {_tname(col)}") from None
+    return [(0, _column_of_strs(col, what, fill))]
+
+
+cdef _Column _checked_keys(object keys):
+    """keys as one column over every row: an Arrow string column or a list
+    of str/None (None: the row's subject is its key).  Anything else is a
+    TypeError: a key that is silently ignored would partition rows by the
+    wrong thing."""
+    if type(keys) is list or type(keys) is tuple:
+        return _column_of_strs(keys, "keys")
+    arrow = _arrow_input(keys)
+    if arrow is not None:
+        return _one_arrow_column(arrow, "keys")
+    if isinstance(keys, (str, bytes, bytearray)):
+        raise TypeError(f"keys must be a sequence of str, not a single {type(keys).__name__}")
+    if type(keys).__module__ == "numpy" and type(keys).__name__ == "ndarray":
+        if keys.ndim != 1 or keys.dtype.kind not in "OUT":
+            raise TypeError(f"keys: numpy arrays of dtype {keys.dtype} are not strings")
+        keys = keys.tolist()
+    try:
+        iter(keys)
+    except TypeError:
+        raise TypeError(f"keys must be a list of str, a numpy array or an Arrow string column, "
+                        f"not {type(keys).__name__}") from None
+    return _column_of_strs(keys, "keys")
+
+
+cdef class BatchResult:
+    """What match_many found, in CSR form.
+
+    offsets: int64 array of n+1; row i's ids are sub_ids[offsets[i]:offsets[i+1]]
+    sub_ids: int64 array (read-only view of the C buffer)
+    invalid: bool array of n; True where the subject was null or invalid"""
+    cdef readonly object offsets
+    cdef readonly object sub_ids
+    cdef readonly object invalid
+
+    def __len__(self):
+        return len(self.invalid)
+
+    def __getitem__(self, i):
+        """The ids of row i (a numpy view)."""
+        n = len(self.invalid)
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} out of range for {n} rows")
+        return self.sub_ids[self.offsets[i]:self.offsets[i + 1]]
+
+    def counts(self):
+        """Number of ids per row (int64 array)."""
+        import numpy as np
+        return np.diff(self.offsets)
+
+    def to_arrow(self):
+        """A pyarrow ListArray (int32 offsets, int64 values; null where
+        invalid).  The values are not copied."""
+        import numpy as np
+        import pyarrow as pa
+        if len(self.sub_ids) > 0x7FFFFFFF:
+            raise OverflowError("more than 2**31-1 ids: split the batch for a 32-bit-offset ListArray")
+        values = pa.Array.from_buffers(pa.int64(), len(self.sub_ids), [None, pa.py_buffer(self.sub_ids)])
+        offsets = pa.array(self.offsets.astype(np.int32))
+        mask = pa.array(self.invalid) if self.invalid.any() else None
+        return pa.ListArray.from_arrays(offsets, values, mask=mask)
+
+    def __repr__(self):
+        return f"<topicmatch.BatchResult rows={len(self)} ids={len(self.sub_ids)} invalid={int(self.invalid.sum())}>"
+
+
+cdef Sublist _also_arg(Sublist self, object also):
+    """match_many's also, checked: None, or another index of self's dialect."""
+    if also is None:
+        return None
+    if not isinstance(also, Sublist):
+        raise TypeError(f"also must be a topicmatch.Sublist or None, not {_tname(also)}")
+    if also is self:
+        raise ValueError("also must be another index: an index matched with itself would answer each "
+                         "subscription twice")
+    if (<Sublist>also).dialect != self.dialect:
+        raise ValueError(f"also is a {(<Sublist>also).dialect!r} index, this one {self.dialect!r}: "
+                         f"both must be of one dialect")
+    return <Sublist>also
+
+
+cdef object _match_many(Sublist self, Sublist also, object subjects, object keys, object queues,
+                        object threads, bint dedupe):
+    import numpy as np
+    cdef fs_sublist *also_sl = also.sl if also is not None else NULL
+    if not isinstance(queues, str):
+        raise TypeError(f"queues must be 'pick', 'all' or 'none', not {_tname(queues)}")
+    if queues not in _QUEUE_MODES:
+        raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
+    cdef int mode = _QUEUE_MODES[queues]
+    threads = _count_arg(threads, "threads")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, not {threads}")
+    cdef unsigned nthreads = <unsigned>min(threads, 256)
+    cdef unsigned seg_threads
+    # a dictionary column is matched once per distinct value, unless each
+    # row's pick follows a key of its own
+    segments = _segments(subjects, "subjects", 0, False, keys is None or mode != FS_QUEUES_PICK)
+    cdef Py_ssize_t n = 0
+    cdef _Column col, kcol = None
+    for _, col in segments:
+        n += <Py_ssize_t>col.s.n
+    if keys is not None:
+        kcol = _checked_keys(keys)
+        if <Py_ssize_t>kcol.s.n != n:
+            raise ValueError(f"keys has {kcol.s.n} rows, subjects {n}")
+    offsets = np.empty(n + 1, dtype=np.int64)
+    invalid = np.empty(n, dtype=np.bool_)
+    offsets[0] = 0
+    cdef int64_t[::1] off_view = offsets
+    cdef uint8_t[::1] inv_view = invalid.view(np.uint8)
+    cdef fs_idbuf ids
+    cdef fs_idbuf part
+    cdef int rc = FS_OK
+    cdef const fs_strings *kp
+    cdef fs_strings kseg
+    cdef size_t base, begin, end, seg_n, k
+    cdef int64_t shift
+    cdef fs_batch_job *job
+    cdef bint done
+    cdef BatchResult result
+    memset(&ids, 0, sizeof(ids))
+    memset(&part, 0, sizeof(part))
+    try:
+        for seg_base, seg in segments:
+            col = seg
+            base = seg_base
+            seg_n = col.s.n
+            if col.dictionary is not None:
+                _spread_dictionary(self, also, col.dictionary, queues, threads, dedupe, &ids,
+                                   &off_view[base + 1], &inv_view[base], <Py_ssize_t>base)
+                continue
+            kp = NULL
+            if kcol is not None:
+                _sub_strings(&kcol.s, base, seg_n, &kseg)
+                kp = &kseg
+            seg_threads = _threads_for(nthreads, seg_n) if nthreads > 1 else 1
+            if seg_threads == 1:
+                if ids.ids == NULL and n >= KEPT_BUFFER_ROWS:
+                    fs_idbuf_start_kept(&ids)
+                begin = 0
+                # all rows converted before the lock is first let go: the
+                # list as it was at the call, whatever other threads do to it
+                col.fill_to(seg_n)
+                while begin < seg_n:
+                    end = min(begin + ROWS_PER_CHUNK, seg_n)
+                    with nogil:
+                        rc = fs_match_rows(self.sl, also_sl, &col.s, kp, begin, end, mode, dedupe,
+                                           &off_view[base + begin + 1], &inv_view[base + begin], &ids, NULL)
+                    if rc != FS_OK:
+                        raise MemoryError()
+                    PyErr_CheckSignals()
+                    begin = end
+                continue
+            # A Python list's rows are converted here, under the interpreter
+            # lock throughout (the list as it was at the call): the threads
+            # match the converted ones meanwhile.
+            col.fill_to(_feed_rows)
+            job = fs_batch_start_blocks(self.sl, also_sl, &col.s, kp, mode, dedupe, seg_threads,
+                                        &off_view[base + 1], &inv_view[base], _thread_block_rows,
+                                        <size_t>col.filled)
+            if job == NULL:
+                raise MemoryError()
+            try:
+                while col.filled < <Py_ssize_t>seg_n:
+                    col.fill_to(col.filled + _feed_rows)
+                    fs_batch_feed(job, <size_t>col.filled)
+                done = False
+                while not done:
+                    with nogil:
+                        done = fs_batch_wait(job, 50)
+                    PyErr_CheckSignals()
+            except BaseException:
+                fs_batch_cancel(job)
+                with nogil:
+                    fs_batch_finish(job, &part)
+                fs_idbuf_free(&part)
+                raise
+            with nogil:
+                rc = fs_batch_finish(job, &part)
+            if rc != FS_OK:
+                fs_idbuf_free(&part)
+                raise MemoryError()
+            # append this segment's ids after what earlier segments produced
+            shift = <int64_t>ids.n
+            if ids.n == 0 and ids.ids == NULL:
+                ids = part
+                memset(&part, 0, sizeof(part))
+            else:
+                _append_ids(&ids, &part)
+                for k in range(seg_n):
+                    off_view[base + k + 1] += shift
+        if fs_idbuf_fit(&ids) != FS_OK:
+            raise MemoryError()
+        result = <BatchResult>BatchResult.__new__(BatchResult)
+        result.offsets = offsets
+        result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)
+        result.invalid = invalid
+        return result
+    finally:
+        fs_idbuf_free(&ids)
+        fs_idbuf_free(&part)
+
+
+cdef int _append_ids(fs_idbuf *dst, fs_idbuf *src) except -1:
+    if src.n == 0:
+        return 0
+    if fs_idbuf_room(dst, src.n) != FS_OK:
+        raise MemoryError()
+    memcpy(dst.ids + dst.n, src.ids, sizeof(int64_t) * src.n)
+    dst.n += src.n
+    return 0
+
+
+cdef int _spread_dictionary(Sublist self, Sublist also, object arr, object queues, object threads, bint dedupe,
+                            fs_idbuf *ids, int64_t *row_end, uint8_t *invalid,
+                            Py_ssize_t row_base) except -1:
+    """match_many over one dictionary-encoded chunk: its distinct values
+    matched once (a row's ids depend only on its subject when no key picks
+    for it), then each row takes its value's ids, appended to ids; a null
+    index is a null row.  row_end and invalid: the chunk's rows."""
+    import numpy as np
+    cdef _Indices x = _indices_of(arr, "subjects", row_base)
+    _column_of_arrow(arr.dictionary, "subjects (dictionary)", 0)     # its errors say so
+    cdef BatchResult d = _match_many(self, also, arr.dictionary, None, queues, threads, dedupe)
+    cdef const int64_t[::1] doff = d.offsets
+    cdef const uint8_t[::1] dinv = d.invalid.view(np.uint8)
+    cdef const int64_t[::1] dids = d.sub_ids
+    cdef const int64_t *src = &dids[0] if dids.shape[0] else NULL
+    cdef const int64_t *offs = &doff[0]
+    cdef Py_ssize_t i, n = x.n
+    cdef int64_t k, a, b
+    cdef size_t start = ids.n, total = ids.n
+    for i in range(n):
+        if x.null(i):
+            invalid[i] = 1
+        else:
+            k = x.index(i)
+            invalid[i] = dinv[k]
+            total += <size_t>(doff[k + 1] - doff[k])
+        row_end[i] = <int64_t>total
+    if fs_idbuf_room(ids, total - start) != FS_OK:
+        raise MemoryError()
+    with nogil:
+        for i in range(n):
+            if x.null(i):
+                continue
+            k = x.index(i)
+            a = offs[k]
+            b = offs[k + 1]
+            if b > a:
+                memcpy(ids.ids + ids.n, src + a, sizeof(int64_t) * <size_t>(b - a))
+                ids.n += <size_t>(b - a)
+    return 0

@@ -1,0 +1,154 @@
+"""Type stubs for the compiled core, topicmatch._core (src/topicmatch/_core.pyx).
+
+Checked against the built module by ``python -m mypy.stubtest topicmatch``
+(tests/test_typing.py).  pyarrow carries no type information, so Arrow
+inputs and outputs are typed ``Any``.
+"""
+import os
+from typing import Any, Dict, List, Literal, Optional, Sequence, SupportsIndex, Tuple, TypedDict, Union
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import disjoint_base
+
+_Dialect = Literal["nats", "mqtt", "amqp"]
+_QueueMode = Literal["pick", "all", "none"]
+_Bytes = Union[bytes, bytearray, memoryview]
+# Argument types (issue 34): a wrong type is a TypeError naming the argument,
+# and the row for a column ("filters[3] must be str, not bytes").  Text is
+# str only: bytes are refused everywhere, as Arrow binary columns are.  A
+# bool is not an id.  A single str where a sequence is expected is refused.
+#
+# A column of subjects (or keys, or route_keys' values): a list of str (None
+# for a null row), a numpy str/object array, or an Arrow column (Any) of
+# string, large_string, string_view or dictionary<string> (any index type),
+# an Array or a ChunkedArray, or an object exporting one through the Arrow
+# PyCapsule interface (a polars Series).
+_SubjectColumn = Union[Sequence[Optional[str]], npt.NDArray[Any], Any]
+# insert_many/remove_many: filters and queues as a sequence of str or such an
+# Arrow column (Any); sub_ids as ints, a numpy or Arrow integer array.
+_FilterColumn = Union[Sequence[str], Any]
+_QueueColumn = Union[Sequence[Optional[str]], Any]
+_IdColumn = Union[Sequence[int], npt.NDArray[np.integer[Any]], Any]
+
+class TopicmatchError(Exception):
+    """Base of every error topicmatch raises on its own account."""
+
+class InvalidSubjectError(TopicmatchError, ValueError):
+    """A subject, filter or queue name is malformed.
+
+    ``subject``: the input; ``reason``: what is wrong; ``position``: byte
+    offset in its UTF-8 form, or None."""
+    subject: Optional[str]
+    reason: Optional[str]
+    position: Optional[int]
+    def __init__(self, message: str, subject: Optional[str] = None, reason: Optional[str] = None,
+                 position: Optional[int] = None) -> None: ...
+
+@disjoint_base
+class MatchResult:
+    """The subscriptions matching one subject.
+
+    subs:   ids of the matching plain subscriptions, one per matching
+            (filter, sub_id).
+    groups: (queue, filter_or_None, members) per matching queue group.
+            NATS: groups merge by queue name and filter is None.
+            MQTT: a group is the pair (group, filter).
+    Order (README, "The order of a row"): subs ascending by value;
+    groups by (queue bytes, filter bytes), members ascending; the same
+    whatever the insertion order, cache, threads or image round trip.
+    """
+    @property
+    def subs(self) -> List[int]: ...
+    @property
+    def groups(self) -> List[Tuple[str, Optional[str], List[int]]]: ...
+    def __len__(self) -> int: ...
+
+@disjoint_base
+class BatchResult:
+    """What match_many found, in CSR form: row i's ids are
+    ``sub_ids[offsets[i]:offsets[i + 1]]``; ``invalid[i]`` is True where the
+    subject was null or invalid (such rows have no ids)."""
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def sub_ids(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def invalid(self) -> npt.NDArray[np.bool_]: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: SupportsIndex) -> npt.NDArray[np.int64]: ...
+    def counts(self) -> npt.NDArray[np.int64]: ...
+    def to_arrow(self) -> Any:
+        """A pyarrow ListArray<int64> with int32 offsets (null where invalid)."""
+
+class _Stats(TypedDict):
+    subscriptions: int
+    nodes: int
+    memory_bytes: int
+    cache_entries: int
+    cache_capacity: int
+    inserts: int
+    removes: int
+    matches: int
+    cache_hits: int
+    cache_misses: int
+    cache_hit_rate: float
+    max_fanout: int
+    avg_fanout: float
+    generation: int
+    mapped_bytes: int
+    live_subscriptions: int
+    live_bytes: int
+
+@disjoint_base
+class Sublist:
+    """An index of subscriptions (filter, sub_id, queue) answering "which
+    subscriptions match this subject?".  Safe to use from many threads."""
+    def __new__(cls, dialect: _Dialect = "nats", *, cache_size: int = 0) -> Sublist: ...
+    @property
+    def dialect(self) -> _Dialect: ...
+    @property
+    def generation(self) -> int: ...
+    def insert(self, filter: str, sub_id: int, *, queue: Optional[str] = None) -> bool: ...
+    def remove(self, filter: str, sub_id: int, *, queue: Optional[str] = None) -> None: ...
+    def discard(self, filter: str, sub_id: int, *, queue: Optional[str] = None) -> bool: ...
+    def insert_many(self, filters: _FilterColumn, sub_ids: _IdColumn,
+                    queues: Optional[_QueueColumn] = None) -> int: ...
+    def remove_many(self, filters: _FilterColumn, sub_ids: _IdColumn,
+                    queues: Optional[_QueueColumn] = None) -> int: ...
+    def __len__(self) -> int: ...
+    def match(self, subject: str, *, dedupe: bool = False) -> MatchResult: ...
+    def match_many(self, subjects: _SubjectColumn, keys: Optional[_SubjectColumn] = None, queues: _QueueMode = "pick",
+                   threads: int = 1, *, dedupe: bool = False, also: Optional["Sublist"] = None) -> BatchResult: ...
+    def has_interest(self, subject: str) -> bool: ...
+    def num_interest(self, subject: str) -> Tuple[int, int]: ...
+    def reverse_match(self, filter: str) -> List[Tuple[str, int, Optional[str]]]: ...
+    def stats(self) -> _Stats: ...
+    def to_bytes(self, *, version: int = 3) -> bytes: ...
+    @staticmethod
+    def from_bytes(data: _Bytes, *, cache_size: int = 0, verify: bool = True) -> Sublist: ...
+    @staticmethod
+    def open(path: Union[str, "os.PathLike[str]"], *, verify: bool = True, cache_size: int = 0) -> Sublist: ...
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> None: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes, int]]: ...
+
+def subject_matches(filter: str, subject: str, dialect: _Dialect = "nats") -> bool: ...
+def is_valid_subject(subject: str, dialect: _Dialect = "nats") -> bool: ...
+def is_valid_filter(filter: str, dialect: _Dialect = "nats") -> bool: ...
+def _fault_inject(nth: int) -> None: ...
+def _fault_status() -> Tuple[int, int]: ...
+def release_memory() -> int: ...
+def _idpool_status() -> Tuple[int, int]: ...
+def _idpool_hold(ms: int) -> None: ...
+def _pool_status() -> Tuple[int, int]: ...
+def _set_batch_threading(min_rows_per_thread: Optional[int] = None, block_rows: Optional[int] = None,
+                         cpus: Optional[int] = None, feed_rows: Optional[int] = None) -> Dict[str, int]: ...
+def _set_walk_release_min(n: Optional[int]) -> Optional[int]: ...
+
+ROUTE_KEYED: int
+ROUTE_ANY: int
+ROUTE_INVALID: int
+ROUTE_NULL: int
+def route_keys(values: _SubjectColumn, dialect: _Dialect = "nats", depth: int = 1, *,
+               filters: bool = False) -> Tuple[Any, Any]: ...
+def route_split(dialect: _Dialect = "nats") -> Tuple[str, str, str, bool, Optional[str]]: ...

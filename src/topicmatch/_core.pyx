@@ -1,0 +1,904 @@
+# cython: language_level=3
+"""topicmatch._core: the thin Cython layer over the C core in csrc/.
+
+It converts arguments, calls C, and turns C status codes into exceptions.
+Strings reach C as the UTF-8 buffers CPython caches in each str (no copy for
+ASCII strings); results come back in C-owned buffers and are converted here.
+
+Threads, with or without the GIL (the module is built freethreading_compatible,
+so a free-threaded CPython keeps the GIL off): the C index is protected by its
+own lock (csrc/fs_brlock.h); a Sublist's Python fields are written only while
+it is made and when it is freed; MatchResult's lazily made lists are set in a
+critical section; BatchResult and its id buffer are read-only once made; the
+module's C globals are testing hooks.  docs/design.md, "What protects each
+shared structure", has the whole table.
+"""
+cimport cython
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memset
+
+from topicmatch._core cimport *
+
+import operator
+
+cdef extern from "sublist.h" nogil:
+    int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
+                               int64_t *ids, size_t cap, size_t *n,
+                               fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk)
+    int fs_sublist_walk_costly(const fs_sublist *sl)
+    uint64_t fs_set_walk_release_min(uint64_t n)
+    enum: FS_MATCH_WALK
+
+cdef extern from "Python.h":
+    ctypedef struct PyObject
+    # NULL with the error set: _utf8 checks for it itself, so that its hot
+    # path has no try block; the raising twin serves the error path
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size)
+    const char *_utf8_or_raise "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size) except NULL
+    void PyErr_Clear()
+    bint PyUnicode_IS_COMPACT_ASCII(object s)
+    Py_ssize_t PyUnicode_GET_LENGTH(object s)
+    void *PyUnicode_DATA(object s)
+    long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
+    # the same, for an exact int (cannot fail: no exception check)
+    long long _as_long_long "PyLong_AsLongLongAndOverflow"(object v, int *overflow)
+    # a new reference, or NULL with MemoryError set
+    PyObject *PyLong_FromLongLong(long long v)
+    list PyList_New(Py_ssize_t n)
+    # steals the reference o
+    void PyList_SET_ITEM(object l, Py_ssize_t i, PyObject *o)
+
+
+class TopicmatchError(Exception):
+    """Base of every error topicmatch raises on its own account."""
+
+
+class InvalidSubjectError(TopicmatchError, ValueError):
+    """A subject, filter or queue name is malformed.
+
+    Attributes: ``subject`` (the input), ``reason`` (what is wrong) and
+    ``position`` (byte offset in its UTF-8 form, or None)."""
+
+    def __init__(self, message, subject=None, reason=None, position=None):
+        super().__init__(message)
+        self.subject = subject
+        self.reason = reason
+        self.position = position
+
+
+cdef object _shown(object s):
+    """repr of s, shortened for huge inputs."""
+    if len(s) > 80:
+        return repr(s[:60]) + f"... ({len(s)} characters)"
+    return repr(s)
+
+
+cdef object _invalid(str what, object s, fs_error *err):
+    reason = err.reason.decode("ascii")
+    return InvalidSubjectError(
+        f"invalid {what} {_shown(s)}: {reason} (at byte {err.pos})",
+        s, reason, err.pos)
+
+
+cdef inline const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
+    """The UTF-8 bytes of a str; TypeError for non-str, InvalidSubjectError
+    for strings that cannot be encoded (lone surrogates)."""
+    if type(s) is str and PyUnicode_IS_COMPACT_ASCII(s):
+        # ASCII is its own UTF-8, stored right after the object header:
+        # no call (every subject and filter of the benchmarks takes this)
+        n[0] = PyUnicode_GET_LENGTH(s)
+        return <const char *>PyUnicode_DATA(s)
+    return _utf8_any(s, what, n)
+
+
+cdef str _tname(object x):
+    """The type of x as an error message names it ("None" for None)."""
+    return "None" if x is None else type(x).__name__
+
+
+cdef const char *_utf8_any(object s, str what, Py_ssize_t *n) except NULL:
+    if type(s) is not str and not isinstance(s, str):
+        # bytes too: a str is text, bytes are not (as in pyarrow's string
+        # and binary types); every argument and row refuses them alike
+        raise TypeError(f"{what} must be str, not {_tname(s)}")
+    cdef const char *p = PyUnicode_AsUTF8AndSize(s, n)
+    if p != NULL:
+        return p
+    PyErr_Clear()
+    try:
+        return _utf8_or_raise(s, n)     # fails the same way, as a Python exception
+    except UnicodeEncodeError as e:
+        raise InvalidSubjectError(
+            f"invalid {what} {_shown(s)}: not valid UTF-8 (lone surrogate at character {e.start})",
+            s, "not valid UTF-8", None) from None
+
+
+cdef int64_t _sub_id(object sub_id) except? -1:
+    cdef int overflow = 0
+    if type(sub_id) is not int:
+        # a bool is an int to Python, not an id (numpy's bool_ refuses
+        # operator.index by itself)
+        if isinstance(sub_id, bool):
+            raise TypeError("sub_id must be int, not bool")
+        try:
+            sub_id = operator.index(sub_id)
+        except TypeError:
+            raise TypeError(f"sub_id must be int, not {_tname(sub_id)}") from None
+    cdef long long v = PyLong_AsLongLongAndOverflow(sub_id, &overflow)
+    if overflow:
+        raise OverflowError(f"sub_id {sub_id} is outside the signed 64-bit range")
+    return <int64_t>v
+
+
+cdef Py_ssize_t _count_arg(object x, str what) except? -1:
+    """An int argument (threads, cache_size, depth): TypeError naming it for
+    anything else, bool included."""
+    if type(x) is not int:
+        if isinstance(x, bool):
+            raise TypeError(f"{what} must be int, not bool")
+        try:
+            x = operator.index(x)
+        except TypeError:
+            raise TypeError(f"{what} must be int, not {_tname(x)}") from None
+    return x
+
+
+cdef list _seq(object x, str what, str of):
+    """A sequence argument as a new list; a single str or bytes (which
+    would be taken character by character) and non-iterables are a
+    TypeError naming the argument."""
+    if isinstance(x, (str, bytes, bytearray)):
+        raise TypeError(f"{what} must be a sequence of {of}, not a single {_tname(x)}")
+    try:
+        it = iter(x)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of {of}, not {_tname(x)}") from None
+    return list(it)
+
+
+cdef fs_dialect _dialect(object d) except *:
+    if not isinstance(d, str):
+        raise TypeError(f"dialect must be str ('nats', 'mqtt' or 'amqp'), not {_tname(d)}")
+    if d == "nats":
+        return FS_NATS
+    if d == "mqtt":
+        return FS_MQTT
+    if d == "amqp":
+        return FS_AMQP
+    raise ValueError(f"dialect must be 'nats', 'mqtt' or 'amqp', not {d!r}")
+
+
+cdef str _decode(const char *p, size_t n):
+    return PyUnicode_DecodeUTF8(p, <Py_ssize_t>n, "surrogateescape")
+
+
+cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
+    cdef Py_ssize_t n
+    sp.filter = _utf8(f, "filter", &n)
+    sp.filter_len = <size_t>n
+    sp.id = _sub_id(sub_id)
+    if q is None:
+        sp.queue = NULL
+        sp.queue_len = 0
+    else:
+        if not isinstance(q, str):
+            raise TypeError(f"queue must be str or None, not {_tname(q)}")
+        sp.queue = _utf8(q, "queue", &n)
+        sp.queue_len = <size_t>n
+    return 0
+
+
+cdef object _row_type_error(Py_ssize_t i, object f, object sub_id, object q):
+    """The TypeError of insert_many/remove_many's row i, naming the column
+    and the row (the checks of _fill_spec, in its order)."""
+    if not isinstance(f, str):
+        return TypeError(f"filters[{i}] must be str, not {_tname(f)}")
+    try:
+        _sub_id(sub_id)
+    except TypeError:
+        return TypeError(f"sub_ids[{i}] must be int, not {_tname(sub_id)}")
+    except OverflowError:
+        pass
+    return TypeError(f"queues[{i}] must be str or None, not {_tname(q)}")
+
+
+cdef inline bint _fill_spec_fast(fs_spec *sp, object f, object sub_id, object q) noexcept:
+    """_fill_spec for the common row -- ASCII str filter, int sub_id that
+    fits, no queue or an ASCII str one -- without a call or an exception
+    check.  False (sp untouched or partly set) for any other row: then
+    _fill_spec does it, and raises what it must."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(f) is not str or not PyUnicode_IS_COMPACT_ASCII(f) or type(sub_id) is not int:
+        return False
+    if q is not None and (type(q) is not str or not PyUnicode_IS_COMPACT_ASCII(q)):
+        return False
+    v = _as_long_long(sub_id, &overflow)      # an exact int: cannot fail but overflow
+    if overflow:
+        return False
+    sp.filter = <const char *>PyUnicode_DATA(f)
+    sp.filter_len = <size_t>PyUnicode_GET_LENGTH(f)
+    sp.id = <int64_t>v
+    if q is None:
+        sp.queue = NULL
+        sp.queue_len = 0
+    else:
+        sp.queue = <const char *>PyUnicode_DATA(q)
+        sp.queue_len = <size_t>PyUnicode_GET_LENGTH(q)
+    return True
+
+
+cdef object _spec_error(int rc, fs_error *err, object f, object q):
+    if rc == FS_ENOMEM:
+        return MemoryError()
+    # the C core says which argument was wrong (a "$share/G/" group is part
+    # of the filter argument, so it names the filter)
+    if q is not None and err.in_queue:
+        return _invalid("queue", q, err)
+    return _invalid("filter", f, err)
+
+
+@cython.freelist(16)       # match() makes one per call: reuse their memory
+cdef class MatchResult:
+    """The subscriptions matching one subject.
+
+    ``subs``: ids of the matching plain subscriptions (one per matching
+    (filter, id); AMQP: one per id); ``groups``: ``(queue, filter_or_None,
+    members)`` per matching queue group (NATS, AMQP: merged by queue name,
+    filter None; MQTT: one per (group, filter)).  Order (README, "The order
+    of a row"): ``subs`` ascending; ``groups`` by (queue, filter) as bytes,
+    members ascending -- whatever the insertion order, cache, threads or
+    image round trip."""
+    # None: there are none, and the empty list is not made until asked for
+    # (~40% of subjects match nothing; `if not m:` or len(m) then costs
+    # no list at all).
+    cdef list _subs
+    cdef list _groups
+
+    @property
+    def subs(self):
+        return self._subs if self._subs is not None else self._make_empty(False)
+
+    @property
+    def groups(self):
+        return self._groups if self._groups is not None else self._make_empty(True)
+
+    cdef list _make_empty(self, bint groups):
+        """The empty subs or groups list, made on first access.  Making it
+        may run other threads or a __del__ that asks first: the list that
+        got there first stays."""
+        cdef list made = []
+        # Free-threaded builds: two threads may ask at once; the critical
+        # section (a no-op with the GIL) makes test-and-set one step.
+        with cython.critical_section(self):
+            if groups:
+                if self._groups is None:
+                    self._groups = made
+                return self._groups
+            if self._subs is None:
+                self._subs = made
+            return self._subs
+
+    def __len__(self):
+        cdef Py_ssize_t n = 0 if self._subs is None else len(self._subs)
+        if self._groups is None:
+            return n
+        return n + sum(len(g[2]) for g in self._groups)
+
+    def __repr__(self):
+        return f"MatchResult(subs={self.subs!r}, groups={self.groups!r})"
+
+
+cdef list _unique(list ids):
+    """ids without repeats, first occurrences kept in order."""
+    seen = set()
+    out = []
+    for i in ids:
+        if i not in seen:
+            seen.add(i)
+            out.append(i)
+    return out
+
+
+cdef list _id_list(const int64_t *ids, size_t n):
+    """ids as a list of ints, made at its final size (match() builds one or
+    more per call: no append, no resize)."""
+    cdef list out = PyList_New(<Py_ssize_t>n)
+    cdef PyObject *o
+    cdef size_t i
+    for i in range(n):
+        o = PyLong_FromLongLong(ids[i])
+        if o == NULL:
+            raise MemoryError()     # the slots not yet set are NULL: freed cleanly
+        PyList_SET_ITEM(out, <Py_ssize_t>i, o)
+    return out
+
+
+cdef enum:
+    SMALL_IDS = 32      # match(): answers of up to this many plain ids come back on the stack
+
+
+cdef size_t _unique_small(int64_t *ids, size_t n) noexcept:
+    """ids[0..n) without repeats, first occurrences kept in order, in
+    place; the new count (n is small: a quadratic scan)."""
+    cdef size_t i, j, k = 0
+    for i in range(n):
+        for j in range(k):
+            if ids[j] == ids[i]:
+                break
+        else:
+            ids[k] = ids[i]
+            k += 1
+    return k
+
+
+cdef MatchResult _small_result(int64_t *ids, size_t n, bint dedupe):
+    cdef MatchResult m = MatchResult.__new__(MatchResult)
+    if dedupe and n > 1:
+        n = _unique_small(ids, n)
+    if n:
+        m._subs = _id_list(ids, n)
+    return m
+
+
+cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
+    cdef MatchResult m = MatchResult.__new__(MatchResult)
+    cdef size_t i
+    cdef fs_group_out *g
+    if r.nplain:
+        m._subs = _id_list(r.ids, r.nplain)
+        if dedupe:
+            m._subs = _unique(m._subs)
+    if r.ngroups == 0:
+        return m
+    groups = []
+    for i in range(r.ngroups):
+        g = &r.groups[i]
+        members = _id_list(r.ids + g.members_off, g.members_len)
+        if dedupe:
+            members = _unique(members)
+        name = _decode(r.arena + g.name_off, g.name_len)
+        filt = _decode(r.arena + g.filter_off, g.filter_len) if mqtt else None
+        groups.append((name, filt, members))
+    m._groups = groups
+    return m
+
+
+cdef class Sublist:
+    """Sublist(dialect="nats", *, cache_size=0)
+
+    An index of subscriptions (filter, sub_id, queue) answering "which
+    subscriptions match this subject?".  Safe to use from many threads.
+    dialect: "nats", "mqtt" or "amqp" (RabbitMQ topic exchanges: binding
+    keys with '*' and '#' anywhere; each sub_id is delivered at most once
+    per routing key, so results are always deduplicated)."""
+    cdef fs_sublist *sl
+    cdef fs_dialect _d
+    cdef readonly str dialect
+    cdef Py_ssize_t _cache_size
+    # A mapped image's bytes, held (exported) for as long as the index
+    # matches from them: an mmap cannot be closed under it (_serial.pxi).
+    cdef Py_buffer _img_view
+    cdef bint _img_held
+    cdef object _img_source
+
+    def __cinit__(self, dialect="nats", *, cache_size=0):
+        self._d = _dialect(dialect)
+        self.dialect = dialect
+        cache_size = _count_arg(cache_size, "cache_size")
+        if cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0, not {cache_size}")
+        self._cache_size = cache_size
+        self.sl = fs_sublist_new(self._d)
+        if self.sl == NULL:
+            raise MemoryError()
+        if cache_size and fs_sublist_set_cache(self.sl, <size_t>cache_size) != FS_OK:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self.sl != NULL:
+            fs_sublist_free(self.sl)
+            self.sl = NULL
+        if self._img_held:          # after the index: it reads these bytes
+            PyBuffer_Release(&self._img_view)
+            self._img_held = False
+
+    cdef int _check_image(self) except -1:
+        # A mapped image's damage shows at the first call that reaches it
+        # (every offset is checked when followed): that call fails, and
+        # every later one.
+        if self._img_held and fs_image_damaged(self.sl):
+            raise ValueError(f"topicmatch image {self._img_source} is damaged: an offset in it leads outside "
+                             f"it or loops (open it with verify=True to find where)")
+        return 0
+
+    def __len__(self):
+        return fs_sublist_count(self.sl)
+
+    def __repr__(self):
+        return f"<topicmatch.Sublist dialect={self.dialect!r} subscriptions={len(self)}>"
+
+    @property
+    def generation(self):
+        """Grows on every insert or remove that changed the index."""
+        return fs_sublist_generation(self.sl)
+
+    def insert(self, filter, sub_id, *, queue=None):
+        """insert(filter, sub_id, *, queue=None) -> bool
+
+        Add the subscription; True if it is new.  MQTT also takes
+        "$share/GROUP/filter" for a shared subscription."""
+        cdef fs_spec sp
+        cdef fs_error err
+        cdef int rc
+        _fill_spec(&sp, filter, sub_id, queue)
+        with nogil:
+            rc = fs_sublist_insert(self.sl, &sp, &err)
+        if rc < 0:
+            raise _spec_error(rc, &err, filter, queue)
+        return rc == 1
+
+    def discard(self, filter, sub_id, *, queue=None):
+        """discard(filter, sub_id, *, queue=None) -> bool
+
+        Remove the subscription if present; True if it was there."""
+        cdef fs_spec sp
+        cdef fs_error err
+        cdef int rc
+        _fill_spec(&sp, filter, sub_id, queue)
+        with nogil:
+            rc = fs_sublist_remove(self.sl, &sp, &err)
+        if rc < 0:
+            raise _spec_error(rc, &err, filter, queue)
+        return rc == 1
+
+    def remove(self, filter, sub_id, *, queue=None):
+        """remove(filter, sub_id, *, queue=None) -> None
+
+        Remove the subscription; KeyError if it is not there."""
+        if not self.discard(filter, sub_id, queue=queue):
+            raise KeyError((filter, sub_id, queue))
+
+    cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
+        if type(filters) is not list or (queues is not None and type(queues) is not list):
+            af = _arrow_input(filters)
+            aq = _arrow_input(queues) if queues is not None else None
+            if af is not None or aq is not None:
+                return self._bulk_arrow(filters if af is None else af, sub_ids,
+                                        queues if aq is None else aq, inserting)
+        cdef list fl = _seq(filters, "filters", "str"), il, ql = None
+        cdef Py_ssize_t n = len(fl), i = 0
+        il = _seq(sub_ids, "sub_ids", "int")
+        if len(il) != n:
+            raise ValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
+        if queues is not None:
+            ql = _seq(queues, "queues", "str or None")
+            if len(ql) != n:
+                raise ValueError(f"filters and queues differ in length ({n} != {len(ql)})")
+        cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
+        if specs == NULL:
+            raise MemoryError()
+        try:
+            # One try around the loop, not one per item (each try saves the
+            # exception state); i says which item failed.
+            try:
+                if ql is None:
+                    for i in range(n):
+                        if not _fill_spec_fast(&specs[i], fl[i], il[i], None):
+                            _fill_spec(&specs[i], fl[i], il[i], None)
+                else:
+                    for i in range(n):
+                        if not _fill_spec_fast(&specs[i], fl[i], il[i], ql[i]):
+                            _fill_spec(&specs[i], fl[i], il[i], ql[i])
+            except TypeError:
+                raise _row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
+            except (OverflowError, InvalidSubjectError) as e:
+                raise type(e)(f"item {i}: {e}") from None
+            return self._apply(specs, n, inserting, fl, ql)
+        finally:
+            PyMem_Free(specs)
+
+    cdef object _bulk_arrow(self, filters, sub_ids, queues, bint inserting):
+        """insert_many/remove_many where filters or queues is an Arrow
+        column (string, large_string, string_view, dictionary of these,
+        chunked or not), read in place (no Python str per row); the other
+        may be a sequence of str.  queues: a null row is plain.  sub_ids an
+        Arrow or numpy integer array, or any sequence of int."""
+        if not _is_arrow(filters):
+            filters = _seq(filters, "filters", "str")
+        if queues is not None and not _is_arrow(queues):
+            queues = _seq(queues, "queues", "str or None")
+        cdef _Column fcol = _bulk_column(filters, "filters", "filter")
+        cdef Py_ssize_t n = <Py_ssize_t>fcol.s.n, i
+        ids = _int64_column(sub_ids, "sub_ids")
+        if len(ids) != n:
+            raise ValueError(f"filters and sub_ids differ in length ({n} != {len(ids)})")
+        cdef _Column qcol = None
+        if queues is not None:
+            qcol = _bulk_column(queues, "queues", "queue")
+            if <Py_ssize_t>qcol.s.n != n:
+                raise ValueError(f"filters and queues differ in length ({n} != {qcol.s.n})")
+        cdef const int64_t[::1] idv = ids
+        cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
+        if specs == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):
+                    raise TypeError(f"filters[{i}] must be str, not None")
+                specs[i].id = idv[i]
+                if qcol is None or not fs_strings_get(&qcol.s, <size_t>i, &specs[i].queue, &specs[i].queue_len):
+                    specs[i].queue = NULL
+                    specs[i].queue_len = 0
+            return self._apply(specs, n, inserting, _Rows(filters),
+                               _Rows(queues) if queues is not None else None)
+        finally:
+            PyMem_Free(specs)
+
+    cdef object _apply(self, fs_spec *specs, Py_ssize_t n, bint inserting, filters, queues):
+        """Run the bulk operation on filled specs; filters[i] / queues[i]
+        give row i back as Python objects for an error message."""
+        cdef size_t changed = 0, bad = 0
+        cdef fs_error err
+        cdef int rc
+        with nogil:
+            if inserting:
+                rc = fs_sublist_insert_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
+            else:
+                rc = fs_sublist_remove_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
+        if rc < 0:
+            if rc == FS_ENOMEM:
+                raise MemoryError()
+            e = _spec_error(rc, &err, filters[bad], None if queues is None else queues[bad])
+            raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position)
+        return changed
+
+    def insert_many(self, filters, sub_ids, queues=None):
+        """insert_many(filters, sub_ids, queues=None) -> int
+
+        Insert many subscriptions under one lock, all or nothing; returns how
+        many were new.  filters (and queues) may be sequences of str or
+        Arrow string columns (string, large_string, string_view or
+        dictionary of these, chunked or not), read in place (a null queue:
+        plain); sub_ids a sequence of int or an Arrow/numpy integer array.
+        A wrong type is a TypeError naming the argument and the row
+        ("filters[3] must be str, not bytes"); a single str where a sequence
+        is expected is refused, and so is a bool as an id."""
+        return self._bulk(filters, sub_ids, queues, True)
+
+    def remove_many(self, filters, sub_ids, queues=None):
+        """remove_many(filters, sub_ids, queues=None) -> int
+
+        Remove many subscriptions (absent ones are skipped); returns how many
+        were removed.  Invalid input removes nothing."""
+        return self._bulk(filters, sub_ids, queues, False)
+
+    # match, has_interest, num_interest: plain methods, not cyfunctions
+    # (binding=False): a call skips the cyfunction layer, ~100 instructions
+    # of ~1,600 on a cached match; the clinic signature keeps
+    # inspect.signature working.
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
+    def match(self, subject, *, dedupe=False):
+        """match(subject, *, dedupe=False) -> MatchResult
+
+        dedupe: each sub_id at most once in subs and in each group's
+        members (for subscribers holding overlapping filters; always so in
+        the AMQP dialect)."""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(subject, "subject", &n)
+        cdef int64_t ids[SMALL_IDS]
+        cdef size_t k
+        cdef fs_workspace spare
+        cdef fs_workspace *w
+        cdef fs_error err
+        # A small answer (plain ids only) comes back in ids, the index and
+        # the workspace already let go: no Python object is built while
+        # either is held.  A larger one stays in the workspace, lent to
+        # this call until its objects are built (that may run the garbage
+        # collector, and a __del__ may call back into an index on this
+        # thread: a nested call gets a workspace of its own).
+        # The GIL is let go for a walk of a big index (fs_sublist_walk_costly:
+        # the rule and its measurements are in docs/design.md, "Threads"): a
+        # cached answer is looked up first with it held (cheaper than the
+        # release), and only a miss walks without it.
+        cdef int rc
+        if not fs_sublist_walk_costly(self.sl):
+            rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 1)
+        else:
+            rc = FS_MATCH_WALK
+            if self._cache_size:
+                rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 0)
+            if rc == FS_MATCH_WALK:
+                with nogil:
+                    rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 1)
+        if rc < 0:
+            if rc == FS_EINVAL:
+                raise _invalid("subject", subject, &err)
+            raise MemoryError()
+        if self._img_held and fs_image_damaged(self.sl):
+            if w != NULL:
+                fs_workspace_release(w, &spare)
+            self._check_image()
+        if w == NULL:
+            return _small_result(ids, k, dedupe)
+        try:
+            return _to_match_result(&w.r, self._d == FS_MQTT, dedupe)
+        finally:
+            fs_workspace_release(w, &spare)
+
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
+    def num_interest(self, subject):
+        """num_interest(subject) -> (n_plain, n_queue_members)"""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(subject, "subject", &n)
+        cdef fs_workspace spare
+        cdef fs_error err
+        cdef uint64_t nplain = 0, nqueue = 0
+        cdef fs_workspace *w = fs_workspace_acquire(&spare)
+        if w == NULL:
+            raise MemoryError()
+        cdef int rc = fs_sublist_interest(self.sl, s, <size_t>n, &w.sc, &nplain, &nqueue, &err)
+        fs_workspace_release(w, &spare)
+        if rc == FS_EINVAL:
+            raise _invalid("subject", subject, &err)
+        if rc < 0:
+            raise MemoryError()
+        self._check_image()
+        return (nplain, nqueue)
+
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
+    def has_interest(self, subject):
+        """has_interest(subject) -> bool: does anything match?  Stops at
+        the first matching filter of the literal and shape tables, where
+        nearly every filter lives (no result is built)."""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(subject, "subject", &n)
+        cdef fs_workspace spare
+        cdef fs_error err
+        cdef fs_workspace *w = fs_workspace_acquire(&spare)
+        if w == NULL:
+            raise MemoryError()
+        cdef int rc = fs_sublist_has_interest(self.sl, s, <size_t>n, &w.sc, &err)
+        fs_workspace_release(w, &spare)
+        if rc == FS_EINVAL:
+            raise _invalid("subject", subject, &err)
+        if rc < 0:
+            raise MemoryError()
+        self._check_image()
+        return rc == 1
+
+    def reverse_match(self, filter):
+        """reverse_match(filter) -> list[(filter, sub_id, queue)]
+
+        The stored subscriptions whose filter can match some subject that
+        the given filter matches."""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(filter, "filter", &n)
+        cdef fs_scratch sc
+        cdef fs_rresult r
+        cdef fs_error err
+        cdef int rc
+        cdef size_t i
+        cdef fs_rhit *h
+        fs_scratch_init(&sc)
+        fs_rresult_init(&r)
+        try:
+            rc = fs_sublist_reverse_match(self.sl, s, <size_t>n, &sc, &r, &err)
+            if rc == FS_EINVAL:
+                raise _invalid("filter", filter, &err)
+            if rc < 0:
+                raise MemoryError()
+            self._check_image()
+            out = []
+            for i in range(r.nhits):
+                h = &r.hits[i]
+                # (an AMQP "" filter alone leaves the arena NULL: no NULL + 0)
+                out.append((_decode(r.arena + h.filter_off, h.filter_len) if h.filter_len else "", h.id,
+                            _decode(r.arena + h.queue_off, h.queue_len) if h.has_queue else None))
+            return out
+        finally:
+            fs_scratch_free(&sc)
+            fs_rresult_free(&r)
+
+    def match_many(self, subjects, keys=None, queues="pick", threads=1, *, dedupe=False, also=None):
+        """match_many(subjects, keys=None, queues="pick", threads=1, *, dedupe=False, also=None) -> BatchResult
+
+        Match a whole column at once, without the GIL.  subjects: list of
+        str or None (another type: TypeError naming the row), numpy
+        str/object array, or Arrow string / large_string / string_view /
+        dictionary<string> column, chunked or not (read in place; a
+        dictionary matched once per distinct value; keys likewise).  Null or invalid subjects are flagged
+        in .invalid and get no ids.  queues: "pick" (plain subs plus one
+        member per matching group, chosen from a hash of keys[i] -- or the
+        subject -- and the group, so reruns give the same rows), "all" or
+        "none".  threads: native threads to split the batch over.  dedupe:
+        each sub_id at most once per row (its first occurrence), for
+        subscribers holding overlapping filters (always so for AMQP).
+        also: another Sublist of the same dialect; each row then gets
+        what one index holding both indexes' subscriptions would answer
+        (the same ids in the same order, queue picks made over both's
+        members), without building it -- e.g. a shard's image and the
+        image of the filters every shard needs.  The two should not hold
+        the same subscription (two indexes deliver it twice)."""
+        cdef Sublist other = _also_arg(self, also)
+        result = _match_many(self, other, subjects, keys, queues, threads, dedupe)
+        self._check_image()
+        if other is not None:
+            other._check_image()
+        return result
+
+    def to_bytes(self, *, version=3):
+        """to_bytes(*, version=3) -> bytes: the index as an image
+        (docs/FORMAT.md), the bytes Sublist.save() writes, which
+        Sublist.from_bytes() and Sublist.open() match from in place.
+        version=2: the older compact format, which every reader rebuilds."""
+        return _sublist_to_bytes(self, version)
+
+    @staticmethod
+    def from_bytes(data, *, cache_size=0, verify=True):
+        """Sublist.from_bytes(data, *, cache_size=0, verify=True) -> Sublist
+
+        An index over the bytes to_bytes() returned: bytes, memoryview,
+        mmap or any read-only buffer.  An image (version 3) is matched in
+        place, not rebuilt: the index keeps the buffer alive (and exported:
+        an mmap cannot be closed under it); a writable buffer is copied
+        first.  Versions 1 and 2 are rebuilt, as before.  verify=True
+        checks the checksum and every invariant first (linear in the
+        size); verify=False, for bytes this library wrote, checks only the
+        header (O(1)) -- damage then fails the first call that reaches it,
+        with ValueError, never a read outside the buffer.  Corrupt,
+        truncated or hostile data raises ValueError."""
+        return _sublist_from_bytes(data, cache_size, verify)
+
+    @staticmethod
+    def open(path, *, verify=True, cache_size=0):
+        """Sublist.open(path, *, verify=True, cache_size=0) -> Sublist
+
+        Map the image file at path read-only and match straight from it:
+        nothing is rebuilt, and every process that opens the file shares
+        its pages.  verify as for from_bytes (True: check the whole file
+        once; False: O(1), for files this library wrote).  Files of
+        versions 1 and 2 (to_bytes(version=2), or older topicmatch) are read
+        and rebuilt instead.  The file must not be changed in place while
+        open: replace it (save() writes a new file and renames it over)."""
+        return _sublist_open(path, verify, cache_size)
+
+    def save(self, path):
+        """save(path) -> None
+
+        Write the index's image to path atomically: a temporary file in the
+        same directory, flushed to disk, then renamed over path, so that a
+        reader sees the old file or the new one, never a part.  An opened
+        index writes its current set (the image and the changes since)."""
+        _sublist_save(self, path)
+
+    def __reduce__(self):
+        return (_sublist_from_bytes, (self.to_bytes(), self._cache_size))
+
+    def stats(self):
+        """stats() -> dict of counters and sizes."""
+        cdef fs_stats st
+        fs_sublist_stats(self.sl, &st)
+        return {
+            "subscriptions": st.subscriptions,
+            "nodes": st.nodes,
+            "memory_bytes": st.memory_bytes,
+            "cache_entries": st.cache.entries,
+            "cache_capacity": st.cache.capacity,
+            "inserts": st.inserts,
+            "removes": st.removes,
+            "matches": st.matches,
+            "cache_hits": st.cache.hits,
+            "cache_misses": st.cache.misses,
+            "cache_hit_rate": (st.cache.hits / (st.cache.hits + st.cache.misses)
+                               if st.cache.hits + st.cache.misses else 0.0),
+            "max_fanout": st.fanout_max,
+            "avg_fanout": (st.fanout_total / st.matches) if st.matches else 0.0,
+            "generation": st.generation,
+            "mapped_bytes": st.mapped_bytes,
+            "live_subscriptions": st.live_subscriptions,
+            "live_bytes": st.live_bytes,
+        }
+
+
+def _set_walk_release_min(n):
+    """Testing and measuring only: match() lets go of the GIL for a walk of
+    an index of n or more subscriptions (0: always; None: never).  Returns
+    the previous n (None for never)."""
+    cdef uint64_t old = fs_set_walk_release_min(<uint64_t>-1 if n is None else <uint64_t>n)
+    return None if old == <uint64_t>-1 else old
+
+
+include "_batch.pxi"
+include "_serial.pxi"
+include "_route.pxi"
+
+
+def subject_matches(filter, subject, dialect="nats"):
+    """subject_matches(filter, subject, dialect="nats") -> bool"""
+    cdef fs_dialect d = _dialect(dialect)
+    cdef Py_ssize_t fn, sn
+    cdef const char *f = _utf8(filter, "filter", &fn)
+    cdef const char *s = _utf8(subject, "subject", &sn)
+    cdef fs_error err
+    cdef int which = 0
+    cdef int rc = fs_subject_matches(d, f, <size_t>fn, s, <size_t>sn, &which, &err)
+    if rc == FS_EINVAL:
+        raise _invalid("subject" if which else "filter", subject if which else filter, &err)
+    if rc < 0:
+        raise MemoryError()
+    return rc == 1
+
+
+cdef bint _valid(object s, str what, object dialect, bint is_filter) except -1:
+    cdef fs_dialect d = _dialect(dialect)
+    cdef Py_ssize_t n
+    cdef const char *p
+    cdef fs_error err
+    try:
+        p = _utf8(s, what, &n)
+    except InvalidSubjectError:
+        return False
+    cdef int rc = fs_validate(d, p, <size_t>n, is_filter, &err)
+    if rc == FS_ENOMEM:
+        raise MemoryError()
+    return rc == FS_OK
+
+
+def is_valid_subject(subject, dialect="nats"):
+    """is_valid_subject(subject, dialect="nats") -> bool: a literal subject
+    that match() accepts."""
+    return _valid(subject, "subject", dialect, False)
+
+
+def is_valid_filter(filter, dialect="nats"):
+    """is_valid_filter(filter, dialect="nats") -> bool: a filter that
+    insert() accepts (MQTT: "$share/GROUP/filter" included)."""
+    return _valid(filter, "filter", dialect, True)
+
+
+def _fault_inject(nth):
+    """Testing hook: make the nth allocation of the C core from now fail
+    (0 turns it off).  Not thread-safe; for the fault-injection tests."""
+    fs_fault_inject(nth)
+
+
+def _fault_status():
+    """Testing hook: (allocations attempted, failures injected) since the
+    last _fault_inject call."""
+    return (fs_fault_counted(), fs_fault_injected())
+
+
+def release_memory():
+    """release_memory() -> int: give back the output buffers topicmatch keeps.
+
+    match_many writes its ids into buffers of the C core.  When a result of
+    4 MiB or more is freed, its buffer is kept (up to four buffers, 1 GiB in
+    all) with its pages marked discardable: the next big match_many writes
+    into pages already mapped instead of faulting in fresh ones, which was a
+    third of the time on fan-out-heavy workloads.  The system takes those
+    pages back by itself when memory runs short; this call gives the
+    buffers back to malloc at once.  Returns how many bytes it gave back.
+    (On Windows nothing is kept, and this returns 0.)"""
+    return fs_idpool_trim()
+
+
+def _idpool_status():
+    """Testing hook: (buffers kept, bytes kept) by the output pool."""
+    cdef size_t buffers, nbytes
+    fs_idpool_status(&buffers, &nbytes)
+    return (buffers, nbytes)
+
+
+def _idpool_hold(ms):
+    """Testing hook: hold the output pool's lock for ms milliseconds, the
+    GIL released (the fork test forks meanwhile)."""
+    cdef unsigned t = ms
+    with nogil:
+        fs_idpool_hold_for_test(t)

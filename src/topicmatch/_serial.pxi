@@ -1,0 +1,194 @@
+# Serialization glue: Sublist.to_bytes / from_bytes / open / save / pickle
+# over csrc/serial/fs_image.c (version 3: the image, matched in place) and
+# csrc/serial/fs_serial.c (versions 1 and 2: rebuilt).  Format: docs/FORMAT.md.
+# Included into _core.pyx.
+import os as _os
+import mmap as _mmap
+import tempfile as _tempfile
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from libc.errno cimport errno
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+cdef extern from "fs_serial.h" nogil:
+    int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
+    int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err)
+
+cdef extern from "sublist.h" nogil:
+    fs_dialect _serial_dialect "fs_sublist_dialect"(const fs_sublist *sl)
+
+cdef extern from "fs_alloc.h" nogil:
+    void _serial_free "fs_free"(void *p)
+
+
+cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
+    cdef int rc
+    if version == 3:
+        with nogil:
+            rc = fs_image_write(sl.sl, out, n)
+    elif version == 2:
+        with nogil:
+            rc = fs_sublist_dump(sl.sl, out, n)
+    else:
+        raise ValueError(f"version must be 2 or 3, not {version!r}")
+    return _written(sl, rc)
+
+
+cdef int _written(Sublist sl, int rc) except -1:
+    # A writer's status: a damaged opened image raises its ValueError (an
+    # image is only found damaged on the way); anything else left is memory.
+    if rc == FS_EBADDATA:
+        sl._check_image()
+    if rc != FS_OK:
+        raise MemoryError()
+    return 0
+
+
+def _sublist_to_bytes(Sublist sl not None, version=3):
+    """The index as bytes (docs/FORMAT.md): an image (3) or version 2."""
+    cdef char *out = NULL
+    cdef size_t n = 0
+    _write_image(sl, _count_arg(version, "version"), &out, &n)
+    try:
+        return PyBytes_FromStringAndSize(out, <Py_ssize_t>n)
+    finally:
+        _serial_free(out)
+
+
+def _sublist_save(Sublist sl not None, path):
+    """Write the image to path atomically: into a temporary file in the same
+    folder (through its pages: the image is never whole in memory), on disk
+    (fsync), then renamed over path, and the rename itself on disk."""
+    path = _os.fspath(path)
+    folder = _os.path.dirname(_os.path.abspath(path))
+    fd, tmp = _tempfile.mkstemp(dir=folder, prefix="." + _os.path.basename(path) + ".", suffix=".tmp")
+    _os.close(fd)
+    cdef bytes ctmp = _os.fsencode(tmp)
+    cdef const char *ctmp_p = ctmp
+    cdef int rc, saved_errno = 0
+    cdef char *out = NULL
+    cdef size_t n = 0
+    try:
+        with nogil:
+            rc = fs_image_save(sl.sl, ctmp_p)
+            saved_errno = errno
+        if rc == FS_ENOSYS:             # no file mappings here: through memory
+            _write_image(sl, 3, &out, &n)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(PyMemoryView_FromMemory(out, <Py_ssize_t>n, 0x100))     # PyBUF_READ
+                    f.flush()
+                    _os.fsync(f.fileno())
+            finally:
+                _serial_free(out)
+        elif rc == FS_EIO:
+            raise OSError(saved_errno, f"cannot write the image to {tmp!r}: {_os.strerror(saved_errno)}")
+        else:
+            _written(sl, rc)
+        _os.replace(tmp, path)
+        tmp = None
+        if hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
+            dfd = _os.open(folder, _os.O_RDONLY | _os.O_DIRECTORY)
+            try:
+                _os.fsync(dfd)
+            finally:
+                _os.close(dfd)
+    finally:
+        if tmp is not None:
+            try:
+                _os.unlink(tmp)
+            except OSError:
+                pass
+
+
+cdef Sublist _new_like(fs_sublist *loaded, Py_ssize_t cache_size):
+    """A Sublist object owning the C index `loaded` (freed on failure)."""
+    cdef Sublist obj
+    try:
+        d = _serial_dialect(loaded)
+        obj = Sublist.__new__(Sublist, "mqtt" if d == FS_MQTT else "amqp" if d == FS_AMQP else "nats")
+    except BaseException:
+        fs_sublist_free(loaded)
+        raise
+    fs_sublist_free(obj.sl)
+    obj.sl = loaded
+    obj._cache_size = cache_size
+    if cache_size and fs_sublist_set_cache(obj.sl, <size_t>cache_size) != FS_OK:
+        raise MemoryError()
+    return obj
+
+
+def _sublist_from_bytes(data, cache_size=0, verify=True, source=None):
+    """An index over data: an image matched in place (the buffer held), or
+    a version 1/2 blob rebuilt.  ValueError for corrupt data, TypeError for
+    non-buffers."""
+    cache_size = _count_arg(cache_size, "cache_size")
+    if cache_size < 0:
+        raise ValueError(f"cache_size must be >= 0, not {cache_size}")
+    cdef bint check = bool(verify)
+    cdef Py_buffer view
+    try:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except TypeError:
+        raise TypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
+    except BufferError:
+        # A buffer, but not a contiguous one: copy it once.
+        data = memoryview(data).tobytes()
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    cdef fs_sublist *loaded = NULL
+    cdef fs_error err
+    cdef int rc
+    cdef Sublist obj
+    cdef bint image = fs_image_is(<const char *>view.buf, <size_t>view.len)
+    if image and (not view.readonly or (<size_t>view.buf) % 8):
+        # The index reads these bytes for as long as it lives: a buffer
+        # that may change under it, or one it cannot read in place, is
+        # copied once (bytes are immutable and 8-byte aligned).
+        PyBuffer_Release(&view)
+        data = bytes(data)
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        with nogil:
+            if image:
+                rc = fs_image_open(<const char *>view.buf, <size_t>view.len, check, &loaded, &err)
+            else:
+                rc = fs_sublist_load(<const char *>view.buf, <size_t>view.len, &loaded, &err)
+    except BaseException:
+        PyBuffer_Release(&view)
+        raise
+    if rc != FS_OK or not image:
+        PyBuffer_Release(&view)
+    if rc == FS_EBADDATA:
+        what = f"{source!r}: " if source is not None else ""
+        raise ValueError(f"{what}corrupt topicmatch index: {err.reason.decode('ascii')} at byte {err.pos}")
+    if rc != FS_OK:
+        raise MemoryError()
+    if not image:
+        return _new_like(loaded, cache_size)
+    try:
+        obj = _new_like(loaded, cache_size)
+    except BaseException:
+        PyBuffer_Release(&view)
+        raise
+    obj._img_view = view
+    obj._img_held = True
+    obj._img_source = repr(source) if source is not None else f"<{type(data).__name__} of {view.len} bytes>"
+    return obj
+
+
+def _sublist_open(path, verify=True, cache_size=0):
+    """Sublist.open: map the file read-only; an image is matched in place."""
+    path = _os.fspath(path)
+    with open(path, "rb") as f:
+        size = _os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise ValueError(f"{path!r}: empty file, not a topicmatch index")
+        mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+    try:
+        return _sublist_from_bytes(mm, cache_size, verify, path)
+    finally:
+        # An image holds mm's buffer (the mapping lives on with the index);
+        # a version 1/2 file was rebuilt, so its mapping can go now.
+        try:
+            mm.close()
+        except BufferError:
+            pass

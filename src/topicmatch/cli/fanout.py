@@ -1,0 +1,430 @@
+"""`topicmatch fanout`: the fan-out of an events table against a subscriptions
+table on Spark, written to DIR/deliveries and DIR/rejected, with counts that
+reconcile; and the Spark session `topicmatch demo` runs on too.  (topicmatch.cli
+parses the arguments; fanout_io.py reads the inputs and counts rows.)
+
+One fan-out is three Spark jobs over the data: collect the subscriptions
+(one small job), then, with the per-event frame observed, write the
+deliveries (the matching pass: reads the events, matches, and collects the
+counts as it goes), then write the rejected events (a second read of the
+events that checks the subjects only: no index, no matching).  The
+reconciliation line comes from the observed counts; the deliveries written
+are counted again from the Parquet footers.
+"""
+import dataclasses
+import os
+import sys
+import time
+from typing import Optional
+
+from topicmatch.cli.common import (EXIT_REJECTED, CLIError, RejectNames, Stderr, check_readable,
+                                 commas, is_local, local_path)
+from topicmatch.cli.fanout_io import (CORRUPT_COL, first_line, format_of, locate_lines, parquet_rows,
+                                read_events, read_table, scan_events, spark_errors,
+                                split_small_inputs, subs_frame, subs_table)
+from topicmatch.cli.fanout_schema import (check_events, check_schema_option, check_subscriptions,
+                                    csv_header, integer_id_columns, local_columns)
+
+
+def _size(nbytes):
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:,} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+
+
+def _out_paths(out, overwrite):
+    paths = {k: out.rstrip("/") + "/" + k for k in ("deliveries", "rejected")}
+    if is_local(out) and not overwrite:
+        for p in paths.values():
+            if os.path.exists(local_path(p)):
+                raise CLIError(f"output {p} already exists (use --overwrite)")
+    return paths
+
+
+class _Jobs:
+    """Counts the Spark jobs run inside it (classic Spark: a job group)."""
+
+    def __init__(self, spark):
+        from topicmatch.spark import is_connect
+        self.sc = None if is_connect(spark) else spark.sparkContext
+        self.group = f"topicmatch-fanout-{os.getpid()}-{time.monotonic_ns()}"
+
+    def __enter__(self):
+        if self.sc is not None:
+            self.sc.setJobGroup(self.group, "topicmatch fanout")
+        return self
+
+    def __exit__(self, *exc):
+        if self.sc is not None:
+            self.sc.setLocalProperty("spark.jobGroup.id", None)
+        return False
+
+    def count(self):
+        if self.sc is None:
+            return None
+        return len(self.sc.statusTracker().getJobIdsForGroup(self.group))
+
+
+def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_format=None,
+               dialect="nats", subject_col="subject", key_col=None, queues="pick",
+               overwrite=False, master="", out_stream=None, progress=2.0, ship="auto",
+               shards="auto", dedupe=False, rejects=None, err_stream=None, schema=None):
+    """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
+    summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError.
+
+    shards: 1, one index built on the driver; N > 1, the sharded fan-out (the
+    subscriptions stay a DataFrame); "auto": one index up to
+    topicmatch.spark.AUTO_SHARD_MIN_SUBS subscriptions (counted once), sharded
+    above.  dedupe: one delivery per (event, sub_id).  rejects: a binary
+    file for the events lines that never became rows (see scan_events) and
+    the text of the rows Spark could not parse.  schema: the events' columns
+    as a Spark DDL string (CSV and JSON); without it a local CSV's id columns
+    are bigint when every value is a canonical integer, its other columns
+    strings.  err_stream: a stream, or the command's Stderr (rejected lines
+    named there, the first MAX_REJECT_LINES; the progress line drawn there,
+    on a terminal only)."""
+    from topicmatch.spark import is_connect
+
+    out_stream = out_stream or sys.stdout
+    err = err_stream if isinstance(err_stream, Stderr) else Stderr(err_stream or sys.stderr)
+    p = lambda *a: print(*a, file=out_stream, flush=True)  # noqa: E731
+    ev_fmt = format_of(events_path, events_format, "events", "--format")
+    sub_fmt = format_of(subs_path, subs_format, "subscriptions", "--subs-format")
+    paths = _out_paths(out, overwrite)
+    mode = "overwrite" if overwrite else "error"  # ("errorifexists": not on Spark Connect)
+    connect = is_connect(spark)
+    p(f"topicmatch fanout: {events_path} x {subs_path} ({dialect}, queues={queues}"
+      + (f", key={key_col}" if key_col else "") + (", dedupe" if dedupe else "")
+      + (f", shards={shards}" if shards != "auto" else "")
+      + (f") on {master}" if master else ")"))
+
+    job = _Job(events_path=events_path, subs_path=subs_path, paths=paths, mode=mode, ev_fmt=ev_fmt,
+               sub_fmt=sub_fmt, connect=connect, dialect=dialect, subject_col=subject_col,
+               key_col=key_col, queues=queues, progress=progress, ship=ship, shards=shards,
+               dedupe=dedupe, rejects=rejects, schema=schema)
+    jobs = _Jobs(spark)
+    scan = scan_events(events_path, ev_fmt, rejects)
+    names = RejectNames(err)
+    try:
+        for f, lineno, why in scan.rejected:
+            names.name(f"{f} line {lineno}", why)
+        if ev_fmt == "csv" and schema is None and is_local(scan.path):
+            header = csv_header(scan.path) or []
+            job.long_cols = integer_id_columns(scan.path, header, exclude=(subject_col,))
+        with jobs:
+            clock = _Clock(time.perf_counter())
+            inputs = _read(spark, job, scan, clock)
+            res, idx = _run(spark, job, inputs, clock)
+            _report_index(p, idx, clock)
+            counts, written = _write(spark, job, scan, inputs, res, err, names, clock)
+            seconds = clock.end - clock.start
+            _report(p, job, counts, written, jobs.count(), clock)
+            return counts, written, seconds
+    finally:
+        names.finish(None)
+        scan.cleanup()
+
+
+@dataclasses.dataclass
+class _Job:
+    """What one `topicmatch fanout` was asked to do."""
+    events_path: str
+    subs_path: str
+    paths: dict
+    mode: str
+    ev_fmt: str
+    sub_fmt: str
+    connect: bool
+    dialect: str
+    subject_col: str
+    key_col: Optional[str]
+    queues: str
+    progress: float
+    ship: str
+    shards: object
+    dedupe: bool
+    rejects: object
+    schema: Optional[str]
+    long_cols: tuple = ()
+
+
+@dataclasses.dataclass
+class _Clock:
+    """When each phase ended (time.perf_counter()), for the summary."""
+    start: float
+    read: float = 0.0
+    collect: float = 0.0
+    built: float = 0.0
+    index: float = 0.0
+    match: float = 0.0
+    rejected: float = 0.0
+    end: float = 0.0
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """The events (parsed rows), the rows Spark could not parse (or None)
+    and the events' columns beside them, and the subscriptions."""
+    events: object
+    malformed: object
+    cols: list
+    subs: object
+
+
+def _read(spark, job, scan, clock):
+    """Read the events and the subscriptions as DataFrames (lazily: Spark
+    reads them when the fan-out runs)."""
+    from pyspark.sql import functions as F
+    if not job.connect:
+        split_small_inputs(spark, scan.path)
+    events = read_events(spark, scan.path, job.ev_fmt, job.schema, job.long_cols)
+    malformed, cols = None, list(events.columns)
+    if CORRUPT_COL in events.columns:
+        # Rows Spark could not parse: rejected with their text, never dropped.
+        # (Both frames read other columns too: Spark refuses a query of a raw
+        # CSV/JSON file that needs its corrupt-record column alone.)
+        cols = [c for c in events.columns if c != CORRUPT_COL]
+        malformed = events.where(F.col(CORRUPT_COL).isNotNull())
+        events = events.where(F.col(CORRUPT_COL).isNull()).drop(CORRUPT_COL)
+    if not job.connect:
+        # A small or unsplittable file (one gzip CSV, say) is one partition: spread
+        # it over the cores, or a single task does all the matching and writing.
+        cores = spark.sparkContext.defaultParallelism
+        if events.rdd.getNumPartitions() < cores:
+            events = events.repartition(cores)
+    subs = read_table(spark, job.subs_path, job.sub_fmt, "subscriptions")
+    clock.read = time.perf_counter()
+    return _Inputs(events, malformed, cols, subs)
+
+
+def _run(spark, job, inputs, clock):
+    """Build or plan the index and set up the fan-out: (FanoutResult, its
+    index).  Errors in the inputs become CLIError naming the file."""
+    from topicmatch import InvalidSubjectError
+    from topicmatch.spark import (ExecutorEnvironmentError, FanoutInputError, fanout_with_rejects,
+                               index_from_arrow, share_index)
+    from topicmatch.spark.limits import limit
+    kw = {"dedupe": True} if job.dedupe else {}
+    try:
+        subs, shards = inputs.subs, job.shards
+        sharded = shards != 1 and (shards != "auto" or subs.count() > limit("AUTO_SHARD_MIN_SUBS"))
+        if sharded:
+            clock.collect = clock.built = time.perf_counter()
+            res = fanout_with_rejects(inputs.events, subs_frame(subs, job.subs_path),
+                                      subject_col=job.subject_col, key_col=job.key_col,
+                                      dialect=job.dialect, queues=job.queues, ship=job.ship,
+                                      shards=shards, **kw)
+            idx = res.index
+        else:
+            table = subs_table(subs, job.subs_path)
+            clock.collect = time.perf_counter()
+            idx = share_index(spark, index_from_arrow(table, job.dialect), ship=job.ship)
+            del table
+            clock.built = time.perf_counter()
+            if shards != "auto":
+                kw["shards"] = shards
+            res = fanout_with_rejects(inputs.events, idx, subject_col=job.subject_col,
+                                      key_col=job.key_col, dialect=job.dialect, queues=job.queues,
+                                      **kw)
+    except (FanoutInputError, InvalidSubjectError) as e:
+        about_subs = str(e).startswith(("subscriptions", "the subscriptions"))
+        where = job.subs_path if about_subs else job.events_path
+        raise CLIError(f"{where}: {e}") from None
+    except ExecutorEnvironmentError as e:
+        raise CLIError(str(e)) from None
+    except spark_errors() as e:
+        raise CLIError(f"reading subscriptions {job.subs_path} failed: {first_line(e)}") from None
+    clock.index = time.perf_counter()
+    return res, idx
+
+
+def _write(spark, job, scan, inputs, res, err, names, clock):
+    """Run the fan-out: write the deliveries (the matching pass, with the
+    progress line) and the rejected rows, name the malformed ones.  ->
+    (FanoutCounts, deliveries written)."""
+    from pyspark.sql import functions as F
+
+    from topicmatch.spark import FanoutCounts, Progress
+    n_events = parquet_rows(job.events_path) if job.ev_fmt == "parquet" else None
+    # No persist: caching every event with its ids costs more than reading
+    # the events again for the rejected pass, which checks the subjects only.
+    res = res.observe()
+    rejected = res.rejected
+    malformed, cols = inputs.malformed, inputs.cols
+    if malformed is not None:
+        rejected = rejected.unionByName(malformed.select(
+            *cols, F.concat(F.lit(f"malformed {job.ev_fmt} row: "),
+                            F.substring(F.col(CORRUPT_COL), 1, 200)).alias("error")))
+    if scan.rejected:
+        schema = rejected.schema
+        rows = [tuple([None] * (len(schema.fields) - 1) + [f"{f} line {n}: {why}"])
+                for f, n, why in scan.rejected]
+        rejected = rejected.unionByName(spark.createDataFrame(rows, schema))
+    paths = job.paths
+    try:
+        with Progress(spark, out=err, interval=job.progress, rows=n_events,
+                      label="matching") if job.progress else _Null():
+            res.deliveries.write.mode(job.mode).parquet(paths["deliveries"])
+        clock.match = time.perf_counter()
+        rejected.write.mode(job.mode).parquet(paths["rejected"])
+        clock.rejected = time.perf_counter()
+        counts = res.observed_counts()
+        extra = len(scan.rejected)
+        if malformed is not None:
+            written_rejected = parquet_rows(paths["rejected"])
+            if written_rejected is None:
+                written_rejected = spark.read.parquet(paths["rejected"]).count()
+            n_malformed = written_rejected - counts.rejected - len(scan.rejected)
+            extra += n_malformed
+            texts = []
+            if job.rejects is not None and n_malformed:
+                for row in malformed.select(*cols, CORRUPT_COL).toLocalIterator():
+                    job.rejects.write(row[CORRUPT_COL].encode("utf-8") + b"\n")
+                    if len(texts) < names.cap:
+                        texts.append(row[CORRUPT_COL])
+            elif n_malformed and names.count < names.cap:
+                texts = [r[0] for r in malformed.select(CORRUPT_COL, *cols)
+                         .limit(names.cap - names.count).collect()]
+            _name_malformed(names, job.events_path, job.ev_fmt, texts, n_malformed)
+        counts = FanoutCounts(counts.events + extra, counts.delivered, counts.unmatched,
+                              counts.rejected + extra, counts.deliveries)
+    except spark_errors() as e:
+        raise CLIError(f"the fan-out of {job.events_path} failed: {first_line(e)}") from None
+    clock.end = time.perf_counter()
+    written = parquet_rows(paths["deliveries"])
+    if written is None:
+        written = spark.read.parquet(paths["deliveries"]).count()
+    return counts, written
+
+
+def _report_index(p, idx, clock):
+    """The summary's first line, printed as soon as the index is ready."""
+    if hasattr(idx, "shipped_by"):
+        p(f"  index       {commas(idx.nsubs)} subscriptions, {_size(idx.nbytes)}, shipped by "
+          f"{idx.shipped_by} ({clock.collect - clock.read:.1f} s to collect, "
+          f"{clock.built - clock.collect:.1f} s to build and ship)")
+    else:
+        p(f"  index       sharded: {idx.shards} shards at depth {idx.depth}"
+          + (f", {commas(idx.nsubs)} subscriptions" if getattr(idx, "nsubs", None) is not None else "")
+          + " (built on the executors)")
+
+
+def _report(p, job, counts, written, n_jobs, clock):
+    """The rest of the summary: the reconciliation, where the rows went, the
+    times.  A fan-out whose counts do not reconcile is a topicmatch bug."""
+    seconds = clock.end - clock.start
+    paths = job.paths
+    ok = counts.reconciles and written == counts.deliveries
+    p(f"  events in   {commas(counts.events)} = {commas(counts.delivered)} delivered + "
+      f"{commas(counts.unmatched)} unmatched + {commas(counts.rejected)} rejected  "
+      + ("[reconciles]" if counts.reconciles else "[DOES NOT RECONCILE]"))
+    p(f"  deliveries  {commas(written)} rows -> {paths['deliveries']} (parquet)"
+      + ("" if written == counts.deliveries else f"  [expected {commas(counts.deliveries)}]"))
+    p(f"  rejected    {commas(counts.rejected)} rows -> {paths['rejected']} (parquet, with `error`)")
+    p(f"  time        {seconds:.1f} s: {commas(round(counts.events / seconds))} events/s, "
+      f"{commas(round(counts.deliveries / seconds))} deliveries/s"
+      + (f", {n_jobs} Spark jobs" if n_jobs is not None else ""))
+    p(f"              read inputs {clock.read - clock.start:.1f} s | index {clock.built - clock.read:.1f} s | "
+      f"plan {clock.index - clock.built:.1f} s | "
+      f"read events + match + write deliveries {clock.match - clock.index:.1f} s | "
+      f"check subjects + write rejected {clock.rejected - clock.match:.1f} s | "
+      f"counts {clock.end - clock.rejected:.1f} s")
+    if not ok:
+        raise RuntimeError("the counts do not reconcile: this is a topicmatch bug")
+
+
+def _name_malformed(names, events_path, fmt, texts, n_malformed):
+    """Name the rows Spark could not parse on stderr, as the line scan's
+    rejects are: by file and line (found by their text, for local files)."""
+    shown = locate_lines(events_path, texts[:max(0, names.cap - names.count)])
+    for f, lineno, text in shown:
+        where = f"{f} line {lineno}" if f is not None else events_path
+        names.name(where, f"malformed {fmt} row: {text[:200]}")
+    names.count += max(0, n_malformed - len(shown))
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def session(args):
+    """The session of `fanout` / `demo`: Spark Connect with --remote, else
+    local_session(--master) (the executors run this interpreter by default)."""
+    try:
+        from topicmatch.spark import local_session, remote_session
+    except ImportError as e:
+        raise CLIError(str(e)) from None
+    remote = getattr(args, "remote", None)
+    if remote:
+        try:
+            return remote_session(remote, app_name=f"topicmatch {args.cmd}")
+        except ImportError as e:
+            raise CLIError(str(e)) from None
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+    check_master(args.master)
+    level = "WARN" if args.verbose else "ERROR"
+    try:
+        return local_session(args.master, app_name=f"topicmatch {args.cmd}", log_level=level)
+    except spark_errors() as e:
+        raise CLIError(f"Spark did not start on {args.master}: {first_line(e)}") from None
+
+
+def check_master(master):
+    """A master URL Spark accepts (before the JVM: Spark's own refusal is a
+    stack trace after its start)."""
+    if master in ("local", "yarn") or master.startswith(("local[", "spark://", "k8s://")):
+        return
+    raise CLIError(f"--master {master!r}: expected local, local[N], local[*], spark://HOST:PORT, "
+                   "yarn or k8s://URL")
+
+
+def where(args):
+    return args.remote if getattr(args, "remote", None) else args.master
+
+
+def precheck(args):
+    """Everything that can be checked without a JVM, checked before one
+    starts: the files exist, their formats, --schema, the outputs, and for
+    local inputs their columns and types (a CSV's header, a JSON-lines
+    file's first lines, a Parquet footer)."""
+    check_readable(args.events, "events")
+    check_readable(args.subs, "subscriptions")
+    if not getattr(args, "remote", None):
+        check_master(args.master)
+    ev_fmt = format_of(args.events, args.format, "events", "--format")
+    sub_fmt = format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
+    schema = check_schema_option(getattr(args, "schema", None), ev_fmt)
+    _out_paths(args.out, args.overwrite)
+    check_events(args.events, local_columns(args.events, ev_fmt, schema), args.subject_col,
+                 args.key_col)
+    check_subscriptions(args.subs, local_columns(args.subs, sub_fmt))
+
+
+def cmd_fanout(args):
+    precheck(args)
+    rejects = None
+    if getattr(args, "rejects", None):
+        try:
+            rejects = open(args.rejects, "wb")
+        except OSError as e:
+            raise CLIError(f"cannot write --rejects {args.rejects}: {e.strerror}") from None
+    try:
+        spark = session(args)
+        counts, _, _ = run_fanout(
+            spark, args.events, args.subs, args.out, events_format=args.format,
+            subs_format=args.subs_format, dialect=args.dialect, subject_col=args.subject_col,
+            key_col=args.key_col, queues=args.queues, overwrite=args.overwrite,
+            master=where(args), progress=getattr(args, "progress", 2.0),
+            ship=getattr(args, "ship", "auto"), shards=getattr(args, "shards", "auto"),
+            dedupe=getattr(args, "dedupe", False), rejects=rejects,
+            schema=getattr(args, "schema", None), err_stream=Stderr(sys.stderr))
+    finally:
+        if rejects is not None:
+            rejects.close()
+    return EXIT_REJECTED if counts.rejected else 0
