@@ -279,6 +279,41 @@ def test_parse_ddl():
             p(bad)
 
 
+def _nested(kind, depth):
+    """A column whose type nests `depth` levels of `kind` around an int."""
+    open_, close = {"array": ("array<", ">"), "map": ("map<string,", ">"),
+                    "struct": ("struct<x:", ">")}[kind]
+    return "a " + open_ * depth + "int" + close * depth
+
+
+@pytest.mark.parametrize("kind", ["array", "map", "struct"])
+def test_parse_ddl_limits_the_depth(kind):
+    """Issue 47 D7: the parser descends a frame per level; 5,000 levels
+    escaped as a RecursionError.  Now MAX_SCHEMA_DEPTH levels parse, one
+    more is a ValueError naming the limit and where it was passed."""
+    limit = fanout_schema.MAX_SCHEMA_DEPTH
+    assert fanout_schema.parse_ddl(_nested(kind, limit))[0][0] == "a"
+    for depth in (limit + 1, 5000, 100_000):
+        with pytest.raises(ValueError, match=rf"^types nested more than {limit} deep \(at character \d+\)$"):
+            fanout_schema.parse_ddl(_nested(kind, depth))
+    # The limit is the types' depth, not the schema's length: many shallow
+    # columns are fine, and a top-level struct<...> counts as none.
+    wide = ", ".join(f"c{i} {_nested(kind, limit)[2:]}" for i in range(50))
+    assert len(fanout_schema.parse_ddl(wide)) == 50
+    assert len(fanout_schema.parse_ddl(f"struct<{wide.replace(' ', ':', 1)}>")) >= 1
+
+
+def test_deep_schema_is_one_error_line(tmp_path, capsys, no_jvm):
+    """The command line: exit 2 and one line, the schema quoted by its start."""
+    ev, subs = _inputs(tmp_path)
+    deep = _nested("array", 5000)
+    msg = _error(capsys, ["fanout", "--out", str(tmp_path / "out"), "--subs", subs, "--events", ev,
+                          "--schema", deep])
+    limit = fanout_schema.MAX_SCHEMA_DEPTH
+    assert msg == (f"--schema {deep[:fanout_schema.SCHEMA_QUOTE_CHARS]!r}... ({len(deep):,} characters): "
+                   f"types nested more than {limit} deep (at character {3 + limit * len('array<')})")
+
+
 def _csv(tmp_path, text, name="ev.csv"):
     f = tmp_path / name
     f.write_text(text)

@@ -23,6 +23,14 @@ JSON_SAMPLE_BYTES = 1 << 20
 CANONICAL_INT = r"^(0|-?[1-9][0-9]{0,18})$"
 #: The columns fanout adds to the events (explode=True): the events may not have them.
 ADDED_COLUMNS = ("sub_ids", "error", "sub_id")
+#: How deep --schema's types may nest (array<array<...>>, struct<a:struct<...>>).
+#: The parser descends one Python frame per level, so without a limit a
+#: schema a few thousand levels deep escaped as a RecursionError traceback;
+#: 100 is far past any table a fan-out reads (Arrow's IPC reader stops at
+#: 64 levels) and far below the interpreter's default limit of 1,000.
+MAX_SCHEMA_DEPTH = 100
+#: --schema is quoted in its errors up to this many characters.
+SCHEMA_QUOTE_CHARS = 80
 
 
 def is_id_column(name):
@@ -47,6 +55,7 @@ _TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(-?\d+)|('
 
 
 def _tokens(text):
+    """[(kind, value, 1-based character where it starts)]."""
     pos, out = 0, []
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -57,22 +66,30 @@ def _tokens(text):
             raise ValueError(f"unexpected {text[at]!r} at character {at + 1}")
         pos = m.end()
         quoted, word, num, string, punct = m.groups()
+        at = m.start(m.lastindex) + 1
         if quoted is not None:
-            out.append(("name", quoted[1:-1].replace("``", "`")))
+            out.append(("name", quoted[1:-1].replace("``", "`"), at))
         elif word is not None:
-            out.append(("word", word))
+            out.append(("word", word, at))
         elif num is not None:
-            out.append(("num", num))
+            out.append(("num", num, at))
         elif string is not None:
-            out.append(("str", string))
+            out.append(("str", string, at))
         else:
-            out.append(("p", punct))
+            out.append(("p", punct, at))
     return out
 
 
 class _DDL:
     def __init__(self, text):
-        self.toks, self.i = _tokens(text), 0
+        toks = _tokens(text)
+        self.toks = [(k, v) for k, v, _ in toks]
+        self.at = [a for _, _, a in toks]
+        self.i = 0
+
+    def where(self):
+        """The character (1-based) where the token just taken starts."""
+        return self.at[self.i - 1]
 
     def peek(self, value=None):
         t = self.toks[self.i] if self.i < len(self.toks) else (None, None)
@@ -90,21 +107,24 @@ class _DDL:
         if (kind, value) != ("p", punct):
             raise ValueError(f"expected {punct!r}, found {value!r}")
 
-    def type(self):
+    def type(self, depth=1):
         kind, word = self.take("a type")
         if kind != "word":
             raise ValueError(f"expected a type, found {word!r}")
         low = _ALIASES.get(word.lower(), word.lower())
         if low in ("array", "map", "struct"):
+            if depth > MAX_SCHEMA_DEPTH:
+                raise ValueError(f"types nested more than {MAX_SCHEMA_DEPTH} deep "
+                                 f"(at character {self.where()})")
             self.expect("<")
             if low == "array":
-                inner = f"array<{self.type()}>"
+                inner = f"array<{self.type(depth + 1)}>"
             elif low == "map":
-                k = self.type()
+                k = self.type(depth + 1)
                 self.expect(",")
-                inner = f"map<{k},{self.type()}>"
+                inner = f"map<{k},{self.type(depth + 1)}>"
             else:
-                fields = [] if self.peek(">") else self.fields(nested=True)
+                fields = [] if self.peek(">") else self.fields(nested=True, depth=depth + 1)
                 inner = "struct<" + ",".join(f"{n}:{t}" for n, t in fields) + ">"
             self.expect(">")
             return inner
@@ -127,7 +147,7 @@ class _DDL:
                 return "decimal(" + ",".join(v for _, v in args) + ")"
         return low
 
-    def fields(self, nested=False):
+    def fields(self, nested=False, depth=1):
         out = []
         while True:
             kind, name = self.take("a column name")
@@ -135,7 +155,7 @@ class _DDL:
                 raise ValueError(f"expected a column name, found {name!r}")
             if self.peek(":"):
                 self.i += 1
-            out.append((name, self.type()))
+            out.append((name, self.type(depth)))
             if self.peek("NOT") or self.peek("not"):
                 self.i += 1
                 kind, word = self.take("NULL")
@@ -182,7 +202,15 @@ def check_schema_option(ddl, fmt):
     try:
         return parse_ddl(ddl)
     except ValueError as e:
-        raise CLIError(f"--schema {ddl!r}: {e}") from None
+        raise CLIError(f"--schema {_quote(ddl)}: {e}") from None
+
+
+def _quote(ddl):
+    """--schema as its errors quote it: whole when short, else its start
+    and its length (a generated schema can be kilobytes on one line)."""
+    if len(ddl) <= SCHEMA_QUOTE_CHARS:
+        return repr(ddl)
+    return f"{ddl[:SCHEMA_QUOTE_CHARS]!r}... ({len(ddl):,} characters)"
 
 
 # --------------------------------------------------------------------------
