@@ -259,6 +259,119 @@ def test_shared_group_cursors_do_not_outlive_their_subscriptions(broker):
         sender.close()
 
 
+# -- issue 47 D6: a PUBLISH that does not decode hides no packets -----------------
+def _smuggled(tag):
+    """A SUBSCRIBE, a PINGREQ and a PUBLISH, laid end to end: the payload of
+    the undecodable PUBLISH.  Each one, if run, leaves a trace: a SUBACK and
+    a filter in the tables, a PINGRESP, a message at the victim."""
+    return (subscribe_packet(7, [(f"{tag}/smuggled/#", 1)]) + b"\xc0\x00"
+            + publish_packet(f"{tag}/victim", b"smuggled", qos=0))
+
+
+@pytest.mark.parametrize("name, pkt", [
+    ("'#' in the topic", lambda t, inner: publish_packet(f"{t}/#", inner)),
+    ("'+' in the topic", lambda t, inner: publish_packet(f"{t}/+/x", inner, qos=1, pid=4)),
+    # A topic length that runs past the packet: the decoder would take the
+    # packet identifier (and more) from the bytes that follow.
+    ("topic longer than the packet", lambda t, inner: bytes([0x32, 4]) + (200).to_bytes(2, "big") + b"ab"
+     + inner),
+    # QoS 1 with no room for the packet identifier.
+    ("no packet identifier", lambda t, inner: bytes([0x32, 3]) + _str("a") + inner),
+    # Packets whose body amqtt would not read at all.
+    ("PINGREQ with a body", lambda t, inner: packet(0xC0, inner)),
+    ("DISCONNECT with a body", lambda t, inner: packet(0xE0, inner)),
+    ("reserved type 15", lambda t, inner: packet(0xF0, inner)),
+])
+def test_undecodable_packet_closes_the_connection_before_its_bytes_run(broker, name, pkt):
+    """The review's attack (issue 47 D6): amqtt's decoder raised on the
+    wildcard topic before it read the payload, and its reader went on with
+    the payload's bytes as packets: the smuggled SUBSCRIBE, PINGREQ and
+    PUBLISH all ran, and another client received the smuggled message.
+    Now 0 of them run and the connection is closed, with nothing sent back."""
+    tag = uuid.uuid4().hex[:8]
+    victim = Client(broker.port, f"{tag}-victim")
+    try:
+        assert victim.subscribe([(f"{tag}/victim", 0)]) == [0]
+        before = run(broker, tables)
+        attacker = raw_connect(broker.port, f"{tag}-attacker")
+        attacker.sendall(pkt(tag, _smuggled(tag)))
+        assert closed_by_broker(attacker), name           # no SUBACK, no PINGRESP
+        assert wait_empty_but(broker, before) == before   # no smuggled filter
+        # The victim's delivery path is still open: an honest message
+        # arrives, and it is the only one.
+        sender = Client(broker.port, f"{tag}-sender")
+        try:
+            sender.publish(f"{tag}/victim", "honest", 1)
+            want = {victim.id: collections.Counter({("honest", 0, False): 1})}
+            assert settle([victim], want) == want
+        finally:
+            sender.close()
+    finally:
+        victim.close()
+
+
+def test_remaining_length_of_five_bytes_closes_the_connection(broker):
+    tag = uuid.uuid4().hex[:8]
+    sock = raw_connect(broker.port, f"{tag}-long")
+    sock.sendall(b"\x30\xff\xff\xff\xff\x01" + b"\xc0\x00")
+    assert closed_by_broker(sock)
+
+
+@pytest.mark.parametrize("size", [0, 127, 128, 16_384, 2_097_152])
+def test_packets_of_every_length_width_arrive_whole(broker, size):
+    """The framing reader reads the remaining length itself: one to four
+    bytes of it, and an empty payload, pass through intact."""
+    tag = uuid.uuid4().hex[:8]
+    sub, pub = Client(broker.port, f"{tag}-sub"), Client(broker.port, f"{tag}-pub")
+    try:
+        assert sub.subscribe([(f"{tag}/big", 1)]) == [1]
+        payload = "".join(chr(97 + i % 26) for i in range(size))
+        pub.publish(f"{tag}/big", payload, 1)
+        want = {sub.id: collections.Counter({(payload, 1, False): 1})}
+        assert settle([sub], want) == want
+    finally:
+        sub.close()
+        pub.close()
+
+
+def test_frame_reader_loses_nothing_to_a_cancelled_read():
+    """amqtt reads each fixed header under wait_for (the keepalive): a
+    timeout in the middle of a packet must leave the bytes read so far."""
+    from topicmatch.amqtt import _FrameReader
+    from amqtt.adapters import StreamReaderAdapter
+    from amqtt.codecs_amqtt import read_or_raise
+    from amqtt.errors import NoDataError
+
+    async def go():
+        stream = asyncio.StreamReader()
+        reader = _FrameReader(StreamReaderAdapter(stream), "test")
+        pkt = publish_packet("a/b", b"x" * 300)
+        stream.feed_data(pkt[:3])                        # type, both length bytes, half the body's first byte
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(reader.read(1), 0.05)
+        stream.feed_data(pkt[3:] + b"\xc0\x00")
+        got = await reader.read(1)
+        while len(got) < len(pkt):
+            got += await reader.read(1)
+        assert got == pkt
+        assert await reader.read(2) == b"\xc0\x00"     # the PINGREQ after it, framed apart
+        stream.feed_eof()
+        with pytest.raises(NoDataError):                   # end of file, as amqtt's reader sees it
+            await read_or_raise(reader, 1)
+    asyncio.run(go())
+
+
+def wait_empty_but(broker, want):
+    """The tables once they are back to `want` (the attacker's clean session
+    has ended), or as they are at the deadline."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        state = run(broker, tables)
+        if state == want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.05)
+
+
 # -- the fuzz run ------------------------------------------------------------------
 TOPIC_WORDS = ["a", "b", "c", "", "$SYS", "$share", "sport", "+", "#", "x+y", "é", "a\x00b"]
 
@@ -329,11 +442,10 @@ def fuzz_connection(port, rng, client_id, clean):
                 return sent              # an abrupt close, no DISCONNECT: the session ends abnormally
             sock.sendall(b"\xe0\x00")                         # DISCONNECT
             sent += 1
-            # Drain what the broker sends until it closes.  amqtt's reader
-            # drops a packet it can't parse without reading its rest (a
-            # wildcard PUBLISH topic, say), and reads the leftover bytes as
-            # the next packet: such a connection may never see the DISCONNECT,
-            # so a short wait, then our own close (the broker then ends the session).
+            # Drain what the broker sends until it closes.  A mutated
+            # packet may declare a length that swallows the DISCONNECT (the
+            # broker then waits for bytes that never come): a short wait,
+            # then our own close (the broker then ends the session).
             sock.settimeout(0.25)
             while sock.recv(65536):
                 pass

@@ -41,10 +41,22 @@ replaces only those three loops:
   QoS 3 [MQTT-3.3.1-4] or at QoS 1/2 with packet identifier 0.  The packet
   changes nothing and gets no acknowledgement (stock amqtt grants such a QoS
   as it came).  A PUBLISH that amqtt refuses by closing the connection (an
-  empty, wildcard or ``$`` topic) closes it for real: stock amqtt leaves the
-  socket open and the session, filters included, behind for good.  Nothing a client sends is packed into another value without
-  a range check: the routing ids ``sid << 2 | qos`` are built from session
-  ids the adapter issues and a QoS of 0-2 only.
+  empty or ``$`` topic) closes it for real: stock amqtt leaves the socket
+  open and the session, filters included, behind for good.  Nothing a client
+  sends is packed into another value without a range check: the routing ids
+  ``sid << 2 | qos`` are built from session ids the adapter issues and a QoS
+  of 0-2 only.
+* **Packet framing**: every packet is read whole (its fixed header and the
+  remaining length it declares) and decoded by amqtt's own decoder before
+  amqtt's reader sees a byte of it.  A packet that does not decode (a
+  wildcard in a PUBLISH topic, a length that runs past the packet, a
+  reserved type) or that decodes to fewer bytes than it declares (a PINGREQ
+  with a body) closes the connection, and none of its bytes is read as a
+  packet.  Stock amqtt drops such a packet where its decoder stopped and
+  reads the rest as packets: a SUBSCRIBE, PINGREQ or PUBLISH hidden in the
+  payload of a wildcard PUBLISH ran, past any proxy that frames MQTT.  Each
+  packet is decoded twice (here, then by amqtt), a Python-level cost per
+  packet on top of amqtt's own.
 * **Filters**: anything ``topicmatch.is_valid_filter(f, "mqtt")`` refuses (the
   empty filter, U+0000, more than 65,535 bytes, a malformed ``$share/``) is
   refused with SUBACK 0x80 on top of amqtt's own refusals; nothing is stored.
@@ -95,9 +107,13 @@ import logging
 import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from amqtt.adapters import ReaderAdapter
 from amqtt.broker import Broker as _AmqttBroker
 from amqtt.contexts import Action
+from amqtt.errors import MQTTError
+from amqtt.mqtt import packet_class
 from amqtt.mqtt.constants import QOS_1, QOS_2
+from amqtt.mqtt.packet import MQTTFixedHeader
 from amqtt.plugins.base import BasePlugin
 
 from topicmatch._core import InvalidSubjectError, Sublist, is_valid_filter, subject_matches
@@ -244,6 +260,120 @@ def _open_routing_image(path: str, verify: bool) -> Sublist:
         raise RoutingImageError(f"{where}: routing image layout {version}; this topicmatch reads "
                                 f"layout {ROUTING_IMAGE_VERSION}")
     return index
+
+
+# -- packet framing ---------------------------------------------------------------
+class _FrameReader(ReaderAdapter):
+    """A connection's reader that hands amqtt whole packets that decode.
+
+    amqtt reads a packet's fixed header, then decodes its body field by
+    field straight from the socket; when a field is refused (a wildcard in a
+    PUBLISH topic) it drops the packet where the decoder stopped and reads
+    the rest as the next packets.  Here each packet is read whole first (the
+    fixed header, then exactly the remaining length it declares), decoded by
+    amqtt's own classes from memory, and must use up exactly its length.
+    Only then does amqtt's reader get its bytes, from the buffer, never
+    across the packet's end: amqtt's decoder is the same code on the same
+    bytes, so its reads end where the packet ends.  A packet that fails
+    raises MQTTError (amqtt's reader logs it), and from then on the reader is
+    at end of file: amqtt ends the connection as for a client that went
+    away, its will message included, and no byte after the packet's fixed
+    header is ever parsed as a packet.
+
+    State lives on the instance, not across an await in one call: amqtt
+    reads a fixed header under ``wait_for`` (the keepalive), and a timeout
+    that cancels the read mid-packet must lose nothing.
+    """
+
+    def __init__(self, inner: ReaderAdapter, peer: Any) -> None:
+        self._inner = inner
+        self._peer = peer
+        self._head = bytearray()         # the fixed header read so far
+        self._frame = b""                # the packet amqtt is reading
+        self._pos = 0                    # how much of it amqtt has read
+        self._dead = False
+
+    def _refuse(self, why: str) -> "MQTTError":
+        self._dead = True
+        self._frame, self._pos = b"", 0
+        _log.warning("topicmatch.amqtt: client at %s sent a malformed packet (%s); closing the connection",
+                     self._peer, why)
+        return MQTTError(f"malformed packet: {why}")
+
+    async def _next_frame(self) -> bool:
+        """Read, check and buffer the next packet; False at end of file."""
+        head = self._head                # the type byte, then the length's bytes
+        while len(head) < 2 or head[-1] & 0x80 and len(head) < 5:
+            b = await self._inner.read(1)
+            if not b:
+                return False
+            head += b
+        if head[-1] & 0x80:
+            # Four length bytes at most [MQTT-2.2.3]; amqtt checks this too.
+            raise self._refuse("a remaining length of more than four bytes")
+        length, shift = 0, 0
+        for b in head[1:]:
+            length |= (b & 0x7F) << shift
+            shift += 7
+        body = await self._inner.read(length) if length else b""
+        if len(body) < length:
+            return False                 # the client went away mid-packet
+        frame = bytes(head) + body
+        head.clear()
+        fixed = MQTTFixedHeader(frame[0] >> 4, frame[0] & 0x0F, length)
+        source = _BytesReader(body)
+        try:
+            await packet_class(fixed).from_stream(source, fixed_header=fixed)
+        except Exception as e:           # whatever amqtt's decoder raises: the packet is malformed
+            raise self._refuse(f"type {fixed.packet_type}, {length} bytes: "
+                               f"{type(e).__name__}: {e}") from None
+        if source.short:
+            raise self._refuse(f"type {fixed.packet_type}: its fields run past its {length} bytes")
+        if source.pos != length:
+            raise self._refuse(f"type {fixed.packet_type}: {length - source.pos} bytes "
+                               f"after its fields")
+        self._frame, self._pos = frame, 0
+        return True
+
+    async def read(self, n: int = -1) -> bytes:
+        if self._dead:
+            return b""
+        if self._pos == len(self._frame) and not await self._next_frame():
+            return b""
+        left = len(self._frame) - self._pos
+        if n < 0:
+            n = left
+        if n > left:
+            # amqtt's decoder read further than the one run on the same
+            # bytes: never let it take the next packet's bytes.
+            raise self._refuse(f"amqtt read {n} bytes, {left} left in the packet")
+        out = self._frame[self._pos:self._pos + n]
+        self._pos += n
+        return out
+
+    def feed_eof(self) -> None:
+        self._inner.feed_eof()
+
+
+class _BytesReader(ReaderAdapter):
+    """One packet's body for amqtt's decoder: reads past its end come back
+    short (amqtt's read_or_raise makes that an error) and are noted."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self.pos = 0
+        self.short = False
+
+    async def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else self.pos + n
+        if end > len(self._data):
+            self.short = True
+        out = self._data[self.pos:end]
+        self.pos += len(out)
+        return out
+
+    def feed_eof(self) -> None:
+        pass
 
 
 # The QoS of the PUBLISH packet being handled.  amqtt's _handle_message_delivery
@@ -429,6 +559,16 @@ class Broker(_AmqttBroker):
         self.routing_index.remove_many([f for f, _ in filters], [holder.sid << 2 | q for _, q in filters])
 
     # -- malformed packets ---------------------------------------------------
+    async def _client_connected(self, listener_name: str, reader: Any, writer: Any) -> None:
+        # Every listener (TCP, websockets, external) comes through here:
+        # amqtt reads the CONNECT and every later packet through the framing
+        # reader (see _FrameReader).
+        try:
+            peer = writer.get_peer_info()
+        except Exception:              # a writer without peer info: amqtt refuses it itself
+            peer = None
+        await super()._client_connected(listener_name, _FrameReader(reader, peer), writer)
+
     async def _close_malformed(self, session: Any, handler: Any, what: str) -> None:
         # MQTT 3.1.1 §4.8: a malformed packet closes the network connection.
         # The disconnect waiter fires, and amqtt's message loop ends the
@@ -492,7 +632,8 @@ class Broker(_AmqttBroker):
         finally:
             _publish_qos.reset(token)
         if not keep:
-            # amqtt answers a PUBLISH to an empty, wildcard or '$' topic with
+            # amqtt answers a PUBLISH to an empty or '$' topic (a wildcard
+            # one never gets here: _FrameReader refuses it) with
             # False, "closing connection", and its message loop then only
             # breaks: the socket stays open and the session, its filters
             # included, stays behind for good.  Close it for real instead.
