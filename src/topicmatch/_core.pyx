@@ -769,14 +769,16 @@ cdef class Sublist:
         open: replace it (save() writes a new file and renames it over)."""
         return _sublist_open(path, verify, cache_size)
 
-    def save(self, path):
-        """save(path) -> None
+    def save(self, path, *, mode=None):
+        """save(path, *, mode=None) -> None
 
         Write the index's image to path atomically: a temporary file in the
         same directory, flushed to disk, then renamed over path, so that a
         reader sees the old file or the new one, never a part.  An opened
-        index writes its current set (the image and the changes since)."""
-        _sublist_save(self, path)
+        index writes its current set (the image and the changes since).
+        The file's mode is what open() would give a new file (0o666 less
+        the umask), or exactly mode (permission bits, e.g. 0o644) when given."""
+        _sublist_save(self, path, mode)
 
     def __reduce__(self):
         return (_sublist_from_bytes, (self.to_bytes(), self._cache_size))

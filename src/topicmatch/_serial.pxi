@@ -4,7 +4,8 @@
 # Included into _core.pyx.
 import os as _os
 import mmap as _mmap
-import tempfile as _tempfile
+import errno as _errnos
+import secrets as _secrets
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from libc.errno cimport errno
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -54,13 +55,60 @@ def _sublist_to_bytes(Sublist sl not None, version=3):
         _serial_free(out)
 
 
-def _sublist_save(Sublist sl not None, path):
+def _save_mode(mode):
+    """save()'s mode= checked: None, or permission bits 0o000-0o777."""
+    if mode is None:
+        return None
+    if type(mode) is bool or not isinstance(mode, int):
+        raise TypeError(f"mode must be int or None, not {type(mode).__name__}")
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"mode must be permission bits 0o000-0o777, not {mode:#o}")
+    return int(mode)
+
+
+def _save_temp(folder, base, path):
+    """A new temporary file beside path, made as open() makes a file: mode
+    0o666 less the umask, which the kernel applies, so the umask is never
+    read (reading it means setting it, process-wide).  mkstemp would give
+    0o600, and a worker of another user could not open the saved image.
+    O_EXCL and O_NOFOLLOW: the name is new, never someone's link.  An error
+    names the user's path; the temporary's name means nothing to them."""
+    flags = _os.O_RDWR | _os.O_CREAT | _os.O_EXCL | getattr(_os, "O_NOFOLLOW", 0) | \
+        getattr(_os, "O_CLOEXEC", 0) | getattr(_os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = _os.path.join(folder, f".{base}.{_secrets.token_hex(6)}.tmp")
+        try:
+            return _os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise OSError(e.errno, f"cannot save the image: {e.strerror}", path) from None
+    raise FileExistsError(_errnos.EEXIST, "cannot save the image: no free temporary name beside it", path)
+
+
+def _sublist_save(Sublist sl not None, path, mode=None):
     """Write the image to path atomically: into a temporary file in the same
     folder (through its pages: the image is never whole in memory), on disk
-    (fsync), then renamed over path, and the rename itself on disk."""
+    (fsync), then renamed over path, and the rename itself on disk.  The
+    file gets the mode open() would give it (0o666 less the umask), or
+    exactly `mode` when one is given."""
     path = _os.fspath(path)
+    mode = _save_mode(mode)
     folder = _os.path.dirname(_os.path.abspath(path))
-    fd, tmp = _tempfile.mkstemp(dir=folder, prefix="." + _os.path.basename(path) + ".", suffix=".tmp")
+    fd, tmp = _save_temp(folder, _os.path.basename(path), path)
+    try:
+        if mode is not None:
+            # Exactly as asked, the umask aside (as chmod does): a server
+            # with umask 077 can still save an image its workers of another
+            # user read (mode=0o644).
+            if hasattr(_os, "fchmod"):
+                _os.fchmod(fd, mode)
+            else:
+                _os.chmod(tmp, mode)
+    except OSError as e:
+        _os.close(fd)
+        _os.unlink(tmp)
+        raise OSError(e.errno, f"cannot save the image with mode {mode:#o}: {e.strerror}", path) from None
     _os.close(fd)
     cdef bytes ctmp = _os.fsencode(tmp)
     cdef const char *ctmp_p = ctmp
@@ -81,10 +129,13 @@ def _sublist_save(Sublist sl not None, path):
             finally:
                 _serial_free(out)
         elif rc == FS_EIO:
-            raise OSError(saved_errno, f"cannot write the image to {tmp!r}: {_os.strerror(saved_errno)}")
+            raise OSError(saved_errno, f"cannot save the image: {_os.strerror(saved_errno)}", path)
         else:
             _written(sl, rc)
-        _os.replace(tmp, path)
+        try:
+            _os.replace(tmp, path)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot save the image: {e.strerror}", path) from None
         tmp = None
         if hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
             dfd = _os.open(folder, _os.O_RDONLY | _os.O_DIRECTORY)

@@ -191,10 +191,11 @@ def _client_key(client_id: str) -> Optional[str]:
 
 
 def save_routing_image(path: "os.PathLike[str] | str",
-                       routes: Mapping[str, Iterable[Tuple[str, int]]]) -> int:
+                       routes: Mapping[str, Iterable[Tuple[str, int]]], *, mode: Optional[int] = None) -> int:
     """Write ``routes`` ({client id: [(filter, QoS 0-2), ...]}) to ``path``
     as a routing image for ``RoutingImage`` (atomically: ``Sublist.save``
-    writes a temporary file and renames it over path).  Returns the number
+    writes a temporary file and renames it over path; the file's mode is
+    ``Sublist.save``'s: what open() would give, or ``mode``).  Returns the number
     of routes written.  Raises ValueError (nothing written) for an empty
     client id, an invalid MQTT filter, a ``$share/`` filter (shared
     subscriptions are made by SUBSCRIBE only) or a QoS outside 0-2."""
@@ -224,7 +225,7 @@ def save_routing_image(path: "os.PathLike[str] | str",
             n += 1
     index = Sublist("mqtt")
     index.insert_many(filters, ids)
-    index.save(path)
+    index.save(path, mode=mode)
     return n
 
 

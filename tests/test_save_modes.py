@@ -1,0 +1,174 @@
+"""The mode of saved images (issue 48 item 1).
+
+save() wrote its temporary file with mkstemp, mode 0600, and renamed it
+over the path: a worker running as another user (a pre-fork server that
+drops privileges) could not open the image.  Now a saved file has the mode
+a plain open() gives a new file, 0o666 less the umask, or exactly the
+mode= passed.  The umasks are set in a child process (the umask is the
+process's, and other tests run threads), except briefly in the test of the
+other user: a forked child that drops to uid/gid 65534 (nobody), which
+needs root, as CI runs.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+import topicmatch
+
+NOBODY = 65534
+UMASKS = (0o022, 0o077, 0o002)
+
+
+def _shared_folder():
+    """A folder every user can reach (pytest's tmp_path is 0700 under root)."""
+    folder = tempfile.mkdtemp(prefix="topicmatch-modes-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    os.chmod(folder, 0o755)
+    return folder
+
+
+def _index():
+    sl = topicmatch.Sublist("mqtt")
+    sl.insert("a/+", 1)
+    sl.insert("a/b", 2)
+    return sl
+
+
+# -- the mode under each umask, in a child ----------------------------------------
+CHILD = r"""
+import os, stat, sys, json
+import topicmatch
+umask, folder = int(sys.argv[1], 8), sys.argv[2]
+os.umask(umask)
+out = {}
+with open(os.path.join(folder, "plain"), "w"):
+    pass
+out["plain"] = stat.S_IMODE(os.stat(os.path.join(folder, "plain")).st_mode)
+sl = topicmatch.Sublist("mqtt")
+sl.insert("a/+", 1)
+sl.save(os.path.join(folder, "default.img"))
+sl.save(os.path.join(folder, "given.img"), mode=0o640)
+sl.save(os.path.join(folder, "given.img"), mode=0o644)           # replaced: the new file's mode
+sl.save(os.path.join(folder, "default.img"))                     # replaced again, by default
+for name in ("default.img", "given.img"):
+    out[name] = stat.S_IMODE(os.stat(os.path.join(folder, name)).st_mode)
+try:
+    import topicmatch.amqtt as am
+except ImportError:
+    pass
+else:
+    am.save_routing_image(os.path.join(folder, "routes.img"), {"c1": [("a/#", 1)]})
+    out["routes.img"] = stat.S_IMODE(os.stat(os.path.join(folder, "routes.img")).st_mode)
+out["left"] = sorted(os.listdir(folder))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("umask", UMASKS)
+def test_saved_files_have_the_mode_open_gives(tmp_path, umask):
+    import json
+    r = subprocess.run([sys.executable, "-c", CHILD, oct(umask), str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    want = 0o666 & ~umask
+    assert got["plain"] == want                       # what open() gives, as the kernel says
+    assert got["default.img"] == want, oct(got["default.img"])
+    assert got["given.img"] == 0o644                  # mode= exactly, whatever the umask
+    if "routes.img" in got:
+        assert got["routes.img"] == want
+    # No temporary left beside them.
+    assert [n for n in got["left"] if n.endswith(".tmp")] == []
+
+
+# -- mode= checked ----------------------------------------------------------------
+def test_mode_argument_is_checked(tmp_path):
+    sl = _index()
+    path = tmp_path / "x.img"
+    for bad in ("644", 6.0, True):
+        with pytest.raises(TypeError, match="mode must be int or None"):
+            sl.save(path, mode=bad)
+    for bad in (-1, 0o1000, 0o4755):
+        with pytest.raises(ValueError, match="mode must be permission bits"):
+            sl.save(path, mode=bad)
+    assert os.listdir(tmp_path) == []                 # nothing made before the check
+    sl.save(path, mode=0o600)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+# -- errors name the user's path ----------------------------------------------------
+def test_saving_into_a_missing_folder_names_the_path(tmp_path):
+    path = str(tmp_path / "no-such-folder" / "x.img")
+    with pytest.raises(FileNotFoundError) as e:
+        _index().save(path)
+    assert e.value.filename == path
+    assert ".tmp" not in str(e.value) and path in str(e.value)
+
+
+def test_saving_over_a_folder_names_the_path_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "a-folder"
+    path.mkdir()
+    with pytest.raises(OSError) as e:
+        _index().save(path)
+    assert e.value.filename == str(path)
+    assert ".tmp" not in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["a-folder"]
+
+
+# -- another user opens it ------------------------------------------------------------
+def _open_as_nobody(path):
+    """Fork; the child drops to uid/gid 65534 and opens and matches the
+    image.  'ok', or the child's error's class name."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                      # the child: never returns
+        code = 1
+        try:
+            os.close(rfd)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            try:
+                got = topicmatch.Sublist.open(path).match("a/b").subs
+                msg = "ok" if got == [1, 2] else f"wrong answer {got}"
+            except Exception as e:                    # noqa: BLE001 - reported to the parent
+                msg = type(e).__name__
+            os.write(wfd, msg.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        msg = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    return msg
+
+
+@pytest.mark.skipif(not hasattr(os, "setuid") or os.geteuid() != 0,
+                    reason="opening as another user needs root (CI runs as root)")
+def test_another_user_opens_a_saved_image():
+    folder = _shared_folder()
+    old = os.umask(0o022)
+    try:
+        default = os.path.join(folder, "default.img")
+        _index().save(default)
+        assert _open_as_nobody(default) == "ok"
+        # The check can fail: a file only its owner reads is refused to
+        # the other user (what every save() gave before).
+        os.umask(0o077)
+        private = os.path.join(folder, "private.img")
+        _index().save(private)
+        assert os.stat(private).st_mode & 0o777 == 0o600
+        assert _open_as_nobody(private) == "PermissionError"
+        # ...unless mode= says otherwise.
+        shared = os.path.join(folder, "shared.img")
+        _index().save(shared, mode=0o644)
+        assert _open_as_nobody(shared) == "ok"
+    finally:
+        os.umask(old)
+        for name in os.listdir(folder):
+            os.unlink(os.path.join(folder, name))
+        os.rmdir(folder)
