@@ -764,8 +764,13 @@ def test_result_is_read_only_and_outlives_everything():
 
 
 def test_repr():
+    # Every row of a small result (None: invalid), so equal reprs are equal
+    # results; a large one its first and last rows and its sizes.
     sl = build("nats", NATS_SUBS)
-    assert "rows=3" in repr(sl.match_many(["a.b", None, "x"]))
+    assert repr(sl.match_many(["a.b", None, "x"])) == "BatchResult([[1, 2, 5, 6], None, [6]])"
+    big = repr(sl.match_many(["a.b"] * 30 + [None]))
+    assert big == ("BatchResult([[1, 2, 5, 6], [1, 2, 5, 6], [1, 2, 5, 6], ..., [1, 2, 5, 6], [1, 2, 5, 6], "
+                   "None], rows=31, ids=120, invalid=1)")
 
 
 # --- big batches: the native-thread path ---------------------------------------------

@@ -773,15 +773,52 @@ cdef _Column _checked_keys(object keys):
     return _column_of_strs(keys, "keys")
 
 
+#: BatchResult's repr shows every row up to this many rows and ids, else
+#: the first and last REPR_EDGE rows (numpy's arrays summarize alike).
+cdef Py_ssize_t _REPR_ROWS = 20, _REPR_IDS = 200, _REPR_EDGE = 3
+
+
 cdef class BatchResult:
     """What match_many found, in CSR form.
 
     offsets: int64 array of n+1; row i's ids are sub_ids[offsets[i]:offsets[i+1]]
     sub_ids: int64 array (read-only view of the C buffer)
-    invalid: bool array of n; True where the subject was null or invalid"""
+    invalid: bool array of n; True where the subject was null or invalid
+
+    A value: all three arrays are read-only, two results are equal when
+    their rows are (the same ids in each row, the same rows invalid), and
+    equal results hash alike."""
     cdef readonly object offsets
     cdef readonly object sub_ids
     cdef readonly object invalid
+    cdef Py_hash_t _hash             # 0: not computed yet
+
+    def __eq__(self, other):
+        import numpy as np
+        if not isinstance(other, BatchResult):
+            return NotImplemented
+        cdef BatchResult o = <BatchResult>other
+        # The offsets and the ids together are the rows (CSR: equal rows,
+        # equal arrays); an invalid row has no ids, so the mask is compared too.
+        return (self is o or (len(self.invalid) == len(o.invalid) and len(self.sub_ids) == len(o.sub_ids)
+                              and bool(np.array_equal(self.invalid, o.invalid))
+                              and bool(np.array_equal(self.offsets, o.offsets))
+                              and bool(np.array_equal(self.sub_ids, o.sub_ids))))
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        # Over the arrays' bytes in place (CRC-32 reads a buffer without a
+        # copy; hash() of a memoryview asks its owner, and numpy arrays
+        # refuse); kept, the arrays cannot change.
+        import zlib
+        if self._hash == 0:
+            h = hash((len(self.invalid), len(self.sub_ids), zlib.crc32(self.offsets),
+                      zlib.crc32(self.sub_ids), zlib.crc32(self.invalid)))
+            self._hash = h if h != 0 else 1
+        return self._hash
 
     def __len__(self):
         return len(self.invalid)
@@ -813,8 +850,27 @@ cdef class BatchResult:
         mask = pa.array(self.invalid) if self.invalid.any() else None
         return pa.ListArray.from_arrays(offsets, values, mask=mask)
 
+    def _row(self, Py_ssize_t i, Py_ssize_t most=-1):
+        """Row i as its repr shows it: None if invalid, else its ids (at
+        most `most` of them and '...', when most >= 0)."""
+        if self.invalid[i]:
+            return "None"
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        if 0 <= most < b - a:
+            return "[" + ", ".join(str(x) for x in self.sub_ids[a:a + most].tolist()) + ", ...]"
+        return repr(self.sub_ids[a:b].tolist())
+
     def __repr__(self):
-        return f"<topicmatch.BatchResult rows={len(self)} ids={len(self.sub_ids)} invalid={int(self.invalid.sum())}>"
+        # Every row of a small result, so that equal reprs mean equal
+        # results (as __eq__ says); a large one shows its edges and sizes.
+        cdef Py_ssize_t n = len(self.invalid), i
+        if n <= _REPR_ROWS and len(self.sub_ids) <= _REPR_IDS:
+            return "BatchResult([" + ", ".join(self._row(i) for i in range(n)) + "])"
+        rows = [self._row(i, 10) for i in range(_REPR_EDGE)] + ["..."] + \
+            [self._row(i, 10) for i in range(n - _REPR_EDGE, n)] if n > 2 * _REPR_EDGE else \
+            [self._row(i, 10) for i in range(n)]
+        return (f"BatchResult([{', '.join(rows)}], rows={n}, ids={len(self.sub_ids)}, "
+                f"invalid={int(self.invalid.sum())})")
 
 
 cdef Sublist _also_arg(Sublist self, object also):
@@ -946,6 +1002,9 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
         if fs_idbuf_fit(&ids) != FS_OK:
             raise MemoryError()
         result = <BatchResult>BatchResult.__new__(BatchResult)
+        # Read-only, as sub_ids is: a result is a value (it hashes).
+        offsets.flags.writeable = False
+        invalid.flags.writeable = False
         result.offsets = offsets
         result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)
         result.invalid = invalid

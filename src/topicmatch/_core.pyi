@@ -5,7 +5,7 @@ Checked against the built module by ``python -m mypy.stubtest topicmatch``
 inputs and outputs are typed ``Any``.
 """
 import os
-from typing import Any, Dict, List, Literal, Optional, Sequence, SupportsIndex, Tuple, TypedDict, Union
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, SupportsIndex, Tuple, TypedDict, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -63,6 +63,11 @@ class MatchResult:
     @property
     def groups(self) -> List[Tuple[str, Optional[str], List[int]]]: ...
     def __len__(self) -> int: ...
+    # A value: equal when subs and groups are (what the repr shows); no
+    # hash, the lists are the caller's to change.
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
 @disjoint_base
 class BatchResult:
@@ -80,6 +85,10 @@ class BatchResult:
     def counts(self) -> npt.NDArray[np.int64]: ...
     def to_arrow(self) -> Any:
         """A pyarrow ListArray<int64> with int32 offsets (null where invalid)."""
+    # A value: read-only arrays, equal when the rows are, hashed alike.
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 class _Stats(TypedDict):
     subscriptions: int

@@ -291,6 +291,23 @@ cdef class MatchResult:
     def __repr__(self):
         return f"MatchResult(subs={self.subs!r}, groups={self.groups!r})"
 
+    # A value: two results are equal when their subs and groups are, which
+    # is what the repr shows (ids and names print one way each), so equal
+    # reprs mean equal results.  The order of both is fixed (the class
+    # docstring), so equal answers compare equal whatever path made them:
+    # live, cached, image, threads.  Not hashable: subs and groups are the
+    # caller's lists to change, and a hash must not change.
+    def __eq__(self, other):
+        if not isinstance(other, MatchResult):
+            return NotImplemented
+        return self.subs == (<MatchResult>other).subs and self.groups == (<MatchResult>other).groups
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
 
 cdef list _unique(list ids):
     """ids without repeats, first occurrences kept in order."""
