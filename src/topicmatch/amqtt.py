@@ -264,8 +264,12 @@ def _open_routing_image(path: str, verify: bool) -> Sublist:
 
 
 # -- packet framing ---------------------------------------------------------------
-class _FrameReader(ReaderAdapter):
+class _FrameReader:
     """A connection's reader that hands amqtt whole packets that decode.
+
+    (amqtt's ReaderAdapter by its methods, read and feed_eof, not by
+    subclassing: amqtt checks no reader's class, and an ABC from a package
+    without type information reads to stubtest as a metaclass that differs.)
 
     amqtt reads a packet's fixed header, then decodes its body field by
     field straight from the socket; when a field is refused (a wildcard in a
@@ -356,7 +360,7 @@ class _FrameReader(ReaderAdapter):
         self._inner.feed_eof()
 
 
-class _BytesReader(ReaderAdapter):
+class _BytesReader:
     """One packet's body for amqtt's decoder: reads past its end come back
     short (amqtt's read_or_raise makes that an error) and are noted."""
 
