@@ -47,6 +47,7 @@ def compute(spark, ships):
                 out["shipped_by"][f"{name}/{ship}"] = res.index.index_id
             else:
                 out["shipped_by"][f"{name}/{ship}"] = res.index.shipped_by
+                out.setdefault("image_path", {})[f"{name}/{ship}"] = getattr(res.index, "image_path", None)
                 out["index_ids"].append(res.index.index_id)
             got = out["fanout"][f"{name}/{ship}"] = {
                 "deliveries": _rows(res.deliveries),

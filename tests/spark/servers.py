@@ -3,7 +3,9 @@
     connect_server(dir)    sbin/start-connect-server.sh --wait (the connect jar
                            ships in pyspark/jars), local[2] inside, on a free port
     standalone_cluster(dir) a master and two workers (bin/spark-class), each its
-                           own process, on 127.0.0.1 and free ports
+                           own process: the master on 127.0.0.1, worker k on
+                           127.0.0.(k+1) -- a host of its own, with its own
+                           temporary, local and work directories
 
 Every process gets a private directory (logs, work, local dirs, an empty conf
 dir) under `dir`, runs in its own process group, and is stopped by the pid
@@ -93,7 +95,7 @@ class Server:
         self._log.close()
 
 
-def _env(base_dir, extra=None):
+def _env(base_dir, extra=None, host="127.0.0.1"):
     conf = os.path.join(base_dir, "conf")
     os.makedirs(conf, exist_ok=True)
     env = dict(os.environ)
@@ -105,12 +107,17 @@ def _env(base_dir, extra=None):
         "SPARK_LOG_DIR": os.path.join(base_dir, "logs"),
         "SPARK_PID_DIR": os.path.join(base_dir, "pids"),
         "SPARK_LOCAL_DIRS": os.path.join(base_dir, "local"),
-        "SPARK_LOCAL_IP": "127.0.0.1",
+        # every process binds to its loopback address only, never to the
+        # machine's other interfaces
+        "SPARK_LOCAL_IP": host,
+        # a host's own disk: its executors' temporary directory (the default
+        # image directory lives there) is nobody else's
+        "TMPDIR": os.path.join(base_dir, "tmp"),
         "SPARK_IDENT_STRING": "topicmatch-tests",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     })
-    for k in ("SPARK_LOG_DIR", "SPARK_PID_DIR", "SPARK_LOCAL_DIRS"):
+    for k in ("SPARK_LOG_DIR", "SPARK_PID_DIR", "SPARK_LOCAL_DIRS", "TMPDIR"):
         os.makedirs(env[k], exist_ok=True)
     env.update(extra or {})
     return env
@@ -164,17 +171,25 @@ def connect_server(base_dir, extra_env=None, timeout=180):
     return f"sc://127.0.0.1:{port}", server
 
 
+def worker_host(k):
+    """The loopback address of worker k (0-based): 127.0.0.2, 127.0.0.3, ..."""
+    return f"127.0.0.{k + 2}"
+
+
 def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180, worker_memory="1g"):
-    """-> (master url "spark://127.0.0.1:PORT", [master, worker, ...])"""
+    """-> (master url "spark://127.0.0.1:PORT", [master, worker, ...]).
+    Worker k runs on worker_host(k): a cluster of `workers` hosts that share
+    nothing but this machine's page cache (each its own TMPDIR, local and
+    work directories)."""
     os.makedirs(base_dir, exist_ok=True)
     spark_class = os.path.join(spark_home(), "bin", "spark-class")
     props = _log4j(os.path.join(base_dir, "log4j2.properties"))
     port, ui, *worker_uis = free_ports(2 + workers)
     servers = []
 
-    def env_for(name):
+    def env_for(name, host="127.0.0.1"):
         d = os.path.join(base_dir, name)
-        e = _env(d, extra_env)
+        e = _env(d, extra_env, host)
         e["SPARK_DAEMON_JAVA_OPTS"] = f"-Dlog4j2.configurationFile=file:{props}"
         e["SPARK_DAEMON_MEMORY"] = "384m"
         return d, e
@@ -188,11 +203,15 @@ def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180, worker_
         url = f"spark://127.0.0.1:{port}"
         _wait("the standalone master", lambda: _port_open(port), servers, timeout)
         for k in range(workers):
-            d, env = env_for(f"worker{k + 1}")
+            d, env = env_for(f"worker{k + 1}", worker_host(k))
+            # nothing shared between hosts unless a test says so: not the
+            # image directory the driver's tests may have set
+            if "TOPICMATCH_IMAGE_DIR" not in (extra_env or {}):
+                env.pop("TOPICMATCH_IMAGE_DIR", None)
             env["SPARK_WORKER_DIR"] = os.path.join(d, "work")
-            servers.append(Server(f"spark worker {k + 1}", [
+            servers.append(Server(f"spark worker {k + 1} ({worker_host(k)})", [
                 spark_class, "org.apache.spark.deploy.worker.Worker",
-                "--host", "127.0.0.1", "--webui-port", str(worker_uis[k]),
+                "--host", worker_host(k), "--webui-port", str(worker_uis[k]),
                 "--cores", "1", "--memory", worker_memory, "--work-dir", env["SPARK_WORKER_DIR"], url],
                 env, os.path.join(d, "worker.log")))
 

@@ -94,8 +94,10 @@ def _loads(log, index_ids):
 def test_standalone_cluster_equals_local(cluster_result, local_result, remote_load_log):
     _same_as_local(cluster_result, local_result, ["broadcast", "file", "sharded", "auto"])
     assert cluster_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
-    # the executors all run on 127.0.0.1: an image in their default directory
+    # the executors run on two hosts (127.0.0.2, 127.0.0.3) with nothing in
+    # common: the image built by an executor travels through Spark
     assert cluster_result["shipped_by"]["nats/auto"] == "image"
+    assert cluster_result["image_path"]["nats/auto"].startswith("spark:")
     assert set(cluster_result["examples"]) == {"mapPartitions", "mapInArrow"}
     assert cluster_result["shipped_by"]["nats/file"] == "file"
     assert cluster_result["shipped_by"]["nats/broadcast"] == "broadcast"

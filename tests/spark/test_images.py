@@ -147,8 +147,13 @@ def test_image_dir_errors(spark, frames, tmp_path):
     ev, subs = frames
     with pytest.raises(ValueError, match="absolute directory path"):
         fanout(ev, subs(), image_dir="relative/dir")
-    with pytest.raises(ValueError, match="absolute directory path"):
-        fanout(ev, subs(), image_dir="hdfs://nn/images")
+    with pytest.raises(ValueError, match="absolute directory path every executor"):
+        fanout(ev, subs(), image_dir="ftp://nn/images")
+    with pytest.raises(ValueError, match="absolute directory path every executor"):
+        fanout(ev, subs(), image_dir="s3://")
+    # a storage scheme the hosts may share: refused only when no client is here
+    with pytest.raises(ValueError, match="pyarrow.fs cannot reach it"):
+        fanout(ev, subs(), image_dir="hdfs://127.0.0.1:1/images")
     with pytest.raises(ValueError, match="ship='file' and image_dir= are two ways"):
         fanout(ev, subs(), ship="file", image_dir=str(tmp_path))
     with pytest.raises(TypeError, match="image_dir must be a path"):
@@ -184,13 +189,13 @@ def test_two_tasks_never_build_one_image(tmp_path):
     from topicmatch.spark.images import _build_task
     table = pa.table({"sub_id": pa.array([i for i, _, _ in SUBS], pa.int64()),
                       "filter": [f for _, f, _ in SUBS], "queue": [q for _, _, q in SUBS]})
-    d = str(tmp_path)
+    at = str(tmp_path / "topicmatch-nats-test.img")      # (a location: image_store)
     out = []
     go = threading.Barrier(2)
 
     def task():
         go.wait()
-        out.extend(_build_task(d, "topicmatch-nats-test", "nats", False, False)(iter(table.to_batches())))
+        out.extend(_build_task(at, "topicmatch-nats-test", "nats", False, False)(iter(table.to_batches())))
 
     threads = [threading.Thread(target=task) for _ in range(2)]
     for t in threads:
@@ -267,10 +272,14 @@ class _FakeSession:
     ("yarn", ["driver-host", "driver-host"], "false", True),              # beside the driver
 ])
 def test_where_the_default_directory_works(master, hosts, dynamic, works):
-    from topicmatch.spark.images import default_dir_works, use_images
+    from topicmatch.spark.images import default_dir_works, spark_files, use_images
     s = _FakeSession(master, hosts, dynamic)
     assert default_dir_works(s) is works
-    assert use_images(s, None, "auto") is works
+    # images on every classic cluster: where the executors share no host,
+    # they travel through Spark (spark: locations)
+    assert use_images(s, None, "auto") is True
+    assert spark_files(s, None) is not works
+    assert spark_files(s, "/mnt/shared/images") is False
     assert use_images(s, None, "broadcast") is False
     assert use_images(s, "/mnt/shared/images", "auto") is True
 

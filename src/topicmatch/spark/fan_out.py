@@ -24,7 +24,7 @@ from topicmatch import Sublist
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
                                  check_events, collect_subscriptions, column, index_from_arrow)
-from topicmatch.spark.images import default_dir_works, image_index, save_sublist, use_images
+from topicmatch.spark.images import image_index, save_sublist, use_images
 from topicmatch.spark.shard_images import image_per_event, shard_images
 from topicmatch.spark.session import check_executors, is_connect, session_key
 from topicmatch.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
@@ -503,10 +503,12 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     # Shard images check their rows as they build (and not at all when
     # found by content): the plan's own check job is for the other paths.
     images = isinstance(subscriptions, DataFrame) and use_images(spark, image_dir, ship)
-    # Executors on one host share its page cache: the events are matched
-    # where they are, against every shard's image (no shuffle, no salting).
-    # (Images without image_dir are already that: use_images asked.)
-    in_place = images and (image_dir is None or default_dir_works(spark))
+    # Every host holds every image it needs (its own disk, a mount, its copy
+    # of the store's, or Spark's): the events are matched where they are,
+    # against every shard's image, with no shuffle and no salting sample.
+    # Shuffling them by shard would save only the mapping of images a host's
+    # tasks do not meet, at the price of moving every event.
+    in_place = images
     plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index,
                      images=images, salting=not in_place)
     if plan is not None:

@@ -25,22 +25,23 @@ images it has probed or built, per session and image directory, so a later
 call on the same rows runs the digest job only (and a call on the same
 DataFrame object nothing: fan_out's cache).
 
-Where: image_dir, a path every executor can read and write (shared storage:
-every executor and later applications map the same files), or by default a
-directory on the executors' local disk (topicmatch-images-<uid> in their
-temporary directory), which works only when every executor shares a host
-with the build task: local mode, or a cluster whose executors all run on one
-host.  Elsewhere (executors on several hosts, dynamic allocation, Spark
-Connect, where the client cannot see the executors) the fan-out keeps the
-index built on the driver and shipped (share_index).
+Where (image_store.py): image_dir, a path every executor can read and
+write (shared storage: every executor and later applications map the same
+files) or the URI of storage the hosts share (s3://, gs://, abfs://,
+hdfs://: each host fetches an image once into its local cache); or by
+default a directory on the executors' local disk (topicmatch-images-<uid>
+in their temporary directory).  Where the executors run on several hosts
+with nothing in common, the build task also sends the image's bytes back,
+and the driver adds the file to the application (SparkContext.addFile):
+each other host fetches it once, through Spark.  Spark Connect, where the
+client can add no file, keeps the index built on the driver and shipped
+(share_index).
 """
-import fcntl
 import hashlib
 import logging
 import os
 import socket
 import struct
-import tempfile
 import threading
 import uuid
 from typing import Callable, Optional, Tuple
@@ -52,6 +53,10 @@ from pyspark.sql import functions as F
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
+from topicmatch.spark.image_store import (IMAGE_DIR_ENV, cache_path, check_image_dir,  # noqa: F401
+                                          chunks, default_image_dir, fetch, image_home, is_remote,
+                                          is_spark, location_in, locked, private_dir, receive,
+                                          remote_exists, upload)
 from topicmatch.spark.session import is_connect, is_local_master, session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, SharedIndex
 
@@ -59,9 +64,11 @@ from topicmatch.spark.ship import LOAD_LOG_ENV, SharedIndex
 #: change renames every image).
 _SEEDS = (0x66617374, 0x73756273)
 
-#: What the probe and the build task return: one row.
+#: What the probe and the build task return: one row, then (a spark:
+#: image's) rows of status "chunk" with its bytes.
 _RESULT = ("status string, path string, host string, inserts long, nsubs long, nbytes long, "
-           "bad_row long, bad_sub_id long, bad_filter string, bad_queue string")
+           "bad_row long, bad_sub_id long, bad_filter string, bad_queue string, seq long, "
+           "chunk binary")
 
 _log = logging.getLogger("topicmatch.spark")
 
@@ -77,32 +84,8 @@ def image_version() -> int:
 _VERSION = []
 
 
-#: In the executors' environment: the default image directory instead of
-#: topicmatch-images-<uid> in their temporary directory.
-IMAGE_DIR_ENV = "TOPICMATCH_IMAGE_DIR"
-
-
-def default_image_dir() -> str:
-    """The default image directory, as a task resolves it on its executor:
-    $TOPICMATCH_IMAGE_DIR, or topicmatch-images-<uid> in the executor's
-    temporary directory."""
-    return os.environ.get(IMAGE_DIR_ENV) or os.path.join(tempfile.gettempdir(),
-                                                         f"topicmatch-images-{os.getuid()}")
-
-
 def _check_dir(image_dir) -> Optional[str]:
-    if image_dir is None:
-        return None
-    if not isinstance(image_dir, (str, os.PathLike)):
-        raise TypeError(f"image_dir must be a path (str), not {type(image_dir).__name__}")
-    path = os.fspath(image_dir)
-    if path.startswith("file://"):
-        path = path[len("file://"):]
-    if "://" in path or not os.path.isabs(path):
-        raise ValueError(f"image_dir={path!r}: give an absolute directory path that every "
-                         "executor reads as a local or mounted file system (images are mapped "
-                         "with mmap; a URL such as hdfs:// or s3:// cannot be)")
-    return path
+    return check_image_dir(image_dir)
 
 
 # --------------------------------------------------------------------------
@@ -113,18 +96,26 @@ def use_images(spark, image_dir, ship: str) -> bool:
     """Does a subscriptions DataFrame's index go through an image (True) or
     the driver build + ship of share_index (False)?  image_dir given: yes
     (with ship="auto" only: the two are different ways for the index to
-    reach the executors).  The default directory: when every executor
-    shares a host (see default_dir_works)."""
+    reach the executors).  The default directory: on classic Spark, always
+    (on one host the executors share it; across hosts the image travels
+    through Spark: spark_files).  Spark Connect: no (its client can add
+    no file to the application, nor see where the executors run)."""
     if image_dir is not None:
-        check_image_dir(image_dir, ship)
+        check_dir_and_ship(image_dir, ship)
         return True
-    return ship == "auto" and default_dir_works(spark)
+    return ship == "auto" and not is_connect(spark)
 
 
-def check_image_dir(image_dir, ship: str = "auto") -> str:
+def spark_files(spark, image_dir) -> bool:
+    """Do the images travel through Spark (spark: locations)?  With no
+    image_dir, where the executors do not all share one host."""
+    return image_dir is None and not default_dir_works(spark)
+
+
+def check_dir_and_ship(image_dir, ship: str = "auto") -> str:
     """image_dir as a path, or a clear error (TypeError, ValueError): an
     absolute directory, not a URL, and not with ship= other than "auto"."""
-    path = _check_dir(image_dir)
+    path = check_image_dir(image_dir)
     if ship != "auto":
         raise ValueError(f"ship={ship!r} and image_dir= are two ways for the index to reach "
                          "the executors: give one (image_dir builds it there, ship sends "
@@ -219,20 +210,70 @@ def digest_name(subscriptions: DataFrame, dialect: str) -> str:
 # the tasks (run on an executor)
 # --------------------------------------------------------------------------
 
-def _result(status, path, inserts=0, nsubs=0, nbytes=0, bad=None) -> pa.RecordBatch:
+_RESULT_SCHEMA = pa.schema([
+    ("status", pa.string()), ("path", pa.string()), ("host", pa.string()), ("inserts", pa.int64()),
+    ("nsubs", pa.int64()), ("nbytes", pa.int64()), ("bad_row", pa.int64()),
+    ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()), ("bad_queue", pa.string()),
+    ("seq", pa.int64()), ("chunk", pa.binary())])
+
+
+def _result(status, path, inserts=0, nsubs=0, nbytes=0, bad=None, seq=None,
+            chunk=None) -> pa.RecordBatch:
     i, sub_id, filter_, queue = bad if bad is not None else (None,) * 4
     return pa.RecordBatch.from_pydict({
         "status": [status], "path": [path], "host": [socket.gethostname()],
         "inserts": [inserts], "nsubs": [nsubs], "nbytes": [nbytes], "bad_row": [i],
-        "bad_sub_id": [sub_id], "bad_filter": [filter_], "bad_queue": [queue]},
-        schema=pa.schema([("status", pa.string()), ("path", pa.string()), ("host", pa.string()),
-                          ("inserts", pa.int64()), ("nsubs", pa.int64()), ("nbytes", pa.int64()),
-                          ("bad_row", pa.int64()), ("bad_sub_id", pa.int64()),
-                          ("bad_filter", pa.string()), ("bad_queue", pa.string())]))
+        "bad_sub_id": [sub_id], "bad_filter": [filter_], "bad_queue": [queue], "seq": [seq],
+        "chunk": [chunk]}, schema=_RESULT_SCHEMA)
 
 
-def _image_path(image_dir, name) -> str:
-    return os.path.join(image_dir if image_dir is not None else default_image_dir(), name + ".img")
+def task_file(location: Optional[str], name: str) -> str:
+    """The local file a task reads or writes for the image `name` at
+    `location` (image_store): None, the executor's default directory; a
+    remote or spark: image, this host's copy in that directory."""
+    if location is None or is_remote(location) or is_spark(location):
+        home = image_home()
+        return os.path.join(home, name + ".img") if location is None else cache_path(location, home)
+    return location
+
+
+def _driver_path(location: Optional[str], local: str) -> str:
+    """What the driver hands the workers: the location itself, or (the
+    default directory) the executor's local path."""
+    return local if location is None else location
+
+
+def probe_at(location: Optional[str], name: str, dialect: str):
+    """The probe of one image: (status, path for the driver, subscriptions,
+    the file's (seq, bytes) parts to send back (a spark: image that is
+    there), nbytes).  A remote image is fetched to this host (checked in
+    full as it arrives)."""
+    local = task_file(location, name)
+    if location is not None and is_remote(location):
+        if not remote_exists(location):
+            return "missing", location, 0, (), 0
+        try:
+            fetch(location, os.path.dirname(local), locked)
+        except (ValueError, OSError) as e:
+            return f"damaged: {e}", location, 0, (), 0
+    status, nsubs = probe_image(local, dialect)
+    ok = status == "ok"
+    parts = chunks(local) if ok and location is not None and is_spark(location) else ()
+    return status, _driver_path(location, local), nsubs, parts, os.path.getsize(local) if ok else 0
+
+
+def build_at(location: Optional[str], name: str, force: bool, build: Callable[[], Sublist]):
+    """Build (unless there, and not force) and publish one image: saved on
+    this host, uploaded to a remote location, or sent back for a spark:
+    one.  -> (status, path for the driver, inserts, subscriptions, parts,
+    nbytes); BadRow passes through."""
+    local = task_file(location, name)
+    status, inserts, nsubs = save_locked(local, force, build)
+    if location is not None and is_remote(location) and (
+            status == "built" or force or not remote_exists(location)):
+        upload(local, location)
+    parts = chunks(local) if location is not None and is_spark(location) else ()
+    return status, _driver_path(location, local), inserts, nsubs, parts, os.path.getsize(local)
 
 
 def probe_image(path: str, dialect: str) -> Tuple[str, int]:
@@ -256,22 +297,19 @@ class BadRow(Exception):
 
 
 def save_locked(path: str, force: bool, build: Callable[[], Sublist]) -> Tuple[str, int, int]:
-    """build() -> a Sublist, saved at path under an exclusive flock on a lock
-    file beside it, unless the image is there by the time the lock is held
-    (another task built it while this one waited) and not `force` (it was
-    found damaged).  -> (status "built" or "there", inserts, subscriptions).
-    build() may raise BadRow, which passes through, the lock released."""
+    """build() -> a Sublist, saved at path under an exclusive lock on a lock
+    file beside it (image_store.locked), unless the image is there by the
+    time the lock is held (another task built it while this one waited)
+    and not `force` (it was found damaged).  -> (status "built" or "there",
+    inserts, subscriptions).  build() may raise BadRow, which passes
+    through, the lock released."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            if not force and os.path.exists(path):
-                return "there", 0, len(Sublist.open(path, verify=False))
-            sl = build()
-            sl.save(path)
-            return "built", sl.stats()["inserts"], len(sl)
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    with locked(path):
+        if not force and os.path.exists(path):
+            return "there", 0, len(Sublist.open(path, verify=False))
+        sl = build()
+        sl.save(path)
+        return "built", sl.stats()["inserts"], len(sl)
 
 
 def build_rows(rows: pa.Table, dialect: str) -> Sublist:
@@ -283,20 +321,25 @@ def build_rows(rows: pa.Table, dialect: str) -> Sublist:
     return sl
 
 
-def _probe_task(image_dir, name, dialect):
+def _with_parts(row: pa.RecordBatch, path: str, parts):
+    """The task's result row, then a "chunk" row per part of a spark: image."""
+    yield row
+    for seq, data in parts:
+        yield _result("chunk", path, seq=seq, chunk=data)
+
+
+def _probe_task(location, name, dialect):
     """-> the probe: a row with status "ok" (checked in full), "missing" or
-    "damaged: <why>"."""
+    "damaged: <why>" (and a spark: image's bytes)."""
     def topicmatch_image_probe(batches):
         for _ in batches:
             pass
-        path = _image_path(image_dir, name)
-        status, nsubs = probe_image(path, dialect)
-        yield _result(status, path, nsubs=nsubs,
-                      nbytes=os.path.getsize(path) if status == "ok" else 0)
+        status, path, nsubs, parts, nbytes = probe_at(location, name, dialect)
+        yield from _with_parts(_result(status, path, nsubs=nsubs, nbytes=nbytes), path, parts)
     return topicmatch_image_probe
 
 
-def _build_task(image_dir, name, dialect, force, empty):
+def _build_task(location, name, dialect, force, empty):
     """-> the build: the task's rows (all of the table's, in its order; none
     when `empty`) become the image, unless it is there by the time the lock
     is held (force: rebuild it anyway, it was found damaged)."""
@@ -304,20 +347,54 @@ def _build_task(image_dir, name, dialect, force, empty):
 
     def topicmatch_image_build(batches):
         got = [b for b in batches if not empty]
-        path = _image_path(image_dir, name)
         # (Spark's batches may mark a column not null: their own schema)
         table = pa.Table.from_batches(got) if got else schema.empty_table()
         try:
-            status, inserts, nsubs = save_locked(path, force, lambda: build_rows(table, dialect))
+            status, path, inserts, nsubs, parts, nbytes = build_at(
+                location, name, force, lambda: build_rows(table, dialect))
         except BadRow as e:
-            yield _result("bad", path, bad=e.args)
+            yield _result("bad", location, bad=e.args)
             return
         log = os.environ.get(LOAD_LOG_ENV)
         if log and status == "built":
             with open(log, "a") as f:
                 f.write(f"{name} {os.getpid()} build {inserts} {path}\n")
-        yield _result(status, path, inserts=inserts, nsubs=nsubs, nbytes=os.path.getsize(path))
+        yield from _with_parts(_result(status, path, inserts=inserts, nsubs=nsubs, nbytes=nbytes),
+                               path, parts)
     return topicmatch_image_build
+
+
+def results(rows, spark) -> list:
+    """The task result rows without their "chunk" rows, whose bytes (a
+    spark: image's) are written into the driver's cache and added to the
+    application (image_store.receive) first."""
+    parts = {}
+    out = []
+    for r in rows:
+        if r["status"] == "chunk":
+            # (two shards of the same content send the same image twice)
+            parts.setdefault(r["path"], {})[r["seq"]] = r["chunk"]
+        else:
+            out.append(r)
+    for location, got in parts.items():
+        receive(spark, location, list(got.items()), driver_cache_dir())
+    return out
+
+
+def driver_cache_dir() -> str:
+    """Where the driver keeps the spark: images it adds to applications."""
+    return private_dir(os.path.join(image_home(), "driver"))
+
+
+def driver_has(spark, location: str, dialect: str) -> bool:
+    """Does the driver hold a good copy of a spark: image (from an earlier
+    call or application)?  Then it is only added to this application: no
+    probe, no build."""
+    local = cache_path(location, driver_cache_dir())
+    if probe_image(local, dialect)[0] != "ok":
+        return False
+    receive(spark, location, (), driver_cache_dir())
+    return True
 
 
 # --------------------------------------------------------------------------
@@ -340,24 +417,32 @@ def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
     image_dir = _check_dir(image_dir)
     spark = subscriptions.sparkSession
     name = digest_name(subscriptions, dialect)
-    key = (session_key(spark), image_dir, name)
+    location = location_in(image_dir, name, spark_files(spark, image_dir))
+    key = (session_key(spark), image_dir, location, name)
     with _KNOWN_LOCK:
         row = None if rebuild else _KNOWN.get(key)
     inserts = 0
+    if row is None and not rebuild and location is not None and is_spark(location) \
+            and driver_has(spark, location, dialect):
+        # the driver holds it from an earlier call or application: added, no job
+        local = cache_path(location, driver_cache_dir())
+        row = {"path": location, "nbytes": os.path.getsize(local),
+               "nsubs": len(Sublist.open(local, verify=False)), "host": socket.gethostname()}
     if row is None:
         one = spark.range(1, numPartitions=1)
         force = rebuild
         if not rebuild:
-            row = one.mapInArrow(_probe_task(image_dir, name, dialect), _RESULT).first()
+            row = results(one.mapInArrow(_probe_task(location, name, dialect), _RESULT).collect(),
+                          spark)[0]
             if row["status"].startswith("damaged"):
                 _log.warning("topicmatch: rebuilding the image %s (%s)", row["path"], row["status"])
                 force = True
         if rebuild or row["status"] != "ok":
             rows = index_rows(subscriptions).coalesce(1)
-            got = rows.mapInArrow(_build_task(image_dir, name, dialect, force, False), _RESULT).collect()
+            got = rows.mapInArrow(_build_task(location, name, dialect, force, False), _RESULT).collect()
             if not got:     # no partition at all: an empty table
-                got = one.mapInArrow(_build_task(image_dir, name, dialect, force, True), _RESULT).collect()
-            row = got[0]
+                got = one.mapInArrow(_build_task(location, name, dialect, force, True), _RESULT).collect()
+            row = results(got, spark)[0]
             if row["status"] == "bad":
                 raise bad_subscription(dialect, row["bad_sub_id"], row["bad_filter"],
                                        row["bad_queue"], row=row["bad_row"] + 1)
@@ -371,12 +456,15 @@ def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
 
 def save_sublist(sublist: Sublist, image_dir) -> SharedIndex:
     """share_index(..., image_dir=): the driver's Sublist saved into
-    image_dir (which the driver and every executor see) under a name from a
-    hash of its image; an image of that name already there is checked in
-    full and kept (or replaced when damaged)."""
+    image_dir (which the driver and every executor see, or storage they
+    share: uploaded there) under a name from a hash of its image; an image
+    of that name already there is checked in full and kept (or replaced
+    when damaged)."""
     image_dir = _check_dir(image_dir)
-    os.makedirs(image_dir, exist_ok=True)
-    tmp = os.path.join(image_dir, f".topicmatch-{uuid.uuid4().hex}.saving")
+    remote = is_remote(image_dir)
+    home = driver_cache_dir() if remote else image_dir
+    os.makedirs(home, exist_ok=True)
+    tmp = os.path.join(home, f".topicmatch-{uuid.uuid4().hex}.saving")
     try:
         sublist.save(tmp)
         h = hashlib.blake2b(digest_size=16)
@@ -384,20 +472,19 @@ def save_sublist(sublist: Sublist, image_dir) -> SharedIndex:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
         name = f"topicmatch-{sublist.dialect}-v{image_version()}-image-{h.hexdigest()}"
-        path = _image_path(image_dir, name)
-        with open(path + ".lock", "a") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        path = location_in(image_dir, name, False)
+        local = cache_path(path, home) if remote else path
+        with locked(local):
             try:
-                try:
-                    Sublist.open(path, verify=True)
-                except (ValueError, OSError):   # missing or damaged: ours goes there
-                    os.replace(tmp, path)
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+                Sublist.open(local, verify=True)
+            except (ValueError, OSError):   # missing or damaged: ours goes there
+                os.replace(tmp, local)
+        if remote and not remote_exists(path):
+            upload(local, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return SharedIndex(uuid.uuid4().hex, sublist.dialect, os.path.getsize(path), len(sublist),
+    return SharedIndex(uuid.uuid4().hex, sublist.dialect, os.path.getsize(local), len(sublist),
                        "image", image_path=path, digest=name, build_host=socket.gethostname(),
                        sublist=sublist)
 

@@ -48,19 +48,23 @@ from pyspark.sql import functions as F
 
 from topicmatch import Sublist
 from topicmatch.spark.base import bad_subscription
-from topicmatch.spark.images import (BadRow, _check_dir, _image_path, build_rows, index_rows, name_of,
-                                  probe_image, save_locked)
+from topicmatch.spark.image_store import image_home, location_in, open_location
+from topicmatch.spark.images import (BadRow, _check_dir, build_at, build_rows, driver_has,
+                                     index_rows, name_of, probe_at, results,
+                                     spark_files)
 from topicmatch.spark.session import session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, WorkerCache
 from topicmatch.spark.route import image_column
 from topicmatch.spark.shard import _GROUP, ShardPlan, event_side, pick_keys, row_stats
 
+# (rows of status "chunk": a spark: image's bytes, images.results)
 _RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
-           "bad_filter string, bad_queue string")
+           "bad_filter string, bad_queue string, seq long, chunk binary")
 _RESULT_SCHEMA = pa.schema([("shard", pa.int32()), ("status", pa.string()), ("path", pa.string()),
                             ("inserts", pa.int64()), ("nsubs", pa.int64()),
                             ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()),
-                            ("bad_queue", pa.string())])
+                            ("bad_queue", pa.string()), ("seq", pa.int64()),
+                            ("chunk", pa.binary())])
 
 #: Shard images a Python worker keeps mapped (least recently used out first).
 #: A mapping costs address space, not memory: the pages are the page cache's.
@@ -80,27 +84,34 @@ def shard_names(subscriptions: DataFrame, dialect: str, plan: ShardPlan) -> List
     return [name_of(dialect, v) for v in sums]
 
 
-def _result(shard, status, path, inserts=0, nsubs=0, bad=(None, None, None)) -> pa.RecordBatch:
+def _result(shard, status, path, inserts=0, nsubs=0, bad=(None, None, None), seq=None,
+            chunk=None) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"shard": [shard], "status": [status], "path": [path],
                                        "inserts": [inserts], "nsubs": [nsubs],
                                        "bad_sub_id": [bad[0]], "bad_filter": [bad[1]],
-                                       "bad_queue": [bad[2]]}, schema=_RESULT_SCHEMA)
+                                       "bad_queue": [bad[2]], "seq": [seq], "chunk": [chunk]},
+                                      schema=_RESULT_SCHEMA)
 
 
-def _probe_task(image_dir, names, dialect, shards):
+def _with_parts(row, shard, path, parts):
+    yield row
+    for seq, data in parts:
+        yield _result(shard, "chunk", path, seq=seq, chunk=data)
+
+
+def _probe_task(locations, names, dialect, shards):
     """One task: each shard's image checked in full ("ok"), "missing" or
-    "damaged: why" (images.probe_image)."""
+    "damaged: why" (images.probe_at)."""
     def topicmatch_shard_probe(batches):
         for _ in batches:
             pass
         for k in shards:
-            path = _image_path(image_dir, names[k])
-            status, nsubs = probe_image(path, dialect)
-            yield _result(k, status, path, nsubs=nsubs)
+            status, path, nsubs, parts, _ = probe_at(locations[k], names[k], dialect)
+            yield from _with_parts(_result(k, status, path, nsubs=nsubs), k, path, parts)
     return topicmatch_shard_probe
 
 
-def _build_task(image_dir, names, dialect, force):
+def _build_task(locations, names, dialect, force):
     """The function of the build job's partitions: their rows (shard,
     sub_id, filter, queue) become the images of the shards in them (one per
     partition, as _placement places them).  This is where the image path
@@ -112,23 +123,24 @@ def _build_task(image_dir, names, dialect, force):
             return
         table = pa.Table.from_batches(got)
         for shard, rows in _runs(table, table.column("shard").to_numpy()):
-            yield _build_one(image_dir, names, dialect, force, shard,
-                             rows.select(["sub_id", "filter", "queue"]))
+            yield from _build_one(locations, names, dialect, force, shard,
+                                  rows.select(["sub_id", "filter", "queue"]))
     return topicmatch_shard_build
 
 
-def _build_one(image_dir, names, dialect, force, shard, rows: pa.Table) -> pa.RecordBatch:
-    path = _image_path(image_dir, names[shard])
+def _build_one(locations, names, dialect, force, shard, rows: pa.Table):
     t0 = time.perf_counter()
     try:
-        status, inserts, nsubs = save_locked(path, shard in force, lambda: build_rows(rows, dialect))
+        status, path, inserts, nsubs, parts, _ = build_at(
+            locations[shard], names[shard], shard in force, lambda: build_rows(rows, dialect))
     except BadRow as e:     # (its position in a shard means nothing to the caller)
-        return _result(shard, "bad", path, bad=e.args[1:])
+        yield _result(shard, "bad", locations[shard], bad=e.args[1:])
+        return
     log = os.environ.get(LOAD_LOG_ENV)
     if log and status == "built":   # as shard.py's builds: "shard-<name> <pid> <subscriptions> <seconds>"
         with open(log, "a") as f:
             f.write(f"shard-{names[shard]} {os.getpid()} {inserts} {time.perf_counter() - t0:.3f}\n")
-    return _result(shard, status, path, inserts, nsubs)
+    yield from _with_parts(_result(shard, status, path, inserts, nsubs), shard, path, parts)
 
 
 def _murmur3_int(v: int, seed: int = 42) -> int:
@@ -175,15 +187,15 @@ def _largest_first(todo: List[int], plan: ShardPlan) -> List[int]:
     return sorted(todo, key=lambda k: (-rows[k], k))
 
 
-def _empty_task(image_dir, names, dialect, shards, force):
+def _empty_task(locations, names, dialect, shards, force):
     """One task: the images of shards no subscription reaches (empty)."""
     def topicmatch_shard_empty(batches):
         for _ in batches:
             pass
         for k in shards:
-            path = _image_path(image_dir, names[k])
-            status, inserts, nsubs = save_locked(path, k in force, lambda: Sublist(dialect))
-            yield _result(k, status, path, inserts, nsubs)
+            status, path, inserts, nsubs, parts, _ = build_at(
+                locations[k], names[k], k in force, lambda: Sublist(dialect))
+            yield from _with_parts(_result(k, status, path, inserts, nsubs), k, path, parts)
     return topicmatch_shard_empty
 
 
@@ -202,19 +214,29 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     image_dir = _check_dir(image_dir)
     spark = subscriptions.sparkSession
     names = shard_names(subscriptions, dialect, plan)
-    keys = [(session_key(spark), image_dir, name) for name in names]
+    through_spark = spark_files(spark, image_dir)
+    locations = [location_in(image_dir, name, through_spark) for name in names]
+    keys = [(session_key(spark), image_dir, loc, name) for loc, name in zip(locations, names)]
     with _KNOWN_LOCK:
         paths = [None if rebuild else _KNOWN.get(k) for k in keys]
+    if through_spark and not rebuild:
+        # the spark: images the driver holds from an earlier call or
+        # application are only added to this one: no probe, no build
+        paths = [p or (locations[k] if driver_has(spark, locations[k], dialect) else None)
+                 for k, p in enumerate(paths)]
     if all(paths):
+        with _KNOWN_LOCK:
+            for k, p in zip(keys, paths):
+                _KNOWN[k] = p
         return {"paths": paths, "built": [], "inserts": 0}
     one = spark.range(1, numPartitions=1)
     unknown = [k for k, p in enumerate(paths) if p is None]
     if rebuild:
-        probe = {k: {"status": "rebuild", "path": _image_path(image_dir, names[k])} for k in unknown}
+        probe = {k: {"status": "rebuild", "path": locations[k]} for k in unknown}
     else:
         # (the shards with the same content, e.g. empty ones, share a name)
-        probe = {r["shard"]: r for r in one.mapInArrow(
-            _probe_task(image_dir, names, dialect, unknown), _RESULT).collect()}
+        probe = {r["shard"]: r for r in results(one.mapInArrow(
+            _probe_task(locations, names, dialect, unknown), _RESULT).collect(), spark)}
     todo = sorted(k for k in unknown if probe[k]["status"] != "ok")
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
@@ -223,15 +245,16 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
             image_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
         if len(todo) < len(names):
             rows = rows.where(F.col("shard").isin(todo))
-        for r in _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
-                _build_task(image_dir, names, dialect, force), _RESULT).collect():
+        got = _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
+            _build_task(locations, names, dialect, force), _RESULT).collect()
+        for r in results(got, spark):
             if r["status"] == "bad":
                 raise bad_subscription(dialect, r["bad_sub_id"], r["bad_filter"], r["bad_queue"])
             built[r["shard"]] = r
         empty = [k for k in todo if k not in built]
         if empty:
-            for r in one.mapInArrow(_empty_task(image_dir, names, dialect, empty, force),
-                                    _RESULT).collect():
+            for r in results(one.mapInArrow(_empty_task(locations, names, dialect, empty, force),
+                                            _RESULT).collect(), spark):
                 built[r["shard"]] = r
     for k in unknown:
         paths[k] = (built.get(k) or probe[k])["path"]
@@ -253,7 +276,9 @@ _mapped = WorkerCache(MAPPED_MAX)
 
 
 def _open_shard(path: str) -> Sublist:
-    sl, opened = _mapped.get(path, lambda: Sublist.open(path, verify=False))
+    """Shard image `path` (a location: image_store.open_location), mapped
+    once per worker process."""
+    sl, opened = _mapped.get(path, lambda: open_location(path, image_home()))
     log = os.environ.get(LOAD_LOG_ENV)
     if opened and log:
         with open(log, "a") as f:

@@ -164,12 +164,16 @@ class SharedIndex:
                 "session, or released?") from None
 
     def _open_image(self) -> Sublist:
-        """The image file, mapped without the full check: the task that
-        built it wrote it with save() (atomic), and one that found it there
-        checked it in full before the driver handed it out (images.py)."""
+        """The image, mapped where it is or from this host's copy
+        (image_store.open_location): the task that built it wrote it with
+        save() (atomic), and one that found it there checked it in full
+        before the driver handed it out (images.py)."""
+        from topicmatch.spark.image_store import image_home, is_remote, is_spark, open_location
         try:
-            return Sublist.open(self.image_path, verify=False)
+            return open_location(self.image_path, image_home())
         except FileNotFoundError:
+            if is_remote(self.image_path) or is_spark(self.image_path):
+                raise
             import socket
             here = socket.gethostname()
             where = ("" if here == self._build_host else

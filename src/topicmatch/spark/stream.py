@@ -15,7 +15,7 @@ from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import QUEUE_MODES, check_events, collect_subscriptions
 from topicmatch.spark.fan_out import (checked_plan, fanout_with_rejects, index_from_arrow,
                                    share_index, small_enough)
-from topicmatch.spark.images import check_image_dir, digest_name, image_index, image_of, use_images
+from topicmatch.spark.images import check_dir_and_ship, digest_name, image_index, image_of, use_images
 from topicmatch.spark.session import session_key
 from topicmatch.spark.shard import ShardPlan, check_depth, check_shards
 from topicmatch.spark.ship import SharedIndex
@@ -258,7 +258,7 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
         check_shards(shards)
     check_depth(depth)
     if image_dir is not None:
-        check_image_dir(image_dir, ship)
+        check_dir_and_ship(image_dir, ship)
     state = _StreamIndex(subscriptions, dialect, ship, state_dir, image_dir)
     if isinstance(subscriptions, DataFrame):
         # A fixed subscriptions table is checked now, by the check its

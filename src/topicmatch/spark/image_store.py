@@ -1,0 +1,312 @@
+"""Where an image lives, and how a worker reaches a local copy to map.
+
+The driver names every image by its content (images.name_of) and hands its
+tasks a *location*, a string of one of three kinds:
+
+    /abs/dir/NAME.img       a directory every executor reads as a local or
+                            mounted file system: image_dir=PATH, or the
+                            executors' default directory when they all share
+                            one host.  Mapped where it is.
+    s3://bucket/dir/NAME.img  (gs://, abfs://, hdfs://) storage the hosts
+                            of a cluster have in common: image_dir=URI.  The
+                            build task uploads the image it saved; each host
+                            fetches it once, under a lock, into its local
+                            cache (the default image directory), checks it
+                            in full, and renames it into place -- a partial
+                            download is never mapped -- and its workers map
+                            that copy.
+    spark:NAME.img          hosts with nothing in common (no image_dir):
+                            the build task saves the image on its own host
+                            and sends its bytes back with its result; the
+                            driver keeps them in its own cache and adds the
+                            file to the application (SparkContext.addFile),
+                            so that each other host fetches it once, through
+                            Spark, when a task first needs it -- executors
+                            that join later (dynamic allocation) included.
+
+The remote client is pyarrow.fs, already a dependency: it reads the
+endpoints and credentials the storage's own tools read (for S3 the AWS_*
+variables and files, AWS_ENDPOINT_URL included; Hadoop's configuration for
+HDFS), and needs no JVM in the Python workers.
+"""
+import contextlib
+import fcntl
+import os
+import stat
+import tempfile
+from typing import Iterator, Optional, Tuple
+
+from topicmatch import Sublist
+
+#: In the executors' environment: the default image directory instead of
+#: topicmatch-images-<uid> in their temporary directory.
+IMAGE_DIR_ENV = "TOPICMATCH_IMAGE_DIR"
+
+#: The storage schemes image_dir takes besides a path (pyarrow.fs reaches them).
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
+
+#: The prefix of a location that travels through Spark (addFile).
+SPARK = "spark:"
+
+#: The bytes of an image sent back per result row (spark: locations).
+CHUNK_BYTES = 8 << 20
+
+
+def check_image_dir(image_dir) -> Optional[str]:
+    """image_dir as the driver keeps it: None, an absolute path (a file://
+    URL's), or a storage URI (REMOTE_SCHEMES) without its trailing slash;
+    anything else is a TypeError or a ValueError that says what is taken."""
+    if image_dir is None:
+        return None
+    if not isinstance(image_dir, (str, os.PathLike)):
+        raise TypeError(f"image_dir must be a path or a URI (str), not {type(image_dir).__name__}")
+    path = os.fspath(image_dir)
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    scheme = path.split("://", 1)[0].lower() if "://" in path else None
+    if scheme is not None:
+        if scheme not in REMOTE_SCHEMES or not path.split("://", 1)[1].strip("/"):
+            raise ValueError(f"image_dir={path!r}: give an absolute directory path every executor "
+                             "reads as a local or mounted file system, or a URI of storage the "
+                             f"hosts share ({', '.join(s + '://' for s in REMOTE_SCHEMES)})")
+        return _reachable(path.rstrip("/"))
+    if not os.path.isabs(path):
+        raise ValueError(f"image_dir={path!r}: give an absolute directory path (or a storage URI "
+                         "such as s3://bucket/dir): a relative one means a different directory "
+                         "on each executor")
+    return path
+
+
+_REACHED = set()
+
+
+def _reachable(uri: str) -> str:
+    """uri, once pyarrow.fs has made a client for it here (a missing
+    library, as libhdfs, or a malformed URI fails on the driver, before any
+    task): ValueError naming it otherwise."""
+    if uri not in _REACHED:
+        try:
+            _filesystem(uri)
+        except Exception as e:  # noqa: BLE001 - pyarrow's own errors, named below
+            raise ValueError(f"image_dir={uri!r}: pyarrow.fs cannot reach it ({e})") from None
+        _REACHED.add(uri)
+    return uri
+
+
+def is_remote(location: str) -> bool:
+    return "://" in location
+
+
+def is_spark(location: str) -> bool:
+    return location.startswith(SPARK)
+
+
+def location_in(image_dir: Optional[str], name: str, spark_files: bool) -> str:
+    """The location of the image `name` (no suffix): in image_dir (a path or a
+    URI), or with image_dir None, in the executors' default directory
+    (resolved on the executor, where the task runs: None stays None here) or
+    through Spark (spark_files)."""
+    if image_dir is None:
+        return SPARK + name + ".img" if spark_files else None
+    if is_remote(image_dir):
+        return f"{image_dir}/{name}.img"
+    return os.path.join(image_dir, name + ".img")
+
+
+def default_image_dir() -> str:
+    """The default image directory, as a task resolves it on its executor:
+    $TOPICMATCH_IMAGE_DIR, or topicmatch-images-<uid> in the executor's
+    temporary directory."""
+    return os.environ.get(IMAGE_DIR_ENV) or os.path.join(tempfile.gettempdir(),
+                                                         f"topicmatch-images-{os.getuid()}")
+
+
+def image_home() -> str:
+    """This host's image directory, ready: the default one made private
+    (private_dir) -- one the user names in TOPICMATCH_IMAGE_DIR is theirs to
+    share, and only made when missing."""
+    path = default_image_dir()
+    if IMAGE_DIR_ENV in os.environ:
+        os.makedirs(path, exist_ok=True)
+        return path
+    return private_dir(path)
+
+
+# --------------------------------------------------------------------------
+# directories and locks another local user cannot steer
+# --------------------------------------------------------------------------
+
+def private_dir(path: str) -> str:
+    """path, made 0700 if missing, and checked (lstat: a symlink is not
+    followed) to be a real directory the caller owns that group and other
+    cannot write: a per-user directory in a shared /tmp that another user
+    made first, or could plant images or locks in, is refused (PermissionError
+    naming it and why), never used."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    why = None
+    if not stat.S_ISDIR(st.st_mode):
+        why = "it is not a directory (a symlink or a file is there)"
+    elif st.st_uid != os.getuid():
+        why = f"it belongs to uid {st.st_uid}, not to this user ({os.getuid()})"
+    elif st.st_mode & 0o022:
+        why = f"group or other can write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    if why:
+        raise PermissionError(f"topicmatch: refusing the image directory {path}: {why}; remove it, "
+                              "or set TOPICMATCH_IMAGE_DIR to a directory of your own")
+    return path
+
+
+@contextlib.contextmanager
+def locked(path: str):
+    """An exclusive flock on path + ".lock", taken on a read-only
+    descriptor (so a lock file of 0644 lets no one else's open for writing
+    matter), never through a symlink."""
+    fd = os.open(path + ".lock", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermissionError(f"topicmatch: the lock file {path}.lock is not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)        # (closing releases the lock)
+
+
+# --------------------------------------------------------------------------
+# on an executor
+# --------------------------------------------------------------------------
+
+def cache_path(location: str, cache_dir: str) -> str:
+    """Where this host keeps its copy of a remote or spark: image."""
+    return os.path.join(cache_dir, location.rsplit("/", 1)[-1].split(":", 1)[-1])
+
+
+def _filesystem(uri: str):
+    from pyarrow import fs
+    return fs.FileSystem.from_uri(uri)
+
+
+def remote_exists(uri: str) -> bool:
+    from pyarrow import fs
+    filesystem, path = _filesystem(uri)
+    return filesystem.get_file_info(path).type == fs.FileType.File
+
+
+def upload(local_path: str, uri: str) -> None:
+    """Put the local image at uri, whole or not at all: an object store's
+    upload appears when it completes; elsewhere it is written under a
+    temporary name and moved into place."""
+    filesystem, path = _filesystem(uri)
+    atomic_put = filesystem.type_name in ("s3", "gcs")
+    target = path if atomic_put else f"{path}.{os.getpid()}.{os.urandom(4).hex()}.saving"
+    parent = path.rsplit("/", 1)[0]
+    if parent and not atomic_put:
+        filesystem.create_dir(parent, recursive=True)
+    with open(local_path, "rb") as src, filesystem.open_output_stream(target) as out:
+        for chunk in iter(lambda: src.read(CHUNK_BYTES), b""):
+            out.write(chunk)
+    if not atomic_put:
+        filesystem.move(target, path)
+
+
+def fetch(uri: str, cache_dir: str, lock) -> str:
+    """The local copy of the remote image at uri: fetched once per host,
+    under the caller's lock (images.locked), into a temporary file in
+    cache_dir, checked in full, then renamed into place; FileNotFoundError
+    when uri holds nothing, ValueError when what it holds is damaged."""
+    local = cache_path(uri, cache_dir)
+    if os.path.exists(local):
+        return local
+    with lock(local):
+        if os.path.exists(local):
+            return local
+        filesystem, path = _filesystem(uri)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".fetch-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out, filesystem.open_input_stream(path) as src:
+                for chunk in iter(lambda: src.read(CHUNK_BYTES), b""):
+                    out.write(chunk)
+            Sublist.open(tmp, verify=True)      # a damaged object is never mapped
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, local)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+    return local
+
+
+def chunks(path: str) -> Iterator[Tuple[int, bytes]]:
+    """(seq, bytes) of the file at path, CHUNK_BYTES at a time: a spark:
+    image's bytes, sent back with its task's result."""
+    with open(path, "rb") as f:
+        for seq, data in enumerate(iter(lambda: f.read(CHUNK_BYTES), b"")):
+            yield seq, data
+
+
+def open_location(location: str, cache_dir: str):
+    """The Sublist a worker maps for an image location: a path where it is
+    (written by a build task or checked by the driver's probe: the header
+    and root checked, every walk inside the mapping); a remote image,
+    this host's copy (fetch: checked in full as it arrived); a spark:
+    image, this host's own build, or else the file Spark fetched (checked
+    in full: Spark's file server sends no checksum)."""
+    if is_remote(location):
+        return Sublist.open(fetch(location, cache_dir, locked), verify=False)
+    if is_spark(location):
+        local = cache_path(location, cache_dir)
+        if os.path.exists(local):
+            return Sublist.open(local, verify=False)
+        return Sublist.open(spark_file(location), verify=True)
+    return Sublist.open(location, verify=False)
+
+
+def spark_file(location: str) -> str:
+    """A spark: image's local file on this executor (SparkFiles: fetched
+    once per host by Spark)."""
+    from pyspark import SparkFiles
+    return SparkFiles.get(location[len(SPARK):])
+
+
+# --------------------------------------------------------------------------
+# on the driver
+# --------------------------------------------------------------------------
+
+def receive(spark, location: str, parts, cache_dir: str) -> str:
+    """Write a spark: image's chunks (an iterable of (seq, bytes), in any
+    order) into the driver's cache, check it, and add it to the
+    application; -> the driver's path.  An image the driver holds already
+    (parts empty) is only added."""
+    local = cache_path(location, cache_dir)
+    if parts:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".receive-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for _, data in sorted(parts, key=lambda p: p[0]):
+                    out.write(data)
+            Sublist.open(tmp, verify=True)
+            os.replace(tmp, local)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+    add_file(spark, local)
+    return local
+
+
+_ADDED = set()
+
+
+def add_file(spark, path: str) -> None:
+    """SparkContext.addFile once per application and path (Spark refuses a
+    second path under a name it has, and fetches an added file once per
+    host)."""
+    sc = spark.sparkContext
+    key = (sc.applicationId, path)
+    if key not in _ADDED:
+        sc.addFile(path)
+        _ADDED.add(key)
