@@ -202,7 +202,8 @@ def test_bad_files_are_refused_on_start_with_the_path_and_the_problem(tmp_path):
                 continue           # verify=False trusts the body: that is what verify=True is for
             e = _start({"image": path, "verify": verify})
             assert isinstance(e, RoutingImageError), (name, verify, e)
-            assert isinstance(e, ValueError)
+            # Under the package's base error (issue 48 item 4), and a ValueError as before.
+            assert isinstance(e, topicmatch.TopicmatchError) and isinstance(e, ValueError)
             msg = str(e)
             assert repr(path) in msg and why in msg, (name, verify, msg)
     # A folder is no file.
@@ -220,6 +221,7 @@ def test_bad_options_are_refused_when_the_broker_is_made(tmp_path):
     for options, why in cases:
         e = _start(options)
         assert isinstance(e, RoutingImageError) and why in str(e), (options, e)
+        assert isinstance(e, topicmatch.TopicmatchError) and isinstance(e, ValueError)
     # A misspelt option: amqtt's own strict configuration check refuses it.
     e = _start({"image": "r.img", "verfy": True})
     assert type(e).__name__ == "PluginLoadError" and "verfy" in str(e.__cause__), e

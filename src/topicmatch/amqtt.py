@@ -116,7 +116,7 @@ from amqtt.mqtt.constants import QOS_1, QOS_2
 from amqtt.mqtt.packet import MQTTFixedHeader
 from amqtt.plugins.base import BasePlugin
 
-from topicmatch._core import InvalidSubjectError, Sublist, is_valid_filter, subject_matches
+from topicmatch._core import InvalidSubjectError, Sublist, TopicmatchError, is_valid_filter, subject_matches
 
 __all__ = ["Broker", "RoutingImage", "RoutingImageError", "save_routing_image", "ROUTING_IMAGE_VERSION"]
 
@@ -177,10 +177,11 @@ _MARK = "$topicmatch/amqtt/routing-image"          # -> ROUTING_IMAGE_VERSION <<
 _CLIENT = "$topicmatch/amqtt/client/"              # + hex(client id, UTF-8) -> -k << 2 | 3
 
 
-class RoutingImageError(ValueError):
+class RoutingImageError(TopicmatchError, ValueError):
     """A routing image that cannot be used (missing, unreadable, corrupt, of
     another dialect or layout), or a bad RoutingImage configuration; the
-    message names the path and the problem."""
+    message names the path and the problem.  A TopicmatchError, as every
+    error the package raises on its own account; a ValueError, as before."""
 
 
 def _client_key(client_id: str) -> Optional[str]:
