@@ -96,3 +96,19 @@ def cluster_url(tmp_path_factory, remote_load_log, image_dir):
     yield url
     for p in reversed(procs):
         p.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(tmp_path_factory):
+    """(endpoint, "s3://BUCKET"): a bucket on an S3 API server on loopback
+    (moto's), the storage the cluster's hosts have in common."""
+    servers = _servers_or_skip()
+    pytest.importorskip("moto", reason="the S3 tests need moto[server] (the test extra)")
+    import boto3
+    endpoint, server = servers.s3_server(str(tmp_path_factory.mktemp("s3")))
+    env = servers.s3_env(endpoint)
+    boto3.client("s3", endpoint_url=endpoint, region_name=env["AWS_DEFAULT_REGION"],
+                 aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket="images")
+    yield endpoint, "s3://images"
+    server.stop()

@@ -8,6 +8,8 @@ in its own process, against a standalone cluster (--master spark://...) or a
 Spark Connect server (--remote sc://...), which need a driver of their own:
 
     python remote_checks.py (--master URL | --remote URL) --ships broadcast,file --out FILE
+
+A ship "auto@DIR" or "sharded@DIR" runs that fan-out with image_dir=DIR.
 """
 import argparse
 import json
@@ -40,10 +42,14 @@ def compute(spark, ships):
             # are collected, the rejected rows come from the persisted frame.
             # "sharded": the sharded fan-out (4 shards at depth 1, one of them
             # salted into 2 groups) instead of a shipped index.
-            how = dict(shards=ShardPlan(4, 1, salts={1: 2})) if ship == "sharded" else dict(ship=ship)
+            # "auto@DIR", "sharded@DIR": with image_dir=DIR (a path or a URI)
+            kind, _, image_dir = ship.partition("@")
+            how = dict(shards=ShardPlan(4, 1, salts={1: 2})) if kind == "sharded" else dict(ship=kind)
+            if image_dir:
+                how["image_dir"] = image_dir
             res = fanout_with_rejects(ev, sb, dialect=dialect, key_col=key, **how)
             res = res.observe().persist()
-            if ship == "sharded":
+            if kind == "sharded":
                 out["shipped_by"][f"{name}/{ship}"] = res.index.index_id
             else:
                 out["shipped_by"][f"{name}/{ship}"] = res.index.shipped_by

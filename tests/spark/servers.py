@@ -7,6 +7,9 @@
                            127.0.0.(k+1) -- a host of its own, with its own
                            temporary, local and work directories
 
+    s3_server(dir)         moto's standalone S3 API server on 127.0.0.1 and a free
+                           port: the object store the cluster's hosts share
+
 Every process gets a private directory (logs, work, local dirs, an empty conf
 dir) under `dir`, runs in its own process group, and is stopped by the pid
 this module started (SIGTERM to its group, then SIGKILL).
@@ -241,3 +244,26 @@ def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180, worker_
             s.stop()
         raise
     return url, servers
+
+
+def s3_server(base_dir, timeout=60):
+    """-> (endpoint "http://127.0.0.1:PORT", Server): moto's S3 API server
+    (from PyPI's moto[server]), its state in memory, stopped by .stop()."""
+    os.makedirs(base_dir, exist_ok=True)
+    port = free_port()
+    argv = [sys.executable, "-c", "from moto.server import main; main()", "-H", "127.0.0.1",
+            "-p", str(port)]
+    server = Server("moto S3 server", argv, dict(os.environ), os.path.join(base_dir, "s3.log"))
+    try:
+        _wait("the S3 server", lambda: _port_open(port), [server], timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return f"http://127.0.0.1:{port}", server
+
+
+def s3_env(endpoint):
+    """The variables the AWS tools (and pyarrow.fs) read to reach `endpoint`."""
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true"}

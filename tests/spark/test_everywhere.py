@@ -28,10 +28,10 @@ def _clean_env(**extra):
     return env
 
 
-def _run_checks(tmp_path_factory, args, name):
+def _run_checks(tmp_path_factory, args, name, **env):
     out = tmp_path_factory.mktemp(name) / "result.json"
     p = subprocess.run([sys.executable, os.path.join(HERE, "remote_checks.py"), *args, "--out", str(out)],
-                       capture_output=True, text=True, timeout=600, env=_clean_env(), cwd=HERE)
+                       capture_output=True, text=True, timeout=600, env=_clean_env(**env), cwd=HERE)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
     with open(out) as f:
         return json.load(f)
@@ -50,6 +50,28 @@ def cluster_result(cluster_url, tmp_path_factory, remote_load_log):
         "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64",
         "--conf", "spark.sql.shuffle.partitions=4"], "cluster-run")
+
+
+@pytest.fixture(scope="module")
+def storage_result(cluster_url, s3_bucket, tmp_path_factory):
+    """The two-host cluster with images in storage the hosts share: an S3
+    bucket (each host fetches into its own cache), and a path both see."""
+    import servers
+    endpoint, bucket = s3_bucket
+    shared = tmp_path_factory.mktemp("shared-images")
+    dirs = [f"{bucket}/run", str(shared)]
+    aws = servers.s3_env(endpoint)
+    result = _run_checks(tmp_path_factory, [
+        "--master", cluster_url, "--ships", ",".join(f"{k}@{d}" for d in dirs for k in ("auto", "sharded")),
+        "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
+        "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
+        "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64",
+        "--conf", "spark.sql.shuffle.partitions=4",
+        *[a for k, v in aws.items() for a in ("--conf", f"spark.executorEnv.{k}={v}")]],
+        "storage-run", **aws)
+    result["dirs"] = dirs
+    result["shared"] = sorted(os.listdir(shared))
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +129,25 @@ def test_standalone_cluster_equals_local(cluster_result, local_result, remote_lo
     # the executors are other processes than the driver's, each loading an index once
     for index_id, pids in _loads(remote_load_log, cluster_result["index_ids"]).items():
         assert 1 <= len(pids) == len(set(pids)) <= 4, (index_id, pids)
+
+
+def test_cluster_with_shared_storage_equals_local(storage_result, local_result, s3_bucket):
+    """image_dir=s3://... and image_dir=a shared path on two hosts: the rows of
+    local mode; the images are in the store, fetched by the hosts."""
+    import servers
+    dirs = storage_result["dirs"]
+    _same_as_local(storage_result, local_result, [f"{k}@{d}" for d in dirs for k in ("auto", "sharded")])
+    for d in dirs:
+        assert storage_result["image_path"][f"nats/auto@{d}"].startswith(d + "/")
+    # what the bucket holds: the unsharded images and every shard's
+    from pyarrow import fs
+    endpoint, _ = s3_bucket
+    s3 = fs.S3FileSystem(endpoint_override=endpoint, access_key="testing", secret_key="testing",
+                         region=servers.s3_env(endpoint)["AWS_DEFAULT_REGION"])
+    stored = [i.base_name for i in s3.get_file_info(fs.FileSelector("images/run"))]
+    assert stored and all(n.startswith("topicmatch-") and n.endswith(".img") for n in stored), stored
+    assert not [n for n in stored if "sav" in n or "part" in n], stored
+    assert [n for n in storage_result["shared"] if n.endswith(".img")]
 
 
 def test_connect_equals_local(connect_result, local_result, remote_load_log):
