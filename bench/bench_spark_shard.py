@@ -2,7 +2,8 @@
 executors, unsharded against sharded, in one run.
 
     .venv/bin/python bench/bench_spark_shard.py --subs 10000000 --events 20000000 \
-        [--master local[2] | --cluster] [--runs identity,unsharded,sharded] [--shards auto]
+        [--master local[2] | --hosts 2] [--runs identity,unsharded,sharded] [--shards auto]
+        [--image-dir none | PATH | s3://...]
 
 The data follow `light` (bench/gen_workload.py's light arguments: five
 levels, vocabularies 50/100/200/500/1000 with Zipf 0.5, 10% of filters with
@@ -249,7 +250,12 @@ def main(argv=None):
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--cluster", action="store_true",
-                    help="start a standalone cluster (a master, two 1-core workers) and run on it")
+                    help="start a standalone cluster (a master, two 1-core workers) and run on it: "
+                         "--hosts 2")
+    ap.add_argument("--hosts", type=int, default=0,
+                    help="start a standalone cluster of this many hosts (tests/spark/servers.py: "
+                         "a 1-core worker on each of 127.0.0.2, 127.0.0.3, ..., each with its own "
+                         "temporary and local directories) and run on it")
     ap.add_argument("--runs", default="warmup,identity,unsharded,sharded",
                     # also: fanout, again, sql-merge, sql-broadcast
                     help="passes in order (warmup: the identity pass, not reported)")
@@ -261,8 +267,12 @@ def main(argv=None):
     ap.add_argument("--json", help="append the results as one JSON line to this file")
     ap.add_argument("--image-dir", default=None,
                     help="where the shard images go (default: a new temporary directory, so "
-                         "that the first fanout pass builds them: a first call)")
+                         "that the first fanout pass builds them: a first call); 'none': no "
+                         "image_dir, the fan-out's default arguments")
     args = ap.parse_args(argv)
+    if args.cluster and not args.hosts:
+        args.hosts = 2
+    args.cluster = args.hosts > 0
 
     from pyspark.sql import functions as F
 
@@ -270,6 +280,8 @@ def main(argv=None):
 
     build_log = tempfile.mktemp(prefix="topicmatch-shard-builds-")
     image_dir = args.image_dir or tempfile.mkdtemp(prefix="topicmatch-bench-images-")
+    if image_dir == "none":
+        image_dir = None
     os.environ[LOAD_LOG_ENV] = build_log
     cluster = None
     master = args.master
@@ -277,13 +289,14 @@ def main(argv=None):
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "spark"))
         import servers
         cluster_dir = tempfile.mkdtemp(prefix="topicmatch-bench-cluster-")
-        master, cluster = servers.standalone_cluster(cluster_dir, extra_env={LOAD_LOG_ENV: build_log},
+        master, cluster = servers.standalone_cluster(cluster_dir, workers=args.hosts,
+                                                     extra_env={LOAD_LOG_ENV: build_log},
                                                      worker_memory=args.executor_memory)
     conf = {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": args.partitions,
             "spark.driver.maxResultSize": "4g", "spark.ui.enabled": "true"}
     if args.cluster:
         conf.update({"spark.executor.memory": args.executor_memory, "spark.executor.cores": 1,
-                     "spark.cores.max": 2, "spark.driver.host": "127.0.0.1"})
+                     "spark.cores.max": args.hosts, "spark.driver.host": "127.0.0.1"})
     spark = local_session(master, app_name="topicmatch shard bench", conf=conf)
     jvm = _driver_jvm_pid()
     subs = spark.range(args.subs, numPartitions=args.partitions).mapInArrow(
@@ -297,7 +310,7 @@ def main(argv=None):
     subs.count(), events.count()
     shards = args.shards if args.shards == "auto" else int(args.shards)
     depth = args.depth if args.depth == "auto" else int(args.depth)
-    where = "standalone cluster (2 x 1-core executors)" if args.cluster else master
+    where = f"standalone cluster ({args.hosts} hosts x 1-core executors)" if args.cluster else master
     print(f"{args.subs:,} subscriptions, {args.events:,} events (light's mix, generated on the "
           f"executors), {where}", flush=True)
 

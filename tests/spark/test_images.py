@@ -116,6 +116,24 @@ def test_a_new_application_reuses_the_images(spark, frames, tmp_path, load_log, 
     assert _pairs(r.deliveries) == want
 
 
+def test_a_deleted_image_is_built_again(spark, frames, tmp_path, load_log):
+    """An image removed while the application runs (a /tmp cleaner) is built
+    again by the next call -- on the same DataFrame object too, whose index
+    the fan-out keeps -- never reported missing by every later call."""
+    from topicmatch.spark import fanout_with_rejects
+    ev, subs = frames
+    d = str(tmp_path / "images")
+    df = subs()
+    a = fanout_with_rejects(ev, df, image_dir=d)
+    want = _pairs(a.deliveries)
+    os.remove(a.index.image_path)
+    for frame in (df, subs()):
+        r = fanout_with_rejects(ev, frame, image_dir=d)
+        assert r.index.image_path == a.index.image_path and os.path.exists(r.index.image_path)
+        assert _pairs(r.deliveries) == want
+    assert _builds(load_log, a.index) == [len(SUBS)] * 2
+
+
 def test_the_default_directory_in_local_mode(spark, frames):
     from topicmatch.spark import default_image_dir, fanout_with_rejects
     ev, subs = frames

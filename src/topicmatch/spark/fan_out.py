@@ -24,7 +24,7 @@ from topicmatch import Sublist
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
                                  check_events, collect_subscriptions, column, index_from_arrow)
-from topicmatch.spark.images import image_index, save_sublist, use_images
+from topicmatch.spark.images import image_index, save_sublist, use_images, vanished
 from topicmatch.spark.shard_images import image_per_event, shard_images
 from topicmatch.spark.session import check_executors, is_connect, session_key
 from topicmatch.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
@@ -193,7 +193,7 @@ def _index_for(spark, subscriptions, dialect, ship, reuse, image_dir=None) -> Sh
     if use_images(spark, image_dir, ship):
         key = (session_key(spark), dialect, "image", image_dir)
         idx = _reused(subscriptions, key) if reuse else None
-        if idx is None:
+        if idx is None or vanished(idx.image_path):
             idx = image_index(subscriptions, dialect, image_dir, rebuild=not reuse)
             if reuse:
                 _remember(subscriptions, key, idx)
@@ -520,7 +520,7 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
             # the plan's aggregate
             key = (session_key(spark), dialect, "shard-images", image_dir, plan.shards, plan.depth)
             paths = _reused(subscriptions, key) if reuse_index else None
-            if paths is None:
+            if paths is None or any(vanished(p) for p in paths):
                 paths = shard_images(subscriptions, dialect, plan, image_dir,
                                      rebuild=not reuse_index)["paths"]
                 if reuse_index:

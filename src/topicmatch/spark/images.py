@@ -284,6 +284,12 @@ def probe_image(path: str, dialect: str) -> Tuple[str, int]:
         sl = Sublist.open(path, verify=True)
     except FileNotFoundError:
         return "missing", 0
+    except PermissionError as e:
+        # another user's image (a shared image_dir without group read):
+        # reported as what it is, never as damage to rebuild over
+        raise PermissionError(f"topicmatch: cannot read the image {path}: {e.strerror or e}; "
+                              "images in a shared image_dir must be readable by its group "
+                              "(save() writes them under the umask)") from None
     except (ValueError, OSError) as e:
         return f"damaged: {e}", 0
     if sl.dialect != dialect:
@@ -381,6 +387,15 @@ def results(rows, spark) -> list:
     return out
 
 
+def vanished(location: str) -> bool:
+    """Has an image the driver handed out gone from a directory the driver
+    sees too (local mode, a shared mount)?  A path in a directory the
+    driver cannot see (an executor's own disk) cannot be told: False."""
+    if is_remote(location) or is_spark(location):
+        return False
+    return os.path.isdir(os.path.dirname(location)) and not os.path.exists(location)
+
+
 def driver_cache_dir() -> str:
     """Where the driver keeps the spark: images it adds to applications."""
     return private_dir(os.path.join(image_home(), "driver"))
@@ -421,6 +436,8 @@ def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
     key = (session_key(spark), image_dir, location, name)
     with _KNOWN_LOCK:
         row = None if rebuild else _KNOWN.get(key)
+    if row is not None and vanished(row["path"]):
+        row = None      # deleted while the application ran (a /tmp cleaner): probed again
     inserts = 0
     if row is None and not rebuild and location is not None and is_spark(location) \
             and driver_has(spark, location, dialect):

@@ -51,7 +51,7 @@ from topicmatch.spark.base import bad_subscription
 from topicmatch.spark.image_store import image_home, location_in, open_location
 from topicmatch.spark.images import (BadRow, _check_dir, build_at, build_rows, driver_has,
                                      index_rows, name_of, probe_at, results,
-                                     spark_files)
+                                     spark_files, vanished)
 from topicmatch.spark.session import session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, WorkerCache
 from topicmatch.spark.route import image_column
@@ -219,6 +219,8 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     keys = [(session_key(spark), image_dir, loc, name) for loc, name in zip(locations, names)]
     with _KNOWN_LOCK:
         paths = [None if rebuild else _KNOWN.get(k) for k in keys]
+    # (deleted while the application ran: probed, and built, again)
+    paths = [None if p is not None and vanished(p) else p for p in paths]
     if through_spark and not rebuild:
         # the spark: images the driver holds from an earlier call or
         # application are only added to this one: no probe, no build
