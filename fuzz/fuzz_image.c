@@ -24,6 +24,16 @@
  *             found no damage and verify=1 opened the same bytes, its
  *             answers equal the verified index's.
  *
+   disorder  (bit 2 of the last byte, on an image verify=1 opened) a copy
+             with node ids and queue-group members stored out of order --
+             runs reversed, rotated, two swapped -- and the checksum made
+             to fit (issue 47, D2): verify=1 must refuse it ("ids not in
+             strictly increasing order"), verify=0 and the checksum level
+             must open it, and every call on it, a result cache's too,
+             must stay inside the buffers (ASan) and give, for each
+             subject, the verified image's ids in some order or find the
+             damage.
+ *
  * Subjects: fixed probes, the filters a verified image lists (wildcards
  * replaced by words), and words taken from the input's printable runs.
  *
@@ -467,13 +477,179 @@ static void add_listed(subjects *S, fs_sublist *sl)
     fs_scratch_free(&sc);
 }
 
-/* ------------------------------------------------------------ the input */
-
 static void put64(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
+
+/* ------------------------------------------------------------ disorder
+ * Ids and members out of order (issue 47, D2): the merges that put a row
+ * together were written for sorted runs, and a mapped image read with
+ * verify=0 is not checked for order.  From an image verify=1 opened, a
+ * copy with runs reordered in place (same bytes, other order), resealed. */
+
+typedef struct {
+    uint64_t s;
+} lcg;
+
+static uint64_t lcg_next(lcg *r)
+{
+    r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;
+    return r->s >> 33;
+}
+
+/* Reorder the run of n >= 2 ids at dst (unaligned-safe): reversed,
+ * rotated or two swapped; never left as it was (ids are distinct). */
+static void reorder_run(unsigned char *dst, size_t n, lcg *r)
+{
+    int64_t *a = malloc(sizeof(int64_t) * n), *b = malloc(sizeof(int64_t) * n);
+    CHECK(a != NULL && b != NULL);
+    memcpy(a, dst, sizeof(int64_t) * n);
+    switch (lcg_next(r) % 3) {
+    case 0:                                   /* descending */
+        for (size_t i = 0; i < n; i++)
+            b[i] = a[n - 1 - i];
+        break;
+    case 1: {                                 /* rotated by 1..n-1 */
+        size_t k = 1 + (size_t)(lcg_next(r) % (n - 1));
+        for (size_t i = 0; i < n; i++)
+            b[i] = a[(i + k) % n];
+        break;
+    }
+    default: {                                /* two swapped */
+        size_t i = (size_t)(lcg_next(r) % n), j = (size_t)(lcg_next(r) % (n - 1));
+        j += j >= i;
+        memcpy(b, a, sizeof(int64_t) * n);
+        b[i] = a[j];
+        b[j] = a[i];
+    }
+    }
+    memcpy(dst, b, sizeof(int64_t) * n);
+    free(a);
+    free(b);
+}
+
+/* Reorder some of the runs of the verified index sl (over buf) in dis, a
+ * copy of buf: a node's ids, a group's members.  How many. */
+static size_t disorder(const fs_sublist *sl, const unsigned char *buf, unsigned char *dis, lcg *r)
+{
+    size_t cap = 1024, n = 0, done = 0;
+    const fs_node **stack = malloc(sizeof(fs_node *) * cap);
+    CHECK(stack != NULL);
+    stack[n++] = sl->root;
+    for (uint32_t j = 0; j <= sl->shapes.n; j++) {
+        const fs_level *L = j < sl->shapes.n ? &sl->shapes.shape[j]->table : sl->lit;
+        const fs_slot *slots = fs_lv_slots(sl, L);
+        for (uint32_t i = 0; i < L->cap; i++) {
+            const fs_node *e = fs_ref_node(sl, slots[i].node);
+            if (!e)
+                continue;
+            if (n == cap)
+                CHECK((stack = realloc(stack, sizeof(fs_node *) * (cap *= 2))) != NULL);
+            stack[n++] = e;
+        }
+    }
+    while (n) {                               /* verified: a tree, each node once */
+        const fs_node *x = stack[--n];
+        if (x->nsubs >= 2 && lcg_next(r) % 2)
+            reorder_run(dis + ((const unsigned char *)fs_node_ids(x) - buf), x->nsubs, r), done++;
+        for (uint32_t gi = 0; gi < fs_ngroups(x); gi++) {
+            const fs_group *g = fs_node_group(x, gi);
+            if (g->n >= 2 && lcg_next(r) % 2)
+                reorder_run(dis + ((const unsigned char *)fs_group_ids(g) - buf), g->n, r), done++;
+        }
+        const fs_level *L = fs_down(sl, x);
+        if (!L)
+            continue;
+        const fs_slot *slots = fs_lv_slots(sl, L);
+        const fs_node *kids[2] = {fs_lv_one(sl, L), fs_lv_rest(sl, L)};
+        for (uint32_t i = 0; i < L->cap + 2; i++) {
+            const fs_node *c = i < L->cap ? fs_ref_node(sl, slots[i].node) : kids[i - L->cap];
+            if (!c)
+                continue;
+            if (n == cap)
+                CHECK((stack = realloc(stack, sizeof(fs_node *) * (cap *= 2))) != NULL);
+            stack[n++] = c;
+        }
+    }
+    free(stack);
+    return done;
+}
+
+static int cmp_i64(const void *pa, const void *pb)
+{
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* b holds a's ids in some order: the same counts, the same plain ids and
+ * the same members (each side sorted), where all of them were kept. */
+static void same_ids_any_order(const answer *a, const answer *b)
+{
+    CHECK(a->rc == b->rc || a->rc == FS_ENOMEM || b->rc == FS_ENOMEM);
+    if (a->rc != FS_OK || b->rc != FS_OK)
+        return;
+    CHECK(a->nids == b->nids && a->nplain == b->nplain && a->ngroups == b->ngroups);
+    if (a->nids > 64)
+        return;
+    int64_t x[64], y[64];
+    memcpy(x, a->ids, sizeof(int64_t) * a->nids);
+    memcpy(y, b->ids, sizeof(int64_t) * b->nids);
+    qsort(x, a->nplain, sizeof(int64_t), cmp_i64);
+    qsort(y, b->nplain, sizeof(int64_t), cmp_i64);
+    qsort(x + a->nplain, a->nids - a->nplain, sizeof(int64_t), cmp_i64);
+    qsort(y + b->nplain, b->nids - b->nplain, sizeof(int64_t), cmp_i64);
+    CHECK(memcmp(x, y, sizeof(int64_t) * a->nids) == 0);
+}
+
+/* The disorder run: see the header.  A1: the verified image's answers. */
+static void run_disorder(const fs_sublist *sl1, const unsigned char *buf, size_t size, const subjects *S,
+                         const answer *A1)
+{
+    unsigned char *dis = malloc(size);
+    CHECK(dis != NULL);
+    memcpy(dis, buf, size);
+    lcg r = {fs_serial_checksum(buf, size)};
+    size_t done = disorder(sl1, buf, dis, &r);
+    uint64_t P = size - FS_SERIAL_HEADER - 8;
+    put64(dis + FS_SERIAL_HEADER + P, fs_serial_checksum(dis, FS_SERIAL_HEADER + P));
+    fs_error err = {NULL, 0, 0};
+    fs_sublist *full = NULL;
+    int rc = fs_image_open((const char *)dis, size, FS_VERIFY_FULL, &full, &err);
+    if (done) {
+        CHECK(rc == FS_EBADDATA || rc == FS_ENOMEM);
+        if (rc == FS_EBADDATA)
+            CHECK(strcmp(err.reason, "ids not in strictly increasing order") == 0);
+    } else {
+        CHECK(rc == FS_OK || rc == FS_ENOMEM);
+    }
+    fs_sublist_free(full);
+    for (int level = 0; level < 2; level++) {
+        fs_sublist *sl = NULL;
+        rc = fs_image_open((const char *)dis, size, level ? FS_VERIFY_CHECKSUM : FS_VERIFY_NONE, &sl, &err);
+        CHECK(rc == FS_OK || rc == FS_ENOMEM);
+        if (rc != FS_OK)
+            continue;
+        if (level)        /* the cache's path: a miss, then a hit (FS_ENOMEM: no cache, fine) */
+            (void)fs_sublist_set_cache(sl, 16);
+        static answer AD[MAXS];
+        for (size_t i = 0; i < S->count; i++) {
+            for (int again = 0; again <= level; again++) {
+                ask(sl, S->s[i], S->n[i], 0, i % 8 == 0, &AD[i]);
+                if (!fs_image_damaged(sl))    /* the damage stays reported once found */
+                    same_ids_any_order(&A1[i], &AD[i]);
+            }
+        }
+        size_t rows[16];
+        reverse_all(sl, 0, rows);
+        batch(sl, S);
+        fs_sublist_free(sl);
+    }
+    free(dis);
+}
+
+/* ------------------------------------------------------------ the input */
 
 static void check_refusal(int rc, fs_sublist *sl, const fs_error *err, size_t size)
 {
@@ -586,6 +762,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             fs_sublist_free(t);
         }
+        if (ctl & 4)
+            run_disorder(sl1, buf, size, &S, A1);
     }
     if (sl0 && !screen_shapes(sl0) && !screen_node_count(sl0)) {
         exercise(sl0, &S, sl1 != NULL, A0, rev0);

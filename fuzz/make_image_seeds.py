@@ -8,7 +8,10 @@ shaped filters with queue groups; trie filters (deeper than a shape holds:
 49 tokens; AMQP's '#' in the middle) with several ids and groups; and all
 of these in one index.  The last byte of each (a
 checksum byte) has bit 0 cleared: the harness then re-forges the checksum,
-so that mutations reach the structural checks.
+so that mutations reach the structural checks.  The "runs" seeds -- nodes
+of dozens of ids and members, interleaved across the filters one subject
+matches, so that every merge path meets them -- have bit 2 set too: the
+harness then stores their runs out of order (issue 47, D2).
 """
 import os
 import sys
@@ -49,6 +52,14 @@ def seeds(d):
         trie += [(j("a", r, "b"), 6, None), (j("m", r, r, "n"), 7, "q"), (j(r, "z"), 8, None)]
     yield "trie", trie
     yield "mixed", literals + shapes + trie
+    # a subject a.b matches all four: runs of 40, 5, 30 and 12 ids whose
+    # values interleave, and one queue group's members on two of them
+    runs = [(j("a", "b"), 100 + 2 * k, None) for k in range(40)]
+    runs += [(j("a", o), 101 + 16 * k, None) for k in range(5)]
+    runs += [(j(o, "b"), 103 + 2 * k, None) for k in range(30)]
+    runs += [(j("a", r), 90 + 7 * k, None) for k in range(12)]
+    runs += [(j("a", "b"), 5000 + 2 * k, "q") for k in range(20)] + [(j("a", o), 5001 + 4 * k, "q") for k in range(8)]
+    yield "runs", runs
 
 
 def regressions():
@@ -95,6 +106,8 @@ def regressions():
 def write(name, b):
     b = bytearray(b)
     b[-1] &= 0xFE                               # re-forged by the harness
+    if name.endswith("-runs"):
+        b[-1] |= 0x04                           # and its runs put out of order
     with open(os.path.join(OUT, name), "wb") as f:
         f.write(b)
     print(f"{name}: {len(b)} bytes")

@@ -81,7 +81,7 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
     if (nplain) {
         if (fs_idbuf_room(out, nplain) < 0)
             return FS_ENOMEM;
-        out->n += fs_hits_plain(hits, nhits, out->ids + out->n);
+        out->n += fs_hits_plain(sl, hits, nhits, out->ids + out->n);
     }
     if (queues == FS_QUEUES_NONE || !grouped)
         return FS_OK;

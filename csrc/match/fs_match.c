@@ -136,7 +136,7 @@ static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *
     }
     if (total > cap)
         return 0;
-    *n = fs_hits_plain(sc->hits, sc->nhits, ids);
+    *n = fs_hits_plain(sl, sc->hits, sc->nhits, ids);
     return 1;
 }
 

@@ -339,14 +339,36 @@ static inline int64_t pick_if(size_t t, int64_t y, int64_t x)
     return (int64_t)((uint64_t)x ^ (((uint64_t)x ^ (uint64_t)y) & (0 - (uint64_t)t)));
 }
 
+/* Did the two ends of merge_two_ends meet, each value of b and s in out
+ * once?  The front took b[0..fb) and s[0..fs), the back b[bb..nb) and
+ * s[bs..ns): a partition when fb == bb (then fs == bs: the ends took total
+ * values between them).  Sorted runs meet so, except where b and s hold an
+ * equal id at the meeting point: both ends take b's, so b[bb..fb) is taken
+ * twice and s[fs..bs) not at all -- the same values, so out is still
+ * right.  Runs out of order (an image opened with verify=False) can take
+ * other values twice: that is what this finds, in O(1) plus the overlap. */
+static int ends_met(const int64_t *b, size_t fb, size_t bb, const int64_t *s, size_t fs, size_t bs)
+{
+    const int64_t *twice = fb > bb ? b + bb : s + bs, *missed = fb > bb ? s + fs : b + fb;
+    size_t n = fb > bb ? fb - bb : bb - fb;
+    for (size_t i = 0; i < n; i++)
+        if (twice[i] != missed[i])
+            return 0;
+    return 1;
+}
+
 /* Merge the sorted b[0..nb) and s[0..ns) (ns >= 1) into out[0..nb + ns),
  * without branches on the data: the front and the back of out are filled
  * in the same loop, two chains of loads that do not wait on each other (a
  * one-ended branchless merge waits on each load: about half the speed).
  * s[-1] and s[ns] must be readable: INT64_MIN and INT64_MAX.  Each end
  * takes the half of out's values that are its own whichever of two equal
- * ids it takes first, so ties need no care -- only reads within bounds. */
-static void merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
+ * ids it takes first, so ties need no care.  On any values -- runs out of
+ * order included -- every read and write stays in bounds (the indexes are
+ * bounded by the loop counts and the sentinels, not by the order); 1 when
+ * out holds b's and s's values, 0 when the runs were out of order and out
+ * is not that (ends_met). */
+static int merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
 {
     size_t total = nb + ns, half = total / 2;
     size_t fb = 0, fs = 0;           /* the front: next of b, of s */
@@ -385,8 +407,12 @@ static void merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int6
     }
     if (total & 1) {                 /* the middle one: the front's next */
         int64_t x = b[fb < nb ? fb : nb - 1], y = s[fs];
-        out[half] = (fs != ns) & ((fb == nb) | (y < x)) ? y : x;
+        size_t ts = (size_t)((fs != ns) & ((fb == nb) | (y < x)));
+        out[half] = pick_if(ts, y, x);
+        fs += ts;
+        fb += 1 - ts;
     }
+    return ends_met(b, fb, bb, s, fs, bs);
 }
 
 /* The other runs' ids put into the biggest run one by one (binary search,
@@ -399,8 +425,17 @@ static void merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int6
 
 /* The rows of two nodes or more (fs_hits_plain takes one node inline):
  * the biggest node's ids stay whole, the others' are merged on the stack
- * and go between its stretches. */
-size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids)
+ * and go between its stretches.  Written for sorted runs, and safe on any:
+ * a mapped image opened with verify=False may hold a node's ids out of
+ * order, and nothing checks them before this (a check where a node is
+ * reached would read all its ids on every match).  So every read and
+ * write here is bounded by the counts alone, each id is put in the row
+ * once (fs_runs_add's merge of any two runs holds both's values), and
+ * where the order shows -- a search landing before the stretch already
+ * copied, the two ends of a merge not meeting -- the image is marked
+ * damaged (the call then fails).  Runs out of order that no check meets
+ * give the row's ids out of order: verify=False's wrong answer. */
+size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids)
 {
     size_t runs = 0, big = 0, total = 0;
     uint32_t nbig = 0;
@@ -436,21 +471,28 @@ size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids)
     s[-1] = INT64_MIN;
     s[ns] = INT64_MAX;
     if (ns > FEW_SEARCHED) {
-        merge_two_ends(ids, b, nb, s, ns);
+        if (!merge_two_ends(ids, b, nb, s, ns))
+            fs_img_bad(sl);
         return total;
     }
     /* Each search over the whole big run: the same number of steps for
      * each of a row's ids (a predictable loop), and independent of the
-     * one before. */
-    size_t from = 0, at = 0;
+     * one before.  Sorted, a search never lands before the stretch copied
+     * already (p >= from); out of order it may, and then p is held at
+     * from, so that no length below goes negative. */
+    size_t from = 0, at = 0, behind = 0;
     for (size_t j = 0; j < ns; j++) {
         size_t p = count_le(b, nb, s[j]);
+        behind |= (size_t)(p < from);
+        p = p < from ? from : p;
         copy_run(ids + at, b + from, p - from);
         at += p - from;
         from = p;
         ids[at++] = s[j];
     }
     copy_run(ids + at, b + from, nb - from);
+    if (behind)
+        fs_img_bad(sl);
     return total;
 }
 
@@ -583,7 +625,7 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
     if (nplain) {
         if (fs_grow(&r->ids, &r->cap_ids, nplain, sizeof(int64_t)) < 0)
             return FS_ENOMEM;
-        r->nids = fs_hits_plain(hits, nhits, r->ids);
+        r->nids = fs_hits_plain(sl, hits, nhits, r->ids);
     }
     r->nplain = r->nids;
     if (!grouped) {                  /* most rows: no groups to order */

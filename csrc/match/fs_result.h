@@ -186,8 +186,11 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
  * for that many) to ids in the row's order -- ascending (fs_result.h) --
  * and returns how many.  Never fails: it needs no memory.  Inline, so
  * that a row of one node (most rows) pays a copy and a predictable
- * branch; fs_hits_merge (fs_result.c) orders the rows of several. */
-size_t fs_hits_merge(const fs_node *const *hits, size_t nhits, int64_t *ids);
+ * branch; fs_hits_merge (fs_result.c) orders the rows of several.  On
+ * nodes of sl's mapped image whose ids are out of order (verify=False) it
+ * writes exactly as many, each once, never outside ids: in their stored
+ * order, or, where a merge finds the disorder, with sl marked damaged. */
+size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids);
 /* Put reverse matches in their order: filter bytes, plain before queued,
  * queue name bytes, sub_id.  Never fails. */
 void fs_rresult_sort(fs_rresult *r);
@@ -214,7 +217,7 @@ int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n
  * stable across processes: queue picks are made from it. */
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
 /* The plain ids of a row's hits, in the row's order (fs_hits_merge: several). */
-static inline size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int64_t *ids)
+static inline size_t fs_hits_plain(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids)
 {
     if (nhits == 1) {            /* one node: its ids are sorted already */
         size_t n = hits[0]->nsubs;
@@ -222,7 +225,7 @@ static inline size_t fs_hits_plain(const fs_node *const *hits, size_t nhits, int
             memcpy(ids, fs_node_ids(hits[0]), sizeof(int64_t) * n);
         return n;
     }
-    return nhits ? fs_hits_merge(hits, nhits, ids) : 0;
+    return nhits ? fs_hits_merge(sl, hits, nhits, ids) : 0;
 }
 
 

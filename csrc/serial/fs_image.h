@@ -15,8 +15,9 @@
  * The walk that matches a built index matches the image (fs_layout.h,
  * "reading a mapped image"): the same probe sequence, the same tables.
  * Opening is O(1): the header and the root block are checked, and every
- * offset is bounds-checked when a walk first follows it.  fs_image_verify
- * checks the whole image once: every invariant that inserts keep.
+ * offset is bounds-checked when a walk first follows it; or O(len): the
+ * checksum too (FS_VERIFY_CHECKSUM), or the checksum and every invariant
+ * that inserts keep (FS_VERIFY_FULL, verify_image in fs_image.c).
  *
  * The structs are the host's: the image is written and mapped on 64-bit
  * little-endian hosts (every platform topicmatch builds wheels for); version
@@ -46,14 +47,32 @@ int fs_image_write(fs_sublist *sl, char **out, size_t *len);
  * buffer instead). */
 int fs_image_save(fs_sublist *sl, const char *path);
 
+/* What fs_image_open checks before the index is used (docs/FORMAT.md,
+ * "Opening: three levels of checking").  Every level checks the header
+ * and the root block, and matching bounds-checks every offset it follows
+ * and the order where a merge meets it (fs_layout.h, fs_result.c), so no
+ * level lets a read or a write go outside data or the index's buffers. */
+typedef enum {
+    FS_VERIFY_NONE = 0,       /* nothing more: O(1).  Damage is found only where
+                               * a bounds or order check meets it (the call
+                               * then fails: FS_EBADDATA); elsewhere answers
+                               * may be wrong. */
+    FS_VERIFY_FULL = 1,       /* the checksum, then every invariant: one pass,
+                               * linear in len; what opens is what inserts
+                               * make. */
+    FS_VERIFY_CHECKSUM = 2    /* the checksum alone (XXH64 over every byte:
+                               * O(len) at memory speed): accidental damage
+                               * is refused; bytes forged with a valid
+                               * checksum are trusted as with FS_VERIFY_NONE. */
+} fs_verify;
+
 /* An index that matches straight from data[0..len), a version 3 image,
  * which must stay readable and unchanged, at the same address, until the
  * index is freed (the caller keeps it alive; nothing is copied).  data
- * must be 8-byte aligned.  verify: check the checksum and every invariant
- * first (linear in len); 0: only the header and the root block (O(1)),
- * for images this library wrote -- a damaged one still fails cleanly, at
- * the first call that reaches the damage.  FS_OK (*out set), FS_EBADDATA
- * (err->reason, err->pos), FS_ENOMEM. */
+ * must be 8-byte aligned.  verify: an fs_verify, what is checked first.
+ * FS_OK (*out set), FS_EBADDATA (err->reason, err->pos; a checksum
+ * mismatch is at the checksum's own offset, 48 + P, the end of the bytes
+ * [0, 48 + P) it sums), FS_ENOMEM. */
 int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err);
 
 /* A built index holding what sl holds now (an opened image and the changes

@@ -176,6 +176,10 @@ cdef extern from "fs_route.h" nogil:
     fs_route_split fs_route_rules(fs_dialect d)
 
 cdef extern from "fs_image.h" nogil:
+    ctypedef enum fs_verify:
+        FS_VERIFY_NONE
+        FS_VERIFY_FULL
+        FS_VERIFY_CHECKSUM
     int fs_image_write(fs_sublist *sl, char **out, size_t *len)
     int fs_image_save(fs_sublist *sl, const char *path)
     int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err)

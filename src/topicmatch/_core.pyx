@@ -429,7 +429,8 @@ cdef class Sublist:
         # every later one.
         if self._img_held and fs_image_damaged(self.sl):
             raise ValueError(f"topicmatch image {self._img_source} is damaged: an offset in it leads outside "
-                             f"it or loops (open it with verify=True to find where)")
+                             f"it, a walk in it loops or its ids are out of order (open it with verify=True "
+                             f"to find where)")
         return 0
 
     def __len__(self):
@@ -762,14 +763,24 @@ cdef class Sublist:
         """Sublist.from_bytes(data, *, cache_size=0, verify=True) -> Sublist
 
         An index over the bytes to_bytes() returned: bytes, memoryview,
-        mmap or any read-only buffer.  An image (version 3) is matched in
-        place, not rebuilt: the index keeps the buffer alive (and exported:
-        an mmap cannot be closed under it); a writable buffer is copied
-        first.  Versions 1 and 2 are rebuilt, as before.  verify=True
-        checks the checksum and every invariant first (linear in the
-        size); verify=False, for bytes this library wrote, checks only the
-        header (O(1)) -- damage then fails the first call that reaches it,
-        with ValueError, never a read outside the buffer.  Corrupt,
+        mmap or any buffer.  An image (version 3) held in bytes (or a
+        memoryview of bytes) is matched in place, not rebuilt: the index
+        keeps the buffer alive.  Any other buffer -- one whose owner could
+        still write it, even through a read-only view or mapping -- is
+        copied first.  Versions 1 and 2 are rebuilt and checked in full,
+        whatever verify says.  verify, for an image:
+          True        the checksum and every invariant, once (linear in
+                      the size): what opens is what inserts make;
+          "checksum"  the checksum alone (XXH64 at memory speed, no
+                      structural pass): accidental damage is refused,
+                      bytes forged with a valid checksum are trusted as
+                      with False;
+          False       the header alone (O(1)), for bytes this library
+                      wrote.
+        At every level no call reads or writes outside the buffer or
+        crashes.  Under "checksum" and False, damage is found only where a
+        bounds or order check meets it (the call raises ValueError, and so
+        does every later one); elsewhere answers may be wrong.  Corrupt,
         truncated or hostile data raises ValueError."""
         return _sublist_from_bytes(data, cache_size, verify)
 
@@ -780,10 +791,12 @@ cdef class Sublist:
         Map the image file at path read-only and match straight from it:
         nothing is rebuilt, and every process that opens the file shares
         its pages.  verify as for from_bytes (True: check the whole file
-        once; False: O(1), for files this library wrote).  Files of
-        versions 1 and 2 (to_bytes(version=2), or older topicmatch) are read
-        and rebuilt instead.  The file must not be changed in place while
-        open: replace it (save() writes a new file and renames it over)."""
+        once; "checksum": its checksum alone; False: O(1), for files this
+        library wrote).  Files of versions 1 and 2 (to_bytes(version=2), or
+        older topicmatch) are read and rebuilt instead.  path must be a
+        regular file: a directory, a FIFO or a device is refused at once
+        (ValueError).  The file must not be changed in place while open:
+        replace it (save() writes a new file and renames it over)."""
         return _sublist_open(path, verify, cache_size)
 
     def save(self, path, *, mode=None):

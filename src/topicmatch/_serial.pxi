@@ -4,6 +4,7 @@
 # Included into _core.pyx.
 import os as _os
 import mmap as _mmap
+import stat as _stat
 import errno as _errnos
 import secrets as _secrets
 from cpython.memoryview cimport PyMemoryView_FromMemory
@@ -168,14 +169,47 @@ cdef Sublist _new_like(fs_sublist *loaded, Py_ssize_t cache_size):
     return obj
 
 
-def _sublist_from_bytes(data, cache_size=0, verify=True, source=None):
+cdef int _verify_level(object verify) except -1:
+    """verify= as fs_image_open's level (fs_image.h, fs_verify): True
+    checks everything, "checksum" the checksum alone, False neither."""
+    if isinstance(verify, str):
+        if verify == "checksum":
+            return FS_VERIFY_CHECKSUM
+        raise ValueError(f"verify must be True, False or 'checksum', not {verify!r}")
+    return FS_VERIFY_FULL if verify else FS_VERIFY_NONE
+
+
+cdef bint _unchanging(object data):
+    """Can data's bytes never change while an index reads them?  Only
+    bytes' (a memoryview's too, when it views bytes).  A read-only view
+    says nothing of its owner: memoryview(bytearray).toreadonly(), or a
+    read-only mmap of a file someone may rewrite, can change under it."""
+    if isinstance(data, memoryview):
+        data = data.obj
+    return type(data) is bytes
+
+
+cdef str _corrupt_message(const fs_error *err):
+    """The text of a refused image: the reason and where (docs/FORMAT.md).
+    A checksum is stored right after the bytes it sums ([0, 48 + P)): its
+    mismatch names that range, not only the byte where it is stored."""
+    reason = err.reason.decode('ascii')
+    if reason == "checksum mismatch":
+        return (f"corrupt topicmatch index: checksum mismatch: the XXH64 of bytes [0, {err.pos}) "
+                f"is not the checksum stored at byte {err.pos}")
+    return f"corrupt topicmatch index: {reason} at byte {err.pos}"
+
+
+def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mapping=False):
     """An index over data: an image matched in place (the buffer held), or
     a version 1/2 blob rebuilt.  ValueError for corrupt data, TypeError for
-    non-buffers."""
+    non-buffers.  own_mapping: data is Sublist.open's read-only mapping of
+    the file it opened (read in place; any other buffer that can change is
+    copied first)."""
     cache_size = _count_arg(cache_size, "cache_size")
     if cache_size < 0:
         raise ValueError(f"cache_size must be >= 0, not {cache_size}")
-    cdef bint check = bool(verify)
+    cdef int check = _verify_level(verify)
     cdef Py_buffer view
     try:
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -190,10 +224,12 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None):
     cdef int rc
     cdef Sublist obj
     cdef bint image = fs_image_is(<const char *>view.buf, <size_t>view.len)
-    if image and (not view.readonly or (<size_t>view.buf) % 8):
-        # The index reads these bytes for as long as it lives: a buffer
-        # that may change under it, or one it cannot read in place, is
-        # copied once (bytes are immutable and 8-byte aligned).
+    if image and (not (own_mapping or _unchanging(data)) or (<size_t>view.buf) % 8):
+        # The index reads these bytes for as long as it lives, and trusts
+        # what it checked once (verify=True): a buffer that may change under
+        # it -- any whose owner can still write it, read-only view or not --
+        # or one it cannot read in place, is copied once (bytes are
+        # immutable and 8-byte aligned).
         PyBuffer_Release(&view)
         data = bytes(data)
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -210,7 +246,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None):
         PyBuffer_Release(&view)
     if rc == FS_EBADDATA:
         what = f"{source!r}: " if source is not None else ""
-        raise ValueError(f"{what}corrupt topicmatch index: {err.reason.decode('ascii')} at byte {err.pos}")
+        raise ValueError(f"{what}{_corrupt_message(&err)}")
     if rc != FS_OK:
         raise MemoryError()
     if not image:
@@ -226,16 +262,37 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None):
     return obj
 
 
+def _open_regular(path):
+    """A read-only file object for path, refused at once (ValueError naming
+    it) unless it is a regular file: a FIFO, a device or a directory cannot
+    be mapped, and opening a FIFO without O_NONBLOCK waits for a writer
+    forever.  O_NONBLOCK changes nothing for a regular file's reads."""
+    flags = _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_NOCTTY", 0) | \
+        getattr(_os, "O_CLOEXEC", 0) | getattr(_os, "O_BINARY", 0)
+    fd = _os.open(path, flags)
+    try:
+        mode = _os.fstat(fd).st_mode
+        if not _stat.S_ISREG(mode):
+            kind = ("a directory" if _stat.S_ISDIR(mode) else "a FIFO" if _stat.S_ISFIFO(mode)
+                    else "a socket" if _stat.S_ISSOCK(mode)
+                    else "a device" if _stat.S_ISCHR(mode) or _stat.S_ISBLK(mode) else "not a regular file")
+            raise ValueError(f"{path!r}: {kind}, not a topicmatch index file (Sublist.open maps regular files only)")
+        return _os.fdopen(fd, "rb")
+    except BaseException:
+        _os.close(fd)
+        raise
+
+
 def _sublist_open(path, verify=True, cache_size=0):
     """Sublist.open: map the file read-only; an image is matched in place."""
     path = _os.fspath(path)
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         size = _os.fstat(f.fileno()).st_size
         if size == 0:
             raise ValueError(f"{path!r}: empty file, not a topicmatch index")
         mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
     try:
-        return _sublist_from_bytes(mm, cache_size, verify, path)
+        return _sublist_from_bytes(mm, cache_size, verify, path, True)
     finally:
         # An image holds mm's buffer (the mapping lives on with the index);
         # a version 1/2 file was rebuilt, so its mapping can go now.
