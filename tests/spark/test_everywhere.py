@@ -54,15 +54,25 @@ def cluster_result(cluster_url, tmp_path_factory, remote_load_log):
 
 @pytest.fixture(scope="module")
 def storage_result(cluster_url, s3_bucket, tmp_path_factory):
-    """The two-host cluster with images in storage the hosts share: an S3
-    bucket (each host fetches into its own cache), and a path both see."""
+    """The two-host cluster under dynamic allocation (with shuffle tracking;
+    idle executors leave after a second, and new ones join for later jobs),
+    with images in storage the hosts share -- an S3 bucket (each host
+    fetches into its own cache), a path both see -- and with nothing in
+    common (through Spark: an executor that joins later fetches what it
+    lacks)."""
     import servers
     endpoint, bucket = s3_bucket
     shared = tmp_path_factory.mktemp("shared-images")
     dirs = [f"{bucket}/run", str(shared)]
     aws = servers.s3_env(endpoint)
     result = _run_checks(tmp_path_factory, [
-        "--master", cluster_url, "--ships", ",".join(f"{k}@{d}" for d in dirs for k in ("auto", "sharded")),
+        "--master", cluster_url, "--ships",
+        ",".join(["auto", "sharded"] + [f"{k}@{d}" for d in dirs for k in ("auto", "sharded")]),
+        "--conf", "spark.dynamicAllocation.enabled=true",
+        "--conf", "spark.dynamicAllocation.shuffleTracking.enabled=true",
+        "--conf", "spark.dynamicAllocation.minExecutors=0",
+        "--conf", "spark.dynamicAllocation.maxExecutors=2",
+        "--conf", "spark.dynamicAllocation.executorIdleTimeout=1s",
         "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
         "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64",
@@ -131,12 +141,15 @@ def test_standalone_cluster_equals_local(cluster_result, local_result, remote_lo
         assert 1 <= len(pids) == len(set(pids)) <= 4, (index_id, pids)
 
 
-def test_cluster_with_shared_storage_equals_local(storage_result, local_result, s3_bucket):
-    """image_dir=s3://... and image_dir=a shared path on two hosts: the rows of
-    local mode; the images are in the store, fetched by the hosts."""
+def test_dynamic_allocation_and_shared_storage_equal_local(storage_result, local_result, s3_bucket):
+    """Dynamic allocation on two hosts, with nothing in common, image_dir=s3://...
+    and image_dir=a shared path: the rows of local mode; the images are in
+    the store, fetched by the hosts."""
     import servers
     dirs = storage_result["dirs"]
-    _same_as_local(storage_result, local_result, [f"{k}@{d}" for d in dirs for k in ("auto", "sharded")])
+    _same_as_local(storage_result, local_result,
+                   ["auto", "sharded"] + [f"{k}@{d}" for d in dirs for k in ("auto", "sharded")])
+    assert storage_result["image_path"]["nats/auto"].startswith("spark:")
     for d in dirs:
         assert storage_result["image_path"][f"nats/auto@{d}"].startswith(d + "/")
     # what the bucket holds: the unsharded images and every shard's

@@ -252,15 +252,17 @@ def open_location(location: str, cache_dir: str):
     (written by a build task or checked by the driver's probe: the header
     and root checked, every walk inside the mapping); a remote image,
     this host's copy (fetch: checked in full as it arrived); a spark:
-    image, this host's own build, or else the file Spark fetched (checked
-    in full: Spark's file server sends no checksum)."""
+    image, this host's own build, or else the file Spark fetched into the
+    executor's own directory of the application -- the bytes the driver
+    checked in full before it added them (receive), which Spark's fetch
+    moves into place only once they have all arrived."""
     if is_remote(location):
         return Sublist.open(fetch(location, cache_dir, locked), verify=False)
     if is_spark(location):
         local = cache_path(location, cache_dir)
         if os.path.exists(local):
             return Sublist.open(local, verify=False)
-        return Sublist.open(spark_file(location), verify=True)
+        return Sublist.open(spark_file(location), verify=False)
     return Sublist.open(location, verify=False)
 
 

@@ -103,7 +103,26 @@ def use_images(spark, image_dir, ship: str) -> bool:
     if image_dir is not None:
         check_dir_and_ship(image_dir, ship)
         return True
-    return ship == "auto" and not is_connect(spark)
+    if ship != "auto":
+        return False
+    if is_connect(spark):
+        _warn_once(spark, "topicmatch: on Spark Connect without image_dir= a subscriptions "
+                          "DataFrame's index is built on the driver and shipped (the client can "
+                          "add no file to the application); pass image_dir= a path or storage "
+                          "URI the server's executors share to build it there, once per content")
+        return False
+    return True
+
+
+_WARNED = set()
+
+
+def _warn_once(spark, message: str) -> None:
+    """A path that images cannot take is said, once per session, never silently."""
+    key = (session_key(spark), message)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        _log.warning("%s", message)
 
 
 def spark_files(spark, image_dir) -> bool:
