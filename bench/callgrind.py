@@ -28,6 +28,9 @@ Operations:
                the workload's others (per filter)
   OP_image     OP (match_many, match, ...) on the same index opened from its
                image (Sublist.from_bytes(sl.to_bytes()): matched in place)
+  OP_mapped    OP on the same image saved to a file and mapped
+               (Sublist.open(path, verify=False)): what a call on an opened
+               file adds, its guard's check included (csrc/base/fs_fault.h)
 Workloads: light, heavy (no cache), hot1k (cache_size=4096, warmed).
 
 valgrind is a Debian package: `make valgrind` installs it when missing.
@@ -57,6 +60,12 @@ else:
 if op.endswith("_image"):            # the same index, opened from its image
     sl = Sublist.from_bytes(sl.to_bytes(), cache_size=cache)
     op = op[:-len("_image")]
+elif op.endswith("_mapped"):         # the same image as a file, mapped (Sublist.open)
+    import os, tempfile
+    folder = tempfile.TemporaryDirectory()
+    sl.save(os.path.join(folder.name, "index.img"))
+    sl = Sublist.open(os.path.join(folder.name, "index.img"), verify=False, cache_size=cache)
+    op = op[:-len("_mapped")]
 pubs = pubs[:rows]
 if op == "match_many_arrow":
     import pyarrow as pa

@@ -108,8 +108,10 @@ def write(name, b):
     b[-1] &= 0xFE                               # re-forged by the harness
     if name.endswith("-runs"):
         b[-1] |= 0x04                           # and its runs put out of order
-    with open(os.path.join(OUT, name), "wb") as f:
+    path = os.path.join(OUT, name)
+    with open(path + ".tmp", "wb") as f:       # a new file renamed over: a seed is never rewritten in place
         f.write(b)
+    os.replace(path + ".tmp", path)
     print(f"{name}: {len(b)} bytes")
 
 

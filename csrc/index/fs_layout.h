@@ -375,7 +375,20 @@ static inline void fs_sl_free(fs_sublist *sl, void *p, size_t size) { fs_mem_fre
 static inline int fs_lv_may_hold(const fs_sublist *sl, const fs_level *L, uint64_t key)
 {
     uint32_t h = (uint32_t)(key >> 32);
-    uint64_t w = fs_lv_filter(sl, L)[(h & L->filter_mask) >> 6];
+    if (!sl->img.base) {
+        uint64_t w = L->filter[(h & L->filter_mask) >> 6];
+        return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
+    }
+    /* A mapped level's fields are each read once: a file cut shorter under
+     * the mapping reads as zeros from one read to the next (csrc/base/
+     * fs_fault.h), and a mask read before must not index fs_no_filter's
+     * one word.  Zeros read after an old mask stay inside the old bitmap's
+     * span (offset 0, the same mask). */
+    uint32_t cap = L->cap;
+    uint64_t mask = L->filter_mask;
+    if (!cap)
+        return 0;
+    uint64_t w = ((const uint64_t *)fs_img_plus(sl->img.base, (uintptr_t)L->filter))[(h & mask) >> 6];
     return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
 }
 

@@ -124,15 +124,23 @@ static inline void fs_walk_fetch(const fs_sublist *sl, const fs_walk_row *p)
 {
     const fs_shapes *S = &sl->shapes;
     const fs_level *lit = sl->lit;
-    if (p->literal) {
-        const fs_slot *e = &fs_lv_slots(sl, lit)[(uint32_t)p->literal_key & (lit->cap - 1)];
+    /* Each table's cap is read once, here, and 0 skips it: the plan read
+     * the same table earlier, and a mapped image's file cut shorter since
+     * reads as zeros now (csrc/base/fs_fault.h), where cap - 1 would be a
+     * mask of all ones. */
+    uint32_t cap = lit->cap;
+    if (p->literal && cap) {
+        const fs_slot *e = &fs_lv_slots(sl, lit)[(uint32_t)p->literal_key & (cap - 1)];
         if (e->node && e->hash == (uint32_t)p->literal_key)
             FS_PREFETCH(fs_ref_addr(sl, e->node));
     }
     uint32_t q = 0;
     for (uint64_t w = p->shapes; w; w &= w - 1, q++) {
         const fs_level *L = &S->shape[fs_ctz64(w)]->table;
-        const fs_slot *e = &fs_lv_slots(sl, L)[(uint32_t)p->keys[q] & (L->cap - 1)];
+        cap = L->cap;
+        if (!cap)
+            continue;
+        const fs_slot *e = &fs_lv_slots(sl, L)[(uint32_t)p->keys[q] & (cap - 1)];
         if (e->node && e->hash == (uint32_t)p->keys[q]) {
             FS_PREFETCH(fs_ref_addr(sl, e->node));
             FS_PREFETCH(fs_ref_addr(sl, e->node) + 64);

@@ -10,6 +10,7 @@
 from topicmatch._core import (
     BatchResult,
     TopicmatchError,
+    ImageChangedError,
     InvalidSubjectError,
     MatchResult,
     Sublist,
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchResult",
     "TopicmatchError",
+    "ImageChangedError",
     "InvalidSubjectError",
     "MatchResult",
     "Sublist",

@@ -7,6 +7,7 @@ string_view or dictionary<string> arrays, chunked or not (topicmatch._core's
 stubs say where)."""
 from topicmatch._core import BatchResult as BatchResult
 from topicmatch._core import TopicmatchError as TopicmatchError
+from topicmatch._core import ImageChangedError as ImageChangedError
 from topicmatch._core import InvalidSubjectError as InvalidSubjectError
 from topicmatch._core import MatchResult as MatchResult
 from topicmatch._core import Sublist as Sublist
@@ -19,6 +20,7 @@ __version__: str
 __all__ = [
     "BatchResult",
     "TopicmatchError",
+    "ImageChangedError",
     "InvalidSubjectError",
     "MatchResult",
     "Sublist",

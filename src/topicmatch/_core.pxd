@@ -185,3 +185,11 @@ cdef extern from "fs_image.h" nogil:
     int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err)
     int fs_image_is(const char *data, size_t len)
     int fs_image_damaged(const fs_sublist *sl)
+
+cdef extern from "fs_fault.h" nogil:
+    # the SIGBUS guard of mapped images (csrc/base/fs_fault.h)
+    int fs_fault_guard(const void *base, size_t len)
+    void fs_fault_unguard(int slot)
+    int fs_fault_revoked(int slot)
+    uint64_t fs_fault_revocations()
+    uint64_t fs_fault_tail(const void *p)

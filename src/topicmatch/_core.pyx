@@ -56,6 +56,18 @@ class TopicmatchError(Exception):
     """Base of every error topicmatch raises on its own account."""
 
 
+class ImageChangedError(TopicmatchError, OSError):
+    """The file an index was opened from (Sublist.open) was truncated or
+    rewritten in place while it was mapped.  The call that found it raises,
+    and so does every later call on that index: open the file again.
+    Replace image files (write a new file, rename it over the old one, as
+    save() does); never rewrite one in place.  Attribute: ``path``."""
+
+    def __init__(self, message, path=None):
+        super().__init__(message)
+        self.path = path
+
+
 class InvalidSubjectError(TopicmatchError, ValueError):
     """A subject, filter or queue name is malformed.
 
@@ -67,6 +79,17 @@ class InvalidSubjectError(TopicmatchError, ValueError):
         self.subject = subject
         self.reason = reason
         self.position = position
+
+
+cdef object _image_changed(object path, bint faulted):
+    """The ImageChangedError of an index whose mapped file changed."""
+    how = ("a read past its new end was turned into zeros" if faulted
+           else "its bytes are no longer those opened")
+    return ImageChangedError(
+        f"topicmatch image {path!r} was truncated or rewritten in place after it was opened "
+        f"({how}): this index cannot answer from it any more; open the file again.  Replace "
+        f"image files (write a new file, then rename it over the old one, as Sublist.save() "
+        f"does), never rewrite one in place", path)
 
 
 cdef object _shown(object s):
@@ -401,6 +424,13 @@ cdef class Sublist:
     cdef Py_buffer _img_view
     cdef bint _img_held
     cdef object _img_source
+    # A mapped file's guard (Sublist.open, _serial.pxi): its slot in
+    # csrc/base/fs_fault.c's table plus one (0: none), and the mapping's last
+    # 8 bytes, where they are (NULL: not a file) and as they were at open.
+    cdef int _img_guard
+    cdef const char *_img_tail_p
+    cdef uint64_t _img_tail
+    cdef object _img_path
 
     def __cinit__(self, dialect="nats", *, cache_size=0):
         self._d = _dialect(dialect)
@@ -419,14 +449,33 @@ cdef class Sublist:
         if self.sl != NULL:
             fs_sublist_free(self.sl)
             self.sl = NULL
+        if self._img_guard:         # before the mapping goes (another may take its addresses)
+            fs_fault_unguard(self._img_guard - 1)
+            self._img_guard = 0
         if self._img_held:          # after the index: it reads these bytes
             PyBuffer_Release(&self._img_view)
             self._img_held = False
 
+    cdef inline bint _img_changed(self) noexcept nogil:
+        # Was the mapped file rewritten or cut shorter under the index?  Its
+        # last 8 bytes differ from those read at open (a read of a page past
+        # a new end faults into csrc/base/fs_fault.c, which puts zeros over
+        # the mapping: they differ too).  One load, on the open()ed only.
+        return self._img_tail_p != NULL and fs_fault_tail(self._img_tail_p) != self._img_tail
+
+    cdef int _check_file(self) except -1:
+        # ImageChangedError once the mapped file has changed under the index.
+        if self._img_tail_p != NULL and (
+                self._img_changed() or (self._img_guard and fs_fault_revoked(self._img_guard - 1))):
+            raise _image_changed(self._img_path, self._img_guard and fs_fault_revoked(self._img_guard - 1))
+        return 0
+
     cdef int _check_image(self) except -1:
         # A mapped image's damage shows at the first call that reaches it
         # (every offset is checked when followed): that call fails, and
-        # every later one.
+        # every later one.  A file changed under its mapping is said first:
+        # the zeros or the new bytes read as damage too.
+        self._check_file()
         if self._img_held and fs_image_damaged(self.sl):
             raise ValueError(f"topicmatch image {self._img_source} is damaged: an offset in it leads outside "
                              f"it, a walk in it loops or its ids are out of order (open it with verify=True "
@@ -455,6 +504,7 @@ cdef class Sublist:
         _fill_spec(&sp, filter, sub_id, queue)
         with nogil:
             rc = fs_sublist_insert(self.sl, &sp, &err)
+        self._check_file()          # an opened image's entry was read (copied to the live part)
         if rc < 0:
             raise _spec_error(rc, &err, filter, queue)
         return rc == 1
@@ -469,6 +519,7 @@ cdef class Sublist:
         _fill_spec(&sp, filter, sub_id, queue)
         with nogil:
             rc = fs_sublist_remove(self.sl, &sp, &err)
+        self._check_file()
         if rc < 0:
             raise _spec_error(rc, &err, filter, queue)
         return rc == 1
@@ -567,6 +618,7 @@ cdef class Sublist:
                 rc = fs_sublist_insert_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
             else:
                 rc = fs_sublist_remove_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
+        self._check_file()
         if rc < 0:
             if rc == FS_ENOMEM:
                 raise MemoryError()
@@ -637,7 +689,7 @@ cdef class Sublist:
             if rc == FS_EINVAL:
                 raise _invalid("subject", subject, &err)
             raise MemoryError()
-        if self._img_held and fs_image_damaged(self.sl):
+        if self._img_held and (self._img_changed() or fs_image_damaged(self.sl)):
             if w != NULL:
                 fs_workspace_release(w, &spare)
             self._check_image()
@@ -796,7 +848,10 @@ cdef class Sublist:
         older topicmatch) are read and rebuilt instead.  path must be a
         regular file: a directory, a FIFO or a device is refused at once
         (ValueError).  The file must not be changed in place while open:
-        replace it (save() writes a new file and renames it over)."""
+        replace it (save() writes a new file and renames it over).  A file
+        truncated or rewritten in place anyway makes the calls on the index
+        raise ImageChangedError (from the one that meets it on), not kill
+        the process."""
         return _sublist_open(path, verify, cache_size)
 
     def save(self, path, *, mode=None):
@@ -905,6 +960,13 @@ def _fault_status():
     """Testing hook: (allocations attempted, failures injected) since the
     last _fault_inject call."""
     return (fs_fault_counted(), fs_fault_injected())
+
+
+def _mapping_faults():
+    """Testing hook: how many faults in a mapped image file cut shorter
+    under its index were turned into zeros in this process
+    (csrc/base/fs_fault.h)."""
+    return fs_fault_revocations()
 
 
 def release_memory():

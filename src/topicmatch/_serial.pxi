@@ -32,12 +32,22 @@ cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
             rc = fs_sublist_dump(sl.sl, out, n)
     else:
         raise ValueError(f"version must be 2 or 3, not {version!r}")
-    return _written(sl, rc)
+    try:
+        return _written(sl, rc)
+    except BaseException:
+        # written, then found to hold a changed file's bytes: not returned
+        if out[0] != NULL:
+            _serial_free(out[0])
+            out[0] = NULL
+        raise
 
 
 cdef int _written(Sublist sl, int rc) except -1:
     # A writer's status: a damaged opened image raises its ValueError (an
     # image is only found damaged on the way); anything else left is memory.
+    # An opened file that changed while it was read raises first: what was
+    # written may hold its zeros or its new bytes.
+    sl._check_file()
     if rc == FS_EBADDATA:
         sl._check_image()
     if rc != FS_OK:
@@ -262,6 +272,50 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     return obj
 
 
+cdef class _MapGuard:
+    """A file mapping's guard while Sublist.open reads it (csrc/base/fs_fault.h):
+    from before the first read, so that a file cut shorter under it makes
+    the open fail, not the process; handed to the index that matches from
+    the mapping, else released before the mapping is closed."""
+    cdef int slot                   # fs_fault_guard's: >= 0, or FS_ENOSYS / FS_ENOMEM
+    cdef const char *buf
+    cdef size_t len
+    cdef uint64_t tail              # the mapping's last 8 bytes, as at open
+
+    def __cinit__(self, mm):
+        cdef Py_buffer v
+        PyObject_GetBuffer(mm, &v, PyBUF_SIMPLE)
+        self.buf = <const char *>v.buf
+        self.len = <size_t>v.len
+        PyBuffer_Release(&v)        # mm stays open: the addresses stay
+        self.slot = fs_fault_guard(self.buf, self.len)
+        if self.len >= 8:
+            self.tail = fs_fault_tail(self.buf + self.len - 8)
+
+    cdef bint changed(self):
+        return (self.slot >= 0 and fs_fault_revoked(self.slot)) or (
+            self.len >= 8 and fs_fault_tail(self.buf + self.len - 8) != self.tail)
+
+    cdef void hand_to(self, Sublist obj, path):
+        # obj matches from the mapping: it checks it after every call and
+        # releases the guard when it goes (Sublist.__dealloc__).
+        if obj._img_held and <const char *>obj._img_view.buf == self.buf and self.len >= 8:
+            obj._img_tail_p = self.buf + self.len - 8
+            obj._img_tail = self.tail
+            obj._img_path = path
+            if self.slot >= 0:
+                obj._img_guard = self.slot + 1
+                self.slot = FS_ENOSYS
+
+    cdef void release(self):
+        if self.slot >= 0:
+            fs_fault_unguard(self.slot)
+            self.slot = FS_ENOSYS
+
+    def __dealloc__(self):
+        self.release()
+
+
 def _open_regular(path):
     """A read-only file object for path, refused at once (ValueError naming
     it) unless it is a regular file: a FIFO, a device or a directory cannot
@@ -286,16 +340,36 @@ def _open_regular(path):
 def _sublist_open(path, verify=True, cache_size=0):
     """Sublist.open: map the file read-only; an image is matched in place."""
     path = _os.fspath(path)
+    cdef _MapGuard guard
     with _open_regular(path) as f:
         size = _os.fstat(f.fileno()).st_size
         if size == 0:
             raise ValueError(f"{path!r}: empty file, not a topicmatch index")
         mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+        guard = _MapGuard(mm)
+        if guard.slot == FS_ENOMEM:
+            # Every guard is taken (csrc/base/fs_fault.h): the file's bytes
+            # are read into memory instead, where no change to the file
+            # reaches them.
+            mm.close()
+            f.seek(0)
+            return _sublist_from_bytes(f.read(), cache_size, verify, path)
     try:
-        return _sublist_from_bytes(mm, cache_size, verify, path, True)
+        try:
+            obj = _sublist_from_bytes(mm, cache_size, verify, path, True)
+        except ValueError as e:
+            if guard.changed():
+                raise _image_changed(path, guard.slot >= 0 and fs_fault_revoked(guard.slot)) from e
+            raise
+        if guard.changed():
+            raise _image_changed(path, guard.slot >= 0 and fs_fault_revoked(guard.slot))
+        guard.hand_to(obj, path)
+        return obj
     finally:
-        # An image holds mm's buffer (the mapping lives on with the index);
-        # a version 1/2 file was rebuilt, so its mapping can go now.
+        # An image holds mm's buffer (the mapping lives on with the index,
+        # and so does the guard); a version 1/2 file was rebuilt, so its
+        # mapping can go now, after its guard.
+        guard.release()
         try:
             mm.close()
         except BufferError:
