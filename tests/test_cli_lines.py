@@ -18,15 +18,15 @@ from topicmatch import cli
 from topicmatch.cli import common
 from examples import examples
 
-SUMMARY = re.compile(r"^topicmatch match: ([\d,]+) subjects = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
-                     r"([\d,]+) rejected; ([\d,]+) deliveries from ([\d,]+) subscriptions ")
+SUMMARY = re.compile(r"^topicmatch match: ([\d,]+) subjects? = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
+                     r"([\d,]+) rejected; ([\d,]+) deliver(?:y|ies) from ([\d,]+) subscriptions? ")
 
 
 def _run(capsys, tmp_path, subs, subjects, *extra):
     fp, sp = tmp_path / "subs.txt", tmp_path / "subjects.txt"
     fp.write_bytes(subs)
     sp.write_bytes(subjects)
-    rc = cli.main(["match", "--subs", str(fp), "--subjects", str(sp), *extra])
+    rc = cli.main(["match", "--filters-file", str(fp), "--subjects", str(sp), *extra])
     out, err = capsys.readouterr()
     lines = err.splitlines()
     m = SUMMARY.match(lines[-1]) if lines else None
@@ -195,7 +195,7 @@ def test_reader_matches_a_model_in_a_subprocess(tmp_path, lines, last_newline, b
             "c.MAX_LINE_BYTES = %d; c.read_lines.__defaults__ = (%d, None, None, None); "
             "sys.exit(cli.main(sys.argv[1:]))"
             % (block, limit, limit))
-    r = subprocess.run([sys.executable, "-c", code, "match", "--subs", str(fp), "--subjects", str(sp),
+    r = subprocess.run([sys.executable, "-c", code, "match", "--filters-file", str(fp), "--subjects", str(sp),
                         "--rejects", str(rej)], capture_output=True, timeout=60)
     want = _model(data, limit)
     ref = R.ReferenceSublist("nats")

@@ -51,10 +51,10 @@ def test_small_blocks_give_the_same_output_and_line_numbers(capsys, tmp_path, mo
     subjects = _subjects(5000)
     fp, sp = _files(tmp_path, subjects)
     # exit 3: the run finished, and rejected lines ("a..b")
-    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == cli.EXIT_REJECTED
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp, "--queues", "all"]) == cli.EXIT_REJECTED
     whole = capsys.readouterr()
     monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 100)    # ~6 subjects per block
-    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == cli.EXIT_REJECTED
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp, "--queues", "all"]) == cli.EXIT_REJECTED
     blocks = capsys.readouterr()
     assert _pairs(blocks.out) == _pairs(whole.out) == _expected(subjects)
     # rejected subjects are named by their line in the file, across blocks
@@ -99,7 +99,7 @@ def test_output_is_written_while_the_input_is_still_being_read(tmp_path, monkeyp
     out = Out()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 1024)
-    assert cli.main(["match", "--subs", fp, "--subjects", "-", "--queues", "all"]) == cli.EXIT_REJECTED
+    assert cli.main(["match", "--filters-file", fp, "--subjects", "-", "--queues", "all"]) == cli.EXIT_REJECTED
     assert _pairs(out.getvalue()) == _expected(subjects)
     assert len(read_at_write) > 10
     assert read_at_write[0] < len(data) // 10       # the first block's lines left early
@@ -107,7 +107,7 @@ def test_output_is_written_while_the_input_is_still_being_read(tmp_path, monkeyp
 
 def test_last_line_without_newline_and_crlf(capsys, tmp_path):
     fp, sp = _files(tmp_path, None, b"x.y.z\r\norders.eu.created\r\nbilling.q")
-    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--queues", "all"]) == 0
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp, "--queues", "all"]) == 0
     assert _pairs(capsys.readouterr().out) == _expected(["x.y.z", "orders.eu.created", "billing.q"])
 
 
@@ -115,7 +115,7 @@ def test_binary_subjects_are_rejected_lines_and_the_run_goes_on(capsys, tmp_path
     fp, sp = _files(tmp_path, ["a.b"])
     with open(sp, "wb") as f:
         f.write(b"x.y.z\nc.d\nPAR1\x15\x04\x00\x00binary")
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp]) == cli.EXIT_REJECTED
     out, err = capsys.readouterr()
     assert out == "x.y.z\t5\tx.y.z\n"
     assert err.splitlines()[0] == (f"topicmatch: {sp} line 3: rejected: invalid subject "
@@ -127,16 +127,16 @@ def test_a_binary_subscriptions_file_names_its_line(capsys, tmp_path):
     fp, sp = _files(tmp_path, ["a.b"])
     with open(fp, "wb") as f:
         f.write(b"a.b\nc.d\nPAR1\x15\x04\x00\x00binary")
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 2
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith(f"topicmatch: error: {fp} line 3: ")
+    assert err.startswith(f"topicmatch: error: subscriptions {fp} line 3: ")
 
 
 def test_undecodable_subject_lines_are_rejected_and_the_run_goes_on(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 8)        # the bad byte is in a later block
     fp, sp = _files(tmp_path, None, b"a.b\nc.d\nx.y.z\ncaf\xe9.x\nx.y.z\n")
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp]) == cli.EXIT_REJECTED
     out, err = capsys.readouterr()
     assert out == "x.y.z\t5\tx.y.z\n" * 2
     assert err.splitlines()[0] == f"topicmatch: {sp} line 4: rejected: not UTF-8 (byte 0xe9 at byte 4 of the line)"
@@ -147,14 +147,14 @@ def test_undecodable_subscriptions_line_names_its_line(capsys, tmp_path):
     fp, sp = _files(tmp_path, ["a.b"])
     with open(fp, "wb") as f:
         f.write(b"a.b\ncaf\xe9.x\n")
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == 2
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp]) == 2
     assert capsys.readouterr().err == (f"topicmatch: error: subscriptions {fp} line 2: not UTF-8 "
                                        "(byte 0xe9 at byte 4 of the line)\n")
 
 
 def test_summary_gives_wall_time_and_the_matching_share(capsys, tmp_path):
     fp, sp = _files(tmp_path, _subjects(2000))
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp]) == cli.EXIT_REJECTED
     summary = capsys.readouterr().err.strip().splitlines()[-1]
     m = re.search(r"in (\d+\.\d\d) s wall: matching (\d+\.\d\d) s \((\d+)%\), index (\d+\.\d\d) s, "
                   r"reading and writing (\d+\.\d\d) s$", summary)
@@ -219,16 +219,16 @@ def test_progress_end_to_end(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cmd_match, "PROGRESS_EVERY", 0.0)
     monkeypatch.setattr(common, "MATCH_BLOCK_BYTES", 4096)
     fp, sp = _files(tmp_path, _subjects(3000))
-    assert cli.main(["match", "--subs", fp, "--subjects", sp, "--progress", "always"]) == cli.EXIT_REJECTED
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp, "--progress", "always"]) == cli.EXIT_REJECTED
     err = capsys.readouterr().err
     assert "\rtopicmatch match: 3,000 subjects, " in err and ", 100%, ETA 0:00:00" in err
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED   # auto, not a terminal
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp]) == cli.EXIT_REJECTED   # auto, not a terminal
     assert "\r" not in capsys.readouterr().err
 
 
 def test_python_m_topicmatch_match(tmp_path):
     fp, sp = _files(tmp_path, ["x.y.z", "billing.q"])
-    r = subprocess.run([sys.executable, "-m", "topicmatch", "match", "--subs", fp, "--subjects", sp],
+    r = subprocess.run([sys.executable, "-m", "topicmatch", "match", "--filters-file", fp, "--subjects", sp],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "x.y.z\t5\tx.y.z\nbilling.q\t4\tbilling.*\n"
@@ -243,7 +243,7 @@ def test_match_amqp_dialect(capsys, tmp_path):
     keys = ["a.b", "a.x.y.b", ".a", "", "x.y", "z" * 256, "q"]
     fp.write_text("".join(b + "\n" for b in bindings))
     sp.write_text("".join(k + "\n" for k in keys))
-    assert cli.main(["match", "--dialect", "amqp", "--subs", str(fp), "--subjects", str(sp),
+    assert cli.main(["match", "--dialect", "amqp", "--filters-file", str(fp), "--subjects", str(sp),
                      "--queues", "all"]) == cli.EXIT_REJECTED
     out, err = capsys.readouterr()
     ref = R.ReferenceSublist("amqp")

@@ -87,7 +87,7 @@ def test_match_progress_and_rejects_on_a_terminal_never_share_a_line(tmp_path, m
     assert term.stream.isatty()
     monkeypatch.setattr(sys, "stderr", term.stream)
     try:
-        rc = cli.main(["match", "--subs", fp, "--subjects", sp])
+        rc = cli.main(["match", "--filters-file", fp, "--subjects", sp])
     finally:
         monkeypatch.undo()
         raw = term.close()
@@ -110,7 +110,7 @@ def test_match_off_a_terminal_has_no_progress_only_capped_rejects_and_the_summar
     monkeypatch.setattr(cmd_match, "PROGRESS_EVERY", 0.0)
     monkeypatch.setattr(common, "MAX_REJECT_LINES", 100)
     fp, sp = _match_files(tmp_path, n=10_000)                  # 200 rejected
-    assert cli.main(["match", "--subs", fp, "--subjects", sp]) == cli.EXIT_REJECTED
+    assert cli.main(["match", "--filters-file", fp, "--subjects", sp]) == cli.EXIT_REJECTED
     err = capsys.readouterr().err
     assert "\r" not in err and "ETA" not in err
     lines = err.splitlines()

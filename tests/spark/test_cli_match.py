@@ -10,7 +10,7 @@ def _run(capsys, tmp_path, filters, subjects, *extra):
     fp, sp = tmp_path / "filters.txt", tmp_path / "subjects.txt"
     fp.write_text("".join(f + "\n" for f in filters))
     sp.write_text("".join(s + "\n" for s in subjects))
-    rc = cli.main(["match", "--subs", str(fp), "--subjects", str(sp), *extra])
+    rc = cli.main(["match", "--filters-file", str(fp), "--subjects", str(sp), *extra])
     out = capsys.readouterr()
     return rc, out.out, out.err
 
@@ -60,7 +60,7 @@ def test_match_invalid_filter_names_the_line(capsys, tmp_path):
 
 
 def test_match_missing_file(capsys, tmp_path):
-    rc = cli.main(["match", "--subs", str(tmp_path / "nope"), "--subjects", "-"])
+    rc = cli.main(["match", "--filters-file", str(tmp_path / "nope"), "--subjects", "-"])
     assert rc == 2
     assert capsys.readouterr().err.strip().endswith("nope: no such file or directory")
 

@@ -27,6 +27,22 @@ def commas(x):
     return f"{x:,}"
 
 
+def plural(n, noun, nouns=None):
+    """1 -> '1 subject', 2 -> '2 subjects' (nouns: an irregular plural,
+    'deliveries' for 'delivery')."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def per_second(n, seconds):
+    """A rate for humans: whole numbers from 10 a second up, two significant
+    digits below (a small input's 3 events in 7 s is '0.43', not a '0' that
+    reads as nothing done), '0' only for nothing."""
+    if n == 0 or seconds <= 0:
+        return "0"
+    r = n / seconds
+    return f"{r:,.0f}" if r >= 10 else f"{r:.2g}"
+
+
 # --------------------------------------------------------------------------
 # stderr: one writer for the messages and the progress line
 # --------------------------------------------------------------------------

@@ -17,17 +17,12 @@ import random
 import shutil
 import time
 
-from topicmatch.cli.common import CLIError
+from topicmatch.cli.common import CLIError, plural
 from topicmatch.cli.fanout import check_master, run_fanout, session, where
 
 SITES = ("plant-a", "plant-b", "warehouse-c", "lab-d")
 METRICS = ("temperature", "humidity", "vibration", "power", "status")
 DEVICES_PER_SITE = 250
-
-
-def plural(n, noun):
-    """1 -> '1 subscriber', 2 -> '2 subscribers'."""
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def generate(out_dir, n_events=500_000, seed=7):

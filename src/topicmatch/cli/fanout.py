@@ -18,12 +18,14 @@ import time
 from typing import Optional
 
 from topicmatch.cli.common import (EXIT_REJECTED, CLIError, RejectNames, Stderr, check_readable,
-                                 commas, is_local, local_path)
+                                   commas, is_local, local_path, per_second, plural)
 from topicmatch.cli.fanout_io import (CORRUPT_COL, first_line, format_of, locate_lines, parquet_rows,
-                                read_events, read_table, scan_events, spark_errors,
-                                split_small_inputs, subs_frame, subs_table)
+                                      read_events, read_table, scan_events, select_subs_columns,
+                                      spark_errors, split_small_inputs, subs_frame, subs_table)
 from topicmatch.cli.fanout_schema import (check_events, check_schema_option, check_subscriptions,
-                                    csv_header, integer_id_columns, local_columns)
+                                          csv_header, integer_id_columns, local_columns)
+from topicmatch.cli.subs_index import check_not_empty, empty_reason, load, read_rows, warn_foreign
+from topicmatch.cli.subs_source import SubsColumns, subs_source
 
 
 def _size(nbytes):
@@ -69,7 +71,8 @@ class _Jobs:
 def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_format=None,
                dialect="nats", subject_col="subject", key_col=None, queues="pick",
                overwrite=False, master="", out_stream=None, progress=2.0, ship="auto",
-               shards="auto", dedupe=False, rejects=None, err_stream=None, schema=None):
+               shards="auto", dedupe=False, rejects=None, err_stream=None, schema=None,
+               subs_columns=SubsColumns(), sublist=None, allow_empty=False):
     """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
     summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError.
 
@@ -83,14 +86,18 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
     are bigint when every value is a canonical integer, its other columns
     strings.  err_stream: a stream, or the command's Stderr (rejected lines
     named there, the first MAX_REJECT_LINES; the progress line drawn there,
-    on a terminal only)."""
+    on a terminal only).  subs_columns: the subscriptions table's columns
+    (--id-col, ...).  sublist: the subscriptions already indexed (an image,
+    a filter list), shipped as they are; subs_path then only names them.
+    allow_empty: a table of no rows is not an error."""
     from topicmatch.spark import is_connect
 
     out_stream = out_stream or sys.stdout
     err = err_stream if isinstance(err_stream, Stderr) else Stderr(err_stream or sys.stderr)
     p = lambda *a: print(*a, file=out_stream, flush=True)  # noqa: E731
     ev_fmt = format_of(events_path, events_format, "events", "--format")
-    sub_fmt = format_of(subs_path, subs_format, "subscriptions", "--subs-format")
+    sub_fmt = None if sublist is not None else format_of(subs_path, subs_format, "subscriptions",
+                                                         "--subs-format")
     paths = _out_paths(out, overwrite)
     mode = "overwrite" if overwrite else "error"  # ("errorifexists": not on Spark Connect)
     connect = is_connect(spark)
@@ -102,7 +109,8 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
     job = _Job(events_path=events_path, subs_path=subs_path, paths=paths, mode=mode, ev_fmt=ev_fmt,
                sub_fmt=sub_fmt, connect=connect, dialect=dialect, subject_col=subject_col,
                key_col=key_col, queues=queues, progress=progress, ship=ship, shards=shards,
-               dedupe=dedupe, rejects=rejects, schema=schema)
+               dedupe=dedupe, rejects=rejects, schema=schema, subs_columns=subs_columns,
+               sublist=sublist, allow_empty=allow_empty)
     jobs = _Jobs(spark)
     scan = scan_events(events_path, ev_fmt, rejects)
     names = RejectNames(err)
@@ -146,6 +154,9 @@ class _Job:
     dedupe: bool
     rejects: object
     schema: Optional[str]
+    subs_columns: SubsColumns
+    sublist: object
+    allow_empty: bool
     long_cols: tuple = ()
 
 
@@ -193,50 +204,96 @@ def _read(spark, job, scan, clock):
         cores = spark.sparkContext.defaultParallelism
         if events.rdd.getNumPartitions() < cores:
             events = events.repartition(cores)
-    subs = read_table(spark, job.subs_path, job.sub_fmt, "subscriptions")
+    subs = None
+    if job.sublist is None:
+        subs = select_subs_columns(read_table(spark, job.subs_path, job.sub_fmt, "subscriptions"),
+                                   job.subs_columns, job.subs_path)
     clock.read = time.perf_counter()
     return _Inputs(events, malformed, cols, subs)
 
 
+class _Blame:
+    """Errors of the fan-out's inputs, routed by their type and by the step
+    that raised them (never by their text): within `with _Blame(path)`, a
+    FanoutInputError or InvalidSubjectError becomes a CLIError naming
+    `path`, the input that step reads."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        from topicmatch import InvalidSubjectError
+        from topicmatch.spark import ExecutorEnvironmentError, FanoutInputError
+        if kind is not None and issubclass(kind, (FanoutInputError, InvalidSubjectError)):
+            raise CLIError(f"{self.path}: {e}") from None
+        if kind is not None and issubclass(kind, ExecutorEnvironmentError):
+            raise CLIError(str(e)) from None
+        if kind is not None and issubclass(kind, spark_errors()):
+            raise CLIError(f"reading {self.path} failed: {first_line(e)}") from None
+        return False
+
+
 def _run(spark, job, inputs, clock):
     """Build or plan the index and set up the fan-out: (FanoutResult, its
-    index).  Errors in the inputs become CLIError naming the file."""
-    from topicmatch import InvalidSubjectError
-    from topicmatch.spark import (ExecutorEnvironmentError, FanoutInputError, fanout_with_rejects,
-                               index_from_arrow, share_index)
-    from topicmatch.spark.limits import limit
+    index).  The events are checked first and the subscriptions next, each
+    under its own _Blame; what the fan-out raises after both checks passed
+    is about a subscriptions row (a shard's build finds it)."""
+    from topicmatch.spark import fanout_with_rejects
+    from topicmatch.spark.base import check_events as spark_check_events
+    with _Blame(job.events_path):
+        spark_check_events(inputs.events, job.subject_col, job.key_col, True)
     kw = {"dedupe": True} if job.dedupe else {}
-    try:
-        subs, shards = inputs.subs, job.shards
-        sharded = shards != 1 and (shards != "auto" or subs.count() > limit("AUTO_SHARD_MIN_SUBS"))
-        if sharded:
-            clock.collect = clock.built = time.perf_counter()
-            res = fanout_with_rejects(inputs.events, subs_frame(subs, job.subs_path),
-                                      subject_col=job.subject_col, key_col=job.key_col,
-                                      dialect=job.dialect, queues=job.queues, ship=job.ship,
-                                      shards=shards, **kw)
-            idx = res.index
-        else:
-            table = subs_table(subs, job.subs_path)
-            clock.collect = time.perf_counter()
-            idx = share_index(spark, index_from_arrow(table, job.dialect), ship=job.ship)
-            del table
-            clock.built = time.perf_counter()
-            if shards != "auto":
-                kw["shards"] = shards
-            res = fanout_with_rejects(inputs.events, idx, subject_col=job.subject_col,
-                                      key_col=job.key_col, dialect=job.dialect, queues=job.queues,
-                                      **kw)
-    except (FanoutInputError, InvalidSubjectError) as e:
-        about_subs = str(e).startswith(("subscriptions", "the subscriptions"))
-        where = job.subs_path if about_subs else job.events_path
-        raise CLIError(f"{where}: {e}") from None
-    except ExecutorEnvironmentError as e:
-        raise CLIError(str(e)) from None
-    except spark_errors() as e:
-        raise CLIError(f"reading subscriptions {job.subs_path} failed: {first_line(e)}") from None
+    with _Blame(job.subs_path):
+        sharded, target, idx = _subscriptions(spark, job, inputs, clock)
+        if not sharded and job.shards != "auto":
+            kw["shards"] = job.shards
+        res = fanout_with_rejects(inputs.events, target, subject_col=job.subject_col,
+                                  key_col=job.key_col, dialect=job.dialect, queues=job.queues,
+                                  **({"ship": job.ship, "shards": job.shards} if sharded else {}),
+                                  **kw)
     clock.index = time.perf_counter()
-    return res, idx
+    return res, (res.index if sharded else idx)
+
+
+def _subscriptions(spark, job, inputs, clock):
+    """-> (sharded, what the fan-out takes: the subscriptions DataFrame or a
+    shared index, the shared index or None).  An index given (an image, a
+    filter list) is shipped as it is; a table is collected and indexed
+    here, or left a DataFrame for the sharded fan-out."""
+    from topicmatch.spark import index_from_arrow, share_index
+    from topicmatch.spark.base import check_subscriptions_schema
+    from topicmatch.spark.limits import limit
+    if job.sublist is not None:
+        clock.collect = time.perf_counter()
+        idx = share_index(spark, job.sublist, ship=job.ship)
+        clock.built = time.perf_counter()
+        return False, idx, idx
+    subs, shards = inputs.subs, job.shards
+    check_subscriptions_schema(subs, string_ids=True)
+    n = subs.count() if shards == "auto" else None        # (the count "auto" always made)
+    if shards != 1 and (shards != "auto" or n > limit("AUTO_SHARD_MIN_SUBS")):
+        if n is None and not job.allow_empty and subs.isEmpty():
+            n = 0
+        _check_rows(job, n)
+        clock.collect = clock.built = time.perf_counter()
+        return True, subs_frame(subs, job.subs_path), None
+    table = subs_table(subs, job.subs_path)
+    _check_rows(job, table.num_rows)
+    clock.collect = time.perf_counter()
+    idx = share_index(spark, index_from_arrow(table, job.dialect), ship=job.ship)
+    clock.built = time.perf_counter()
+    return False, idx, idx
+
+
+def _check_rows(job, n):
+    """A table Spark read (a remote one: a local one was checked before the
+    JVM started) with no rows is an error unless --allow-empty."""
+    if n == 0 and not job.allow_empty:
+        raise CLIError(f"subscriptions {job.subs_path} has no subscriptions (an empty table, or a "
+                       "header only): nothing could match; give --allow-empty to run with none")
 
 
 def _write(spark, job, scan, inputs, res, err, names, clock):
@@ -301,7 +358,7 @@ def _write(spark, job, scan, inputs, res, err, names, clock):
 def _report_index(p, idx, clock):
     """The summary's first line, printed as soon as the index is ready."""
     if hasattr(idx, "shipped_by"):
-        p(f"  index       {commas(idx.nsubs)} subscriptions, {_size(idx.nbytes)}, shipped by "
+        p(f"  index       {plural(idx.nsubs, 'subscription')}, {_size(idx.nbytes)}, shipped by "
           f"{idx.shipped_by} ({clock.collect - clock.read:.1f} s to collect, "
           f"{clock.built - clock.collect:.1f} s to build and ship)")
     else:
@@ -319,11 +376,11 @@ def _report(p, job, counts, written, n_jobs, clock):
     p(f"  events in   {commas(counts.events)} = {commas(counts.delivered)} delivered + "
       f"{commas(counts.unmatched)} unmatched + {commas(counts.rejected)} rejected  "
       + ("[reconciles]" if counts.reconciles else "[DOES NOT RECONCILE]"))
-    p(f"  deliveries  {commas(written)} rows -> {paths['deliveries']} (parquet)"
+    p(f"  deliveries  {plural(written, 'row')} -> {paths['deliveries']} (parquet)"
       + ("" if written == counts.deliveries else f"  [expected {commas(counts.deliveries)}]"))
-    p(f"  rejected    {commas(counts.rejected)} rows -> {paths['rejected']} (parquet, with `error`)")
-    p(f"  time        {seconds:.1f} s: {commas(round(counts.events / seconds))} events/s, "
-      f"{commas(round(counts.deliveries / seconds))} deliveries/s"
+    p(f"  rejected    {plural(counts.rejected, 'row')} -> {paths['rejected']} (parquet, with `error`)")
+    p(f"  time        {seconds:.1f} s: {per_second(counts.events, seconds)} events/s, "
+      f"{per_second(counts.deliveries, seconds)} deliveries/s"
       + (f", {n_jobs} Spark jobs" if n_jobs is not None else ""))
     p(f"              read inputs {clock.read - clock.start:.1f} s | index {clock.built - clock.read:.1f} s | "
       f"plan {clock.index - clock.built:.1f} s | "
@@ -388,26 +445,41 @@ def where(args):
     return args.remote if getattr(args, "remote", None) else args.master
 
 
-def precheck(args):
+def precheck(args, err):
     """Everything that can be checked without a JVM, checked before one
     starts: the files exist, their formats, --schema, the outputs, and for
     local inputs their columns and types (a CSV's header, a JSON-lines
-    file's first lines, a Parquet footer)."""
+    file's first lines, a Parquet footer); a local subscriptions table is
+    read once here (pyarrow), for its rows: none is an error, and filters
+    of another dialect are warned about.  An image or a filter list is
+    loaded here.  -> (SubsSource, the loaded Sublist or None, the dialect)."""
     check_readable(args.events, "events")
-    check_readable(args.subs, "subscriptions")
+    src = subs_source(args)
     if not getattr(args, "remote", None):
         check_master(args.master)
     ev_fmt = format_of(args.events, args.format, "events", "--format")
-    sub_fmt = format_of(args.subs, args.subs_format, "subscriptions", "--subs-format")
     schema = check_schema_option(getattr(args, "schema", None), ev_fmt)
     _out_paths(args.out, args.overwrite)
     check_events(args.events, local_columns(args.events, ev_fmt, schema), args.subject_col,
                  args.key_col)
-    check_subscriptions(args.subs, local_columns(args.subs, sub_fmt))
+    if src.kind != "table":
+        if args.shards not in ("auto", 1):
+            raise CLIError(f"--shards {args.shards} splits a subscriptions table; {src.path} is "
+                           "one index already (give the table, or --shards 1)")
+        loaded = load(src, args.dialect, err)
+        return src, loaded.sublist, loaded.dialect
+    dialect = args.dialect or "nats"
+    check_subscriptions(args.subs, local_columns(args.subs, src.fmt), src.columns)
+    if is_local(src.path):
+        rows = read_rows(src, dialect)
+        check_not_empty(src, len(rows), empty_reason(src))
+        warn_foreign(rows, dialect, src, err)
+    return src, None, dialect
 
 
 def cmd_fanout(args):
-    precheck(args)
+    err = Stderr(sys.stderr)
+    src, sublist, dialect = precheck(args, err)
     rejects = None
     if getattr(args, "rejects", None):
         try:
@@ -418,12 +490,13 @@ def cmd_fanout(args):
         spark = session(args)
         counts, _, _ = run_fanout(
             spark, args.events, args.subs, args.out, events_format=args.format,
-            subs_format=args.subs_format, dialect=args.dialect, subject_col=args.subject_col,
+            subs_format=src.fmt, dialect=dialect, subject_col=args.subject_col,
             key_col=args.key_col, queues=args.queues, overwrite=args.overwrite,
             master=where(args), progress=getattr(args, "progress", 2.0),
             ship=getattr(args, "ship", "auto"), shards=getattr(args, "shards", "auto"),
             dedupe=getattr(args, "dedupe", False), rejects=rejects,
-            schema=getattr(args, "schema", None), err_stream=Stderr(sys.stderr))
+            schema=getattr(args, "schema", None), err_stream=err, subs_columns=src.columns,
+            sublist=sublist, allow_empty=src.allow_empty)
     finally:
         if rejects is not None:
             rejects.close()

@@ -295,6 +295,24 @@ def read_events(spark, path, fmt, schema=None, long_cols=()):
     return df
 
 
+def select_subs_columns(subs, columns, path):
+    """The subscriptions DataFrame with its sub id, filter and queue columns
+    (a SubsColumns: --id-col, --filter-col, --queue-col) under the names
+    the fan-out reads; other columns are dropped (a renamed table may have
+    its own column called `filter`).  A missing column is a CLIError."""
+    from topicmatch.spark.base import column
+    if not columns.renamed():
+        return subs
+    for name in (columns.sub_id, columns.filter):
+        if name not in subs.columns:
+            raise CLIError(f"{path}: the subscriptions table has no column {name!r} "
+                           f"(columns: {', '.join(subs.columns)})")
+    picked = [column(columns.sub_id).alias("sub_id"), column(columns.filter).alias("filter")]
+    if columns.queue in subs.columns:
+        picked.append(column(columns.queue).alias("queue"))
+    return subs.select(*picked)
+
+
 def subs_table(subs, path):
     """The subscriptions on the driver as Arrow (sub_id int64, filter[, queue]),
     in one Spark job.  CSV (and quoted JSON) sub ids are strings: converted here,

@@ -392,17 +392,21 @@ def check_events(path, cols, subject_col, key_col):
         raise CLIError(f"events {path}: column {CORRUPT_COL!r} is reserved")
 
 
-def check_subscriptions(path, cols):
+def check_subscriptions(path, cols, names=None):
+    """The subscriptions' columns: names (a SubsColumns, --id-col ...; None:
+    sub_id, filter, queue) says which hold the sub id, filter and queue."""
     if cols is None:
         return
-    for name in ("sub_id", "filter"):
+    id_col, filter_col, queue_col = ((names.sub_id, names.filter, names.queue) if names is not None
+                                     else ("sub_id", "filter", "queue"))
+    for name in (id_col, filter_col):
         if name not in cols.types:
             _no_column(path, "subscriptions", name, cols)
-    t = cols.types["sub_id"]
+    t = cols.types[id_col]
     if t is not None and t not in ("bigint", "int", "smallint", "tinyint", "string"):
-        raise CLIError(f"{path}: subscriptions column 'sub_id' has type {t}, "
+        raise CLIError(f"{path}: subscriptions column {id_col!r} has type {t}, "
                        "expected an integer type (bigint)")
-    for name in ("filter", "queue"):
+    for name in (filter_col, queue_col):
         t = cols.types.get(name)
         if t is not None and t not in ("string", "void"):
             raise CLIError(f"{path}: subscriptions column {name!r} has type {t}, expected string")

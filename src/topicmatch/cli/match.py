@@ -6,59 +6,16 @@ import os
 import sys
 import time
 
-from topicmatch.cli.common import (EXIT_REJECTED, MAX_LINE_BYTES, CLIError, Rejected, RejectNames,
-                                 Stderr, check_readable, commas, read_lines)
+from topicmatch.cli.common import (EXIT_REJECTED, CLIError, Rejected, RejectNames, Stderr,
+                                   check_readable, plural, read_lines)
+from topicmatch.cli.match_labels import Labels
+from topicmatch.cli.subs_index import load
+from topicmatch.cli.subs_source import subs_source
 
-#: A subscriptions line may carry a queue name after its filter.
-MAX_SUBS_LINE_BYTES = 2 * MAX_LINE_BYTES + 1
 #: The progress line appears once a run has taken this long (seconds)...
 PROGRESS_AFTER = 2.0
 #: ...and is redrawn at most this often.
 PROGRESS_EVERY = 0.25
-
-
-def split_subscription(line, dialect):
-    """A subscriptions line -> (filter, queue or None), or None for a blank
-    line; ValueError when it has more fields.  NATS: a space or a tab
-    separates the queue (neither can be in a NATS filter); MQTT and AMQP,
-    whose filters may contain spaces: only a tab.  Nothing else splits (not
-    U+00A0, nor the other characters str.split() splits on)."""
-    if dialect == "nats":
-        parts = [p for p in line.replace("\t", " ").split(" ") if p]
-        if not parts:
-            return None
-    else:
-        if line == "":
-            return None
-        parts = line.split("\t")
-    if len(parts) > 2:
-        raise ValueError("expected 'filter' or 'filter<TAB>queue'" if dialect != "nats"
-                         else "expected 'filter' or 'filter queue'")
-    return parts[0], (parts[1] if len(parts) == 2 and parts[1] else None)
-
-
-def read_filters(path, dialect="nats"):
-    """Lines `filter` or `filter queue` (NATS: a space or tab between them;
-    MQTT and AMQP: a tab); blank lines skipped; sub_id = line number.  A line
-    that is one tab, or a tab then a queue, holds the empty filter (the AMQP
-    binding key of zero words, which matches only the empty routing key).
-    A line that is not UTF-8, too long or has too many fields stops the run
-    with an error naming it.  -> (filters, sub_ids, queues)"""
-    filters, ids, queues = [], [], []
-    for first, items, _ in read_lines(path, "subscriptions", MAX_SUBS_LINE_BYTES):
-        for lineno, line in enumerate(items, first):
-            if isinstance(line, Rejected):
-                raise CLIError(f"subscriptions {path} line {lineno}: {line.reason}")
-            try:
-                sub = split_subscription(line, dialect)
-            except ValueError as e:
-                raise CLIError(f"{path} line {lineno}: {e}") from None
-            if sub is None:
-                continue
-            filters.append(sub[0])
-            queues.append(sub[1])
-            ids.append(lineno)
-    return filters, ids, queues
 
 
 def _duration(seconds):
@@ -118,27 +75,16 @@ def _input_size(path):
 
 
 def cmd_match(args):
-    from topicmatch import InvalidSubjectError, Sublist
     t_start = time.perf_counter()
-    for path, what in ((args.subs, "subscriptions"), (args.subjects, "subjects")):
-        if path != "-":
-            check_readable(path, what)
-    if args.subs == "-" and args.subjects == "-":
-        raise CLIError("--subs and --subjects cannot both be standard input")
-    filters, ids, queues = read_filters(args.subs, args.dialect)
-    sl = Sublist(args.dialect)
-    try:
-        sl.insert_many(filters, ids, queues if any(q is not None for q in queues) else None)
-    except InvalidSubjectError as e:
-        msg = str(e)
-        if msg.startswith("item "):
-            i = int(msg[5:msg.index(":")])
-            msg = f"line {ids[i]}: {msg[msg.index(':') + 2:]}"
-        raise CLIError(f"{args.subs} {msg}") from None
-    # what each delivery line says after the subject, by sub_id
-    labels = {i: f"{i}\t{f}" + (f"\t{q}" if q is not None else "") + "\n"
-              for f, i, q in zip(filters, ids, queues)}
-    del filters, queues
+    src = subs_source(args)
+    if args.subjects != "-":
+        check_readable(args.subjects, "subjects")
+    if src.path == "-" and args.subjects == "-":
+        raise CLIError("the subscriptions and --subjects cannot both be standard input")
+    err = Stderr(sys.stderr, args.progress)
+    loaded = load(src, args.dialect, err)
+    labels = Labels(loaded.sublist, loaded.rows)
+    args.dialect = loaded.dialect           # an image's own, when --dialect was not given
     t_index = time.perf_counter() - t_start
 
     rejects = None
@@ -148,14 +94,14 @@ def cmd_match(args):
         except OSError as e:
             raise CLIError(f"cannot write --rejects {args.rejects}: {e.strerror}") from None
     try:
-        return _match_subjects(args, sl, labels, rejects, t_start, t_index)
+        return _match_subjects(args, loaded.sublist, labels, rejects, t_start, t_index, err)
     finally:
         if rejects is not None:
             rejects.close()
 
 
-def _match_subjects(args, sl, labels, rejects, t_start, t_index):
-    out, err = sys.stdout, Stderr(sys.stderr, args.progress)
+def _match_subjects(args, sl, labels, rejects, t_start, t_index, err):
+    out = sys.stdout
     progress = MatchProgress(_input_size(args.subjects), err)
     names = RejectNames(err)
     try:
@@ -203,16 +149,16 @@ def _match_blocks(args, sl, labels, rejects, t_start, t_index, out, err, progres
         deliveries += len(r.sub_ids)
         if n_hit:
             row_of = np.repeat(np.arange(len(subjects)), counts).tolist()
-            out.write("".join([f"{subjects[k]}\t{labels[sid]}" for k, sid in zip(row_of, r.sub_ids.tolist())]))
+            out.write(labels.lines(subjects, row_of, r.sub_ids.tolist()))
         rows += len(subjects)
         progress.update(rows, bytes_done)
     out.flush()
     progress.finish()
     names.finish(args.subjects, "subjects")
     wall = time.perf_counter() - t_start
-    err.line(f"topicmatch match: {commas(rows)} subjects = {commas(delivered)} delivered + "
-          f"{commas(unmatched)} unmatched + {commas(rejected)} rejected; {commas(deliveries)} deliveries "
-          f"from {commas(len(sl))} subscriptions ({args.dialect}, queues={args.queues}) "
+    err.line(f"topicmatch match: {plural(rows, 'subject')} = {delivered:,} delivered + "
+          f"{unmatched:,} unmatched + {rejected:,} rejected; {plural(deliveries, 'delivery', 'deliveries')} "
+          f"from {plural(len(sl), 'subscription')} ({args.dialect}, queues={args.queues}) "
           f"in {wall:.2f} s wall: matching {t_match:.2f} s ({t_match / wall if wall > 0 else 0:.0%}), "
           f"index {t_index:.2f} s, reading and writing {max(0.0, wall - t_match - t_index):.2f} s")
     return EXIT_REJECTED if rejected else 0
