@@ -56,8 +56,10 @@ def _read_one(f, fmt, names):
     source = pa.BufferReader(sys.stdin.buffer.read()) if f == "-" else f
     try:
         if fmt == "parquet":
-            have = pq.read_schema(f).names
-            return pq.read_table(f, columns=[n for n in names if n in have])
+            schema = pq.read_schema(f)
+            if names[0] not in schema.names or names[1] not in schema.names:
+                return schema.empty_table()     # no rows read: the caller names the missing column
+            return pq.read_table(f, columns=[n for n in names if n in schema.names])
         if fmt == "json":
             return pajson.read_json(source)
         # CSV: text, as Spark reads it; an empty field is null (Spark's nullValue).
