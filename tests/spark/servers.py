@@ -147,6 +147,18 @@ def _port_open(port):
         return True
 
 
+def _listening(name, argv, env, log_path, port, timeout):
+    """A Server started and waited for until it accepts connections on
+    127.0.0.1:port (stopped again if it never does)."""
+    server = Server(name, argv, env, log_path)
+    try:
+        _wait(name, lambda: _port_open(port), [server], timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
 def connect_server(base_dir, extra_env=None, timeout=180):
     """-> (url "sc://127.0.0.1:PORT", Server)"""
     os.makedirs(base_dir, exist_ok=True)
@@ -165,12 +177,8 @@ def connect_server(base_dir, extra_env=None, timeout=180):
             "--conf", f"spark.pyspark.python={sys.executable}",
             "--conf", "spark.sql.shuffle.partitions=4",
             "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64"]
-    server = Server("spark connect server", argv, env, os.path.join(base_dir, "server.log"))
-    try:
-        _wait("the Spark Connect server", lambda: _port_open(port), [server], timeout)
-    except BaseException:
-        server.stop()
-        raise
+    server = _listening("the Spark Connect server", argv, env, os.path.join(base_dir, "server.log"),
+                        port, timeout)
     return f"sc://127.0.0.1:{port}", server
 
 
@@ -253,12 +261,8 @@ def s3_server(base_dir, timeout=60):
     port = free_port()
     argv = [sys.executable, "-c", "from moto.server import main; main()", "-H", "127.0.0.1",
             "-p", str(port)]
-    server = Server("moto S3 server", argv, dict(os.environ), os.path.join(base_dir, "s3.log"))
-    try:
-        _wait("the S3 server", lambda: _port_open(port), [server], timeout)
-    except BaseException:
-        server.stop()
-        raise
+    server = _listening("the S3 server", argv, dict(os.environ), os.path.join(base_dir, "s3.log"),
+                        port, timeout)
     return f"http://127.0.0.1:{port}", server
 
 

@@ -123,6 +123,18 @@ def _loads(log, index_ids):
     return {i: [ln[1] for ln in lines if ln[0] == i] for i in index_ids}
 
 
+def _builds_per_image(log):
+    """{(content name, location): builds} from the build tasks' log lines
+    ("NAME PID build INSERTS LOCATION", images.py)."""
+    with open(log) as f:
+        lines = [ln.rstrip("\n").split(" ", 4) for ln in f]
+    got = {}
+    for ln in lines:
+        if len(ln) == 5 and ln[2] == "build":
+            got[(ln[0], ln[4])] = got.get((ln[0], ln[4]), 0) + 1
+    return got
+
+
 def test_standalone_cluster_equals_local(cluster_result, local_result, remote_load_log):
     _same_as_local(cluster_result, local_result, ["broadcast", "file", "sharded", "auto"])
     assert cluster_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
@@ -130,6 +142,9 @@ def test_standalone_cluster_equals_local(cluster_result, local_result, remote_lo
     # common: the image built by an executor travels through Spark
     assert cluster_result["shipped_by"]["nats/auto"] == "image"
     assert cluster_result["image_path"]["nats/auto"].startswith("spark:")
+    # one build per image and location, whatever the hosts and applications
+    builds = _builds_per_image(remote_load_log)
+    assert any(loc.startswith("spark:") for _, loc in builds) and set(builds.values()) == {1}, builds
     assert set(cluster_result["examples"]) == {"mapPartitions", "mapInArrow"}
     assert cluster_result["shipped_by"]["nats/file"] == "file"
     assert cluster_result["shipped_by"]["nats/broadcast"] == "broadcast"
@@ -141,7 +156,8 @@ def test_standalone_cluster_equals_local(cluster_result, local_result, remote_lo
         assert 1 <= len(pids) == len(set(pids)) <= 4, (index_id, pids)
 
 
-def test_dynamic_allocation_and_shared_storage_equal_local(storage_result, local_result, s3_bucket):
+def test_dynamic_allocation_and_shared_storage_equal_local(storage_result, local_result, s3_bucket,
+                                                          remote_load_log):
     """Dynamic allocation on two hosts, with nothing in common, image_dir=s3://...
     and image_dir=a shared path: the rows of local mode; the images are in
     the store, fetched by the hosts."""
@@ -150,6 +166,13 @@ def test_dynamic_allocation_and_shared_storage_equal_local(storage_result, local
     _same_as_local(storage_result, local_result,
                    ["auto", "sharded"] + [f"{k}@{d}" for d in dirs for k in ("auto", "sharded")])
     assert storage_result["image_path"]["nats/auto"].startswith("spark:")
+    # an image is built once per content and location: the repeat call
+    # (arrays, on the same rows) and a new application on the same rows
+    # (the other cluster run's spark: images, which this driver holds)
+    # build nothing
+    builds = _builds_per_image(remote_load_log)
+    assert set(builds.values()) == {1}, builds
+    assert {loc.split("/")[0] for _, loc in builds} >= {"s3:", ""}, builds
     for d in dirs:
         assert storage_result["image_path"][f"nats/auto@{d}"].startswith(d + "/")
     # what the bucket holds: the unsharded images and every shard's
