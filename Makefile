@@ -11,7 +11,7 @@ CORE_C := $(sort $(wildcard csrc/*/*.c))
 CORE_H := $(sort $(wildcard csrc/*/*.h))
 CORE_INC := $(patsubst %/,-I%,$(sort $(dir $(CORE_C) $(CORE_H))))
 
-.PHONY: valgrind callgrind all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
+.PHONY: valgrind callgrind bench-instructions bench-instructions-update all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
 
 all: build
 
@@ -288,6 +288,19 @@ valgrind:
 	fi
 callgrind: build valgrind
 	$(PY) bench/callgrind.py
+
+# The instruction gate (bench/instructions.py; .ci/run runs it): callgrind's
+# instructions per row of match_many, match and insert_many on light, heavy
+# and hot1k (rows=3000), the median of three runs of each, against the
+# committed baseline bench/instructions.json; fails on a count more than its
+# tolerance above the baseline.  It measures the in-place release build of
+# `make build` (setup.py's release flags, the wheel's).  A change that needs
+# more instructions rewrites the baseline in the same commit with
+# `make bench-instructions-update`, the reason in the commit message.
+bench-instructions: build valgrind
+	$(PY) bench/instructions.py
+bench-instructions-update: build valgrind
+	$(PY) bench/instructions.py --update
 
 # libFuzzer harnesses on the C core (fuzz/), built from csrc/ directly with
 # ASan + UBSan (pointer-overflow and nullability included, every report
