@@ -1,7 +1,9 @@
-"""`topicmatch fanout`: the fan-out of an events table against a subscriptions
-table on Spark, written to DIR/deliveries and DIR/rejected, with counts that
-reconcile; and the Spark session `topicmatch demo` runs on too.  (topicmatch.cli
-parses the arguments; fanout_io.py reads the inputs and counts rows.)
+"""`topicmatch fanout`: the fan-out of an events table against subscriptions
+(a table, an image or a filter list, as subs_source.py tells) on Spark,
+written to DIR/deliveries and DIR/rejected, with counts that reconcile; and
+the Spark session `topicmatch demo` runs on too.  (parser.py parses the
+arguments; fanout_io.py reads the inputs and counts rows.)  An image or a
+filter list is indexed before Spark starts and shipped as it is.
 
 One fan-out is three Spark jobs over the data: collect the subscriptions
 (one small job), then, with the per-event frame observed, write the
@@ -72,7 +74,7 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
                dialect="nats", subject_col="subject", key_col=None, queues="pick",
                overwrite=False, master="", out_stream=None, progress=2.0, ship="auto",
                shards="auto", dedupe=False, rejects=None, err_stream=None, schema=None,
-               subs_columns=SubsColumns(), sublist=None, allow_empty=False):
+               subs_columns=None, sublist=None, allow_empty=False):
     """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
     summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError.
 
@@ -93,6 +95,7 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
     from topicmatch.spark import is_connect
 
     out_stream = out_stream or sys.stdout
+    subs_columns = subs_columns or SubsColumns()
     err = err_stream if isinstance(err_stream, Stderr) else Stderr(err_stream or sys.stderr)
     p = lambda *a: print(*a, file=out_stream, flush=True)  # noqa: E731
     ev_fmt = format_of(events_path, events_format, "events", "--format")

@@ -1,5 +1,5 @@
-"""`topicmatch match`: subjects matched against filters from files, the engine
-alone (no Spark).  The subjects stream through in blocks (bounded memory);
+"""`topicmatch match`: subjects matched against subscriptions (a table, an
+image or a filter list: subs_source.py), the engine alone (no Spark).  The subjects stream through in blocks (bounded memory);
 one line per delivery on stdout; rejected lines, a progress line and the
 summary on stderr."""
 import os
