@@ -269,7 +269,13 @@ def main(argv=None):
                     help="where the shard images go (default: a new temporary directory, so "
                          "that the first fanout pass builds them: a first call); 'none': no "
                          "image_dir, the fan-out's default arguments")
+    ap.add_argument("--verbose", action="store_true",
+                    help="log topicmatch.spark's steps (the plan, builds, images received) to stderr")
     args = ap.parse_args(argv)
+    if args.verbose:
+        import logging
+        logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+        logging.getLogger("topicmatch.spark").setLevel(logging.INFO)
     if args.cluster and not args.hosts:
         args.hosts = 2
     args.cluster = args.hosts > 0

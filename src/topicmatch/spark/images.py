@@ -38,6 +38,7 @@ client can add no file, keeps the index built on the driver and shipped
 (share_index).
 """
 import hashlib
+import time
 import logging
 import os
 import socket
@@ -393,6 +394,7 @@ def results(rows, spark) -> list:
     """The task result rows without their "chunk" rows, whose bytes (a
     spark: image's) are written into the driver's cache and added to the
     application (image_store.receive) first."""
+    t0 = time.perf_counter()
     parts = {}
     out = []
     for r in rows:
@@ -403,6 +405,11 @@ def results(rows, spark) -> list:
             out.append(r)
     for location, got in parts.items():
         receive(spark, location, list(got.items()), driver_cache_dir())
+    if parts:
+        _log.info("topicmatch: received %d image(s), %.1f MB, through the driver in %.2f s "
+                  "(kept and added to the application)", len(parts),
+                  sum(len(c) for got in parts.values() for c in got.values()) / 1e6,
+                  time.perf_counter() - t0)
     return out
 
 

@@ -35,6 +35,7 @@ On the driver, per call:
 So a call on unchanged subscriptions runs the plan's aggregate and the
 match, nothing else: no subscription is shuffled or read by Python.
 """
+import logging
 import os
 import threading
 import time
@@ -58,6 +59,8 @@ from topicmatch.spark.route import image_column
 from topicmatch.spark.shard import _GROUP, ShardPlan, event_side, pick_keys, row_stats
 
 # (rows of status "chunk": a spark: image's bytes, images.results)
+_log = logging.getLogger("topicmatch.spark")
+
 _RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
            "bad_filter string, bad_queue string, seq long, chunk binary")
 _RESULT_SCHEMA = pa.schema([("shard", pa.int32()), ("status", pa.string()), ("path", pa.string()),
@@ -247,8 +250,11 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
             image_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
         if len(todo) < len(names):
             rows = rows.where(F.col("shard").isin(todo))
+        t0 = time.perf_counter()
         got = _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
             _build_task(locations, names, dialect, force), _RESULT).collect()
+        _log.info("topicmatch: the build job of %d shard image(s) took %.2f s", len(todo),
+                  time.perf_counter() - t0)
         for r in results(got, spark):
             if r["status"] == "bad":
                 raise bad_subscription(dialect, r["bad_sub_id"], r["bad_filter"], r["bad_queue"])
