@@ -21,7 +21,7 @@ pytestmark = pytest.mark.spark
 
 RECONCILE = re.compile(r"events in\s+([\d,]+) = ([\d,]+) delivered \+ ([\d,]+) unmatched \+ "
                        r"([\d,]+) rejected\s+\[reconciles\]")
-DELIVERIES = re.compile(r"deliveries\s+([\d,]+) rows")
+DELIVERIES = re.compile(r"deliveries\s+([\d,]+) rows?")
 
 
 def _num(s):
@@ -78,7 +78,7 @@ def test_fanout_command(spark, tmp_path, capsys, fmt):
     assert [_num(x) for x in m.groups()] == [c["events"], c["delivered"], c["unmatched"], c["rejected"]]
     n_deliveries = sum(len(exp.ids(e, "all")) for e in exp.plain)
     assert _num(DELIVERIES.search(stdout).group(1)) == n_deliveries
-    assert re.search(r"time\s+[\d.]+ s: [\d,]+ events/s", stdout)
+    assert re.search(r"time\s+[\d.]+ s: [\d,.]+ events/s, [\d,.]+ deliveries/s", stdout)
 
     deliveries = _read_parquet_dir(os.path.join(out, "deliveries"))
     assert deliveries.num_rows == n_deliveries
@@ -223,3 +223,43 @@ def test_spark_error_in_a_subprocess_is_one_line(tmp_path):
     lines = p.stderr.splitlines()          # the JVM's incubator warning left out, too
     assert lines == [lines[-1]] and lines[-1].startswith(
         f"topicmatch: error: cannot read events {corrupt} as parquet"), p.stderr
+
+
+# --- the subscriptions inputs that match and build take, on Spark (issue 48 item 2) ---
+
+SUBS_ROWS = [(11, "orders.*", None), (12, "orders.>", "workers"), (13, "orders.>", "workers"),
+             (14, "audit.x", None)]
+
+
+def _subs_input(tmp_path, capsys, kind):
+    """-> the fanout arguments naming the subscriptions SUBS_ROWS as `kind`."""
+    ren = tmp_path / "ren.csv"
+    ren.write_text("id,topic,grp\n" + "".join(f"{i},{f},{q or ''}\n" for i, f, q in SUBS_ROWS))
+    if kind == "renamed":
+        return ["--subs", str(ren), "--id-col", "id", "--filter-col", "topic", "--queue-col", "grp"]
+    img = tmp_path / "subs.img"
+    assert cli.main(["build", "--subs", str(ren), "--id-col", "id", "--filter-col", "topic",
+                     "--queue-col", "grp", "-o", str(img)]) == 0
+    capsys.readouterr()
+    return ["--subs", str(img)]
+
+
+@pytest.mark.parametrize("kind", ["renamed", "image"])
+def test_fanout_takes_renamed_columns_and_images(spark, tmp_path, capsys, kind):
+    from topicmatch import Sublist
+    ev = tmp_path / "events.csv"
+    subjects = ["orders.a", "orders.a.b", "audit.x", "none.x"]
+    ev.write_text("event_id,subject\n" + "".join(f"{k},{s}\n" for k, s in enumerate(subjects, 1)))
+    out = str(tmp_path / "out")
+    rc = cli.main(["fanout", "--events", str(ev), *_subs_input(tmp_path, capsys, kind), "--out", out,
+                   "--master", "local[2]", "--queues", "all"])
+    stdout = capsys.readouterr().out
+    assert rc == 0, stdout
+    sl = Sublist("nats")
+    for i, f, q in SUBS_ROWS:
+        sl.insert(f, i, queue=q)
+    r = sl.match_many(subjects, queues="all")
+    want = sorted((k, sid) for k in range(1, len(subjects) + 1) for sid in r[k - 1].tolist())
+    d = _read_parquet_dir(os.path.join(out, "deliveries"))
+    got = sorted(zip(map(int, d.column("event_id").to_pylist()), d.column("sub_id").to_pylist()))
+    assert got == want and len(want) == 6

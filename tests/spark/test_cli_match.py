@@ -53,7 +53,7 @@ def test_match_mqtt_tab_separated(capsys, tmp_path):
 def test_match_invalid_filter_names_the_line(capsys, tmp_path):
     rc, out, err = _run(capsys, tmp_path, ["a.*", "a.>.b"], ["a.b"])
     assert rc == 2 and out == ""
-    assert err.strip() == f"topicmatch: error: {tmp_path / 'filters.txt'} line 2: invalid filter 'a.>.b': " \
+    assert err.strip() == f"topicmatch: error: subscriptions {tmp_path / 'filters.txt'} line 2: invalid filter 'a.>.b': " \
         + err.strip().split("invalid filter 'a.>.b': ")[1]
     rc, out, err = _run(capsys, tmp_path, ["a b c"], ["a"])
     assert rc == 2 and "line 1: expected 'filter' or 'filter queue'" in err

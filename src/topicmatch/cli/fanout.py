@@ -217,12 +217,12 @@ def _read(spark, job, scan, clock):
 
 class _Blame:
     """Errors of the fan-out's inputs, routed by their type and by the step
-    that raised them (never by their text): within `with _Blame(path)`, a
+    that raised them (never by their text): within `with _Blame(path, what)`, a
     FanoutInputError or InvalidSubjectError becomes a CLIError naming
-    `path`, the input that step reads."""
+    `path`, the input that step reads (`what`: "events", "subscriptions")."""
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, what):
+        self.path, self.what = path, what
 
     def __enter__(self):
         return self
@@ -235,7 +235,7 @@ class _Blame:
         if kind is not None and issubclass(kind, ExecutorEnvironmentError):
             raise CLIError(str(e)) from None
         if kind is not None and issubclass(kind, spark_errors()):
-            raise CLIError(f"reading {self.path} failed: {first_line(e)}") from None
+            raise CLIError(f"reading {self.what} {self.path} failed: {first_line(e)}") from None
         return False
 
 
@@ -246,10 +246,10 @@ def _run(spark, job, inputs, clock):
     is about a subscriptions row (a shard's build finds it)."""
     from topicmatch.spark import fanout_with_rejects
     from topicmatch.spark.base import check_events as spark_check_events
-    with _Blame(job.events_path):
+    with _Blame(job.events_path, "events"):
         spark_check_events(inputs.events, job.subject_col, job.key_col, True)
     kw = {"dedupe": True} if job.dedupe else {}
-    with _Blame(job.subs_path):
+    with _Blame(job.subs_path, "subscriptions"):
         sharded, target, idx = _subscriptions(spark, job, inputs, clock)
         if not sharded and job.shards != "auto":
             kw["shards"] = job.shards
