@@ -185,7 +185,7 @@ BAD = {  # file -> what the message must say
     "flipped.img": "corrupt topicmatch index",
     "truncated.img": "corrupt topicmatch index",
     "empty.img": "empty file",
-    "text.img": "corrupt topicmatch index",
+    "text.img": "not a topicmatch image",
     "nats.img": "a 'nats' index; the broker routes MQTT topics",
     "plain.img": "an MQTT index without the routing table",
     "future.img": f"routing image layout {ROUTING_IMAGE_VERSION + 1}; this topicmatch reads layout {ROUTING_IMAGE_VERSION}",

@@ -8,6 +8,9 @@ stubs say where)."""
 from topicmatch._core import BatchResult as BatchResult
 from topicmatch._core import TopicmatchError as TopicmatchError
 from topicmatch._core import ImageChangedError as ImageChangedError
+from topicmatch._core import ImageError as ImageError
+from topicmatch._core import NotAnImageError as NotAnImageError
+from topicmatch._core import CorruptImageError as CorruptImageError
 from topicmatch._core import InvalidSubjectError as InvalidSubjectError
 from topicmatch._core import MatchResult as MatchResult
 from topicmatch._core import Sublist as Sublist
@@ -21,6 +24,9 @@ __all__ = [
     "BatchResult",
     "TopicmatchError",
     "ImageChangedError",
+    "ImageError",
+    "NotAnImageError",
+    "CorruptImageError",
     "InvalidSubjectError",
     "MatchResult",
     "Sublist",

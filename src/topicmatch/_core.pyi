@@ -44,6 +44,18 @@ class ImageChangedError(TopicmatchError, OSError):
     path: Optional[str]
     def __init__(self, message: str, path: Optional[str] = ...) -> None: ...
 
+class ImageError(TopicmatchError, ValueError):
+    """Bytes or a file given as an index image (Sublist.open, from_bytes)
+    that cannot be read as one: NotAnImageError or CorruptImageError."""
+
+class NotAnImageError(ImageError):
+    """Not a topicmatch image or serialized index at all: it does not
+    start with the magic bytes b"\\x89FSB\\r\\n\\x1a\\n"."""
+
+class CorruptImageError(ImageError):
+    """A topicmatch image or serialized index (its magic is right) whose
+    content is damaged: truncated, a checksum mismatch, a bad offset."""
+
 class InvalidSubjectError(TopicmatchError, ValueError):
     """A subject, filter or queue name is malformed.
 

@@ -68,6 +68,23 @@ class ImageChangedError(TopicmatchError, OSError):
         self.path = path
 
 
+class ImageError(TopicmatchError, ValueError):
+    """Bytes or a file given as an index image (Sublist.open, from_bytes)
+    that cannot be read as one: NotAnImageError or CorruptImageError."""
+
+
+class NotAnImageError(ImageError):
+    """What was given is not a topicmatch image or serialized index at all:
+    it does not start with the magic bytes b"\\x89FSB\\r\\n\\x1a\\n" (a CSV,
+    an empty file, a directory...)."""
+
+
+class CorruptImageError(ImageError):
+    """A topicmatch image or serialized index (its magic bytes are right)
+    whose content is damaged: truncated, a checksum mismatch, an offset
+    leading outside it."""
+
+
 class InvalidSubjectError(TopicmatchError, ValueError):
     """A subject, filter or queue name is malformed.
 
@@ -477,7 +494,7 @@ cdef class Sublist:
         # the zeros or the new bytes read as damage too.
         self._check_file()
         if self._img_held and fs_image_damaged(self.sl):
-            raise ValueError(f"topicmatch image {self._img_source} is damaged: an offset in it leads outside "
+            raise CorruptImageError(f"topicmatch image {self._img_source} is damaged: an offset in it leads outside "
                              f"it, a walk in it loops or its ids are out of order (open it with verify=True "
                              f"to find where)")
         return 0

@@ -43,7 +43,7 @@ cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
 
 
 cdef int _written(Sublist sl, int rc) except -1:
-    # A writer's status: a damaged opened image raises its ValueError (an
+    # A writer's status: a damaged opened image raises its CorruptImageError (an
     # image is only found damaged on the way); anything else left is memory.
     # An opened file that changed while it was read raises first: what was
     # written may hold its zeros or its new bytes.
@@ -199,6 +199,29 @@ cdef bint _unchanging(object data):
     return type(data) is bytes
 
 
+# The first bytes of every image and serialized index (docs/FORMAT.md).
+_MAGIC = b"\x89FSB\r\n\x1a\n"
+
+
+cdef bint _has_magic(const char *buf, Py_ssize_t n):
+    """Does buf start as an image or serialized index does?  A non-empty
+    buffer shorter than the magic that is its prefix counts: a truncated
+    image, not a foreign file."""
+    cdef Py_ssize_t k = n if n < 8 else 8
+    return n > 0 and buf[:k] == _MAGIC[:k]
+
+
+cdef object _not_an_image(object source, const char *buf, Py_ssize_t n):
+    """The NotAnImageError of data that does not start with the magic."""
+    what = f"{source!r}: " if source is not None else ""
+    head = buf[:n if n < 8 else 8]
+    if n == 0:
+        return NotAnImageError(f"{what}not a topicmatch image: it is empty")
+    return NotAnImageError(f"{what}not a topicmatch image: bad magic: it starts with {head!r}, not "
+                           f"{_MAGIC!r}, the magic bytes every topicmatch image and serialized index "
+                           f"starts with")
+
+
 cdef str _corrupt_message(const fs_error *err):
     """The text of a refused image: the reason and where (docs/FORMAT.md).
     A checksum is stored right after the bytes it sums ([0, 48 + P)): its
@@ -212,7 +235,8 @@ cdef str _corrupt_message(const fs_error *err):
 
 def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mapping=False):
     """An index over data: an image matched in place (the buffer held), or
-    a version 1/2 blob rebuilt.  ValueError for corrupt data, TypeError for
+    a version 1/2 blob rebuilt.  NotAnImageError for data that does not start
+    with the magic, CorruptImageError for damaged data (both ValueErrors), TypeError for
     non-buffers.  own_mapping: data is Sublist.open's read-only mapping of
     the file it opened (read in place; any other buffer that can change is
     copied first)."""
@@ -234,6 +258,13 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     cdef int rc
     cdef Sublist obj
     cdef bint image = fs_image_is(<const char *>view.buf, <size_t>view.len)
+    if not image and not _has_magic(<const char *>view.buf, view.len):
+        # Not an image nor a serialized index at all (a CSV, say): said
+        # as such, not as the header the C loader finds truncated or wrong.
+        try:
+            raise _not_an_image(source, <const char *>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
     if image and (not (own_mapping or _unchanging(data)) or (<size_t>view.buf) % 8):
         # The index reads these bytes for as long as it lives, and trusts
         # what it checked once (verify=True): a buffer that may change under
@@ -256,7 +287,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
         PyBuffer_Release(&view)
     if rc == FS_EBADDATA:
         what = f"{source!r}: " if source is not None else ""
-        raise ValueError(f"{what}{_corrupt_message(&err)}")
+        raise CorruptImageError(f"{what}{_corrupt_message(&err)}")
     if rc != FS_OK:
         raise MemoryError()
     if not image:
@@ -330,7 +361,7 @@ def _open_regular(path):
             kind = ("a directory" if _stat.S_ISDIR(mode) else "a FIFO" if _stat.S_ISFIFO(mode)
                     else "a socket" if _stat.S_ISSOCK(mode)
                     else "a device" if _stat.S_ISCHR(mode) or _stat.S_ISBLK(mode) else "not a regular file")
-            raise ValueError(f"{path!r}: {kind}, not a topicmatch index file (Sublist.open maps regular files only)")
+            raise NotAnImageError(f"{path!r}: {kind}, not a topicmatch index file (Sublist.open maps regular files only)")
         return _os.fdopen(fd, "rb")
     except BaseException:
         _os.close(fd)
@@ -344,7 +375,7 @@ def _sublist_open(path, verify=True, cache_size=0):
     with _open_regular(path) as f:
         size = _os.fstat(f.fileno()).st_size
         if size == 0:
-            raise ValueError(f"{path!r}: empty file, not a topicmatch index")
+            raise NotAnImageError(f"{path!r}: empty file, not a topicmatch image")
         mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
         guard = _MapGuard(mm)
         if guard.slot == FS_ENOMEM:
