@@ -7,15 +7,12 @@ table may give one sub id several filters (a subscriber of `a.*` and
 `a.b`): the engine then returns the id once per matching filter, and the
 k-th time it appears for a subject it is labelled with the k-th of its
 filters that match the subject (in the table's order).  An image carries no
-table: its rows are listed by the index itself (`reverse_match` of the
-dialect's catch-all filter), and the few a catch-all cannot list (MQTT
-filters under a `$` topic) are looked up per subject when they match.
+table, and listing a million rows up front would cost seconds of the
+millisecond it takes to open: its labels are looked up per delivered
+subject (`reverse_match` of the subject: the stored filters that can match
+it) each time (an id of one row for this subject may have others).
 """
 from topicmatch import subject_matches
-
-#: The filter that every stored filter of the dialect can overlap, except
-#: MQTT's `$` topics (which `#` never matches, by the MQTT rule).
-CATCH_ALL = {"nats": ">", "mqtt": "#", "amqp": "#"}
 
 
 def _label(sid, f, q):
@@ -28,18 +25,16 @@ class Labels:
 
     def __init__(self, sublist, rows=None):
         self.sublist, self.dialect = sublist, sublist.dialect
-        if rows is None:
-            triples = [(sid, f, q) for f, sid, q in sublist.reverse_match(CATCH_ALL[self.dialect])]
-        else:
-            pylist = lambda c: c if isinstance(c, list) else c.to_pylist()  # noqa: E731
-            ids, filters = pylist(rows.sub_ids), pylist(rows.filters)
-            queues = pylist(rows.queues) if rows.queues is not None else [None] * len(ids)
-            triples = zip(ids, filters, queues)
-        self.many = {}
+        self.many, self.one = {}, {}
+        self.complete = False
+        self.table = rows is not None
+        if rows is None:                # an image: looked up as deliveries come
+            return
+        pylist = lambda c: c if isinstance(c, list) else c.to_pylist()  # noqa: E731
+        ids, filters = pylist(rows.sub_ids), pylist(rows.filters)
+        queues = pylist(rows.queues) if rows.queues is not None else [None] * len(ids)
         one = {}
-        n = 0
-        for sid, f, q in triples:
-            n += 1
+        for sid, f, q in zip(ids, filters, queues):
             if sid in self.many:
                 self.many[sid].append((f, q))
             elif sid in one:
@@ -47,29 +42,43 @@ class Labels:
             else:
                 one[sid] = (f, q)
         self.one = {sid: _label(sid, f, q) for sid, (f, q) in one.items()}
-        self.complete = not self.many and (rows is not None or n == len(sublist))
+        self.complete = not self.many
 
     def lines(self, subjects, row_of, sub_ids):
         """The delivery lines of one block: subjects[row_of[j]] gets sub_ids[j]."""
         one = self.one
         if self.complete:
             return "".join([f"{subjects[k]}\t{one[sid]}" for k, sid in zip(row_of, sub_ids)])
-        out, seen, row = [], {}, -1
+        out, seen, row, found = [], {}, -1, None
         for k, sid in zip(row_of, sub_ids):
             if k != row:
-                row, seen = k, {}
+                row, seen, found = k, {}, None
             label = one.get(sid)
             if label is None:
                 nth = seen[sid] = seen.get(sid, -1) + 1
-                label = self._nth(subjects[k], sid, nth)
+                if found is None:
+                    found = self._found(subjects[k])
+                label = self._nth(subjects[k], sid, nth, found)
             out.append(f"{subjects[k]}\t{label}")
         return "".join(out)
 
-    def _nth(self, subject, sid, nth):
+    def _found(self, subject):
+        """{sub_id: [(filter, queue)]} of the stored rows matching `subject`
+        (an image's; a table's are in `many`)."""
+        if self.table:
+            return {}
+        got = {}
+        for f, sid, q in self._reverse(subject):
+            if subject_matches(f, subject, self.dialect):
+                got.setdefault(sid, []).append((f, q))
+        return got
+
+    def _nth(self, subject, sid, nth, found):
         rows = self.many.get(sid)
-        if rows is None:                # an image's row the catch-all did not list
-            rows = [(f, q) for f, i, q in self._reverse(subject) if i == sid]
-        hits = [(f, q) for f, q in rows if subject_matches(f, subject, self.dialect)] or rows
+        if rows is not None:
+            hits = [(f, q) for f, q in rows if subject_matches(f, subject, self.dialect)] or rows
+        else:
+            hits = sorted(found.get(sid, ()), key=lambda r: (r[1] is not None, r[1] or "", r[0]))
         if not hits:
             # Unreachable while the engine and reverse_match agree; the id
             # still goes out, with an empty filter rather than a wrong one.
