@@ -337,7 +337,7 @@ def test_packets_of_every_length_width_arrive_whole(broker, size):
 def test_frame_reader_loses_nothing_to_a_cancelled_read():
     """amqtt reads each fixed header under wait_for (the keepalive): a
     timeout in the middle of a packet must leave the bytes read so far."""
-    from topicmatch.amqtt import _FrameReader
+    from topicmatch._amqtt_wire import _FrameReader
     from amqtt.adapters import StreamReaderAdapter
     from amqtt.codecs_amqtt import read_or_raise
     from amqtt.errors import NoDataError

@@ -206,9 +206,10 @@ def test_bad_files_are_refused_on_start_with_the_path_and_the_problem(tmp_path):
             assert isinstance(e, topicmatch.TopicmatchError) and isinstance(e, ValueError)
             msg = str(e)
             assert repr(path) in msg and why in msg, (name, verify, msg)
-    # A folder is no file.
+    # A folder is no file: refused at once, as Sublist.open refuses it
     e = _start({"image": str(tmp_path)})
-    assert isinstance(e, RoutingImageError) and repr(str(tmp_path)) in str(e) and "cannot be read" in str(e), e
+    assert isinstance(e, RoutingImageError) and repr(str(tmp_path)) in str(e), e
+    assert "a directory, not a topicmatch index file" in str(e), e
 
 
 def test_bad_options_are_refused_when_the_broker_is_made(tmp_path):
