@@ -17,8 +17,8 @@ tasks a *location*, a string of one of three kinds:
                             that copy.
     spark:NAME.img          hosts with nothing in common (no image_dir):
                             the build task saves the image on its own host
-                            and sends its bytes back with its result; the
-                            driver keeps them in its own cache and adds the
+                            and streams it to the driver (image_inbox); the
+                            driver keeps it in its own cache and adds the
                             file to the application (SparkContext.addFile),
                             so that each other host fetches it once, through
                             Spark, when a task first needs it -- executors
@@ -34,7 +34,7 @@ import fcntl
 import os
 import stat
 import tempfile
-from typing import Iterator, Optional, Tuple
+from typing import Optional
 
 from topicmatch import Sublist
 
@@ -48,7 +48,7 @@ REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
 #: The prefix of a location that travels through Spark (addFile).
 SPARK = "spark:"
 
-#: The bytes of an image sent back per result row (spark: locations).
+#: The bytes read or written at a time in an upload or a fetch.
 CHUNK_BYTES = 8 << 20
 
 
@@ -239,14 +239,6 @@ def fetch(uri: str, cache_dir: str, lock) -> str:
     return local
 
 
-def chunks(path: str) -> Iterator[Tuple[int, bytes]]:
-    """(seq, bytes) of the file at path, CHUNK_BYTES at a time: a spark:
-    image's bytes, sent back with its task's result."""
-    with open(path, "rb") as f:
-        for seq, data in enumerate(iter(lambda: f.read(CHUNK_BYTES), b"")):
-            yield seq, data
-
-
 def open_location(location: str, cache_dir: str):
     """The Sublist a worker maps for an image location: a path where it is
     (written by a build task or checked by the driver's probe: the header
@@ -254,8 +246,8 @@ def open_location(location: str, cache_dir: str):
     this host's copy (fetch: checked in full as it arrived); a spark:
     image, this host's own build, or else the file Spark fetched into the
     executor's own directory of the application -- the bytes the driver
-    checked in full before it added them (receive), which Spark's fetch
-    moves into place only once they have all arrived."""
+    checked in full before it added them (image_inbox), which Spark's
+    fetch moves into place only once they have all arrived."""
     if is_remote(location):
         return Sublist.open(fetch(location, cache_dir, locked), verify=False)
     if is_spark(location):
@@ -276,29 +268,6 @@ def spark_file(location: str) -> str:
 # --------------------------------------------------------------------------
 # on the driver
 # --------------------------------------------------------------------------
-
-def receive(spark, location: str, parts, cache_dir: str) -> str:
-    """Write a spark: image's chunks (an iterable of (seq, bytes), in any
-    order) into the driver's cache, check it, and add it to the
-    application; -> the driver's path.  An image the driver holds already
-    (parts empty) is only added."""
-    local = cache_path(location, cache_dir)
-    if parts:
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".receive-", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for _, data in sorted(parts, key=lambda p: p[0]):
-                    out.write(data)
-            Sublist.open(tmp, verify=True)
-            os.replace(tmp, local)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
-    add_file(spark, local)
-    return local
-
 
 _ADDED = set()
 

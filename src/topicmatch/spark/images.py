@@ -37,6 +37,7 @@ each other host fetches it once, through Spark.  Spark Connect, where the
 client can add no file, keeps the index built on the driver and shipped
 (share_index).
 """
+import contextlib
 import hashlib
 import time
 import logging
@@ -54,9 +55,10 @@ from pyspark.sql import functions as F
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
-from topicmatch.spark.image_store import (IMAGE_DIR_ENV, cache_path, check_image_dir,  # noqa: F401
-                                          chunks, default_image_dir, fetch, image_home, is_remote,
-                                          is_spark, location_in, locked, private_dir, receive,
+from topicmatch.spark.image_inbox import Inbox, send
+from topicmatch.spark.image_store import (IMAGE_DIR_ENV, add_file, cache_path,  # noqa: F401
+                                          check_image_dir, default_image_dir, fetch, image_home,
+                                          is_remote, is_spark, location_in, locked, private_dir,
                                           remote_exists, upload)
 from topicmatch.spark.session import is_connect, is_local_master, session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, SharedIndex
@@ -65,11 +67,9 @@ from topicmatch.spark.ship import LOAD_LOG_ENV, SharedIndex
 #: change renames every image).
 _SEEDS = (0x66617374, 0x73756273)
 
-#: What the probe and the build task return: one row, then (a spark:
-#: image's) rows of status "chunk" with its bytes.
+#: What the probe and the build task return: one row per image.
 _RESULT = ("status string, path string, host string, inserts long, nsubs long, nbytes long, "
-           "bad_row long, bad_sub_id long, bad_filter string, bad_queue string, seq long, "
-           "chunk binary")
+           "bad_row long, bad_sub_id long, bad_filter string, bad_queue string")
 
 _log = logging.getLogger("topicmatch.spark")
 
@@ -233,18 +233,16 @@ def digest_name(subscriptions: DataFrame, dialect: str) -> str:
 _RESULT_SCHEMA = pa.schema([
     ("status", pa.string()), ("path", pa.string()), ("host", pa.string()), ("inserts", pa.int64()),
     ("nsubs", pa.int64()), ("nbytes", pa.int64()), ("bad_row", pa.int64()),
-    ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()), ("bad_queue", pa.string()),
-    ("seq", pa.int64()), ("chunk", pa.binary())])
+    ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()), ("bad_queue", pa.string())])
 
 
-def _result(status, path, inserts=0, nsubs=0, nbytes=0, bad=None, seq=None,
-            chunk=None) -> pa.RecordBatch:
+def _result(status, path, inserts=0, nsubs=0, nbytes=0, bad=None) -> pa.RecordBatch:
     i, sub_id, filter_, queue = bad if bad is not None else (None,) * 4
     return pa.RecordBatch.from_pydict({
         "status": [status], "path": [path], "host": [socket.gethostname()],
         "inserts": [inserts], "nsubs": [nsubs], "nbytes": [nbytes], "bad_row": [i],
-        "bad_sub_id": [sub_id], "bad_filter": [filter_], "bad_queue": [queue], "seq": [seq],
-        "chunk": [chunk]}, schema=_RESULT_SCHEMA)
+        "bad_sub_id": [sub_id], "bad_filter": [filter_], "bad_queue": [queue]},
+        schema=_RESULT_SCHEMA)
 
 
 def task_file(location: Optional[str], name: str) -> str:
@@ -263,37 +261,40 @@ def _driver_path(location: Optional[str], local: str) -> str:
     return local if location is None else location
 
 
-def probe_at(location: Optional[str], name: str, dialect: str):
+def probe_at(location: Optional[str], name: str, dialect: str, ticket=None):
     """The probe of one image: (status, path for the driver, subscriptions,
-    the file's (seq, bytes) parts to send back (a spark: image that is
-    there), nbytes).  A remote image is fetched to this host (checked in
-    full as it arrives)."""
+    nbytes).  A remote image is fetched to this host (checked in full as it
+    arrives); a spark: image found here is sent to the driver's inbox
+    (ticket: image_inbox)."""
     local = task_file(location, name)
     if location is not None and is_remote(location):
         if not remote_exists(location):
-            return "missing", location, 0, (), 0
+            return "missing", location, 0, 0
         try:
             fetch(location, os.path.dirname(local), locked)
         except (ValueError, OSError) as e:
-            return f"damaged: {e}", location, 0, (), 0
+            return f"damaged: {e}", location, 0, 0
     status, nsubs = probe_image(local, dialect)
     ok = status == "ok"
-    parts = chunks(local) if ok and location is not None and is_spark(location) else ()
-    return status, _driver_path(location, local), nsubs, parts, os.path.getsize(local) if ok else 0
+    if ok and location is not None and is_spark(location):
+        send(ticket, location, local)
+    return status, _driver_path(location, local), nsubs, os.path.getsize(local) if ok else 0
 
 
-def build_at(location: Optional[str], name: str, force: bool, build: Callable[[], Sublist]):
+def build_at(location: Optional[str], name: str, force: bool, build: Callable[[], Sublist],
+             ticket=None):
     """Build (unless there, and not force) and publish one image: saved on
-    this host, uploaded to a remote location, or sent back for a spark:
-    one.  -> (status, path for the driver, inserts, subscriptions, parts,
-    nbytes); BadRow passes through."""
+    this host, uploaded to a remote location, or sent to the driver's inbox
+    for a spark: one (ticket: image_inbox).  -> (status, path for the
+    driver, inserts, subscriptions, nbytes); BadRow passes through."""
     local = task_file(location, name)
     status, inserts, nsubs = save_locked(local, force, build)
     if location is not None and is_remote(location) and (
             status == "built" or force or not remote_exists(location)):
         upload(local, location)
-    parts = chunks(local) if location is not None and is_spark(location) else ()
-    return status, _driver_path(location, local), inserts, nsubs, parts, os.path.getsize(local)
+    if location is not None and is_spark(location):
+        send(ticket, location, local)
+    return status, _driver_path(location, local), inserts, nsubs, os.path.getsize(local)
 
 
 def probe_image(path: str, dialect: str) -> Tuple[str, int]:
@@ -347,25 +348,18 @@ def build_rows(rows: pa.Table, dialect: str) -> Sublist:
     return sl
 
 
-def _with_parts(row: pa.RecordBatch, path: str, parts):
-    """The task's result row, then a "chunk" row per part of a spark: image."""
-    yield row
-    for seq, data in parts:
-        yield _result("chunk", path, seq=seq, chunk=data)
-
-
-def _probe_task(location, name, dialect):
+def _probe_task(location, name, dialect, ticket=None):
     """-> the probe: a row with status "ok" (checked in full), "missing" or
-    "damaged: <why>" (and a spark: image's bytes)."""
+    "damaged: <why>" (a spark: image found is sent to the driver first)."""
     def topicmatch_image_probe(batches):
         for _ in batches:
             pass
-        status, path, nsubs, parts, nbytes = probe_at(location, name, dialect)
-        yield from _with_parts(_result(status, path, nsubs=nsubs, nbytes=nbytes), path, parts)
+        status, path, nsubs, nbytes = probe_at(location, name, dialect, ticket)
+        yield _result(status, path, nsubs=nsubs, nbytes=nbytes)
     return topicmatch_image_probe
 
 
-def _build_task(location, name, dialect, force, empty):
+def _build_task(location, name, dialect, force, empty, ticket=None):
     """-> the build: the task's rows (all of the table's, in its order; none
     when `empty`) become the image, unless it is there by the time the lock
     is held (force: rebuild it anyway, it was found damaged)."""
@@ -376,8 +370,8 @@ def _build_task(location, name, dialect, force, empty):
         # (Spark's batches may mark a column not null: their own schema)
         table = pa.Table.from_batches(got) if got else schema.empty_table()
         try:
-            status, path, inserts, nsubs, parts, nbytes = build_at(
-                location, name, force, lambda: build_rows(table, dialect))
+            status, path, inserts, nsubs, nbytes = build_at(
+                location, name, force, lambda: build_rows(table, dialect), ticket)
         except BadRow as e:
             yield _result("bad", location, bad=e.args)
             return
@@ -385,32 +379,43 @@ def _build_task(location, name, dialect, force, empty):
         if log and status == "built":
             with open(log, "a") as f:
                 f.write(f"{name} {os.getpid()} build {inserts} {path}\n")
-        yield from _with_parts(_result(status, path, inserts=inserts, nsubs=nsubs, nbytes=nbytes),
-                               path, parts)
+        yield _result(status, path, inserts=inserts, nsubs=nsubs, nbytes=nbytes)
     return topicmatch_image_build
 
 
-def results(rows, spark) -> list:
-    """The task result rows without their "chunk" rows, whose bytes (a
-    spark: image's) are written into the driver's cache and added to the
-    application (image_store.receive) first."""
+@contextlib.contextmanager
+def inbox_for(spark, locations):
+    """The driver's inbox (image_inbox) for this call's spark: images, on
+    the driver's own address; None when no location is spark:."""
+    if not any(loc is not None and is_spark(loc) for loc in locations):
+        yield None
+        return
+    host = spark.sparkContext.getConf().get("spark.driver.host", None) or socket.gethostname()
+    with Inbox(host, driver_cache_dir()) as inbox:
+        yield inbox
+
+
+def publish(rows, spark, inbox) -> list:
+    """The task result rows, once every spark: image they name (built, or
+    found by a probe) is in the driver's cache -- sent there by its task
+    before the task ended -- and added to the application."""
+    rows = list(rows)
+    if inbox is None:
+        return rows
     t0 = time.perf_counter()
-    parts = {}
-    out = []
+    added = 0
     for r in rows:
-        if r["status"] == "chunk":
-            # (two shards of the same content send the same image twice)
-            parts.setdefault(r["path"], {})[r["seq"]] = r["chunk"]
-        else:
-            out.append(r)
-    for location, got in parts.items():
-        receive(spark, location, list(got.items()), driver_cache_dir())
-    if parts:
-        _log.info("topicmatch: received %d image(s), %.1f MB, through the driver in %.2f s "
-                  "(kept and added to the application)", len(parts),
-                  sum(len(c) for got in parts.values() for c in got.values()) / 1e6,
-                  time.perf_counter() - t0)
-    return out
+        if r["status"] in ("ok", "built", "there") and r["path"] and is_spark(r["path"]):
+            local = inbox.received(r["path"])
+            if local is None:
+                raise RuntimeError(f"topicmatch: the task that reported the image {r['path']} "
+                                   "did not send it to the driver")
+            add_file(spark, local)
+            added += 1
+    if added:
+        _log.info("topicmatch: %d image(s) received by the driver and added to the application "
+                  "(%.2f s after the job)", added, time.perf_counter() - t0)
+    return rows
 
 
 def vanished(location: str) -> bool:
@@ -434,7 +439,7 @@ def driver_has(spark, location: str, dialect: str) -> bool:
     local = cache_path(location, driver_cache_dir())
     if probe_image(local, dialect)[0] != "ok":
         return False
-    receive(spark, location, (), driver_cache_dir())
+    add_file(spark, local)
     return True
 
 
@@ -472,29 +477,43 @@ def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
         row = {"path": location, "nbytes": os.path.getsize(local),
                "nsubs": len(Sublist.open(local, verify=False)), "host": socket.gethostname()}
     if row is None:
-        one = spark.range(1, numPartitions=1)
-        force = rebuild
-        if not rebuild:
-            row = results(one.mapInArrow(_probe_task(location, name, dialect), _RESULT).collect(),
-                          spark)[0]
-            if row["status"].startswith("damaged"):
-                _log.warning("topicmatch: rebuilding the image %s (%s)", row["path"], row["status"])
-                force = True
-        if rebuild or row["status"] != "ok":
-            rows = index_rows(subscriptions).coalesce(1)
-            got = rows.mapInArrow(_build_task(location, name, dialect, force, False), _RESULT).collect()
-            if not got:     # no partition at all: an empty table
-                got = one.mapInArrow(_build_task(location, name, dialect, force, True), _RESULT).collect()
-            row = results(got, spark)[0]
-            if row["status"] == "bad":
-                raise bad_subscription(dialect, row["bad_sub_id"], row["bad_filter"],
-                                       row["bad_queue"], row=row["bad_row"] + 1)
-            inserts = row["inserts"]
+        with inbox_for(spark, [location]) as inbox:
+            row, inserts = _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox)
         with _KNOWN_LOCK:
             _KNOWN[key] = row
     return SharedIndex(uuid.uuid4().hex, dialect, row["nbytes"], row["nsubs"], "image",
                        image_path=row["path"], digest=name, build_host=row["host"],
                        inserts=inserts)
+
+
+def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox):
+    """The probe task, then (missing, damaged, or rebuild) the build task:
+    -> (their row, subscriptions inserted)."""
+    spark = subscriptions.sparkSession
+    ticket = inbox.ticket if inbox is not None else None
+    one = spark.range(1, numPartitions=1)
+    force = rebuild
+    inserts = 0
+    row = None
+    if not rebuild:
+        row = publish(one.mapInArrow(_probe_task(location, name, dialect, ticket), _RESULT).collect(),
+                      spark, inbox)[0]
+        if row["status"].startswith("damaged"):
+            _log.warning("topicmatch: rebuilding the image %s (%s)", row["path"], row["status"])
+            force = True
+    if rebuild or row["status"] != "ok":
+        rows = index_rows(subscriptions).coalesce(1)
+        got = rows.mapInArrow(_build_task(location, name, dialect, force, False, ticket),
+                              _RESULT).collect()
+        if not got:     # no partition at all: an empty table
+            got = one.mapInArrow(_build_task(location, name, dialect, force, True, ticket),
+                                 _RESULT).collect()
+        row = publish(got, spark, inbox)[0]
+        if row["status"] == "bad":
+            raise bad_subscription(dialect, row["bad_sub_id"], row["bad_filter"],
+                                   row["bad_queue"], row=row["bad_row"] + 1)
+        inserts = row["inserts"]
+    return row, inserts
 
 
 def save_sublist(sublist: Sublist, image_dir) -> SharedIndex:

@@ -51,23 +51,21 @@ from topicmatch import Sublist
 from topicmatch.spark.base import bad_subscription
 from topicmatch.spark.image_store import image_home, location_in, open_location
 from topicmatch.spark.images import (BadRow, _check_dir, build_at, build_rows, driver_has,
-                                     index_rows, name_of, probe_at, results,
+                                     inbox_for, index_rows, name_of, probe_at, publish,
                                      spark_files, vanished)
 from topicmatch.spark.session import session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, WorkerCache
 from topicmatch.spark.route import image_column
 from topicmatch.spark.shard import _GROUP, ShardPlan, event_side, pick_keys, row_stats
 
-# (rows of status "chunk": a spark: image's bytes, images.results)
 _log = logging.getLogger("topicmatch.spark")
 
 _RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
-           "bad_filter string, bad_queue string, seq long, chunk binary")
+           "bad_filter string, bad_queue string")
 _RESULT_SCHEMA = pa.schema([("shard", pa.int32()), ("status", pa.string()), ("path", pa.string()),
                             ("inserts", pa.int64()), ("nsubs", pa.int64()),
                             ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()),
-                            ("bad_queue", pa.string()), ("seq", pa.int64()),
-                            ("chunk", pa.binary())])
+                            ("bad_queue", pa.string())])
 
 #: Shard images a Python worker keeps mapped (least recently used out first).
 #: A mapping costs address space, not memory: the pages are the page cache's.
@@ -87,34 +85,27 @@ def shard_names(subscriptions: DataFrame, dialect: str, plan: ShardPlan) -> List
     return [name_of(dialect, v) for v in sums]
 
 
-def _result(shard, status, path, inserts=0, nsubs=0, bad=(None, None, None), seq=None,
-            chunk=None) -> pa.RecordBatch:
+def _result(shard, status, path, inserts=0, nsubs=0, bad=(None, None, None)) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"shard": [shard], "status": [status], "path": [path],
                                        "inserts": [inserts], "nsubs": [nsubs],
                                        "bad_sub_id": [bad[0]], "bad_filter": [bad[1]],
-                                       "bad_queue": [bad[2]], "seq": [seq], "chunk": [chunk]},
-                                      schema=_RESULT_SCHEMA)
+                                       "bad_queue": [bad[2]]}, schema=_RESULT_SCHEMA)
 
 
-def _with_parts(row, shard, path, parts):
-    yield row
-    for seq, data in parts:
-        yield _result(shard, "chunk", path, seq=seq, chunk=data)
-
-
-def _probe_task(locations, names, dialect, shards):
+def _probe_task(locations, names, dialect, shards, ticket):
     """One task: each shard's image checked in full ("ok"), "missing" or
-    "damaged: why" (images.probe_at)."""
+    "damaged: why" (images.probe_at; a spark: image found is sent to the
+    driver's inbox)."""
     def topicmatch_shard_probe(batches):
         for _ in batches:
             pass
         for k in shards:
-            status, path, nsubs, parts, _ = probe_at(locations[k], names[k], dialect)
-            yield from _with_parts(_result(k, status, path, nsubs=nsubs), k, path, parts)
+            status, path, nsubs, _ = probe_at(locations[k], names[k], dialect, ticket)
+            yield _result(k, status, path, nsubs=nsubs)
     return topicmatch_shard_probe
 
 
-def _build_task(locations, names, dialect, force):
+def _build_task(locations, names, dialect, force, ticket):
     """The function of the build job's partitions: their rows (shard,
     sub_id, filter, queue) become the images of the shards in them (one per
     partition, as _placement places them).  This is where the image path
@@ -126,24 +117,23 @@ def _build_task(locations, names, dialect, force):
             return
         table = pa.Table.from_batches(got)
         for shard, rows in _runs(table, table.column("shard").to_numpy()):
-            yield from _build_one(locations, names, dialect, force, shard,
-                                  rows.select(["sub_id", "filter", "queue"]))
+            yield _build_one(locations, names, dialect, force, ticket, shard,
+                             rows.select(["sub_id", "filter", "queue"]))
     return topicmatch_shard_build
 
 
-def _build_one(locations, names, dialect, force, shard, rows: pa.Table):
+def _build_one(locations, names, dialect, force, ticket, shard, rows: pa.Table) -> pa.RecordBatch:
     t0 = time.perf_counter()
     try:
-        status, path, inserts, nsubs, parts, _ = build_at(
-            locations[shard], names[shard], shard in force, lambda: build_rows(rows, dialect))
+        status, path, inserts, nsubs, _ = build_at(
+            locations[shard], names[shard], shard in force, lambda: build_rows(rows, dialect), ticket)
     except BadRow as e:     # (its position in a shard means nothing to the caller)
-        yield _result(shard, "bad", locations[shard], bad=e.args[1:])
-        return
+        return _result(shard, "bad", locations[shard], bad=e.args[1:])
     log = os.environ.get(LOAD_LOG_ENV)
     if log and status == "built":   # as shard.py's builds: "shard-<name> <pid> <subscriptions> <seconds>"
         with open(log, "a") as f:
             f.write(f"shard-{names[shard]} {os.getpid()} {inserts} {time.perf_counter() - t0:.3f}\n")
-    yield from _with_parts(_result(shard, status, path, inserts, nsubs), shard, path, parts)
+    return _result(shard, status, path, inserts, nsubs)
 
 
 def _murmur3_int(v: int, seed: int = 42) -> int:
@@ -190,15 +180,15 @@ def _largest_first(todo: List[int], plan: ShardPlan) -> List[int]:
     return sorted(todo, key=lambda k: (-rows[k], k))
 
 
-def _empty_task(locations, names, dialect, shards, force):
+def _empty_task(locations, names, dialect, shards, force, ticket):
     """One task: the images of shards no subscription reaches (empty)."""
     def topicmatch_shard_empty(batches):
         for _ in batches:
             pass
         for k in shards:
-            status, path, inserts, nsubs, parts, _ = build_at(
-                locations[k], names[k], k in force, lambda: Sublist(dialect))
-            yield from _with_parts(_result(k, status, path, inserts, nsubs), k, path, parts)
+            status, path, inserts, nsubs, _ = build_at(
+                locations[k], names[k], k in force, lambda: Sublist(dialect), ticket)
+            yield _result(k, status, path, inserts, nsubs)
     return topicmatch_shard_empty
 
 
@@ -234,14 +224,32 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
             for k, p in zip(keys, paths):
                 _KNOWN[k] = p
         return {"paths": paths, "built": [], "inserts": 0}
-    one = spark.range(1, numPartitions=1)
     unknown = [k for k, p in enumerate(paths) if p is None]
+    with inbox_for(spark, [locations[k] for k in unknown]) as inbox:
+        probe, built = _probe_and_build(subscriptions, dialect, plan, names, locations, unknown,
+                                        rebuild, inbox)
+    for k in unknown:
+        paths[k] = (built.get(k) or probe[k])["path"]
+    with _KNOWN_LOCK:
+        for k, p in zip(keys, paths):
+            _KNOWN[k] = p
+    return {"paths": paths, "built": sorted(k for k, r in built.items() if r["status"] == "built"),
+            "inserts": sum(r["inserts"] for r in built.values())}
+
+
+def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, rebuild, inbox):
+    """The probe task over the unknown images, then one build job for those
+    missing or damaged (and one task for the empty ones): -> ({shard: probe
+    row}, {shard: build row})."""
+    spark = subscriptions.sparkSession
+    ticket = inbox.ticket if inbox is not None else None
+    one = spark.range(1, numPartitions=1)
     if rebuild:
         probe = {k: {"status": "rebuild", "path": locations[k]} for k in unknown}
     else:
         # (the shards with the same content, e.g. empty ones, share a name)
-        probe = {r["shard"]: r for r in results(one.mapInArrow(
-            _probe_task(locations, names, dialect, unknown), _RESULT).collect(), spark)}
+        probe = {r["shard"]: r for r in publish(one.mapInArrow(
+            _probe_task(locations, names, dialect, unknown, ticket), _RESULT).collect(), spark, inbox)}
     todo = sorted(k for k in unknown if probe[k]["status"] != "ok")
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
@@ -252,25 +260,19 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
             rows = rows.where(F.col("shard").isin(todo))
         t0 = time.perf_counter()
         got = _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
-            _build_task(locations, names, dialect, force), _RESULT).collect()
+            _build_task(locations, names, dialect, force, ticket), _RESULT).collect()
         _log.info("topicmatch: the build job of %d shard image(s) took %.2f s", len(todo),
                   time.perf_counter() - t0)
-        for r in results(got, spark):
+        for r in publish(got, spark, inbox):
             if r["status"] == "bad":
                 raise bad_subscription(dialect, r["bad_sub_id"], r["bad_filter"], r["bad_queue"])
             built[r["shard"]] = r
         empty = [k for k in todo if k not in built]
         if empty:
-            for r in results(one.mapInArrow(_empty_task(locations, names, dialect, empty, force),
-                                            _RESULT).collect(), spark):
+            for r in publish(one.mapInArrow(_empty_task(locations, names, dialect, empty, force, ticket),
+                                            _RESULT).collect(), spark, inbox):
                 built[r["shard"]] = r
-    for k in unknown:
-        paths[k] = (built.get(k) or probe[k])["path"]
-    with _KNOWN_LOCK:
-        for k, p in zip(keys, paths):
-            _KNOWN[k] = p
-    return {"paths": paths, "built": sorted(k for k, r in built.items() if r["status"] == "built"),
-            "inserts": sum(r["inserts"] for r in built.values())}
+    return probe, built
 
 
 # --------------------------------------------------------------------------

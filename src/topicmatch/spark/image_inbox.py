@@ -1,0 +1,173 @@
+"""How a spark: image gets from the executor that built it to the driver.
+
+Where the hosts share nothing (image_store: spark: locations), the driver
+adds each image to the application (SparkContext.addFile) so that every host
+fetches it through Spark; first the driver needs the file.  The build task
+(or the probe task that found it) streams it over TCP straight into the
+driver's cache:
+
+    driver                                  task (an executor)
+    Inbox(host): a listener on the          send(ticket, location, path):
+    driver's own address (Spark's           connect, the ticket's secret,
+    spark.driver.host, which every          the location, the size, the
+    executor reaches already), a            file (sendfile: no copy in
+    secret of this call                     Python), then wait for "ok"
+    each connection: written to a
+    temporary file as it arrives,
+    checked in full, renamed into
+    the cache; "ok"
+
+So the driver never holds an image in memory (a result row would: the
+whole image in its JVM and in Python, and under spark.driver.maxResultSize),
+and the task's result reaches the driver only once its image is in place.
+The secret (32 random bytes, compared in constant time) keeps any other
+client of the port from placing a file; a location is taken only as
+spark:NAME.img with a plain file name, so none can steer where it goes.
+"""
+import hmac
+import os
+import socket
+import struct
+import tempfile
+import threading
+from typing import Dict, Optional, Tuple
+
+from topicmatch import Sublist
+from topicmatch.spark.image_store import SPARK, cache_path, is_spark
+
+#: A ticket: (host, port, secret), pickled into the tasks' closures.
+Ticket = Tuple[str, int, bytes]
+
+_SECRET = 32
+_HEADER = struct.Struct("<HQ")          # location length, file size
+_OK, _FAILED = b"\x01", b"\x00"
+_TIMEOUT_S = 600
+
+
+def _plain_name(location: str) -> bool:
+    name = location[len(SPARK):]
+    return (is_spark(location) and name.endswith(".img") and os.path.basename(name) == name
+            and not name.startswith("."))
+
+
+def _read_exactly(conn: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        got = conn.recv(min(n - len(data), 1 << 20))
+        if not got:
+            raise ConnectionError(f"the sender closed after {len(data)} of {n} bytes")
+        data += got
+    return bytes(data)
+
+
+class Inbox:
+    """The driver's listener for one call's spark: images (a context
+    manager: closed on exit).  .ticket goes to the tasks; .received(location)
+    is the driver's checked copy, or None."""
+
+    def __init__(self, host: str, cache_dir: str):
+        self._cache_dir = cache_dir
+        self._secret = os.urandom(_SECRET)
+        self._server = socket.create_server((host, 0))
+        self._server.settimeout(0.5)
+        self.ticket: Ticket = (host, self._server.getsockname()[1], self._secret)
+        self._got: Dict[str, str] = {}
+        self._errors: Dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._accepting = threading.Thread(target=self._accept, name="topicmatch-image-inbox",
+                                           daemon=True)
+        self._accepting.start()
+
+    def __enter__(self) -> "Inbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._accepting.join()
+        self._server.close()
+
+    def received(self, location: str) -> Optional[str]:
+        with self._lock:
+            if location in self._errors:
+                raise ValueError(f"topicmatch: the image {location} sent to the driver was refused: "
+                                 f"{self._errors[location]}")
+            return self._got.get(location)
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=self._take, args=(conn,), daemon=True).start()
+
+    def _take(self, conn: socket.socket) -> None:
+        location = None
+        with conn:
+            conn.settimeout(_TIMEOUT_S)
+            try:
+                if not hmac.compare_digest(_read_exactly(conn, _SECRET), self._secret):
+                    return          # not one of this call's tasks: nothing written, no answer
+                n, size = _HEADER.unpack(_read_exactly(conn, _HEADER.size))
+                location = _read_exactly(conn, n).decode("utf-8")
+                if not _plain_name(location):
+                    raise ValueError(f"not a spark: image name: {location!r}")
+                self._write(conn, location, size)
+                conn.sendall(_OK)
+            except (OSError, ValueError, UnicodeDecodeError) as e:
+                if location is not None:
+                    with self._lock:
+                        self._errors[location] = str(e)
+                try:
+                    conn.sendall(_FAILED)
+                except OSError:
+                    pass
+
+    def _write(self, conn: socket.socket, location: str, size: int) -> None:
+        """The file, as it arrives, into a temporary in the cache; checked in
+        full; renamed over the cache's copy (a retried task's second copy
+        replaces the first whole)."""
+        fd, tmp = tempfile.mkstemp(dir=self._cache_dir, prefix=".inbox-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                left = size
+                while left:
+                    got = conn.recv(min(left, 1 << 20))
+                    if not got:
+                        raise ConnectionError(f"the sender closed with {left} of {size} bytes to come")
+                    out.write(got)
+                    left -= len(got)
+            Sublist.open(tmp, verify=True)
+            local = cache_path(location, self._cache_dir)
+            os.replace(tmp, local)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        with self._lock:
+            self._got[location] = local
+            self._errors.pop(location, None)
+
+
+def send(ticket: Ticket, location: str, path: str) -> None:
+    """On an executor: stream the image at path to the driver's inbox, and
+    return once the driver has checked it and put it in place (RuntimeError
+    when it refused it)."""
+    host, port, secret = ticket
+    name = location.encode("utf-8")
+    why = "it answered no"
+    with open(path, "rb") as f, socket.create_connection((host, port), timeout=_TIMEOUT_S) as conn:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            conn.sendall(secret + _HEADER.pack(len(name), size) + name)
+            conn.sendfile(f)
+            answer = conn.recv(1)
+        except OSError as e:    # the driver closed on us: refused before the end
+            answer, why = b"", str(e)
+    if answer != _OK:
+        raise RuntimeError(f"topicmatch: the driver at {host}:{port} did not take the image "
+                           f"{location} ({path}): {why}")
