@@ -89,9 +89,10 @@ static int zero_over(uintptr_t a)
         unsigned st = atomic_load_explicit(&g->state, memory_order_acquire);
         if ((st & SLOT_MASK) != SLOT_LIVE)
             continue;
-        uintptr_t b = atomic_load_explicit(&g->base, memory_order_relaxed);
-        size_t len = atomic_load_explicit(&g->len, memory_order_relaxed);
-        atomic_thread_fence(memory_order_acquire);
+        /* Acquire loads, not relaxed ones and a fence (which TSan cannot
+         * build): the state's second load below stays after them. */
+        uintptr_t b = atomic_load_explicit(&g->base, memory_order_acquire);
+        size_t len = atomic_load_explicit(&g->len, memory_order_acquire);
         if (atomic_load_explicit(&g->state, memory_order_relaxed) != st)
             continue;       /* released and claimed again meanwhile: not the range it was */
         if (a < b || a - b >= len)
@@ -196,9 +197,10 @@ int fs_fault_guard(const void *base, size_t len)
             !atomic_compare_exchange_strong_explicit(&g->state, &st, claim | SLOT_CLAIMED,
                                                      memory_order_acquire, memory_order_relaxed))
             continue;
-        atomic_thread_fence(memory_order_release);      /* the new word before the new range */
-        atomic_store_explicit(&g->base, (uintptr_t)base, memory_order_relaxed);
-        atomic_store_explicit(&g->len, len, memory_order_relaxed);
+        /* Release stores: the new state word before the new range (a
+         * fence would do it too, but TSan cannot build one). */
+        atomic_store_explicit(&g->base, (uintptr_t)base, memory_order_release);
+        atomic_store_explicit(&g->len, len, memory_order_release);
         atomic_store_explicit(&g->revoked, 0, memory_order_relaxed);
         unsigned u = atomic_load_explicit(&used, memory_order_relaxed);
         while (u < i + 1 && !atomic_compare_exchange_weak_explicit(&used, &u, i + 1, memory_order_release,

@@ -93,8 +93,10 @@ def filter_route_column(filters, dialect: str, depth: int):
 def shard_of(key, n: int):
     """Column: the shard of n of a filter route key (-1 stays -1: keys are
     otherwise non-negative); a null filter's is 0, the shard that then
-    refuses it."""
-    return F.coalesce(key % F.lit(n), F.lit(0))
+    refuses it.  (-1 is kept by name, not by the remainder: -1 % 1 is 0, so
+    with one shard the replicated rows' digest went to shard 0's image name
+    and the replicated share's image was named empty.)"""
+    return F.coalesce(F.when(key == F.lit(-1), F.lit(-1)).otherwise(key % F.lit(n)), F.lit(0))
 
 
 def image_column(dialect: str, depth: int, n: int):
