@@ -34,6 +34,24 @@ class IndexTooLargeError(TopicmatchError, RuntimeError):
     (spark.driver.maxResultSize, driver memory): shard them (shards=N)."""
 
 
+def type_name(obj) -> str:
+    """The kind of obj for a message, as module.qualname: a pandas DataFrame
+    given where a Spark one is expected reads "pandas.core.frame.DataFrame",
+    not a bare "DataFrame" that looks like the very type asked for.  Built-in
+    types keep their short name ("int", "str", "NoneType")."""
+    t = type(obj)
+    module = getattr(t, "__module__", None)
+    name = getattr(t, "__qualname__", t.__name__)
+    return name if module in (None, "builtins") else f"{module}.{name}"
+
+
+def expect_dataframe(df, what: str) -> None:
+    """TypeError unless df is a Spark DataFrame (classic or Connect), naming
+    what was given by type_name."""
+    if not isinstance(df, DataFrame):
+        raise TypeError(f"{what} must be a pyspark.sql.DataFrame, not {type_name(df)}")
+
+
 def column(name: str) -> Column:
     """A top-level column by its exact name (dots and backticks included)."""
     return F.col("`" + name.replace("`", "``") + "`")

@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 from topicmatch import Sublist
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
-                                 check_events, collect_subscriptions, column, index_from_arrow)
+                                 check_events, collect_subscriptions, column, expect_dataframe,
+                                 index_from_arrow, type_name)
 from topicmatch.spark.images import image_index, save_sublist, use_images, vanished
 from topicmatch.spark.shard_images import image_per_event, shard_images
 from topicmatch.spark.session import check_executors, is_connect, session_key
@@ -47,6 +48,7 @@ def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
     filter: InvalidSubjectError for an invalid filter or queue name,
     FanoutInputError for a null sub_id/filter or a wrong column type."""
     check_dialect(dialect)
+    expect_dataframe(subscriptions, "subscriptions")
     try:
         table = collect_subscriptions(subscriptions)
     except FanoutInputError:
@@ -116,7 +118,7 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
         sublist = build_index(sublist, dialect)
     if not isinstance(sublist, Sublist):
         raise TypeError("share_index needs a topicmatch.Sublist (or a subscriptions DataFrame), "
-                        f"not {type(sublist).__name__}")
+                        f"not {type_name(sublist)}")
     if dialect is not None and dialect != sublist.dialect:
         raise ValueError(f"the Sublist is {sublist.dialect!r}, share_index was given "
                          f"dialect={dialect!r}")
@@ -189,7 +191,7 @@ def _index_for(spark, subscriptions, dialect, ship, reuse, image_dir=None) -> Sh
         return share_index(spark, subscriptions, ship=ship, image_dir=image_dir)
     if not isinstance(subscriptions, DataFrame):
         raise TypeError("subscriptions must be a pyspark.sql.DataFrame, a topicmatch.Sublist "
-                        f"or a SharedIndex, not {type(subscriptions).__name__}")
+                        f"or a SharedIndex, not {type_name(subscriptions)}")
     if use_images(spark, image_dir, ship):
         key = (session_key(spark), dialect, "image", image_dir)
         idx = _reused(subscriptions, key) if reuse else None
@@ -407,7 +409,7 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse,
     if isinstance(shards, ShardPlan):
         if not isinstance(subscriptions, DataFrame):
             raise ValueError("a ShardPlan shards a subscriptions DataFrame, not a "
-                             f"{type(subscriptions).__name__}")
+                             f"{type_name(subscriptions)}")
         given, shards, depth = shards, shards.shards, shards.depth
     else:
         check_shards(shards)
@@ -418,7 +420,7 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse,
                 return None     # already one index on the driver: the broadcast path
             raise ValueError(
                 f"shards={shards} needs the subscriptions as a DataFrame: a "
-                f"{type(subscriptions).__name__} is one index already built on the driver, "
+                f"{type_name(subscriptions)} is one index already built on the driver, "
                 "so it is shipped whole (shards=1 or 'auto')")
         if shards == "auto" and small_enough(subscriptions, dialect, reuse):
             return None
@@ -492,8 +494,7 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     if queues not in QUEUE_MODES:
         raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
     check_dialect(dialect)
-    if not isinstance(events, DataFrame):
-        raise TypeError("events must be a pyspark.sql.DataFrame")
+    expect_dataframe(events, "events")
     check_events(events, subject_col, key_col, explode)
 
     spark = events.sparkSession

@@ -12,7 +12,8 @@ from pyspark.sql import DataFrame
 
 from topicmatch import Sublist
 from topicmatch._dialects import check_dialect
-from topicmatch.spark.base import QUEUE_MODES, check_events, collect_subscriptions
+from topicmatch.spark.base import (QUEUE_MODES, check_events, collect_subscriptions, expect_dataframe,
+                                   type_name)
 from topicmatch.spark.fan_out import (checked_plan, fanout_with_rejects, index_from_arrow,
                                    share_index, small_enough)
 from topicmatch.spark.images import check_dir_and_ship, digest_name, image_index, image_of, use_images
@@ -50,7 +51,7 @@ class _StreamIndex:
             return digest, (None if digest == self.digest else Sublist.from_bytes(data))
         if not isinstance(src, DataFrame):
             raise TypeError("subscriptions must be a DataFrame, a Sublist, or a callable "
-                            f"returning one, not {type(src).__name__}")
+                            f"returning one, not {type_name(src)}")
         primed, self._primed = self._primed, None
         if primed is not None and primed[0] is src:
             return primed[1]
@@ -242,6 +243,7 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     if queues not in QUEUE_MODES:
         raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
     check_dialect(dialect)
+    expect_dataframe(events, "events")
     if not events.isStreaming:
         raise ValueError("fanout_stream needs a streaming DataFrame (spark.readStream...); "
                          "use fanout_with_rejects for a batch one")
