@@ -242,8 +242,40 @@ cross-windows:
 	    done; echo "cross-windows: the smoke test passed under Wine ($(WINE))"; \
 	else echo "cross-windows: Wine is not installed: the smoke test was linked, not run (apt-get install wine64 to run it)"; fi
 
-demo: build
-	$(VENV)/bin/topicmatch demo
+# `make demo` installs only what the demo runs, in the same .venv: the
+# [spark] extra (PySpark, pyarrow, pandas), numpy and the build tools of
+# pyproject.toml's [build-system] -- not the test, bench and wheel tools that
+# `make test` adds (a later `make test` upgrades this venv to the full one;
+# a full venv already there is used as it is).  The extension is compiled
+# once, in place (setup.py build_ext --inplace, incremental on later runs),
+# and the demo imports it from src/.  Each step says what it does.
+DEMO_STAMP := $(VENV)/.demo-deps
+DEMO_REQS := $(VENV)/demo-requirements.txt
+# The requirements read from pyproject.toml: [build-system] requires, the
+# dependencies and the [spark] extra (tomllib; pip's own tomli before 3.11).
+DEMO_READ_REQS := import importlib, sys; \
+    t = importlib.import_module('tomllib' if sys.version_info >= (3, 11) else 'pip._vendor.tomli'); \
+    d = t.load(open('pyproject.toml', 'rb')); p = d['project']; \
+    print('\n'.join(d['build-system']['requires'] + p['dependencies'] + p['optional-dependencies']['spark']))
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(VENV)/.deps ] && [ $(VENV)/.deps -nt pyproject.toml ]; then \
+	    echo "== make demo: [1/4] $(VENV) has make test's full set-up: nothing to install"; \
+	else \
+	    echo "== make demo: [1/4] a virtual environment in $(VENV), with pip up to date" && \
+	    { [ -x $(PY) ] || $(PYTHON) -m venv $(VENV); } && \
+	    $(PIP) install -q --upgrade pip && \
+	    $(PY) -c "$(DEMO_READ_REQS)" > $(DEMO_REQS) && \
+	    echo "== make demo: [2/4] installing the build tools and the [spark] extra (PySpark is" \
+	         "the large one: a minute or two with pip's cache empty): $$(tr '\n' ' ' < $(DEMO_REQS))" && \
+	    $(PIP) install -q -r $(DEMO_REQS) || exit 1; \
+	fi
+	@touch $@
+
+demo: $(DEMO_STAMP)
+	@echo "== make demo: [3/4] compiling the extension in place (the C core, then topicmatch._core)"
+	@$(PY) setup.py -q build_ext --inplace
+	@echo "== make demo: [4/4] topicmatch demo: a generated IoT sample fanned out on local Spark"
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m topicmatch demo
 
 bench: build
 	$(PY) bench/run_engine.py
