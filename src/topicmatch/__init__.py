@@ -9,6 +9,7 @@
 """
 from topicmatch._core import (
     BatchResult,
+    ClosedError,
     TopicmatchError,
     ImageChangedError,
     ImageError,
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchResult",
+    "ClosedError",
     "TopicmatchError",
     "ImageChangedError",
     "ImageError",

@@ -6,6 +6,7 @@ a bool is not an id.  Columns may be Arrow string, large_string,
 string_view or dictionary<string> arrays, chunked or not (topicmatch._core's
 stubs say where)."""
 from topicmatch._core import BatchResult as BatchResult
+from topicmatch._core import ClosedError as ClosedError
 from topicmatch._core import TopicmatchError as TopicmatchError
 from topicmatch._core import ImageChangedError as ImageChangedError
 from topicmatch._core import ImageError as ImageError
@@ -22,6 +23,7 @@ from topicmatch._core import subject_matches as subject_matches
 __version__: str
 __all__ = [
     "BatchResult",
+    "ClosedError",
     "TopicmatchError",
     "ImageChangedError",
     "ImageError",

@@ -5,6 +5,7 @@ Checked against the built module by ``python -m mypy.stubtest topicmatch``
 inputs and outputs are typed ``Any``.
 """
 import os
+from types import TracebackType
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Sequence, SupportsIndex, Tuple, TypedDict, Union
 
 import numpy as np
@@ -55,6 +56,10 @@ class NotAnImageError(ImageError):
 class CorruptImageError(ImageError):
     """A topicmatch image or serialized index (its magic is right) whose
     content is damaged: truncated, a checksum mismatch, a bad offset."""
+
+class ClosedError(TopicmatchError, ValueError):
+    """A call on a Sublist after its close() (or the end of its ``with``
+    block): its memory, and an opened image's mapping, are gone."""
 
 class InvalidSubjectError(TopicmatchError, ValueError):
     """A subject, filter or queue name is malformed.
@@ -162,6 +167,14 @@ class Sublist:
     def open(path: Union[str, "os.PathLike[str]"], *, verify: _Verify = True, cache_size: int = 0) -> Sublist: ...
     def save(self, path: Union[str, "os.PathLike[str]"], *, mode: Optional[int] = None) -> None: ...
     def __reduce__(self) -> Tuple[Any, Tuple[bytes, int]]: ...
+    # close() frees the index now (an opened image: unmaps its file), after
+    # the calls in flight; later calls raise ClosedError; twice: nothing.
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> Sublist: ...
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]: ...
 
 def subject_matches(filter: str, subject: str, dialect: _Dialect = "nats") -> bool: ...
 def is_valid_subject(subject: str, dialect: _Dialect = "nats") -> bool: ...

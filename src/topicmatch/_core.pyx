@@ -32,6 +32,71 @@ cdef extern from "sublist.h" nogil:
     uint64_t fs_set_walk_release_min(uint64_t n)
     enum: FS_MATCH_WALK
 
+cdef extern from *:
+    """
+    #include <stdatomic.h>
+    #include "fs_sys.h"
+    /* Sublist.close()'s guard: which calls are inside an index, and whether
+     * it is closed.  A call adds one to busy, then reads closed; close()
+     * sets closed, then waits for busy to be zero.  Both sequentially
+     * consistent (the add before the load, the store before the loads):
+     * either the call sees closed and backs out, or close() sees the call
+     * and waits for it.  closed: 0 open, 1 closing, 2 closed (its memory
+     * gone).  tm_depth: how many guarded calls (on any index) the calling
+     * thread is inside, so that a close() from inside one (a __del__ or a
+     * signal handler run by match_many) refuses rather than waits for
+     * itself. */
+    typedef struct { atomic_uint busy; atomic_int closed; } tm_use;
+    static FS_THREAD_LOCAL unsigned tm_depth;
+    static inline int tm_enter(tm_use *u)
+    {
+        atomic_fetch_add(&u->busy, 1u);
+        if (atomic_load(&u->closed)) {
+            atomic_fetch_sub(&u->busy, 1u);
+            return -1;
+        }
+        tm_depth++;
+        return 0;
+    }
+    static inline void tm_leave(tm_use *u)
+    {
+        tm_depth--;
+        atomic_fetch_sub_explicit(&u->busy, 1u, memory_order_release);
+    }
+    static inline int tm_closed(tm_use *u) { return atomic_load_explicit(&u->closed, memory_order_relaxed) != 0; }
+    static inline int tm_may_wait(tm_use *u) { return tm_depth == 0 || atomic_load(&u->busy) == 0; }
+    /* 1 for the one close() that takes it from open to closing, else 0. */
+    static inline int tm_start_close(tm_use *u)
+    {
+        int open = 0;
+        return atomic_compare_exchange_strong(&u->closed, &open, 1);
+    }
+    /* Until no call is inside (the calls in flight finish; new ones back out). */
+    static inline void tm_wait_idle(tm_use *u)
+    {
+        for (unsigned spins = 0; atomic_load_explicit(&u->busy, memory_order_acquire); spins++)
+            if (spins > 64)
+                fs_yield();
+    }
+    static inline void tm_set_closed(tm_use *u) { atomic_store_explicit(&u->closed, 2, memory_order_release); }
+    /* A second close() while the first one frees: until it is done. */
+    static inline void tm_wait_closed(tm_use *u)
+    {
+        while (atomic_load_explicit(&u->closed, memory_order_acquire) != 2)
+            fs_yield();
+    }
+    """
+    ctypedef struct tm_use:
+        pass
+    int tm_enter(tm_use *u) noexcept nogil
+    void tm_leave(tm_use *u) noexcept nogil
+    bint tm_closed(tm_use *u) noexcept nogil
+    bint tm_may_wait(tm_use *u) noexcept nogil
+    bint tm_start_close(tm_use *u) noexcept nogil
+    void tm_wait_idle(tm_use *u) noexcept nogil
+    void tm_set_closed(tm_use *u) noexcept nogil
+    void tm_wait_closed(tm_use *u) noexcept nogil
+
 cdef extern from "Python.h":
     ctypedef struct PyObject
     # NULL with the error set: _utf8 checks for it itself, so that its hot
@@ -83,6 +148,12 @@ class CorruptImageError(ImageError):
     """A topicmatch image or serialized index (its magic bytes are right)
     whose content is damaged: truncated, a checksum mismatch, an offset
     leading outside it."""
+
+
+class ClosedError(TopicmatchError, ValueError):
+    """A call on a Sublist after its close() (or the end of its ``with``
+    block): the index's memory, and an opened image's mapping, are gone.
+    A ValueError, as Python's own "I/O operation on closed file" is."""
 
 
 class InvalidSubjectError(TopicmatchError, ValueError):
@@ -375,6 +446,14 @@ cdef list _id_list(const int64_t *ids, size_t n):
 
 
 cdef enum:
+    # what Sublist._file_state / _image_state found
+    IMG_OK = 0
+    IMG_CHANGED = 1     # the mapped file's bytes are no longer those opened
+    IMG_FAULTED = 2     # ... and a read past its new end was turned into zeros
+    IMG_DAMAGED = 3     # the image's damage was met
+
+
+cdef enum:
     SMALL_IDS = 32      # match(): answers of up to this many plain ids come back on the stack
 
 
@@ -431,7 +510,13 @@ cdef class Sublist:
     subscriptions match this subject?".  Safe to use from many threads.
     dialect: "nats", "mqtt" or "amqp" (RabbitMQ topic exchanges: binding
     keys with '*' and '#' anywhere; each sub_id is delivered at most once
-    per routing key, so results are always deduplicated)."""
+    per routing key, so results are always deduplicated).
+
+    close() frees it at once (an opened image: unmaps its file); so does
+    the end of a ``with`` block.  Calls after close() raise ClosedError."""
+    # First: the guard's counter lies in the object's first cache line,
+    # which every call from another thread already writes (its refcount).
+    cdef tm_use _use
     cdef fs_sublist *sl
     cdef fs_dialect _d
     cdef readonly str dialect
@@ -463,15 +548,80 @@ cdef class Sublist:
             raise MemoryError()
 
     def __dealloc__(self):
+        self._free()
+
+    # Every call that reaches self.sl, or an opened image's bytes, does so
+    # between _enter() and _leave() (close() waits for those to leave), and
+    # builds no Python object in between that could run other code -- a
+    # __del__ could call close() and wait for its own caller.  Errors found
+    # inside are raised after _leave().
+    cdef inline int _enter(self) except -1:
+        if tm_enter(&self._use):
+            raise self._closed_error()
+        return 0
+
+    cdef inline void _leave(self) noexcept nogil:
+        tm_leave(&self._use)
+
+    cdef object _closed_error(self):
+        return ClosedError(f"this topicmatch.Sublist ({self.dialect}) is closed: close() or the end of its "
+                           f"with block freed it{'' if self._img_source is None else ' and let go of its image ' + self._img_source}; "
+                           f"open or build the index again")
+
+    def close(self):
+        """close() -> None
+
+        Free the index now: its memory, and an opened image's mapping (the
+        file can then be deleted or replaced everywhere, Windows included).
+        Calls in flight on other threads (match, match_many's threads,
+        saving) finish first; close() waits for them, and later calls raise
+        ClosedError.  A second close() does nothing.  From inside a call on
+        an index -- a __del__ or a signal handler that a call of this thread
+        runs -- while calls are in flight, close() refuses (TopicmatchError)
+        rather than wait for its own caller."""
+        if tm_closed(&self._use):
+            with nogil:
+                tm_wait_closed(&self._use)
+            return
+        if not tm_may_wait(&self._use):
+            raise TopicmatchError(
+                "close() refused: it was called from inside a call on a topicmatch index (a __del__ or a "
+                "signal handler), while calls are in this one: it would wait for its own caller.  "
+                "Close it after that call returns")
+        if not tm_start_close(&self._use):
+            with nogil:
+                tm_wait_closed(&self._use)      # another thread's close() frees it
+            return
+        with nogil:
+            tm_wait_idle(&self._use)
+        self._free()
+        tm_set_closed(&self._use)
+
+    @property
+    def closed(self):
+        """True once close() has begun (no call can start any more)."""
+        return tm_closed(&self._use)
+
+    def __enter__(self):
+        if tm_closed(&self._use):
+            raise self._closed_error()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    cdef void _free(self) noexcept:
         if self.sl != NULL:
             fs_sublist_free(self.sl)
             self.sl = NULL
         if self._img_guard:         # before the mapping goes (another may take its addresses)
             fs_fault_unguard(self._img_guard - 1)
             self._img_guard = 0
+        self._img_tail_p = NULL
         if self._img_held:          # after the index: it reads these bytes
-            PyBuffer_Release(&self._img_view)
             self._img_held = False
+            PyBuffer_Release(&self._img_view)     # the mapping's last holder: unmapped
 
     cdef inline bint _img_changed(self) noexcept nogil:
         # Was the mapped file rewritten or cut shorter under the index?  Its
@@ -480,35 +630,56 @@ cdef class Sublist:
         # the mapping: they differ too).  One load, on the open()ed only.
         return self._img_tail_p != NULL and fs_fault_tail(self._img_tail_p) != self._img_tail
 
-    cdef int _check_file(self) except -1:
-        # ImageChangedError once the mapped file has changed under the index.
-        if self._img_tail_p != NULL and (
-                self._img_changed() or (self._img_guard and fs_fault_revoked(self._img_guard - 1))):
-            raise _image_changed(self._img_path, self._img_guard and fs_fault_revoked(self._img_guard - 1))
-        return 0
+    cdef int _file_state(self) noexcept nogil:
+        # Has the mapped file changed under the index?  IMG_OK, or
+        # IMG_CHANGED / IMG_FAULTED (a read past a new end was turned into
+        # zeros).  Inside _enter/_leave: it reads the mapping.
+        if self._img_tail_p == NULL:
+            return IMG_OK
+        if self._img_guard and fs_fault_revoked(self._img_guard - 1):
+            return IMG_FAULTED
+        return IMG_CHANGED if self._img_changed() else IMG_OK
 
-    cdef int _check_image(self) except -1:
+    cdef int _image_state(self) noexcept nogil:
+        # _file_state, then IMG_DAMAGED if a mapped image's damage was met.
         # A mapped image's damage shows at the first call that reaches it
         # (every offset is checked when followed): that call fails, and
         # every later one.  A file changed under its mapping is said first:
         # the zeros or the new bytes read as damage too.
-        self._check_file()
-        if self._img_held and fs_image_damaged(self.sl):
+        cdef int st = self._file_state()
+        if st == IMG_OK and self._img_held and fs_image_damaged(self.sl):
+            return IMG_DAMAGED
+        return st
+
+    cdef int _raise_state(self, int st) except -1:
+        # The error of a state that _file_state or _image_state found
+        # (after _leave(): it builds Python objects).
+        if st == IMG_CHANGED or st == IMG_FAULTED:
+            raise _image_changed(self._img_path, st == IMG_FAULTED)
+        if st == IMG_DAMAGED:
             raise CorruptImageError(f"topicmatch image {self._img_source} is damaged: an offset in it leads outside "
                              f"it, a walk in it loops or its ids are out of order (open it with verify=True "
                              f"to find where)")
         return 0
 
     def __len__(self):
-        return fs_sublist_count(self.sl)
+        self._enter()
+        cdef uint64_t n = fs_sublist_count(self.sl)
+        self._leave()
+        return n
 
     def __repr__(self):
+        if tm_closed(&self._use):
+            return f"<topicmatch.Sublist dialect={self.dialect!r} closed>"
         return f"<topicmatch.Sublist dialect={self.dialect!r} subscriptions={len(self)}>"
 
     @property
     def generation(self):
         """Grows on every insert or remove that changed the index."""
-        return fs_sublist_generation(self.sl)
+        self._enter()
+        cdef uint64_t g = fs_sublist_generation(self.sl)
+        self._leave()
+        return g
 
     def insert(self, filter, sub_id, *, queue=None):
         """insert(filter, sub_id, *, queue=None) -> bool
@@ -517,11 +688,14 @@ cdef class Sublist:
         "$share/GROUP/filter" for a shared subscription."""
         cdef fs_spec sp
         cdef fs_error err
-        cdef int rc
+        cdef int rc, st
         _fill_spec(&sp, filter, sub_id, queue)
+        self._enter()
         with nogil:
             rc = fs_sublist_insert(self.sl, &sp, &err)
-        self._check_file()          # an opened image's entry was read (copied to the live part)
+            st = self._file_state()     # an opened image's entry was read (copied to the live part)
+            self._leave()
+        self._raise_state(st)
         if rc < 0:
             raise _spec_error(rc, &err, filter, queue)
         return rc == 1
@@ -532,11 +706,14 @@ cdef class Sublist:
         Remove the subscription if present; True if it was there."""
         cdef fs_spec sp
         cdef fs_error err
-        cdef int rc
+        cdef int rc, st
         _fill_spec(&sp, filter, sub_id, queue)
+        self._enter()
         with nogil:
             rc = fs_sublist_remove(self.sl, &sp, &err)
-        self._check_file()
+            st = self._file_state()
+            self._leave()
+        self._raise_state(st)
         if rc < 0:
             raise _spec_error(rc, &err, filter, queue)
         return rc == 1
@@ -549,6 +726,8 @@ cdef class Sublist:
             raise KeyError((filter, sub_id, queue))
 
     cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
+        if tm_closed(&self._use):       # said before any argument's error
+            raise self._closed_error()
         if type(filters) is not list or (queues is not None and type(queues) is not list):
             af = _arrow_input(filters)
             aq = _arrow_input(queues) if queues is not None else None
@@ -629,13 +808,16 @@ cdef class Sublist:
         give row i back as Python objects for an error message."""
         cdef size_t changed = 0, bad = 0
         cdef fs_error err
-        cdef int rc
+        cdef int rc, st
+        self._enter()
         with nogil:
             if inserting:
                 rc = fs_sublist_insert_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
             else:
                 rc = fs_sublist_remove_many(self.sl, specs, <size_t>n, &changed, &bad, &err)
-        self._check_file()
+            st = self._file_state()
+            self._leave()
+        self._raise_state(st)
         if rc < 0:
             if rc == FS_ENOMEM:
                 raise MemoryError()
@@ -692,7 +874,8 @@ cdef class Sublist:
         # the rule and its measurements are in docs/design.md, "Threads"): a
         # cached answer is looked up first with it held (cheaper than the
         # release), and only a miss walks without it.
-        cdef int rc
+        cdef int rc, st = IMG_OK
+        self._enter()
         if not fs_sublist_walk_costly(self.sl):
             rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 1)
         else:
@@ -702,14 +885,17 @@ cdef class Sublist:
             if rc == FS_MATCH_WALK:
                 with nogil:
                     rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 1)
+        if self._img_held:
+            st = self._image_state()
+        self._leave()
         if rc < 0:
             if rc == FS_EINVAL:
                 raise _invalid("subject", subject, &err)
             raise MemoryError()
-        if self._img_held and (self._img_changed() or fs_image_damaged(self.sl)):
+        if st != IMG_OK:
             if w != NULL:
                 fs_workspace_release(w, &spare)
-            self._check_image()
+            self._raise_state(st)
         if w == NULL:
             return _small_result(ids, k, dedupe)
         try:
@@ -729,13 +915,21 @@ cdef class Sublist:
         cdef fs_workspace *w = fs_workspace_acquire(&spare)
         if w == NULL:
             raise MemoryError()
-        cdef int rc = fs_sublist_interest(self.sl, s, <size_t>n, &w.sc, &nplain, &nqueue, &err)
+        cdef int rc, st
+        try:
+            self._enter()
+        except ClosedError:
+            fs_workspace_release(w, &spare)
+            raise
+        rc = fs_sublist_interest(self.sl, s, <size_t>n, &w.sc, &nplain, &nqueue, &err)
+        st = self._image_state()
+        self._leave()
         fs_workspace_release(w, &spare)
         if rc == FS_EINVAL:
             raise _invalid("subject", subject, &err)
         if rc < 0:
             raise MemoryError()
-        self._check_image()
+        self._raise_state(st)
         return (nplain, nqueue)
 
     @cython.binding(False)
@@ -751,13 +945,21 @@ cdef class Sublist:
         cdef fs_workspace *w = fs_workspace_acquire(&spare)
         if w == NULL:
             raise MemoryError()
-        cdef int rc = fs_sublist_has_interest(self.sl, s, <size_t>n, &w.sc, &err)
+        cdef int rc, st
+        try:
+            self._enter()
+        except ClosedError:
+            fs_workspace_release(w, &spare)
+            raise
+        rc = fs_sublist_has_interest(self.sl, s, <size_t>n, &w.sc, &err)
+        st = self._image_state()
+        self._leave()
         fs_workspace_release(w, &spare)
         if rc == FS_EINVAL:
             raise _invalid("subject", subject, &err)
         if rc < 0:
             raise MemoryError()
-        self._check_image()
+        self._raise_state(st)
         return rc == 1
 
     def reverse_match(self, filter):
@@ -770,18 +972,21 @@ cdef class Sublist:
         cdef fs_scratch sc
         cdef fs_rresult r
         cdef fs_error err
-        cdef int rc
+        cdef int rc, st
         cdef size_t i
         cdef fs_rhit *h
+        self._enter()
         fs_scratch_init(&sc)
         fs_rresult_init(&r)
         try:
             rc = fs_sublist_reverse_match(self.sl, s, <size_t>n, &sc, &r, &err)
+            st = self._image_state()
+            self._leave()
             if rc == FS_EINVAL:
                 raise _invalid("filter", filter, &err)
             if rc < 0:
                 raise MemoryError()
-            self._check_image()
+            self._raise_state(st)
             out = []
             for i in range(r.nhits):
                 h = &r.hits[i]
@@ -814,10 +1019,28 @@ cdef class Sublist:
         image of the filters every shard needs.  The two should not hold
         the same subscription (two indexes deliver it twice)."""
         cdef Sublist other = _also_arg(self, also)
-        result = _match_many(self, other, subjects, keys, queues, threads, dedupe)
-        self._check_image()
+        cdef int st, other_st = IMG_OK
+        # Both indexes are held for the whole call, threads included: it
+        # converts rows (under the GIL) while its threads match.
+        self._enter()
         if other is not None:
-            other._check_image()
+            try:
+                other._enter()
+            except ClosedError:
+                self._leave()
+                raise
+        try:
+            result = _match_many(self, other, subjects, keys, queues, threads, dedupe)
+            st = self._image_state()
+            if other is not None:
+                other_st = other._image_state()
+        finally:
+            if other is not None:
+                other._leave()
+            self._leave()
+        self._raise_state(st)
+        if other is not None:
+            other._raise_state(other_st)
         return result
 
     def to_bytes(self, *, version=3):
@@ -850,7 +1073,8 @@ cdef class Sublist:
         crashes.  Under "checksum" and False, damage is found only where a
         bounds or order check meets it (the call raises ValueError, and so
         does every later one); elsewhere answers may be wrong.  Corrupt,
-        truncated or hostile data raises ValueError."""
+        truncated or hostile data raises ValueError.  close(), or the end
+        of a ``with`` block, lets go of the buffer at once."""
         return _sublist_from_bytes(data, cache_size, verify)
 
     @staticmethod
@@ -868,7 +1092,8 @@ cdef class Sublist:
         replace it (save() writes a new file and renames it over).  A file
         truncated or rewritten in place anyway makes the calls on the index
         raise ImageChangedError (from the one that meets it on), not kill
-        the process."""
+        the process.  close(), or the end of a ``with`` block, unmaps the
+        file at once."""
         return _sublist_open(path, verify, cache_size)
 
     def save(self, path, *, mode=None):
@@ -888,7 +1113,9 @@ cdef class Sublist:
     def stats(self):
         """stats() -> dict of counters and sizes."""
         cdef fs_stats st
+        self._enter()
         fs_sublist_stats(self.sl, &st)
+        self._leave()
         return {
             "subscriptions": st.subscriptions,
             "nodes": st.nodes,

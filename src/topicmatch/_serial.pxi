@@ -23,17 +23,19 @@ cdef extern from "fs_alloc.h" nogil:
 
 
 cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
-    cdef int rc
-    if version == 3:
-        with nogil:
-            rc = fs_image_write(sl.sl, out, n)
-    elif version == 2:
-        with nogil:
-            rc = fs_sublist_dump(sl.sl, out, n)
-    else:
+    cdef int rc, st
+    if version != 3 and version != 2:
         raise ValueError(f"version must be 2 or 3, not {version!r}")
+    sl._enter()
+    with nogil:
+        if version == 3:
+            rc = fs_image_write(sl.sl, out, n)
+        else:
+            rc = fs_sublist_dump(sl.sl, out, n)
+        st = _written_state(sl, rc)
+        sl._leave()
     try:
-        return _written(sl, rc)
+        return _written(rc, st, sl)
     except BaseException:
         # written, then found to hold a changed file's bytes: not returned
         if out[0] != NULL:
@@ -42,14 +44,21 @@ cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
         raise
 
 
-cdef int _written(Sublist sl, int rc) except -1:
-    # A writer's status: a damaged opened image raises its CorruptImageError (an
-    # image is only found damaged on the way); anything else left is memory.
-    # An opened file that changed while it was read raises first: what was
-    # written may hold its zeros or its new bytes.
-    sl._check_file()
-    if rc == FS_EBADDATA:
-        sl._check_image()
+cdef int _written_state(Sublist sl, int rc) noexcept nogil:
+    # After a writer, inside sl's _enter/_leave: what its image says.  An
+    # opened file that changed while it was read comes first (what was
+    # written may hold its zeros or its new bytes); a damaged opened image
+    # is only found damaged on the way (FS_EBADDATA).
+    cdef int st = sl._file_state()
+    if st == IMG_OK and rc == FS_EBADDATA:
+        st = sl._image_state()
+    return st
+
+
+cdef int _written(int rc, int st, Sublist sl) except -1:
+    # A writer's status, after sl's _leave: the image's error (st), else
+    # anything left is memory.
+    sl._raise_state(st)
     if rc != FS_OK:
         raise MemoryError()
     return 0
@@ -103,6 +112,8 @@ def _sublist_save(Sublist sl not None, path, mode=None):
     (fsync), then renamed over path, and the rename itself on disk.  The
     file gets the mode open() would give it (0o666 less the umask), or
     exactly `mode` when one is given."""
+    if sl.closed:                       # before any temporary file is made
+        raise sl._closed_error()
     path = _os.fspath(path)
     mode = _save_mode(mode)
     folder = _os.path.dirname(_os.path.abspath(path))
@@ -123,13 +134,16 @@ def _sublist_save(Sublist sl not None, path, mode=None):
     _os.close(fd)
     cdef bytes ctmp = _os.fsencode(tmp)
     cdef const char *ctmp_p = ctmp
-    cdef int rc, saved_errno = 0
+    cdef int rc, st, saved_errno = 0
     cdef char *out = NULL
     cdef size_t n = 0
     try:
+        sl._enter()
         with nogil:
             rc = fs_image_save(sl.sl, ctmp_p)
             saved_errno = errno
+            st = _written_state(sl, rc)
+            sl._leave()
         if rc == FS_ENOSYS:             # no file mappings here: through memory
             _write_image(sl, 3, &out, &n)
             try:
@@ -142,7 +156,7 @@ def _sublist_save(Sublist sl not None, path, mode=None):
         elif rc == FS_EIO:
             raise OSError(saved_errno, f"cannot save the image: {_os.strerror(saved_errno)}", path)
         else:
-            _written(sl, rc)
+            _written(rc, st, sl)
         try:
             _os.replace(tmp, path)
         except OSError as e:
