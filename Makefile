@@ -267,13 +267,14 @@ $(DEMO_STAMP): pyproject.toml
 	    $(PY) -c "$(DEMO_READ_REQS)" > $(DEMO_REQS) && \
 	    echo "== make demo: [2/4] installing the build tools and the [spark] extra (PySpark is" \
 	         "the large one: a minute or two with pip's cache empty): $$(tr '\n' ' ' < $(DEMO_REQS))" && \
-	    $(PIP) install -q -r $(DEMO_REQS) || exit 1; \
+	    t=$$(date +%s) && $(PIP) install -q -r $(DEMO_REQS) && \
+	    echo "   installed in $$(( $$(date +%s) - t )) s" || exit 1; \
 	fi
 	@touch $@
 
 demo: $(DEMO_STAMP)
 	@echo "== make demo: [3/4] compiling the extension in place (the C core, then topicmatch._core)"
-	@$(PY) setup.py -q build_ext --inplace
+	@t=$$(date +%s) && $(PY) setup.py -q build_ext --inplace && echo "   compiled in $$(( $$(date +%s) - t )) s"
 	@echo "== make demo: [4/4] topicmatch demo: a generated IoT sample fanned out on local Spark"
 	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m topicmatch demo
 
