@@ -75,13 +75,13 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
     size_t nplain = 0;
     int grouped = 0;                 /* most rows have no groups: no call for them */
     for (size_t k = 0; k < nhits; k++) {
-        nplain += hits[k]->nsubs;
+        nplain += fs_nsubs_of(sl, hits[k]);
         grouped |= hits[k]->groups != NULL;
     }
     if (nplain) {
         if (fs_idbuf_room(out, nplain) < 0)
             return FS_ENOMEM;
-        out->n += fs_hits_plain(sl, hits, nhits, out->ids + out->n);
+        out->n += fs_hits_plain(sl, hits, nhits, out->ids + out->n, nplain);
     }
     if (queues == FS_QUEUES_NONE || !grouped)
         return FS_OK;
@@ -94,10 +94,12 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
         if (queues == FS_QUEUES_PICK) {
             /* one rendezvous choice over every part's members */
             fs_pick_best best = {0, 0, 0};
-            const uint64_t seed = fs_pick_seed(keyhash, fs_group_key(sl, n, fs_node_group(n, sc->grefs[j].group)));
+            const uint64_t seed = fs_pick_seed(keyhash, fs_group_key(sl, n, fs_group_of(sl, n, sc->grefs[j].group)));
             for (size_t p = j; p < end; p++) {
-                const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
-                fs_pick_offer(&best, seed, fs_group_ids(part), part->n);
+                const fs_group *part = fs_group_of(sl, hits[sc->grefs[p].hit], sc->grefs[p].group);
+                const int64_t *gids;
+                uint32_t gn = fs_gids_of(sl, part, &gids);
+                fs_pick_offer(&best, seed, gids, gn);
             }
             if (put(out, &best.id, 1) < 0)
                 return FS_ENOMEM;
@@ -105,10 +107,12 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
         }
         fs_runs runs = {0, 0};
         for (size_t p = j; p < end; p++) {
-            const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
-            if (fs_idbuf_room(out, runs.n + part->n) < 0)
+            const fs_group *part = fs_group_of(sl, hits[sc->grefs[p].hit], sc->grefs[p].group);
+            const int64_t *gids;
+            uint32_t gn = fs_gids_of(sl, part, &gids);      /* once: it sizes the room */
+            if (fs_idbuf_room(out, runs.n + gn) < 0)
                 return FS_ENOMEM;
-            fs_runs_add(&runs, out->ids + out->n, fs_group_ids(part), part->n);
+            fs_runs_add(&runs, out->ids + out->n, gids, gn);
         }
         fs_runs_end(&runs, out->ids + out->n);
         out->n += runs.n;
@@ -116,10 +120,10 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
     return FS_OK;
 }
 
-static int any_groups(const fs_scratch *sc)
+static int any_groups(const fs_sublist *sl, const fs_scratch *sc)
 {
     for (size_t k = 0; k < sc->nhits; k++)
-        if (fs_ngroups(sc->hits[k]))
+        if (fs_ngroups_of(sl, sc->hits[k]))
             return 1;
     return 0;
 }
@@ -300,7 +304,7 @@ static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t
 static inline int emit_walked(const rows_job *job, const fs_sublist *sl, fs_scratch *sc, fs_result *r,
                               uint32_t keyhash)
 {
-    if (job->once && job->queues != FS_QUEUES_NONE && any_groups(sc)) {
+    if (job->once && job->queues != FS_QUEUES_NONE && any_groups(sl, sc)) {
         /* AMQP picks among deduplicated members, as the built (and cached)
          * result has them. */
         int rc = fs_build_result(sl, sc, r);

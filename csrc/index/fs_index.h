@@ -34,8 +34,9 @@ int fs_shape_add(fs_sublist *sl, fs_shape *sh, fs_node *n, uint64_t key);
 /* Remove entry n (not freed); an emptied shape is dropped.  Never fails. */
 void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n);
 /* Do entry e's literal tokens equal the subject's (tokens t) at their
- * positions?  The entry's key has already matched the subject's. */
-int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const char *s,
+ * positions?  The entry's key has already matched the subject's.  flen:
+ * the entry's filter bytes, read once (fs_toklen_of): only those are read. */
+int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, uint32_t flen, char sep, const char *s,
                            const fs_span *t, const char *s_end);
 void fs_shapes_free(fs_sublist *sl);
 
@@ -64,16 +65,16 @@ static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *
 static inline const fs_node *fs_shape_probe_slots(const fs_sublist *sl, const fs_shape *sh, uint64_t key,
                                                   char sep, const char *s, const fs_span *t, const char *end)
 {
-    const fs_level *L = &sh->table;
-    const fs_slot *slots = fs_lv_slots(sl, L);
-    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
-    for (uint32_t c = 0, i = lo & mask; c < L->cap; c++, i = (i + 1) & mask) {
+    const fs_slot *slots;
+    uint32_t cap = fs_lv_get(sl, &sh->table, &slots);
+    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = cap - 1;
+    for (uint32_t c = 0, i = lo & mask; c < cap; c++, i = (i + 1) & mask) {
         const fs_slot *slot = &slots[i];
         if (!slot->node)
             return NULL;
         if (slot->hash == lo && slot->len == hi) {
             const fs_node *e = fs_ref_node(sl, slot->node);
-            if (e && fs_shape_entry_matches(sh, e, sep, s, t, end))
+            if (e && fs_shape_entry_matches(sh, e, fs_toklen_of(sl, e), sep, s, t, end))
                 return e;            /* one filter per shape can match a subject */
         }
     }

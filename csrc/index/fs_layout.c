@@ -28,9 +28,10 @@ static int payload_inside(const fs_sublist *sl, uint64_t off, const fs_node *n)
     if ((uintptr_t)n->groups < sizeof(fs_node) || G < off || !fs_img_holds(sl, G, sizeof(fs_groups)))
         return 0;
     const fs_groups *gs = (const fs_groups *)(const void *)(sl->img.base + G);
-    if (gs->n == 0 || !fs_img_holds(sl, G, sizeof(fs_groups) + (uint64_t)gs->n * sizeof(fs_group)))
+    uint32_t ng = fs_once32(&gs->n);      /* once: it bounds the loop's reads */
+    if (ng == 0 || !fs_img_holds(sl, G, sizeof(fs_groups) + (uint64_t)ng * sizeof(fs_group)))
         return 0;
-    for (uint32_t i = 0; i < gs->n; i++) {
+    for (uint32_t i = 0; i < ng; i++) {
         uint64_t g = G + sizeof(fs_groups) + (uint64_t)i * sizeof(fs_group);
         const fs_group *p = &gs->g[i];
         if (p->cap != 0 || p->n == 0 || (uintptr_t)p->name < sizeof(fs_group) ||
@@ -55,19 +56,93 @@ const fs_node *fs_img_node_checked(const fs_sublist *sl, uint64_t off)
     return NULL;
 }
 
+int fs_img_level_ok(const fs_sublist *sl, const fs_level *L)
+{
+    uint64_t bits = L->filter ? L->filter_mask + 1 : 0;
+    return (L->cap & (L->cap - 1)) == 0 && L->count <= L->cap &&
+           (L->cap ? fs_img_holds(sl, (uintptr_t)L->slots, (uint64_t)L->cap * sizeof(fs_slot)) : !L->slots) &&
+           (!L->filter || (L->cap && bits >= 64 && (bits & (bits - 1)) == 0 &&
+                           fs_img_holds(sl, (uintptr_t)L->filter, bits / 8)));
+}
+
 const fs_level *fs_img_level_checked(const fs_sublist *sl, uint64_t off)
 {
     if (fs_img_holds(sl, off, sizeof(fs_level))) {
         const fs_level *L = (const fs_level *)(const void *)(sl->img.base + off);
-        uint64_t bits = L->filter ? L->filter_mask + 1 : 0;
-        if ((L->cap & (L->cap - 1)) == 0 && L->count <= L->cap &&
-            (L->cap ? fs_img_holds(sl, (uintptr_t)L->slots, (uint64_t)L->cap * sizeof(fs_slot)) : !L->slots) &&
-            (!L->filter || (L->cap && bits >= 64 && (bits & (bits - 1)) == 0 &&
-                            fs_img_holds(sl, (uintptr_t)L->filter, bits / 8))))
+        if (fs_img_level_ok(sl, L))
             return L;
     }
     fs_img_bad(sl);
     return NULL;
+}
+
+
+/* ---- a mapped node's payload, each field read once (fs_layout.h) */
+
+static const int64_t no_ids[1];
+const fs_group fs_no_group = {(char *)(uintptr_t)"", (int64_t *)(uintptr_t)no_ids, 0, 0, 0, 1};
+
+uint32_t fs_img_subs(const fs_sublist *sl, const fs_node *n, const int64_t **ids)
+{
+    uint32_t cap = fs_once32(&n->subcap), cnt = fs_once32(&n->nsubs);
+    *ids = &n->subs.one;
+    if (cap <= 1) {
+        if (cnt <= cap)
+            return cnt;
+    } else {
+        uint64_t rel = fs_once64(&n->subs.one), at = fs_img_off(sl, n) + rel;
+        if (rel >= sizeof(fs_node) && fs_img_holds(sl, at, (uint64_t)cnt * 8)) {
+            *ids = (const int64_t *)(const void *)(sl->img.base + at);
+            return cnt;
+        }
+    }
+    fs_img_bad(sl);
+    return 0;
+}
+
+uint32_t fs_img_groups(const fs_sublist *sl, const fs_node *n, const fs_groups **gs)
+{
+    uint64_t rel = fs_oncep(&n->groups);
+    *gs = NULL;
+    if (!rel)
+        return 0;
+    uint64_t G = fs_img_off(sl, n) + rel;
+    if (rel >= sizeof(fs_node) && fs_img_holds(sl, G, sizeof(fs_groups))) {
+        const fs_groups *p = (const fs_groups *)(const void *)(sl->img.base + G);
+        uint32_t cnt = fs_once32(&p->n);
+        if (fs_img_holds(sl, G, sizeof(fs_groups) + (uint64_t)cnt * sizeof(fs_group))) {
+            *gs = p;
+            return cnt;
+        }
+    }
+    fs_img_bad(sl);
+    return 0;
+}
+
+uint32_t fs_img_gname(const fs_sublist *sl, const fs_group *g, const char **name)
+{
+    uint32_t len = fs_once32(&g->name_len);
+    uint64_t rel = fs_oncep(&g->name), at = fs_img_off(sl, g) + rel;
+    if (rel >= sizeof(fs_group) && fs_img_holds(sl, at, FS_TOK_ALLOC(len))) {
+        *name = sl->img.base + at;
+        return len;
+    }
+    fs_img_bad(sl);
+    *name = fs_no_group.name;
+    return 0;
+}
+
+uint32_t fs_img_gids(const fs_sublist *sl, const fs_group *g, const int64_t **ids)
+{
+    uint32_t cnt = fs_once32(&g->n);
+    uint64_t rel = fs_oncep(&g->ids), at = fs_img_off(sl, g) + rel;
+    if (rel >= sizeof(fs_group) && fs_img_holds(sl, at, (uint64_t)cnt * 8)) {
+        *ids = (const int64_t *)(const void *)(sl->img.base + at);
+        return cnt;
+    }
+    fs_img_bad(sl);
+    *ids = no_ids;
+    return 0;
 }
 
 

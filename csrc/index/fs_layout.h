@@ -222,6 +222,30 @@ struct fs_sublist {
 
 #define FS_IMG_OBJECTS 1024u   /* the first object's offset: header and root block before */
 
+/* A mapped image's field, loaded exactly once.  The file under a mapping
+ * can be rewritten while a walk reads it (`cp bigger.img live.img`: the
+ * bytes change and no read faults), so a field checked and then read again
+ * may hold another value the second time: every offset and count of a
+ * mapped image that decides an address or a size is loaded once with
+ * these, checked, and only the checked copy is used (volatile: the
+ * compiler may not load it again instead of keeping the copy).  Changed
+ * bytes then give wrong answers or a damaged image (the Cython layer's
+ * check after the call raises ImageChangedError), never a read or a write
+ * outside the mapping or a buffer. */
+static inline uint8_t fs_once8(const void *p) { return *(const volatile uint8_t *)p; }
+static inline uint16_t fs_once16(const void *p) { return *(const volatile uint16_t *)p; }
+static inline uint32_t fs_once32(const void *p) { return *(const volatile uint32_t *)p; }
+static inline uint64_t fs_once64(const void *p) { return *(const volatile uint64_t *)p; }
+static inline uintptr_t fs_oncep(const void *p) { return *(const volatile uintptr_t *)p; }
+
+/* Does p point into sl's mapped image?  (A built index: never.)  Which
+ * layout a node or group has is decided by where it is, never by a byte
+ * of the mapping, which may change. */
+static inline int fs_img_owns(const fs_sublist *sl, const void *p)
+{
+    return (uintptr_t)p - (uintptr_t)sl->img.base < sl->img.len;
+}
+
 /* The offset of p, a pointer into the mapped image. */
 static inline uint64_t fs_img_off(const fs_sublist *sl, const void *p)
 {
@@ -245,6 +269,10 @@ static inline int fs_img_holds(const fs_sublist *sl, uint64_t off, uint64_t size
  * node that is not all inside the image (marked damaged). */
 const fs_node *fs_img_node_checked(const fs_sublist *sl, uint64_t off);
 const fs_level *fs_img_level_checked(const fs_sublist *sl, uint64_t off);
+/* Are level L's slots and bitmap inside the image, its counts sound?  (L
+ * itself may be a copy: fs_image.c checks its copies of the tables with
+ * it.)  1 or 0; marks nothing. */
+int fs_img_level_ok(const fs_sublist *sl, const fs_level *L);
 
 static inline const fs_node *fs_img_node(const fs_sublist *sl, const fs_node *ref)
 {
@@ -284,19 +312,81 @@ static inline const fs_node *fs_lv_rest(const fs_sublist *sl, const fs_level *L)
  * (NULL: none), for the reads. */
 static inline const fs_node *fs_up(const fs_sublist *sl, const fs_node *n)
 {
-    if (!(n->linked & FS_LINK_TRIE))
+    if (!fs_img_owns(sl, n)) {
+        if (!(n->linked & FS_LINK_TRIE))
+            return NULL;
+        const fs_node *p = fs_link_of(n)->parent;
+        return (n->linked & FS_LINK_IMAGE) ? fs_img_node(sl, p) : p;
+    }
+    /* A mapped node lies at FS_IMG_OBJECTS or after: the link before it
+     * is inside the mapping whatever its flag byte says now. */
+    if (!(fs_once8(&n->linked) & FS_LINK_TRIE))
         return NULL;
-    const fs_node *p = fs_link_of(n)->parent;
-    return (n->linked & FS_LINK_IMAGE) ? fs_img_node(sl, p) : p;
+    return fs_img_node(sl, (const fs_node *)fs_oncep(&fs_link_of(n)->parent));
 }
 static inline const fs_level *fs_down(const fs_sublist *sl, const fs_node *n)
 {
-    if (!(n->linked & FS_LINK_TRIE))
+    if (!fs_img_owns(sl, n)) {
+        if (!(n->linked & FS_LINK_TRIE))
+            return NULL;
+        const fs_level *L = fs_link_of(n)->next;
+        if (!(n->linked & FS_LINK_IMAGE) || !L)
+            return L;
+        return fs_img_level_checked(sl, (uint64_t)(uintptr_t)L);
+    }
+    if (!(fs_once8(&n->linked) & FS_LINK_TRIE))
         return NULL;
-    const fs_level *L = fs_link_of(n)->next;
-    if (!(n->linked & FS_LINK_IMAGE) || !L)
-        return L;
-    return fs_img_level_checked(sl, (uint64_t)(uintptr_t)L);
+    uint64_t off = fs_oncep(&fs_link_of(n)->next);
+    return off ? fs_img_level_checked(sl, off) : NULL;
+}
+
+/* Is n a trie node (a link before it)?  A mapped node's flag, read once. */
+static inline int fs_is_trie(const fs_sublist *sl, const fs_node *n)
+{
+    return (fs_img_owns(sl, n) ? fs_once8(&n->linked) : n->linked) & FS_LINK_TRIE;
+}
+
+/* A mapped node's token length, read once, with its bytes checked to lie
+ * in the image (0, the image marked damaged, when they do not); a built
+ * node's as it is. */
+static inline uint32_t fs_toklen_of(const fs_sublist *sl, const fs_node *n)
+{
+    if (!fs_img_owns(sl, n))
+        return n->toklen;
+    uint32_t len = fs_once16(&n->toklen);
+    if (fs_img_holds(sl, fs_img_off(sl, n), sizeof(fs_node) + FS_TOK_ALLOC(len)))
+        return len;
+    fs_img_bad(sl);
+    return 0;
+}
+
+/* May the len bytes of node n's token be read (compared: whole words, up
+ * to FS_TOK_ALLOC(len))?  Always for a built node. */
+static inline int fs_tok_fits(const fs_sublist *sl, const fs_node *n, uint32_t len)
+{
+    return !fs_img_owns(sl, n) || fs_img_holds(sl, fs_img_off(sl, n), sizeof(fs_node) + FS_TOK_ALLOC(len));
+}
+
+/* A level's slots (*slots) and their number, its cap: a mapped level's
+ * read once and checked (0, the image marked damaged, when they do not
+ * lie in the image); a built level's, or a mapped table copied at open
+ * (fs_image.c: the literal table and the shapes), as they are. */
+static inline uint32_t fs_lv_get(const fs_sublist *sl, const fs_level *L, const fs_slot **slots)
+{
+    if (!fs_img_owns(sl, L)) {
+        *slots = sl->img.base ? (const fs_slot *)fs_img_plus(sl->img.base, (uintptr_t)L->slots) : L->slots;
+        return L->cap;
+    }
+    uint32_t cap = fs_once32(&L->cap);
+    uint64_t off = fs_oncep(&L->slots);
+    if (!cap)
+        return 0;
+    if ((cap & (cap - 1)) || !fs_img_holds(sl, off, (uint64_t)cap * sizeof(fs_slot))) {
+        fs_img_bad(sl);
+        return 0;
+    }
+    *slots = (const fs_slot *)(const void *)(sl->img.base + off);
+    return cap;
 }
 
 /* The deepest a filter's trie path goes: a path longer than this in a
@@ -323,30 +413,45 @@ static inline uint32_t fs_path_depth(const fs_sublist *sl, const fs_node *n)
  * node's tokens joined by the separator (0 for the root). */
 static inline size_t fs_path_bytes(const fs_sublist *sl, const fs_node *n)
 {
-    if (!(n->linked & FS_LINK_TRIE))
-        return n->toklen;
+    if (!fs_is_trie(sl, n))
+        return fs_toklen_of(sl, n);
     uint32_t d = fs_path_depth(sl, n);
     size_t len = 0;
-    for (uint32_t i = 0; i < d; i++, n = fs_up(sl, n))
-        len += n->toklen + 1u;
-    return d ? len - 1 : 0;
+    for (uint32_t i = 0; i < d && n; i++, n = fs_up(sl, n))
+        len += fs_toklen_of(sl, n) + 1u;
+    return len ? len - 1 : 0;
 }
 
-/* Write node n's filter (fs_path_bytes of them) ending at end. */
-static inline void fs_path_write(const fs_sublist *sl, const fs_node *n, char *end)
+/* Write node n's filter ending at end, never before start (end - start:
+ * fs_path_bytes of them).  A mapped image changed since fs_path_bytes
+ * read it may have another path now: what does not fit is left out, and
+ * the bytes not written are zeros (the answer is wrong, never outside). */
+static inline void fs_path_write(const fs_sublist *sl, const fs_node *n, char *start, char *end)
 {
-    if (!(n->linked & FS_LINK_TRIE)) {
-        memcpy(end - n->toklen, n->tok, n->toklen);
+    if (!fs_is_trie(sl, n)) {
+        size_t len = fs_toklen_of(sl, n);
+        if (len > (size_t)(end - start)) {
+            fs_img_bad(sl);
+            len = (size_t)(end - start);
+        }
+        memcpy(end - len, n->tok, len);
+        memset(start, 0, (size_t)(end - len - start));
         return;
     }
     char sep = fs_sep(sl->dialect);
     uint32_t d = fs_path_depth(sl, n);
-    for (uint32_t i = 0; i < d; i++, n = fs_up(sl, n)) {
-        end -= n->toklen;
-        memcpy(end, n->tok, n->toklen);
+    for (uint32_t i = 0; i < d && n; i++, n = fs_up(sl, n)) {
+        size_t len = fs_toklen_of(sl, n);
+        if (len + (i + 1 < d) > (size_t)(end - start)) {
+            fs_img_bad(sl);
+            break;
+        }
+        end -= len;
+        memcpy(end, n->tok, len);
         if (i + 1 < d)
             *--end = sep;
     }
+    memset(start, 0, (size_t)(end - start));
 }
 
 /* ---- the index's lock in the fork registry (fs_layout.c): fork() waits
@@ -426,22 +531,90 @@ static inline const int64_t *fs_node_ids(const fs_node *n)
     return n->subs.many;
 }
 
+/* ---- a node's payload, safe on a mapped image whose bytes change (see
+ * fs_once8): each count and offset read once, checked against the image,
+ * and only the checked copy used.  A payload that no longer lies in the
+ * image reads as empty and marks it damaged.  For a built node, the plain
+ * fields.  Every reader of a payload that may be an image's goes through
+ * these, and takes each count once (a buffer sized by one read and
+ * filled by another could overflow). */
+uint32_t fs_img_subs(const fs_sublist *sl, const fs_node *n, const int64_t **ids);
+uint32_t fs_img_groups(const fs_sublist *sl, const fs_node *n, const fs_groups **gs);
+uint32_t fs_img_gname(const fs_sublist *sl, const fs_group *g, const char **name);
+uint32_t fs_img_gids(const fs_sublist *sl, const fs_group *g, const int64_t **ids);
+/* The empty group: what a group index past a changed node's groups reads. */
+extern const fs_group fs_no_group;
+
+/* Node n's plain ids (*ids) and how many. */
+static inline uint32_t fs_subs_of(const fs_sublist *sl, const fs_node *n, const int64_t **ids)
+{
+    if (!fs_img_owns(sl, n)) {
+        *ids = fs_node_ids(n);
+        return n->nsubs;
+    }
+    return fs_img_subs(sl, n, ids);
+}
+/* Node n's plain ids, how many (fs_subs_of without the ids). */
+static inline uint32_t fs_nsubs_of(const fs_sublist *sl, const fs_node *n)
+{
+    if (!fs_img_owns(sl, n))
+        return n->nsubs;
+    const int64_t *ids;
+    return fs_img_subs(sl, n, &ids);
+}
+/* Node n's queue groups: how many. */
+static inline uint32_t fs_ngroups_of(const fs_sublist *sl, const fs_node *n)
+{
+    if (!fs_img_owns(sl, n))
+        return fs_ngroups(n);
+    const fs_groups *gs;
+    return fs_img_groups(sl, n, &gs);
+}
+/* Node n's group i (i below a count fs_ngroups_of gave): fs_no_group when
+ * a mapped node has fewer now. */
+static inline const fs_group *fs_group_of(const fs_sublist *sl, const fs_node *n, uint32_t i)
+{
+    if (!fs_img_owns(sl, n))
+        return fs_node_group(n, i);
+    const fs_groups *gs;
+    return i < fs_img_groups(sl, n, &gs) ? &gs->g[i] : &fs_no_group;
+}
+/* Group g's name (*name) and its length. */
+static inline uint32_t fs_gname_of(const fs_sublist *sl, const fs_group *g, const char **name)
+{
+    if (!fs_img_owns(sl, g)) {
+        *name = fs_group_name(g);
+        return g->name_len;
+    }
+    return fs_img_gname(sl, g, name);
+}
+/* Group g's members (*ids) and how many. */
+static inline uint32_t fs_gids_of(const fs_sublist *sl, const fs_group *g, const int64_t **ids)
+{
+    if (!fs_img_owns(sl, g)) {
+        *ids = fs_group_ids(g);
+        return g->n;
+    }
+    return fs_img_gids(sl, g, ids);
+}
+
 /* The child for a literal token, or NULL.  end: how far the bytes from tok
  * may be read (tok + len at least). */
 static inline const fs_node *fs_level_find_within(const fs_sublist *sl, const fs_level *L, const char *tok,
                                                   uint32_t len, uint32_t h, const char *end)
 {
-    if (!L->cap)
+    const fs_slot *slots;
+    uint32_t cap = fs_lv_get(sl, L, &slots);
+    if (!cap)
         return NULL;
-    const fs_slot *slots = fs_lv_slots(sl, L);
-    uint32_t mask = L->cap - 1, i = h & mask;
-    for (uint32_t k = 0; k < L->cap; k++, i = (i + 1) & mask) {
+    uint32_t mask = cap - 1, i = h & mask;
+    for (uint32_t k = 0; k < cap; k++, i = (i + 1) & mask) {
         const fs_slot *s = &slots[i];
         if (!s->node)
             return NULL;
         if (s->hash == h && s->len == len) {
             const fs_node *n = fs_ref_node(sl, s->node);
-            if (n && n->toklen == len && fs_tok_eq_within(n->tok, tok, len, end))
+            if (n && n->toklen == len && fs_tok_fits(sl, n, len) && fs_tok_eq_within(n->tok, tok, len, end))
                 return n;
         }
     }
@@ -460,17 +633,18 @@ static inline const fs_node *fs_level_find(const fs_sublist *sl, const fs_level 
 static inline const fs_node *fs_keyed_find(const fs_sublist *sl, const fs_level *L, uint64_t key,
                                            const char *f, uint32_t len, const char *end)
 {
-    if (!L->cap)
+    const fs_slot *slots;
+    uint32_t cap = fs_lv_get(sl, L, &slots);
+    if (!cap)
         return NULL;
-    const fs_slot *slots = fs_lv_slots(sl, L);
-    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = L->cap - 1;
-    for (uint32_t k = 0, i = lo & mask; k < L->cap; k++, i = (i + 1) & mask) {
+    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = cap - 1;
+    for (uint32_t k = 0, i = lo & mask; k < cap; k++, i = (i + 1) & mask) {
         const fs_slot *s = &slots[i];
         if (!s->node)
             return NULL;
         if (s->hash == lo && s->len == hi) {
             const fs_node *n = fs_ref_node(sl, s->node);
-            if (n && n->toklen == len && fs_tok_eq_within(n->tok, f, len, end))
+            if (n && n->toklen == len && fs_tok_fits(sl, n, len) && fs_tok_eq_within(n->tok, f, len, end))
                 return n;
         }
     }

@@ -187,11 +187,11 @@ void fs_shape_del(fs_sublist *sl, fs_shape *sh, fs_node *n)
     fs_shape_drop_if_empty(sl, sh);
 }
 
-int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, char sep, const char *s,
+int fs_shape_entry_matches(const fs_shape *sh, const fs_node *e, uint32_t flen, char sep, const char *s,
                            const fs_span *t, const char *s_end)
 {
-    const char *f = e->tok, *f_end = e->tok + FS_TOK_ALLOC(e->toklen);
-    uint32_t flen = e->toklen, fp = 0, i = 0, n = sh->ntoks;
+    const char *f = e->tok, *f_end = e->tok + FS_TOK_ALLOC(flen);
+    uint32_t fp = 0, i = 0, n = sh->ntoks;
     uint64_t mask = sh->onemask;
     while (i < n) {
         if ((mask >> i) & 1) {

@@ -166,8 +166,9 @@ int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const char *sk
     const fs_level *L = fs_down(sl, x);
     if (!L)
         return FS_OK;
-    const fs_slot *slots = fs_lv_slots(sl, L);
-    for (uint32_t i = 0; i < L->cap; i++) {
+    const fs_slot *slots;
+    uint32_t ncap = fs_lv_get(sl, L, &slots);      /* once: a mapped level may change */
+    for (uint32_t i = 0; i < ncap; i++) {
         const fs_node *c = fs_ref_node(sl, slots[i].node);
         if (c && !(skip && c->toklen && c->tok[0] == '$') && fs_push_node(v, n, cap, c) < 0)
             return FS_ENOMEM;
@@ -264,7 +265,7 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
         if (x != sl->root && fs_has_subs(x)) {
             size_t len = fs_path_bytes(sl, x);
             if (len <= FS_AMQP_MAX_KEY) {     /* always: keys are checked on the way in */
-                fs_path_write(sl, x, path + len);
+                fs_path_write(sl, x, path, path + len);
                 rc = fs_tokenize(FS_AMQP, path, len, 1, &pt, &ignored);
                 if (rc == FS_EINVAL)          /* only a damaged image stores one */
                     fs_img_bad(sl);
@@ -403,8 +404,9 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
             if (one && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, one) < 0)
                 return FS_ENOMEM;
             if (sp->kind == FS_TOK_ONE) {
-                const fs_slot *slots = fs_lv_slots(sl, L);
-                for (uint32_t s = 0; s < L->cap; s++) {
+                const fs_slot *slots;
+                uint32_t ncap = fs_lv_get(sl, L, &slots);
+                for (uint32_t s = 0; s < ncap; s++) {
                     const fs_node *c = fs_ref_node(sl, slots[s].node);
                     if (c && !(hide_dollar && root && c->toklen && c->tok[0] == '$') &&
                         fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)

@@ -130,13 +130,13 @@ static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *
         return 0;
     size_t total = 0;
     for (size_t k = 0; k < sc->nhits; k++) {
-        if (fs_ngroups(sc->hits[k]))
+        if (fs_ngroups_of(sl, sc->hits[k]))
             return 0;
-        total += sc->hits[k]->nsubs;
+        total += fs_nsubs_of(sl, sc->hits[k]);
     }
     if (total > cap)
         return 0;
-    *n = fs_hits_plain(sl, sc->hits, sc->nhits, ids);
+    *n = fs_hits_plain(sl, sc->hits, sc->nhits, ids, total);
     return 1;
 }
 
@@ -240,9 +240,12 @@ static int interest_locked(fs_sublist *sl, const char *subject, size_t len, fs_s
         rc = walk_locked(sl, subject, len, sc, 0, err);
         for (size_t k = 0; rc == FS_OK && k < sc->nhits; k++) {
             const fs_node *n = sc->hits[k];
-            *nplain += n->nsubs;
-            for (uint32_t gi = 0; gi < fs_ngroups(n); gi++)
-                *nqueue += fs_node_group(n, gi)->n;
+            *nplain += fs_nsubs_of(sl, n);
+            uint32_t ng = fs_ngroups_of(sl, n);
+            for (uint32_t gi = 0; gi < ng; gi++) {
+                const int64_t *gids;
+                *nqueue += fs_gids_of(sl, fs_group_of(sl, n, gi), &gids);
+            }
         }
     }
     return rc;

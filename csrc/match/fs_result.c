@@ -51,7 +51,7 @@ int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *le
         return FS_OK;
     if (fs_grow(arena, cap, *len + total, 1) < 0)
         return FS_ENOMEM;
-    fs_path_write(sl, n, *arena + *len + total);
+    fs_path_write(sl, n, *arena + *len, *arena + *len + total);
     *len += total;
     return FS_OK;
 }
@@ -156,7 +156,7 @@ static void reader_init(filter_reader *f, const fs_sublist *sl, const fs_node *n
     f->next = 0;
     f->left = 0;
     f->depth = 0;
-    if (!(n->linked & FS_LINK_TRIE)) {
+    if (!fs_is_trie(sl, n)) {
         f->depth = 1;
         f->path[0] = n;
         return;
@@ -164,7 +164,8 @@ static void reader_init(filter_reader *f, const fs_sublist *sl, const fs_node *n
     f->depth = fs_path_depth(sl, n);     /* 0 for a damaged image's path */
     if (f->depth <= READER_DEPTH) {
         uint32_t i = f->depth;
-        for (const fs_node *x = n; i; x = fs_up(sl, x))
+        /* NULL where a mapped image's path is shorter now (read as empty) */
+        for (const fs_node *x = n; i; x = x ? fs_up(sl, x) : NULL)
             f->path[--i] = x;
     }
 }
@@ -174,7 +175,7 @@ static const fs_node *reader_token(const filter_reader *f, uint32_t i)
     if (f->depth <= READER_DEPTH)
         return f->path[i];
     const fs_node *x = f->n;
-    for (uint32_t up = f->depth - 1 - i; up; up--)
+    for (uint32_t up = f->depth - 1 - i; up && x; up--)
         x = fs_up(f->sl, x);
     return x;
 }
@@ -190,9 +191,10 @@ static int reader_next(filter_reader *f)
             return 1;
         }
         const fs_node *t = reader_token(f, c / 2);
-        if (t->toklen) {
+        uint32_t len = t ? fs_toklen_of(f->sl, t) : 0;     /* once: it bounds the reads */
+        if (len) {
             f->p = t->tok;
-            f->left = t->toklen;
+            f->left = len;
             return 1;
         }
     }
@@ -232,23 +234,24 @@ typedef struct {
 /* The groups' order: name bytes, then (MQTT, where a group is (name,
  * filter)) filter bytes.  0: the same group -- NATS and AMQP merge
  * same-named groups across filters. */
-static inline int name_cmp(const fs_group *a, const fs_group *b)
+static inline int name_cmp(const fs_sublist *sl, const fs_group *a, const fs_group *b)
 {
-    uint32_t n = a->name_len < b->name_len ? a->name_len : b->name_len;
-    const char *an = fs_group_name(a), *bn = fs_group_name(b);
+    const char *an, *bn;
+    uint32_t na = fs_gname_of(sl, a, &an), nb = fs_gname_of(sl, b, &bn);
+    uint32_t n = na < nb ? na : nb;
     for (uint32_t i = 0; i < n; i++)          /* names are short: no call */
         if (an[i] != bn[i])
             return (unsigned char)an[i] < (unsigned char)bn[i] ? -1 : 1;
-    return a->name_len < b->name_len ? -1 : a->name_len > b->name_len;
+    return na < nb ? -1 : na > nb;
 }
 
 static int gref_cmp(const void *pa, const void *pb, const void *pctx)
 {
     const fs_gref *a = pa, *b = pb;
     const gref_ctx *ctx = pctx;
-    const fs_group *ga = fs_node_group(ctx->hits[a->hit], a->group);
-    const fs_group *gb = fs_node_group(ctx->hits[b->hit], b->group);
-    int c = name_cmp(ga, gb);
+    const fs_group *ga = fs_group_of(ctx->sl, ctx->hits[a->hit], a->group);
+    const fs_group *gb = fs_group_of(ctx->sl, ctx->hits[b->hit], b->group);
+    int c = name_cmp(ctx->sl, ga, gb);
     if (c || fs_groups_merge(ctx->sl->dialect))
         return c;
     return filter_cmp(ctx->sl, ctx->hits[a->hit], ctx->hits[b->hit]);
@@ -259,7 +262,7 @@ int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
     const fs_node *const *hits = sc->hits;
     size_t total = 0, n = 0;
     for (size_t k = 0; k < sc->nhits; k++)
-        total += fs_ngroups(hits[k]);
+        total += fs_ngroups_of(sl, hits[k]);
     *nrefs = total;
     sc->grefs_merge = 0;
     if (total == 0)
@@ -270,7 +273,11 @@ int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
     gref_ctx ctx = {sl, hits};
     unsigned runs = 0;
     for (size_t k = 0; k < sc->nhits; k++) {
-        uint32_t ng = fs_ngroups(hits[k]);
+        uint32_t ng = fs_ngroups_of(sl, hits[k]);
+        if (ng > total - n) {        /* a mapped image changed since the count */
+            fs_img_bad(sl);
+            ng = (uint32_t)(total - n);
+        }
         if (!ng)
             continue;
         /* A node's groups are in name order already (fs_node.c): a row
@@ -290,6 +297,7 @@ int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
             refs[j] = x;
         }
     }
+    *nrefs = total = n;              /* fewer when a mapped image changed */
     if (runs > 1 && total > 32)
         sort_items(refs, total, sizeof(fs_gref), gref_cmp, &ctx);
     /* A node's groups have distinct names: only groups of two nodes can
@@ -435,12 +443,12 @@ static int merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64
  * copied, the two ends of a merge not meeting -- the image is marked
  * damaged (the call then fails).  Runs out of order that no check meets
  * give the row's ids out of order: verify=False's wrong answer. */
-size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids)
+size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids, size_t room)
 {
     size_t runs = 0, big = 0, total = 0;
     uint32_t nbig = 0;
     for (size_t k = 0; k < nhits; k++) {
-        uint32_t m = hits[k]->nsubs;
+        uint32_t m = fs_nsubs_of(sl, hits[k]);
         runs += m != 0;
         total += m;
         if (m > nbig) {
@@ -450,24 +458,49 @@ size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nh
     }
     if (runs == 0)
         return 0;
-    const int64_t *b = fs_node_ids(hits[big]);
-    size_t nb = nbig, ns = total - nb;
+    /* A mapped image's counts are read again below, and its file may have
+     * been rewritten in place since the last read (fs_once8 in
+     * fs_layout.h): each run is cut to what this pass counted, and the
+     * whole to room, so that no write leaves ids or few. */
+    if (total > room) {
+        fs_img_bad(sl);
+        return 0;
+    }
+    const int64_t *b;
+    size_t nb = fs_subs_of(sl, hits[big], &b), ns = total - nbig;
+    if (nb > nbig)
+        nb = nbig;
     if (runs == 1) {                 /* one node holds ids: they are in order */
         memcpy(ids, b, sizeof(int64_t) * nb);
         return nb;
     }
     fs_runs r = {0, 0};
     if (ns > FEW_SMALL) {            /* rare: every run merged in place */
-        for (size_t k = 0; k < nhits; k++)
-            fs_runs_add(&r, ids, fs_node_ids(hits[k]), hits[k]->nsubs);
+        for (size_t k = 0; k < nhits; k++) {
+            const int64_t *run;
+            size_t m = fs_subs_of(sl, hits[k], &run);
+            fs_runs_add(&r, ids, run, m < total - r.n ? m : total - r.n);
+        }
         fs_runs_end(&r, ids);
-        return total;
+        return r.n;
     }
     int64_t few[FEW_SMALL + 2], *s = few + 1;    /* s[-1], s[ns]: readable */
     for (size_t k = 0; k < nhits; k++)
-        if (k != big)
-            fs_runs_add(&r, s, fs_node_ids(hits[k]), hits[k]->nsubs);
+        if (k != big) {
+            const int64_t *run;
+            size_t m = fs_subs_of(sl, hits[k], &run);
+            fs_runs_add(&r, s, run, m < ns - r.n ? m : ns - r.n);
+        }
     fs_runs_end(&r, s);
+    if (r.n != ns || nb != nbig) {   /* changed under the call: what is there */
+        fs_img_bad(sl);
+        ns = r.n;
+        total = nb + ns;
+        if (!ns || !nb) {
+            memcpy(ids, ns ? s : b, sizeof(int64_t) * total);
+            return total;
+        }
+    }
     s[-1] = INT64_MIN;
     s[ns] = INT64_MAX;
     if (ns > FEW_SEARCHED) {
@@ -503,12 +536,12 @@ uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)
         /* The group is (name, filter): fold in the filter's token hashes,
          * last to first -- the same whether the filter lives in the trie
          * (one token per node) or in a table entry (the whole filter). */
-        if (n->linked & FS_LINK_TRIE) {
-            for (uint32_t d = fs_path_depth(sl, n), i = 0; i < d; i++, n = fs_up(sl, n))
+        if (fs_is_trie(sl, n)) {
+            for (uint32_t d = fs_path_depth(sl, n), i = 0; i < d && n; i++, n = fs_up(sl, n))
                 h = (h ^ n->hash) * 0x9E3779B97F4A7C15ull;
         } else {
             const char *f = n->tok;
-            size_t end = n->toklen;
+            size_t end = fs_toklen_of(sl, n);
             for (;;) {
                 size_t start = end;
                 while (start > 0 && f[start - 1] != '/')
@@ -619,13 +652,13 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
     size_t nplain = 0;
     int grouped = 0;
     for (size_t k = 0; k < nhits; k++) {
-        nplain += hits[k]->nsubs;
+        nplain += fs_nsubs_of(sl, hits[k]);
         grouped |= hits[k]->groups != NULL;
     }
     if (nplain) {
         if (fs_grow(&r->ids, &r->cap_ids, nplain, sizeof(int64_t)) < 0)
             return FS_ENOMEM;
-        r->nids = fs_hits_plain(sl, hits, nhits, r->ids);
+        r->nids = fs_hits_plain(sl, hits, nhits, r->ids, nplain);
     }
     r->nplain = r->nids;
     if (!grouped) {                  /* most rows: no groups to order */
@@ -641,13 +674,15 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
     for (size_t j = 0, end; j < nrefs; j = end) {
         end = fs_row_group_end(sl, sc, j, nrefs);
         const fs_node *n = hits[sc->grefs[j].hit];
-        const fs_group *g = fs_node_group(n, sc->grefs[j].group);
+        const fs_group *g = fs_group_of(sl, n, sc->grefs[j].group);
         fs_group_out *o = &r->groups[r->ngroups];
         memset(o, 0, sizeof(*o));
+        const char *gname;
+        uint32_t gname_len = fs_gname_of(sl, g, &gname);
         o->name_off = r->narena;
-        o->name_len = g->name_len;
+        o->name_len = gname_len;
         o->key_hash = fs_group_key(sl, n, g);
-        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, fs_group_name(g), g->name_len) < 0)
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, gname, gname_len) < 0)
             return FS_ENOMEM;
         if (!nats) {
             o->filter_off = r->narena;
@@ -658,10 +693,12 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
         o->members_off = r->nids;
         fs_runs runs = {0, 0};
         for (size_t p = j; p < end; p++) {           /* its parts, one per filter */
-            const fs_group *part = fs_node_group(hits[sc->grefs[p].hit], sc->grefs[p].group);
-            if (fs_grow(&r->ids, &r->cap_ids, o->members_off + runs.n + part->n, sizeof(int64_t)) < 0)
+            const fs_group *part = fs_group_of(sl, hits[sc->grefs[p].hit], sc->grefs[p].group);
+            const int64_t *gids;
+            uint32_t gn = fs_gids_of(sl, part, &gids);      /* once: it sizes the room */
+            if (fs_grow(&r->ids, &r->cap_ids, o->members_off + runs.n + gn, sizeof(int64_t)) < 0)
                 return FS_ENOMEM;
-            fs_runs_add(&runs, r->ids + o->members_off, fs_group_ids(part), part->n);
+            fs_runs_add(&runs, r->ids + o->members_off, gids, gn);
         }
         fs_runs_end(&runs, r->ids + o->members_off);
         o->members_len = runs.n;
@@ -775,10 +812,12 @@ int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64
         return FS_ENOMEM;
     h->filter_len = r->narena - h->filter_off;
     if (g) {
+        const char *gname;
+        uint32_t gname_len = fs_gname_of(sl, g, &gname);
         h->has_queue = 1;
         h->queue_off = r->narena;
-        h->queue_len = g->name_len;
-        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, fs_group_name(g), g->name_len) < 0)
+        h->queue_len = gname_len;
+        if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, gname, gname_len) < 0)
             return FS_ENOMEM;
     }
     r->nhits++;

@@ -190,7 +190,7 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
  * nodes of sl's mapped image whose ids are out of order (verify=False) it
  * writes exactly as many, each once, never outside ids: in their stored
  * order, or, where a merge finds the disorder, with sl marked damaged. */
-size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids);
+size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids, size_t room);
 /* Put reverse matches in their order: filter bytes, plain before queued,
  * queue name bytes, sub_id.  Never fails. */
 void fs_rresult_sort(fs_rresult *r);
@@ -217,15 +217,24 @@ int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n
  * stable across processes: queue picks are made from it. */
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
 /* The plain ids of a row's hits, in the row's order (fs_hits_merge: several). */
-static inline size_t fs_hits_plain(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids)
+/* room: how many ids may be written, the hits' counts summed (fs_nsubs_of)
+ * by the caller; a mapped image changed since then writes no more (and is
+ * marked damaged). */
+static inline size_t fs_hits_plain(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids,
+                                   size_t room)
 {
     if (nhits == 1) {            /* one node: its ids are sorted already */
-        size_t n = hits[0]->nsubs;
+        const int64_t *src;
+        size_t n = fs_subs_of(sl, hits[0], &src);
+        if (n > room) {
+            fs_img_bad(sl);
+            n = room;
+        }
         if (n)
-            memcpy(ids, fs_node_ids(hits[0]), sizeof(int64_t) * n);
+            memcpy(ids, src, sizeof(int64_t) * n);
         return n;
     }
-    return nhits ? fs_hits_merge(sl, hits, nhits, ids) : 0;
+    return nhits ? fs_hits_merge(sl, hits, nhits, ids, room) : 0;
 }
 
 

@@ -33,7 +33,7 @@ static int rentries_locked(const fs_sublist *sl, const char *q, size_t len, fs_s
             const fs_node *e = fs_ref_node(sl, slots[i].node);
             if (!e)
                 continue;
-            rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &et, &ignored);
+            rc = fs_tokenize(sl->dialect, e->tok, fs_toklen_of(sl, e), 1, &et, &ignored);
             if (rc == FS_EINVAL) {       /* only a damaged image stores one */
                 fs_img_bad(sl);
                 rc = FS_OK;
@@ -60,12 +60,17 @@ static int reverse_part(const fs_sublist *sl, const fs_sublist *part, const char
         const fs_node *n = sc->hits[k];
         if (part == sl && fs_image_masked(sl, n))
             continue;                   /* moved to the live part */
-        const int64_t *ids = fs_node_ids(n);
-        for (uint32_t i = 0; rc == FS_OK && i < n->nsubs; i++)
+        /* each count read once with its ids (a mapped image may change) */
+        const int64_t *ids;
+        uint32_t nids = fs_subs_of(sl, n, &ids), ng = fs_ngroups_of(sl, n);
+        for (uint32_t i = 0; rc == FS_OK && i < nids; i++)
             rc = fs_rhit_add(sl, n, NULL, ids[i], r);
-        for (uint32_t gi = 0; rc == FS_OK && gi < fs_ngroups(n); gi++)
-            for (uint32_t i = 0; rc == FS_OK && i < fs_node_group(n, gi)->n; i++)
-                rc = fs_rhit_add(sl, n, fs_node_group(n, gi), fs_group_ids(fs_node_group(n, gi))[i], r);
+        for (uint32_t gi = 0; rc == FS_OK && gi < ng; gi++) {
+            const fs_group *g = fs_group_of(sl, n, gi);
+            uint32_t gn = fs_gids_of(sl, g, &ids);
+            for (uint32_t i = 0; rc == FS_OK && i < gn; i++)
+                rc = fs_rhit_add(sl, n, g, ids[i], r);
+        }
     }
     return rc;
 }

@@ -58,6 +58,7 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     p->len = len;
     p->shapes = 0;
     p->literal = 0;
+    p->literal_key = 0;
     uint32_t nt = t->n;
     uint64_t bits = S->probe[nt > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : nt];
     /* MQTT: a topic starting with '$' is not matched by a wildcard in the

@@ -104,18 +104,22 @@ static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
         fs_img_bad(sl);
         return FS_EBADDATA;
     }
-    fs_path_write(sl, n, c->path + len);
+    fs_path_write(sl, n, c->path, c->path + len);
     fs_error err;
     int rc = FS_OK;
-    const int64_t *ids = fs_node_ids(n);
-    for (uint32_t i = 0; i < n->nsubs && rc >= 0; i++) {
+    /* each count read once with what it bounds (fs_once8, fs_layout.h) */
+    const int64_t *ids;
+    uint32_t nids = fs_subs_of(sl, n, &ids), ng = fs_ngroups_of(sl, n);
+    for (uint32_t i = 0; i < nids && rc >= 0; i++) {
         fs_spec sp = {c->path, len, NULL, 0, ids[i]};
         rc = fs_sublist_insert(c->to, &sp, &err);
     }
-    for (uint32_t gi = 0; gi < fs_ngroups(n) && rc >= 0; gi++) {
-        const fs_group *g = fs_node_group(n, gi);
-        for (uint32_t i = 0; i < g->n && rc >= 0; i++) {
-            fs_spec sp = {c->path, len, fs_group_name(g), g->name_len, fs_group_ids(g)[i]};
+    for (uint32_t gi = 0; gi < ng && rc >= 0; gi++) {
+        const fs_group *g = fs_group_of(sl, n, gi);
+        const char *name;
+        uint32_t name_len = fs_gname_of(sl, g, &name), gn = fs_gids_of(sl, g, &ids);
+        for (uint32_t i = 0; i < gn && rc >= 0; i++) {
+            fs_spec sp = {c->path, len, name, name_len, ids[i]};
             rc = fs_sublist_insert(c->to, &sp, &err);
         }
     }
@@ -781,7 +785,7 @@ static int trie_filter_in_shape(verifier *v, const fs_node *n, char *buf)
 {
     fs_sublist *sl = v->sl;
     size_t len = fs_path_bytes(sl, n);
-    fs_path_write(sl, n, buf + len);
+    fs_path_write(sl, n, buf, buf + len);
     fs_error fe;
     int rc = fs_tokenize(sl->dialect, buf, len, 1, &v->t, &fe);
     if (rc < 0)
@@ -954,6 +958,29 @@ static int verify_image(fs_sublist *sl, fs_error *err)
     return rc;
 }
 
+/* Copy the literal table's level and the shapes out of the mapping into
+ * sl (fs_image_open says why), checking the copies as the open checked the
+ * mapping.  FS_OK, FS_ENOMEM, or FS_EBADDATA when the copy differs from
+ * what was checked (the file changed meanwhile). */
+static int copy_tables(fs_sublist *sl)
+{
+    memcpy(&sl->literals, sl->lit, sizeof(fs_level));
+    if (!fs_img_level_ok(sl, &sl->literals) || !(sl->literals.filter || !sl->literals.cap))
+        return FS_EBADDATA;
+    sl->lit = &sl->literals;
+    for (uint32_t j = 0; j < sl->shapes.n; j++) {
+        fs_shape *sh = fs_slab_alloc(&sl->slab, sizeof(fs_shape));
+        if (!sh)
+            return FS_ENOMEM;
+        memcpy(sh, sl->shapes.shape[j], sizeof(fs_shape));
+        sl->shapes.shape[j] = sh;
+        if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->onemask >> sh->ntoks) ||
+            (!sh->table.filter && sh->table.cap) || !fs_img_level_ok(sl, &sh->table))
+            return FS_EBADDATA;
+    }
+    return FS_OK;
+}
+
 int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err)
 {
     *out = NULL;
@@ -1045,6 +1072,21 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
             fs_sublist_free(sl);
             return rc;
         }
+    }
+    /* Every walk reads the literal table's and the shapes' fields (their
+     * caps, masks, offsets, token counts) again and again: they are
+     * copied out of the mapping here, once, and the copies checked, so a
+     * file rewritten in place under the mapping cannot change them between
+     * a check and a use (fs_once8 in fs_layout.h says why).  The copies
+     * live in the index's slab, freed with it. */
+    int rc = copy_tables(sl);
+    if (rc < 0) {
+        fs_sublist_free(sl);
+        if (rc == FS_EBADDATA) {
+            err->reason = "root block's offsets outside the image";
+            err->pos = FS_SERIAL_HEADER;
+        }
+        return rc;
     }
     *out = sl;
     return FS_OK;
