@@ -498,3 +498,86 @@ def test_a_loaded_or_unpickled_index_keeps_its_cache_size():
     assert sorted(loaded.match("a.b").subs) == [1, 2]
     again = pickle.loads(pickle.dumps(sl))
     assert again.stats()["cache_capacity"] == 8 and again.match("a.b").subs == [1]
+
+
+def test_a_small_index_with_a_cache_is_small():
+    """Issue 48, item 8: the cache's tables grow with use, so a cached
+    index of one subscription is not 143 KB (the tables of 4096 entries,
+    allocated up front) but about what its uncached twin takes."""
+    plain = topicmatch.Sublist("nats")
+    sl = topicmatch.Sublist("nats", cache_size=4096)
+    for x in (plain, sl):
+        x.insert("orders.*.created", 17)
+    assert sl.stats()["memory_bytes"] <= 16_384
+    assert sl.stats()["memory_bytes"] - plain.stats()["memory_bytes"] <= 8_192
+    assert sl.match("orders.eu.created").subs == [17]
+    assert sl.match("orders.eu.created").subs == [17]
+    assert cache_stats(sl) == dict(cache_entries=1, cache_capacity=4096, cache_hits=1, cache_misses=1)
+    assert sl.stats()["memory_bytes"] <= 16_384
+
+
+def test_the_cache_works_as_it_grows():
+    """Filled one subject at a time from empty to 3000 entries (its tables
+    doubling many times on the way), the cache keeps every entry, answers
+    every one from itself afterwards, costs more as it holds more, and
+    still evicts exactly what a change touches."""
+    sl = topicmatch.Sublist("nats", cache_size=4096)
+    sl.insert("t.*", 1)
+    sl.insert("u.>", 2)
+    subs = [f"t.{i}" for i in range(2000)] + [f"u.{i}.x" for i in range(1000)]
+    sizes = [sl.stats()["memory_bytes"]]
+    for k, s in enumerate(subs):
+        assert sl.match(s).subs == [1 if k < 2000 else 2]
+        if k % 500 == 499:
+            sizes.append(sl.stats()["memory_bytes"])
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0] + 3000 * 24
+    assert cache_stats(sl) == dict(cache_entries=3000, cache_capacity=4096, cache_hits=0, cache_misses=3000)
+    for k, s in enumerate(subs):            # every one a hit: none was lost while the tables grew
+        assert sl.match(s).subs == [1 if k < 2000 else 2]
+    assert cache_stats(sl) == dict(cache_entries=3000, cache_capacity=4096, cache_hits=3000, cache_misses=3000)
+    b = sl.match_many(subs, threads=2)
+    assert b.sub_ids.tolist() == [1] * 2000 + [2] * 1000
+    assert sl.stats()["cache_hits"] == 6000
+    # a change evicts exactly the subjects it matches, in the grown tables
+    sl.insert("u.*.x", 3)
+    assert sl.stats()["cache_entries"] == 2000
+    sl.insert("t.7", 4)
+    assert sl.stats()["cache_entries"] == 1999
+    assert sl.match("t.7").subs == [1, 4] and sl.match("u.5.x").subs == [2, 3]
+    assert sl.match("t.8").subs == [1]
+    assert cache_stats(sl) == dict(cache_entries=2001, cache_capacity=4096, cache_hits=6001, cache_misses=3002)
+
+
+def test_the_cache_grows_under_threads_to_its_capacity():
+    """Filled from empty by match_many's threads and by Python threads at
+    once: right answers, never more entries than cache_size, and a full
+    cache then evicts as before."""
+    import threading
+    sl = topicmatch.Sublist("mqtt", cache_size=2048)
+    sl.insert("#", 1)
+    errors = []
+
+    def run(base):
+        try:
+            for _ in range(2):
+                b = sl.match_many([f"p/{base}/{i}" for i in range(3000)], threads=2)
+                assert b.sub_ids.tolist() == [1] * 3000
+                for i in range(0, 3000, 7):
+                    assert sl.match(f"q/{base}/{i}").subs == [1]
+        except BaseException as e:          # pragma: no cover - the failure shown
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    st_ = sl.stats()
+    assert 0.9 * 2048 <= st_["cache_entries"] <= 2048
+    hot = [f"h/{i}" for i in range(200)]
+    sl.match_many(hot)
+    sl.match_many(hot)
+    h0 = sl.stats()["cache_hits"]
+    sl.match_many(hot * 5)
+    assert sl.stats()["cache_hits"] - h0 == 1000

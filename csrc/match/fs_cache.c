@@ -31,10 +31,11 @@ typedef struct {
 
 struct fs_cache_shard {
     atomic_flag lock;                 /* fills, evictions, stats */
-    _Atomic(fs_centry *) *buckets;
-    uint32_t nbuckets;
-    fs_summary *summ;                 /* capacity slots, count used */
-    size_t count, capacity, hand;
+    _Atomic(fs_centry *) *buckets;    /* replaced only under the write lock */
+    uint32_t nbuckets, max_nbuckets;  /* now; at most (capacity's power of two) */
+    fs_summary *summ;                 /* summ_cap slots, count used */
+    size_t count, capacity, hand;     /* capacity: the most entries */
+    size_t summ_cap;
     fs_centry *retired;
     uint64_t bytes;                   /* live and retired entries */
     char pad[64];                     /* keep shards on separate cache lines */
@@ -55,6 +56,9 @@ struct fs_cache {
     size_t capacity;
     char pad0[64];
     atomic_size_t nretired;
+    /* fs_cache_should_reclaim's threshold of nretired: RECLAIM_AT(c), or 0
+     * when a shard's buckets should grow (that needs the write lock too). */
+    atomic_size_t reclaim_at;
     char pad1[64];
     fs_tally_stripe tally[FS_STRIPES];
     fs_cache_shard shards[];
@@ -89,6 +93,26 @@ static _Atomic(fs_centry *) *bucket_of(const fs_cache *c, uint32_t hash)
     return &sh->buckets[hash & (sh->nbuckets - 1)];
 }
 
+/* A quarter of the capacity (plus slack for small caches) waiting: the
+ * write lock is taken once per that many evicting fills. */
+#define RECLAIM_AT(c) ((c)->capacity / 4 + 65)
+
+/* A shard starts with this many buckets and no summaries, and doubles them
+ * with use (buckets: to keep at most one entry per two; summaries: when
+ * full), up to its capacity: a cache costs what it holds, not what it may
+ * hold (a cache_size=4096 index of one subscription is ~13 KB, not 143). */
+#define FIRST_BUCKETS 4u
+#define FIRST_SUMMARIES 4u
+
+static _Atomic(fs_centry *) *new_buckets(uint32_t nb)
+{
+    _Atomic(fs_centry *) *b = FS_MALLOC(sizeof(*b) * nb);
+    if (b)
+        for (uint32_t k = 0; k < nb; k++)
+            atomic_init(&b[k], NULL);
+    return b;
+}
+
 fs_cache *fs_cache_new(size_t capacity)
 {
     /* Shards of at least 64 entries, at most 16 shards: small caches stay
@@ -105,6 +129,7 @@ fs_cache *fs_cache_new(size_t capacity)
     c->nshards = nshards;
     c->shard_bits = bits;
     c->capacity = capacity;
+    atomic_init(&c->reclaim_at, RECLAIM_AT(c));
     for (uint32_t i = 0; i < nshards; i++) {
         fs_cache_shard *sh = &c->shards[i];
         atomic_flag_clear(&sh->lock);
@@ -112,15 +137,13 @@ fs_cache *fs_cache_new(size_t capacity)
         uint32_t nb = 1;
         while (nb < sh->capacity && nb < (1u << 30))
             nb *= 2;
-        sh->buckets = FS_MALLOC(sizeof(*sh->buckets) * nb);
-        sh->summ = FS_MALLOC(sizeof(fs_summary) * sh->capacity);
-        if (!sh->buckets || !sh->summ) {
+        sh->max_nbuckets = nb;
+        sh->nbuckets = nb < FIRST_BUCKETS ? nb : FIRST_BUCKETS;
+        /* (summ stays NULL until the first fill: summ_cap 0) */
+        if (!(sh->buckets = new_buckets(sh->nbuckets))) {
             fs_cache_free(c);
             return NULL;
         }
-        for (uint32_t b = 0; b < nb; b++)
-            atomic_init(&sh->buckets[b], NULL);
-        sh->nbuckets = nb;
     }
     return c;
 }
@@ -290,8 +313,23 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
         FS_FREE(mem);
         return;
     }
-    if (sh->count == sh->capacity)
+    if (sh->count == sh->capacity) {
         evict_one(c, sh);
+    } else if (sh->count == sh->summ_cap) {
+        /* Room for more summaries, as many again (the ring keeps its order:
+         * only the shard's lock and the write lock read it). */
+        size_t cap = sh->summ_cap ? 2 * sh->summ_cap : FIRST_SUMMARIES;
+        if (cap > sh->capacity)
+            cap = sh->capacity;
+        fs_summary *grown = FS_REALLOC(sh->summ, sizeof(fs_summary) * cap);
+        if (!grown) {                       /* out of memory: left uncached */
+            shard_unlock(sh);
+            FS_FREE(mem);
+            return;
+        }
+        sh->summ = grown;
+        sh->summ_cap = cap;
+    }
     /* A new entry starts referenced: it gets one lap of the hand, so a
      * working set that fits is never evicted while it is being filled. */
     atomic_init(&e->ref, 1);
@@ -304,20 +342,54 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
     _Atomic(fs_centry *) *b = &sh->buckets[hash & (sh->nbuckets - 1)];
     atomic_store_explicit(&e->hnext, atomic_load_explicit(b, memory_order_relaxed), memory_order_relaxed);
     atomic_store_explicit(b, e, memory_order_release);     /* publish: e is complete */
+    /* More than one entry per two buckets, and room to grow: readers walk
+     * the buckets without a lock, so new ones are made under the write
+     * lock, which fs_read_done takes when fs_cache_should_reclaim says. */
+    if (sh->count > sh->nbuckets / 2 && sh->nbuckets < sh->max_nbuckets)
+        atomic_store_explicit(&c->reclaim_at, 0, memory_order_relaxed);
     shard_unlock(sh);
 }
 
 int fs_cache_should_reclaim(fs_cache *c)
 {
-    /* A quarter of the capacity (plus slack for small caches) waiting:
-     * the write lock is taken once per that many evicting fills. */
-    return atomic_load_explicit(&c->nretired, memory_order_relaxed) > c->capacity / 4 + 64;
+    return atomic_load_explicit(&c->nretired, memory_order_relaxed) >=
+           atomic_load_explicit(&c->reclaim_at, memory_order_relaxed);
+}
+
+/* Enough buckets for the shard's entries (at most one per two), up to its
+ * most; under the write lock (no reader walks the chains).  Out of memory
+ * keeps the buckets it has: longer chains, the same answers. */
+static void grow_buckets(fs_cache_shard *sh)
+{
+    uint32_t nb = sh->nbuckets;
+    while (sh->count > nb / 2 && nb < sh->max_nbuckets)
+        nb *= 2;
+    if (nb == sh->nbuckets)
+        return;
+    _Atomic(fs_centry *) *b = new_buckets(nb);
+    if (!b)
+        return;
+    for (size_t k = 0; k < sh->count; k++) {      /* every live entry is in the ring */
+        fs_centry *e = sh->summ[k].entry;
+        _Atomic(fs_centry *) *head = &b[e->hash & (nb - 1)];
+        atomic_store_explicit(&e->hnext, atomic_load_explicit(head, memory_order_relaxed),
+                              memory_order_relaxed);
+        atomic_store_explicit(head, e, memory_order_relaxed);
+    }
+    FS_FREE(sh->buckets);
+    sh->buckets = b;
+    sh->nbuckets = nb;
 }
 
 void fs_cache_reclaim(fs_cache *c)
 {
     for (uint32_t i = 0; i < c->nshards; i++)
         free_retired(c, &c->shards[i]);
+    if (atomic_load_explicit(&c->reclaim_at, memory_order_relaxed) == 0) {
+        for (uint32_t i = 0; i < c->nshards; i++)
+            grow_buckets(&c->shards[i]);
+        atomic_store_explicit(&c->reclaim_at, RECLAIM_AT(c), memory_order_relaxed);
+    }
 }
 
 void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t flen,
@@ -391,7 +463,7 @@ void fs_cache_stats_get(fs_cache *c, fs_cache_stats *st)
         shard_lock(sh);
         st->entries += sh->count;
         st->bytes += sh->bytes + sizeof(*sh->buckets) * sh->nbuckets
-                   + sizeof(fs_summary) * sh->capacity;
+                   + sizeof(fs_summary) * sh->summ_cap;
         shard_unlock(sh);
     }
 }

@@ -5,6 +5,10 @@
  *              ├─ buckets ─► entry ─► entry   (chains read without a lock)
  *              ├─ ring: summary[0..count)     (what the CLOCK hand sweeps
  *              │                               and invalidation scans)
+ *              │   both start small and double with use up to the shard's
+ *              │   capacity (the ring under the shard's lock, when full;
+ *              │   the buckets under the index's write lock, past one
+ *              │   entry per two), so a cache costs what it holds
  *              ├─ spinlock                    (fills and evictions only)
  *              └─ retired ─► entry ─► ...     (evicted by a fill; freed later)
  *
@@ -23,9 +27,9 @@
  *    free the victim (a reader may be on it): it unlinks it and retires it.
  *  - invalidation (insert/remove) runs under the write lock: no reader is
  *    inside, so it frees what it evicts, and every retired entry.
- *  - fs_cache_reclaim frees the retired entries; the index calls it under
- *    its write lock, after reads that left more than fs_cache_should_reclaim
- *    allows.
+ *  - fs_cache_reclaim frees the retired entries and makes a shard's new
+ *    buckets; the index calls it under its write lock, after reads that
+ *    left more than fs_cache_should_reclaim allows or asked for buckets.
  */
 #ifndef FS_CACHE_H
 #define FS_CACHE_H
@@ -50,7 +54,8 @@ typedef struct {
     uint64_t hits, misses;
 } fs_cache_tally;
 
-/* A cache bounded by capacity entries (>= 1).  NULL when out of memory. */
+/* A cache bounded by capacity entries (>= 1), holding none yet (its
+ * buckets and ring grow as it fills).  NULL when out of memory. */
 fs_cache *fs_cache_new(size_t capacity);
 void fs_cache_free(fs_cache *c);
 
@@ -74,14 +79,18 @@ const fs_result *fs_cache_get_from(const fs_cache_bucket *bucket, const char *s,
                                    uint32_t hash, fs_cache_tally *tally);
 
 /* Store a copy of r for the subject (under the read lock), evicting by
- * CLOCK when the shard is full.  Out of memory just leaves it uncached. */
+ * CLOCK when the shard is full, else growing its ring when the ring is
+ * (and asking for more buckets past one entry per two).  Out of memory
+ * just leaves it uncached. */
 void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
                   const fs_tokens *t, const fs_result *r);
 
-/* Whether enough evicted entries wait to be freed that the index should
- * take its write lock and call fs_cache_reclaim (any lock or none). */
+/* Whether enough evicted entries wait to be freed, or a shard waits for
+ * more buckets, that the index should take its write lock and call
+ * fs_cache_reclaim (any lock or none). */
 int fs_cache_should_reclaim(fs_cache *c);
-/* Free the retired entries.  Only under the index's write lock. */
+/* Free the retired entries, and give the shards that asked more buckets
+ * (out of memory: they keep theirs).  Only under the index's write lock. */
 void fs_cache_reclaim(fs_cache *c);
 
 /* Evict every entry whose subject the filter (tokens ft) matches, under the
