@@ -1,5 +1,5 @@
 """What letting go of the GIL around match()'s walk costs one thread, by
-index size: the figures behind FS_WALK_RELEASE_MIN (csrc/fs_match.c).
+index size: the figures behind FS_WALK_RELEASE_MIN (csrc/match/fs_match.c).
 
     python bench/match_release.py [--sizes 1000,10000,100000,1000000]
                                   [--calls 100000] [--rounds 7]

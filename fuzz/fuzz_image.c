@@ -1,5 +1,5 @@
 /* fuzz_image.c - libFuzzer harness: fs_image_open on arbitrary bytes (a
- * version 3 image, matched in place; csrc/fs_image.c).
+ * version 3 image, matched in place; csrc/serial/fs_image.c).
  *
  * The input is the image.  Its last byte (a checksum byte) picks how it is
  * fed: bit 0 clear -- re-forged: the header's payload length, the root

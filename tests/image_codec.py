@@ -1,5 +1,5 @@
 """A plain-Python reader and forger of topicmatch's mapped image (file format
-version 3, csrc/fs_image.c), for the hostile-image tests.
+version 3, csrc/serial/fs_image.c), for the hostile-image tests.
 
 It knows the layout from csrc/serial/fs_image.c and csrc/index/fs_layout.h, not from
 the library: a 48-byte header, the root block at 48 (struct img_root), the
@@ -53,7 +53,7 @@ LINK_TRIE, LINK_IMAGE = 1, 2
 
 
 def fs_hash(b):
-    """csrc/fs_token.h's fs_hash: a token's (or queue name's) 32-bit hash."""
+    """csrc/rules/fs_token.h's fs_hash: a token's (or queue name's) 32-bit hash."""
     b = bytes(b)
     n = len(b)
     h = 0x9E3779B97F4A7C15 ^ n

@@ -1,4 +1,4 @@
-/* sys_smoke.c - a C smoke test of the thread layer (csrc/fs_sys.h) and of
+/* sys_smoke.c - a C smoke test of the thread layer (csrc/base/fs_sys.h) and of
  * the core on top of it, built from csrc/: for Windows by
  * `make cross-windows` (run under Wine when Wine is installed), and
  * natively under ThreadSanitizer by `make test-tsan`.  It checks what each

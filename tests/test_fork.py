@@ -1,7 +1,7 @@
 """A forked child may do everything: fork() while other threads match,
 insert or hold the cache must give a child whose indexes all work.
 
-The core's fork handlers (csrc/fs_fork.c) wait until no thread is inside
+The core's fork handlers (csrc/base/fs_fork.c) wait until no thread is inside
 any index or the output pool, so no lock is copied into the child held by
 a thread that does not exist there.  Without them, a child forked while a
 batch worker held an index's read lock (or a cache fill held a shard's spin

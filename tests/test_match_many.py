@@ -839,7 +839,7 @@ def test_threads_give_identical_arrays_on_big_batches():
     check_arrow(want2)
 
 
-# --- big outputs: buffers kept by the output pool (csrc/fs_idbuf.h) ---------------
+# --- big outputs: buffers kept by the output pool (csrc/batch/fs_idbuf.h) ---------------
 
 POOL_MIN_BYTES = 4 << 20        # fs_idbuf.h: FS_IDPOOL_MIN_BYTES
 

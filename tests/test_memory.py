@@ -1,4 +1,4 @@
-"""Memory safety of the engine, through its one door for memory (csrc/fs_alloc.h).
+"""Memory safety of the engine, through its one door for memory (csrc/base/fs_alloc.h).
 
 1. Fault injection: for every operation, walk n = 1, 2, 3, ... over the C
    core's allocations (``_core._fault_inject(n)`` fails the n-th one) until an

@@ -1,4 +1,4 @@
-"""route_keys, the sharded fan-out's router (csrc/fs_route.c; docs/design.md,
+"""route_keys, the sharded fan-out's router (csrc/rules/fs_route.c; docs/design.md,
 'Why the sharded fan-out is exact'), checked against the pure-Python reference.
 
 The property that makes the sharded fan-out exact: whenever a filter

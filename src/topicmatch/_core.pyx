@@ -7,7 +7,7 @@ ASCII strings); results come back in C-owned buffers and are converted here.
 
 Threads, with or without the GIL (the module is built freethreading_compatible,
 so a free-threaded CPython keeps the GIL off): the C index is protected by its
-own lock (csrc/fs_brlock.h); a Sublist's Python fields are written only while
+own lock (csrc/base/fs_brlock.h); a Sublist's Python fields are written only while
 it is made and when it is freed; MatchResult's lazily made lists are set in a
 critical section; BatchResult and its id buffer are read-only once made; the
 module's C globals are testing hooks.  docs/design.md, "What protects each

@@ -1,6 +1,6 @@
 """The sharded fan-out routes events in the JVM (topicmatch.spark.shard.
 route_column, a Spark SQL expression): on every subject the dialect accepts
-it must give route_keys's key exactly (csrc/fs_route.c), or a filter keyed
+it must give route_keys's key exactly (csrc/rules/fs_route.c), or a filter keyed
 in C and an event keyed in the JVM would miss each other."""
 import random
 
