@@ -8,6 +8,15 @@ stubs say where)."""
 from topicmatch._core import BatchResult as BatchResult
 from topicmatch._core import ClosedError as ClosedError
 from topicmatch._core import TopicmatchError as TopicmatchError
+from topicmatch._core import TopicmatchValueError as TopicmatchValueError
+from topicmatch._core import TopicmatchTypeError as TopicmatchTypeError
+from topicmatch._core import TopicmatchOSError as TopicmatchOSError
+from topicmatch._core import TopicmatchOverflowError as TopicmatchOverflowError
+from topicmatch._core import TopicmatchKeyError as TopicmatchKeyError
+from topicmatch._core import TopicmatchIndexError as TopicmatchIndexError
+from topicmatch._core import TopicmatchRuntimeError as TopicmatchRuntimeError
+from topicmatch._core import TopicmatchBufferError as TopicmatchBufferError
+from topicmatch._core import TopicmatchImportError as TopicmatchImportError
 from topicmatch._core import ImageChangedError as ImageChangedError
 from topicmatch._core import ImageError as ImageError
 from topicmatch._core import NotAnImageError as NotAnImageError
@@ -25,6 +34,15 @@ __all__ = [
     "BatchResult",
     "ClosedError",
     "TopicmatchError",
+    "TopicmatchValueError",
+    "TopicmatchTypeError",
+    "TopicmatchOSError",
+    "TopicmatchOverflowError",
+    "TopicmatchKeyError",
+    "TopicmatchIndexError",
+    "TopicmatchRuntimeError",
+    "TopicmatchBufferError",
+    "TopicmatchImportError",
     "ImageChangedError",
     "ImageError",
     "NotAnImageError",

@@ -104,7 +104,7 @@ cdef class _IdBuffer:
         # shape and strides are set once, by _take_ids: threads exporting
         # one buffer at once (free-threaded builds) only read this object.
         if flags & PyBUF_WRITABLE:
-            raise BufferError("match_many ids are read-only")
+            raise TopicmatchBufferError("match_many ids are read-only")
         if self.buf.ids != NULL:
             buf.buf = <void *>self.buf.ids
         else:
@@ -217,7 +217,7 @@ cdef class _Column:
         if end <= self.filled:
             return 0
         if end > PySequence_Fast_GET_SIZE(items):
-            raise RuntimeError("the subjects list changed size during match_many")
+            raise TopicmatchRuntimeError("the subjects list changed size during match_many")
         for i in range(self.filled, end):
             if i + 8 < end:
                 # the str 8 rows on: its header and characters (one or two
@@ -272,7 +272,7 @@ cdef object _row_error(_Column c, Py_ssize_t i, object x):
     wrong type, InvalidSubjectError for a lone surrogate in a strict column.
     (Out of fill_to's loop, which stays as lean as before.)"""
     if not isinstance(x, str):
-        return TypeError(f"{c.what}[{i}] must be {'str' if c.strict == 'filter' else 'str or None'}, "
+        return TopicmatchTypeError(f"{c.what}[{i}] must be {'str' if c.strict == 'filter' else 'str or None'}, "
                          f"not {_tname(x)}")
     try:
         x.encode("utf-8")
@@ -348,10 +348,10 @@ cdef list _arrow_chunks(object col, str what):
     elif isinstance(col, pa.Array):
         chunks = [col]
     else:
-        raise TypeError(f"{what} must be an Arrow Array or ChunkedArray of {ARROW_STRING_TYPES}, "
+        raise TopicmatchTypeError(f"{what} must be an Arrow Array or ChunkedArray of {ARROW_STRING_TYPES}, "
                         f"not {type(col).__name__}")
     if not _arrow_kind(col.type):
-        raise TypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {col.type}")
+        raise TopicmatchTypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {col.type}")
     return chunks
 
 
@@ -386,10 +386,10 @@ cdef int _check_arrow_offsets(object arr, str what, Py_ssize_t row_base) except 
     if n == 0:
         return 0
     if offsets is None or offsets.size < (off + n + 1) * width:
-        raise ValueError(f"{what}: the Arrow offsets buffer is too short for {n} rows at offset {off}")
+        raise TopicmatchValueError(f"{what}: the Arrow offsets buffer is too short for {n} rows at offset {off}")
     if validity is not None and arr.null_count:
         if validity.size * 8 < off + n:
-            raise ValueError(f"{what}: the Arrow validity bitmap is too short for {n} rows at offset {off}")
+            raise TopicmatchValueError(f"{what}: the Arrow validity bitmap is too short for {n} rows at offset {off}")
         bits = <const uint8_t *><uintptr_t>validity.address
     if large:
         o64 = <const int64_t *><uintptr_t>offsets.address
@@ -402,7 +402,7 @@ cdef int _check_arrow_offsets(object arr, str what, Py_ssize_t row_base) except 
         a = o64[j] if large else o32[j]
         b = o64[j + 1] if large else o32[j + 1]
         if a < 0 or b < a or b > size:
-            raise ValueError(f"{what}: row {row_base + i} has Arrow offsets [{a}, {b}), "
+            raise TopicmatchValueError(f"{what}: row {row_base + i} has Arrow offsets [{a}, {b}), "
                              f"not within the data buffer's {size} bytes")
     return 0
 
@@ -414,7 +414,7 @@ cdef const uint8_t *_validity(object arr, str what) except? NULL:
     if validity is None or not arr.null_count:
         return NULL
     if validity.size * 8 < arr.offset + len(arr):
-        raise ValueError(f"{what}: the Arrow validity bitmap is too short for {len(arr)} rows "
+        raise TopicmatchValueError(f"{what}: the Arrow validity bitmap is too short for {len(arr)} rows "
                          f"at offset {arr.offset}")
     return <const uint8_t *><uintptr_t>validity.address
 
@@ -432,7 +432,7 @@ cdef int _fill_view_rows(_Column c, Py_ssize_t at, object arr, str what, Py_ssiz
     if n == 0:
         return 0
     if bufs[1] is None or bufs[1].size < (off + n) * 16:
-        raise ValueError(f"{what}: the Arrow views buffer is too short for {n} rows at offset {off}")
+        raise TopicmatchValueError(f"{what}: the Arrow views buffer is too short for {n} rows at offset {off}")
     views = <const char *><uintptr_t>bufs[1].address
     cdef const char **addr = <const char **>PyMem_Malloc(sizeof(char *) * (nbuf if nbuf else 1))
     cdef int64_t *size = <int64_t *>PyMem_Malloc(sizeof(int64_t) * (nbuf if nbuf else 1))
@@ -451,14 +451,14 @@ cdef int _fill_view_rows(_Column c, Py_ssize_t at, object arr, str what, Py_ssiz
                 continue
             memcpy(&ln, views + 16 * j, 4)
             if ln < 0:
-                raise ValueError(f"{what}: row {row_base + i} has an Arrow view of length {ln}")
+                raise TopicmatchValueError(f"{what}: row {row_base + i} has an Arrow view of length {ln}")
             if ln <= 12:
                 c.ptrs[at + i] = views + 16 * j + 4
             else:
                 memcpy(&bi, views + 16 * j + 8, 4)
                 memcpy(&bo, views + 16 * j + 12, 4)
                 if bi < 0 or bi >= nbuf or bo < 0 or <int64_t>bo + ln > size[bi]:
-                    raise ValueError(f"{what}: row {row_base + i} has an Arrow view of {ln} bytes at "
+                    raise TopicmatchValueError(f"{what}: row {row_base + i} has an Arrow view of {ln} bytes at "
                                      f"[buffer {bi}, offset {bo}], not within the array's data buffers")
                 c.ptrs[at + i] = addr[bi] + bo
             c.lens[at + i] = <size_t>ln
@@ -507,7 +507,7 @@ cdef class _Indices:
                 continue
             k = self.index(i)
             if k < 0 or k >= self.ndict:
-                raise ValueError(f"{what}: row {row_base + i} has dictionary index {k}, outside the "
+                raise TopicmatchValueError(f"{what}: row {row_base + i} has dictionary index {k}, outside the "
                                  f"dictionary's {self.ndict} values")
         return 0
 
@@ -532,7 +532,7 @@ cdef _Indices _indices_of(object arr, str what, Py_ssize_t row_base):
     x.bits = _validity(idx, what)
     data = idx.buffers()[1]
     if x.n and (data is None or data.size < (x.off + x.n) * x.width):
-        raise ValueError(f"{what}: the Arrow dictionary indices buffer is too short for {x.n} rows "
+        raise TopicmatchValueError(f"{what}: the Arrow dictionary indices buffer is too short for {x.n} rows "
                          f"at offset {x.off}")
     x.data = <const char *><uintptr_t>data.address if data is not None else NULL
     x.check(what, row_base)
@@ -581,7 +581,7 @@ cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
     t = arr.type
     cdef int kind = _arrow_kind(t)
     if kind == 0:
-        raise TypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {t}")
+        raise TopicmatchTypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {t}")
     cdef _Column c
     if kind != 1:
         c = _ptrs_column(len(arr), what)
@@ -651,7 +651,7 @@ cdef _Column _bulk_column(object col, str what, str singular):
             try:
                 chunk.validate(full=True)
             except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
-                raise ValueError(f"{what}: {e}") from None
+                raise TopicmatchValueError(f"{what}: {e}") from None
         return _one_arrow_column(col, what)
     c = _ptrs_column(len(col), what)
     c.keep = col
@@ -670,19 +670,19 @@ cdef object _int64_column(object ids, str what):
         if isinstance(ids, pa.ChunkedArray):
             ids = ids.combine_chunks()
         if not isinstance(ids, pa.Array) or not pa.types.is_integer(ids.type):
-            raise TypeError(f"{what} must be an integer Arrow array, not {getattr(ids, 'type', _tname(ids))}")
+            raise TopicmatchTypeError(f"{what} must be an integer Arrow array, not {getattr(ids, 'type', _tname(ids))}")
         if ids.null_count:
             first = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
-            raise TypeError(f"{what}[{first}] must be int, not None (a null in the Arrow {what})")
+            raise TopicmatchTypeError(f"{what}[{first}] must be int, not None (a null in the Arrow {what})")
         ids = ids.to_numpy(zero_copy_only=False)
     if type(ids).__module__ == "numpy" and type(ids).__name__ == "ndarray" and ids.dtype.kind != "O":
         if ids.dtype.kind not in "iu":
-            raise TypeError(f"{what} must be an integer array, not one of dtype {ids.dtype}")
+            raise TopicmatchTypeError(f"{what} must be an integer array, not one of dtype {ids.dtype}")
         if ids.ndim != 1:
-            raise TypeError(f"{what} must be one-dimensional, not {ids.ndim}-dimensional")
+            raise TopicmatchTypeError(f"{what} must be one-dimensional, not {ids.ndim}-dimensional")
         if ids.dtype.kind == "u" and ids.size and int(ids.max()) > 0x7FFFFFFFFFFFFFFF:
             i = int(np.argmax(ids))
-            raise OverflowError(f"item {i}: sub_id {int(ids[i])} is outside the signed 64-bit range")
+            raise TopicmatchOverflowError(f"item {i}: sub_id {int(ids[i])} is outside the signed 64-bit range")
         return np.ascontiguousarray(ids, dtype=np.int64)
     seq = _seq(ids, what, "int")
     out = np.empty(len(seq), dtype=np.int64)
@@ -690,9 +690,9 @@ cdef object _int64_column(object ids, str what):
         try:
             out[i] = _sub_id(x)
         except TypeError:
-            raise TypeError(f"{what}[{i}] must be int, not {_tname(x)}") from None
+            raise TopicmatchTypeError(f"{what}[{i}] must be int, not {_tname(x)}") from None
         except OverflowError as e:
-            raise OverflowError(f"item {i}: {e}") from None
+            raise TopicmatchOverflowError(f"item {i}: {e}") from None
     return out
 
 
@@ -735,16 +735,16 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True,
         return out
     if type(col).__module__ == "numpy" and type(col).__name__ == "ndarray":
         if col.ndim != 1:
-            raise TypeError(f"{what} must be one-dimensional, not {col.ndim}-dimensional")
+            raise TopicmatchTypeError(f"{what} must be one-dimensional, not {col.ndim}-dimensional")
         if col.dtype.kind not in "OUT":
-            raise TypeError(f"{what}: numpy arrays of dtype {col.dtype} are not strings")
+            raise TopicmatchTypeError(f"{what}: numpy arrays of dtype {col.dtype} are not strings")
         return [(0, _column_of_strs(col.tolist(), what, fill))]
     if isinstance(col, (str, bytes, bytearray)):
-        raise TypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
+        raise TopicmatchTypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
     try:
         iter(col)
     except TypeError:
-        raise TypeError(f"{what} must be a list of str, a numpy array or an Arrow string column, "
+        raise TopicmatchTypeError(f"{what} must be a list of str, a numpy array or an Arrow string column, "
                         f"not {_tname(col)}") from None
     return [(0, _column_of_strs(col, what, fill))]
 
@@ -760,15 +760,15 @@ cdef _Column _checked_keys(object keys):
     if arrow is not None:
         return _one_arrow_column(arrow, "keys")
     if isinstance(keys, (str, bytes, bytearray)):
-        raise TypeError(f"keys must be a sequence of str, not a single {type(keys).__name__}")
+        raise TopicmatchTypeError(f"keys must be a sequence of str, not a single {type(keys).__name__}")
     if type(keys).__module__ == "numpy" and type(keys).__name__ == "ndarray":
         if keys.ndim != 1 or keys.dtype.kind not in "OUT":
-            raise TypeError(f"keys: numpy arrays of dtype {keys.dtype} are not strings")
+            raise TopicmatchTypeError(f"keys: numpy arrays of dtype {keys.dtype} are not strings")
         keys = keys.tolist()
     try:
         iter(keys)
     except TypeError:
-        raise TypeError(f"keys must be a list of str, a numpy array or an Arrow string column, "
+        raise TopicmatchTypeError(f"keys must be a list of str, a numpy array or an Arrow string column, "
                         f"not {type(keys).__name__}") from None
     return _column_of_strs(keys, "keys")
 
@@ -830,7 +830,7 @@ cdef class BatchResult:
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"row {i} out of range for {n} rows")
+            raise TopicmatchIndexError(f"row {i} out of range for {n} rows")
         return self.sub_ids[self.offsets[i]:self.offsets[i + 1]]
 
     def counts(self):
@@ -844,7 +844,7 @@ cdef class BatchResult:
         import numpy as np
         import pyarrow as pa
         if len(self.sub_ids) > 0x7FFFFFFF:
-            raise OverflowError("more than 2**31-1 ids: split the batch for a 32-bit-offset ListArray")
+            raise TopicmatchOverflowError("more than 2**31-1 ids: split the batch for a 32-bit-offset ListArray")
         values = pa.Array.from_buffers(pa.int64(), len(self.sub_ids), [None, pa.py_buffer(self.sub_ids)])
         offsets = pa.array(self.offsets.astype(np.int32))
         mask = pa.array(self.invalid) if self.invalid.any() else None
@@ -878,12 +878,12 @@ cdef Sublist _also_arg(Sublist self, object also):
     if also is None:
         return None
     if not isinstance(also, Sublist):
-        raise TypeError(f"also must be a topicmatch.Sublist or None, not {_tname(also)}")
+        raise TopicmatchTypeError(f"also must be a topicmatch.Sublist or None, not {_tname(also)}")
     if also is self:
-        raise ValueError("also must be another index: an index matched with itself would answer each "
+        raise TopicmatchValueError("also must be another index: an index matched with itself would answer each "
                          "subscription twice")
     if (<Sublist>also).dialect != self.dialect:
-        raise ValueError(f"also is a {(<Sublist>also).dialect!r} index, this one {self.dialect!r}: "
+        raise TopicmatchValueError(f"also is a {(<Sublist>also).dialect!r} index, this one {self.dialect!r}: "
                          f"both must be of one dialect")
     return <Sublist>also
 
@@ -893,13 +893,13 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
     import numpy as np
     cdef fs_sublist *also_sl = also.sl if also is not None else NULL
     if not isinstance(queues, str):
-        raise TypeError(f"queues must be 'pick', 'all' or 'none', not {_tname(queues)}")
+        raise TopicmatchTypeError(f"queues must be 'pick', 'all' or 'none', not {_tname(queues)}")
     if queues not in _QUEUE_MODES:
-        raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
+        raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
     cdef int mode = _QUEUE_MODES[queues]
     threads = _count_arg(threads, "threads")
     if threads < 1:
-        raise ValueError(f"threads must be >= 1, not {threads}")
+        raise TopicmatchValueError(f"threads must be >= 1, not {threads}")
     cdef unsigned nthreads = <unsigned>min(threads, 256)
     cdef unsigned seg_threads
     # a dictionary column is matched once per distinct value, unless each
@@ -912,7 +912,7 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
     if keys is not None:
         kcol = _checked_keys(keys)
         if <Py_ssize_t>kcol.s.n != n:
-            raise ValueError(f"keys has {kcol.s.n} rows, subjects {n}")
+            raise TopicmatchValueError(f"keys has {kcol.s.n} rows, subjects {n}")
     offsets = np.empty(n + 1, dtype=np.int64)
     invalid = np.empty(n, dtype=np.bool_)
     offsets[0] = 0

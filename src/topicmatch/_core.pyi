@@ -35,9 +35,39 @@ _QueueColumn = Union[Sequence[Optional[str]], Any]
 _IdColumn = Union[Sequence[int], npt.NDArray[np.integer[Any]], Any]
 
 class TopicmatchError(Exception):
-    """Base of every error topicmatch raises on its own account."""
+    """Base of every error topicmatch raises on its own account; each is
+    also the built-in a caller would catch (ValueError, TypeError, OSError...).
+    MemoryError and KeyboardInterrupt stay as Python makes them."""
 
-class ImageChangedError(TopicmatchError, OSError):
+class TopicmatchValueError(TopicmatchError, ValueError):
+    """A value topicmatch refuses, where no more specific class fits."""
+
+class TopicmatchTypeError(TopicmatchError, TypeError):
+    """An argument or a row of the wrong type."""
+
+class TopicmatchOSError(TopicmatchError, OSError):
+    """An operating-system error topicmatch reports itself, naming the
+    user's path; also of the OSError subclass for its errno."""
+
+class TopicmatchOverflowError(TopicmatchError, OverflowError):
+    """An integer outside the range it must fit (a sub_id past int64)."""
+
+class TopicmatchKeyError(TopicmatchError, KeyError):
+    """A key that is not there (remove() of a subscription not held)."""
+
+class TopicmatchIndexError(TopicmatchError, IndexError):
+    """An index out of range (a row of a BatchResult)."""
+
+class TopicmatchRuntimeError(TopicmatchError, RuntimeError):
+    """A failure of a run rather than of an argument."""
+
+class TopicmatchBufferError(TopicmatchError, BufferError):
+    """A buffer asked for in a way it cannot be given."""
+
+class TopicmatchImportError(TopicmatchError, ImportError):
+    """An optional dependency a feature needs is missing."""
+
+class ImageChangedError(TopicmatchOSError):
     """The file an index was opened from (Sublist.open) was truncated or
     rewritten in place while mapped; every later call on the index raises
     it too.  Replace image files (write a new one, rename it over); never
@@ -45,7 +75,7 @@ class ImageChangedError(TopicmatchError, OSError):
     path: Optional[str]
     def __init__(self, message: str, path: Optional[str] = ...) -> None: ...
 
-class ImageError(TopicmatchError, ValueError):
+class ImageError(TopicmatchValueError):
     """Bytes or a file given as an index image (Sublist.open, from_bytes)
     that cannot be read as one: NotAnImageError or CorruptImageError."""
 
@@ -57,11 +87,11 @@ class CorruptImageError(ImageError):
     """A topicmatch image or serialized index (its magic is right) whose
     content is damaged: truncated, a checksum mismatch, a bad offset."""
 
-class ClosedError(TopicmatchError, ValueError):
+class ClosedError(TopicmatchValueError):
     """A call on a Sublist after its close() (or the end of its ``with``
     block): its memory, and an opened image's mapping, are gone."""
 
-class InvalidSubjectError(TopicmatchError, ValueError):
+class InvalidSubjectError(TopicmatchValueError):
     """A subject, filter or queue name is malformed.
 
     ``subject``: the input; ``reason``: what is wrong; ``position``: byte

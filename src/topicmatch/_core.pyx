@@ -118,10 +118,97 @@ cdef extern from "Python.h":
 
 
 class TopicmatchError(Exception):
-    """Base of every error topicmatch raises on its own account."""
+    """Base of every error topicmatch raises on its own account.
+
+    Each one is also the built-in exception a caller would catch for it:
+    a bad value is a ValueError, a wrong type a TypeError, a file or socket
+    error an OSError (docs/embedding.md, "Errors: one hierarchy", draws the
+    tree).  Where no more specific class fits, the error is the general one
+    named after its built-in: TopicmatchValueError, TopicmatchTypeError,
+    TopicmatchOSError, TopicmatchOverflowError, TopicmatchKeyError,
+    TopicmatchIndexError, TopicmatchRuntimeError, TopicmatchBufferError,
+    TopicmatchImportError.
+    So ``except ValueError`` keeps working, and ``except TopicmatchError``
+    catches everything the package reports.  Not wrapped, and never a
+    TopicmatchError: MemoryError (out of memory, in C or in Python) and
+    KeyboardInterrupt (Ctrl-C during a long call), which stay what Python
+    makes them, and errors of the caller's own objects (an exception
+    raised by an iterator or a callable it passed) or of open() on the
+    caller's path, which pass through as they are."""
 
 
-class ImageChangedError(TopicmatchError, OSError):
+class TopicmatchValueError(TopicmatchError, ValueError):
+    """A value topicmatch refuses (an argument out of range, a malformed
+    row, columns of different lengths), where no more specific class
+    (InvalidSubjectError, ImageError, ClosedError) fits."""
+
+
+class TopicmatchTypeError(TopicmatchError, TypeError):
+    """An argument or a row of the wrong type ("sub_id must be int, not
+    str")."""
+
+
+class TopicmatchOSError(TopicmatchError, OSError):
+    """An operating-system error topicmatch reports itself, naming the
+    user's path (Sublist.save, topicmatch.spark's image directory).  Made
+    as OSError(errno, ...) makes one, of the OSError subclass for its errno
+    as well: saving into a missing folder raises an error that is both a
+    TopicmatchOSError and a FileNotFoundError."""
+
+
+class TopicmatchOverflowError(TopicmatchError, OverflowError):
+    """An integer outside the range it must fit (a sub_id outside the
+    signed 64-bit range)."""
+
+
+class TopicmatchKeyError(TopicmatchError, KeyError):
+    """A key that is not there: remove() of a subscription the index does
+    not hold."""
+
+
+class TopicmatchIndexError(TopicmatchError, IndexError):
+    """An index out of range (a row of a BatchResult)."""
+
+
+class TopicmatchRuntimeError(TopicmatchError, RuntimeError):
+    """A failure of a run rather than of an argument (a list changed size
+    during match_many, a Spark job that did not deliver)."""
+
+
+class TopicmatchBufferError(TopicmatchError, BufferError):
+    """A buffer asked for in a way it cannot be given (match_many's ids
+    asked for writable)."""
+
+
+class TopicmatchImportError(TopicmatchError, ImportError):
+    """An optional dependency a feature needs is missing (PySpark for
+    topicmatch.spark)."""
+
+
+# TopicmatchOSError's kinds: one class per OSError subclass (made here, named
+# _Topicmatch<Builtin>, so that pickle finds them), picked by _os_error.
+_OS_KINDS = {OSError: TopicmatchOSError}
+for _kind in (BlockingIOError, ChildProcessError, ConnectionError, BrokenPipeError,
+              ConnectionAbortedError, ConnectionRefusedError, ConnectionResetError,
+              FileExistsError, FileNotFoundError, InterruptedError, IsADirectoryError,
+              NotADirectoryError, PermissionError, ProcessLookupError, TimeoutError):
+    _name = "_Topicmatch" + _kind.__name__
+    _OS_KINDS[_kind] = globals()[_name] = type(_name, (TopicmatchOSError, _kind), {
+        "__module__": __name__, "__qualname__": _name,
+        "__doc__": f"A TopicmatchOSError that is a {_kind.__name__}."})
+del _kind, _name
+
+
+def _os_error(*args, kind=None):
+    """A TopicmatchOSError made as OSError(*args) is made: of the subclass
+    its errno picks (ENOENT: FileNotFoundError...), or of `kind` (an OSError
+    subclass) when given.  The message is OSError's own, unchanged."""
+    if kind is None:
+        kind = type(OSError(*args))
+    return _OS_KINDS.get(kind, TopicmatchOSError)(*args)
+
+
+class ImageChangedError(TopicmatchOSError):
     """The file an index was opened from (Sublist.open) was truncated or
     rewritten in place while it was mapped.  The call that found it raises,
     and so does every later call on that index: open the file again.
@@ -133,7 +220,7 @@ class ImageChangedError(TopicmatchError, OSError):
         self.path = path
 
 
-class ImageError(TopicmatchError, ValueError):
+class ImageError(TopicmatchValueError):
     """Bytes or a file given as an index image (Sublist.open, from_bytes)
     that cannot be read as one: NotAnImageError or CorruptImageError."""
 
@@ -150,13 +237,13 @@ class CorruptImageError(ImageError):
     leading outside it."""
 
 
-class ClosedError(TopicmatchError, ValueError):
+class ClosedError(TopicmatchValueError):
     """A call on a Sublist after its close() (or the end of its ``with``
     block): the index's memory, and an opened image's mapping, are gone.
     A ValueError, as Python's own "I/O operation on closed file" is."""
 
 
-class InvalidSubjectError(TopicmatchError, ValueError):
+class InvalidSubjectError(TopicmatchValueError):
     """A subject, filter or queue name is malformed.
 
     Attributes: ``subject`` (the input), ``reason`` (what is wrong) and
@@ -214,7 +301,7 @@ cdef const char *_utf8_any(object s, str what, Py_ssize_t *n) except NULL:
     if type(s) is not str and not isinstance(s, str):
         # bytes too: a str is text, bytes are not (as in pyarrow's string
         # and binary types); every argument and row refuses them alike
-        raise TypeError(f"{what} must be str, not {_tname(s)}")
+        raise TopicmatchTypeError(f"{what} must be str, not {_tname(s)}")
     cdef const char *p = PyUnicode_AsUTF8AndSize(s, n)
     if p != NULL:
         return p
@@ -233,14 +320,14 @@ cdef int64_t _sub_id(object sub_id) except? -1:
         # a bool is an int to Python, not an id (numpy's bool_ refuses
         # operator.index by itself)
         if isinstance(sub_id, bool):
-            raise TypeError("sub_id must be int, not bool")
+            raise TopicmatchTypeError("sub_id must be int, not bool")
         try:
             sub_id = operator.index(sub_id)
         except TypeError:
-            raise TypeError(f"sub_id must be int, not {_tname(sub_id)}") from None
+            raise TopicmatchTypeError(f"sub_id must be int, not {_tname(sub_id)}") from None
     cdef long long v = PyLong_AsLongLongAndOverflow(sub_id, &overflow)
     if overflow:
-        raise OverflowError(f"sub_id {sub_id} is outside the signed 64-bit range")
+        raise TopicmatchOverflowError(f"sub_id {sub_id} is outside the signed 64-bit range")
     return <int64_t>v
 
 
@@ -249,11 +336,11 @@ cdef Py_ssize_t _count_arg(object x, str what) except? -1:
     anything else, bool included."""
     if type(x) is not int:
         if isinstance(x, bool):
-            raise TypeError(f"{what} must be int, not bool")
+            raise TopicmatchTypeError(f"{what} must be int, not bool")
         try:
             x = operator.index(x)
         except TypeError:
-            raise TypeError(f"{what} must be int, not {_tname(x)}") from None
+            raise TopicmatchTypeError(f"{what} must be int, not {_tname(x)}") from None
     return x
 
 
@@ -262,24 +349,24 @@ cdef list _seq(object x, str what, str of):
     would be taken character by character) and non-iterables are a
     TypeError naming the argument."""
     if isinstance(x, (str, bytes, bytearray)):
-        raise TypeError(f"{what} must be a sequence of {of}, not a single {_tname(x)}")
+        raise TopicmatchTypeError(f"{what} must be a sequence of {of}, not a single {_tname(x)}")
     try:
         it = iter(x)
     except TypeError:
-        raise TypeError(f"{what} must be a sequence of {of}, not {_tname(x)}") from None
+        raise TopicmatchTypeError(f"{what} must be a sequence of {of}, not {_tname(x)}") from None
     return list(it)
 
 
 cdef fs_dialect _dialect(object d) except *:
     if not isinstance(d, str):
-        raise TypeError(f"dialect must be str ('nats', 'mqtt' or 'amqp'), not {_tname(d)}")
+        raise TopicmatchTypeError(f"dialect must be str ('nats', 'mqtt' or 'amqp'), not {_tname(d)}")
     if d == "nats":
         return FS_NATS
     if d == "mqtt":
         return FS_MQTT
     if d == "amqp":
         return FS_AMQP
-    raise ValueError(f"dialect must be 'nats', 'mqtt' or 'amqp', not {d!r}")
+    raise TopicmatchValueError(f"dialect must be 'nats', 'mqtt' or 'amqp', not {d!r}")
 
 
 cdef str _decode(const char *p, size_t n):
@@ -296,7 +383,7 @@ cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
         sp.queue_len = 0
     else:
         if not isinstance(q, str):
-            raise TypeError(f"queue must be str or None, not {_tname(q)}")
+            raise TopicmatchTypeError(f"queue must be str or None, not {_tname(q)}")
         sp.queue = _utf8(q, "queue", &n)
         sp.queue_len = <size_t>n
     return 0
@@ -306,14 +393,14 @@ cdef object _row_type_error(Py_ssize_t i, object f, object sub_id, object q):
     """The TypeError of insert_many/remove_many's row i, naming the column
     and the row (the checks of _fill_spec, in its order)."""
     if not isinstance(f, str):
-        return TypeError(f"filters[{i}] must be str, not {_tname(f)}")
+        return TopicmatchTypeError(f"filters[{i}] must be str, not {_tname(f)}")
     try:
         _sub_id(sub_id)
     except TypeError:
-        return TypeError(f"sub_ids[{i}] must be int, not {_tname(sub_id)}")
+        return TopicmatchTypeError(f"sub_ids[{i}] must be int, not {_tname(sub_id)}")
     except OverflowError:
         pass
-    return TypeError(f"queues[{i}] must be str or None, not {_tname(q)}")
+    return TopicmatchTypeError(f"queues[{i}] must be str or None, not {_tname(q)}")
 
 
 cdef inline bint _fill_spec_fast(fs_spec *sp, object f, object sub_id, object q) noexcept:
@@ -539,7 +626,7 @@ cdef class Sublist:
         self.dialect = dialect
         cache_size = _count_arg(cache_size, "cache_size")
         if cache_size < 0:
-            raise ValueError(f"cache_size must be >= 0, not {cache_size}")
+            raise TopicmatchValueError(f"cache_size must be >= 0, not {cache_size}")
         self._cache_size = cache_size
         self.sl = fs_sublist_new(self._d)
         if self.sl == NULL:
@@ -577,14 +664,14 @@ cdef class Sublist:
         saving) finish first; close() waits for them, and later calls raise
         ClosedError.  A second close() does nothing.  From inside a call on
         an index -- a __del__ or a signal handler that a call of this thread
-        runs -- while calls are in flight, close() refuses (TopicmatchError)
-        rather than wait for its own caller."""
+        runs -- while calls are in flight, close() refuses
+        (TopicmatchRuntimeError) rather than wait for its own caller."""
         if tm_closed(&self._use):
             with nogil:
                 tm_wait_closed(&self._use)
             return
         if not tm_may_wait(&self._use):
-            raise TopicmatchError(
+            raise TopicmatchRuntimeError(
                 "close() refused: it was called from inside a call on a topicmatch index (a __del__ or a "
                 "signal handler), while calls are in this one: it would wait for its own caller.  "
                 "Close it after that call returns")
@@ -723,7 +810,7 @@ cdef class Sublist:
 
         Remove the subscription; KeyError if it is not there."""
         if not self.discard(filter, sub_id, queue=queue):
-            raise KeyError((filter, sub_id, queue))
+            raise TopicmatchKeyError((filter, sub_id, queue))
 
     cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
         if tm_closed(&self._use):       # said before any argument's error
@@ -738,11 +825,11 @@ cdef class Sublist:
         cdef Py_ssize_t n = len(fl), i = 0
         il = _seq(sub_ids, "sub_ids", "int")
         if len(il) != n:
-            raise ValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
+            raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
         if queues is not None:
             ql = _seq(queues, "queues", "str or None")
             if len(ql) != n:
-                raise ValueError(f"filters and queues differ in length ({n} != {len(ql)})")
+                raise TopicmatchValueError(f"filters and queues differ in length ({n} != {len(ql)})")
         cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
         if specs == NULL:
             raise MemoryError()
@@ -780,12 +867,12 @@ cdef class Sublist:
         cdef Py_ssize_t n = <Py_ssize_t>fcol.s.n, i
         ids = _int64_column(sub_ids, "sub_ids")
         if len(ids) != n:
-            raise ValueError(f"filters and sub_ids differ in length ({n} != {len(ids)})")
+            raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(ids)})")
         cdef _Column qcol = None
         if queues is not None:
             qcol = _bulk_column(queues, "queues", "queue")
             if <Py_ssize_t>qcol.s.n != n:
-                raise ValueError(f"filters and queues differ in length ({n} != {qcol.s.n})")
+                raise TopicmatchValueError(f"filters and queues differ in length ({n} != {qcol.s.n})")
         cdef const int64_t[::1] idv = ids
         cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
         if specs == NULL:
@@ -793,7 +880,7 @@ cdef class Sublist:
         try:
             for i in range(n):
                 if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):
-                    raise TypeError(f"filters[{i}] must be str, not None")
+                    raise TopicmatchTypeError(f"filters[{i}] must be str, not None")
                 specs[i].id = idv[i]
                 if qcol is None or not fs_strings_get(&qcol.s, <size_t>i, &specs[i].queue, &specs[i].queue_len):
                     specs[i].queue = NULL

@@ -5,7 +5,8 @@ here.  Three places cannot: the compiled core (_core.pyx, which maps each
 name to its C enum), its stub (_core.pyi, a Literal), and the reference
 matcher (_reference.py, loaded on its own, without the package, when the
 core is not built); tests/test_layout.py checks that they name the same
-dialects as DIALECTS.  This module imports nothing.
+dialects as DIALECTS.  This module imports nothing when loaded (its one
+error imports the package's class for it, when raised).
 """
 
 #: The dialects a Sublist speaks, in the order the messages name them.
@@ -19,6 +20,7 @@ def expected() -> str:
 
 
 def check_dialect(dialect) -> None:
-    """ValueError unless `dialect` is one of DIALECTS."""
+    """TopicmatchValueError (a ValueError) unless `dialect` is one of DIALECTS."""
     if dialect not in DIALECTS:
-        raise ValueError(f"unknown dialect {dialect!r}: expected {expected()}")
+        from topicmatch._core import TopicmatchValueError
+        raise TopicmatchValueError(f"unknown dialect {dialect!r}: expected {expected()}")

@@ -23,7 +23,7 @@ def route_keys(values, dialect="nats", depth=1, *, filters=False):
     cdef fs_dialect d = _dialect(dialect)
     depth = _count_arg(depth, "depth")
     if not 1 <= depth <= FS_ROUTE_MAX_DEPTH:
-        raise ValueError(f"depth must be an integer from 1 to {FS_ROUTE_MAX_DEPTH}, not {depth!r}")
+        raise TopicmatchValueError(f"depth must be an integer from 1 to {FS_ROUTE_MAX_DEPTH}, not {depth!r}")
     cdef unsigned dep = depth
     cdef int is_filter = 1 if filters else 0
     segments = _segments(values, "values")

@@ -25,7 +25,7 @@ cdef extern from "fs_alloc.h" nogil:
 cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
     cdef int rc, st
     if version != 3 and version != 2:
-        raise ValueError(f"version must be 2 or 3, not {version!r}")
+        raise TopicmatchValueError(f"version must be 2 or 3, not {version!r}")
     sl._enter()
     with nogil:
         if version == 3:
@@ -80,9 +80,9 @@ def _save_mode(mode):
     if mode is None:
         return None
     if type(mode) is bool or not isinstance(mode, int):
-        raise TypeError(f"mode must be int or None, not {type(mode).__name__}")
+        raise TopicmatchTypeError(f"mode must be int or None, not {type(mode).__name__}")
     if not 0 <= mode <= 0o777:
-        raise ValueError(f"mode must be permission bits 0o000-0o777, not {mode:#o}")
+        raise TopicmatchValueError(f"mode must be permission bits 0o000-0o777, not {mode:#o}")
     return int(mode)
 
 
@@ -102,8 +102,8 @@ def _save_temp(folder, base, path):
         except FileExistsError:
             continue
         except OSError as e:
-            raise OSError(e.errno, f"cannot save the image: {e.strerror}", path) from None
-    raise FileExistsError(_errnos.EEXIST, "cannot save the image: no free temporary name beside it", path)
+            raise _os_error(e.errno, f"cannot save the image: {e.strerror}", path) from None
+    raise _os_error(_errnos.EEXIST, "cannot save the image: no free temporary name beside it", path)
 
 
 def _sublist_save(Sublist sl not None, path, mode=None):
@@ -130,7 +130,7 @@ def _sublist_save(Sublist sl not None, path, mode=None):
     except OSError as e:
         _os.close(fd)
         _os.unlink(tmp)
-        raise OSError(e.errno, f"cannot save the image with mode {mode:#o}: {e.strerror}", path) from None
+        raise _os_error(e.errno, f"cannot save the image with mode {mode:#o}: {e.strerror}", path) from None
     _os.close(fd)
     cdef bytes ctmp = _os.fsencode(tmp)
     cdef const char *ctmp_p = ctmp
@@ -154,13 +154,13 @@ def _sublist_save(Sublist sl not None, path, mode=None):
             finally:
                 _serial_free(out)
         elif rc == FS_EIO:
-            raise OSError(saved_errno, f"cannot save the image: {_os.strerror(saved_errno)}", path)
+            raise _os_error(saved_errno, f"cannot save the image: {_os.strerror(saved_errno)}", path)
         else:
             _written(rc, st, sl)
         try:
             _os.replace(tmp, path)
         except OSError as e:
-            raise OSError(e.errno, f"cannot save the image: {e.strerror}", path) from None
+            raise _os_error(e.errno, f"cannot save the image: {e.strerror}", path) from None
         tmp = None
         if hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
             dfd = _os.open(folder, _os.O_RDONLY | _os.O_DIRECTORY)
@@ -199,7 +199,7 @@ cdef int _verify_level(object verify) except -1:
     if isinstance(verify, str):
         if verify == "checksum":
             return FS_VERIFY_CHECKSUM
-        raise ValueError(f"verify must be True, False or 'checksum', not {verify!r}")
+        raise TopicmatchValueError(f"verify must be True, False or 'checksum', not {verify!r}")
     return FS_VERIFY_FULL if verify else FS_VERIFY_NONE
 
 
@@ -256,13 +256,13 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     copied first)."""
     cache_size = _count_arg(cache_size, "cache_size")
     if cache_size < 0:
-        raise ValueError(f"cache_size must be >= 0, not {cache_size}")
+        raise TopicmatchValueError(f"cache_size must be >= 0, not {cache_size}")
     cdef int check = _verify_level(verify)
     cdef Py_buffer view
     try:
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     except TypeError:
-        raise TypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
+        raise TopicmatchTypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
     except BufferError:
         # A buffer, but not a contiguous one: copy it once.
         data = memoryview(data).tobytes()

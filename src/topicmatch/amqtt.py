@@ -114,7 +114,8 @@ from amqtt.plugins.base import BasePlugin
 
 from topicmatch._amqtt_wire import (_FrameReader, _is_packet_id, _is_qos, malformed_subscribe,
                                      malformed_unsubscribe)
-from topicmatch._core import InvalidSubjectError, Sublist, TopicmatchError, is_valid_filter, subject_matches
+from topicmatch._core import (InvalidSubjectError, Sublist, TopicmatchValueError,
+                              is_valid_filter, subject_matches)
 
 __all__ = ["Broker", "RoutingImage", "RoutingImageError", "save_routing_image", "ROUTING_IMAGE_VERSION"]
 
@@ -140,7 +141,7 @@ _MARK = "$topicmatch/amqtt/routing-image"          # -> ROUTING_IMAGE_VERSION <<
 _CLIENT = "$topicmatch/amqtt/client/"              # + hex(client id, UTF-8) -> -k << 2 | 3
 
 
-class RoutingImageError(TopicmatchError, ValueError):
+class RoutingImageError(TopicmatchValueError):
     """A routing image that cannot be used (missing, unreadable, corrupt, of
     another dialect or layout), or a bad RoutingImage configuration; the
     message names the path and the problem.  A TopicmatchError, as every
@@ -168,22 +169,22 @@ def save_routing_image(path: "os.PathLike[str] | str",
     n = 0
     for k, (client_id, pairs) in enumerate(routes.items(), 1):
         if not isinstance(client_id, str) or not client_id:
-            raise ValueError(f"client id {client_id!r}: a static route needs a non-empty client id string")
+            raise TopicmatchValueError(f"client id {client_id!r}: a static route needs a non-empty client id string")
         key = _client_key(client_id)
         if key is None:
-            raise ValueError(f"client id of {len(client_id)} characters is too long for a routing image")
+            raise TopicmatchValueError(f"client id of {len(client_id)} characters is too long for a routing image")
         filters.append(key)
         ids.append(-k << 2 | _TABLE)
         for entry in pairs:
             if not (isinstance(entry, tuple) and len(entry) == 2):
-                raise ValueError(f"client {client_id!r}: {entry!r} is no (filter, QoS) pair")
+                raise TopicmatchValueError(f"client {client_id!r}: {entry!r} is no (filter, QoS) pair")
             f, q = entry
             if not isinstance(f, str) or not is_valid_filter(f, "mqtt"):
-                raise ValueError(f"client {client_id!r}: {f!r} is no valid MQTT filter")
+                raise TopicmatchValueError(f"client {client_id!r}: {f!r} is no valid MQTT filter")
             if f.startswith(_SHARE):
-                raise ValueError(f"client {client_id!r}: {f!r}: shared subscriptions are not static routes")
+                raise TopicmatchValueError(f"client {client_id!r}: {f!r}: shared subscriptions are not static routes")
             if not _is_qos(q):
-                raise ValueError(f"client {client_id!r}, filter {f!r}: QoS {q!r} is not 0, 1 or 2")
+                raise TopicmatchValueError(f"client {client_id!r}, filter {f!r}: QoS {q!r} is not 0, 1 or 2")
             filters.append(f)
             ids.append(-k << 2 | q)
             n += 1

@@ -9,6 +9,8 @@ import os
 import sys
 import threading
 
+from topicmatch._core import TopicmatchError
+
 #: Exit status of a usage or input error that stopped the run.
 EXIT_USAGE = 2
 #: Exit status of a run that finished but rejected some lines (0: none
@@ -18,8 +20,9 @@ EXIT_REJECTED = 3
 MAX_REJECT_LINES = 100
 
 
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
+class CLIError(TopicmatchError):
+    """A user error: printed as one line, exit status 2.  A TopicmatchError, as
+    every error the package raises; main() prints it and exits."""
 
 
 def commas(x):

@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Optional
 
+from topicmatch._core import TopicmatchRuntimeError
 from topicmatch.cli.common import (EXIT_REJECTED, CLIError, RejectNames, Stderr, check_readable,
                                    commas, is_local, local_path, per_second, plural)
 from topicmatch.cli.fanout_io import (CORRUPT_COL, first_line, format_of, locate_lines, parquet_rows,
@@ -391,7 +392,7 @@ def _report(p, job, counts, written, n_jobs, clock):
       f"check subjects + write rejected {clock.rejected - clock.match:.1f} s | "
       f"counts {clock.end - clock.rejected:.1f} s")
     if not ok:
-        raise RuntimeError("the counts do not reconcile: this is a topicmatch bug")
+        raise TopicmatchRuntimeError("the counts do not reconcile: this is a topicmatch bug")
 
 
 def _name_malformed(names, events_path, fmt, texts, n_malformed):

@@ -10,6 +10,7 @@ import csv
 import json
 import re
 
+from topicmatch._core import TopicmatchValueError
 from topicmatch.cli.common import BOM, CLIError, is_local, local_path
 
 #: A JSON-lines file's columns are read from its first lines (up to this
@@ -63,7 +64,7 @@ def _tokens(text):
             if text[pos:].strip() == "":
                 break
             at = pos + len(text[pos:]) - len(text[pos:].lstrip())
-            raise ValueError(f"unexpected {text[at]!r} at character {at + 1}")
+            raise TopicmatchValueError(f"unexpected {text[at]!r} at character {at + 1}")
         pos = m.end()
         quoted, word, num, string, punct = m.groups()
         at = m.start(m.lastindex) + 1
@@ -98,23 +99,23 @@ class _DDL:
     def take(self, what):
         kind, value = self.peek()
         if kind is None:
-            raise ValueError(f"expected {what}, found the end")
+            raise TopicmatchValueError(f"expected {what}, found the end")
         self.i += 1
         return kind, value
 
     def expect(self, punct):
         kind, value = self.take(repr(punct))
         if (kind, value) != ("p", punct):
-            raise ValueError(f"expected {punct!r}, found {value!r}")
+            raise TopicmatchValueError(f"expected {punct!r}, found {value!r}")
 
     def type(self, depth=1):
         kind, word = self.take("a type")
         if kind != "word":
-            raise ValueError(f"expected a type, found {word!r}")
+            raise TopicmatchValueError(f"expected a type, found {word!r}")
         low = _ALIASES.get(word.lower(), word.lower())
         if low in ("array", "map", "struct"):
             if depth > MAX_SCHEMA_DEPTH:
-                raise ValueError(f"types nested more than {MAX_SCHEMA_DEPTH} deep "
+                raise TopicmatchValueError(f"types nested more than {MAX_SCHEMA_DEPTH} deep "
                                  f"(at character {self.where()})")
             self.expect("<")
             if low == "array":
@@ -129,7 +130,7 @@ class _DDL:
             self.expect(">")
             return inner
         if low not in _ATOMIC:
-            raise ValueError(f"unknown type {word!r}")
+            raise TopicmatchValueError(f"unknown type {word!r}")
         if low == "interval":
             while self.peek()[0] == "word" and (self.peek()[1].lower() in _INTERVAL_UNITS
                                                 or self.peek("to") or self.peek("TO")):
@@ -141,7 +142,7 @@ class _DDL:
                 self.i += 1
                 args.append(self.take("a number"))
             if any(k != "num" for k, _ in args):
-                raise ValueError(f"expected numbers in the parentheses of {word}")
+                raise TopicmatchValueError(f"expected numbers in the parentheses of {word}")
             self.expect(")")
             if low == "decimal":
                 return "decimal(" + ",".join(v for _, v in args) + ")"
@@ -152,7 +153,7 @@ class _DDL:
         while True:
             kind, name = self.take("a column name")
             if kind not in ("name", "word"):
-                raise ValueError(f"expected a column name, found {name!r}")
+                raise TopicmatchValueError(f"expected a column name, found {name!r}")
             if self.peek(":"):
                 self.i += 1
             out.append((name, self.type(depth)))
@@ -160,11 +161,11 @@ class _DDL:
                 self.i += 1
                 kind, word = self.take("NULL")
                 if word.lower() != "null":
-                    raise ValueError(f"expected NULL after NOT, found {word!r}")
+                    raise TopicmatchValueError(f"expected NULL after NOT, found {word!r}")
             if self.peek("COMMENT") or self.peek("comment"):
                 self.i += 1
                 if self.take("a quoted comment")[0] != "str":
-                    raise ValueError("expected a quoted string after COMMENT")
+                    raise TopicmatchValueError("expected a quoted string after COMMENT")
             if not self.peek(","):
                 return out
             self.i += 1
@@ -175,7 +176,7 @@ def parse_ddl(text):
     "struct<...>") -> [(name, type)], the types in Spark's simple strings
     (bigint, string, array<int>, ...).  ValueError says what is wrong."""
     if not text or not text.strip():
-        raise ValueError("empty schema")
+        raise TopicmatchValueError("empty schema")
     p = _DDL(text)
     if p.peek()[0] == "word" and p.peek()[1].lower() == "struct" and \
             len(p.toks) > 1 and p.toks[1] == ("p", "<"):
@@ -185,11 +186,11 @@ def parse_ddl(text):
     else:
         fields = p.fields()
     if p.i < len(p.toks):
-        raise ValueError(f"unexpected {p.toks[p.i][1]!r} after the schema")
+        raise TopicmatchValueError(f"unexpected {p.toks[p.i][1]!r} after the schema")
     names = [n for n, _ in fields]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise ValueError(f"column {dup[0]!r} appears twice")
+        raise TopicmatchValueError(f"column {dup[0]!r} appears twice")
     return fields
 
 

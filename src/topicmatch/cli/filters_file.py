@@ -2,6 +2,7 @@
 per line, its line number the sub id.  The format `topicmatch match --subs`
 read before it took tables; kept for lists typed by hand or cut from logs.
 """
+from topicmatch._core import TopicmatchValueError
 from topicmatch.cli.common import MAX_LINE_BYTES, CLIError, Rejected, read_lines
 
 #: A subscriptions line may carry a queue name after its filter.
@@ -23,7 +24,7 @@ def split_subscription(line, dialect):
             return None
         parts = line.split("\t")
     if len(parts) > 2:
-        raise ValueError("expected 'filter' or 'filter<TAB>queue'" if dialect != "nats"
+        raise TopicmatchValueError("expected 'filter' or 'filter<TAB>queue'" if dialect != "nats"
                          else "expected 'filter' or 'filter queue'")
     return parts[0], (parts[1] if len(parts) == 2 and parts[1] else None)
 

@@ -3,6 +3,7 @@ filter list) checked, warned about and inserted into a Sublist, or its
 image opened.  Every mistake is one CLIError naming the input; an empty
 input is one too, unless --allow-empty.
 """
+from topicmatch._core import TopicmatchRuntimeError
 from topicmatch.cli.dialect_hint import warning as dialect_warning
 from topicmatch.cli.common import CLIError
 from topicmatch.cli.filters_file import read_filters
@@ -70,7 +71,7 @@ def insert_rows(rows, dialect, src):
     except InvalidSubjectError:
         pass
     _raise_bad_row(rows, dialect, src)
-    raise AssertionError("insert_many refused a row that insert() accepts")  # pragma: no cover
+    raise TopicmatchRuntimeError("insert_many refused a row that insert() accepts")  # pragma: no cover
 
 
 def _raise_bad_row(rows, dialect, src):

@@ -47,12 +47,13 @@ sharded plan (shard.py), and the thresholds' reader (limits.py).
 
 This module imports PySpark; `import topicmatch` does not import this module.
 """
+from topicmatch._core import TopicmatchImportError
 try:
     import pyarrow  # noqa: F401
     import pyspark  # noqa: F401  (the check that PySpark is installed)
     import pyspark.sql  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
+    raise TopicmatchImportError(
         f"topicmatch.spark needs PySpark 4 and pyarrow ({e}); install them with: "
         "pip install 'topicmatch[spark]'") from e
 

@@ -13,7 +13,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from topicmatch import TopicmatchError, InvalidSubjectError, Sublist
+from topicmatch import InvalidSubjectError, Sublist
+from topicmatch._core import TopicmatchRuntimeError, TopicmatchTypeError, TopicmatchValueError
 from topicmatch._dialects import check_dialect
 
 #: The queues= modes of a fan-out.
@@ -21,15 +22,15 @@ QUEUE_MODES = ("pick", "all", "none")
 _INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
 
 
-class FanoutInputError(TopicmatchError, ValueError):
+class FanoutInputError(TopicmatchValueError):
     """The events or subscriptions table does not have the columns/types fanout needs."""
 
 
-class ExecutorEnvironmentError(TopicmatchError, RuntimeError):
+class ExecutorEnvironmentError(TopicmatchRuntimeError):
     """The executors' Python cannot run topicmatch (wrong interpreter, missing packages)."""
 
 
-class IndexTooLargeError(TopicmatchError, RuntimeError):
+class IndexTooLargeError(TopicmatchRuntimeError):
     """The unsharded fan-out could not bring the subscriptions to the driver
     (spark.driver.maxResultSize, driver memory): shard them (shards=N)."""
 
@@ -49,7 +50,7 @@ def expect_dataframe(df, what: str) -> None:
     """TypeError unless df is a Spark DataFrame (classic or Connect), naming
     what was given by type_name."""
     if not isinstance(df, DataFrame):
-        raise TypeError(f"{what} must be a pyspark.sql.DataFrame, not {type_name(df)}")
+        raise TopicmatchTypeError(f"{what} must be a pyspark.sql.DataFrame, not {type_name(df)}")
 
 
 def column(name: str) -> Column:

@@ -20,6 +20,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from topicmatch._core import TopicmatchRuntimeError, TopicmatchTypeError, TopicmatchValueError
 from topicmatch import Sublist
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
@@ -117,10 +118,10 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
             return image_index(sublist, dialect, image_dir)
         sublist = build_index(sublist, dialect)
     if not isinstance(sublist, Sublist):
-        raise TypeError("share_index needs a topicmatch.Sublist (or a subscriptions DataFrame), "
+        raise TopicmatchTypeError("share_index needs a topicmatch.Sublist (or a subscriptions DataFrame), "
                         f"not {type_name(sublist)}")
     if dialect is not None and dialect != sublist.dialect:
-        raise ValueError(f"the Sublist is {sublist.dialect!r}, share_index was given "
+        raise TopicmatchValueError(f"the Sublist is {sublist.dialect!r}, share_index was given "
                          f"dialect={dialect!r}")
     if image_dir is not None:
         use_images(spark, image_dir, ship)     # checks the pair
@@ -136,12 +137,12 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
     elif connect and ship == "file":
         ship = "artifact"
     if ship not in ("broadcast", "file", "artifact", "inline"):
-        raise ValueError(f"ship must be 'auto', 'broadcast', 'file', 'artifact' or 'inline', not {ship!r}")
+        raise TopicmatchValueError(f"ship must be 'auto', 'broadcast', 'file', 'artifact' or 'inline', not {ship!r}")
     if connect and ship == "broadcast":
-        raise ValueError("ship='broadcast' needs classic Spark (a SparkContext); on Spark Connect "
+        raise TopicmatchValueError("ship='broadcast' needs classic Spark (a SparkContext); on Spark Connect "
                          "use 'inline' or 'artifact' (or 'auto')")
     if not connect and ship == "artifact":
-        raise ValueError("ship='artifact' is for Spark Connect sessions; on classic Spark "
+        raise TopicmatchValueError("ship='artifact' is for Spark Connect sessions; on classic Spark "
                          "use 'broadcast' or 'file' (or 'auto')")
     index_id = uuid.uuid4().hex
     common = dict(index_id=index_id, dialect=sublist.dialect, nbytes=n, nsubs=len(sublist),
@@ -181,16 +182,16 @@ def _index_for(spark, subscriptions, dialect, ship, reuse, image_dir=None) -> Sh
     where use_images says so, else built here and shipped."""
     if isinstance(subscriptions, SharedIndex):
         if subscriptions.dialect != dialect:
-            raise ValueError(f"the shared index is {subscriptions.dialect!r}, the fan-out "
+            raise TopicmatchValueError(f"the shared index is {subscriptions.dialect!r}, the fan-out "
                              f"asks for dialect={dialect!r}")
         return subscriptions
     if isinstance(subscriptions, Sublist):
         if subscriptions.dialect != dialect:
-            raise ValueError(f"the Sublist is {subscriptions.dialect!r}, the fan-out "
+            raise TopicmatchValueError(f"the Sublist is {subscriptions.dialect!r}, the fan-out "
                              f"asks for dialect={dialect!r}")
         return share_index(spark, subscriptions, ship=ship, image_dir=image_dir)
     if not isinstance(subscriptions, DataFrame):
-        raise TypeError("subscriptions must be a pyspark.sql.DataFrame, a topicmatch.Sublist "
+        raise TopicmatchTypeError("subscriptions must be a pyspark.sql.DataFrame, a topicmatch.Sublist "
                         f"or a SharedIndex, not {type_name(subscriptions)}")
     if use_images(spark, image_dir, ship):
         key = (session_key(spark), dialect, "image", image_dir)
@@ -369,7 +370,7 @@ class FanoutResult:
         """The counts observed during the first action over this result (see
         observe()); call it after that action (it waits for the action's end)."""
         if self._observation is None:
-            raise RuntimeError("observed_counts() needs a result from .observe()")
+            raise TopicmatchRuntimeError("observed_counts() needs a result from .observe()")
         m = self._observation.get
         return FanoutCounts(*(int(m[k] or 0) for k in FanoutCounts._fields))
 
@@ -408,7 +409,7 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse,
     given = None
     if isinstance(shards, ShardPlan):
         if not isinstance(subscriptions, DataFrame):
-            raise ValueError("a ShardPlan shards a subscriptions DataFrame, not a "
+            raise TopicmatchValueError("a ShardPlan shards a subscriptions DataFrame, not a "
                              f"{type_name(subscriptions)}")
         given, shards, depth = shards, shards.shards, shards.depth
     else:
@@ -418,14 +419,14 @@ def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse,
         if not isinstance(subscriptions, DataFrame):
             if shards == "auto":
                 return None     # already one index on the driver: the broadcast path
-            raise ValueError(
+            raise TopicmatchValueError(
                 f"shards={shards} needs the subscriptions as a DataFrame: a "
                 f"{type_name(subscriptions)} is one index already built on the driver, "
                 "so it is shipped whole (shards=1 or 'auto')")
         if shards == "auto" and small_enough(subscriptions, dialect, reuse):
             return None
     if events.isStreaming:
-        raise ValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
+        raise TopicmatchValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
                          "use fanout_stream(..., shards=...)")
     spark = events.sparkSession
     plan = checked_plan(subscriptions, dialect, shards, depth, reuse, images=images)
@@ -492,7 +493,7 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     Like fanout(), and also the rejected events (with an `error` column), the
     unmatched ones, the per-event frame and counts().  See FanoutResult."""
     if queues not in QUEUE_MODES:
-        raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
+        raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
     check_dialect(dialect)
     expect_dataframe(events, "events")
     check_events(events, subject_col, key_col, explode)

@@ -32,6 +32,7 @@ import tempfile
 import threading
 from typing import Dict, Optional, Tuple
 
+from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _os_error
 from topicmatch import Sublist
 from topicmatch.spark.image_store import SPARK, cache_path, is_spark
 
@@ -55,7 +56,7 @@ def _read_exactly(conn: socket.socket, n: int) -> bytes:
     while len(data) < n:
         got = conn.recv(min(n - len(data), 1 << 20))
         if not got:
-            raise ConnectionError(f"the sender closed after {len(data)} of {n} bytes")
+            raise _os_error(f"the sender closed after {len(data)} of {n} bytes", kind=ConnectionError)
         data += got
     return bytes(data)
 
@@ -93,7 +94,7 @@ class Inbox:
     def received(self, location: str) -> Optional[str]:
         with self._lock:
             if location in self._errors:
-                raise ValueError(f"topicmatch: the image {location} sent to the driver was refused: "
+                raise TopicmatchValueError(f"topicmatch: the image {location} sent to the driver was refused: "
                                  f"{self._errors[location]}")
             return self._got.get(location)
 
@@ -115,7 +116,7 @@ class Inbox:
                 n, size = _HEADER.unpack(_read_exactly(conn, _HEADER.size))
                 location = _read_exactly(conn, n).decode("utf-8")
                 if not _plain_name(location):
-                    raise ValueError(f"not a spark: image name: {location!r}")
+                    raise TopicmatchValueError(f"not a spark: image name: {location!r}")
                 self._write(conn, location, size)
                 conn.sendall(_OK)
             except (OSError, ValueError, UnicodeDecodeError) as e:
@@ -138,7 +139,7 @@ class Inbox:
                 while left:
                     got = conn.recv(min(left, 1 << 20))
                     if not got:
-                        raise ConnectionError(f"the sender closed with {left} of {size} bytes to come")
+                        raise _os_error(f"the sender closed with {left} of {size} bytes to come", kind=ConnectionError)
                     out.write(got)
                     left -= len(got)
             Sublist.open(tmp, verify=True)
@@ -169,5 +170,5 @@ def send(ticket: Ticket, location: str, path: str) -> None:
         except OSError as e:    # the driver closed on us: refused before the end
             answer, why = b"", str(e)
     if answer != _OK:
-        raise RuntimeError(f"topicmatch: the driver at {host}:{port} did not take the image "
+        raise TopicmatchRuntimeError(f"topicmatch: the driver at {host}:{port} did not take the image "
                            f"{location} ({path}): {why}")

@@ -36,6 +36,7 @@ import stat
 import tempfile
 from typing import Optional
 
+from topicmatch._core import TopicmatchTypeError, TopicmatchValueError, _os_error
 from topicmatch import Sublist
 
 #: In the executors' environment: the default image directory instead of
@@ -59,19 +60,19 @@ def check_image_dir(image_dir) -> Optional[str]:
     if image_dir is None:
         return None
     if not isinstance(image_dir, (str, os.PathLike)):
-        raise TypeError(f"image_dir must be a path or a URI (str), not {type(image_dir).__name__}")
+        raise TopicmatchTypeError(f"image_dir must be a path or a URI (str), not {type(image_dir).__name__}")
     path = os.fspath(image_dir)
     if path.startswith("file://"):
         path = path[len("file://"):]
     scheme = path.split("://", 1)[0].lower() if "://" in path else None
     if scheme is not None:
         if scheme not in REMOTE_SCHEMES or not path.split("://", 1)[1].strip("/"):
-            raise ValueError(f"image_dir={path!r}: give an absolute directory path every executor "
+            raise TopicmatchValueError(f"image_dir={path!r}: give an absolute directory path every executor "
                              "reads as a local or mounted file system, or a URI of storage the "
                              f"hosts share ({', '.join(s + '://' for s in REMOTE_SCHEMES)})")
         return _reachable(path.rstrip("/"))
     if not os.path.isabs(path):
-        raise ValueError(f"image_dir={path!r}: give an absolute directory path (or a storage URI "
+        raise TopicmatchValueError(f"image_dir={path!r}: give an absolute directory path (or a storage URI "
                          "such as s3://bucket/dir): a relative one means a different directory "
                          "on each executor")
     return path
@@ -88,7 +89,7 @@ def _reachable(uri: str) -> str:
         try:
             _filesystem(uri)
         except Exception as e:  # noqa: BLE001 - pyarrow's own errors, named below
-            raise ValueError(f"image_dir={uri!r}: pyarrow.fs cannot reach it ({e})") from None
+            raise TopicmatchValueError(f"image_dir={uri!r}: pyarrow.fs cannot reach it ({e})") from None
         _REACHED.add(uri)
     return uri
 
@@ -155,8 +156,8 @@ def private_dir(path: str) -> str:
     elif st.st_mode & 0o022:
         why = f"group or other can write it (mode {stat.S_IMODE(st.st_mode):04o})"
     if why:
-        raise PermissionError(f"topicmatch: refusing the image directory {path}: {why}; remove it, "
-                              "or set TOPICMATCH_IMAGE_DIR to a directory of your own")
+        raise _os_error(f"topicmatch: refusing the image directory {path}: {why}; remove it, "
+                        "or set TOPICMATCH_IMAGE_DIR to a directory of your own", kind=PermissionError)
     return path
 
 
@@ -168,7 +169,7 @@ def locked(path: str):
     fd = os.open(path + ".lock", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PermissionError(f"topicmatch: the lock file {path}.lock is not a regular file")
+            raise _os_error(f"topicmatch: the lock file {path}.lock is not a regular file", kind=PermissionError)
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:

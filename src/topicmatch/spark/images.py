@@ -52,6 +52,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _os_error
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
@@ -137,7 +138,7 @@ def check_dir_and_ship(image_dir, ship: str = "auto") -> str:
     absolute directory, not a URL, and not with ship= other than "auto"."""
     path = check_image_dir(image_dir)
     if ship != "auto":
-        raise ValueError(f"ship={ship!r} and image_dir= are two ways for the index to reach "
+        raise TopicmatchValueError(f"ship={ship!r} and image_dir= are two ways for the index to reach "
                          "the executors: give one (image_dir builds it there, ship sends "
                          "the driver's)")
     return path
@@ -308,9 +309,9 @@ def probe_image(path: str, dialect: str) -> Tuple[str, int]:
     except PermissionError as e:
         # another user's image (a shared image_dir without group read):
         # reported as what it is, never as damage to rebuild over
-        raise PermissionError(f"topicmatch: cannot read the image {path}: {e.strerror or e}; "
-                              "images in a shared image_dir must be readable by its group "
-                              "(save() writes them under the umask)") from None
+        raise _os_error(f"topicmatch: cannot read the image {path}: {e.strerror or e}; "
+                        "images in a shared image_dir must be readable by its group "
+                        "(save() writes them under the umask)", kind=PermissionError) from None
     except (ValueError, OSError) as e:
         return f"damaged: {e}", 0
     if sl.dialect != dialect:
@@ -408,7 +409,7 @@ def publish(rows, spark, inbox) -> list:
         if r["status"] in ("ok", "built", "there") and r["path"] and is_spark(r["path"]):
             local = inbox.received(r["path"])
             if local is None:
-                raise RuntimeError(f"topicmatch: the task that reported the image {r['path']} "
+                raise TopicmatchRuntimeError(f"topicmatch: the task that reported the image {r['path']} "
                                    "did not send it to the driver")
             add_file(spark, local)
             added += 1

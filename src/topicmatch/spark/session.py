@@ -12,6 +12,7 @@ from typing import Optional
 
 from pyspark.sql import SparkSession
 
+from topicmatch._core import TopicmatchImportError, TopicmatchValueError
 from topicmatch.spark.base import ExecutorEnvironmentError
 
 
@@ -194,11 +195,11 @@ def remote_session(url: str, *, app_name: str = "topicmatch") -> SparkSession:
     """A Spark Connect session on `url` (sc://host:port).  The server's
     executors must have topicmatch installed (see check_executors)."""
     if not url.startswith("sc://"):
-        raise ValueError(f"a Spark Connect URL starts with sc://, not {url!r}")
+        raise TopicmatchValueError(f"a Spark Connect URL starts with sc://, not {url!r}")
     try:
         import pyspark.sql.connect.session  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(f"Spark Connect needs grpcio, grpcio-status, googleapis-common-protos "
+        raise TopicmatchImportError(f"Spark Connect needs grpcio, grpcio-status, googleapis-common-protos "
                           f"and zstandard ({e}): pip install 'topicmatch[spark]'") from e
     return SparkSession.builder.remote(url).appName(app_name).getOrCreate()
 

@@ -49,7 +49,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from topicmatch import InvalidSubjectError, Sublist
-from topicmatch._core import ROUTE_ANY, route_keys
+from topicmatch._core import ROUTE_ANY, route_keys, TopicmatchRuntimeError, TopicmatchValueError
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import bad_subscription, check_subscriptions_schema, column
 from topicmatch.spark.images import index_rows, digest_hashes, digest_sums
@@ -99,7 +99,7 @@ def check_shards(shards, auto=True):
         return
     if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
         also = "'auto', " if auto else ""
-        raise ValueError(f"shards must be {also}a positive integer or a ShardPlan, not {shards!r}")
+        raise TopicmatchValueError(f"shards must be {also}a positive integer or a ShardPlan, not {shards!r}")
 
 
 def check_depth(depth, auto=True):
@@ -108,7 +108,7 @@ def check_depth(depth, auto=True):
         return
     if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 16:
         also = "'auto' or " if auto else ""
-        raise ValueError(f"depth must be {also}an integer from 1 to 16, not {depth!r}")
+        raise TopicmatchValueError(f"depth must be {also}an integer from 1 to 16, not {depth!r}")
 
 
 @dataclass
@@ -139,7 +139,7 @@ class ShardPlan:
         check_depth(self.depth, auto=False)
         for s, r in self.salts.items():
             if not (0 <= s < self.shards and isinstance(r, int) and r >= 1):
-                raise ValueError(f"salts: shard {s!r} -> {r!r} is not a shard below "
+                raise TopicmatchValueError(f"salts: shard {s!r} -> {r!r} is not a shard below "
                                  f"{self.shards} with a positive count")
 
     @property
@@ -390,7 +390,7 @@ def _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema):
             if (kinds == 0).any():
                 is_sub = pa.array(kinds == 0)
                 if sl is not None:
-                    raise RuntimeError("topicmatch: a shard's subscriptions arrived after its events "
+                    raise TopicmatchRuntimeError("topicmatch: a shard's subscriptions arrived after its events "
                                        "(the group's rows must come sorted by kind)")
                 subs.append(b.filter(is_sub).select(list(_SUB_COLS)))
                 b = b.filter(pc.invert(is_sub))

@@ -30,6 +30,7 @@ import os
 import threading
 from typing import Tuple
 
+from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError
 from topicmatch import Sublist
 
 #: Set on the executors (in local mode: in the driver's environment before the
@@ -109,7 +110,7 @@ class SharedIndex:
                  filename=None, data=None, local_path=None, sublist=None, image_path=None,
                  digest=None, build_host=None, inserts=0):
         if shipped_by not in METHODS:
-            raise ValueError(f"unknown shipping method {shipped_by!r}")
+            raise TopicmatchValueError(f"unknown shipping method {shipped_by!r}")
         self.index_id, self.dialect = index_id, dialect
         self.nbytes, self.nsubs, self.shipped_by = nbytes, nsubs, shipped_by
         self._broadcast, self._filename, self._data = broadcast, filename, data
@@ -152,13 +153,13 @@ class SharedIndex:
         try:
             path = SparkFiles.get(self._filename)
         except Exception as e:  # noqa: BLE001 - SparkFiles outside a task
-            raise RuntimeError(
+            raise TopicmatchRuntimeError(
                 f"topicmatch index {self.index_id}: cannot locate {self._filename} with "
                 f"SparkFiles ({e}); SharedIndex.get() reads it inside Spark tasks") from e
         try:
             return Sublist.open(path)
         except FileNotFoundError:
-            raise RuntimeError(
+            raise TopicmatchRuntimeError(
                 f"topicmatch index {self.index_id}: {self._filename} is not in this worker's "
                 f"SparkFiles directory ({os.path.dirname(path)}); was it shipped by another "
                 "session, or released?") from None
@@ -179,7 +180,7 @@ class SharedIndex:
             where = ("" if here == self._build_host else
                      f" (the image was made on host {self._build_host!r}, this task runs on "
                      f"{here!r}: pass image_dir= a directory every executor shares)")
-            raise RuntimeError(
+            raise TopicmatchRuntimeError(
                 f"topicmatch index {self.index_id}: its image {self.image_path} is missing on this "
                 f"executor{where}; was the image directory cleaned while the fan-out ran?") from None
 

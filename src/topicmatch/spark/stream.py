@@ -10,6 +10,7 @@ from typing import Callable, Optional, Tuple
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from topicmatch._core import TopicmatchRuntimeError, TopicmatchTypeError, TopicmatchValueError
 from topicmatch import Sublist
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (QUEUE_MODES, check_events, collect_subscriptions, expect_dataframe,
@@ -45,12 +46,12 @@ class _StreamIndex:
         a DataFrame whose index is an image, its SharedIndex)"""
         if isinstance(src, Sublist):
             if src.dialect != self.dialect:
-                raise ValueError(f"the Sublist is {src.dialect!r}, the stream asks for {self.dialect!r}")
+                raise TopicmatchValueError(f"the Sublist is {src.dialect!r}, the stream asks for {self.dialect!r}")
             data = src.to_bytes()
             digest = hashlib.blake2b(data, digest_size=16).hexdigest()
             return digest, (None if digest == self.digest else Sublist.from_bytes(data))
         if not isinstance(src, DataFrame):
-            raise TypeError("subscriptions must be a DataFrame, a Sublist, or a callable "
+            raise TopicmatchTypeError("subscriptions must be a DataFrame, a Sublist, or a callable "
                             f"returning one, not {type_name(src)}")
         primed, self._primed = self._primed, None
         if primed is not None and primed[0] is src:
@@ -142,7 +143,7 @@ class _StreamIndex:
         try:
             sl = Sublist.open(path)
         except (OSError, ValueError) as e:
-            raise RuntimeError(
+            raise TopicmatchRuntimeError(
                 f"micro-batch {recorded['batch_id']} is replayed with the index its first "
                 f"attempt used, the image {path}, which this driver cannot read ({e}), and the "
                 "subscriptions have changed since: give fanout_stream an image_dir the driver "
@@ -241,15 +242,15 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     index_id "sharded:N=..:d=.." and a null index_rebuilt, and a replayed
     micro-batch uses the subscriptions as the source gives them at the replay."""
     if queues not in QUEUE_MODES:
-        raise ValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
+        raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
     check_dialect(dialect)
     expect_dataframe(events, "events")
     if not events.isStreaming:
-        raise ValueError("fanout_stream needs a streaming DataFrame (spark.readStream...); "
+        raise TopicmatchValueError("fanout_stream needs a streaming DataFrame (spark.readStream...); "
                          "use fanout_with_rejects for a batch one")
     if state_dir is None:
         if "://" in checkpoint and not checkpoint.startswith("file:"):
-            raise ValueError("the checkpoint is not a local path: pass state_dir= (a local "
+            raise TopicmatchValueError("the checkpoint is not a local path: pass state_dir= (a local "
                              "or mounted directory) for topicmatch's per-batch index records")
         state_dir = os.path.join(checkpoint.replace("file://", "").replace("file:", ""), "topicmatch")
     # Fail on a bad events table or argument now, not in the first
