@@ -171,7 +171,11 @@ setup(
         # freethreading_compatible: the module declares (Py_mod_gil) that it
         # runs without the GIL on a free-threaded CPython; what protects each
         # shared structure is in docs/design.md, "Threads".
-        compiler_directives={"boundscheck": False, "wraparound": False, "embedsignature": True,
+        # embedsignature off: each docstring opens with its signature, with
+        # the return type (which Cython's embedded one lacks), and
+        # inspect.signature reads the parameters from the function itself;
+        # embedding gave every docstring its signature twice.
+        compiler_directives={"boundscheck": False, "wraparound": False, "embedsignature": False,
                              "freethreading_compatible": True},
     ),
 )

@@ -834,13 +834,13 @@ cdef class BatchResult:
         return self.sub_ids[self.offsets[i]:self.offsets[i + 1]]
 
     def counts(self):
-        """Number of ids per row (int64 array)."""
+        """counts() -> numpy.ndarray: the number of ids per row (int64)."""
         import numpy as np
         return np.diff(self.offsets)
 
     def to_arrow(self):
-        """A pyarrow ListArray (int32 offsets, int64 values; null where
-        invalid).  The values are not copied."""
+        """to_arrow() -> pyarrow.ListArray: int32 offsets, int64 values, null
+        where invalid.  The values are not copied."""
         import numpy as np
         import pyarrow as pa
         if len(self.sub_ids) > 0x7FFFFFFF:
