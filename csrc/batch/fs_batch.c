@@ -64,24 +64,23 @@ static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
     return FS_OK;
 }
 
-/* Emit a row straight from the matched nodes (no cache to fill), in the
- * order emit() gives for the built result (fs_result.h): the plain ids,
- * then each merged group's members (fs_walk.h), groups in the order
- * fs_row_groups gives them. */
-static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t keyhash, fs_idbuf *out)
+/* emit_hits, for mapped = fs_img_mapped(sl), a constant in each copy: a
+ * built index's nodes read as they are, a mapped image's checked. */
+FS_ALWAYS_INLINE int emit_hits_if(const fs_sublist *sl, int mapped, fs_scratch *sc, int queues, uint32_t keyhash,
+                                  fs_idbuf *out)
 {
     const fs_node *const *hits = sc->hits;
     size_t nhits = sc->nhits;
     size_t nplain = 0;
     int grouped = 0;                 /* most rows have no groups: no call for them */
     for (size_t k = 0; k < nhits; k++) {
-        nplain += fs_nsubs_of(sl, hits[k]);
+        nplain += fs_nsubs_of_if(sl, mapped, hits[k]);
         grouped |= hits[k]->groups != NULL;
     }
     if (nplain) {
         if (fs_idbuf_room(out, nplain) < 0)
             return FS_ENOMEM;
-        out->n += fs_hits_plain(sl, hits, nhits, out->ids + out->n, nplain);
+        out->n += fs_hits_plain_if(sl, mapped, hits, nhits, out->ids + out->n, nplain);
     }
     if (queues == FS_QUEUES_NONE || !grouped)
         return FS_OK;
@@ -94,11 +93,12 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
         if (queues == FS_QUEUES_PICK) {
             /* one rendezvous choice over every part's members */
             fs_pick_best best = {0, 0, 0};
-            const uint64_t seed = fs_pick_seed(keyhash, fs_group_key(sl, n, fs_group_of(sl, n, sc->grefs[j].group)));
+            const uint64_t seed =
+                fs_pick_seed(keyhash, fs_group_key(sl, n, fs_group_of_if(sl, mapped, n, sc->grefs[j].group)));
             for (size_t p = j; p < end; p++) {
-                const fs_group *part = fs_group_of(sl, hits[sc->grefs[p].hit], sc->grefs[p].group);
+                const fs_group *part = fs_group_of_if(sl, mapped, hits[sc->grefs[p].hit], sc->grefs[p].group);
                 const int64_t *gids;
-                uint32_t gn = fs_gids_of(sl, part, &gids);
+                uint32_t gn = fs_gids_of_if(sl, mapped, part, &gids);
                 fs_pick_offer(&best, seed, gids, gn);
             }
             if (put(out, &best.id, 1) < 0)
@@ -107,9 +107,9 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
         }
         fs_runs runs = {0, 0};
         for (size_t p = j; p < end; p++) {
-            const fs_group *part = fs_group_of(sl, hits[sc->grefs[p].hit], sc->grefs[p].group);
+            const fs_group *part = fs_group_of_if(sl, mapped, hits[sc->grefs[p].hit], sc->grefs[p].group);
             const int64_t *gids;
-            uint32_t gn = fs_gids_of(sl, part, &gids);      /* once: it sizes the room */
+            uint32_t gn = fs_gids_of_if(sl, mapped, part, &gids);      /* once: it sizes the room */
             if (fs_idbuf_room(out, runs.n + gn) < 0)
                 return FS_ENOMEM;
             fs_runs_add(&runs, out->ids + out->n, gids, gn);
@@ -118,6 +118,16 @@ static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t 
         out->n += runs.n;
     }
     return FS_OK;
+}
+
+/* Emit a row straight from the matched nodes (no cache to fill), in the
+ * order emit() gives for the built result (fs_result.h): the plain ids,
+ * then each merged group's members (fs_walk.h), groups in the order
+ * fs_row_groups gives them. */
+static int emit_hits(const fs_sublist *sl, fs_scratch *sc, int queues, uint32_t keyhash, fs_idbuf *out)
+{
+    return fs_img_mapped(sl) ? emit_hits_if(sl, 1, sc, queues, keyhash, out)
+                             : emit_hits_if(sl, 0, sc, queues, keyhash, out);
 }
 
 static int any_groups(const fs_sublist *sl, const fs_scratch *sc)

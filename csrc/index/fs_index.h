@@ -61,20 +61,22 @@ static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *
 }
 
 /* The entry of shape sh that the subject (tokens t, bytes up to end)
- * matches, given its key in that shape; NULL when none does. */
-static inline const fs_node *fs_shape_probe_slots(const fs_sublist *sl, const fs_shape *sh, uint64_t key,
-                                                  char sep, const char *s, const fs_span *t, const char *end)
+ * matches, given its key in that shape; NULL when none does.  mapped:
+ * fs_img_mapped(sl) (fs_layout.h). */
+static inline const fs_node *fs_shape_probe_slots(const fs_sublist *sl, int mapped, const fs_shape *sh,
+                                                  uint64_t key, char sep, const char *s, const fs_span *t,
+                                                  const char *end)
 {
     const fs_slot *slots;
-    uint32_t cap = fs_lv_get(sl, &sh->table, &slots);
+    uint32_t cap = fs_lv_get_if(sl, mapped, &sh->table, &slots);
     uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = cap - 1;
     for (uint32_t c = 0, i = lo & mask; c < cap; c++, i = (i + 1) & mask) {
         const fs_slot *slot = &slots[i];
         if (!slot->node)
             return NULL;
         if (slot->hash == lo && slot->len == hi) {
-            const fs_node *e = fs_ref_node(sl, slot->node);
-            if (e && fs_shape_entry_matches(sh, e, fs_toklen_of(sl, e), sep, s, t, end))
+            const fs_node *e = fs_ref_node_if(sl, mapped, slot->node);
+            if (e && fs_shape_entry_matches(sh, e, fs_toklen_of_if(sl, mapped, e), sep, s, t, end))
                 return e;            /* one filter per shape can match a subject */
         }
     }

@@ -246,6 +246,30 @@ static inline int fs_img_owns(const fs_sublist *sl, const void *p)
     return (uintptr_t)p - (uintptr_t)sl->img.base < sl->img.len;
 }
 
+/* Does sl map an image?  0: a built index (a live part included), whose
+ * nodes, levels and groups are all its own, so fs_img_owns is 0 for every
+ * pointer (img.base NULL, img.len 0), and nothing of it changes under a
+ * reader holding the lock.
+ *
+ * The readers on the hot paths (the _if forms below: fs_subs_of_if, ...)
+ * take this as `mapped`; a walk that decides it once per call and calls
+ * an FS_ALWAYS_INLINE body with the constant 0 or 1 (fs_hits_merge,
+ * fs_row_groups, the batch's emit, fs_walk_entries, the trie walk) gets,
+ * for a built index, the plain field reads with no check at all, and for
+ * a mapped one every node decided by its address as before: the checks
+ * cost only the indexes that need them.  The forms without _if are the
+ * same with mapped 1 (decided per node). */
+static inline int fs_img_mapped(const fs_sublist *sl)
+{
+    return sl->img.base != NULL;
+}
+
+/* fs_img_owns, where mapped is fs_img_mapped(sl) (or 1). */
+static inline int fs_img_owns_if(const fs_sublist *sl, int mapped, const void *p)
+{
+    return mapped && fs_img_owns(sl, p);
+}
+
 /* The offset of p, a pointer into the mapped image. */
 static inline uint64_t fs_img_off(const fs_sublist *sl, const void *p)
 {
@@ -284,6 +308,10 @@ static inline const fs_node *fs_img_node(const fs_sublist *sl, const fs_node *re
 static inline const fs_node *fs_ref_node(const fs_sublist *sl, const fs_node *ref)
 {
     return sl->img.base ? fs_img_node(sl, ref) : ref;
+}
+static inline const fs_node *fs_ref_node_if(const fs_sublist *sl, int mapped, const fs_node *ref)
+{
+    return mapped ? fs_ref_node(sl, ref) : ref;
 }
 
 /* Where a stored link points, for a prefetch only: not checked, never
@@ -324,9 +352,9 @@ static inline const fs_node *fs_up(const fs_sublist *sl, const fs_node *n)
         return NULL;
     return fs_img_node(sl, (const fs_node *)fs_oncep(&fs_link_of(n)->parent));
 }
-static inline const fs_level *fs_down(const fs_sublist *sl, const fs_node *n)
+static inline const fs_level *fs_down_if(const fs_sublist *sl, int mapped, const fs_node *n)
 {
-    if (!fs_img_owns(sl, n)) {
+    if (!fs_img_owns_if(sl, mapped, n)) {
         if (!(n->linked & FS_LINK_TRIE))
             return NULL;
         const fs_level *L = fs_link_of(n)->next;
@@ -339,6 +367,7 @@ static inline const fs_level *fs_down(const fs_sublist *sl, const fs_node *n)
     uint64_t off = fs_oncep(&fs_link_of(n)->next);
     return off ? fs_img_level_checked(sl, off) : NULL;
 }
+static inline const fs_level *fs_down(const fs_sublist *sl, const fs_node *n) { return fs_down_if(sl, 1, n); }
 
 /* Is n a trie node (a link before it)?  A mapped node's flag, read once. */
 static inline int fs_is_trie(const fs_sublist *sl, const fs_node *n)
@@ -349,9 +378,9 @@ static inline int fs_is_trie(const fs_sublist *sl, const fs_node *n)
 /* A mapped node's token length, read once, with its bytes checked to lie
  * in the image (0, the image marked damaged, when they do not); a built
  * node's as it is. */
-static inline uint32_t fs_toklen_of(const fs_sublist *sl, const fs_node *n)
+static inline uint32_t fs_toklen_of_if(const fs_sublist *sl, int mapped, const fs_node *n)
 {
-    if (!fs_img_owns(sl, n))
+    if (!fs_img_owns_if(sl, mapped, n))
         return n->toklen;
     uint32_t len = fs_once16(&n->toklen);
     if (fs_img_holds(sl, fs_img_off(sl, n), sizeof(fs_node) + FS_TOK_ALLOC(len)))
@@ -359,22 +388,24 @@ static inline uint32_t fs_toklen_of(const fs_sublist *sl, const fs_node *n)
     fs_img_bad(sl);
     return 0;
 }
+static inline uint32_t fs_toklen_of(const fs_sublist *sl, const fs_node *n) { return fs_toklen_of_if(sl, 1, n); }
 
 /* May the len bytes of node n's token be read (compared: whole words, up
  * to FS_TOK_ALLOC(len))?  Always for a built node. */
-static inline int fs_tok_fits(const fs_sublist *sl, const fs_node *n, uint32_t len)
+static inline int fs_tok_fits_if(const fs_sublist *sl, int mapped, const fs_node *n, uint32_t len)
 {
-    return !fs_img_owns(sl, n) || fs_img_holds(sl, fs_img_off(sl, n), sizeof(fs_node) + FS_TOK_ALLOC(len));
+    return !fs_img_owns_if(sl, mapped, n) ||
+           fs_img_holds(sl, fs_img_off(sl, n), sizeof(fs_node) + FS_TOK_ALLOC(len));
 }
 
 /* A level's slots (*slots) and their number, its cap: a mapped level's
  * read once and checked (0, the image marked damaged, when they do not
  * lie in the image); a built level's, or a mapped table copied at open
  * (fs_image.c: the literal table and the shapes), as they are. */
-static inline uint32_t fs_lv_get(const fs_sublist *sl, const fs_level *L, const fs_slot **slots)
+static inline uint32_t fs_lv_get_if(const fs_sublist *sl, int mapped, const fs_level *L, const fs_slot **slots)
 {
-    if (!fs_img_owns(sl, L)) {
-        *slots = sl->img.base ? (const fs_slot *)fs_img_plus(sl->img.base, (uintptr_t)L->slots) : L->slots;
+    if (!fs_img_owns_if(sl, mapped, L)) {
+        *slots = mapped ? fs_lv_slots(sl, L) : L->slots;
         return L->cap;
     }
     uint32_t cap = fs_once32(&L->cap);
@@ -387,6 +418,10 @@ static inline uint32_t fs_lv_get(const fs_sublist *sl, const fs_level *L, const 
     }
     *slots = (const fs_slot *)(const void *)(sl->img.base + off);
     return cap;
+}
+static inline uint32_t fs_lv_get(const fs_sublist *sl, const fs_level *L, const fs_slot **slots)
+{
+    return fs_lv_get_if(sl, 1, L, slots);
 }
 
 /* The deepest a filter's trie path goes: a path longer than this in a
@@ -545,66 +580,86 @@ uint32_t fs_img_gids(const fs_sublist *sl, const fs_group *g, const int64_t **id
 /* The empty group: what a group index past a changed node's groups reads. */
 extern const fs_group fs_no_group;
 
+/* Each in an _if form (mapped: fs_img_mapped, see there) and a plain one
+ * (mapped 1). */
 /* Node n's plain ids (*ids) and how many. */
-static inline uint32_t fs_subs_of(const fs_sublist *sl, const fs_node *n, const int64_t **ids)
+static inline uint32_t fs_subs_of_if(const fs_sublist *sl, int mapped, const fs_node *n, const int64_t **ids)
 {
-    if (!fs_img_owns(sl, n)) {
+    if (!fs_img_owns_if(sl, mapped, n)) {
         *ids = fs_node_ids(n);
         return n->nsubs;
     }
     return fs_img_subs(sl, n, ids);
 }
-/* Node n's plain ids, how many (fs_subs_of without the ids). */
-static inline uint32_t fs_nsubs_of(const fs_sublist *sl, const fs_node *n)
+static inline uint32_t fs_subs_of(const fs_sublist *sl, const fs_node *n, const int64_t **ids)
 {
-    if (!fs_img_owns(sl, n))
+    return fs_subs_of_if(sl, 1, n, ids);
+}
+/* Node n's plain ids, how many (fs_subs_of without the ids). */
+static inline uint32_t fs_nsubs_of_if(const fs_sublist *sl, int mapped, const fs_node *n)
+{
+    if (!fs_img_owns_if(sl, mapped, n))
         return n->nsubs;
     const int64_t *ids;
     return fs_img_subs(sl, n, &ids);
 }
+static inline uint32_t fs_nsubs_of(const fs_sublist *sl, const fs_node *n) { return fs_nsubs_of_if(sl, 1, n); }
 /* Node n's queue groups: how many. */
-static inline uint32_t fs_ngroups_of(const fs_sublist *sl, const fs_node *n)
+static inline uint32_t fs_ngroups_of_if(const fs_sublist *sl, int mapped, const fs_node *n)
 {
-    if (!fs_img_owns(sl, n))
+    if (!fs_img_owns_if(sl, mapped, n))
         return fs_ngroups(n);
     const fs_groups *gs;
     return fs_img_groups(sl, n, &gs);
 }
+static inline uint32_t fs_ngroups_of(const fs_sublist *sl, const fs_node *n) { return fs_ngroups_of_if(sl, 1, n); }
 /* Node n's group i (i below a count fs_ngroups_of gave): fs_no_group when
  * a mapped node has fewer now. */
-static inline const fs_group *fs_group_of(const fs_sublist *sl, const fs_node *n, uint32_t i)
+static inline const fs_group *fs_group_of_if(const fs_sublist *sl, int mapped, const fs_node *n, uint32_t i)
 {
-    if (!fs_img_owns(sl, n))
+    if (!fs_img_owns_if(sl, mapped, n))
         return fs_node_group(n, i);
     const fs_groups *gs;
     return i < fs_img_groups(sl, n, &gs) ? &gs->g[i] : &fs_no_group;
 }
-/* Group g's name (*name) and its length. */
-static inline uint32_t fs_gname_of(const fs_sublist *sl, const fs_group *g, const char **name)
+static inline const fs_group *fs_group_of(const fs_sublist *sl, const fs_node *n, uint32_t i)
 {
-    if (!fs_img_owns(sl, g)) {
+    return fs_group_of_if(sl, 1, n, i);
+}
+/* Group g's name (*name) and its length. */
+static inline uint32_t fs_gname_of_if(const fs_sublist *sl, int mapped, const fs_group *g, const char **name)
+{
+    if (!fs_img_owns_if(sl, mapped, g)) {
         *name = fs_group_name(g);
         return g->name_len;
     }
     return fs_img_gname(sl, g, name);
 }
-/* Group g's members (*ids) and how many. */
-static inline uint32_t fs_gids_of(const fs_sublist *sl, const fs_group *g, const int64_t **ids)
+static inline uint32_t fs_gname_of(const fs_sublist *sl, const fs_group *g, const char **name)
 {
-    if (!fs_img_owns(sl, g)) {
+    return fs_gname_of_if(sl, 1, g, name);
+}
+/* Group g's members (*ids) and how many. */
+static inline uint32_t fs_gids_of_if(const fs_sublist *sl, int mapped, const fs_group *g, const int64_t **ids)
+{
+    if (!fs_img_owns_if(sl, mapped, g)) {
         *ids = fs_group_ids(g);
         return g->n;
     }
     return fs_img_gids(sl, g, ids);
 }
+static inline uint32_t fs_gids_of(const fs_sublist *sl, const fs_group *g, const int64_t **ids)
+{
+    return fs_gids_of_if(sl, 1, g, ids);
+}
 
 /* The child for a literal token, or NULL.  end: how far the bytes from tok
  * may be read (tok + len at least). */
-static inline const fs_node *fs_level_find_within(const fs_sublist *sl, const fs_level *L, const char *tok,
-                                                  uint32_t len, uint32_t h, const char *end)
+static inline const fs_node *fs_level_find_within_if(const fs_sublist *sl, int mapped, const fs_level *L,
+                                                     const char *tok, uint32_t len, uint32_t h, const char *end)
 {
     const fs_slot *slots;
-    uint32_t cap = fs_lv_get(sl, L, &slots);
+    uint32_t cap = fs_lv_get_if(sl, mapped, L, &slots);
     if (!cap)
         return NULL;
     uint32_t mask = cap - 1, i = h & mask;
@@ -613,12 +668,18 @@ static inline const fs_node *fs_level_find_within(const fs_sublist *sl, const fs
         if (!s->node)
             return NULL;
         if (s->hash == h && s->len == len) {
-            const fs_node *n = fs_ref_node(sl, s->node);
-            if (n && n->toklen == len && fs_tok_fits(sl, n, len) && fs_tok_eq_within(n->tok, tok, len, end))
+            const fs_node *n = fs_ref_node_if(sl, mapped, s->node);
+            if (n && n->toklen == len && fs_tok_fits_if(sl, mapped, n, len) &&
+                fs_tok_eq_within(n->tok, tok, len, end))
                 return n;
         }
     }
     return NULL;
+}
+static inline const fs_node *fs_level_find_within(const fs_sublist *sl, const fs_level *L, const char *tok,
+                                                  uint32_t len, uint32_t h, const char *end)
+{
+    return fs_level_find_within_if(sl, 1, L, tok, len, h, end);
 }
 
 static inline const fs_node *fs_level_find(const fs_sublist *sl, const fs_level *L, const char *tok,
@@ -630,11 +691,11 @@ static inline const fs_node *fs_level_find(const fs_sublist *sl, const fs_level 
 /* The entry of a keyed table (the literal table, a shape table: slot.hash
  * and slot.len hold the key's low and high halves) whose whole filter is
  * the len bytes f (readable up to end), or NULL. */
-static inline const fs_node *fs_keyed_find(const fs_sublist *sl, const fs_level *L, uint64_t key,
-                                           const char *f, uint32_t len, const char *end)
+static inline const fs_node *fs_keyed_find_if(const fs_sublist *sl, int mapped, const fs_level *L, uint64_t key,
+                                              const char *f, uint32_t len, const char *end)
 {
     const fs_slot *slots;
-    uint32_t cap = fs_lv_get(sl, L, &slots);
+    uint32_t cap = fs_lv_get_if(sl, mapped, L, &slots);
     if (!cap)
         return NULL;
     uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = cap - 1;
@@ -643,12 +704,18 @@ static inline const fs_node *fs_keyed_find(const fs_sublist *sl, const fs_level 
         if (!s->node)
             return NULL;
         if (s->hash == lo && s->len == hi) {
-            const fs_node *n = fs_ref_node(sl, s->node);
-            if (n && n->toklen == len && fs_tok_fits(sl, n, len) && fs_tok_eq_within(n->tok, f, len, end))
+            const fs_node *n = fs_ref_node_if(sl, mapped, s->node);
+            if (n && n->toklen == len && fs_tok_fits_if(sl, mapped, n, len) &&
+                fs_tok_eq_within(n->tok, f, len, end))
                 return n;
         }
     }
     return NULL;
+}
+static inline const fs_node *fs_keyed_find(const fs_sublist *sl, const fs_level *L, uint64_t key,
+                                           const char *f, uint32_t len, const char *end)
+{
+    return fs_keyed_find_if(sl, 1, L, key, f, len, end);
 }
 
 static inline int fs_push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)

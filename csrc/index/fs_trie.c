@@ -280,13 +280,14 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
     return rc == FS_EINVAL ? FS_OK : rc;
 }
 
-int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
+/* fs_trie_walk_locked past the AMQP case, for mapped = fs_img_mapped(sl),
+ * a constant in each copy: a built index's levels and tokens read as
+ * they are, a mapped image's checked. */
+FS_ALWAYS_INLINE int trie_walk_if(const fs_sublist *sl, int mapped, const char *s, const fs_tokens *t,
+                                  fs_scratch *sc, const fs_dialect_rules *R)
 {
-    if (!fs_down(sl, sl->root))
+    if (!fs_down_if(sl, mapped, sl->root))
         return FS_OK;
-    const fs_dialect_rules *R = fs_rules(sl->dialect);
-    if (R->rest_anywhere)
-        return trie_walk_amqp(sl, s, t, sc);
     int zero_rest = R->rest_min == 0;           /* MQTT: "a/#" matches "a" */
     int dollar = R->dollar_hidden && s[0] == '$';
     const fs_span *last = &t->tok[t->n - 1];
@@ -300,7 +301,7 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
         int wild_ok = !(dollar && i == 0);
         sc->nnext = 0;
         for (size_t k = 0; k < sc->nfront; k++) {
-            const fs_level *L = fs_down(sl, sc->front[k]);
+            const fs_level *L = fs_down_if(sl, mapped, sc->front[k]);
             if (!L)
                 continue;
             /* A rest-wildcard node is a leaf, so it exists only while it
@@ -310,7 +311,7 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
                 return FS_ENOMEM;
             if (one && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, one) < 0)
                 return FS_ENOMEM;
-            const fs_node *c = fs_level_find_within(sl, L, s + sp->off, sp->len, sp->hash, end);
+            const fs_node *c = fs_level_find_within_if(sl, mapped, L, s + sp->off, sp->len, sp->hash, end);
             if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
                 return FS_ENOMEM;
         }
@@ -329,12 +330,20 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
         if (fs_has_subs(n) && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
             return FS_ENOMEM;
         /* MQTT: "a/#" also matches "a" itself. */
-        const fs_level *L = zero_rest ? fs_down(sl, n) : NULL;
+        const fs_level *L = zero_rest ? fs_down_if(sl, mapped, n) : NULL;
         const fs_node *rest = L ? fs_lv_rest(sl, L) : NULL;
         if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
+}
+
+int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc)
+{
+    const fs_dialect_rules *R = fs_rules(sl->dialect);
+    if (R->rest_anywhere)
+        return fs_down(sl, sl->root) ? trie_walk_amqp(sl, s, t, sc) : FS_OK;
+    return fs_img_mapped(sl) ? trie_walk_if(sl, 1, s, t, sc, R) : trie_walk_if(sl, 0, s, t, sc, R);
 }
 
 /* Push every node below n (not n itself) onto sc->hits, skipping, when

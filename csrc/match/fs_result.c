@@ -234,10 +234,10 @@ typedef struct {
 /* The groups' order: name bytes, then (MQTT, where a group is (name,
  * filter)) filter bytes.  0: the same group -- NATS and AMQP merge
  * same-named groups across filters. */
-static inline int name_cmp(const fs_sublist *sl, const fs_group *a, const fs_group *b)
+FS_ALWAYS_INLINE int name_cmp(const fs_sublist *sl, int mapped, const fs_group *a, const fs_group *b)
 {
     const char *an, *bn;
-    uint32_t na = fs_gname_of(sl, a, &an), nb = fs_gname_of(sl, b, &bn);
+    uint32_t na = fs_gname_of_if(sl, mapped, a, &an), nb = fs_gname_of_if(sl, mapped, b, &bn);
     uint32_t n = na < nb ? na : nb;
     for (uint32_t i = 0; i < n; i++)          /* names are short: no call */
         if (an[i] != bn[i])
@@ -245,24 +245,33 @@ static inline int name_cmp(const fs_sublist *sl, const fs_group *a, const fs_gro
     return na < nb ? -1 : na > nb;
 }
 
-static int gref_cmp(const void *pa, const void *pb, const void *pctx)
+/* mapped: fs_img_mapped(ctx->sl), a constant in each copy (gref_cmp_built,
+ * gref_cmp_mapped). */
+FS_ALWAYS_INLINE int gref_cmp_if(const void *pa, const void *pb, const gref_ctx *ctx, int mapped)
 {
     const fs_gref *a = pa, *b = pb;
-    const gref_ctx *ctx = pctx;
-    const fs_group *ga = fs_group_of(ctx->sl, ctx->hits[a->hit], a->group);
-    const fs_group *gb = fs_group_of(ctx->sl, ctx->hits[b->hit], b->group);
-    int c = name_cmp(ctx->sl, ga, gb);
+    const fs_group *ga = fs_group_of_if(ctx->sl, mapped, ctx->hits[a->hit], a->group);
+    const fs_group *gb = fs_group_of_if(ctx->sl, mapped, ctx->hits[b->hit], b->group);
+    int c = name_cmp(ctx->sl, mapped, ga, gb);
     if (c || fs_groups_merge(ctx->sl->dialect))
         return c;
     return filter_cmp(ctx->sl, ctx->hits[a->hit], ctx->hits[b->hit]);
 }
+static int gref_cmp_built(const void *pa, const void *pb, const void *pctx)
+{
+    return gref_cmp_if(pa, pb, pctx, 0);
+}
+static int gref_cmp_mapped(const void *pa, const void *pb, const void *pctx)
+{
+    return gref_cmp_if(pa, pb, pctx, 1);
+}
 
-int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
+FS_ALWAYS_INLINE int row_groups_if(const fs_sublist *sl, int mapped, fs_scratch *sc, size_t *nrefs)
 {
     const fs_node *const *hits = sc->hits;
     size_t total = 0, n = 0;
     for (size_t k = 0; k < sc->nhits; k++)
-        total += fs_ngroups_of(sl, hits[k]);
+        total += fs_ngroups_of_if(sl, mapped, hits[k]);
     *nrefs = total;
     sc->grefs_merge = 0;
     if (total == 0)
@@ -273,8 +282,8 @@ int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
     gref_ctx ctx = {sl, hits};
     unsigned runs = 0;
     for (size_t k = 0; k < sc->nhits; k++) {
-        uint32_t ng = fs_ngroups_of(sl, hits[k]);
-        if (ng > total - n) {        /* a mapped image changed since the count */
+        uint32_t ng = fs_ngroups_of_if(sl, mapped, hits[k]);
+        if (mapped && ng > total - n) {      /* a mapped image changed since the count */
             fs_img_bad(sl);
             ng = (uint32_t)(total - n);
         }
@@ -292,26 +301,36 @@ int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
         for (size_t i = start; i < n; i++) {         /* a few: insertion */
             fs_gref x = refs[i];
             size_t j = i;
-            for (; j > 0 && gref_cmp(&refs[j - 1], &x, &ctx) > 0; j--)
+            for (; j > 0 && gref_cmp_if(&refs[j - 1], &x, &ctx, mapped) > 0; j--)
                 refs[j] = refs[j - 1];
             refs[j] = x;
         }
     }
     *nrefs = total = n;              /* fewer when a mapped image changed */
     if (runs > 1 && total > 32)
-        sort_items(refs, total, sizeof(fs_gref), gref_cmp, &ctx);
+        sort_items(refs, total, sizeof(fs_gref), mapped ? gref_cmp_mapped : gref_cmp_built, &ctx);
     /* A node's groups have distinct names: only groups of two nodes can
      * be parts of one (NATS, AMQP). */
     sc->grefs_merge = runs > 1 && fs_groups_merge(sl->dialect);
     return FS_OK;
 }
 
+int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
+{
+    return fs_img_mapped(sl) ? row_groups_if(sl, 1, sc, nrefs) : row_groups_if(sl, 0, sc, nrefs);
+}
+
 size_t fs_row_group_end(const fs_sublist *sl, const fs_scratch *sc, size_t j, size_t nrefs)
 {
     gref_ctx ctx = {sl, sc->hits};
     size_t end = j + 1;
-    if (sc->grefs_merge)
-        while (end < nrefs && gref_cmp(&sc->grefs[j], &sc->grefs[end], &ctx) == 0)
+    if (!sc->grefs_merge)
+        return end;
+    if (fs_img_mapped(sl))
+        while (end < nrefs && gref_cmp_if(&sc->grefs[j], &sc->grefs[end], &ctx, 1) == 0)
+            end++;
+    else
+        while (end < nrefs && gref_cmp_if(&sc->grefs[j], &sc->grefs[end], &ctx, 0) == 0)
             end++;
     return end;
 }
@@ -376,7 +395,7 @@ static int ends_met(const int64_t *b, size_t fb, size_t bb, const int64_t *s, si
  * bounded by the loop counts and the sentinels, not by the order); 1 when
  * out holds b's and s's values, 0 when the runs were out of order and out
  * is not that (ends_met). */
-static int merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
+FS_ALWAYS_INLINE int merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
 {
     size_t total = nb + ns, half = total / 2;
     size_t fb = 0, fs = 0;           /* the front: next of b, of s */
@@ -443,12 +462,13 @@ static int merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64
  * copied, the two ends of a merge not meeting -- the image is marked
  * damaged (the call then fails).  Runs out of order that no check meets
  * give the row's ids out of order: verify=False's wrong answer. */
-size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids, size_t room)
+FS_ALWAYS_INLINE size_t hits_merge_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
+                                      int64_t *ids, size_t room)
 {
     size_t runs = 0, big = 0, total = 0;
     uint32_t nbig = 0;
     for (size_t k = 0; k < nhits; k++) {
-        uint32_t m = fs_nsubs_of(sl, hits[k]);
+        uint32_t m = fs_nsubs_of_if(sl, mapped, hits[k]);
         runs += m != 0;
         total += m;
         if (m > nbig) {
@@ -461,14 +481,16 @@ size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nh
     /* A mapped image's counts are read again below, and its file may have
      * been rewritten in place since the last read (fs_once8 in
      * fs_layout.h): each run is cut to what this pass counted, and the
-     * whole to room, so that no write leaves ids or few. */
-    if (total > room) {
+     * whole to room, so that no write leaves ids or few.  A built index's
+     * (mapped 0) cannot change under the read lock: its counts are the
+     * caller's, read again as they are. */
+    if (mapped && total > room) {
         fs_img_bad(sl);
         return 0;
     }
     const int64_t *b;
-    size_t nb = fs_subs_of(sl, hits[big], &b), ns = total - nbig;
-    if (nb > nbig)
+    size_t nb = fs_subs_of_if(sl, mapped, hits[big], &b), ns = total - nbig;
+    if (mapped && nb > nbig)
         nb = nbig;
     if (runs == 1) {                 /* one node holds ids: they are in order */
         memcpy(ids, b, sizeof(int64_t) * nb);
@@ -478,8 +500,8 @@ size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nh
     if (ns > FEW_SMALL) {            /* rare: every run merged in place */
         for (size_t k = 0; k < nhits; k++) {
             const int64_t *run;
-            size_t m = fs_subs_of(sl, hits[k], &run);
-            fs_runs_add(&r, ids, run, m < total - r.n ? m : total - r.n);
+            size_t m = fs_subs_of_if(sl, mapped, hits[k], &run);
+            fs_runs_add(&r, ids, run, !mapped || m < total - r.n ? m : total - r.n);
         }
         fs_runs_end(&r, ids);
         return r.n;
@@ -488,11 +510,11 @@ size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nh
     for (size_t k = 0; k < nhits; k++)
         if (k != big) {
             const int64_t *run;
-            size_t m = fs_subs_of(sl, hits[k], &run);
-            fs_runs_add(&r, s, run, m < ns - r.n ? m : ns - r.n);
+            size_t m = fs_subs_of_if(sl, mapped, hits[k], &run);
+            fs_runs_add(&r, s, run, !mapped || m < ns - r.n ? m : ns - r.n);
         }
     fs_runs_end(&r, s);
-    if (r.n != ns || nb != nbig) {   /* changed under the call: what is there */
+    if (mapped && (r.n != ns || nb != nbig)) {   /* changed under the call: what is there */
         fs_img_bad(sl);
         ns = r.n;
         total = nb + ns;
@@ -527,6 +549,12 @@ size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nh
     if (behind)
         fs_img_bad(sl);
     return total;
+}
+
+size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids, size_t room)
+{
+    return fs_img_mapped(sl) ? hits_merge_if(sl, 1, hits, nhits, ids, room)
+                             : hits_merge_if(sl, 0, hits, nhits, ids, room);
 }
 
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)

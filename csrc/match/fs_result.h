@@ -216,17 +216,18 @@ int fs_arena_put(char **arena, size_t *len, size_t *cap, const char *p, size_t n
 /* A hash identifying a result group (NATS: its name; MQTT: name and filter),
  * stable across processes: queue picks are made from it. */
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g);
-/* The plain ids of a row's hits, in the row's order (fs_hits_merge: several). */
-/* room: how many ids may be written, the hits' counts summed (fs_nsubs_of)
+/* The plain ids of a row's hits, in the row's order (fs_hits_merge: several).
+ * room: how many ids may be written, the hits' counts summed (fs_nsubs_of)
  * by the caller; a mapped image changed since then writes no more (and is
- * marked damaged). */
-static inline size_t fs_hits_plain(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids,
-                                   size_t room)
+ * marked damaged).  mapped: fs_img_mapped(sl) (fs_layout.h), or 1; 0 for a
+ * built index, whose counts cannot change under the read lock: not cut. */
+static inline size_t fs_hits_plain_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
+                                      int64_t *ids, size_t room)
 {
     if (nhits == 1) {            /* one node: its ids are sorted already */
         const int64_t *src;
-        size_t n = fs_subs_of(sl, hits[0], &src);
-        if (n > room) {
+        size_t n = fs_subs_of_if(sl, mapped, hits[0], &src);
+        if (mapped && n > room) {
             fs_img_bad(sl);
             n = room;
         }
@@ -235,6 +236,11 @@ static inline size_t fs_hits_plain(const fs_sublist *sl, const fs_node *const *h
         return n;
     }
     return nhits ? fs_hits_merge(sl, hits, nhits, ids, room) : 0;
+}
+static inline size_t fs_hits_plain(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids,
+                                   size_t room)
+{
+    return fs_hits_plain_if(sl, 1, hits, nhits, ids, room);
 }
 
 

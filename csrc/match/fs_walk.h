@@ -149,16 +149,14 @@ static inline void fs_walk_fetch(const fs_sublist *sl, const fs_walk_row *p)
     }
 }
 
-/* Append to sc->hits the table entries the planned subject matches: the
- * literal table's, then each shape's.  first_only: stop at the first
- * (entries always hold subscriptions). */
-static inline int fs_walk_entries(const fs_sublist *sl, const fs_walk_row *p, const fs_tokens *t,
-                                  fs_scratch *sc, int first_only)
+/* fs_walk_entries, for mapped = fs_img_mapped(sl), a constant in each copy. */
+FS_ALWAYS_INLINE int fs_walk_entries_if(const fs_sublist *sl, int mapped, const fs_walk_row *p, const fs_tokens *t,
+                                        fs_scratch *sc, int first_only)
 {
     const fs_shapes *S = &sl->shapes;
     const char *end = p->s + p->len;
     if (p->literal) {
-        const fs_node *e = fs_keyed_find(sl, sl->lit, p->literal_key, p->s, (uint32_t)p->len, end);
+        const fs_node *e = fs_keyed_find_if(sl, mapped, sl->lit, p->literal_key, p->s, (uint32_t)p->len, end);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
         if (e && first_only)
@@ -167,13 +165,25 @@ static inline int fs_walk_entries(const fs_sublist *sl, const fs_walk_row *p, co
     char sep = fs_sep(sl->dialect);
     uint32_t q = 0;
     for (uint64_t w = p->shapes; w; w &= w - 1, q++) {
-        const fs_node *e = fs_shape_probe_slots(sl, S->shape[fs_ctz64(w)], p->keys[q], sep, p->s, t->tok, end);
+        const fs_node *e = fs_shape_probe_slots(sl, mapped, S->shape[fs_ctz64(w)], p->keys[q], sep, p->s,
+                                                t->tok, end);
         if (e && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, e) < 0)
             return FS_ENOMEM;
         if (e && first_only)
             return FS_OK;
     }
     return FS_OK;
+}
+
+/* Append to sc->hits the table entries the planned subject matches: the
+ * literal table's, then each shape's.  first_only: stop at the first
+ * (entries always hold subscriptions).  A built index's entries are read
+ * as they are, a mapped image's through the checks (fs_img_mapped). */
+static inline int fs_walk_entries(const fs_sublist *sl, const fs_walk_row *p, const fs_tokens *t,
+                                  fs_scratch *sc, int first_only)
+{
+    return fs_img_mapped(sl) ? fs_walk_entries_if(sl, 1, p, t, sc, first_only)
+                             : fs_walk_entries_if(sl, 0, p, t, sc, first_only);
 }
 
 /* The rest of fs_walk_collect for an image with a live part (fs_walk.c):
