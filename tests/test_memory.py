@@ -419,7 +419,7 @@ def _dialect_ops(d):
         ]
     subjects = [j(["no", "match"]), j(["qonly", "x"]), j("abcd"), _deep(d, "t"), deep_lit,
                 j(["a", "x", "c", "d"]), "", None, j(["lit", "7"]), j([one, "b"]), "\udc80"] * 3
-    many_rows = subjects + [j(["no", "match"])] * 33_000 + subjects
+    many_rows = subjects + [j(["no", "match"])] * 4_000 + subjects
     ops += [
         ("match_many", base, lambda sl: sl.match_many(subjects, queues="all"), "thread"),
         ("match_many-pick", base, lambda sl: sl.match_many(subjects, keys=[f"k{i}" for i in range(len(subjects))]),
@@ -429,13 +429,18 @@ def _dialect_ops(d):
         ("match_many-cached-no-queues", cached, lambda sl: sl.match_many(subjects, queues="none"),
          "thread lenient"),
         ("match_many-dedupe", base, lambda sl: sl.match_many(subjects, queues="all", dedupe=True), "thread"),
-        # enough rows for two threads (2 x 16,384), most of them cheap: the
-        # threads' workspaces, block buffers and the growth of the output.
-        # Blocks go to whichever thread claims them first, so each thread's
-        # block buffers grow differently from run to run: racy.
-        ("match_many-threads", base, lambda sl: sl.match_many(many_rows, queues="all", threads=2), "racy"),
+        # the threaded path, most rows cheap: the threads' workspaces, block
+        # buffers and the growth of the output.  Blocks of 256 rows, so
+        # that some 4,000 rows make 16 blocks (the default threshold, 16,384
+        # rows a thread, made each of the walk's hundreds of attempts match
+        # 33,000 rows: minutes under ASan).  Blocks go to whichever thread
+        # claims them first, so each thread's block buffers grow differently
+        # from run to run: racy.
+        ("match_many-threads", base,
+         lambda sl: _in_blocks(lambda: sl.match_many(many_rows, queues="all", threads=2)), "racy"),
         ("match_many-threads-cached", cached,
-         lambda sl: sl.match_many(many_rows, queues="all", threads=2, dedupe=True), "lenient racy"),
+         lambda sl: _in_blocks(lambda: sl.match_many(many_rows, queues="all", threads=2, dedupe=True)),
+         "lenient racy"),
         ("match-dedupe", base, lambda sl: sl.match(j("abcd"), dedupe=True), "thread"),
         ("match-big-index-nogil", big, lambda sl: sl.match(j("abcd")), "thread"),
         ("cached-match-big-index-nogil", lambda: big(1024), lambda sl: sl.match(j("abcd")), "thread lenient"),
@@ -444,6 +449,13 @@ def _dialect_ops(d):
         ("from_bytes-cached", base, lambda sl: Sublist.from_bytes(_blob(d), cache_size=64)),
     ]
     return ops
+
+
+def _in_blocks(call):
+    """call(), its match_many on the threaded path in blocks of 256 rows."""
+    from strategies import tiny_thread_blocks
+    with tiny_thread_blocks(256):
+        return call()
 
 
 _BLOBS = {}
