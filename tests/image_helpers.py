@@ -56,7 +56,7 @@ def observed(e, probes):
 
 
 def expected(ref, probes):
-    """observed()'s answers, restated from the reference (README, "The
+    """observed()'s answers, restated from the reference (docs/guide.md, "The
     order of a row")."""
     d = ref.dialect
     subjects, batch, keys, rfilters = probes

@@ -1,4 +1,4 @@
-"""One order for a row's ids, on every path (README, "The order of a row").
+"""One order for a row's ids, on every path (docs/guide.md, "The order of a row").
 
 A row depends only on the set of subscriptions that match: the plain
 subscriptions' ids ascending by value (an id on two matching filters twice,

@@ -3,7 +3,7 @@
 An image -- from to_bytes() or a saved file, opened with verify=True or
 verify=False, with or without a result cache -- answers exactly as the
 index it was written from and as topicmatch._reference: every match /
-match_many row in the defined order (README, "The order of a row"),
+match_many row in the defined order (docs/guide.md, "The order of a row"),
 has_interest, num_interest, reverse_match, len.  An opened index keeps
 changing through its live part and still answers for its current set,
 before and after it is saved and opened again; another process opens what

@@ -1,4 +1,4 @@
-"""The matching rules of the README's Semantics section, one table row per rule.
+"""The matching rules of docs/design.md's "The dialects" section, one table row per rule.
 
 Every row runs against the C engine (uncached and cached) and against the
 pure-Python reference, so a disagreement points at one of the three."""

@@ -111,7 +111,7 @@ class MatchResult:
     groups: (queue, filter_or_None, members) per matching queue group.
             NATS: groups merge by queue name and filter is None.
             MQTT: a group is the pair (group, filter).
-    Order (README, "The order of a row"): subs ascending by value;
+    Order (docs/guide.md, "The order of a row"): subs ascending by value;
     groups by (queue bytes, filter bytes), members ascending; the same
     whatever the insertion order, cache, threads or image round trip.
     """

@@ -446,7 +446,7 @@ cdef class MatchResult:
     ``subs``: ids of the matching plain subscriptions (one per matching
     (filter, id); AMQP: one per id); ``groups``: ``(queue, filter_or_None,
     members)`` per matching queue group (NATS, AMQP: merged by queue name,
-    filter None; MQTT: one per (group, filter)).  Order (README, "The order
+    filter None; MQTT: one per (group, filter)).  Order (docs/guide.md, "The order
     of a row"): ``subs`` ascending; ``groups`` by (queue, filter) as bytes,
     members ascending -- whatever the insertion order, cache, threads or
     image round trip."""

@@ -2,7 +2,7 @@
 
 No trie and no cleverness: a ReferenceSublist is a set of subscriptions
 (filter, queue, sub_id), and every query compares token lists one
-subscription at a time.  The rules are those of the README's Semantics section:
+subscription at a time.  The rules are those of docs/design.md's "The dialects" section:
 
 NATS  separator ".", "*" one whole token, ">" one or more tokens (last only);
       empty tokens, whitespace (" \\t\\n\\r\\f") and NUL are invalid; a subject
