@@ -68,6 +68,41 @@ CHILD = textwrap.dedent(r"""
         "match_many also=": lambda: img.match_many(subjects, threads=2, also=other).sub_ids.tolist(),
         "also=changed": lambda: other.match_many(subjects, also=img).sub_ids.tolist(),
     }
+    if len(sys.argv) > 4 and sys.argv[4] == "writes":
+        # The paths besides matching, on images of their own (a change
+        # through one would change the answers the others expect): insert
+        # and remove copy a node out of the mapping into the live part
+        # (copy_subs), to_bytes of a changed image walks the whole mapping
+        # (fs_image_thaw), reverse_match reads every table entry.
+        writable = Sublist.open(path, verify=False)
+        changed = Sublist.open(path, verify=False)
+        changed.insert("a.1.b", -1)
+        n_filters = int(sys.argv[5])
+        turn = iter(range(10 ** 9))
+
+        def insert_remove():
+            out = []
+            for _ in range(16):
+                i = next(turn) * 7919 % n_filters          # a filter not copied out yet, most times
+                for f, sub in ((f"a.{i}.b", i), (f"x.*.{i}", 10 ** 6 + i)):
+                    out.append(writable.insert(f, -7))          # the node copied to the live part
+                    for gone in (-7, sub):
+                        try:
+                            writable.remove(f, gone)
+                        except KeyError:                        # an answer from changed bytes
+                            out.append(("missing", gone))
+                    out.append(writable.insert(f, sub))
+            return out
+
+        ops.update({
+            "insert remove": insert_remove,
+            "to_bytes": lambda: [len(changed.to_bytes()), len(changed.to_bytes(version=2)), len(img.to_bytes())],
+            "stats len": lambda: [len(img), {k: v for k, v in img.stats().items() if k in
+                                            ("subscriptions", "nodes", "mapped_bytes", "live_subscriptions")},
+                                  img.has_interest("a.5.b")],        # a call that checks the file
+            "reverse_match": lambda: [img.reverse_match("a.*.b")[::997], img.reverse_match("x.q.5"),
+                                      img.reverse_match(">")[::1999]],
+        })
     expected = {name: op() for name, op in ops.items()}
     for _ in range(3):                         # the cache warm: the cached path answers from it
         ops["cached match"]()
@@ -101,6 +136,12 @@ CHILD = textwrap.dedent(r"""
     for t in threads:
         t.start()
     start.wait()
+    # ready once every op has answered at least once (a loaded machine
+    # may take a while for the heavier ones): each meets the change in its loop
+    until = time.monotonic() + 20
+    while time.monotonic() < until and not all(r["old"] or r["error"] or r["other"] or r["wrong"]
+                                               for r in report.values()):
+        time.sleep(0.01)
     print("ready", flush=True)
     for t in threads:
         t.join()
@@ -113,12 +154,14 @@ CHILD = textwrap.dedent(r"""
 """)
 
 
-def _run_child(tmp_path, change):
-    """Start the child on a fresh image, let it match, change the file with
+def _run_child(tmp_path, change, writes=False):
+    """Start the child on a fresh image, let it match (and with writes,
+    insert, remove, dump and reverse-match too), change the file with
     change(path) and return (returncode, report, stderr)."""
     path = _image(str(tmp_path / "live.img"))
     also = _also_image(str(tmp_path / "also.img"))
-    child = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", CHILD, path, also, json.dumps(SUBJECTS)],
+    extra = ["writes", str(N_FILTERS)] if writes else []
+    child = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", CHILD, path, also, json.dumps(SUBJECTS)] + extra,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = child.stdout.readline()
@@ -134,9 +177,18 @@ def _run_child(tmp_path, change):
     return json.loads(out.splitlines()[-1]), err
 
 
+# The child's ops besides matching (writes=True): any answer is allowed,
+# and ImageChangedError; only a crash, or another error, is not.
+WRITE_OPS = ("insert remove", "to_bytes", "stats len", "reverse_match")
+
+
 def _check(result):
     report = result["report"]
     for name, r in report.items():
+        if name in WRITE_OPS:
+            assert r["other"] is None, (name, r)
+            assert r["old"] > 0 or r["error"] is not None, (name, r)
+            continue
         assert r["wrong"] is None, (name, r)
         assert r["other"] is None, (name, r)
         assert r["old"] > 0, (name, r)         # it was matching when the file changed
@@ -178,8 +230,12 @@ def test_other_image_copied_over_in_place(tmp_path, how, other):
             subprocess.run(["cp", new, path], check=True)
         assert os.path.getsize(path) == os.path.getsize(new)
 
-    result, _ = _run_child(tmp_path, copy_over)
+    # the larger image's offsets reach past the old mapping's end: the
+    # walks that copy, dump and iterate run too (a crash is the failure)
+    result, _ = _run_child(tmp_path, copy_over, writes=other == "larger")
     report = _check(result)
+    if other == "larger":
+        assert set(WRITE_OPS) <= set(report), report
     # Either a read met the file while it was short (zeros) or the calls
     # saw the new bytes: both raise (_check).
 

@@ -272,29 +272,34 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
 static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
                          int invalidate);
 
-/* Insert (remove: 0) or remove (1) every subscription node n holds into
- * or from the index `to`, under filter ps.  Inserting stops at the first
- * failure and takes back what it added: FS_OK or FS_ENOMEM (`to`
- * unchanged).  Removing never fails. */
-static int copy_subs(fs_sublist *to, const fs_tokens *t, const parsed_spec *ps, const fs_node *n, int remove)
+/* Insert (remove: 0) or remove (1) every subscription node n of index
+ * `from` holds into or from the index `to`, under filter ps.  n may be a
+ * mapped image's node whose bytes change meanwhile: its payload is read
+ * through the accessors (fs_subs_of ..., fs_layout.h), each count once
+ * with what it bounds, so changed bytes copy wrong ids, never read
+ * outside the image.  Inserting stops at the first failure and takes back
+ * what it added: FS_OK or FS_ENOMEM (`to` unchanged, unless the bytes
+ * changed between the two reads).  Removing never fails. */
+static int copy_subs(const fs_sublist *from, fs_sublist *to, const fs_tokens *t, const parsed_spec *ps,
+                     const fs_node *n, int remove)
 {
     parsed_spec q = *ps;
     fs_growth g;
     int rc = FS_OK;
-    const int64_t *ids = fs_node_ids(n);
+    const int64_t *ids;
+    uint32_t nids = fs_subs_of(from, n, &ids), ng = fs_ngroups_of(from, n);
     q.queue = NULL;
-    for (uint32_t i = 0; i < n->nsubs && rc >= 0; i++)
+    for (uint32_t i = 0; i < nids && rc >= 0; i++)
         rc = remove ? remove_locked(to, t, &q, ids[i], 0) : insert_locked(to, t, &q, ids[i], &g, 0);
-    for (uint32_t gi = 0; gi < fs_ngroups(n) && rc >= 0; gi++) {
-        const fs_group *grp = fs_node_group(n, gi);
-        const int64_t *m = fs_group_ids(grp);
-        q.queue = fs_group_name(grp);
-        q.queue_len = grp->name_len;
-        for (uint32_t i = 0; i < grp->n && rc >= 0; i++)
-            rc = remove ? remove_locked(to, t, &q, m[i], 0) : insert_locked(to, t, &q, m[i], &g, 0);
+    for (uint32_t gi = 0; gi < ng && rc >= 0; gi++) {
+        const fs_group *grp = fs_group_of(from, n, gi);
+        q.queue_len = fs_gname_of(from, grp, &q.queue);
+        uint32_t gn = fs_gids_of(from, grp, &ids);
+        for (uint32_t i = 0; i < gn && rc >= 0; i++)
+            rc = remove ? remove_locked(to, t, &q, ids[i], 0) : insert_locked(to, t, &q, ids[i], &g, 0);
     }
     if (rc < 0) {
-        copy_subs(to, t, ps, n, 1);
+        copy_subs(from, to, t, ps, n, 1);
         return rc;
     }
     return FS_OK;
@@ -312,9 +317,9 @@ static int live_prepare(fs_sublist *sl, const fs_tokens *t, const parsed_spec *p
     const fs_node *n = find_locked(sl, t, ps, &sh);
     if (!n || fs_image_masked(sl, n))
         return FS_OK;
-    int rc = copy_subs(sl->live, t, ps, n, 0);
+    int rc = copy_subs(sl, sl->live, t, ps, n, 0);
     if (rc == FS_OK && (rc = fs_image_mask(sl, n)) < 0)
-        copy_subs(sl->live, t, ps, n, 1);
+        copy_subs(sl, sl->live, t, ps, n, 1);
     return rc;
 }
 

@@ -155,7 +155,8 @@ static uint64_t mask_slot(uint64_t off, uint64_t cap)
 
 int fs_image_masked(const fs_sublist *sl, const fs_node *n)
 {
-    if (!sl->masked_n || !(n->linked & FS_LINK_IMAGE))
+    /* an image's node by its address, not by its flag byte (which may change) */
+    if (!sl->masked_n || !fs_img_owns(sl, n))
         return 0;
     uint64_t off = fs_img_off(sl, n);
     for (uint64_t i = mask_slot(off, sl->masked_cap);; i = (i + 1) & (sl->masked_cap - 1)) {

@@ -690,39 +690,50 @@ static int reach(verifier *v, const void *from, const fs_node *ref, const fs_nod
 
 /* A node's subscriptions as inserts leave them: plain ids strictly
  * increasing, queue groups in strictly increasing name order, each a
- * valid name, non-empty, members strictly increasing. */
-static int verify_subs(verifier *v, const fs_node *n, int entry)
+ * valid name, non-empty, members strictly increasing.  toklen: the
+ * entry's token length, read once (fs_toklen_of; any for a trie node).
+ * The payload is read through the accessors, each count once with what
+ * it bounds: a file rewritten under the check gives a wrong verdict,
+ * never a read outside the image (fs_once8, fs_layout.h). */
+static int verify_subs(verifier *v, const fs_node *n, uint32_t toklen, int entry)
 {
-    uint64_t at = fs_img_off(v->sl, n);
-    const int64_t *ids = fs_node_ids(n);
-    for (uint32_t i = 1; i < n->nsubs; i++)
+    const fs_sublist *sl = v->sl;
+    uint64_t at = fs_img_off(sl, n);
+    const int64_t *ids;
+    uint32_t nids = fs_subs_of(sl, n, &ids), ng = fs_ngroups_of(sl, n);
+    for (uint32_t i = 1; i < nids; i++)
         if (ids[i] <= ids[i - 1])
             return vbad(v, "ids not in strictly increasing order", at);
-    v->subs += n->nsubs;
-    if (entry && !fs_has_subs(n))
+    v->subs += nids;
+    if (entry && !nids && !ng)
         return vbad(v, "table entry without subscriptions", at);
-    if (n->nsubs && fs_share_prefixed(v->sl->dialect, n->tok, n->toklen) && entry)
+    if (nids && entry && fs_share_prefixed(sl->dialect, n->tok, toklen))
         return vbad(v, "plain subscription on a '$share/' filter", at);
-    for (uint32_t gi = 0; gi < fs_ngroups(n); gi++) {
-        const fs_group *g = fs_node_group(n, gi);
-        const char *name = fs_group_name(g);
+    const char *prev = NULL;
+    uint32_t prev_len = 0;
+    for (uint32_t gi = 0; gi < ng; gi++) {
+        const fs_group *g = fs_group_of(sl, n, gi);
+        const char *name;
+        uint32_t name_len = fs_gname_of(sl, g, &name);
         fs_error qe;
-        if (fs_check_queue(v->sl->dialect, name, g->name_len, &qe) < 0)
+        if (fs_check_queue(sl->dialect, name, name_len, &qe) < 0)
             return vbad(v, qe.reason, at);
-        if (g->name_hash != fs_hash(name, g->name_len))
+        if (g->name_hash != fs_hash(name, name_len))
             return vbad(v, "queue name hash does not match", at);
         if (gi > 0) {
-            const fs_group *p = fs_node_group(n, gi - 1);
-            uint32_t m = p->name_len < g->name_len ? p->name_len : g->name_len;
-            int c = memcmp(fs_group_name(p), name, m);
-            if (c > 0 || (c == 0 && p->name_len >= g->name_len))
+            uint32_t m = prev_len < name_len ? prev_len : name_len;
+            int c = memcmp(prev, name, m);
+            if (c > 0 || (c == 0 && prev_len >= name_len))
                 return vbad(v, "queue groups not in strictly increasing name order", at);
         }
-        const int64_t *m = fs_group_ids(g);
-        for (uint32_t i = 1; i < g->n; i++)
+        prev = name;
+        prev_len = name_len;
+        const int64_t *m;
+        uint32_t gn = fs_gids_of(sl, g, &m);
+        for (uint32_t i = 1; i < gn; i++)
             if (m[i] <= m[i - 1])
                 return vbad(v, "ids not in strictly increasing order", at);
-        v->subs += g->n;
+        v->subs += gn;
     }
     return FS_OK;
 }
@@ -730,9 +741,17 @@ static int verify_subs(verifier *v, const fs_node *n, int entry)
 /* Every slot of a table: count entries, each reached once, each found by
  * its own lookup (so at its place in the probe sequence, its key or token
  * hash right), with its bitmap bits set. */
-static int verify_table(verifier *v, const fs_level *L, const fs_shape *sh)
+static int verify_table(verifier *v, const fs_level *Lm, const fs_shape *sh)
 {
     fs_sublist *sl = v->sl;
+    /* The level's fields copied once and the copy checked (the file may be
+     * rewritten under the check: fs_once8, fs_layout.h); the copy is read
+     * from then on, the mapped level only names positions. */
+    fs_level lv;
+    memcpy(&lv, Lm, sizeof(lv));
+    if (!fs_img_level_ok(sl, &lv))
+        return vbad(v, "level outside the image", fs_img_off(sl, Lm));
+    const fs_level *L = &lv;
     const fs_slot *slots = fs_lv_slots(sl, L);
     uint32_t count = 0;
     for (uint32_t i = 0; i < L->cap; i++) {
@@ -757,8 +776,9 @@ static int verify_table(verifier *v, const fs_level *L, const fs_shape *sh)
         uint64_t at = fs_img_off(sl, e);
         if (e->linked & FS_LINK_TRIE)
             return vbad(v, "trie node in a table", at);
+        uint32_t elen = fs_toklen_of(sl, e);
         fs_error fe;
-        if ((rc = fs_tokenize(sl->dialect, e->tok, e->toklen, 1, &v->t, &fe)) < 0)
+        if ((rc = fs_tokenize(sl->dialect, e->tok, elen, 1, &v->t, &fe)) < 0)
             return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in a table", at);
         fs_shape_of of;
         int shaped = fs_shape_classify(&v->t, &of);
@@ -769,13 +789,13 @@ static int verify_table(verifier *v, const fs_level *L, const fs_shape *sh)
         if (e->kind != (sh ? FS_NODE_SHAPED : FS_TOK_LITERAL) || e->hash != (uint32_t)key ||
             slots[i].hash != (uint32_t)key || slots[i].len != (uint32_t)(key >> 32))
             return vbad(v, "entry's key does not match its filter", at);
-        if (fs_keyed_find(sl, L, key, e->tok, e->toklen, e->tok + e->toklen) != e || !fs_lv_may_hold(sl, L, key))
+        if (fs_keyed_find(sl, L, key, e->tok, elen, e->tok + elen) != e || !fs_lv_may_hold(sl, L, key))
             return vbad(v, "entry not where its key leads", at);
-        if ((rc = verify_subs(v, e, 1)) < 0)
+        if ((rc = verify_subs(v, e, elen, 1)) < 0)
             return rc;
     }
     if (count != L->count)
-        return vbad(v, "table count does not match its slots", fs_img_off(sl, L));
+        return vbad(v, "table count does not match its slots", fs_img_off(sl, Lm));
     return FS_OK;
 }
 
@@ -785,6 +805,8 @@ static int trie_filter_in_shape(verifier *v, const fs_node *n, char *buf)
 {
     fs_sublist *sl = v->sl;
     size_t len = fs_path_bytes(sl, n);
+    if (len > FS_MAX_SUBJECT)           /* buf's room: longer only if the file changed under the check */
+        return vbad(v, "trie path too long or not reaching the root", fs_img_off(sl, n));
     fs_path_write(sl, n, buf, buf + len);
     fs_error fe;
     int rc = fs_tokenize(sl->dialect, buf, len, 1, &v->t, &fe);
@@ -836,19 +858,26 @@ static int verify_trie(verifier *v)
                 rc = vbad(v, "trie path too long or not reaching the root", at);
                 break;
             }
-            if (fs_has_subs(x) && ((rc = verify_subs(v, x, 0)) < 0 || (rc = trie_filter_in_shape(v, x, buf)) < 0))
+            if (fs_has_subs(x) && ((rc = verify_subs(v, x, 0, 0)) < 0 || (rc = trie_filter_in_shape(v, x, buf)) < 0))
                 break;
         }
         /* a child's filter: this one's, a separator (not below the root), its token */
         size_t below = x == sl->root ? 0 : f.len + 1;
-        const fs_level *L = fs_down(sl, x);
-        if (!L) {
+        const fs_level *Lm = fs_down(sl, x);
+        if (!Lm) {
             if (atomic_load(&sl->damaged))
                 rc = vbad(v, "level outside the image", at);
             else if (x != sl->root && !fs_has_subs(x))
                 rc = vbad(v, "empty trie node", at);
             continue;
         }
+        fs_level lv;                    /* a checked copy, as verify_table's */
+        memcpy(&lv, Lm, sizeof(lv));
+        if (!fs_img_level_ok(sl, &lv)) {
+            rc = vbad(v, "level outside the image", at);
+            break;
+        }
+        const fs_level *L = &lv;
         if (x != sl->root && !fs_has_subs(x) && !L->count && !L->one && !L->rest) {
             rc = vbad(v, "empty trie node", at);
             break;
@@ -866,29 +895,31 @@ static int verify_trie(verifier *v)
             const fs_node *c;
             if ((rc = reach(v, &slots[i], slots[i].node, &c)) < 0)
                 break;
+            uint32_t clen = fs_toklen_of(sl, c), chash = c->hash;
             fs_error fe;
             if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != FS_TOK_LITERAL ||
-                fs_check_literal(sl->dialect, (const unsigned char *)c->tok, c->toklen, 0, &fe) < 0 ||
-                c->hash != fs_hash(c->tok, c->toklen) || slots[i].hash != c->hash || slots[i].len != c->toklen ||
-                fs_level_find(sl, L, c->tok, c->toklen, c->hash) != c)
+                fs_check_literal(sl->dialect, (const unsigned char *)c->tok, clen, 0, &fe) < 0 ||
+                chash != fs_hash(c->tok, clen) || slots[i].hash != chash || slots[i].len != clen ||
+                fs_level_find(sl, L, c->tok, clen, chash) != c)
                 rc = vbad(v, "trie node not where its parent and token lead", fs_img_off(sl, c));
             else
-                rc = vpush(&stack, &n, &cap, c, below + c->toklen);
+                rc = vpush(&stack, &n, &cap, c, below + clen);
         }
         if (rc == FS_OK && count != L->count)
-            rc = vbad(v, "table count does not match its slots", fs_img_off(sl, L));
+            rc = vbad(v, "table count does not match its slots", fs_img_off(sl, Lm));
         for (int w = 0; w < 2 && rc == FS_OK; w++) {
             const fs_node *ref = w ? L->rest : L->one, *c;
             if (!ref)
                 continue;
-            if ((rc = reach(v, w ? (const void *)&L->rest : (const void *)&L->one, ref, &c)) < 0)
+            if ((rc = reach(v, w ? (const void *)&Lm->rest : (const void *)&Lm->one, ref, &c)) < 0)
                 break;
             fs_tok_kind want = w ? FS_TOK_REST : FS_TOK_ONE;
+            uint32_t clen = fs_toklen_of(sl, c);
             if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != want ||
-                fs_token_kind(sl->dialect, c->tok, c->toklen) != want || c->hash != fs_hash(c->tok, c->toklen))
+                fs_token_kind(sl->dialect, c->tok, clen) != want || c->hash != fs_hash(c->tok, clen))
                 rc = vbad(v, "wildcard node not where its parent leads", fs_img_off(sl, c));
             else
-                rc = vpush(&stack, &n, &cap, c, below + c->toklen);
+                rc = vpush(&stack, &n, &cap, c, below + clen);
         }
     }
     FS_FREE(stack);
