@@ -6,7 +6,10 @@ import os
 import pytest
 
 import topicmatch
-from topicmatch.spark.image_inbox import Inbox, send
+
+pytest.importorskip("pyspark", reason="topicmatch.spark needs PySpark (topicmatch[spark])")
+
+from topicmatch.spark.image_inbox import Inbox, send  # noqa: E402
 
 
 def _image(tmp_path, n=5):

@@ -10,7 +10,10 @@ import threading
 import pytest
 
 import topicmatch
-from topicmatch.spark import image_store as st
+
+pytest.importorskip("pyspark", reason="topicmatch.spark needs PySpark (topicmatch[spark])")
+
+from topicmatch.spark import image_store as st  # noqa: E402
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 
