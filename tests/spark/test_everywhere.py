@@ -179,7 +179,12 @@ def test_dynamic_allocation_and_shared_storage_equal_local(storage_result, local
     # build nothing
     builds = _builds_per_image(remote_load_log)
     assert set(builds.values()) == {1}, builds
-    assert {loc.split("/")[0] for _, loc in builds} >= {"s3:", ""}, builds
+    # the shared path's image is built there; the bucket's may not be built
+    # at all: a host's copy of an image is named by its content alone
+    # (image_store.cache_path), so a host that already holds the spark:
+    # image of the same rows uploads that copy ("there", not logged).  What
+    # the bucket holds is checked below.
+    assert "" in {loc.split("/")[0] for _, loc in builds}, builds
     for d in dirs:
         assert storage_result["image_path"][f"nats/auto@{d}"].startswith(d + "/")
     # what the bucket holds: the unsharded images and every shard's
