@@ -82,6 +82,20 @@ const fs_level *fs_img_level_checked(const fs_sublist *sl, uint64_t off)
 static const int64_t no_ids[1];
 const fs_group fs_no_group = {(char *)(uintptr_t)"", (int64_t *)(uintptr_t)no_ids, 0, 0, 0, 1};
 
+/* The `size` mapped bytes at `rel` past the record `owner` (of owner_size
+ * bytes), where a mapped record's payload lies: NULL, the index marked bad,
+ * unless the offset points past the record and the bytes lie inside the
+ * mapping.  The one check of every accessor below. */
+static const char *img_past(const fs_sublist *sl, const void *owner, size_t owner_size,
+                            uint64_t rel, uint64_t size)
+{
+    uint64_t at = fs_img_off(sl, owner) + rel;
+    if (rel >= owner_size && fs_img_holds(sl, at, size))
+        return sl->img.base + at;
+    fs_img_bad(sl);
+    return NULL;
+}
+
 uint32_t fs_img_subs(const fs_sublist *sl, const fs_node *n, const int64_t **ids)
 {
     uint32_t cap = fs_once32(&n->subcap), cnt = fs_once32(&n->nsubs);
@@ -89,15 +103,14 @@ uint32_t fs_img_subs(const fs_sublist *sl, const fs_node *n, const int64_t **ids
     if (cap <= 1) {
         if (cnt <= cap)
             return cnt;
-    } else {
-        uint64_t rel = fs_once64(&n->subs.one), at = fs_img_off(sl, n) + rel;
-        if (rel >= sizeof(fs_node) && fs_img_holds(sl, at, (uint64_t)cnt * 8)) {
-            *ids = (const int64_t *)(const void *)(sl->img.base + at);
-            return cnt;
-        }
+        fs_img_bad(sl);
+        return 0;
     }
-    fs_img_bad(sl);
-    return 0;
+    const char *p = img_past(sl, n, sizeof(fs_node), fs_once64(&n->subs.one), (uint64_t)cnt * 8);
+    if (!p)
+        return 0;
+    *ids = (const int64_t *)(const void *)p;
+    return cnt;
 }
 
 uint32_t fs_img_groups(const fs_sublist *sl, const fs_node *n, const fs_groups **gs)
@@ -106,43 +119,31 @@ uint32_t fs_img_groups(const fs_sublist *sl, const fs_node *n, const fs_groups *
     *gs = NULL;
     if (!rel)
         return 0;
-    uint64_t G = fs_img_off(sl, n) + rel;
-    if (rel >= sizeof(fs_node) && fs_img_holds(sl, G, sizeof(fs_groups))) {
-        const fs_groups *p = (const fs_groups *)(const void *)(sl->img.base + G);
-        uint32_t cnt = fs_once32(&p->n);
-        if (fs_img_holds(sl, G, sizeof(fs_groups) + (uint64_t)cnt * sizeof(fs_group))) {
-            *gs = p;
-            return cnt;
-        }
-    }
-    fs_img_bad(sl);
-    return 0;
+    const fs_groups *p = (const fs_groups *)(const void *)img_past(sl, n, sizeof(fs_node), rel,
+                                                                   sizeof(fs_groups));
+    if (!p)
+        return 0;
+    uint32_t cnt = fs_once32(&p->n);
+    if (!img_past(sl, n, sizeof(fs_node), rel, sizeof(fs_groups) + (uint64_t)cnt * sizeof(fs_group)))
+        return 0;
+    *gs = p;
+    return cnt;
 }
 
 uint32_t fs_img_gname(const fs_sublist *sl, const fs_group *g, const char **name)
 {
     uint32_t len = fs_once32(&g->name_len);
-    uint64_t rel = fs_oncep(&g->name), at = fs_img_off(sl, g) + rel;
-    if (rel >= sizeof(fs_group) && fs_img_holds(sl, at, FS_TOK_ALLOC(len))) {
-        *name = sl->img.base + at;
-        return len;
-    }
-    fs_img_bad(sl);
-    *name = fs_no_group.name;
-    return 0;
+    const char *p = img_past(sl, g, sizeof(fs_group), fs_oncep(&g->name), FS_TOK_ALLOC(len));
+    *name = p ? p : fs_no_group.name;
+    return p ? len : 0;
 }
 
 uint32_t fs_img_gids(const fs_sublist *sl, const fs_group *g, const int64_t **ids)
 {
     uint32_t cnt = fs_once32(&g->n);
-    uint64_t rel = fs_oncep(&g->ids), at = fs_img_off(sl, g) + rel;
-    if (rel >= sizeof(fs_group) && fs_img_holds(sl, at, (uint64_t)cnt * 8)) {
-        *ids = (const int64_t *)(const void *)(sl->img.base + at);
-        return cnt;
-    }
-    fs_img_bad(sl);
-    *ids = no_ids;
-    return 0;
+    const char *p = img_past(sl, g, sizeof(fs_group), fs_oncep(&g->ids), (uint64_t)cnt * 8);
+    *ids = p ? (const int64_t *)(const void *)p : no_ids;
+    return p ? cnt : 0;
 }
 
 

@@ -990,25 +990,28 @@ cdef class Sublist:
         finally:
             fs_workspace_release(w, &spare)
 
-    @cython.binding(False)
-    @cython.embedsignature.format("clinic")
-    def num_interest(self, subject):
-        """num_interest(subject) -> (n_plain, n_queue_members)"""
+    cdef int _interest(self, object subject, bint count, uint64_t *nplain, uint64_t *nqueue) except -2:
+        """has_interest (count false: 1 or 0) and num_interest (count: the
+        two counts, returns 0): one walk with a workspace's scratch, taken
+        before the index is entered and given back before any error is
+        raised."""
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
         cdef fs_workspace spare
         cdef fs_error err
-        cdef uint64_t nplain = 0, nqueue = 0
+        cdef int rc, st
         cdef fs_workspace *w = fs_workspace_acquire(&spare)
         if w == NULL:
             raise MemoryError()
-        cdef int rc, st
         try:
             self._enter()
         except ClosedError:
             fs_workspace_release(w, &spare)
             raise
-        rc = fs_sublist_interest(self.sl, s, <size_t>n, &w.sc, &nplain, &nqueue, &err)
+        if count:
+            rc = fs_sublist_interest(self.sl, s, <size_t>n, &w.sc, nplain, nqueue, &err)
+        else:
+            rc = fs_sublist_has_interest(self.sl, s, <size_t>n, &w.sc, &err)
         st = self._image_state()
         self._leave()
         fs_workspace_release(w, &spare)
@@ -1017,6 +1020,14 @@ cdef class Sublist:
         if rc < 0:
             raise MemoryError()
         self._raise_state(st)
+        return rc
+
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
+    def num_interest(self, subject):
+        """num_interest(subject) -> (n_plain, n_queue_members)"""
+        cdef uint64_t nplain = 0, nqueue = 0
+        self._interest(subject, True, &nplain, &nqueue)
         return (nplain, nqueue)
 
     @cython.binding(False)
@@ -1025,29 +1036,7 @@ cdef class Sublist:
         """has_interest(subject) -> bool: does anything match?  Stops at
         the first matching filter of the literal and shape tables, where
         nearly every filter lives (no result is built)."""
-        cdef Py_ssize_t n
-        cdef const char *s = _utf8(subject, "subject", &n)
-        cdef fs_workspace spare
-        cdef fs_error err
-        cdef fs_workspace *w = fs_workspace_acquire(&spare)
-        if w == NULL:
-            raise MemoryError()
-        cdef int rc, st
-        try:
-            self._enter()
-        except ClosedError:
-            fs_workspace_release(w, &spare)
-            raise
-        rc = fs_sublist_has_interest(self.sl, s, <size_t>n, &w.sc, &err)
-        st = self._image_state()
-        self._leave()
-        fs_workspace_release(w, &spare)
-        if rc == FS_EINVAL:
-            raise _invalid("subject", subject, &err)
-        if rc < 0:
-            raise MemoryError()
-        self._raise_state(st)
-        return rc == 1
+        return self._interest(subject, False, NULL, NULL) == 1
 
     def reverse_match(self, filter):
         """reverse_match(filter) -> list[(filter, sub_id, queue)]

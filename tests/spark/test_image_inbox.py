@@ -7,9 +7,7 @@ import pytest
 
 import topicmatch
 
-pytest.importorskip("pyspark", reason="topicmatch.spark needs PySpark (topicmatch[spark])")
-
-from topicmatch.spark.image_inbox import Inbox, send  # noqa: E402
+from topicmatch.spark.image_inbox import Inbox, send
 
 
 def _image(tmp_path, n=5):

@@ -11,9 +11,7 @@ import pytest
 
 import topicmatch
 
-pytest.importorskip("pyspark", reason="topicmatch.spark needs PySpark (topicmatch[spark])")
-
-from topicmatch.spark import image_store as st  # noqa: E402
+from topicmatch.spark import image_store as st
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 

@@ -2,9 +2,7 @@
 (topicmatch.spark.shard._decide, _choose_depth): no JVM, no Spark job."""
 import pytest
 
-pytest.importorskip("pyspark", reason="topicmatch.spark needs PySpark (topicmatch[spark])")
-
-from topicmatch.spark import shard as S  # noqa: E402
+from topicmatch.spark import shard as S
 
 
 def stats(nsubs, replicated, largest):
