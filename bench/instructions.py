@@ -53,6 +53,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -246,27 +247,35 @@ def measure(op, name, rows, lib, so=None):
         return total / (2 * rows)
 
 
-def measure_all(pairs, rows, runs, log=print):
+def measure_all(pairs, rows, runs, log=print, jobs=None):
     """-> ({op: {workload: median}}, {op: {workload: [runs]}}, overhead),
     each count less the overhead: what the switch itself costs (the calls
-    through ctypes around the two passes), measured on an empty pass."""
+    through ctypes around the two passes), measured on an empty pass.
+    `jobs` callgrind processes at a time (default: one per core): a count
+    does not depend on what else runs, only the time does."""
     check_valgrind()
     lib = toggle_lib()
     so = release_build()
-    log(f"measuring {so} (rows={rows}, median of {runs} runs, one callgrind at a time)")
+    jobs = jobs or os.cpu_count() or 1
+    log(f"measuring {so} (rows={rows}, median of {runs} runs, {jobs} callgrind at a time)")
     sys.path.insert(0, HERE)
     from workloads import ensure_data
     ensure_data(sorted({w for _, w in pairs}))      # generated here, not under valgrind
-    overhead = statistics.median(measure("empty", "-", rows, lib, so) for _ in range(runs))
+    t = time.time()
+    with ThreadPoolExecutor(jobs) as pool:
+        runs_of = {key: [pool.submit(measure, key[0], key[1], rows, lib, so) for _ in range(runs)]
+                   for key in [("empty", "-")] + list(pairs)}
+        got = {key: [f.result() for f in fs] for key, fs in runs_of.items()}
+    overhead = statistics.median(got[("empty", "-")])
     log(f"  the switch's own cost, subtracted: {overhead * 2 * rows:,.0f} instructions ({overhead:.2f} a row)")
     counts, raw = {}, {}
     for op, w in pairs:
-        t = time.time()
-        vals = [measure(op, w, rows, lib, so) - overhead for _ in range(runs)]
+        vals = [v - overhead for v in got[(op, w)]]
         med = statistics.median(vals)
         counts.setdefault(op, {})[w] = round(med, 1)
         raw.setdefault(op, {})[w] = [round(v, 1) for v in vals]
-        log(f"  {op:12s} {w:9s} {med:10,.1f}   runs {', '.join(f'{v:,.1f}' for v in vals)}   ({time.time() - t:.0f} s)")
+        log(f"  {op:12s} {w:9s} {med:10,.1f}   runs {', '.join(f'{v:,.1f}' for v in vals)}")
+    log(f"  ({time.time() - t:.0f} s)")
     return counts, raw, round(overhead, 2)
 
 
@@ -308,6 +317,8 @@ def main(argv=None):
     ap.add_argument("--update", action="store_true", help="measure and rewrite the baseline file")
     ap.add_argument("--baseline", default=BASELINE, help="baseline file (default bench/instructions.json)")
     ap.add_argument("--runs", type=int, default=3, help="runs per count; the median is taken (default 3)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="callgrind processes at a time (default: one per core; the counts do not change)")
     ap.add_argument("--ops", help=f"with --update: operations (default {','.join(DEFAULT_OPS)}, or the file's)")
     ap.add_argument("--workloads", help=f"with --update: workloads (default {','.join(DEFAULT_WORKLOADS)}, or the file's)")
     ap.add_argument("--rows", type=int, help=f"with --update: rows per pass (default {DEFAULT_ROWS}, or the file's)")
@@ -328,7 +339,7 @@ def main(argv=None):
             pairs = combos(a.ops.split(",") if a.ops else DEFAULT_OPS,
                            a.workloads.split(",") if a.workloads else DEFAULT_WORKLOADS)
         rows = a.rows or (old["rows"] if old else DEFAULT_ROWS)
-        counts, raw, overhead = measure_all(pairs, rows, a.runs)
+        counts, raw, overhead = measure_all(pairs, rows, a.runs, jobs=a.jobs)
         new = {
             "about": "Instructions per row (callgrind) of the standard operations, the median of `runs` runs: "
                      "bench/instructions.py checks against these (make bench-instructions) and rewrites "
@@ -364,7 +375,7 @@ def main(argv=None):
         now = c.get("counts", c)
     else:
         now, _, _ = measure_all([(op, w) for op in old["counts"] for w in old["counts"][op]],
-                             old["rows"], a.runs)
+                             old["rows"], a.runs, jobs=a.jobs)
     rows_, failed = compare(old["counts"], now, old.get("tolerance", DEFAULT_TOLERANCE))
     print(f"baseline: {shown(a.baseline)}, commit {old.get('commit')}, {old.get('date')}")
     env_now, env_base = environment(), old.get("environment", {})
