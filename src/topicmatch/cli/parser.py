@@ -10,6 +10,7 @@ from topicmatch.cli.build import cmd_build
 from topicmatch.cli.demo import cmd_demo
 from topicmatch.cli.fanout import cmd_fanout
 from topicmatch.cli.fanout_io import FORMATS
+from topicmatch.cli.images import cmd_images
 from topicmatch.cli.match import cmd_match
 
 _QUEUES_HELP = "queue groups: one member per group (pick, default), every member, none"
@@ -56,6 +57,7 @@ def build_parser():
     _add_demo(sub)
     _add_match(sub)
     _add_build(sub)
+    _add_images(sub)
     return ap
 
 
@@ -196,3 +198,23 @@ def _add_build(sub):
     b.add_argument("-o", "--out", required=True, metavar="FILE", help="the image file to write")
     b.add_argument("--overwrite", action="store_true", help="replace FILE if it exists")
     b.set_defaults(func=cmd_build)
+
+
+def _add_images(sub):
+    i = sub.add_parser("images", help="list or prune this host's image directory (the Spark fan-out's)",
+                       description="The images the Spark fan-out built or fetched on this host, and "
+                       "the driver's copies, kept as a cache bounded by TOPICMATCH_IMAGE_CACHE_BYTES "
+                       "(default 8G): `list` shows them, least recently used first; `prune` removes "
+                       "the least recently used until they fit the bound, never one that a process "
+                       "has open or used in the last --min-idle seconds.  Exit status: 0; 2, an "
+                       "error stopped it.")
+    i.add_argument("action", choices=("list", "prune"))
+    i.add_argument("--dir", default=None, metavar="DIR",
+                   help="the directory (default: this host's image directory, TOPICMATCH_IMAGE_DIR or "
+                   "topicmatch-images-<uid> in the temporary directory, and its driver/ copies)")
+    i.add_argument("--max-bytes", default=None, metavar="SIZE",
+                   help="the bound (8G, 500M, 0 for as little as possible; default "
+                   "TOPICMATCH_IMAGE_CACHE_BYTES or 8G)")
+    i.add_argument("--min-idle", type=_seconds_arg, default=600.0, metavar="SECONDS",
+                   help="keep images used less than this long ago (default 600)")
+    i.set_defaults(func=cmd_images)

@@ -66,6 +66,8 @@ from topicmatch.spark.base import column as _col  # noqa: F401
 from topicmatch.spark.fan_out import (FanoutCounts,  # noqa: F401
                                    FanoutResult, Subscriptions, build_index, fanout,
                                    fanout_with_rejects, index_from_arrow, share_index)
+from topicmatch.spark.image_cache import CachedImage, Pruned, list_images  # noqa: F401
+from topicmatch.spark.image_cache import prune as prune_images  # noqa: F401
 from topicmatch.spark.images import default_image_dir, image_version  # noqa: F401
 from topicmatch.spark.progress import Progress  # noqa: F401
 from topicmatch.spark.session import (check_executors, is_connect, is_local_master,  # noqa: F401
@@ -82,7 +84,7 @@ __all__ = [
     "build_index", "local_session", "remote_session", "is_connect", "check_executors",
     "BROADCAST_MAX_BYTES", "INLINE_MAX_BYTES", "LOAD_LOG_ENV",
     "ShardPlan", "plan_shards", "IndexTooLargeError", "AUTO_SHARD_MIN_SUBS",
-    "default_image_dir",
+    "default_image_dir", "list_images", "prune_images", "CachedImage", "Pruned",
 ]
 
 

@@ -34,6 +34,7 @@ from typing import Dict, Optional, Tuple
 
 from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _os_error
 from topicmatch import Sublist
+from topicmatch.spark.image_cache import prune_quietly
 from topicmatch.spark.image_store import SPARK, cache_path, is_spark
 
 #: A ticket: (host, port, secret), pickled into the tasks' closures.
@@ -152,6 +153,7 @@ class Inbox:
         with self._lock:
             self._got[location] = local
             self._errors.pop(location, None)
+        prune_quietly(self._cache_dir)      # the driver's copies grew (recent ones, and added ones, are kept)
 
 
 def send(ticket: Ticket, location: str, path: str) -> None:

@@ -38,6 +38,7 @@ from typing import Optional
 
 from topicmatch._core import TopicmatchTypeError, TopicmatchValueError, _os_error
 from topicmatch import Sublist
+from topicmatch.spark.image_cache import hold, prune_quietly
 
 #: In the executors' environment: the default image directory instead of
 #: topicmatch-images-<uid> in their temporary directory.
@@ -237,6 +238,7 @@ def fetch(uri: str, cache_dir: str, lock) -> str:
             if os.path.exists(tmp):
                 os.remove(tmp)
             raise
+    prune_quietly(cache_dir)    # the cache grew (recent images are kept: this one is)
     return local
 
 
@@ -250,13 +252,16 @@ def open_location(location: str, cache_dir: str):
     checked in full before it added them (image_inbox), which Spark's
     fetch moves into place only once they have all arrived."""
     if is_remote(location):
-        return Sublist.open(fetch(location, cache_dir, locked), verify=False)
-    if is_spark(location):
+        local = fetch(location, cache_dir, locked)
+    elif is_spark(location):
         local = cache_path(location, cache_dir)
-        if os.path.exists(local):
-            return Sublist.open(local, verify=False)
-        return Sublist.open(spark_file(location), verify=False)
-    return Sublist.open(location, verify=False)
+        if not os.path.exists(local):
+            local = spark_file(location)
+    else:
+        local = location
+    sl = Sublist.open(local, verify=False)
+    hold(local)     # used now, and in use while this process lives: never evicted under it
+    return sl
 
 
 def spark_file(location: str) -> str:
@@ -282,3 +287,6 @@ def add_file(spark, path: str) -> None:
     if key not in _ADDED:
         sc.addFile(path)
         _ADDED.add(key)
+        # Spark checks an added file against its source for every later
+        # task of the application: held while the driver lives, never evicted
+        hold(path)

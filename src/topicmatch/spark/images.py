@@ -57,6 +57,7 @@ from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
 from topicmatch.spark.image_inbox import Inbox, send
+from topicmatch.spark.image_cache import prune_quietly
 from topicmatch.spark.image_store import (IMAGE_DIR_ENV, add_file, cache_path,  # noqa: F401
                                           check_image_dir, default_image_dir, fetch, image_home,
                                           is_remote, is_spark, location_in, locked, private_dir,
@@ -290,6 +291,8 @@ def build_at(location: Optional[str], name: str, force: bool, build: Callable[[]
     driver, inserts, subscriptions, nbytes); BadRow passes through."""
     local = task_file(location, name)
     status, inserts, nsubs = save_locked(local, force, build)
+    if status == "built" and local != location:
+        prune_quietly(os.path.dirname(local))   # this host's directory grew (this image is kept: recent)
     if location is not None and is_remote(location) and (
             status == "built" or force or not remote_exists(location)):
         upload(local, location)

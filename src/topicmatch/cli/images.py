@@ -1,0 +1,55 @@
+"""`topicmatch images list` and `topicmatch images prune`: this host's image
+directory (the Spark fan-out's builds, fetched copies and the driver's
+copies), as the bounded cache topicmatch.spark.image_cache keeps it."""
+import datetime
+import os
+
+from topicmatch.cli.common import CLIError, plural
+
+
+def _directories(args):
+    """The directories the command looks at: --dir, or this host's image
+    directory and the driver's copies inside it."""
+    try:
+        from topicmatch.spark.image_store import image_home
+    except ImportError as e:
+        raise CLIError(f"topicmatch images needs the Spark extra: {e}") from None
+    if args.dir is not None:
+        if not os.path.isdir(args.dir):
+            raise CLIError(f"--dir {args.dir} is not a directory")
+        return [args.dir]
+    home = image_home()
+    return [home, os.path.join(home, "driver")]
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"
+
+
+def cmd_images(args):
+    from topicmatch.spark.image_cache import cache_bytes, list_images, parse_bytes, prune
+    dirs = [d for d in _directories(args) if os.path.isdir(d)]
+    try:
+        bound = cache_bytes() if args.max_bytes is None else parse_bytes(args.max_bytes, "--max-bytes")
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if args.action == "list":
+        for d in dirs:
+            images = list_images(d)
+            total = sum(i.nbytes for i in images)
+            print(f"{d}: {plural(len(images), 'image')}, {_size(total)} (bound {_size(bound)})")
+            for i in images:
+                used = datetime.datetime.fromtimestamp(i.last_used).strftime("%Y-%m-%d %H:%M:%S")
+                print(f"  {i.name}  {_size(i.nbytes):>11}  last used {used}{'  in use' if i.in_use else ''}")
+        return 0
+    for d in dirs:
+        got = prune(d, bound, min_idle=args.min_idle)
+        print(f"{d}: removed {plural(len(got.removed), 'image')}, freed {_size(got.freed)}; "
+              f"{_size(got.kept_bytes)} kept (bound {_size(bound)})"
+              + (f"; {plural(len(got.busy), 'image')} over the bound kept: in use or used in the last "
+                 f"{args.min_idle:g} s" if got.busy else ""))
+    return 0
