@@ -577,3 +577,32 @@ def test_ints_of_other_types_are_still_ids():
     assert sl.insert_many(["c", "d"], [np.int32(5), 6]) == 2
     assert sl.insert_many(["e"], np.array([7], np.uint16)) == 1
     assert sorted(sl.match(s).subs[0] for s in "abcde") == [3, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("kind, bad, reason", [
+    ("list", "b..c", "empty token"), ("list", "\udc80", "not valid UTF-8"), ("arrow", "b..c", "empty token")])
+def test_a_batch_names_its_bad_row_as_an_attribute(kind, bad, reason):
+    """insert_many and remove_many give the bad item's index as
+    InvalidSubjectError.row (what the Spark layer reports), not only in the
+    message; the subject, reason and position survive the batch's wrapping.
+    (An Arrow column cannot hold a lone surrogate, and invalid UTF-8 in one
+    is refused whole when it is read, naming the row in its message.)"""
+    filters = ["a", "a.b", bad, "c"]
+    if kind == "arrow":
+        filters = pytest.importorskip("pyarrow").array(filters)
+    sl = Sublist()
+    for call in (sl.insert_many, sl.remove_many):
+        with pytest.raises(InvalidSubjectError) as ei:
+            call(filters, [1, 2, 3, 4])
+        e = ei.value
+        assert e.row == 2 and str(e).startswith("item 2: ") and e.subject == bad and e.reason == reason
+    assert len(sl) == 0
+    with pytest.raises(InvalidSubjectError) as ei:
+        sl.match("a..b")
+    assert ei.value.row is None
+
+
+def test_the_image_format_version_is_the_cores():
+    import struct
+    from topicmatch._core import IMAGE_FORMAT_VERSION
+    assert struct.unpack_from("<H", Sublist().to_bytes(), 8)[0] == IMAGE_FORMAT_VERSION

@@ -280,7 +280,7 @@ cdef object _row_error(_Column c, Py_ssize_t i, object x):
     except UnicodeEncodeError as e:
         start = e.start
     return InvalidSubjectError(f"item {i}: invalid {c.strict} {_shown(x)}: not valid UTF-8 "
-                               f"(lone surrogate at character {start})", x, "not valid UTF-8", None)
+                               f"(lone surrogate at character {start})", x, "not valid UTF-8", None, i)
 
 
 cdef bint _is_arrow(object x):

@@ -176,6 +176,7 @@ cdef extern from "fs_route.h" nogil:
     fs_route_split fs_route_rules(fs_dialect d)
 
 cdef extern from "fs_image.h" nogil:
+    enum: FS_IMAGE_VERSION
     ctypedef enum fs_verify:
         FS_VERIFY_NONE
         FS_VERIFY_FULL

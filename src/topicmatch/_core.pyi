@@ -95,12 +95,14 @@ class InvalidSubjectError(TopicmatchValueError):
     """A subject, filter or queue name is malformed.
 
     ``subject``: the input; ``reason``: what is wrong; ``position``: byte
-    offset in its UTF-8 form, or None."""
+    offset in its UTF-8 form, or None; ``row``: in a batch (insert_many,
+    remove_many), the 0-based index of the bad item, else None."""
     subject: Optional[str]
     reason: Optional[str]
     position: Optional[int]
+    row: Optional[int]
     def __init__(self, message: str, subject: Optional[str] = None, reason: Optional[str] = None,
-                 position: Optional[int] = None) -> None: ...
+                 position: Optional[int] = None, row: Optional[int] = None) -> None: ...
 
 @disjoint_base
 class MatchResult:
@@ -220,6 +222,7 @@ def _set_batch_threading(min_rows_per_thread: Optional[int] = None, block_rows: 
                          cpus: Optional[int] = None, feed_rows: Optional[int] = None) -> Dict[str, int]: ...
 def _set_walk_release_min(n: Optional[int]) -> Optional[int]: ...
 
+IMAGE_FORMAT_VERSION: int
 ROUTE_KEYED: int
 ROUTE_ANY: int
 ROUTE_INVALID: int

@@ -188,6 +188,11 @@ class TopicmatchImportError(TopicmatchError, ImportError):
 # TopicmatchOSError's kinds: one class per OSError subclass (made here, named
 # _Topicmatch<Builtin>, so that pickle finds them), picked by _os_error.
 _OS_KINDS = {OSError: TopicmatchOSError}
+
+#: The format version of the images save() and to_bytes() write (the u16
+#: after the magic; docs/FORMAT.md): the core's own constant, so that no
+#: module learns it by writing an image.
+IMAGE_FORMAT_VERSION = FS_IMAGE_VERSION
 for _kind in (BlockingIOError, ChildProcessError, ConnectionError, BrokenPipeError,
               ConnectionAbortedError, ConnectionRefusedError, ConnectionResetError,
               FileExistsError, FileNotFoundError, InterruptedError, IsADirectoryError,
@@ -246,14 +251,17 @@ class ClosedError(TopicmatchValueError):
 class InvalidSubjectError(TopicmatchValueError):
     """A subject, filter or queue name is malformed.
 
-    Attributes: ``subject`` (the input), ``reason`` (what is wrong) and
-    ``position`` (byte offset in its UTF-8 form, or None)."""
+    Attributes: ``subject`` (the input), ``reason`` (what is wrong),
+    ``position`` (byte offset in its UTF-8 form, or None) and ``row`` (in a
+    batch -- insert_many, remove_many -- the 0-based index of the bad item,
+    also named in the message; None otherwise)."""
 
-    def __init__(self, message, subject=None, reason=None, position=None):
+    def __init__(self, message, subject=None, reason=None, position=None, row=None):
         super().__init__(message)
         self.subject = subject
         self.reason = reason
         self.position = position
+        self.row = row
 
 
 cdef object _image_changed(object path, bint faulted):
@@ -847,7 +855,9 @@ cdef class Sublist:
                             _fill_spec(&specs[i], fl[i], il[i], ql[i])
             except TypeError:
                 raise _row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
-            except (OverflowError, InvalidSubjectError) as e:
+            except InvalidSubjectError as e:
+                raise InvalidSubjectError(f"item {i}: {e}", e.subject, e.reason, e.position, i) from None
+            except OverflowError as e:
                 raise type(e)(f"item {i}: {e}") from None
             return self._apply(specs, n, inserting, fl, ql)
         finally:
@@ -909,7 +919,7 @@ cdef class Sublist:
             if rc == FS_ENOMEM:
                 raise MemoryError()
             e = _spec_error(rc, &err, filters[bad], None if queues is None else queues[bad])
-            raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position)
+            raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position, bad)
         return changed
 
     def insert_many(self, filters, sub_ids, queues=None):

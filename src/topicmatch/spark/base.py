@@ -5,7 +5,6 @@ subscriptions table, the one error a bad subscriptions row raises
 table (index_from_arrow: on the driver, or in the task that builds an
 image).  topicmatch.spark re-exports the public
 names.  Imports no other part of topicmatch.spark."""
-import re
 from typing import Optional, Tuple
 
 import pyarrow as pa
@@ -184,10 +183,9 @@ def insert_arrow(table: pa.Table, dialect: str) -> Tuple[Optional[Sublist], Opti
     try:
         sl.insert_many(filters_a, ids_a, queues)
     except InvalidSubjectError as e:
-        m = re.match(r"item (\d+): ", str(e))
-        if not m:
+        if e.row is None:
             raise
-        return bad(int(m.group(1)))
+        return bad(e.row)
     return sl, None
 
 

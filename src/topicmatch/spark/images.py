@@ -43,7 +43,6 @@ import time
 import logging
 import os
 import socket
-import struct
 import threading
 import uuid
 from typing import Callable, Optional, Tuple
@@ -52,7 +51,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _os_error
+from topicmatch._core import IMAGE_FORMAT_VERSION, TopicmatchRuntimeError, TopicmatchValueError, _os_error
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
@@ -77,14 +76,9 @@ _log = logging.getLogger("topicmatch.spark")
 
 
 def image_version() -> int:
-    """The format version of the images save() writes (the u16 after the
-    8-byte magic of the core's own header)."""
-    if not _VERSION:
-        _VERSION.append(struct.unpack_from("<H", Sublist().to_bytes(), 8)[0])
-    return _VERSION[0]
-
-
-_VERSION = []
+    """The format version of the images save() writes (the core's
+    constant)."""
+    return IMAGE_FORMAT_VERSION
 
 
 def _check_dir(image_dir) -> Optional[str]:
