@@ -86,6 +86,11 @@ void fs_sublist_free(fs_sublist *sl)
 
 fs_dialect fs_sublist_dialect(const fs_sublist *sl) { return sl->dialect; }
 
+const char *fs_dialect_name(int d)
+{
+    return d >= 0 && d < FS_NDIALECTS ? fs_rules((fs_dialect)d)->name : NULL;
+}
+
 uint64_t fs_sublist_count(fs_sublist *sl)
 {
     fs_brlock_rdlock(&sl->lock);

@@ -105,6 +105,9 @@ void fs_sublist_publish_count(fs_sublist *sl);
 /* Frees everything the index holds (never allocates). */
 void fs_sublist_free(fs_sublist *sl);
 fs_dialect fs_sublist_dialect(const fs_sublist *sl);
+/* The name of dialect number d ("nats", "mqtt", "amqp"), NULL from
+ * FS_NDIALECTS on: the one place the names are written. */
+const char *fs_dialect_name(int d);
 uint64_t fs_sublist_count(fs_sublist *sl);
 uint64_t fs_sublist_generation(fs_sublist *sl);
 

@@ -86,6 +86,7 @@ typedef struct {
     const char *filter_too_long; /* a stored filter */
     const char *nul_in_token;
     const char *rest_children;   /* a rest wildcard node with children */
+    const char *name;            /* what the Python API calls it (fs_dialect_name) */
 } fs_dialect_rules;
 
 /* The rules of dialect d (a valid fs_dialect). */
@@ -97,7 +98,8 @@ static inline const fs_dialect_rules *fs_rules(fs_dialect d)
                      .too_long = "longer than 65,535 bytes", .nul = "NUL byte",
                      .wild_in_subject = "wildcard in subject", .rest_not_last = "'>' must be the last token",
                      .filter_too_long = "filter longer than 65,535 bytes",
-                     .nul_in_token = "NUL byte in a token", .rest_children = "children under a '>' node"},
+                     .nul_in_token = "NUL byte in a token", .rest_children = "children under a '>' node",
+                     .name = "nats"},
         [FS_MQTT] = {.sep = '/', .one = '+', .rest = '#', .empty_tokens = 1, .shares = 1, .scan_below = 1,
                      .dollar_hidden = 1,
                      .max_len = FS_MAX_SUBJECT, .too_long = "longer than 65,535 bytes",
@@ -105,11 +107,12 @@ static inline const fs_dialect_rules *fs_rules(fs_dialect d)
                      .rest_not_last = "'#' must be the last level", .one_not_whole = "'+' must be a whole level",
                      .rest_not_whole = "'#' must be a whole level",
                      .filter_too_long = "filter longer than 65,535 bytes",
-                     .nul_in_token = "NUL character in a token", .rest_children = "children under a '#' node"},
+                     .nul_in_token = "NUL character in a token", .rest_children = "children under a '#' node",
+                     .name = "mqtt"},
         [FS_AMQP] = {.sep = '.', .one = '*', .rest = '#', .empty_tokens = 1, .empty_ok = 1, .groups_merge = 1,
                      .queue_utf8 = 1, .rest_anywhere = 1, .once_per_id = 1,
                      .max_len = FS_AMQP_MAX_KEY, .too_long = "longer than 255 bytes",
-                     .filter_too_long = "filter longer than 255 bytes"},
+                     .filter_too_long = "filter longer than 255 bytes", .name = "amqp"},
     };
     return &rules[d];
 }

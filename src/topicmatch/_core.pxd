@@ -72,6 +72,7 @@ cdef extern from "sublist.h" nogil:
         fs_cache_stats cache
 
     fs_sublist *fs_sublist_new(fs_dialect d)
+    const char *fs_dialect_name(int d)
     void fs_sublist_free(fs_sublist *sl)
     uint64_t fs_sublist_count(fs_sublist *sl)
     uint64_t fs_sublist_generation(fs_sublist *sl)

@@ -223,6 +223,7 @@ def _set_batch_threading(min_rows_per_thread: Optional[int] = None, block_rows: 
 def _set_walk_release_min(n: Optional[int]) -> Optional[int]: ...
 
 IMAGE_FORMAT_VERSION: int
+DIALECT_NAMES: Tuple[str, ...]
 ROUTE_KEYED: int
 ROUTE_ANY: int
 ROUTE_INVALID: int

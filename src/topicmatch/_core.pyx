@@ -365,16 +365,30 @@ cdef list _seq(object x, str what, str of):
     return list(it)
 
 
+cdef tuple _core_dialect_names():
+    cdef list names = []
+    cdef const char *p = fs_dialect_name(0)
+    while p != NULL:
+        names.append(p.decode("ascii"))
+        p = fs_dialect_name(len(names))
+    return tuple(names)
+
+
+#: The dialects' names as the core writes them (fs_dialect_name, its one
+#: table of them), in the order of its dialect numbers.
+DIALECT_NAMES = _core_dialect_names()
+_DIALECTS_SAID = ", ".join(map(repr, DIALECT_NAMES[:len(DIALECT_NAMES) - 1])) + " or " + \
+    repr(DIALECT_NAMES[len(DIALECT_NAMES) - 1])
+
+
 cdef fs_dialect _dialect(object d) except *:
     if not isinstance(d, str):
-        raise TopicmatchTypeError(f"dialect must be str ('nats', 'mqtt' or 'amqp'), not {_tname(d)}")
-    if d == "nats":
-        return FS_NATS
-    if d == "mqtt":
-        return FS_MQTT
-    if d == "amqp":
-        return FS_AMQP
-    raise TopicmatchValueError(f"dialect must be 'nats', 'mqtt' or 'amqp', not {d!r}")
+        raise TopicmatchTypeError(f"dialect must be str ({_DIALECTS_SAID}), not {_tname(d)}")
+    cdef Py_ssize_t i
+    for i in range(len(DIALECT_NAMES)):
+        if DIALECT_NAMES[i] == d:
+            return <fs_dialect>i
+    raise TopicmatchValueError(f"dialect must be {_DIALECTS_SAID}, not {d!r}")
 
 
 cdef str _decode(const char *p, size_t n):
@@ -631,7 +645,7 @@ cdef class Sublist:
 
     def __cinit__(self, dialect="nats", *, cache_size=0):
         self._d = _dialect(dialect)
-        self.dialect = dialect
+        self.dialect = DIALECT_NAMES[self._d]
         cache_size = _count_arg(cache_size, "cache_size")
         if cache_size < 0:
             raise TopicmatchValueError(f"cache_size must be >= 0, not {cache_size}")

@@ -1,8 +1,8 @@
 """The dialect names, written once.
 
 Every Python module of the package that lists the dialects takes them from
-here.  Three places cannot: the compiled core (_core.pyx, which maps each
-name to its C enum), its stub (_core.pyi, a Literal), and the reference
+here.  Three places cannot: the compiled core (_core.pyx, which takes
+them from the C core's table, fs_dialect_name), its stub (_core.pyi, a Literal), and the reference
 matcher (_reference.py, loaded on its own, without the package, when the
 core is not built); tests/test_layout.py checks that they name the same
 dialects as DIALECTS.  This module imports nothing when loaded (its one
