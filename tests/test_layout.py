@@ -348,3 +348,26 @@ def test_the_c_layer_check_can_fail():
     bad["match/fs_match.c"] += "\nint fs_test_is_mqtt(fs_dialect d) { return d == FS_MQTT; }\n"
     assert [(f, t) for f, _n, t in dialect_comparisons(bad)] == [
         ("match/fs_match.c", "int fs_test_is_mqtt(fs_dialect d) { return d == FS_MQTT; }")]
+
+
+def test_every_source_file_is_in_the_map():
+    """docs/design.md's "The files" names every source file of the package
+    and of the C core (by its name, `.[ch]` for a pair, or a `subs_*.py`
+    family), so that a new file lands with its line in the map."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the tree beside tests/
+    design = open(os.path.join(root, "docs", "design.md"), encoding="utf-8").read()
+    the_map = design[design.index("## The files"):]
+    sources = []
+    for folder, _, files in os.walk(os.path.join(root, "src", "topicmatch")):
+        sources += [f for f in files if f.endswith((".py", ".pyx", ".pxi", ".pxd", ".pyi"))]
+    for folder, _, files in os.walk(os.path.join(root, "csrc")):
+        sources += [f for f in files if f.endswith((".c", ".h"))]
+
+    def named(f):
+        stem, ext = os.path.splitext(f)
+        pair = f"{stem}.[ch]" if ext in (".c", ".h") else None
+        family = re.match(r"([a-z]+_)", f)
+        return (f in the_map or (pair and pair in the_map)
+                or (family and f"{family.group(1)}*{ext}" in the_map))
+    missing = sorted({f for f in sources if not named(f)})
+    assert not missing, f"not in docs/design.md's file map: {missing}"
