@@ -16,6 +16,8 @@ shared structure", has the whole table.
 cimport cython
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.list cimport PyList_GetSlice
+from cpython.sequence cimport PySequence_List
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memset
@@ -356,6 +358,13 @@ cdef list _seq(object x, str what, str of):
     """A sequence argument as a new list; a single str or bytes (which
     would be taken character by character) and non-iterables are a
     TypeError naming the argument."""
+    # A list or tuple is copied whole (a copy, never the caller's own list:
+    # the items' buffers are read after Python code may have run, and
+    # without the GIL), not item by item through an iterator.
+    if type(x) is list:
+        return PyList_GetSlice(x, 0, len(<list>x))
+    if type(x) is tuple:
+        return PySequence_List(x)
     if isinstance(x, (str, bytes, bytearray)):
         raise TopicmatchTypeError(f"{what} must be a sequence of {of}, not a single {_tname(x)}")
     try:
