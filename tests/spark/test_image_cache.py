@@ -193,3 +193,14 @@ def test_the_images_command(tmp_path, capsys):
     assert "--max-bytes='lots': give a size" in capsys.readouterr().err
     assert main(["images", "list", "--dir", str(tmp_path / "nothing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_an_image_the_probe_finds_is_marked_used(tmp_path):
+    """The probe found it good: the workers will open it next, so it is
+    marked used now and kept through the recent-use window until they hold
+    it, however long ago it was last used."""
+    from topicmatch.spark.images import probe_at
+    path = _image(tmp_path / "topicmatch-nats-v3-found.img", 7, age=5 * HOUR)
+    status, got, nsubs, _ = probe_at(path, "topicmatch-nats-v3-found", "nats")
+    assert (status, got, nsubs) == ("ok", path, 7)
+    assert ic.prune(str(tmp_path), max_bytes=0).removed == []

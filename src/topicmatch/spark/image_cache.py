@@ -120,6 +120,16 @@ def hold(path: str) -> None:
         os.close(fd)
 
 
+def touch(path: str) -> None:
+    """Mark the image at path used now (best effort): the driver's probe
+    found it good, and the workers are about to open it -- the recent-use
+    window keeps it until they do and hold it."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 # --------------------------------------------------------------------------
 # listing and pruning a directory
 # --------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
 from topicmatch.spark.image_inbox import Inbox, send
-from topicmatch.spark.image_cache import prune_quietly
+from topicmatch.spark.image_cache import prune_quietly, touch
 from topicmatch.spark.image_store import (IMAGE_DIR_ENV, add_file, cache_path,  # noqa: F401
                                           check_image_dir, default_image_dir, fetch, image_home,
                                           is_remote, is_spark, location_in, locked, private_dir,
@@ -272,6 +272,8 @@ def probe_at(location: Optional[str], name: str, dialect: str, ticket=None):
             return f"damaged: {e}", location, 0, 0
     status, nsubs = probe_image(local, dialect)
     ok = status == "ok"
+    if ok:
+        touch(local)    # used now: kept (image_cache) until the workers open and hold it
     if ok and location is not None and is_spark(location):
         send(ticket, location, local)
     return status, _driver_path(location, local), nsubs, os.path.getsize(local) if ok else 0
@@ -287,6 +289,8 @@ def build_at(location: Optional[str], name: str, force: bool, build: Callable[[]
     status, inserts, nsubs = save_locked(local, force, build)
     if status == "built" and local != location:
         prune_quietly(os.path.dirname(local))   # this host's directory grew (this image is kept: recent)
+    elif status == "there":
+        touch(local)
     if location is not None and is_remote(location) and (
             status == "built" or force or not remote_exists(location)):
         upload(local, location)
