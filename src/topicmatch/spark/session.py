@@ -82,9 +82,12 @@ def _log4j_file(level: str) -> str:
 
 #: Lines the JVM prints at start-up that say nothing to a user: Spark's
 #: launcher always adds --add-modules=jdk.incubator.vector, and Java 17+
-#: then warns on every start (no JVM option silences it).  Dropped from the
-#: JVM's stderr unless the log level shows warnings.
-_JVM_NOISE = (b"WARNING: Using incubator modules: ",)
+#: then warns on every start (no JVM option silences it); and the echo of
+#: options the user set in the environment (JDK_JAVA_OPTIONS,
+#: JAVA_TOOL_OPTIONS, _JAVA_OPTIONS), which the JVM repeats on every start.
+#: Dropped from the JVM's stderr unless the log level shows warnings.
+_JVM_NOISE = (b"WARNING: Using incubator modules: ", b"NOTE: Picked up JDK_JAVA_OPTIONS: ",
+              b"Picked up JAVA_TOOL_OPTIONS: ", b"Picked up _JAVA_OPTIONS: ")
 
 
 def forward_jvm_stderr(read_fd: int, write_fd: int = 2, drop=_JVM_NOISE) -> None:
