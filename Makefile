@@ -65,7 +65,9 @@ build: venv
 # left out: the halves' markers are complements.  The background lane's
 # output is printed when it ends (and kept in build/test-logs/).
 # `make test TEST_BG_STEPS= TEST_STEPS="cross-windows test-plain ..."` runs
-# everything in one lane.
+# everything in one lane; a background step "a+b" is a chain, run one after
+# the other in the background lane (.ci/run adds the release checks after
+# the servers' half this way).
 TEST_BG_STEPS := test-plain-servers
 TEST_STEPS := cross-windows test-plain-rest test-sanitize test-sanitize-clang test-tsan fuzz-smoke
 REPEAT_ENV := HYPOTHESIS_PROFILE=ci-repeat
@@ -307,6 +309,14 @@ WHEEL_PYTHONS ?=
 wheels: venv
 	$(PY) tools/wheels.py $(if $(WHEEL_PYTHONS),--python $(WHEEL_PYTHONS)) $(WHEELS_ARGS)
 
+# The round trip as .ci/run runs it (in make test's background lane, after
+# the servers' half): the venv's Python only, drawing the repeat profile's
+# examples (the plain pass drew the full ones), WHEELS_ARGS from .ci/run.
+wheels-ci: venv
+	$(REPEAT_ENV) $(PY) tools/wheels.py --python "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+	    $(WHEELS_ARGS)
+.PHONY: wheels-ci
+
 # clang with its sanitizer and libFuzzer runtimes (Debian packages), installed
 # only when a fuzzer cannot be linked.
 clang-deps:
@@ -352,7 +362,7 @@ bench-instructions-update: build valgrind
 FUZZ_TARGETS := load ops validate image
 FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 600
-FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -fno-omit-frame-pointer $(CORE_INC) \
 	-fsanitize=fuzzer,address,undefined,nullability -fno-sanitize-recover=all
 # The core is compiled once (build/fuzz/obj) and linked into each harness.

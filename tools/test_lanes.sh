@@ -5,7 +5,10 @@
 #
 # Each step is a make target.  The background steps start first, each in a
 # process group of its own, under nice (TEST_BG_NICE, default 10), with its
-# output in LOG_DIR/STEP.log.  The foreground steps then run one after
+# output in LOG_DIR/STEP.log.  A background step may be a chain, "a+b+c":
+# the targets one after another in that one background job, each timed in
+# its log (.ci/run puts the release checks after the servers' half this
+# way), every one run, the chain failing if any does.  The foreground steps then run one after
 # another, their output straight through, up to the first that fails.  Then
 # the background steps are waited for (also after a failure, so that their
 # result is reported and their servers are stopped by their own teardown)
@@ -45,7 +48,14 @@ for t in "${bg[@]}"; do
     set -m
     (
         s=$(date +%s) rc=0
-        nice -n "${TEST_BG_NICE:-10}" "$make" --no-print-directory "$t" </dev/null >"$logs/$t.log" 2>&1 || rc=$?
+        for target in ${t//+/ }; do
+            ts=$(date +%s) trc=0
+            echo "== make test: $target ($(date -u +%H:%M:%S) UTC)" >>"$logs/$t.log"
+            nice -n "${TEST_BG_NICE:-10}" "$make" --no-print-directory "$target" </dev/null >>"$logs/$t.log" 2>&1 || trc=$?
+            echo "== make test: $target $([ "$trc" = 0 ] || echo "FAILED after ")$(( $(date +%s) - ts )) s" >>"$logs/$t.log"
+            [ "$rc" != 0 ] || rc=$trc
+            [ "$trc" -lt 128 ] || break        # interrupted: the chain stops
+        done
         echo "$rc $(( $(date +%s) - s ))" >"$logs/$t.status"
     ) &
     pid[$t]=$!
