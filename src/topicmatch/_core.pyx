@@ -385,7 +385,8 @@ cdef tuple _core_dialect_names():
 
 #: The dialects' names as the core writes them (fs_dialect_name, its one
 #: table of them), in the order of its dialect numbers.
-DIALECT_NAMES = _core_dialect_names()
+cdef tuple _NAMES = _core_dialect_names()       # read as a C global by _dialect
+DIALECT_NAMES = _NAMES
 _DIALECTS_SAID = ", ".join(map(repr, DIALECT_NAMES[:len(DIALECT_NAMES) - 1])) + " or " + \
     repr(DIALECT_NAMES[len(DIALECT_NAMES) - 1])
 
@@ -394,8 +395,8 @@ cdef fs_dialect _dialect(object d) except *:
     if not isinstance(d, str):
         raise TopicmatchTypeError(f"dialect must be str ({_DIALECTS_SAID}), not {_tname(d)}")
     cdef Py_ssize_t i
-    for i in range(len(DIALECT_NAMES)):
-        if DIALECT_NAMES[i] == d:
+    for i in range(len(_NAMES)):
+        if _NAMES[i] == d:
             return <fs_dialect>i
     raise TopicmatchValueError(f"dialect must be {_DIALECTS_SAID}, not {d!r}")
 
@@ -654,7 +655,7 @@ cdef class Sublist:
 
     def __cinit__(self, dialect="nats", *, cache_size=0):
         self._d = _dialect(dialect)
-        self.dialect = DIALECT_NAMES[self._d]
+        self.dialect = _NAMES[self._d]
         cache_size = _count_arg(cache_size, "cache_size")
         if cache_size < 0:
             raise TopicmatchValueError(f"cache_size must be >= 0, not {cache_size}")

@@ -181,7 +181,7 @@ cdef Sublist _new_like(fs_sublist *loaded, Py_ssize_t cache_size):
     cdef Sublist obj
     try:
         d = _serial_dialect(loaded)
-        obj = Sublist.__new__(Sublist, DIALECT_NAMES[d])
+        obj = Sublist.__new__(Sublist, _NAMES[d])
     except BaseException:
         fs_sublist_free(loaded)
         raise

@@ -36,6 +36,14 @@ def plural(n, noun, nouns=None):
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
+def human_bytes(nbytes):
+    """1536 -> '1.5 KiB'; below 1 KiB, '512 bytes'."""
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:,} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+
+
 def per_second(n, seconds):
     """A rate for humans: whole numbers from 10 a second up, two significant
     digits below (a small input's 3 events in 7 s is '0.43', not a '0' that

@@ -21,7 +21,7 @@ from typing import Optional
 
 from topicmatch._core import TopicmatchRuntimeError
 from topicmatch.cli.common import (EXIT_REJECTED, CLIError, RejectNames, Stderr, check_readable,
-                                   commas, is_local, local_path, per_second, plural)
+                                   commas, human_bytes, is_local, local_path, per_second, plural)
 from topicmatch.cli.fanout_io import (CORRUPT_COL, first_line, format_of, locate_lines, parquet_rows,
                                       read_events, read_table, scan_events, select_subs_columns,
                                       spark_errors, split_small_inputs, subs_frame, subs_table)
@@ -29,13 +29,6 @@ from topicmatch.cli.fanout_schema import (check_events, check_schema_option, che
                                           csv_header, integer_id_columns, local_columns)
 from topicmatch.cli.subs_index import check_not_empty, empty_reason, load, read_rows, warn_foreign
 from topicmatch.cli.subs_source import SubsColumns, subs_source
-
-
-def _size(nbytes):
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes:,} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
 
 
 def _out_paths(out, overwrite):
@@ -362,7 +355,7 @@ def _write(spark, job, scan, inputs, res, err, names, clock):
 def _report_index(p, idx, clock):
     """The summary's first line, printed as soon as the index is ready."""
     if hasattr(idx, "shipped_by"):
-        p(f"  index       {plural(idx.nsubs, 'subscription')}, {_size(idx.nbytes)}, shipped by "
+        p(f"  index       {plural(idx.nsubs, 'subscription')}, {human_bytes(idx.nbytes)}, shipped by "
           f"{idx.shipped_by} ({clock.collect - clock.read:.1f} s to collect, "
           f"{clock.built - clock.collect:.1f} s to build and ship)")
     else:

@@ -4,7 +4,7 @@ copies), as the bounded cache topicmatch.spark.image_cache keeps it."""
 import datetime
 import os
 
-from topicmatch.cli.common import CLIError, plural
+from topicmatch.cli.common import CLIError, human_bytes, plural
 
 
 def _directories(args):
@@ -22,14 +22,6 @@ def _directories(args):
     return [home, os.path.join(home, "driver")]
 
 
-def _size(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} TiB"
-
-
 def cmd_images(args):
     from topicmatch.spark.image_cache import cache_bytes, list_images, parse_bytes, prune
     dirs = [d for d in _directories(args) if os.path.isdir(d)]
@@ -41,15 +33,15 @@ def cmd_images(args):
         for d in dirs:
             images = list_images(d)
             total = sum(i.nbytes for i in images)
-            print(f"{d}: {plural(len(images), 'image')}, {_size(total)} (bound {_size(bound)})")
+            print(f"{d}: {plural(len(images), 'image')}, {human_bytes(total)} (bound {human_bytes(bound)})")
             for i in images:
                 used = datetime.datetime.fromtimestamp(i.last_used).strftime("%Y-%m-%d %H:%M:%S")
-                print(f"  {i.name}  {_size(i.nbytes):>11}  last used {used}{'  in use' if i.in_use else ''}")
+                print(f"  {i.name}  {human_bytes(i.nbytes):>11}  last used {used}{'  in use' if i.in_use else ''}")
         return 0
     for d in dirs:
         got = prune(d, bound, min_idle=args.min_idle)
-        print(f"{d}: removed {plural(len(got.removed), 'image')}, freed {_size(got.freed)}; "
-              f"{_size(got.kept_bytes)} kept (bound {_size(bound)})"
+        print(f"{d}: removed {plural(len(got.removed), 'image')}, freed {human_bytes(got.freed)}; "
+              f"{human_bytes(got.kept_bytes)} kept (bound {human_bytes(bound)})"
               + (f"; {plural(len(got.busy), 'image')} over the bound kept: in use or used in the last "
                  f"{args.min_idle:g} s" if got.busy else ""))
     return 0

@@ -23,6 +23,7 @@ left alone.  A directory the user names in image_dir is theirs: only the
 host's own one (image_store.image_home: the default directory, or
 TOPICMATCH_IMAGE_DIR) is pruned on its own.  `topicmatch images` lists and
 prunes it from the command line."""
+import contextlib
 import errno
 import fcntl
 import logging
@@ -88,20 +89,33 @@ _HELD: Dict[str, tuple] = {}
 _HELD_LOCK = threading.Lock()
 
 
+def _open_regular(path: str) -> Optional[int]:
+    """A read-only descriptor on path (never through a symlink, never
+    blocking on a FIFO), or None when it cannot be opened or is not a
+    regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
 def hold(path: str) -> None:
     """Mark the image at path used now, and in use by this process for its
     life (a shared flock).  Best effort: an image another user owns (a
     shared image_dir) cannot have its time set, and is not pruned by this
     user anyway."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    fd = _open_regular(path)
+    if fd is None:
         return
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            return
         with _HELD_LOCK:
             old = _HELD.get(path)
             if old is not None and old[1] == st.st_ino:
@@ -146,14 +160,12 @@ class CachedImage(NamedTuple):
 def _try_lock(path: str, how: int) -> Optional[int]:
     """A descriptor on path holding flock `how` | LOCK_NB, or None when
     another holds a conflicting lock (or path is not a regular file)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    fd = _open_regular(path)
+    if fd is None:
         return None
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
-            return fd
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+        return fd
     except OSError as e:
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise
@@ -161,22 +173,27 @@ def _try_lock(path: str, how: int) -> Optional[int]:
     return None
 
 
+@contextlib.contextmanager
+def _exclusive(path: str):
+    """Both exclusive flocks of the image at path, without waiting: its
+    build lock (when its lock file exists: no build or fetch under way) and
+    the image's own (no process holds it).  Yields the image's descriptor,
+    or None when either is taken (or the image is gone)."""
+    lock = path + ".lock"
+    lock_fd = _try_lock(lock, fcntl.LOCK_EX) if os.path.exists(lock) else -1
+    fd = _try_lock(path, fcntl.LOCK_EX) if lock_fd is not None else None
+    try:
+        yield fd
+    finally:
+        for d in (fd, lock_fd):
+            if d is not None and d >= 0:
+                os.close(d)
+
+
 def _busy(path: str) -> bool:
     """Is the image at path open (held) or being built or fetched?"""
-    fd = _try_lock(path, fcntl.LOCK_EX)
-    if fd is None:
-        return True
-    try:
-        lock = path + ".lock"
-        if not os.path.exists(lock):
-            return False
-        lfd = _try_lock(lock, fcntl.LOCK_EX)
-        if lfd is None:
-            return True
-        os.close(lfd)
-        return False
-    finally:
-        os.close(fd)
+    with _exclusive(path) as fd:
+        return fd is None
 
 
 def _images(directory: str) -> List[Tuple[str, os.stat_result]]:
@@ -214,33 +231,17 @@ class Pruned(NamedTuple):
 
 def _remove_locked(path: str, st: os.stat_result) -> bool:
     """Remove the image at path (whose lstat was st) if no process holds it
-    and none builds or fetches it: both flocks taken, and the inode checked
-    to be the one locked, then the image and its lock file unlinked."""
-    lock_fd = None
-    lock = path + ".lock"
-    if os.path.exists(lock):
-        lock_fd = _try_lock(lock, fcntl.LOCK_EX)
-        if lock_fd is None:
-            return False
-    try:
-        fd = _try_lock(path, fcntl.LOCK_EX)
-        if fd is None:
-            return False
+    and none builds or fetches it: both flocks taken (_exclusive), the inode
+    checked to be the one locked, then the image and its lock file unlinked."""
+    with _exclusive(path) as fd:
+        if fd is None or os.fstat(fd).st_ino != st.st_ino:
+            return False        # busy, or replaced since it was listed: looked at again next time
+        os.unlink(path)
         try:
-            if os.fstat(fd).st_ino != st.st_ino:
-                return False        # replaced since it was listed: looked at again next time
-            os.unlink(path)
-        finally:
-            os.close(fd)
-        if lock_fd is not None:
-            try:
-                os.unlink(lock)
-            except FileNotFoundError:
-                pass
+            os.unlink(path + ".lock")
+        except FileNotFoundError:
+            pass
         return True
-    finally:
-        if lock_fd is not None:
-            os.close(lock_fd)
 
 
 def _is_temp(name: str) -> bool:
