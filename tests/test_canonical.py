@@ -1,9 +1,10 @@
 """Canonical index images and order-independent picks (issue 23).
 
-An image written by to_bytes() lists every record in byte order, so it
-depends only on the subscription set (for indexes whose filter shapes fit
-the shape budget; see docs/FORMAT.md), and a round trip gives the same
-bytes: a digest of the image identifies a subscription set.
+An image written by to_bytes() places every record in one order (by home
+slot, key and bytes: docs/FORMAT.md), so it depends only on the
+subscription set (for indexes whose filter shapes fit the shape budget;
+see docs/FORMAT.md), and a round trip gives the same bytes: a digest of
+the image identifies a subscription set.
 """
 import hashlib
 import os

@@ -285,6 +285,11 @@ int fs_filebuf_grow(fs_filebuf *b, size_t size)
 #endif
         return -1;
     }
+#ifdef MADV_POPULATE_WRITE
+    /* The new pages in one call, not a fault each as they are written
+     * (best effort: older kernels refuse the advice, and fault them). */
+    (void)madvise((char *)np + b->cap, ncap - b->cap, MADV_POPULATE_WRITE);
+#endif
     b->p = np;
     b->cap = ncap;
     return FS_OK;
