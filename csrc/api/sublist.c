@@ -72,9 +72,7 @@ void fs_sublist_free(fs_sublist *sl)
     FS_FREE(sl->masked);
     if (!sl->img.base) {     /* a mapped image's tables are the caller's bytes */
         fs_trie_free(sl);
-        for (uint32_t i = 0; i < sl->literals.cap; i++)
-            if (sl->literals.slots[i].node)
-                fs_node_free(sl, sl->literals.slots[i].node);
+        fs_table_teardown(sl, &sl->literals);
         FS_FREE(sl->literals.slots);
         fs_shapes_free(sl);
     }

@@ -298,7 +298,9 @@ int fs_filebuf_grow(fs_filebuf *b, size_t size)
 int fs_filebuf_close(fs_filebuf *b, size_t len)
 {
     int rc = 0;
-    if (b->p && msync(b->p, b->cap, MS_SYNC) != 0)
+    /* only the bytes kept: the rest of the mapping (growth's slack, its
+     * pages written by the populate) is cut off below, unwritten */
+    if (b->p && msync(b->p, len < b->cap ? len : b->cap, MS_SYNC) != 0)
         rc = -1;
     if (b->p)
         munmap(b->p, b->cap);

@@ -85,6 +85,27 @@ void fs_node_free(fs_sublist *sl, fs_node *n)
     sl->nodes--;
 }
 
+void fs_table_teardown(fs_sublist *sl, fs_level *L)
+{
+    enum { AHEAD = 8 };
+    for (uint32_t i = 0; i < L->cap; i++) {
+        if (i + AHEAD < L->cap && L->slots[i + AHEAD].node)
+            FS_PREFETCH(L->slots[i + AHEAD].node);
+        fs_node *n = L->slots[i].node;
+        if (!n)
+            continue;
+        if (n->subcap > 1)
+            fs_sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
+        if (n->groups) {
+            for (uint32_t k = 0; k < fs_ngroups(n); k++)
+                group_free(sl, fs_node_group(n, k));
+            fs_sl_free(sl, n->groups, fs_groups_bytes(n->groups->cap));
+        }
+        L->slots[i].node = NULL;
+    }
+    L->count = 0;
+}
+
 void fs_node_block_free(fs_sublist *sl, fs_node *n)
 {
     fs_slab_free(&sl->slab, n->linked ? (void *)fs_link_of(n) : (void *)n, node_bytes(n->linked, n->toklen));

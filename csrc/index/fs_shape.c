@@ -226,10 +226,7 @@ void fs_shapes_free(fs_sublist *sl)
     fs_shapes *S = &sl->shapes;
     while (S->n) {
         fs_shape *sh = S->shape[S->n - 1];
-        for (uint32_t i = 0; i < sh->table.cap; i++)
-            if (sh->table.slots[i].node)
-                fs_node_free(sl, sh->table.slots[i].node);
-        sh->table.count = 0;
+        fs_table_teardown(sl, &sh->table);
         shape_destroy(sl, sh);
     }
 }
