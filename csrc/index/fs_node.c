@@ -101,6 +101,7 @@ void fs_table_teardown(fs_sublist *sl, fs_level *L)
                 group_free(sl, fs_node_group(n, k));
             fs_sl_free(sl, n->groups, fs_groups_bytes(n->groups->cap));
         }
+        fs_node_block_free(sl, n);        /* in cache now; a big block is its own malloc */
         L->slots[i].node = NULL;
     }
     L->count = 0;
