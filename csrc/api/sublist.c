@@ -115,6 +115,9 @@ typedef struct {
                            * literal's in the literal table */
     const char *queue;    /* NULL: plain */
     uint32_t queue_len;
+    fs_shape *shape_hint; /* non-NULL: the index's table of this shape,
+                           * found when the row was parsed ahead (NULL: not
+                           * looked for, or there was none yet) */
 } parsed_spec;
 
 /* Split "$share/G/f", check the queue, tokenize the filter into t. */
@@ -177,6 +180,7 @@ tokenized:
     }
     out->queue = q;
     out->queue_len = (uint32_t)qlen;
+    out->shape_hint = NULL;
     return FS_OK;
 }
 
@@ -218,7 +222,7 @@ static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spe
         return (fs_node *)(uintptr_t)fs_keyed_find(sl, sl->lit, ps->shape.key, ps->filter, ps->filter_len,
                              ps->filter + ps->filter_len);
     if (ps->shaped) {
-        fs_shape *sh = fs_shape_find(sl, &ps->shape);
+        fs_shape *sh = ps->shape_hint ? ps->shape_hint : fs_shape_find(sl, &ps->shape);
         fs_node *e = sh ? fs_shape_lookup(sl, sh, ps->filter, ps->filter_len, ps->shape.key) : NULL;
         if (e) {
             *shp = sh;
@@ -450,6 +454,48 @@ int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     return rc;
 }
 
+/* insert_many parses this many rows ahead of the one it inserts, and
+ * fetches the table slots each will probe: a large index's tables are out
+ * of cache, and one insert's probe missing after another's was most of a
+ * bulk insert (the misses now overlap). */
+#define INSERT_AHEAD 4
+#define INSERT_RING 8               /* a power of two above INSERT_AHEAD */
+
+/* The slots a parsed row's insert will probe first, fetched (a hint: the
+ * table may grow before the insert; nothing for a mapped image, whose
+ * inserts go to its live part). */
+static void prefetch_slots(fs_sublist *sl, parsed_spec *ps)
+{
+    const fs_level *L = NULL;
+    if (sl->img.base)
+        return;
+    if (ps->literal) {
+        L = &sl->literals;
+    } else if (ps->shaped && (ps->shape_hint = fs_shape_find(sl, &ps->shape)) != NULL) {
+        L = &ps->shape_hint->table;
+    }
+    if (L && L->cap)
+        FS_PREFETCH(&L->slots[(uint32_t)ps->shape.key & (L->cap - 1)]);
+}
+
+/* Rows parsed ahead of the insert: row i in slot i & (INSERT_RING - 1), with
+ * its own tokens (so that row i parses again, to undo it, into tokens that
+ * had room for it once: that cannot fail) and its parse's status. */
+typedef struct {
+    fs_tokens t[INSERT_RING];
+    parsed_spec ps[INSERT_RING];
+    int rc[INSERT_RING];
+    fs_error err[INSERT_RING];
+} parse_ring;
+
+static void ring_parse(fs_sublist *sl, parse_ring *R, const fs_spec *specs, size_t i)
+{
+    size_t k = i & (INSERT_RING - 1);
+    R->rc[k] = parse_spec(sl->dialect, &specs[i], &R->t[k], &R->ps[k], &R->err[k]);
+    if (R->rc[k] == FS_OK)
+        prefetch_slots(sl, &R->ps[k]);
+}
+
 int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
                            size_t *changed, size_t *bad, fs_error *err)
 {
@@ -459,36 +505,46 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
      * later one fails. */
     unsigned char *fresh = FS_MALLOC(n ? n : 1);
     fs_growth *grew = FS_MALLOC(sizeof(fs_growth) * (n ? n : 1));
-    if (!fresh || !grew) {
+    parse_ring *R = FS_MALLOC(sizeof(parse_ring));
+    if (!fresh || !grew || !R) {
         FS_FREE(fresh);
         FS_FREE(grew);
+        FS_FREE(R);
         return FS_ENOMEM;
     }
-    fs_tokens t;
-    parsed_spec ps;
-    fs_tokens_init(&t);
+    for (size_t k = 0; k < INSERT_RING; k++)
+        fs_tokens_init(&R->t[k]);
     int rc = FS_OK;
     size_t i;
     fs_brlock_wrlock(&sl->lock);
     uint64_t generation = sl->generation;
+    for (i = 0; i < n && i < INSERT_AHEAD; i++)
+        ring_parse(sl, R, specs, i);
     for (i = 0; i < n; i++) {
-        rc = parse_spec(sl->dialect, &specs[i], &t, &ps, err);
-        if (rc == FS_OK)
-            rc = insert_locked(sl, &t, &ps, specs[i].id, &grew[i], 0);
+        if (i + INSERT_AHEAD < n)
+            ring_parse(sl, R, specs, i + INSERT_AHEAD);
+        size_t k = i & (INSERT_RING - 1);
+        rc = R->rc[k];
+        if (rc < 0)
+            *err = R->err[k];
+        else
+            rc = insert_locked(sl, &R->t[k], &R->ps[k], specs[i].id, &grew[i], 0);
         if (rc < 0)
             break;
         fresh[i] = (unsigned char)rc;
         *changed += (size_t)rc;
         rc = FS_OK;
     }
+    fs_error ignored;
     if (rc < 0) {
         *bad = i;
-        /* Undo.  Tokens already have room for every filter before i, so
-         * parse_spec cannot fail here, and removal never allocates. */
-        fs_error ignored;
+        /* Undo.  Row j parses again into the tokens it parsed into (slot
+         * j & (INSERT_RING - 1)), which have room for it, so parse_spec cannot
+         * fail here; and removal never allocates. */
         while (i-- > 0) {
-            if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
-                remove_locked(sl, &t, &ps, specs[i].id, 0);   /* the cache never saw it */
+            size_t k = i & (INSERT_RING - 1);
+            if (fresh[i] && parse_spec(sl->dialect, &specs[i], &R->t[k], &R->ps[k], &ignored) == FS_OK)
+                remove_locked(sl, &R->t[k], &R->ps[k], specs[i].id, 0);   /* the cache never saw it */
             undo_growth(sl, &grew[i]);
         }
         sl->inserts -= *changed;
@@ -498,15 +554,19 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
     } else if (sl->cache) {
         /* Only a batch that went in whole touches the cache: evict what
          * the new subscriptions match (re-parsing cannot fail now). */
-        fs_error ignored;
-        for (i = 0; i < n; i++)
-            if (fresh[i] && parse_spec(sl->dialect, &specs[i], &t, &ps, &ignored) == FS_OK)
-                fs_cache_invalidate(sl->cache, sl->dialect, ps.filter, ps.filter_len, &t, ps.literal);
+        for (i = 0; i < n; i++) {
+            size_t k = i & (INSERT_RING - 1);
+            if (fresh[i] && parse_spec(sl->dialect, &specs[i], &R->t[k], &R->ps[k], &ignored) == FS_OK)
+                fs_cache_invalidate(sl->cache, sl->dialect, R->ps[k].filter, R->ps[k].filter_len, &R->t[k],
+                                    R->ps[k].literal);
+        }
     }
     write_done(sl);
-    fs_tokens_free(&t);
+    for (size_t k = 0; k < INSERT_RING; k++)
+        fs_tokens_free(&R->t[k]);
     FS_FREE(fresh);
     FS_FREE(grew);
+    FS_FREE(R);
     return rc;
 }
 
