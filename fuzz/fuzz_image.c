@@ -191,7 +191,7 @@ static int screen_backward(const unsigned char *buf, size_t size)
         return 0;
     fs_sublist *sl = NULL;
     fs_error err;
-    if (fs_image_open((const char *)buf, size, 0, &sl, &err) != FS_OK)
+    if (fs_image_open((const char *)buf, size, 0, 1, &sl, &err) != FS_OK)
         return 0;
     enum { CAP = 1 << 14 };
     const fs_node **stack = malloc(sizeof(fs_node *) * CAP);
@@ -616,7 +616,7 @@ static void run_disorder(const fs_sublist *sl1, const unsigned char *buf, size_t
     put64(dis + FS_SERIAL_HEADER + P, fs_serial_checksum(dis, FS_SERIAL_HEADER + P));
     fs_error err = {NULL, 0, 0};
     fs_sublist *full = NULL;
-    int rc = fs_image_open((const char *)dis, size, FS_VERIFY_FULL, &full, &err);
+    int rc = fs_image_open((const char *)dis, size, FS_VERIFY_FULL, 1, &full, &err);
     if (done) {
         CHECK(rc == FS_EBADDATA || rc == FS_ENOMEM);
         if (rc == FS_EBADDATA)
@@ -627,7 +627,7 @@ static void run_disorder(const fs_sublist *sl1, const unsigned char *buf, size_t
     fs_sublist_free(full);
     for (int level = 0; level < 2; level++) {
         fs_sublist *sl = NULL;
-        rc = fs_image_open((const char *)dis, size, level ? FS_VERIFY_CHECKSUM : FS_VERIFY_NONE, &sl, &err);
+        rc = fs_image_open((const char *)dis, size, level ? FS_VERIFY_CHECKSUM : FS_VERIFY_NONE, 1, &sl, &err);
         CHECK(rc == FS_OK || rc == FS_ENOMEM);
         if (rc != FS_OK)
             continue;
@@ -689,15 +689,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned char *odd = malloc(size + 1);
         CHECK(odd != NULL);
         memcpy(odd + 1, buf, size);
-        int rc = fs_image_open((const char *)odd + 1, size, 0, &sl0, &err);
+        int rc = fs_image_open((const char *)odd + 1, size, 0, 1, &sl0, &err);
         CHECK(rc == FS_EBADDATA && sl0 == NULL);
         free(odd);
     }
 
-    int rc1 = fs_image_open((const char *)buf, size, 1, &sl1, &err);
+    int rc1 = fs_image_open((const char *)buf, size, 1, 1, &sl1, &err);
     if (rc1 != FS_OK)
         check_refusal(rc1, sl1, &err, size);
-    int rc0 = fs_image_open((const char *)buf, size, 0, &sl0, &err);
+    {   /* the full check on threads (forced for any size) gives the same verdict and error */
+        fs_error errt = {NULL, 0, 0};
+        fs_sublist *slt = NULL;
+        size_t keep = fs_image_parallel_min;
+        fs_image_parallel_min = 0;
+        int rct = fs_image_open((const char *)buf, size, 1, 3, &slt, &errt);
+        fs_image_parallel_min = keep;
+        if (rct != FS_ENOMEM && rc1 != FS_ENOMEM) {
+            CHECK(rct == rc1);
+            if (rc1 == FS_EBADDATA)
+                CHECK(strcmp(errt.reason, err.reason) == 0 && errt.pos == err.pos);
+        }
+        fs_sublist_free(slt);
+    }
+    int rc0 = fs_image_open((const char *)buf, size, 0, 1, &sl0, &err);
     if (rc0 != FS_OK)
         check_refusal(rc0, sl0, &err, size);
     if (rc1 == FS_OK)
@@ -748,7 +762,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 size_t wn2 = 0;
                 if (!screen_write_empty(t) && fs_image_write(t, &w2, &wn2) == FS_OK) {
                     fs_sublist *again = NULL;
-                    rc = fs_image_open(w2, wn2, 1, &again, &err);
+                    rc = fs_image_open(w2, wn2, 1, 1, &again, &err);
                     CHECK(rc == FS_OK || rc == FS_ENOMEM);
                     if (rc == FS_OK) {
                         CHECK(fs_sublist_count(again) == fs_sublist_count(sl1));

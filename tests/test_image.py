@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import invariant, rule
 
 import topicmatch
-from topicmatch import _reference as R
+from topicmatch import _core, _reference as R
 
 from examples import examples, steps
 from image_codec import Image
@@ -946,3 +946,50 @@ def test_tables_are_written_in_one_order_whatever_the_insertion_order(dialect):
     assert opened.to_bytes() == want
     for f in flts + ["t3001", "nope"]:
         assert list(opened.match(f).subs) == ([int(f[1:])] if f in flts else []), f
+
+
+def _verdict(data, threads):
+    """Sublist.from_bytes(data, verify=True)'s verdict: "opened" or the
+    refusal's message; threads: the full check forced onto 4 threads."""
+    saved_min = _core._set_image_parallel_min(0 if threads else 1 << 62)
+    saved = _core._set_batch_threading(cpus=4)
+    try:
+        topicmatch.Sublist.from_bytes(data, verify=True)
+        return "opened"
+    except ValueError as e:
+        return str(e)
+    finally:
+        _core._set_batch_threading(**saved)
+        _core._set_image_parallel_min(saved_min)
+
+
+def test_full_check_on_threads_gives_the_one_thread_verdict():
+    """open(verify=True) of a large image cuts its tables among threads and
+    sums the checksum beside them (csrc/serial/fs_image.c, verify_threads);
+    where anything is wrong it checks again in one thread, so that the
+    error is the one the order of the checks gives.  Here on an image with
+    units enough for every thread: good; its ids out of order in the
+    middle of the literal table (resealed); two slots naming one node;
+    a flipped byte the checksum catches."""
+    flts = [f"a{i}.b{i % 97}" for i in range(60_000)] + [f"w{i}.*.x" for i in range(20_000)]
+    sl = topicmatch.Sublist("nats")
+    sl.insert_many(flts + flts[:500], list(range(len(flts))) + [10**9 + i for i in range(500)])
+    good = sl.to_bytes()
+    assert _verdict(good, True) == _verdict(good, False) == "opened"
+    img = Image(good)
+    lit = [n for n in img.entries if len(n.ids) >= 2 and n.tok.startswith(b"a")]
+    n = lit[len(lit) // 2]
+    disordered = Image(good)
+    disordered.put64(n.ids_off, n.ids[1])
+    disordered.put64(n.ids_off + 8, n.ids[0])
+    twice = Image(good)
+    L = twice.lit_level
+    twice.put64(L.slot_list[30_000][0] + 8, L.slot_list[100][3])    # slot 30,000 names slot 100's node
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 1
+    for bad, why in ((disordered.seal(), "ids not in strictly increasing order"),
+                     (twice.seal(), "node reached twice"),
+                     (bytes(flipped), "checksum mismatch")):
+        alone, threaded = _verdict(bad, False), _verdict(bad, True)
+        assert why in alone, alone
+        assert threaded == alone

@@ -15,6 +15,7 @@
 
 #include "fs_alloc.h"
 #include "fs_index.h"
+#include "fs_pool.h"
 #include "fs_serial.h"
 
 /* The root block, after the 48-byte header: the index's own fields. */
@@ -650,7 +651,8 @@ typedef struct {
     fs_error *err;
     fs_tokens t;
     uint64_t nseen;           /* bytes of seen, a power of two */
-    uint8_t *seen;            /* a bit per 8 bytes of the image: nodes reached */
+    _Atomic uint8_t *seen;    /* a bit per 8 bytes of the image: nodes reached */
+    int shared;               /* seen is marked by other threads too */
     uint64_t subs, nodes, literals;
 } verifier;
 
@@ -679,9 +681,16 @@ static int reach(verifier *v, const void *from, const fs_node *ref, const fs_nod
     const fs_node *n = fs_img_node_checked(v->sl, off);
     if (!n)
         return vbad(v, "node outside the image", fs_img_off(v->sl, from));
-    if (v->seen[off >> 6] & (1u << ((off >> 3) & 7)))
+    _Atomic uint8_t *w = &v->seen[off >> 6];
+    uint8_t bit = (uint8_t)(1u << ((off >> 3) & 7)), was;
+    if (v->shared) {                  /* of two threads reaching it, one sees the other's bit */
+        was = atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
+    } else {
+        was = atomic_load_explicit(w, memory_order_relaxed);
+        atomic_store_explicit(w, (uint8_t)(was | bit), memory_order_relaxed);
+    }
+    if (was & bit)
         return vbad(v, "node reached twice", fs_img_off(v->sl, from));
-    v->seen[off >> 6] |= (uint8_t)(1u << ((off >> 3) & 7));
     v->nodes++;
     *out = n;
     return FS_OK;
@@ -740,36 +749,32 @@ static int verify_subs(verifier *v, const fs_node *n, uint32_t toklen, int entry
 /* Every slot of a table: count entries, each reached once, each found by
  * its own lookup (so at its place in the probe sequence, its key or token
  * hash right), with its bitmap bits set. */
-static int verify_table(verifier *v, const fs_level *Lm, const fs_shape *sh)
+/* Slots [lo, hi) of a table (L: its level, copied out of the image and
+ * checked; sh: its shape, NULL for the literal table): each entry a valid
+ * filter of the table's kind, keyed right, where its key leads, with its
+ * subscriptions as inserts leave them.  *count: the occupied slots. */
+static int verify_slots(verifier *v, const fs_level *L, const fs_shape *sh, uint32_t lo, uint32_t hi,
+                        uint32_t *count)
 {
     fs_sublist *sl = v->sl;
-    /* The level's fields copied once and the copy checked (the file may be
-     * rewritten under the check: fs_once8, fs_layout.h); the copy is read
-     * from then on, the mapped level only names positions. */
-    fs_level lv;
-    memcpy(&lv, Lm, sizeof(lv));
-    if (!fs_img_level_ok(sl, &lv))
-        return vbad(v, "level outside the image", fs_img_off(sl, Lm));
-    const fs_level *L = &lv;
     const fs_slot *slots = fs_lv_slots(sl, L);
-    uint32_t count = 0;
-    for (uint32_t i = 0; i < L->cap; i++) {
+    for (uint32_t i = lo; i < hi; i++) {
         /* This writer lays a table's nodes out in slot order, but an
          * image of an older one (nodes in byte order) or of another
          * writer may put them anywhere: each node a cache miss.  Fetch
          * some ahead, so that misses overlap (this pass is memory-bound:
          * 2.6x faster on light's 2M filters, with byte-ordered nodes). */
-        if (i + VERIFY_AHEAD < L->cap && slots[i + VERIFY_AHEAD].node) {
+        if (i + VERIFY_AHEAD < hi && slots[i + VERIFY_AHEAD].node) {
             uint64_t ahead = (uint64_t)(uintptr_t)slots[i + VERIFY_AHEAD].node;
             FS_PREFETCH(fs_ref_addr(sl, slots[i + VERIFY_AHEAD].node));
             FS_PREFETCH(fs_ref_addr(sl, slots[i + VERIFY_AHEAD].node) + 64);     /* its token's tail */
-            FS_PREFETCH(&v->seen[(ahead >> 6) & (v->nseen - 1)]);
+            FS_PREFETCH((const void *)&v->seen[(ahead >> 6) & (v->nseen - 1)]);
             if (L->filter)         /* its bitmap word (fs_lv_may_hold), from the slot's key */
                 FS_PREFETCH(&fs_lv_filter(sl, L)[(slots[i + VERIFY_AHEAD].len & L->filter_mask) >> 6]);
         }
         if (!slots[i].node)
             continue;
-        count++;
+        (*count)++;
         const fs_node *e;
         int rc = reach(v, &slots[i], slots[i].node, &e);
         if (rc < 0)
@@ -795,9 +800,28 @@ static int verify_table(verifier *v, const fs_level *Lm, const fs_shape *sh)
         if ((rc = verify_subs(v, e, elen, 1)) < 0)
             return rc;
     }
-    if (count != L->count)
-        return vbad(v, "table count does not match its slots", fs_img_off(sl, Lm));
     return FS_OK;
+}
+
+/* The level at Lm copied once and the copy checked (the file may be
+ * rewritten under the check: fs_once8, fs_layout.h); the copy is read
+ * from then on, the mapped level only names positions. */
+static int level_copy(verifier *v, const fs_level *Lm, fs_level *out)
+{
+    memcpy(out, Lm, sizeof(*out));
+    return fs_img_level_ok(v->sl, out) ? FS_OK : vbad(v, "level outside the image", fs_img_off(v->sl, Lm));
+}
+
+static int verify_table(verifier *v, const fs_level *Lm, const fs_shape *sh)
+{
+    fs_level lv;
+    uint32_t count = 0;
+    int rc = level_copy(v, Lm, &lv);
+    if (rc == FS_OK)
+        rc = verify_slots(v, &lv, sh, 0, lv.cap, &count);
+    if (rc == FS_OK && count != lv.count)
+        rc = vbad(v, "table count does not match its slots", fs_img_off(v->sl, Lm));
+    return rc;
 }
 
 /* Is the trie filter of node n also kept by a shape table?  (Then it is
@@ -929,65 +953,274 @@ static int verify_trie(verifier *v)
 }
 
 /* Every invariant of docs/FORMAT.md, "Invariants of a mapped image". */
-static int verify_image(fs_sublist *sl, fs_error *err)
+/* seen for sl's image, zeroed, with the root marked (it was reached at
+ * open); FS_ENOMEM. */
+static int seen_init(verifier *v)
+{
+    size_t seen_bytes = 64;
+    while (seen_bytes < (size_t)(v->sl->img.len >> 6) + 1)
+        seen_bytes *= 2;
+    v->nseen = seen_bytes;
+    v->seen = FS_MALLOC(seen_bytes);
+    if (!v->seen)
+        return FS_ENOMEM;
+    memset((void *)v->seen, 0, seen_bytes);
+    uint64_t ro = fs_img_off(v->sl, v->sl->root);
+    v->seen[ro >> 6] = (uint8_t)(1u << ((ro >> 3) & 7));
+    return FS_OK;
+}
+
+static int root_ok(verifier *v)
+{
+    const fs_sublist *sl = v->sl;
+    if (!(sl->root->linked & FS_LINK_TRIE) || fs_up(sl, sl->root) || fs_has_subs(sl->root) || sl->root->toklen)
+        return vbad(v, "the trie's root is not a bare root node", fs_img_off(sl, sl->root));
+    return FS_OK;
+}
+
+/* Shape j's own fields, as fs_shape_create leaves them, in canonical order
+ * after shape j - 1, and not empty. */
+static int shape_ok(verifier *v, uint32_t j)
+{
+    const fs_sublist *sl = v->sl;
+    const fs_shape *sh = sl->shapes.shape[j];
+    uint64_t at = fs_img_off(sl, sh);
+    fs_shape_of of = {sh->onemask, sh->ntoks, sh->rest, 0};
+    if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->ntoks < 64 && sh->onemask >> sh->ntoks) ||
+        (!sh->onemask && !sh->rest) || sh->first_wild != ((sh->onemask & 1) || (sh->rest && sh->ntoks == 0)))
+        return vbad(v, "invalid shape", at);
+    if (j && !fs_shape_before(sl->shapes.shape[j - 1], &of))
+        return vbad(v, "shapes not in canonical order", at);
+    if (!sh->table.count)
+        return vbad(v, "empty shape", at);
+    return FS_OK;
+}
+
+/* What follows the tables: the probe sets, the trie, the counts. */
+static int verify_rest(verifier *v)
+{
+    fs_sublist *sl = v->sl;
+    const unsigned char *h = (const unsigned char *)sl->img.base;
+    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
+    fs_shapes_probes(sl, probe);
+    if (memcmp(probe, sl->shapes.probe, sizeof(probe)) != 0)
+        return vbad(v, "probe sets do not match the shapes", FS_SERIAL_HEADER);
+    int rc = verify_trie(v);
+    if (rc == FS_OK && v->subs != get_le(h + 24, 8))
+        rc = vbad(v, "subscription count does not match the header", 24);
+    if (rc == FS_OK && v->literals != get_le(h + 32, 8))
+        rc = vbad(v, "literal count does not match the header", 32);
+    if (rc == FS_OK && v->nodes != sl->nodes)
+        rc = vbad(v, "node count does not match the header", 40);
+    if (rc == FS_OK && atomic_load(&sl->damaged))
+        rc = vbad(v, "offset outside the image", 0);
+    return rc;
+}
+
+/* Every invariant, in one thread, in the order docs/FORMAT.md lists them:
+ * the first broken one is the error. */
+static int verify_in_order(fs_sublist *sl, fs_error *err)
 {
     verifier v;
     memset(&v, 0, sizeof(v));
     v.sl = sl;
     v.err = err;
     fs_tokens_init(&v.t);
-    size_t seen_bytes = 64;
-    while (seen_bytes < (size_t)(sl->img.len >> 6) + 1)
-        seen_bytes *= 2;
-    v.nseen = seen_bytes;
-    v.seen = FS_MALLOC(seen_bytes);
-    int rc = v.seen ? FS_OK : FS_ENOMEM;
-    if (v.seen)
-        memset(v.seen, 0, seen_bytes);
-    const unsigned char *h = (const unsigned char *)sl->img.base;
-    /* the root was reached at open: mark it */
-    uint64_t ro = fs_img_off(sl, sl->root);
-    if (rc == FS_OK) {
-        v.seen[ro >> 6] |= (uint8_t)(1u << ((ro >> 3) & 7));
-        if (!(sl->root->linked & FS_LINK_TRIE) || fs_up(sl, sl->root) || fs_has_subs(sl->root) || sl->root->toklen)
-            rc = vbad(&v, "the trie's root is not a bare root node", ro);
-    }
+    int rc = seen_init(&v);
+    if (rc == FS_OK)
+        rc = root_ok(&v);
     if (rc == FS_OK)
         rc = verify_table(&v, sl->lit, NULL);
     v.literals = v.nodes;
-    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
+    for (uint32_t j = 0; j < sl->shapes.n && rc == FS_OK; j++)
+        if ((rc = shape_ok(&v, j)) == FS_OK)
+            rc = verify_table(&v, &sl->shapes.shape[j]->table, sl->shapes.shape[j]);
+    if (rc == FS_OK)
+        rc = verify_rest(&v);
+    fs_tokens_free(&v.t);
+    FS_FREE((void *)v.seen);
+    return rc;
+}
+
+/* ---- the tables on several threads
+ *
+ * The tables hold almost every node, and their entries are independent:
+ * their slots are cut into units that threads take one by one (the
+ * process's worker pool, fs_pool.h, and the opening thread), each with a
+ * verifier of its own and the one shared seen bitmap, marked atomically.
+ * The checksum (a pending one) runs beside them, on the first worker.
+ * This pass proves an image good; it does not name what is wrong with a
+ * bad one.  Where any unit fails, whatever the reason, the whole check
+ * runs again in one thread (verify_in_order), so that the error is the
+ * one the order of the checks gives, whatever the threads' timing. */
+
+/* Slots of a unit; and below this many bytes an image is checked in one
+ * thread (the threads' hand-over would cost more than they gain). */
+#define VERIFY_UNIT_SLOTS 16384
+size_t fs_image_parallel_min = (size_t)16 << 20;
+
+typedef struct {
+    uint32_t table, lo, hi;
+} vunit;
+
+typedef struct {
+    fs_pool_task task;
+    fs_sublist *sl;
+    _Atomic uint8_t *seen;
+    uint64_t nseen;
+    const fs_level *levels;           /* the tables' checked copies: 0 the literal table, 1 + j shape j */
+    const vunit *units;
+    uint32_t *counts;                 /* each unit's occupied slots */
+    size_t nunits;
+    atomic_size_t next;               /* the next unit to take */
+    atomic_int failed;
+    atomic_uint_fast64_t subs, nodes;
+    int sum_pending, sum_done;        /* sum_done: set by the worker of index 0, read after the join */
+    uint64_t sum;
+} vjob;
+
+static void vjob_work(vjob *J)
+{
+    fs_error e;
+    verifier v;
+    memset(&v, 0, sizeof(v));
+    v.sl = J->sl;
+    v.err = &e;
+    v.seen = J->seen;
+    v.nseen = J->nseen;
+    v.shared = 1;
+    fs_tokens_init(&v.t);
+    for (;;) {
+        size_t u = atomic_fetch_add(&J->next, 1);
+        if (u >= J->nunits || atomic_load_explicit(&J->failed, memory_order_relaxed))
+            break;
+        const vunit *U = &J->units[u];
+        uint32_t c = 0;
+        const fs_shape *sh = U->table ? J->sl->shapes.shape[U->table - 1] : NULL;
+        if (verify_slots(&v, &J->levels[U->table], sh, U->lo, U->hi, &c) < 0) {
+            atomic_store(&J->failed, 1);
+            break;
+        }
+        J->counts[u] = c;
+    }
+    atomic_fetch_add(&J->subs, v.subs);
+    atomic_fetch_add(&J->nodes, v.nodes);
+    fs_tokens_free(&v.t);
+}
+
+static void vjob_run(void *arg, unsigned index)
+{
+    vjob *J = arg;
+    if (index == 0 && J->sum_pending) {
+        const char *h = J->sl->img.base;
+        J->sum = fs_serial_checksum(h, J->sl->img.len - 8);
+        J->sum_done = 1;
+    }
+    vjob_work(J);
+}
+
+/* The image's checksum: FS_OK, or FS_EBADDATA naming it.  sum: of the
+ * bytes before it (computed here when *have is 0). */
+static int checksum_check(const char *data, size_t len, const uint64_t *sum, fs_error *err)
+{
+    uint64_t got = sum ? *sum : fs_serial_checksum(data, len - 8);
+    if (get_le((const unsigned char *)data + len - 8, 8) == got)
+        return FS_OK;
+    err->reason = "checksum mismatch";      /* of [0, len - 8): what it sums ends here */
+    err->pos = len - 8;
+    err->in_queue = 0;
+    return FS_EBADDATA;
+}
+
+/* 1: not proven good (verify_in_order says why), else as verify_in_order.
+ * *sum_pending: the checksum is to be checked too (here, beside the
+ * tables); cleared once it has been. */
+static int verify_threads(fs_sublist *sl, unsigned threads, int *sum_pending, fs_error *err)
+{
+    vjob J;
+    memset(&J, 0, sizeof(J));
+    fs_level levels[1 + FS_SHAPE_MAX];
+    verifier v;
+    memset(&v, 0, sizeof(v));
+    v.sl = sl;
+    v.err = err;
+    fs_tokens_init(&v.t);
+    vunit *units = NULL;
+    uint32_t *counts = NULL;
+    int rc = seen_init(&v) == FS_OK && root_ok(&v) == FS_OK && level_copy(&v, sl->lit, &levels[0]) == FS_OK ? FS_OK : 1;
+    size_t nunits = rc == FS_OK ? (levels[0].cap + VERIFY_UNIT_SLOTS - 1) / VERIFY_UNIT_SLOTS : 0;
     for (uint32_t j = 0; j < sl->shapes.n && rc == FS_OK; j++) {
-        const fs_shape *sh = sl->shapes.shape[j];
-        uint64_t at = fs_img_off(sl, sh);
-        fs_shape_of of = {sh->onemask, sh->ntoks, sh->rest, 0};
-        if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->ntoks < 64 && sh->onemask >> sh->ntoks) ||
-            (!sh->onemask && !sh->rest) || sh->first_wild != ((sh->onemask & 1) || (sh->rest && sh->ntoks == 0)))
-            rc = vbad(&v, "invalid shape", at);
-        else if (j && !fs_shape_before(sl->shapes.shape[j - 1], &of))
-            rc = vbad(&v, "shapes not in canonical order", at);
-        else if (!sh->table.count)
-            rc = vbad(&v, "empty shape", at);
+        if (shape_ok(&v, j) != FS_OK || level_copy(&v, &sl->shapes.shape[j]->table, &levels[1 + j]) != FS_OK)
+            rc = 1;
         else
-            rc = verify_table(&v, &sh->table, sh);
+            nunits += (levels[1 + j].cap + VERIFY_UNIT_SLOTS - 1) / VERIFY_UNIT_SLOTS;
     }
     if (rc == FS_OK) {
-        fs_shapes_probes(sl, probe);
-        if (memcmp(probe, sl->shapes.probe, sizeof(probe)) != 0)
-            rc = vbad(&v, "probe sets do not match the shapes", FS_SERIAL_HEADER);
+        units = FS_MALLOC(sizeof(vunit) * (nunits ? nunits : 1));
+        counts = FS_MALLOC(sizeof(uint32_t) * (nunits ? nunits : 1));
+        rc = units && counts ? FS_OK : 1;
+    }
+    if (rc == FS_OK) {
+        size_t k = 0;
+        for (uint32_t t = 0; t <= sl->shapes.n; t++)
+            for (uint32_t lo = 0; lo < levels[t].cap; lo += VERIFY_UNIT_SLOTS)
+                units[k++] = (vunit){t, lo, levels[t].cap - lo < VERIFY_UNIT_SLOTS ? levels[t].cap : lo + VERIFY_UNIT_SLOTS};
+        J.task.fn = vjob_run;
+        J.task.arg = &J;
+        J.sl = sl;
+        J.seen = v.seen;
+        J.nseen = v.nseen;
+        J.levels = levels;
+        J.units = units;
+        J.counts = counts;
+        J.nunits = nunits;
+        J.sum_pending = *sum_pending;
+        int posted = fs_pool_submit(&J.task, threads - 1) == FS_OK;
+        vjob_work(&J);                          /* the opening thread takes units too */
+        if (posted)
+            fs_pool_join(&J.task);
+        if (*sum_pending) {
+            rc = checksum_check(sl->img.base, sl->img.len, J.sum_done ? &J.sum : NULL, err);
+            *sum_pending = 0;
+        }
+        if (rc != FS_OK) {
+        } else if (atomic_load(&J.failed)) {
+            rc = 1;
+        } else {
+            uint32_t got[1 + FS_SHAPE_MAX] = {0};
+            for (size_t u = 0; u < nunits; u++)
+                got[units[u].table] += counts[u];
+            for (uint32_t t = 0; t <= sl->shapes.n && rc == FS_OK; t++)
+                if (got[t] != levels[t].count)
+                    rc = 1;
+            v.subs = atomic_load(&J.subs);
+            v.nodes = atomic_load(&J.nodes);
+            v.literals = got[0];
+        }
     }
     if (rc == FS_OK)
-        rc = verify_trie(&v);
-    if (rc == FS_OK && v.subs != get_le(h + 24, 8))
-        rc = vbad(&v, "subscription count does not match the header", 24);
-    if (rc == FS_OK && v.literals != get_le(h + 32, 8))
-        rc = vbad(&v, "literal count does not match the header", 32);
-    if (rc == FS_OK && v.nodes != sl->nodes)
-        rc = vbad(&v, "node count does not match the header", 40);
-    if (rc == FS_OK && atomic_load(&sl->damaged))
-        rc = vbad(&v, "offset outside the image", 0);
+        rc = verify_rest(&v);
     fs_tokens_free(&v.t);
-    FS_FREE(v.seen);
+    FS_FREE((void *)v.seen);
+    FS_FREE(units);
+    FS_FREE(counts);
     return rc;
+}
+
+/* Every invariant (FS_VERIFY_FULL), on up to `threads` threads where the
+ * image is big enough; sum_pending: the checksum too (the caller deferred
+ * it, to run beside the tables).  A mismatched checksum is the error
+ * whatever else is wrong, as when it is checked first. */
+static int verify_image(fs_sublist *sl, unsigned threads, int sum_pending, fs_error *err)
+{
+    int rc = 1;
+    if (threads > 1 && sl->img.len >= fs_image_parallel_min)
+        rc = verify_threads(sl, threads, &sum_pending, err);
+    if (rc != 1)
+        return rc;
+    if (sum_pending && (rc = checksum_check(sl->img.base, sl->img.len, NULL, err)) < 0)
+        return rc;
+    return verify_in_order(sl, err);
 }
 
 /* Copy the literal table's level and the shapes out of the mapping into
@@ -1013,12 +1246,29 @@ static int copy_tables(fs_sublist *sl)
     return FS_OK;
 }
 
-int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err)
+/* Refuse the image for `why` at byte at -- or for its checksum, when the
+ * check of the checksum was put off (sum_pending) and it does not match:
+ * a checksum checked first would have been the error. */
+static int refuse(const char *data, size_t len, int sum_pending, const char *why, size_t at, fs_error *err)
+{
+    if (sum_pending && checksum_check(data, len, NULL, err) < 0)
+        return FS_EBADDATA;
+    err->reason = why;
+    err->pos = at;
+    err->in_queue = 0;
+    return FS_EBADDATA;
+}
+
+int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs_sublist **out, fs_error *err)
 {
     *out = NULL;
     const unsigned char *h = (const unsigned char *)data;
     err->in_queue = 0;
-#define FAIL(why, at) do { err->reason = (why); err->pos = (at); return FS_EBADDATA; } while (0)
+    /* A full check on threads puts the checksum off, to run beside the
+     * tables' check (verify_image); every refusal from here checks it
+     * first (refuse). */
+    int sum_pending = 0;
+#define FAIL(why, at) return refuse(data, len, sum_pending, (why), (at), err)
     if (!host_little_endian())
         FAIL("a version 3 image maps only on little-endian hosts", 8);
     if (((uintptr_t)data & 7) != 0)
@@ -1037,9 +1287,9 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
     uint64_t P = get_le(h + 16, 8);
     if (P != len - FS_SERIAL_HEADER - 8)
         FAIL("payload length does not match the image's size", 16);
-    if (verify != FS_VERIFY_NONE &&
-        get_le(h + FS_SERIAL_HEADER + P, 8) != fs_serial_checksum(h, FS_SERIAL_HEADER + P))
-        FAIL("checksum mismatch", FS_SERIAL_HEADER + P);    /* of [0, 48 + P): what it sums ends here */
+    sum_pending = verify == FS_VERIFY_FULL && threads > 1 && len >= fs_image_parallel_min;
+    if (verify != FS_VERIFY_NONE && !sum_pending && checksum_check(data, len, NULL, err) < 0)
+        return FS_EBADDATA;
     img_root R;
     memcpy(&R, h + FS_SERIAL_HEADER, sizeof(R));
     if (R.objects_end != FS_SERIAL_HEADER + P)
@@ -1056,7 +1306,6 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
      * stops there): it cannot exceed what the image could hold. */
     if (R.nodes > len / sizeof(fs_node))
         FAIL("node count exceeds what the image could hold", 40);
-#undef FAIL
 
     fs_sublist *sl = fs_sublist_new(d);
     if (!sl)
@@ -1087,9 +1336,7 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
     }
     if (why) {
         fs_sublist_free(sl);
-        err->reason = why;
-        err->pos = FS_SERIAL_HEADER;
-        return FS_EBADDATA;
+        FAIL(why, FS_SERIAL_HEADER);
     }
     sl->root = (fs_node *)(uintptr_t)root;
     sl->lit = lit;
@@ -1099,7 +1346,7 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
     fs_sublist_publish_count(sl);
     sl->nodes = R.nodes;
     if (verify == FS_VERIFY_FULL) {
-        int rc = verify_image(sl, err);
+        int rc = verify_image(sl, threads, sum_pending, err);
         if (rc < 0) {
             fs_sublist_free(sl);
             return rc;
@@ -1122,4 +1369,5 @@ int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs
     }
     *out = sl;
     return FS_OK;
+#undef FAIL
 }

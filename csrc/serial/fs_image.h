@@ -69,11 +69,16 @@ typedef enum {
 /* An index that matches straight from data[0..len), a version 3 image,
  * which must stay readable and unchanged, at the same address, until the
  * index is freed (the caller keeps it alive; nothing is copied).  data
- * must be 8-byte aligned.  verify: an fs_verify, what is checked first.
+ * must be 8-byte aligned.  verify: an fs_verify, what is checked first;
+ * threads: how many threads FS_VERIFY_FULL may use (1: the caller's).
  * FS_OK (*out set), FS_EBADDATA (err->reason, err->pos; a checksum
  * mismatch is at the checksum's own offset, 48 + P, the end of the bytes
  * [0, 48 + P) it sums), FS_ENOMEM. */
-int fs_image_open(const char *data, size_t len, int verify, fs_sublist **out, fs_error *err);
+int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs_sublist **out, fs_error *err);
+/* FS_VERIFY_FULL's check runs on up to `threads` threads (the process's
+ * worker pool, fs_pool.h, and the caller's), the checksum beside the
+ * tables, for images of this many bytes and more (tests set it lower). */
+extern size_t fs_image_parallel_min;
 
 /* A built index holding what sl holds now (an opened image and the changes
  * made to it since).  FS_OK, FS_ENOMEM, FS_EBADDATA (a damaged image). */

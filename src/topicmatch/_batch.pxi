@@ -52,15 +52,20 @@ cdef unsigned _threads_for(unsigned asked, size_t rows):
     this cap), and never fewer than ROWS_PER_CHUNK rows per thread, where
     handing work to the pool's threads (a wake-up each, and the blocks'
     placement) would cost more than it gains."""
-    import os
-    cdef size_t cpus = _cpus_override
-    if cpus == 0:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
-    cdef size_t n = min(<size_t>asked, cpus, rows // _min_rows_per_thread)
+    cdef size_t n = min(<size_t>asked, _cpus(), rows // _min_rows_per_thread)
     return <unsigned>(n if n > 1 else 1)
+
+
+cdef size_t _cpus():
+    """The CPUs this process may run on (_set_batch_threading's cpus, when
+    a test sets it)."""
+    import os
+    if _cpus_override:
+        return _cpus_override
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _pool_status():

@@ -1256,6 +1256,16 @@ def _set_walk_release_min(n):
     return None if old == <uint64_t>-1 else old
 
 
+def _set_image_parallel_min(n):
+    """Testing only: a full check of an image of n bytes or more
+    (open(verify=True), from_bytes) runs on threads, the checksum beside
+    the tables (0: every image).  Returns the previous n."""
+    old = fs_image_parallel_min
+    global fs_image_parallel_min
+    fs_image_parallel_min = <size_t>n
+    return old
+
+
 include "_batch.pxi"
 include "_serial.pxi"
 include "_route.pxi"

@@ -272,6 +272,10 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     cdef int rc
     cdef Sublist obj
     cdef bint image = fs_image_is(<const char *>view.buf, <size_t>view.len)
+    # a full check runs on every CPU this process may use (C decides from
+    # the image's size whether threads pay: fs_image_parallel_min)
+    cdef size_t threads = _cpus() if check == FS_VERIFY_FULL else 1
+    threads = threads if threads < 64 else 64
     if not image and not _has_magic(<const char *>view.buf, view.len):
         # Not an image nor a serialized index at all (a CSV, say): said
         # as such, not as the header the C loader finds truncated or wrong.
@@ -291,7 +295,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     try:
         with nogil:
             if image:
-                rc = fs_image_open(<const char *>view.buf, <size_t>view.len, check, &loaded, &err)
+                rc = fs_image_open(<const char *>view.buf, <size_t>view.len, check, <unsigned>threads, &loaded, &err)
             else:
                 rc = fs_sublist_load(<const char *>view.buf, <size_t>view.len, &loaded, &err)
     except BaseException:
