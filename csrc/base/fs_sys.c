@@ -238,6 +238,22 @@ int fs_pages_discard(void *p, size_t size)
 }
 #endif
 
+#if defined(MADV_HUGEPAGE)
+void fs_pages_huge(void *p, size_t size)
+{
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t first = ((uintptr_t)p + huge - 1) & ~(huge - 1), end = ((uintptr_t)p + size) & ~(huge - 1);
+    if (end > first)
+        (void)madvise((void *)first, end - first, MADV_HUGEPAGE);
+}
+#else
+void fs_pages_huge(void *p, size_t size)
+{
+    (void)p;
+    (void)size;
+}
+#endif
+
 /* ------------------------------------------------------------ a file as a buffer */
 #ifdef _WIN32
 int fs_filebuf_open(fs_filebuf *b, const char *path)

@@ -217,6 +217,11 @@ int fs_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
  * contents become undefined.  0, or -1 where the system cannot (Windows
  * here: the caller then frees the memory instead). */
 int fs_pages_discard(void *p, size_t size);
+/* Ask for huge pages under the 2 MiB-aligned stretches of [p, p + size)
+ * (Linux's transparent huge pages, where they are "madvise"): a buffer of
+ * hundreds of megabytes written once then faults a few hundred times, not
+ * a hundred thousand.  Best effort; nothing elsewhere. */
+void fs_pages_huge(void *p, size_t size);
 
 /* ------------------------------------------------------------ yield */
 

@@ -17,6 +17,7 @@
 #include "fs_index.h"
 #include "fs_pool.h"
 #include "fs_serial.h"
+#include "fs_sys.h"
 
 /* The root block, after the 48-byte header: the index's own fields. */
 typedef struct {
@@ -188,6 +189,7 @@ static uint64_t wb_alloc(wbuf *wb, size_t size)
         char *np = FS_REALLOC(wb->p, ncap);
         if (!np)
             return wb->oom = 1, 0;
+        fs_pages_huge(np + wb->len, ncap - wb->len);     /* the part still to write */
         wb->p = np;
         wb->cap = ncap;
     }

@@ -10,6 +10,7 @@ import secrets as _secrets
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from libc.errno cimport errno
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.string cimport memcpy
 
 cdef extern from "fs_serial.h" nogil:
     int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
@@ -20,6 +21,9 @@ cdef extern from "sublist.h" nogil:
 
 cdef extern from "fs_alloc.h" nogil:
     void _serial_free "fs_free"(void *p)
+
+cdef extern from "fs_sys.h" nogil:
+    void fs_pages_huge(void *p, size_t size)
 
 
 cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
@@ -69,8 +73,17 @@ def _sublist_to_bytes(Sublist sl not None, version=3):
     cdef char *out = NULL
     cdef size_t n = 0
     _write_image(sl, _count_arg(version, "version"), &out, &n)
+    cdef bytes b
+    cdef char *dst
     try:
-        return PyBytes_FromStringAndSize(out, <Py_ssize_t>n)
+        # the copy's pages on huge pages where the system allows: most of
+        # copying a large image was faulting in fresh 4 KiB pages
+        b = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>n)
+        dst = <char *>b
+        with nogil:
+            fs_pages_huge(dst, n)
+            memcpy(dst, out, n)
+        return b
     finally:
         _serial_free(out)
 
