@@ -206,6 +206,27 @@ def _shuffle_bytes(spark):
     return sum(s.get("shuffleWriteBytes", 0) for s in stages)
 
 
+def _jobs(spark):
+    """Every job so far (Spark's REST API): id -> (wall seconds, description)."""
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/jobs"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        jobs = json.load(r)
+    out = {}
+    for j in jobs:
+        t0, t1 = j.get("submissionTime"), j.get("completionTime")
+        if t0 and t1:
+            secs = (_rest_time(t1) - _rest_time(t0))
+            out[j["jobId"]] = (secs, (j.get("description") or j.get("name") or "")[:70])
+    return out
+
+
+def _rest_time(text):
+    """Seconds of a REST API time ("2026-11-28T13:33:05.123GMT")."""
+    import datetime
+    return datetime.datetime.strptime(text.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+
+
 def _driver_jvm_pid():
     """The driver's JVM: the SparkSubmit child of this process (the cluster's
     master and workers are children too, with other main classes)."""
@@ -256,6 +277,8 @@ def main(argv=None):
                     help="start a standalone cluster of this many hosts (tests/spark/servers.py: "
                          "a 1-core worker on each of 127.0.0.2, 127.0.0.3, ..., each with its own "
                          "temporary and local directories) and run on it")
+    ap.add_argument("--jobs", action="store_true",
+                    help="after each pass, list the Spark jobs it ran with their wall seconds (REST API)")
     ap.add_argument("--runs", default="warmup,identity,unsharded,sharded",
                     # also: fanout, again, sql-merge, sql-broadcast
                     help="passes in order (warmup: the identity pass, not reported)")
@@ -337,6 +360,7 @@ def main(argv=None):
     plan = None
     for name in args.runs.split(","):
         before = _shuffle_bytes(spark)
+        jobs_before = set(_jobs(spark)) if args.jobs else set()
         with open(build_log, "a"):
             pass
         log_at = os.path.getsize(build_log)
@@ -382,6 +406,10 @@ def main(argv=None):
             row["largest_shard_built"] = max(int(b[2]) for b in builds)
         results["passes"].setdefault(name, []).append(row)
         print(f"  {name:<10} {wall:8.1f} s  {args.events / wall:>12,.0f} events/s  {row}", flush=True)
+        if args.jobs:
+            for jid, (secs, what) in sorted(_jobs(spark).items()):
+                if jid not in jobs_before:
+                    print(f"      job {jid:>4} {secs:7.2f} s  {what}", flush=True)
     if plan is not None:
         print(plan.explain())
         results["plan"] = {"shards": plan.shards, "depth": plan.depth, "nsubs": plan.nsubs,
