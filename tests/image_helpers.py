@@ -4,7 +4,7 @@ processes too), the same answers restated from topicmatch._reference, and the
 two functions a spawned child runs (this module is light to import: no
 Hypothesis, no test module)."""
 import topicmatch
-from topicmatch import _reference as R
+from topicmatch import _core, _reference as R
 
 MODES = ("all", "none", "pick")
 BAD_FILTER = {"nats": "a..b", "mqtt": "a/#/b", "amqp": "x" * 256}
@@ -105,3 +105,20 @@ def child_open_and_answer(path, probes):
     got = observed(sl, probes)
     st = sl.stats()
     return got, sl.to_bytes(), st["mapped_bytes"], st["inserts"], sl.dialect
+
+
+def verdict(data, threads):
+    """Sublist.from_bytes(data, verify=True)'s verdict: "opened", or the
+    refusal's message.  threads: the full check forced onto 4 threads (the
+    tables cut among them, the checksum beside them) whatever the image's
+    size; else in one thread whatever its size."""
+    saved_min = _core._set_image_parallel_min(0 if threads else 1 << 62)
+    saved = _core._set_batch_threading(cpus=4)
+    try:
+        topicmatch.Sublist.from_bytes(data, verify=True)
+        return "opened"
+    except ValueError as e:
+        return str(e)
+    finally:
+        _core._set_batch_threading(**saved)
+        _core._set_image_parallel_min(saved_min)

@@ -30,12 +30,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import invariant, rule
 
 import topicmatch
-from topicmatch import _core, _reference as R
+from topicmatch import _reference as R
 
 from examples import examples, steps
 from image_codec import Image
 from image_helpers import (BAD_FILTER, build, child_build_and_save, child_open_and_answer, diff, expected,
-                           inner, observed, reference)
+                           inner, observed, reference, verdict)
 from strategies import ALL_DIALECTS, ONE, REST, SEP, filters, rows, subjects, subscriptions, tiny_thread_blocks
 from test_properties import make_machine
 
@@ -948,22 +948,7 @@ def test_tables_are_written_in_one_order_whatever_the_insertion_order(dialect):
         assert list(opened.match(f).subs) == ([int(f[1:])] if f in flts else []), f
 
 
-def _verdict(data, threads):
-    """Sublist.from_bytes(data, verify=True)'s verdict: "opened" or the
-    refusal's message; threads: the full check forced onto 4 threads."""
-    saved_min = _core._set_image_parallel_min(0 if threads else 1 << 62)
-    saved = _core._set_batch_threading(cpus=4)
-    try:
-        topicmatch.Sublist.from_bytes(data, verify=True)
-        return "opened"
-    except ValueError as e:
-        return str(e)
-    finally:
-        _core._set_batch_threading(**saved)
-        _core._set_image_parallel_min(saved_min)
-
-
-def test_full_check_on_threads_gives_the_one_thread_verdict():
+def test_full_check_on_threads_gives_the_one_threadverdict():
     """open(verify=True) of a large image cuts its tables among threads and
     sums the checksum beside them (csrc/serial/fs_image.c, verify_threads);
     where anything is wrong it checks again in one thread, so that the
@@ -975,7 +960,7 @@ def test_full_check_on_threads_gives_the_one_thread_verdict():
     sl = topicmatch.Sublist("nats")
     sl.insert_many(flts + flts[:500], list(range(len(flts))) + [10**9 + i for i in range(500)])
     good = sl.to_bytes()
-    assert _verdict(good, True) == _verdict(good, False) == "opened"
+    assert verdict(good, True) == verdict(good, False) == "opened"
     img = Image(good)
     lit = [n for n in img.entries if len(n.ids) >= 2 and n.tok.startswith(b"a")]
     n = lit[len(lit) // 2]
@@ -990,6 +975,6 @@ def test_full_check_on_threads_gives_the_one_thread_verdict():
     for bad, why in ((disordered.seal(), "ids not in strictly increasing order"),
                      (twice.seal(), "node reached twice"),
                      (bytes(flipped), "checksum mismatch")):
-        alone, threaded = _verdict(bad, False), _verdict(bad, True)
+        alone, threaded = verdict(bad, False), verdict(bad, True)
         assert why in alone, alone
         assert threaded == alone

@@ -54,7 +54,7 @@ import warnings
 import pytest
 
 import topicmatch
-from topicmatch import _core
+from image_helpers import verdict
 import image_codec as C
 from examples import REPEAT
 
@@ -215,26 +215,10 @@ def consistent(sl, d):
     return None
 
 
-def verdict_on_threads(data):
-    """verify=True's verdict with the full check forced onto threads (the
-    tables cut among 4, the checksum beside them, whatever the image's
-    size): "opened", or the refusal's message."""
-    saved_min = _core._set_image_parallel_min(0)
-    saved = _core._set_batch_threading(cpus=4)
-    try:
-        topicmatch.Sublist.from_bytes(data, verify=True)
-        return "opened"
-    except ValueError as e:
-        return str(e)
-    finally:
-        _core._set_batch_threading(**saved)
-        _core._set_image_parallel_min(saved_min)
-
-
 def open_both(data, d, rng):
     """The outcomes of opening data with verify=True (in one thread, and on
     threads) and with verify=False."""
-    out = {"threads": verdict_on_threads(data)}
+    out = {"threads": verdict(data, True)}
     try:
         sl = topicmatch.Sublist.from_bytes(data, verify=True)
     except ValueError as e:
