@@ -948,7 +948,7 @@ def test_tables_are_written_in_one_order_whatever_the_insertion_order(dialect):
         assert list(opened.match(f).subs) == ([int(f[1:])] if f in flts else []), f
 
 
-def test_full_check_on_threads_gives_the_one_threadverdict():
+def test_full_check_on_threads_gives_the_one_thread_verdict():
     """open(verify=True) of a large image cuts its tables among threads and
     sums the checksum beside them (csrc/serial/fs_image.c, verify_threads);
     where anything is wrong it checks again in one thread, so that the
