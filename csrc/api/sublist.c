@@ -211,6 +211,13 @@ static void undo_growth(fs_sublist *sl, const fs_growth *g)
         fs_level_restore(&(sl->img.base ? sl->live : sl)->mem, g->level, g->cap);
 }
 
+/* The index's table of ps's shape, or NULL: the one found when the row
+ * was parsed ahead, else looked for now. */
+static fs_shape *shape_of(const fs_sublist *sl, const parsed_spec *ps)
+{
+    return ps->shape_hint ? ps->shape_hint : fs_shape_find(sl, &ps->shape);
+}
+
 /* Find the node holding t's subscriptions -- in the literal table, the
  * filter's shape table (then *shp is that shape) or the trie -- or NULL.
  * A shaped filter may still sit in the trie: it went there while the
@@ -222,7 +229,7 @@ static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spe
         return (fs_node *)(uintptr_t)fs_keyed_find(sl, sl->lit, ps->shape.key, ps->filter, ps->filter_len,
                              ps->filter + ps->filter_len);
     if (ps->shaped) {
-        fs_shape *sh = ps->shape_hint ? ps->shape_hint : fs_shape_find(sl, &ps->shape);
+        fs_shape *sh = shape_of(sl, ps);
         fs_node *e = sh ? fs_shape_lookup(sl, sh, ps->filter, ps->filter_len, ps->shape.key) : NULL;
         if (e) {
             *shp = sh;
@@ -363,7 +370,7 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     fs_node *n = find_locked(sl, t, ps, &sh);
     if (!n) {
         int fresh_shape = 0;
-        if (ps->shaped && !(sh = fs_shape_find(sl, &ps->shape))) {
+        if (ps->shaped && !(sh = shape_of(sl, ps))) {
             if (fs_shape_create(sl, &ps->shape, &sh) < 0)
                 return FS_ENOMEM;
             fresh_shape = sh != NULL;

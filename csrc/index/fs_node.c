@@ -91,17 +91,8 @@ void fs_table_teardown(fs_sublist *sl, fs_level *L)
     for (uint32_t i = 0; i < L->cap; i++) {
         if (i + AHEAD < L->cap && L->slots[i + AHEAD].node)
             FS_PREFETCH(L->slots[i + AHEAD].node);
-        fs_node *n = L->slots[i].node;
-        if (!n)
-            continue;
-        if (n->subcap > 1)
-            fs_sl_free(sl, n->subs.many, sizeof(int64_t) * n->subcap);
-        if (n->groups) {
-            for (uint32_t k = 0; k < fs_ngroups(n); k++)
-                group_free(sl, fs_node_group(n, k));
-            fs_sl_free(sl, n->groups, fs_groups_bytes(n->groups->cap));
-        }
-        fs_node_block_free(sl, n);        /* in cache now; a big block is its own malloc */
+        if (L->slots[i].node)
+            fs_node_free(sl, L->slots[i].node);
         L->slots[i].node = NULL;
     }
     L->count = 0;

@@ -26,10 +26,10 @@ fs_node *fs_entry_new(fs_sublist *sl, const char *tok, const fs_span *sp);
 void fs_node_free(fs_sublist *sl, fs_node *n);
 /* Give back n's own block only (freeing a whole index: nothing counted). */
 void fs_node_block_free(fs_sublist *sl, fs_node *n);
-/* Freeing a whole index: every entry of table L (a table of entries, not
- * a trie level), leaving L empty, nothing counted.  In slot order, the
- * nodes ahead fetched, since they lie anywhere in memory: freeing a large
- * index entry by entry waited on a cache miss for each. */
+/* Freeing a whole index: fs_node_free for every entry of table L (a
+ * table of entries, not a trie level), leaving L empty.  In slot order,
+ * the nodes ahead fetched, since they lie anywhere in memory: freeing a
+ * large index entry by entry waited on a cache miss for each. */
 void fs_table_teardown(fs_sublist *sl, fs_level *L);
 /* Add id to the node's plain set / to its group q (created if needed):
  * 1 new, 0 present, FS_ENOMEM (node unchanged). */

@@ -1185,10 +1185,9 @@ static int verify_threads(fs_sublist *sl, unsigned threads, int *sum_pending, fs
             rc = checksum_check(sl->img.base, sl->img.len, J.sum_done ? &J.sum : NULL, err);
             *sum_pending = 0;
         }
-        if (rc != FS_OK) {
-        } else if (atomic_load(&J.failed)) {
+        if (rc == FS_OK && atomic_load(&J.failed))
             rc = 1;
-        } else {
+        if (rc == FS_OK) {
             uint32_t got[1 + FS_SHAPE_MAX] = {0};
             for (size_t u = 0; u < nunits; u++)
                 got[units[u].table] += counts[u];
