@@ -11,7 +11,7 @@ pd = pytest.importorskip("pandas", reason="the mistake under test is a pandas Da
 from topicmatch import Sublist  # noqa: E402
 from topicmatch.spark import (ShardPlan, build_index, fanout, fanout_stream,  # noqa: E402
                               fanout_with_rejects, share_index)
-from topicmatch.spark import fan_out, stream  # noqa: E402
+from topicmatch.spark import plan, stream  # noqa: E402
 from topicmatch.spark.base import type_name  # noqa: E402
 
 PANDAS = "pandas.core.frame.DataFrame"
@@ -47,7 +47,7 @@ def test_pandas_stream_events_are_named(frame, tmp_path):
 
 def test_pandas_subscriptions_are_named(frame, tmp_path):
     with pytest.raises(TypeError) as e:
-        fan_out._index_for(None, frame, "nats", "auto", True)
+        plan.plan_fanout(frame, spark=object())
     assert str(e.value) == ("subscriptions must be a pyspark.sql.DataFrame, a topicmatch.Sublist "
                             f"or a SharedIndex, not {PANDAS}")
     with pytest.raises(TypeError) as e:
@@ -65,9 +65,9 @@ def test_pandas_subscriptions_are_named(frame, tmp_path):
 
 def test_a_shard_plan_names_what_it_cannot_shard(frame):
     with pytest.raises(ValueError) as e:
-        fan_out._plan_for(None, frame, "nats", ShardPlan(2, 1), "auto", "subject", True)
+        plan.plan_fanout(frame, spark=object(), shards=ShardPlan(2, 1))
     assert str(e.value) == f"a ShardPlan shards a subscriptions DataFrame, not a {PANDAS}"
     with pytest.raises(ValueError) as e:
-        fan_out._plan_for(None, Sublist("nats"), "nats", 4, "auto", "subject", True)
+        plan.plan_fanout(Sublist("nats"), spark=object(), shards=4)
     assert str(e.value).startswith("shards=4 needs the subscriptions as a DataFrame: a "
                                    "topicmatch._core.Sublist is one index already built")

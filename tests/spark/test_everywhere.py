@@ -45,7 +45,7 @@ def local_result(spark):
 @pytest.fixture(scope="module")
 def cluster_result(cluster_url, tmp_path_factory, remote_load_log):
     return _run_checks(tmp_path_factory, [
-        "--master", cluster_url, "--ships", "broadcast,file,sharded,auto",
+        "--master", cluster_url, "--ships", "broadcast,file,sharded,auto,stream",
         "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
         "--conf", "spark.cores.max=2", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64",
@@ -153,6 +153,13 @@ def test_standalone_cluster_equals_local(cluster_result, local_result, remote_lo
     # one build per image and location, whatever the hosts and applications
     builds = _builds_per_image(remote_load_log)
     assert any(loc.startswith("spark:") for _, loc in builds) and set(builds.values()) == {1}, builds
+    # fanout_stream on the two hosts: the rows of local mode, micro-batch by
+    # micro-batch, through the image; the second micro-batch, with the same
+    # subscriptions, rebuilds nothing (and the build count above covers
+    # the stream's image too: one build per image, all runs together)
+    stream = cluster_result["stream"]
+    assert stream["deliveries"] == local_result["fanout"]["nats/broadcast"]["deliveries"]
+    assert stream["rebuilt"] == [True, False] and stream["shipped_by"] == ["image", "image"]
     assert set(cluster_result["examples"]) == {"mapPartitions", "mapInArrow"}
     assert cluster_result["shipped_by"]["nats/file"] == "file"
     assert cluster_result["shipped_by"]["nats/broadcast"] == "broadcast"
@@ -203,7 +210,9 @@ def test_connect_equals_local(connect_result, local_result, remote_load_log):
     assert connect_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
     assert set(connect_result["examples"]) == {"mapInArrow"}
     sb = connect_result["shipped_by"]
-    assert (sb["nats/auto"], sb["nats/inline"], sb["nats/artifact"]) == ("inline", "inline", "artifact")
+    # the server's master is local and its probe task reported one host:
+    # the DataFrame's index is an image there (ship= named: shipped)
+    assert (sb["nats/auto"], sb["nats/inline"], sb["nats/artifact"]) == ("image", "inline", "artifact")
     assert sb["example/mapInArrow"] == "inline"
     for index_id, pids in _loads(remote_load_log, connect_result["index_ids"]).items():
         assert 1 <= len(pids) == len(set(pids)) <= 4, (index_id, pids)

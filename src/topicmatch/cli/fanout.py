@@ -262,7 +262,7 @@ def _subscriptions(spark, job, inputs, clock):
     here, or left a DataFrame for the sharded fan-out."""
     from topicmatch.spark import index_from_arrow, share_index
     from topicmatch.spark.base import check_subscriptions_schema
-    from topicmatch.spark.limits import limit
+    from topicmatch.spark.plan import shard_rule
     if job.sublist is not None:
         clock.collect = time.perf_counter()
         idx = share_index(spark, job.sublist, ship=job.ship)
@@ -271,7 +271,7 @@ def _subscriptions(spark, job, inputs, clock):
     subs, shards = inputs.subs, job.shards
     check_subscriptions_schema(subs, string_ids=True)
     n = subs.count() if shards == "auto" else None        # (the count "auto" always made)
-    if shards != 1 and (shards != "auto" or n > limit("AUTO_SHARD_MIN_SUBS")):
+    if shard_rule(shards, n)[0]:
         if n is None and not job.allow_empty and subs.isEmpty():
             n = 0
         _check_rows(job, n)

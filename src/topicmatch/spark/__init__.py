@@ -39,6 +39,8 @@ writes deliveries, rejected and counts per batch idempotently, and re-reads
 the subscriptions between micro-batches.
 
 The parts, one job each, all re-exported here: the fan-out (fan_out.py),
+how a call reaches its index (plan.py: plan_fanout, FanoutPlan.explain()),
+the index built on the driver (shared_index.py),
 streaming (stream.py), images built on the executors (images.py),
 sessions and their log4j set-up (session.py), the
 progress line (progress.py), what they share (base.py: the errors, the
@@ -66,6 +68,7 @@ from topicmatch.spark.base import column as _col  # noqa: F401
 from topicmatch.spark.fan_out import (FanoutCounts,  # noqa: F401
                                    FanoutResult, Subscriptions, build_index, fanout,
                                    fanout_with_rejects, index_from_arrow, share_index)
+from topicmatch.spark.plan import FanoutOptions, FanoutPlan, plan_fanout  # noqa: F401
 from topicmatch.spark.image_cache import CachedImage, Pruned, list_images  # noqa: F401
 from topicmatch.spark.image_cache import prune as prune_images  # noqa: F401
 from topicmatch.spark.images import default_image_dir, image_version  # noqa: F401
@@ -80,6 +83,7 @@ from topicmatch.spark.stream import fanout_stream  # noqa: F401
 
 __all__ = [
     "fanout", "fanout_with_rejects", "fanout_stream", "share_index", "SharedIndex",
+    "plan_fanout", "FanoutPlan", "FanoutOptions",
     "FanoutResult", "FanoutCounts", "FanoutInputError", "ExecutorEnvironmentError",
     "build_index", "local_session", "remote_session", "is_connect", "check_executors",
     "BROADCAST_MAX_BYTES", "INLINE_MAX_BYTES", "LOAD_LOG_ENV",

@@ -1,90 +1,36 @@
 """The fan-out of topicmatch.spark, which re-exports its public names (and whose
-docstring says how a fan-out runs): the index of a subscriptions table
-(an image built on the executors, images.py; or built on the driver and
-shipped by share_index; kept for later calls on the same DataFrame), the matching UDFs, FanoutResult, fanout_with_rejects and
-fanout.  The sharded plan is shard.py's; streams are stream.py's.
+docstring says how a fan-out runs): share_index, the matching UDFs,
+FanoutResult, fanout_with_rejects and fanout.  How a call reaches its index
+is its plan's (plan.py); the index built on the driver is shared_index.py's,
+images are images.py's and shard_images.py's, the cogroup is shard.py's;
+streams are stream.py's.
 """
-import atexit
 import dataclasses
 import functools
 import logging
-import os
-import re
-import shutil
-import tempfile
 import uuid
-import weakref
 from typing import Iterator, NamedTuple, Optional, Tuple, Union
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from topicmatch._core import TopicmatchRuntimeError, TopicmatchTypeError, TopicmatchValueError
+from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError
 from topicmatch import Sublist
-from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeError,  # noqa: F401
-                                 check_events, collect_subscriptions, column, expect_dataframe,
-                                 index_from_arrow, type_name)
-from topicmatch.spark.images import image_index, save_sublist, use_images, vanished
-from topicmatch.spark.shard_images import image_per_event, shard_images
-from topicmatch.spark.session import check_executors, is_connect, session_key
-from topicmatch.spark.ship import (SharedIndex, fork_safe_lock, invalid_reasons, match_batches,
-                                 reject_reasons)
-from topicmatch.spark.limits import limit
-from topicmatch.spark.shard import (ShardPlan, _parallelism, _salts,
-                                  check_rows, check_shards, plan_shards, sharded_per_event)
+                                 check_events, column, expect_dataframe, index_from_arrow)
+from topicmatch.spark.plan import (FanoutOptions, FanoutPlan, event_options, options_of,
+                                   plan_fanout, plan_in)
+from topicmatch.spark.shard_images import image_per_event
+from topicmatch.spark.session import check_executors
+from topicmatch.spark.shared_index import build_index, ship_sublist  # noqa: F401
+from topicmatch.spark.ship import SharedIndex, invalid_reasons, match_batches, reject_reasons
+from topicmatch.spark.shard import ShardPlan, _parallelism, _salts, sharded_per_event
 
 
 # --------------------------------------------------------------------------
-# driver side: the index
+# share_index
 # --------------------------------------------------------------------------
-
-def build_index(subscriptions: DataFrame, dialect: str = "nats") -> Sublist:
-    """build_index(subscriptions, dialect="nats") -> Sublist
-
-    Collect `subscriptions` (`sub_id` integer, `filter` string, optional
-    `queue` string) to the driver and build the index.  A bad row raises one
-    error naming the row (1-based, in the table's order), its sub_id and
-    filter: InvalidSubjectError for an invalid filter or queue name,
-    FanoutInputError for a null sub_id/filter or a wrong column type."""
-    check_dialect(dialect)
-    expect_dataframe(subscriptions, "subscriptions")
-    try:
-        table = collect_subscriptions(subscriptions)
-    except FanoutInputError:
-        raise
-    except Exception as e:  # noqa: BLE001 - only a driver-capacity failure is translated
-        text = str(e)
-        if not re.search(r"maxResultSize|OutOfMemoryError|Java heap space|GC overhead", text):
-            raise
-        why = next((ln.strip() for ln in text.splitlines()
-                    if re.search(r"maxResultSize|OutOfMemory|heap space|GC overhead", ln)), text[:300])
-        raise IndexTooLargeError(
-            f"the subscriptions do not fit through the driver ({why[:300]}); an unsharded "
-            "fan-out collects them all: pass shards=N (or shards='auto') to fanout / "
-            "fanout_with_rejects / fanout_stream, or --shards to `topicmatch fanout`, to build "
-            "the index shard by shard on the executors; or leave ship='auto' with image_dir= "
-            "(a directory every executor shares) to build it as one image on an executor") from None
-    return index_from_arrow(table, dialect)
-
-
-_TMPDIR = []
-
-
-def _tmpdir():
-    if not _TMPDIR:
-        _TMPDIR.append(tempfile.mkdtemp(prefix="topicmatch-index-"))
-        atexit.register(shutil.rmtree, _TMPDIR[0], True)
-    return _TMPDIR[0]
-
-
-def _write_image(data: bytes, name: str) -> str:
-    path = os.path.join(_tmpdir(), name)
-    with open(path, "wb") as f:
-        f.write(data)
-    return path
-
 
 def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship: str = "auto",
                 image_dir: Optional[str] = None, dialect: Optional[str] = None) -> SharedIndex:
@@ -98,9 +44,10 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
     and the workers map it (shipped_by "image"); nothing else travels.
     `sublist` may also be a subscriptions DataFrame (sub_id, filter[,
     queue]; dialect= names its dialect, "nats" by default): its index is
-    built on the executors into image_dir, or into their default directory
-    where every executor shares a host, and reused by content (see
-    fanout's image_dir); elsewhere it is built on the driver and shipped.
+    planned as fanout's one index is (plan_fanout(..., shards=1)): an image
+    built on the executors, reused by content; where images cannot be used
+    (Spark Connect without image_dir, ship= named) built on the driver and
+    shipped.
 
     ship="auto" picks by session kind and size:
         classic Spark   broadcast up to BROADCAST_MAX_BYTES, else "file"
@@ -113,122 +60,9 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
     artifact's local copy) early; a file stays until the driver exits."""
     if isinstance(sublist, DataFrame):
         dialect = "nats" if dialect is None else dialect
-        check_dialect(dialect)
-        if use_images(spark, image_dir, ship):
-            return image_index(sublist, dialect, image_dir)
-        sublist = build_index(sublist, dialect)
-    if not isinstance(sublist, Sublist):
-        raise TopicmatchTypeError("share_index needs a topicmatch.Sublist (or a subscriptions DataFrame), "
-                        f"not {type_name(sublist)}")
-    if dialect is not None and dialect != sublist.dialect:
-        raise TopicmatchValueError(f"the Sublist is {sublist.dialect!r}, share_index was given "
-                         f"dialect={dialect!r}")
-    if image_dir is not None:
-        use_images(spark, image_dir, ship)     # checks the pair
-        return save_sublist(sublist, image_dir)
-    connect = is_connect(spark)
-    data = sublist.to_bytes()
-    n = len(data)
-    if ship == "auto":
-        if connect:
-            ship = "inline" if n <= limit("INLINE_MAX_BYTES") else "artifact"
-        else:
-            ship = "broadcast" if n <= limit("BROADCAST_MAX_BYTES") else "file"
-    elif connect and ship == "file":
-        ship = "artifact"
-    if ship not in ("broadcast", "file", "artifact", "inline"):
-        raise TopicmatchValueError(f"ship must be 'auto', 'broadcast', 'file', 'artifact' or 'inline', not {ship!r}")
-    if connect and ship == "broadcast":
-        raise TopicmatchValueError("ship='broadcast' needs classic Spark (a SparkContext); on Spark Connect "
-                         "use 'inline' or 'artifact' (or 'auto')")
-    if not connect and ship == "artifact":
-        raise TopicmatchValueError("ship='artifact' is for Spark Connect sessions; on classic Spark "
-                         "use 'broadcast' or 'file' (or 'auto')")
-    index_id = uuid.uuid4().hex
-    common = dict(index_id=index_id, dialect=sublist.dialect, nbytes=n, nsubs=len(sublist),
-                  shipped_by=ship, sublist=sublist)
-    if ship == "broadcast":
-        return SharedIndex(broadcast=spark.sparkContext.broadcast(data), **common)
-    if ship == "inline":
-        return SharedIndex(data=data, **common)
-    name = f"topicmatch-index-{index_id}.bin"
-    path = _write_image(data, name)
-    del data
-    if ship == "file":
-        spark.sparkContext.addFile(path)
-    else:
-        spark.addArtifacts(path, file=True)
-    return SharedIndex(filename=name, local_path=path, **common)
-
-
-# What a fan-out learnt about a subscriptions DataFrame, kept for later calls
-# on the same DataFrame object: id(df) -> (weakref(df), {key: value}); keys
-# (session id, dialect, ship) -> its SharedIndex, (..., "plan", shards,
-# depth) -> its ShardPlan, (..., "small") -> True when "auto" found it small.
-_BUILT = {}
-_BUILT_LOCK = fork_safe_lock()
-
-
-def _forget(key):
-    # Only the cache entry goes: plans built on the DataFrame may still run
-    # with its index (the shipped file stays until the driver exits).
-    with _BUILT_LOCK:
-        _BUILT.pop(key, None)
-
-
-def _index_for(spark, subscriptions, dialect, ship, reuse, image_dir=None) -> SharedIndex:
-    """DataFrame, Sublist or SharedIndex -> the SharedIndex a fan-out uses.
-    A DataFrame's index is an image built on the executors (images.py)
-    where use_images says so, else built here and shipped."""
-    if isinstance(subscriptions, SharedIndex):
-        if subscriptions.dialect != dialect:
-            raise TopicmatchValueError(f"the shared index is {subscriptions.dialect!r}, the fan-out "
-                             f"asks for dialect={dialect!r}")
-        return subscriptions
-    if isinstance(subscriptions, Sublist):
-        if subscriptions.dialect != dialect:
-            raise TopicmatchValueError(f"the Sublist is {subscriptions.dialect!r}, the fan-out "
-                             f"asks for dialect={dialect!r}")
-        return share_index(spark, subscriptions, ship=ship, image_dir=image_dir)
-    if not isinstance(subscriptions, DataFrame):
-        raise TopicmatchTypeError("subscriptions must be a pyspark.sql.DataFrame, a topicmatch.Sublist "
-                        f"or a SharedIndex, not {type_name(subscriptions)}")
-    if use_images(spark, image_dir, ship):
-        key = (session_key(spark), dialect, "image", image_dir)
-        idx = _reused(subscriptions, key) if reuse else None
-        if idx is None or vanished(idx.image_path):
-            idx = image_index(subscriptions, dialect, image_dir, rebuild=not reuse)
-            if reuse:
-                _remember(subscriptions, key, idx)
-        return idx
-    key = (session_key(spark), dialect, ship)
-    idx = _reused(subscriptions, key) if reuse else None
-    if idx is None:
-        idx = share_index(spark, build_index(subscriptions, dialect), ship=ship)
-        if reuse:
-            _remember(subscriptions, key, idx)
-    return idx
-
-
-def _reused(subscriptions, key):
-    """What an earlier fan-out kept for this DataFrame object under key, or None."""
-    with _BUILT_LOCK:
-        entry = _BUILT.get(id(subscriptions))
-        if entry is not None and entry[0]() is subscriptions:
-            return entry[1].get(key)
-    return None
-
-
-def _remember(subscriptions, key, value):
-    with _BUILT_LOCK:
-        entry = _BUILT.get(id(subscriptions))
-        if entry is None or entry[0]() is not subscriptions:
-            try:
-                ref = weakref.ref(subscriptions, lambda _r, k=id(subscriptions): _forget(k))
-            except TypeError:  # pragma: no cover - a DataFrame class without weakrefs
-                return
-            entry = _BUILT[id(subscriptions)] = (ref, {})
-        entry[1][key] = value
+        return plan_fanout(sublist, FanoutOptions(dialect=dialect, shards=1, ship=ship,
+                                                  image_dir=image_dir)).shared_index
+    return ship_sublist(spark, sublist, ship=ship, image_dir=image_dir, dialect=dialect)
 
 
 # --------------------------------------------------------------------------
@@ -311,13 +145,15 @@ class FanoutResult:
     unmatched   the accepted events no subscription matched: their columns.
     index       the SharedIndex used (.index_id, .nsubs, .nbytes, .shipped_by), or
                 the ShardPlan of a sharded fan-out (.index_id, .nsubs, .explain()).
+    plan        the FanoutPlan the call ran (plan.explain(): its route, why,
+                and the jobs planning ran).
 
     Unpacks as a pair: deliveries, rejected = fanout_with_rejects(...).
     """
 
     def __init__(self, per_event, event_cols, subject_col, dialect, explode, index,
-                 observation=None, events=None):
-        self.per_event, self.index = per_event, index
+                 observation=None, events=None, plan=None):
+        self.per_event, self.index, self.plan = per_event, index, plan
         self._args = (event_cols, subject_col, dialect, explode)
         self._observation = observation
         self._events = events
@@ -364,7 +200,7 @@ class FanoutResult:
         from pyspark.sql import Observation
         obs = Observation(f"topicmatch_{uuid.uuid4().hex[:12]}")
         return FanoutResult(self.per_event.observe(obs, *_count_exprs()), *self._args,
-                            self.index, observation=obs, events=self._events)
+                            self.index, observation=obs, events=self._events, plan=self.plan)
 
     def observed_counts(self) -> FanoutCounts:
         """The counts observed during the first action over this result (see
@@ -392,92 +228,7 @@ class FanoutResult:
         return f"<FanoutResult {self.index!r}>"
 
 
-Subscriptions = Union[DataFrame, Sublist, SharedIndex]
-
-
-def _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse, images=False,
-              salting=True):
-    """-> the ShardPlan of a sharded fan-out, or None for the broadcast path.
-
-    Every sharded fan-out -- shards=N, "auto" past AUTO_SHARD_MIN_SUBS, a
-    ShardPlan, and each micro-batch of fanout_stream -- gets its plan here,
-    from plan_shards, whose one job over the subscriptions validates every
-    row (a bad one raises on the driver, as base.bad_subscription words it)
-    before any event is read.  A ShardPlan runs as given (shards, depth,
-    salts): the job checks the rows (once per DataFrame object with
-    reuse_index, as for shards=N)."""
-    given = None
-    if isinstance(shards, ShardPlan):
-        if not isinstance(subscriptions, DataFrame):
-            raise TopicmatchValueError("a ShardPlan shards a subscriptions DataFrame, not a "
-                             f"{type_name(subscriptions)}")
-        given, shards, depth = shards, shards.shards, shards.depth
-    else:
-        check_shards(shards)
-        if shards == 1:
-            return None
-        if not isinstance(subscriptions, DataFrame):
-            if shards == "auto":
-                return None     # already one index on the driver: the broadcast path
-            raise TopicmatchValueError(
-                f"shards={shards} needs the subscriptions as a DataFrame: a "
-                f"{type_name(subscriptions)} is one index already built on the driver, "
-                "so it is shipped whole (shards=1 or 'auto')")
-        if shards == "auto" and small_enough(subscriptions, dialect, reuse):
-            return None
-    if events.isStreaming:
-        raise TopicmatchValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
-                         "use fanout_stream(..., shards=...)")
-    spark = events.sparkSession
-    plan = checked_plan(subscriptions, dialect, shards, depth, reuse, images=images)
-    if given is not None:
-        # The caller's plan runs as given (its salting included); the log
-        # shows it with the figures the job measured.
-        logging.getLogger("topicmatch.spark").info(
-            "%s", dataclasses.replace(plan, salts=dict(given.salts)).explain())
-        return given
-    # The salting follows these events: a sample of them, per call (none
-    # when the events are matched where they are).
-    if salting:
-        plan = dataclasses.replace(plan, salts=_salts(events, subject_col, dialect, plan,
-                                                      _parallelism(spark)))
-    logging.getLogger("topicmatch.spark").info("%s", plan.explain())
-    return plan
-
-
-def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: bool, *,
-                 images: bool = False) -> ShardPlan:
-    """plan_shards(subscriptions, dialect, shards, depth) -- the aggregate
-    that measures the shards and names their images, and the job that checks
-    every subscriptions row -- kept for later calls on the same DataFrame
-    object (with reuse).  The one place a sharded fan-out plans: _plan_for,
-    and fanout_stream before it starts, call it.  images=True: planned for
-    shard images (plan_shards(images=True)), whose build checks the rows
-    instead of the check job."""
-    check = not images
-    key = (session_key(subscriptions.sparkSession), dialect, "plan", shards, depth, images)
-    checked_key = key + ("checked",)
-    plan = _reused(subscriptions, key) if reuse else None
-    if plan is None:
-        plan = plan_shards(subscriptions, dialect, shards, depth, check=check, images=images)
-        if reuse:
-            _remember(subscriptions, key, plan)
-    elif check and not _reused(subscriptions, checked_key):
-        check_rows(subscriptions, dialect)
-    if check and reuse:
-        _remember(subscriptions, checked_key, True)
-    return plan
-
-
-def small_enough(subscriptions: DataFrame, dialect: str, reuse: bool) -> bool:
-    """shards="auto": are there at most AUTO_SHARD_MIN_SUBS subscriptions?  One count job."""
-    key = (session_key(subscriptions.sparkSession), dialect, "small")
-    small = _reused(subscriptions, key) if reuse else None
-    if small is None:
-        small = subscriptions.count() <= limit("AUTO_SHARD_MIN_SUBS")
-        if reuse:
-            _remember(subscriptions, key, small)
-    return small
+Subscriptions = Union[DataFrame, Sublist, SharedIndex, FanoutPlan]
 
 
 def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
@@ -485,79 +236,92 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
                         dialect: str = "nats", queues: str = "pick", explode: bool = True, *,
                         ship: str = "auto", reuse_index: bool = True, shards="auto",
                         depth="auto", dedupe: bool = False,
-                        image_dir: Optional[str] = None) -> FanoutResult:
+                        image_dir: Optional[str] = None,
+                        options: Optional[FanoutOptions] = None) -> FanoutResult:
     """fanout_with_rejects(events, subscriptions, subject_col="subject", key_col=None,
     dialect="nats", queues="pick", explode=True, *, ship="auto", reuse_index=True,
-    shards="auto", depth="auto", dedupe=False, image_dir=None) -> FanoutResult
+    shards="auto", depth="auto", dedupe=False, image_dir=None, options=None) -> FanoutResult
 
     Like fanout(), and also the rejected events (with an `error` column), the
     unmatched ones, the per-event frame and counts().  See FanoutResult."""
-    if queues not in QUEUE_MODES:
-        raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
-    check_dialect(dialect)
+    given = options_of(options, subject_col=subject_col, key_col=key_col, dialect=dialect,
+                       queues=queues, explode=explode, ship=ship, reuse_index=reuse_index,
+                       shards=shards, depth=depth, dedupe=dedupe, image_dir=image_dir)
     expect_dataframe(events, "events")
-    check_events(events, subject_col, key_col, explode)
-
     spark = events.sparkSession
+    if isinstance(subscriptions, FanoutPlan):
+        plan = plan_in(spark, subscriptions, given)
+        opts = event_options(plan, given).check()
+    else:
+        opts = given.check()
+    check_events(events, opts.subject_col, opts.key_col, opts.explode)
     # Once per session, local masters included: a session the user built from
     # a Python without pyarrow gets a clear error instead of a worker's stack.
     check_executors(spark)
-    # Shard images check their rows as they build (and not at all when
-    # found by content): the plan's own check job is for the other paths.
-    images = isinstance(subscriptions, DataFrame) and use_images(spark, image_dir, ship)
-    # Every host holds every image it needs (its own disk, a mount, its copy
-    # of the store's, or Spark's): the events are matched where they are,
-    # against every shard's image, with no shuffle and no salting sample.
-    # Shuffling them by shard would save only the mapping of images a host's
-    # tasks do not meet, at the price of moving every event.
-    in_place = images
-    plan = _plan_for(events, subscriptions, dialect, shards, depth, subject_col, reuse_index,
-                     images=images, salting=not in_place)
-    if plan is not None:
-        how = dict(subject_col=subject_col, key_col=key_col, dialect=dialect, queues=queues,
-                   dedupe=bool(dedupe))
-        if images:
-            # each shard's image built once per content, only the events
-            # shuffled (or none); the same DataFrame object again: not even
-            # the plan's aggregate
-            key = (session_key(spark), dialect, "shard-images", image_dir, plan.shards, plan.depth)
-            paths = _reused(subscriptions, key) if reuse_index else None
-            if paths is None or any(vanished(p) for p in paths):
-                paths = shard_images(subscriptions, dialect, plan, image_dir,
-                                     rebuild=not reuse_index)["paths"]
-                if reuse_index:
-                    _remember(subscriptions, key, paths)
-            per_event = image_per_event(events, plan, paths, in_place=in_place, **how)
-        else:
-            per_event = sharded_per_event(events, subscriptions, plan, **how)
-        return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, plan,
-                            events=events)
-    idx = _index_for(spark, subscriptions, dialect, ship, reuse_index, image_dir)
+    if not isinstance(subscriptions, FanoutPlan):
+        plan = plan_fanout(subscriptions, opts, spark=spark)
+    per_event = _per_event(events, plan, opts)
+    return FanoutResult(per_event, list(events.columns), opts.subject_col, opts.dialect,
+                        opts.explode, plan.index, events=events, plan=plan)
 
-    subject = column(subject_col)
-    if key_col is None:
-        matched = _match_udf(idx, queues, False, bool(dedupe))(subject)
+
+def _per_event(events: DataFrame, plan: FanoutPlan, opts: FanoutOptions) -> DataFrame:
+    """The events with their `sub_ids`, matched as the plan says."""
+    if plan.sharded and events.isStreaming:
+        raise TopicmatchValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
+                                   "use fanout_stream(..., shards=...)")
+    how = dict(subject_col=opts.subject_col, key_col=opts.key_col, dialect=opts.dialect,
+               queues=opts.queues, dedupe=bool(opts.dedupe))
+    if plan.route == "shard-images":
+        return image_per_event(events, plan.shard_plan, plan.shard_paths, in_place=True, **how)
+    if plan.route == "cogroup":
+        sp = plan.shard_plan
+        if not isinstance(opts.shards, ShardPlan):
+            # the salting follows these events: a sample of them, per call
+            sp = dataclasses.replace(sp, salts=_salts(events, opts.subject_col, opts.dialect, sp,
+                                                      _parallelism(events.sparkSession)))
+            logging.getLogger("topicmatch.spark").info("%s", sp.explain())
+        return sharded_per_event(events, plan.subscriptions, sp, **how)
+    subject = column(opts.subject_col)
+    if opts.key_col is None:
+        matched = _match_udf(plan.shared_index, opts.queues, False, bool(opts.dedupe))(subject)
     else:
         # A null key falls back to the subject, as if no key had been given.
-        key = F.coalesce(column(key_col).cast("string"), subject)
-        matched = _match_udf(idx, queues, True, bool(dedupe))(subject, key)
-    per_event = events.withColumn("sub_ids", matched)
-    return FanoutResult(per_event, list(events.columns), subject_col, dialect, explode, idx,
-                        events=events)
+        key = F.coalesce(column(opts.key_col).cast("string"), subject)
+        matched = _match_udf(plan.shared_index, opts.queues, True, bool(opts.dedupe))(subject, key)
+    return events.withColumn("sub_ids", matched)
 
 
 def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "subject",
            key_col: Optional[str] = None, dialect: str = "nats", queues: str = "pick",
            explode: bool = True, *, ship: str = "auto", reuse_index: bool = True,
            shards="auto", depth="auto", dedupe: bool = False,
-           image_dir: Optional[str] = None) -> DataFrame:
+           image_dir: Optional[str] = None,
+           options: Optional[FanoutOptions] = None) -> DataFrame:
     """fanout(events, subscriptions, subject_col="subject", key_col=None, dialect="nats",
     queues="pick", explode=True, *, ship="auto", reuse_index=True, shards="auto",
-    depth="auto", dedupe=False, image_dir=None) -> DataFrame
+    depth="auto", dedupe=False, image_dir=None, options=None) -> DataFrame
 
     The delivery list of `events` against `subscriptions`: a DataFrame
-    (`sub_id` long, `filter` string, `queue` string or null), a Sublist, or
-    a SharedIndex from share_index().
+    (`sub_id` long, `filter` string, `queue` string or null), a Sublist, a
+    SharedIndex from share_index(), or a FanoutPlan from plan_fanout().
+
+    Jobs at call time.  Given a subscriptions DataFrame, fanout plans its
+    index before it returns (plan_fanout, whose explain() lists them): a
+    digest or count job over the subscriptions, then, for an image not yet
+    known to this application, a probe task and (only for an image not
+    found) the build.  That is why a call is not lazy, as a Spark
+    transformation is: the index must exist before a task can map it.  A
+    repeat call on the same DataFrame object runs none of them, and a plan
+    made ahead (plan = plan_fanout(subs, ...); fanout(events, plan)) moves
+    them all out of the call.  The match itself runs with the first action
+    on the result.
+
+    options        a FanoutOptions carrying any of these keywords at once (a
+                   keyword set here overrides it).  With a FanoutPlan, the
+                   plan's own keywords (dialect, shards, depth, ship,
+                   image_dir, reuse_index) come from the plan: one set here
+                   must agree with it.
 
     explode=True   one row per (event, sub_id): the event's columns + `sub_id` bigint.
     explode=False  one row per accepted event: its columns + `sub_ids` array<bigint>
@@ -613,5 +377,5 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
     return fanout_with_rejects(events, subscriptions, subject_col, key_col, dialect,
                                queues, explode, ship=ship, reuse_index=reuse_index,
                                shards=shards, depth=depth, dedupe=dedupe,
-                               image_dir=image_dir).deliveries
+                               image_dir=image_dir, options=options).deliveries
 

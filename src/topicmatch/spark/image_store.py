@@ -138,7 +138,8 @@ def image_home() -> str:
 # directories and locks another local user cannot steer
 # --------------------------------------------------------------------------
 
-def private_dir(path: str) -> str:
+def private_dir(path: str, what: str = "the image directory",
+                fix: str = "or set TOPICMATCH_IMAGE_DIR to a directory of your own") -> str:
     """path, made 0700 if missing, and checked (lstat: a symlink is not
     followed) to be a real directory the caller owns that group and other
     cannot write: a per-user directory in a shared /tmp that another user
@@ -157,8 +158,8 @@ def private_dir(path: str) -> str:
     elif st.st_mode & 0o022:
         why = f"group or other can write it (mode {stat.S_IMODE(st.st_mode):04o})"
     if why:
-        raise _os_error(f"topicmatch: refusing the image directory {path}: {why}; remove it, "
-                        "or set TOPICMATCH_IMAGE_DIR to a directory of your own", kind=PermissionError)
+        raise _os_error(f"topicmatch: refusing {what} {path}: {why}; remove it, {fix}",
+                        kind=PermissionError)
     return path
 
 
@@ -166,8 +167,11 @@ def private_dir(path: str) -> str:
 def locked(path: str):
     """An exclusive flock on path + ".lock", taken on a read-only
     descriptor (so a lock file of 0644 lets no one else's open for writing
-    matter), never through a symlink."""
-    fd = os.open(path + ".lock", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    matter), never through a symlink, and never waiting on a FIFO put at
+    its name (O_NONBLOCK: a FIFO's open would wait for a writer; flock
+    itself still waits for the lock)."""
+    fd = os.open(path + ".lock", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                 | os.O_CLOEXEC, 0o644)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _os_error(f"topicmatch: the lock file {path}.lock is not a regular file", kind=PermissionError)

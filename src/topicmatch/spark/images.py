@@ -102,19 +102,63 @@ def use_images(spark, image_dir, ship: str) -> bool:
         return True
     if ship != "auto":
         return False
-    if is_connect(spark):
-        _warn_once(spark, "topicmatch: on Spark Connect without image_dir= a subscriptions "
-                          "DataFrame's index is built on the driver and shipped (the client can "
-                          "add no file to the application); pass image_dir= a path or storage "
-                          "URI the server's executors share to build it there, once per content")
+    if is_connect(spark) and not connect_one_host(spark):
+        warn_once(spark, "topicmatch: on Spark Connect without image_dir= a subscriptions "
+                          "DataFrame's index is built on the driver and shipped: the server's "
+                          "executors may run on several hosts, and the client can add no file "
+                          "to the application; pass image_dir= a path or storage URI they share "
+                          "to build it there, once per content")
         return False
     return True
+
+
+# session -> (do a Connect server's executors share one host, the host they reported)
+_CONNECT_HOSTS = {}
+
+
+def _host_probe(batches):
+    for b in batches:
+        yield pa.RecordBatch.from_pydict({"host": [socket.gethostname()] * b.num_rows,
+                                          "home": [default_image_dir()] * b.num_rows})
+
+
+def connect_one_host(spark) -> bool:
+    """Spark Connect: do the server's executors share one host, so that
+    images in their default directory serve every one of them?  The client
+    sees no executor, so this is asked of the server, once per session:
+    its master must be local (every executor is then a thread of the
+    server's own process, on its host: dynamic allocation cannot add one
+    elsewhere), and a probe task, run there, reports the host and the
+    image directory the executors will use.  A cluster behind the server
+    is never assumed to share a host: an executor on another one could
+    not map the path."""
+    key = session_key(spark)
+    if key not in _CONNECT_HOSTS:
+        try:
+            master = spark.conf.get("spark.master", None) or ""
+        except Exception:  # noqa: BLE001 - a server that does not say
+            master = ""
+        answer = (False, None)
+        if is_local_master(master):
+            rows = spark.range(2, numPartitions=2).mapInArrow(
+                _host_probe, "host string, home string").collect()
+            hosts = {(r["host"], r["home"]) for r in rows}
+            if len(hosts) == 1:
+                answer = (True, "%s:%s" % hosts.pop())
+        _CONNECT_HOSTS[key] = answer
+    return _CONNECT_HOSTS[key][0]
+
+
+def connect_host(spark) -> Optional[str]:
+    """The host and image directory a Connect server's executors reported
+    (connect_one_host), for the plan's explain(); None where not one host."""
+    return _CONNECT_HOSTS.get(session_key(spark), (False, None))[1]
 
 
 _WARNED = set()
 
 
-def _warn_once(spark, message: str) -> None:
+def warn_once(spark, message: str) -> None:
     """A path that images cannot take is said, once per session, never silently."""
     key = (session_key(spark), message)
     if key not in _WARNED:
@@ -143,10 +187,10 @@ def default_dir_works(spark) -> bool:
     """Can the executors share images on their local disk?  A local master:
     yes.  Classic Spark on a cluster: when every registered executor runs
     on one host and dynamic allocation is off (executors added later could
-    be elsewhere).  Spark Connect: no (the client cannot see the executors;
-    pass image_dir)."""
+    be elsewhere).  Spark Connect: when the server's executors report one
+    host (connect_one_host)."""
     if is_connect(spark):
-        return False
+        return connect_one_host(spark)
     sc = spark.sparkContext
     if is_local_master(sc.master):
         return True
@@ -219,7 +263,15 @@ def name_of(dialect: str, sums) -> str:
 def digest_name(subscriptions: DataFrame, dialect: str) -> str:
     """The content name of the index of `subscriptions`: one aggregate job
     on the executors (name_of)."""
-    return name_of(dialect, index_rows(subscriptions).agg(*digest_columns()).first())
+    return digest(subscriptions, dialect)[1]
+
+
+def digest(subscriptions: DataFrame, dialect: str) -> Tuple[int, str]:
+    """(rows, content name) of `subscriptions`, from the one digest job:
+    the count comes with the name, so a plan that needs both reads the
+    rows once."""
+    sums = index_rows(subscriptions).agg(*digest_columns()).first()
+    return int(sums[0]), name_of(dialect, sums)
 
 
 # --------------------------------------------------------------------------
@@ -315,7 +367,7 @@ def probe_image(path: str, dialect: str) -> Tuple[str, int]:
                         "(save() writes them under the umask)", kind=PermissionError) from None
     except (ValueError, OSError) as e:
         return f"damaged: {e}", 0
-    if sl.dialect != dialect:
+    if dialect and sl.dialect != dialect:
         return f"damaged: a {sl.dialect} index under a {dialect} name", 0
     return "ok", len(sl)
 
@@ -335,7 +387,14 @@ def save_locked(path: str, force: bool, build: Callable[[], Sublist]) -> Tuple[s
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with locked(path):
         if not force and os.path.exists(path):
-            return "there", 0, len(Sublist.open(path, verify=False))
+            # Another task built it while this one waited, or, in an
+            # image_dir others can write, someone put a file there: it is
+            # checked in full before any worker maps it (the probe checked
+            # only what was there before the wait), and built over when bad.
+            status, nsubs = probe_image(path, "")
+            if status == "ok":
+                return "there", 0, nsubs
+            _log.warning("topicmatch: rebuilding the image %s (%s)", path, status)
         sl = build()
         sl.save(path)
         return "built", sl.stats()["inserts"], len(sl)
@@ -457,14 +516,21 @@ _KNOWN_LOCK = threading.Lock()
 
 
 def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
-                rebuild: bool = False) -> SharedIndex:
+                rebuild: bool = False, name: Optional[str] = None,
+                steps: Optional[list] = None) -> SharedIndex:
     """The SharedIndex ("image") of `subscriptions`' rows in image_dir (None:
     the executors' default directory), built by an executor task unless an
     image of the same content is there.  rebuild=True builds it again (and
-    replaces the file).  A bad row raises its error here, on the driver."""
+    replaces the file).  A bad row raises its error here, on the driver.
+    name: the rows' content name when the caller ran the digest already
+    (the plan's first job); steps: a list each job run is told to, in
+    words (the plan's explain())."""
     image_dir = _check_dir(image_dir)
     spark = subscriptions.sparkSession
-    name = digest_name(subscriptions, dialect)
+    steps = [] if steps is None else steps
+    if name is None:
+        name = digest_name(subscriptions, dialect)
+        steps.append("digest job: one aggregate over the rows names the image by its content")
     location = location_in(image_dir, name, spark_files(spark, image_dir))
     key = (session_key(spark), image_dir, location, name)
     with _KNOWN_LOCK:
@@ -478,9 +544,14 @@ def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
         local = cache_path(location, driver_cache_dir())
         row = {"path": location, "nbytes": os.path.getsize(local),
                "nsubs": len(Sublist.open(local, verify=False)), "host": socket.gethostname()}
+        steps.append("no task: the driver holds this image from an earlier call or application, "
+                     "checked in full, and adds it to this one")
+    elif row is not None:
+        steps.append("no task: this application found or built this image before")
     if row is None:
         with inbox_for(spark, [location]) as inbox:
-            row, inserts = _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox)
+            row, inserts = _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox,
+                                           steps)
         with _KNOWN_LOCK:
             _KNOWN[key] = row
     return SharedIndex(uuid.uuid4().hex, dialect, row["nbytes"], row["nsubs"], "image",
@@ -488,9 +559,9 @@ def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
                        inserts=inserts)
 
 
-def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox):
+def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox, steps):
     """The probe task, then (missing, damaged, or rebuild) the build task:
-    -> (their row, subscriptions inserted)."""
+    -> (their row, subscriptions inserted); each told to `steps`."""
     spark = subscriptions.sparkSession
     ticket = inbox.ticket if inbox is not None else None
     one = spark.range(1, numPartitions=1)
@@ -500,6 +571,7 @@ def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox):
     if not rebuild:
         row = publish(one.mapInArrow(_probe_task(location, name, dialect, ticket), _RESULT).collect(),
                       spark, inbox)[0]
+        steps.append(f"probe task: the image is {row['status']} at {row['path']}")
         if row["status"].startswith("damaged"):
             _log.warning("topicmatch: rebuilding the image %s (%s)", row["path"], row["status"])
             force = True
@@ -515,6 +587,8 @@ def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox):
             raise bad_subscription(dialect, row["bad_sub_id"], row["bad_filter"],
                                    row["bad_queue"], row=row["bad_row"] + 1)
         inserts = row["inserts"]
+        steps.append(f"build task: the rows in one task, {inserts:,} inserted, "
+                     f"{row['nbytes']:,} bytes saved at {row['path']}")
     return row, inserts
 
 

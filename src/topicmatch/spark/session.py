@@ -60,8 +60,15 @@ _TASK_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.schedul
 
 
 def _log4j_file(level: str) -> str:
-    d = os.path.join(tempfile.gettempdir(), f"topicmatch-{os.getuid() if hasattr(os, 'getuid') else 0}")
-    os.makedirs(d, exist_ok=True)
+    """The log4j2 configuration of a quiet session, in a directory private to
+    this user: made 0700 and checked as one (image_store.private_dir), so
+    another user of a shared /tmp can neither make it first nor plant a
+    symlink in it for this code to write through.  The new text goes to a
+    mkstemp file, renamed into place."""
+    from topicmatch.spark.image_store import private_dir
+    d = private_dir(os.path.join(tempfile.gettempdir(),
+                                 f"topicmatch-{os.getuid() if hasattr(os, 'getuid') else 0}"),
+                    "the logging configuration's directory", "and start again")
     path = os.path.join(d, f"log4j2-{level.lower()}.properties")
     text = _LOG4J.format(level=level.lower())
     if level.upper() in ("ERROR", "FATAL", "OFF"):
@@ -73,10 +80,16 @@ def _log4j_file(level: str) -> str:
                 return path
     except OSError:
         pass
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)    # (the JVM reads it; the directory keeps others out)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return path
 
 

@@ -293,6 +293,19 @@ class RowStats:
                 out[b % n] += v[0]
         return out
 
+    def covers(self, depths, modulus: int) -> bool:
+        """Were these figures taken at exactly `depths`, buckets mod `modulus`?"""
+        return self.modulus == modulus and {d for d, _ in self.sums} == set(depths)
+
+    def total(self, d: int) -> Tuple[int, ...]:
+        """The digest_sums of every row (each is in one bucket at depth d):
+        the content of the whole table, as images.digest sums it."""
+        out = [0] * 5
+        for (dd, _), v in self.sums.items():
+            if dd == d:
+                out = [x + y for x, y in zip(out, v)]
+        return tuple(out)
+
     def replicated(self, d: int) -> int:
         return int(self.sums.get((d, -1), (0,))[0])
 
@@ -437,9 +450,11 @@ def _subs_columns(subscriptions: DataFrame, has_queue: bool):
 
 def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", depth="auto",
                 *, events: Optional[DataFrame] = None, subject_col: str = "subject",
-                salting: bool = True, check: bool = True, images: bool = False) -> ShardPlan:
+                salting: bool = True, check: bool = True, images: bool = False,
+                stats: Optional["RowStats"] = None) -> ShardPlan:
     """plan_shards(subscriptions, dialect="nats", shards="auto", depth="auto", *,
-    events=None, subject_col="subject", salting=True, check=True, images=False) -> ShardPlan
+    events=None, subject_col="subject", salting=True, check=True, images=False,
+    stats=None) -> ShardPlan
 
     One aggregate over the subscriptions, in the JVM (row_stats): the
     replicated share and the shard sizes for depths 1-3 (or the one given)
@@ -470,7 +485,8 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     # room to do better (_image_plan_is_best): on most sets one depth
     # suffices, and each depth is a third of the aggregate's rows.
     first = depths[:1] if images else depths
-    stats = row_stats(subscriptions, dialect, first, max(candidates))
+    if stats is None or not stats.covers(first, max(candidates)):
+        stats = row_stats(subscriptions, dialect, first, max(candidates))
     if check:
         check_rows(subscriptions, dialect)
     decide = _decide_for_images if images else _decide
@@ -671,7 +687,7 @@ def sharded_per_event(events: DataFrame, subscriptions: DataFrame, plan: ShardPl
     unsharded fan-out's per-event frame, computed shard by shard, the
     subscriptions shuffled beside the events and each shard's index built
     in the group (or taken from the worker's cache).  The subscriptions are
-    checked by plan_shards (fanout's _plan_for) before."""
+    checked by plan_shards (the call's plan, plan.py) before."""
     has_queue = check_subscriptions_schema(subscriptions)
     side = event_side(events, plan, subject_col=subject_col, key_col=key_col, dialect=dialect)
     # One frame of both sides (the other side's columns null), kind 0 for a

@@ -39,7 +39,7 @@ import logging
 import os
 import threading
 import time
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -199,13 +199,14 @@ _KNOWN_LOCK = threading.Lock()
 
 
 def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_dir=None, *,
-                 rebuild: bool = False) -> dict:
+                 rebuild: bool = False, steps: Optional[list] = None) -> dict:
     """-> {"paths": [path of image k: shard k's, then (k = N) the
     replicated share's], "built": [the images this call built],
     "inserts": subscriptions they inserted}: every image, built by executor
     tasks where it is missing or damaged (every one, with rebuild=True)."""
     image_dir = _check_dir(image_dir)
     spark = subscriptions.sparkSession
+    steps = [] if steps is None else steps
     names = shard_names(subscriptions, dialect, plan)
     through_spark = spark_files(spark, image_dir)
     locations = [location_in(image_dir, name, through_spark) for name in names]
@@ -223,6 +224,8 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
         with _KNOWN_LOCK:
             for k, p in zip(keys, paths):
                 _KNOWN[k] = p
+        steps.append(f"no task: the {len(paths)} images (the shards' and the replicated "
+                     "share's) were found or built before, by this application or its driver")
         return {"paths": paths, "built": [], "inserts": 0}
     unknown = [k for k, p in enumerate(paths) if p is None]
     with inbox_for(spark, [locations[k] for k in unknown]) as inbox:
@@ -233,8 +236,15 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     with _KNOWN_LOCK:
         for k, p in zip(keys, paths):
             _KNOWN[k] = p
-    return {"paths": paths, "built": sorted(k for k, r in built.items() if r["status"] == "built"),
-            "inserts": sum(r["inserts"] for r in built.values())}
+    made = sorted(k for k, r in built.items() if r["status"] == "built")
+    inserts = sum(r["inserts"] for r in built.values())
+    if not rebuild:
+        steps.append(f"probe task: {len(unknown)} of the {len(paths)} images looked for, "
+                     f"{len(unknown) - len(built)} found good")
+    if built:
+        steps.append(f"build job: {len(built)} image(s) built from the routed rows "
+                     f"({inserts:,} inserted), one task each")
+    return {"paths": paths, "built": made, "inserts": inserts}
 
 
 def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, rebuild, inbox):

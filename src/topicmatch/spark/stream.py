@@ -15,8 +15,8 @@ from topicmatch import Sublist
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (QUEUE_MODES, check_events, collect_subscriptions, expect_dataframe,
                                    type_name)
-from topicmatch.spark.fan_out import (checked_plan, fanout_with_rejects, index_from_arrow,
-                                   share_index, small_enough)
+from topicmatch.spark.fan_out import fanout_with_rejects, index_from_arrow, share_index
+from topicmatch.spark.plan import FanoutOptions, is_sharded, options_of, plan_fanout
 from topicmatch.spark.images import check_dir_and_ship, digest_name, image_index, image_of, use_images
 from topicmatch.spark.session import session_key
 from topicmatch.spark.shard import ShardPlan, check_depth, check_shards
@@ -170,13 +170,6 @@ class _StreamIndex:
                 os.remove(os.path.join(self.state_dir, name))
 
 
-def _sharded(subscriptions: DataFrame, dialect, shards) -> bool:
-    """Does a micro-batch fan this subscriptions DataFrame out sharded (as
-    fanout_with_rejects decides: N > 1, a ShardPlan, "auto" past
-    AUTO_SHARD_MIN_SUBS)?"""
-    return shards != 1 and (shards != "auto" or not small_enough(subscriptions, dialect, True))
-
-
 def _atomic_write(path, data: bytes):
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
@@ -192,11 +185,12 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
                   ship: str = "auto", trigger: Optional[dict] = None,
                   on_batch: Optional[Callable] = None, query_name: Optional[str] = None,
                   state_dir: Optional[str] = None, shards="auto", depth="auto",
-                  dedupe: bool = False, image_dir: Optional[str] = None):
+                  dedupe: bool = False, image_dir: Optional[str] = None,
+                  options: Optional[FanoutOptions] = None):
     """fanout_stream(events, subscriptions, out, checkpoint, *, subject_col="subject",
     key_col=None, dialect="nats", queues="pick", explode=True, ship="auto",
     trigger=None, on_batch=None, query_name=None, state_dir=None, shards="auto",
-    depth="auto", dedupe=False, image_dir=None) -> StreamingQuery
+    depth="auto", dedupe=False, image_dir=None, options=None) -> StreamingQuery
 
     Fan a streaming DataFrame out per micro-batch (foreachBatch) and write,
     for micro-batch N, Parquet directories
@@ -240,7 +234,16 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     digest of its rows, so an unchanged shard is not rebuilt (a change
     rebuilds only the shards it touches).  The counts row then has
     index_id "sharded:N=..:d=.." and a null index_rebuilt, and a replayed
-    micro-batch uses the subscriptions as the source gives them at the replay."""
+    micro-batch uses the subscriptions as the source gives them at the replay.
+
+    options: a FanoutOptions carrying the fan-out's keywords at once (a
+    keyword set here overrides it), as fanout() takes it."""
+    opts = options_of(options, subject_col=subject_col, key_col=key_col, dialect=dialect,
+                      queues=queues, explode=explode, ship=ship, shards=shards, depth=depth,
+                      dedupe=dedupe, image_dir=image_dir)
+    subject_col, key_col, dialect, queues = opts.subject_col, opts.key_col, opts.dialect, opts.queues
+    explode, ship, shards, depth = opts.explode, opts.ship, opts.shards, opts.depth
+    dedupe, image_dir = opts.dedupe, opts.image_dir
     if queues not in QUEUE_MODES:
         raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
     check_dialect(dialect)
@@ -267,9 +270,11 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
         # A fixed subscriptions table is checked now, by the check its
         # micro-batches make (kept, so the first one does not repeat it); a
         # callable's tables are checked in each micro-batch.
-        if _sharded(subscriptions, dialect, shards):
-            ps, pd = (shards.shards, shards.depth) if isinstance(shards, ShardPlan) else (shards, depth)
-            checked_plan(subscriptions, dialect, ps, pd, True)
+        if is_sharded(subscriptions, shards):
+            # its plan, made now and kept for the DataFrame object: the
+            # first micro-batch's fan-out reuses it
+            plan_fanout(subscriptions, FanoutOptions(dialect=dialect, shards=shards, depth=depth,
+                                                     ship=ship, image_dir=image_dir))
         else:
             state.prime(subscriptions)
     base = out.rstrip("/")
@@ -277,13 +282,13 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     def run_batch(batch_df, batch_id):
         spark = batch_df.sparkSession
         src = state.resolve()
-        if isinstance(src, DataFrame) and _sharded(src, dialect, shards):
+        if isinstance(src, DataFrame) and is_sharded(src, shards):
             idx, rebuilt = src, None
         else:
             idx, rebuilt = state.for_batch(spark, batch_id, src)
         res = fanout_with_rejects(batch_df, idx, subject_col, key_col, dialect, queues,
                                   explode, shards=shards, depth=depth, dedupe=dedupe,
-                                  image_dir=image_dir).observe().persist()
+                                  ship=ship, image_dir=image_dir).observe().persist()
         idx = res.index
         try:
             part = f"batch_id={batch_id}"
