@@ -277,3 +277,35 @@ def test_an_unreadable_image_is_a_permission_error_never_damage(group_dir):
     got = as_user(OTHER, _probe, img, groups=[GROUP])
     assert got[0] == "raised" and "PermissionError" in got[1], got
     assert f"cannot read the image {img}" in got[2] and "damaged" not in got[2]
+
+
+# --------------------------------------------------------------------------
+# 6. an image changed in place after the driver checked it
+# --------------------------------------------------------------------------
+
+def _damage_in_place(path):
+    with open(path, "r+b") as f:     # the file's group may write it: no new inode, same name
+        f.seek(-9, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-9, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return "damaged"
+
+
+def _worker_maps(path, cache):
+    sl = image_store.open_location(path, cache)
+    return sl.match("anything").subs
+
+
+def test_a_worker_maps_only_checked_bytes_from_a_shared_image_dir(group_dir):
+    img = os.path.join(group_dir, "topicmatch-nats-v1-n1-inplace.img")
+    got = as_user(VICTIM, _lock_and_build, img, groups=[GROUP], umask=0o002)
+    assert got == ("ok", ("built", 1, 1)), got
+    assert as_user(VICTIM, _probe, img, groups=[GROUP]) == ("ok", ("ok", 1))   # the driver's probe
+    assert as_user(OTHER, _worker_maps, img, group_dir, groups=[GROUP]) == ("ok", [1])
+    # then another member of the group changes it where it lies
+    assert as_user(ATTACKER, _damage_in_place, img, groups=[GROUP]) == ("ok", "damaged")
+    topicmatch.Sublist.open(img, verify=False)      # the quick open would map it
+    got = as_user(VICTIM, _worker_maps, img, group_dir, groups=[GROUP])
+    assert got[0] == "raised" and "CorruptImageError" in got[1], got
+    assert f"'{img}'" in got[2] and "/proc/self/fd" not in got[2]

@@ -263,9 +263,46 @@ def open_location(location: str, cache_dir: str):
             local = spark_file(location)
     else:
         local = location
-    sl = Sublist.open(local, verify=False)
+    sl = map_checked(local)
     hold(local)     # used now, and in use while this process lives: never evicted under it
     return sl
+
+
+def map_checked(local: str) -> Sublist:
+    """The image at local, for a worker: a regular file (no link followed,
+    no FIFO waited on), opened with its header and root checked where no
+    other user can have written it since it was checked in full (the
+    driver's probe, this host's own build or fetch), and checked in full
+    on the very descriptor that is mapped where another user could have
+    (exposed: a shared image_dir), so that no bytes but checked ones are
+    ever mapped, whatever was put at the name meanwhile."""
+    fd = os.open(local, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _os_error(f"topicmatch: the image {local} is not a regular file",
+                            kind=PermissionError)
+        if not exposed(local, st):
+            return Sublist.open(local, verify=False)
+        via = f"/proc/self/fd/{fd}"
+        if not os.path.exists(via):     # (no /proc: the name, checked in full)
+            return Sublist.open(local, verify=True)
+        try:
+            return Sublist.open(via, verify=True)
+        except ValueError as e:
+            raise type(e)(str(e).replace(via, local)) from None
+    finally:
+        os.close(fd)
+
+
+def exposed(local: str, st: os.stat_result) -> bool:
+    """Could another user have written the image at local (st: its fstat)?
+    Yes when the file or its directory is not this user's, or group or
+    other may write either."""
+    me = os.getuid()
+    d = os.lstat(os.path.dirname(os.path.abspath(local)))
+    return (st.st_uid != me or st.st_mode & 0o022 != 0
+            or d.st_uid != me or d.st_mode & 0o022 != 0)
 
 
 def spark_file(location: str) -> str:

@@ -260,7 +260,8 @@ def remember(subscriptions, key, value):
         entry = _BUILT.get(id(subscriptions))
         if entry is None or entry[0]() is not subscriptions:
             try:
-                ref = weakref.ref(subscriptions, lambda _r, k=id(subscriptions): _forget(k))
+                ref = weakref.ref(subscriptions,
+                                  lambda _r, k=id(subscriptions), forget=_forget: forget(k))
             except TypeError:  # pragma: no cover - a DataFrame class without weakrefs
                 return
             entry = _BUILT[id(subscriptions)] = (ref, {})
