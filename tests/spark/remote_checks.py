@@ -14,6 +14,7 @@ A ship "auto@DIR" or "sharded@DIR" runs that fan-out with image_dir=DIR.
 import argparse
 import json
 import os
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -112,11 +113,14 @@ def _stream(spark):
     q = fanout_stream(events, sb, f"{work}/out", f"{work}/checkpoint", dialect=dialect,
                       key_col=key, trigger={"availableNow": True},
                       on_batch=lambda b, counts, index: rebuilt.__setitem__(b, index.shipped_by))
-    q.awaitTermination()
-    out = spark.read.parquet(f"{work}/out/deliveries").drop("batch_id")
-    counts = spark.read.parquet(f"{work}/out/counts").orderBy("batch_id").collect()
-    return {"deliveries": _rows(out), "rebuilt": [r["index_rebuilt"] for r in counts],
-            "shipped_by": [rebuilt[b] for b in sorted(rebuilt)]}
+    try:
+        q.awaitTermination()
+        out = spark.read.parquet(f"{work}/out/deliveries").drop("batch_id")
+        counts = spark.read.parquet(f"{work}/out/counts").orderBy("batch_id").collect()
+        return {"deliveries": _rows(out), "rebuilt": [r["index_rebuilt"] for r in counts],
+                "shipped_by": [rebuilt[b] for b in sorted(rebuilt)]}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv=None):

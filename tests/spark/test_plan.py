@@ -75,8 +75,8 @@ def test_explain_says_the_route_and_why(spark):
     text = plan_fanout(sdf).explain()
     assert "route 'image'" in text
     assert "every executor on one host" in text
-    assert 'shards="auto": 60 subscriptions <= AUTO_SHARD_MIN_SUBS' in text or \
-        "subscriptions <= AUTO_SHARD_MIN_SUBS" in text
+    n = plan_fanout(sdf).nsubs
+    assert f'shards="auto": {n:,} subscriptions <= AUTO_SHARD_MIN_SUBS (2,000,000): one index' in text
     assert "statistics job" in text and ("build task" in text or "probe task" in text)
     assert "at call time: no job" in text
     again = plan_fanout(sdf).explain()
@@ -97,13 +97,13 @@ def test_each_route_gives_the_reference_rows(spark, kw, route, reason):
     assert reason in text
     if route == "cogroup":
         assert "a 1% sample of the events" in plan.at_call_time()
+        out = fanout(edf, plan, queues="all", explode=False)
     else:
         with _Jobs(spark, f"topicmatch-{route}") as jobs:
             out = fanout(edf, plan, queues="all", explode=False)
         assert jobs.count == 0
     if plan.sharded:
         assert plan.index.shards == 2 and "sharded fan-out: N=2" in text
-    out = fanout(edf, plan, queues="all", explode=False)
     _check("nats", subs, events, out)
 
 
@@ -136,7 +136,41 @@ def test_a_keyword_that_disagrees_with_the_plan_is_refused(spark):
         fanout(edf, plan, shards=4)
     with pytest.raises(ValueError, match="dialect='mqtt' was given with a FanoutPlan"):
         fanout(edf, plan, dialect="mqtt")
-    fanout(edf, plan, shards="auto", dialect="nats")      # agreeing is fine
+    fanout(edf, plan, shards="auto", dialect="nats", image_dir=None)    # agreeing is fine
+    with pytest.raises(ValueError, match="image_dir='/elsewhere' was given with a FanoutPlan "
+                                         "made with image_dir=None"):
+        fanout(edf, plan, image_dir="/elsewhere")
+
+
+def test_a_plan_whose_image_has_gone_is_refused_and_planning_again_builds_it(spark):
+    import os
+
+    from topicmatch.spark import fanout, plan_fanout
+    subs, events, sdf, edf = _frames(spark, seed=29)
+    plan = plan_fanout(sdf)
+    os.remove(plan.index.image_path)        # a cleaner of the temporary directory
+    with pytest.raises(ValueError, match="an image the FanoutPlan names has gone since it was "
+                                         "made .*: plan again"):
+        fanout(edf, plan)
+    again = plan_fanout(sdf)                # the remembered plan is stale: made afresh
+    assert again.steps and os.path.exists(again.index.image_path)
+    _check("nats", subs, events, fanout(edf, again, queues="all", explode=False))
+
+
+def test_share_index_of_a_dataframe_is_a_new_index_each_call(spark):
+    from topicmatch.spark import share_index
+    _, _, sdf, _ = _frames(spark, seed=30)
+    a = share_index(spark, sdf, ship="broadcast")
+    a.release()
+    b = share_index(spark, sdf, ship="broadcast")
+    assert b is not a and b.index_id != a.index_id and b.get().match("a").subs is not None
+
+
+def test_a_misspelt_option_is_named(spark):
+    from topicmatch.spark import plan_fanout
+    _, _, sdf, _ = _frames(spark, seed=31)
+    with pytest.raises(TypeError, match="unknown fan-out option 'shard': the options are .*shards"):
+        plan_fanout(sdf, shard=2)
 
 
 def test_options_are_one_object(spark):
@@ -154,6 +188,10 @@ def test_options_are_one_object(spark):
         fanout(edf, sdf, options=FanoutOptions(ship="torrent"))
     with pytest.raises(TypeError, match="options must be a topicmatch.spark.FanoutOptions, not dict"):
         fanout(edf, sdf, options={"queues": "all"})
+    # a keyword at its default leaves the options' value
+    res = fanout_with_rejects(edf, sdf, options=FanoutOptions(queues="none", explode=False),
+                              queues="pick")
+    _check("nats", subs, events, res.deliveries, queues="none")
 
 
 def test_a_new_dataframe_over_changed_rows_gives_the_new_answers(spark):

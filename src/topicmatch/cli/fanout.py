@@ -74,8 +74,9 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
 
     shards: 1, one index built on the driver; N > 1, the sharded fan-out (the
     subscriptions stay a DataFrame); "auto": one index up to
-    topicmatch.spark.AUTO_SHARD_MIN_SUBS subscriptions (counted once), sharded
-    above.  dedupe: one delivery per (event, sub_id).  rejects: a binary
+    topicmatch.spark.AUTO_SHARD_MIN_SUBS subscriptions (one count job; the
+    rule is topicmatch.spark.plan.shard_rule), sharded above (the fan-out's
+    plan, whose statistics job counts them again as it names the images).  dedupe: one delivery per (event, sub_id).  rejects: a binary
     file for the events lines that never became rows (see scan_events) and
     the text of the rows Spark could not parse.  schema: the events' columns
     as a Spark DDL string (CSV and JSON); without it a local CSV's id columns

@@ -197,3 +197,21 @@ def index_from_arrow(table: pa.Table, dialect: str = "nats") -> Sublist:
         i, sub_id, filter_, queue = bad
         raise bad_subscription(dialect, sub_id, filter_, queue, row=i + 1)
     return sl
+
+
+def check_shards(shards, auto=True):
+    """shards= is "auto" (when allowed) or a positive int (not a bool)."""
+    if auto and shards == "auto":
+        return
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        also = "'auto', " if auto else ""
+        raise TopicmatchValueError(f"shards must be {also}a positive integer or a ShardPlan, not {shards!r}")
+
+
+def check_depth(depth, auto=True):
+    """depth= is "auto" (when allowed) or an int from 1 to 16 (fs_route's limit)."""
+    if auto and depth == "auto":
+        return
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 16:
+        also = "'auto' or " if auto else ""
+        raise TopicmatchValueError(f"depth must be {also}an integer from 1 to 16, not {depth!r}")

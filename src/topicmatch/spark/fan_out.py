@@ -46,7 +46,8 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
     queue]; dialect= names its dialect, "nats" by default): its index is
     planned as fanout's one index is (plan_fanout(..., shards=1)): an image
     built on the executors, reused by content; where images cannot be used
-    (Spark Connect without image_dir, ship= named) built on the driver and
+    (Spark Connect with a cluster behind it and no image_dir, ship= named)
+    built on the driver and
     shipped.
 
     ship="auto" picks by session kind and size:
@@ -60,8 +61,11 @@ def share_index(spark: SparkSession, sublist: Union[Sublist, DataFrame], *, ship
     artifact's local copy) early; a file stays until the driver exits."""
     if isinstance(sublist, DataFrame):
         dialect = "nats" if dialect is None else dialect
+        # (each call its own index, as before plans: not remembered for the
+        # DataFrame, so a released one is never handed out again)
         return plan_fanout(sublist, FanoutOptions(dialect=dialect, shards=1, ship=ship,
-                                                  image_dir=image_dir)).shared_index
+                                                  image_dir=image_dir),
+                           _remember=False).shared_index
     return ship_sublist(spark, sublist, ship=ship, image_dir=image_dir, dialect=dialect)
 
 
@@ -255,25 +259,35 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     else:
         opts = given.check()
     check_events(events, opts.subject_col, opts.key_col, opts.explode)
+    if events.isStreaming and (isinstance(opts.shards, ShardPlan) or opts.shards not in (1, "auto")):
+        # (before any job: "auto" is told once the plan has counted)
+        raise _streaming_sharded()
     # Once per session, local masters included: a session the user built from
     # a Python without pyarrow gets a clear error instead of a worker's stack.
     check_executors(spark)
     if not isinstance(subscriptions, FanoutPlan):
         plan = plan_fanout(subscriptions, opts, spark=spark)
-    per_event = _per_event(events, plan, opts)
+    per_event, index = _per_event(events, plan, opts)
     return FanoutResult(per_event, list(events.columns), opts.subject_col, opts.dialect,
-                        opts.explode, plan.index, events=events, plan=plan)
+                        opts.explode, index, events=events, plan=plan)
 
 
-def _per_event(events: DataFrame, plan: FanoutPlan, opts: FanoutOptions) -> DataFrame:
-    """The events with their `sub_ids`, matched as the plan says."""
+def _streaming_sharded():
+    return TopicmatchValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
+                                "use fanout_stream(..., shards=...)")
+
+
+def _per_event(events: DataFrame, plan: FanoutPlan, opts: FanoutOptions):
+    """-> (the events with their `sub_ids`, matched as the plan says; the
+    index they were matched by: the plan's, or the cogroup's ShardPlan
+    with this call's salting)."""
     if plan.sharded and events.isStreaming:
-        raise TopicmatchValueError("a sharded fan-out of a streaming DataFrame runs per micro-batch: "
-                                   "use fanout_stream(..., shards=...)")
+        raise _streaming_sharded()
     how = dict(subject_col=opts.subject_col, key_col=opts.key_col, dialect=opts.dialect,
                queues=opts.queues, dedupe=bool(opts.dedupe))
     if plan.route == "shard-images":
-        return image_per_event(events, plan.shard_plan, plan.shard_paths, in_place=True, **how)
+        return image_per_event(events, plan.shard_plan, plan.shard_paths, in_place=True,
+                               **how), plan.index
     if plan.route == "cogroup":
         sp = plan.shard_plan
         if not isinstance(opts.shards, ShardPlan):
@@ -281,7 +295,7 @@ def _per_event(events: DataFrame, plan: FanoutPlan, opts: FanoutOptions) -> Data
             sp = dataclasses.replace(sp, salts=_salts(events, opts.subject_col, opts.dialect, sp,
                                                       _parallelism(events.sparkSession)))
             logging.getLogger("topicmatch.spark").info("%s", sp.explain())
-        return sharded_per_event(events, plan.subscriptions, sp, **how)
+        return sharded_per_event(events, plan.subscriptions, sp, **how), sp
     subject = column(opts.subject_col)
     if opts.key_col is None:
         matched = _match_udf(plan.shared_index, opts.queues, False, bool(opts.dedupe))(subject)
@@ -289,7 +303,7 @@ def _per_event(events: DataFrame, plan: FanoutPlan, opts: FanoutOptions) -> Data
         # A null key falls back to the subject, as if no key had been given.
         key = F.coalesce(column(opts.key_col).cast("string"), subject)
         matched = _match_udf(plan.shared_index, opts.queues, True, bool(opts.dedupe))(subject, key)
-    return events.withColumn("sub_ids", matched)
+    return events.withColumn("sub_ids", matched), plan.index
 
 
 def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "subject",
@@ -307,15 +321,17 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
     SharedIndex from share_index(), or a FanoutPlan from plan_fanout().
 
     Jobs at call time.  Given a subscriptions DataFrame, fanout plans its
-    index before it returns (plan_fanout, whose explain() lists them): a
-    digest or count job over the subscriptions, then, for an image not yet
+    index before it returns (plan_fanout, whose explain() lists them): one
+    aggregate over the subscriptions (the statistics job; a count job where
+    images cannot be used), then, for an image not yet
     known to this application, a probe task and (only for an image not
     found) the build.  That is why a call is not lazy, as a Spark
     transformation is: the index must exist before a task can map it.  A
     repeat call on the same DataFrame object runs none of them, and a plan
     made ahead (plan = plan_fanout(subs, ...); fanout(events, plan)) moves
-    them all out of the call.  The match itself runs with the first action
-    on the result.
+    them all out of the call (the cogroup, where images cannot be used,
+    still samples the events for its salting: one job).  The match itself
+    runs with the first action on the result.
 
     options        a FanoutOptions carrying any of these keywords at once (a
                    keyword set here overrides it).  With a FanoutPlan, the
@@ -334,22 +350,23 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
                    device id, for sticky picks); cast to string; null -> subject.
     image_dir      where the unsharded index of a subscriptions DataFrame lives:
                    an executor task builds it from the rows and saves it there
-                   as an image named by a digest of the rows' content (one
-                   aggregate job per call), and every Python worker maps it.
+                   as an image named by a digest of the rows' content (the
+                   plan's one aggregate job), and every Python worker maps it.
                    A later call, application or micro-batch on the same rows
                    builds nothing.  None: a directory on the executors' local
-                   disk, when every executor shares a host (local mode, a
-                   one-host cluster); on several hosts or Spark Connect, give
-                   a directory on storage they all mount, or the index is
-                   built on the driver and shipped as before (docs/spark.md,
-                   "Images on the executors").  A Sublist given with image_dir
+                   disk on one host (local mode, a one-host cluster, Spark
+                   Connect on a local master), else sent through Spark to
+                   each host; on Spark Connect with a cluster behind it, give
+                   storage the executors share, or the index is built on
+                   the driver and shipped (docs/spark.md, "Images on the
+                   executors").  A Sublist given with image_dir
                    is saved there instead of shipped.  Not with ship= other
                    than "auto" (a DataFrame with ship= set goes the shipped way).
     ship           how an index built on the driver travels (see share_index):
                    "auto", "broadcast", "file", "artifact" or "inline".
-    reuse_index    a subscriptions DataFrame's index is reused by later calls
+    reuse_index    a subscriptions DataFrame's plan is reused by later calls
                    with the same DataFrame object (and session, dialect, ship,
-                   image_dir) without any job; as an image it is also reused by
+                   image_dir, shards, depth) without any job; as an image it is also reused by
                    calls on other DataFrames with the same rows.  False builds
                    it again (an image is rebuilt and replaced).  Re-read the
                    table (a new DataFrame) to pick up changed subscriptions.
@@ -359,7 +376,9 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
                    "Sharded"): both sides are partitioned by a route key, each
                    shard's index is built on an executor, nothing index-sized
                    passes through the driver.  "auto": sharded above
-                   AUTO_SHARD_MIN_SUBS subscriptions (one count job), N chosen
+                   AUTO_SHARD_MIN_SUBS subscriptions (counted by the plan's
+                   one statistics job, or a count job where images cannot
+                   be used), N chosen
                    from the count and the cores.  A Sublist or SharedIndex is
                    always shipped whole.  The rows are the same either way.
     depth          the sharded fan-out's route depth d (1-16), or "auto": the

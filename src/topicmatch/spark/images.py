@@ -33,15 +33,17 @@ default a directory on the executors' local disk (topicmatch-images-<uid>
 in their temporary directory).  Where the executors run on several hosts
 with nothing in common, the build task also sends the image's bytes back,
 and the driver adds the file to the application (SparkContext.addFile):
-each other host fetches it once, through Spark.  Spark Connect, where the
-client can add no file, keeps the index built on the driver and shipped
-(share_index).
+each other host fetches it once, through Spark.  Spark Connect: images in
+the default directory when the server's master is local (connect_one_host);
+with a cluster behind it, where the client can add no file, the index is
+built on the driver and shipped (share_index), unless image_dir is given.
 """
 import contextlib
 import hashlib
 import time
 import logging
 import os
+import re
 import socket
 import threading
 import uuid
@@ -61,7 +63,7 @@ from topicmatch.spark.image_store import (IMAGE_DIR_ENV, add_file, cache_path,  
                                           check_image_dir, default_image_dir, fetch, image_home,
                                           is_remote, is_spark, location_in, locked, private_dir,
                                           remote_exists, upload)
-from topicmatch.spark.session import is_connect, is_local_master, session_key
+from topicmatch.spark.session import check_executors, is_connect, is_local_master, session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, SharedIndex
 
 #: The seeds of the digest's two row hashes (any two different values; a
@@ -95,8 +97,9 @@ def use_images(spark, image_dir, ship: str) -> bool:
     (with ship="auto" only: the two are different ways for the index to
     reach the executors).  The default directory: on classic Spark, always
     (on one host the executors share it; across hosts the image travels
-    through Spark: spark_files).  Spark Connect: no (its client can add
-    no file to the application, nor see where the executors run)."""
+    through Spark: spark_files).  Spark Connect: when the server's
+    executors share one host (connect_one_host); elsewhere no (its client
+    can add no file to the application)."""
     if image_dir is not None:
         check_dir_and_ship(image_dir, ship)
         return True
@@ -114,6 +117,7 @@ def use_images(spark, image_dir, ship: str) -> bool:
 
 # session -> (do a Connect server's executors share one host, the host they reported)
 _CONNECT_HOSTS = {}
+_CONNECT_LOCK = threading.Lock()
 
 
 def _host_probe(batches):
@@ -133,20 +137,29 @@ def connect_one_host(spark) -> bool:
     is never assumed to share a host: an executor on another one could
     not map the path."""
     key = session_key(spark)
-    if key not in _CONNECT_HOSTS:
-        try:
-            master = spark.conf.get("spark.master", None) or ""
-        except Exception:  # noqa: BLE001 - a server that does not say
-            master = ""
-        answer = (False, None)
-        if is_local_master(master):
-            rows = spark.range(2, numPartitions=2).mapInArrow(
-                _host_probe, "host string, home string").collect()
-            hosts = {(r["host"], r["home"]) for r in rows}
-            if len(hosts) == 1:
-                answer = (True, "%s:%s" % hosts.pop())
-        _CONNECT_HOSTS[key] = answer
+    with _CONNECT_LOCK:
+        if key not in _CONNECT_HOSTS:
+            _CONNECT_HOSTS[key] = _ask_connect(spark)
     return _CONNECT_HOSTS[key][0]
+
+
+def _ask_connect(spark):
+    """connect_one_host's question, asked: -> (one host?, "host:directory")."""
+    try:
+        master = spark.conf.get("spark.master", None) or ""
+    except Exception:  # noqa: BLE001 - a server that does not say
+        master = ""
+    answer = (False, None)
+    if is_local_master(master):
+        # (the executors' check first: a server without topicmatch gets
+        # its clear error, not a worker's stack from the probe)
+        check_executors(spark)
+        rows = spark.range(2, numPartitions=2).mapInArrow(
+            _host_probe, "host string, home string").collect()
+        hosts = {(r["host"], r["home"]) for r in rows}
+        if len(hosts) == 1:
+            answer = (True, "%s:%s" % hosts.pop())
+    return answer
 
 
 def connect_host(spark) -> Optional[str]:
@@ -263,15 +276,7 @@ def name_of(dialect: str, sums) -> str:
 def digest_name(subscriptions: DataFrame, dialect: str) -> str:
     """The content name of the index of `subscriptions`: one aggregate job
     on the executors (name_of)."""
-    return digest(subscriptions, dialect)[1]
-
-
-def digest(subscriptions: DataFrame, dialect: str) -> Tuple[int, str]:
-    """(rows, content name) of `subscriptions`, from the one digest job:
-    the count comes with the name, so a plan that needs both reads the
-    rows once."""
-    sums = index_rows(subscriptions).agg(*digest_columns()).first()
-    return int(sums[0]), name_of(dialect, sums)
+    return name_of(dialect, index_rows(subscriptions).agg(*digest_columns()).first())
 
 
 # --------------------------------------------------------------------------
@@ -377,6 +382,13 @@ class BadRow(Exception):
     as insert_arrow gives it."""
 
 
+def dialect_of_name(path: str) -> str:
+    """The dialect a content-named image's name says (name_of's
+    topicmatch-<dialect>-v...), or "" for another name (no check)."""
+    m = re.match(r"topicmatch-([a-z]+)-v\d+-", os.path.basename(path))
+    return m.group(1) if m else ""
+
+
 def save_locked(path: str, force: bool, build: Callable[[], Sublist]) -> Tuple[str, int, int]:
     """build() -> a Sublist, saved at path under an exclusive lock on a lock
     file beside it (image_store.locked), unless the image is there by the
@@ -391,7 +403,7 @@ def save_locked(path: str, force: bool, build: Callable[[], Sublist]) -> Tuple[s
             # image_dir others can write, someone put a file there: it is
             # checked in full before any worker maps it (the probe checked
             # only what was there before the wait), and built over when bad.
-            status, nsubs = probe_image(path, "")
+            status, nsubs = probe_image(path, dialect_of_name(path))
             if status == "ok":
                 return "there", 0, nsubs
             _log.warning("topicmatch: rebuilding the image %s (%s)", path, status)
@@ -482,10 +494,18 @@ def publish(rows, spark, inbox) -> list:
 def vanished(location: str) -> bool:
     """Has an image the driver handed out gone from a directory the driver
     sees too (local mode, a shared mount)?  A path in a directory the
-    driver cannot see (an executor's own disk) cannot be told: False."""
+    driver cannot see (an executor's own disk), or may not look into
+    (a Connect server's private one, the client being another user),
+    cannot be told: False."""
     if is_remote(location) or is_spark(location):
         return False
-    return os.path.isdir(os.path.dirname(location)) and not os.path.exists(location)
+    try:
+        os.stat(location)
+    except FileNotFoundError:
+        return os.path.isdir(os.path.dirname(location))
+    except OSError:
+        return False
+    return False
 
 
 def driver_cache_dir() -> str:

@@ -42,13 +42,12 @@ from topicmatch.spark.session import check_executors, is_connect, session_key
 from topicmatch.spark.shard import (AUTO_DEPTHS, CANDIDATE_SHARDS, RowStats, ShardPlan, check_depth,
                                    check_rows, check_shards, plan_shards, row_stats)
 from topicmatch.spark.shard_images import shard_images
-from topicmatch.spark.shared_index import build_index, ship_sublist
+from topicmatch.spark.shared_index import build_index, check_ship, ship_sublist
 from topicmatch.spark.ship import SharedIndex, fork_safe_lock
 
 _log = logging.getLogger("topicmatch.spark")
 
 ROUTES = ("image", "shard-images", "shipped", "cogroup")
-SHIP_METHODS = ("auto", "broadcast", "file", "artifact", "inline")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +77,7 @@ class FanoutOptions:
         if not isinstance(self.shards, ShardPlan):
             check_shards(self.shards)
         check_depth(self.depth)
-        if self.ship not in SHIP_METHODS:
-            raise TopicmatchValueError("ship must be 'auto', 'broadcast', 'file', 'artifact' or "
-                                       f"'inline', not {self.ship!r}")
+        check_ship(self.ship)
         if self.queues not in QUEUE_MODES:
             raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {self.queues!r}")
         if self.image_dir is not None:
@@ -107,6 +104,11 @@ def options_of(options: Optional[FanoutOptions], **given) -> FanoutOptions:
         raise TopicmatchTypeError(f"options must be a topicmatch.spark.FanoutOptions, not "
                                   f"{type_name(base)}")
     defaults = FanoutOptions()
+    known = {f.name for f in dataclasses.fields(FanoutOptions)}
+    for k in given:
+        if k not in known:
+            raise TopicmatchTypeError(f"unknown fan-out option {k!r}: the options are "
+                                      + ", ".join(sorted(known)))
     changed = {k: v for k, v in given.items() if _differs(v, getattr(defaults, k))}
     return base.replace(**changed) if changed else base
 
@@ -184,6 +186,15 @@ class FanoutPlan:
         if self.route == "shard-images":
             return any(vanished(p) for p in self.shard_paths)
         return False
+
+    def again(self, options, subscriptions, steps=()) -> "FanoutPlan":
+        """This plan for another call: `options` (the same plan keywords),
+        `subscriptions` (the DataFrame of this call, for the cogroup), and
+        the jobs run for it (none, when remembered)."""
+        return FanoutPlan(self.route, options, self.session, index=self._index,
+                          shard_plan=self.shard_plan, shard_paths=self.shard_paths,
+                          subscriptions=subscriptions, nsubs=self.nsubs, why=self.why,
+                          steps=steps)
 
     def at_call_time(self) -> str:
         """What fanout(events, plan) runs before the first action: nothing,
@@ -323,7 +334,7 @@ def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: b
 # --------------------------------------------------------------------------
 
 def plan_fanout(subscriptions, options: Optional[FanoutOptions] = None, *, spark=None,
-                **keywords) -> FanoutPlan:
+                _remember: bool = True, **keywords) -> FanoutPlan:
     """plan_fanout(subscriptions, options=None, *, spark=None, **keywords) -> FanoutPlan
 
     Decide now how a fan-out against `subscriptions` (a DataFrame, a
@@ -356,19 +367,20 @@ def plan_fanout(subscriptions, options: Optional[FanoutOptions] = None, *, spark
         raise TopicmatchTypeError("subscriptions must be a pyspark.sql.DataFrame, a topicmatch.Sublist "
                                   f"or a SharedIndex, not {type_name(subscriptions)}")
     key = (session_key(spark), "fanout-plan") + opts.plan_key()
-    if opts.reuse_index:
+    memo = opts.reuse_index and _remember
+    if memo:
         plan = remembered(subscriptions, key)
         if plan is not None and not plan.is_stale():
-            return FanoutPlan(plan.route, opts, plan.session, index=plan.shared_index,
-                              shard_plan=plan.shard_plan, shard_paths=plan.shard_paths,
-                              subscriptions=plan.subscriptions, nsubs=plan.nsubs, why=plan.why)
+            return plan.again(opts, subscriptions)
     # the one-row task that checks the executors can run topicmatch (once
     # per session): here, so that a plan made ahead leaves no job to the call
     check_executors(spark)
-    plan = _plan_frame(spark, subscriptions, opts)
+    plan = _plan_frame(spark, subscriptions, opts, memo)
     _log.info("%s", plan.explain())
-    if opts.reuse_index:
-        remember(subscriptions, key, plan)
+    if memo:
+        # (kept without the DataFrame: a strong reference from here would
+        # keep it, and so this entry, alive for ever)
+        remember(subscriptions, key, plan.again(opts, None))
     return plan
 
 
@@ -424,7 +436,7 @@ def _images_why(spark, opts: FanoutOptions) -> Tuple[bool, str]:
                    "image_dir= storage the executors share)")
 
 
-def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions) -> FanoutPlan:
+def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool) -> FanoutPlan:
     images, images_why = _images_why(spark, opts)
     why, steps = [images_why], []
     nsubs = name = stats = None
@@ -441,9 +453,10 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions) -> FanoutP
             steps.append('statistics job: one aggregate counts the rows (for shards="auto"), '
                          "names their image by its content and measures the shards at "
                          f"depth {depth}")
-            remember(subscriptions, (session_key(spark), "count"), nsubs)
+            if memo:
+                remember(subscriptions, (session_key(spark), "count"), nsubs)
         else:
-            nsubs = count_of(subscriptions, opts.reuse_index, steps)
+            nsubs = count_of(subscriptions, memo, steps)
     sharded, shard_why = shard_rule(opts.shards, nsubs)
     why.append(shard_why)
     rebuild = not opts.reuse_index
@@ -451,7 +464,7 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions) -> FanoutP
     if sharded:
         given = opts.shards if isinstance(opts.shards, ShardPlan) else None
         shards, depth = (given.shards, given.depth) if given else (opts.shards, opts.depth)
-        sp = checked_plan(subscriptions, opts.dialect, shards, depth, opts.reuse_index,
+        sp = checked_plan(subscriptions, opts.dialect, shards, depth, memo,
                           images=images, steps=steps, stats=stats)
         if given is not None:
             # the caller's plan runs as given (its salting included); the
@@ -489,6 +502,10 @@ def plan_in(spark, plan: FanoutPlan, given: FanoutOptions) -> FanoutPlan:
     if plan.session != session_key(spark):
         raise TopicmatchValueError("the FanoutPlan was made on another Spark session: plan again "
                                    "on the events' session")
+    if plan.is_stale():
+        raise TopicmatchValueError("an image the FanoutPlan names has gone since it was made (a "
+                                   "cleaner of the temporary directory?): plan again "
+                                   "(plan_fanout), which builds it again")
     defaults = FanoutOptions()
     for field in FanoutOptions.PLAN_FIELDS:
         v = getattr(given, field)
@@ -507,6 +524,4 @@ def event_options(plan: FanoutPlan, given: FanoutOptions) -> FanoutOptions:
                                    ("subject_col", "key_col", "queues", "explode", "dedupe")})
 
 
-__all__ = ["FanoutOptions", "FanoutPlan", "plan_fanout", "shard_rule", "is_sharded",
-           "checked_plan", "count_of", "remembered", "remember", "options_of", "plan_in",
-           "event_options", "ROUTES"]
+__all__ = ["FanoutOptions", "FanoutPlan", "plan_fanout", "shard_rule", "ROUTES"]

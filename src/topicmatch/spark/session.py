@@ -4,6 +4,7 @@ log4j), a Spark Connect session, which kind a session is, and the check
 that a session's executors can run topicmatch."""
 import os
 import re
+import stat
 import sys
 import tempfile
 import threading
@@ -27,7 +28,10 @@ def session_key(spark):
     Connect session id."""
     if is_connect(spark):
         return ("connect", getattr(spark, "session_id", None) or id(spark))
-    return ("classic", id(spark.sparkContext))
+    sc = spark.sparkContext
+    # (the application id too: a context made after another one stopped
+    # may take the same object id)
+    return ("classic", id(sc), sc.applicationId)
 
 
 # --------------------------------------------------------------------------
@@ -66,9 +70,14 @@ def _log4j_file(level: str) -> str:
     symlink in it for this code to write through.  The new text goes to a
     mkstemp file, renamed into place."""
     from topicmatch.spark.image_store import private_dir
-    d = private_dir(os.path.join(tempfile.gettempdir(),
-                                 f"topicmatch-{os.getuid() if hasattr(os, 'getuid') else 0}"),
-                    "the logging configuration's directory", "and start again")
+    d = os.path.join(tempfile.gettempdir(), f"topicmatch-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    try:
+        st = os.lstat(d)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(d, 0o700)      # this user's own, made by an older version under its umask
+    except FileNotFoundError:
+        pass
+    d = private_dir(d, "the logging configuration's directory", "and start again")
     path = os.path.join(d, f"log4j2-{level.lower()}.properties")
     text = _LOG4J.format(level=level.lower())
     if level.upper() in ("ERROR", "FATAL", "OFF"):

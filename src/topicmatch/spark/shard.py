@@ -51,7 +51,8 @@ from pyspark.sql import types as T
 from topicmatch import InvalidSubjectError, Sublist
 from topicmatch._core import ROUTE_ANY, route_keys, TopicmatchRuntimeError, TopicmatchValueError
 from topicmatch._dialects import check_dialect
-from topicmatch.spark.base import bad_subscription, check_subscriptions_schema, column
+from topicmatch.spark.base import (bad_subscription, check_depth, check_shards,  # noqa: F401
+                                   check_subscriptions_schema, column)
 from topicmatch.spark.images import index_rows, digest_hashes, digest_sums
 from topicmatch.spark.route import filter_inner, filter_key, filter_route_column, route_column, shard_of
 from topicmatch.spark.ship import LOAD_LOG_ENV, fork_safe_lock
@@ -91,24 +92,6 @@ _SID, _FLT, _QUE = "sid", "flt", "que"
 
 def _event_name(i: int) -> str:
     return f"e{i}"
-
-
-def check_shards(shards, auto=True):
-    """shards= is "auto" (when allowed) or a positive int (not a bool)."""
-    if auto and shards == "auto":
-        return
-    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-        also = "'auto', " if auto else ""
-        raise TopicmatchValueError(f"shards must be {also}a positive integer or a ShardPlan, not {shards!r}")
-
-
-def check_depth(depth, auto=True):
-    """depth= is "auto" (when allowed) or an int from 1 to 16 (fs_route's limit)."""
-    if auto and depth == "auto":
-        return
-    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 16:
-        also = "'auto' or " if auto else ""
-        raise TopicmatchValueError(f"depth must be {also}an integer from 1 to 16, not {depth!r}")
 
 
 @dataclass

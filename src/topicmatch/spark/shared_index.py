@@ -71,6 +71,16 @@ def _write_image(data: bytes, name: str) -> str:
     return path
 
 
+SHIP_METHODS = ("auto", "broadcast", "file", "artifact", "inline")
+
+
+def check_ship(ship) -> None:
+    """ship= is one of SHIP_METHODS, or a clear error naming it."""
+    if ship not in SHIP_METHODS:
+        raise TopicmatchValueError("ship must be 'auto', 'broadcast', 'file', 'artifact' or "
+                                   f"'inline', not {ship!r}")
+
+
 def ship_sublist(spark: SparkSession, sublist: Sublist, *, ship: str = "auto",
                  image_dir: Optional[str] = None, dialect: Optional[str] = None) -> SharedIndex:
     """share_index for a Sublist: saved into image_dir as an image named by
@@ -95,8 +105,7 @@ def ship_sublist(spark: SparkSession, sublist: Sublist, *, ship: str = "auto",
             ship = "broadcast" if n <= limit("BROADCAST_MAX_BYTES") else "file"
     elif connect and ship == "file":
         ship = "artifact"
-    if ship not in ("broadcast", "file", "artifact", "inline"):
-        raise TopicmatchValueError(f"ship must be 'auto', 'broadcast', 'file', 'artifact' or 'inline', not {ship!r}")
+    check_ship(ship)
     if connect and ship == "broadcast":
         raise TopicmatchValueError("ship='broadcast' needs classic Spark (a SparkContext); on Spark Connect "
                          "use 'inline' or 'artifact' (or 'auto')")

@@ -12,14 +12,11 @@ from pyspark.sql import DataFrame
 
 from topicmatch._core import TopicmatchRuntimeError, TopicmatchTypeError, TopicmatchValueError
 from topicmatch import Sublist
-from topicmatch._dialects import check_dialect
-from topicmatch.spark.base import (QUEUE_MODES, check_events, collect_subscriptions, expect_dataframe,
-                                   type_name)
+from topicmatch.spark.base import check_events, collect_subscriptions, expect_dataframe, type_name
 from topicmatch.spark.fan_out import fanout_with_rejects, index_from_arrow, share_index
 from topicmatch.spark.plan import FanoutOptions, is_sharded, options_of, plan_fanout
-from topicmatch.spark.images import check_dir_and_ship, digest_name, image_index, image_of, use_images
+from topicmatch.spark.images import digest_name, image_index, image_of, use_images
 from topicmatch.spark.session import session_key
-from topicmatch.spark.shard import ShardPlan, check_depth, check_shards
 from topicmatch.spark.ship import SharedIndex
 
 
@@ -237,16 +234,19 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     micro-batch uses the subscriptions as the source gives them at the replay.
 
     options: a FanoutOptions carrying the fan-out's keywords at once (a
-    keyword set here overrides it), as fanout() takes it."""
+    keyword set here to other than its default overrides it), as fanout()
+    takes it; its reuse_index is not used: a stream reuses what it can and
+    records what each micro-batch used.  ship, with a sharded DataFrame,
+    is as fanout()'s: named, the micro-batches take the cogroup."""
     opts = options_of(options, subject_col=subject_col, key_col=key_col, dialect=dialect,
                       queues=queues, explode=explode, ship=ship, shards=shards, depth=depth,
                       dedupe=dedupe, image_dir=image_dir)
     subject_col, key_col, dialect, queues = opts.subject_col, opts.key_col, opts.dialect, opts.queues
     explode, ship, shards, depth = opts.explode, opts.ship, opts.shards, opts.depth
     dedupe, image_dir = opts.dedupe, opts.image_dir
-    if queues not in QUEUE_MODES:
-        raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
-    check_dialect(dialect)
+    # every keyword's check, as every fan-out makes them (each micro-batch's
+    # fanout_with_rejects makes them again): a bad one fails now
+    opts.check()
     expect_dataframe(events, "events")
     if not events.isStreaming:
         raise TopicmatchValueError("fanout_stream needs a streaming DataFrame (spark.readStream...); "
@@ -260,11 +260,6 @@ def fanout_stream(events: DataFrame, subscriptions, out: str, checkpoint: str, *
     # micro-batch: the checks every fan-out makes (each micro-batch's
     # fanout_with_rejects makes them again, and checks the subscriptions).
     check_events(events, subject_col, key_col, explode)
-    if not isinstance(shards, ShardPlan):
-        check_shards(shards)
-    check_depth(depth)
-    if image_dir is not None:
-        check_dir_and_ship(image_dir, ship)
     state = _StreamIndex(subscriptions, dialect, ship, state_dir, image_dir)
     if isinstance(subscriptions, DataFrame):
         # A fixed subscriptions table is checked now, by the check its
