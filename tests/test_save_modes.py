@@ -172,3 +172,23 @@ def test_another_user_opens_a_saved_image():
         for name in os.listdir(folder):
             os.unlink(os.path.join(folder, name))
         os.rmdir(folder)
+
+
+# -- durable=False: the same file, without the flush to disk ----------------------
+
+def test_a_save_that_is_not_durable_writes_the_same_image(tmp_path):
+    """durable=False (a host's cache of images, rebuilt when damaged) skips
+    the fsync of the file and of its rename, nothing else: the same bytes,
+    the same mode, the same atomic rename, an image that opens checked."""
+    sl = _index()
+    for i in range(2000):
+        sl.insert(f"t/{i}/+", 10 + i)
+    sl.save(tmp_path / "durable.img")
+    sl.save(tmp_path / "cache.img", durable=False)
+    sl.save(tmp_path / "cache.img", mode=0o640, durable=False)       # over the first: replaced
+    with open(tmp_path / "durable.img", "rb") as a, open(tmp_path / "cache.img", "rb") as b:
+        assert a.read() == b.read()
+    assert os.stat(tmp_path / "cache.img").st_mode & 0o777 == 0o640
+    assert sorted(os.listdir(tmp_path)) == ["cache.img", "durable.img"]     # no temporary left
+    got = topicmatch.Sublist.open(tmp_path / "cache.img", verify=True)
+    assert got.match("t/7/x").subs == [17]

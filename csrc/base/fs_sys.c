@@ -265,7 +265,7 @@ int fs_filebuf_open(fs_filebuf *b, const char *path)
     return FS_ENOSYS;
 }
 int fs_filebuf_grow(fs_filebuf *b, size_t size) { (void)b; (void)size; return -1; }
-int fs_filebuf_close(fs_filebuf *b, size_t len) { (void)b; (void)len; return -1; }
+int fs_filebuf_close(fs_filebuf *b, size_t len, int durable) { (void)b; (void)len; (void)durable; return -1; }
 #else
 int fs_filebuf_open(fs_filebuf *b, const char *path)
 {
@@ -311,18 +311,18 @@ int fs_filebuf_grow(fs_filebuf *b, size_t size)
     return FS_OK;
 }
 
-int fs_filebuf_close(fs_filebuf *b, size_t len)
+int fs_filebuf_close(fs_filebuf *b, size_t len, int durable)
 {
     int rc = 0;
     /* only the bytes kept: the rest of the mapping (growth's slack, its
      * pages written by the populate) is cut off below, unwritten */
-    if (b->p && msync(b->p, len < b->cap ? len : b->cap, MS_SYNC) != 0)
+    if (durable && b->p && msync(b->p, len < b->cap ? len : b->cap, MS_SYNC) != 0)
         rc = -1;
     if (b->p)
         munmap(b->p, b->cap);
     if (rc == 0 && ftruncate(b->fd, (off_t)len) != 0)
         rc = -1;
-    if (rc == 0 && fsync(b->fd) != 0)
+    if (durable && rc == 0 && fsync(b->fd) != 0)
         rc = -1;
     if (close(b->fd) != 0)
         rc = -1;

@@ -312,8 +312,10 @@ int fs_filebuf_open(fs_filebuf *b, const char *path);
 /* Make the buffer at least size bytes (new bytes read as zeros; p may
  * move).  FS_OK or -1. */
 int fs_filebuf_grow(fs_filebuf *b, size_t size);
-/* Cut the file to len bytes, write it to disk (fsync) and close it.
- * FS_OK or -1; the buffer is closed either way. */
-int fs_filebuf_close(fs_filebuf *b, size_t len);
+/* Cut the file to len bytes, write it to disk (msync, fsync: when
+ * durable) and close it.  Not durable, the bytes are in the page cache,
+ * where every reader sees them, and reach the disk when the kernel writes
+ * them back.  FS_OK or -1; the buffer is closed either way. */
+int fs_filebuf_close(fs_filebuf *b, size_t len, int durable);
 
 #endif

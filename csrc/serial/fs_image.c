@@ -617,7 +617,7 @@ int fs_image_write(fs_sublist *sl, char **out, size_t *len)
     return FS_OK;
 }
 
-int fs_image_save(fs_sublist *sl, const char *path)
+int fs_image_save(fs_sublist *sl, const char *path, int durable)
 {
     fs_filebuf fb;
     int rc = fs_filebuf_open(&fb, path);
@@ -630,7 +630,7 @@ int fs_image_save(fs_sublist *sl, const char *path)
     W.w.file = &fb;
     rc = write_image(sl, &W);
     writer_free(&W);
-    if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0) != FS_OK && rc == FS_OK)
+    if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0, durable) != FS_OK && rc == FS_OK)
         rc = FS_EIO;
     return rc;
 }

@@ -41,11 +41,12 @@ int fs_image_write(fs_sublist *sl, char **out, size_t *len);
 
 /* Write the index's image into the file at path (created or truncated),
  * through the file's pages: the image is never whole in memory.  The file
- * is on disk (fsync) when this returns FS_OK; the caller renames it into
- * place.  FS_ENOMEM, FS_EBADDATA (a damaged opened image), FS_EIO (errno
+ * is on disk (fsync) when this returns FS_OK and durable is nonzero, else
+ * in the page cache (a cache of images that is rebuilt anyway); the
+ * caller renames it into place.  FS_ENOMEM, FS_EBADDATA (a damaged opened image), FS_EIO (errno
  * says why), FS_ENOSYS (no file mappings here: write fs_image_write's
  * buffer instead). */
-int fs_image_save(fs_sublist *sl, const char *path);
+int fs_image_save(fs_sublist *sl, const char *path, int durable);
 
 /* What fs_image_open checks before the index is used (docs/FORMAT.md,
  * "Opening: three levels of checking").  Every level checks the header

@@ -1206,16 +1206,21 @@ cdef class Sublist:
         file at once."""
         return _sublist_open(path, verify, cache_size)
 
-    def save(self, path, *, mode=None):
-        """save(path, *, mode=None) -> None
+    def save(self, path, *, mode=None, durable=True):
+        """save(path, *, mode=None, durable=True) -> None
 
         Write the index's image to path atomically: a temporary file in the
         same directory, flushed to disk, then renamed over path, so that a
         reader sees the old file or the new one, never a part.  An opened
         index writes its current set (the image and the changes since).
         The file's mode is what open() would give a new file (0o666 less
-        the umask), or exactly mode (permission bits, e.g. 0o644) when given."""
-        _sublist_save(self, path, mode)
+        the umask), or exactly mode (permission bits, e.g. 0o644) when given.
+        durable=False skips the flush to disk (fsync) of the file and of
+        the rename: every reader sees the new file at once, but a crash of
+        the machine may leave it damaged or empty, so use it only for a
+        cache that is checked (open(verify=True)) and rebuilt, as
+        topicmatch.spark's hosts keep their images."""
+        _sublist_save(self, path, mode, durable)
 
     def __reduce__(self):
         return (_sublist_from_bytes, (self.to_bytes(), self._cache_size))

@@ -119,12 +119,12 @@ def _save_temp(folder, base, path):
     raise _os_error(_errnos.EEXIST, "cannot save the image: no free temporary name beside it", path)
 
 
-def _sublist_save(Sublist sl not None, path, mode=None):
+def _sublist_save(Sublist sl not None, path, mode=None, durable=True):
     """Write the image to path atomically: into a temporary file in the same
     folder (through its pages: the image is never whole in memory), on disk
-    (fsync), then renamed over path, and the rename itself on disk.  The
-    file gets the mode open() would give it (0o666 less the umask), or
-    exactly `mode` when one is given."""
+    (fsync; not with durable=False), then renamed over path, and the rename
+    itself on disk (the same).  The file gets the mode open() would give
+    it (0o666 less the umask), or exactly `mode` when one is given."""
     if sl.closed:                       # before any temporary file is made
         raise sl._closed_error()
     path = _os.fspath(path)
@@ -148,12 +148,13 @@ def _sublist_save(Sublist sl not None, path, mode=None):
     cdef bytes ctmp = _os.fsencode(tmp)
     cdef const char *ctmp_p = ctmp
     cdef int rc, st, saved_errno = 0
+    cdef int c_durable = 1 if durable else 0
     cdef char *out = NULL
     cdef size_t n = 0
     try:
         sl._enter()
         with nogil:
-            rc = fs_image_save(sl.sl, ctmp_p)
+            rc = fs_image_save(sl.sl, ctmp_p, c_durable)
             saved_errno = errno
             st = _written_state(sl, rc)
             sl._leave()
@@ -163,7 +164,8 @@ def _sublist_save(Sublist sl not None, path, mode=None):
                 with open(tmp, "wb") as f:
                     f.write(PyMemoryView_FromMemory(out, <Py_ssize_t>n, 0x100))     # PyBUF_READ
                     f.flush()
-                    _os.fsync(f.fileno())
+                    if durable:
+                        _os.fsync(f.fileno())
             finally:
                 _serial_free(out)
         elif rc == FS_EIO:
@@ -175,7 +177,7 @@ def _sublist_save(Sublist sl not None, path, mode=None):
         except OSError as e:
             raise _os_error(e.errno, f"cannot save the image: {e.strerror}", path) from None
         tmp = None
-        if hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
+        if durable and hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
             dfd = _os.open(folder, _os.O_RDONLY | _os.O_DIRECTORY)
             try:
                 _os.fsync(dfd)

@@ -343,7 +343,12 @@ def build_at(location: Optional[str], name: str, force: bool, build: Callable[[]
     for a spark: one (ticket: image_inbox).  -> (status, path for the
     driver, inserts, subscriptions, nbytes); BadRow passes through."""
     local = task_file(location, name)
-    status, inserts, nsubs = save_locked(local, force, build)
+    # This host's cache (the default directory, the copy of a remote or
+    # spark: image) is checked in full by the next application's probe and
+    # rebuilt when damaged: no fsync there.  A directory the user named
+    # (a mount every host reads) gets a durable file.
+    durable = location is not None and not is_remote(location) and not is_spark(location)
+    status, inserts, nsubs = save_locked(local, force, build, durable)
     if status == "built" and local != location:
         prune_quietly(os.path.dirname(local))   # this host's directory grew (this image is kept: recent)
     elif status == "there":
@@ -389,12 +394,14 @@ def dialect_of_name(path: str) -> str:
     return m.group(1) if m else ""
 
 
-def save_locked(path: str, force: bool, build: Callable[[], Sublist]) -> Tuple[str, int, int]:
+def save_locked(path: str, force: bool, build: Callable[[], Sublist],
+                durable: bool = True) -> Tuple[str, int, int]:
     """build() -> a Sublist, saved at path under an exclusive lock on a lock
     file beside it (image_store.locked), unless the image is there by the
     time the lock is held (another task built it while this one waited)
-    and not `force` (it was found damaged).  -> (status "built" or "there",
-    inserts, subscriptions).  build() may raise BadRow, which passes
+    and not `force` (it was found damaged).  durable=False: saved without
+    the fsync (save(durable=False)), for a host's cache.  -> (status
+    "built" or "there", inserts, subscriptions).  build() may raise BadRow, which passes
     through, the lock released."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with locked(path):
@@ -408,7 +415,7 @@ def save_locked(path: str, force: bool, build: Callable[[], Sublist]) -> Tuple[s
                 return "there", 0, nsubs
             _log.warning("topicmatch: rebuilding the image %s (%s)", path, status)
         sl = build()
-        sl.save(path)
+        sl.save(path, durable=durable)
         return "built", sl.stats()["inserts"], len(sl)
 
 

@@ -466,6 +466,7 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool
         shards, depth = (given.shards, given.depth) if given else (opts.shards, opts.depth)
         sp = checked_plan(subscriptions, opts.dialect, shards, depth, memo,
                           images=images, steps=steps, stats=stats)
+        measured = sp
         if given is not None:
             # the caller's plan runs as given (its salting included); the
             # log shows it with the figures the job measured
@@ -475,7 +476,10 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool
         if not images:
             return FanoutPlan("cogroup", opts, session, shard_plan=sp, subscriptions=subscriptions,
                               nsubs=nsubs, why=why, steps=steps)
-        paths = shard_images(subscriptions, opts.dialect, sp, opts.image_dir, rebuild=rebuild,
+        # (the images are named from the figures just measured, for the
+        # same shards and depth: a given plan carries none of its own)
+        named = sp if sp.stats is not None else dataclasses.replace(sp, stats=measured.stats)
+        paths = shard_images(subscriptions, opts.dialect, named, opts.image_dir, rebuild=rebuild,
                              steps=steps)["paths"]
         why.append("every host holds every image it needs, so the events are matched where "
                    "they are: no shuffle, no salting sample")
