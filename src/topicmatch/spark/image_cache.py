@@ -89,7 +89,7 @@ _HELD: Dict[str, tuple] = {}
 _HELD_LOCK = threading.Lock()
 
 
-def _open_regular(path: str) -> Optional[int]:
+def open_regular(path: str) -> Optional[int]:
     """A read-only descriptor on path (never through a symlink, never
     blocking on a FIFO), or None when it cannot be opened or is not a
     regular file."""
@@ -111,7 +111,7 @@ def hold(path: str) -> None:
     life (a shared flock).  Best effort: an image another user owns (a
     shared image_dir) cannot have its time set, and is not pruned by this
     user anyway."""
-    fd = _open_regular(path)
+    fd = open_regular(path)
     if fd is None:
         return
     try:
@@ -160,7 +160,7 @@ class CachedImage(NamedTuple):
 def _try_lock(path: str, how: int) -> Optional[int]:
     """A descriptor on path holding flock `how` | LOCK_NB, or None when
     another holds a conflicting lock (or path is not a regular file)."""
-    fd = _open_regular(path)
+    fd = open_regular(path)
     if fd is None:
         return None
     try:

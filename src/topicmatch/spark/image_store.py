@@ -38,7 +38,7 @@ from typing import Optional
 
 from topicmatch._core import TopicmatchTypeError, TopicmatchValueError, _os_error
 from topicmatch import Sublist
-from topicmatch.spark.image_cache import hold, prune_quietly
+from topicmatch.spark.image_cache import hold, open_regular, prune_quietly
 
 #: In the executors' environment: the default image directory instead of
 #: topicmatch-images-<uid> in their temporary directory.
@@ -276,13 +276,13 @@ def map_checked(local: str) -> Sublist:
     on the very descriptor that is mapped where another user could have
     (exposed: a shared image_dir), so that no bytes but checked ones are
     ever mapped, whatever was put at the name meanwhile."""
-    fd = os.open(local, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = open_regular(local)
+    if fd is None:
+        # missing, a link, not a regular file: Sublist.open names which, or
+        # checks in full whatever it finds there
+        return Sublist.open(local, verify=True)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _os_error(f"topicmatch: the image {local} is not a regular file",
-                            kind=PermissionError)
-        if not exposed(local, st):
+        if not exposed(local, os.fstat(fd)):
             return Sublist.open(local, verify=False)
         via = f"/proc/self/fd/{fd}"
         if not os.path.exists(via):     # (no /proc: the name, checked in full)

@@ -43,7 +43,6 @@ import hashlib
 import time
 import logging
 import os
-import re
 import socket
 import threading
 import uuid
@@ -337,7 +336,7 @@ def probe_at(location: Optional[str], name: str, dialect: str, ticket=None):
 
 
 def build_at(location: Optional[str], name: str, force: bool, build: Callable[[], Sublist],
-             ticket=None):
+             ticket=None, *, dialect: str):
     """Build (unless there, and not force) and publish one image: saved on
     this host, uploaded to a remote location, or sent to the driver's inbox
     for a spark: one (ticket: image_inbox).  -> (status, path for the
@@ -348,7 +347,7 @@ def build_at(location: Optional[str], name: str, force: bool, build: Callable[[]
     # rebuilt when damaged: no fsync there.  A directory the user named
     # (a mount every host reads) gets a durable file.
     durable = location is not None and not is_remote(location) and not is_spark(location)
-    status, inserts, nsubs = save_locked(local, force, build, durable)
+    status, inserts, nsubs = save_locked(local, force, build, durable, dialect=dialect)
     if status == "built" and local != location:
         prune_quietly(os.path.dirname(local))   # this host's directory grew (this image is kept: recent)
     elif status == "there":
@@ -377,7 +376,7 @@ def probe_image(path: str, dialect: str) -> Tuple[str, int]:
                         "(save() writes them under the umask)", kind=PermissionError) from None
     except (ValueError, OSError) as e:
         return f"damaged: {e}", 0
-    if dialect and sl.dialect != dialect:
+    if sl.dialect != dialect:
         return f"damaged: a {sl.dialect} index under a {dialect} name", 0
     return "ok", len(sl)
 
@@ -387,15 +386,8 @@ class BadRow(Exception):
     as insert_arrow gives it."""
 
 
-def dialect_of_name(path: str) -> str:
-    """The dialect a content-named image's name says (name_of's
-    topicmatch-<dialect>-v...), or "" for another name (no check)."""
-    m = re.match(r"topicmatch-([a-z]+)-v\d+-", os.path.basename(path))
-    return m.group(1) if m else ""
-
-
 def save_locked(path: str, force: bool, build: Callable[[], Sublist],
-                durable: bool = True) -> Tuple[str, int, int]:
+                durable: bool = True, *, dialect: str) -> Tuple[str, int, int]:
     """build() -> a Sublist, saved at path under an exclusive lock on a lock
     file beside it (image_store.locked), unless the image is there by the
     time the lock is held (another task built it while this one waited)
@@ -410,7 +402,7 @@ def save_locked(path: str, force: bool, build: Callable[[], Sublist],
             # image_dir others can write, someone put a file there: it is
             # checked in full before any worker maps it (the probe checked
             # only what was there before the wait), and built over when bad.
-            status, nsubs = probe_image(path, dialect_of_name(path))
+            status, nsubs = probe_image(path, dialect)
             if status == "ok":
                 return "there", 0, nsubs
             _log.warning("topicmatch: rebuilding the image %s (%s)", path, status)
@@ -451,7 +443,7 @@ def _build_task(location, name, dialect, force, empty, ticket=None):
         table = pa.Table.from_batches(got) if got else schema.empty_table()
         try:
             status, path, inserts, nsubs, nbytes = build_at(
-                location, name, force, lambda: build_rows(table, dialect), ticket)
+                location, name, force, lambda: build_rows(table, dialect), ticket, dialect=dialect)
         except BadRow as e:
             yield _result("bad", location, bad=e.args)
             return

@@ -126,7 +126,8 @@ def _build_one(locations, names, dialect, force, ticket, shard, rows: pa.Table) 
     t0 = time.perf_counter()
     try:
         status, path, inserts, nsubs, _ = build_at(
-            locations[shard], names[shard], shard in force, lambda: build_rows(rows, dialect), ticket)
+            locations[shard], names[shard], shard in force, lambda: build_rows(rows, dialect), ticket,
+            dialect=dialect)
     except BadRow as e:     # (its position in a shard means nothing to the caller)
         return _result(shard, "bad", locations[shard], bad=e.args[1:])
     log = os.environ.get(LOAD_LOG_ENV)
@@ -187,7 +188,7 @@ def _empty_task(locations, names, dialect, shards, force, ticket):
             pass
         for k in shards:
             status, path, inserts, nsubs, _ = build_at(
-                locations[k], names[k], k in force, lambda: Sublist(dialect), ticket)
+                locations[k], names[k], k in force, lambda: Sublist(dialect), ticket, dialect=dialect)
             yield _result(k, status, path, inserts, nsubs)
     return topicmatch_shard_empty
 
