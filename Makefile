@@ -11,7 +11,7 @@ CORE_C := $(sort $(wildcard csrc/*/*.c))
 CORE_H := $(sort $(wildcard csrc/*/*.h))
 CORE_INC := $(patsubst %/,-I%,$(sort $(dir $(CORE_C) $(CORE_H))))
 
-.PHONY: valgrind callgrind bench-instructions bench-instructions-update all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
+.PHONY: mingw-deps valgrind callgrind bench-instructions bench-instructions-update all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
 
 all: build
 
@@ -225,13 +225,14 @@ XWIN_DIR := build/cross-windows
 XWIN_CFLAGS := -std=c11 -Wall -Wextra -Wconversion -Wshadow -Werror -Wvla -Wpedantic -O2 $(CORE_INC)
 XWIN_OS_NAMES := pthread|sched_yield|clock_gettime|sysconf|<windows\.h>|<unistd\.h>|SRWLock|ConditionVariable|CreateThread|_beginthread|WaitForSingleObject|InitOnce|Fls[A-Z]|Tls[A-Z]|SwitchToThread
 WINE ?= $(firstword $(shell command -v wine64 wine 2>/dev/null) $(wildcard /usr/lib/wine/wine64))
-cross-windows:
+mingw-deps:
 	@if ! command -v $(XWIN_CC) >/dev/null 2>&1; then \
 	    echo "installing mingw-w64 (Debian package)"; \
 	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mingw-w64 >/dev/null; \
 	fi
+cross-windows: mingw-deps
 	@rm -rf $(XWIN_DIR) && mkdir -p $(XWIN_DIR)/builtin $(XWIN_DIR)/portable
 	@printf '%s\n' $(CORE_C) | xargs -P 2 -I{} sh -c 'o=$$(basename {} .c).o; \
 	    $(XWIN_CC) $(XWIN_CFLAGS) -MMD -MF $(XWIN_DIR)/$$o.d -c {} -o $(XWIN_DIR)/builtin/$$o && \

@@ -1,13 +1,15 @@
 """The fan-outs that must give the same rows everywhere.
 
 compute(spark, ships) runs fanout_with_rejects on two generated cases for
-each shipping method, and the documented share_index examples; results are
+each shipping method (cases= to choose), and the documented share_index
+examples (examples=False: not); results are
 plain lists (rows ordered by every column) so runs can be compared exactly.
 The tests call it in-process on local mode, and run this file as a script,
 in its own process, against a standalone cluster (--master spark://...) or a
 Spark Connect server (--remote sc://...), which need a driver of their own:
 
-    python remote_checks.py (--master URL | --remote URL) --ships broadcast,file --out FILE
+    python remote_checks.py (--master URL | --remote URL) --ships broadcast,file --out FILE \
+        [--cases nats,mqtt] [--no-examples]
 
 A ship "auto@DIR" or "sharded@DIR" runs that fan-out with image_dir=DIR.
 """
@@ -32,10 +34,11 @@ def _rows(df, *order):
     return [list(r) for r in df.orderBy(*(order or df.columns)).collect()]
 
 
-def compute(spark, ships):
+def compute(spark, ships, cases=tuple(CASES), examples=True):
     from topicmatch.spark import ShardPlan, fanout, fanout_with_rejects, is_connect
-    out = {"fanout": {}, "examples": {}, "shipped_by": {}, "index_ids": []}
-    for name, (dialect, (subs, subjects), key) in CASES.items():
+    out = {"fanout": {}, "examples": {}, "shipped_by": {}, "index_ids": [], "cases": list(cases)}
+    for name in cases:
+        dialect, (subs, subjects), key = CASES[name]
         ev = spark.createDataFrame(events_rows(subjects), EVENT_SCHEMA).repartition(3)
         sb = spark.createDataFrame(subs, SUBS_SCHEMA)
         for ship in [s for s in ships if s != "stream"]:
@@ -70,7 +73,7 @@ def compute(spark, ships):
     _, subjects = random_case("nats", n_events=300, seed=23)
     events = spark.createDataFrame(events_rows(subjects + ["orders.eu.created", "billing.x"] * 30),
                                    EVENT_SCHEMA).repartition(3)
-    names = ["mapInArrow"] if is_connect(spark) else ["mapPartitions", "mapInArrow"]
+    names = [] if not examples else ["mapInArrow"] if is_connect(spark) else ["mapPartitions", "mapInArrow"]
     for name in names:
         ns = run(["share", name], {"spark": spark, "events": events})
         out["examples"][name] = _rows(ns["pairs"])
@@ -129,6 +132,9 @@ def main(argv=None):
     g.add_argument("--master")
     g.add_argument("--remote")
     ap.add_argument("--ships", required=True)
+    ap.add_argument("--cases", default=",".join(CASES), help="of " + ", ".join(CASES))
+    ap.add_argument("--no-examples", dest="examples", action="store_false",
+                    help="leave out the share_index examples")
     ap.add_argument("--out", required=True)
     ap.add_argument("--conf", action="append", default=[], metavar="K=V")
     args = ap.parse_args(argv)
@@ -139,7 +145,7 @@ def main(argv=None):
         conf = dict(kv.split("=", 1) for kv in args.conf)
         spark = local_session(args.master, app_name="topicmatch cluster checks", conf=conf)
     try:
-        result = compute(spark, args.ships.split(","))
+        result = compute(spark, args.ships.split(","), args.cases.split(","), args.examples)
         result["executor_python"] = sorted({r[0] for r in spark.range(4, numPartitions=4).mapInArrow(
             _python_of_worker, "python string").collect()})
     finally:
