@@ -15,8 +15,9 @@ thread and two, with queues all/pick/none -- must raise ValueError naming
 the damage or give the right answer: the ids of the undamaged index, in
 any order (verify=False promises no order it cannot see).  Each size of
 row takes another path through the merge: the damaged node alone (a
-copy), with up to 8 other ids (searched into it), with 9-256 (merged from
-both ends), with more (merged run by run).  The children run in their own
+copy), with up to 256 other ids (put between the big run's stretches;
+the sizes below were chosen for an earlier merge that searched up to 8
+in and merged 9-256 from both ends), with more (merged run by run).  The children run in their own
 process, so that a crash fails the case instead of pytest.
 """
 import json

@@ -88,7 +88,7 @@ FS_ALWAYS_INLINE int emit_hits_if(const fs_sublist *sl, int mapped, fs_scratch *
     if (fs_row_groups(sl, sc, &nrefs) < 0)
         return FS_ENOMEM;
     for (size_t j = 0, end; j < nrefs; j = end) {
-        end = fs_row_group_end(sl, sc, j, nrefs);
+        end = fs_row_group_end(sc, j, nrefs);
         const fs_node *n = hits[sc->grefs[j].hit];
         if (queues == FS_QUEUES_PICK) {
             /* one rendezvous choice over every part's members */

@@ -25,9 +25,11 @@ typedef struct {
 } fs_spec;
 
 /* A queue group of a row, by where its first part is: hits[hit]'s group
- * number group (fs_row_groups, fs_result.c). */
+ * number group (fs_row_groups, fs_result.c).  part: 1 when it is a later
+ * part of the group of the ref before it (NATS and AMQP merge same-named
+ * groups across filters), found once as the refs are put in order. */
 typedef struct {
-    uint32_t hit, group;
+    uint32_t hit, group, part;
 } fs_gref;
 
 /* Per-call working memory, reusable across calls by one thread. */

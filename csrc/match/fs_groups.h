@@ -10,7 +10,7 @@
  *     size_t nrefs;
  *     fs_row_groups(sl, sc, &nrefs);
  *     for (size_t j = 0, end; j < nrefs; j = end) {
- *         end = fs_row_group_end(sl, sc, j, nrefs);
+ *         end = fs_row_group_end(sc, j, nrefs);
  *         ... one group: the members of sc->grefs[j..end), merged ...
  *     }
  *
@@ -29,6 +29,14 @@
  * refs [j, fs_row_group_end(j)) -- its parts, side by side; MQTT's groups
  * are (name, filter): one ref each.  FS_OK or FS_ENOMEM. */
 int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs);
-size_t fs_row_group_end(const fs_sublist *sl, const fs_scratch *sc, size_t j, size_t nrefs);
+/* The end of the group that starts at ref j: its parts were marked
+ * (fs_gref's part) by fs_row_groups. */
+static inline size_t fs_row_group_end(const fs_scratch *sc, size_t j, size_t nrefs)
+{
+    size_t end = j + 1;
+    while (end < nrefs && sc->grefs[end].part)
+        end++;
+    return end;
+}
 
 #endif

@@ -266,6 +266,28 @@ static int gref_cmp_mapped(const void *pa, const void *pb, const void *pctx)
     return gref_cmp_if(pa, pb, pctx, 1);
 }
 
+/* Mark each of refs[0..n) (in order) that is the same group as the one
+ * before it: a name equal to its name (the groups of NATS and AMQP, which
+ * merge by name).  Once per row, here, where fs_row_group_end's readers
+ * would compare each group with the next again. */
+FS_ALWAYS_INLINE void mark_parts_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, fs_gref *refs,
+                                    size_t n)
+{
+    const char *prev = NULL;
+    uint32_t nprev = 0;
+    for (size_t i = 0; i < n; i++) {
+        const fs_group *g = fs_group_of_if(sl, mapped, hits[refs[i].hit], refs[i].group);
+        const char *name;
+        uint32_t len = fs_gname_of_if(sl, mapped, g, &name);
+        uint32_t same = i > 0 && len == nprev;
+        for (uint32_t c = 0; same && c < len; c++)         /* names are short: no call */
+            same = name[c] == prev[c];
+        refs[i].part = same;
+        prev = name;
+        nprev = len;
+    }
+}
+
 FS_ALWAYS_INLINE int row_groups_if(const fs_sublist *sl, int mapped, fs_scratch *sc, size_t *nrefs)
 {
     const fs_node *const *hits = sc->hits;
@@ -295,6 +317,7 @@ FS_ALWAYS_INLINE int row_groups_if(const fs_sublist *sl, int mapped, fs_scratch 
         for (uint32_t gi = 0; gi < ng; gi++, n++) {
             refs[n].hit = (uint32_t)k;
             refs[n].group = gi;
+            refs[n].part = 0;
         }
         if (runs++ == 0 || total > 32)
             continue;
@@ -312,6 +335,8 @@ FS_ALWAYS_INLINE int row_groups_if(const fs_sublist *sl, int mapped, fs_scratch 
     /* A node's groups have distinct names: only groups of two nodes can
      * be parts of one (NATS, AMQP). */
     sc->grefs_merge = runs > 1 && fs_groups_merge(sl->dialect);
+    if (sc->grefs_merge)
+        mark_parts_if(sl, mapped, hits, refs, total);
     return FS_OK;
 }
 
@@ -320,148 +345,74 @@ int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
     return fs_img_mapped(sl) ? row_groups_if(sl, 1, sc, nrefs) : row_groups_if(sl, 0, sc, nrefs);
 }
 
-size_t fs_row_group_end(const fs_sublist *sl, const fs_scratch *sc, size_t j, size_t nrefs)
-{
-    gref_ctx ctx = {sl, sc->hits};
-    size_t end = j + 1;
-    if (!sc->grefs_merge)
-        return end;
-    if (fs_img_mapped(sl))
-        while (end < nrefs && gref_cmp_if(&sc->grefs[j], &sc->grefs[end], &ctx, 1) == 0)
-            end++;
-    else
-        while (end < nrefs && gref_cmp_if(&sc->grefs[j], &sc->grefs[end], &ctx, 0) == 0)
-            end++;
-    return end;
-}
 
-/* Copy ids: a loop for the usual one or two, memcpy for long runs. */
-static inline void copy_run(int64_t *dst, const int64_t *src, size_t n)
+/* Merge the sorted s[0..ns) into the sorted b[0..nb) at out[0..nb + ns).
+ * b is the row's big run, most of the row (heavy: ~68 of ~76 ids), so the
+ * work is in copying b's stretches between s's ids, eight at a time: while
+ * the eighth is not above s's next id, the eight are copied (one
+ * comparison for eight ids, where a merge makes one per id, with or
+ * without branches); then the eight are copied anyway and how many of
+ * them go before it is found by a search of three steps without branches
+ * (the ones not taken are written again after).  Safe on runs out of
+ * order (a mapped image opened with verify=False): every step takes a
+ * prefix of what is left of b, within what is left, so each id of b and s
+ * is written once, in its run's order, and every read and write stays in
+ * bounds (the eight written: at least eight of b and one of s are still
+ * to come).  Runs out of order give out out of order: the caller checks. */
+FS_ALWAYS_INLINE void merge_gaps(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
 {
-    if (n <= 4)
-        for (size_t i = 0; i < n; i++) dst[i] = src[i];
-    else
-        memcpy(dst, src, sizeof(int64_t) * n);
-}
-
-/* How many of the sorted b[0..n) are <= x: a binary search without
- * branches (the compiler's conditional moves), so a row's few searches
- * cost no mispredictions. */
-static inline size_t count_le(const int64_t *b, size_t n, int64_t x)
-{
-    if (!n)
-        return 0;
-    const int64_t *base = b;
-    while (n > 1) {
-        size_t half = n / 2;
-        base = base[half] <= x ? base + half : base;
-        n -= half;
-    }
-    return (size_t)(base - b) + (*base <= x);
-}
-
-/* t ? y : x by a mask: a compiler may turn `t ? y : x` into a branch. */
-static inline int64_t pick_if(size_t t, int64_t y, int64_t x)
-{
-    return (int64_t)((uint64_t)x ^ (((uint64_t)x ^ (uint64_t)y) & (0 - (uint64_t)t)));
-}
-
-/* Did the two ends of merge_two_ends meet, each value of b and s in out
- * once?  The front took b[0..fb) and s[0..fs), the back b[bb..nb) and
- * s[bs..ns): a partition when fb == bb (then fs == bs: the ends took total
- * values between them).  Sorted runs meet so, except where b and s hold an
- * equal id at the meeting point: both ends take b's, so b[bb..fb) is taken
- * twice and s[fs..bs) not at all -- the same values, so out is still
- * right.  Runs out of order (an image opened with verify=False) can take
- * other values twice: that is what this finds, in O(1) plus the overlap. */
-static int ends_met(const int64_t *b, size_t fb, size_t bb, const int64_t *s, size_t fs, size_t bs)
-{
-    const int64_t *twice = fb > bb ? b + bb : s + bs, *missed = fb > bb ? s + fs : b + fb;
-    size_t n = fb > bb ? fb - bb : bb - fb;
-    for (size_t i = 0; i < n; i++)
-        if (twice[i] != missed[i])
-            return 0;
-    return 1;
-}
-
-/* Merge the sorted b[0..nb) and s[0..ns) (ns >= 1) into out[0..nb + ns),
- * without branches on the data: the front and the back of out are filled
- * in the same loop, two chains of loads that do not wait on each other (a
- * one-ended branchless merge waits on each load: about half the speed).
- * s[-1] and s[ns] must be readable: INT64_MIN and INT64_MAX.  Each end
- * takes the half of out's values that are its own whichever of two equal
- * ids it takes first, so ties need no care.  On any values -- runs out of
- * order included -- every read and write stays in bounds (the indexes are
- * bounded by the loop counts and the sentinels, not by the order); 1 when
- * out holds b's and s's values, 0 when the runs were out of order and out
- * is not that (ends_met). */
-FS_ALWAYS_INLINE int merge_two_ends(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
-{
-    size_t total = nb + ns, half = total / 2;
-    size_t fb = 0, fs = 0;           /* the front: next of b, of s */
-    size_t bb = nb, bs = ns;         /* the back: how many of b, of s are left */
-    const int64_t *s1 = s - 1;       /* s1[bs]: s's last left, s[-1] when none */
-    int64_t *hi = out + total;
-    if (nb > half) {
-        /* The usual row: the big run is more than half of it, so neither
-         * end runs out of it; s's sentinels are never taken (the front
-         * takes s's only when smaller, the back b's when not smaller). */
-        for (size_t i = 0; i < half; i++) {
-            int64_t x = b[fb], y = s[fs], u = b[bb - 1], v = s1[bs];
-            size_t ts = (size_t)(y < x), tb = (size_t)(u >= v);
-            out[i] = pick_if(ts, y, x);
-            *--hi = pick_if(tb, u, v);
-            fs += ts;
-            fb += 1 - ts;
-            bb -= tb;
-            bs -= 1 - tb;
+    size_t i = 0, lim = nb < 8 ? 0 : nb - 7;     /* i < lim: b[i..i + 8) are there */
+    for (size_t j = 0; j < ns; j++) {
+        int64_t x = s[j];
+        while (i < lim && b[i + 7] <= x) {
+            memcpy(out, b + i, 8 * sizeof(int64_t));
+            out += 8;
+            i += 8;
         }
-    } else {
-        /* b may run out at either end: its reads are clamped, and taken
-         * only while it lasts. */
-        for (size_t i = 0; i < half; i++) {
-            int64_t x = b[fb < nb ? fb : nb - 1], y = s[fs];
-            int64_t u = b[bb ? bb - 1 : 0], v = s1[bs];
-            size_t ts = (size_t)((fs != ns) & ((fb == nb) | (y < x)));
-            size_t tb = (size_t)((bb != 0) & ((bs == 0) | (u >= v)));
-            out[i] = pick_if(ts, y, x);
-            *--hi = pick_if(tb, u, v);
-            fs += ts;
-            fb += 1 - ts;
-            bb -= tb;
-            bs -= 1 - tb;
+        if (i < lim) {               /* sorted: fewer than eight of b are <= x */
+            size_t c = (size_t)(b[i + 3] <= x) * 4;
+            c += (size_t)(b[i + c + 1] <= x) * 2;
+            c += (size_t)(b[i + c] <= x);
+            memcpy(out, b + i, 8 * sizeof(int64_t));
+            out += c;
+            i += c;
+        } else {
+            while (i < nb && b[i] <= x)
+                *out++ = b[i++];
         }
+        *out++ = x;
     }
-    if (total & 1) {                 /* the middle one: the front's next */
-        int64_t x = b[fb < nb ? fb : nb - 1], y = s[fs];
-        size_t ts = (size_t)((fs != ns) & ((fb == nb) | (y < x)));
-        out[half] = pick_if(ts, y, x);
-        fs += ts;
-        fb += 1 - ts;
-    }
-    return ends_met(b, fb, bb, s, fs, bs);
+    if (i < nb)
+        memcpy(out, b + i, sizeof(int64_t) * (nb - i));
 }
 
-/* The other runs' ids put into the biggest run one by one (binary search,
- * then the stretch of the big run before it copied) up to this many;
- * past it, a merge of the two from both ends (merge_two_ends). */
-#define FEW_SEARCHED 8
+/* Whether ids[0..n) ascend (equal ids side by side are in order). */
+static int ids_ascend(const int64_t *ids, size_t n)
+{
+    size_t down = 0;
+    for (size_t i = 1; i < n; i++)
+        down |= (size_t)(ids[i] < ids[i - 1]);
+    return !down;
+}
+
 /* The other runs' ids gathered on the stack up to this many (2 KiB); past
  * it (rare), every run is merged in turn in place (fs_runs). */
 #define FEW_SMALL 256
 
 /* The rows of two nodes or more (fs_hits_plain takes one node inline):
  * the biggest node's ids stay whole, the others' are merged on the stack
- * and go between its stretches.  Written for sorted runs, and safe on any:
- * a mapped image opened with verify=False may hold a node's ids out of
+ * (a row with one other node: read where they are) and go between its
+ * stretches (merge_gaps).  Written for sorted runs, and safe on any: a
+ * mapped image opened with verify=False may hold a node's ids out of
  * order, and nothing checks them before this (a check where a node is
  * reached would read all its ids on every match).  So every read and
  * write here is bounded by the counts alone, each id is put in the row
- * once (fs_runs_add's merge of any two runs holds both's values), and
- * where the order shows -- a search landing before the stretch already
- * copied, the two ends of a merge not meeting -- the image is marked
- * damaged (the call then fails).  Runs out of order that no check meets
- * give the row's ids out of order: verify=False's wrong answer. */
+ * once (fs_runs_add's merge of any two runs holds both's values, and so
+ * does merge_gaps), and a mapped image's row is checked: merges keep each
+ * run's order, so a run out of order leaves the row out of order, and the
+ * image is marked damaged (the call then fails).  Only past FEW_SMALL,
+ * where more than FS_MERGE_RUNS runs are sorted whole, no check meets it:
+ * the row is sorted, verify=False's wrong answer. */
 FS_ALWAYS_INLINE size_t hits_merge_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
                                       int64_t *ids, size_t room)
 {
@@ -488,7 +439,7 @@ FS_ALWAYS_INLINE size_t hits_merge_if(const fs_sublist *sl, int mapped, const fs
         fs_img_bad(sl);
         return 0;
     }
-    const int64_t *b;
+    const int64_t *b, *s;
     size_t nb = fs_subs_of_if(sl, mapped, hits[big], &b), ns = total - nbig;
     if (mapped && nb > nbig)
         nb = nbig;
@@ -506,47 +457,28 @@ FS_ALWAYS_INLINE size_t hits_merge_if(const fs_sublist *sl, int mapped, const fs
         fs_runs_end(&r, ids);
         return r.n;
     }
-    int64_t few[FEW_SMALL + 2], *s = few + 1;    /* s[-1], s[ns]: readable */
+    int64_t few[FEW_SMALL];
+    s = few;
     for (size_t k = 0; k < nhits; k++)
         if (k != big) {
             const int64_t *run;
             size_t m = fs_subs_of_if(sl, mapped, hits[k], &run);
-            fs_runs_add(&r, s, run, !mapped || m < ns - r.n ? m : ns - r.n);
+            m = !mapped || m < ns - r.n ? m : ns - r.n;
+            if (runs == 2 && m) {    /* the one other run: merged from its node */
+                s = run;
+                r.n = m;
+                break;
+            }
+            fs_runs_add(&r, few, run, m);
         }
-    fs_runs_end(&r, s);
+    fs_runs_end(&r, few);
     if (mapped && (r.n != ns || nb != nbig)) {   /* changed under the call: what is there */
         fs_img_bad(sl);
         ns = r.n;
         total = nb + ns;
-        if (!ns || !nb) {
-            memcpy(ids, ns ? s : b, sizeof(int64_t) * total);
-            return total;
-        }
     }
-    s[-1] = INT64_MIN;
-    s[ns] = INT64_MAX;
-    if (ns > FEW_SEARCHED) {
-        if (!merge_two_ends(ids, b, nb, s, ns))
-            fs_img_bad(sl);
-        return total;
-    }
-    /* Each search over the whole big run: the same number of steps for
-     * each of a row's ids (a predictable loop), and independent of the
-     * one before.  Sorted, a search never lands before the stretch copied
-     * already (p >= from); out of order it may, and then p is held at
-     * from, so that no length below goes negative. */
-    size_t from = 0, at = 0, behind = 0;
-    for (size_t j = 0; j < ns; j++) {
-        size_t p = count_le(b, nb, s[j]);
-        behind |= (size_t)(p < from);
-        p = p < from ? from : p;
-        copy_run(ids + at, b + from, p - from);
-        at += p - from;
-        from = p;
-        ids[at++] = s[j];
-    }
-    copy_run(ids + at, b + from, nb - from);
-    if (behind)
+    merge_gaps(ids, b, nb, s, ns);
+    if (mapped && !ids_ascend(ids, total))
         fs_img_bad(sl);
     return total;
 }
@@ -700,7 +632,7 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
         return FS_ENOMEM;
     int nats = fs_groups_merge(sl->dialect);
     for (size_t j = 0, end; j < nrefs; j = end) {
-        end = fs_row_group_end(sl, sc, j, nrefs);
+        end = fs_row_group_end(sc, j, nrefs);
         const fs_node *n = hits[sc->grefs[j].hit];
         const fs_group *g = fs_group_of(sl, n, sc->grefs[j].group);
         fs_group_out *o = &r->groups[r->ngroups];

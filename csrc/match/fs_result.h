@@ -102,9 +102,9 @@ static inline int64_t fs_pick(uint64_t seed, const int64_t *ids, size_t n)
  *      MQTT by (name, filter) -- each group's members ascending.
  * A node holds its ids sorted and its groups in name order (fs_node.c), so
  * nothing is sorted where one node contributes (fs_hits_plain, inline:
- * a copy); otherwise the others' ids are merged on the stack and then with
- * the biggest node's -- up to 8 placed by binary search, more merged from
- * both ends at once without branches (fs_hits_merge) -- and a merged
+ * a copy); otherwise the others' ids are merged on the stack (one other
+ * node's are read in place) and put between the stretches of the biggest
+ * node's, which are copied eight at a time (fs_hits_merge), and a merged
  * group's parts are merged by value (fs_runs_add).  fs_result.c applies
  * the rule (fs_hits_merge, fs_row_groups); src/topicmatch/_reference.py
  * restates it independently. */
