@@ -11,6 +11,18 @@
 #include "fs_xxh64.h"
 
 /* The format's checksum: XXH64 with seed 0 (never fails). */
-static inline uint64_t fs_serial_checksum(const void *data, size_t len) { return fs_xxh64(data, len, 0); }
+#define FS_CHECKSUM_SEED 0
+static inline uint64_t fs_serial_checksum(const void *data, size_t len)
+{
+    return fs_xxh64(data, len, FS_CHECKSUM_SEED);
+}
+
+/* The same, of bytes that arrive in pieces (a receiver checks an image as
+ * it streams in, without holding or mapping it): begin, feed each piece
+ * in order, end. */
+typedef fs_xxh64_state fs_checksum_state;
+static inline void fs_checksum_begin(fs_checksum_state *s) { fs_xxh64_begin(s, FS_CHECKSUM_SEED); }
+static inline void fs_checksum_feed(fs_checksum_state *s, const void *data, size_t n) { fs_xxh64_feed(s, data, n); }
+static inline uint64_t fs_checksum_end(const fs_checksum_state *s) { return fs_xxh64_end(s); }
 
 #endif

@@ -15,6 +15,11 @@ from libc.string cimport memcpy
 cdef extern from "fs_serial.h" nogil:
     int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
     int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err)
+    ctypedef struct fs_checksum_state:
+        pass
+    void fs_checksum_begin(fs_checksum_state *s)
+    void fs_checksum_feed(fs_checksum_state *s, const void *data, size_t n)
+    uint64_t fs_checksum_end(const fs_checksum_state *s)
 
 cdef extern from "sublist.h" nogil:
     fs_dialect _serial_dialect "fs_sublist_dialect"(const fs_sublist *sl)
@@ -438,3 +443,59 @@ def _sublist_open(path, verify=True, cache_size=0):
             mm.close()
         except BufferError:
             pass
+
+
+cdef class _ImageChecksum:
+    """An image's checksum summed as its bytes arrive, without holding or
+    mapping them (topicmatch.spark's driver receives images over a socket
+    this way): update(piece) for each piece in order, then check(source):
+    CorruptImageError, worded as open() words it, unless the checksum of
+    every byte before the last eight is the value those eight hold
+    (docs/FORMAT.md: it sums [0, 48 + P) and stands at 48 + P, the image's
+    last eight bytes).  Open the file with verify=False then, whose header
+    check ties P to the file's size: the two check what
+    open(verify="checksum") checks, with none of the image's pages in
+    memory at once."""
+    cdef fs_checksum_state st
+    cdef unsigned char tail[8]      # the last bytes seen, not summed yet
+    cdef size_t ntail
+    cdef uint64_t seen
+
+    def __cinit__(self):
+        fs_checksum_begin(&self.st)
+        self.ntail = 0
+        self.seen = 0
+
+    def update(self, const unsigned char[::1] piece not None):
+        cdef size_t n = piece.shape[0], total, out, i
+        if n == 0:
+            return
+        cdef const unsigned char *p = &piece[0]
+        self.seen += n
+        if n >= 8:                  # the tail and all but piece's last eight are summed
+            with nogil:
+                fs_checksum_feed(&self.st, self.tail, self.ntail)
+                fs_checksum_feed(&self.st, p, n - 8)
+            memcpy(self.tail, p + n - 8, 8)
+            self.ntail = 8
+            return
+        total = self.ntail + n
+        out = total - 8 if total > 8 else 0
+        fs_checksum_feed(&self.st, self.tail, out)
+        for i in range(self.ntail - out):
+            self.tail[i] = self.tail[out + i]
+        memcpy(self.tail + self.ntail - out, p, n)
+        self.ntail = total - out
+
+    def check(self, source):
+        cdef uint64_t stored = 0
+        cdef int i
+        cdef fs_error err
+        if self.ntail == 8:
+            for i in range(8):
+                stored |= (<uint64_t>self.tail[i]) << (8 * i)
+            if fs_checksum_end(&self.st) == stored:
+                return
+        err.reason = "checksum mismatch" if self.ntail == 8 else "image shorter than its header and root block"
+        err.pos = self.seen - 8 if self.ntail == 8 else self.seen
+        raise CorruptImageError(f"{source!r}: {_corrupt_message(&err)}")

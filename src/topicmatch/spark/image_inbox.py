@@ -14,12 +14,20 @@ driver's cache:
     secret of this call                     Python), then wait for "ok"
     each connection: written to a
     temporary file as it arrives,
-    checked in full, renamed into
-    the cache; "ok"
+    its checksum summed as it
+    arrives, its header checked,
+    renamed into the cache; "ok"
 
 So the driver never holds an image in memory (a result row would: the
 whole image in its JVM and in Python, and under spark.driver.maxResultSize),
-and the task's result reaches the driver only once its image is in place.
+nor maps it whole (a full check would: its pages counted in the driver's
+memory, an image at a time), and the task's result reaches the driver only
+once its image is in place.  The checksum and the header are the checks
+of open(verify="checksum"): damage on the way is refused.  The structure
+is not checked again here: the image is a build task's of this
+application, written by the same writer as a host's own build, which that
+host's workers map with the same quick check (image_store.map_checked),
+and only a task of this call holds the secret.
 The secret (32 random bytes, compared in constant time) keeps any other
 client of the port from placing a file; a location is taken only as
 spark:NAME.img with a plain file name, so none can steer where it goes.
@@ -32,7 +40,7 @@ import tempfile
 import threading
 from typing import Dict, Optional, Tuple
 
-from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _os_error
+from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _ImageChecksum, _os_error
 from topicmatch import Sublist
 from topicmatch.spark.image_cache import prune_quietly
 from topicmatch.spark.image_store import SPARK, cache_path, is_spark
@@ -130,20 +138,24 @@ class Inbox:
                     pass
 
     def _write(self, conn: socket.socket, location: str, size: int) -> None:
-        """The file, as it arrives, into a temporary in the cache; checked in
-        full; renamed over the cache's copy (a retried task's second copy
-        replaces the first whole)."""
+        """The file, as it arrives, into a temporary in the cache, its
+        checksum summed on the way; its header checked; renamed over the
+        cache's copy (a retried task's second copy replaces the first
+        whole)."""
         fd, tmp = tempfile.mkstemp(dir=self._cache_dir, prefix=".inbox-", suffix=".part")
         try:
+            checksum = _ImageChecksum()
             with os.fdopen(fd, "wb") as out:
                 left = size
                 while left:
                     got = conn.recv(min(left, 1 << 20))
                     if not got:
                         raise _os_error(f"the sender closed with {left} of {size} bytes to come", kind=ConnectionError)
+                    checksum.update(got)
                     out.write(got)
                     left -= len(got)
-            Sublist.open(tmp, verify=True)
+            checksum.check(location)
+            Sublist.open(tmp, verify=False)
             local = cache_path(location, self._cache_dir)
             os.replace(tmp, local)
         except BaseException:

@@ -1,0 +1,82 @@
+"""_ImageChecksum, the checksum of an image summed as its bytes arrive
+(topicmatch.spark's driver receives images so, never holding or mapping one
+whole): for any cut of the bytes into pieces, its verdict and its error are
+open(verify="checksum")'s."""
+import random
+
+import pytest
+
+import topicmatch
+from topicmatch import CorruptImageError
+from topicmatch._core import _ImageChecksum
+
+
+def _image():
+    sl = topicmatch.Sublist()
+    for i in range(2000):
+        sl.insert(f"a.b{i}.*", i)
+        sl.insert(f"k{i % 7}.>", i, queue=f"q{i % 3}")
+    return sl.to_bytes()
+
+
+def _pieces(data, rng):
+    """data cut at random: empty pieces, pieces shorter than the eight
+    bytes kept back, stripes cut anywhere, long runs."""
+    i = 0
+    while i < len(data):
+        n = rng.choice([0, 1, 3, 7, 8, 9, 31, 32, 33, rng.randint(0, 70_000)])
+        yield data[i:i + n]
+        i += n
+
+
+def _streamed(data, rng, source="x.img"):
+    c = _ImageChecksum()
+    for piece in _pieces(data, rng):
+        c.update(piece)
+    c.check(source)
+
+
+def _opened(data):
+    topicmatch.Sublist.from_bytes(data, verify="checksum")
+
+
+def test_any_cut_of_a_good_image_passes():
+    data, rng = _image(), random.Random(7)
+    for _ in range(200):
+        _streamed(data, rng)
+    _opened(data)
+
+
+def test_a_flipped_bit_anywhere_is_refused_as_open_refuses_it():
+    data, rng = _image(), random.Random(8)
+    # every byte of the header and of the checksum, and bytes all over the body
+    where = list(range(48)) + list(range(len(data) - 8, len(data))) + \
+        [rng.randrange(48, len(data) - 8) for _ in range(100)]
+    for k in where:
+        bad = bytearray(data)
+        bad[k] ^= 1 << rng.randrange(8)
+        bad = bytes(bad)
+        with pytest.raises(CorruptImageError, match="checksum mismatch") as streamed:
+            _streamed(bad, rng)
+        if k >= 48:         # (a header flip is refused by open's header check first)
+            with pytest.raises(CorruptImageError) as opened:
+                _opened(bad)
+            assert str(streamed.value) == "'x.img': " + str(opened.value), k
+
+
+def test_a_stream_shorter_than_the_checksum_is_refused():
+    for n in range(8):
+        c = _ImageChecksum()
+        c.update(_image()[:n])
+        with pytest.raises(CorruptImageError, match=f"'short.img': .* at byte {n}"):
+            c.check("short.img")
+
+
+def test_pieces_are_bytes_like():
+    c = _ImageChecksum()
+    with pytest.raises(TypeError):
+        c.update("text")
+    data = _image()
+    c.update(memoryview(data)[:100])
+    c.update(bytearray(data[100:]))
+    c.check("x.img")
