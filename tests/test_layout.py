@@ -371,3 +371,77 @@ def test_every_source_file_is_in_the_map():
                 or (family and f"{family.group(1)}*{ext}" in the_map))
     missing = sorted({f for f in sources if not named(f)})
     assert not missing, f"not in docs/design.md's file map: {missing}"
+
+
+# -- the C core's function lengths --------------------------------------------------
+#: The most lines a C function may take, its signature's first line to its
+#: closing brace (issue 46): longer, it is split into helpers with one job each.
+MAX_C_FUNCTION_LINES = 80
+_C_PIECE = re.compile(r"[{};\n]|[^{};\n]+")
+
+
+def c_function_lengths(text):
+    """[(name, line, lines)] of every function a C file defines: the line of
+    its signature's start and the lines from there to its closing brace (its
+    body matched brace by brace, outside comments, strings and preprocessor
+    lines; a definition is a file-scope declaration with a parameter list
+    and no `=` before its `{`)."""
+    found = []
+    depth = 0
+    line = 1
+    head, head_line = "", None     # the file-scope declaration so far, and its first line
+    start = None                   # (name, line) of the function whose body is open
+    for m in _C_PIECE.finditer(_c_code(text)):
+        piece = m.group()
+        if piece == "\n":
+            line += 1
+            head += " "
+        elif piece == "{":
+            if depth == 0 and "(" in head and "=" not in head:
+                start = (re.findall(r"\w+", head[:head.index("(")])[-1], head_line)
+            depth += 1
+            head, head_line = "", None
+        elif piece == "}":
+            depth -= 1
+            if depth == 0 and start:
+                found.append((start[0], start[1], line - start[1] + 1))
+                start = None
+        elif piece == ";":
+            if depth == 0:
+                head, head_line = "", None
+        elif depth == 0 and piece.strip():
+            if head_line is None:
+                head_line = line
+            head += piece
+    return found
+
+
+def long_c_functions(sources, limit=MAX_C_FUNCTION_LINES):
+    """"file:line: name, N lines" of every function of the C sources
+    {name: text} longer than limit lines."""
+    return [f"{name}:{no}: {fn}, {n} lines"
+            for name, text in sorted(sources.items())
+            for fn, no, n in c_function_lengths(text) if n > limit]
+
+
+def test_no_c_function_over_80_lines():
+    sources = _c_sources()
+    assert sources, CSRC
+    assert sum(len(c_function_lengths(t)) for t in sources.values()) > 100   # the scanner finds them
+    assert long_c_functions(sources) == []
+
+
+def test_the_c_function_length_check_can_fail():
+    """Fed the real tree with synthetic functions of 80 and 81 lines, the
+    check names the long one, and only it; one-line functions, prototypes,
+    initialisers and braces in comments and strings are no functions."""
+    body = "    x++;\n"
+    fits = "static int fits(int x)\n{\n" + body * 76 + "    return x;\n}\n"               # 80 lines
+    long_ = ("FS_ALWAYS_INLINE size_t\ntoo_long(const char *s,\n         int x)\n{\n"   # 81 lines
+             "    /* } */ const char *b = \"}\"; char c = '{';\n" + body * 74 + "    return x;\n}\n")
+    other = ("typedef struct {\n    int a;\n} pair;\nstatic const int tab[] = {1, 2};\nint proto(int x);\n"
+             "static inline int one(int x) { return x; }\n#define BLOCK(x) { \\\n  x; \\\n}\n")
+    bad = dict(_c_sources())
+    bad["match/fs_x.c"] = other + fits + "\n" + long_
+    assert c_function_lengths(bad["match/fs_x.c"]) == [("one", 6, 1), ("fits", 10, 80), ("too_long", 91, 81)]
+    assert long_c_functions(bad) == ["match/fs_x.c:91: too_long, 81 lines"]

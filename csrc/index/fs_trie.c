@@ -365,6 +365,26 @@ static int push_descendants(const fs_sublist *sl, const fs_node *n, int skip_dol
     return FS_OK;
 }
 
+/* The query exhausted with the front's nodes aligned: their filters end
+ * there too, and (zero_rest) those with a rest wildcard below.  Inlined:
+ * fs_trie_rwalk_locked is a reverse match's walk. */
+FS_ALWAYS_INLINE int rwalk_ends(const fs_sublist *sl, int zero_rest, fs_scratch *sc)
+{
+    for (size_t k = 0; k < sc->nfront; k++) {
+        const fs_node *n = sc->front[k];
+        if (fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
+            return FS_ENOMEM;
+        /* MQTT "a/#" matches "a" too -- but "/#" cannot match "", which
+         * is not a valid topic. */
+        int empty_topic = fs_up(sl, n) == sl->root && n->toklen == 0;
+        const fs_level *L = zero_rest && !empty_topic ? fs_down(sl, n) : NULL;
+        const fs_node *rest = L ? fs_lv_rest(sl, L) : NULL;
+        if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
 /* Collect into sc->hits every node whose filter intersects the query
  * filter q (tokenized in sc->toks).  Nodes on the front are at depth i,
  * aligned with q's first i tokens. */
@@ -438,19 +458,7 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
      * query ending in a rest-wildcard was fully handled in the loop. */
     if (t->n && t->tok[t->n - 1].kind == FS_TOK_REST)
         return FS_OK;
-    for (size_t k = 0; k < sc->nfront; k++) {
-        const fs_node *n = sc->front[k];
-        if (fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
-            return FS_ENOMEM;
-        /* MQTT "a/#" matches "a" too -- but "/#" cannot match "", which
-         * is not a valid topic. */
-        int empty_topic = fs_up(sl, n) == sl->root && n->toklen == 0;
-        const fs_level *L = zero_rest && !empty_topic ? fs_down(sl, n) : NULL;
-        const fs_node *rest = L ? fs_lv_rest(sl, L) : NULL;
-        if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
-            return FS_ENOMEM;
-    }
-    return FS_OK;
+    return rwalk_ends(sl, zero_rest, sc);
 }
 
 const fs_node *fs_trie_find(const fs_sublist *sl, const fs_tokens *t, const char *filter)

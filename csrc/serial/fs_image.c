@@ -857,12 +857,76 @@ typedef struct {
     size_t len;
 } vframe;
 
-static int vpush(vframe **v, size_t *n, size_t *cap, const fs_node *x, size_t len)
+/* The nodes still to check (verify_trie's explicit stack). */
+typedef struct {
+    vframe *f;
+    size_t n, cap;
+} vstack;
+
+static int vpush(vstack *s, const fs_node *x, size_t len)
 {
-    if (*n == *cap && fs_grow(v, cap, *n + 1, sizeof(vframe)) < 0)
+    if (s->n == s->cap && fs_grow(&s->f, &s->cap, s->n + 1, sizeof(vframe)) < 0)
         return FS_ENOMEM;
-    (*v)[(*n)++] = (vframe){x, len};
+    s->f[s->n++] = (vframe){x, len};
     return FS_OK;
+}
+
+/* The literal children of x, in its level L (the checked copy of the
+ * mapped Lm): each linked to x, a valid token found by its own lookup,
+ * pushed with its filter's length (below: x's filter and a separator);
+ * then the level's count against its slots. */
+static int verify_literal_children(verifier *v, const fs_node *x, const fs_level *Lm, const fs_level *L,
+                                   size_t below, vstack *stack)
+{
+    fs_sublist *sl = v->sl;
+    const fs_slot *slots = fs_lv_slots(sl, L);
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < L->cap; i++) {
+        if (!slots[i].node)
+            continue;
+        count++;
+        const fs_node *c;
+        int rc = reach(v, &slots[i], slots[i].node, &c);
+        if (rc < 0)
+            return rc;
+        uint32_t clen = fs_toklen_of(sl, c), chash = c->hash;
+        fs_error fe;
+        if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != FS_TOK_LITERAL ||
+            fs_check_literal(sl->dialect, (const unsigned char *)c->tok, clen, 0, &fe) < 0 ||
+            chash != fs_hash(c->tok, clen) || slots[i].hash != chash || slots[i].len != clen ||
+            fs_level_find(sl, L, c->tok, clen, chash) != c)
+            return vbad(v, "trie node not where its parent and token lead", fs_img_off(sl, c));
+        if ((rc = vpush(stack, c, below + clen)) < 0)
+            return rc;
+    }
+    if (count != L->count)
+        return vbad(v, "table count does not match its slots", fs_img_off(sl, Lm));
+    return FS_OK;
+}
+
+/* The wildcard children of x (the one-level wildcard, then the rest
+ * wildcard), as verify_literal_children's, reached through the mapped
+ * level's fields. */
+static int verify_wild_children(verifier *v, const fs_node *x, const fs_level *Lm, const fs_level *L,
+                                size_t below, vstack *stack)
+{
+    fs_sublist *sl = v->sl;
+    int rc = FS_OK;
+    for (int w = 0; w < 2 && rc == FS_OK; w++) {
+        const fs_node *ref = w ? L->rest : L->one, *c;
+        if (!ref)
+            continue;
+        if ((rc = reach(v, w ? (const void *)&Lm->rest : (const void *)&Lm->one, ref, &c)) < 0)
+            break;
+        fs_tok_kind want = w ? FS_TOK_REST : FS_TOK_ONE;
+        uint32_t clen = fs_toklen_of(sl, c);
+        if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != want ||
+            fs_token_kind(sl->dialect, c->tok, clen) != want || c->hash != fs_hash(c->tok, clen))
+            rc = vbad(v, "wildcard node not where its parent leads", fs_img_off(sl, c));
+        else
+            rc = vpush(stack, c, below + clen);
+    }
+    return rc;
 }
 
 /* The trie, depth first over an explicit stack: every node reached once,
@@ -872,12 +936,11 @@ static int verify_trie(verifier *v)
 {
     fs_sublist *sl = v->sl;
     const fs_dialect_rules *R = fs_rules(sl->dialect);
-    vframe *stack = NULL;
-    size_t n = 0, cap = 0;
+    vstack stack = {NULL, 0, 0};
     char *buf = FS_MALLOC(FS_MAX_SUBJECT + 1);
-    int rc = buf ? vpush(&stack, &n, &cap, sl->root, 0) : FS_ENOMEM;
-    while (rc == FS_OK && n) {
-        vframe f = stack[--n];
+    int rc = buf ? vpush(&stack, sl->root, 0) : FS_ENOMEM;
+    while (rc == FS_OK && stack.n) {
+        vframe f = stack.f[--stack.n];
         const fs_node *x = f.n;
         uint64_t at = fs_img_off(sl, x);
         if (x != sl->root) {
@@ -913,43 +976,10 @@ static int verify_trie(verifier *v)
             rc = vbad(v, "rest wildcard with children", at);
             break;
         }
-        const fs_slot *slots = fs_lv_slots(sl, L);
-        uint32_t count = 0;
-        for (uint32_t i = 0; i < L->cap && rc == FS_OK; i++) {
-            if (!slots[i].node)
-                continue;
-            count++;
-            const fs_node *c;
-            if ((rc = reach(v, &slots[i], slots[i].node, &c)) < 0)
-                break;
-            uint32_t clen = fs_toklen_of(sl, c), chash = c->hash;
-            fs_error fe;
-            if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != FS_TOK_LITERAL ||
-                fs_check_literal(sl->dialect, (const unsigned char *)c->tok, clen, 0, &fe) < 0 ||
-                chash != fs_hash(c->tok, clen) || slots[i].hash != chash || slots[i].len != clen ||
-                fs_level_find(sl, L, c->tok, clen, chash) != c)
-                rc = vbad(v, "trie node not where its parent and token lead", fs_img_off(sl, c));
-            else
-                rc = vpush(&stack, &n, &cap, c, below + clen);
-        }
-        if (rc == FS_OK && count != L->count)
-            rc = vbad(v, "table count does not match its slots", fs_img_off(sl, Lm));
-        for (int w = 0; w < 2 && rc == FS_OK; w++) {
-            const fs_node *ref = w ? L->rest : L->one, *c;
-            if (!ref)
-                continue;
-            if ((rc = reach(v, w ? (const void *)&Lm->rest : (const void *)&Lm->one, ref, &c)) < 0)
-                break;
-            fs_tok_kind want = w ? FS_TOK_REST : FS_TOK_ONE;
-            uint32_t clen = fs_toklen_of(sl, c);
-            if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != want ||
-                fs_token_kind(sl->dialect, c->tok, clen) != want || c->hash != fs_hash(c->tok, clen))
-                rc = vbad(v, "wildcard node not where its parent leads", fs_img_off(sl, c));
-            else
-                rc = vpush(&stack, &n, &cap, c, below + clen);
-        }
+        if ((rc = verify_literal_children(v, x, Lm, L, below, &stack)) == FS_OK)
+            rc = verify_wild_children(v, x, Lm, L, below, &stack);
     }
-    FS_FREE(stack);
+    FS_FREE(stack.f);
     FS_FREE(buf);
     return rc;
 }
@@ -1225,7 +1255,7 @@ static int verify_image(fs_sublist *sl, unsigned threads, int sum_pending, fs_er
 }
 
 /* Copy the literal table's level and the shapes out of the mapping into
- * sl (fs_image_open says why), checking the copies as the open checked the
+ * sl (check_and_copy says why), checking the copies as the open checked the
  * mapping.  FS_OK, FS_ENOMEM, or FS_EBADDATA when the copy differs from
  * what was checked (the file changed meanwhile). */
 static int copy_tables(fs_sublist *sl)
@@ -1260,16 +1290,20 @@ static int refuse(const char *data, size_t len, int sum_pending, const char *why
     return FS_EBADDATA;
 }
 
-int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs_sublist **out, fs_error *err)
-{
-    *out = NULL;
-    const unsigned char *h = (const unsigned char *)data;
-    err->in_queue = 0;
-    /* A full check on threads puts the checksum off, to run beside the
-     * tables' check (verify_image); every refusal from here checks it
-     * first (refuse). */
-    int sum_pending = 0;
+/* The refusals of fs_image_open's steps: each step's data, len, err and
+ * sum_pending (0 until the header says whether the checksum is put off). */
 #define FAIL(why, at) return refuse(data, len, sum_pending, (why), (at), err)
+
+/* The header and the root block, before anything is mapped: this host and
+ * this buffer can map the image, the header's fields are known and agree
+ * with the image's size, the root block's counts are bounded.  The
+ * checksum is checked here, or put off (*sum_pending_out) when a full
+ * check on threads will run it beside the tables'. */
+static int check_header(const char *data, size_t len, int verify, unsigned threads, fs_dialect *d,
+                        img_root *R, int *sum_pending_out, fs_error *err)
+{
+    const unsigned char *h = (const unsigned char *)data;
+    int sum_pending = 0;
     if (!host_little_endian())
         FAIL("a version 3 image maps only on little-endian hosts", 8);
     if (((uintptr_t)data & 7) != 0)
@@ -1280,78 +1314,84 @@ int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs
         FAIL("bad magic", 0);
     if (get_le(h + 8, 2) != FS_IMAGE_VERSION)
         FAIL("not a version 3 image", 8);
-    fs_dialect d;
-    if (!fs_dialect_of_code(get_le(h + 10, 2), &d))
+    if (!fs_dialect_of_code(get_le(h + 10, 2), d))
         FAIL("unknown dialect", 10);
     if (get_le(h + 12, 4) != 0)
         FAIL("reserved field not zero", 12);
     uint64_t P = get_le(h + 16, 8);
     if (P != len - FS_SERIAL_HEADER - 8)
         FAIL("payload length does not match the image's size", 16);
+    /* A full check on threads puts the checksum off, to run beside the
+     * tables' check (verify_image); every refusal from here checks it
+     * first (refuse). */
     sum_pending = verify == FS_VERIFY_FULL && threads > 1 && len >= fs_image_parallel_min;
+    *sum_pending_out = sum_pending;
     if (verify != FS_VERIFY_NONE && !sum_pending && checksum_check(data, len, NULL, err) < 0)
         return FS_EBADDATA;
-    img_root R;
-    memcpy(&R, h + FS_SERIAL_HEADER, sizeof(R));
-    if (R.objects_end != FS_SERIAL_HEADER + P)
+    memcpy(R, h + FS_SERIAL_HEADER, sizeof(*R));
+    if (R->objects_end != FS_SERIAL_HEADER + P)
         FAIL("objects' end does not match the payload", FS_SERIAL_HEADER);
-    if (R.nshapes > FS_SHAPE_MAX)
+    if (R->nshapes > FS_SHAPE_MAX)
         FAIL("more filter shapes than an index holds", FS_SERIAL_HEADER);
-    uint64_t known = R.nshapes == 64 ? ~0ull : (1ull << R.nshapes) - 1;
+    uint64_t known = R->nshapes == 64 ? ~0ull : (1ull << R->nshapes) - 1;
     for (uint32_t k = 0; k < FS_SHAPE_MAX_TOKENS + 2; k++)
-        if ((R.probe[k] & ~known) || fs_popcount64(R.probe[k]) > FS_SHAPE_MAX_PROBES)
+        if ((R->probe[k] & ~known) || fs_popcount64(R->probe[k]) > FS_SHAPE_MAX_PROBES)
             FAIL("probe set names a shape the image lacks", FS_SERIAL_HEADER);
-    if (get_le(h + 40, 8) != R.nodes)
+    if (get_le(h + 40, 8) != R->nodes)
         FAIL("node count does not match the header", 40);
     /* Walks bound their work by the node count (a loop in a damaged image
      * stops there): it cannot exceed what the image could hold. */
-    if (R.nodes > len / sizeof(fs_node))
+    if (R->nodes > len / sizeof(fs_node))
         FAIL("node count exceeds what the image could hold", 40);
+    return FS_OK;
+}
 
-    fs_sublist *sl = fs_sublist_new(d);
-    if (!sl)
-        return FS_ENOMEM;
-    fs_node_free(sl, sl->root);           /* the image has its own */
-    sl->root = NULL;
+/* Map sl (new, without a root) onto the image: the root block's offsets
+ * (root node, literal table, shapes) inside the image and the shapes'
+ * fields in range, then sl's root, tables, counts.  NULL, or why the
+ * root block is refused (at FS_SERIAL_HEADER); sl is unchanged then but
+ * for img and the shapes checked so far (the caller frees it). */
+static const char *map_sections(fs_sublist *sl, const char *data, size_t len, const img_root *R)
+{
+    const unsigned char *h = (const unsigned char *)data;
     sl->img.base = data;
     sl->img.len = len;
-    sl->img.nodes_end = R.objects_end;
-    const fs_node *root = fs_img_node_checked(sl, R.root);
-    const fs_level *lit = fs_img_level_checked(sl, R.literals);
-    const char *why = root && (root->linked & FS_LINK_TRIE) && lit && (lit->filter || !lit->cap)
-                          ? NULL : "root block's offsets outside the image";
-    for (uint32_t j = 0; !why && j < R.nshapes; j++) {
-        if (!fs_img_holds(sl, R.shape[j], sizeof(fs_shape)) ||
-            !fs_img_level_checked(sl, R.shape[j] + offsetof(fs_shape, table))) {
-            why = "root block's offsets outside the image";
-            break;
-        }
-        const fs_shape *sh = (const fs_shape *)(const void *)(data + R.shape[j]);
+    sl->img.nodes_end = R->objects_end;
+    const fs_node *root = fs_img_node_checked(sl, R->root);
+    const fs_level *lit = fs_img_level_checked(sl, R->literals);
+    if (!(root && (root->linked & FS_LINK_TRIE) && lit && (lit->filter || !lit->cap)))
+        return "root block's offsets outside the image";
+    for (uint32_t j = 0; j < R->nshapes; j++) {
+        if (!fs_img_holds(sl, R->shape[j], sizeof(fs_shape)) ||
+            !fs_img_level_checked(sl, R->shape[j] + offsetof(fs_shape, table)))
+            return "root block's offsets outside the image";
+        const fs_shape *sh = (const fs_shape *)(const void *)(data + R->shape[j]);
         /* the walk derives keys from these without looking further: they
          * index arrays of FS_SHAPE_MAX_TOKENS + 1 */
         if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->onemask >> sh->ntoks) ||
             (!sh->table.filter && sh->table.cap))
-            why = "invalid shape";
-        else
-            sl->shapes.shape[j] = (fs_shape *)(uintptr_t)sh;
-    }
-    if (why) {
-        fs_sublist_free(sl);
-        FAIL(why, FS_SERIAL_HEADER);
+            return "invalid shape";
+        sl->shapes.shape[j] = (fs_shape *)(uintptr_t)sh;
     }
     sl->root = (fs_node *)(uintptr_t)root;
     sl->lit = lit;
-    sl->shapes.n = (uint32_t)R.nshapes;
-    memcpy(sl->shapes.probe, R.probe, sizeof(R.probe));
+    sl->shapes.n = (uint32_t)R->nshapes;
+    memcpy(sl->shapes.probe, R->probe, sizeof(R->probe));
     sl->count = get_le(h + 24, 8);
     fs_sublist_publish_count(sl);
-    sl->nodes = R.nodes;
+    sl->nodes = R->nodes;
+    return NULL;
+}
+
+/* The mapped sl's full check (verify FS_VERIFY_FULL), then its tables
+ * copied out of the mapping.  FS_OK, or the error (err set); the caller
+ * frees sl then. */
+static int check_and_copy(fs_sublist *sl, int verify, unsigned threads, int sum_pending, fs_error *err)
+{
     if (verify == FS_VERIFY_FULL) {
         int rc = verify_image(sl, threads, sum_pending, err);
-        if (rc < 0) {
-            fs_sublist_free(sl);
+        if (rc < 0)
             return rc;
-        }
     }
     /* Every walk reads the literal table's and the shapes' fields (their
      * caps, masks, offsets, token counts) again and again: they are
@@ -1360,15 +1400,38 @@ int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs
      * a check and a use (fs_once8 in fs_layout.h says why).  The copies
      * live in the index's slab, freed with it. */
     int rc = copy_tables(sl);
-    if (rc < 0) {
+    if (rc == FS_EBADDATA) {
+        err->reason = "root block's offsets outside the image";
+        err->pos = FS_SERIAL_HEADER;
+    }
+    return rc;
+}
+
+int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs_sublist **out, fs_error *err)
+{
+    *out = NULL;
+    err->in_queue = 0;
+    fs_dialect d;
+    img_root R;
+    int sum_pending = 0;
+    int rc = check_header(data, len, verify, threads, &d, &R, &sum_pending, err);
+    if (rc < 0)
+        return rc;
+    fs_sublist *sl = fs_sublist_new(d);
+    if (!sl)
+        return FS_ENOMEM;
+    fs_node_free(sl, sl->root);           /* the image has its own */
+    sl->root = NULL;
+    const char *why = map_sections(sl, data, len, &R);
+    if (why) {
         fs_sublist_free(sl);
-        if (rc == FS_EBADDATA) {
-            err->reason = "root block's offsets outside the image";
-            err->pos = FS_SERIAL_HEADER;
-        }
+        FAIL(why, FS_SERIAL_HEADER);
+    }
+    if ((rc = check_and_copy(sl, verify, threads, sum_pending, err)) < 0) {
+        fs_sublist_free(sl);
         return rc;
     }
     *out = sl;
     return FS_OK;
-#undef FAIL
 }
+#undef FAIL

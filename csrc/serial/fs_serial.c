@@ -473,25 +473,17 @@ static int check_literal(reader *r, const unsigned char *t, size_t n, int whole_
 
 /* ---------------------------------------------------------- records */
 
-/* Read a node's subscriptions into n (already linked into the index, so
- * fs_sublist_free releases whatever was attached when a read fails). */
-static int rd_subs(reader *r, fs_node *n)
+/* A node's plain subscriptions: ns ids (ns of the subscriptions word, its
+ * bound already checked) into n -- one inline, more in an array. */
+static int rd_plain(reader *r, fs_node *n, uint64_t ns)
 {
-    fs_sublist *sl = r->sl;
-    size_t at = r->pos;
-    uint64_t v;
-    if (rd_uv(r, &v) < 0)
-        return FS_EBADDATA;
-    uint64_t ns = v >> 1;
-    if (ns > left(r) / MIN_ID || ns > UINT32_MAX)
-        return bad(r, "id count exceeds the data", at);
     if (ns == 1) {
         n->subcap = 1;
         if (rd_ids(r, &n->subs.one, 1) < 0)
             return FS_EBADDATA;
     } else if (ns > 1) {
         uint32_t cap = ids_cap((uint32_t)ns, 4);
-        int64_t *ids = fs_sl_alloc(sl, sizeof(int64_t) * cap);
+        int64_t *ids = fs_sl_alloc(r->sl, sizeof(int64_t) * cap);
         if (!ids)
             return FS_ENOMEM;
         n->subs.many = ids;
@@ -501,10 +493,65 @@ static int rd_subs(reader *r, fs_node *n)
     }
     n->nsubs = (uint32_t)ns;
     r->subs += ns;
-    if (!(v & 1))
-        return FS_OK;
+    return FS_OK;
+}
+
+/* Queue group i of gs: its name (valid for the dialect, after group
+ * i - 1's in strictly increasing order, the order fs_group_find relies
+ * on) and its members.  The caller counts the group in before the read,
+ * so that fs_sublist_free releases what this attached when it fails. */
+static int rd_group(reader *r, fs_group *gs, uint32_t i)
+{
+    fs_sublist *sl = r->sl;
+    fs_group *g = &gs[i];
+    const unsigned char *name;
+    uint32_t qlen;
+    size_t at = r->pos;
+    if (rd_str(r, FS_MAX_SUBJECT, "queue name longer than 65,535 bytes", &name, &qlen) < 0)
+        return FS_EBADDATA;
+    size_t name_at = r->pos - qlen;
+    fs_error qe;
+    if (fs_check_queue(r->d, (const char *)name, qlen, &qe) < 0)
+        return bad(r, qe.reason, name_at + qe.pos);
+    if (i > 0) {
+        const fs_group *pg = &gs[i - 1];
+        uint32_t m = pg->name_len < qlen ? pg->name_len : qlen;
+        int c = memcmp(pg->name, name, m);
+        if (c > 0 || (c == 0 && pg->name_len >= qlen))
+            return bad(r, "queue groups not in strictly increasing name order", at);
+    }
+    g->name = fs_sl_alloc(sl, qlen);
+    if (!g->name)
+        return FS_ENOMEM;
+    memcpy(g->name, name, qlen);
+    g->name_len = qlen;
+    g->name_hash = fs_hash((const char *)name, qlen);
 
     at = r->pos;
+    uint64_t m;
+    if (rd_uv(r, &m) < 0)
+        return FS_EBADDATA;
+    if (m == 0)
+        return bad(r, "empty queue group", at);
+    if (m > left(r) / MIN_ID || m > UINT32_MAX)
+        return bad(r, "member count exceeds the data", at);
+    uint32_t cap = ids_cap((uint32_t)m, 2);
+    g->ids = fs_sl_alloc(sl, sizeof(int64_t) * cap);
+    if (!g->ids)
+        return FS_ENOMEM;
+    g->cap = cap;
+    if (rd_ids(r, g->ids, (uint32_t)m) < 0)
+        return FS_EBADDATA;
+    g->n = (uint32_t)m;
+    r->subs += m;
+    return FS_OK;
+}
+
+/* A node's queue groups (the groups flag was set): their count, then each
+ * group, into a table attached to n before the first is read. */
+static int rd_groups(reader *r, fs_node *n)
+{
+    size_t at = r->pos;
     uint64_t ng;
     if (rd_uv(r, &ng) < 0)
         return FS_EBADDATA;
@@ -513,58 +560,38 @@ static int rd_subs(reader *r, fs_node *n)
     if (ng > left(r) / MIN_GROUP || ng > MAX_TABLE)
         return bad(r, "queue group count exceeds the data", at);
     uint32_t gcap = ids_cap((uint32_t)ng, 1);
-    fs_groups *G = fs_sl_alloc(sl, fs_groups_bytes(gcap));
+    fs_groups *G = fs_sl_alloc(r->sl, fs_groups_bytes(gcap));
     if (!G)
         return FS_ENOMEM;
     memset(G, 0, fs_groups_bytes(gcap));
     G->cap = gcap;
     n->groups = G;
-    fs_group *gs = G->g;
     for (uint32_t i = 0; i < ng; i++) {
-        fs_group *g = &gs[i];
         G->n = i + 1;
-        const unsigned char *name;
-        uint32_t qlen;
-        at = r->pos;
-        if (rd_str(r, FS_MAX_SUBJECT, "queue name longer than 65,535 bytes", &name, &qlen) < 0)
-            return FS_EBADDATA;
-        size_t name_at = r->pos - qlen;
-        fs_error qe;
-        if (fs_check_queue(r->d, (const char *)name, qlen, &qe) < 0)
-            return bad(r, qe.reason, name_at + qe.pos);
-        if (i > 0) {
-            const fs_group *pg = &gs[i - 1];
-            uint32_t m = pg->name_len < qlen ? pg->name_len : qlen;
-            int c = memcmp(pg->name, name, m);
-            if (c > 0 || (c == 0 && pg->name_len >= qlen))
-                return bad(r, "queue groups not in strictly increasing name order", at);
-        }
-        g->name = fs_sl_alloc(sl, qlen);
-        if (!g->name)
-            return FS_ENOMEM;
-        memcpy(g->name, name, qlen);
-        g->name_len = qlen;
-        g->name_hash = fs_hash((const char *)name, qlen);
-
-        at = r->pos;
-        uint64_t m;
-        if (rd_uv(r, &m) < 0)
-            return FS_EBADDATA;
-        if (m == 0)
-            return bad(r, "empty queue group", at);
-        if (m > left(r) / MIN_ID || m > UINT32_MAX)
-            return bad(r, "member count exceeds the data", at);
-        uint32_t cap = ids_cap((uint32_t)m, 2);
-        g->ids = fs_sl_alloc(sl, sizeof(int64_t) * cap);
-        if (!g->ids)
-            return FS_ENOMEM;
-        g->cap = cap;
-        if (rd_ids(r, g->ids, (uint32_t)m) < 0)
-            return FS_EBADDATA;
-        g->n = (uint32_t)m;
-        r->subs += m;
+        int rc = rd_group(r, G->g, i);
+        if (rc < 0)
+            return rc;
     }
     return FS_OK;
+}
+
+/* Read a node's subscriptions into n (already linked into the index, so
+ * fs_sublist_free releases whatever was attached when a read fails): the
+ * subscriptions word (the plain ids' count, and bit 0: queue groups
+ * follow), the plain ids, then the groups. */
+static int rd_subs(reader *r, fs_node *n)
+{
+    size_t at = r->pos;
+    uint64_t v;
+    if (rd_uv(r, &v) < 0)
+        return FS_EBADDATA;
+    uint64_t ns = v >> 1;
+    if (ns > left(r) / MIN_ID || ns > UINT32_MAX)
+        return bad(r, "id count exceeds the data", at);
+    int rc = rd_plain(r, n, ns);
+    if (rc < 0 || !(v & 1))
+        return rc;
+    return rd_groups(r, n);
 }
 
 static int rd_literals(reader *r, uint64_t count)
@@ -776,15 +803,124 @@ static int rd_children(reader *r, fs_node *n, uint64_t *ch)
     return FS_OK;
 }
 
-static int rd_trie(reader *r, uint64_t *ntrie)
+/* Put the token of f's child c after f's filter in path (when path is
+ * kept: see rd_trie); pathlen, the child's filter's length, has been
+ * checked against the dialect's longest filter. */
+static void path_append(const reader *r, char *path, const rframe *f, const char *tok, uint32_t len)
+{
+    uint32_t sep = f->n == r->sl->root ? 0 : 1;
+    if (!path)
+        return;
+    if (sep)
+        path[f->pathlen] = fs_rules(r->d)->sep;
+    memcpy(path + f->pathlen + sep, tok, len);
+}
+
+/* Read f's next literal child: its token (valid for the dialect, unique
+ * in f's level, its filter no longer than the dialect allows), linked
+ * into f's level; *k its frame, but for its children word (not read
+ * yet). */
+static int rd_literal_child(reader *r, rframe *f, char *path, rframe *k)
 {
     fs_sublist *sl = r->sl;
     const fs_dialect_rules *R = fs_rules(r->d);
-    const char *one = &R->one, *rest = &R->rest;
-    uint32_t maxlen = R->max_len;
-    const char *too_long = R->filter_too_long;
-    const fs_span one_sp = {0, 1, fs_hash(one, 1), FS_TOK_ONE};
-    const fs_span rest_sp = {0, 1, fs_hash(rest, 1), FS_TOK_REST};
+    fs_node *parent = f->n;
+    fs_level *L = fs_next(parent);
+    uint32_t sep = parent == sl->root ? 0 : 1;
+    size_t at = r->pos;
+    const unsigned char *t;
+    uint32_t tlen;
+    int rc;
+    f->lit_left--;
+    if ((rc = rd_str(r, FS_MAX_SUBJECT, "token longer than 65,535 bytes", &t, &tlen)) < 0)
+        return rc;
+    if ((rc = check_literal(r, t, tlen, 0, r->pos - tlen)) < 0)
+        return rc;
+    uint32_t pathlen = f->pathlen + sep + tlen;
+    if (pathlen > R->max_len)
+        return bad(r, R->filter_too_long, at);
+    fs_span sp = {0, tlen, fs_hash((const char *)t, tlen), FS_TOK_LITERAL};
+    if (fs_level_find(sl, L, (const char *)t, tlen, sp.hash))
+        return bad(r, "duplicate child token", at);
+    fs_node *c = fs_node_new(sl, parent, (const char *)t, &sp);
+    if (!c)
+        return FS_ENOMEM;
+    if (fs_level_add(&sl->mem, L, c) < 0) {
+        fs_node_free(sl, c);
+        return FS_ENOMEM;
+    }
+    /* "$share/" at the root: every filter below is a shared one */
+    uint8_t share = f->share;
+    if (!sep && fs_share_level(r->d, (const char *)t, tlen))
+        share = 1;
+    *k = (rframe){.n = c, .key = f->key + fs_pos_mix(sp.hash, f->ntok), .onemask = f->onemask,
+                  .pathlen = pathlen, .ntok = f->ntok + 1, .haswild = f->haswild, .share = share,
+                  .restpath = f->restpath};
+    path_append(r, path, f, (const char *)t, tlen);
+    return FS_OK;
+}
+
+/* Add f's next wildcard child (the one-level wildcard first, then the
+ * rest wildcard, as the children word's bits say), linked into f's
+ * level; *k its frame, but for its children word (not read yet). */
+static int add_wild_child(reader *r, rframe *f, char *path, rframe *k)
+{
+    fs_sublist *sl = r->sl;
+    const fs_dialect_rules *R = fs_rules(r->d);
+    fs_node *parent = f->n;
+    fs_level *L = fs_next(parent);
+    uint32_t sep = parent == sl->root ? 0 : 1;
+    int is_one = f->wild & 1;
+    f->wild = (uint8_t)(f->wild & (is_one ? 2 : 1));
+    uint32_t pathlen = f->pathlen + sep + 1;
+    if (pathlen > R->max_len)
+        return bad(r, R->filter_too_long, r->pos);
+    const char *tok = is_one ? &R->one : &R->rest;
+    const fs_span one_sp = {0, 1, fs_hash(&R->one, 1), FS_TOK_ONE};
+    const fs_span rest_sp = {0, 1, fs_hash(&R->rest, 1), FS_TOK_REST};
+    fs_node *c = fs_node_new(sl, parent, tok, is_one ? &one_sp : &rest_sp);
+    if (!c)
+        return FS_ENOMEM;
+    if (is_one) L->one = c;
+    else L->rest = c;
+    uint64_t onemask = f->onemask;
+    if (is_one && f->ntok < 64)
+        onemask |= 1ull << f->ntok;
+    *k = (rframe){.n = c, .key = f->key, .onemask = onemask, .pathlen = pathlen, .ntok = f->ntok + 1,
+                  .haswild = 1, .share = f->share, .restpath = (uint8_t)(f->restpath | !is_one)};
+    path_append(r, path, f, tok, 1);
+    return FS_OK;
+}
+
+/* Read the body of f's child k (just read or added): its subscriptions,
+ * allowed only where an insert could have put them, then its children
+ * word (*ch); a node with neither is refused (inserts prune it). */
+static int rd_child_body(reader *r, const rframe *f, const rframe *k, const char *path, uint64_t *ch)
+{
+    fs_node *c = k->n;
+    size_t body = r->pos;
+    int rc;
+    if ((rc = rd_subs(r, c)) < 0)
+        return rc;
+    if (fs_has_subs(c) && !k->haswild)
+        return bad(r, "subscriptions on a trie path without a wildcard", body);
+    if (c->nsubs && f->share)
+        return bad(r, "plain subscription on a '$share/' filter", body);
+    if (path && fs_has_subs(c) && in_shape_section(r->sl, c, f, k->key, k->onemask, path, k->pathlen))
+        return bad(r, "filter both in the shape section and the trie", body);
+    if ((rc = rd_children(r, c, ch)) < 0)
+        return rc;
+    if (!*ch && !fs_has_subs(c))
+        return bad(r, "empty trie node", body);
+    return FS_OK;
+}
+
+/* The trie, depth first over an explicit stack of frames: each frame's
+ * literal children first, then its wildcard children, each child's body
+ * read right after it (the format's order). */
+static int rd_trie(reader *r, uint64_t *ntrie)
+{
+    fs_sublist *sl = r->sl;
     rframe *stack = NULL;
     size_t depth = 0, cap = 0;
     uint64_t ch;
@@ -799,112 +935,32 @@ static int rd_trie(reader *r, uint64_t *ntrie)
         rc = bad(r, "subscriptions on the trie root", at);
     if (rc == FS_OK)
         rc = rd_children(r, sl->root, &ch);
-    if (rc == FS_OK && ch && sl->shapes.n && !(path = FS_MALLOC(maxlen)))
+    if (rc == FS_OK && ch && sl->shapes.n && !(path = FS_MALLOC(fs_rules(r->d)->max_len)))
         rc = FS_ENOMEM;
     if (rc == FS_OK && ch) {
         if ((rc = fs_grow(&stack, &cap, 1, sizeof(rframe))) == FS_OK)
-            stack[depth++] = (rframe){sl->root, ch >> 2, 0, 0, 0, 0, (uint8_t)(ch & 3), 0, 0, 0};
+            stack[depth++] = (rframe){.n = sl->root, .lit_left = ch >> 2, .wild = (uint8_t)(ch & 3)};
     }
     while (rc == FS_OK && depth) {
         rframe *f = &stack[depth - 1];
-        fs_node *parent = f->n, *c;
-        fs_level *L = fs_next(parent);
-        uint32_t sep = parent == sl->root ? 0 : 1;
-        uint32_t pathlen;
-        uint8_t haswild = 1, share = f->share, restpath = f->restpath;
-        uint64_t key = f->key, onemask = f->onemask;
-        at = r->pos;
-        if (f->lit_left) {
-            f->lit_left--;
-            const unsigned char *t;
-            uint32_t tlen;
-            if ((rc = rd_str(r, FS_MAX_SUBJECT, "token longer than 65,535 bytes", &t, &tlen)) < 0)
-                break;
-            if ((rc = check_literal(r, t, tlen, 0, r->pos - tlen)) < 0)
-                break;
-            pathlen = f->pathlen + sep + tlen;
-            if (pathlen > maxlen) {
-                rc = bad(r, too_long, at);
-                break;
-            }
-            fs_span sp = {0, tlen, fs_hash((const char *)t, tlen), FS_TOK_LITERAL};
-            if (fs_level_find(sl, L, (const char *)t, tlen, sp.hash)) {
-                rc = bad(r, "duplicate child token", at);
-                break;
-            }
-            if (!(c = fs_node_new(sl, parent, (const char *)t, &sp))) {
-                rc = FS_ENOMEM;
-                break;
-            }
-            if (fs_level_add(&sl->mem, L, c) < 0) {
-                fs_node_free(sl, c);
-                rc = FS_ENOMEM;
-                break;
-            }
-            haswild = f->haswild;
-            if (!sep && fs_share_level(r->d, (const char *)t, tlen))
-                share = 1;
-            key += fs_pos_mix(sp.hash, f->ntok);
-            if (path) {
-                if (sep)
-                    path[f->pathlen] = R->sep;
-                memcpy(path + f->pathlen + sep, t, tlen);
-            }
-        } else if (f->wild) {
-            int is_one = f->wild & 1;
-            f->wild = (uint8_t)(f->wild & (is_one ? 2 : 1));
-            pathlen = f->pathlen + sep + 1;
-            if (pathlen > maxlen) {
-                rc = bad(r, too_long, at);
-                break;
-            }
-            if (!(c = fs_node_new(sl, parent, is_one ? one : rest, is_one ? &one_sp : &rest_sp))) {
-                rc = FS_ENOMEM;
-                break;
-            }
-            if (is_one) L->one = c;
-            else L->rest = c;
-            if (is_one && f->ntok < 64)
-                onemask |= 1ull << f->ntok;
-            if (!is_one)
-                restpath = 1;
-            if (path) {
-                if (sep)
-                    path[f->pathlen] = R->sep;
-                path[f->pathlen + sep] = is_one ? *one : *rest;
-            }
-        } else {
+        rframe k;                       /* the child read now */
+        if (f->lit_left)
+            rc = rd_literal_child(r, f, path, &k);
+        else if (f->wild)
+            rc = add_wild_child(r, f, path, &k);
+        else {
             depth--;
             continue;
         }
+        if (rc < 0)
+            break;
         (*ntrie)++;
-        size_t body = r->pos;
-        if ((rc = rd_subs(r, c)) < 0)
+        if ((rc = rd_child_body(r, f, &k, path, &ch)) < 0)
             break;
-        if (fs_has_subs(c) && !haswild) {
-            rc = bad(r, "subscriptions on a trie path without a wildcard", body);
-            break;
-        }
-        if (c->nsubs && f->share) {
-            rc = bad(r, "plain subscription on a '$share/' filter", body);
-            break;
-        }
-        if (path && fs_has_subs(c) && in_shape_section(sl, c, f, key, onemask, path, pathlen)) {
-            rc = bad(r, "filter both in the shape section and the trie", body);
-            break;
-        }
-        if ((rc = rd_children(r, c, &ch)) < 0)
-            break;
-        if (!ch && !fs_has_subs(c)) {
-            rc = bad(r, "empty trie node", body);
-            break;
-        }
-        if (ch) {
-            if ((rc = fs_grow(&stack, &cap, depth + 1, sizeof(rframe))) < 0)
-                break;
-            f = &stack[depth - 1];      /* the stack may have moved */
-            stack[depth++] = (rframe){c, ch >> 2, key, onemask, pathlen, f->ntok + 1, (uint8_t)(ch & 3),
-                                      haswild, share, restpath};
+        if (ch && (rc = fs_grow(&stack, &cap, depth + 1, sizeof(rframe))) == FS_OK) {
+            k.lit_left = ch >> 2;
+            k.wild = (uint8_t)(ch & 3);
+            stack[depth++] = k;
         }
     }
     FS_FREE(path);
