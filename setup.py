@@ -166,6 +166,10 @@ setup(
     cmdclass={"build_clib": build_clib_for_compiler, "build_ext": build_ext_with_core},
     libraries=[("topicmatch_core", {
         "sources": core_sources,
+        # every object depends on every header of the core: a change to a
+        # header alone (an inline function) rebuilds the library, where
+        # setuptools would keep the old objects
+        "obj_deps": {"": sorted(glob.glob("csrc/*/*.h"))},
         "include_dirs": core_dirs,
         "macros": defines,
         # Python's CFLAGS carry -fwrapv, which also turns off UBSan's signed
