@@ -24,6 +24,7 @@ import pytest
 
 import image_codec as C
 import topicmatch
+from topicmatch import CorruptImageError
 from isolated import run_isolated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,8 +83,9 @@ def test_checksum_mismatch_names_the_bytes_summed():
 
 def test_checksum_level_makes_no_structural_pass():
     """Bytes forged with a valid checksum: verify=True finds the broken
-    invariant; "checksum" (and False) trust them, as documented -- and
-    still never read outside the buffer."""
+    invariant; "checksum" (and False) open them, as documented, and find
+    the damage only where a call meets it -- never reading outside the
+    buffer."""
     sl = small()
     img = C.Image(sl.to_bytes())
     n = img.entry("a.b")
@@ -93,9 +95,12 @@ def test_checksum_level_makes_no_structural_pass():
     with pytest.raises(ValueError, match="ids not in strictly increasing order"):
         topicmatch.Sublist.from_bytes(forged, verify=True)
     for verify in ("checksum", False):
-        e = topicmatch.Sublist.from_bytes(forged, verify=verify)
-        r = e.match("a.b")
-        assert sorted(r.subs) == sorted(sl.match("a.b").subs)
+        e = topicmatch.Sublist.from_bytes(forged, verify=verify)     # no structural pass
+        assert sorted(e.match("a.c").subs) == sorted(sl.match("a.c").subs)
+        # a.b's row merges the swapped ids with a.*'s and a.>'s: the merge
+        # meets them out of order, and the image is found damaged there
+        with pytest.raises(CorruptImageError, match="is damaged"):
+            e.match("a.b")
 
 
 def test_verify_takes_true_false_or_checksum():
