@@ -1411,7 +1411,7 @@ int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs
 {
     *out = NULL;
     err->in_queue = 0;
-    fs_dialect d;
+    fs_dialect d = FS_NATS;       /* check_header's when it succeeds (gcc -O1 cannot tell) */
     img_root R;
     int sum_pending = 0;
     int rc = check_header(data, len, verify, threads, &d, &R, &sum_pending, err);
