@@ -119,7 +119,13 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
             header = csv_header(scan.path) or []
             job.long_cols = integer_id_columns(scan.path, header, exclude=(subject_col,))
         with jobs:
-            _check_executors(spark)              # (a part of the start, as the JVM's is: not timed)
+            # Can the executors run topicmatch?  Asked before any input is
+            # read (the fan-out asks after reading and counting them), so a
+            # wrong PYSPARK_PYTHON is named at once; _Blame turns its error
+            # into the command's.  A part of the start, as the JVM's is: not timed.
+            from topicmatch.spark import check_executors
+            with _Blame(job.events_path, "events"):
+                check_executors(spark)
             clock = _Clock(time.perf_counter())
             inputs = _read(spark, job, scan, clock)
             res, idx = _run(spark, job, inputs, clock)
@@ -180,17 +186,6 @@ class _Inputs:
     malformed: object
     cols: list
     subs: object
-
-
-def _check_executors(spark):
-    """Can the executors run topicmatch?  Asked first, before any input is
-    read (the fan-out would ask after reading and counting them): a wrong
-    PYSPARK_PYTHON is named at once, not after minutes of reading."""
-    from topicmatch.spark import ExecutorEnvironmentError, check_executors
-    try:
-        check_executors(spark)
-    except ExecutorEnvironmentError as e:
-        raise CLIError(str(e)) from None
 
 
 def _read(spark, job, scan, clock):
