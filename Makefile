@@ -11,7 +11,7 @@ CORE_C := $(sort $(wildcard csrc/*/*.c))
 CORE_H := $(sort $(wildcard csrc/*/*.h))
 CORE_INC := $(patsubst %/,-I%,$(sort $(dir $(CORE_C) $(CORE_H))))
 
-.PHONY: mingw-deps valgrind callgrind bench-instructions bench-instructions-update all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
+.PHONY: mingw-deps valgrind ccache callgrind bench-instructions bench-instructions-update all venv build test test-plain test-engine test-sanitize demo bench bench-check bench-report wheels system-deps clean cross-windows test-steps
 
 all: build
 
@@ -343,6 +343,15 @@ valgrind:
 	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null; \
+	fi
+# ccache, for CI (.ci/run): the wheel round trip compiles the same sources
+# with the same release flags as the in-place build, from the unpacked sdist.
+ccache:
+	@if ! command -v ccache >/dev/null 2>&1; then \
+	    echo "installing ccache (Debian package)"; \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ccache >/dev/null; \
 	fi
 callgrind: build valgrind
 	$(PY) bench/callgrind.py

@@ -285,7 +285,9 @@ def environment():
             return subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()[0].strip()
         except (OSError, IndexError):
             return None
-    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    # (the compiler behind a launcher such as CI's "ccache gcc")
+    cc = [w for w in (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+          if os.path.basename(w) != "ccache"][0]
     try:
         import Cython
         cython = Cython.__version__
