@@ -445,3 +445,104 @@ def test_the_c_function_length_check_can_fail():
     bad["match/fs_x.c"] = other + fits + "\n" + long_
     assert c_function_lengths(bad["match/fs_x.c"]) == [("one", 6, 1), ("fits", 10, 80), ("too_long", 91, 81)]
     assert long_c_functions(bad) == ["match/fs_x.c:91: too_long, 81 lines"]
+
+
+# -- the Cython layer's function lengths ---------------------------------------
+#: The same limit for the Cython layer's functions (issue 46: a thin layer
+#: of short translations).
+CYTHON_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "topicmatch")
+_CY_DEF = re.compile(r"^(\s*)(?:cpdef|cdef|def)\s+(?!class\b|extern\b|enum\b|struct\b|union\b)[^=(]*?(\w+)\s*\(")
+
+
+_CY_STRING = re.compile(r"""[rRbBuUfF]{0,2}('''|\"\"\"|'|\")""")
+
+
+def _cy_code(text):
+    """text with its comments dropped and its strings' contents blanked,
+    newlines kept (so lines keep their numbers): a '#' or a bracket inside
+    a string is no comment and no bracket."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "#":
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        m = _CY_STRING.match(text, i) if c in "'\"rRbBuUfF" else None
+        if not m or (c not in "'\"" and i and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            out.append(c)
+            i += 1
+            continue
+        quote, j = m.group(1), m.end()
+        while j < n and not text.startswith(quote, j):
+            if text[j] == "\\":
+                j += 1
+            elif text[j] == "\n" and len(quote) == 1:
+                break
+            j += 1
+        out.append('""' + "\n" * text.count("\n", i, j))
+        i = j + len(quote)
+    return "".join(out)
+
+
+def cython_function_lengths(text):
+    """[(name, line, lines)] of every function a .pyx/.pxi file defines
+    (def, cdef, cpdef with a parameter list): from its first line to the
+    last line of its body, which ends at the next code line indented no
+    deeper than the definition (the signature's own continuation lines,
+    inside its parentheses, blank lines, comments and the lines of a
+    string do not end it)."""
+    lines = _cy_code(text).split("\n")
+    found = []
+    for i, ln in enumerate(lines):
+        m = _CY_DEF.match(ln)
+        if not m:
+            continue
+        indent, depth, last, j = len(m.group(1)), 0, i, i
+        while j < len(lines):
+            code = lines[j]
+            if j > i and depth == 0 and code.strip() and len(code) - len(code.lstrip()) <= indent:
+                break
+            depth += code.count("(") + code.count("[") - code.count(")") - code.count("]")
+            if code.strip():
+                last = j
+            j += 1
+        found.append((m.group(2), i + 1, last - i + 1))
+    return found
+
+
+def _cython_sources():
+    return {name: open(os.path.join(CYTHON_SRC, name), encoding="utf-8").read()
+            for name in sorted(os.listdir(CYTHON_SRC)) if name.endswith((".pyx", ".pxi"))}
+
+
+def long_cython_functions(sources, limit=MAX_C_FUNCTION_LINES):
+    return [f"{name}:{no}: {fn}, {n} lines"
+            for name, text in sorted(sources.items())
+            for fn, no, n in cython_function_lengths(text) if n > limit]
+
+
+def test_no_cython_function_over_80_lines():
+    sources = _cython_sources()
+    assert "_core.pyx" in sources and "_batch.pxi" in sources, CYTHON_SRC
+    assert sum(len(cython_function_lengths(t)) for t in sources.values()) > 100   # the scanner finds them
+    assert long_cython_functions(sources) == []
+
+
+def test_the_cython_function_length_check_can_fail():
+    """Synthetic functions of 80 and 81 lines, a signature over several
+    lines, comments at the left margin, '#' and brackets inside strings (one
+    over three lines) and a nested def inside: the check names the long
+    one only, with its own length."""
+    body = "    x += 1\n"
+    fits = "cdef int fits(int x) except -1:\n" + body * 78 + "    return x\n"                   # 80 lines
+    long_ = ("cdef object too_long(object a,\n                     object b):\n"              # 81 lines
+             "    def inner(y):\n        return y\n# a comment at the margin\n\n"
+             "    s = f\"{a:#o} (\" + '#[' + \"\"\"\n(\n\"\"\"\n"
+             + body * 71 + "    return a\n")
+    other = "cdef class C:\n    cdef int a\n    def m(self):\n        return 1\ncdef extern from \"x.h\":\n    int f(int)\n"
+    bad = dict(_cython_sources())
+    bad["_x.pxi"] = other + fits + "\n" + long_ + "\nX = 1\n"
+    assert cython_function_lengths(bad["_x.pxi"]) == [("m", 3, 2), ("fits", 7, 80), ("too_long", 88, 81),
+                                                      ("inner", 90, 2)]
+    assert long_cython_functions(bad) == ["_x.pxi:88: too_long, 81 lines"]

@@ -897,16 +897,8 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
                         object threads, bint dedupe):
     import numpy as np
     cdef fs_sublist *also_sl = also.sl if also is not None else NULL
-    if not isinstance(queues, str):
-        raise TopicmatchTypeError(f"queues must be 'pick', 'all' or 'none', not {_tname(queues)}")
-    if queues not in _QUEUE_MODES:
-        raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
-    cdef int mode = _QUEUE_MODES[queues]
-    threads = _count_arg(threads, "threads")
-    if threads < 1:
-        raise TopicmatchValueError(f"threads must be >= 1, not {threads}")
-    cdef unsigned nthreads = <unsigned>min(threads, 256)
-    cdef unsigned seg_threads
+    cdef int mode = _queue_mode(queues)
+    cdef unsigned nthreads = _batch_threads(threads)
     # a dictionary column is matched once per distinct value, unless each
     # row's pick follows a key of its own
     segments = _segments(subjects, "subjects", 0, False, keys is None or mode != FS_QUEUES_PICK)
@@ -924,17 +916,12 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
     cdef int64_t[::1] off_view = offsets
     cdef uint8_t[::1] inv_view = invalid.view(np.uint8)
     cdef fs_idbuf ids
-    cdef fs_idbuf part
-    cdef int rc = FS_OK
     cdef const fs_strings *kp
     cdef fs_strings kseg
-    cdef size_t base, begin, end, seg_n, k
-    cdef int64_t shift
-    cdef fs_batch_job *job
-    cdef bint done
+    cdef size_t base, seg_n
+    cdef unsigned seg_threads
     cdef BatchResult result
     memset(&ids, 0, sizeof(ids))
-    memset(&part, 0, sizeof(part))
     try:
         for seg_base, seg in segments:
             col = seg
@@ -952,58 +939,11 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
             if seg_threads == 1:
                 if ids.ids == NULL and n >= KEPT_BUFFER_ROWS:
                     fs_idbuf_start_kept(&ids)
-                begin = 0
-                # all rows converted before the lock is first let go: the
-                # list as it was at the call, whatever other threads do to it
-                col.fill_to(seg_n)
-                while begin < seg_n:
-                    end = min(begin + ROWS_PER_CHUNK, seg_n)
-                    with nogil:
-                        rc = fs_match_rows(self.sl, also_sl, &col.s, kp, begin, end, mode, dedupe,
-                                           &off_view[base + begin + 1], &inv_view[base + begin], &ids, NULL)
-                    if rc != FS_OK:
-                        raise MemoryError()
-                    PyErr_CheckSignals()
-                    begin = end
-                continue
-            # A Python list's rows are converted here, under the interpreter
-            # lock throughout (the list as it was at the call): the threads
-            # match the converted ones meanwhile.
-            col.fill_to(_feed_rows)
-            job = fs_batch_start_blocks(self.sl, also_sl, &col.s, kp, mode, dedupe, seg_threads,
-                                        &off_view[base + 1], &inv_view[base], _thread_block_rows,
-                                        <size_t>col.filled)
-            if job == NULL:
-                raise MemoryError()
-            try:
-                while col.filled < <Py_ssize_t>seg_n:
-                    col.fill_to(col.filled + _feed_rows)
-                    fs_batch_feed(job, <size_t>col.filled)
-                done = False
-                while not done:
-                    with nogil:
-                        done = fs_batch_wait(job, 50)
-                    PyErr_CheckSignals()
-            except BaseException:
-                fs_batch_cancel(job)
-                with nogil:
-                    fs_batch_finish(job, &part)
-                fs_idbuf_free(&part)
-                raise
-            with nogil:
-                rc = fs_batch_finish(job, &part)
-            if rc != FS_OK:
-                fs_idbuf_free(&part)
-                raise MemoryError()
-            # append this segment's ids after what earlier segments produced
-            shift = <int64_t>ids.n
-            if ids.n == 0 and ids.ids == NULL:
-                ids = part
-                memset(&part, 0, sizeof(part))
+                _match_segment(self, also_sl, col, kp, mode, dedupe, &off_view[base + 1],
+                               &inv_view[base], &ids)
             else:
-                _append_ids(&ids, &part)
-                for k in range(seg_n):
-                    off_view[base + k + 1] += shift
+                _match_segment_threads(self, also_sl, col, kp, mode, dedupe, seg_threads,
+                                       &off_view[base + 1], &inv_view[base], &ids)
         if fs_idbuf_fit(&ids) != FS_OK:
             raise MemoryError()
         result = <BatchResult>BatchResult.__new__(BatchResult)
@@ -1016,6 +956,97 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
         return result
     finally:
         fs_idbuf_free(&ids)
+
+
+cdef int _queue_mode(object queues) except -1:
+    """match_many's queues, checked: its FS_QUEUES_* mode."""
+    if not isinstance(queues, str):
+        raise TopicmatchTypeError(f"queues must be 'pick', 'all' or 'none', not {_tname(queues)}")
+    if queues not in _QUEUE_MODES:
+        raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
+    return _QUEUE_MODES[queues]
+
+
+cdef unsigned _batch_threads(object threads) except 0:
+    """match_many's threads, checked: 1 to 256 (more are capped)."""
+    threads = _count_arg(threads, "threads")
+    if threads < 1:
+        raise TopicmatchValueError(f"threads must be >= 1, not {threads}")
+    return <unsigned>min(threads, 256)
+
+
+cdef int _match_segment(Sublist self, fs_sublist *also_sl, _Column col, const fs_strings *kp,
+                        int mode, bint dedupe, int64_t *ends, uint8_t *invalid,
+                        fs_idbuf *ids) except -1:
+    """One segment's rows on this thread, a chunk at a time: the lock let
+    go while each chunk is matched, signals checked between chunks.  ends,
+    invalid: the segment's rows' places in the result."""
+    cdef size_t seg_n = col.s.n
+    cdef size_t begin = 0, end
+    cdef int rc
+    # all rows converted before the lock is first let go: the list as it
+    # was at the call, whatever other threads do to it
+    col.fill_to(seg_n)
+    while begin < seg_n:
+        end = min(begin + ROWS_PER_CHUNK, seg_n)
+        with nogil:
+            rc = fs_match_rows(self.sl, also_sl, &col.s, kp, begin, end, mode, dedupe,
+                               ends + begin, invalid + begin, ids, NULL)
+        if rc != FS_OK:
+            raise MemoryError()
+        PyErr_CheckSignals()
+        begin = end
+    return 0
+
+
+cdef int _match_segment_threads(Sublist self, fs_sublist *also_sl, _Column col,
+                                const fs_strings *kp, int mode, bint dedupe, unsigned nthreads,
+                                int64_t *ends, uint8_t *invalid, fs_idbuf *ids) except -1:
+    """One segment's rows on the pool's threads (fs_batch), its ids
+    appended to ids.  A Python list's rows are converted here, under the
+    interpreter lock throughout (the list as it was at the call): the
+    threads match the converted ones meanwhile."""
+    cdef size_t seg_n = col.s.n, k
+    cdef int64_t shift
+    cdef bint done = False
+    cdef int rc
+    cdef fs_idbuf part
+    memset(&part, 0, sizeof(part))
+    col.fill_to(_feed_rows)
+    cdef fs_batch_job *job = fs_batch_start_blocks(self.sl, also_sl, &col.s, kp, mode, dedupe,
+                                                   nthreads, ends, invalid, _thread_block_rows,
+                                                   <size_t>col.filled)
+    if job == NULL:
+        raise MemoryError()
+    try:
+        try:
+            while col.filled < <Py_ssize_t>seg_n:
+                col.fill_to(col.filled + _feed_rows)
+                fs_batch_feed(job, <size_t>col.filled)
+            while not done:
+                with nogil:
+                    done = fs_batch_wait(job, 50)
+                PyErr_CheckSignals()
+        except BaseException:
+            fs_batch_cancel(job)
+            with nogil:
+                fs_batch_finish(job, &part)
+            raise
+        with nogil:
+            rc = fs_batch_finish(job, &part)
+        if rc != FS_OK:
+            raise MemoryError()
+        # this segment's ids go after what earlier segments produced
+        shift = <int64_t>ids.n
+        if ids.n == 0 and ids.ids == NULL:
+            ids[0] = part
+            memset(&part, 0, sizeof(part))
+        else:
+            _append_ids(ids, &part)
+            for k in range(seg_n):
+                ends[k] += shift
+        return 0
+    finally:
         fs_idbuf_free(&part)
 
 
