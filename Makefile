@@ -15,19 +15,21 @@ CORE_INC := $(patsubst %/,-I%,$(sort $(dir $(CORE_C) $(CORE_H))))
 
 all: build
 
+# $(call apt_install,PACKAGES,WHAT): a shell command that installs the Debian
+# PACKAGES (as root, or through sudo), saying so.  RUNLEVEL=1: a package's
+# service is not started by its install (rabbitmq-server's would be).
+apt_install = echo "installing $(2) (Debian packages)"; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends $(1) >/dev/null
+
 # Debian packages the test suite needs (the MQTT and AMQP oracles); installed only when missing.
 system-deps:
 	@if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then \
-	    echo "installing mosquitto (Debian package)"; \
-	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mosquitto >/dev/null; \
+	    $(call apt_install,mosquitto,mosquitto); \
 	fi
 	@if ! command -v rabbitmq-server >/dev/null 2>&1 && [ ! -x /usr/sbin/rabbitmq-server ] && [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then \
-	    echo "installing rabbitmq-server (Debian package; the AMQP oracle)"; \
-	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null; \
+	    $(call apt_install,rabbitmq-server,rabbitmq-server (the AMQP oracle)); \
 	    if command -v service >/dev/null 2>&1; then $$SUDO service rabbitmq-server stop >/dev/null 2>&1 || true; fi; \
 	fi
 
@@ -235,10 +237,7 @@ XWIN_OS_NAMES := pthread|sched_yield|clock_gettime|sysconf|<windows\.h>|<unistd\
 WINE ?= $(firstword $(shell command -v wine64 wine 2>/dev/null) $(wildcard /usr/lib/wine/wine64))
 mingw-deps:
 	@if ! command -v $(XWIN_CC) >/dev/null 2>&1; then \
-	    echo "installing mingw-w64 (Debian package)"; \
-	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mingw-w64 >/dev/null; \
+	    $(call apt_install,mingw-w64,mingw-w64); \
 	fi
 cross-windows: mingw-deps
 	@rm -rf $(XWIN_DIR) && mkdir -p $(XWIN_DIR)/builtin $(XWIN_DIR)/portable
@@ -332,30 +331,20 @@ wheels-ci: venv
 clang-deps:
 	@if ! printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' | \
 	        clang -fsanitize=fuzzer,address,undefined -x c - -o /dev/null >/dev/null 2>&1; then \
-	    echo "installing clang and its runtimes (Debian packages)"; \
-	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	        clang libclang-rt-14-dev >/dev/null; \
+	    $(call apt_install,clang libclang-rt-14-dev,clang and its runtimes); \
 	fi
 
 # valgrind (Debian) for bench/callgrind.py's instruction counts; installed
 # only when missing.  `make callgrind` prints them for the standard workloads.
 valgrind:
 	@if ! command -v valgrind >/dev/null 2>&1; then \
-	    echo "installing valgrind (Debian package)"; \
-	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null; \
+	    $(call apt_install,valgrind,valgrind); \
 	fi
 # ccache, for CI (.ci/run): the wheel round trip compiles the same sources
 # with the same release flags as the in-place build, from the unpacked sdist.
 ccache:
 	@if ! command -v ccache >/dev/null 2>&1; then \
-	    echo "installing ccache (Debian package)"; \
-	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ccache >/dev/null; \
+	    $(call apt_install,ccache,ccache); \
 	fi
 callgrind: build valgrind
 	$(PY) bench/callgrind.py
