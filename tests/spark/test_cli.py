@@ -179,6 +179,56 @@ def test_user_errors_are_one_line(spark, tmp_path, capsys):
     assert f"cannot read events {corrupt} as parquet" in msg and "not a Parquet file" in msg
 
 
+@pytest.mark.parametrize("fmt,sharded", [("csv", True), ("parquet", False)])
+def test_fanout_passes_over_the_subscriptions_once(spark, tmp_path, capsys, monkeypatch, fmt,
+                                                   sharded):
+    """Issue 43: the command line's plan is the fan-out's, so one aggregate
+    counts the subscriptions (the plan's statistics job), where the command
+    line used to count them itself first, then plan (and count) again."""
+    import topicmatch.spark
+    from topicmatch.spark import plan as plan_module, shard as shard_module
+    if sharded:
+        monkeypatch.setattr(topicmatch.spark, "AUTO_SHARD_MIN_SUBS", 0)
+    passes = []
+
+    def counted(what, real):
+        def f(*a, **k):
+            passes.append(what)
+            return real(*a, **k)
+        return f
+    frame = type(spark.range(1))        # (classic Spark's own class, which defines count)
+    monkeypatch.setattr(frame, "count", counted("count", frame.count))
+    for module in (plan_module, shard_module):
+        monkeypatch.setattr(module, "row_stats", counted("statistics", module.row_stats))
+    ev_path, sub_path, exp = _inputs(tmp_path, fmt)
+    rc = cli.main(["fanout", "--events", ev_path, "--subs", sub_path, "--out", str(tmp_path / "out"),
+                   "--queues", "all"])
+    stdout = capsys.readouterr().out
+    assert rc == cli.EXIT_REJECTED, stdout
+    assert passes == ["statistics"], stdout
+    assert ("sharded:" in stdout) == sharded, stdout
+    c = exp.counts("all")
+    m = RECONCILE.search(stdout)
+    assert m and [_num(x) for x in m.groups()] == [c["events"], c["delivered"], c["unmatched"],
+                                                   c["rejected"]], stdout
+
+
+def test_a_bad_sub_id_that_spark_read_is_named(spark, tmp_path):
+    """A table the command did not read before Spark (a remote one; here
+    run_fanout called alone): a string sub_id that is no integer reaches the
+    plan as a null, and the error names it as it was written."""
+    import io
+    from topicmatch.cli.common import CLIError
+    from topicmatch.cli.fanout import run_fanout
+    ev, subs = tmp_path / "events.csv", tmp_path / "subs.csv"
+    ev.write_text("event_id,subject\n1,a\n")
+    subs.write_text("sub_id,filter\n1,a\nseven,b\n")
+    with pytest.raises(CLIError) as e:
+        run_fanout(spark, str(ev), str(subs), str(tmp_path / "out"), out_stream=io.StringIO(),
+                   progress=0)
+    assert str(e.value) == f"subscriptions {subs}: sub_id 'seven' is not a signed 64-bit integer"
+
+
 def _command():
     exe = os.path.join(os.path.dirname(sys.executable), "topicmatch")
     return [exe] if os.path.exists(exe) else [sys.executable, "-m", "topicmatch.cli"]

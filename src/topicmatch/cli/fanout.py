@@ -5,11 +5,13 @@ the Spark session `topicmatch demo` runs on too.  (parser.py parses the
 arguments; fanout_io.py reads the inputs and counts rows.)  An image or a
 filter list is indexed before Spark starts and shipped as it is.
 
-One fan-out is three Spark jobs over the data: collect the subscriptions
-(one small job), then, with the per-event frame observed, write the
-deliveries (the matching pass: reads the events, matches, and collects the
-counts as it goes), then write the rejected events (a second read of the
-events that checks the subjects only: no index, no matching).  The
+One fan-out is one plan (plan_fanout, as every fan-out makes it: its one
+pass over the subscriptions counts them and decides the route; for an
+image not built yet, a build task), then two Spark jobs over the events:
+with the per-event frame observed, write the deliveries (the matching
+pass: reads the events, matches, and collects the counts as it goes), then
+write the rejected events (a second read of the events that checks the
+subjects only: no index, no matching).  The
 reconciliation line comes from the observed counts; the deliveries written
 are counted again from the Parquet footers.
 """
@@ -22,9 +24,10 @@ from typing import Optional
 from topicmatch._core import TopicmatchRuntimeError
 from topicmatch.cli.common import (EXIT_REJECTED, CLIError, RejectNames, Stderr, check_readable,
                                    commas, human_bytes, is_local, local_path, per_second, plural)
-from topicmatch.cli.fanout_io import (CORRUPT_COL, first_line, format_of, locate_lines, parquet_rows,
-                                      read_events, read_table, scan_events, select_subs_columns,
-                                      spark_errors, split_small_inputs, subs_frame, subs_table)
+from topicmatch.cli.fanout_io import (CORRUPT_COL, bad_sub_id, first_line, format_of, locate_lines,
+                                      parquet_rows, read_events, read_table, scan_events,
+                                      select_subs_columns, spark_errors, split_small_inputs,
+                                      subs_frame)
 from topicmatch.cli.fanout_schema import (check_events, check_schema_option, check_subscriptions,
                                           csv_header, integer_id_columns, local_columns)
 from topicmatch.cli.subs_index import check_not_empty, empty_reason, load, read_rows, warn_foreign
@@ -72,13 +75,14 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
     """Read, fan out, write DIR/deliveries and DIR/rejected (Parquet), print the
     summary.  -> (FanoutCounts, deliveries written, seconds).  User errors raise CLIError.
 
-    shards: 1, one index built on the driver; N > 1, the sharded fan-out (the
-    subscriptions stay a DataFrame); "auto": one index up to
-    topicmatch.spark.AUTO_SHARD_MIN_SUBS subscriptions (one count job; the
-    rule is topicmatch.spark.plan.shard_rule), sharded above (the fan-out's
-    plan, whose statistics job counts them again as it names the images).  dedupe: one delivery per (event, sub_id).  rejects: a binary
-    file for the events lines that never became rows (see scan_events) and
-    the text of the rows Spark could not parse.  schema: the events' columns
+    shards: 1, one index; N > 1, the sharded fan-out; "auto": one index up
+    to topicmatch.spark.AUTO_SHARD_MIN_SUBS subscriptions, sharded above.
+    The fan-out's plan decides (plan_fanout, made once here and given to
+    fanout_with_rejects): its one pass over the subscriptions counts them,
+    and the summary's count, route and size are the plan's.  dedupe: one
+    delivery per (event, sub_id).  rejects: a binary file for the events
+    lines that never became rows (see scan_events) and the text of the rows
+    Spark could not parse.  schema: the events' columns
     as a Spark DDL string (CSV and JSON); without it a local CSV's id columns
     are bigint when every value is a canonical integer, its other columns
     strings.  err_stream: a stream, or the command's Stderr (rejected lines
@@ -128,8 +132,8 @@ def run_fanout(spark, events_path, subs_path, out, *, events_format=None, subs_f
                 check_executors(spark)
             clock = _Clock(time.perf_counter())
             inputs = _read(spark, job, scan, clock)
-            res, idx = _run(spark, job, inputs, clock)
-            _report_index(p, idx, clock)
+            res = _run(spark, job, inputs, clock)
+            _report_index(p, res.plan, clock)
             counts, written = _write(spark, job, scan, inputs, res, err, names, clock)
             seconds = clock.end - clock.start
             _report(p, job, counts, written, jobs.count(), clock)
@@ -170,8 +174,7 @@ class _Clock:
     """When each phase ended (time.perf_counter()), for the summary."""
     start: float
     read: float = 0.0
-    collect: float = 0.0
-    built: float = 0.0
+    planned: float = 0.0
     index: float = 0.0
     match: float = 0.0
     rejected: float = 0.0
@@ -242,60 +245,48 @@ class _Blame:
 
 
 def _run(spark, job, inputs, clock):
-    """Build or plan the index and set up the fan-out: (FanoutResult, its
-    index).  The events are checked first and the subscriptions next, each
-    under its own _Blame; what the fan-out raises after both checks passed
-    is about a subscriptions row (a shard's build finds it)."""
+    """Plan the index, once, and set up the fan-out with that plan: ->
+    FanoutResult (its .plan, the summary's).  The events are checked first
+    and the subscriptions next, each under its own _Blame: what planning
+    raises is about the subscriptions (a build finds a bad row), what the
+    fan-out raises with a plan made is about the events."""
     from topicmatch.spark import fanout_with_rejects
     from topicmatch.spark.base import check_events as spark_check_events
     with _Blame(job.events_path, "events"):
         spark_check_events(inputs.events, job.subject_col, job.key_col, True)
-    kw = {"dedupe": True} if job.dedupe else {}
     with _Blame(job.subs_path, "subscriptions"):
-        sharded, target, idx = _subscriptions(spark, job, inputs, clock)
-        if not sharded and job.shards != "auto":
-            kw["shards"] = job.shards
-        res = fanout_with_rejects(inputs.events, target, subject_col=job.subject_col,
-                                  key_col=job.key_col, dialect=job.dialect, queues=job.queues,
-                                  **({"ship": job.ship, "shards": job.shards} if sharded else {}),
-                                  **kw)
+        plan = _plan(spark, job, inputs)
+    clock.planned = time.perf_counter()
+    with _Blame(job.events_path, "events"):
+        res = fanout_with_rejects(inputs.events, plan, subject_col=job.subject_col,
+                                  key_col=job.key_col, queues=job.queues, dedupe=job.dedupe)
     clock.index = time.perf_counter()
-    return res, (res.index if sharded else idx)
+    return res
 
 
-def _subscriptions(spark, job, inputs, clock):
-    """-> (sharded, what the fan-out takes: the subscriptions DataFrame or a
-    shared index, the shared index or None).  An index given (an image, a
-    filter list) is shipped as it is; a table is collected and indexed
-    here, or left a DataFrame for the sharded fan-out."""
-    from topicmatch.spark import index_from_arrow, share_index
+def _plan(spark, job, inputs):
+    """The fan-out's plan (plan_fanout).  An index given (an image, a filter
+    list) is shipped as it is; a table is planned as any fan-out's
+    subscriptions DataFrame is, and its count is the plan's."""
+    from topicmatch.spark import FanoutInputError, plan_fanout
     from topicmatch.spark.base import check_subscriptions_schema
-    from topicmatch.spark.plan import shard_rule
+    how = dict(dialect=job.dialect, ship=job.ship, shards=job.shards)
     if job.sublist is not None:
-        clock.collect = time.perf_counter()
-        idx = share_index(spark, job.sublist, ship=job.ship)
-        clock.built = time.perf_counter()
-        return False, idx, idx
-    subs, shards = inputs.subs, job.shards
+        return plan_fanout(job.sublist, spark=spark, **how)
+    subs = inputs.subs
     check_subscriptions_schema(subs, string_ids=True)
-    n = subs.count() if shards == "auto" else None        # (the count "auto" always made)
-    if shard_rule(shards, n)[0]:
-        if n is None and not job.allow_empty and subs.isEmpty():
-            n = 0
-        _check_rows(job, n)
-        clock.collect = clock.built = time.perf_counter()
-        return True, subs_frame(subs, job.subs_path), None
-    table = subs_table(subs, job.subs_path)
-    _check_rows(job, table.num_rows)
-    clock.collect = time.perf_counter()
-    idx = share_index(spark, index_from_arrow(table, job.dialect), ship=job.ship)
-    clock.built = time.perf_counter()
-    return False, idx, idx
+    try:
+        plan = plan_fanout(subs_frame(subs), **how)
+    except FanoutInputError:
+        bad_sub_id(subs, job.subs_path)
+        raise
+    _check_rows(job, plan.nsubs)
+    return plan
 
 
 def _check_rows(job, n):
     """A table Spark read (a remote one: a local one was checked before the
-    JVM started) with no rows is an error unless --allow-empty."""
+    JVM started) whose plan counted no rows is an error unless --allow-empty."""
     if n == 0 and not job.allow_empty:
         raise CLIError(f"subscriptions {job.subs_path} has no subscriptions (an empty table, or a "
                        "header only): nothing could match; give --allow-empty to run with none")
@@ -360,16 +351,23 @@ def _write(spark, job, scan, inputs, res, err, names, clock):
     return counts, written
 
 
-def _report_index(p, idx, clock):
-    """The summary's first line, printed as soon as the index is ready."""
-    if hasattr(idx, "shipped_by"):
-        p(f"  index       {plural(idx.nsubs, 'subscription')}, {human_bytes(idx.nbytes)}, shipped by "
-          f"{idx.shipped_by} ({clock.collect - clock.read:.1f} s to collect, "
-          f"{clock.built - clock.collect:.1f} s to build and ship)")
+#: how a sharded plan's shards are built, by its route
+_SHARDS_BUILT = {"shard-images": "an image per shard, built on the executors",
+                 "cogroup": "each shard's index built in its task"}
+
+
+def _report_index(p, plan, clock):
+    """The summary's first line, printed as soon as the index is ready: the
+    plan's count, route and size, and the time it took (its jobs, its
+    build and shipping)."""
+    took = f"{clock.planned - clock.read:.1f} s to plan"
+    idx = plan.index
+    if plan.sharded:
+        p(f"  index       sharded: {idx.shards} shards at depth {idx.depth}, "
+          f"{plural(plan.nsubs, 'subscription')} ({_SHARDS_BUILT[plan.route]}; {took})")
     else:
-        p(f"  index       sharded: {idx.shards} shards at depth {idx.depth}"
-          + (f", {commas(idx.nsubs)} subscriptions" if getattr(idx, "nsubs", None) is not None else "")
-          + " (built on the executors)")
+        p(f"  index       {plural(plan.nsubs, 'subscription')}, {human_bytes(idx.nbytes)}, "
+          f"shipped by {idx.shipped_by} ({took})")
 
 
 def _report(p, job, counts, written, n_jobs, clock):
@@ -387,8 +385,8 @@ def _report(p, job, counts, written, n_jobs, clock):
     p(f"  time        {seconds:.1f} s: {per_second(counts.events, seconds)} events/s, "
       f"{per_second(counts.deliveries, seconds)} deliveries/s"
       + (f", {n_jobs} Spark jobs" if n_jobs is not None else ""))
-    p(f"              read inputs {clock.read - clock.start:.1f} s | index {clock.built - clock.read:.1f} s | "
-      f"plan {clock.index - clock.built:.1f} s | "
+    p(f"              read inputs {clock.read - clock.start:.1f} s | "
+      f"index {clock.planned - clock.read:.1f} s | plan {clock.index - clock.planned:.1f} s | "
       f"read events + match + write deliveries {clock.match - clock.index:.1f} s | "
       f"check subjects + write rejected {clock.rejected - clock.match:.1f} s | "
       f"counts {clock.end - clock.rejected:.1f} s")

@@ -313,47 +313,39 @@ def select_subs_columns(subs, columns, path):
     return subs.select(*picked)
 
 
-def subs_table(subs, path):
-    """The subscriptions on the driver as Arrow (sub_id int64, filter[, queue]),
-    in one Spark job.  CSV (and quoted JSON) sub ids are strings: converted here,
-    naming the first bad row, without a second job."""
-    import pyarrow as pa
-    from pyspark.sql import types as T
-
-    from topicmatch.spark.base import check_subscriptions_schema, collect_subscriptions, column
-    if "sub_id" not in subs.columns or not isinstance(subs.schema["sub_id"].dataType, T.StringType):
-        return collect_subscriptions(subs)
-    has_queue = check_subscriptions_schema(subs, string_ids=True)
-    cols = ["sub_id", "filter"] + (["queue"] if has_queue else [])
-    table = subs.select(*(column(c) for c in cols)).toArrow()
-    ids = []
-    for i, v in enumerate(table.column(0).to_pylist()):
-        if v is None:
-            ids.append(None)
-            continue
-        try:
-            n = int(v.strip())
-        except ValueError:
-            raise CLIError(f"subscriptions {path} row {i + 1}: sub_id {v!r} is not an integer") from None
-        if not -(2 ** 63) <= n < 2 ** 63:
-            raise CLIError(f"subscriptions {path} row {i + 1}: sub_id {v!r} is outside signed 64-bit")
-        ids.append(n)
-    return table.set_column(0, "sub_id", pa.array(ids, pa.int64()))
-
-
-def subs_frame(subs, path):
-    """The subscriptions as a DataFrame for the sharded fan-out (nothing is
-    collected): a string sub_id (CSV) cast to long, the first bad value an
-    error that names it (one small job)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-    if "sub_id" not in subs.columns or not isinstance(subs.schema["sub_id"].dataType, T.StringType):
+def subs_frame(subs):
+    """The subscriptions as the fan-out's plan takes them: a string sub_id
+    (CSV, quoted JSON) cast to long, in the plan's own pass (no job of its
+    own).  A value that is no signed 64-bit integer casts to null, which the
+    plan refuses; bad_sub_id then names it."""
+    if not _string_ids(subs):
         return subs
-    cast = F.trim(F.col("sub_id")).cast("long")
-    bad = subs.where(F.col("sub_id").isNotNull() & cast.isNull()).select("sub_id").limit(1).collect()
+    return subs.withColumn("sub_id", _long_id())
+
+
+def bad_sub_id(subs, path):
+    """On the error path of a plan of subs_frame(subs): a string sub_id that
+    is no signed 64-bit integer (and so reached the plan as a null) is a
+    CLIError naming it as written (one small job)."""
+    from pyspark.sql import functions as F
+    if not _string_ids(subs):
+        return
+    bad = subs.where(F.col("sub_id").isNotNull() & _long_id().isNull()).select("sub_id") \
+        .limit(1).collect()
     if bad:
         raise CLIError(f"subscriptions {path}: sub_id {bad[0][0]!r} is not a signed 64-bit integer")
-    return subs.withColumn("sub_id", cast)
+
+
+def _string_ids(subs):
+    from pyspark.sql import types as T
+    return "sub_id" in subs.columns and isinstance(subs.schema["sub_id"].dataType, T.StringType)
+
+
+def _long_id():
+    # try_cast: null for a bad value under ANSI mode too, where cast raises
+    # from inside whichever job meets the value first
+    from pyspark.sql import functions as F
+    return F.trim(F.col("sub_id")).try_cast("long")
 
 
 # --------------------------------------------------------------------------

@@ -134,9 +134,10 @@ def _add_fanout(sub):
                    default="auto", help="how the index travels to the executors (default: "
                    "by session kind and size; see docs/spark.md)")
     f.add_argument("--shards", type=_shards_arg, default="auto", metavar="N|auto",
-                   help="1: one index, built on the driver; N > 1: the sharded fan-out (each "
-                        "shard's index built on the executors; a table only); auto (default): one "
-                        "index up to topicmatch.spark.AUTO_SHARD_MIN_SUBS subscriptions, sharded above")
+                   help="1: one index (an image built on an executor; with --ship named, built "
+                        "on the driver); N > 1: the sharded fan-out (each shard's index built on "
+                        "the executors; a table only); auto (default): one index up to "
+                        "topicmatch.spark.AUTO_SHARD_MIN_SUBS subscriptions, sharded above")
     f.add_argument("--dedupe", action="store_true",
                    help="one delivery per (event, sub_id), for subscribers with overlapping filters")
     f.add_argument("--rejects", default=None, metavar="FILE",
