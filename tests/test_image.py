@@ -906,13 +906,63 @@ def _literal_slots(data):
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
+def test_table_at_its_capacity_and_one_left_larger_write_one_image(dialect):
+    """The writer reads a table at the capacity it writes it at cluster by
+    cluster, sorting each alone (csrc/serial/fs_image.c,
+    entries_by_cluster: which slots are full does not depend on the order
+    of insertion), and a table left larger by removals by bucketing its
+    entries (entries_by_bucket).  Both give the one image: here a
+    64-slot literal table with a cluster of 18 entries that wraps round
+    its end (into 8 more from slot 14) and one of 20 in its middle
+    (sorted by merging past 16),
+    built in several orders, and the same set left in a 256-slot table
+    by removing 150 others."""
+    pool = topicmatch.Sublist(dialect)
+    pool.insert_many([f"t{i}" for i in range(3000)], list(range(3000)))
+    _, slots = _literal_slots(pool.to_bytes())
+    key = {e[3].decode(): e[1] for e in slots}
+    end = sorted(t for t, h in key.items() if (h & 63) >= 60)[:18]
+    mid = sorted(t for t, h in key.items() if 30 <= (h & 63) < 34)[:20]
+    rest = sorted(t for t, h in key.items() if 14 <= (h & 63) < 21)[:8]
+    extra = sorted(t for t in key if t not in set(end + mid + rest))[:150]
+    flts = end + mid + rest
+    assert len(flts) == 46 and len(extra) == 150
+    rng = random.Random(11)
+    images = []
+    for _ in range(3):
+        rng.shuffle(flts)
+        sl = topicmatch.Sublist(dialect)
+        for f in flts:
+            sl.insert(f, int(f[1:]))
+        images.append(sl.to_bytes())
+    larger = topicmatch.Sublist(dialect)
+    mixed = flts + extra
+    rng.shuffle(mixed)
+    larger.insert_many(mixed, [int(f[1:]) for f in mixed])
+    larger.remove_many(extra, [int(f[1:]) for f in extra])
+    assert larger.stats()["memory_bytes"] > sl.stats()["memory_bytes"]    # its table stayed larger
+    images.append(larger.to_bytes())
+    assert all(b == images[0] for b in images)
+    cap, entries = _literal_slots(images[0])
+    assert cap == 64 and len(entries) == 46
+    assert sum(e[0] >= 60 and e[5] < 60 for e in entries) >= 10, "the crowded cluster did not wrap"
+    run = sorted(e[5] for e in entries if 30 <= e[0] < 34)
+    assert run == list(range(run[0], run[0] + 20)), "the middle cluster is not one run"
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "t.img")
+        larger.save(path)
+        with open(path, "rb") as f:
+            assert f.read() == images[0]
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS)
 def test_tables_are_written_in_one_order_whatever_the_insertion_order(dialect):
     """The writer places a table's entries by home slot, then key, then
-    bytes (csrc/serial/fs_image.c, sorted_entries), after bucketing them
-    by the top bits of their home; a bucket is sorted by insertion when
-    short and by merging past 16 entries.  Here one bucket holds 18
-    entries whose homes are the table's last four slots, so that their
-    cluster wraps round the end (placed by fs_slot_place, not in order):
+    bytes (csrc/serial/fs_image.c, sorted_entries), sorting each cluster
+    of the table by insertion when short and by merging past 16 entries.
+    Here 18 entries have their homes in the table's last four slots, so
+    that their cluster wraps round the end (placed by fs_slot_place, not
+    in order):
     the image is the same whatever order the filters were inserted in, its
     nodes lie in writing order, an opened image writes back its own bytes,
     and it answers as the reference does."""

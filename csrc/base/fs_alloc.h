@@ -1,9 +1,9 @@
 /* fs_alloc.h - the one door for memory.
  *
- * Every allocation of the C core goes through FS_MALLOC / FS_REALLOC /
- * FS_FREE, so that a test can make the N-th allocation fail (fault
- * injection) and check that the operation reports FS_ENOMEM, leaks nothing
- * and leaves the index unchanged.  The countdown is process-global and
+ * Every allocation of the C core goes through FS_MALLOC / FS_CALLOC /
+ * FS_REALLOC / FS_FREE, so that a test can make the N-th allocation fail
+ * (fault injection) and check that the operation reports FS_ENOMEM, leaks
+ * nothing and leaves the index unchanged.  The countdown is process-global and
  * atomic, so a walk also covers a batch's threads (whichever thread makes
  * the n-th allocation gets the failure); when it is off (the default) the
  * cost is one well-predicted branch per allocation.
@@ -15,6 +15,8 @@
 #include <stdint.h>
 
 void *fs_malloc(size_t size);
+/* n * size bytes of zeros (NULL when n * size overflows). */
+void *fs_calloc(size_t n, size_t size);
 void *fs_realloc(void *ptr, size_t size);
 void fs_free(void *ptr);
 
@@ -24,6 +26,7 @@ void fs_free(void *ptr);
 int fs_alloc_should_fail(void);
 
 #define FS_MALLOC(size) fs_malloc(size)
+#define FS_CALLOC(n, size) fs_calloc((n), (size))
 #define FS_REALLOC(ptr, size) fs_realloc((ptr), (size))
 #define FS_FREE(ptr) fs_free(ptr)
 

@@ -279,9 +279,12 @@ int fs_filebuf_grow(fs_filebuf *b, size_t size)
 {
     if (size <= b->cap)
         return FS_OK;
-    size_t ncap = b->cap ? b->cap : (size_t)1 << 20;
+    /* The first size asked for is the writer's estimate of the whole file
+     * (at least 1 MiB), then by half: the file is the memory, and what is
+     * grown past the end is populated for nothing. */
+    size_t ncap = b->cap ? b->cap : size > (size_t)1 << 20 ? size : (size_t)1 << 20;
     while (ncap < size)
-        ncap = ncap / 2 * 3;              /* by half: the file is the memory */
+        ncap = ncap / 2 * 3;
     ncap = (ncap + 4095) & ~(size_t)4095;
     if (ftruncate(b->fd, (off_t)ncap) != 0)
         return -1;

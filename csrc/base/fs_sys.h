@@ -310,7 +310,8 @@ typedef struct {
  * (no file mappings here), or -1 (errno says why). */
 int fs_filebuf_open(fs_filebuf *b, const char *path);
 /* Make the buffer at least size bytes (new bytes read as zeros; p may
- * move).  FS_OK or -1. */
+ * move); the first call makes it size bytes (at least 1 MiB), each later
+ * one grows it by half at least.  FS_OK or -1. */
 int fs_filebuf_grow(fs_filebuf *b, size_t size);
 /* Cut the file to len bytes, write it to disk (msync, fsync: when
  * durable) and close it.  Not durable, the bytes are in the page cache,

@@ -160,6 +160,10 @@ int fs_image_damaged(const fs_sublist *sl) { return atomic_load(&((fs_sublist *)
 
 /* ============================================================ write */
 
+/* The image being written.  Every byte past len is zero, so that an
+ * object is written only where it is not zero: a file's fresh bytes are
+ * zeros; memory is zeroed as it is obtained, in one call for all of it,
+ * not object by object. */
 typedef struct {
     char *p;
     size_t len, cap;
@@ -167,34 +171,59 @@ typedef struct {
     fs_filebuf *file;     /* non-NULL: the bytes are this file's pages */
 } wbuf;
 
-/* Room for size more bytes at an 8-byte boundary, zeroed: its offset
- * (0 when out of memory, or the file cannot grow: wb->oom). */
-static uint64_t wb_alloc(wbuf *wb, size_t size)
+/* Make the buffer at least need bytes.  FS_OK, or -1 (wb->oom). */
+static int wb_grow(wbuf *wb, size_t need)
+{
+    if (wb->file) {
+        if (fs_filebuf_grow(wb->file, need) != FS_OK)
+            return wb->oom = 1, -1;
+        wb->p = wb->file->p;
+        wb->cap = wb->file->cap;
+        return FS_OK;
+    }
+    size_t ncap = wb->cap ? wb->cap : 4096;
+    while (ncap < need)
+        ncap *= 2;
+    char *np = FS_REALLOC(wb->p, ncap);
+    if (!np)
+        return wb->oom = 1, -1;
+    fs_pages_huge(np + wb->len, ncap - wb->len);     /* the part still to write */
+    memset(np + wb->cap, 0, ncap - wb->cap);
+    wb->p = np;
+    wb->cap = ncap;
+    return FS_OK;
+}
+
+/* Before the first byte: room for about size bytes, zeros, so that an
+ * image that fits is never moved or grown as it is written.  In memory, a
+ * large block of fresh pages, which calloc need not write (those the
+ * image does not reach are never touched); a file is made that size (and
+ * cut to the image's at the end).  FS_OK, or -1 (wb->oom). */
+static int wb_reserve(wbuf *wb, size_t size)
+{
+    if (wb->cap >= size)
+        return FS_OK;
+    if (wb->file)
+        return wb_grow(wb, size);
+    char *np = FS_CALLOC(size, 1);
+    if (!np)
+        return wb->oom = 1, -1;
+    fs_pages_huge(np, size);
+    FS_FREE(wb->p);         /* nothing written yet */
+    wb->p = np;
+    wb->cap = size;
+    return FS_OK;
+}
+
+/* Room for size more bytes at an 8-byte boundary, zeros: its offset (0
+ * when out of memory, or the file cannot grow: wb->oom). */
+static inline uint64_t wb_alloc(wbuf *wb, size_t size)
 {
     size_t at = (wb->len + 7) & ~(size_t)7;
     if (wb->oom || at + size < at)
         return wb->oom = 1, 0;
-    if (at + size > wb->cap) {
-        if (wb->file) {            /* a file's fresh bytes are zeros already */
-            if (fs_filebuf_grow(wb->file, at + size) != FS_OK)
-                return wb->oom = 1, 0;
-            wb->p = wb->file->p;
-            wb->cap = wb->file->cap;
-            wb->len = at + size;
-            return at;
-        }
-        size_t ncap = wb->cap ? wb->cap : 4096;
-        while (ncap < at + size)
-            ncap *= 2;
-        char *np = FS_REALLOC(wb->p, ncap);
-        if (!np)
-            return wb->oom = 1, 0;
-        fs_pages_huge(np + wb->len, ncap - wb->len);     /* the part still to write */
-        wb->p = np;
-        wb->cap = ncap;
-    }
-    if (!wb->file)
-        memset(wb->p + wb->len, 0, at + size - wb->len);
+    if (at + size > wb->cap && wb_grow(wb, at + size) < 0)
+        return 0;
     wb->len = at + size;
     return at;
 }
@@ -208,7 +237,8 @@ static uint64_t wb_alloc(wbuf *wb, size_t size)
  * order their slots name them, so that writing a table, and reading it
  * back to verify it, touch memory in sequence: a byte order of the
  * filters put every slot write and every node read at a random place (it
- * was most of a large save). */
+ * was most of a large save).  The index's own table gives that order
+ * almost as it is (entries_by_cluster): no sort of the whole table. */
 typedef struct {
     const fs_sublist *sl;
     wbuf w;
@@ -239,9 +269,9 @@ static int slot_before(const fs_slot *a, const fs_slot *b, uint32_t mask)
     return node_tok_cmp(a->node, b->node) < 0;
 }
 
-/* Sort a bucket of entries by slot_before: by insertion when short (a
- * bucket holds about two); a long one (keys made to collide) by merging,
- * so that no input costs more than n log n. */
+/* Sort a bucket or a cluster of entries by slot_before: by insertion when
+ * short (a bucket holds about two, a cluster a few); a long one (keys made
+ * to collide) by merging, so that no input costs more than n log n. */
 static void sort_bucket(fs_slot *a, fs_slot *tmp, size_t n, uint32_t mask)
 {
     if (n <= 16) {
@@ -265,19 +295,25 @@ static void sort_bucket(fs_slot *a, fs_slot *tmp, size_t n, uint32_t mask)
     memcpy(a, tmp, k * sizeof(*a));
 }
 
-/* The entries of table L, to be written into a table of capacity cap, in
- * writing order (W->sorted[0..L->count)).  Bucketed by the top bits of
- * their home slot (about two entries a bucket), then each bucket sorted:
- * linear in the entries, reading each node's bytes only where two keys
- * are equal. */
-static int sorted_entries(writer *W, const fs_level *L, uint32_t cap, size_t *count)
+/* A cluster's entries in writing order: most are already (checked in one
+ * pass over what was just copied), the others sorted. */
+static inline void sort_run(fs_slot *a, fs_slot *tmp, size_t n, uint32_t mask)
 {
-    *count = 0;
+    for (size_t i = 1; i < n; i++)
+        if (slot_before(&a[i], &a[i - 1], mask)) {
+            sort_bucket(a, tmp, n, mask);
+            return;
+        }
+}
+
+/* Table L's entries in writing order (W->sorted[0..L->count)), into a
+ * table of another capacity (cap): bucketed by the top bits of their home
+ * slot there (about two entries a bucket), then each bucket sorted:
+ * linear in the entries, reading each node's bytes only where two keys
+ * are equal.  W's arrays have room for L->count.  FS_OK or FS_ENOMEM. */
+static int entries_by_bucket(writer *W, const fs_level *L, uint32_t cap)
+{
     size_t n = L->count;
-    if (n > W->cap_sorted && fs_grow(&W->sorted, &W->cap_sorted, n, sizeof(fs_slot)) < 0)
-        return FS_ENOMEM;
-    if (n > W->cap_scratch && fs_grow(&W->scratch, &W->cap_scratch, n, sizeof(fs_slot)) < 0)
-        return FS_ENOMEM;
     uint32_t mask = cap - 1, shift = 0;
     while ((cap >> shift) > 1 && (cap >> shift) > n / 2)
         shift++;
@@ -299,7 +335,72 @@ static int sorted_entries(writer *W, const fs_level *L, uint32_t cap, size_t *co
     for (size_t b = 0, lo = 0; b < nb; lo = W->counts[b++])
         if (W->counts[b] - lo > 1)
             sort_bucket(W->sorted + lo, W->scratch, W->counts[b] - lo, mask);
-    *count = k;
+    return FS_OK;
+}
+
+/* Table L's entries in writing order, L being at the capacity it is
+ * written at (a table that only grew is: its capacity follows from its
+ * count) and not full.  Under linear probing, which slots are full does
+ * not depend on the order of insertion, and an entry lies in the run of
+ * full slots (its cluster) that holds its home; so the written table has
+ * L's clusters, and since writing order is by home first, it is L's
+ * slot order but inside each cluster (where an entry inserted later lies
+ * past those before it, about a slot) and for the cluster that wraps
+ * round the end: its entries before the first free slot whose home is
+ * above their slot come last, after those past the last free slot.  So
+ * L is read once, in slot order, and each cluster checked and, out of
+ * order, sorted alone -- no counts, no entry moved across the table. */
+static void entries_by_cluster(writer *W, const fs_level *L)
+{
+    const fs_slot *s = L->slots;
+    uint32_t mask = L->cap - 1, first = 0, last = mask;
+    while (s[first].node)
+        first++;
+    while (s[last].node)
+        last--;
+    size_t k = 0, wrapped = 0, lo;
+    for (uint32_t i = 0; i < first; i++) {
+        if ((s[i].hash & mask) > i)
+            W->scratch[wrapped++] = s[i];
+        else
+            W->sorted[k++] = s[i];
+    }
+    /* scratch[0..wrapped) is taken: the sorts below merge past it */
+    sort_run(W->sorted, W->scratch + wrapped, k, mask);
+    lo = k;
+    for (uint32_t i = first + 1; i < last; i++) {
+        if (s[i].node) {
+            W->sorted[k++] = s[i];
+        } else {
+            sort_run(W->sorted + lo, W->scratch + wrapped, k - lo, mask);
+            lo = k;
+        }
+    }
+    sort_run(W->sorted + lo, W->scratch + wrapped, k - lo, mask);   /* ended by the last free slot */
+    lo = k;
+    for (uint32_t i = last + 1; i <= mask; i++)
+        W->sorted[k++] = s[i];
+    memcpy(W->sorted + k, W->scratch, wrapped * sizeof(fs_slot));
+    sort_run(W->sorted + lo, W->scratch, k + wrapped - lo, mask);
+}
+
+/* The entries of table L, to be written into a table of capacity cap, in
+ * writing order (W->sorted[0..L->count)). */
+static int sorted_entries(writer *W, const fs_level *L, uint32_t cap, size_t *count)
+{
+    *count = 0;
+    size_t n = L->count;
+    if (n > W->cap_sorted && fs_grow(&W->sorted, &W->cap_sorted, n, sizeof(fs_slot)) < 0)
+        return FS_ENOMEM;
+    if (n > W->cap_scratch && fs_grow(&W->scratch, &W->cap_scratch, n, sizeof(fs_slot)) < 0)
+        return FS_ENOMEM;
+    /* A table not at its written capacity (left larger by removals) or
+     * full (at most 4 slots) has other clusters, or none to start from. */
+    if (L->cap == cap && n < cap)
+        entries_by_cluster(W, L);
+    else if (entries_by_bucket(W, L, cap) < 0)
+        return FS_ENOMEM;
+    *count = n;
     return FS_OK;
 }
 
@@ -561,6 +662,29 @@ static int write_locked(writer *W, const fs_sublist *sl)
     return FS_OK;
 }
 
+/* What a keyed table holds beyond the capacity it is written at: removals
+ * leave a table larger (it shrinks below 1/8 full only). */
+static uint64_t level_excess(const fs_level *L, int half_full)
+{
+    uint32_t cap = fs_table_cap(L->count, half_full);
+    return L->cap > cap ? fs_level_bytes(L, L->cap) - fs_level_bytes(L, cap) : 0;
+}
+
+/* About the size of sl's image, for the writer's first room: the image
+ * holds the index's objects, so its size is about the index's memory (a
+ * little under it for a built index), less what the keyed tables hold
+ * beyond their written capacity; with a sixteenth more, so that an image
+ * a little over it is rarely grown. */
+static size_t image_size_about(const fs_sublist *sl)
+{
+    uint64_t extra = level_excess(&sl->literals, 0), m = sl->mem;
+    for (uint32_t j = 0; j < sl->shapes.n; j++)
+        extra += level_excess(&sl->shapes.shape[j]->table, 1);
+    m = m > extra ? m - extra : 0;
+    m += m / 16 + FS_IMG_OBJECTS + 4096;
+    return m < SIZE_MAX ? (size_t)m : SIZE_MAX;
+}
+
 static void writer_free(writer *W)
 {
     FS_FREE(W->sorted);
@@ -578,6 +702,7 @@ static int write_image(fs_sublist *sl, writer *W)
     if (unchanged) {                    /* an unchanged image is its own image */
         if (fs_image_damaged(sl))
             return FS_EBADDATA;
+        (void)wb_reserve(&W->w, sl->img.len);     /* its failure is wb_alloc's */
         uint64_t at = wb_alloc(&W->w, sl->img.len);
         if (W->w.oom)
             return FS_ENOMEM;
@@ -595,7 +720,9 @@ static int write_image(fs_sublist *sl, writer *W)
     }
     fs_brlock_rdlock_long(&sl->lock);
     W->sl = sl;
-    int rc = write_locked(W, sl);
+    int rc = wb_reserve(&W->w, image_size_about(sl));
+    if (rc == FS_OK)
+        rc = write_locked(W, sl);
     fs_brlock_rdunlock_long(&sl->lock);
     return rc < 0 || W->w.oom ? FS_ENOMEM : FS_OK;
 }
