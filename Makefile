@@ -15,6 +15,10 @@ CORE_INC := $(patsubst %/,-I%,$(sort $(dir $(CORE_C) $(CORE_H))))
 
 all: build
 
+# The venv is installed without bytecode (--no-compile, below): Python writes
+# the bytecode of what is imported, as it is imported.
+unexport PYTHONDONTWRITEBYTECODE
+
 # $(call apt_install,PACKAGES,WHAT): a shell command that installs the Debian
 # PACKAGES (as root, or through sudo), saying so.  RUNLEVEL=1: a package's
 # service is not started by its install (rabbitmq-server's would be).
@@ -36,7 +40,11 @@ system-deps:
 # --no-compile: pip would byte-compile every module of every package (PySpark,
 # botocore and pandas are thousands of files), most of which no test imports;
 # Python compiles what is imported on first use.  164 s -> 102 s for this
-# install on a fresh venv here (the set-up's critical path in CI).
+# install on a fresh venv here (the set-up's critical path in CI).  That
+# needs Python free to write the bytecode it compiles, once (unexport
+# below): with PYTHONDONTWRITEBYTECODE set, as on this machine, every
+# process -- each test's subprocess, each Spark worker -- compiled its
+# imports again (CI's plain pass: 647 s, against 556 s before).
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --no-compile --upgrade pip setuptools wheel "Cython>=3.1"
