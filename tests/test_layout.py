@@ -416,12 +416,14 @@ def c_function_lengths(text):
     return found
 
 
-def long_c_functions(sources, limit=MAX_C_FUNCTION_LINES):
-    """"file:line: name, N lines" of every function of the C sources
-    {name: text} longer than limit lines."""
+def long_c_functions(sources, limit=MAX_C_FUNCTION_LINES, lengths=None):
+    """"file:line: name, N lines" of every function of the sources
+    {name: text} longer than limit lines, as `lengths` (C's by default)
+    measures them."""
+    lengths = lengths or c_function_lengths
     return [f"{name}:{no}: {fn}, {n} lines"
             for name, text in sorted(sources.items())
-            for fn, no, n in c_function_lengths(text) if n > limit]
+            for fn, no, n in lengths(text) if n > limit]
 
 
 def test_no_c_function_over_80_lines():
@@ -517,9 +519,7 @@ def _cython_sources():
 
 
 def long_cython_functions(sources, limit=MAX_C_FUNCTION_LINES):
-    return [f"{name}:{no}: {fn}, {n} lines"
-            for name, text in sorted(sources.items())
-            for fn, no, n in cython_function_lengths(text) if n > limit]
+    return long_c_functions(sources, limit, cython_function_lengths)
 
 
 def test_no_cython_function_over_80_lines():
