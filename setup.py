@@ -6,7 +6,7 @@ Build switches (environment variables, "1" to enable):
   TOPICMATCH_SANITIZE  AddressSanitizer + UndefinedBehaviorSanitizer (implies DEBUG,
                     but the C core at -O1, the optimisation ASan's authors advise);
                     with CC=clang also nullability and NULL-pointer arithmetic
-                    checks, linked to the shared ASan runtime (make test-sanitize-clang)
+                    checks, linked to the shared ASan runtime (make test-sanitize)
   TOPICMATCH_TSAN      ThreadSanitizer, -O1 (make test-tsan)
   TOPICMATCH_COVERAGE  gcov instrumentation of the C core
   TOPICMATCH_SYMBOLS   keep debug symbols (-g) in an optimized build, for

@@ -1,7 +1,7 @@
 """Hypothesis profiles, chosen with HYPOTHESIS_PROFILE (default: `default`).
 
 `ci-repeat` is for the runs that repeat the suite on another build of the
-same code (the gcc and clang sanitizer passes, ThreadSanitizer, the wheel
+same code (the ASan + UBSan pass, ThreadSanitizer, the wheel
 round trip): far fewer examples, no deadline (sanitized builds are slow).
 Tests that set max_examples themselves scale it with tests/examples.py's
 examples(n), which reads the same variable.

@@ -23,7 +23,7 @@ from examples import REPEAT
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
 
 # Children forked at varied points of the work: 20 in the first run, 8 in
-# the repeat runs (gcc's ASan pass), which check another build of the same
+# the repeat runs (the ASan pass), which check another build of the same
 # code rather than search for new interleavings (tests/examples.py).
 FORKS = 8 if REPEAT else 20
 CHILD_DEADLINE = 10.0          # seconds per child; a healthy one takes milliseconds
