@@ -1,17 +1,21 @@
-"""What letting go of the GIL around match()'s walk costs one thread, by
-index size: the figures behind FS_WALK_RELEASE_MIN (csrc/match/fs_match.c).
+"""What letting go of the GIL around match()'s walk costs, by index size:
+the figures behind FS_WALK_RELEASE_MIN (csrc/match/fs_match.c).
 
     python bench/match_release.py [--sizes 1000,10000,100000,1000000]
-                                  [--calls 100000] [--rounds 7]
+                                  [--calls 100000] [--rounds 7] [--busy]
 
 For each size, no cache, one thread: match() over the same subjects with
 the GIL kept (_set_walk_release_min(None)) and let go for every walk (0),
 the two interleaved, median CPU ns per call (thread time: steadier than
-wall time on a shared machine) of --rounds.  The release is worth
-having where its cost is a small share of the walk: another thread (a
-batch, a writer, a second matcher) then runs during the walk."""
+wall time on a shared machine) of --rounds.
+
+--busy: the same beside a second Python thread that only counts (the usual
+case in a threaded server: some other thread wants the GIL), wall ns per
+call: a release hands that thread the GIL, and the matcher waits for it to
+come back."""
 import argparse
 import statistics
+import threading
 import time
 
 import topicmatch
@@ -28,14 +32,33 @@ def build(n):
     return sl, subjects
 
 
-def once(sl, subjects, calls):
+def once(sl, subjects, calls, clock=time.thread_time):
     match = sl.match
     reps = max(1, calls // len(subjects))
-    t0 = time.thread_time()
+    t0 = clock()
     for _ in range(reps):
         for s in subjects:
             match(s)
-    return (time.thread_time() - t0) / (reps * len(subjects)) * 1e9
+    return (clock() - t0) / (reps * len(subjects)) * 1e9
+
+
+class Busy:
+    """A second Python thread that wants the GIL for as long as it runs."""
+
+    def __enter__(self):
+        self.stop = False
+        self.t = threading.Thread(target=self._spin, daemon=True)
+        self.t.start()
+        return self
+
+    def _spin(self):
+        n = 0
+        while not self.stop:
+            n += 1
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.t.join()
 
 
 def main():
@@ -43,9 +66,13 @@ def main():
     ap.add_argument("--sizes", default="1000,10000,100000,1000000")
     ap.add_argument("--calls", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--busy", action="store_true", help="beside a busy Python thread, wall time")
     a = ap.parse_args()
+    clock = time.perf_counter if a.busy else time.thread_time
     old = _core._set_walk_release_min(None)
     try:
+        if a.busy:
+            print("beside a busy Python thread, wall ns per call")
         print("| filters | GIL kept (ns/call) | GIL let go (ns/call) | cost of the release |")
         print("|---:|---:|---:|---:|")
         for n in [int(x) for x in a.sizes.split(",")]:
@@ -53,10 +80,13 @@ def main():
             once(sl, subjects, a.calls)                 # warm-up
             kept, freed = [], []
             for _ in range(a.rounds):
-                _core._set_walk_release_min(None)
-                kept.append(once(sl, subjects, a.calls))
-                _core._set_walk_release_min(0)
-                freed.append(once(sl, subjects, a.calls))
+                for rule, out in ((None, kept), (0, freed)):
+                    _core._set_walk_release_min(rule)
+                    if a.busy:
+                        with Busy():
+                            out.append(once(sl, subjects, a.calls, clock))
+                    else:
+                        out.append(once(sl, subjects, a.calls, clock))
             k, f = statistics.median(kept), statistics.median(freed)
             print(f"| {n:,} | {k:.0f} | {f:.0f} | {f - k:+.0f} ns ({(f - k) / k:+.0%}) |", flush=True)
     finally:

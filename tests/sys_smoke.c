@@ -172,8 +172,9 @@ static void writer(void *arg)
 }
 
 /* ---- match() from 16 threads, the cache on, beside inserts and removes.
- * The path the Python layer takes (fs_sublist_match_small: a cache-only
- * call first, then the walk), every answer checked against the one taken
+ * The paths the Python layer takes (fs_sublist_match_small: a first call
+ * that walks unless a writer is there, or that answers from the cache
+ * only; then, if it could not answer, the walk that waits), every answer checked against the one taken
  * before the threads started: the writers' filters either match no
  * subject ("churn.N.>") or add exactly one id (TOGGLE_ID, "orders.>"),
  * which is taken out before comparing. */
@@ -193,9 +194,11 @@ static long match_one(int k, int64_t *ids)
     size_t n = 0;
     fs_workspace spare, *w = NULL;
     fs_error err;
-    int rc = fs_sublist_match_small(sl, msubj[k], msubj_len[k], small, 4, &n, &spare, &w, &err, 0);
+    int how = (k & 1) ? FS_MATCH_NO_WAIT : FS_MATCH_CACHE_ONLY;
+    int rc = fs_sublist_match_small(sl, msubj[k], msubj_len[k], small, 4, &n, &spare, &w, &err, how);
     if (rc == FS_MATCH_WALK)
-        rc = fs_sublist_match_small(sl, msubj[k], msubj_len[k], small, 4, &n, &spare, &w, &err, 1);
+        rc = fs_sublist_match_small(sl, msubj[k], msubj_len[k], small, 4, &n, &spare, &w, &err,
+                                    FS_MATCH_WAIT);
     if (rc != FS_OK)
         return -1;
     const int64_t *got = w ? w->r.ids : small;

@@ -411,6 +411,49 @@ def test_match_many_releases_the_gil():
     assert spins > 20000 * max(waited, 0.1), (spins, waited)
 
 
+def test_match_waits_for_a_writer_without_the_gil():
+    """match() walks with the GIL held (shorter than letting it go), but it
+    never waits with it: where a writer holds the index -- one insert_many,
+    one write lock -- it lets go of the GIL before waiting, so the other
+    Python threads run meanwhile.  (Holding it, this thread's loop would
+    stop for the rest of the insert.)"""
+    sl = topicmatch.Sublist("nats")
+    sl.insert("a.b", 1)
+
+    def rows(n):                      # Arrow: insert_many holds no GIL past its start
+        return pa.array([f"w.{i}.x" for i in range(n)]), np.arange(n, dtype=np.int64)
+
+    n = 100000
+    few = rows(n)
+    t0 = time.perf_counter()
+    topicmatch.Sublist("nats").insert_many(*few, None)
+    n = max(n, int(n / max(time.perf_counter() - t0, 1e-3)))   # an insert of about a second
+    filters, ids = rows(n)
+    t0 = time.perf_counter()
+    matched = []
+
+    def writer():
+        sl.insert_many(filters, ids, None)
+
+    def matcher():
+        time.sleep(0.3)                 # the writer is inside insert_many's C part by now
+        matched.append(sl.match("a.b").subs)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=matcher)]
+    gap, last = 0.0, time.perf_counter()
+    for t in threads:
+        t.start()
+    while threads[0].is_alive() or threads[1].is_alive():
+        now = time.perf_counter()
+        gap, last = max(gap, now - last), now
+    for t in threads:
+        t.join()
+    took = time.perf_counter() - t0
+    assert matched == [[1]] and len(sl) == n + 1
+    # match() waited about a second for the insert: this loop never stopped that long
+    assert gap < 0.25 * took, (gap, took)
+
+
 def _task_count():
     return len(os.listdir("/proc/self/task"))
 

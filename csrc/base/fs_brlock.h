@@ -63,6 +63,10 @@ int fs_brlock_init(fs_brlock *l);
 void fs_brlock_destroy(fs_brlock *l);
 /* Fast read hold (bounded work). */
 void fs_brlock_rdlock(fs_brlock *l);
+/* The same, but only if no writer holds or waits for the lock: 1 when
+ * held, 0 (nothing held) when a writer is there.  For a caller that must
+ * not wait while it holds something a writer may need (the GIL). */
+int fs_brlock_tryrdlock(fs_brlock *l);
 void fs_brlock_rdunlock(fs_brlock *l);
 /* Long read hold (a writer sleeps meanwhile). */
 void fs_brlock_rdlock_long(fs_brlock *l);

@@ -140,15 +140,17 @@ static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *
     return 1;
 }
 
-/* The Python layer releases the GIL for a walk from this many
- * subscriptions on.  Measured (bench/match_release.py, CPython 3.11, one
- * thread, CPU ns per call; the table is in docs/design.md, "Threads"): the
- * release and re-acquire cost ~28 ns at any size; a match() of 10-100
- * filters is ~77 ns, nearly all Python call and result, and a bigger index
- * adds the walk's own cost to that: ~30 ns at 1,000 filters, ~40 at 10k,
- * ~60 at 100k, ~130 at 1M.  From 1,000 on the walk costs more than the
- * release, and another thread can run during it. */
-#define FS_WALK_RELEASE_MIN 1000
+/* The Python layer walks with the GIL held, whatever the index's size:
+ * a match()'s walk costs 30-130 ns from 1,000 to 1,000,000 filters, and
+ * letting go of the GIL and taking it back costs ~28 ns on its own
+ * (bench/match_release.py, CPython 3.11, one thread; the table is in
+ * docs/design.md, "Threads"), too short a time for another thread to use:
+ * where one is waiting, the release hands it the GIL and this call waits
+ * for its turn to come back.  What the GIL is let go for is waiting:
+ * fs_sublist_match_small(FS_MATCH_NO_WAIT) returns before it would wait for
+ * a writer, and the caller waits without the GIL.  (The size rule is kept
+ * for testing: _set_walk_release_min.) */
+#define FS_WALK_RELEASE_MIN UINT64_MAX
 
 static _Atomic uint64_t walk_release_min = FS_WALK_RELEASE_MIN;
 
@@ -165,18 +167,21 @@ uint64_t fs_set_walk_release_min(uint64_t n)
 
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                            int64_t *ids, size_t cap, size_t *n,
-                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk)
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int how)
 {
     int rc = FS_OK;
     fs_workspace *w = NULL;
     fs_cache_tally tally = {0, 0};
     *n = 0;
     *wp = NULL;
-    fs_brlock_rdlock(&sl->lock);
+    if (how != FS_MATCH_NO_WAIT)
+        fs_brlock_rdlock(&sl->lock);
+    else if (!fs_brlock_tryrdlock(&sl->lock))
+        return FS_MATCH_WALK;
     /* The whole-subject hash keys the cache alone. */
     uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
     const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
-    if (!cached && !walk) {
+    if (!cached && how == FS_MATCH_CACHE_ONLY) {
         /* The caller walks in a second call: this one leaves no trace
          * (the miss is counted then). */
         tally.misses = 0;

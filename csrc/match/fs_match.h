@@ -61,23 +61,32 @@ void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
  * needs no workspace at all.  Any other answer is left in (*wp)->r, with
  * *wp the thread's workspace (or spare, see fs_workspace_acquire) lent to
  * the caller until fs_workspace_release(*wp, spare).  FS_OK, FS_EINVAL or
- * FS_ENOMEM (then *wp is NULL).  walk 0: answer only from the cache; when
- * the answer is not there, return FS_MATCH_WALK having done and counted
- * nothing (*wp NULL), so that the caller can let go of what it holds (the
- * GIL) for the walk and call again with walk 1. */
+ * FS_ENOMEM (then *wp is NULL).  how, when the answer is not cached:
+ *   FS_MATCH_CACHE_ONLY  return FS_MATCH_WALK having done and counted
+ *                        nothing (*wp NULL), so that the caller can let go
+ *                        of what it holds (the GIL) for the walk and call
+ *                        again with FS_MATCH_WAIT;
+ *   FS_MATCH_NO_WAIT     walk, unless a writer holds or waits for the
+ *                        index: then return FS_MATCH_WALK, as above, before
+ *                        waiting for anything (a caller holding the GIL
+ *                        never waits on a writer that may need it);
+ *   FS_MATCH_WAIT        walk, waiting for a writer if there is one. */
 #define FS_MATCH_WALK 1
+#define FS_MATCH_CACHE_ONLY 0
+#define FS_MATCH_WAIT 1
+#define FS_MATCH_NO_WAIT 2
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                            int64_t *ids, size_t cap, size_t *n,
-                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk);
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int how);
 
-/* Whether a walk of this index costs more than a caller's release of the
- * GIL (the Python layer's rule, measured: see FS_WALK_RELEASE_MIN in
+/* Whether the Python layer lets go of the GIL for a walk of this index,
+ * by its size (the rule and its measurements: FS_WALK_RELEASE_MIN in
  * fs_match.c).  Lock-free: reads the subscription count as of the last
  * change (an atomic the writers publish), so it may lag a change in
  * progress. */
 int fs_sublist_walk_costly(const fs_sublist *sl);
-/* Testing and measuring: the size from which a walk counts as costly (0:
- * always; UINT64_MAX: never).  Returns the previous one. */
+/* Testing and measuring: the size from which a walk lets go of the GIL
+ * (0: always; UINT64_MAX, the default: never).  Returns the previous one. */
 uint64_t fs_set_walk_release_min(uint64_t n);
 
 

@@ -29,10 +29,13 @@ import operator
 cdef extern from "sublist.h" nogil:
     int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                                int64_t *ids, size_t cap, size_t *n,
-                               fs_workspace *spare, fs_workspace **wp, fs_error *err, int walk)
+                               fs_workspace *spare, fs_workspace **wp, fs_error *err, int how)
     int fs_sublist_walk_costly(const fs_sublist *sl)
     uint64_t fs_set_walk_release_min(uint64_t n)
     enum: FS_MATCH_WALK
+    enum: FS_MATCH_CACHE_ONLY
+    enum: FS_MATCH_WAIT
+    enum: FS_MATCH_NO_WAIT
 
 cdef extern from *:
     """
@@ -991,21 +994,28 @@ cdef class Sublist:
         # this call until its objects are built (that may run the garbage
         # collector, and a __del__ may call back into an index on this
         # thread: a nested call gets a workspace of its own).
-        # The GIL is let go for a walk of a big index (fs_sublist_walk_costly:
-        # the rule and its measurements are in docs/design.md, "Threads"): a
-        # cached answer is looked up first with it held (cheaper than the
-        # release), and only a miss walks without it.
+        # The walk runs with the GIL held: it is shorter than letting go of
+        # the GIL and taking it back (the rule and its measurements: docs/
+        # design.md, "When match() lets go of the GIL").  Waiting is what
+        # the GIL is let go for: where a writer holds the index, the first
+        # call returns FS_MATCH_WALK before waiting, and the second waits
+        # and walks without it.  (_set_walk_release_min, for tests: a
+        # cached answer is looked up with the GIL held, a miss walks
+        # without it.)
         cdef int rc, st = IMG_OK
         self._enter()
         if not fs_sublist_walk_costly(self.sl):
-            rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 1)
+            rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
+                                        FS_MATCH_NO_WAIT)
         else:
             rc = FS_MATCH_WALK
             if self._cache_size:
-                rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 0)
-            if rc == FS_MATCH_WALK:
-                with nogil:
-                    rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err, 1)
+                rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
+                                            FS_MATCH_CACHE_ONLY)
+        if rc == FS_MATCH_WALK:
+            with nogil:
+                rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
+                                            FS_MATCH_WAIT)
         if self._img_held:
             st = self._image_state()
         self._leave()
@@ -1255,8 +1265,9 @@ cdef class Sublist:
 
 def _set_walk_release_min(n):
     """Testing and measuring only: match() lets go of the GIL for a walk of
-    an index of n or more subscriptions (0: always; None: never).  Returns
-    the previous n (None for never)."""
+    an index of n or more subscriptions (0: always; None, the default:
+    never, only to wait for a writer).  Returns the previous n (None for
+    never)."""
     cdef uint64_t old = fs_set_walk_release_min(<uint64_t>-1 if n is None else <uint64_t>n)
     return None if old == <uint64_t>-1 else old
 
