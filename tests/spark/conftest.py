@@ -74,7 +74,7 @@ def spark(load_log, image_dir):
     session.stop()
 
 
-# -- servers shared by the whole session: one Connect server, one cluster ----
+# -- servers: one cluster for the session, a Connect server on it per module --
 
 @pytest.fixture(scope="session")
 def remote_load_log(tmp_path_factory):
@@ -90,26 +90,38 @@ def _servers_or_skip():
     return servers
 
 
-@pytest.fixture(scope="session")
-def connect_url(tmp_path_factory, remote_load_log, image_dir):
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory, remote_load_log, image_dir, cluster_url):
     """sc://127.0.0.1:PORT of a Spark Connect server started from the PySpark
-    package (local[2] inside), stopped at the end of the session."""
+    package, its master the two-host cluster (cluster_url), stopped at the
+    end of the module that asked for it.  Its application holds both of
+    the cluster's cores while it lives (an executor on each host), so a
+    cluster application started meanwhile would wait for ever: a module's
+    tests on the cluster come before its Connect tests."""
     servers = _servers_or_skip()
     pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'topicmatch[spark]')")
     from topicmatch.spark import LOAD_LOG_ENV
-    url, server = servers.connect_server(str(tmp_path_factory.mktemp("connect-server")),
-                                         extra_env={LOAD_LOG_ENV: str(remote_load_log)})
+    url, server = servers.connect_server(
+        str(tmp_path_factory.mktemp("connect-server")), master=cluster_url,
+        extra_env={LOAD_LOG_ENV: str(remote_load_log)},
+        conf={"spark.executor.memory": "512m", "spark.executor.cores": 1, "spark.cores.max": 2})
     yield url
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def cluster_url(tmp_path_factory, remote_load_log, image_dir):
+def cluster_dir(tmp_path_factory):
+    """The standalone cluster's directories (servers.standalone_cluster)."""
+    return str(tmp_path_factory.mktemp("cluster"))
+
+
+@pytest.fixture(scope="session")
+def cluster_url(cluster_dir, remote_load_log, image_dir):
     """spark://127.0.0.1:PORT of a standalone master with two 1-core workers,
     each its own process, stopped at the end of the session."""
     servers = _servers_or_skip()
     from topicmatch.spark import LOAD_LOG_ENV
-    url, procs = servers.standalone_cluster(str(tmp_path_factory.mktemp("cluster")),
+    url, procs = servers.standalone_cluster(cluster_dir,
                                             extra_env={LOAD_LOG_ENV: str(remote_load_log)})
     yield url
     for p in reversed(procs):

@@ -52,6 +52,7 @@ def compute(spark, ships, cases=tuple(CASES), examples=True):
             if image_dir:
                 how["image_dir"] = image_dir
             res = fanout_with_rejects(ev, sb, dialect=dialect, key_col=key, **how)
+            out.setdefault("route", {})[f"{name}/{ship}"] = res.plan.route
             res = res.observe().persist()
             if kind == "sharded":
                 out["shipped_by"][f"{name}/{ship}"] = res.index.index_id

@@ -1,7 +1,8 @@
 """Spark servers for the tests, started from the PySpark package itself:
 
-    connect_server(dir)    sbin/start-connect-server.sh --wait (the connect jar
-                           ships in pyspark/jars), local[2] inside, on a free port
+    connect_server(dir, master)  sbin/start-connect-server.sh --wait (the connect
+                           jar ships in pyspark/jars), on a free port, its
+                           master local[2] or a standalone cluster's
     standalone_cluster(dir) a master and two workers (bin/spark-class), each its
                            own process: the master on 127.0.0.1, worker k on
                            127.0.0.(k+1) -- a host of its own, with its own
@@ -159,14 +160,16 @@ def _listening(name, argv, env, log_path, port, timeout):
     return server
 
 
-def connect_server(base_dir, extra_env=None, timeout=180):
-    """-> (url "sc://127.0.0.1:PORT", Server)"""
+def connect_server(base_dir, extra_env=None, timeout=180, master="local[2]", conf=None):
+    """-> (url "sc://127.0.0.1:PORT", Server): a Connect server whose
+    application runs on `master`, with `conf` (key -> value) besides the
+    quiet defaults."""
     os.makedirs(base_dir, exist_ok=True)
     port = free_port()
     env = _env(base_dir, extra_env)
     props = _log4j(os.path.join(base_dir, "log4j2.properties"))
     argv = [os.path.join(spark_home(), "sbin", "start-connect-server.sh"), "--wait",
-            "--master", "local[2]",
+            "--master", master,
             "--driver-memory", "1g",
             "--driver-java-options", f"-Dlog4j2.configurationFile=file:{props}",
             "--conf", f"spark.connect.grpc.binding.port={port}",
@@ -176,7 +179,8 @@ def connect_server(base_dir, extra_env=None, timeout=180):
             "--conf", "spark.ui.enabled=false",
             "--conf", f"spark.pyspark.python={sys.executable}",
             "--conf", "spark.sql.shuffle.partitions=4",
-            "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64"]
+            "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=64",
+            *[a for k, v in (conf or {}).items() for a in ("--conf", f"{k}={v}")]]
     server = _listening("the Spark Connect server", argv, env, os.path.join(base_dir, "server.log"),
                         port, timeout)
     return f"sc://127.0.0.1:{port}", server
@@ -185,6 +189,14 @@ def connect_server(base_dir, extra_env=None, timeout=180):
 def worker_host(k):
     """The loopback address of worker k (0-based): 127.0.0.2, 127.0.0.3, ..."""
     return f"127.0.0.{k + 2}"
+
+
+def host_image_dirs(base_dir, workers=2):
+    """The default image directory of each host of standalone_cluster(base_dir):
+    topicmatch-images-<uid> in its worker's temporary directory, which its
+    executors inherit."""
+    return [os.path.join(base_dir, f"worker{k + 1}", "tmp", f"topicmatch-images-{os.getuid()}")
+            for k in range(workers)]
 
 
 def standalone_cluster(base_dir, workers=2, extra_env=None, timeout=180, worker_memory="1g"):

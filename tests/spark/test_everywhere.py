@@ -1,6 +1,6 @@
 """The same fan-outs on a standalone cluster (separate master, worker and
-executor processes) and on a Spark Connect server give exactly the rows of
-local mode; the executors run the driver's interpreter by default; each
+executor processes) and on a Spark Connect server whose master is that
+cluster give exactly the rows of local mode; the executors run the driver's interpreter by default; each
 worker process loads an index once.  The cluster and Connect drivers run in
 their own processes (one SparkContext, and one kind of session, per process)."""
 import json
@@ -97,9 +97,24 @@ def storage_result(cluster_url, s3_bucket, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def connect_result(connect_url, tmp_path_factory):
-    return _run_checks(tmp_path_factory, ["--remote", connect_url, "--ships", "auto,inline,artifact,sharded"],
-                       "connect-run")
+def connect_result(connect_url, cluster_dir, remote_load_log, tmp_path_factory):
+    """The Connect server's run on the two-host cluster.  The classic runs
+    left their images on the hosts and in their driver's cache: the hosts'
+    are removed first (as a cleaner of their temporary directories would),
+    and the client keeps its own cache, so every image of this run is
+    built on an executor, returned to the client as rows and added to
+    its session.  "log_from": where this run's lines start in the load log."""
+    import servers
+    for d in servers.host_image_dirs(cluster_dir):
+        for name in (os.listdir(d) if os.path.isdir(d) else []):
+            if name.endswith(".img"):
+                os.remove(os.path.join(d, name))
+    log_from = os.path.getsize(remote_load_log) if os.path.exists(remote_load_log) else 0
+    result = _run_checks(tmp_path_factory, ["--remote", connect_url, "--ships",
+                                            "auto,inline,artifact,sharded"], "connect-run",
+                         TOPICMATCH_IMAGE_DIR=str(tmp_path_factory.mktemp("connect-client")))
+    result["log_from"] = log_from
+    return result
 
 
 def test_local_mode_is_the_reference(local_result):
@@ -135,10 +150,11 @@ def _loads(log, index_ids):
     return {i: [ln[1] for ln in lines if ln[0] == i] for i in index_ids}
 
 
-def _builds_per_image(log):
+def _builds_per_image(log, since=0):
     """{(content name, location): builds} from the build tasks' log lines
-    ("NAME PID build INSERTS LOCATION", images.py)."""
+    ("NAME PID build INSERTS LOCATION", images.py), after byte `since`."""
     with open(log) as f:
+        f.seek(since)
         lines = [ln.rstrip("\n").split(" ", 4) for ln in f]
     got = {}
     for ln in lines:
@@ -207,24 +223,6 @@ def test_dynamic_allocation_and_shared_storage_equal_local(storage_result, local
     assert stored and all(n.startswith("topicmatch-") and n.endswith(".img") for n in stored), stored
     assert not [n for n in stored if "sav" in n or "part" in n], stored
     assert [n for n in storage_result["shared"] if n.endswith(".img")]
-
-
-def test_connect_equals_local(connect_result, local_result, remote_load_log):
-    _same_as_local(connect_result, local_result, ["auto", "inline", "artifact", "sharded"])
-    assert connect_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
-    assert set(connect_result["examples"]) == {"mapInArrow"}
-    sb = connect_result["shipped_by"]
-    # the server's master is local and its probe task reported one host:
-    # the DataFrame's index is an image there (ship= named: shipped)
-    assert (sb["nats/auto"], sb["nats/inline"], sb["nats/artifact"]) == ("image", "inline", "artifact")
-    assert sb["example/mapInArrow"] == "inline"
-    for index_id, pids in _loads(remote_load_log, connect_result["index_ids"]).items():
-        assert 1 <= len(pids) == len(set(pids)) <= 4, (index_id, pids)
-
-
-def test_connect_share_index_errors(connect_result):
-    # (checked in the Connect process: broadcast needs a SparkContext)
-    assert connect_result["errors"]["broadcast"].startswith("ship='broadcast' needs classic Spark")
 
 
 # -- the command line on the cluster and on Connect ---------------------------
@@ -313,11 +311,53 @@ def test_cli_names_the_fix_for_a_bad_executor_python(cluster_url, cli_local, tmp
     assert len(err) == 1 and "PYSPARK_PYTHON" in err[0] and "No module named" in err[0], p.stderr
 
 
+# -- Spark Connect on the two-host cluster (last: its server holds the cores) --
+
+def _shard_builds(log, since):
+    """{shard image name: builds} from the shard build tasks' log lines
+    ("shard-NAME PID SUBSCRIPTIONS SECONDS", shard_images.py) after byte since."""
+    with open(log) as f:
+        f.seek(since)
+        names = [ln.split()[0] for ln in f if ln.startswith("shard-")]
+    return {n: names.count(n) for n in names}
+
+
+def test_connect_equals_local(connect_result, local_result, remote_load_log):
+    _same_as_local(connect_result, local_result, ["auto", "inline", "artifact", "sharded"])
+    assert connect_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
+    assert set(connect_result["examples"]) == {"mapInArrow"}
+    sb, route = connect_result["shipped_by"], connect_result["route"]
+    # the server's master is the two-host cluster: the DataFrame's index is
+    # an image built by an executor and returned to the client, which adds
+    # it to its session (spark:); the sharded one, shard images the same
+    # way (ship= named: shipped)
+    assert (sb["nats/auto"], sb["nats/inline"], sb["nats/artifact"]) == ("image", "inline", "artifact")
+    for name in connect_result["cases"]:
+        assert connect_result["image_path"][f"{name}/auto"].startswith("spark:"), name
+        assert (route[f"{name}/auto"], route[f"{name}/sharded"]) == ("image", "shard-images"), name
+    assert sb["example/mapInArrow"] == "inline"
+    # every image of this run built once, on an executor: the repeat call
+    # (arrays, on the same rows) builds nothing
+    builds = _builds_per_image(remote_load_log, connect_result["log_from"])
+    assert len(builds) == len(connect_result["cases"]), builds
+    assert set(builds.values()) == {1} and all(loc.startswith("spark:") for _, loc in builds), builds
+    shards = _shard_builds(remote_load_log, connect_result["log_from"])
+    assert shards and set(shards.values()) == {1}, shards
+    for index_id, pids in _loads(remote_load_log, connect_result["index_ids"]).items():
+        assert 1 <= len(pids) == len(set(pids)) <= 4, (index_id, pids)
+
+
+def test_connect_share_index_errors(connect_result):
+    # (checked in the Connect process: broadcast needs a SparkContext)
+    assert connect_result["errors"]["broadcast"].startswith("ship='broadcast' needs classic Spark")
+
+
 def test_cli_on_connect(connect_url, cli_local, tmp_path):
     ev, subs, _, _ = cli_local
     out = str(tmp_path / "out")
     p = _topicmatch(["fanout", "--events", ev, "--subs", subs, "--out", out, "--key-col", "device",
                   "--remote", connect_url])
     _check_cli_run(p, out, cli_local, connect_url)
-    # the server's master is local: the plan builds the index as an image there
+    # the server's master is the two-host cluster: the plan builds the
+    # index as an image on an executor, returned to the client as rows
     assert "shipped by image" in p.stdout

@@ -1,8 +1,10 @@
 """The driver's inbox for spark: images (topicmatch.spark.image_inbox), without
-Spark: a task's image arrives whole and checked, or not at all; nothing
+Spark: a task's image arrives whole and checked, or not at all, over the
+socket or (a Spark Connect client) as rows of the task's result; nothing
 without the call's secret is written; a name cannot steer where it goes."""
 import os
 
+import pyarrow as pa
 import pytest
 
 import topicmatch
@@ -81,3 +83,78 @@ def test_a_damaged_image_is_refused_and_not_kept(tmp_path):
         with pytest.raises(ValueError, match="was refused"):
             inbox.received("spark:topicmatch-nats-bad.img")
     assert _kept(cache) == []
+
+
+# -- Spark Connect: the image as rows of the task's result --------------------
+
+def _schema():
+    from topicmatch.spark.images import _RESULT_SCHEMA
+    return _RESULT_SCHEMA
+
+
+class _Frame:
+    """What RowInbox.rows_of reads of a job: its rows, as they come."""
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+
+    def toLocalIterator(self):
+        for b in self.batches:
+            yield from b.to_pylist()
+
+
+def _task_rows(src, location, status="built"):
+    """A task's result for a Connect client: the image's pieces, then its row."""
+    from topicmatch.spark.image_inbox import ROWS, as_rows
+    from topicmatch.spark.images import _result
+    return list(as_rows(ROWS, status, location, src, _schema())) + [_result(status, location)]
+
+
+def test_an_image_returned_as_rows_arrives_checked_and_in_place(tmp_path, monkeypatch):
+    from topicmatch.spark import image_inbox
+    from topicmatch.spark.image_inbox import RowInbox, as_rows
+    monkeypatch.setattr(image_inbox, "ROW_BYTES", 100)
+    src = _image(tmp_path, n=40)
+    cache = tmp_path / "driver"
+    cache.mkdir()
+    batches = _task_rows(src, "spark:topicmatch-nats-x.img")
+    assert len(batches) - 1 == -(-os.path.getsize(src) // 100) > 2     # pieces of ROW_BYTES
+    # (a found image too; a missing one, another ticket, a location not spark:: no piece)
+    found = _task_rows(src, "spark:topicmatch-nats-y.img", status="ok")
+    assert not list(as_rows(image_inbox.ROWS, "missing", "spark:a.img", src, _schema()))
+    assert not list(as_rows(("h", 1, b""), "built", "spark:a.img", src, _schema()))
+    assert not list(as_rows(image_inbox.ROWS, "built", "/abs/a.img", src, _schema()))
+    inbox = RowInbox(str(cache))
+    rows = inbox.rows_of(_Frame(batches + found))
+    # the result rows alone come back, the images are in the cache
+    assert [(r["status"], r["path"]) for r in rows] == [("built", "spark:topicmatch-nats-x.img"),
+                                                        ("ok", "spark:topicmatch-nats-y.img")]
+    for name in ("x", "y"):
+        local = inbox.received(f"spark:topicmatch-nats-{name}.img")
+        assert local == str(cache / f"topicmatch-nats-{name}.img")
+        assert open(local, "rb").read() == open(src, "rb").read()
+    assert _kept(cache) == ["topicmatch-nats-x.img", "topicmatch-nats-y.img"]
+
+
+@pytest.mark.parametrize("spoil", ["flip", "gap", "name"])
+def test_a_damaged_or_incomplete_image_in_rows_is_refused_and_not_kept(tmp_path, monkeypatch, spoil):
+    from topicmatch.spark import image_inbox
+    from topicmatch.spark.image_inbox import RowInbox
+    monkeypatch.setattr(image_inbox, "ROW_BYTES", 100)
+    src = _image(tmp_path, n=40)
+    cache = tmp_path / "driver"
+    cache.mkdir()
+    location = "spark:../escape.img" if spoil == "name" else "spark:topicmatch-nats-x.img"
+    batches = _task_rows(src, location)
+    if spoil == "flip":
+        rows = batches[1].to_pylist()
+        data = bytearray(rows[0]["data"])
+        data[7] ^= 0xFF
+        batches[1] = batches[1].set_column(batches[1].schema.get_field_index("data"), "data",
+                                           pa.array([bytes(data)], pa.binary()))
+    elif spoil == "gap":
+        del batches[1]
+    with pytest.raises(ValueError, match="returned to the client was refused"):
+        RowInbox(str(cache)).rows_of(_Frame(batches))
+    assert _kept(cache) == []
+    assert not (tmp_path / "escape.img").exists()

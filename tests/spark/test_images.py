@@ -329,3 +329,65 @@ def test_rows_from_columns_spark_marks_not_null(spark, tmp_path):
     ev = spark.createDataFrame(events_rows(["a.b", "c"]), EVENT_SCHEMA)
     sb = spark.range(1, 4).select(F.col("id").alias("sub_id"), F.lit("a.>").alias("filter"))
     assert sorted(r["sub_id"] for r in fanout(ev, sb, image_dir=str(tmp_path)).collect()) == [1, 2, 3]
+
+
+class _FakeConnect:
+    """What the plan reads of a Spark Connect session: its id, the server's
+    master, and addArtifacts (with file=: Spark Connect 3.5+, or without)."""
+
+    def __init__(self, master, file_param=True):
+        from types import SimpleNamespace as NS
+        self.session_id = f"fake-{id(self)}"
+        self.conf = NS(get=lambda k, d=None: master if k == "spark.master" else d)
+        self.added = []
+        if file_param:
+            self.addArtifacts = lambda *paths, pyfile=False, archive=False, file=False: \
+                self.added.append((paths, file))
+        else:
+            self.addArtifacts = lambda *paths, pyfile=False, archive=False: None
+
+
+_FakeConnect.__module__ = "pyspark.sql.connect.session"
+
+
+@pytest.mark.parametrize("master, file_param, images, through_spark, why", [
+    ("spark://m:7077", True, True, True, "returned to this client as rows"),
+    ("spark://m:7077", False, False, True, "built on the driver and shipped"),
+    ("local[2]", True, True, False, "reported one host (h:/d)"),
+])
+def test_connect_decides_images_by_the_servers_master(monkeypatch, master, file_param, images,
+                                                      through_spark, why):
+    """Spark Connect with no image_dir: a local master's executors share the
+    host the probe task reported (the default directory); a cluster's may
+    not, and the images travel through Spark, returned to the client as
+    rows and added to its session; a client whose addArtifacts cannot add
+    a file builds the index on the driver, and the plan says why."""
+    from topicmatch.spark import images as im
+    from topicmatch.spark.plan import FanoutOptions, _images_why
+    # (the local master's probe task, as the server would answer it)
+    monkeypatch.setattr(im, "_ask_connect", lambda s: (True, "h:/d", master)
+                        if master.startswith("local") else (False, None, master))
+    s = _FakeConnect(master, file_param)
+    assert im.use_images(s, None, "auto") is images
+    assert im.spark_files(s, None) is through_spark
+    got, text = _images_why(s, FanoutOptions())
+    assert got is images and why in text, text
+    if through_spark and images:
+        assert repr(master) in text
+    # image_dir given: images there, whatever the server
+    assert _images_why(s, FanoutOptions(image_dir="/mnt/shared"))[0] is True
+
+
+def test_connect_adds_an_image_to_its_session_once(tmp_path):
+    """image_store.add_file on Spark Connect: spark.addArtifacts(path,
+    file=True), once per session and path."""
+    from topicmatch.spark.image_store import add_file
+    path = tmp_path / "topicmatch-nats-x.img"
+    topicmatch.Sublist().save(str(path))
+    s = _FakeConnect("spark://m:7077")
+    add_file(s, str(path))
+    add_file(s, str(path))
+    assert s.added == [((str(path),), True)]
+    other = _FakeConnect("spark://m:7077")
+    add_file(other, str(path))
+    assert other.added == [((str(path),), True)]

@@ -31,14 +31,29 @@ and only a task of this call holds the secret.
 The secret (32 random bytes, compared in constant time) keeps any other
 client of the port from placing a file; a location is taken only as
 spark:NAME.img with a plain file name, so none can steer where it goes.
+
+A Spark Connect client has no SparkContext, and is often out of the
+executors' reach: there the tasks return each image as rows of their own
+result instead (as_rows: numbered pieces of ROW_BYTES), and the client
+reads the job's result as it comes (RowInbox.rows_of: toLocalIterator, a
+batch of rows at a time), each image through the same receive -- written
+as it arrives, its checksum summed on the way, its header checked, renamed
+into the cache -- and adds it to the session (image_store.add_file:
+spark.addArtifacts(path, file=True)), where its tasks find it with
+SparkFiles as they find an added file.  The pieces pass through the
+server's driver as task results (within its spark.driver.maxResultSize);
+only a task of the client's own job puts rows in its result.
 """
 import hmac
+import itertools
 import os
 import socket
 import struct
 import tempfile
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterable, Iterator, Optional, Tuple
+
+import pyarrow as pa
 
 from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _ImageChecksum, _os_error
 from topicmatch import Sublist
@@ -100,6 +115,10 @@ class Inbox:
         self._accepting.join()
         self._server.close()
 
+    def rows_of(self, frame) -> list:
+        """The result rows of a job whose tasks send images here."""
+        return frame.collect()
+
     def received(self, location: str) -> Optional[str]:
         with self._lock:
             if location in self._errors:
@@ -124,8 +143,6 @@ class Inbox:
                     return          # not one of this call's tasks: nothing written, no answer
                 n, size = _HEADER.unpack(_read_exactly(conn, _HEADER.size))
                 location = _read_exactly(conn, n).decode("utf-8")
-                if not _plain_name(location):
-                    raise TopicmatchValueError(f"not a spark: image name: {location!r}")
                 self._write(conn, location, size)
                 conn.sendall(_OK)
             except (OSError, ValueError, UnicodeDecodeError) as e:
@@ -138,40 +155,60 @@ class Inbox:
                     pass
 
     def _write(self, conn: socket.socket, location: str, size: int) -> None:
-        """The file, as it arrives, into a temporary in the cache, its
-        checksum summed on the way; its header checked; renamed over the
-        cache's copy (a retried task's second copy replaces the first
-        whole)."""
-        fd, tmp = tempfile.mkstemp(dir=self._cache_dir, prefix=".inbox-", suffix=".part")
-        try:
-            checksum = _ImageChecksum()
-            with os.fdopen(fd, "wb") as out:
-                left = size
-                while left:
-                    got = conn.recv(min(left, 1 << 20))
-                    if not got:
-                        raise _os_error(f"the sender closed with {left} of {size} bytes to come", kind=ConnectionError)
-                    checksum.update(got)
-                    out.write(got)
-                    left -= len(got)
-            checksum.check(location)
-            Sublist.open(tmp, verify=False)
-            local = cache_path(location, self._cache_dir)
-            os.replace(tmp, local)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        """The file, as it arrives (receive), into the cache."""
+        local = receive(_socket_pieces(conn, size), location, self._cache_dir)
         with self._lock:
             self._got[location] = local
             self._errors.pop(location, None)
-        prune_quietly(self._cache_dir)      # the driver's copies grew (recent ones, and added ones, are kept)
+
+
+def _socket_pieces(conn: socket.socket, size: int) -> Iterator[bytes]:
+    left = size
+    while left:
+        got = conn.recv(min(left, 1 << 20))
+        if not got:
+            raise _os_error(f"the sender closed with {left} of {size} bytes to come",
+                            kind=ConnectionError)
+        left -= len(got)
+        yield got
+
+
+def receive(pieces: Iterable[bytes], location: str, cache_dir: str) -> str:
+    """The image `location` (spark:NAME.img, a plain name) from its bytes in
+    order (`pieces`), as they arrive, into a temporary file in cache_dir,
+    its checksum summed on the way; its header checked; renamed over the
+    cache's copy (a retried task's second copy replaces the first whole).
+    -> the cache's copy; ValueError (nothing kept) when the name or the
+    bytes are refused.  The one way an image is taken in, from a socket
+    (Inbox) or from a job's rows (RowInbox)."""
+    if not _plain_name(location):
+        raise TopicmatchValueError(f"not a spark: image name: {location!r}")
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".inbox-", suffix=".part")
+    try:
+        checksum = _ImageChecksum()
+        with os.fdopen(fd, "wb") as out:
+            for got in pieces:
+                checksum.update(got)
+                out.write(got)
+        checksum.check(location)
+        Sublist.open(tmp, verify=False)
+        local = cache_path(location, cache_dir)
+        os.replace(tmp, local)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    prune_quietly(cache_dir)      # the driver's copies grew (recent ones, and added ones, are kept)
+    return local
 
 
 def send(ticket: Ticket, location: str, path: str) -> None:
     """On an executor: stream the image at path to the driver's inbox, and
     return once the driver has checked it and put it in place (RuntimeError
-    when it refused it)."""
+    when it refused it).  With a Connect client's ticket (ROWS) it sends
+    nothing: the task returns the image itself (as_rows)."""
+    if ticket == ROWS:
+        return
     host, port, secret = ticket
     name = location.encode("utf-8")
     why = "it answered no"
@@ -186,3 +223,86 @@ def send(ticket: Ticket, location: str, path: str) -> None:
     if answer != _OK:
         raise TopicmatchRuntimeError(f"topicmatch: the driver at {host}:{port} did not take the image "
                            f"{location} ({path}): {why}")
+
+
+# --------------------------------------------------------------------------
+# Spark Connect: the image as rows of the task's result
+# --------------------------------------------------------------------------
+
+#: The ticket of a Spark Connect client's tasks: a client is often out of
+#: the executors' reach, so they return each spark: image as rows.
+ROWS = "rows"
+
+#: The status of a row that carries a piece of an image (as_rows).
+CHUNK = "chunk"
+
+#: The bytes of an image one row carries: a few Arrow batches of the
+#: server's (spark.connect.grpc.arrow.maxBatchSize, 4 MiB) each.
+ROW_BYTES = 2 << 20
+
+_HAS = ("ok", "built", "there")
+
+
+def as_rows(ticket, status: str, location: Optional[str], path: str,
+            schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """On an executor, for a Connect client's ticket (ROWS): the image at
+    path, when the task has it (status "ok", "built" or "there") at a
+    spark: location, as rows of the task's result schema, to go before
+    the row that names it: status "chunk", path the location, part the
+    piece's number from 0, data its bytes (ROW_BYTES, read one at a time);
+    the other columns null.  Nothing for another ticket."""
+    if ticket != ROWS or status not in _HAS or location is None or not is_spark(location):
+        return
+    with open(path, "rb") as f:
+        for part, data in enumerate(iter(lambda: f.read(ROW_BYTES), b"")):
+            values = {"status": CHUNK, "path": location, "part": part, "data": data}
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([values.get(field.name)], field.type) for field in schema],
+                schema=schema)
+
+
+def _in_order(rows, location: str) -> Iterator[bytes]:
+    for i, r in enumerate(rows):
+        if r["part"] != i:
+            raise TopicmatchValueError(f"piece {r['part']} of {location} came where piece {i} "
+                                       "was due")
+        yield r["data"]
+
+
+class RowInbox:
+    """A Spark Connect client's inbox: .ticket (ROWS) goes to the tasks,
+    which return each spark: image as rows of their result (as_rows);
+    rows_of(frame) reads the job's result as it comes (toLocalIterator: a
+    batch of rows at a time, so no image is held whole in the client),
+    each image's pieces into the cache through receive, and returns the
+    other rows; .received(location) is the checked copy, or None."""
+
+    ticket = ROWS
+
+    def __init__(self, cache_dir: str):
+        self._cache_dir = cache_dir
+        self._got: Dict[str, str] = {}
+
+    def __enter__(self) -> "RowInbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def received(self, location: str) -> Optional[str]:
+        return self._got.get(location)
+
+    def rows_of(self, frame) -> list:
+        rows = []
+        runs = itertools.groupby(frame.toLocalIterator(),
+                                 key=lambda r: (r["status"] == CHUNK, r["path"]))
+        for (chunk, location), run in runs:
+            if not chunk:
+                rows.extend(run)
+                continue
+            try:
+                self._got[location] = receive(_in_order(run, location), location, self._cache_dir)
+            except (OSError, ValueError) as e:
+                raise TopicmatchValueError(f"topicmatch: the image {location} returned to the "
+                                           f"client was refused: {e}") from None
+        return rows

@@ -23,6 +23,11 @@ tasks a *location*, a string of one of three kinds:
                             so that each other host fetches it once, through
                             Spark, when a task first needs it -- executors
                             that join later (dynamic allocation) included.
+                            Spark Connect: the tasks return the image to
+                            the client as rows of their result, and the
+                            client adds it to the session as an artifact
+                            (spark.addArtifacts(path, file=True)), which
+                            each host fetches the same way.
 
 The remote client is pyarrow.fs, already a dependency: it reads the
 endpoints and credentials the storage's own tools read (for S3 the AWS_*
@@ -320,13 +325,22 @@ _ADDED = set()
 
 
 def add_file(spark, path: str) -> None:
-    """SparkContext.addFile once per application and path (Spark refuses a
-    second path under a name it has, and fetches an added file once per
-    host)."""
-    sc = spark.sparkContext
-    key = (sc.applicationId, path)
+    """The file at path added to the application, once per application and
+    path: SparkContext.addFile (Spark refuses a second path under a name
+    it has, and fetches an added file once per host).  On Spark Connect,
+    once per session and path: spark.addArtifacts(path, file=True), the
+    session's files, which its tasks find with SparkFiles as they find an
+    added file (spark_file)."""
+    from topicmatch.spark.session import is_connect, session_key
+    if is_connect(spark):
+        key = (session_key(spark), path)
+        add = lambda: spark.addArtifacts(path, file=True)  # noqa: E731
+    else:
+        sc = spark.sparkContext
+        key = (sc.applicationId, path)
+        add = lambda: sc.addFile(path)  # noqa: E731
     if key not in _ADDED:
-        sc.addFile(path)
+        add()
         _ADDED.add(key)
         # Spark checks an added file against its source for every later
         # task of the application: held while the driver lives, never evicted

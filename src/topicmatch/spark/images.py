@@ -33,10 +33,23 @@ default a directory on the executors' local disk (topicmatch-images-<uid>
 in their temporary directory).  Where the executors run on several hosts
 with nothing in common, the build task also sends the image's bytes back,
 and the driver adds the file to the application (SparkContext.addFile):
-each other host fetches it once, through Spark.  Spark Connect: images in
-the default directory when the server's master is local (connect_one_host);
-with a cluster behind it, where the client can add no file, the index is
-built on the driver and shipped (share_index), unless image_dir is given.
+each other host fetches it once, through Spark.
+
+Spark Connect, with no image_dir: when the server's master is local, images
+in the default directory of its one host (connect_one_host).  With a cluster
+behind the server, the same spark: path, but a Connect client has no
+SparkContext and is often out of the executors' reach: the build task (or
+the probe task that found the image on its host) returns the image's bytes
+as rows of its own result, in numbered pieces of a few MB; the client reads
+the job's result as it comes (toLocalIterator, a batch at a time), writes
+each image into its cache with its checksum summed as it arrives
+(image_inbox.RowInbox, the inbox's own receive), and adds it to its session
+with spark.addArtifacts(path, file=True), which each host fetches once and
+its workers find with SparkFiles as they find an added file
+(image_store.open_location).  Only a client that cannot add a file to its
+session (addArtifacts without file=, before Spark Connect 3.5) builds the
+index on the driver and ships it (share_index), with the reason in the
+plan's explain().
 """
 import contextlib
 import hashlib
@@ -56,7 +69,7 @@ from topicmatch._core import IMAGE_FORMAT_VERSION, TopicmatchRuntimeError, Topic
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
-from topicmatch.spark.image_inbox import Inbox, send
+from topicmatch.spark.image_inbox import Inbox, RowInbox, as_rows, send
 from topicmatch.spark.image_cache import prune_quietly, touch
 from topicmatch.spark.image_store import (IMAGE_DIR_ENV, add_file, cache_path,  # noqa: F401
                                           check_image_dir, default_image_dir, fetch, image_home,
@@ -70,8 +83,11 @@ from topicmatch.spark.ship import LOAD_LOG_ENV, SharedIndex
 _SEEDS = (0x66617374, 0x73756273)
 
 #: What the probe and the build task return: one row per image.
+#: (part and data: a piece of an image returned to a Spark Connect client,
+#: image_inbox.as_rows; null in a result row)
 _RESULT = ("status string, path string, host string, inserts long, nsubs long, nbytes long, "
-           "bad_row long, bad_sub_id long, bad_filter string, bad_queue string")
+           "bad_row long, bad_sub_id long, bad_filter string, bad_queue string, part long, "
+           "data binary")
 
 _log = logging.getLogger("topicmatch.spark")
 
@@ -97,24 +113,41 @@ def use_images(spark, image_dir, ship: str) -> bool:
     reach the executors).  The default directory: on classic Spark, always
     (on one host the executors share it; across hosts the image travels
     through Spark: spark_files).  Spark Connect: when the server's
-    executors share one host (connect_one_host); elsewhere no (its client
-    can add no file to the application)."""
+    executors share one host (connect_one_host); across hosts, when the
+    client can take the images back and add them to its session
+    (connect_takes_images); elsewhere no."""
     if image_dir is not None:
         check_dir_and_ship(image_dir, ship)
         return True
     if ship != "auto":
         return False
-    if is_connect(spark) and not connect_one_host(spark):
+    if is_connect(spark) and not connect_one_host(spark) and not connect_takes_images(spark):
         warn_once(spark, "topicmatch: on Spark Connect without image_dir= a subscriptions "
                           "DataFrame's index is built on the driver and shipped: the server's "
-                          "executors may run on several hosts, and the client can add no file "
-                          "to the application; pass image_dir= a path or storage URI they share "
-                          "to build it there, once per content")
+                          "executors may run on several hosts, and this client cannot add an "
+                          "image to its session (its PySpark's addArtifacts takes no file=: "
+                          "Spark Connect 3.5+); pass image_dir= a path or storage URI they "
+                          "share to build it there, once per content")
         return False
     return True
 
 
-# session -> (do a Connect server's executors share one host, the host they reported)
+def connect_takes_images(spark) -> bool:
+    """Can a Spark Connect client take the images its tasks build on
+    several hosts?  They come back as rows of the build job's result
+    (image_inbox.RowInbox: toLocalIterator, in every Connect client), and
+    the client adds each to its session for the other hosts
+    (spark.addArtifacts(path, file=True): Spark Connect 3.5+)."""
+    import inspect
+    add = getattr(spark, "addArtifacts", None)
+    try:
+        return add is not None and "file" in inspect.signature(add).parameters
+    except (TypeError, ValueError):     # no signature to read
+        return False
+
+
+# session -> (do a Connect server's executors share one host, the host they
+# reported, the server's master)
 _CONNECT_HOSTS = {}
 _CONNECT_LOCK = threading.Lock()
 
@@ -134,7 +167,7 @@ def connect_one_host(spark) -> bool:
     elsewhere), and a probe task, run there, reports the host and the
     image directory the executors will use.  A cluster behind the server
     is never assumed to share a host: an executor on another one could
-    not map the path."""
+    not map the path (the images travel through Spark: spark_files)."""
     key = session_key(spark)
     with _CONNECT_LOCK:
         if key not in _CONNECT_HOSTS:
@@ -143,12 +176,13 @@ def connect_one_host(spark) -> bool:
 
 
 def _ask_connect(spark):
-    """connect_one_host's question, asked: -> (one host?, "host:directory")."""
+    """connect_one_host's question, asked: -> (one host?, "host:directory",
+    the server's master)."""
     try:
         master = spark.conf.get("spark.master", None) or ""
     except Exception:  # noqa: BLE001 - a server that does not say
         master = ""
-    answer = (False, None)
+    answer = (False, None, master)
     if is_local_master(master):
         # (the executors' check first: a server without topicmatch gets
         # its clear error, not a worker's stack from the probe)
@@ -157,14 +191,20 @@ def _ask_connect(spark):
             _host_probe, "host string, home string").collect()
         hosts = {(r["host"], r["home"]) for r in rows}
         if len(hosts) == 1:
-            answer = (True, "%s:%s" % hosts.pop())
+            answer = (True, "%s:%s" % hosts.pop(), master)
     return answer
 
 
 def connect_host(spark) -> Optional[str]:
     """The host and image directory a Connect server's executors reported
     (connect_one_host), for the plan's explain(); None where not one host."""
-    return _CONNECT_HOSTS.get(session_key(spark), (False, None))[1]
+    return _CONNECT_HOSTS.get(session_key(spark), (False, None, None))[1]
+
+
+def connect_master(spark) -> Optional[str]:
+    """The master a Connect server said it runs (connect_one_host asked),
+    for the plan's explain(); None where not asked or not said."""
+    return _CONNECT_HOSTS.get(session_key(spark), (False, None, None))[2] or None
 
 
 _WARNED = set()
@@ -285,7 +325,8 @@ def digest_name(subscriptions: DataFrame, dialect: str) -> str:
 _RESULT_SCHEMA = pa.schema([
     ("status", pa.string()), ("path", pa.string()), ("host", pa.string()), ("inserts", pa.int64()),
     ("nsubs", pa.int64()), ("nbytes", pa.int64()), ("bad_row", pa.int64()),
-    ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()), ("bad_queue", pa.string())])
+    ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()), ("bad_queue", pa.string()),
+    ("part", pa.int64()), ("data", pa.binary())])
 
 
 def _result(status, path, inserts=0, nsubs=0, nbytes=0, bad=None) -> pa.RecordBatch:
@@ -293,8 +334,8 @@ def _result(status, path, inserts=0, nsubs=0, nbytes=0, bad=None) -> pa.RecordBa
     return pa.RecordBatch.from_pydict({
         "status": [status], "path": [path], "host": [socket.gethostname()],
         "inserts": [inserts], "nsubs": [nsubs], "nbytes": [nbytes], "bad_row": [i],
-        "bad_sub_id": [sub_id], "bad_filter": [filter_], "bad_queue": [queue]},
-        schema=_RESULT_SCHEMA)
+        "bad_sub_id": [sub_id], "bad_filter": [filter_], "bad_queue": [queue], "part": [None],
+        "data": [None]}, schema=_RESULT_SCHEMA)
 
 
 def task_file(location: Optional[str], name: str) -> str:
@@ -427,6 +468,7 @@ def _probe_task(location, name, dialect, ticket=None):
         for _ in batches:
             pass
         status, path, nsubs, nbytes = probe_at(location, name, dialect, ticket)
+        yield from as_rows(ticket, status, location, task_file(location, name), _RESULT_SCHEMA)
         yield _result(status, path, nsubs=nsubs, nbytes=nbytes)
     return topicmatch_image_probe
 
@@ -451,6 +493,7 @@ def _build_task(location, name, dialect, force, empty, ticket=None):
         if log and status == "built":
             with open(log, "a") as f:
                 f.write(f"{name} {os.getpid()} build {inserts} {path}\n")
+        yield from as_rows(ticket, status, location, task_file(location, name), _RESULT_SCHEMA)
         yield _result(status, path, inserts=inserts, nsubs=nsubs, nbytes=nbytes)
     return topicmatch_image_build
 
@@ -458,13 +501,25 @@ def _build_task(location, name, dialect, force, empty, ticket=None):
 @contextlib.contextmanager
 def inbox_for(spark, locations):
     """The driver's inbox (image_inbox) for this call's spark: images, on
-    the driver's own address; None when no location is spark:."""
+    the driver's own address; a Spark Connect client's, which takes them
+    from the rows of the tasks' results (RowInbox); None when no location
+    is spark:."""
     if not any(loc is not None and is_spark(loc) for loc in locations):
         yield None
+        return
+    if is_connect(spark):
+        yield RowInbox(driver_cache_dir())
         return
     host = spark.sparkContext.getConf().get("spark.driver.host", None) or socket.gethostname()
     with Inbox(host, driver_cache_dir()) as inbox:
         yield inbox
+
+
+def results(frame: DataFrame, inbox) -> list:
+    """The result rows of a probe or build job: collected, or read by the
+    inbox its tasks send images to (a Connect client's takes them from the
+    rows as they come)."""
+    return frame.collect() if inbox is None else inbox.rows_of(frame)
 
 
 def publish(rows, spark, inbox) -> list:
@@ -588,19 +643,19 @@ def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox, step
     inserts = 0
     row = None
     if not rebuild:
-        row = publish(one.mapInArrow(_probe_task(location, name, dialect, ticket), _RESULT).collect(),
-                      spark, inbox)[0]
+        row = publish(results(one.mapInArrow(_probe_task(location, name, dialect, ticket), _RESULT),
+                              inbox), spark, inbox)[0]
         steps.append(f"probe task: the image is {row['status']} at {row['path']}")
         if row["status"].startswith("damaged"):
             _log.warning("topicmatch: rebuilding the image %s (%s)", row["path"], row["status"])
             force = True
     if rebuild or row["status"] != "ok":
         rows = index_rows(subscriptions).coalesce(1)
-        got = rows.mapInArrow(_build_task(location, name, dialect, force, False, ticket),
-                              _RESULT).collect()
+        got = results(rows.mapInArrow(_build_task(location, name, dialect, force, False, ticket),
+                                      _RESULT), inbox)
         if not got:     # no partition at all: an empty table
-            got = one.mapInArrow(_build_task(location, name, dialect, force, True, ticket),
-                                 _RESULT).collect()
+            got = results(one.mapInArrow(_build_task(location, name, dialect, force, True, ticket),
+                                         _RESULT), inbox)
         row = publish(got, spark, inbox)[0]
         if row["status"] == "bad":
             raise bad_subscription(dialect, row["bad_sub_id"], row["bad_filter"],

@@ -9,14 +9,18 @@ DataFrame and the command line.
 The paths (FanoutPlan.route):
 
     image         one index, an image built by an executor task and mapped
-                  by every Python worker (images.py)
+                  by every Python worker (images.py); across hosts with no
+                  image_dir it travels through Spark: added to the
+                  application by the driver, or on Spark Connect returned
+                  to the client as rows and added to its session
     shard-images  one image per shard and one for the replicated share,
                   built by executor tasks, every event matched in place
                   against its shard's and the replicated share's
                   (shard_images.py)
     shipped       one index on the driver, shipped (shared_index.py): a
-                  Sublist or SharedIndex passed in, ship= named, or Spark
-                  Connect without image_dir
+                  Sublist or SharedIndex passed in, ship= named, or a
+                  Spark Connect client that cannot add an image to its
+                  session (before 3.5), without image_dir
     cogroup       the events and the subscriptions grouped by shard, each
                   group's index built in its task on every call (shard.py):
                   a sharded fan-out where images cannot be used
@@ -35,8 +39,9 @@ from topicmatch import Sublist
 from topicmatch._core import TopicmatchTypeError, TopicmatchValueError
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import QUEUE_MODES, type_name
-from topicmatch.spark.images import (check_dir_and_ship, connect_host, image_index, name_of,
-                                     spark_files, use_images, vanished, warn_once)
+from topicmatch.spark.images import (check_dir_and_ship, connect_host, connect_master,
+                                     image_index, name_of, spark_files, use_images, vanished,
+                                     warn_once)
 from topicmatch.spark.limits import limit
 from topicmatch.spark.session import check_executors, is_connect, session_key
 from topicmatch.spark.shard import (AUTO_DEPTHS, CANDIDATE_SHARDS, RowStats, ShardPlan, check_depth,
@@ -420,6 +425,13 @@ def _images_why(spark, opts: FanoutOptions) -> Tuple[bool, str]:
         warn_once(spark, "topicmatch: " + why)
         return False, why
     if use_images(spark, None, "auto"):
+        if spark_files(spark, None) and is_connect(spark):
+            return True, ("Spark Connect, no image_dir, and the server's master is "
+                          f"{connect_master(spark) or 'not said'!r}, not local: its executors may "
+                          "run on several hosts, so images are built by executor tasks and "
+                          "returned to this client as rows of the tasks' results (each checked "
+                          "as it arrives), and the client adds them to its session as "
+                          "artifacts, so each host fetches each once through Spark")
         if spark_files(spark, None):
             return True, ("no image_dir, executors on several hosts (or dynamic allocation): "
                           "images are built by executor tasks, sent to the driver and added "
@@ -430,9 +442,10 @@ def _images_why(spark, opts: FanoutOptions) -> Tuple[bool, str]:
                           "are built by executor tasks into that host's image directory")
         return True, ("no image_dir, every executor on one host: images are built by executor "
                       "tasks into that host's image directory")
-    return False, ("Spark Connect without image_dir, and the server's executors may run on "
-                   "several hosts (its master is not local): the client can add no file to the "
-                   "application, so the index is built on the driver and shipped (pass "
+    return False, ("Spark Connect without image_dir, the server's executors may run on "
+                   "several hosts (its master is not local), and this client cannot add an "
+                   "image to its session (its PySpark's addArtifacts takes no file=: Spark "
+                   "Connect 3.5+), so the index is built on the driver and shipped (pass "
                    "image_dir= storage the executors share)")
 
 

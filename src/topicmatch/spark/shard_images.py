@@ -22,7 +22,11 @@ On the driver, per call:
    saves it under an exclusive flock (looking again once it holds the
    lock).  The build is where this path checks the rows (a bad one
    raises on the driver, as plan_shards' check would word it): an image
-   found by its content name was built from rows that passed;
+   found by its content name was built from rows that passed.  Where the
+   images travel through Spark (spark: locations, no image_dir on several
+   hosts), each task sends the image it built or found to the driver as
+   images.py's tasks do: to its inbox, or on Spark Connect as rows of its
+   result, which the client adds to its session;
 4. the match (image_per_event).  Where every executor shares one host
    (and so one page cache), in place: each task maps every image (kept
    per worker process) and matches each event by its shard's and the
@@ -50,9 +54,10 @@ from pyspark.sql import functions as F
 from topicmatch import Sublist
 from topicmatch.spark.base import bad_subscription
 from topicmatch.spark.image_store import image_home, location_in, open_location
+from topicmatch.spark.image_inbox import as_rows
 from topicmatch.spark.images import (BadRow, _check_dir, build_at, build_rows, driver_has,
-                                     inbox_for, index_rows, name_of, probe_at, publish,
-                                     spark_files, vanished)
+                                     inbox_for, index_rows, name_of, probe_at, publish, results,
+                                     spark_files, task_file, vanished)
 from topicmatch.spark.session import session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, WorkerCache
 from topicmatch.spark.route import image_column
@@ -60,12 +65,15 @@ from topicmatch.spark.shard import _GROUP, ShardPlan, event_side, pick_keys, row
 
 _log = logging.getLogger("topicmatch.spark")
 
+# (part and data: a piece of an image returned to a Spark Connect client,
+# image_inbox.as_rows; null in a result row)
 _RESULT = ("shard int, status string, path string, inserts long, nsubs long, bad_sub_id long, "
-           "bad_filter string, bad_queue string")
+           "bad_filter string, bad_queue string, part long, data binary")
 _RESULT_SCHEMA = pa.schema([("shard", pa.int32()), ("status", pa.string()), ("path", pa.string()),
                             ("inserts", pa.int64()), ("nsubs", pa.int64()),
                             ("bad_sub_id", pa.int64()), ("bad_filter", pa.string()),
-                            ("bad_queue", pa.string())])
+                            ("bad_queue", pa.string()), ("part", pa.int64()),
+                            ("data", pa.binary())])
 
 #: Shard images a Python worker keeps mapped (least recently used out first).
 #: A mapping costs address space, not memory: the pages are the page cache's.
@@ -89,7 +97,8 @@ def _result(shard, status, path, inserts=0, nsubs=0, bad=(None, None, None)) -> 
     return pa.RecordBatch.from_pydict({"shard": [shard], "status": [status], "path": [path],
                                        "inserts": [inserts], "nsubs": [nsubs],
                                        "bad_sub_id": [bad[0]], "bad_filter": [bad[1]],
-                                       "bad_queue": [bad[2]]}, schema=_RESULT_SCHEMA)
+                                       "bad_queue": [bad[2]], "part": [None], "data": [None]},
+                                      schema=_RESULT_SCHEMA)
 
 
 def _probe_task(locations, names, dialect, shards, ticket):
@@ -101,6 +110,7 @@ def _probe_task(locations, names, dialect, shards, ticket):
             pass
         for k in shards:
             status, path, nsubs, _ = probe_at(locations[k], names[k], dialect, ticket)
+            yield from _returned(ticket, status, locations[k], names[k])
             yield _result(k, status, path, nsubs=nsubs)
     return topicmatch_shard_probe
 
@@ -117,9 +127,17 @@ def _build_task(locations, names, dialect, force, ticket):
             return
         table = pa.Table.from_batches(got)
         for shard, rows in _runs(table, table.column("shard").to_numpy()):
-            yield _build_one(locations, names, dialect, force, ticket, shard,
+            row = _build_one(locations, names, dialect, force, ticket, shard,
                              rows.select(["sub_id", "filter", "queue"]))
+            yield from _returned(ticket, row["status"][0].as_py(), locations[shard], names[shard])
+            yield row
     return topicmatch_shard_build
+
+
+def _returned(ticket, status, location, name):
+    """A Spark Connect client's image, as rows before the row that names it
+    (image_inbox.as_rows); nothing for another ticket."""
+    return as_rows(ticket, status, location, task_file(location, name), _RESULT_SCHEMA)
 
 
 def _build_one(locations, names, dialect, force, ticket, shard, rows: pa.Table) -> pa.RecordBatch:
@@ -189,6 +207,7 @@ def _empty_task(locations, names, dialect, shards, force, ticket):
         for k in shards:
             status, path, inserts, nsubs, _ = build_at(
                 locations[k], names[k], k in force, lambda: Sublist(dialect), ticket, dialect=dialect)
+            yield from _returned(ticket, status, locations[k], names[k])
             yield _result(k, status, path, inserts, nsubs)
     return topicmatch_shard_empty
 
@@ -259,8 +278,8 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
         probe = {k: {"status": "rebuild", "path": locations[k]} for k in unknown}
     else:
         # (the shards with the same content, e.g. empty ones, share a name)
-        probe = {r["shard"]: r for r in publish(one.mapInArrow(
-            _probe_task(locations, names, dialect, unknown, ticket), _RESULT).collect(), spark, inbox)}
+        probe = {r["shard"]: r for r in publish(results(one.mapInArrow(
+            _probe_task(locations, names, dialect, unknown, ticket), _RESULT), inbox), spark, inbox)}
     todo = sorted(k for k in unknown if probe[k]["status"] != "ok")
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
@@ -270,8 +289,8 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
         if len(todo) < len(names):
             rows = rows.where(F.col("shard").isin(todo))
         t0 = time.perf_counter()
-        got = _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
-            _build_task(locations, names, dialect, force, ticket), _RESULT).collect()
+        got = results(_one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
+            _build_task(locations, names, dialect, force, ticket), _RESULT), inbox)
         _log.info("topicmatch: the build job of %d shard image(s) took %.2f s", len(todo),
                   time.perf_counter() - t0)
         for r in publish(got, spark, inbox):
@@ -280,8 +299,9 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
             built[r["shard"]] = r
         empty = [k for k in todo if k not in built]
         if empty:
-            for r in publish(one.mapInArrow(_empty_task(locations, names, dialect, empty, force, ticket),
-                                            _RESULT).collect(), spark, inbox):
+            for r in publish(results(one.mapInArrow(
+                    _empty_task(locations, names, dialect, empty, force, ticket), _RESULT), inbox),
+                    spark, inbox):
                 built[r["shard"]] = r
     return probe, built
 
