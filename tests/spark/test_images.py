@@ -362,7 +362,7 @@ def test_connect_decides_images_by_the_servers_master(monkeypatch, master, file_
     not, and the images travel through Spark, returned to the client as
     rows and added to its session; a client whose addArtifacts cannot add
     a file builds the index on the driver, and the plan says why."""
-    from topicmatch.spark import images as im
+    from topicmatch.spark import image_hosts as im
     from topicmatch.spark.plan import FanoutOptions, _images_why
     # (the local master's probe task, as the server would answer it)
     monkeypatch.setattr(im, "_ask_connect", lambda s: (True, "h:/d", master)
@@ -379,9 +379,9 @@ def test_connect_decides_images_by_the_servers_master(monkeypatch, master, file_
 
 
 def test_connect_adds_an_image_to_its_session_once(tmp_path):
-    """image_store.add_file on Spark Connect: spark.addArtifacts(path,
+    """images.add_file on Spark Connect: spark.addArtifacts(path,
     file=True), once per session and path."""
-    from topicmatch.spark.image_store import add_file
+    from topicmatch.spark.images import add_file
     path = tmp_path / "topicmatch-nats-x.img"
     topicmatch.Sublist().save(str(path))
     s = _FakeConnect("spark://m:7077")

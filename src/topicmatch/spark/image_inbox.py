@@ -38,7 +38,7 @@ result instead (as_rows: numbered pieces of ROW_BYTES), and the client
 reads the job's result as it comes (RowInbox.rows_of: toLocalIterator, a
 batch of rows at a time), each image through the same receive -- written
 as it arrives, its checksum summed on the way, its header checked, renamed
-into the cache -- and adds it to the session (image_store.add_file:
+into the cache -- and adds it to the session (images.add_file:
 spark.addArtifacts(path, file=True)), where its tasks find it with
 SparkFiles as they find an added file.  The pieces pass through the
 server's driver as task results (within its spark.driver.maxResultSize);

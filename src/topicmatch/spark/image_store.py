@@ -315,33 +315,3 @@ def spark_file(location: str) -> str:
     once per host by Spark)."""
     from pyspark import SparkFiles
     return SparkFiles.get(location[len(SPARK):])
-
-
-# --------------------------------------------------------------------------
-# on the driver
-# --------------------------------------------------------------------------
-
-_ADDED = set()
-
-
-def add_file(spark, path: str) -> None:
-    """The file at path added to the application, once per application and
-    path: SparkContext.addFile (Spark refuses a second path under a name
-    it has, and fetches an added file once per host).  On Spark Connect,
-    once per session and path: spark.addArtifacts(path, file=True), the
-    session's files, which its tasks find with SparkFiles as they find an
-    added file (spark_file)."""
-    from topicmatch.spark.session import is_connect, session_key
-    if is_connect(spark):
-        key = (session_key(spark), path)
-        add = lambda: spark.addArtifacts(path, file=True)  # noqa: E731
-    else:
-        sc = spark.sparkContext
-        key = (sc.applicationId, path)
-        add = lambda: sc.addFile(path)  # noqa: E731
-    if key not in _ADDED:
-        add()
-        _ADDED.add(key)
-        # Spark checks an added file against its source for every later
-        # task of the application: held while the driver lives, never evicted
-        hold(path)

@@ -39,9 +39,9 @@ from topicmatch import Sublist
 from topicmatch._core import TopicmatchTypeError, TopicmatchValueError
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import QUEUE_MODES, type_name
-from topicmatch.spark.images import (check_dir_and_ship, connect_host, connect_master,
-                                     image_index, name_of, spark_files, use_images, vanished,
-                                     warn_once)
+from topicmatch.spark.image_hosts import (check_dir_and_ship, connect_host, connect_master,
+                                          spark_files, use_images, warn_once)
+from topicmatch.spark.images import image_index, name_of, vanished
 from topicmatch.spark.limits import limit
 from topicmatch.spark.session import check_executors, is_connect, session_key
 from topicmatch.spark.shard import (AUTO_DEPTHS, CANDIDATE_SHARDS, RowStats, ShardPlan, check_depth,
