@@ -158,3 +158,24 @@ def test_a_damaged_or_incomplete_image_in_rows_is_refused_and_not_kept(tmp_path,
         RowInbox(str(cache)).rows_of(_Frame(batches))
     assert _kept(cache) == []
     assert not (tmp_path / "escape.img").exists()
+
+
+def test_the_servers_result_limit_is_named_with_the_fix(tmp_path):
+    """A job whose images exceed the Connect server's spark.driver.maxResultSize:
+    one error naming the setting and image_dir=; any other error as it is."""
+    from topicmatch.spark.image_inbox import RowInbox
+
+    class Failing:
+        def __init__(self, text):
+            self.text = text
+
+        def toLocalIterator(self):
+            raise RuntimeError(self.text)
+            yield
+
+    text = ("Job aborted\nTotal size of serialized results of 3 tasks (1100.0 MiB) is bigger "
+            "than spark.driver.maxResultSize (1024.0 MiB)\n\tat ...")
+    with pytest.raises(RuntimeError, match=r"maxResultSize \(1024.0 MiB\).*image_dir="):
+        RowInbox(str(tmp_path)).rows_of(Failing(text))
+    with pytest.raises(RuntimeError, match="^executor lost$"):
+        RowInbox(str(tmp_path)).rows_of(Failing("executor lost"))

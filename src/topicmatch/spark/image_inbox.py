@@ -41,8 +41,10 @@ as it arrives, its checksum summed on the way, its header checked, renamed
 into the cache -- and adds it to the session (images.add_file:
 spark.addArtifacts(path, file=True)), where its tasks find it with
 SparkFiles as they find an added file.  The pieces pass through the
-server's driver as task results (within its spark.driver.maxResultSize);
-only a task of the client's own job puts rows in its result.
+server's driver as the job's results: a job's images together count
+against its spark.driver.maxResultSize (past it, an error names the
+setting and image_dir=); only a task of the client's own job puts rows
+in its result.
 """
 import hmac
 import itertools
@@ -296,13 +298,25 @@ class RowInbox:
         rows = []
         runs = itertools.groupby(frame.toLocalIterator(),
                                  key=lambda r: (r["status"] == CHUNK, r["path"]))
-        for (chunk, location), run in runs:
-            if not chunk:
-                rows.extend(run)
-                continue
-            try:
-                self._got[location] = receive(_in_order(run, location), location, self._cache_dir)
-            except (OSError, ValueError) as e:
-                raise TopicmatchValueError(f"topicmatch: the image {location} returned to the "
-                                           f"client was refused: {e}") from None
+        try:
+            for (chunk, location), run in runs:
+                if not chunk:
+                    rows.extend(run)
+                    continue
+                try:
+                    self._got[location] = receive(_in_order(run, location), location,
+                                                  self._cache_dir)
+                except (OSError, ValueError) as e:
+                    raise TopicmatchValueError(f"topicmatch: the image {location} returned to "
+                                               f"the client was refused: {e}") from None
+        except Exception as e:  # noqa: BLE001 - only the server's result limit is translated
+            why = next((ln.strip() for ln in str(e).splitlines() if "maxResultSize" in ln), None)
+            if why is None:
+                raise
+            raise TopicmatchRuntimeError(
+                f"topicmatch: the images returned to this Spark Connect client pass through the "
+                f"server's driver as the job's results, and exceed its limit ({why[:300]}): "
+                "set spark.driver.maxResultSize higher on the server (0: no limit), or pass "
+                "image_dir= storage the executors share, where nothing passes through the "
+                "client") from None
         return rows
