@@ -104,7 +104,11 @@ def connect_url(tmp_path_factory, remote_load_log, image_dir, cluster_url):
     url, server = servers.connect_server(
         str(tmp_path_factory.mktemp("connect-server")), master=cluster_url,
         extra_env={LOAD_LOG_ENV: str(remote_load_log)},
-        conf={"spark.executor.memory": "512m", "spark.executor.cores": 1, "spark.cores.max": 2})
+        # (one attempt per task: a task that fails on a host, say one that
+        # could not find an image, fails the run, never hidden by a retry
+        # on the other host)
+        conf={"spark.executor.memory": "512m", "spark.executor.cores": 1, "spark.cores.max": 2,
+              "spark.task.maxFailures": 1})
     yield url
     server.stop()
 
