@@ -25,8 +25,12 @@ int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out);
 void fs_shape_drop_if_empty(fs_sublist *sl, fs_shape *sh);
 /* Does shape a come before the shape like b in the canonical order? */
 int fs_shape_before(const fs_shape *a, const fs_shape_of *b);
-/* The probe sets (fs_shapes.probe) of the index's shapes, into probe. */
+/* The probe sets (fs_shapes.probe[0]) of the index's shapes, into probe. */
 void fs_shapes_probes(const fs_sublist *sl, uint64_t *probe);
+/* S->probe[1], the probe sets of a subject whose first level no wildcard
+ * matches (fs_tokens.hidden: MQTT's '$' topics), from S->probe[0]: less
+ * the shapes that start with a wildcard.  Wherever probe[0] is set. */
+void fs_shapes_hide_probes(fs_shapes *S);
 /* The entry for filter f (whose key is key), or NULL. */
 fs_node *fs_shape_lookup(const fs_sublist *sl, const fs_shape *sh, const char *f, uint32_t flen, uint64_t key);
 /* Add entry n.  FS_OK or FS_ENOMEM (table unchanged). */

@@ -152,15 +152,22 @@ typedef struct {
     fs_level table;       /* slot.hash, slot.len: low, high 32 bits of the key */
     uint64_t onemask;
     uint32_t ntoks, rest;
-    uint32_t first_wild;  /* starts with a wildcard: never matches MQTT '$' topics */
+    uint32_t first_wild;  /* starts with a wildcard: never matches MQTT '$'
+                           * topics (kept for the image's bytes; the walk
+                           * reads probe[1] instead) */
 } fs_shape;
 
 typedef struct {
     fs_shape *shape[FS_SHAPE_MAX];          /* canonical order */
     uint32_t n;
-    /* probe[k] (k clamped to FS_SHAPE_MAX_TOKENS + 1): bit j set when a
-     * subject of k tokens must probe shape[j] */
-    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
+    /* probe[hidden][k] (k clamped to FS_SHAPE_MAX_TOKENS + 1): bit j set
+     * when a subject of k tokens must probe shape[j].  hidden is the
+     * tokenizer's decision (fs_tokens.hidden): probe[1] is probe[0] less
+     * the shapes that start with a wildcard, for MQTT's '$' topics, so the
+     * walk picks a row and never tests the rule.  probe[0] is the image's
+     * probe sets; probe[1] is derived from it in memory
+     * (fs_shapes_hide_probes), never written. */
+    uint64_t probe[2][FS_SHAPE_MAX_TOKENS + 2];
 } fs_shapes;
 
 /* A mapped image (fs_image.c, docs/FORMAT.md version 3): the index's own

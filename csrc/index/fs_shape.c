@@ -73,9 +73,26 @@ void fs_shapes_probes(const fs_sublist *sl, uint64_t *probe)
     }
 }
 
+/* Does a filter of shape sh start with a wildcard?  (Its first level a
+ * '+', or a '#' with no literal before it.) */
+static uint32_t starts_wild(const fs_shape *sh)
+{
+    return (sh->onemask & 1) || (sh->rest && sh->ntoks == 0);
+}
+
+void fs_shapes_hide_probes(fs_shapes *S)
+{
+    uint64_t wild = 0;
+    for (uint32_t j = 0; j < S->n; j++)
+        wild |= (uint64_t)starts_wild(S->shape[j]) << j;
+    for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
+        S->probe[1][k] = S->probe[0][k] & ~wild;
+}
+
 static void rebuild_probes(fs_sublist *sl)
 {
-    fs_shapes_probes(sl, sl->shapes.probe);
+    fs_shapes_probes(sl, sl->shapes.probe[0]);
+    fs_shapes_hide_probes(&sl->shapes);
 }
 
 fs_shape *fs_shape_find(const fs_sublist *sl, const fs_shape_of *of)
@@ -98,7 +115,7 @@ static int within_budget(const fs_sublist *sl, const fs_shape_of *of)
     probe_of.rest = of->rest;
     int zero_plus = fs_rules(sl->dialect)->rest_min == 0;
     for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
-        if (applies(&probe_of, k, zero_plus) && fs_popcount64(S->probe[k]) >= FS_SHAPE_MAX_PROBES)
+        if (applies(&probe_of, k, zero_plus) && fs_popcount64(S->probe[0][k]) >= FS_SHAPE_MAX_PROBES)
             return 0;
     return 1;
 }
@@ -115,7 +132,7 @@ int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out)
     sh->onemask = of->onemask;
     sh->ntoks = of->ntoks;
     sh->rest = of->rest;
-    sh->first_wild = (of->onemask & 1) || (of->rest && of->ntoks == 0);
+    sh->first_wild = starts_wild(sh);
     fs_level_filter_init(&sh->table);
     fs_shapes *S = &sl->shapes;
     uint32_t at = 0;

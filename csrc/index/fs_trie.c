@@ -280,50 +280,85 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
     return rc == FS_EINVAL ? FS_OK : rc;
 }
 
+/* A level with no children: where the root's wildcard children are read
+ * for a subject whose first level no wildcard matches. */
+static const fs_level no_children;
+
+/* The level whose wildcard children a first level may reach: L's own, or
+ * none where the tokenizer decided that no first-level wildcard matches
+ * it (hide: fs_tokens.hidden, MQTT's '$' rule) -- a table the walks index
+ * by the decision instead of testing the rule. */
+static inline const fs_level *wild_of(const fs_level *L, uint32_t hide)
+{
+    const fs_level *const by[2] = {L, &no_children};
+    return by[hide];
+}
+
+/* One node's step of trie_walk_if for the token sp: its level L's rest
+ * child to the hits, its one child and the literal child of sp to the
+ * next front -- the wildcard children read from W (L, or wild_of's
+ * choice at the root). */
+FS_ALWAYS_INLINE int walk_step(const fs_sublist *sl, int mapped, const fs_level *L, const fs_level *W,
+                               const char *s, const fs_span *sp, const char *end, fs_scratch *sc)
+{
+    /* A rest-wildcard node is a leaf, so it exists only while it holds
+     * subscriptions: no need to look inside it here. */
+    const fs_node *rest = fs_lv_rest(sl, W), *one = fs_lv_one(sl, W);
+    if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
+        return FS_ENOMEM;
+    if (one && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, one) < 0)
+        return FS_ENOMEM;
+    const fs_node *c = fs_level_find_within_if(sl, mapped, L, s + sp->off, sp->len, sp->hash, end);
+    if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+        return FS_ENOMEM;
+    return FS_OK;
+}
+
+/* The next front (sc->next) becomes the front, 1; or 0 (the image marked
+ * damaged) once the fronts reached more nodes than the index has: a valid
+ * trie's fronts hold distinct nodes, each of one depth, all of them
+ * together at most the index's nodes, where a mapped image's loop could
+ * double the front every token. */
+static inline int front_advance(const fs_sublist *sl, fs_scratch *sc, uint64_t *reached)
+{
+    *reached += sc->nnext;
+    if (*reached > sl->nodes + 1) {
+        fs_img_bad(sl);
+        return 0;
+    }
+    next_becomes_front(sc);
+    return 1;
+}
+
 /* fs_trie_walk_locked past the AMQP case, for mapped = fs_img_mapped(sl),
  * a constant in each copy: a built index's levels and tokens read as
- * they are, a mapped image's checked. */
+ * they are, a mapped image's checked.  The root's step comes first, on
+ * its own: its wildcard children are wild_of's, by t->hidden. */
 FS_ALWAYS_INLINE int trie_walk_if(const fs_sublist *sl, int mapped, const char *s, const fs_tokens *t,
                                   fs_scratch *sc, const fs_dialect_rules *R)
 {
-    if (!fs_down_if(sl, mapped, sl->root))
+    const fs_level *L0 = fs_down_if(sl, mapped, sl->root);
+    if (!L0)
         return FS_OK;
     int zero_rest = R->rest_min == 0;           /* MQTT: "a/#" matches "a" */
-    int dollar = R->dollar_hidden && s[0] == '$';
     const fs_span *last = &t->tok[t->n - 1];
     const char *end = s + last->off + last->len;
-    sc->nfront = 0;
-    if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
+    sc->nnext = 0;
+    if (walk_step(sl, mapped, L0, wild_of(L0, t->hidden), s, &t->tok[0], end, sc) < 0)
         return FS_ENOMEM;
     uint64_t reached = 0;
-    for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
+    if (!front_advance(sl, sc, &reached))
+        return FS_OK;
+    for (uint32_t i = 1; i < t->n && sc->nfront; i++) {
         const fs_span *sp = &t->tok[i];
-        int wild_ok = !(dollar && i == 0);
         sc->nnext = 0;
         for (size_t k = 0; k < sc->nfront; k++) {
             const fs_level *L = fs_down_if(sl, mapped, sc->front[k]);
-            if (!L)
-                continue;
-            /* A rest-wildcard node is a leaf, so it exists only while it
-             * holds subscriptions: no need to look inside it here. */
-            const fs_node *rest = wild_ok ? fs_lv_rest(sl, L) : NULL, *one = wild_ok ? fs_lv_one(sl, L) : NULL;
-            if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
-                return FS_ENOMEM;
-            if (one && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, one) < 0)
-                return FS_ENOMEM;
-            const fs_node *c = fs_level_find_within_if(sl, mapped, L, s + sp->off, sp->len, sp->hash, end);
-            if (c && fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, c) < 0)
+            if (L && walk_step(sl, mapped, L, L, s, sp, end, sc) < 0)
                 return FS_ENOMEM;
         }
-        /* A valid trie's frontiers hold distinct nodes, each of one depth:
-         * all of them together at most the index's nodes.  A mapped image's
-         * loop could double the frontier every token. */
-        reached += sc->nnext;
-        if (reached > sl->nodes + 1) {
-            fs_img_bad(sl);
+        if (!front_advance(sl, sc, &reached))
             return FS_OK;
-        }
-        next_becomes_front(sc);
     }
     for (size_t k = 0; k < sc->nfront; k++) {
         const fs_node *n = sc->front[k];
@@ -403,7 +438,8 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
     /* The frontier is processed depth by depth, like walk_locked; the
      * "next" array is borrowed by push_descendants, so collect the next
      * depth into a separate region at the end of front instead. */
-    for (uint32_t i = 0; i < t->n && sc->nfront; i++) {
+    uint32_t hide = t->hidden;                  /* the root's step only */
+    for (uint32_t i = 0; i < t->n && sc->nfront; i++, hide = 0) {
         const fs_span *sp = &t->tok[i];
         int root = i == 0;
         size_t end = sc->nfront;
@@ -424,10 +460,12 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
             const fs_level *L = fs_down(sl, n);
             if (!L)
                 continue;
-            int q_dollar = hide_dollar && root && sp->kind == FS_TOK_LITERAL && sp->len && q[sp->off] == '$';
             /* A stored rest-wildcard matches whatever the query's remaining
-             * 1+ tokens match. */
-            const fs_node *rest = q_dollar ? NULL : fs_lv_rest(sl, L), *one = q_dollar ? NULL : fs_lv_one(sl, L);
+             * 1+ tokens match; the root's, unless the tokenizer decided that
+             * no first-level wildcard matches the query's first level (its
+             * literal starts with '$' in MQTT: t->hidden). */
+            const fs_level *W = wild_of(L, hide);
+            const fs_node *rest = fs_lv_rest(sl, W), *one = fs_lv_one(sl, W);
             if (rest && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, rest) < 0)
                 return FS_ENOMEM;
             if (one && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, one) < 0)

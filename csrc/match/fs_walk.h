@@ -4,10 +4,10 @@
  * query (fs_reverse.c) all go through these steps, so each rule of the
  * probe sequence is written once, here:
  *
- *   plan     tokenize; the literal table's key and every shape key of the
- *            subject's length that the shape's bitmap lets through (MQTT:
- *            no wildcard-first shape for a '$' subject); prefetch their
- *            slots
+ *   plan     tokenize (which decides MQTT's '$' rule: fs_tokens.hidden);
+ *            the literal table's key and every shape key of the
+ *            subject's length, from the probe sets the decision picks,
+ *            that the shape's bitmap lets through; prefetch their slots
  *   fetch    prefetch the entries the slots point to -- worth it only
  *            where other rows' work hides the wait: the batch plans a
  *            block of rows, fetches them all, then collects them all
@@ -60,13 +60,10 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     p->literal = 0;
     p->literal_key = 0;
     uint32_t nt = t->n;
-    uint64_t bits = S->probe[nt > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : nt];
-    /* MQTT: a topic starting with '$' is not matched by a wildcard in the
-     * first level (the trie's half of the rule is in fs_trie.c). */
-    if (fs_rules(sl->dialect)->dollar_hidden && s[0] == '$')
-        for (uint64_t w = bits; w; w &= w - 1)
-            if (S->shape[fs_ctz64(w)]->first_wild)
-                bits &= ~(1ull << fs_ctz64(w));
+    /* The row is the tokenizer's decision (fs_tokens.hidden): MQTT's '$'
+     * topics probe no shape that starts with a wildcard (the trie's half
+     * of the rule is its root's wildcard children, fs_trie.c). */
+    uint64_t bits = S->probe[t->hidden][nt > FS_SHAPE_MAX_TOKENS ? FS_SHAPE_MAX_TOKENS + 1 : nt];
     if (!bits && !lit->count)
         return;
     uint32_t need = nt < FS_SHAPE_MAX_TOKENS ? nt : FS_SHAPE_MAX_TOKENS;

@@ -13,6 +13,7 @@ void fs_tokens_init(fs_tokens *t)
     t->tok = t->inline_;
     t->n = 0;
     t->cap = FS_TOKENS_INLINE;
+    t->hidden = 0;
 }
 
 void fs_tokens_free(fs_tokens *t)
@@ -416,16 +417,27 @@ static int check_length(fs_dialect d, size_t len, fs_error *err)
     return FS_OK;
 }
 
-/* Each dialect's tokenizer: the vector path when it can decide, else the
- * loop. */
+/* The tokenizer's one decision about the first level (fs_tokens.hidden),
+ * the only place the dialects' '$' rule (dollar_hidden) is read: does a
+ * first-level wildcard not match it?  MQTT: it starts with '$' (s has a
+ * byte: MQTT refuses ""); d a constant, so NATS and AMQP store a 0. */
+FS_ALWAYS_INLINE uint32_t first_level_hidden(fs_dialect d, const char *s)
+{
+    return fs_rules(d)->dollar_hidden && s[0] == '$';
+}
+
+/* Each dialect's tokenizer: the first level's decision, then the vector
+ * path when it can decide, else the loop. */
 static int tokenize_nats(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
+    t->hidden = first_level_hidden(FS_NATS, s);
     TRY_VECTOR(FS_NATS, nats_vflags);
     return tokenize_with(FS_NATS, s, len, is_filter, t, err, nats_flags);
 }
 
 static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
+    t->hidden = first_level_hidden(FS_MQTT, s);
     TRY_VECTOR(FS_MQTT, mqtt_vflags);
     return tokenize_with(FS_MQTT, s, len, is_filter, t, err, mqtt_flags);
 }
@@ -436,6 +448,7 @@ static int tokenize_mqtt(const char *s, size_t len, int is_filter, fs_tokens *t,
  * bytes), as long as the key is valid UTF-8. */
 static int tokenize_amqp(const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
 {
+    t->hidden = first_level_hidden(FS_AMQP, s);
     TRY_VECTOR(FS_AMQP, amqp_vflags);
     return tokenize_with(FS_AMQP, s, len, is_filter, t, err, amqp_flags);
 }
@@ -447,6 +460,7 @@ int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
                 fs_tokens *t, fs_error *err)
 {
     t->n = 0;
+    t->hidden = 0;
     if (FS_UNLIKELY(len - 1 >= FS_AMQP_MAX_KEY)) {
         int rc = check_length(d, len, err);
         if (rc != FS_OK || len == 0)
@@ -513,7 +527,7 @@ int fs_tokens_match(fs_dialect d, const char *f, const fs_tokens *ft,
     const fs_dialect_rules *R = fs_rules(d);
     if (R->rest_anywhere)
         return amqp_match(f, ft, s, st);
-    if (R->dollar_hidden && s[0] == '$' && ft->tok[0].kind != FS_TOK_LITERAL)
+    if (st->hidden && ft->tok[0].kind != FS_TOK_LITERAL)   /* MQTT's '$' rule (fs_tokens.hidden) */
         return 0;
     uint32_t i = 0;
     for (; i < ft->n; i++) {
@@ -623,20 +637,17 @@ int fs_filters_intersect(fs_dialect d, const char *a, const fs_tokens *at,
             (x->len != y->len || memcmp(a + x->off, b + y->off, x->len) != 0))
             return 0;
     }
-    if (!fs_rules(d)->dollar_hidden)
-        return 1;
-    /* MQTT: the subject's first level is a literal one of them fixes, or
-     * free.  A '$' level cannot meet a filter starting with a wildcard,
-     * and a lone empty level is the topic "", which is invalid. */
+    /* The subject's first level is a literal one of them fixes, or free.
+     * MQTT: a '$' level (the tokenizer's decision, fs_tokens.hidden)
+     * cannot meet a filter starting with a wildcard -- two literals were
+     * compared above -- and a lone empty level is the topic "", which is
+     * invalid (NATS has no empty tokens, AMQP was answered above). */
     int lit_a = la > 0 && at->tok[0].kind == FS_TOK_LITERAL;
     int lit_b = lb > 0 && bt->tok[0].kind == FS_TOK_LITERAL;
+    if ((at->hidden && !lit_b) || (bt->hidden && !lit_a))
+        return 0;
     const fs_span *first = lit_a ? &at->tok[0] : lit_b ? &bt->tok[0] : NULL;
-    const char *fp = lit_a ? a : b;
-    if (first && first->len && fp[first->off] == '$' && (!lit_a || !lit_b))
-        return 0;
-    if (first && first->len == 0 && hi == 1)
-        return 0;
-    return 1;
+    return !(first && first->len == 0 && hi == 1);
 }
 
 int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,

@@ -28,15 +28,24 @@ typedef struct {
     fs_span *tok;        /* tok == inline_ or a heap array */
     uint32_t n;
     uint32_t cap;
+    /* 1: no wildcard in a filter's first level matches this first level
+     * (MQTT's '$' rule: a subject's, or a filter's literal, first level
+     * starting with '$'); 0 otherwise, and always in NATS and AMQP.  The
+     * rule is decided here, by the tokenizer, once per subject or filter:
+     * the walks choose their structures by it (the shapes a subject
+     * probes, fs_shapes.probe[hidden]; the trie root's wildcard children)
+     * and never look at the '$' themselves. */
+    uint32_t hidden;
     fs_span inline_[FS_TOKENS_INLINE];
 } fs_tokens;
 
 void fs_tokens_init(fs_tokens *t);
 void fs_tokens_free(fs_tokens *t);
 
-/* Split s[0..len) into t.  is_filter admits wildcards.  Returns FS_OK,
- * FS_EINVAL (err filled in) or FS_ENOMEM.  Only AMQP accepts len 0 (the
- * key of zero words: t->n == 0); every other valid input has t->n >= 1. */
+/* Split s[0..len) into t, and decide t->hidden.  is_filter admits
+ * wildcards.  Returns FS_OK, FS_EINVAL (err filled in) or FS_ENOMEM.
+ * Only AMQP accepts len 0 (the key of zero words: t->n == 0); every other
+ * valid input has t->n >= 1. */
 int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
                 fs_tokens *t, fs_error *err);
 

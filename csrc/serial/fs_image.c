@@ -27,7 +27,7 @@ typedef struct {
     uint64_t objects_end;     /* objects lie in [FS_IMG_OBJECTS, objects_end) = 48 + P */
     uint64_t nshapes;
     uint64_t shape[FS_SHAPE_MAX];                  /* fs_shape structs, canonical order */
-    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];       /* as fs_shapes.probe */
+    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];       /* as fs_shapes.probe[0] */
 } img_root;
 
 _Static_assert(FS_SERIAL_HEADER + sizeof(img_root) <= FS_IMG_OBJECTS, "root block fits before the objects");
@@ -648,7 +648,7 @@ static int write_locked(writer *W, const fs_sublist *sl)
     R->objects_end = W->w.len;
     R->nshapes = sl->shapes.n;
     memcpy(R->shape, shapes, sizeof(uint64_t) * sl->shapes.n);
-    memcpy(R->probe, sl->shapes.probe, sizeof(R->probe));
+    memcpy(R->probe, sl->shapes.probe[0], sizeof(R->probe));
     unsigned char *h = (unsigned char *)W->w.p;
     memcpy(h, MAGIC, sizeof(MAGIC));
     put_le(h + 8, FS_IMAGE_VERSION, 2);
@@ -1162,7 +1162,7 @@ static int verify_rest(verifier *v)
     const unsigned char *h = (const unsigned char *)sl->img.base;
     uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
     fs_shapes_probes(sl, probe);
-    if (memcmp(probe, sl->shapes.probe, sizeof(probe)) != 0)
+    if (memcmp(probe, sl->shapes.probe[0], sizeof(probe)) != 0)
         return vbad(v, "probe sets do not match the shapes", FS_SERIAL_HEADER);
     int rc = verify_trie(v);
     if (rc == FS_OK && v->subs != get_le(h + 24, 8))
@@ -1401,6 +1401,7 @@ static int copy_tables(fs_sublist *sl)
             (!sh->table.filter && sh->table.cap) || !fs_img_level_ok(sl, &sh->table))
             return FS_EBADDATA;
     }
+    fs_shapes_hide_probes(&sl->shapes);      /* from the copies, as checked */
     return FS_OK;
 }
 
@@ -1503,7 +1504,8 @@ static const char *map_sections(fs_sublist *sl, const char *data, size_t len, co
     sl->root = (fs_node *)(uintptr_t)root;
     sl->lit = lit;
     sl->shapes.n = (uint32_t)R->nshapes;
-    memcpy(sl->shapes.probe, R->probe, sizeof(R->probe));
+    memcpy(sl->shapes.probe[0], R->probe, sizeof(R->probe));
+    fs_shapes_hide_probes(&sl->shapes);      /* in memory only: the '$' topics' sets */
     sl->count = get_le(h + 24, 8);
     fs_sublist_publish_count(sl);
     sl->nodes = R->nodes;
