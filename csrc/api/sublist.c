@@ -70,6 +70,7 @@ void fs_sublist_free(fs_sublist *sl)
     fs_sl_fork_untrack(sl);
     fs_sublist_free(sl->live);
     FS_FREE(sl->masked);
+    fs_trie_hidden_free(sl);
     if (!sl->img.base) {     /* a mapped image's tables are the caller's bytes */
         fs_trie_free(sl);
         fs_table_teardown(sl, &sl->literals);

@@ -7,8 +7,10 @@
  *               │     (2, {},  rest) key(literal tokens) ─► entry
  *               │     + a bitmap of the keys (L2-sized): most probes
  *               │       stop there, before touching the table
- *               │   probe[k]: the shapes a subject of k tokens probes
+ *               │   probe[hidden][k]: the shapes a subject of k tokens
+ *               │     probes (hidden: the tokenizer's '$' decision)
  *               ├─ root ─► trie (fs_trie.c): what no table holds
+ *               │   hidden_roots: its '$' children (MQTT), in memory
  *               │   level ─┬─ "orders" ─► node ─► level ...
  *               │          ├─ one  ─► node      ('*' / '+')
  *               │          └─ rest ─► node      ('>' / '#'; a leaf, except

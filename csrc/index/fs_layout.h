@@ -186,6 +186,15 @@ struct fs_sublist {
     fs_brlock lock;
     fs_dialect dialect;
     fs_node *root;        /* the trie: filters with a wildcard */
+    /* The root's literal children whose level no first-level wildcard
+     * matches (MQTT's '$' levels, "$SYS"), kept apart as mosquitto keeps
+     * its '$' topics: the reverse walk takes them out of a wildcard's
+     * reach without reading a token.  Decided where the filter was
+     * tokenized (fs_tokens.hidden, in fs_trie_path), or where a loaded or
+     * mapped trie is read (fs_trie_hide_root); in memory only, never in
+     * an image.  A built index's or a mapped image's (its nodes). */
+    const fs_node **hidden_roots;
+    uint32_t nhidden_roots, cap_hidden_roots;
     fs_level literals;    /* whole literal filters -> entry (parent NULL), keyed
                            * like a shape without wildcards (fs_tokens_key),
                            * with a bitmap of its keys */

@@ -20,8 +20,67 @@
 #include "fs_alloc.h"
 #include "fs_index.h"
 
+/* Room in sl->hidden_roots for one more.  FS_OK or FS_ENOMEM. */
+static int hidden_room(fs_sublist *sl)
+{
+    uint32_t cap = sl->cap_hidden_roots;
+    if (sl->nhidden_roots < cap)
+        return FS_OK;
+    uint32_t ncap = cap ? 2 * cap : 4;
+    const fs_node **v = fs_mem_realloc(&sl->mem, (void *)sl->hidden_roots, sizeof(fs_node *) * cap,
+                                       sizeof(fs_node *) * ncap);
+    if (!v)
+        return FS_ENOMEM;
+    sl->hidden_roots = v;
+    sl->cap_hidden_roots = ncap;
+    return FS_OK;
+}
+
+int fs_trie_hide_root(fs_sublist *sl, const fs_node *c)
+{
+    if (!fs_first_level_hidden(sl->dialect, c->tok, c->toklen))
+        return FS_OK;
+    if (hidden_room(sl) < 0)
+        return FS_ENOMEM;
+    sl->hidden_roots[sl->nhidden_roots++] = c;
+    return FS_OK;
+}
+
+int fs_trie_hide_roots(fs_sublist *sl)
+{
+    const fs_level *L = fs_down(sl, sl->root);
+    if (!L)
+        return FS_OK;
+    const fs_slot *slots;
+    uint32_t cap = fs_lv_get(sl, L, &slots);
+    for (uint32_t i = 0; i < cap; i++) {
+        const fs_node *c = fs_ref_node(sl, slots[i].node);
+        if (c && fs_trie_hide_root(sl, c) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+/* n, a root child going away, out of sl->hidden_roots (if there). */
+static void unhide_root(fs_sublist *sl, const fs_node *n)
+{
+    for (uint32_t h = 0; h < sl->nhidden_roots; h++)
+        if (sl->hidden_roots[h] == n) {
+            sl->hidden_roots[h] = sl->hidden_roots[--sl->nhidden_roots];
+            return;
+        }
+}
+
+void fs_trie_hidden_free(fs_sublist *sl)
+{
+    fs_mem_free(&sl->mem, (void *)sl->hidden_roots, sizeof(fs_node *) * sl->cap_hidden_roots);
+    sl->hidden_roots = NULL;
+    sl->nhidden_roots = sl->cap_hidden_roots = 0;
+}
+
 /* Create the trie path of t.  FS_OK (*out its last node) or FS_ENOMEM
- * (*out the deepest node reached, for pruning). */
+ * (*out the deepest node reached, for pruning).  A root child for a first
+ * level the tokenizer hid (t->hidden) joins sl->hidden_roots. */
 int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_growth *g, fs_node **out)
 {
     fs_node *n = sl->root;
@@ -40,7 +99,10 @@ int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_grow
         if (sp->kind == FS_TOK_ONE) child = L->one;
         else if (sp->kind == FS_TOK_REST) child = L->rest;
         else child = (fs_node *)(uintptr_t)fs_level_find(sl, L, filter + sp->off, sp->len, sp->hash);
+        uint32_t hidden = i == 0 && t->hidden;
         if (!child) {
+            if (hidden && hidden_room(sl) < 0)
+                return FS_ENOMEM;
             child = fs_node_new(sl, n, filter + sp->off, sp);
             if (!child)
                 return FS_ENOMEM;
@@ -54,6 +116,8 @@ int fs_trie_path(fs_sublist *sl, const fs_tokens *t, const char *filter, fs_grow
                 fs_node_free(sl, child);
                 return FS_ENOMEM;
             }
+            if (hidden)
+                sl->hidden_roots[sl->nhidden_roots++] = child;
         }
         n = child;
     }
@@ -75,6 +139,8 @@ void fs_trie_prune(fs_sublist *sl, fs_node *n)
     while (n != sl->root && node_empty(n)) {
         fs_node *parent = fs_parent(n);
         fs_level *L = fs_next(parent);
+        if (parent == sl->root)
+            unhide_root(sl, n);
         if (n->kind == FS_TOK_ONE) L->one = NULL;
         else if (n->kind == FS_TOK_REST) L->rest = NULL;
         else {
@@ -157,11 +223,9 @@ static int front_add(fs_scratch *sc, const fs_node ***arr, size_t *n, size_t *ca
     return FS_OK;
 }
 
-/* Push x's children onto the stack v: its literal children (except, when
- * skip is "$", those whose token starts with '$'), then its one and rest
- * wildcard children.  FS_OK or FS_ENOMEM. */
-int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const char *skip, const fs_node ***v,
-                          size_t *n, size_t *cap)
+/* Push x's children onto the stack v: its literal children, then its one
+ * and rest wildcard children.  FS_OK or FS_ENOMEM. */
+int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const fs_node ***v, size_t *n, size_t *cap)
 {
     const fs_level *L = fs_down(sl, x);
     if (!L)
@@ -170,7 +234,7 @@ int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const char *sk
     uint32_t ncap = fs_lv_get(sl, L, &slots);      /* once: a mapped level may change */
     for (uint32_t i = 0; i < ncap; i++) {
         const fs_node *c = fs_ref_node(sl, slots[i].node);
-        if (c && !(skip && c->toklen && c->tok[0] == '$') && fs_push_node(v, n, cap, c) < 0)
+        if (c && fs_push_node(v, n, cap, c) < 0)
             return FS_ENOMEM;
     }
     const fs_node *one = fs_lv_one(sl, L), *rest = fs_lv_rest(sl, L);
@@ -274,7 +338,7 @@ static int trie_rwalk_amqp(const fs_sublist *sl, const char *q, fs_scratch *sc)
             }
         }
         if (rc == FS_OK)
-            rc = fs_trie_push_children(sl, x, NULL, &sc->next, &sc->nnext, &sc->cap_next);
+            rc = fs_trie_push_children(sl, x, &sc->next, &sc->nnext, &sc->cap_next);
     }
     fs_tokens_free(&pt);
     return rc == FS_EINVAL ? FS_OK : rc;
@@ -381,20 +445,37 @@ int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t,
     return fs_img_mapped(sl) ? trie_walk_if(sl, 1, s, t, sc, R) : trie_walk_if(sl, 0, s, t, sc, R);
 }
 
-/* Push every node below n (not n itself) onto sc->hits, skipping, when
- * skip_dollar, literal children of n whose token starts with '$'.  Uses
- * sc->next as the explicit stack. */
-static int push_descendants(const fs_sublist *sl, const fs_node *n, int skip_dollar, fs_scratch *sc)
+/* Take out of v[from..*n) the nodes of hidden[0..nhidden) (each there at
+ * most once; the order of v is not kept).  The reverse walk passes the
+ * root's hidden children (sl->hidden_roots) where a wildcard in the
+ * query's first level reaches the root's children, none elsewhere: MQTT's
+ * '$' rule as a set taken away, no token read. */
+static void take_out(const fs_node **v, size_t from, size_t *n, const fs_node *const *hidden, uint32_t nhidden)
+{
+    for (uint32_t h = 0; h < nhidden; h++)
+        for (size_t k = from; k < *n; k++)
+            if (v[k] == hidden[h]) {
+                v[k] = v[--*n];
+                break;
+            }
+}
+
+/* Push every node below n (not n itself) onto sc->hits but those below
+ * n's children hidden[0..nhidden) (take_out's) and those themselves.
+ * Uses sc->next as the explicit stack. */
+static int push_descendants(const fs_sublist *sl, const fs_node *n, const fs_node *const *hidden,
+                            uint32_t nhidden, fs_scratch *sc)
 {
     sc->nnext = 0;
-    if (fs_push_node(&sc->next, &sc->nnext, &sc->cap_next, n) < 0)
+    if (fs_trie_push_children(sl, n, &sc->next, &sc->nnext, &sc->cap_next) < 0)
         return FS_ENOMEM;
-    uint64_t budget = sl->nodes + 1;     /* a mapped image's loop stops here */
+    take_out(sc->next, 0, &sc->nnext, hidden, nhidden);
+    uint64_t budget = sl->nodes;         /* n's descendants; a mapped image's loop stops here */
     while (sc->nnext && fs_visit(sl, &budget)) {
         const fs_node *x = sc->next[--sc->nnext];
-        if (x != n && fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
+        if (fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, x) < 0)
             return FS_ENOMEM;
-        if (fs_trie_push_children(sl, x, skip_dollar && x == n ? "$" : NULL, &sc->next, &sc->nnext, &sc->cap_next) < 0)
+        if (fs_trie_push_children(sl, x, &sc->next, &sc->nnext, &sc->cap_next) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -430,7 +511,6 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
     if (R->rest_anywhere)
         return trie_rwalk_amqp(sl, q, sc);
     int zero_rest = R->rest_min == 0;           /* MQTT: "a/#" matches "a" */
-    int hide_dollar = R->dollar_hidden;
     sc->nhits = 0;
     sc->nfront = 0;
     if (fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, sl->root) < 0)
@@ -438,8 +518,12 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
     /* The frontier is processed depth by depth, like walk_locked; the
      * "next" array is borrowed by push_descendants, so collect the next
      * depth into a separate region at the end of front instead. */
-    uint32_t hide = t->hidden;                  /* the root's step only */
-    for (uint32_t i = 0; i < t->n && sc->nfront; i++, hide = 0) {
+    /* MQTT's '$' rule, at the root's step only, both ways: the query's
+     * first level hidden (t->hidden, the tokenizer's) reaches none of the
+     * root's wildcard children (wild_of), and a wildcard there reaches
+     * none of the root's hidden children (sl->hidden_roots, taken out). */
+    uint32_t hide = t->hidden, nhidden = sl->nhidden_roots;
+    for (uint32_t i = 0; i < t->n && sc->nfront; i++, hide = 0, nhidden = 0) {
         const fs_span *sp = &t->tok[i];
         int root = i == 0;
         size_t end = sc->nfront;
@@ -453,7 +537,7 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
                 if (zero_rest && !root && !empty_topic && fs_has_subs(n) &&
                     fs_push_node(&sc->hits, &sc->nhits, &sc->cap_hits, n) < 0)
                     return FS_ENOMEM;
-                if (push_descendants(sl, n, hide_dollar && root, sc) < 0)
+                if (push_descendants(sl, n, sl->hidden_roots, nhidden, sc) < 0)
                     return FS_ENOMEM;
                 continue;
             }
@@ -473,12 +557,13 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc)
             if (sp->kind == FS_TOK_ONE) {
                 const fs_slot *slots;
                 uint32_t ncap = fs_lv_get(sl, L, &slots);
+                size_t from = sc->nfront;
                 for (uint32_t s = 0; s < ncap; s++) {
                     const fs_node *c = fs_ref_node(sl, slots[s].node);
-                    if (c && !(hide_dollar && root && c->toklen && c->tok[0] == '$') &&
-                        fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
+                    if (c && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)
                         return FS_ENOMEM;
                 }
+                take_out(sc->front, from, &sc->nfront, sl->hidden_roots, nhidden);
             } else {
                 const fs_node *c = fs_level_find(sl, L, q + sp->off, sp->len, sp->hash);
                 if (c && fs_push_node(&sc->front, &sc->nfront, &sc->cap_front, c) < 0)

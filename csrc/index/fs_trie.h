@@ -26,10 +26,19 @@ void fs_trie_prune(fs_sublist *sl, fs_node *n);
  * FS_ENOMEM. */
 int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc);
 /* Push x's children (a built index's or a mapped image's) onto the stack
- * v: its literal children -- except, when skip is "$", those whose token
- * starts with '$' -- then its one and rest children.  FS_OK or FS_ENOMEM. */
-int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const char *skip, const fs_node ***v,
-                          size_t *n, size_t *cap);
+ * v: its literal children, then its one and rest children.  FS_OK or
+ * FS_ENOMEM. */
+int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const fs_node ***v, size_t *n, size_t *cap);
+/* sl->hidden_roots (fs_layout.h): c, a child of the root just read from a
+ * stored trie, joins them if no first-level wildcard matches its level
+ * (fs_first_level_hidden, the tokenizer's decision); fs_trie_hide_roots
+ * does it for each of the root's literal children (a mapped image's, at
+ * open).  fs_trie_path and fs_trie_prune keep them for inserts and
+ * removals.  FS_OK or FS_ENOMEM. */
+int fs_trie_hide_root(fs_sublist *sl, const fs_node *c);
+int fs_trie_hide_roots(fs_sublist *sl);
+/* Free sl->hidden_roots (a built index's or a mapped image's). */
+void fs_trie_hidden_free(fs_sublist *sl);
 /* The trie's part of the walk (fs_walk.h; appends to sc->hits). */
 int fs_trie_walk_locked(const fs_sublist *sl, const char *s, const fs_tokens *t, fs_scratch *sc);
 /* Free the trie, root included (never allocates). */

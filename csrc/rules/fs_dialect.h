@@ -65,7 +65,11 @@ typedef struct {
                                   * word automaton and the trie's own walk */
     uint8_t dollar_hidden;       /* a wildcard in the first level does not
                                   * match a subject starting with '$' (MQTT
-                                  * §4.7.2) */
+                                  * §4.7.2).  Read by the tokenizer alone
+                                  * (fs_first_level_hidden), which decides
+                                  * it once per subject or filter
+                                  * (fs_tokens.hidden): the walks choose
+                                  * their structures by that */
     uint8_t once_per_id;         /* a match delivers each sub_id once,
                                   * whatever dedupe says (AMQP: a queue bound
                                   * twice gets one copy) */

@@ -417,13 +417,11 @@ static int check_length(fs_dialect d, size_t len, fs_error *err)
     return FS_OK;
 }
 
-/* The tokenizer's one decision about the first level (fs_tokens.hidden),
- * the only place the dialects' '$' rule (dollar_hidden) is read: does a
- * first-level wildcard not match it?  MQTT: it starts with '$' (s has a
- * byte: MQTT refuses ""); d a constant, so NATS and AMQP store a 0. */
+/* fs_first_level_hidden of s's first level, for a constant d (NATS and
+ * AMQP store a 0; MQTT's s has a byte: it refuses ""). */
 FS_ALWAYS_INLINE uint32_t first_level_hidden(fs_dialect d, const char *s)
 {
-    return fs_rules(d)->dollar_hidden && s[0] == '$';
+    return fs_first_level_hidden(d, s, 1);
 }
 
 /* Each dialect's tokenizer: the first level's decision, then the vector

@@ -42,6 +42,16 @@ typedef struct {
 void fs_tokens_init(fs_tokens *t);
 void fs_tokens_free(fs_tokens *t);
 
+/* The tokenizer's one decision about a first level (fs_tokens.hidden),
+ * the only reader of the dialects' '$' rule (dollar_hidden): does no
+ * first-level wildcard match the level tok[0..len)?  MQTT: it starts with
+ * '$'.  With a constant d it folds: NATS and AMQP give 0 unread.  The
+ * loaders ask it of a stored trie's root levels (fs_trie_hide_root). */
+static inline uint32_t fs_first_level_hidden(fs_dialect d, const char *tok, size_t len)
+{
+    return fs_rules(d)->dollar_hidden && len && tok[0] == '$';
+}
+
 /* Split s[0..len) into t, and decide t->hidden.  is_filter admits
  * wildcards.  Returns FS_OK, FS_EINVAL (err filled in) or FS_ENOMEM.
  * Only AMQP accepts len 0 (the key of zero words: t->n == 0); every other

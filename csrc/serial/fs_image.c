@@ -75,7 +75,7 @@ static int each_node(const fs_sublist *sl, int (*add)(void *, const fs_sublist *
         if (x != sl->root && fs_has_subs(x) && !fs_image_masked(sl, x))
             rc = L && (L->count || L->one || L->rest) ? fs_push_node(&later, &nlater, &cap_later, x) : add(ctx, sl, x);
         if (rc == FS_OK)
-            rc = fs_trie_push_children(sl, x, NULL, &stack, &n, &cap);
+            rc = fs_trie_push_children(sl, x, &stack, &n, &cap);
     }
     while (rc == FS_OK && nlater)       /* deepest first: pushed after their ancestors */
         rc = add(ctx, sl, later[--nlater]);
@@ -1556,7 +1556,8 @@ int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs
         fs_sublist_free(sl);
         FAIL(why, FS_SERIAL_HEADER);
     }
-    if ((rc = check_and_copy(sl, verify, threads, sum_pending, err)) < 0) {
+    /* The root's '$' levels (MQTT), apart in memory, as inserts keep them */
+    if ((rc = check_and_copy(sl, verify, threads, sum_pending, err)) < 0 || (rc = fs_trie_hide_roots(sl)) < 0) {
         fs_sublist_free(sl);
         return rc;
     }

@@ -849,6 +849,8 @@ static int rd_literal_child(reader *r, rframe *f, char *path, rframe *k)
         fs_node_free(sl, c);
         return FS_ENOMEM;
     }
+    if (!sep && fs_trie_hide_root(sl, c) < 0)      /* a root child: MQTT's '$' levels apart */
+        return FS_ENOMEM;
     /* "$share/" at the root: every filter below is a shared one */
     uint8_t share = f->share;
     if (!sep && fs_share_level(r->d, (const char *)t, tlen))
