@@ -458,8 +458,8 @@ int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter,
                 fs_tokens *t, fs_error *err)
 {
     t->n = 0;
-    t->hidden = 0;
     if (FS_UNLIKELY(len - 1 >= FS_AMQP_MAX_KEY)) {
+        t->hidden = 0;                     /* "": AMQP's key of zero words */
         int rc = check_length(d, len, err);
         if (rc != FS_OK || len == 0)
             return rc;
