@@ -478,6 +478,33 @@ def test_reverse_match_rule(impl, dialect, query, expected):
     assert got == sorted((f, stored.index(f), None) for f in expected)
 
 
+# Filters of 64 shapes and more, none of them the stored filters' first
+# levels: inserted first, they spend the shape budget, so MQTT_STORED's
+# wildcard filters of a new shape ("#", "+", "$SYS/#", ...) sit in the trie.
+TRIE_FILLERS = ["zz/" + "/".join("+" if m >> j & 1 else "y" for j in range(n - 1))
+                for n in range(3, 9) for m in range(1, 2 ** (n - 1))]
+
+
+@pytest.mark.parametrize("dialect,query,expected", [r for r in REVERSE_ROWS if r[0] == "mqtt"],
+                         ids=[f"{d}:{q!r}" for d, q, _ in REVERSE_ROWS if d == "mqtt"])
+def test_dollar_rule_in_the_trie(dialect, query, expected):
+    """MQTT's '$' rule where the stored filters are in the trie, built and
+    mapped from an image: the root's wildcard children (chosen by the
+    tokenizer's decision) and its '$' children (kept apart, hidden_roots)."""
+    sl = topicmatch.Sublist(dialect)
+    ref = R.ReferenceSublist(dialect)
+    for j, f in enumerate(TRIE_FILLERS):
+        sl.insert(f, 1000 + j)
+    for i, f in enumerate(MQTT_STORED):
+        sl.insert(f, i)
+        ref.insert(f, i)
+    want = sorted((f, MQTT_STORED.index(f), None) for f in expected)
+    for index in (sl, topicmatch.Sublist.from_bytes(sl.to_bytes())):
+        assert sorted(tuple(t) for t in index.reverse_match(query) if t[1] < 1000) == want
+        for subject in ("$SYS", "$SYS/a", "$x/a/c", "sport", "a/b/c", "/"):
+            assert [i for i in index.match(subject).subs if i < 1000] == ref.match(subject).subs, subject
+
+
 def test_reverse_match_queues(impl):
     sl = impl.make("mqtt")
     sl.insert("$share/G/a/+", 1)
