@@ -16,7 +16,8 @@
 #include "fs_alloc.h"
 #include "fs_index.h"
 #include "fs_pool.h"
-#include "fs_serial.h"
+#include "fs_checksum.h"
+#include "fs_header.h"
 #include "fs_sys.h"
 
 /* The root block, after the 48-byte header: the index's own fields. */
@@ -33,22 +34,6 @@ typedef struct {
 _Static_assert(FS_SERIAL_HEADER + sizeof(img_root) <= FS_IMG_OBJECTS, "root block fits before the objects");
 _Static_assert(sizeof(void *) == 8, "the image's structs are a 64-bit host's");
 _Static_assert(sizeof(fs_node) == 32 && sizeof(fs_link) == 16 && sizeof(fs_slot) == 16, "image layout");
-
-static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\n'};
-
-static uint64_t get_le(const unsigned char *p, unsigned n)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void put_le(unsigned char *p, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
 
 static int host_little_endian(void)
 {
@@ -650,15 +635,14 @@ static int write_locked(writer *W, const fs_sublist *sl)
     memcpy(R->shape, shapes, sizeof(uint64_t) * sl->shapes.n);
     memcpy(R->probe, sl->shapes.probe[0], sizeof(R->probe));
     unsigned char *h = (unsigned char *)W->w.p;
-    memcpy(h, MAGIC, sizeof(MAGIC));
-    put_le(h + 8, FS_IMAGE_VERSION, 2);
-    put_le(h + 10, fs_dialect_code(sl->dialect), 2);
-    put_le(h + 16, W->w.len - FS_SERIAL_HEADER, 8);
-    put_le(h + 24, sl->count, 8);
-    put_le(h + 32, sl->literals.count, 8);
-    put_le(h + 40, sl->nodes, 8);
-    put_le(h + W->w.len, fs_serial_checksum(h, W->w.len), 8);
-    W->w.len += 8;
+    fs_header_put(h, &(fs_file_header){.version = FS_IMAGE_VERSION,
+                                       .flags = (uint16_t)fs_dialect_code(sl->dialect),
+                                       .payload = W->w.len - FS_SERIAL_HEADER,
+                                       .subs = sl->count,
+                                       .literals = sl->literals.count,
+                                       .nodes = sl->nodes});
+    fs_le_put(h + W->w.len, fs_serial_checksum(h, W->w.len), FS_SERIAL_TRAILER);
+    W->w.len += FS_SERIAL_TRAILER;
     return FS_OK;
 }
 
@@ -766,8 +750,7 @@ int fs_image_save(fs_sublist *sl, const char *path, int durable)
 
 int fs_image_is(const char *data, size_t len)
 {
-    return len >= FS_SERIAL_HEADER && memcmp(data, MAGIC, sizeof(MAGIC)) == 0 &&
-           get_le((const unsigned char *)data + 8, 2) == FS_IMAGE_VERSION;
+    return fs_header_is((const unsigned char *)data, len, FS_IMAGE_VERSION);
 }
 
 uint64_t fs_image_bytes(const fs_sublist *sl) { return sl->img.base ? sl->img.len : 0; }
@@ -1159,18 +1142,19 @@ static int shape_ok(verifier *v, uint32_t j)
 static int verify_rest(verifier *v)
 {
     fs_sublist *sl = v->sl;
-    const unsigned char *h = (const unsigned char *)sl->img.base;
+    fs_file_header hd;
+    fs_header_read((const unsigned char *)sl->img.base, &hd);
     uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
     fs_shapes_probes(sl, probe);
     if (memcmp(probe, sl->shapes.probe[0], sizeof(probe)) != 0)
         return vbad(v, "probe sets do not match the shapes", FS_SERIAL_HEADER);
     int rc = verify_trie(v);
-    if (rc == FS_OK && v->subs != get_le(h + 24, 8))
-        rc = vbad(v, "subscription count does not match the header", 24);
-    if (rc == FS_OK && v->literals != get_le(h + 32, 8))
-        rc = vbad(v, "literal count does not match the header", 32);
+    if (rc == FS_OK && v->subs != hd.subs)
+        rc = vbad(v, "subscription count does not match the header", FS_HDR_SUBS);
+    if (rc == FS_OK && v->literals != hd.literals)
+        rc = vbad(v, "literal count does not match the header", FS_HDR_LITERALS);
     if (rc == FS_OK && v->nodes != sl->nodes)
-        rc = vbad(v, "node count does not match the header", 40);
+        rc = vbad(v, "node count does not match the header", FS_HDR_NODES);
     if (rc == FS_OK && atomic_load(&sl->damaged))
         rc = vbad(v, "offset outside the image", 0);
     return rc;
@@ -1283,7 +1267,7 @@ static void vjob_run(void *arg, unsigned index)
 static int checksum_check(const char *data, size_t len, const uint64_t *sum, fs_error *err)
 {
     uint64_t got = sum ? *sum : fs_serial_checksum(data, len - 8);
-    if (get_le((const unsigned char *)data + len - 8, 8) == got)
+    if (fs_le_get((const unsigned char *)data + len - FS_SERIAL_TRAILER, FS_SERIAL_TRAILER) == got)
         return FS_OK;
     err->reason = "checksum mismatch";      /* of [0, len - 8): what it sums ends here */
     err->pos = len - 8;
@@ -1418,6 +1402,20 @@ static int refuse(const char *data, size_t len, int sum_pending, const char *why
     return FS_EBADDATA;
 }
 
+/* How version 3 refuses a header (docs/FORMAT.md, "Invariants of an
+ * image", 1): a flag outside the dialect's bits is an unknown dialect. */
+static const fs_header_rules V3_HEADER = {
+    .min_len = FS_IMG_OBJECTS + FS_SERIAL_TRAILER,
+    .vmin = FS_IMAGE_VERSION,
+    .vmax = FS_IMAGE_VERSION,
+    .short_why = "image shorter than its header and root block",
+    .magic_why = "bad magic",
+    .version_why = "not a version 3 image",
+    .flags_why = "unknown dialect",
+    .dialect_why = "unknown dialect",
+    .reserved_why = "reserved field not zero",
+};
+
 /* The refusals of fs_image_open's steps: each step's data, len, err and
  * sum_pending (0 until the header says whether the checksum is put off). */
 #define FAIL(why, at) return refuse(data, len, sum_pending, (why), (at), err)
@@ -1427,28 +1425,20 @@ static int refuse(const char *data, size_t len, int sum_pending, const char *why
  * with the image's size, the root block's counts are bounded.  The
  * checksum is checked here, or put off (*sum_pending_out) when a full
  * check on threads will run it beside the tables'. */
-static int check_header(const char *data, size_t len, int verify, unsigned threads, fs_dialect *d,
-                        img_root *R, int *sum_pending_out, fs_error *err)
+static int check_header(const char *data, size_t len, int verify, unsigned threads, fs_file_header *hd,
+                        fs_dialect *d, img_root *R, int *sum_pending_out, fs_error *err)
 {
     const unsigned char *h = (const unsigned char *)data;
     int sum_pending = 0;
     if (!host_little_endian())
-        FAIL("a version 3 image maps only on little-endian hosts", 8);
+        FAIL("a version 3 image maps only on little-endian hosts", FS_HDR_VERSION);
     if (((uintptr_t)data & 7) != 0)
         FAIL("image not 8-byte aligned in memory", 0);
-    if (len < FS_IMG_OBJECTS + 8)
-        FAIL("image shorter than its header and root block", len);
-    if (memcmp(h, MAGIC, sizeof(MAGIC)) != 0)
-        FAIL("bad magic", 0);
-    if (get_le(h + 8, 2) != FS_IMAGE_VERSION)
-        FAIL("not a version 3 image", 8);
-    if (!fs_dialect_of_code(get_le(h + 10, 2), d))
-        FAIL("unknown dialect", 10);
-    if (get_le(h + 12, 4) != 0)
-        FAIL("reserved field not zero", 12);
-    uint64_t P = get_le(h + 16, 8);
-    if (P != len - FS_SERIAL_HEADER - 8)
-        FAIL("payload length does not match the image's size", 16);
+    if (fs_header_get(h, len, &V3_HEADER, hd, d, err) < 0)
+        return FS_EBADDATA;
+    uint64_t P = hd->payload;
+    if (P != len - FS_SERIAL_HEADER - FS_SERIAL_TRAILER)
+        FAIL("payload length does not match the image's size", FS_HDR_PAYLOAD);
     /* A full check on threads puts the checksum off, to run beside the
      * tables' check (verify_image); every refusal from here checks it
      * first (refuse). */
@@ -1465,12 +1455,12 @@ static int check_header(const char *data, size_t len, int verify, unsigned threa
     for (uint32_t k = 0; k < FS_SHAPE_MAX_TOKENS + 2; k++)
         if ((R->probe[k] & ~known) || fs_popcount64(R->probe[k]) > FS_SHAPE_MAX_PROBES)
             FAIL("probe set names a shape the image lacks", FS_SERIAL_HEADER);
-    if (get_le(h + 40, 8) != R->nodes)
-        FAIL("node count does not match the header", 40);
+    if (hd->nodes != R->nodes)
+        FAIL("node count does not match the header", FS_HDR_NODES);
     /* Walks bound their work by the node count (a loop in a damaged image
      * stops there): it cannot exceed what the image could hold. */
     if (R->nodes > len / sizeof(fs_node))
-        FAIL("node count exceeds what the image could hold", 40);
+        FAIL("node count exceeds what the image could hold", FS_HDR_NODES);
     return FS_OK;
 }
 
@@ -1479,9 +1469,9 @@ static int check_header(const char *data, size_t len, int verify, unsigned threa
  * fields in range, then sl's root, tables, counts.  NULL, or why the
  * root block is refused (at FS_SERIAL_HEADER); sl is unchanged then but
  * for img and the shapes checked so far (the caller frees it). */
-static const char *map_sections(fs_sublist *sl, const char *data, size_t len, const img_root *R)
+static const char *map_sections(fs_sublist *sl, const char *data, size_t len, const fs_file_header *hd,
+                                const img_root *R)
 {
-    const unsigned char *h = (const unsigned char *)data;
     sl->img.base = data;
     sl->img.len = len;
     sl->img.nodes_end = R->objects_end;
@@ -1506,7 +1496,7 @@ static const char *map_sections(fs_sublist *sl, const char *data, size_t len, co
     sl->shapes.n = (uint32_t)R->nshapes;
     memcpy(sl->shapes.probe[0], R->probe, sizeof(R->probe));
     fs_shapes_hide_probes(&sl->shapes);      /* in memory only: the '$' topics' sets */
-    sl->count = get_le(h + 24, 8);
+    sl->count = hd->subs;
     fs_sublist_publish_count(sl);
     sl->nodes = R->nodes;
     return NULL;
@@ -1541,9 +1531,10 @@ int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs
     *out = NULL;
     err->in_queue = 0;
     fs_dialect d = FS_NATS;       /* check_header's when it succeeds (gcc -O1 cannot tell) */
+    fs_file_header hd;
     img_root R;
     int sum_pending = 0;
-    int rc = check_header(data, len, verify, threads, &d, &R, &sum_pending, err);
+    int rc = check_header(data, len, verify, threads, &hd, &d, &R, &sum_pending, err);
     if (rc < 0)
         return rc;
     fs_sublist *sl = fs_sublist_new(d);
@@ -1551,7 +1542,7 @@ int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs
         return FS_ENOMEM;
     fs_node_free(sl, sl->root);           /* the image has its own */
     sl->root = NULL;
-    const char *why = map_sections(sl, data, len, &R);
+    const char *why = map_sections(sl, data, len, &hd, &R);
     if (why) {
         fs_sublist_free(sl);
         FAIL(why, FS_SERIAL_HEADER);

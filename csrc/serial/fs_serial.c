@@ -9,13 +9,12 @@
 
 #include "fs_alloc.h"
 #include "fs_dialect.h"
+#include "fs_header.h"
 #include "fs_index.h"
 #include "fs_mem.h"
 #include "fs_node.h"
 #include "fs_table.h"
 #include "fs_xxh64.h"
-
-static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\n'};
 
 /* Cheap lower bounds on the encoded size of one item, used to reject a
  * count before anything is allocated from it. */
@@ -26,32 +25,9 @@ static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\
 #define MIN_NODE 2u        /* a wildcard child: subs, children (no token) */
 #define MAX_TABLE (1u << 30)  /* entries of one hash table or group list: keeps capacities in uint32 */
 
-/* ------------------------------------------------------- little endian */
+/* Little-endian fields: fs_le_get, fs_le_put (fs_header.h); the checksum:
+ * fs_checksum.h. */
 
-static inline uint64_t get_le(const unsigned char *p, unsigned n)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* Spelled out so the compiler turns it into one load. */
-static inline uint64_t get64(const unsigned char *p)
-{
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
-}
-
-static inline void put_le(unsigned char *p, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* ------------------------------------------------------------- checksum */
-
-/* XXH64 with seed 0 (fs_xxh64.h). */
 /* --------------------------------------------------------------- sizing */
 
 /* The capacities a freshly built index ends up with (see sublist.c), so a
@@ -351,15 +327,13 @@ int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
         return FS_ENOMEM;
     }
     unsigned char *h = d.w.buf;
-    memcpy(h, MAGIC, sizeof(MAGIC));
-    put_le(h + 8, FS_SERIAL_VERSION, 2);
-    put_le(h + 10, fs_dialect_code(dialect), 2);
-    put_le(h + 12, 0, 4);
-    put_le(h + 16, d.w.len - FS_SERIAL_HEADER, 8);
-    put_le(h + 24, d.subs, 8);
-    put_le(h + 32, nlit, 8);
-    put_le(h + 40, ntrie, 8);
-    put_le(h + d.w.len, fs_serial_checksum(h, d.w.len), 8);
+    fs_header_put(h, &(fs_file_header){.version = FS_SERIAL_VERSION,
+                                       .flags = (uint16_t)fs_dialect_code(dialect),
+                                       .payload = d.w.len - FS_SERIAL_HEADER,
+                                       .subs = d.subs,
+                                       .literals = nlit,
+                                       .nodes = ntrie});
+    fs_le_put(h + d.w.len, fs_serial_checksum(h, d.w.len), FS_SERIAL_TRAILER);
     d.w.len += FS_SERIAL_TRAILER;
     *out = (char *)d.w.buf;
     *len = d.w.len;
@@ -970,35 +944,34 @@ static int rd_trie(reader *r, uint64_t *ntrie)
     return rc;
 }
 
+/* How versions 1 and 2 refuse a header (docs/FORMAT.md, "Envelope"). */
+static const fs_header_rules V2_HEADER = {
+    .min_len = FS_SERIAL_HEADER,
+    .vmin = 1,
+    .vmax = FS_SERIAL_VERSION,
+    .short_why = "truncated header",
+    .magic_why = "bad magic (not a topicmatch index)",
+    .version_why = "unsupported format version",
+    .flags_why = "unknown flags",
+    .dialect_why = "unknown dialect",
+    .reserved_why = "nonzero reserved field",
+};
+
 /* The fixed header and the checksum: everything before the structure. */
-static int check_envelope(reader *r, size_t len, uint64_t *payload)
+static int check_envelope(reader *r, size_t len, fs_file_header *hd)
 {
     const unsigned char *p = r->p;
-    if (len < FS_SERIAL_HEADER)
-        return bad(r, "truncated header", len);
-    if (memcmp(p, MAGIC, sizeof(MAGIC)) != 0)
-        return bad(r, "bad magic (not a topicmatch index)", 0);
-    r->version = (unsigned)get_le(p + 8, 2);
-    if (r->version < 1 || r->version > FS_SERIAL_VERSION)
-        return bad(r, "unsupported format version", 8);
-    uint64_t flags = get_le(p + 10, 2);
-    if (flags & ~(uint64_t)3)
-        return bad(r, "unknown flags", 10);
-    fs_dialect d;
-    if (!fs_dialect_of_code(flags, &d))
-        return bad(r, "unknown dialect", 10);
-    if (get_le(p + 12, 4) != 0)
-        return bad(r, "nonzero reserved field", 12);
-    *payload = get64(p + 16);
+    if (fs_header_get(p, len, &V2_HEADER, hd, &r->d, r->err) < 0)
+        return FS_EBADDATA;
+    r->version = hd->version;
     size_t room = len - FS_SERIAL_HEADER;
-    if (room < FS_SERIAL_TRAILER || *payload > room - FS_SERIAL_TRAILER)
+    if (room < FS_SERIAL_TRAILER || hd->payload > room - FS_SERIAL_TRAILER)
         return bad(r, "truncated data", len);
-    size_t end = FS_SERIAL_HEADER + (size_t)*payload;
-    if (room - FS_SERIAL_TRAILER > *payload)
+    size_t end = FS_SERIAL_HEADER + (size_t)hd->payload;
+    if (room - FS_SERIAL_TRAILER > hd->payload)
         return bad(r, "trailing bytes after the checksum", end + FS_SERIAL_TRAILER);
-    if (fs_serial_checksum(p, end) != get_le(p + end, 8))
+    if (fs_serial_checksum(p, end) != fs_le_get(p + end, FS_SERIAL_TRAILER))
         return bad(r, "checksum mismatch", end);
-    r->d = d;
     r->pos = FS_SERIAL_HEADER;
     r->end = end;
     return FS_OK;
@@ -1011,15 +984,15 @@ int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *er
     r.p = (const unsigned char *)data;
     r.err = err;
     *out = NULL;
-    uint64_t payload;
-    int rc = check_envelope(&r, len, &payload);
+    fs_file_header hd;
+    int rc = check_envelope(&r, len, &hd);
     if (rc < 0)
         return rc;
-    uint64_t nsubs = get_le(r.p + 24, 8), nlit = get_le(r.p + 32, 8), ntrie = get_le(r.p + 40, 8);
-    if (nlit > payload / MIN_LITERAL || nlit > MAX_TABLE)
-        return bad(&r, "literal filter count exceeds the data", 32);
-    if (ntrie > payload / MIN_NODE)
-        return bad(&r, "trie node count exceeds the data", 40);
+    uint64_t nsubs = hd.subs, nlit = hd.literals, ntrie = hd.nodes;
+    if (nlit > hd.payload / MIN_LITERAL || nlit > MAX_TABLE)
+        return bad(&r, "literal filter count exceeds the data", FS_HDR_LITERALS);
+    if (ntrie > hd.payload / MIN_NODE)
+        return bad(&r, "trie node count exceeds the data", FS_HDR_NODES);
 
     fs_sublist *sl = fs_sublist_new(r.d);
     if (!sl)
@@ -1034,9 +1007,9 @@ int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *er
     if (rc == FS_OK && r.pos != r.end)
         rc = bad(&r, "trailing bytes after the trie", r.pos);
     if (rc == FS_OK && r.subs != nsubs)
-        rc = bad(&r, "subscription count does not match the header", 24);
+        rc = bad(&r, "subscription count does not match the header", FS_HDR_SUBS);
     if (rc == FS_OK && seen != ntrie)
-        rc = bad(&r, "trie node count does not match the header", 40);
+        rc = bad(&r, "trie node count does not match the header", FS_HDR_NODES);
     if (rc < 0) {
         fs_sublist_free(sl);
         return rc;

@@ -35,12 +35,11 @@
 #include <stdint.h>
 
 #include "fs_checksum.h"
+#include "fs_header.h"
 #include "fs_token.h"
 #include "sublist.h"
 
 #define FS_SERIAL_VERSION 2      /* writes 2; reads 1 and 2 */
-#define FS_SERIAL_HEADER 48u     /* bytes before the payload */
-#define FS_SERIAL_TRAILER 8u     /* the checksum after it */
 
 /* Serialize the index (under its read lock) into a new buffer.
  * FS_OK: *out (from FS_MALLOC; the caller frees it with FS_FREE) holds *len
