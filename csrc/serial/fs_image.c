@@ -98,7 +98,7 @@ static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
     const int64_t *ids;
     uint32_t nids = fs_subs_of(sl, n, &ids), ng = fs_ngroups_of(sl, n);
     for (uint32_t i = 0; i < nids && rc >= 0; i++) {
-        fs_spec sp = {c->path, len, NULL, 0, ids[i]};
+        fs_spec sp = {.filter = c->path, .filter_len = len, .id = ids[i]};
         rc = fs_sublist_insert(c->to, &sp, &err);
     }
     for (uint32_t gi = 0; gi < ng && rc >= 0; gi++) {
@@ -106,7 +106,7 @@ static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
         const char *name;
         uint32_t name_len = fs_gname_of(sl, g, &name), gn = fs_gids_of(sl, g, &ids);
         for (uint32_t i = 0; i < gn && rc >= 0; i++) {
-            fs_spec sp = {c->path, len, name, name_len, ids[i]};
+            fs_spec sp = {.filter = c->path, .filter_len = len, .queue = name, .queue_len = name_len, .id = ids[i]};
             rc = fs_sublist_insert(c->to, &sp, &err);
         }
     }
@@ -562,7 +562,7 @@ static uint64_t write_trie(writer *W, const fs_node *root)
     uint64_t root_off = 0;
     int rc = fs_grow(&stack, &cap, 1, sizeof(trie_frame));
     if (rc == FS_OK)
-        stack[n++] = (trie_frame){root, 0, 0, 0, 0};
+        stack[n++] = (trie_frame){.n = root};
     while (rc == FS_OK && n) {
         trie_frame f = stack[--n];
         uint64_t off = write_node(W, f.n, f.parent, 1);
@@ -573,7 +573,8 @@ static uint64_t write_trie(writer *W, const fs_node *root)
         if (f.n == root)
             root_off = off;
         else if (f.where == 0)
-            place_entry(W, f.lv, (fs_slot){f.n->hash, f.len, (fs_node *)(uintptr_t)off}, NULL, 0);
+            place_entry(W, f.lv, (fs_slot){.hash = f.n->hash, .len = f.len, .node = (fs_node *)(uintptr_t)off},
+                        NULL, 0);
         else if (f.where == 1)
             AT(&W->w, f.lv, fs_level)->one = (fs_node *)(uintptr_t)off;
         else
@@ -592,11 +593,12 @@ static uint64_t write_trie(writer *W, const fs_node *root)
         AT(&W->w, off - sizeof(fs_link), fs_link)->next = (fs_level *)(uintptr_t)lv;
         /* popped in the order: literal children (writing order), one, rest */
         if (L->rest)
-            stack[n++] = (trie_frame){L->rest, off, lv, 0, 2};
+            stack[n++] = (trie_frame){.n = L->rest, .parent = off, .lv = lv, .where = 2};
         if (L->one)
-            stack[n++] = (trie_frame){L->one, off, lv, 0, 1};
+            stack[n++] = (trie_frame){.n = L->one, .parent = off, .lv = lv, .where = 1};
         for (size_t k = nlit; k-- > 0;)
-            stack[n++] = (trie_frame){W->sorted[k].node, off, lv, W->sorted[k].len, 0};
+            stack[n++] = (trie_frame){.n = W->sorted[k].node, .parent = off, .lv = lv, .len = W->sorted[k].len,
+                                      .where = 0};
     }
     FS_FREE(stack);
     return rc == FS_OK ? root_off : 0;
@@ -977,7 +979,7 @@ static int vpush(vstack *s, const fs_node *x, size_t len)
 {
     if (s->n == s->cap && fs_grow(&s->f, &s->cap, s->n + 1, sizeof(vframe)) < 0)
         return FS_ENOMEM;
-    s->f[s->n++] = (vframe){x, len};
+    s->f[s->n++] = (vframe){.n = x, .len = len};
     return FS_OK;
 }
 
@@ -1046,7 +1048,7 @@ static int verify_trie(verifier *v)
 {
     fs_sublist *sl = v->sl;
     const fs_dialect_rules *R = fs_rules(sl->dialect);
-    vstack stack = {NULL, 0, 0};
+    vstack stack = {.f = NULL, .n = 0, .cap = 0};
     char *buf = FS_MALLOC(FS_MAX_SUBJECT + 1);
     int rc = buf ? vpush(&stack, sl->root, 0) : FS_ENOMEM;
     while (rc == FS_OK && stack.n) {
@@ -1127,7 +1129,7 @@ static int shape_ok(verifier *v, uint32_t j)
     const fs_sublist *sl = v->sl;
     const fs_shape *sh = sl->shapes.shape[j];
     uint64_t at = fs_img_off(sl, sh);
-    fs_shape_of of = {sh->onemask, sh->ntoks, sh->rest, 0};
+    fs_shape_of of = {.onemask = sh->onemask, .ntoks = sh->ntoks, .rest = sh->rest, .key = 0};
     if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->ntoks < 64 && sh->onemask >> sh->ntoks) ||
         (!sh->onemask && !sh->rest) || sh->first_wild != ((sh->onemask & 1) || (sh->rest && sh->ntoks == 0)))
         return vbad(v, "invalid shape", at);
@@ -1307,7 +1309,8 @@ static int verify_threads(fs_sublist *sl, unsigned threads, int *sum_pending, fs
         size_t k = 0;
         for (uint32_t t = 0; t <= sl->shapes.n; t++)
             for (uint32_t lo = 0; lo < levels[t].cap; lo += VERIFY_UNIT_SLOTS)
-                units[k++] = (vunit){t, lo, levels[t].cap - lo < VERIFY_UNIT_SLOTS ? levels[t].cap : lo + VERIFY_UNIT_SLOTS};
+                units[k++] = (vunit){.table = t, .lo = lo,
+                                 .hi = levels[t].cap - lo < VERIFY_UNIT_SLOTS ? levels[t].cap : lo + VERIFY_UNIT_SLOTS};
         J.task.fn = vjob_run;
         J.task.arg = &J;
         J.sl = sl;

@@ -216,7 +216,7 @@ static int push_frame(dumper *d, wframe **stack, size_t *depth, size_t *cap, con
     size_t start = d->nkids;
     if (collect_sorted(d, fs_next(c)) < 0)
         return FS_ENOMEM;
-    (*stack)[(*depth)++] = (wframe){c, start, start, d->nkids, 0};
+    (*stack)[(*depth)++] = (wframe){.n = c, .kids_start = start, .kid = start, .kids_end = d->nkids, .stage = 0};
     return FS_OK;
 }
 
@@ -611,7 +611,7 @@ static int rd_literals(reader *r, uint64_t count)
             rc = bad(r, "duplicate literal filter", at);
             break;
         }
-        fs_span sp = {0, flen, (uint32_t)key, FS_TOK_LITERAL};
+        fs_span sp = {.off = 0, .len = flen, .hash = (uint32_t)key, .kind = FS_TOK_LITERAL};
         fs_node *e = fs_entry_new(sl, (const char *)f, &sp);
         if (!e) {
             rc = FS_ENOMEM;
@@ -684,7 +684,7 @@ static int rd_shaped(reader *r)
             rc = bad(r, "duplicate shaped filter", at);
             break;
         }
-        fs_span sp = {0, flen, (uint32_t)of.key, FS_NODE_SHAPED};
+        fs_span sp = {.off = 0, .len = flen, .hash = (uint32_t)of.key, .kind = FS_NODE_SHAPED};
         fs_node *e = fs_entry_new(sl, (const char *)f, &sp);
         if (!e) {
             fs_shape_drop_if_empty(sl, sh);
@@ -813,7 +813,7 @@ static int rd_literal_child(reader *r, rframe *f, char *path, rframe *k)
     uint32_t pathlen = f->pathlen + sep + tlen;
     if (pathlen > R->max_len)
         return bad(r, R->filter_too_long, at);
-    fs_span sp = {0, tlen, fs_hash((const char *)t, tlen), FS_TOK_LITERAL};
+    fs_span sp = {.off = 0, .len = tlen, .hash = fs_hash((const char *)t, tlen), .kind = FS_TOK_LITERAL};
     if (fs_level_find(sl, L, (const char *)t, tlen, sp.hash))
         return bad(r, "duplicate child token", at);
     fs_node *c = fs_node_new(sl, parent, (const char *)t, &sp);
@@ -852,8 +852,8 @@ static int add_wild_child(reader *r, rframe *f, char *path, rframe *k)
     if (pathlen > R->max_len)
         return bad(r, R->filter_too_long, r->pos);
     const char *tok = is_one ? &R->one : &R->rest;
-    const fs_span one_sp = {0, 1, fs_hash(&R->one, 1), FS_TOK_ONE};
-    const fs_span rest_sp = {0, 1, fs_hash(&R->rest, 1), FS_TOK_REST};
+    const fs_span one_sp = {.off = 0, .len = 1, .hash = fs_hash(&R->one, 1), .kind = FS_TOK_ONE};
+    const fs_span rest_sp = {.off = 0, .len = 1, .hash = fs_hash(&R->rest, 1), .kind = FS_TOK_REST};
     fs_node *c = fs_node_new(sl, parent, tok, is_one ? &one_sp : &rest_sp);
     if (!c)
         return FS_ENOMEM;
