@@ -17,6 +17,7 @@
 #include "fs_index.h"
 #include "fs_pool.h"
 #include "fs_checksum.h"
+#include "fs_entry.h"
 #include "fs_header.h"
 #include "fs_sys.h"
 
@@ -827,10 +828,10 @@ static int verify_subs(verifier *v, const fs_node *n, uint32_t toklen, int entry
         if (ids[i] <= ids[i - 1])
             return vbad(v, "ids not in strictly increasing order", at);
     v->subs += nids;
-    if (entry && !nids && !ng)
-        return vbad(v, "table entry without subscriptions", at);
-    if (nids && entry && fs_share_prefixed(sl->dialect, n->tok, toklen))
-        return vbad(v, "plain subscription on a '$share/' filter", at);
+    const char *empty_why = "table entry without subscriptions";
+    const char *why = entry ? fs_entry_subs_why(sl->dialect, n->tok, toklen, nids, ng, empty_why) : NULL;
+    if (why)
+        return vbad(v, why, at);
     const char *prev = NULL;
     uint32_t prev_len = 0;
     for (uint32_t gi = 0; gi < ng; gi++) {
@@ -842,12 +843,8 @@ static int verify_subs(verifier *v, const fs_node *n, uint32_t toklen, int entry
             return vbad(v, qe.reason, at);
         if (g->name_hash != fs_hash(name, name_len))
             return vbad(v, "queue name hash does not match", at);
-        if (gi > 0) {
-            uint32_t m = prev_len < name_len ? prev_len : name_len;
-            int c = memcmp(prev, name, m);
-            if (c > 0 || (c == 0 && prev_len >= name_len))
-                return vbad(v, "queue groups not in strictly increasing name order", at);
-        }
+        if (gi > 0 && !fs_gname_after(prev, prev_len, name, name_len))
+            return vbad(v, FS_GROUPS_ORDER_WHY, at);
         prev = name;
         prev_len = name_len;
         const int64_t *m;

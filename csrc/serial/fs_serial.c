@@ -9,6 +9,7 @@
 
 #include "fs_alloc.h"
 #include "fs_dialect.h"
+#include "fs_entry.h"
 #include "fs_header.h"
 #include "fs_index.h"
 #include "fs_mem.h"
@@ -487,13 +488,8 @@ static int rd_group(reader *r, fs_group *gs, uint32_t i)
     fs_error qe;
     if (fs_check_queue(r->d, (const char *)name, qlen, &qe) < 0)
         return bad(r, qe.reason, name_at + qe.pos);
-    if (i > 0) {
-        const fs_group *pg = &gs[i - 1];
-        uint32_t m = pg->name_len < qlen ? pg->name_len : qlen;
-        int c = memcmp(pg->name, name, m);
-        if (c > 0 || (c == 0 && pg->name_len >= qlen))
-            return bad(r, "queue groups not in strictly increasing name order", at);
-    }
+    if (i > 0 && !fs_gname_after(gs[i - 1].name, gs[i - 1].name_len, (const char *)name, qlen))
+        return bad(r, FS_GROUPS_ORDER_WHY, at);
     g->name = fs_sl_alloc(sl, qlen);
     if (!g->name)
         return FS_ENOMEM;
@@ -568,6 +564,16 @@ static int rd_subs(reader *r, fs_node *n)
     return rd_groups(r, n);
 }
 
+/* Table entry e's subscriptions, just read from body on, as inserts leave
+ * them (fs_entry_subs_why; empty_why: this table's words for none). */
+static int entry_subs_ok(reader *r, const fs_node *e, const unsigned char *f, uint32_t flen,
+                         const char *empty_why, size_t body)
+{
+    const char *why = fs_entry_subs_why(r->d, (const char *)f, flen, e->nsubs, e->groups ? e->groups->n : 0,
+                                        empty_why);
+    return why ? bad(r, why, body) : FS_OK;
+}
+
 static int rd_literals(reader *r, uint64_t count)
 {
     const fs_dialect_rules *R = fs_rules(r->d);
@@ -625,12 +631,7 @@ static int rd_literals(reader *r, uint64_t count)
         size_t body = r->pos;
         if ((rc = rd_subs(r, e)) < 0)
             break;
-        if (!fs_has_subs(e))
-            rc = bad(r, "literal filter without subscriptions", body);
-        /* insert("$share/G/f") always makes a group: a plain subscription
-         * on a filter starting "$share/" cannot be built through the API */
-        else if (e->nsubs && fs_share_prefixed(r->d, (const char *)f, flen))
-            rc = bad(r, "plain subscription on a '$share/' filter", body);
+        rc = entry_subs_ok(r, e, f, flen, "literal filter without subscriptions", body);
     }
     fs_tokens_free(&t);
     return rc;
@@ -700,10 +701,7 @@ static int rd_shaped(reader *r)
         size_t body = r->pos;
         if ((rc = rd_subs(r, e)) < 0)
             break;
-        if (!fs_has_subs(e))
-            rc = bad(r, "shaped filter without subscriptions", body);
-        else if (e->nsubs && fs_share_prefixed(r->d, (const char *)f, flen))
-            rc = bad(r, "plain subscription on a '$share/' filter", body);
+        rc = entry_subs_ok(r, e, f, flen, "shaped filter without subscriptions", body);
     }
     fs_tokens_free(&t);
     return rc;
