@@ -1,8 +1,8 @@
 """A plain-Python reader and forger of topicmatch's mapped image (file format
 version 3, csrc/serial/fs_image.c), for the hostile-image tests.
 
-It knows the layout from csrc/serial/fs_image.c and csrc/index/fs_layout.h, not from
-the library: a 48-byte header, the root block at 48 (struct img_root), the
+It knows the layout from csrc/serial/fs_image.c, csrc/serial/fs_header.h and
+csrc/index/fs_layout.h, not from the library: a 48-byte header, the root block at 48 (struct img_root), the
 objects from 1024 (fs_level, fs_slot arrays with their bitmaps, fs_node with
 an fs_link before trie nodes, ids, queue groups), then the XXH64 of
 [0, 48 + P).  `Image.parse` walks every object reachable from the root

@@ -2,7 +2,7 @@
  * written once, then matched from its bytes by every process that maps
  * it, with nothing rebuilt.
  *
- *   offset 0     header, 48 bytes, as versions 1 and 2 (fs_serial.h)
+ *   offset 0     header, 48 bytes, as versions 1 and 2 (fs_header.h)
  *   offset 48    root block: the index's own fields (node count, the
  *                trie's root, the literal table, the shapes and their
  *                probe sets), offsets where a built index has pointers

@@ -1,9 +1,9 @@
 /* fs_serial.h - an index as a byte string and back (the file format is
  * specified byte by byte in docs/FORMAT.md).
  *
- *   offset 0   header, 48 bytes, fixed little-endian
- *              magic "\x89FSB\r\n\x1a\n" | u16 version | u16 flags (bit 0:
- *              MQTT) | u32 0 | u64 payload length P | u64 subscriptions |
+ *   offset 0   header, 48 bytes, fixed little-endian (fs_header.h)
+ *              magic "\x89FSB\r\n\x1a\n" | u16 version | u16 flags (bits 0-1:
+ *              the dialect) | u32 0 | u64 payload length P | u64 subscriptions |
  *              u64 literal filters | u64 trie nodes
  *   offset 48  payload, P bytes
  *                literal table: per whole literal filter,
