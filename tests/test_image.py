@@ -781,6 +781,29 @@ def test_unchanged_image_is_its_own_image(dialect, data):
             assert e.to_bytes() == blob
 
 
+def test_changed_image_with_a_share_group_on_a_share_filter_writes():
+    """MQTT "$share/g/$share/x/+" is the group g on the filter "$share/x/+",
+    which inserts take only in that form (a queue and a "$share/" filter
+    together are refused): the thaw of an opened image holding it (the
+    write of a changed image, to_bytes(version=2)) re-inserts it so, and
+    does not call the image damaged.  The golden MQTT image holds one."""
+    a = topicmatch.Sublist(dialect="mqtt")
+    a.insert("$share/g/$share/x/+", 14)
+    a.insert("$share/g/$share/x/+", 15)
+    a.insert("$share/h/a/+", 16)
+    a.insert("a/b", 17)
+    blob = a.to_bytes()
+    e = topicmatch.Sublist.from_bytes(blob)
+    assert e.to_bytes(version=2) == a.to_bytes(version=2)
+    e.insert("q/r", 1)
+    e.discard("q/r", 1)
+    assert e.to_bytes() == blob
+    assert e.match("$share/x/y").groups == [("g", "$share/x/+", [14, 15])]
+    with open(os.path.join(GOLDEN, "mqtt_small_v3.fsb"), "rb") as f:
+        golden = topicmatch.Sublist.from_bytes(f.read())
+    assert len(topicmatch.Sublist.from_bytes(golden.to_bytes(version=2))) == len(golden)
+
+
 @pytest.mark.parametrize("dialect", ["nats", "mqtt"])
 @PROPS
 @given(data=st.data())

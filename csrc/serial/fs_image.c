@@ -81,8 +81,31 @@ static int each_node(const fs_sublist *sl, int (*add)(void *, const fs_sublist *
 
 typedef struct {
     fs_sublist *to;
-    char *path;
+    char *path;               /* FS_MAX_SUBJECT + 1 bytes: a node's filter */
+    char *shared;             /* as many: "$share/G/" and the filter (thaw_group_spec) */
 } thaw_ctx;
+
+/* The insert of a queue group's members, *sp (the group's name as its
+ * queue): as it is, or -- the group on a filter that itself starts
+ * "$share/" (MQTT: inserted as "$share/G/$share/...") -- in the form
+ * inserts take, the filter "$share/G/f" without a queue (a queue and a
+ * "$share/" filter together are refused).  FS_OK, or FS_EINVAL: no insert
+ * made this (a damaged image's). */
+static int thaw_group_spec(thaw_ctx *c, fs_dialect d, fs_spec *sp)
+{
+    if (!fs_share_prefixed(d, sp->filter, sp->filter_len))
+        return FS_OK;
+    size_t n = FS_SHARE_PREFIX_LEN + sp->queue_len + 1 + sp->filter_len;
+    if (n > FS_MAX_SUBJECT || memchr(sp->queue, '/', sp->queue_len))
+        return FS_EINVAL;
+    char *o = c->shared;
+    memcpy(o, FS_SHARE_PREFIX, FS_SHARE_PREFIX_LEN);
+    memcpy(o + FS_SHARE_PREFIX_LEN, sp->queue, sp->queue_len);
+    o[FS_SHARE_PREFIX_LEN + sp->queue_len] = '/';
+    memcpy(o + FS_SHARE_PREFIX_LEN + sp->queue_len + 1, sp->filter, sp->filter_len);
+    *sp = (fs_spec){.filter = o, .filter_len = n, .queue = NULL, .queue_len = 0, .id = sp->id};
+    return FS_OK;
+}
 
 static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
 {
@@ -106,8 +129,10 @@ static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
         const fs_group *g = fs_group_of(sl, n, gi);
         const char *name;
         uint32_t name_len = fs_gname_of(sl, g, &name), gn = fs_gids_of(sl, g, &ids);
+        fs_spec sp = {.filter = c->path, .filter_len = len, .queue = name, .queue_len = name_len, .id = 0};
+        rc = thaw_group_spec(c, sl->dialect, &sp);
         for (uint32_t i = 0; i < gn && rc >= 0; i++) {
-            fs_spec sp = {.filter = c->path, .filter_len = len, .queue = name, .queue_len = name_len, .id = ids[i]};
+            sp.id = ids[i];
             rc = fs_sublist_insert(c->to, &sp, &err);
         }
     }
@@ -121,7 +146,8 @@ static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
 int fs_image_thaw(fs_sublist *sl, fs_sublist **out)
 {
     *out = NULL;
-    thaw_ctx c = {fs_sublist_new(sl->dialect), FS_MALLOC(FS_MAX_SUBJECT + 1)};
+    thaw_ctx c = {.to = fs_sublist_new(sl->dialect), .path = FS_MALLOC(2 * ((size_t)FS_MAX_SUBJECT + 1))};
+    c.shared = c.path ? c.path + FS_MAX_SUBJECT + 1 : NULL;
     int rc = c.to && c.path ? FS_OK : FS_ENOMEM;
     fs_brlock_rdlock_long(&sl->lock);
     if (rc == FS_OK)
