@@ -652,9 +652,9 @@ static int write_locked(writer *W, const fs_sublist *sl)
         y->rest = sh->rest;
         y->first_wild = sh->first_wild;
     }
-    if (wb_alloc(&W->w, 8) == 0)      /* the checksum's room */
+    if (wb_alloc(&W->w, FS_SERIAL_TRAILER) == 0)      /* the checksum's room */
         return FS_ENOMEM;
-    W->w.len -= 8;
+    W->w.len -= FS_SERIAL_TRAILER;
     img_root *R = AT(&W->w, FS_SERIAL_HEADER, img_root);
     R->nodes = sl->nodes;
     R->root = root;
@@ -1281,7 +1281,7 @@ static void vjob_run(void *arg, unsigned index)
     vjob *J = arg;
     if (index == 0 && J->sum_pending) {
         const char *h = J->sl->img.base;
-        J->sum = fs_serial_checksum(h, J->sl->img.len - 8);
+        J->sum = fs_serial_checksum(h, J->sl->img.len - FS_SERIAL_TRAILER);
         J->sum_done = 1;
     }
     vjob_work(J);
@@ -1291,11 +1291,11 @@ static void vjob_run(void *arg, unsigned index)
  * bytes before it (computed here when *have is 0). */
 static int checksum_check(const char *data, size_t len, const uint64_t *sum, fs_error *err)
 {
-    uint64_t got = sum ? *sum : fs_serial_checksum(data, len - 8);
+    uint64_t got = sum ? *sum : fs_serial_checksum(data, len - FS_SERIAL_TRAILER);
     if (fs_le_get((const unsigned char *)data + len - FS_SERIAL_TRAILER, FS_SERIAL_TRAILER) == got)
         return FS_OK;
     err->reason = "checksum mismatch";      /* of [0, len - 8): what it sums ends here */
-    err->pos = len - 8;
+    err->pos = len - FS_SERIAL_TRAILER;
     err->in_queue = 0;
     return FS_EBADDATA;
 }
