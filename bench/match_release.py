@@ -1,11 +1,12 @@
 """What letting go of the GIL around match()'s walk costs, by index size:
-the figures behind FS_WALK_RELEASE_MIN (csrc/match/fs_match.c).
+the figures behind match()'s rule of walking with the GIL held
+(docs/design.md, "When match() lets go of the GIL").
 
     python bench/match_release.py [--sizes 1000,10000,100000,1000000]
                                   [--calls 100000] [--rounds 7] [--busy]
 
 For each size, no cache, one thread: match() over the same subjects with
-the GIL kept (_set_walk_release_min(None)) and let go for every walk (0),
+the GIL kept (_set_walk_releases_gil(False)) and let go for every walk (True),
 the two interleaved, median CPU ns per call (thread time: steadier than
 wall time on a shared machine) of --rounds.
 
@@ -69,7 +70,7 @@ def main():
     ap.add_argument("--busy", action="store_true", help="beside a busy Python thread, wall time")
     a = ap.parse_args()
     clock = time.perf_counter if a.busy else time.thread_time
-    old = _core._set_walk_release_min(None)
+    old = _core._set_walk_releases_gil(False)
     try:
         if a.busy:
             print("beside a busy Python thread, wall ns per call")
@@ -80,8 +81,8 @@ def main():
             once(sl, subjects, a.calls)                 # warm-up
             kept, freed = [], []
             for _ in range(a.rounds):
-                for rule, out in ((None, kept), (0, freed)):
-                    _core._set_walk_release_min(rule)
+                for rule, out in ((False, kept), (True, freed)):
+                    _core._set_walk_releases_gil(rule)
                     if a.busy:
                         with Busy():
                             out.append(once(sl, subjects, a.calls, clock))
@@ -90,7 +91,7 @@ def main():
             k, f = statistics.median(kept), statistics.median(freed)
             print(f"| {n:,} | {k:.0f} | {f:.0f} | {f - k:+.0f} ns ({(f - k) / k:+.0%}) |", flush=True)
     finally:
-        _core._set_walk_release_min(old)
+        _core._set_walk_releases_gil(old)
 
 
 if __name__ == "__main__":

@@ -280,11 +280,11 @@ def test_close_while_threads_call(tmp_path, kind, work):
     sl = _kinds(tmp_path)[kind]
     # walks of this small index keep the GIL unless told otherwise: let it
     # go for every walk, so that the threads are inside C while close() runs
-    old = topicmatch._core._set_walk_release_min(0)
+    old = topicmatch._core._set_walk_releases_gil(True)
     try:
         assert _closing_under_threads(sl, work) > 0
     finally:
-        topicmatch._core._set_walk_release_min(old)
+        topicmatch._core._set_walk_releases_gil(old)
 
 
 def test_close_while_writers_and_cached_readers(tmp_path):

@@ -18,9 +18,17 @@ import topicmatch
 from topicmatch import _reference as R
 
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-# fs_match.c's FS_WALK_RELEASE_MIN: from this many subscriptions match()
-# lets go of the GIL for a walk.
 BIG = 1000
+
+
+@pytest.fixture(params=[False, True], ids=["walk-keeps-gil", "walk-releases-gil"])
+def walk_releases_gil(request):
+    """match()'s two paths: the walk with the GIL held (the default: it is
+    let go only to wait for a writer), and every walk without it after a
+    cache-only look-up (_set_walk_releases_gil, the testing hook)."""
+    old = topicmatch._core._set_walk_releases_gil(request.param)
+    yield request.param
+    topicmatch._core._set_walk_releases_gil(old)
 
 
 @pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded CPython (make test-ft)")
@@ -48,9 +56,9 @@ def _index(n, cache_size):
 
 @pytest.mark.parametrize("n", [10, BIG, 5 * BIG])
 @pytest.mark.parametrize("cache_size", [0, 64])
-def test_both_paths_answer_as_the_reference(n, cache_size):
-    """Below BIG the GIL stays held; from BIG on a miss walks without it
-    (after a cache-only look-up with it, when there is a cache)."""
+def test_both_paths_answer_as_the_reference(n, cache_size, walk_releases_gil):
+    """The walk with the GIL held, and (walk_releases_gil) a miss walked
+    without it after a cache-only look-up with it."""
     sl, subs = _index(n, cache_size)
     subjects = [f"svc.{i % 97}.{i}" for i in range(0, n, max(1, n // 40))] + ["svc.1.x", "none"]
     want = {s: sorted(i for f, i, q in subs if R.subject_matches(f, s, "nats")) for s in subjects}
@@ -60,7 +68,7 @@ def test_both_paths_answer_as_the_reference(n, cache_size):
 
 
 @pytest.mark.parametrize("cache_size", [0, 64])
-def test_stats_count_each_call_once(cache_size):
+def test_stats_count_each_call_once(cache_size, walk_releases_gil):
     """A cache-only look-up that found nothing and was retried with the
     walk counts once: hits + misses and matches are the calls made."""
     sl, _ = _index(5 * BIG, cache_size)
@@ -74,7 +82,7 @@ def test_stats_count_each_call_once(cache_size):
 
 
 @pytest.mark.parametrize("n", [10, 5 * BIG])
-def test_threads_matching_beside_a_writer(n):
+def test_threads_matching_beside_a_writer(n, walk_releases_gil):
     """8 threads call match() (the cache on) while a writer toggles a
     matching filter: every answer is the stable one, with or without the
     toggled id; stats() counts exactly the calls made."""

@@ -18,19 +18,6 @@
 #include "fs_table.h"
 #include "fs_trie.h"
 
-/* Release the write lock, publishing the count for lock-free readers of
- * the index's size (fs_sublist_walk_costly). */
-static void write_done(fs_sublist *sl)
-{
-    atomic_store_explicit(&sl->size_hint, sl->count, memory_order_relaxed);
-    fs_brlock_wrunlock(&sl->lock);
-}
-
-void fs_sublist_publish_count(fs_sublist *sl)
-{
-    atomic_store_explicit(&sl->size_hint, sl->count, memory_order_relaxed);
-}
-
 fs_sublist *fs_sublist_new(fs_dialect d)
 {
     fs_sublist *sl = FS_MALLOC(sizeof(fs_sublist));
@@ -441,7 +428,7 @@ int fs_sublist_insert(fs_sublist *sl, const fs_spec *spec, fs_error *err)
         fs_growth g;
         fs_brlock_wrlock(&sl->lock);
         rc = insert_locked(sl, &t, &ps, spec->id, &g, 1);
-        write_done(sl);
+        fs_brlock_wrunlock(&sl->lock);
     }
     fs_tokens_free(&t);
     return rc;
@@ -456,7 +443,7 @@ int fs_sublist_remove(fs_sublist *sl, const fs_spec *spec, fs_error *err)
     if (rc == FS_OK) {
         fs_brlock_wrlock(&sl->lock);
         rc = remove_locked(sl, &t, &ps, spec->id, 1);
-        write_done(sl);
+        fs_brlock_wrunlock(&sl->lock);
     }
     fs_tokens_free(&t);
     return rc;
@@ -569,7 +556,7 @@ int fs_sublist_insert_many(fs_sublist *sl, const fs_spec *specs, size_t n,
                                     R->ps[k].literal);
         }
     }
-    write_done(sl);
+    fs_brlock_wrunlock(&sl->lock);
     for (size_t k = 0; k < INSERT_RING; k++)
         fs_tokens_free(&R->t[k]);
     FS_FREE(fresh);
@@ -604,7 +591,7 @@ int fs_sublist_remove_many(fs_sublist *sl, const fs_spec *specs, size_t n,
             parse_spec(sl->dialect, &specs[i], &t, &ps, err);
             *changed += (size_t)remove_locked(sl, &t, &ps, specs[i].id, 1);
         }
-        write_done(sl);
+        fs_brlock_wrunlock(&sl->lock);
     }
     fs_tokens_free(&t);
     return rc;
@@ -618,7 +605,7 @@ int fs_sublist_set_cache(fs_sublist *sl, size_t capacity)
     fs_brlock_wrlock(&sl->lock);
     fs_cache *old = sl->cache;
     sl->cache = c;
-    write_done(sl);
+    fs_brlock_wrunlock(&sl->lock);
     fs_cache_free(old);
     return FS_OK;
 }

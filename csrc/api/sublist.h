@@ -100,10 +100,6 @@ typedef struct {
 
 /* A new empty index; NULL when out of memory. */
 fs_sublist *fs_sublist_new(fs_dialect d);
-/* Publish sl->count to lock-free readers (fs_sublist_walk_costly): the
- * write unlock does it; an index built before anyone else sees it (loaded,
- * opened) calls this. */
-void fs_sublist_publish_count(fs_sublist *sl);
 /* Frees everything the index holds (never allocates). */
 void fs_sublist_free(fs_sublist *sl);
 fs_dialect fs_sublist_dialect(const fs_sublist *sl);

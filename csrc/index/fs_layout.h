@@ -194,7 +194,8 @@ struct fs_sublist {
      * mapped trie is read (fs_trie_hide_root); in memory only, never in
      * an image.  A built index's or a mapped image's (its nodes). */
     const fs_node **hidden_roots;
-    uint32_t nhidden_roots, cap_hidden_roots;
+    uint32_t nhidden_roots;
+    size_t cap_hidden_roots;
     fs_level literals;    /* whole literal filters -> entry (parent NULL), keyed
                            * like a shape without wildcards (fs_tokens_key),
                            * with a bitmap of its keys */
@@ -214,8 +215,6 @@ struct fs_sublist {
     fs_cache *cache;      /* CLOCK cache of match results; NULL when disabled */
     fs_slab slab;         /* the blocks of every node and table entry */
     uint64_t count;       /* subscriptions */
-    _Atomic uint64_t size_hint;   /* count as of the last write unlock, read
-                                   * without the lock (fs_sublist_walk_costly) */
     uint64_t nodes;
     uint64_t mem;         /* bytes allocated for the index */
     uint64_t generation;

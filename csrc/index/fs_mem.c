@@ -3,7 +3,7 @@
 
 #include "fs_alloc.h"
 
-int fs_grow(void *p, size_t *cap, size_t need, size_t elsize)
+int fs_grow_counted(uint64_t *account, void *p, size_t *cap, size_t need, size_t elsize)
 {
     if (need <= *cap)
         return FS_OK;
@@ -13,9 +13,16 @@ int fs_grow(void *p, size_t *cap, size_t need, size_t elsize)
     void *np = FS_REALLOC(*(void **)p, ncap * elsize);
     if (!np)
         return FS_ENOMEM;
+    if (account)
+        *account = *account - *cap * elsize + ncap * elsize;
     *(void **)p = np;
     *cap = ncap;
     return FS_OK;
+}
+
+int fs_grow(void *p, size_t *cap, size_t need, size_t elsize)
+{
+    return fs_grow_counted(NULL, p, cap, need, elsize);
 }
 
 void *fs_mem_alloc(uint64_t *account, size_t size)

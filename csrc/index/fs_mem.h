@@ -19,6 +19,9 @@
  * capacities double from 8.  FS_OK (also when it already holds need), or
  * FS_ENOMEM with *p and *cap unchanged. */
 int fs_grow(void *p, size_t *cap, size_t need, size_t elsize);
+/* fs_grow for an array an index owns: the growth is counted in *account
+ * (its sl->mem), as fs_mem_realloc counts. */
+int fs_grow_counted(uint64_t *account, void *p, size_t *cap, size_t need, size_t elsize);
 
 /* size bytes (FS_MALLOC) counted in *account; NULL when out of memory
  * (nothing counted). */

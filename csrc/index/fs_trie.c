@@ -23,17 +23,8 @@
 /* Room in sl->hidden_roots for one more.  FS_OK or FS_ENOMEM. */
 static int hidden_room(fs_sublist *sl)
 {
-    uint32_t cap = sl->cap_hidden_roots;
-    if (sl->nhidden_roots < cap)
-        return FS_OK;
-    uint32_t ncap = cap ? 2 * cap : 4;
-    const fs_node **v = fs_mem_realloc(&sl->mem, (void *)sl->hidden_roots, sizeof(fs_node *) * cap,
-                                       sizeof(fs_node *) * ncap);
-    if (!v)
-        return FS_ENOMEM;
-    sl->hidden_roots = v;
-    sl->cap_hidden_roots = ncap;
-    return FS_OK;
+    return fs_grow_counted(&sl->mem, (void *)&sl->hidden_roots, &sl->cap_hidden_roots,
+                           (size_t)sl->nhidden_roots + 1, sizeof(fs_node *));
 }
 
 int fs_trie_hide_root(fs_sublist *sl, const fs_node *c)
@@ -75,7 +66,8 @@ void fs_trie_hidden_free(fs_sublist *sl)
 {
     fs_mem_free(&sl->mem, (void *)sl->hidden_roots, sizeof(fs_node *) * sl->cap_hidden_roots);
     sl->hidden_roots = NULL;
-    sl->nhidden_roots = sl->cap_hidden_roots = 0;
+    sl->nhidden_roots = 0;
+    sl->cap_hidden_roots = 0;
 }
 
 /* Create the trie path of t.  FS_OK (*out its last node) or FS_ENOMEM

@@ -140,34 +140,9 @@ static int copy_small_hits(const fs_sublist *sl, const fs_scratch *sc, int64_t *
     return 1;
 }
 
-/* The Python layer walks with the GIL held, whatever the index's size:
- * a match()'s walk costs 30-130 ns from 1,000 to 1,000,000 filters, and
- * letting go of the GIL and taking it back costs ~28 ns on its own
- * (bench/match_release.py, CPython 3.11, one thread; the table is in
- * docs/design.md, "Threads"), too short a time for another thread to use:
- * where one is waiting, the release hands it the GIL and this call waits
- * for its turn to come back.  What the GIL is let go for is waiting:
- * fs_sublist_match_small(FS_MATCH_NO_WAIT) returns before it would wait for
- * a writer, and the caller waits without the GIL.  (The size rule is kept
- * for testing: _set_walk_release_min.) */
-#define FS_WALK_RELEASE_MIN UINT64_MAX
-
-static _Atomic uint64_t walk_release_min = FS_WALK_RELEASE_MIN;
-
-int fs_sublist_walk_costly(const fs_sublist *sl)
-{
-    return atomic_load_explicit(&sl->size_hint, memory_order_relaxed) >=
-           atomic_load_explicit(&walk_release_min, memory_order_relaxed);
-}
-
-uint64_t fs_set_walk_release_min(uint64_t n)
-{
-    return atomic_exchange_explicit(&walk_release_min, n, memory_order_relaxed);
-}
-
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                            int64_t *ids, size_t cap, size_t *n,
-                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int how)
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err, fs_match_how how)
 {
     int rc = FS_OK;
     fs_workspace *w = NULL;

@@ -60,8 +60,9 @@ void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
  * is written to ids[0..*n) and the call is done (*wp NULL); a cached one
  * needs no workspace at all.  Any other answer is left in (*wp)->r, with
  * *wp the thread's workspace (or spare, see fs_workspace_acquire) lent to
- * the caller until fs_workspace_release(*wp, spare).  FS_OK, FS_EINVAL or
- * FS_ENOMEM (then *wp is NULL).  how, when the answer is not cached:
+ * the caller until fs_workspace_release(*wp, spare).  FS_OK, FS_EINVAL,
+ * FS_ENOMEM (then *wp is NULL), or FS_MATCH_WALK (below).  how, when the
+ * answer is not cached:
  *   FS_MATCH_CACHE_ONLY  return FS_MATCH_WALK having done and counted
  *                        nothing (*wp NULL), so that the caller can let go
  *                        of what it holds (the GIL) for the walk and call
@@ -71,23 +72,17 @@ void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
  *                        waiting for anything (a caller holding the GIL
  *                        never waits on a writer that may need it);
  *   FS_MATCH_WAIT        walk, waiting for a writer if there is one. */
+typedef enum {
+    FS_MATCH_CACHE_ONLY,
+    FS_MATCH_WAIT,
+    FS_MATCH_NO_WAIT
+} fs_match_how;
+/* The return that asks the caller to walk in a second call (a result, not
+ * a mode: FS_OK and the errors are the others). */
 #define FS_MATCH_WALK 1
-#define FS_MATCH_CACHE_ONLY 0
-#define FS_MATCH_WAIT 1
-#define FS_MATCH_NO_WAIT 2
 int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                            int64_t *ids, size_t cap, size_t *n,
-                           fs_workspace *spare, fs_workspace **wp, fs_error *err, int how);
-
-/* Whether the Python layer lets go of the GIL for a walk of this index,
- * by its size (the rule and its measurements: FS_WALK_RELEASE_MIN in
- * fs_match.c).  Lock-free: reads the subscription count as of the last
- * change (an atomic the writers publish), so it may lag a change in
- * progress. */
-int fs_sublist_walk_costly(const fs_sublist *sl);
-/* Testing and measuring: the size from which a walk lets go of the GIL
- * (0: always; UINT64_MAX, the default: never).  Returns the previous one. */
-uint64_t fs_set_walk_release_min(uint64_t n);
+                           fs_workspace *spare, fs_workspace **wp, fs_error *err, fs_match_how how);
 
 
 

@@ -1523,7 +1523,6 @@ static const char *map_sections(fs_sublist *sl, const char *data, size_t len, co
     memcpy(sl->shapes.probe[0], R->probe, sizeof(R->probe));
     fs_shapes_hide_probes(&sl->shapes);      /* in memory only: the '$' topics' sets */
     sl->count = hd->subs;
-    fs_sublist_publish_count(sl);
     sl->nodes = R->nodes;
     return NULL;
 }

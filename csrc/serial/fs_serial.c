@@ -1013,7 +1013,6 @@ int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *er
         return rc;
     }
     sl->count = nsubs;
-    fs_sublist_publish_count(sl);
     *out = sl;
     return FS_OK;
 }

@@ -29,13 +29,18 @@ import operator
 cdef extern from "sublist.h" nogil:
     int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                                int64_t *ids, size_t cap, size_t *n,
-                               fs_workspace *spare, fs_workspace **wp, fs_error *err, int how)
-    int fs_sublist_walk_costly(const fs_sublist *sl)
-    uint64_t fs_set_walk_release_min(uint64_t n)
+                               fs_workspace *spare, fs_workspace **wp, fs_error *err, fs_match_how how)
+    ctypedef enum fs_match_how:
+        FS_MATCH_CACHE_ONLY
+        FS_MATCH_WAIT
+        FS_MATCH_NO_WAIT
     enum: FS_MATCH_WALK
-    enum: FS_MATCH_CACHE_ONLY
-    enum: FS_MATCH_WAIT
-    enum: FS_MATCH_NO_WAIT
+
+# How match()'s first call into the core goes (_set_walk_releases_gil):
+# FS_MATCH_NO_WAIT walks with the GIL held unless a writer is there;
+# FS_MATCH_CACHE_ONLY, for tests, looks a cached answer up with the GIL held
+# and walks every miss without it.
+cdef fs_match_how _first_match_how = FS_MATCH_NO_WAIT
 
 cdef extern from *:
     """
@@ -999,19 +1004,13 @@ cdef class Sublist:
         # design.md, "When match() lets go of the GIL").  Waiting is what
         # the GIL is let go for: where a writer holds the index, the first
         # call returns FS_MATCH_WALK before waiting, and the second waits
-        # and walks without it.  (_set_walk_release_min, for tests: a
+        # and walks without it.  (_set_walk_releases_gil, for tests: a
         # cached answer is looked up with the GIL held, a miss walks
         # without it.)
         cdef int rc, st = IMG_OK
         self._enter()
-        if not fs_sublist_walk_costly(self.sl):
-            rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
-                                        FS_MATCH_NO_WAIT)
-        else:
-            rc = FS_MATCH_WALK
-            if self._cache_size:
-                rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
-                                            FS_MATCH_CACHE_ONLY)
+        rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
+                                    _first_match_how)
         if rc == FS_MATCH_WALK:
             with nogil:
                 rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
@@ -1263,13 +1262,15 @@ cdef class Sublist:
         }
 
 
-def _set_walk_release_min(n):
-    """Testing and measuring only: match() lets go of the GIL for a walk of
-    an index of n or more subscriptions (0: always; None, the default:
-    never, only to wait for a writer).  Returns the previous n (None for
-    never)."""
-    cdef uint64_t old = fs_set_walk_release_min(<uint64_t>-1 if n is None else <uint64_t>n)
-    return None if old == <uint64_t>-1 else old
+def _set_walk_releases_gil(on):
+    """Testing and measuring only: every match() walk lets go of the GIL
+    (True), or keeps it and lets go only to wait for a writer (False, the
+    default).  Not for use while other threads match.  Returns the previous
+    setting."""
+    global _first_match_how
+    old = _first_match_how == FS_MATCH_CACHE_ONLY
+    _first_match_how = FS_MATCH_CACHE_ONLY if on else FS_MATCH_NO_WAIT
+    return old
 
 
 def _set_image_parallel_min(n):
