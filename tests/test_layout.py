@@ -175,7 +175,7 @@ def test_the_dialect_check_can_fail():
 # -- the C core's layers ------------------------------------------------------------
 #: The folders of csrc/, bottom first: each may include and call only its own
 #: layer and those below it (docs/design.md, "Layers of the C core").
-C_LAYERS = ("base", "rules", "index", "match", "batch", "api", "serial")
+C_LAYERS = ("base", "rules", "arrow", "index", "match", "batch", "api", "serial")
 _C_TOKEN = re.compile(r"[A-Za-z_]\w*|[{}();]")
 _C_NOT_CALLS = {"if", "for", "while", "switch", "return", "sizeof", "_Alignof", "defined", "case", "do",
                 "else", "_Static_assert", "__attribute__", "offsetof", "_Generic", "static_assert"}

@@ -1,9 +1,11 @@
 # Batch matching: Sublist.match_many and its result (included by _core.pyx).
 #
-# Input columns reach C as fs_strings: pyarrow (large_)string arrays read in
-# place through their data/offsets/validity buffers; string_view and
-# dictionary arrays (and chunked arrays cut elsewhere than the subjects, for
-# keys) as a pointer and a length per row into their own buffers; a Python
+# Input columns reach C as fs_strings: pyarrow arrays exported through
+# Arrow's C Data Interface and read by csrc/arrow/fs_arrow.c, which checks
+# them -- (large_)string arrays in place through their data/offsets/validity
+# buffers; string_view and dictionary arrays (and chunked arrays cut
+# elsewhere than the subjects, for keys) as a pointer and a length per row
+# into their own buffers; a Python
 # sequence's strings copied, one after another, into buffers of their own
 # (_Column).  A dictionary column of subjects is matched once per distinct
 # value, and each row takes its value's ids (_spread_dictionary).
@@ -21,7 +23,7 @@ cdef extern from "Python.h":
 
 cdef extern from "fs_bits.h":
     void _prefetch "FS_PREFETCH"(const void *p) nogil
-from libc.stdint cimport int8_t, int16_t, uint16_t, uintptr_t
+from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy
 
 # Rows matched per GIL release on one thread (Ctrl-C is checked between).
@@ -170,7 +172,7 @@ cdef class _Column:
     cdef Py_ssize_t filled     # rows converted so far
     cdef str what              # the argument, for a row's TypeError
     cdef str strict            # not None: a lone surrogate is an invalid <strict>, not a null row
-    cdef object dictionary     # a dictionary chunk matched by _spread_dictionary (s: no rows)
+    cdef object dictionary     # a dictionary chunk's _Export, matched by _spread_dictionary (s: no rows)
     cdef const char **ptrs
     cdef size_t *lens
     cdef char **chunks
@@ -326,38 +328,115 @@ cdef _Column _column_of_strs(object items, str what, bint fill=True):
 # string_view (pyarrow >= 16) and dictionary<any integer, one of these>,
 # each as an Array or a ChunkedArray.  binary and other types are a
 # TypeError naming the argument (bytes are not text, as in pyarrow).
+#
+# Each array is exported through Arrow's C Data Interface and read by
+# csrc/arrow/fs_arrow.c, which checks every read it makes against the
+# sizes of the array's buffers (pyarrow validates only when asked, and a
+# buffer may be changed in place after it did): here are only the export,
+# the sizes it leaves out, and the exceptions.
 
 cdef str ARROW_STRING_TYPES = "string, large_string, string_view or dictionary<string>"
 
+# Buffer sizes an export carries inline (a string array has 3, a
+# dictionary of them 5; only string_view's variadic buffers need more).
+DEF INLINE_SIZES = 8
 
-cdef int _arrow_kind(object t) except -1:
-    """0: not a string column; 1: (large_)string, read by offsets; 2:
-    string_view; 3: dictionary of one of these."""
-    import pyarrow as pa
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return 1
-    is_view = getattr(pa.types, "is_string_view", None)
-    if is_view is not None and is_view(t):
-        return 2
-    if pa.types.is_dictionary(t) and pa.types.is_integer(t.index_type) and _arrow_kind(t.value_type) in (1, 2):
-        return 3
+
+@cython.final
+cdef class _Export:
+    """One Arrow array exported through the C Data Interface, with its (and
+    its dictionary's) buffers' sizes: what fs_arrow.c reads.  The array
+    object is kept, so its buffers outlive the export; both structs are
+    released with this object."""
+    cdef ArrowArray array
+    cdef ArrowSchema schema
+    cdef fs_arrow_column col
+    cdef int kind
+    cdef object arr
+    cdef int64_t inline_sizes[INLINE_SIZES]
+    cdef int64_t *sizes
+
+    def __dealloc__(self):
+        fs_arrow_release(&self.array, &self.schema)
+        if self.sizes != &self.inline_sizes[0]:
+            PyMem_Free(self.sizes)
+
+
+cdef object _arrow_type_error(str what, object t):
+    return TopicmatchTypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {t}")
+
+
+cdef _Export _export(object arr, str what):
+    """arr exported, its kind read from its type (TypeError naming what if
+    it is not a column of strings), its buffers' sizes listed."""
+    cdef _Export e = _Export.__new__(_Export)
+    e.arr = arr
+    e.sizes = &e.inline_sizes[0]
+    arr._export_to_c(<uintptr_t>&e.array, <uintptr_t>&e.schema)
+    e.kind = fs_arrow_kind(&e.schema)
+    if e.kind == FS_ARROW_NOT_TEXT:
+        raise _arrow_type_error(what, arr.type)
+    bufs = arr.buffers()
+    values = arr.dictionary.buffers() if e.kind == FS_ARROW_DICTIONARY else ()
+    cdef Py_ssize_t n = len(bufs), nd = len(values), k
+    if n + nd > INLINE_SIZES:
+        e.sizes = <int64_t *>PyMem_Malloc(sizeof(int64_t) * (n + nd))
+        if e.sizes == NULL:
+            raise MemoryError()
+    for k in range(n):
+        b = bufs[k]
+        e.sizes[k] = b.size if b is not None else 0
+    for k in range(nd):
+        b = values[k]
+        e.sizes[n + k] = b.size if b is not None else 0
+    e.col.array = &e.array
+    e.col.schema = &e.schema
+    e.col.sizes = e.sizes
+    e.col.n_sizes = n
+    e.col.dict_sizes = e.sizes + n
+    e.col.n_dict_sizes = nd
+    return e
+
+
+cdef int _check_arrow_type(object t, str what) except -1:
+    """TypeError naming what unless the Arrow type t is a column of
+    strings (for a column with no chunk to export, and before pyarrow's own
+    validation of insert_many's)."""
+    cdef ArrowSchema s
+    memset(&s, 0, sizeof(s))
+    t._export_to_c(<uintptr_t>&s)
+    cdef int kind = fs_arrow_kind(&s)
+    fs_arrow_release(NULL, &s)
+    if kind == FS_ARROW_NOT_TEXT:
+        raise _arrow_type_error(what, t)
     return 0
 
 
+cdef object _arrow_error(const fs_arrow_error *err, str what, Py_ssize_t row_base):
+    """The ValueError of a column fs_arrow.c refused: what names the
+    argument, row_base the array's first row in the whole column (a fault
+    in a dictionary's values names the dictionary and its own rows)."""
+    cdef char msg[256]
+    fs_arrow_message(err, row_base, msg, sizeof(msg))
+    if err.in_dictionary:
+        what = f"{what} (dictionary)"
+    return TopicmatchValueError(f"{what}: {msg.decode()}")
+
+
 cdef list _arrow_chunks(object col, str what):
-    """The Arrow arrays of col (one, or a ChunkedArray's chunks), each of a
-    string type; TypeError naming the argument otherwise."""
+    """The Arrow arrays of col (one, or a ChunkedArray's chunks);
+    TypeError naming the argument otherwise.  Each chunk's type is checked
+    as it is exported (a column without chunks, here)."""
     import pyarrow as pa
     if isinstance(col, pa.ChunkedArray):
         chunks = col.chunks
-    elif isinstance(col, pa.Array):
-        chunks = [col]
-    else:
-        raise TopicmatchTypeError(f"{what} must be an Arrow Array or ChunkedArray of {ARROW_STRING_TYPES}, "
-                        f"not {type(col).__name__}")
-    if not _arrow_kind(col.type):
-        raise TopicmatchTypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {col.type}")
-    return chunks
+        if not chunks:
+            _check_arrow_type(col.type, what)
+        return chunks
+    if isinstance(col, pa.Array):
+        return [col]
+    raise TopicmatchTypeError(f"{what} must be an Arrow Array or ChunkedArray of {ARROW_STRING_TYPES}, "
+                              f"not {type(col).__name__}")
 
 
 cdef object _arrow_input(object col):
@@ -372,246 +451,42 @@ cdef object _arrow_input(object col):
     return None
 
 
-cdef int _check_arrow_offsets(object arr, str what, Py_ssize_t row_base) except -1:
-    """Check every offset pair the matcher will read, before C reads through
-    them: pyarrow validates offsets only when asked (from_buffers does not),
-    and a buffer may be changed in place after it did.  Each non-null row
-    needs 0 <= start <= end <= the data buffer's size; null rows are never
-    read.  ValueError naming the argument and the row (row_base + i)."""
-    import pyarrow as pa
-    validity, offsets, data = arr.buffers()[:3]
-    cdef bint large = pa.types.is_large_string(arr.type)
-    cdef Py_ssize_t n = len(arr), off = arr.offset, i, j
-    cdef Py_ssize_t width = 8 if large else 4
-    cdef int64_t size = data.size if data is not None else 0
-    cdef int64_t a, b
-    cdef const int32_t *o32 = NULL
-    cdef const int64_t *o64 = NULL
-    cdef const uint8_t *bits = NULL
-    if n == 0:
-        return 0
-    if offsets is None or offsets.size < (off + n + 1) * width:
-        raise TopicmatchValueError(f"{what}: the Arrow offsets buffer is too short for {n} rows at offset {off}")
-    if validity is not None and arr.null_count:
-        if validity.size * 8 < off + n:
-            raise TopicmatchValueError(f"{what}: the Arrow validity bitmap is too short for {n} rows at offset {off}")
-        bits = <const uint8_t *><uintptr_t>validity.address
-    if large:
-        o64 = <const int64_t *><uintptr_t>offsets.address
-    else:
-        o32 = <const int32_t *><uintptr_t>offsets.address
-    for i in range(n):
-        j = off + i
-        if bits != NULL and not ((bits[j >> 3] >> (j & 7)) & 1):
-            continue
-        a = o64[j] if large else o32[j]
-        b = o64[j + 1] if large else o32[j + 1]
-        if a < 0 or b < a or b > size:
-            raise TopicmatchValueError(f"{what}: row {row_base + i} has Arrow offsets [{a}, {b}), "
-                             f"not within the data buffer's {size} bytes")
+cdef int _fill_rows(_Column c, Py_ssize_t at, _Export e, str what, Py_ssize_t row_base) except -1:
+    """Rows of an exported array into c.ptrs/c.lens[at:], pointing into the
+    array's own buffers (no string copied)."""
+    cdef fs_arrow_error err
+    if fs_arrow_rows(&e.col, c.ptrs + at, c.lens + at, &err) != FS_OK:
+        raise _arrow_error(&err, what, row_base)
     return 0
 
 
-cdef const uint8_t *_validity(object arr, str what) except? NULL:
-    """The validity bitmap of arr when it has nulls (checked long enough),
-    else NULL."""
-    validity = arr.buffers()[0]
-    if validity is None or not arr.null_count:
-        return NULL
-    if validity.size * 8 < arr.offset + len(arr):
-        raise TopicmatchValueError(f"{what}: the Arrow validity bitmap is too short for {len(arr)} rows "
-                         f"at offset {arr.offset}")
-    return <const uint8_t *><uintptr_t>validity.address
-
-
-cdef int _fill_view_rows(_Column c, Py_ssize_t at, object arr, str what, Py_ssize_t row_base) except -1:
-    """Rows of a string_view array into c.ptrs/c.lens[at:]: each view is 16
-    bytes, a length then the string itself (up to 12 bytes) or a prefix,
-    a data buffer's index and an offset in it.  Every view is checked
-    before C reads through it; ValueError naming the row."""
-    bufs = arr.buffers()
-    cdef Py_ssize_t n = len(arr), off = arr.offset, i, j, nbuf = len(bufs) - 2, k
-    cdef const uint8_t *bits = _validity(arr, what)
-    cdef const char *views
-    cdef int32_t ln, bi, bo
-    if n == 0:
-        return 0
-    if bufs[1] is None or bufs[1].size < (off + n) * 16:
-        raise TopicmatchValueError(f"{what}: the Arrow views buffer is too short for {n} rows at offset {off}")
-    views = <const char *><uintptr_t>bufs[1].address
-    cdef const char **addr = <const char **>PyMem_Malloc(sizeof(char *) * (nbuf if nbuf else 1))
-    cdef int64_t *size = <int64_t *>PyMem_Malloc(sizeof(int64_t) * (nbuf if nbuf else 1))
-    try:
-        if addr == NULL or size == NULL:
-            raise MemoryError()
-        for k in range(nbuf):
-            b = bufs[2 + k]
-            addr[k] = <const char *><uintptr_t>b.address if b is not None else NULL
-            size[k] = b.size if b is not None else 0
-        for i in range(n):
-            j = off + i
-            if bits != NULL and not ((bits[j >> 3] >> (j & 7)) & 1):
-                c.ptrs[at + i] = NULL
-                c.lens[at + i] = 0
-                continue
-            memcpy(&ln, views + 16 * j, 4)
-            if ln < 0:
-                raise TopicmatchValueError(f"{what}: row {row_base + i} has an Arrow view of length {ln}")
-            if ln <= 12:
-                c.ptrs[at + i] = views + 16 * j + 4
-            else:
-                memcpy(&bi, views + 16 * j + 8, 4)
-                memcpy(&bo, views + 16 * j + 12, 4)
-                if bi < 0 or bi >= nbuf or bo < 0 or <int64_t>bo + ln > size[bi]:
-                    raise TopicmatchValueError(f"{what}: row {row_base + i} has an Arrow view of {ln} bytes at "
-                                     f"[buffer {bi}, offset {bo}], not within the array's data buffers")
-                c.ptrs[at + i] = addr[bi] + bo
-            c.lens[at + i] = <size_t>ln
-    finally:
-        PyMem_Free(addr)
-        PyMem_Free(size)
-    return 0
-
-
-cdef inline int64_t _index_at(const char *p, int width, bint sgn, Py_ssize_t j) noexcept nogil:
-    """Index j of a dictionary's indices buffer (any integer type; an
-    unsigned 64-bit index past the int64 range reads as negative, out of
-    range)."""
-    # (one return per type: a conditional expression would take the
-    # unsigned type of the pair, and -1 would read as 255)
-    if width == 1:
-        if sgn:
-            return <int64_t>(<const int8_t *>p)[j]
-        return <int64_t>(<const uint8_t *>p)[j]
-    if width == 2:
-        if sgn:
-            return <int64_t>(<const int16_t *>p)[j]
-        return <int64_t>(<const uint16_t *>p)[j]
-    if width == 4:
-        if sgn:
-            return <int64_t>(<const int32_t *>p)[j]
-        return <int64_t>(<const uint32_t *>p)[j]
-    return (<const int64_t *>p)[j]
-
-
-cdef class _Indices:
-    """A dictionary array's indices, read in place: index(i), null(i), and
-    the dictionary's size; every index checked in range up front."""
-    cdef const char *data
-    cdef const uint8_t *bits
-    cdef Py_ssize_t off, n, ndict
-    cdef int width
-    cdef bint sgn
-    cdef object keep
-
-    cdef int check(self, str what, Py_ssize_t row_base) except -1:
-        cdef Py_ssize_t i
-        cdef int64_t k
-        for i in range(self.n):
-            if self.null(i):
-                continue
-            k = self.index(i)
-            if k < 0 or k >= self.ndict:
-                raise TopicmatchValueError(f"{what}: row {row_base + i} has dictionary index {k}, outside the "
-                                 f"dictionary's {self.ndict} values")
-        return 0
-
-    cdef inline bint null(self, Py_ssize_t i) noexcept nogil:
-        cdef Py_ssize_t j = self.off + i
-        return self.bits != NULL and not ((self.bits[j >> 3] >> (j & 7)) & 1)
-
-    cdef inline int64_t index(self, Py_ssize_t i) noexcept nogil:
-        return _index_at(self.data, self.width, self.sgn, self.off + i)
-
-
-cdef _Indices _indices_of(object arr, str what, Py_ssize_t row_base):
-    import pyarrow as pa
-    idx = arr.indices
-    cdef _Indices x = _Indices.__new__(_Indices)
-    x.keep = idx
-    x.n = len(idx)
-    x.off = idx.offset
-    x.ndict = len(arr.dictionary)
-    x.width = idx.type.bit_width // 8
-    x.sgn = pa.types.is_signed_integer(idx.type)
-    x.bits = _validity(idx, what)
-    data = idx.buffers()[1]
-    if x.n and (data is None or data.size < (x.off + x.n) * x.width):
-        raise TopicmatchValueError(f"{what}: the Arrow dictionary indices buffer is too short for {x.n} rows "
-                         f"at offset {x.off}")
-    x.data = <const char *><uintptr_t>data.address if data is not None else NULL
-    x.check(what, row_base)
-    return x
-
-
-cdef int _fill_rows(_Column c, Py_ssize_t at, object arr, str what, Py_ssize_t row_base) except -1:
-    """Rows of any accepted Arrow array into c.ptrs/c.lens[at:], pointing
-    into the array's own buffers (no string copied)."""
-    cdef int kind = _arrow_kind(arr.type)
-    cdef Py_ssize_t i, n = len(arr)
-    cdef _Column vals
-    cdef _Indices x
-    cdef const char *p
-    cdef size_t ln
-    if kind == 2:
-        return _fill_view_rows(c, at, arr, what, row_base)
-    if kind == 3:
-        # the dictionary's values checked once, each row pointed at its value
-        vals = _column_of_arrow(arr.dictionary, f"{what} (dictionary)", 0)
-        x = _indices_of(arr, what, row_base)
-        for i in range(n):
-            if x.null(i) or not fs_strings_get(&vals.s, <size_t>x.index(i), &p, &ln):
-                c.ptrs[at + i] = NULL
-                c.lens[at + i] = 0
-            else:
-                c.ptrs[at + i] = p
-                c.lens[at + i] = ln
-        return 0
-    vals = _column_of_arrow(arr, what, row_base)
-    for i in range(n):
-        if fs_strings_get(&vals.s, <size_t>i, &p, &ln):
-            c.ptrs[at + i] = p
-            c.lens[at + i] = ln
-        else:
-            c.ptrs[at + i] = NULL
-            c.lens[at + i] = 0
-    return 0
+cdef _Column _column_of_export(_Export e, str what, Py_ssize_t row_base):
+    """One exported array: (large_)string read in place through its
+    offsets; string_view and dictionary arrays (and offsets too misaligned
+    to read in place) as a pointer per row into their buffers."""
+    cdef fs_arrow_error err
+    cdef _Column c
+    cdef int rc
+    if e.kind == FS_ARROW_OFFSETS:
+        c = _Column.__new__(_Column)
+        rc = fs_arrow_strings(&e.col, &c.s, &err)
+        if rc == FS_OK:
+            c.what = what
+            c.keep = e.arr
+            c.filled = <Py_ssize_t>c.s.n
+            return c
+        if rc != FS_ENOSYS:
+            raise _arrow_error(&err, what, row_base)
+    c = _ptrs_column(<Py_ssize_t>e.array.length, what)
+    c.keep = e.arr
+    c.filled = <Py_ssize_t>e.array.length
+    _fill_rows(c, 0, e, what, row_base)
+    return c
 
 
 cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
-    """One Arrow array of an accepted type: (large_)string read in place
-    through its offsets; string_view and dictionary arrays as a pointer per
-    row into their buffers."""
-    import pyarrow as pa
-    t = arr.type
-    cdef int kind = _arrow_kind(t)
-    if kind == 0:
-        raise TopicmatchTypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {t}")
-    cdef _Column c
-    if kind != 1:
-        c = _ptrs_column(len(arr), what)
-        c.keep = arr
-        c.filled = len(arr)
-        _fill_rows(c, 0, arr, what, row_base)
-        return c
-    c = _Column.__new__(_Column)
-    c.what = what
-    c.keep = arr
-    c.filled = len(arr)
-    validity, offsets, data = arr.buffers()[:3]
-    _check_arrow_offsets(arr, what, row_base)
-    c.s.layout = FS_STR_ARROW
-    c.s.n = <size_t>len(arr)
-    c.s.offset = arr.offset
-    c.s.validity = <const uint8_t *><uintptr_t>validity.address if validity is not None and arr.null_count else NULL
-    if pa.types.is_string(t):
-        c.s.off32 = <const int32_t *><uintptr_t>offsets.address
-        c.s.off64 = NULL
-    else:
-        c.s.off32 = NULL
-        c.s.off64 = <const int64_t *><uintptr_t>offsets.address
-    c.s.data = <const char *><uintptr_t>data.address if data is not None else <const char *>c.s.off32
-    return c
+    """One Arrow array of an accepted type, as _column_of_export reads it."""
+    return _column_of_export(_export(arr, what), what, row_base)
 
 
 cdef _Column _one_arrow_column(object col, str what):
@@ -626,9 +501,41 @@ cdef _Column _one_arrow_column(object col, str what):
     c.filled = len(col)
     cdef Py_ssize_t base = 0
     for chunk in chunks:
-        _fill_rows(c, base, chunk, what, base)
+        _fill_rows(c, base, _export(chunk, what), what, base)
         base += len(chunk)
     return c
+
+
+def _arrow_rows(col):
+    """Testing: the rows of an Arrow column (Array or ChunkedArray) as the
+    C reader (csrc/arrow/fs_arrow.c) sees them, each bytes or None, with
+    the errors match_many's values would raise; and whether the column was
+    read in place (through its offsets) rather than a pointer per row."""
+    cdef _Column c = _one_arrow_column(col, "values")
+    cdef const char *p
+    cdef size_t ln, i
+    rows = []
+    for i in range(c.s.n):
+        rows.append(p[:ln] if fs_strings_get(&c.s, i, &p, &ln) else None)
+    return rows, c.s.layout == FS_STR_ARROW
+
+
+def _arrow_indices(arr):
+    """Testing: a dictionary array's indices as the C reader reads them,
+    each an int or None (null), every one checked against the dictionary
+    (then its values checked too), with match_many's errors."""
+    cdef _Export e = _export(arr, "values")
+    cdef fs_arrow_indices x
+    cdef fs_arrow_error err
+    cdef int64_t i, k
+    if e.kind != FS_ARROW_DICTIONARY:
+        raise TopicmatchTypeError(f"not a dictionary array: {arr.type}")
+    if fs_arrow_indices_of(&e.col, &x, &err) != FS_OK:
+        raise _arrow_error(&err, "values", 0)
+    out = []
+    for i in range(x.length):
+        out.append(k if fs_arrow_index_at(&x, i, &k) else None)
+    return out
 
 
 cdef void _sub_strings(const fs_strings *src, size_t base, size_t n, fs_strings *out) noexcept:
@@ -652,7 +559,9 @@ cdef _Column _bulk_column(object col, str what, str singular):
     import pyarrow as pa
     cdef _Column c
     if _is_arrow(col):
-        for chunk in _arrow_chunks(col, what):
+        chunks = _arrow_chunks(col, what)
+        _check_arrow_type(col.type, what)        # before pyarrow's validation
+        for chunk in chunks:
             try:
                 chunk.validate(full=True)
             except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
@@ -717,24 +626,26 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True,
     messages.  fill=False leaves a Python sequence's rows to
     _Column.fill_to (Arrow columns are read in place: always filled).
     spread: a dictionary chunk becomes a segment of its own with no rows
-    read (_Column.dictionary set), for _spread_dictionary."""
+    read (_Column.dictionary: its export), for _spread_dictionary."""
     cdef _Column c
+    cdef _Export e
     if type(col) is list or type(col) is tuple:
         return [(0, _column_of_strs(col, what, fill))]      # the usual call: no probing
     arrow = _arrow_input(col)
     if arrow is not None:
         out, base = [], 0
         for chunk in _arrow_chunks(arrow, what):
-            if spread and _arrow_kind(chunk.type) == 3:
+            e = _export(chunk, what)
+            if spread and e.kind == FS_ARROW_DICTIONARY:
                 c = _Column.__new__(_Column)
                 c.what = what
-                c.dictionary = chunk
+                c.dictionary = e
                 c.keep = chunk
-                c.filled = len(chunk)
+                c.filled = <Py_ssize_t>e.array.length
                 c.s.layout = FS_STR_PTRS
-                c.s.n = <size_t>len(chunk)
+                c.s.n = <size_t>e.array.length
             else:
-                c = _column_of_arrow(chunk, what, row_base + base)
+                c = _column_of_export(e, what, row_base + base)
             out.append((base, c))
             base += len(chunk)
         return out
@@ -1060,30 +971,33 @@ cdef int _append_ids(fs_idbuf *dst, fs_idbuf *src) except -1:
     return 0
 
 
-cdef int _spread_dictionary(Sublist self, Sublist also, object arr, object queues, object threads, bint dedupe,
+cdef int _spread_dictionary(Sublist self, Sublist also, _Export e, object queues, object threads, bint dedupe,
                             fs_idbuf *ids, int64_t *row_end, uint8_t *invalid,
                             Py_ssize_t row_base) except -1:
-    """match_many over one dictionary-encoded chunk: its distinct values
-    matched once (a row's ids depend only on its subject when no key picks
-    for it), then each row takes its value's ids, appended to ids; a null
-    index is a null row.  row_end and invalid: the chunk's rows."""
+    """match_many over one dictionary-encoded chunk (e, its export): its
+    distinct values matched once (a row's ids depend only on its subject
+    when no key picks for it), then each row takes its value's ids,
+    appended to ids; a null index is a null row.  row_end and invalid: the
+    chunk's rows."""
     import numpy as np
-    cdef _Indices x = _indices_of(arr, "subjects", row_base)
-    _column_of_arrow(arr.dictionary, "subjects (dictionary)", 0)     # its errors say so
-    cdef BatchResult d = _match_many(self, also, arr.dictionary, None, queues, threads, dedupe)
+    cdef fs_arrow_indices x
+    cdef fs_arrow_error err
+    # the indices checked, then the values (their errors name the dictionary)
+    if fs_arrow_indices_of(&e.col, &x, &err) != FS_OK:
+        raise _arrow_error(&err, "subjects", row_base)
+    cdef BatchResult d = _match_many(self, also, e.arr.dictionary, None, queues, threads, dedupe)
     cdef const int64_t[::1] doff = d.offsets
     cdef const uint8_t[::1] dinv = d.invalid.view(np.uint8)
     cdef const int64_t[::1] dids = d.sub_ids
     cdef const int64_t *src = &dids[0] if dids.shape[0] else NULL
     cdef const int64_t *offs = &doff[0]
-    cdef Py_ssize_t i, n = x.n
+    cdef int64_t i, n = x.length
     cdef int64_t k, a, b
     cdef size_t start = ids.n, total = ids.n
     for i in range(n):
-        if x.null(i):
+        if not fs_arrow_index_at(&x, i, &k):
             invalid[i] = 1
         else:
-            k = x.index(i)
             invalid[i] = dinv[k]
             total += <size_t>(doff[k + 1] - doff[k])
         row_end[i] = <int64_t>total
@@ -1091,9 +1005,8 @@ cdef int _spread_dictionary(Sublist self, Sublist also, object arr, object queue
         raise MemoryError()
     with nogil:
         for i in range(n):
-            if x.null(i):
+            if not fs_arrow_index_at(&x, i, &k):
                 continue
-            k = x.index(i)
             a = offs[k]
             b = offs[k + 1]
             if b > a:

@@ -196,3 +196,35 @@ cdef extern from "fs_fault.h" nogil:
     int fs_fault_revoked(int slot)
     uint64_t fs_fault_revocations()
     uint64_t fs_fault_tail(const void *p)
+
+cdef extern from "fs_arrow.h" nogil:
+    # Arrow's C Data Interface (csrc/arrow/fs_arrow.h): pyarrow exports into
+    # these, fs_arrow.c reads them; Cython only allocates and releases them.
+    struct ArrowSchema:
+        pass
+    struct ArrowArray:
+        int64_t length
+    enum:
+        FS_ARROW_NOT_TEXT
+        FS_ARROW_OFFSETS
+        FS_ARROW_VIEWS
+        FS_ARROW_DICTIONARY
+    ctypedef struct fs_arrow_column:
+        const ArrowArray *array
+        const ArrowSchema *schema
+        const int64_t *sizes
+        int64_t n_sizes
+        const int64_t *dict_sizes
+        int64_t n_dict_sizes
+    ctypedef struct fs_arrow_error:
+        int in_dictionary
+    ctypedef struct fs_arrow_indices:
+        int64_t length
+        int64_t values
+    int fs_arrow_kind(const ArrowSchema *schema)
+    int fs_arrow_strings(const fs_arrow_column *col, fs_strings *out, fs_arrow_error *err)
+    int fs_arrow_rows(const fs_arrow_column *col, const char **ptrs, size_t *lens, fs_arrow_error *err)
+    int fs_arrow_indices_of(const fs_arrow_column *col, fs_arrow_indices *out, fs_arrow_error *err)
+    int fs_arrow_index_at(const fs_arrow_indices *x, int64_t i, int64_t *k)
+    void fs_arrow_message(const fs_arrow_error *err, int64_t row_base, char *buf, size_t size)
+    void fs_arrow_release(ArrowArray *array, ArrowSchema *schema)
