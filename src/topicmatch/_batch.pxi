@@ -506,12 +506,25 @@ cdef _Column _one_arrow_column(object col, str what):
     return c
 
 
-def _arrow_rows(col):
+def _arrow_rows(col, shrink=None):
     """Testing: the rows of an Arrow column (Array or ChunkedArray) as the
     C reader (csrc/arrow/fs_arrow.c) sees them, each bytes or None, with
     the errors match_many's values would raise; and whether the column was
-    read in place (through its offsets) rather than a pointer per row."""
-    cdef _Column c = _one_arrow_column(col, "values")
+    read in place (through its offsets) rather than a pointer per row.
+    shrink ({buffer: bytes}, an Array's; its dictionary's buffers numbered
+    after its own): those buffers said that much shorter than they are,
+    as pyarrow (which checks sizes when it builds an array) never says."""
+    cdef _Column c
+    cdef _Export e
+    if shrink:
+        e = _export(col, "values")
+        for k, less in shrink.items():
+            if not 0 <= k < e.col.n_sizes + e.col.n_dict_sizes:
+                raise TopicmatchIndexError(f"no buffer {k}")
+            e.sizes[k] -= less
+        c = _column_of_export(e, "values", 0)
+    else:
+        c = _one_arrow_column(col, "values")
     cdef const char *p
     cdef size_t ln, i
     rows = []
