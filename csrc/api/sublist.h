@@ -57,6 +57,9 @@
  *            fs_node.c nodes and their subscriptions, fs_table.c the hash
  *            tables, fs_slab.c the blocks nodes are carved from, fs_mem.c
  *            growing arrays and an index's memory account (memory_bytes)
+ *   arrow/   fs_arrow.c a column of strings read from Arrow's C Data
+ *            Interface, every read checked (the Python layer's door for
+ *            Arrow columns; nothing in the core calls it)
  *   rules/   fs_dialect.c the dialects' rules (every difference between
  *            them is a field of the table), fs_token.c tokens (validated as
  *            they are cut) and one filter against a subject or a filter,
