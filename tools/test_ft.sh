@@ -16,8 +16,10 @@
 #      leaves sys._is_gil_enabled() False.
 #
 # FT_CACHE (default ~/.cache/topicmatch), FT_JOBS (make -j, default 2),
-# FT_TESTS (the test files), FT_STAGE=venv (stop once the interpreter and
-# the venv are ready).  Cold: ~5.5 min for the interpreter, ~25 s for the
+# FT_TESTS (the test files), FT_STAGE: deps (install the Debian packages the
+# interpreter's build needs, and stop: .ci/run's one apt-get at a time),
+# python (stop once the interpreter is ready: `make wheels` builds its
+# cp313t wheel with it), venv (once the interpreter and the venv are).  Cold: ~5.5 min for the interpreter, ~25 s for the
 # wheels; warm: the build of topicmatch (~1 min) and the tests.
 set -euo pipefail
 
@@ -83,16 +85,20 @@ build_python() {
     say "interpreter ready: $PREFIX/bin/python${PYVER}t"
 }
 
+if [ "${FT_STAGE:-}" = deps ]; then
+    [ -f "$PREFIX/.complete" ] || build_deps
+    exit 0
+fi
 [ -f "$PREFIX/.complete" ] || build_python
+[ "${FT_STAGE:-}" = python ] && { echo "$PREFIX/bin/python${PYVER}t"; exit 0; }
 PY=$VENV/bin/python
 if [ ! -f "$VENV/.deps" ]; then
     say "venv $VENV with the cp313t wheels"
     rm -rf "$VENV"
     "$PREFIX/bin/python${PYVER}t" -m venv "$VENV"
     "$PY" -m pip install -q --upgrade pip
-    # Wheels only: a package without a cp313t wheel would be compiled
-    # (hypothesis's newest is a Rust sdist; an older one is a pure wheel).
-    "$PY" -m pip install -q --only-binary :all: "numpy==2.4.6" "pyarrow==24.0.0" hypothesis pytest \
+    # Wheels only (tools/ft-requirements.txt says why), and the build's own.
+    "$PY" -m pip install -q --only-binary :all: -r "$ROOT/tools/ft-requirements.txt" \
         "Cython>=3.1" "setuptools>=77" wheel 2>&1 | grep -v "is ignored: it is neither" || true
     "$PY" -c "import numpy, pyarrow, hypothesis, pytest, Cython"
     touch "$VENV/.deps"

@@ -1,10 +1,11 @@
 """`make wheels`: the release path, proven on this machine.
 
-    python tools/wheels.py [--python 3.11 3.12 ...] [--keep] [--skip TEST_FILE ...]
+    python tools/wheels.py [--python 3.11 3.12 ...] [--also PATH ...] [--keep] [--skip TEST_FILE ...]
 
 1. Build the sdist from the work tree (isolated build, as a packager would).
-2. For every CPython 3.9-3.13 that pyenv has (or the versions / paths given
-   with --python), build a wheel from the *unpacked sdist* -- a file missing
+2. For every CPython 3.9-3.13 that pyenv has, and those given with --also
+   (`make wheels`: a free-threaded 3.13t, tag cp313t), or the versions /
+   paths given with --python, build a wheel from the *unpacked sdist* -- a file missing
    from the sdist fails here -- with the release flags (no TOPICMATCH_* switch).
 3. Repair it with auditwheel to a manylinux tag, stripped (--strip), and
    check what it holds: the extension without debug sections, the stubs and
@@ -89,9 +90,10 @@ def clean_env(**extra):
     return env
 
 
-def find_pythons(wanted):
+def find_pythons(wanted, also=()):
     """-> [(version string, path)].  wanted: version prefixes or paths; empty:
-    every supported CPython pyenv has."""
+    every supported CPython pyenv has, and the interpreters in also (paths:
+    `make wheels` adds test-ft's free-threaded 3.13)."""
     found = []
     if wanted and all(os.path.sep in w for w in wanted):
         candidates = wanted
@@ -105,11 +107,16 @@ def find_pythons(wanted):
         # without pyenv: the interpreter behind this venv, and python3.X on PATH
         candidates.append(getattr(sys, "_base_executable", sys.executable))
         candidates += [p for p in (shutil.which(f"python{a}.{b}") for a, b in SUPPORTED) if p]
+        candidates += list(also)
     seen = set()
     for path in candidates:
         try:
-            out = subprocess.run([path, "-c", "import sys, platform; print(platform.python_implementation(), "
-                                  "'%d.%d.%d' % sys.version_info[:3])"],
+            # a free-threaded build's version ends in "t" (3.13.5t), as its
+            # wheel tag does (cp313t): it is another interpreter than the
+            # GIL build of the same version
+            out = subprocess.run([path, "-c", "import sys, sysconfig, platform; print(platform.python_implementation(), "
+                                  "'%d.%d.%d' % sys.version_info[:3] + ('t' if sysconfig.get_config_var('Py_GIL_DISABLED') "
+                                  "else ''))"],
                                  capture_output=True, text=True, timeout=60).stdout.split()
         except (OSError, subprocess.TimeoutExpired):
             continue
@@ -119,13 +126,13 @@ def find_pythons(wanted):
         if ver in seen:
             continue
         seen.add(ver)
-        mm = tuple(int(x) for x in ver.split(".")[:2])
+        mm = tuple(int(x) for x in ver.rstrip("t").split(".")[:2])
         if mm not in SUPPORTED:
             continue
         if wanted and not any(os.path.sep in w or ver == w or ver.startswith(w + ".") for w in wanted):
             continue
         found.append((ver, path))
-    return sorted(found, key=lambda vp: tuple(int(x) for x in vp[0].split(".")))
+    return sorted(found, key=lambda vp: (tuple(int(x) for x in vp[0].rstrip("t").split(".")), vp[0].endswith("t")))
 
 
 def build_sdist(logfile):
@@ -189,9 +196,14 @@ def passed_tests(junit):
     return passed
 
 
+def wheel_tag(ver):
+    """The ABI tag of a version string: 3.12.4 -> cp312, 3.13.5t -> cp313t."""
+    return "cp" + "".join(ver.rstrip("t").split(".")[:2]) + ("t" if ver.endswith("t") else "")
+
+
 def one_python(ver, py, sdist, tree, logfile, skip=()):
     """Build, repair, check, install and test one version.  -> result row."""
-    tag = "cp" + "".join(ver.split(".")[:2])
+    tag = wheel_tag(ver)
     raw = os.path.join(WORK, "raw", tag)
     shutil.rmtree(raw, ignore_errors=True)
     t0 = time.perf_counter()
@@ -212,7 +224,8 @@ def one_python(ver, py, sdist, tree, logfile, skip=()):
     shutil.copy2(whl, final)
     t_build = time.perf_counter() - t0
 
-    log(f"{ver}: fresh venv, pip install {os.path.basename(whl)}[test]")
+    log(f"{ver}: fresh venv, pip install {os.path.basename(whl)}"
+        + (" with tools/ft-requirements.txt" if ver.endswith("t") else "[test]"))
     venv = os.path.join(WORK, f"venv-{tag}")
     shutil.rmtree(venv, ignore_errors=True)
     run([py, "-m", "venv", venv], logfile, env=clean_env())
@@ -221,7 +234,14 @@ def one_python(ver, py, sdist, tree, logfile, skip=()):
     # --no-compile: the test extra's packages are byte-compiled as the tests
     # import them, not all at install time (57 s -> 29 s for this install).
     run([vpy, "-m", "pip", "install", "-q", "--no-compile", "--upgrade", "pip"], logfile, env=env)
-    run([vpy, "-m", "pip", "install", "-q", "--no-compile", f"{final}[test]"], logfile, env=env)
+    if ver.endswith("t"):
+        # A free-threaded interpreter: the wheel with tools/ft-requirements.txt,
+        # wheels only, in one resolve (the test extra, or the newest numpy
+        # the wheel's own dependency would pick, would be compiled)
+        run([vpy, "-m", "pip", "install", "-q", "--no-compile", "--only-binary", ":all:", final, "-r",
+             os.path.join(ROOT, "tools", "ft-requirements.txt")], logfile, env=env)
+    else:
+        run([vpy, "-m", "pip", "install", "-q", "--no-compile", f"{final}[test]"], logfile, env=env)
 
     # The sdist's tests in a fresh unpacking of the sdist (the tree above has
     # built a wheel in place), where no topicmatch source is importable: the
@@ -252,13 +272,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--python", nargs="+", default=[], metavar="VERSION_OR_PATH",
                     help="e.g. 3.11 or /path/to/python (default: every CPython 3.9-3.13 pyenv has)")
+    ap.add_argument("--also", nargs="+", default=[], metavar="PATH",
+                    help="interpreters to add to the default ones (e.g. a free-threaded python3.13t)")
     ap.add_argument("--keep", action="store_true", help="keep the venvs and test directories")
     ap.add_argument("--skip", nargs="+", default=[], metavar="TEST_FILE",
                     help="test files (tests/test_x.py) the round trip leaves out")
     a = ap.parse_args(argv)
     if not sys.platform.startswith("linux"):
         sys.exit("tools/wheels.py repairs with auditwheel (Linux); elsewhere use cibuildwheel")
-    pythons = find_pythons(a.python)
+    pythons = find_pythons(a.python, a.also)
     if not pythons:
         sys.exit(f"no CPython {', '.join('%d.%d' % v for v in SUPPORTED)} found (asked for: {a.python or 'any'})")
     os.makedirs(WORK, exist_ok=True)
@@ -283,7 +305,7 @@ def main(argv=None):
                          "build_s": 0, "test_s": 0})
             log(f"{ver}: FAILED: {e}")
         if not a.keep:
-            tag = "cp" + "".join(ver.split(".")[:2])
+            tag = wheel_tag(ver)
             for d in (f"venv-{tag}", f"test-{tag}"):
                 shutil.rmtree(os.path.join(WORK, d), ignore_errors=True)
     print()
