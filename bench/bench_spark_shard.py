@@ -217,14 +217,61 @@ def _jobs(spark):
         t0, t1 = j.get("submissionTime"), j.get("completionTime")
         if t0 and t1:
             secs = (_rest_time(t1) - _rest_time(t0))
-            out[j["jobId"]] = (secs, (j.get("description") or j.get("name") or "")[:70])
+            out[j["jobId"]] = (secs, (j.get("description") or j.get("name") or "")[:70],
+                               _rest_time(t0), _rest_time(t1))
     return out
+
+
+def _rest(spark, path):
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{path}"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.load(r)
+
+
+def _stage_rows(spark, jobs_before):
+    """Per stage of the jobs not in jobs_before (REST API): its wall and the
+    sums of its tasks' metrics, and per task (stages of at most 8 tasks) its
+    host, start (s after the stage's submission), deserialization (which
+    includes fetching the files added since the executor's last task), run
+    and GC time.  -> printable lines."""
+    jobs = [j for j in _rest(spark, "jobs") if j["jobId"] not in jobs_before]
+    lines = []
+    for j in sorted(jobs, key=lambda j: j["jobId"]):
+        for sid in sorted(j.get("stageIds", [])):
+            for st in _rest(spark, f"stages/{sid}"):
+                if st.get("status") != "COMPLETE":
+                    continue
+                sub = st.get("submissionTime")
+                t0 = _rest_time(sub) if sub else None
+                wall = _rest_time(st["completionTime"]) - t0 if t0 and st.get("completionTime") else 0
+                tasks = _rest(spark, f"stages/{sid}/{st['attemptId']}/taskList?length=1000")
+                m = lambda k: sum(t.get("taskMetrics", {}).get(k, 0) for t in tasks) / 1000  # noqa: E731
+                lines.append(
+                    f"      job {j['jobId']:>3} stage {sid:>3}: {st['numTasks']:>3} tasks, wall "
+                    f"{wall:6.2f} s; sums: deser {m('executorDeserializeTime'):6.2f} s run "
+                    f"{m('executorRunTime'):6.2f} s gc {m('jvmGcTime'):5.2f} s; shuffle read "
+                    f"{st.get('shuffleReadBytes', 0) / 1e6:7.1f} MB write "
+                    f"{st.get('shuffleWriteBytes', 0) / 1e6:7.1f} MB  {st['name'][:40]}")
+                if len(tasks) <= 8:
+                    for t in sorted(tasks, key=lambda t: t["launchTime"]):
+                        tm = t.get("taskMetrics", {})
+                        at = _rest_time(t["launchTime"]) - t0 if t0 else 0
+                        lines.append(
+                            f"          task {t['index']:>2} {t['host']:<10} at {at:6.2f} s "
+                            f"dur {t.get('duration', 0) / 1000:6.2f} s deser "
+                            f"{tm.get('executorDeserializeTime', 0) / 1000:5.2f} run "
+                            f"{tm.get('executorRunTime', 0) / 1000:6.2f} gc "
+                            f"{tm.get('jvmGcTime', 0) / 1000:5.2f} in "
+                            f"{tm.get('inputMetrics', {}).get('recordsRead', 0) + tm.get('shuffleReadMetrics', {}).get('recordsRead', 0):>9,} rows")
+    return lines
 
 
 def _rest_time(text):
     """Seconds of a REST API time ("2026-11-28T13:33:05.123GMT")."""
     import datetime
-    return datetime.datetime.strptime(text.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+    return datetime.datetime.strptime(text.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
 
 
 def _driver_jvm_pid():
@@ -279,6 +326,13 @@ def main(argv=None):
                          "temporary and local directories) and run on it")
     ap.add_argument("--jobs", action="store_true",
                     help="after each pass, list the Spark jobs it ran with their wall seconds (REST API)")
+    ap.add_argument("--stages", action="store_true",
+                    help="after each pass, its stages' task metrics (REST API): deserialization "
+                         "(with the fetches of added files), run and GC time, shuffle bytes; and "
+                         "each task of a stage of at most 8 tasks")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile the driver's Python through the fanout pass (cProfile: the "
+                         "calls that took the most time, waits on the JVM included)")
     ap.add_argument("--runs", default="warmup,identity,unsharded,sharded",
                     # also: fanout, again, sql-merge, sql-broadcast
                     help="passes in order (warmup: the identity pass, not reported)")
@@ -360,11 +414,12 @@ def main(argv=None):
     plan = None
     for name in args.runs.split(","):
         before = _shuffle_bytes(spark)
-        jobs_before = set(_jobs(spark)) if args.jobs else set()
+        jobs_before = set(_jobs(spark)) if args.jobs or args.stages else set()
         with open(build_log, "a"):
             pass
         log_at = os.path.getsize(build_log)
         t0 = time.perf_counter()
+        epoch0 = time.time()
         with RssSampler(jvm) as rss:
             try:
                 if name in ("identity", "warmup"):
@@ -378,7 +433,16 @@ def main(argv=None):
                     plan = plan_shards(subs, "nats", shards, depth, events=events)
                     got = agg(fanout(events, subs, shards=plan, queues="all", image_dir=image_dir))
                 elif name in ("fanout", "again"):
+                    prof = None
+                    if args.profile and name == "fanout":
+                        import cProfile
+                        prof = cProfile.Profile()
+                        prof.enable()
                     got = agg(fanout(events, subs, queues="all", image_dir=image_dir))
+                    if prof is not None:
+                        import pstats
+                        prof.disable()
+                        pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
                 elif name in ("sql-merge", "sql-broadcast"):
                     how = name.split("-")[1]
                     joined = sql_join.sql_fanout(events, subs, "nats", plan=how)
@@ -407,9 +471,13 @@ def main(argv=None):
         results["passes"].setdefault(name, []).append(row)
         print(f"  {name:<10} {wall:8.1f} s  {args.events / wall:>12,.0f} events/s  {row}", flush=True)
         if args.jobs:
-            for jid, (secs, what) in sorted(_jobs(spark).items()):
+            for jid, (secs, what, start, end) in sorted(_jobs(spark).items()):
                 if jid not in jobs_before:
-                    print(f"      job {jid:>4} {secs:7.2f} s  {what}", flush=True)
+                    # (from/to: seconds since the pass began; the gaps are the driver's)
+                    print(f"      job {jid:>4} {secs:7.2f} s  from {start - epoch0:6.2f} to "
+                          f"{end - epoch0:6.2f}  {what}", flush=True)
+        if args.stages:
+            print("\n".join(_stage_rows(spark, jobs_before)), flush=True)
     if plan is not None:
         print(plan.explain())
         results["plan"] = {"shards": plan.shards, "depth": plan.depth, "nsubs": plan.nsubs,

@@ -163,6 +163,15 @@ def _builds_per_image(log, since=0):
     return got
 
 
+def _fetches(log, since=0):
+    """[(content name, host directory)] of the images the hosts fetched from
+    the driver ("NAME PID fetch BYTES DIR", image_inbox.fetch_from_driver)."""
+    with open(log) as f:
+        f.seek(since)
+        lines = [ln.rstrip("\n").split(" ", 4) for ln in f]
+    return [(ln[0], ln[4]) for ln in lines if len(ln) == 5 and ln[2] == "fetch"]
+
+
 def test_standalone_cluster_equals_local(cluster_result, local_result, remote_load_log):
     _same_as_local(cluster_result, local_result, ["broadcast", "file", "sharded", "auto"])
     assert cluster_result["shipped_by"]["nats/sharded"] == "sharded:N=4:d=1"
@@ -173,6 +182,13 @@ def test_standalone_cluster_equals_local(cluster_result, local_result, remote_lo
     # one build per image and location, whatever the hosts and applications
     builds = _builds_per_image(remote_load_log)
     assert any(loc.startswith("spark:") for _, loc in builds) and set(builds.values()) == {1}, builds
+    # each image is matched on both hosts, built on one: the other fetches
+    # it from the driver, once; the host that built it never does (Spark's
+    # addFile would have had both fetch every image)
+    fetched = _fetches(remote_load_log)
+    names = [name for name, _ in fetched]
+    assert fetched and all(names.count(n) == 1 for n in names), fetched
+    assert len({d for _, d in fetched}) <= 2, fetched
     # fanout_stream on the two hosts: the rows of local mode, micro-batch by
     # micro-batch, through the image; the second micro-batch, with the same
     # subscriptions, rebuilds nothing (and the build count above covers
@@ -206,6 +222,10 @@ def test_dynamic_allocation_and_shared_storage_equal_local(storage_result, local
     # build nothing
     builds = _builds_per_image(remote_load_log)
     assert set(builds.values()) == {1}, builds
+    # the executors that joined later fetched only what their host lacked,
+    # each image at most once per host, all runs together
+    fetched = _fetches(remote_load_log)
+    assert all(fetched.count(f) == 1 for f in fetched), fetched
     # the shared path's image is built there; the bucket's may not be built
     # at all: a host's copy of an image is named by its content alone
     # (image_store.cache_path), so a host that already holds the spark:

@@ -85,6 +85,101 @@ def test_a_damaged_image_is_refused_and_not_kept(tmp_path):
     assert _kept(cache) == []
 
 
+# -- the driver's image server: a host fetches what it lacks, once -------------
+
+def _served(tmp_path, src, location="spark:topicmatch-nats-x.img"):
+    """An ImageServer offering the driver's copy of src at location."""
+    from topicmatch.spark.image_inbox import ImageServer
+    driver = tmp_path / "driver"
+    driver.mkdir(exist_ok=True)
+    local = driver / location.split(":", 1)[1]
+    local.write_bytes(open(src, "rb").read())
+    server = ImageServer("127.0.0.1")
+    server.offer(location, str(local))
+    return server, local
+
+
+def _fetches(log):
+    """[(name, cache_dir)] of the fetch lines fetch_from_driver logged."""
+    if not os.path.exists(log):
+        return []
+    with open(log) as f:
+        lines = [ln.rstrip("\n").split(" ", 4) for ln in f]
+    return [(ln[0], ln[4]) for ln in lines if len(ln) == 5 and ln[2] == "fetch"]
+
+
+def test_a_host_fetches_an_image_it_lacks_once(tmp_path, monkeypatch):
+    from topicmatch.spark.image_inbox import fetch_from_driver
+    from topicmatch.spark.ship import LOAD_LOG_ENV
+    log = tmp_path / "loads.log"
+    monkeypatch.setenv(LOAD_LOG_ENV, str(log))
+    src = _image(tmp_path)
+    server, _ = _served(tmp_path, src)
+    host = tmp_path / "host"
+    host.mkdir()
+    try:
+        got = fetch_from_driver(server.ticket, "spark:topicmatch-nats-x.img", str(host))
+        assert got == str(host / "topicmatch-nats-x.img")
+        assert open(got, "rb").read() == open(src, "rb").read()
+        assert sorted(topicmatch.Sublist.open(got).match("a.3").subs) == [3]
+    finally:
+        server.close()
+    # the host's copy is used from now on: no second fetch (the server is gone)
+    assert fetch_from_driver(server.ticket, "spark:topicmatch-nats-x.img", str(host)) == got
+    assert _fetches(log) == [("topicmatch-nats-x", str(host))]
+    assert _kept(host) == ["topicmatch-nats-x.img", "topicmatch-nats-x.img.lock"]
+
+
+def test_a_host_that_holds_an_image_never_asks(tmp_path):
+    """Its own build (or an earlier fetch) in the host's directory: nothing
+    is asked of the driver, whose server is not even there."""
+    from topicmatch.spark.image_inbox import fetch_from_driver
+    src = _image(tmp_path)
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "topicmatch-nats-x.img").write_bytes(open(src, "rb").read())
+    assert fetch_from_driver(("127.0.0.1", 1, bytes(32)), "spark:topicmatch-nats-x.img",
+                             str(host)) == str(host / "topicmatch-nats-x.img")
+
+
+def test_the_server_gives_nothing_without_the_secret_or_the_offer(tmp_path):
+    from topicmatch.spark.image_inbox import fetch_from_driver
+    src = _image(tmp_path)
+    server, _ = _served(tmp_path, src)
+    host = tmp_path / "host"
+    host.mkdir()
+    try:
+        h, port, _ = server.ticket
+        with pytest.raises(RuntimeError, match="does not serve the image"):
+            fetch_from_driver((h, port, bytes(32)), "spark:topicmatch-nats-x.img", str(host))
+        # offered images only: another name in the driver's directory is not served
+        (tmp_path / "driver" / "topicmatch-nats-y.img").write_bytes(open(src, "rb").read())
+        with pytest.raises(RuntimeError, match="does not serve the image"):
+            fetch_from_driver(server.ticket, "spark:topicmatch-nats-y.img", str(host))
+        with pytest.raises(ValueError, match="not a spark: image name"):
+            server.offer("spark:../escape.img", src)
+    finally:
+        server.close()
+    assert [n for n in _kept(host) if not n.endswith(".lock")] == []
+
+
+def test_a_copy_damaged_on_the_way_is_refused_and_not_kept(tmp_path):
+    from topicmatch.spark.image_inbox import fetch_from_driver
+    src = _image(tmp_path)
+    server, local = _served(tmp_path, src)
+    data = bytearray(local.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    local.write_bytes(bytes(data))
+    host = tmp_path / "host"
+    host.mkdir()
+    try:
+        with pytest.raises(ValueError):
+            fetch_from_driver(server.ticket, "spark:topicmatch-nats-x.img", str(host))
+    finally:
+        server.close()
+    assert [n for n in _kept(host) if not n.endswith(".lock")] == []
+
+
 # -- Spark Connect: the image as rows of the task's result --------------------
 
 def _schema():

@@ -209,3 +209,58 @@ def test_a_partition_holding_two_groups_matches_each_by_its_own_shard(tmp_path, 
     # "a.z" sits in shard 1's group 2: routed there, it meets shard 1's
     # image (and the replicated share's), not shard 0's
     assert got == [("a.x", [10]), ("a.y", [10]), ("a.z", [12]), ("b.x", [11])]
+
+
+def test_a_host_without_an_image_fetches_it_from_the_driver_once(spark, monkeypatch, image_dir,
+                                                                 load_log):
+    """Where the hosts share nothing (spark: images, forced here on the
+    local master), each build task sends its image to the driver, which
+    serves it: a host that holds an image (it built it) fetches nothing,
+    and one that lacks it (an executor that joins later, a cleaned cache:
+    here the host's copies removed after the plan) fetches each image it
+    needs from the driver, once per host, when a task first needs it.
+    The answers are exact either way."""
+    import os
+
+    from topicmatch.spark import ShardPlan, fanout, plan_fanout
+    from topicmatch.spark import images as im
+    from topicmatch.spark import shard_images as si
+    monkeypatch.setattr(si, "spark_files", lambda s, d: True)
+    monkeypatch.setattr(im, "spark_files", lambda s, d: True)
+
+    def fetches():
+        if not os.path.exists(load_log):
+            return []
+        with open(load_log) as f:
+            lines = [ln.rstrip("\n").split(" ", 4) for ln in f]
+        return [(ln[0], ln[4]) for ln in lines if len(ln) == 5 and ln[2] == "fetch"]
+
+    def planned_and_checked(seed, lose_copies):
+        subs, subjects = random_case("nats", n_subs=90, n_events=300, seed=seed)
+        events = events_rows(subjects)
+        ev = spark.createDataFrame(spark.sparkContext.parallelize(events, 3), EVENT_SCHEMA)
+        plan = plan_fanout(spark.createDataFrame(subs, SUBS_SCHEMA), shards=ShardPlan(4, 1))
+        assert plan.route == "shard-images"
+        assert all(p.startswith("spark:") for p in plan.shard_paths), plan.shard_paths
+        names = sorted({p[len("spark:"):-len(".img")] for p in plan.shard_paths})
+        if lose_copies:
+            for n in names:
+                os.remove(os.path.join(image_dir, n + ".img"))
+        want = Expected("nats", subs, events)
+        for _ in range(2):
+            got = rows_by_event(fanout(ev, plan, queues="all").collect(), True)
+            for e in want.plain:
+                got.setdefault(e, [])
+            want.check(got, "all")
+        return names
+
+    before = fetches()
+    first = planned_and_checked(27, lose_copies=False)
+    assert fetches() == before            # the host built them all: nothing fetched
+    names = planned_and_checked(28, lose_copies=True)
+    got = fetches()[len(before):]
+    # each image once (two calls, two worker threads), then the host's copy
+    # is used; but not those the workers mapped already for the first rows
+    # (an image of the same content has the same name: the empty one here)
+    assert sorted(got) == [(n, str(image_dir)) for n in names if n not in first], got
+    assert len(got) >= 3

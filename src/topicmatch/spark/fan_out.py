@@ -21,6 +21,7 @@ from topicmatch.spark.base import (QUEUE_MODES, FanoutInputError, IndexTooLargeE
                                  check_events, column, expect_dataframe, index_from_arrow)
 from topicmatch.spark.plan import (FanoutOptions, FanoutPlan, event_options, options_of,
                                    plan_fanout, plan_in)
+from topicmatch.spark.images import image_source
 from topicmatch.spark.shard_images import image_per_event
 from topicmatch.spark.session import check_executors
 from topicmatch.spark.shared_index import build_index, ship_sublist  # noqa: F401
@@ -287,6 +288,7 @@ def _per_event(events: DataFrame, plan: FanoutPlan, opts: FanoutOptions):
                queues=opts.queues, dedupe=bool(opts.dedupe))
     if plan.route == "shard-images":
         return image_per_event(events, plan.shard_plan, plan.shard_paths, in_place=True,
+                               source=image_source(events.sparkSession, plan.shard_paths),
                                **how), plan.index
     if plan.route == "cogroup":
         sp = plan.shard_plan

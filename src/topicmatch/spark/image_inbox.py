@@ -59,8 +59,9 @@ import pyarrow as pa
 
 from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _ImageChecksum, _os_error
 from topicmatch import Sublist
-from topicmatch.spark.image_cache import prune_quietly
-from topicmatch.spark.image_store import SPARK, cache_path, is_spark
+from topicmatch.spark.image_cache import open_regular, prune_quietly
+from topicmatch.spark.image_store import SPARK, cache_path, is_spark, locked
+from topicmatch.spark.ship import LOAD_LOG_ENV
 
 #: A ticket: (host, port, secret), pickled into the tasks' closures.
 Ticket = Tuple[str, int, bytes]
@@ -87,10 +88,13 @@ def _read_exactly(conn: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-class Inbox:
-    """The driver's listener for one call's spark: images (a context
-    manager: closed on exit).  .ticket goes to the tasks; .received(location)
-    is the driver's checked copy, or None."""
+class _Listener:
+    """A listener on the driver's own address with a secret of its own:
+    each connection that starts with the secret (compared in constant time)
+    is handed to self._serve(conn) on a thread of its own; any other is
+    closed unanswered.  .ticket is what the tasks need to connect."""
+
+    _thread_name = "topicmatch-image-listener"
 
     def __init__(self, host: str, cache_dir: str):
         self._cache_dir = cache_dir
@@ -98,24 +102,56 @@ class Inbox:
         self._server = socket.create_server((host, 0))
         self._server.settimeout(0.5)
         self.ticket: Ticket = (host, self._server.getsockname()[1], self._secret)
+        self._closed = threading.Event()
+        self._accepting = threading.Thread(target=self._accept, name=self._thread_name,
+                                           daemon=True)
+        self._accepting.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._accepting.join()
+        self._server.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(_TIMEOUT_S)
+            try:
+                if not hmac.compare_digest(_read_exactly(conn, _SECRET), self._secret):
+                    return          # not one of our tasks: nothing done, no answer
+            except (OSError, ValueError):
+                return
+            self._serve(conn)
+
+    def _serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class Inbox(_Listener):
+    """The driver's listener for one call's spark: images (a context
+    manager: closed on exit).  .ticket goes to the tasks; .received(location)
+    is the driver's checked copy, or None."""
+
+    _thread_name = "topicmatch-image-inbox"
+
+    def __init__(self, host: str, cache_dir: str):
         self._got: Dict[str, str] = {}
         self._errors: Dict[str, str] = {}
         self._lock = threading.Lock()
-        self._closed = threading.Event()
-        self._accepting = threading.Thread(target=self._accept, name="topicmatch-image-inbox",
-                                           daemon=True)
-        self._accepting.start()
+        super().__init__(host, cache_dir)
 
     def __enter__(self) -> "Inbox":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def close(self) -> None:
-        self._closed.set()
-        self._accepting.join()
-        self._server.close()
 
     def rows_of(self, frame) -> list:
         """The result rows of a job whose tasks send images here."""
@@ -128,33 +164,21 @@ class Inbox:
                                  f"{self._errors[location]}")
             return self._got.get(location)
 
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except (socket.timeout, OSError):
-                continue
-            threading.Thread(target=self._take, args=(conn,), daemon=True).start()
-
-    def _take(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket) -> None:
         location = None
-        with conn:
-            conn.settimeout(_TIMEOUT_S)
+        try:
+            n, size = _HEADER.unpack(_read_exactly(conn, _HEADER.size))
+            location = _read_exactly(conn, n).decode("utf-8")
+            self._write(conn, location, size)
+            conn.sendall(_OK)
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            if location is not None:
+                with self._lock:
+                    self._errors[location] = str(e)
             try:
-                if not hmac.compare_digest(_read_exactly(conn, _SECRET), self._secret):
-                    return          # not one of this call's tasks: nothing written, no answer
-                n, size = _HEADER.unpack(_read_exactly(conn, _HEADER.size))
-                location = _read_exactly(conn, n).decode("utf-8")
-                self._write(conn, location, size)
-                conn.sendall(_OK)
-            except (OSError, ValueError, UnicodeDecodeError) as e:
-                if location is not None:
-                    with self._lock:
-                        self._errors[location] = str(e)
-                try:
-                    conn.sendall(_FAILED)
-                except OSError:
-                    pass
+                conn.sendall(_FAILED)
+            except OSError:
+                pass
 
     def _write(self, conn: socket.socket, location: str, size: int) -> None:
         """The file, as it arrives (receive), into the cache."""
@@ -225,6 +249,99 @@ def send(ticket: Ticket, location: str, path: str) -> None:
     if answer != _OK:
         raise TopicmatchRuntimeError(f"topicmatch: the driver at {host}:{port} did not take the image "
                            f"{location} ({path}): {why}")
+
+
+# --------------------------------------------------------------------------
+# the driver's image server: a host fetches only the images it lacks
+# --------------------------------------------------------------------------
+
+_NAME = struct.Struct("<H")             # a request: the location's length
+_SIZE = struct.Struct("<Q")             # an answer: the file's size
+
+
+class ImageServer(_Listener):
+    """The driver's server of the spark: images it holds, for the life of
+    the driver process (one per driver address: images.serving).  A worker
+    that needs an image its host lacks fetches it (fetch_from_driver: the
+    server's secret, then the location; the answer is the file, sendfile'd
+    from the driver's cache), so a host fetches only what it lacks, when a
+    task first needs it -- never the images it built itself, and an
+    executor that joins later (dynamic allocation) fetches what it needs
+    the same way.  Only what offer() was given is served."""
+
+    _thread_name = "topicmatch-image-server"
+
+    def __init__(self, host: str):
+        self._offered: Dict[str, str] = {}
+        self._lock = threading.Lock()
+        super().__init__(host, "")
+
+    def offer(self, location: str, local: str) -> None:
+        """Serve the driver's checked copy `local` of the image `location`."""
+        if not _plain_name(location):
+            raise TopicmatchValueError(f"not a spark: image name: {location!r}")
+        with self._lock:
+            self._offered[location] = local
+
+    def offered(self, location: str) -> Optional[str]:
+        with self._lock:
+            return self._offered.get(location)
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            (n,) = _NAME.unpack(_read_exactly(conn, _NAME.size))
+            location = _read_exactly(conn, n).decode("utf-8")
+        except (OSError, ValueError, UnicodeDecodeError):
+            return
+        local = self.offered(location)
+        fd = open_regular(local) if local is not None else None
+        try:
+            if fd is None:
+                conn.sendall(_FAILED)
+                return
+            with os.fdopen(fd, "rb") as f:
+                fd = None
+                conn.sendall(_OK + _SIZE.pack(os.fstat(f.fileno()).st_size))
+                conn.sendfile(f)
+        except OSError:
+            pass            # the task went away: it raises on its side
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def fetch_from_driver(source: Ticket, location: str, cache_dir: str) -> str:
+    """On an executor: this host's copy of the spark: image `location`,
+    fetched from the driver's ImageServer (source: its ticket) when the
+    host has none -- once per host, under the image's lock (a second task
+    waiting on it finds the copy), written as it arrives through receive
+    (its checksum summed on the way, its header checked, renamed into
+    place: a partial or damaged copy is never kept).  -> the local path."""
+    local = cache_path(location, cache_dir)
+    if os.path.exists(local):
+        return local
+    with locked(local):
+        if os.path.exists(local):
+            return local
+        host, port, secret = source
+        name = location.encode("utf-8")
+        with socket.create_connection((host, port), timeout=_TIMEOUT_S) as conn:
+            conn.sendall(secret + _NAME.pack(len(name)) + name)
+            try:
+                answer = _read_exactly(conn, 1)
+            except OSError:
+                answer = b""
+            if answer != _OK:
+                raise TopicmatchRuntimeError(
+                    f"topicmatch: the driver at {host}:{port} does not serve the image {location} "
+                    "(was the fan-out's plan made by another driver process?)")
+            (size,) = _SIZE.unpack(_read_exactly(conn, _SIZE.size))
+            got = receive(_socket_pieces(conn, size), location, cache_dir)
+    log = os.environ.get(LOAD_LOG_ENV)
+    if log:     # "NAME PID fetch BYTES CACHE_DIR": the tests count each host's fetches
+        with open(log, "a") as f:
+            f.write(f"{location[len(SPARK):-len('.img')]} {os.getpid()} fetch {size} {cache_dir}\n")
+    return got
 
 
 # --------------------------------------------------------------------------

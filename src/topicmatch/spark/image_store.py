@@ -18,16 +18,19 @@ tasks a *location*, a string of one of three kinds:
     spark:NAME.img          hosts with nothing in common (no image_dir):
                             the build task saves the image on its own host
                             and streams it to the driver (image_inbox); the
-                            driver keeps it in its own cache and adds the
-                            file to the application (SparkContext.addFile),
-                            so that each other host fetches it once, through
-                            Spark, when a task first needs it -- executors
-                            that join later (dynamic allocation) included.
+                            driver keeps it in its own cache and serves it
+                            (image_inbox.ImageServer), so that each other
+                            host fetches it once, when a task first needs
+                            it -- executors that join later (dynamic
+                            allocation) included -- and the host that built
+                            it never does.  (Not SparkContext.addFile: Spark
+                            fetches every added file on every executor at
+                            its next task, needed or not.)
                             Spark Connect: the tasks return the image to
                             the client as rows of their result, and the
                             client adds it to the session as an artifact
                             (spark.addArtifacts(path, file=True)), which
-                            each host fetches the same way.
+                            each host fetches through Spark.
 
 The remote client is pyarrow.fs, already a dependency: it reads the
 endpoints and credentials the storage's own tools read (for S3 the AWS_*
@@ -251,21 +254,29 @@ def fetch(uri: str, cache_dir: str, lock) -> str:
     return local
 
 
-def open_location(location: str, cache_dir: str):
+def open_location(location: str, cache_dir: str, source=None):
     """The Sublist a worker maps for an image location: a path where it is
     (written by a build task or checked by the driver's probe: the header
     and root checked, every walk inside the mapping); a remote image,
     this host's copy (fetch: checked in full as it arrived); a spark:
-    image, this host's own build, or else the file Spark fetched into the
-    executor's own directory of the application -- the bytes the driver
-    checked in full before it added them (image_inbox), which Spark's
-    fetch moves into place only once they have all arrived."""
+    image, this host's own copy (its build, or an earlier fetch), or else,
+    with a source (the driver's image server), the copy fetched from the
+    driver once per host (image_inbox.fetch_from_driver: checksummed as it
+    arrives, renamed into place whole), and without one (a Spark Connect
+    session's artifact) the file Spark fetched into the executor's own
+    directory of the application -- the bytes the client checked before
+    it added them, which Spark's fetch moves into place only once they
+    have all arrived."""
     if is_remote(location):
         local = fetch(location, cache_dir, locked)
     elif is_spark(location):
         local = cache_path(location, cache_dir)
         if not os.path.exists(local):
-            local = spark_file(location)
+            if source is not None:
+                from topicmatch.spark.image_inbox import fetch_from_driver
+                local = fetch_from_driver(source, location, cache_dir)
+            else:
+                local = spark_file(location)
     else:
         local = location
     sl = map_checked(local)

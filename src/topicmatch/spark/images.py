@@ -59,7 +59,7 @@ import os
 import socket
 import threading
 import uuid
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -69,7 +69,7 @@ from topicmatch._core import IMAGE_FORMAT_VERSION, TopicmatchRuntimeError, _os_e
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
-from topicmatch.spark.image_inbox import Inbox, RowInbox, as_rows, send
+from topicmatch.spark.image_inbox import ImageServer, Inbox, RowInbox, as_rows, send
 from topicmatch.spark.image_cache import hold, prune_quietly, touch
 from topicmatch.spark.image_store import (IMAGE_DIR_ENV, cache_path,  # noqa: F401
                                           check_image_dir, default_image_dir, fetch, image_home,
@@ -222,11 +222,14 @@ def probe_at(location: Optional[str], name: str, dialect: str, ticket=None):
 
 
 def build_at(location: Optional[str], name: str, force: bool, build: Callable[[], Sublist],
-             ticket=None, *, dialect: str):
+             ticket=None, *, dialect: str, times: Optional[dict] = None):
     """Build (unless there, and not force) and publish one image: saved on
     this host, uploaded to a remote location, or sent to the driver's inbox
     for a spark: one (ticket: image_inbox).  -> (status, path for the
-    driver, inserts, subscriptions, nbytes); BadRow passes through."""
+    driver, inserts, subscriptions, nbytes); BadRow passes through.
+    times: a dict that gets the seconds of "save" (the build and the save
+    under the lock) and "send" (the upload, or the send to the driver)."""
+    t0 = time.perf_counter()
     local = task_file(location, name)
     # This host's cache (the default directory, the copy of a remote or
     # spark: image) is checked in full by the next application's probe and
@@ -234,6 +237,7 @@ def build_at(location: Optional[str], name: str, force: bool, build: Callable[[]
     # (a mount every host reads) gets a durable file.
     durable = location is not None and not is_remote(location) and not is_spark(location)
     status, inserts, nsubs = save_locked(local, force, build, durable, dialect=dialect)
+    t1 = time.perf_counter()
     if status == "built" and local != location:
         prune_quietly(os.path.dirname(local))   # this host's directory grew (this image is kept: recent)
     elif status == "there":
@@ -243,6 +247,8 @@ def build_at(location: Optional[str], name: str, force: bool, build: Callable[[]
         upload(local, location)
     if location is not None and is_spark(location):
         send(ticket, location, local)
+    if times is not None:
+        times.update(save=t1 - t0, send=time.perf_counter() - t1)
     return status, _driver_path(location, local), inserts, nsubs, os.path.getsize(local)
 
 
@@ -355,8 +361,7 @@ def inbox_for(spark, locations):
     if is_connect(spark):
         yield RowInbox(driver_cache_dir())
         return
-    host = spark.sparkContext.getConf().get("spark.driver.host", None) or socket.gethostname()
-    with Inbox(host, driver_cache_dir()) as inbox:
+    with Inbox(_driver_host(spark), driver_cache_dir()) as inbox:
         yield inbox
 
 
@@ -382,10 +387,10 @@ def publish(rows, spark, inbox) -> list:
             if local is None:
                 raise TopicmatchRuntimeError(f"topicmatch: the task that reported the image {r['path']} "
                                    "did not send it to the driver")
-            add_file(spark, local)
+            hand_out(spark, r["path"], local)
             added += 1
     if added:
-        _log.info("topicmatch: %d image(s) received by the driver and added to the application "
+        _log.info("topicmatch: %d image(s) received by the driver and handed out "
                   "(%.2f s after the job)", added, time.perf_counter() - t0)
     return rows
 
@@ -410,6 +415,57 @@ def vanished(location: str) -> bool:
 def driver_cache_dir() -> str:
     """Where the driver keeps the spark: images it adds to applications."""
     return private_dir(os.path.join(image_home(), "driver"))
+
+
+# driver address -> the ImageServer of this process on it
+_SERVERS: Dict[str, ImageServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _driver_host(spark) -> str:
+    """The driver's address the executors reach (spark.driver.host).  Read
+    from the context's own conf, one call into the JVM (getConf() copies
+    every setting: some 40 ms a call, measured)."""
+    sc = spark.sparkContext
+    return sc._conf.get("spark.driver.host", None) or socket.gethostname()
+
+
+def serving(spark) -> ImageServer:
+    """The image server of this driver process on the session's driver
+    address (spark.driver.host, which every executor reaches), started on
+    first use and kept for the life of the process: a plan's images stay
+    fetchable by executors that join later, and by later applications of
+    the same driver process (their driver_has images)."""
+    host = _driver_host(spark)
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(host)
+        if server is None:
+            server = _SERVERS[host] = ImageServer(host)
+        return server
+
+
+def image_source(spark, locations) -> Optional[tuple]:
+    """What the workers fetch the spark: images among `locations` from:
+    the ticket of this driver's image server (classic Spark), or None (no
+    spark: location, or Spark Connect, whose images are the session's
+    artifacts)."""
+    if is_connect(spark) or not any(loc is not None and is_spark(loc) for loc in locations):
+        return None
+    return serving(spark).ticket
+
+
+def hand_out(spark, location: str, local: str) -> None:
+    """Make the driver's checked copy `local` of the spark: image
+    `location` reachable by every executor: on classic Spark, served by
+    this process's image server (each host fetches it when a task of its
+    first needs it, and only a host that lacks it); on Spark Connect,
+    added to the session (add_file).  Held while the driver lives (never
+    evicted from its cache): a later executor may still fetch it."""
+    if is_connect(spark):
+        add_file(spark, local)
+        return
+    serving(spark).offer(location, local)
+    hold(local)
 
 
 _ADDED = set()
@@ -444,7 +500,7 @@ def driver_has(spark, location: str, dialect: str) -> bool:
     local = cache_path(location, driver_cache_dir())
     if probe_image(local, dialect)[0] != "ok":
         return False
-    add_file(spark, local)
+    hand_out(spark, location, local)
     return True
 
 
@@ -500,7 +556,7 @@ def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
             _KNOWN[key] = row
     return SharedIndex(uuid.uuid4().hex, dialect, row["nbytes"], row["nsubs"], "image",
                        image_path=row["path"], digest=name, build_host=row["host"],
-                       inserts=inserts)
+                       inserts=inserts, source=image_source(spark, [row["path"]]))
 
 
 def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox, steps):

@@ -122,13 +122,15 @@ def _build_task(locations, names, dialect, force, ticket):
     checks its rows (plan_shards(check=False)): a row the index refuses
     comes back as status "bad", and the driver raises its error."""
     def topicmatch_shard_build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        t0 = time.perf_counter()
         got = [b for b in batches if b.num_rows]
         if not got:
             return
         table = pa.Table.from_batches(got)
+        received = time.perf_counter() - t0
         for shard, rows in _runs(table, table.column("shard").to_numpy()):
             row = _build_one(locations, names, dialect, force, ticket, shard,
-                             rows.select(["sub_id", "filter", "queue"]))
+                             rows.select(["sub_id", "filter", "queue"]), received)
             yield from _returned(ticket, row["status"][0].as_py(), locations[shard], names[shard])
             yield row
     return topicmatch_shard_build
@@ -140,18 +142,31 @@ def _returned(ticket, status, location, name):
     return as_rows(ticket, status, location, task_file(location, name), _RESULT_SCHEMA)
 
 
-def _build_one(locations, names, dialect, force, ticket, shard, rows: pa.Table) -> pa.RecordBatch:
+def _build_one(locations, names, dialect, force, ticket, shard, rows: pa.Table,
+               received: float = 0.0) -> pa.RecordBatch:
     t0 = time.perf_counter()
+    times = {}
+
+    def build():
+        t = time.perf_counter()
+        sl = build_rows(rows, dialect)
+        times["insert"] = time.perf_counter() - t
+        return sl
     try:
         status, path, inserts, nsubs, _ = build_at(
-            locations[shard], names[shard], shard in force, lambda: build_rows(rows, dialect), ticket,
-            dialect=dialect)
+            locations[shard], names[shard], shard in force, build, ticket, dialect=dialect,
+            times=times)
     except BadRow as e:     # (its position in a shard means nothing to the caller)
         return _result(shard, "bad", locations[shard], bad=e.args[1:])
     log = os.environ.get(LOAD_LOG_ENV)
-    if log and status == "built":   # as shard.py's builds: "shard-<name> <pid> <subscriptions> <seconds>"
+    if log and status == "built":
+        # as shard.py's builds: "shard-<name> <pid> <subscriptions> <seconds>", then the
+        # split: the task's rows received (all its shards'), inserted, saved, sent
         with open(log, "a") as f:
-            f.write(f"shard-{names[shard]} {os.getpid()} {inserts} {time.perf_counter() - t0:.3f}\n")
+            f.write(f"shard-{names[shard]} {os.getpid()} {inserts} {time.perf_counter() - t0:.3f} "
+                    f"received={received:.3f} insert={times.get('insert', 0):.3f} "
+                    f"save={times.get('save', 0) - times.get('insert', 0):.3f} "
+                    f"send={times.get('send', 0):.3f}\n")
     return _result(shard, status, path, inserts, nsubs)
 
 
@@ -278,8 +293,11 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
         probe = {k: {"status": "rebuild", "path": locations[k]} for k in unknown}
     else:
         # (the shards with the same content, e.g. empty ones, share a name)
+        t0 = time.perf_counter()
         probe = {r["shard"]: r for r in publish(results(one.mapInArrow(
             _probe_task(locations, names, dialect, unknown, ticket), _RESULT), inbox), spark, inbox)}
+        _log.info("topicmatch: the probe of %d shard image(s) took %.2f s", len(unknown),
+                  time.perf_counter() - t0)
     todo = sorted(k for k in unknown if probe[k]["status"] != "ok")
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
@@ -316,10 +334,11 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
 _mapped = WorkerCache(MAPPED_MAX)
 
 
-def _open_shard(path: str) -> Sublist:
-    """Shard image `path` (a location: image_store.open_location), mapped
-    once per worker process."""
-    sl, opened = _mapped.get(path, lambda: open_location(path, image_home()))
+def _open_shard(path: str, source=None) -> Sublist:
+    """Shard image `path` (a location: image_store.open_location; a spark:
+    one this host lacks is fetched from `source`, the driver's image
+    server), mapped once per worker process."""
+    sl, opened = _mapped.get(path, lambda: open_location(path, image_home(), source))
     log = os.environ.get(LOAD_LOG_ENV)
     if opened and log:
         with open(log, "a") as f:
@@ -363,7 +382,8 @@ def _gathered(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table
         yield pa.Table.from_batches(got)
 
 
-def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols, out_schema):
+def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols, out_schema,
+              source=None):
     """The function of the match job's partitions: each batch's events,
     matched by their shard's image and the replicated share's (paths[-1])
     as by one index.  Shuffled, a partition holds one (shard, salt) group
@@ -371,12 +391,12 @@ def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols,
     shard, and each shard's run is matched by its own image."""
     def topicmatch_shard_image_match(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # (an empty replicated share: no second walk, and the shard's cache)
-        replicated = _open_shard(paths[-1])
+        replicated = _open_shard(paths[-1], source)
         replicated = replicated if len(replicated) else None
         for table in _gathered(batches, MATCH_ROWS):
             shards = pc.divide(table.column(_GROUP), width).to_numpy()
             for k, rows in _runs(table, shards):
-                ids = _open_shard(paths[k]).match_many(
+                ids = _open_shard(paths[k], source).match_many(
                     rows.column(subject), keys=pick_keys(rows), queues=queues,
                     dedupe=dedupe, also=replicated).to_arrow()
                 yield from pa.Table.from_arrays([rows.column(c) for c in event_cols] + [ids],
@@ -396,7 +416,7 @@ def _one_per_partition(frame: DataFrame, column: str, values: List[int]) -> Data
 
 def image_per_event(events: DataFrame, plan: ShardPlan, paths: List[str], *, subject_col: str,
                     key_col, dialect: str, queues: str, dedupe: bool,
-                    in_place: bool = False) -> DataFrame:
+                    in_place: bool = False, source=None) -> DataFrame:
     """sharded_per_event's frame, from the images (shard_images' paths:
     the N shards', then the replicated share's, which every event meets
     beside its shard's).  Shuffled (in_place=False): only the events are,
@@ -404,8 +424,11 @@ def image_per_event(events: DataFrame, plan: ShardPlan, paths: List[str], *, sub
     only the images of the groups its tasks run (and the replicated
     share's).  In place: nothing is shuffled; each task maps every image
     and matches each event by its shard's -- where every executor shares
-    one host, and so one page cache, moving the events buys nothing."""
+    one host, and so one page cache, moving the events buys nothing.
+    source: the driver's image server, which spark: images a host lacks
+    are fetched from (images.image_source)."""
     side = event_side(events, plan, subject_col=subject_col, key_col=key_col, dialect=dialect)
-    fn = _match_fn(paths, plan._width, queues, dedupe, side.subject, side.safe, side.out_schema)
+    fn = _match_fn(paths, plan._width, queues, dedupe, side.subject, side.safe, side.out_schema,
+                   source)
     frame = side.frame if in_place else _one_per_partition(side.frame, _GROUP, plan._all_groups())
     return frame.mapInArrow(fn, side.out_schema_spark).toDF(*side.event_cols, "sub_ids")

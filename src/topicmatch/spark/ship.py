@@ -108,7 +108,7 @@ class SharedIndex:
 
     def __init__(self, index_id, dialect, nbytes, nsubs, shipped_by, *, broadcast=None,
                  filename=None, data=None, local_path=None, sublist=None, image_path=None,
-                 digest=None, build_host=None, inserts=0):
+                 digest=None, build_host=None, inserts=0, source=None):
         if shipped_by not in METHODS:
             raise TopicmatchValueError(f"unknown shipping method {shipped_by!r}")
         self.index_id, self.dialect = index_id, dialect
@@ -116,6 +116,7 @@ class SharedIndex:
         self._broadcast, self._filename, self._data = broadcast, filename, data
         self.image_path, self.digest, self.inserts = image_path, digest, inserts
         self._build_host = build_host     # the host whose task wrote or checked the image
+        self._source = source             # a spark: image's: the driver's image server (its ticket)
         self._local_path = local_path     # driver only: the file it shipped
         self._sublist = sublist           # driver only: never pickled
 
@@ -171,7 +172,7 @@ class SharedIndex:
         before the driver handed it out (images.py)."""
         from topicmatch.spark.image_store import image_home, is_remote, is_spark, open_location
         try:
-            return open_location(self.image_path, image_home())
+            return open_location(self.image_path, image_home(), self._source)
         except FileNotFoundError:
             if is_remote(self.image_path) or is_spark(self.image_path):
                 raise
