@@ -442,7 +442,7 @@ def main(argv=None):
                     if prof is not None:
                         import pstats
                         prof.disable()
-                        pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+                        pstats.Stats(prof).sort_stats("cumulative").print_stats("topicmatch|pyspark", 60)
                 elif name in ("sql-merge", "sql-broadcast"):
                     how = name.split("-")[1]
                     joined = sql_join.sql_fanout(events, subs, "nats", plan=how)
