@@ -271,13 +271,14 @@ class _Info:
 
 class _FakeSession:
     """What default_dir_works reads of a classic session: the master, the
-    conf and the status tracker's executors (the driver's entry first)."""
+    context's own conf (_conf: getConf() would copy it) and the status
+    tracker's executors (the driver's entry first)."""
 
     def __init__(self, master, hosts, dynamic="false"):
         from types import SimpleNamespace as NS
         conf = {"spark.driver.host": "driver-host", "spark.dynamicAllocation.enabled": dynamic}
         tracker = NS(getExecutorInfos=lambda: [_Info(h) for h in hosts])
-        self.sparkContext = NS(master=master, getConf=lambda: NS(get=lambda k, d=None: conf.get(k, d)),
+        self.sparkContext = NS(master=master, _conf=NS(get=lambda k, d=None: conf.get(k, d)),
                                _jsc=NS(sc=lambda: NS(statusTracker=lambda: tracker)))
 
 

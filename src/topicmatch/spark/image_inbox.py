@@ -1,10 +1,11 @@
-"""How a spark: image gets from the executor that built it to the driver.
+"""How a spark: image gets from the executor that built it to the driver,
+and from the driver to the hosts that lack it.
 
 Where the hosts share nothing (image_store: spark: locations), the driver
-adds each image to the application (SparkContext.addFile) so that every host
-fetches it through Spark; first the driver needs the file.  The build task
-(or the probe task that found it) streams it over TCP straight into the
-driver's cache:
+serves each image to the hosts that lack it (ImageServer, below; a host
+fetches an image once, when a task of its first needs it); first the
+driver needs the file.  The build task (or the probe task that found it)
+streams it over TCP straight into the driver's cache:
 
     driver                                  task (an executor)
     Inbox(host): a listener on the          send(ticket, location, path):

@@ -55,7 +55,7 @@ IMAGE_DIR_ENV = "TOPICMATCH_IMAGE_DIR"
 #: The storage schemes image_dir takes besides a path (pyarrow.fs reaches them).
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs")
 
-#: The prefix of a location that travels through Spark (addFile).
+#: The prefix of a location that travels through the driver (image_inbox).
 SPARK = "spark:"
 
 #: The bytes read or written at a time in an upload or a fetch.

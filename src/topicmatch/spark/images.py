@@ -32,8 +32,8 @@ hdfs://: each host fetches an image once into its local cache); or by
 default a directory on the executors' local disk (topicmatch-images-<uid>
 in their temporary directory).  Where the executors run on several hosts
 with nothing in common, the build task also sends the image's bytes back,
-and the driver adds the file to the application (SparkContext.addFile):
-each other host fetches it once, through Spark.
+and the driver serves it (image_inbox.ImageServer): each other host
+fetches it once, when a task of its first needs it.
 
 Spark Connect, with no image_dir: when the server's master is local, images
 in the default directory of its one host (connect_one_host).  With a cluster
@@ -375,7 +375,7 @@ def results(frame: DataFrame, inbox) -> list:
 def publish(rows, spark, inbox) -> list:
     """The task result rows, once every spark: image they name (built, or
     found by a probe) is in the driver's cache -- sent there by its task
-    before the task ended -- and added to the application."""
+    before the task ended -- and handed out (hand_out)."""
     rows = list(rows)
     if inbox is None:
         return rows
@@ -472,24 +472,17 @@ _ADDED = set()
 
 
 def add_file(spark, path: str) -> None:
-    """The file at path added to the application, once per application and
-    path: SparkContext.addFile (Spark refuses a second path under a name
-    it has, and fetches an added file once per host).  On Spark Connect,
-    once per session and path: spark.addArtifacts(path, file=True), the
-    session's files, which its tasks find with SparkFiles as they find an
-    added file (image_store.spark_file)."""
-    if is_connect(spark):
-        key = (session_key(spark), path)
-        add = lambda: spark.addArtifacts(path, file=True)  # noqa: E731
-    else:
-        sc = spark.sparkContext
-        key = (sc.applicationId, path)
-        add = lambda: sc.addFile(path)  # noqa: E731
+    """On Spark Connect: the file at path added to the session, once per
+    session and path (spark.addArtifacts(path, file=True)), the session's
+    files, which its tasks find with SparkFiles as they find an added file
+    (image_store.spark_file).  (Classic Spark's images are served by the
+    driver instead: hand_out.)"""
+    key = (session_key(spark), path)
     if key not in _ADDED:
-        add()
+        spark.addArtifacts(path, file=True)
         _ADDED.add(key)
         # Spark checks an added file against its source for every later
-        # task of the application: held while the driver lives, never evicted
+        # task of the session: held while the driver lives, never evicted
         hold(path)
 
 

@@ -10,9 +10,9 @@ The paths (FanoutPlan.route):
 
     image         one index, an image built by an executor task and mapped
                   by every Python worker (images.py); across hosts with no
-                  image_dir it travels through Spark: added to the
-                  application by the driver, or on Spark Connect returned
-                  to the client as rows and added to its session
+                  image_dir it travels through the driver: served by it to
+                  the hosts that lack it, or on Spark Connect returned to
+                  the client as rows and added to its session
     shard-images  one image per shard and one for the replicated share,
                   built by executor tasks, every event matched in place
                   against its shard's and the replicated share's
@@ -434,8 +434,8 @@ def _images_why(spark, opts: FanoutOptions) -> Tuple[bool, str]:
                           "artifacts, so each host fetches each once through Spark")
         if spark_files(spark, None):
             return True, ("no image_dir, executors on several hosts (or dynamic allocation): "
-                          "images are built by executor tasks, sent to the driver and added "
-                          "to the application, so each host fetches each once through Spark")
+                          "images are built by executor tasks and sent to the driver, which "
+                          "serves them: each host fetches once only the images it lacks")
         if is_connect(spark):
             return True, ("Spark Connect, no image_dir: the server's master is local and a probe "
                           f"task's executors reported one host ({connect_host(spark)}): images "

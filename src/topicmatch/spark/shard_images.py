@@ -23,10 +23,12 @@ On the driver, per call:
    lock).  The build is where this path checks the rows (a bad one
    raises on the driver, as plan_shards' check would word it): an image
    found by its content name was built from rows that passed.  Where the
-   images travel through Spark (spark: locations, no image_dir on several
-   hosts), each task sends the image it built or found to the driver as
-   images.py's tasks do: to its inbox, or on Spark Connect as rows of its
-   result, which the client adds to its session;
+   images travel through the driver (spark: locations, no image_dir on
+   several hosts), each task sends the image it built or found to the
+   driver as images.py's tasks do: to its inbox, which the driver then
+   serves to the hosts that lack it (each fetches it when a task first
+   needs it), or on Spark Connect as rows of its result, which the client
+   adds to its session;
 4. the match (image_per_event).  Where every executor shares one host
    (and so one page cache), in place: each task maps every image (kept
    per worker process) and matches each event by its shard's and the
