@@ -358,9 +358,10 @@ def fanout(events: DataFrame, subscriptions: Subscriptions, subject_col: str = "
                    builds nothing.  None: a directory on the executors' local
                    disk on one host (local mode, a one-host cluster, Spark
                    Connect on a local master), else sent to the driver,
-                   which serves each host the images it lacks; on Spark Connect with a cluster behind it, give
-                   storage the executors share, or the index is built on
-                   the driver and shipped (docs/spark.md, "Images on the
+                   which serves each host the images it lacks; on Spark
+                   Connect with a cluster behind it, give storage the
+                   executors share, or the index is built on the driver
+                   and shipped (docs/spark.md, "Images on the
                    executors").  A Sublist given with image_dir
                    is saved there instead of shipped.  Not with ship= other
                    than "auto" (a DataFrame with ship= set goes the shipped way).
