@@ -46,11 +46,25 @@ static inline void fs_walk_mix(const fs_tokens *t, fs_walk_mixes *x)
     fs_shape_mixes(t->tok, t->n < FS_SHAPE_MAX_TOKENS ? t->n : FS_SHAPE_MAX_TOKENS, x->m, x->P);
 }
 
-/* Plan the subject s (tokens t, already tokenized; mixed: their mixes, or
- * NULL to make them here if a probe needs them) and prefetch the slots it
- * will probe. */
-static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size_t len,
-                                       const fs_tokens *t, const fs_walk_mixes *mixed, fs_walk_row *p)
+/* A table's bitmap answer and its slots, for mapped = fs_img_mapped(sl), a
+ * constant in each copy of the plan: a built index's read as they are
+ * (fs_level_may_hold), a mapped image's through the checks (fs_lv_*). */
+FS_ALWAYS_INLINE int fs_walk_may_hold_if(const fs_sublist *sl, int mapped, const fs_level *L, uint64_t key)
+{
+    return mapped ? fs_lv_may_hold(sl, L, key) : fs_level_may_hold(L, key);
+}
+FS_ALWAYS_INLINE const fs_slot *fs_walk_slots_if(const fs_sublist *sl, int mapped, const fs_level *L)
+{
+    return mapped ? fs_lv_slots(sl, L) : L->slots;
+}
+
+/* fs_walk_plan_tokens, for mapped = fs_img_mapped(sl), a constant in each
+ * copy: the img.base test of fs_lv_may_hold and fs_lv_slots once a row,
+ * not once a shape (each shape's store of its key may alias sl, so the
+ * compiler read it again per shape: ~18 instructions a row on light and
+ * heavy). */
+FS_ALWAYS_INLINE void fs_walk_plan_tokens_if(const fs_sublist *sl, int mapped, const char *s, size_t len,
+                                             const fs_tokens *t, const fs_walk_mixes *mixed, fs_walk_row *p)
 {
     const fs_shapes *S = &sl->shapes;
     const fs_level *lit = sl->lit;
@@ -76,9 +90,9 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     if (lit->count) {
         uint64_t key = fs_tokens_key(t->tok, need, nt, P[need]);
         p->literal_key = key;
-        p->literal = fs_lv_may_hold(sl, lit, key);
+        p->literal = fs_walk_may_hold_if(sl, mapped, lit, key);
         if (p->literal)
-            FS_PREFETCH(&fs_lv_slots(sl, lit)[(uint32_t)key & (lit->cap - 1)]);
+            FS_PREFETCH(&fs_walk_slots_if(sl, mapped, lit)[(uint32_t)key & (lit->cap - 1)]);
     }
     /* Only the probes the shape's bitmap lets through go on: most stop
      * here, without touching their table. */
@@ -87,13 +101,25 @@ static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size
     for (uint64_t w = bits; w; w &= w - 1) {
         const fs_shape *sh = S->shape[fs_ctz64(w)];
         uint64_t key = fs_shape_subject_key(sh, m, P);
-        if (!fs_lv_may_hold(sl, &sh->table, key))
+        if (!fs_walk_may_hold_if(sl, mapped, &sh->table, key))
             continue;
         probe |= w & (0 - w);
         p->keys[q++] = key;
-        FS_PREFETCH(&fs_lv_slots(sl, &sh->table)[(uint32_t)key & (sh->table.cap - 1)]);
+        FS_PREFETCH(&fs_walk_slots_if(sl, mapped, &sh->table)[(uint32_t)key & (sh->table.cap - 1)]);
     }
     p->shapes = probe;
+}
+
+/* Plan the subject s (tokens t, already tokenized; mixed: their mixes, or
+ * NULL to make them here if a probe needs them) and prefetch the slots it
+ * will probe. */
+static inline void fs_walk_plan_tokens(const fs_sublist *sl, const char *s, size_t len,
+                                       const fs_tokens *t, const fs_walk_mixes *mixed, fs_walk_row *p)
+{
+    if (fs_img_mapped(sl))
+        fs_walk_plan_tokens_if(sl, 1, s, len, t, mixed, p);
+    else
+        fs_walk_plan_tokens_if(sl, 0, s, len, t, mixed, p);
 }
 
 /* Tokenize the subject s into t, then plan it in sl (into p) and, if
