@@ -64,6 +64,97 @@ static inline int put(fs_idbuf *out, const int64_t *ids, size_t n)
     return FS_OK;
 }
 
+/* One group of a row being emitted from its parts (one per node holding
+ * it): queues="pick" offers each part's members to one rendezvous choice,
+ * queues="all" merges them by value (fs_runs) after out's ids. */
+typedef struct {
+    uint64_t seed;           /* pick: the row's and the group's (fs_pick_seed) */
+    fs_pick_best best;
+    fs_runs runs;
+} group_emit;
+
+static inline void group_start(group_emit *ge, const fs_sublist *sl, const fs_node *n, const fs_group *g,
+                               int queues, uint32_t keyhash)
+{
+    ge->seed = queues == FS_QUEUES_PICK ? fs_pick_seed(keyhash, fs_group_key(sl, n, g)) : 0;
+    ge->best = (fs_pick_best){0, 0, 0};
+    ge->runs = (fs_runs){0, 0};
+}
+
+/* Add a part: its members read once, their count making the room. */
+FS_ALWAYS_INLINE int group_part_if(const fs_sublist *sl, int mapped, group_emit *ge, const fs_group *part,
+                                   int queues, fs_idbuf *out)
+{
+    const int64_t *gids;
+    uint32_t gn = fs_gids_of_if(sl, mapped, part, &gids);
+    if (queues == FS_QUEUES_PICK) {
+        fs_pick_offer(&ge->best, ge->seed, gids, gn);
+        return FS_OK;
+    }
+    if (!gn)                 /* out->ids may still be NULL: no NULL + 0 */
+        return FS_OK;
+    if (fs_idbuf_room(out, ge->runs.n + gn) < 0)
+        return FS_ENOMEM;
+    fs_runs_add(&ge->runs, out->ids + out->n, gids, gn);
+    return FS_OK;
+}
+
+static inline int group_end(group_emit *ge, int queues, fs_idbuf *out)
+{
+    if (queues == FS_QUEUES_PICK)
+        return put(out, &ge->best.id, 1);
+    if (ge->runs.n) {
+        fs_runs_end(&ge->runs, out->ids + out->n);
+        out->n += ge->runs.n;
+    }
+    return FS_OK;
+}
+
+/* The groups of a row where one node holds them all (most grouped rows:
+ * heavy's 2,259 grouped rows of 3,000 hold ~1.3 grouped nodes each, 1,404
+ * of them one): its groups are in name order and no two share a name
+ * (fs_node.c), so each is a group of the row by itself, emitted as it
+ * comes -- what fs_row_groups and the loop of emit_hits_if give such a
+ * row, without the refs.  A mapped node whose groups changed since they
+ * were counted reads as fewer (fs_group_of_if). */
+FS_ALWAYS_INLINE int emit_node_groups_if(const fs_sublist *sl, int mapped, const fs_node *n, int queues,
+                                         uint32_t keyhash, fs_idbuf *out)
+{
+    uint32_t ng = fs_ngroups_of_if(sl, mapped, n);
+    for (uint32_t gi = 0; gi < ng; gi++) {
+        const fs_group *g = fs_group_of_if(sl, mapped, n, gi);
+        group_emit ge;
+        group_start(&ge, sl, n, g, queues, keyhash);
+        if (group_part_if(sl, mapped, &ge, g, queues, out) < 0 || group_end(&ge, queues, out) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+/* The groups of a row where two nodes hold them, in a dialect that merges
+ * same-named groups (NATS; fs_groups_merge): the two name-ordered lists
+ * merged by name, a name both hold one group of both's members (a's part
+ * first) -- fs_row_groups' order and parts for such a row (insertion keeps
+ * a before b on equal names), without refs or sorting (heavy: 750 rows). */
+FS_ALWAYS_INLINE int emit_two_groups_if(const fs_sublist *sl, int mapped, const fs_node *a, const fs_node *b,
+                                        int queues, uint32_t keyhash, fs_idbuf *out)
+{
+    uint32_t na = fs_ngroups_of_if(sl, mapped, a), nb = fs_ngroups_of_if(sl, mapped, b), i = 0, j = 0;
+    while (i < na || j < nb) {
+        const fs_group *ga = i < na ? fs_group_of_if(sl, mapped, a, i) : NULL;
+        const fs_group *gb = j < nb ? fs_group_of_if(sl, mapped, b, j) : NULL;
+        int c = !ga ? 1 : !gb ? -1 : fs_group_name_cmp_if(sl, mapped, ga, gb);
+        group_emit ge;
+        group_start(&ge, sl, c <= 0 ? a : b, c <= 0 ? ga : gb, queues, keyhash);
+        if ((c <= 0 && group_part_if(sl, mapped, &ge, ga, queues, out) < 0) ||
+            (c >= 0 && group_part_if(sl, mapped, &ge, gb, queues, out) < 0) || group_end(&ge, queues, out) < 0)
+            return FS_ENOMEM;
+        i += c <= 0;
+        j += c >= 0;
+    }
+    return FS_OK;
+}
+
 /* emit_hits, for mapped = fs_img_mapped(sl), a constant in each copy: a
  * built index's nodes read as they are, a mapped image's checked. */
 FS_ALWAYS_INLINE int emit_hits_if(const fs_sublist *sl, int mapped, fs_scratch *sc, int queues, uint32_t keyhash,
@@ -71,11 +162,13 @@ FS_ALWAYS_INLINE int emit_hits_if(const fs_sublist *sl, int mapped, fs_scratch *
 {
     const fs_node *const *hits = sc->hits;
     size_t nhits = sc->nhits;
-    size_t nplain = 0;
-    int grouped = 0;                 /* most rows have no groups: no call for them */
+    size_t nplain = 0, grouped = 0, first = 0, second = 0;   /* most rows have no groups: no call for them */
     for (size_t k = 0; k < nhits; k++) {
         nplain += fs_nsubs_of_if(sl, mapped, hits[k]);
-        grouped |= hits[k]->groups != NULL;
+        if (hits[k]->groups != NULL) {
+            second = grouped == 1 ? k : second;
+            first = grouped++ ? first : k;
+        }
     }
     if (nplain) {
         if (fs_idbuf_room(out, nplain) < 0)
@@ -84,38 +177,25 @@ FS_ALWAYS_INLINE int emit_hits_if(const fs_sublist *sl, int mapped, fs_scratch *
     }
     if (queues == FS_QUEUES_NONE || !grouped)
         return FS_OK;
+    if (grouped == 1)
+        return emit_node_groups_if(sl, mapped, hits[first], queues, keyhash, out);
+    if (grouped == 2 && fs_groups_merge(sl->dialect))
+        return emit_two_groups_if(sl, mapped, hits[first], hits[second], queues, keyhash, out);
     size_t nrefs;
     if (fs_row_groups(sl, sc, &nrefs) < 0)
         return FS_ENOMEM;
     for (size_t j = 0, end; j < nrefs; j = end) {
         end = fs_row_group_end(sc, j, nrefs);
         const fs_node *n = hits[sc->grefs[j].hit];
-        if (queues == FS_QUEUES_PICK) {
-            /* one rendezvous choice over every part's members */
-            fs_pick_best best = {0, 0, 0};
-            const uint64_t seed =
-                fs_pick_seed(keyhash, fs_group_key(sl, n, fs_group_of_if(sl, mapped, n, sc->grefs[j].group)));
-            for (size_t p = j; p < end; p++) {
-                const fs_group *part = fs_group_of_if(sl, mapped, hits[sc->grefs[p].hit], sc->grefs[p].group);
-                const int64_t *gids;
-                uint32_t gn = fs_gids_of_if(sl, mapped, part, &gids);
-                fs_pick_offer(&best, seed, gids, gn);
-            }
-            if (put(out, &best.id, 1) < 0)
-                return FS_ENOMEM;
-            continue;
-        }
-        fs_runs runs = {0, 0};
-        for (size_t p = j; p < end; p++) {
+        group_emit ge;
+        group_start(&ge, sl, n, fs_group_of_if(sl, mapped, n, sc->grefs[j].group), queues, keyhash);
+        for (size_t p = j; p < end; p++) {          /* its parts, one per node */
             const fs_group *part = fs_group_of_if(sl, mapped, hits[sc->grefs[p].hit], sc->grefs[p].group);
-            const int64_t *gids;
-            uint32_t gn = fs_gids_of_if(sl, mapped, part, &gids);      /* once: it sizes the room */
-            if (fs_idbuf_room(out, runs.n + gn) < 0)
+            if (group_part_if(sl, mapped, &ge, part, queues, out) < 0)
                 return FS_ENOMEM;
-            fs_runs_add(&runs, out->ids + out->n, gids, gn);
         }
-        fs_runs_end(&runs, out->ids + out->n);
-        out->n += runs.n;
+        if (group_end(&ge, queues, out) < 0)
+            return FS_ENOMEM;
     }
     return FS_OK;
 }
@@ -414,6 +494,29 @@ static inline int match_row(const rows_job *job, const rows_parts *p, rows_count
     return FS_OK;
 }
 
+/* The most ids room_ahead reserves at once beyond a doubling (4 MiB, where
+ * fs_idbuf.c's pool of kept buffers takes over): a first block of unusual
+ * rows may not make it reserve for millions of rows at their rate. */
+#define AHEAD_MAX_IDS (((size_t)4 << 20) / sizeof(int64_t))
+
+/* Before a block: when the output has less room left than a block needs at
+ * the rate of ids per row seen in this call (emitted over done rows), grow
+ * it for all the rows left at that rate (plus an eighth), not by doubling.
+ * Doubling from 64 ids copied the output at every step: match_many heavy
+ * (~81 ids a row, 1.9 MB for 3,000 rows) spent ~100 instructions a row in
+ * realloc's memcpy (callgrind: 600,886 of 18.8M).  FS_OK or FS_ENOMEM. */
+static int room_ahead(fs_idbuf *out, size_t emitted, size_t done, size_t left)
+{
+    if (!emitted || !done || !left)
+        return FS_OK;
+    size_t per = emitted / done + 1;
+    if (out->cap - out->n >= per * BLOCK_ROWS)
+        return FS_OK;
+    size_t most = out->cap > AHEAD_MAX_IDS ? out->cap : AHEAD_MAX_IDS;
+    size_t more = left > most / per ? most : per * left;
+    return fs_idbuf_reserve(out, out->n + more + more / 8);
+}
+
 /* fs_match_rows' work, with the set-up done: the job's rows a block at a
  * time, the read lock taken for ROWS_PER_LOCK rows at a time. */
 static int matcher_run(row_matcher *m, const rows_job *jp)
@@ -425,7 +528,7 @@ static int matcher_run(row_matcher *m, const rows_job *jp)
     fs_sublist *sl = job.sl;
     int rc = FS_OK;
     fs_cache_tally tally = {0, 0};
-    size_t i = job.begin;
+    size_t i = job.begin, first_n = job.out->n;
     while (i < job.end && rc == FS_OK) {
         if (job.cancel && atomic_load_explicit(job.cancel, memory_order_relaxed)) {
             rc = FS_ECANCELLED;
@@ -447,6 +550,8 @@ static int matcher_run(row_matcher *m, const rows_job *jp)
         int cached_index = sl->cache != NULL && !job.also;
         while (i < stop && rc == FS_OK) {
             size_t nblock = stop - i > BLOCK_ROWS ? BLOCK_ROWS : stop - i;
+            if ((rc = room_ahead(job.out, job.out->n - first_n, i - job.begin, job.end - i)) < 0)
+                break;
             if (cached_index) {
                 plan_cached_rows(sl, job.subjects, i, nblock, parts.b);
             } else if ((rc = plan_rows(sl, job.also, job.subjects, i, nblock, parts.b)) < 0) {

@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 
+#include "fs_layout.h"
 #include "fs_scratch.h"
 
 /* The queue groups of the hits in the row's order (fs_result.h):
@@ -29,6 +30,19 @@
  * refs [j, fs_row_group_end(j)) -- its parts, side by side; MQTT's groups
  * are (name, filter): one ref each.  FS_OK or FS_ENOMEM. */
 int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs);
+/* Groups a and b by name bytes (<0, 0, >0): the first key of the row's
+ * order of groups (fs_result.h).  mapped: fs_img_mapped(sl), or 1. */
+FS_ALWAYS_INLINE int fs_group_name_cmp_if(const fs_sublist *sl, int mapped, const fs_group *a, const fs_group *b)
+{
+    const char *an, *bn;
+    uint32_t na = fs_gname_of_if(sl, mapped, a, &an), nb = fs_gname_of_if(sl, mapped, b, &bn);
+    uint32_t n = na < nb ? na : nb;
+    for (uint32_t i = 0; i < n; i++)          /* names are short: no call */
+        if (an[i] != bn[i])
+            return (unsigned char)an[i] < (unsigned char)bn[i] ? -1 : 1;
+    return na < nb ? -1 : na > nb;
+}
+
 /* The end of the group that starts at ref j: its parts were marked
  * (fs_gref's part) by fs_row_groups. */
 static inline size_t fs_row_group_end(const fs_scratch *sc, size_t j, size_t nrefs)

@@ -231,20 +231,6 @@ typedef struct {
     const fs_node *const *hits;
 } gref_ctx;
 
-/* The groups' order: name bytes, then (MQTT, where a group is (name,
- * filter)) filter bytes.  0: the same group -- NATS and AMQP merge
- * same-named groups across filters. */
-FS_ALWAYS_INLINE int name_cmp(const fs_sublist *sl, int mapped, const fs_group *a, const fs_group *b)
-{
-    const char *an, *bn;
-    uint32_t na = fs_gname_of_if(sl, mapped, a, &an), nb = fs_gname_of_if(sl, mapped, b, &bn);
-    uint32_t n = na < nb ? na : nb;
-    for (uint32_t i = 0; i < n; i++)          /* names are short: no call */
-        if (an[i] != bn[i])
-            return (unsigned char)an[i] < (unsigned char)bn[i] ? -1 : 1;
-    return na < nb ? -1 : na > nb;
-}
-
 /* mapped: fs_img_mapped(ctx->sl), a constant in each copy (gref_cmp_built,
  * gref_cmp_mapped). */
 FS_ALWAYS_INLINE int gref_cmp_if(const void *pa, const void *pb, const gref_ctx *ctx, int mapped)
@@ -252,7 +238,10 @@ FS_ALWAYS_INLINE int gref_cmp_if(const void *pa, const void *pb, const gref_ctx 
     const fs_gref *a = pa, *b = pb;
     const fs_group *ga = fs_group_of_if(ctx->sl, mapped, ctx->hits[a->hit], a->group);
     const fs_group *gb = fs_group_of_if(ctx->sl, mapped, ctx->hits[b->hit], b->group);
-    int c = name_cmp(ctx->sl, mapped, ga, gb);
+    /* The groups' order: name bytes, then (MQTT, where a group is (name,
+     * filter)) filter bytes.  0: the same group -- NATS and AMQP merge
+     * same-named groups across filters. */
+    int c = fs_group_name_cmp_if(ctx->sl, mapped, ga, gb);
     if (c || fs_groups_merge(ctx->sl->dialect))
         return c;
     return filter_cmp(ctx->sl, ctx->hits[a->hit], ctx->hits[b->hit]);
