@@ -95,7 +95,12 @@ FS_ALWAYS_INLINE int group_part_if(const fs_sublist *sl, int mapped, group_emit 
         return FS_OK;
     if (fs_idbuf_room(out, ge->runs.n + gn) < 0)
         return FS_ENOMEM;
-    fs_runs_add(&ge->runs, out->ids + out->n, gids, gn);
+    if (ge->runs.n) {
+        fs_runs_add(&ge->runs, out->ids + out->n, gids, gn);
+    } else {                 /* the first part (most groups' only one): copied, as fs_runs_add would */
+        copy_ids(out->ids + out->n, gids, gn);
+        ge->runs = (fs_runs){gn, 1};
+    }
     return FS_OK;
 }
 
@@ -162,18 +167,19 @@ FS_ALWAYS_INLINE int emit_hits_if(const fs_sublist *sl, int mapped, fs_scratch *
 {
     const fs_node *const *hits = sc->hits;
     size_t nhits = sc->nhits;
-    size_t nplain = 0, grouped = 0, first = 0, second = 0;   /* most rows have no groups: no call for them */
+    fs_hits_tally t = {0, 0, 0, 0};                   /* one pass: the plain ids and the groups */
+    size_t grouped = 0, first = 0, second = 0;        /* most rows have no groups: no call for them */
     for (size_t k = 0; k < nhits; k++) {
-        nplain += fs_nsubs_of_if(sl, mapped, hits[k]);
+        fs_hits_tally_add(&t, k, fs_nsubs_of_if(sl, mapped, hits[k]));
         if (hits[k]->groups != NULL) {
             second = grouped == 1 ? k : second;
             first = grouped++ ? first : k;
         }
     }
-    if (nplain) {
-        if (fs_idbuf_room(out, nplain) < 0)
+    if (t.total) {
+        if (fs_idbuf_room(out, t.total) < 0)
             return FS_ENOMEM;
-        out->n += fs_hits_plain_if(sl, mapped, hits, nhits, out->ids + out->n, nplain);
+        out->n += fs_hits_plain_tallied_if(sl, mapped, hits, nhits, &t, out->ids + out->n);
     }
     if (queues == FS_QUEUES_NONE || !grouped)
         return FS_OK;

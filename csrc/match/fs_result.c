@@ -402,32 +402,17 @@ static int ids_ascend(const int64_t *ids, size_t n)
  * image is marked damaged (the call then fails).  Only past FEW_SMALL,
  * where more than FS_MERGE_RUNS runs are sorted whole, no check meets it:
  * the row is sorted, verify=False's wrong answer. */
-FS_ALWAYS_INLINE size_t hits_merge_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
-                                      int64_t *ids, size_t room)
+FS_ALWAYS_INLINE size_t merge_tallied_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
+                                         const fs_hits_tally *t, int64_t *ids)
 {
-    size_t runs = 0, big = 0, total = 0;
-    uint32_t nbig = 0;
-    for (size_t k = 0; k < nhits; k++) {
-        uint32_t m = fs_nsubs_of_if(sl, mapped, hits[k]);
-        runs += m != 0;
-        total += m;
-        if (m > nbig) {
-            nbig = m;
-            big = k;
-        }
-    }
-    if (runs == 0)
-        return 0;
     /* A mapped image's counts are read again below, and its file may have
-     * been rewritten in place since the last read (fs_once8 in
-     * fs_layout.h): each run is cut to what this pass counted, and the
-     * whole to room, so that no write leaves ids or few.  A built index's
-     * (mapped 0) cannot change under the read lock: its counts are the
-     * caller's, read again as they are. */
-    if (mapped && total > room) {
-        fs_img_bad(sl);
-        return 0;
-    }
+     * been rewritten in place since t counted them (fs_once8 in
+     * fs_layout.h): each run is cut to what t counted, and the whole to
+     * t->total, the room, so that no write leaves ids or few.  A built
+     * index's (mapped 0) cannot change under the read lock: its counts are
+     * t's, read again as they are. */
+    size_t runs = t->runs, big = t->big, total = t->total;
+    uint32_t nbig = t->nbig;
     const int64_t *b, *s;
     size_t nb = fs_subs_of_if(sl, mapped, hits[big], &b), ns = total - nbig;
     if (mapped && nb > nbig)
@@ -472,10 +457,34 @@ FS_ALWAYS_INLINE size_t hits_merge_if(const fs_sublist *sl, int mapped, const fs
     return total;
 }
 
+/* fs_hits_merge, for mapped = fs_img_mapped(sl): the counts of this
+ * pass, cut to room. */
+FS_ALWAYS_INLINE size_t hits_merge_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
+                                      int64_t *ids, size_t room)
+{
+    fs_hits_tally t = {0, 0, 0, 0};
+    for (size_t k = 0; k < nhits; k++)
+        fs_hits_tally_add(&t, k, fs_nsubs_of_if(sl, mapped, hits[k]));
+    if (t.runs == 0)
+        return 0;
+    if (mapped && t.total > room) {      /* grown since the caller counted */
+        fs_img_bad(sl);
+        return 0;
+    }
+    return merge_tallied_if(sl, mapped, hits, nhits, &t, ids);
+}
+
 size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids, size_t room)
 {
     return fs_img_mapped(sl) ? hits_merge_if(sl, 1, hits, nhits, ids, room)
                              : hits_merge_if(sl, 0, hits, nhits, ids, room);
+}
+
+size_t fs_hits_merge_tallied(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, const fs_hits_tally *t,
+                             int64_t *ids)
+{
+    return fs_img_mapped(sl) ? merge_tallied_if(sl, 1, hits, nhits, t, ids)
+                             : merge_tallied_if(sl, 0, hits, nhits, t, ids);
 }
 
 uint32_t fs_group_key(const fs_sublist *sl, const fs_node *n, const fs_group *g)

@@ -270,5 +270,51 @@ static inline size_t fs_hits_plain(const fs_sublist *sl, const fs_node *const *h
     return fs_hits_plain_if(sl, 1, hits, nhits, ids, room);
 }
 
+/* A row's hits' plain ids counted in one pass of the caller's (the batch's
+ * emit counts its groups in the same loop), for fs_hits_plain_tallied: no
+ * second pass over the hits to count them again or find the biggest. */
+typedef struct {
+    size_t total;        /* the hits' plain ids: the room for them */
+    size_t runs;         /* the hits holding any */
+    size_t big;          /* the first hit holding the most, */
+    uint32_t nbig;       /* how many */
+} fs_hits_tally;
+
+/* Count hit k, holding m plain ids (fs_nsubs_of_if), into t. */
+static inline void fs_hits_tally_add(fs_hits_tally *t, size_t k, uint32_t m)
+{
+    t->total += m;
+    t->runs += m != 0;
+    if (m > t->nbig) {
+        t->nbig = m;
+        t->big = k;
+    }
+}
+
+/* fs_hits_merge with the counts of t (t->runs >= 2; t->total ids of room).
+ * The same bounds and checks: a mapped image's runs are cut to what t
+ * counted, its merged row checked for ascending order. */
+size_t fs_hits_merge_tallied(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, const fs_hits_tally *t,
+                             int64_t *ids);
+
+/* fs_hits_plain_if with the counts of t (room: t->total): a row whose ids
+ * one hit holds is a copy of them, inline. */
+static inline size_t fs_hits_plain_tallied_if(const fs_sublist *sl, int mapped, const fs_node *const *hits,
+                                              size_t nhits, const fs_hits_tally *t, int64_t *ids)
+{
+    if (t->runs == 1) {          /* one node holds ids: they are sorted already */
+        const int64_t *src;
+        size_t n = fs_subs_of_if(sl, mapped, hits[t->big], &src);
+        if (mapped && n > t->nbig) {
+            fs_img_bad(sl);
+            n = t->nbig;
+        }
+        if (n)
+            memcpy(ids, src, sizeof(int64_t) * n);
+        return n;
+    }
+    return t->runs ? fs_hits_merge_tallied(sl, hits, nhits, t, ids) : 0;
+}
+
 
 #endif
