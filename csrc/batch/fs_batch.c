@@ -426,8 +426,8 @@ static int emit_both(const rows_job *job, const rows_parts *p, uint32_t keyhash)
 /* Emit the answer of planned row k (row i) into job->out, by one of three
  * paths: the cached result, a result computed (and cached) now, or the
  * walk's hits directly (an index without a cache, or a job with an also,
- * where a row that only one index matched is emitted from its hits).  FS_OK (with
- * invalid[i - begin] set for a subject the tokenizer refused), FS_ENOMEM. */
+ * where a row that only one index matched is emitted from its hits).  FS_OK,
+ * FS_EINVAL (nothing emitted) for a subject the tokenizer refused, FS_ENOMEM. */
 static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, size_t i, int cached_index,
                            fs_cache_tally *tally)
 {
@@ -443,13 +443,7 @@ static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, s
             return emit(cached, job->queues, keyhash, !keyed, job->out);
         fs_error err;
         rc = fs_compute_locked(job->sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
-        if (rc == FS_OK)
-            rc = emit(&w->r, job->queues, keyhash, !keyed, job->out);
-        if (rc == FS_EINVAL) {
-            job->invalid[i - job->begin] = 1;
-            rc = FS_OK;
-        }
-        return rc;
+        return rc == FS_OK ? emit(&w->r, job->queues, keyhash, !keyed, job->out) : rc;
     }
     rc = fs_walk_collect(job->sl, r, &b->toks[k], &w->sc, 0);
     if (FS_UNLIKELY(rc != FS_OK))
@@ -473,14 +467,18 @@ static inline int match_row(const rows_job *job, const rows_parts *p, rows_count
 {
     fs_idbuf *out = job->out;
     size_t before = out->n, at = i - job->begin;
-    job->invalid[at] = p->b->state[k] != ROW_OK;
-    if (FS_UNLIKELY(p->b->state[k] != ROW_OK)) {
+    /* A null or invalid row (planned so, or refused by the tokenizer on the
+     * cache's path) gets no ids and is not counted: decided here once, so
+     * the common row neither reads its invalid flag back nor tests it. */
+    int rc = p->b->state[k] == ROW_OK ? emit_row(job, p, k, i, cached_index, tally) : FS_EINVAL;
+    if (FS_UNLIKELY(rc != FS_OK)) {
+        if (rc != FS_EINVAL)
+            return rc;
+        job->invalid[at] = 1;
         job->row_end[at] = (int64_t)out->n;
         return FS_OK;
     }
-    int rc = emit_row(job, p, k, i, cached_index, tally);
-    if (FS_UNLIKELY(rc != FS_OK))
-        return rc;
+    job->invalid[at] = 0;
     /* Only when the row emitted: with nothing emitted yet, out->ids may be
      * NULL, and NULL + 0 is undefined. */
     if (job->dedupe && out->n > before) {
@@ -490,13 +488,11 @@ static inline int match_row(const rows_job *job, const rows_parts *p, rows_count
         out->n = before + kept;
     }
     job->row_end[at] = (int64_t)out->n;
-    if (!job->invalid[at]) {
-        uint64_t f = out->n - before;
-        c->matched++;
-        c->fanout += f;
-        if (f > c->fanout_max)
-            c->fanout_max = f;
-    }
+    uint64_t f = out->n - before;
+    c->matched++;
+    c->fanout += f;
+    if (f > c->fanout_max)
+        c->fanout_max = f;
     return FS_OK;
 }
 
