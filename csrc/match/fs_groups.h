@@ -2,10 +2,12 @@
  *
  * NATS and AMQP merge same-named groups across the matched nodes into one
  * group; MQTT keeps one group per (name, filter), that is per node (the
- * rules table's groups_merge).  Both result building (fs_result.c) and the
+ * rules table's groups_merge).  Result building (fs_result.c) and the
  * batch's direct emit (fs_batch.c) take a row's groups from fs_row_groups,
  * in the row's order (fs_result.h: by name, then filter), a merged group's
- * parts side by side:
+ * parts side by side (the batch takes those of a row where one node holds
+ * groups, or two in a dialect that merges them, straight from the nodes'
+ * name-ordered lists, in the same order):
  *
  *     size_t nrefs;
  *     fs_row_groups(sl, sc, &nrefs);
