@@ -169,11 +169,17 @@ FS_ALWAYS_INLINE int emit_hits_if(const fs_sublist *sl, int mapped, fs_scratch *
     size_t nhits = sc->nhits;
     fs_hits_tally t = {0, 0, 0, 0};                   /* one pass: the plain ids and the groups */
     size_t grouped = 0, first = 0, second = 0;        /* most rows have no groups: no call for them */
-    for (size_t k = 0; k < nhits; k++) {
-        fs_hits_tally_add(&t, k, fs_nsubs_of_if(sl, mapped, hits[k]));
-        if (hits[k]->groups != NULL) {
-            second = grouped == 1 ? k : second;
-            first = grouped++ ? first : k;
+    if (nhits == 1) {                /* most rows that match (light: 1,500 of 3,000): no loop */
+        uint32_t m = fs_nsubs_of_if(sl, mapped, hits[0]);
+        t = (fs_hits_tally){m, m != 0, 0, m};
+        grouped = hits[0]->groups != NULL;
+    } else {
+        for (size_t k = 0; k < nhits; k++) {
+            fs_hits_tally_add(&t, k, fs_nsubs_of_if(sl, mapped, hits[k]));
+            if (hits[k]->groups != NULL) {
+                second = grouped == 1 ? k : second;
+                first = grouped++ ? first : k;
+            }
         }
     }
     if (t.total) {
