@@ -1,7 +1,7 @@
 """A plain-Python reader and forger of topicmatch's mapped image (file format
-version 3, csrc/serial/fs_image.c), for the hostile-image tests.
+version 3, csrc/serial/fs_image_write.c), for the hostile-image tests.
 
-It knows the layout from csrc/serial/fs_image.c, csrc/serial/fs_header.h and
+It knows the layout from csrc/serial/fs_image_root.h, csrc/serial/fs_header.h and
 csrc/index/fs_layout.h, not from the library: a 48-byte header, the root block at 48 (struct img_root), the
 objects from 1024 (fs_level, fs_slot arrays with their bitmaps, fs_node with
 an fs_link before trie nodes, ids, queue groups), then the XXH64 of
@@ -21,7 +21,7 @@ SHAPE_MAX_TOKENS = 48
 NPROBE = SHAPE_MAX_TOKENS + 2
 DIALECT_CODE = {"nats": 0, "mqtt": 1, "amqp": 2}
 
-# struct img_root (fs_image.c), from offset 48
+# struct img_root (fs_image_root.h), from offset 48
 ROOT_NODES = HEADER
 ROOT_ROOT = HEADER + 8
 ROOT_LITERALS = HEADER + 16

@@ -900,14 +900,17 @@ def test_larger_index_with_shape_overflow_and_deep_filters(dialect):
 # ============================================================ the documented invariants
 
 def test_every_image_reason_is_documented():
-    """Every reason fs_image.c can refuse an image with is in docs/FORMAT.md's
+    """Every reason the image's reader (fs_image.c) and verifier
+    (fs_image_verify.c) can refuse an image with is in docs/FORMAT.md's
     "Invariants of an image", and every reason listed there is one it gives
     (its own, and those of the entry checks it shares with the version 2
     loader, fs_entry.h: every string there outside comments and includes)."""
     import re
     root = os.path.join(HERE, "..")
-    with open(os.path.join(root, "csrc", "serial", "fs_image.c"), encoding="utf-8") as f:
-        src = f.read()
+    src = ""
+    for name in ("fs_image.c", "fs_image_verify.c"):
+        with open(os.path.join(root, "csrc", "serial", name), encoding="utf-8") as f:
+            src += f.read()
     with open(os.path.join(root, "csrc", "serial", "fs_entry.h"), encoding="utf-8") as f:
         shared = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
     shared_reasons = {r for line in shared.splitlines() if not line.startswith("#include")
@@ -919,9 +922,9 @@ def test_every_image_reason_is_documented():
     listed -= {"verify=True", "ValueError(\"corrupt topicmatch index: <reason> at byte <offset>\")", "$share/"}
     given = {r for line in src.splitlines() if re.search(r"vbad\(|FAIL\(|reason = |why = ", line)
              for r in re.findall(r'"([^"]+)"', line)} | shared_reasons
-    assert given, "no reasons found in fs_image.c"
-    assert given - listed == set(), "reasons fs_image.c gives that FORMAT.md does not list"
-    assert listed - given == set(), "reasons FORMAT.md lists that fs_image.c never gives"
+    assert given, "no reasons found in fs_image.c and fs_image_verify.c"
+    assert given - listed == set(), "reasons the image's reader gives that FORMAT.md does not list"
+    assert listed - given == set(), "reasons FORMAT.md lists that the image's reader never gives"
 
 
 def _literal_slots(data):
@@ -937,7 +940,7 @@ def _literal_slots(data):
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
 def test_table_at_its_capacity_and_one_left_larger_write_one_image(dialect):
     """The writer reads a table at the capacity it writes it at cluster by
-    cluster, sorting each alone (csrc/serial/fs_image.c,
+    cluster, sorting each alone (csrc/serial/fs_image_write.c,
     entries_by_cluster: which slots are full does not depend on the order
     of insertion), and a table left larger by removals by bucketing its
     entries (entries_by_bucket).  Both give the one image: here a
@@ -987,7 +990,7 @@ def test_table_at_its_capacity_and_one_left_larger_write_one_image(dialect):
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
 def test_tables_are_written_in_one_order_whatever_the_insertion_order(dialect):
     """The writer places a table's entries by home slot, then key, then
-    bytes (csrc/serial/fs_image.c, sorted_entries), sorting each cluster
+    bytes (csrc/serial/fs_image_write.c, sorted_entries), sorting each cluster
     of the table by insertion when short and by merging past 16 entries.
     Here 18 entries have their homes in the table's last four slots, so
     that their cluster wraps round the end (placed by fs_slot_place, not
@@ -1029,7 +1032,7 @@ def test_tables_are_written_in_one_order_whatever_the_insertion_order(dialect):
 
 def test_full_check_on_threads_gives_the_one_thread_verdict():
     """open(verify=True) of a large image cuts its tables among threads and
-    sums the checksum beside them (csrc/serial/fs_image.c, verify_threads);
+    sums the checksum beside them (csrc/serial/fs_image_verify.c, verify_threads);
     where anything is wrong it checks again in one thread, so that the
     error is the one the order of the checks gives.  Here on an image with
     units enough for every thread: good; its ids out of order in the

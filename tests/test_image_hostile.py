@@ -1,4 +1,4 @@
-"""Hostile mapped images (file format version 3, csrc/serial/fs_image.c).
+"""Hostile mapped images (file format version 3, csrc/serial/fs_image.c, fs_image_verify.c).
 
 Images of real indexes of each dialect -- literal filters, shaped filters,
 trie filters (deeper than a shape holds: 50 tokens; AMQP's '#' in the
@@ -1432,3 +1432,4 @@ try:
 except ValueError as e:
     print("refused:", e)
 """, timeout=120)
+

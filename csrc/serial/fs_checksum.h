@@ -1,7 +1,7 @@
 /* fs_checksum.h - the file format's checksum (docs/FORMAT.md), shared by
- * both its writers and readers: fs_serial.c (versions 1 and 2) and
- * fs_image.c (version 3).  A header of its own, so that neither file calls
- * the other for it. */
+ * by its writers and readers: fs_serial_dump.c and fs_serial.c (versions 1
+ * and 2), fs_image_write.c, fs_image.c and fs_image_verify.c (version 3).
+ * A header of its own, so that none of them calls another for it. */
 #ifndef FS_CHECKSUM_H
 #define FS_CHECKSUM_H
 

@@ -2,7 +2,7 @@
  * every reader of the format makes (docs/FORMAT.md: version 2's "an entry
  * holds subscriptions" and group order, the image's invariants 9 and 10),
  * in one place: the version 1-2 loader (fs_serial.c) reads an entry from
- * the blob's bytes, the image verifier (fs_image.c) from the mapped
+ * the blob's bytes, the image verifier (fs_image_verify.c) from the mapped
  * structs, and both ask these.  The texts are the format's; where a
  * reader names a fault in its own words, it passes them. */
 #ifndef FS_ENTRY_H

@@ -1,7 +1,7 @@
 /* fs_header.h - the file format's 48-byte header (docs/FORMAT.md,
- * "Header"), defined once for every version: fs_serial.c (versions 1 and
- * 2) and fs_image.c (version 3) write it with fs_header_put and read and
- * check it with fs_header_get, each reader with its own words for a fault
+ * "Header"), defined once for every version: the writers of versions 1
+ * and 2 (fs_serial_dump.c) and 3 (fs_image_write.c) write it with
+ * fs_header_put, their readers (fs_serial.c, fs_image.c) read and check it with fs_header_get, each reader with its own words for a fault
  * (fs_header_rules), which tests and docs/FORMAT.md quote.
  *
  *   offset  0  8 bytes  magic "\x89FSB\r\n\x1a\n"

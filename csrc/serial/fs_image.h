@@ -17,7 +17,8 @@
  * Opening is O(1): the header and the root block are checked, and every
  * offset is bounds-checked when a walk first follows it; or O(len): the
  * checksum too (FS_VERIFY_CHECKSUM), or the checksum and every invariant
- * that inserts keep (FS_VERIFY_FULL, verify_image in fs_image.c).
+ * that inserts keep (FS_VERIFY_FULL, fs_image_verify.c).  The writer is
+ * fs_image_write.c, the reader fs_image.c, the thaw fs_image_thaw.c.
  *
  * The structs are the host's: the image is written and mapped on 64-bit
  * little-endian hosts (every platform topicmatch builds wheels for); version

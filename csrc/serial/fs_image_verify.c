@@ -1,0 +1,626 @@
+/* fs_image_verify.c - the full check of an opened image (FS_VERIFY_FULL;
+ * fs_image_verify.h): every invariant of docs/FORMAT.md, "Invariants of a
+ * mapped image", in the order listed there, so that the first broken one
+ * is the error; the tables on several threads where the image is large,
+ * the checksum beside them.  What opening checks in O(1) (the header, the
+ * root block) is the reader's, fs_image.c; the checks that make following
+ * one offset safe are the index layer's (fs_layout.c). */
+#include "fs_image_verify.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_checksum.h"
+#include "fs_entry.h"
+#include "fs_header.h"
+#include "fs_image.h"
+#include "fs_index.h"
+#include "fs_pool.h"
+
+/* Table slots fetched ahead by verify_table. */
+#define VERIFY_AHEAD 24
+
+typedef struct {
+    fs_sublist *sl;
+    fs_error *err;
+    fs_tokens t;
+    uint64_t nseen;           /* bytes of seen, a power of two */
+    _Atomic uint8_t *seen;    /* a bit per 8 bytes of the image: nodes reached */
+    int shared;               /* seen is marked by other threads too */
+    uint64_t subs, nodes, literals;
+} verifier;
+
+static int vbad(verifier *v, const char *why, uint64_t pos)
+{
+    v->err->reason = why;
+    v->err->pos = (size_t)pos;
+    v->err->in_queue = 0;
+    return FS_EBADDATA;
+}
+
+static uint32_t count_literal(const fs_tokens *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        n += t->tok[i].kind == FS_TOK_LITERAL;
+    return n;
+}
+
+
+/* The node at offset ref, stored at `from` (a slot, a link), reached once
+ * (a second link to it: damaged).  Refusals name the link's position. */
+static int reach(verifier *v, const void *from, const fs_node *ref, const fs_node **out)
+{
+    uint64_t off = (uint64_t)(uintptr_t)ref;
+    const fs_node *n = fs_img_node_checked(v->sl, off);
+    if (!n)
+        return vbad(v, "node outside the image", fs_img_off(v->sl, from));
+    _Atomic uint8_t *w = &v->seen[off >> 6];
+    uint8_t bit = (uint8_t)(1u << ((off >> 3) & 7)), was;
+    if (v->shared) {                  /* of two threads reaching it, one sees the other's bit */
+        was = atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
+    } else {
+        was = atomic_load_explicit(w, memory_order_relaxed);
+        atomic_store_explicit(w, (uint8_t)(was | bit), memory_order_relaxed);
+    }
+    if (was & bit)
+        return vbad(v, "node reached twice", fs_img_off(v->sl, from));
+    v->nodes++;
+    *out = n;
+    return FS_OK;
+}
+
+/* A node's subscriptions as inserts leave them: plain ids strictly
+ * increasing, queue groups in strictly increasing name order, each a
+ * valid name, non-empty, members strictly increasing.  toklen: the
+ * entry's token length, read once (fs_toklen_of; any for a trie node).
+ * The payload is read through the accessors, each count once with what
+ * it bounds: a file rewritten under the check gives a wrong verdict,
+ * never a read outside the image (fs_once8, fs_layout.h). */
+static int verify_subs(verifier *v, const fs_node *n, uint32_t toklen, int entry)
+{
+    const fs_sublist *sl = v->sl;
+    uint64_t at = fs_img_off(sl, n);
+    const int64_t *ids;
+    uint32_t nids = fs_subs_of(sl, n, &ids), ng = fs_ngroups_of(sl, n);
+    for (uint32_t i = 1; i < nids; i++)
+        if (ids[i] <= ids[i - 1])
+            return vbad(v, "ids not in strictly increasing order", at);
+    v->subs += nids;
+    const char *empty_why = "table entry without subscriptions";
+    const char *why = entry ? fs_entry_subs_why(sl->dialect, n->tok, toklen, nids, ng, empty_why) : NULL;
+    if (why)
+        return vbad(v, why, at);
+    const char *prev = NULL;
+    uint32_t prev_len = 0;
+    for (uint32_t gi = 0; gi < ng; gi++) {
+        const fs_group *g = fs_group_of(sl, n, gi);
+        const char *name;
+        uint32_t name_len = fs_gname_of(sl, g, &name);
+        fs_error qe;
+        if (fs_check_queue(sl->dialect, name, name_len, &qe) < 0)
+            return vbad(v, qe.reason, at);
+        if (g->name_hash != fs_hash(name, name_len))
+            return vbad(v, "queue name hash does not match", at);
+        if (gi > 0 && !fs_gname_after(prev, prev_len, name, name_len))
+            return vbad(v, FS_GROUPS_ORDER_WHY, at);
+        prev = name;
+        prev_len = name_len;
+        const int64_t *m;
+        uint32_t gn = fs_gids_of(sl, g, &m);
+        for (uint32_t i = 1; i < gn; i++)
+            if (m[i] <= m[i - 1])
+                return vbad(v, "ids not in strictly increasing order", at);
+        v->subs += gn;
+    }
+    return FS_OK;
+}
+
+/* Every slot of a table: count entries, each reached once, each found by
+ * its own lookup (so at its place in the probe sequence, its key or token
+ * hash right), with its bitmap bits set. */
+/* Slots [lo, hi) of a table (L: its level, copied out of the image and
+ * checked; sh: its shape, NULL for the literal table): each entry a valid
+ * filter of the table's kind, keyed right, where its key leads, with its
+ * subscriptions as inserts leave them.  *count: the occupied slots. */
+static int verify_slots(verifier *v, const fs_level *L, const fs_shape *sh, uint32_t lo, uint32_t hi,
+                        uint32_t *count)
+{
+    fs_sublist *sl = v->sl;
+    const fs_slot *slots = fs_lv_slots(sl, L);
+    for (uint32_t i = lo; i < hi; i++) {
+        /* This writer lays a table's nodes out in slot order, but an
+         * image of an older one (nodes in byte order) or of another
+         * writer may put them anywhere: each node a cache miss.  Fetch
+         * some ahead, so that misses overlap (this pass is memory-bound:
+         * 2.6x faster on light's 2M filters, with byte-ordered nodes). */
+        if (i + VERIFY_AHEAD < hi && slots[i + VERIFY_AHEAD].node) {
+            uint64_t ahead = (uint64_t)(uintptr_t)slots[i + VERIFY_AHEAD].node;
+            FS_PREFETCH(fs_ref_addr(sl, slots[i + VERIFY_AHEAD].node));
+            FS_PREFETCH(fs_ref_addr(sl, slots[i + VERIFY_AHEAD].node) + 64);     /* its token's tail */
+            FS_PREFETCH((const void *)&v->seen[(ahead >> 6) & (v->nseen - 1)]);
+            if (L->filter)         /* its bitmap word (fs_lv_may_hold), from the slot's key */
+                FS_PREFETCH(&fs_lv_filter(sl, L)[(slots[i + VERIFY_AHEAD].len & L->filter_mask) >> 6]);
+        }
+        if (!slots[i].node)
+            continue;
+        (*count)++;
+        const fs_node *e;
+        int rc = reach(v, &slots[i], slots[i].node, &e);
+        if (rc < 0)
+            return rc;
+        uint64_t at = fs_img_off(sl, e);
+        if (e->linked & FS_LINK_TRIE)
+            return vbad(v, "trie node in a table", at);
+        uint32_t elen = fs_toklen_of(sl, e);
+        fs_error fe;
+        if ((rc = fs_tokenize(sl->dialect, e->tok, elen, 1, &v->t, &fe)) < 0)
+            return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in a table", at);
+        fs_shape_of of;
+        int shaped = fs_shape_classify(&v->t, &of);
+        uint64_t key = shaped ? of.key : fs_tokens_key(v->t.tok, 0, v->t.n, 0);
+        if (sh ? !shaped || of.ntoks != sh->ntoks || of.rest != sh->rest || of.onemask != sh->onemask
+               : shaped || v->t.n != count_literal(&v->t))
+            return vbad(v, sh ? "filter in the wrong shape's table" : "wildcard filter in the literal table", at);
+        if (e->kind != (sh ? FS_NODE_SHAPED : FS_TOK_LITERAL) || e->hash != (uint32_t)key ||
+            slots[i].hash != (uint32_t)key || slots[i].len != (uint32_t)(key >> 32))
+            return vbad(v, "entry's key does not match its filter", at);
+        if (fs_keyed_find(sl, L, key, e->tok, elen, e->tok + elen) != e || !fs_lv_may_hold(sl, L, key))
+            return vbad(v, "entry not where its key leads", at);
+        if ((rc = verify_subs(v, e, elen, 1)) < 0)
+            return rc;
+    }
+    return FS_OK;
+}
+
+/* The level at Lm copied once and the copy checked (the file may be
+ * rewritten under the check: fs_once8, fs_layout.h); the copy is read
+ * from then on, the mapped level only names positions. */
+static int level_copy(verifier *v, const fs_level *Lm, fs_level *out)
+{
+    memcpy(out, Lm, sizeof(*out));
+    return fs_img_level_ok(v->sl, out) ? FS_OK : vbad(v, "level outside the image", fs_img_off(v->sl, Lm));
+}
+
+static int verify_table(verifier *v, const fs_level *Lm, const fs_shape *sh)
+{
+    fs_level lv;
+    uint32_t count = 0;
+    int rc = level_copy(v, Lm, &lv);
+    if (rc == FS_OK)
+        rc = verify_slots(v, &lv, sh, 0, lv.cap, &count);
+    if (rc == FS_OK && count != lv.count)
+        rc = vbad(v, "table count does not match its slots", fs_img_off(v->sl, Lm));
+    return rc;
+}
+
+/* Is the trie filter of node n also kept by a shape table?  (Then it is
+ * stored twice.)  Rebuilds the filter into buf. */
+static int trie_filter_in_shape(verifier *v, const fs_node *n, char *buf)
+{
+    fs_sublist *sl = v->sl;
+    size_t len = fs_path_bytes(sl, n);
+    if (len > FS_MAX_SUBJECT)           /* buf's room: longer only if the file changed under the check */
+        return vbad(v, "trie path too long or not reaching the root", fs_img_off(sl, n));
+    fs_path_write(sl, n, buf, buf + len);
+    fs_error fe;
+    int rc = fs_tokenize(sl->dialect, buf, len, 1, &v->t, &fe);
+    if (rc < 0)
+        return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in the trie", fs_img_off(sl, n));
+    if (count_literal(&v->t) == v->t.n)
+        return vbad(v, "literal filter in the trie", fs_img_off(sl, n));
+    fs_shape_of of;
+    if (!fs_shape_classify(&v->t, &of))
+        return FS_OK;
+    const fs_shape *sh = fs_shape_find(sl, &of);
+    if (sh && fs_keyed_find(sl, &sh->table, of.key, buf, (uint32_t)len, buf + len))
+        return vbad(v, "filter both in a shape table and in the trie", fs_img_off(sl, n));
+    return FS_OK;
+}
+
+/* A trie node to check, with the length of its filter (carried down: a
+ * path rebuilt per node would cost O(depth^2) on a 30,000-level chain). */
+typedef struct {
+    const fs_node *n;
+    size_t len;
+} vframe;
+
+/* The nodes still to check (verify_trie's explicit stack). */
+typedef struct {
+    vframe *f;
+    size_t n, cap;
+} vstack;
+
+static int vpush(vstack *s, const fs_node *x, size_t len)
+{
+    if (s->n == s->cap && fs_grow(&s->f, &s->cap, s->n + 1, sizeof(vframe)) < 0)
+        return FS_ENOMEM;
+    s->f[s->n++] = (vframe){.n = x, .len = len};
+    return FS_OK;
+}
+
+/* The literal children of x, in its level L (the checked copy of the
+ * mapped Lm): each linked to x, a valid token found by its own lookup,
+ * pushed with its filter's length (below: x's filter and a separator);
+ * then the level's count against its slots. */
+static int verify_literal_children(verifier *v, const fs_node *x, const fs_level *Lm, const fs_level *L,
+                                   size_t below, vstack *stack)
+{
+    fs_sublist *sl = v->sl;
+    const fs_slot *slots = fs_lv_slots(sl, L);
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < L->cap; i++) {
+        if (!slots[i].node)
+            continue;
+        count++;
+        const fs_node *c;
+        int rc = reach(v, &slots[i], slots[i].node, &c);
+        if (rc < 0)
+            return rc;
+        uint32_t clen = fs_toklen_of(sl, c), chash = c->hash;
+        fs_error fe;
+        if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != FS_TOK_LITERAL ||
+            fs_check_literal(sl->dialect, (const unsigned char *)c->tok, clen, 0, &fe) < 0 ||
+            chash != fs_hash(c->tok, clen) || slots[i].hash != chash || slots[i].len != clen ||
+            fs_level_find(sl, L, c->tok, clen, chash) != c)
+            return vbad(v, "trie node not where its parent and token lead", fs_img_off(sl, c));
+        if ((rc = vpush(stack, c, below + clen)) < 0)
+            return rc;
+    }
+    if (count != L->count)
+        return vbad(v, "table count does not match its slots", fs_img_off(sl, Lm));
+    return FS_OK;
+}
+
+/* The wildcard children of x (the one-level wildcard, then the rest
+ * wildcard), as verify_literal_children's, reached through the mapped
+ * level's fields. */
+static int verify_wild_children(verifier *v, const fs_node *x, const fs_level *Lm, const fs_level *L,
+                                size_t below, vstack *stack)
+{
+    fs_sublist *sl = v->sl;
+    int rc = FS_OK;
+    for (int w = 0; w < 2 && rc == FS_OK; w++) {
+        const fs_node *ref = w ? L->rest : L->one, *c;
+        if (!ref)
+            continue;
+        if ((rc = reach(v, w ? (const void *)&Lm->rest : (const void *)&Lm->one, ref, &c)) < 0)
+            break;
+        fs_tok_kind want = w ? FS_TOK_REST : FS_TOK_ONE;
+        uint32_t clen = fs_toklen_of(sl, c);
+        if (!(c->linked & FS_LINK_TRIE) || fs_up(sl, c) != x || c->kind != want ||
+            fs_token_kind(sl->dialect, c->tok, clen) != want || c->hash != fs_hash(c->tok, clen))
+            rc = vbad(v, "wildcard node not where its parent leads", fs_img_off(sl, c));
+        else
+            rc = vpush(stack, c, below + clen);
+    }
+    return rc;
+}
+
+/* The trie, depth first over an explicit stack: every node reached once,
+ * linked to its parent, of the kind its place says, found by its own
+ * lookup, holding subscriptions or children (inserts prune the rest). */
+static int verify_trie(verifier *v)
+{
+    fs_sublist *sl = v->sl;
+    const fs_dialect_rules *R = fs_rules(sl->dialect);
+    vstack stack = {.f = NULL, .n = 0, .cap = 0};
+    char *buf = FS_MALLOC(FS_MAX_SUBJECT + 1);
+    int rc = buf ? vpush(&stack, sl->root, 0) : FS_ENOMEM;
+    while (rc == FS_OK && stack.n) {
+        vframe f = stack.f[--stack.n];
+        const fs_node *x = f.n;
+        uint64_t at = fs_img_off(sl, x);
+        if (x != sl->root) {
+            if (atomic_load(&sl->damaged) || f.len > R->max_len) {
+                rc = vbad(v, "trie path too long or not reaching the root", at);
+                break;
+            }
+            if (fs_has_subs(x) && ((rc = verify_subs(v, x, 0, 0)) < 0 || (rc = trie_filter_in_shape(v, x, buf)) < 0))
+                break;
+        }
+        /* a child's filter: this one's, a separator (not below the root), its token */
+        size_t below = x == sl->root ? 0 : f.len + 1;
+        const fs_level *Lm = fs_down(sl, x);
+        if (!Lm) {
+            if (atomic_load(&sl->damaged))
+                rc = vbad(v, "level outside the image", at);
+            else if (x != sl->root && !fs_has_subs(x))
+                rc = vbad(v, "empty trie node", at);
+            continue;
+        }
+        fs_level lv;                    /* a checked copy, as verify_table's */
+        memcpy(&lv, Lm, sizeof(lv));
+        if (!fs_img_level_ok(sl, &lv)) {
+            rc = vbad(v, "level outside the image", at);
+            break;
+        }
+        const fs_level *L = &lv;
+        if (x != sl->root && !fs_has_subs(x) && !L->count && !L->one && !L->rest) {
+            rc = vbad(v, "empty trie node", at);
+            break;
+        }
+        if (x->kind == FS_TOK_REST && !R->rest_anywhere && (L->count || L->one || L->rest)) {
+            rc = vbad(v, "rest wildcard with children", at);
+            break;
+        }
+        if ((rc = verify_literal_children(v, x, Lm, L, below, &stack)) == FS_OK)
+            rc = verify_wild_children(v, x, Lm, L, below, &stack);
+    }
+    FS_FREE(stack.f);
+    FS_FREE(buf);
+    return rc;
+}
+
+/* Every invariant of docs/FORMAT.md, "Invariants of a mapped image". */
+/* seen for sl's image, zeroed, with the root marked (it was reached at
+ * open); FS_ENOMEM. */
+static int seen_init(verifier *v)
+{
+    size_t seen_bytes = 64;
+    while (seen_bytes < (size_t)(v->sl->img.len >> 6) + 1)
+        seen_bytes *= 2;
+    v->nseen = seen_bytes;
+    v->seen = FS_MALLOC(seen_bytes);
+    if (!v->seen)
+        return FS_ENOMEM;
+    memset((void *)v->seen, 0, seen_bytes);
+    uint64_t ro = fs_img_off(v->sl, v->sl->root);
+    v->seen[ro >> 6] = (uint8_t)(1u << ((ro >> 3) & 7));
+    return FS_OK;
+}
+
+static int root_ok(verifier *v)
+{
+    const fs_sublist *sl = v->sl;
+    if (!(sl->root->linked & FS_LINK_TRIE) || fs_up(sl, sl->root) || fs_has_subs(sl->root) || sl->root->toklen)
+        return vbad(v, "the trie's root is not a bare root node", fs_img_off(sl, sl->root));
+    return FS_OK;
+}
+
+/* Shape j's own fields, as fs_shape_create leaves them, in canonical order
+ * after shape j - 1, and not empty. */
+static int shape_ok(verifier *v, uint32_t j)
+{
+    const fs_sublist *sl = v->sl;
+    const fs_shape *sh = sl->shapes.shape[j];
+    uint64_t at = fs_img_off(sl, sh);
+    fs_shape_of of = {.onemask = sh->onemask, .ntoks = sh->ntoks, .rest = sh->rest, .key = 0};
+    if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->ntoks < 64 && sh->onemask >> sh->ntoks) ||
+        (!sh->onemask && !sh->rest) || sh->first_wild != ((sh->onemask & 1) || (sh->rest && sh->ntoks == 0)))
+        return vbad(v, "invalid shape", at);
+    if (j && !fs_shape_before(sl->shapes.shape[j - 1], &of))
+        return vbad(v, "shapes not in canonical order", at);
+    if (!sh->table.count)
+        return vbad(v, "empty shape", at);
+    return FS_OK;
+}
+
+/* What follows the tables: the probe sets, the trie, the counts. */
+static int verify_rest(verifier *v)
+{
+    fs_sublist *sl = v->sl;
+    fs_file_header hd;
+    fs_header_read((const unsigned char *)sl->img.base, &hd);
+    uint64_t probe[FS_SHAPE_MAX_TOKENS + 2];
+    fs_shapes_probes(sl, probe);
+    if (memcmp(probe, sl->shapes.probe[0], sizeof(probe)) != 0)
+        return vbad(v, "probe sets do not match the shapes", FS_SERIAL_HEADER);
+    int rc = verify_trie(v);
+    if (rc == FS_OK && v->subs != hd.subs)
+        rc = vbad(v, "subscription count does not match the header", FS_HDR_SUBS);
+    if (rc == FS_OK && v->literals != hd.literals)
+        rc = vbad(v, "literal count does not match the header", FS_HDR_LITERALS);
+    if (rc == FS_OK && v->nodes != sl->nodes)
+        rc = vbad(v, "node count does not match the header", FS_HDR_NODES);
+    if (rc == FS_OK && atomic_load(&sl->damaged))
+        rc = vbad(v, "offset outside the image", 0);
+    return rc;
+}
+
+/* Every invariant, in one thread, in the order docs/FORMAT.md lists them:
+ * the first broken one is the error. */
+static int verify_in_order(fs_sublist *sl, fs_error *err)
+{
+    verifier v;
+    memset(&v, 0, sizeof(v));
+    v.sl = sl;
+    v.err = err;
+    fs_tokens_init(&v.t);
+    int rc = seen_init(&v);
+    if (rc == FS_OK)
+        rc = root_ok(&v);
+    if (rc == FS_OK)
+        rc = verify_table(&v, sl->lit, NULL);
+    v.literals = v.nodes;
+    for (uint32_t j = 0; j < sl->shapes.n && rc == FS_OK; j++)
+        if ((rc = shape_ok(&v, j)) == FS_OK)
+            rc = verify_table(&v, &sl->shapes.shape[j]->table, sl->shapes.shape[j]);
+    if (rc == FS_OK)
+        rc = verify_rest(&v);
+    fs_tokens_free(&v.t);
+    FS_FREE((void *)v.seen);
+    return rc;
+}
+
+/* ---- the tables on several threads
+ *
+ * The tables hold almost every node, and their entries are independent:
+ * their slots are cut into units that threads take one by one (the
+ * process's worker pool, fs_pool.h, and the opening thread), each with a
+ * verifier of its own and the one shared seen bitmap, marked atomically.
+ * The checksum (a pending one) runs beside them, on the first worker.
+ * This pass proves an image good; it does not name what is wrong with a
+ * bad one.  Where any unit fails, whatever the reason, the whole check
+ * runs again in one thread (verify_in_order), so that the error is the
+ * one the order of the checks gives, whatever the threads' timing. */
+
+/* Slots of a unit; and below this many bytes an image is checked in one
+ * thread (the threads' hand-over would cost more than they gain). */
+#define VERIFY_UNIT_SLOTS 16384
+size_t fs_image_parallel_min = (size_t)16 << 20;
+
+typedef struct {
+    uint32_t table, lo, hi;
+} vunit;
+
+typedef struct {
+    fs_pool_task task;
+    fs_sublist *sl;
+    _Atomic uint8_t *seen;
+    uint64_t nseen;
+    const fs_level *levels;           /* the tables' checked copies: 0 the literal table, 1 + j shape j */
+    const vunit *units;
+    uint32_t *counts;                 /* each unit's occupied slots */
+    size_t nunits;
+    atomic_size_t next;               /* the next unit to take */
+    atomic_int failed;
+    atomic_uint_fast64_t subs, nodes;
+    int sum_pending, sum_done;        /* sum_done: set by the worker of index 0, read after the join */
+    uint64_t sum;
+} vjob;
+
+static void vjob_work(vjob *J)
+{
+    fs_error e;
+    verifier v;
+    memset(&v, 0, sizeof(v));
+    v.sl = J->sl;
+    v.err = &e;
+    v.seen = J->seen;
+    v.nseen = J->nseen;
+    v.shared = 1;
+    fs_tokens_init(&v.t);
+    for (;;) {
+        size_t u = atomic_fetch_add(&J->next, 1);
+        if (u >= J->nunits || atomic_load_explicit(&J->failed, memory_order_relaxed))
+            break;
+        const vunit *U = &J->units[u];
+        uint32_t c = 0;
+        const fs_shape *sh = U->table ? J->sl->shapes.shape[U->table - 1] : NULL;
+        if (verify_slots(&v, &J->levels[U->table], sh, U->lo, U->hi, &c) < 0) {
+            atomic_store(&J->failed, 1);
+            break;
+        }
+        J->counts[u] = c;
+    }
+    atomic_fetch_add(&J->subs, v.subs);
+    atomic_fetch_add(&J->nodes, v.nodes);
+    fs_tokens_free(&v.t);
+}
+
+static void vjob_run(void *arg, unsigned index)
+{
+    vjob *J = arg;
+    if (index == 0 && J->sum_pending) {
+        const char *h = J->sl->img.base;
+        J->sum = fs_serial_checksum(h, J->sl->img.len - FS_SERIAL_TRAILER);
+        J->sum_done = 1;
+    }
+    vjob_work(J);
+}
+
+/* The image's checksum: FS_OK, or FS_EBADDATA naming it.  sum: of the
+ * bytes before it (computed here when *have is 0). */
+int fs_image_checksum_check(const char *data, size_t len, const uint64_t *sum, fs_error *err)
+{
+    uint64_t got = sum ? *sum : fs_serial_checksum(data, len - FS_SERIAL_TRAILER);
+    if (fs_le_get((const unsigned char *)data + len - FS_SERIAL_TRAILER, FS_SERIAL_TRAILER) == got)
+        return FS_OK;
+    err->reason = "checksum mismatch";      /* of [0, len - 8): what it sums ends here */
+    err->pos = len - FS_SERIAL_TRAILER;
+    err->in_queue = 0;
+    return FS_EBADDATA;
+}
+
+/* 1: not proven good (verify_in_order says why), else as verify_in_order.
+ * *sum_pending: the checksum is to be checked too (here, beside the
+ * tables); cleared once it has been. */
+static int verify_threads(fs_sublist *sl, unsigned threads, int *sum_pending, fs_error *err)
+{
+    vjob J;
+    memset(&J, 0, sizeof(J));
+    fs_level levels[1 + FS_SHAPE_MAX];
+    verifier v;
+    memset(&v, 0, sizeof(v));
+    v.sl = sl;
+    v.err = err;
+    fs_tokens_init(&v.t);
+    vunit *units = NULL;
+    uint32_t *counts = NULL;
+    int rc = seen_init(&v) == FS_OK && root_ok(&v) == FS_OK && level_copy(&v, sl->lit, &levels[0]) == FS_OK ? FS_OK : 1;
+    size_t nunits = rc == FS_OK ? (levels[0].cap + VERIFY_UNIT_SLOTS - 1) / VERIFY_UNIT_SLOTS : 0;
+    for (uint32_t j = 0; j < sl->shapes.n && rc == FS_OK; j++) {
+        if (shape_ok(&v, j) != FS_OK || level_copy(&v, &sl->shapes.shape[j]->table, &levels[1 + j]) != FS_OK)
+            rc = 1;
+        else
+            nunits += (levels[1 + j].cap + VERIFY_UNIT_SLOTS - 1) / VERIFY_UNIT_SLOTS;
+    }
+    if (rc == FS_OK) {
+        units = FS_MALLOC(sizeof(vunit) * (nunits ? nunits : 1));
+        counts = FS_MALLOC(sizeof(uint32_t) * (nunits ? nunits : 1));
+        rc = units && counts ? FS_OK : 1;
+    }
+    if (rc == FS_OK) {
+        size_t k = 0;
+        for (uint32_t t = 0; t <= sl->shapes.n; t++)
+            for (uint32_t lo = 0; lo < levels[t].cap; lo += VERIFY_UNIT_SLOTS)
+                units[k++] = (vunit){.table = t, .lo = lo,
+                                 .hi = levels[t].cap - lo < VERIFY_UNIT_SLOTS ? levels[t].cap : lo + VERIFY_UNIT_SLOTS};
+        J.task.fn = vjob_run;
+        J.task.arg = &J;
+        J.sl = sl;
+        J.seen = v.seen;
+        J.nseen = v.nseen;
+        J.levels = levels;
+        J.units = units;
+        J.counts = counts;
+        J.nunits = nunits;
+        J.sum_pending = *sum_pending;
+        int posted = fs_pool_submit(&J.task, threads - 1) == FS_OK;
+        vjob_work(&J);                          /* the opening thread takes units too */
+        if (posted)
+            fs_pool_join(&J.task);
+        if (*sum_pending) {
+            rc = fs_image_checksum_check(sl->img.base, sl->img.len, J.sum_done ? &J.sum : NULL, err);
+            *sum_pending = 0;
+        }
+        if (rc == FS_OK && atomic_load(&J.failed))
+            rc = 1;
+        if (rc == FS_OK) {
+            uint32_t got[1 + FS_SHAPE_MAX] = {0};
+            for (size_t u = 0; u < nunits; u++)
+                got[units[u].table] += counts[u];
+            for (uint32_t t = 0; t <= sl->shapes.n && rc == FS_OK; t++)
+                if (got[t] != levels[t].count)
+                    rc = 1;
+            v.subs = atomic_load(&J.subs);
+            v.nodes = atomic_load(&J.nodes);
+            v.literals = got[0];
+        }
+    }
+    if (rc == FS_OK)
+        rc = verify_rest(&v);
+    fs_tokens_free(&v.t);
+    FS_FREE((void *)v.seen);
+    FS_FREE(units);
+    FS_FREE(counts);
+    return rc;
+}
+
+/* Every invariant (FS_VERIFY_FULL), on up to `threads` threads where the
+ * image is big enough; sum_pending: the checksum too (the caller deferred
+ * it, to run beside the tables).  A mismatched checksum is the error
+ * whatever else is wrong, as when it is checked first. */
+int fs_image_verify(fs_sublist *sl, unsigned threads, int sum_pending, fs_error *err)
+{
+    int rc = 1;
+    if (threads > 1 && sl->img.len >= fs_image_parallel_min)
+        rc = verify_threads(sl, threads, &sum_pending, err);
+    if (rc != 1)
+        return rc;
+    if (sum_pending && (rc = fs_image_checksum_check(sl->img.base, sl->img.len, NULL, err)) < 0)
+        return rc;
+    return verify_in_order(sl, err);
+}

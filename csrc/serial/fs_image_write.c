@@ -1,0 +1,620 @@
+/* fs_image_write.c - the index written as a mapped image (fs_image.h;
+ * docs/FORMAT.md, version 3): the index's structs laid out in one buffer,
+ * or a file's pages, with offsets for pointers, every table in one order
+ * that depends only on its entries.  The reader and its checks are
+ * fs_image.c and fs_image_verify.c; the root block's layout, shared with
+ * the reader, fs_image_root.h. */
+#include "fs_image.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_checksum.h"
+#include "fs_header.h"
+#include "fs_image_root.h"
+#include "fs_index.h"
+#include "fs_sys.h"
+
+/* The image being written.  Every byte past len is zero, so that an
+ * object is written only where it is not zero: a file's fresh bytes are
+ * zeros; memory is zeroed as it is obtained, in one call for all of it,
+ * not object by object. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+    fs_filebuf *file;     /* non-NULL: the bytes are this file's pages */
+} wbuf;
+
+/* Make the buffer at least need bytes.  FS_OK, or -1 (wb->oom). */
+static int wb_grow(wbuf *wb, size_t need)
+{
+    if (wb->file) {
+        if (fs_filebuf_grow(wb->file, need) != FS_OK)
+            return wb->oom = 1, -1;
+        wb->p = wb->file->p;
+        wb->cap = wb->file->cap;
+        return FS_OK;
+    }
+    size_t ncap = wb->cap ? wb->cap : 4096;
+    while (ncap < need)
+        ncap *= 2;
+    char *np = FS_REALLOC(wb->p, ncap);
+    if (!np)
+        return wb->oom = 1, -1;
+    fs_pages_huge(np + wb->len, ncap - wb->len);     /* the part still to write */
+    memset(np + wb->cap, 0, ncap - wb->cap);
+    wb->p = np;
+    wb->cap = ncap;
+    return FS_OK;
+}
+
+/* Before the first byte: room for about size bytes, zeros, so that an
+ * image that fits is never moved or grown as it is written.  In memory, a
+ * large block of fresh pages, which calloc need not write (those the
+ * image does not reach are never touched); a file is made that size (and
+ * cut to the image's at the end).  FS_OK, or -1 (wb->oom). */
+static int wb_reserve(wbuf *wb, size_t size)
+{
+    if (wb->cap >= size)
+        return FS_OK;
+    if (wb->file)
+        return wb_grow(wb, size);
+    char *np = FS_CALLOC(size, 1);
+    if (!np)
+        return wb->oom = 1, -1;
+    fs_pages_huge(np, size);
+    FS_FREE(wb->p);         /* nothing written yet */
+    wb->p = np;
+    wb->cap = size;
+    return FS_OK;
+}
+
+/* Room for size more bytes at an 8-byte boundary, zeros: its offset (0
+ * when out of memory, or the file cannot grow: wb->oom). */
+static inline uint64_t wb_alloc(wbuf *wb, size_t size)
+{
+    size_t at = (wb->len + 7) & ~(size_t)7;
+    if (wb->oom || at + size < at)
+        return wb->oom = 1, 0;
+    if (at + size > wb->cap && wb_grow(wb, at + size) < 0)
+        return 0;
+    wb->len = at + size;
+    return at;
+}
+
+#define AT(wb, off, type) ((type *)(void *)((wb)->p + (off)))
+
+/* Every table is written in one order that depends only on its entries:
+ * by home slot in the written table (hash & (cap - 1)), then by key (the
+ * slot's hash and check word), then by bytes.  Placing entries in home
+ * order fills the slots front to back, and lays the nodes out in the
+ * order their slots name them, so that writing a table, and reading it
+ * back to verify it, touch memory in sequence: a byte order of the
+ * filters put every slot write and every node read at a random place (it
+ * was most of a large save).  The index's own table gives that order
+ * almost as it is (entries_by_cluster): no sort of the whole table. */
+typedef struct {
+    const fs_sublist *sl;
+    wbuf w;
+    fs_slot *sorted;          /* one level's entries, in writing order */
+    size_t cap_sorted;
+    fs_slot *scratch;         /* room for sorting them */
+    size_t cap_scratch;
+    uint32_t *counts;         /* their buckets' sizes */
+    size_t cap_counts;
+} writer;
+
+static int node_tok_cmp(const fs_node *a, const fs_node *b)
+{
+    size_t m = a->toklen < b->toklen ? a->toklen : b->toklen;
+    int c = memcmp(a->tok, b->tok, m);
+    return c ? c : (a->toklen > b->toklen) - (a->toklen < b->toklen);
+}
+
+static int slot_before(const fs_slot *a, const fs_slot *b, uint32_t mask)
+{
+    uint32_t ha = a->hash & mask, hb = b->hash & mask;
+    if (ha != hb)
+        return ha < hb;
+    if (a->hash != b->hash)
+        return a->hash < b->hash;
+    if (a->len != b->len)
+        return a->len < b->len;
+    return node_tok_cmp(a->node, b->node) < 0;
+}
+
+/* Sort a bucket or a cluster of entries by slot_before: by insertion when
+ * short (a bucket holds about two, a cluster a few); a long one (keys made
+ * to collide) by merging, so that no input costs more than n log n. */
+static void sort_bucket(fs_slot *a, fs_slot *tmp, size_t n, uint32_t mask)
+{
+    if (n <= 16) {
+        for (size_t i = 1; i < n; i++) {
+            fs_slot x = a[i];
+            size_t j = i;
+            for (; j > 0 && slot_before(&x, &a[j - 1], mask); j--)
+                a[j] = a[j - 1];
+            a[j] = x;
+        }
+        return;
+    }
+    size_t h = n / 2;
+    sort_bucket(a, tmp, h, mask);
+    sort_bucket(a + h, tmp, n - h, mask);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = slot_before(&a[j], &a[i], mask) ? a[j++] : a[i++];
+    while (i < h)
+        tmp[k++] = a[i++];
+    memcpy(a, tmp, k * sizeof(*a));
+}
+
+/* A cluster's entries in writing order: most are already (checked in one
+ * pass over what was just copied), the others sorted. */
+static inline void sort_run(fs_slot *a, fs_slot *tmp, size_t n, uint32_t mask)
+{
+    for (size_t i = 1; i < n; i++)
+        if (slot_before(&a[i], &a[i - 1], mask)) {
+            sort_bucket(a, tmp, n, mask);
+            return;
+        }
+}
+
+/* Table L's entries in writing order (W->sorted[0..L->count)), into a
+ * table of another capacity (cap): bucketed by the top bits of their home
+ * slot there (about two entries a bucket), then each bucket sorted:
+ * linear in the entries, reading each node's bytes only where two keys
+ * are equal.  W's arrays have room for L->count.  FS_OK or FS_ENOMEM. */
+static int entries_by_bucket(writer *W, const fs_level *L, uint32_t cap)
+{
+    size_t n = L->count;
+    uint32_t mask = cap - 1, shift = 0;
+    while ((cap >> shift) > 1 && (cap >> shift) > n / 2)
+        shift++;
+    size_t nb = (size_t)(cap >> shift);       /* buckets: a power of two, at most max(n/2, 1) */
+    if (nb + 1 > W->cap_counts && fs_grow(&W->counts, &W->cap_counts, nb + 1, sizeof(uint32_t)) < 0)
+        return FS_ENOMEM;
+    memset(W->counts, 0, (nb + 1) * sizeof(uint32_t));
+    size_t k = 0;
+    for (uint32_t i = 0; i < L->cap && k < n; i++)
+        if (L->slots[i].node) {
+            W->scratch[k++] = L->slots[i];
+            W->counts[((L->slots[i].hash & mask) >> shift) + 1]++;
+        }
+    for (size_t b = 0; b < nb; b++)
+        W->counts[b + 1] += W->counts[b];
+    for (size_t i = 0; i < k; i++)
+        W->sorted[W->counts[(W->scratch[i].hash & mask) >> shift]++] = W->scratch[i];
+    /* counts[b] is now bucket b's end */
+    for (size_t b = 0, lo = 0; b < nb; lo = W->counts[b++])
+        if (W->counts[b] - lo > 1)
+            sort_bucket(W->sorted + lo, W->scratch, W->counts[b] - lo, mask);
+    return FS_OK;
+}
+
+/* Table L's entries in writing order, L being at the capacity it is
+ * written at (a table that only grew is: its capacity follows from its
+ * count) and not full.  Under linear probing, which slots are full does
+ * not depend on the order of insertion, and an entry lies in the run of
+ * full slots (its cluster) that holds its home; so the written table has
+ * L's clusters, and since writing order is by home first, it is L's
+ * slot order but inside each cluster (where an entry inserted later lies
+ * past those before it, about a slot) and for the cluster that wraps
+ * round the end: its entries before the first free slot whose home is
+ * above their slot come last, after those past the last free slot.  So
+ * L is read once, in slot order, and each cluster checked and, out of
+ * order, sorted alone -- no counts, no entry moved across the table. */
+static void entries_by_cluster(writer *W, const fs_level *L)
+{
+    const fs_slot *s = L->slots;
+    uint32_t mask = L->cap - 1, first = 0, last = mask;
+    while (s[first].node)
+        first++;
+    while (s[last].node)
+        last--;
+    size_t k = 0, wrapped = 0, lo;
+    for (uint32_t i = 0; i < first; i++) {
+        if ((s[i].hash & mask) > i)
+            W->scratch[wrapped++] = s[i];
+        else
+            W->sorted[k++] = s[i];
+    }
+    /* scratch[0..wrapped) is taken: the sorts below merge past it */
+    sort_run(W->sorted, W->scratch + wrapped, k, mask);
+    lo = k;
+    for (uint32_t i = first + 1; i < last; i++) {
+        if (s[i].node) {
+            W->sorted[k++] = s[i];
+        } else {
+            sort_run(W->sorted + lo, W->scratch + wrapped, k - lo, mask);
+            lo = k;
+        }
+    }
+    sort_run(W->sorted + lo, W->scratch + wrapped, k - lo, mask);   /* ended by the last free slot */
+    lo = k;
+    for (uint32_t i = last + 1; i <= mask; i++)
+        W->sorted[k++] = s[i];
+    memcpy(W->sorted + k, W->scratch, wrapped * sizeof(fs_slot));
+    sort_run(W->sorted + lo, W->scratch, k + wrapped - lo, mask);
+}
+
+/* The entries of table L, to be written into a table of capacity cap, in
+ * writing order (W->sorted[0..L->count)). */
+static int sorted_entries(writer *W, const fs_level *L, uint32_t cap, size_t *count)
+{
+    *count = 0;
+    size_t n = L->count;
+    if (n > W->cap_sorted && fs_grow(&W->sorted, &W->cap_sorted, n, sizeof(fs_slot)) < 0)
+        return FS_ENOMEM;
+    if (n > W->cap_scratch && fs_grow(&W->scratch, &W->cap_scratch, n, sizeof(fs_slot)) < 0)
+        return FS_ENOMEM;
+    /* A table not at its written capacity (left larger by removals) or
+     * full (at most 4 slots) has other clusters, or none to start from. */
+    if (L->cap == cap && n < cap)
+        entries_by_cluster(W, L);
+    else if (entries_by_bucket(W, L, cap) < 0)
+        return FS_ENOMEM;
+    *count = n;
+    return FS_OK;
+}
+
+/* Copy bytes to a fresh 8-aligned object; its offset (0: out of memory). */
+static uint64_t put_bytes(writer *W, const void *src, size_t n, size_t room)
+{
+    uint64_t off = wb_alloc(&W->w, room);
+    if (off && n)
+        memcpy(W->w.p + off, src, n);
+    return off;
+}
+
+/* A node (a trie node when parent_off is not ~0: with its link) and its
+ * payload; its offset, 0 when out of memory.  The next level is linked by
+ * the caller. */
+static uint64_t write_node(writer *W, const fs_node *n, uint64_t parent_off, int trie)
+{
+    size_t tok = FS_TOK_ALLOC(n->toklen);
+    uint64_t block = wb_alloc(&W->w, (trie ? sizeof(fs_link) : 0) + sizeof(fs_node) + tok);
+    if (!block)
+        return 0;
+    uint64_t off = block + (trie ? sizeof(fs_link) : 0);
+    fs_node *x = AT(&W->w, off, fs_node);
+    memcpy(x, n, sizeof(fs_node) + tok);
+    x->linked = (uint8_t)(FS_LINK_IMAGE | (trie ? FS_LINK_TRIE : 0));
+    x->groups = NULL;
+    if (trie)
+        AT(&W->w, block, fs_link)->parent = (fs_node *)(uintptr_t)parent_off;
+    const int64_t *ids = fs_node_ids(n);
+    if (n->nsubs <= 1) {
+        x->subcap = n->nsubs;
+        x->subs.one = n->nsubs ? ids[0] : 0;
+    } else {
+        uint64_t at = put_bytes(W, ids, sizeof(int64_t) * n->nsubs, sizeof(int64_t) * n->nsubs);
+        if (!at)
+            return 0;
+        x = AT(&W->w, off, fs_node);
+        x->subcap = n->nsubs;
+        x->subs.one = (int64_t)(at - off);
+    }
+    uint32_t ng = fs_ngroups(n);
+    if (!ng)
+        return off;
+    uint64_t G = wb_alloc(&W->w, sizeof(fs_groups) + sizeof(fs_group) * ng);
+    if (!G)
+        return 0;
+    AT(&W->w, G, fs_groups)->n = AT(&W->w, G, fs_groups)->cap = ng;
+    for (uint32_t i = 0; i < ng; i++) {
+        const fs_group *g = fs_node_group(n, i);
+        uint64_t name = put_bytes(W, fs_group_name(g), g->name_len, FS_TOK_ALLOC(g->name_len ? g->name_len : 1));
+        uint64_t gids = put_bytes(W, fs_group_ids(g), sizeof(int64_t) * g->n, sizeof(int64_t) * g->n);
+        if (!name || !gids)
+            return 0;
+        uint64_t at = G + sizeof(fs_groups) + sizeof(fs_group) * i;
+        fs_group *y = AT(&W->w, at, fs_group);
+        y->name = (char *)(uintptr_t)(name - at);
+        y->ids = (int64_t *)(uintptr_t)(gids - at);
+        y->name_len = g->name_len;
+        y->name_hash = g->name_hash;
+        y->n = g->n;
+        y->cap = 0;
+    }
+    AT(&W->w, off, fs_node)->groups = (fs_groups *)(uintptr_t)(G - off);
+    return off;
+}
+
+/* The level at lv_off for table L: fresh slots of the canonical capacity
+ * and, for a keyed table, its bitmap; entries are placed later, in writing
+ * order (sorted_entries), by place_entry.  Its slots' offset, 0 when out
+ * of memory (or for no slots). */
+static uint64_t level_begin(writer *W, uint64_t lv_off, const fs_level *L, int half_full)
+{
+    uint32_t cap = fs_table_cap(L->count, half_full);
+    uint64_t bits = L->filter && cap ? FS_FILTER_BITS(cap) : 0;
+    uint64_t slots = cap ? wb_alloc(&W->w, sizeof(fs_slot) * cap + bits / 8) : 0;
+    fs_level *y = AT(&W->w, lv_off, fs_level);
+    memset(y, 0, sizeof(*y));
+    y->slots = (fs_slot *)(uintptr_t)slots;
+    y->cap = slots ? cap : 0;
+    y->count = slots ? L->count : 0;
+    if (bits && slots) {
+        y->filter = (const uint64_t *)(uintptr_t)(slots + sizeof(fs_slot) * cap);
+        y->filter_mask = bits - 1;
+    }
+    return slots;
+}
+
+/* Place slot e (its node already written) in the level at lv_off by the
+ * one probe sequence (fs_slot_place), and mark a keyed table's bitmap
+ * unless it is marked already (marked: copied whole from the index's).
+ * With next (the slot after the last placed), entries come in writing
+ * order, so e's first free slot is its home or next: the slots fill front
+ * to back without a probe, but for a cluster that wraps round the end. */
+static void place_entry(writer *W, uint64_t lv_off, fs_slot e, uint32_t *next, int marked)
+{
+    fs_level *y = AT(&W->w, lv_off, fs_level);
+    fs_slot *ys = AT(&W->w, (uintptr_t)y->slots, fs_slot);
+    uint32_t home = e.hash & (y->cap - 1), at = next && *next > home ? *next : home;
+    if (next && at < y->cap && !ys[at].node) {
+        ys[at] = e;
+        *next = at + 1;
+    } else {
+        fs_slot_place(ys, y->cap, e);
+    }
+    if (y->filter && !marked)
+        fs_filter_mark(AT(&W->w, (uintptr_t)y->filter, uint64_t), y->filter_mask, e.len);
+}
+
+/* Copy table L's bitmap into the level at lv_off when it is the one its
+ * entries mark: the same capacity, and no bits left by removals.  Marking
+ * entry by entry sets a bit at random in a bitmap as large as the slots
+ * (1 byte a slot): a cache miss each, most of a large table's writing. */
+static int copy_bitmap(writer *W, uint64_t lv_off, const fs_level *L)
+{
+    const fs_level *y = AT(&W->w, lv_off, fs_level);
+    if (!y->filter || !L->filter || L->stale || L->cap != y->cap || L->filter_mask != y->filter_mask)
+        return 0;
+    memcpy(AT(&W->w, (uintptr_t)y->filter, uint64_t), L->filter, (size_t)(y->filter_mask + 1) / 8);
+    return 1;
+}
+
+/* A keyed table (the literal table, a shape's) into the level at lv_off:
+ * each entry's node, then its slot, in writing order.  The next nodes are
+ * fetched ahead: the index holds them anywhere in memory. */
+static int write_table(writer *W, uint64_t lv_off, const fs_level *L, int half_full)
+{
+    uint64_t slots = level_begin(W, lv_off, L, half_full);
+    if (!L->count)
+        return FS_OK;
+    size_t n;
+    uint32_t next = 0;
+    if (!slots || sorted_entries(W, L, fs_table_cap(L->count, half_full), &n) < 0)
+        return FS_ENOMEM;
+    int marked = copy_bitmap(W, lv_off, L);
+    enum { AHEAD = 8 };
+    for (size_t k = 0; k < n; k++) {
+        if (k + 2 * AHEAD < n) {
+            FS_PREFETCH(W->sorted[k + 2 * AHEAD].node);
+            FS_PREFETCH((const char *)W->sorted[k + 2 * AHEAD].node + 64);
+        }
+        if (k + AHEAD < n) {          /* fetched by now: what it points to */
+            const fs_node *a = W->sorted[k + AHEAD].node;
+            if (a->subcap > 1)
+                FS_PREFETCH(a->subs.many);
+            if (a->groups)
+                FS_PREFETCH(a->groups);
+        }
+        fs_slot e = W->sorted[k];
+        uint64_t eo = write_node(W, e.node, 0, 0);
+        if (!eo)
+            return FS_ENOMEM;
+        e.node = (fs_node *)(uintptr_t)eo;
+        place_entry(W, lv_off, e, &next, marked);
+    }
+    return FS_OK;
+}
+
+/* One trie node to write: where it goes in its parent's level. */
+typedef struct {
+    const fs_node *n;
+    uint64_t parent, lv;      /* the parent's offset and its level's */
+    uint32_t len;             /* a literal child's slot check word */
+    int where;                /* 0 a literal child, 1 the one child, 2 the rest child */
+} trie_frame;
+
+/* The trie, depth first over an explicit stack (a trie may be 32,000
+ * levels deep): each node, then its level, its children placed as they
+ * are written -- a level's literal children in writing order.  The root's
+ * offset, 0 when out of memory. */
+static uint64_t write_trie(writer *W, const fs_node *root)
+{
+    trie_frame *stack = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t root_off = 0;
+    int rc = fs_grow(&stack, &cap, 1, sizeof(trie_frame));
+    if (rc == FS_OK)
+        stack[n++] = (trie_frame){.n = root};
+    while (rc == FS_OK && n) {
+        trie_frame f = stack[--n];
+        uint64_t off = write_node(W, f.n, f.parent, 1);
+        if (!off) {
+            rc = FS_ENOMEM;
+            break;
+        }
+        if (f.n == root)
+            root_off = off;
+        else if (f.where == 0)
+            place_entry(W, f.lv, (fs_slot){.hash = f.n->hash, .len = f.len, .node = (fs_node *)(uintptr_t)off},
+                        NULL, 0);
+        else if (f.where == 1)
+            AT(&W->w, f.lv, fs_level)->one = (fs_node *)(uintptr_t)off;
+        else
+            AT(&W->w, f.lv, fs_level)->rest = (fs_node *)(uintptr_t)off;
+        const fs_level *L = fs_next(f.n);
+        if (!L || (!L->count && !L->one && !L->rest))
+            continue;
+        uint64_t lv = wb_alloc(&W->w, sizeof(fs_level));
+        size_t nlit = 0;
+        if (!lv || (!level_begin(W, lv, L, 0) && L->count) ||
+            (L->count && sorted_entries(W, L, fs_table_cap(L->count, 0), &nlit) < 0) ||
+            fs_grow(&stack, &cap, n + nlit + 2, sizeof(trie_frame)) < 0) {
+            rc = FS_ENOMEM;
+            break;
+        }
+        AT(&W->w, off - sizeof(fs_link), fs_link)->next = (fs_level *)(uintptr_t)lv;
+        /* popped in the order: literal children (writing order), one, rest */
+        if (L->rest)
+            stack[n++] = (trie_frame){.n = L->rest, .parent = off, .lv = lv, .where = 2};
+        if (L->one)
+            stack[n++] = (trie_frame){.n = L->one, .parent = off, .lv = lv, .where = 1};
+        for (size_t k = nlit; k-- > 0;)
+            stack[n++] = (trie_frame){.n = W->sorted[k].node, .parent = off, .lv = lv, .len = W->sorted[k].len,
+                                      .where = 0};
+    }
+    FS_FREE(stack);
+    return rc == FS_OK ? root_off : 0;
+}
+
+static int write_locked(writer *W, const fs_sublist *sl)
+{
+    wb_alloc(&W->w, FS_IMG_OBJECTS);          /* header and root block, zeroed */
+    if (W->w.oom)
+        return FS_ENOMEM;
+    uint64_t root = write_trie(W, sl->root);
+    uint64_t lit = root ? wb_alloc(&W->w, sizeof(fs_level)) : 0;
+    if (!lit || write_table(W, lit, &sl->literals, 0) < 0)
+        return FS_ENOMEM;
+    uint64_t shapes[FS_SHAPE_MAX];
+    for (uint32_t j = 0; j < sl->shapes.n; j++) {
+        const fs_shape *sh = sl->shapes.shape[j];
+        shapes[j] = wb_alloc(&W->w, sizeof(fs_shape));
+        if (!shapes[j] || write_table(W, shapes[j] + offsetof(fs_shape, table), &sh->table, 1) < 0)
+            return FS_ENOMEM;
+        fs_shape *y = AT(&W->w, shapes[j], fs_shape);
+        y->onemask = sh->onemask;
+        y->ntoks = sh->ntoks;
+        y->rest = sh->rest;
+        y->first_wild = sh->first_wild;
+    }
+    if (wb_alloc(&W->w, FS_SERIAL_TRAILER) == 0)      /* the checksum's room */
+        return FS_ENOMEM;
+    W->w.len -= FS_SERIAL_TRAILER;
+    img_root *R = AT(&W->w, FS_SERIAL_HEADER, img_root);
+    R->nodes = sl->nodes;
+    R->root = root;
+    R->literals = lit;
+    R->objects_end = W->w.len;
+    R->nshapes = sl->shapes.n;
+    memcpy(R->shape, shapes, sizeof(uint64_t) * sl->shapes.n);
+    memcpy(R->probe, sl->shapes.probe[0], sizeof(R->probe));
+    unsigned char *h = (unsigned char *)W->w.p;
+    fs_header_put(h, &(fs_file_header){.version = FS_IMAGE_VERSION,
+                                       .flags = (uint16_t)fs_dialect_code(sl->dialect),
+                                       .payload = W->w.len - FS_SERIAL_HEADER,
+                                       .subs = sl->count,
+                                       .literals = sl->literals.count,
+                                       .nodes = sl->nodes});
+    fs_le_put(h + W->w.len, fs_serial_checksum(h, W->w.len), FS_SERIAL_TRAILER);
+    W->w.len += FS_SERIAL_TRAILER;
+    return FS_OK;
+}
+
+/* What a keyed table holds beyond the capacity it is written at: removals
+ * leave a table larger (it shrinks below 1/8 full only). */
+static uint64_t level_excess(const fs_level *L, int half_full)
+{
+    uint32_t cap = fs_table_cap(L->count, half_full);
+    return L->cap > cap ? fs_level_bytes(L, L->cap) - fs_level_bytes(L, cap) : 0;
+}
+
+/* About the size of sl's image, for the writer's first room: the image
+ * holds the index's objects, so its size is about the index's memory (a
+ * little under it for a built index), less what the keyed tables hold
+ * beyond their written capacity; with a sixteenth more, so that an image
+ * a little over it is rarely grown. */
+static size_t image_size_about(const fs_sublist *sl)
+{
+    uint64_t extra = level_excess(&sl->literals, 0), m = sl->mem;
+    for (uint32_t j = 0; j < sl->shapes.n; j++)
+        extra += level_excess(&sl->shapes.shape[j]->table, 1);
+    m = m > extra ? m - extra : 0;
+    m += m / 16 + FS_IMG_OBJECTS + 4096;
+    return m < SIZE_MAX ? (size_t)m : SIZE_MAX;
+}
+
+static void writer_free(writer *W)
+{
+    FS_FREE(W->sorted);
+    FS_FREE(W->scratch);
+    FS_FREE(W->counts);
+}
+
+/* Write sl's image into W (memory, or a file's pages).  FS_OK, FS_ENOMEM,
+ * FS_EBADDATA (a damaged opened image). */
+static int write_image(fs_sublist *sl, writer *W)
+{
+    fs_brlock_rdlock(&sl->lock);
+    int unchanged = sl->img.base && !sl->live;
+    fs_brlock_rdunlock(&sl->lock);
+    if (unchanged) {                    /* an unchanged image is its own image */
+        if (fs_image_damaged(sl))
+            return FS_EBADDATA;
+        (void)wb_reserve(&W->w, sl->img.len);     /* its failure is wb_alloc's */
+        uint64_t at = wb_alloc(&W->w, sl->img.len);
+        if (W->w.oom)
+            return FS_ENOMEM;
+        memcpy(W->w.p + at, sl->img.base, sl->img.len);
+        return FS_OK;
+    }
+    if (sl->img.base) {                 /* changed: the merged set, built */
+        fs_sublist *merged;
+        int rc = fs_image_thaw(sl, &merged);
+        if (rc == FS_OK) {
+            rc = write_image(merged, W);
+            fs_sublist_free(merged);
+        }
+        return rc;
+    }
+    fs_brlock_rdlock_long(&sl->lock);
+    W->sl = sl;
+    int rc = wb_reserve(&W->w, image_size_about(sl));
+    if (rc == FS_OK)
+        rc = write_locked(W, sl);
+    fs_brlock_rdunlock_long(&sl->lock);
+    return rc < 0 || W->w.oom ? FS_ENOMEM : FS_OK;
+}
+
+int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+{
+    writer W;
+    memset(&W, 0, sizeof(W));
+    int rc = write_image(sl, &W);
+    writer_free(&W);
+    if (rc < 0) {
+        FS_FREE(W.w.p);
+        *out = NULL;
+        *len = 0;
+        return rc;
+    }
+    *out = W.w.p;
+    *len = W.w.len;
+    return FS_OK;
+}
+
+int fs_image_save(fs_sublist *sl, const char *path, int durable)
+{
+    fs_filebuf fb;
+    int rc = fs_filebuf_open(&fb, path);
+    if (rc == FS_ENOSYS)                /* no file mappings: the caller writes fs_image_write's */
+        return rc;
+    if (rc != FS_OK)
+        return FS_EIO;
+    writer W;
+    memset(&W, 0, sizeof(W));
+    W.w.file = &fb;
+    rc = write_image(sl, &W);
+    writer_free(&W);
+    if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0, durable) != FS_OK && rc == FS_OK)
+        rc = FS_EIO;
+    return rc;
+}
