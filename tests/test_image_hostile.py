@@ -1433,3 +1433,24 @@ except ValueError as e:
     print("refused:", e)
 """, timeout=120)
 
+
+def test_regress_verify_accepts_plain_ids_on_a_share_trie_node():
+    """MQTT: a trie node whose filter starts "$share/" holding a plain id
+    (checksum resealed).  No insert makes one (insert("$share/G/f") always
+    stores group G on f), and the version 1-2 loader refuses it in the trie
+    as in the tables; verify=True must refuse it with the loader's words
+    (docs/FORMAT.md, invariant 13).  It opened before the fix."""
+    sl = topicmatch.Sublist("mqtt")
+    deep = "/".join(["a"] * 50 + ["+"])                  # 51 levels: a trie filter
+    sl.insert(f"$share/g/$share/x/{deep}", 1)            # group g on "$share/x/a/.../+"
+    img = C.Image(sl.to_bytes())
+    toks = ["$share", "x"] + ["a"] * 50 + ["+"]
+    n = img.trie(*toks)
+    assert n.nsubs == 0 and [name for _, name, _, _ in n.group_list] == [b"g"]
+    img.put32(n.off + C.ND_NSUBS, 1)
+    img.put32(n.off + C.ND_SUBCAP, 1)
+    img.put64(n.off + C.ND_SUBS, 7)
+    img.put64(24, img.subs + 1)                          # the header's subscription count
+    data = img.seal()
+    with pytest.raises(ValueError, match=r"plain subscription on a '\$share/' filter at byte "):
+        topicmatch.Sublist.from_bytes(data, verify=True)

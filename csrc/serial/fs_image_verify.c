@@ -72,13 +72,15 @@ static int reach(verifier *v, const void *from, const fs_node *ref, const fs_nod
 }
 
 /* A node's subscriptions as inserts leave them: plain ids strictly
- * increasing, queue groups in strictly increasing name order, each a
- * valid name, non-empty, members strictly increasing.  toklen: the
- * entry's token length, read once (fs_toklen_of; any for a trie node).
- * The payload is read through the accessors, each count once with what
- * it bounds: a file rewritten under the check gives a wrong verdict,
+ * increasing, none on a "$share/" filter (shared: n's filter starts so),
+ * some at all (empty_why: the words for none; NULL for a trie node, whose
+ * children may be what it holds), queue groups in strictly increasing
+ * name order, each a valid name, non-empty, members strictly increasing
+ * (fs_subs_why: the rule the version 1-2 loader applies too).  The
+ * payload is read through the accessors, each count once with what it
+ * bounds: a file rewritten under the check gives a wrong verdict,
  * never a read outside the image (fs_once8, fs_layout.h). */
-static int verify_subs(verifier *v, const fs_node *n, uint32_t toklen, int entry)
+static int verify_subs(verifier *v, const fs_node *n, int shared, const char *empty_why)
 {
     const fs_sublist *sl = v->sl;
     uint64_t at = fs_img_off(sl, n);
@@ -88,8 +90,7 @@ static int verify_subs(verifier *v, const fs_node *n, uint32_t toklen, int entry
         if (ids[i] <= ids[i - 1])
             return vbad(v, "ids not in strictly increasing order", at);
     v->subs += nids;
-    const char *empty_why = "table entry without subscriptions";
-    const char *why = entry ? fs_entry_subs_why(sl->dialect, n->tok, toklen, nids, ng, empty_why) : NULL;
+    const char *why = fs_subs_why(shared, nids, ng, empty_why);
     if (why)
         return vbad(v, why, at);
     const char *prev = NULL;
@@ -168,7 +169,8 @@ static int verify_slots(verifier *v, const fs_level *L, const fs_shape *sh, uint
             return vbad(v, "entry's key does not match its filter", at);
         if (fs_keyed_find(sl, L, key, e->tok, elen, e->tok + elen) != e || !fs_lv_may_hold(sl, L, key))
             return vbad(v, "entry not where its key leads", at);
-        if ((rc = verify_subs(v, e, elen, 1)) < 0)
+        const char *empty_why = "table entry without subscriptions";
+        if ((rc = verify_subs(v, e, fs_share_prefixed(sl->dialect, e->tok, elen), empty_why)) < 0)
             return rc;
     }
     return FS_OK;
@@ -219,11 +221,14 @@ static int trie_filter_in_shape(verifier *v, const fs_node *n, char *buf)
     return FS_OK;
 }
 
-/* A trie node to check, with the length of its filter (carried down: a
- * path rebuilt per node would cost O(depth^2) on a 30,000-level chain). */
+/* A trie node to check, with the length of its filter and whether it
+ * starts "$share/" (carried down: a path rebuilt per node would cost
+ * O(depth^2) on a 30,000-level chain). */
 typedef struct {
     const fs_node *n;
     size_t len;
+    uint8_t shared;           /* n's filter starts "$share/": below the root's "$share" level */
+    uint8_t shared_below;     /* its children's do: shared, or n is that level */
 } vframe;
 
 /* The nodes still to check (verify_trie's explicit stack). */
@@ -232,20 +237,22 @@ typedef struct {
     size_t n, cap;
 } vstack;
 
-static int vpush(vstack *s, const fs_node *x, size_t len)
+static int vpush(vstack *s, const fs_node *x, size_t len, int shared, int shared_below)
 {
     if (s->n == s->cap && fs_grow(&s->f, &s->cap, s->n + 1, sizeof(vframe)) < 0)
         return FS_ENOMEM;
-    s->f[s->n++] = (vframe){.n = x, .len = len};
+    s->f[s->n++] = (vframe){.n = x, .len = len, .shared = (uint8_t)shared, .shared_below = (uint8_t)shared_below};
     return FS_OK;
 }
 
 /* The literal children of x, in its level L (the checked copy of the
  * mapped Lm): each linked to x, a valid token found by its own lookup,
- * pushed with its filter's length (below: x's filter and a separator);
- * then the level's count against its slots. */
+ * pushed with its filter's length (below: x's filter and a separator)
+ * and whether it starts "$share/" (shared: x's shared_below; below them
+ * too when the child is the root's "$share" level); then the level's
+ * count against its slots. */
 static int verify_literal_children(verifier *v, const fs_node *x, const fs_level *Lm, const fs_level *L,
-                                   size_t below, vstack *stack)
+                                   size_t below, int shared, vstack *stack)
 {
     fs_sublist *sl = v->sl;
     const fs_slot *slots = fs_lv_slots(sl, L);
@@ -265,7 +272,8 @@ static int verify_literal_children(verifier *v, const fs_node *x, const fs_level
             chash != fs_hash(c->tok, clen) || slots[i].hash != chash || slots[i].len != clen ||
             fs_level_find(sl, L, c->tok, clen, chash) != c)
             return vbad(v, "trie node not where its parent and token lead", fs_img_off(sl, c));
-        if ((rc = vpush(stack, c, below + clen)) < 0)
+        int level = x == sl->root && fs_share_level(sl->dialect, c->tok, clen);
+        if ((rc = vpush(stack, c, below + clen, shared, shared || level)) < 0)
             return rc;
     }
     if (count != L->count)
@@ -277,7 +285,7 @@ static int verify_literal_children(verifier *v, const fs_node *x, const fs_level
  * wildcard), as verify_literal_children's, reached through the mapped
  * level's fields. */
 static int verify_wild_children(verifier *v, const fs_node *x, const fs_level *Lm, const fs_level *L,
-                                size_t below, vstack *stack)
+                                size_t below, int shared, vstack *stack)
 {
     fs_sublist *sl = v->sl;
     int rc = FS_OK;
@@ -293,7 +301,7 @@ static int verify_wild_children(verifier *v, const fs_node *x, const fs_level *L
             fs_token_kind(sl->dialect, c->tok, clen) != want || c->hash != fs_hash(c->tok, clen))
             rc = vbad(v, "wildcard node not where its parent leads", fs_img_off(sl, c));
         else
-            rc = vpush(stack, c, below + clen);
+            rc = vpush(stack, c, below + clen, shared, shared);
     }
     return rc;
 }
@@ -307,7 +315,7 @@ static int verify_trie(verifier *v)
     const fs_dialect_rules *R = fs_rules(sl->dialect);
     vstack stack = {.f = NULL, .n = 0, .cap = 0};
     char *buf = FS_MALLOC(FS_MAX_SUBJECT + 1);
-    int rc = buf ? vpush(&stack, sl->root, 0) : FS_ENOMEM;
+    int rc = buf ? vpush(&stack, sl->root, 0, 0, 0) : FS_ENOMEM;
     while (rc == FS_OK && stack.n) {
         vframe f = stack.f[--stack.n];
         const fs_node *x = f.n;
@@ -317,7 +325,8 @@ static int verify_trie(verifier *v)
                 rc = vbad(v, "trie path too long or not reaching the root", at);
                 break;
             }
-            if (fs_has_subs(x) && ((rc = verify_subs(v, x, 0, 0)) < 0 || (rc = trie_filter_in_shape(v, x, buf)) < 0))
+            if (fs_has_subs(x) &&
+                ((rc = verify_subs(v, x, f.shared, NULL)) < 0 || (rc = trie_filter_in_shape(v, x, buf)) < 0))
                 break;
         }
         /* a child's filter: this one's, a separator (not below the root), its token */
@@ -345,8 +354,8 @@ static int verify_trie(verifier *v)
             rc = vbad(v, "rest wildcard with children", at);
             break;
         }
-        if ((rc = verify_literal_children(v, x, Lm, L, below, &stack)) == FS_OK)
-            rc = verify_wild_children(v, x, Lm, L, below, &stack);
+        if ((rc = verify_literal_children(v, x, Lm, L, below, f.shared_below, &stack)) == FS_OK)
+            rc = verify_wild_children(v, x, Lm, L, below, f.shared_below, &stack);
     }
     FS_FREE(stack.f);
     FS_FREE(buf);

@@ -585,8 +585,9 @@ static int rd_child_body(reader *r, const rframe *f, const rframe *k, const char
         return rc;
     if (fs_has_subs(c) && !k->haswild)
         return bad(r, "subscriptions on a trie path without a wildcard", body);
-    if (c->nsubs && f->share)
-        return bad(r, "plain subscription on a '$share/' filter", body);
+    const char *why = fs_subs_why(f->share, c->nsubs, c->groups ? c->groups->n : 0, NULL);
+    if (why)
+        return bad(r, why, body);
     if (path && fs_has_subs(c) && in_shape_section(r->sl, c, f, k->key, k->onemask, path, k->pathlen))
         return bad(r, "filter both in the shape section and the trie", body);
     if ((rc = rd_children(r, c, ch)) < 0)
