@@ -66,7 +66,7 @@
         }                                                                           \
     } while (0)
 
-#define ROOT_OBJECTS_END (FS_SERIAL_HEADER + 24)   /* img_root.objects_end (fs_image.c) */
+#define ROOT_OBJECTS_END (FS_SERIAL_HEADER + 24)   /* img_root.objects_end (fs_image_root.h) */
 
 static const char *strict_env;
 

@@ -37,9 +37,13 @@
  * call each other -- tests/test_layout.py checks it, docs/design.md's
  * "Layers of the C core" draws it):
  *
- *   serial/  fs_image.c the mapped image (version 3: written, opened,
- *            verified), fs_serial.c versions 1 and 2, fs_checksum.h the
- *            format's checksum; they build indexes through this API
+ *   serial/  the mapped image (version 3): fs_image.c opens it,
+ *            fs_image_write.c writes it, fs_image_verify.c checks it in
+ *            full, fs_image_thaw.c turns it back into a built index;
+ *            versions 1 and 2: fs_serial.c loads, fs_serial_dump.c writes;
+ *            fs_header.c the file header, fs_entry.h the checks of a
+ *            stored entry, fs_checksum.h the format's checksum; they build
+ *            indexes through this API
  *   api/     sublist.c: this API -- creates and frees an index, validates,
  *            locks and routes the writes (insert, remove, bulk; the cache
  *            invalidated), owns the literal table

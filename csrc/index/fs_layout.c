@@ -2,8 +2,8 @@
  * make following a mapped image's offset safe (fs_img_node_checked,
  * fs_img_level_checked, called by the walks as they reach a node or a
  * level), the set of image nodes moved to the live part, and the index's
- * lock in the fork registry.  fs_image.c writes, opens and verifies
- * images; these are what matching an opened one needs, in the index
+ * lock in the fork registry.  serial/ writes (fs_image_write.c), opens
+ * (fs_image.c) and verifies (fs_image_verify.c) images; these are what matching an opened one needs, in the index
  * layer, so that the walks above it never call up into the image's file. */
 #include "fs_layout.h"
 

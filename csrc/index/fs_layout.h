@@ -223,7 +223,8 @@ struct fs_sublist {
 };
 
 
-/* ---- reading a mapped image (fs_image.c writes and opens it; the checks
+/* ---- reading a mapped image (serial/: fs_image_write.c writes it,
+ * fs_image.c opens it; the checks
  * are fs_layout.c's)
  * A mapped image holds the index's own structs, with offsets from the
  * image's first byte where a built index holds pointers: fs_level's slots,
