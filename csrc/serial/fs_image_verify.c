@@ -125,7 +125,7 @@ static int verify_subs(verifier *v, const fs_node *n, int shared, const char *em
  * sums its key: without one, it has no shape (fs_shape_classify's answer
  * for it is known), which spares most entries the classification and a
  * pass over their tokens (1,225 -> 1,116 instructions a subscription,
- * bench/cg_image_open.py --prefixes 3). */
+ * bench/cg_image.py --prefixes 3 --ops open). */
 static int entry_key(const fs_tokens *t, const fs_shape *sh, uint64_t *key)
 {
     *key = 0;
