@@ -61,7 +61,7 @@ import pyarrow as pa
 from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _ImageChecksum, _os_error
 from topicmatch import Sublist
 from topicmatch.spark.image_cache import open_regular, prune_quietly
-from topicmatch.spark.image_store import SPARK, cache_path, is_spark, locked
+from topicmatch.spark.image_store import SPARK, cache_path, is_spark, locked, once_per_host
 from topicmatch.spark.ship import LOAD_LOG_ENV
 
 #: A ticket: (host, port, secret), pickled into the tasks' closures.
@@ -329,30 +329,33 @@ def fetch_from_driver(source: Ticket, location: str, cache_dir: str) -> str:
     (its checksum summed on the way, its header checked, renamed into
     place: a partial or damaged copy is never kept).  -> the local path."""
     local = cache_path(location, cache_dir)
-    if os.path.exists(local):
-        return local
-    with locked(local):
-        if os.path.exists(local):
-            return local
-        host, port, secret = source
-        name = location.encode("utf-8")
-        with socket.create_connection((host, port), timeout=_TIMEOUT_S) as conn:
-            conn.sendall(secret + _NAME.pack(len(name)) + name)
-            try:
-                answer = _read_exactly(conn, 1)
-            except OSError:
-                answer = b""
-            if answer != _OK:
-                raise TopicmatchRuntimeError(
-                    f"topicmatch: the driver at {host}:{port} does not serve the image {location} "
-                    "(was the fan-out's plan made by another driver process?)")
-            (size,) = _SIZE.unpack(_read_exactly(conn, _SIZE.size))
-            got = receive(_socket_pieces(conn, size), location, cache_dir)
-    log = os.environ.get(LOAD_LOG_ENV)
-    if log:     # "NAME PID fetch BYTES CACHE_DIR": the tests count each host's fetches
-        with open(log, "a") as f:
-            f.write(f"{location[len(SPARK):-len('.img')]} {os.getpid()} fetch {size} {cache_dir}\n")
-    return got
+    size = []
+    if once_per_host(local, locked, lambda: size.append(_fetch(source, location, cache_dir))):
+        log = os.environ.get(LOAD_LOG_ENV)
+        if log:     # "NAME PID fetch BYTES CACHE_DIR": the tests count each host's fetches
+            with open(log, "a") as f:
+                f.write(f"{location[len(SPARK):-len('.img')]} {os.getpid()} fetch {size[0]} {cache_dir}\n")
+    return local
+
+
+def _fetch(source: Ticket, location: str, cache_dir: str) -> int:
+    """One fetch of the spark: image `location` from the driver's
+    ImageServer into cache_dir, through receive.  -> its size in bytes."""
+    host, port, secret = source
+    name = location.encode("utf-8")
+    with socket.create_connection((host, port), timeout=_TIMEOUT_S) as conn:
+        conn.sendall(secret + _NAME.pack(len(name)) + name)
+        try:
+            answer = _read_exactly(conn, 1)
+        except OSError:
+            answer = b""
+        if answer != _OK:
+            raise TopicmatchRuntimeError(
+                f"topicmatch: the driver at {host}:{port} does not serve the image {location} "
+                "(was the fan-out's plan made by another driver process?)")
+        (size,) = _SIZE.unpack(_read_exactly(conn, _SIZE.size))
+        receive(_socket_pieces(conn, size), location, cache_dir)
+    return size
 
 
 # --------------------------------------------------------------------------

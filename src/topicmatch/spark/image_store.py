@@ -226,32 +226,46 @@ def upload(local_path: str, uri: str) -> None:
         filesystem.move(target, path)
 
 
+def once_per_host(local: str, lock, fetch) -> bool:
+    """Make this host's copy `local` with fetch() unless it is there: looked
+    for before taking lock(local) and again once it is held (another task
+    may have made it meanwhile).  -> True when this call made it."""
+    if os.path.exists(local):
+        return False
+    with lock(local):
+        if os.path.exists(local):
+            return False
+        fetch()
+        return True
+
+
 def fetch(uri: str, cache_dir: str, lock) -> str:
     """The local copy of the remote image at uri: fetched once per host,
     under the caller's lock (images.locked), into a temporary file in
     cache_dir, checked in full, then renamed into place; FileNotFoundError
     when uri holds nothing, ValueError when what it holds is damaged."""
     local = cache_path(uri, cache_dir)
-    if os.path.exists(local):
-        return local
-    with lock(local):
-        if os.path.exists(local):
-            return local
-        filesystem, path = _filesystem(uri)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".fetch-", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as out, filesystem.open_input_stream(path) as src:
-                for chunk in iter(lambda: src.read(CHUNK_BYTES), b""):
-                    out.write(chunk)
-            Sublist.open(tmp, verify=True)      # a damaged object is never mapped
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, local)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
-    prune_quietly(cache_dir)    # the cache grew (recent images are kept: this one is)
+    if once_per_host(local, lock, lambda: _download(uri, local, cache_dir)):
+        prune_quietly(cache_dir)    # the cache grew (recent images are kept: this one is)
     return local
+
+
+def _download(uri: str, local: str, cache_dir: str) -> None:
+    """The remote image at uri into a temporary file in cache_dir, checked
+    in full, then renamed to local."""
+    filesystem, path = _filesystem(uri)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".fetch-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, filesystem.open_input_stream(path) as src:
+            for chunk in iter(lambda: src.read(CHUNK_BYTES), b""):
+                out.write(chunk)
+        Sublist.open(tmp, verify=True)      # a damaged object is never mapped
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, local)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def open_location(location: str, cache_dir: str, source=None):
