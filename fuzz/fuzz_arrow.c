@@ -305,18 +305,26 @@ static int64_t read_int(const uint8_t *p, int width, int is_signed)
     return (int64_t)v;
 }
 
+/* Slot j's validity bit, read bounded: 1 valid (or no bitmap read: a
+ * null count of 0, or no bitmap), 0 null, -1 the bitmap is too short. */
+static int plain_valid(const built *b, int64_t j)
+{
+    const uint8_t *bits = b->bufs[0];
+    if (b->a.null_count == 0 || !bits)
+        return 1;
+    if (!within(b->sizes[0], j / 8, 1))
+        return -1;
+    return (bits[j / 8] >> (j % 8)) & 1;
+}
+
 /* Row i of a text array, each read bounded by the buffer it reads: 0 null,
  * 1 with its bytes (pointer compared only when len > 0), -1 bad. */
 static int plain_row(const built *b, int kind, int64_t i, const char **p, int64_t *len)
 {
     int64_t j = b->a.offset + i;
-    const uint8_t *bits = b->bufs[0];
-    if (b->a.null_count != 0 && bits) {
-        if (!within(b->sizes[0], j / 8, 1))
-            return -1;
-        if (!((bits[j / 8] >> (j % 8)) & 1))
-            return 0;
-    }
+    int valid = plain_valid(b, j);
+    if (valid <= 0)
+        return valid;
     const uint8_t *fixed = b->bufs[1];
     if (kind < 2) {
         int width = kind == 1 ? 8 : 4;
@@ -353,13 +361,9 @@ static int plain_index(const built *b, int fmt, int64_t values, int64_t i, int64
 {
     int64_t j = b->a.offset + i;
     int width = 1 << (fmt >> 1);
-    const uint8_t *bits = b->bufs[0];
-    if (b->a.null_count != 0 && bits) {
-        if (!within(b->sizes[0], j / 8, 1))
-            return -1;
-        if (!((bits[j / 8] >> (j % 8)) & 1))
-            return 0;
-    }
+    int valid = plain_valid(b, j);
+    if (valid <= 0)
+        return valid;
     if (!b->bufs[1] || !within(b->sizes[1], j * width, width))
         return -1;
     *k = read_int((const uint8_t *)b->bufs[1] + j * width, width, (fmt & 1) == 0);
