@@ -338,6 +338,23 @@ def fetch_from_driver(source: Ticket, location: str, cache_dir: str) -> str:
     return local
 
 
+class FromDriver:
+    """Where a worker fetches the spark: images its host lacks: the
+    driver's ImageServer, by its ticket.  It travels in the match's closure
+    and image_store.open_location calls its fetch, so the store needs
+    nothing of this module's (which builds on it)."""
+    __slots__ = ("ticket",)
+
+    def __init__(self, ticket: Ticket):
+        self.ticket = ticket
+
+    def __reduce__(self):
+        return (FromDriver, (self.ticket,))
+
+    def fetch(self, location: str, cache_dir: str) -> str:
+        return fetch_from_driver(self.ticket, location, cache_dir)
+
+
 def _fetch(source: Ticket, location: str, cache_dir: str) -> int:
     """One fetch of the spark: image `location` from the driver's
     ImageServer into cache_dir, through receive.  -> its size in bytes."""

@@ -274,8 +274,9 @@ def open_location(location: str, cache_dir: str, source=None):
     and root checked, every walk inside the mapping); a remote image,
     this host's copy (fetch: checked in full as it arrived); a spark:
     image, this host's own copy (its build, or an earlier fetch), or else,
-    with a source (the driver's image server), the copy fetched from the
-    driver once per host (image_inbox.fetch_from_driver: checksummed as it
+    with a source (image_inbox.FromDriver: the driver's image server; its
+    fetch is called, so that this module needs none of the transport's),
+    the copy fetched from the driver once per host (checksummed as it
     arrives, renamed into place whole), and without one (a Spark Connect
     session's artifact) the file Spark fetched into the executor's own
     directory of the application -- the bytes the client checked before
@@ -287,8 +288,7 @@ def open_location(location: str, cache_dir: str, source=None):
         local = cache_path(location, cache_dir)
         if not os.path.exists(local):
             if source is not None:
-                from topicmatch.spark.image_inbox import fetch_from_driver
-                local = fetch_from_driver(source, location, cache_dir)
+                local = source.fetch(location, cache_dir)
             else:
                 local = spark_file(location)
     else:

@@ -69,7 +69,7 @@ from topicmatch._core import IMAGE_FORMAT_VERSION, TopicmatchRuntimeError, _os_e
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
                                  insert_arrow)
-from topicmatch.spark.image_inbox import ImageServer, Inbox, RowInbox, as_rows, send
+from topicmatch.spark.image_inbox import FromDriver, ImageServer, Inbox, RowInbox, as_rows, send
 from topicmatch.spark.image_cache import hold, prune_quietly, touch
 from topicmatch.spark.image_store import (IMAGE_DIR_ENV, cache_path,  # noqa: F401
                                           check_image_dir, default_image_dir, fetch, image_home,
@@ -444,14 +444,14 @@ def serving(spark) -> ImageServer:
         return server
 
 
-def image_source(spark, locations) -> Optional[tuple]:
+def image_source(spark, locations) -> Optional[FromDriver]:
     """What the workers fetch the spark: images among `locations` from:
-    the ticket of this driver's image server (classic Spark), or None (no
+    this driver's image server (classic Spark), or None (no
     spark: location, or Spark Connect, whose images are the session's
     artifacts)."""
     if is_connect(spark) or not any(loc is not None and is_spark(loc) for loc in locations):
         return None
-    return serving(spark).ticket
+    return FromDriver(serving(spark).ticket)
 
 
 def hand_out(spark, location: str, local: str) -> None:
