@@ -248,6 +248,20 @@ const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t h
     return fs_cache_get_from(bucket_of(c, hash), s, len, hash, tally);
 }
 
+const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash)
+{
+    uint32_t h = fs_hash(s, len);
+    *hash = h;
+    fs_centry *e = find_from(atomic_load_explicit(bucket_of(c, h), memory_order_acquire), s, len, h);
+    if (!e)
+        return NULL;
+    atomic_fetch_add_explicit(&c->tally[fs_thread_stripe()].hits, 1, memory_order_relaxed);
+    /* Set only when clear: a hot entry's line stays shared, unwritten. */
+    if (!atomic_load_explicit(&e->ref, memory_order_relaxed))
+        atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
+    return &e->r;
+}
+
 void fs_cache_buckets(const fs_cache *c, const uint32_t *hash, size_t n, const fs_cache_bucket **buckets)
 {
     for (size_t k = 0; k < n; k++) {

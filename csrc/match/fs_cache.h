@@ -66,6 +66,13 @@ const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t h
                               fs_cache_tally *tally);
 void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally);
 
+/* One subject's lookup for a single match() (under the read lock): hashes
+ * it (*hash: the key a miss is filled under) and looks it up.  A hit is
+ * counted at once in the calling thread's stripe, so a cached answer costs
+ * one hash, one probe and no tally to flush; a miss is not counted (the
+ * caller counts it in its tally, or not at all when it only asked). */
+const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash);
+
 /* A block of lookups, in two steps, so that the block's misses overlap
  * instead of each lookup waiting on its own.  First the n subjects'
  * buckets (from their hashes), the entries at their heads prefetched;

@@ -80,7 +80,9 @@ void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
 {
     int reclaim = 0;
     if (sl->cache) {
-        fs_cache_tally_flush(sl->cache, tally);
+        /* (match() counts its hit in the lookup: nothing left to add) */
+        if (tally->hits | tally->misses)
+            fs_cache_tally_flush(sl->cache, tally);
         reclaim = fs_cache_should_reclaim(sl->cache);
     }
     fs_brlock_rdunlock(&sl->lock);
@@ -145,17 +147,18 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                            fs_workspace *spare, fs_workspace **wp, fs_error *err, fs_match_how how)
 {
     int rc = FS_OK;
-    fs_workspace *w = NULL;
-    fs_cache_tally tally = {0, 0};
     *n = 0;
     *wp = NULL;
     if (how != FS_MATCH_NO_WAIT)
         fs_brlock_rdlock(&sl->lock);
     else if (!fs_brlock_tryrdlock(&sl->lock))
         return FS_MATCH_WALK;
-    /* The whole-subject hash keys the cache alone. */
-    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
-    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    /* The whole-subject hash keys the cache alone.  A hit is counted by
+     * the lookup itself: a small cached answer then goes straight to ids,
+     * with no workspace, no copy into a result and no tally to flush. */
+    uint32_t hash = 0;
+    const fs_result *cached = sl->cache ? fs_cache_get_one(sl->cache, subject, len, &hash) : NULL;
+    fs_cache_tally tally = {0, (uint64_t)(sl->cache && !cached)};
     if (!cached && how == FS_MATCH_CACHE_ONLY) {
         /* The caller walks in a second call: this one leaves no trace
          * (the miss is counted then). */
@@ -163,8 +166,7 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
         fs_read_done(sl, &tally);
         return FS_MATCH_WALK;
     }
-    /* A small cached answer goes straight to ids: no workspace, no copy
-     * into a result. */
+    fs_workspace *w = NULL;
     if (!cached || !copy_small(cached, ids, cap, n)) {
         w = fs_workspace_acquire(spare);
         int small = 0;
