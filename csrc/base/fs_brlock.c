@@ -14,6 +14,17 @@ int fs_brlock_init(fs_brlock *l)
 
 void fs_brlock_destroy(fs_brlock *l) { fs_rwlock_destroy(&l->rw); }
 
+int fs_brlock_tryrdlock(fs_brlock *l)
+{
+    fs_stripe *s = fs_brlock_mine(l);
+    atomic_fetch_add_explicit(&s->readers, 1, memory_order_seq_cst);
+    if (FS_LIKELY(!atomic_load_explicit(&l->writer, memory_order_seq_cst)))
+        return 1;
+    /* A writer holds rw (it sets `writer` only then): step back. */
+    atomic_fetch_sub_explicit(&s->readers, 1, memory_order_release);
+    return 0;
+}
+
 void fs_brlock_rdlock(fs_brlock *l)
 {
     /* Met a writer: sleep on rw's read side until it lets go, then again. */
@@ -21,6 +32,11 @@ void fs_brlock_rdlock(fs_brlock *l)
         fs_rwlock_rdlock(&l->rw);
         fs_rwlock_rdunlock(&l->rw);
     }
+}
+
+void fs_brlock_rdunlock(fs_brlock *l)
+{
+    atomic_fetch_sub_explicit(&fs_brlock_mine(l)->readers, 1, memory_order_release);
 }
 
 void fs_brlock_rdlock_long(fs_brlock *l) { fs_rwlock_rdlock(&l->rw); }

@@ -66,6 +66,8 @@ void fs_brlock_rdlock(fs_brlock *l);
 /* The same, but only if no writer holds or waits for the lock: 1 when
  * held, 0 (nothing held) when a writer is there.  For a caller that must
  * not wait while it holds something a writer may need (the GIL). */
+int fs_brlock_tryrdlock(fs_brlock *l);
+void fs_brlock_rdunlock(fs_brlock *l);
 /* Long read hold (a writer sleeps meanwhile). */
 void fs_brlock_rdlock_long(fs_brlock *l);
 void fs_brlock_rdunlock_long(fs_brlock *l);
@@ -76,24 +78,5 @@ void fs_brlock_wrunlock(fs_brlock *l);
 void fs_brlock_child_reset(fs_brlock *l);
 /* The calling thread's stripe. */
 static inline fs_stripe *fs_brlock_mine(fs_brlock *l) { return &l->stripe[fs_thread_stripe()]; }
-
-/* The fast read side, inline: a match() takes and drops it once a call,
- * and a call into the library for each cost a cached match() more than
- * the two atomics themselves. */
-static inline int fs_brlock_tryrdlock(fs_brlock *l)
-{
-    fs_stripe *s = fs_brlock_mine(l);
-    atomic_fetch_add_explicit(&s->readers, 1, memory_order_seq_cst);
-    if (FS_LIKELY(!atomic_load_explicit(&l->writer, memory_order_seq_cst)))
-        return 1;
-    /* A writer holds rw (it sets `writer` only then): step back. */
-    atomic_fetch_sub_explicit(&s->readers, 1, memory_order_release);
-    return 0;
-}
-
-static inline void fs_brlock_rdunlock(fs_brlock *l)
-{
-    atomic_fetch_sub_explicit(&fs_brlock_mine(l)->readers, 1, memory_order_release);
-}
 
 #endif
