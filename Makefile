@@ -193,7 +193,11 @@ test-tsan: venv
 	# with the same flags: the core is not compiled a second time)
 	gcc -std=c11 -D_GNU_SOURCE -pthread -fsanitize=thread -O1 -g $(CORE_INC) tests/sys_smoke.c \
 	    $(TSAN_DIR)/build/temp.*/libtopicmatch_core.a -o $(TSAN_DIR)/sys_smoke
-	TSAN_OPTIONS="exitcode=66" $(TSAN_DIR)/sys_smoke
+	# (a bound, so that a lock that never lets go fails the step by name
+	# rather than stalling CI: the smoke takes 4-7 s here, and up to about
+	# 2 minutes beside CI's other lanes)
+	@TSAN_OPTIONS="exitcode=66" timeout 600 $(TSAN_DIR)/sys_smoke || { rc=$$?; \
+	    [ $$rc -ne 124 ] || echo "test-tsan: sys_smoke still running after 600 s: a hang"; exit $$rc; }
 	$(TSAN_ENV) $(PY) -c "import topicmatch._core as c; assert '$(TSAN_DIR)' in c.__file__, c.__file__"
 	$(TSAN_ENV) $(REPEAT_ENV) $(PY) -m pytest -q -p no:cacheprovider $(TSAN_TESTS) $(PYTEST_ARGS)
 .PHONY: test-tsan
