@@ -206,19 +206,41 @@ static fs_shape *shape_of(const fs_sublist *sl, const parsed_spec *ps)
     return ps->shape_hint ? ps->shape_hint : fs_shape_find(sl, &ps->shape);
 }
 
+/* The entry of keyed table L (the literal table or a shape's) holding
+ * ps's filter, or NULL.  For a built index *slot is where the key's probe
+ * ended (fs_keyed_seek: where a new entry goes); a mapped image's tables
+ * are read through their checks (find_mapped), and *slot says nothing
+ * (its writes go to its live part). */
+static fs_node *find_mapped(const fs_sublist *sl, const fs_level *L, const parsed_spec *ps, uint32_t *slot)
+{
+    *slot = UINT32_MAX;
+    return (fs_node *)(uintptr_t)fs_keyed_find(sl, L, ps->shape.key, ps->filter, ps->filter_len,
+                                               ps->filter + ps->filter_len);
+}
+
+FS_ALWAYS_INLINE fs_node *find_entry(const fs_sublist *sl, const fs_level *L, const parsed_spec *ps, uint32_t *slot)
+{
+    if (FS_LIKELY(!sl->img.base))
+        return fs_keyed_seek(L, ps->shape.key, ps->filter, ps->filter_len, slot);
+    return find_mapped(sl, L, ps, slot);
+}
+
 /* Find the node holding t's subscriptions -- in the literal table, the
  * filter's shape table (then *shp is that shape) or the trie -- or NULL.
  * A shaped filter may still sit in the trie: it went there while the
- * shape budget was spent, or it came from a version 1 image. */
-static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, fs_shape **shp)
+ * shape budget was spent, or it came from a version 1 image.  *slot: the
+ * table slot a new entry of the filter would take (find_entry), or
+ * UINT32_MAX when there is no table to take it yet. */
+static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, fs_shape **shp,
+                            uint32_t *slot)
 {
     *shp = NULL;
+    *slot = UINT32_MAX;
     if (ps->literal)
-        return (fs_node *)(uintptr_t)fs_keyed_find(sl, sl->lit, ps->shape.key, ps->filter, ps->filter_len,
-                             ps->filter + ps->filter_len);
+        return find_entry(sl, sl->lit, ps, slot);
     if (ps->shaped) {
         fs_shape *sh = shape_of(sl, ps);
-        fs_node *e = sh ? fs_shape_lookup(sl, sh, ps->filter, ps->filter_len, ps->shape.key) : NULL;
+        fs_node *e = sh ? find_entry(sl, &sh->table, ps, slot) : NULL;
         if (e) {
             *shp = sh;
             return e;
@@ -246,9 +268,10 @@ static void prune_node(fs_sublist *sl, fs_node *n, fs_shape *sh)
     }
 }
 
-/* A new entry for a whole filter in the literal table or a shape table.
+/* A new entry for a whole filter in the literal table or a shape table,
+ * in slot `slot` if the table does not grow first (find_locked's).
  * Records in g the pre-existing table it grew.  FS_OK or FS_ENOMEM. */
-static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fresh_shape,
+static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fresh_shape, uint32_t slot,
                      fs_growth *g, fs_node **out)
 {
     fs_level *L = sh ? &sh->table : &sl->literals;
@@ -261,7 +284,8 @@ static int new_entry(fs_sublist *sl, const parsed_spec *ps, fs_shape *sh, int fr
         g->level = L;
         g->cap = L->cap;
     }
-    if ((sh ? fs_shape_add(sl, sh, n, key) : fs_level_add_checked(&sl->mem, L, n, (uint32_t)(key >> 32), 0)) < 0) {
+    /* shape tables are kept half full, the literal table 3/4 (fs_table.c) */
+    if (fs_level_add_at(&sl->mem, L, n, (uint32_t)(key >> 32), sh != NULL, slot) < 0) {
         fs_node_free(sl, n);
         return FS_ENOMEM;
     }
@@ -316,7 +340,8 @@ static int live_prepare(fs_sublist *sl, const fs_tokens *t, const parsed_spec *p
     if (!sl->live && !(sl->live = fs_sublist_new(sl->dialect)))
         return FS_ENOMEM;
     fs_shape *sh;
-    const fs_node *n = find_locked(sl, t, ps, &sh);
+    uint32_t slot;
+    const fs_node *n = find_locked(sl, t, ps, &sh, &slot);
     if (!n || fs_image_masked(sl, n))
         return FS_OK;
     int rc = copy_subs(sl, sl->live, t, ps, n, 0);
@@ -355,7 +380,8 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
             live_changed(sl, t, ps, 1, invalidate);
         return rc;
     }
-    fs_node *n = find_locked(sl, t, ps, &sh);
+    uint32_t slot;
+    fs_node *n = find_locked(sl, t, ps, &sh, &slot);
     if (!n) {
         int fresh_shape = 0;
         if (ps->shaped && !(sh = shape_of(sl, ps))) {
@@ -364,7 +390,7 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
             fresh_shape = sh != NULL;
         }
         if (ps->literal || sh) {
-            rc = new_entry(sl, ps, sh, fresh_shape, g, &n);
+            rc = new_entry(sl, ps, sh, fresh_shape, slot, g, &n);
             if (rc < 0) {
                 if (fresh_shape)
                     fs_shape_drop_if_empty(sl, sh);
@@ -402,7 +428,8 @@ static int remove_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
             live_changed(sl, t, ps, 0, invalidate);
         return rc;
     }
-    fs_node *n = find_locked(sl, t, ps, &sh);
+    uint32_t slot;
+    fs_node *n = find_locked(sl, t, ps, &sh, &slot);
     if (!n)
         return 0;
     int rc = ps->queue ? fs_node_del_queued(sl, n, ps->queue, ps->queue_len, id)

@@ -64,28 +64,46 @@ static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *
     return key;
 }
 
+/* fs_probe's test for fs_shape_probe_slots: a slot whose key is (lo, hi)
+ * and whose entry the subject (s, its tokens t, bytes up to end) matches
+ * in shape sh; the entry, as read for the comparison, goes to found. */
+typedef struct {
+    const fs_sublist *sl;
+    int mapped;
+    const fs_shape *sh;
+    uint32_t lo, hi;
+    char sep;
+    const char *s, *end;
+    const fs_span *t;
+    const fs_node *found;
+} fs_shape_probe;
+
+static inline int fs_stop_at_entry(const fs_slot *slot, void *ctx)
+{
+    fs_shape_probe *p = ctx;
+    if (slot->hash != p->lo || slot->len != p->hi)
+        return 0;
+    const fs_node *e = fs_ref_node_if(p->sl, p->mapped, slot->node);
+    if (!e || !fs_shape_entry_matches(p->sh, e, fs_toklen_of_if(p->sl, p->mapped, e), p->sep, p->s, p->t, p->end))
+        return 0;
+    p->found = e;
+    return 1;
+}
+
 /* The entry of shape sh that the subject (tokens t, bytes up to end)
- * matches, given its key in that shape; NULL when none does.  mapped:
- * fs_img_mapped(sl) (fs_layout.h). */
+ * matches, given its key in that shape; NULL when none does (one filter
+ * per shape can match a subject).  mapped: fs_img_mapped(sl)
+ * (fs_layout.h). */
 static inline const fs_node *fs_shape_probe_slots(const fs_sublist *sl, int mapped, const fs_shape *sh,
                                                   uint64_t key, char sep, const char *s, const fs_span *t,
                                                   const char *end)
 {
     const fs_slot *slots;
     uint32_t cap = fs_lv_get_if(sl, mapped, &sh->table, &slots);
-    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = cap - 1;
-    for (uint32_t c = 0, i = lo & mask; c < cap; c++, i = (i + 1) & mask) {
-        const fs_slot *slot = &slots[i];
-        if (!slot->node)
-            return NULL;
-        if (slot->hash == lo && slot->len == hi) {
-            const fs_node *e = fs_ref_node_if(sl, mapped, slot->node);
-            if (e && fs_shape_entry_matches(sh, e, fs_toklen_of_if(sl, mapped, e), sep, s, t, end))
-                return e;            /* one filter per shape can match a subject */
-        }
-    }
-    return NULL;
+    fs_shape_probe p = {.sl = sl, .mapped = mapped, .sh = sh, .lo = (uint32_t)key, .hi = (uint32_t)(key >> 32),
+                        .sep = sep, .s = s, .end = end, .t = t};
+    fs_probe(slots, cap, (uint32_t)key, fs_stop_at_entry, &p);
+    return p.found;
 }
-
 
 #endif

@@ -77,6 +77,39 @@ static inline int fs_level_may_hold(const fs_level *L, uint64_t key)
     return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
 }
 
+/* The one probe sequence of every table, built or mapped (the image
+ * writer places its entries with it too): linear probing, the slot after
+ * slot i being fs_probe_next(i, cap - 1), cap a power of two. */
+static inline uint32_t fs_probe_next(uint32_t i, uint32_t mask) { return (i + 1) & mask; }
+
+/* A probe's key test: 1 stops the probe at slot s (the entry sought, or
+ * one the caller acts on), 0 goes on.  ctx is the caller's. */
+typedef int (*fs_slot_stop)(const fs_slot *s, void *ctx);
+
+/* Every lookup, insert and removal of a table goes through this: the
+ * index of the first slot, in the probe sequence from `from` & (cap - 1),
+ * that is empty or that stop accepts; cap when it went through all cap
+ * slots (or cap is 0) and stopped at none.  An empty slot ends every
+ * probe: an entry is never placed past one.  stop is a constant at every
+ * call and the body is inlined, so each caller gets its own loop with its
+ * test in place (as the tokenizer's scan() gets its flags). */
+FS_ALWAYS_INLINE uint32_t fs_probe(const fs_slot *slots, uint32_t cap, uint32_t from, fs_slot_stop stop, void *ctx)
+{
+    uint32_t mask = cap - 1, i = from & mask;
+    for (uint32_t k = 0; k < cap; k++, i = fs_probe_next(i, mask))
+        if (!slots[i].node || stop(&slots[i], ctx))
+            return i;
+    return cap;
+}
+
+/* A stop that never accepts: fs_probe then finds the first empty slot. */
+static inline int fs_stop_never(const fs_slot *s, void *ctx)
+{
+    (void)s;
+    (void)ctx;
+    return 0;
+}
+
 typedef struct {
     char *name;
     int64_t *ids;        /* sorted */
@@ -669,6 +702,31 @@ static inline uint32_t fs_gids_of(const fs_sublist *sl, const fs_group *g, const
     return fs_gids_of_if(sl, 1, g, ids);
 }
 
+/* fs_probe's test for the finds below: a slot whose (hash, len) is (a, b)
+ * and whose node's token -- a trie child's, or a keyed entry's whole
+ * filter -- is the len bytes tok (readable up to end).  The node, as read
+ * for the comparison, goes to found. */
+typedef struct {
+    const fs_sublist *sl;
+    int mapped;
+    uint32_t a, b, len;
+    const char *tok, *end;
+    const fs_node *found;
+} fs_tok_probe;
+
+static inline int fs_stop_at_tok(const fs_slot *s, void *ctx)
+{
+    fs_tok_probe *p = ctx;
+    if (s->hash != p->a || s->len != p->b)
+        return 0;
+    const fs_node *n = fs_ref_node_if(p->sl, p->mapped, s->node);
+    if (!n || n->toklen != p->len || !fs_tok_fits_if(p->sl, p->mapped, n, p->len) ||
+        !fs_tok_eq_within(n->tok, p->tok, p->len, p->end))
+        return 0;
+    p->found = n;
+    return 1;
+}
+
 /* The child for a literal token, or NULL.  end: how far the bytes from tok
  * may be read (tok + len at least). */
 static inline const fs_node *fs_level_find_within_if(const fs_sublist *sl, int mapped, const fs_level *L,
@@ -678,19 +736,9 @@ static inline const fs_node *fs_level_find_within_if(const fs_sublist *sl, int m
     uint32_t cap = fs_lv_get_if(sl, mapped, L, &slots);
     if (!cap)
         return NULL;
-    uint32_t mask = cap - 1, i = h & mask;
-    for (uint32_t k = 0; k < cap; k++, i = (i + 1) & mask) {
-        const fs_slot *s = &slots[i];
-        if (!s->node)
-            return NULL;
-        if (s->hash == h && s->len == len) {
-            const fs_node *n = fs_ref_node_if(sl, mapped, s->node);
-            if (n && n->toklen == len && fs_tok_fits_if(sl, mapped, n, len) &&
-                fs_tok_eq_within(n->tok, tok, len, end))
-                return n;
-        }
-    }
-    return NULL;
+    fs_tok_probe p = {.sl = sl, .mapped = mapped, .a = h, .b = len, .len = len, .tok = tok, .end = end};
+    fs_probe(slots, cap, h, fs_stop_at_tok, &p);
+    return p.found;
 }
 static inline const fs_node *fs_level_find_within(const fs_sublist *sl, const fs_level *L, const char *tok,
                                                   uint32_t len, uint32_t h, const char *end)
@@ -714,24 +762,33 @@ static inline const fs_node *fs_keyed_find_if(const fs_sublist *sl, int mapped, 
     uint32_t cap = fs_lv_get_if(sl, mapped, L, &slots);
     if (!cap)
         return NULL;
-    uint32_t lo = (uint32_t)key, hi = (uint32_t)(key >> 32), mask = cap - 1;
-    for (uint32_t k = 0, i = lo & mask; k < cap; k++, i = (i + 1) & mask) {
-        const fs_slot *s = &slots[i];
-        if (!s->node)
-            return NULL;
-        if (s->hash == lo && s->len == hi) {
-            const fs_node *n = fs_ref_node_if(sl, mapped, s->node);
-            if (n && n->toklen == len && fs_tok_fits_if(sl, mapped, n, len) &&
-                fs_tok_eq_within(n->tok, f, len, end))
-                return n;
-        }
-    }
-    return NULL;
+    fs_tok_probe p = {.sl = sl, .mapped = mapped, .a = (uint32_t)key, .b = (uint32_t)(key >> 32), .len = len,
+                      .tok = f, .end = end};
+    fs_probe(slots, cap, (uint32_t)key, fs_stop_at_tok, &p);
+    return p.found;
 }
 static inline const fs_node *fs_keyed_find(const fs_sublist *sl, const fs_level *L, uint64_t key,
                                            const char *f, uint32_t len, const char *end)
 {
     return fs_keyed_find_if(sl, 1, L, key, f, len, end);
+}
+
+/* fs_keyed_find for a write, on a built table (writes never see a mapped
+ * one), which also says where the key would go: the entry, or NULL with
+ * *slot the first empty slot of the key's probe -- where fs_level_add_at
+ * puts the new entry while the table stays as it is -- or L->cap when
+ * the table has no slots (or none empty).  A key the bitmap has not seen
+ * is compared with no entry: the probe only looks for the empty slot (the
+ * bitmap has no false negatives; the walk trusts it the same way). */
+static inline fs_node *fs_keyed_seek(const fs_level *L, uint64_t key, const char *f, uint32_t len, uint32_t *slot)
+{
+    if (!fs_level_may_hold(L, key)) {
+        *slot = fs_probe(L->slots, L->cap, (uint32_t)key, fs_stop_never, NULL);
+        return NULL;
+    }
+    fs_tok_probe p = {.a = (uint32_t)key, .b = (uint32_t)(key >> 32), .len = len, .tok = f, .end = f + len};
+    *slot = fs_probe(L->slots, L->cap, (uint32_t)key, fs_stop_at_tok, &p);
+    return (fs_node *)(uintptr_t)p.found;
 }
 
 static inline int fs_push_node(const fs_node ***v, size_t *n, size_t *cap, const fs_node *x)

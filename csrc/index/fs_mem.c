@@ -33,6 +33,14 @@ void *fs_mem_alloc(uint64_t *account, size_t size)
     return p;
 }
 
+void *fs_mem_calloc(uint64_t *account, size_t size)
+{
+    void *p = FS_CALLOC(1, size);
+    if (p)
+        *account += size;
+    return p;
+}
+
 void *fs_mem_realloc(uint64_t *account, void *p, size_t old, size_t size)
 {
     void *np = FS_REALLOC(p, size);

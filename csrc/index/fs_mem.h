@@ -26,6 +26,9 @@ int fs_grow_counted(uint64_t *account, void *p, size_t *cap, size_t need, size_t
 /* size bytes (FS_MALLOC) counted in *account; NULL when out of memory
  * (nothing counted). */
 void *fs_mem_alloc(uint64_t *account, size_t size);
+/* fs_mem_alloc of size bytes of zeros (FS_CALLOC: fresh pages from the
+ * system are not written again). */
+void *fs_mem_calloc(uint64_t *account, size_t size);
 /* p (counted as old bytes) resized to size (FS_REALLOC); NULL when out of
  * memory (p and the account unchanged). */
 void *fs_mem_realloc(uint64_t *account, void *p, size_t old, size_t size);

@@ -45,8 +45,12 @@ static fs_node *node_alloc(fs_sublist *sl, int linked, fs_node *parent, const ch
     n->hash = sp->hash;
     n->toklen = (uint16_t)sp->len;
     n->kind = (uint8_t)sp->kind;
+    /* the token's bytes, then zeros to its last word's end: that word
+     * zeroed first, in one store, and the copy over it */
+    size_t room = FS_TOK_ALLOC(sp->len);
+    if (room)
+        memset(n->tok + room - 8, 0, 8);
     memcpy(n->tok, tok, sp->len);
-    memset(n->tok + sp->len, 0, FS_TOK_ALLOC(sp->len) - sp->len);
     sl->nodes++;
     return n;
 }

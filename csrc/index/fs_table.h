@@ -49,6 +49,10 @@ void fs_level_restore(uint64_t *mem, fs_level *L, uint32_t cap);
  * Shape tables are kept at most half full, the literal table 3/4.  FS_OK
  * or FS_ENOMEM (table unchanged). */
 int fs_level_add_checked(uint64_t *mem, fs_level *L, fs_node *n, uint32_t check, int half_full);
+/* fs_level_add_checked into slot `at`: the slot fs_keyed_seek gave for
+ * n's key, L unchanged since (a table that grows first, or an `at` of
+ * L->cap or more, probes for its slot).  FS_OK or FS_ENOMEM. */
+int fs_level_add_at(uint64_t *mem, fs_level *L, fs_node *n, uint32_t check, int half_full, uint32_t at);
 /* Shrink L when it has fallen well below its capacity (best effort: a
  * failed allocation keeps the bigger table). */
 void fs_level_shrink(uint64_t *mem, fs_level *L);
