@@ -231,8 +231,8 @@ FS_ALWAYS_INLINE fs_node *find_entry(const fs_sublist *sl, const fs_level *L, co
  * shape budget was spent, or it came from a version 1 image.  *slot: the
  * table slot a new entry of the filter would take (find_entry), or
  * UINT32_MAX when there is no table to take it yet. */
-static fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, fs_shape **shp,
-                            uint32_t *slot)
+FS_ALWAYS_INLINE fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, fs_shape **shp,
+                                      uint32_t *slot)
 {
     *shp = NULL;
     *slot = UINT32_MAX;

@@ -95,10 +95,13 @@ typedef int (*fs_slot_stop)(const fs_slot *s, void *ctx);
  * test in place (as the tokenizer's scan() gets its flags). */
 FS_ALWAYS_INLINE uint32_t fs_probe(const fs_slot *slots, uint32_t cap, uint32_t from, fs_slot_stop stop, void *ctx)
 {
-    uint32_t mask = cap - 1, i = from & mask;
-    for (uint32_t k = 0; k < cap; k++, i = fs_probe_next(i, mask))
+    if (!cap)
+        return 0;
+    uint32_t mask = cap - 1, first = from & mask, i = first;
+    do {
         if (!slots[i].node || stop(&slots[i], ctx))
             return i;
+    } while ((i = fs_probe_next(i, mask)) != first);    /* back at the first: all cap slots seen */
     return cap;
 }
 

@@ -115,7 +115,7 @@ int fs_level_resize(uint64_t *mem, fs_level *L, uint32_t ncap)
     return FS_OK;
 }
 
-static int level_add(uint64_t *mem, fs_level *L, fs_node *n, uint32_t check, uint32_t max, uint32_t at)
+FS_ALWAYS_INLINE int level_add(uint64_t *mem, fs_level *L, fs_node *n, uint32_t check, uint32_t max, uint32_t at)
 {
     if (L->count + 1 > max) {
         if (fs_level_resize(mem, L, L->cap ? L->cap * 2 : 1) < 0)
