@@ -606,3 +606,42 @@ def test_the_image_format_version_is_the_cores():
     import struct
     from topicmatch._core import IMAGE_FORMAT_VERSION
     assert struct.unpack_from("<H", Sublist().to_bytes(), 8)[0] == IMAGE_FORMAT_VERSION
+
+
+
+class _ClearsWhenRead:
+    """An id whose __index__ empties a list (the one it sits in)."""
+
+    def __init__(self, value, victim):
+        self.value, self.victim = value, victim
+
+    def __index__(self):
+        self.victim.clear()
+        return self.value
+
+
+def _stored(sl, filters):
+    return [(f, list(r.subs), [tuple(g) for g in r.groups]) for f in filters for r in [sl.match(f)]]
+
+
+@pytest.mark.parametrize("queues", [None, "list", "generator"])
+def test_insert_many_ids_changed_while_read(queues):
+    # insert_many reads a list of sub_ids in place until a row needs Python
+    # code (an __index__; a queues generator runs before any id is read):
+    # what it inserts is the list as it was given, and a list emptied
+    # meanwhile is never read past its end.
+    filters = ["a.1", "a.2", "a.3", "a.4", "a.5"]
+    qlist = [None, "q", None, "q", None]
+    ids = [1, 2, 0, 4, 5]
+    ids[2] = _ClearsWhenRead(3, ids)
+    if queues == "generator":
+        ids = [1, 2, 3, 4, 5]
+        qs = (ids.clear() or q for q in qlist)
+    else:
+        qs = qlist if queues == "list" else None
+    sl = Sublist()
+    assert sl.insert_many(filters, ids, qs) == 5
+    want = Sublist()
+    for f, i, q in zip(filters, [1, 2, 3, 4, 5], qlist if queues else [None] * 5):
+        want.insert(f, i, queue=q)
+    assert _stored(sl, filters) == _stored(want, filters)

@@ -44,6 +44,18 @@ cdef fs_match_how _first_match_how = FS_MATCH_NO_WAIT
 
 cdef extern from *:
     """
+    /* 1 on a free-threaded CPython: another thread may change a list
+     * while this one reads it */
+    #ifdef Py_GIL_DISABLED
+    #define TM_FREE_THREADED 1
+    #else
+    #define TM_FREE_THREADED 0
+    #endif
+    """
+    const bint TM_FREE_THREADED
+
+cdef extern from *:
+    """
     #include <stdatomic.h>
     #include "fs_sys.h"
     /* Sublist.close()'s guard: which calls are inside an index, and whether
@@ -863,7 +875,18 @@ cdef class Sublist:
                                         queues if aq is None else aq, inserting)
         cdef list fl = _seq(filters, "filters", "str"), il, ql = None
         cdef Py_ssize_t n = len(fl), i = 0
-        il = _seq(sub_ids, "sub_ids", "int")
+        # A list of sub_ids is read in place, not copied (the copy and its
+        # release were ~13 instructions a row of insert_many): each id is
+        # converted before any Python code can run (an exact int, in
+        # _fill_spec_fast), and nothing keeps a reference to one after.  The
+        # first row that needs _fill_spec, which may run an __index__ that
+        # changes the list, copies it first: as it was given, since no
+        # Python code has run.  Only where nothing else can change the list
+        # meanwhile: queues a list, tuple or None (_seq runs no Python code
+        # for those), and not on a free-threaded build.
+        cdef bint ids_lent = (not TM_FREE_THREADED and type(sub_ids) is list and
+                              (queues is None or type(queues) is list or type(queues) is tuple))
+        il = <list>sub_ids if ids_lent else _seq(sub_ids, "sub_ids", "int")
         if len(il) != n:
             raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
         if queues is not None:
@@ -880,10 +903,16 @@ cdef class Sublist:
                 if ql is None:
                     for i in range(n):
                         if not _fill_spec_fast(&specs[i], fl[i], il[i], None):
+                            if ids_lent:
+                                il = PyList_GetSlice(il, 0, n)
+                                ids_lent = False
                             _fill_spec(&specs[i], fl[i], il[i], None)
                 else:
                     for i in range(n):
                         if not _fill_spec_fast(&specs[i], fl[i], il[i], ql[i]):
+                            if ids_lent:
+                                il = PyList_GetSlice(il, 0, n)
+                                ids_lent = False
                             _fill_spec(&specs[i], fl[i], il[i], ql[i])
             except TypeError:
                 raise _row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
