@@ -172,6 +172,17 @@ tokenized:
     return FS_OK;
 }
 
+int fs_spec_parse(fs_dialect d, const fs_spec *spec, fs_tokens *t, fs_parsed *out, fs_error *err)
+{
+    parsed_spec ps;
+    int rc = parse_spec(d, spec, t, &ps, err);
+    if (rc == FS_OK)
+        *out = (fs_parsed){.filter = ps.filter, .filter_len = ps.filter_len, .queue = ps.queue,
+                           .queue_len = ps.queue_len, .literal = ps.literal, .shaped = ps.shaped,
+                           .shape = ps.shape};
+    return rc;
+}
+
 int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err)
 {
     fs_tokens t;

@@ -87,6 +87,7 @@
 #include "fs_match.h"
 #include "fs_result.h"
 #include "fs_scratch.h"
+#include "fs_shape.h"
 #include "fs_token.h"
 
 /* The match calls (fs_sublist_match, _interest, _has_interest,
@@ -142,5 +143,38 @@ int fs_sublist_set_cache(fs_sublist *sl, size_t capacity);
 /* Is s a valid subject (is_filter 0) or filter (1; MQTT "$share/G/f"
  * included)?  FS_OK, FS_EINVAL (err set) or FS_ENOMEM. */
 int fs_validate(fs_dialect d, const char *s, size_t len, int is_filter, fs_error *err);
+
+/* ---- the bulk builder (serial/fs_build.c) */
+
+/* A subscription as an insert sees it once parsed: where an insert routes
+ * it is decided from these fields alone (literal, shaped, shape), with the
+ * index's shapes and trie. */
+typedef struct {
+    const char *filter;   /* the filter ("$share/G/" taken off: MQTT) */
+    uint32_t filter_len;
+    const char *queue;    /* NULL: plain */
+    uint32_t queue_len;
+    int literal;          /* no wildcard: the literal table, keyed shape.key */
+    int shaped;           /* has a shape (shape), whose table holds it while
+                           * the shape budget admits the shape */
+    fs_shape_of shape;
+} fs_parsed;
+
+/* Parse spec as fs_sublist_insert does (the share split, the tokenizer's
+ * and the queue's checks; t: the filter's tokens).  FS_OK, FS_EINVAL (err
+ * set, as insert sets it) or FS_ENOMEM. */
+int fs_spec_parse(fs_dialect d, const fs_spec *spec, fs_tokens *t, fs_parsed *out, fs_error *err);
+
+/* Write the image of the index that inserting specs[0..n) in order into a
+ * new index of dialect d would make -- byte for byte what fs_image_write
+ * of it gives -- without building that index's tables (fs_build.c), the
+ * rows parsed on up to `threads` threads.  path non-NULL: into that file
+ * (created or truncated; durable: written to disk), else into memory
+ * (*out, *len; freed with FS_FREE).  FS_OK; FS_EINVAL with *bad the first
+ * invalid row and err as fs_sublist_insert_many sets them; FS_ENOMEM;
+ * FS_EIO (the file: errno says why; cut to nothing); FS_ENOSYS (no file
+ * mappings here: write the bytes made in memory instead). */
+int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, const char *path,
+                   int durable, char **out, size_t *len, size_t *bad, fs_error *err);
 
 #endif

@@ -5,6 +5,7 @@
  * fs_image.c and fs_image_verify.c; the root block's layout, shared with
  * the reader, fs_image_root.h. */
 #include "fs_image.h"
+#include "fs_image_write.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -475,48 +476,62 @@ static uint64_t write_trie(writer *W, const fs_node *root)
     return rc == FS_OK ? root_off : 0;
 }
 
+/* The fs_shape at `at` (its table written already) takes sh's fields. */
+static void shape_fields(writer *W, uint64_t at, const fs_shape *sh)
+{
+    fs_shape *y = AT(&W->w, at, fs_shape);
+    y->onemask = sh->onemask;
+    y->ntoks = sh->ntoks;
+    y->rest = sh->rest;
+    y->first_wild = sh->first_wild;
+}
+
+/* The image's end: the checksum's room, the root block (T, and the probe
+ * sets and shapes of `shapes`), the header and the checksum. */
+static int write_end(writer *W, const fs_img_totals *T, const fs_shapes *shapes)
+{
+    if (wb_alloc(&W->w, FS_SERIAL_TRAILER) == 0)      /* the checksum's room */
+        return FS_ENOMEM;
+    W->w.len -= FS_SERIAL_TRAILER;
+    img_root *R = AT(&W->w, FS_SERIAL_HEADER, img_root);
+    R->nodes = T->nodes;
+    R->root = T->root;
+    R->literals = T->lit;
+    R->objects_end = W->w.len;
+    R->nshapes = shapes->n;
+    memcpy(R->shape, T->shapes, sizeof(uint64_t) * shapes->n);
+    memcpy(R->probe, shapes->probe[0], sizeof(R->probe));
+    unsigned char *h = (unsigned char *)W->w.p;
+    fs_header_put(h, &(fs_file_header){.version = FS_IMAGE_VERSION,
+                                       .flags = (uint16_t)fs_dialect_code(T->dialect),
+                                       .payload = W->w.len - FS_SERIAL_HEADER,
+                                       .subs = T->subs,
+                                       .literals = T->literals,
+                                       .nodes = T->nodes});
+    fs_le_put(h + W->w.len, fs_serial_checksum(h, W->w.len), FS_SERIAL_TRAILER);
+    W->w.len += FS_SERIAL_TRAILER;
+    return FS_OK;
+}
+
 static int write_locked(writer *W, const fs_sublist *sl)
 {
     wb_alloc(&W->w, FS_IMG_OBJECTS);          /* header and root block, zeroed */
     if (W->w.oom)
         return FS_ENOMEM;
-    uint64_t root = write_trie(W, sl->root);
-    uint64_t lit = root ? wb_alloc(&W->w, sizeof(fs_level)) : 0;
-    if (!lit || write_table(W, lit, &sl->literals, 0) < 0)
+    fs_img_totals T = {.dialect = sl->dialect, .subs = sl->count, .literals = sl->literals.count,
+                       .nodes = sl->nodes};
+    T.root = write_trie(W, sl->root);
+    T.lit = T.root ? wb_alloc(&W->w, sizeof(fs_level)) : 0;
+    if (!T.lit || write_table(W, T.lit, &sl->literals, 0) < 0)
         return FS_ENOMEM;
-    uint64_t shapes[FS_SHAPE_MAX];
     for (uint32_t j = 0; j < sl->shapes.n; j++) {
         const fs_shape *sh = sl->shapes.shape[j];
-        shapes[j] = wb_alloc(&W->w, sizeof(fs_shape));
-        if (!shapes[j] || write_table(W, shapes[j] + offsetof(fs_shape, table), &sh->table, 1) < 0)
+        T.shapes[j] = wb_alloc(&W->w, sizeof(fs_shape));
+        if (!T.shapes[j] || write_table(W, T.shapes[j] + offsetof(fs_shape, table), &sh->table, 1) < 0)
             return FS_ENOMEM;
-        fs_shape *y = AT(&W->w, shapes[j], fs_shape);
-        y->onemask = sh->onemask;
-        y->ntoks = sh->ntoks;
-        y->rest = sh->rest;
-        y->first_wild = sh->first_wild;
+        shape_fields(W, T.shapes[j], sh);
     }
-    if (wb_alloc(&W->w, FS_SERIAL_TRAILER) == 0)      /* the checksum's room */
-        return FS_ENOMEM;
-    W->w.len -= FS_SERIAL_TRAILER;
-    img_root *R = AT(&W->w, FS_SERIAL_HEADER, img_root);
-    R->nodes = sl->nodes;
-    R->root = root;
-    R->literals = lit;
-    R->objects_end = W->w.len;
-    R->nshapes = sl->shapes.n;
-    memcpy(R->shape, shapes, sizeof(uint64_t) * sl->shapes.n);
-    memcpy(R->probe, sl->shapes.probe[0], sizeof(R->probe));
-    unsigned char *h = (unsigned char *)W->w.p;
-    fs_header_put(h, &(fs_file_header){.version = FS_IMAGE_VERSION,
-                                       .flags = (uint16_t)fs_dialect_code(sl->dialect),
-                                       .payload = W->w.len - FS_SERIAL_HEADER,
-                                       .subs = sl->count,
-                                       .literals = sl->literals.count,
-                                       .nodes = sl->nodes});
-    fs_le_put(h + W->w.len, fs_serial_checksum(h, W->w.len), FS_SERIAL_TRAILER);
-    W->w.len += FS_SERIAL_TRAILER;
-    return FS_OK;
+    return write_end(W, &T, &sl->shapes);
 }
 
 /* What a keyed table holds beyond the capacity it is written at: removals
@@ -616,5 +631,81 @@ int fs_image_save(fs_sublist *sl, const char *path, int durable)
     writer_free(&W);
     if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0, durable) != FS_OK && rc == FS_OK)
         rc = FS_EIO;
+    return rc;
+}
+
+/* ---- the writer's parts, for a writer of an image that has no built
+ * index for its tables (fs_image_write.h; the bulk builder, fs_build.c) */
+
+struct fs_imgw {
+    writer W;
+    fs_filebuf fb;
+};
+
+fs_imgw *fs_imgw_new(void)
+{
+    fs_imgw *X = FS_MALLOC(sizeof(fs_imgw));
+    if (X)
+        memset(X, 0, sizeof(*X));
+    return X;
+}
+
+int fs_imgw_file(fs_imgw *X, const char *path)
+{
+    int rc = fs_filebuf_open(&X->fb, path);
+    if (rc == FS_OK)
+        X->W.w.file = &X->fb;
+    return rc == FS_OK || rc == FS_ENOSYS ? rc : FS_EIO;
+}
+
+int fs_imgw_begin(fs_imgw *X, size_t size_about)
+{
+    if (wb_reserve(&X->W.w, size_about) == FS_OK)
+        wb_alloc(&X->W.w, FS_IMG_OBJECTS);        /* header and root block: at 0 */
+    return X->W.w.oom ? FS_ENOMEM : FS_OK;
+}
+
+uint64_t fs_imgw_trie(fs_imgw *X, const fs_node *root) { return write_trie(&X->W, root); }
+
+uint64_t fs_imgw_alloc(fs_imgw *X, size_t size) { return wb_alloc(&X->W.w, size); }
+
+uint64_t fs_imgw_level(fs_imgw *X, uint64_t lv_off, uint32_t count, int half_full)
+{
+    fs_level L;
+    memset(&L, 0, sizeof(L));
+    fs_level_filter_init(&L);             /* a keyed table: with its bitmap */
+    L.count = count;
+    return level_begin(&X->W, lv_off, &L, half_full);
+}
+
+uint64_t fs_imgw_node(fs_imgw *X, const fs_node *n) { return write_node(&X->W, n, 0, 0); }
+
+void fs_imgw_place(fs_imgw *X, uint64_t lv_off, fs_slot e, uint32_t *next)
+{
+    place_entry(&X->W, lv_off, e, next, 0);
+}
+
+void fs_imgw_shape(fs_imgw *X, uint64_t at, const fs_shape *sh) { shape_fields(&X->W, at, sh); }
+
+int fs_imgw_end(fs_imgw *X, const fs_img_totals *T, const fs_shapes *shapes)
+{
+    return X->W.w.oom ? FS_ENOMEM : write_end(&X->W, T, shapes);
+}
+
+int fs_imgw_close(fs_imgw *X, int ok, int durable, char **out, size_t *len)
+{
+    int rc = FS_OK;
+    writer_free(&X->W);
+    if (X->W.w.file) {
+        if (fs_filebuf_close(&X->fb, ok ? X->W.w.len : 0, durable) != FS_OK && ok)
+            rc = FS_EIO;
+    } else if (ok && out) {
+        *out = X->W.w.p;
+        *len = X->W.w.len;
+        X->W.w.p = NULL;
+    }
+    if (!X->W.w.file)
+        FS_FREE(X->W.w.p);
+    FS_FREE(X);
     return rc;
 }

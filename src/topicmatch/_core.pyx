@@ -642,6 +642,119 @@ cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
     return m
 
 
+cdef class _Specs:
+    """The rows of insert_many's columns as fs_specs (read in place: the
+    columns are kept alive here while the specs point into them), and row
+    i back as Python objects for an error message (frows[i], qrows[i])."""
+    cdef fs_spec *specs
+    cdef Py_ssize_t n
+    cdef object frows, qrows, keep
+
+    def __dealloc__(self):
+        PyMem_Free(self.specs)
+
+    cdef int alloc(self, Py_ssize_t n) except -1:
+        self.n = n
+        self.specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
+        if self.specs == NULL:
+            raise MemoryError()
+        return 0
+
+
+cdef _Specs _specs_of(filters, sub_ids, queues):
+    """insert_many's columns (sequences, or Arrow and numpy columns) as
+    fs_specs, every argument and row checked as insert_many checks them."""
+    if type(filters) is not list or (queues is not None and type(queues) is not list):
+        af = _arrow_input(filters)
+        aq = _arrow_input(queues) if queues is not None else None
+        if af is not None or aq is not None:
+            return _specs_of_arrow(filters if af is None else af, sub_ids, queues if aq is None else aq)
+    cdef list fl = _seq(filters, "filters", "str"), il, ql = None
+    cdef Py_ssize_t n = len(fl), i = 0
+    # A list of sub_ids is read in place, not copied (the copy and its
+    # release were ~13 instructions a row of insert_many): each id is
+    # converted before any Python code can run (an exact int, in
+    # _fill_spec_fast), and nothing keeps a reference to one after.  The
+    # first row that needs _fill_spec, which may run an __index__ that
+    # changes the list, copies it first: as it was given, since no
+    # Python code has run.  Only where nothing else can change the list
+    # meanwhile: queues a list, tuple or None (_seq runs no Python code
+    # for those), and not on a free-threaded build.
+    cdef bint ids_lent = (not TM_FREE_THREADED and type(sub_ids) is list and
+                          (queues is None or type(queues) is list or type(queues) is tuple))
+    il = <list>sub_ids if ids_lent else _seq(sub_ids, "sub_ids", "int")
+    if len(il) != n:
+        raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
+    if queues is not None:
+        ql = _seq(queues, "queues", "str or None")
+        if len(ql) != n:
+            raise TopicmatchValueError(f"filters and queues differ in length ({n} != {len(ql)})")
+    cdef _Specs sp = _Specs()
+    sp.alloc(n)
+    sp.frows, sp.qrows = fl, ql
+    cdef fs_spec *specs = sp.specs
+    # One try around the loop, not one per item (each try saves the
+    # exception state); i says which item failed.
+    try:
+        if ql is None:
+            for i in range(n):
+                if not _fill_spec_fast(&specs[i], fl[i], il[i], None):
+                    if ids_lent:
+                        il = PyList_GetSlice(il, 0, n)
+                        ids_lent = False
+                    _fill_spec(&specs[i], fl[i], il[i], None)
+        else:
+            for i in range(n):
+                if not _fill_spec_fast(&specs[i], fl[i], il[i], ql[i]):
+                    if ids_lent:
+                        il = PyList_GetSlice(il, 0, n)
+                        ids_lent = False
+                    _fill_spec(&specs[i], fl[i], il[i], ql[i])
+    except TypeError:
+        raise _row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
+    except InvalidSubjectError as e:
+        raise InvalidSubjectError(f"item {i}: {e}", e.subject, e.reason, e.position, i) from None
+    except OverflowError as e:
+        raise type(e)(f"item {i}: {e}") from None
+    return sp
+
+
+cdef _Specs _specs_of_arrow(filters, sub_ids, queues):
+    """_specs_of where filters or queues is an Arrow column (string,
+    large_string, string_view, dictionary of these, chunked or not), read
+    in place (no Python str per row); the other may be a sequence of str.
+    queues: a null row is plain.  sub_ids an Arrow or numpy integer array,
+    or any sequence of int."""
+    if not _is_arrow(filters):
+        filters = _seq(filters, "filters", "str")
+    if queues is not None and not _is_arrow(queues):
+        queues = _seq(queues, "queues", "str or None")
+    cdef _Column fcol = _bulk_column(filters, "filters", "filter")
+    cdef Py_ssize_t n = <Py_ssize_t>fcol.s.n, i
+    ids = _int64_column(sub_ids, "sub_ids")
+    if len(ids) != n:
+        raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(ids)})")
+    cdef _Column qcol = None
+    if queues is not None:
+        qcol = _bulk_column(queues, "queues", "queue")
+        if <Py_ssize_t>qcol.s.n != n:
+            raise TopicmatchValueError(f"filters and queues differ in length ({n} != {qcol.s.n})")
+    cdef const int64_t[::1] idv = ids
+    cdef _Specs sp = _Specs()
+    sp.alloc(n)
+    sp.keep = (fcol, qcol)
+    sp.frows, sp.qrows = _Rows(filters), (_Rows(queues) if queues is not None else None)
+    cdef fs_spec *specs = sp.specs
+    for i in range(n):
+        if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):
+            raise TopicmatchTypeError(f"filters[{i}] must be str, not None")
+        specs[i].id = idv[i]
+        if qcol is None or not fs_strings_get(&qcol.s, <size_t>i, &specs[i].queue, &specs[i].queue_len):
+            specs[i].queue = NULL
+            specs[i].queue_len = 0
+    return sp
+
+
 cdef class Sublist:
     """Sublist(dialect="nats", *, cache_size=0)
 
@@ -867,99 +980,8 @@ cdef class Sublist:
     cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
         if tm_closed(&self._use):       # said before any argument's error
             raise self._closed_error()
-        if type(filters) is not list or (queues is not None and type(queues) is not list):
-            af = _arrow_input(filters)
-            aq = _arrow_input(queues) if queues is not None else None
-            if af is not None or aq is not None:
-                return self._bulk_arrow(filters if af is None else af, sub_ids,
-                                        queues if aq is None else aq, inserting)
-        cdef list fl = _seq(filters, "filters", "str"), il, ql = None
-        cdef Py_ssize_t n = len(fl), i = 0
-        # A list of sub_ids is read in place, not copied (the copy and its
-        # release were ~13 instructions a row of insert_many): each id is
-        # converted before any Python code can run (an exact int, in
-        # _fill_spec_fast), and nothing keeps a reference to one after.  The
-        # first row that needs _fill_spec, which may run an __index__ that
-        # changes the list, copies it first: as it was given, since no
-        # Python code has run.  Only where nothing else can change the list
-        # meanwhile: queues a list, tuple or None (_seq runs no Python code
-        # for those), and not on a free-threaded build.
-        cdef bint ids_lent = (not TM_FREE_THREADED and type(sub_ids) is list and
-                              (queues is None or type(queues) is list or type(queues) is tuple))
-        il = <list>sub_ids if ids_lent else _seq(sub_ids, "sub_ids", "int")
-        if len(il) != n:
-            raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
-        if queues is not None:
-            ql = _seq(queues, "queues", "str or None")
-            if len(ql) != n:
-                raise TopicmatchValueError(f"filters and queues differ in length ({n} != {len(ql)})")
-        cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
-        if specs == NULL:
-            raise MemoryError()
-        try:
-            # One try around the loop, not one per item (each try saves the
-            # exception state); i says which item failed.
-            try:
-                if ql is None:
-                    for i in range(n):
-                        if not _fill_spec_fast(&specs[i], fl[i], il[i], None):
-                            if ids_lent:
-                                il = PyList_GetSlice(il, 0, n)
-                                ids_lent = False
-                            _fill_spec(&specs[i], fl[i], il[i], None)
-                else:
-                    for i in range(n):
-                        if not _fill_spec_fast(&specs[i], fl[i], il[i], ql[i]):
-                            if ids_lent:
-                                il = PyList_GetSlice(il, 0, n)
-                                ids_lent = False
-                            _fill_spec(&specs[i], fl[i], il[i], ql[i])
-            except TypeError:
-                raise _row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
-            except InvalidSubjectError as e:
-                raise InvalidSubjectError(f"item {i}: {e}", e.subject, e.reason, e.position, i) from None
-            except OverflowError as e:
-                raise type(e)(f"item {i}: {e}") from None
-            return self._apply(specs, n, inserting, fl, ql)
-        finally:
-            PyMem_Free(specs)
-
-    cdef object _bulk_arrow(self, filters, sub_ids, queues, bint inserting):
-        """insert_many/remove_many where filters or queues is an Arrow
-        column (string, large_string, string_view, dictionary of these,
-        chunked or not), read in place (no Python str per row); the other
-        may be a sequence of str.  queues: a null row is plain.  sub_ids an
-        Arrow or numpy integer array, or any sequence of int."""
-        if not _is_arrow(filters):
-            filters = _seq(filters, "filters", "str")
-        if queues is not None and not _is_arrow(queues):
-            queues = _seq(queues, "queues", "str or None")
-        cdef _Column fcol = _bulk_column(filters, "filters", "filter")
-        cdef Py_ssize_t n = <Py_ssize_t>fcol.s.n, i
-        ids = _int64_column(sub_ids, "sub_ids")
-        if len(ids) != n:
-            raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(ids)})")
-        cdef _Column qcol = None
-        if queues is not None:
-            qcol = _bulk_column(queues, "queues", "queue")
-            if <Py_ssize_t>qcol.s.n != n:
-                raise TopicmatchValueError(f"filters and queues differ in length ({n} != {qcol.s.n})")
-        cdef const int64_t[::1] idv = ids
-        cdef fs_spec *specs = <fs_spec *>PyMem_Malloc(sizeof(fs_spec) * (n if n else 1))
-        if specs == NULL:
-            raise MemoryError()
-        try:
-            for i in range(n):
-                if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):
-                    raise TopicmatchTypeError(f"filters[{i}] must be str, not None")
-                specs[i].id = idv[i]
-                if qcol is None or not fs_strings_get(&qcol.s, <size_t>i, &specs[i].queue, &specs[i].queue_len):
-                    specs[i].queue = NULL
-                    specs[i].queue_len = 0
-            return self._apply(specs, n, inserting, _Rows(filters),
-                               _Rows(queues) if queues is not None else None)
-        finally:
-            PyMem_Free(specs)
+        cdef _Specs sp = _specs_of(filters, sub_ids, queues)
+        return self._apply(sp.specs, sp.n, inserting, sp.frows, sp.qrows)
 
     cdef object _apply(self, fs_spec *specs, Py_ssize_t n, bint inserting, filters, queues):
         """Run the bulk operation on filled specs; filters[i] / queues[i]
@@ -1314,6 +1336,7 @@ def _set_image_parallel_min(n):
 
 include "_batch.pxi"
 include "_serial.pxi"
+include "_build.pxi"
 include "_route.pxi"
 
 

@@ -1,0 +1,700 @@
+/* fs_build.c - the bulk builder (fs_build_image, sublist.h): the image of
+ * the index that inserting a column of subscriptions in order would make,
+ * written straight from the rows, without that index's tables.
+ *
+ *   specs ──parse (threads)──► rows: class, key, shape, filter, queue
+ *         ──route (row order)──► each row's table: the literal table, a
+ *           shape's, or the trie; the trie rows inserted into `sim`, an
+ *           index that holds only the trie and the shapes
+ *         ──per table: sort──► items in writing order (home slot, key,
+ *           bytes; rows in order), equal filters side by side
+ *         ──write──► header, sim's trie, the literal table, the shapes'
+ *           tables, each entry made once from its rows, the checksum
+ *
+ * Parse: fs_spec_parse, insert's own parse, on the worker pool's threads
+ * and the caller's, in chunks; the first invalid row is the one insert_many
+ * reports.  Route: where insert_locked (sublist.c) would put each row.  A
+ * literal goes to the literal table.  A filter with a shape goes to its
+ * shape's table when the index has that shape -- or makes it, through the
+ * index's own admission (fs_shape_create on sim, whose shapes are the
+ * index's at that row) -- unless an insert would find it in the trie
+ * first: the trie already holds its path (fs_trie_find on sim, whose trie
+ * is the index's at that row), or the budget refused its shape.  Such
+ * rows, and the wildcard filters without a shape, are inserted into sim
+ * (fs_sublist_insert): the trie is built by the index's own insert path.
+ * An insert looks in the table before the trie, so a filter whose path
+ * appeared in the trie after its first row stays in the table: for a
+ * filter whose rows found its path (`cand`), its first row decides,
+ * once the table's rows are sorted and grouped.
+ *
+ * Sort: a table's capacity is what an index growing from empty has for
+ * its count of distinct filters (fs_table_cap); its items are bucketed by
+ * the top bits of their home slot (two a bucket, in row order) and each
+ * bucket sorted by insertion (stable): the order fs_image_write.c writes.
+ * A table whose distinct count moves its capacity off the one its rows
+ * gave is sorted again.
+ *
+ * Write: through the image writer's parts (fs_image_write.h): each entry
+ * is a made-up fs_node (its filter, key, sorted ids, groups in name order
+ * with sorted members), written and placed as a built index's would be. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs_alloc.h"
+#include "fs_image_write.h"
+#include "fs_index.h"
+#include "fs_pool.h"
+#include "fs_sys.h"
+#include "sublist.h"
+
+enum { CLS_LIT, CLS_SHAPED, CLS_TRIE };
+#define TAB_TRIE 0xFFFFu        /* a row's table: 0 the literal table, 1 + k the k-th shape made */
+#define PARSE_CHUNK 4096u
+
+typedef struct {
+    uint64_t key;               /* in the literal table, or in its shape's */
+    const char *f, *q;          /* the filter ("$share/G/" off), the queue (NULL: plain) */
+    uint32_t flen, qlen;
+    uint64_t onemask;           /* the shape (CLS_SHAPED) */
+    uint8_t ntoks, rest, cls;
+    uint8_t cand;               /* routed to a table while the trie held its path */
+    uint16_t tab;
+} brow;
+
+typedef struct {
+    uint64_t key;
+    uint32_t row, flen;
+} bitem;
+
+/* A (queue, id) pair of an entry's rows. */
+typedef struct {
+    const char *q;
+    uint32_t qlen;
+    int64_t id;
+} qitem;
+
+typedef struct {
+    bitem *items;
+    size_t n, cap;              /* items; their table's capacity */
+    size_t distinct;
+} btable;
+
+typedef struct {
+    fs_pool_task task;
+    fs_dialect d;
+    const fs_spec *specs;
+    brow *rows;
+    size_t n;
+    atomic_size_t next;         /* the next chunk to take */
+    atomic_size_t bad;          /* the first invalid row found so far (n: none) */
+    fs_mutex mu;                /* over err, rc */
+    fs_error err;
+    int rc;
+} parse_job;
+
+typedef struct {
+    fs_dialect d;
+    const fs_spec *specs;
+    size_t n;
+    brow *rows;
+    fs_sublist *sim;            /* the trie and the shapes, as the index has them */
+    fs_shape *made[FS_SHAPE_MAX];
+    uint32_t nmade;
+    btable tab[1 + FS_SHAPE_MAX];
+    fs_tokens t;
+    /* writing an entry */
+    fs_node *node;
+    size_t cap_node;
+    int64_t *ids;
+    size_t cap_ids;
+    qitem *queued;              /* an entry's (queue, id) pairs, and room to sort them */
+    size_t cap_queued;
+    fs_groups *groups;
+    size_t cap_groups;
+} builder;
+
+static void parse_row(brow *r, const fs_parsed *ps)
+{
+    r->key = ps->shape.key;
+    r->f = ps->filter;
+    r->flen = ps->filter_len;
+    r->q = ps->queue;
+    r->qlen = ps->queue_len;
+    r->cls = ps->literal ? CLS_LIT : ps->shaped ? CLS_SHAPED : CLS_TRIE;
+    r->onemask = ps->shaped ? ps->shape.onemask : 0;
+    r->ntoks = (uint8_t)(ps->shaped ? ps->shape.ntoks : 0);
+    r->rest = (uint8_t)(ps->shaped ? ps->shape.rest : 0);
+    r->cand = 0;
+    r->tab = 0;
+}
+
+/* Take chunks of rows until none is left, or every row left comes after
+ * an invalid one already found. */
+static void parse_work(parse_job *J)
+{
+    fs_tokens t;
+    fs_tokens_init(&t);
+    fs_parsed ps;
+    fs_error e;
+    for (;;) {
+        size_t lo = atomic_fetch_add(&J->next, 1) * PARSE_CHUNK;
+        if (lo >= J->n || lo >= atomic_load_explicit(&J->bad, memory_order_relaxed))
+            break;
+        size_t hi = J->n - lo < PARSE_CHUNK ? J->n : lo + PARSE_CHUNK;
+        for (size_t i = lo; i < hi; i++) {
+            int rc = fs_spec_parse(J->d, &J->specs[i], &t, &ps, &e);
+            if (rc == FS_OK) {
+                parse_row(&J->rows[i], &ps);
+                continue;
+            }
+            fs_mutex_lock(&J->mu);
+            if (i < atomic_load(&J->bad)) {
+                atomic_store(&J->bad, i);
+                J->err = e;
+                J->rc = rc;
+            }
+            fs_mutex_unlock(&J->mu);
+            break;
+        }
+    }
+    fs_tokens_free(&t);
+}
+
+static void parse_run(void *arg, unsigned index)
+{
+    (void)index;
+    parse_work(arg);
+}
+
+/* Parse every row, on up to `threads` threads.  FS_OK, or the first
+ * invalid row's status (*bad, *err) as insert_many gives it. */
+static int parse_all(builder *B, unsigned threads, size_t *bad, fs_error *err)
+{
+    parse_job J;
+    memset(&J, 0, sizeof(J));
+    J.d = B->d;
+    J.specs = B->specs;
+    J.rows = B->rows;
+    J.n = B->n;
+    atomic_init(&J.next, 0);
+    atomic_init(&J.bad, B->n);
+    fs_mutex_init(&J.mu);
+    J.task.fn = parse_run;
+    J.task.arg = &J;
+    size_t chunks = (B->n + PARSE_CHUNK - 1) / PARSE_CHUNK;
+    if (threads > chunks)
+        threads = (unsigned)(chunks ? chunks : 1);
+    int posted = threads > 1 && fs_pool_submit(&J.task, threads - 1) == FS_OK;
+    parse_work(&J);
+    if (posted)
+        fs_pool_join(&J.task);
+    fs_mutex_destroy(&J.mu);
+    if (atomic_load(&J.bad) == B->n)
+        return FS_OK;
+    *bad = atomic_load(&J.bad);
+    *err = J.err;
+    return J.rc;
+}
+
+/* ---- route: each row's table, in row order */
+
+/* Row i into sim, whose insert puts it in the trie (its status: 0 or 1;
+ * FS_ENOMEM). */
+static int to_trie(builder *B, size_t i)
+{
+    fs_error e;
+    B->rows[i].tab = TAB_TRIE;
+    int rc = fs_sublist_insert(B->sim, &B->specs[i], &e);
+    return rc == FS_EINVAL ? FS_ENOMEM : rc;       /* parsed once already: cannot be invalid */
+}
+
+/* Does sim's trie hold row r's filter's path (a node, with subscriptions
+ * or not)?  1, 0, or FS_ENOMEM. */
+static int trie_holds(builder *B, const brow *r)
+{
+    const fs_node *root = B->sim->root;
+    if (!fs_tnext(root))                    /* an empty trie: most builds, no tokenizing */
+        return 0;
+    fs_error e;
+    int rc = fs_tokenize(B->d, r->f, r->flen, 1, &B->t, &e);
+    if (rc < 0)
+        return rc == FS_EINVAL ? FS_ENOMEM : rc;
+    return fs_trie_find(B->sim, &B->t, r->f) != NULL;
+}
+
+/* The table of shaped row i (FS_OK), or FS_ENOMEM.  *last: the shape of the
+ * row before, which most rows share. */
+static int route_shaped(builder *B, size_t i, uint32_t *last)
+{
+    brow *r = &B->rows[i];
+    fs_shape_of of = {.onemask = r->onemask, .ntoks = r->ntoks, .rest = r->rest, .key = r->key};
+    uint32_t k = *last;
+    if (k >= B->nmade || B->made[k]->onemask != of.onemask || B->made[k]->ntoks != of.ntoks ||
+        B->made[k]->rest != of.rest) {
+        fs_shape *sh = fs_shape_find(B->sim, &of);
+        for (k = 0; k < B->nmade && B->made[k] != sh; k++)
+            ;
+    }
+    int found = trie_holds(B, r);
+    if (found < 0)
+        return found;
+    if (k < B->nmade) {                     /* the shape has its table: there, unless `cand` */
+        r->tab = (uint16_t)(1 + k);
+        r->cand = (uint8_t)found;
+        *last = k;
+        return FS_OK;
+    }
+    if (!found) {
+        fs_shape *sh;
+        if (fs_shape_create(B->sim, &of, &sh) < 0)
+            return FS_ENOMEM;
+        if (sh) {
+            B->made[B->nmade] = sh;
+            r->tab = (uint16_t)(1 + B->nmade);
+            *last = B->nmade++;
+            return FS_OK;
+        }
+    }
+    return to_trie(B, i) < 0 ? FS_ENOMEM : FS_OK;
+}
+
+static int route_all(builder *B)
+{
+    uint32_t last = 0;
+    for (size_t i = 0; i < B->n; i++) {
+        brow *r = &B->rows[i];
+        int rc = r->cls == CLS_LIT ? FS_OK : r->cls == CLS_TRIE ? to_trie(B, i) : route_shaped(B, i, &last);
+        if (rc < 0)
+            return rc;
+    }
+    return FS_OK;
+}
+
+/* ---- sort: a table's items in writing order */
+
+static int item_before(const builder *B, const bitem *a, const bitem *b, uint32_t mask)
+{
+    uint32_t la = (uint32_t)a->key, lb = (uint32_t)b->key;
+    if ((la & mask) != (lb & mask))
+        return (la & mask) < (lb & mask);
+    if (a->key != b->key)
+        return la != lb ? la < lb : (a->key >> 32) < (b->key >> 32);
+    uint32_t m = a->flen < b->flen ? a->flen : b->flen;
+    int c = m ? memcmp(B->rows[a->row].f, B->rows[b->row].f, m) : 0;
+    return c ? c < 0 : a->flen < b->flen;
+}
+
+static int item_same(const builder *B, const bitem *a, const bitem *b)
+{
+    return a->key == b->key && a->flen == b->flen &&
+           (a->flen == 0 || memcmp(B->rows[a->row].f, B->rows[b->row].f, a->flen) == 0);
+}
+
+/* Sort a[0..n) by item_before, stably: by insertion while short (a
+ * bucket holds about two), by merging when long (keys made to collide). */
+static void sort_items(const builder *B, bitem *a, bitem *tmp, size_t n, uint32_t mask)
+{
+    if (n <= 16) {
+        for (size_t i = 1; i < n; i++) {
+            bitem x = a[i];
+            size_t j = i;
+            for (; j > 0 && item_before(B, &x, &a[j - 1], mask); j--)
+                a[j] = a[j - 1];
+            a[j] = x;
+        }
+        return;
+    }
+    size_t h = n / 2, i = 0, j = h, k = 0;
+    sort_items(B, a, tmp, h, mask);
+    sort_items(B, a + h, tmp, n - h, mask);
+    while (i < h && j < n)
+        tmp[k++] = item_before(B, &a[j], &a[i], mask) ? a[j++] : a[i++];
+    while (i < h)
+        tmp[k++] = a[i++];
+    memcpy(a, tmp, k * sizeof(*a));
+}
+
+/* T's items into writing order for a table of capacity cap: bucketed by
+ * the top bits of their home slot (stable: rows stay in order), each bucket
+ * sorted.  FS_OK or FS_ENOMEM. */
+static int sort_table(const builder *B, btable *T, uint32_t cap)
+{
+    size_t n = T->n;
+    uint32_t mask = cap - 1, shift = 0;
+    while ((cap >> shift) > 1 && (cap >> shift) > n / 2)
+        shift++;
+    size_t nb = (size_t)(cap >> shift);
+    uint32_t *counts = FS_CALLOC(nb + 1, sizeof(uint32_t));
+    bitem *out = FS_MALLOC(sizeof(bitem) * (n ? n : 1));
+    if (!counts || !out) {
+        FS_FREE(counts);
+        FS_FREE(out);
+        return FS_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        counts[(((uint32_t)T->items[i].key & mask) >> shift) + 1]++;
+    for (size_t b = 0; b < nb; b++)
+        counts[b + 1] += counts[b];
+    for (size_t i = 0; i < n; i++)
+        out[counts[((uint32_t)T->items[i].key & mask) >> shift]++] = T->items[i];
+    for (size_t b = 0, lo = 0; b < nb; lo = counts[b++])
+        if (counts[b] - lo > 1)
+            sort_items(B, out + lo, T->items, counts[b] - lo, mask);
+    FS_FREE(T->items);
+    FS_FREE(counts);
+    T->items = out;
+    T->cap = cap;
+    return FS_OK;
+}
+
+/* The items of each table, in row order.  FS_OK or FS_ENOMEM. */
+static int gather(builder *B)
+{
+    size_t count[1 + FS_SHAPE_MAX] = {0};
+    for (size_t i = 0; i < B->n; i++)
+        if (B->rows[i].tab != TAB_TRIE)
+            count[B->rows[i].tab]++;
+    for (uint32_t k = 0; k <= B->nmade; k++) {
+        B->tab[k].items = FS_MALLOC(sizeof(bitem) * (count[k] ? count[k] : 1));
+        if (!B->tab[k].items)
+            return FS_ENOMEM;
+    }
+    for (size_t i = 0; i < B->n; i++) {
+        const brow *r = &B->rows[i];
+        if (r->tab != TAB_TRIE) {
+            btable *T = &B->tab[r->tab];
+            T->items[T->n++] = (bitem){.key = r->key, .row = (uint32_t)i, .flen = r->flen};
+        }
+    }
+    return FS_OK;
+}
+
+/* Count T's distinct filters; with resolve (a shape's table), move to the
+ * trie the filters whose first row found their path there (`cand`: an
+ * insert would have found the trie node first), and drop their items. */
+static int distinct(builder *B, btable *T, int resolve)
+{
+    size_t kept = 0, d = 0;
+    for (size_t i = 0, j; i < T->n; i = j) {
+        for (j = i + 1; j < T->n && item_same(B, &T->items[i], &T->items[j]); j++)
+            ;
+        if (resolve && B->rows[T->items[i].row].cand) {
+            for (size_t k = i; k < j; k++)
+                if (to_trie(B, T->items[k].row) < 0)
+                    return FS_ENOMEM;
+            continue;
+        }
+        memmove(&T->items[kept], &T->items[i], sizeof(bitem) * (j - i));
+        kept += j - i;
+        d++;
+    }
+    T->n = kept;
+    T->distinct = d;
+    return FS_OK;
+}
+
+/* Every table's items in writing order, its distinct count known.  The
+ * shapes' tables first: the rows they give to the trie are there before
+ * it is written.  FS_OK or FS_ENOMEM. */
+static int sort_all(builder *B)
+{
+    if (gather(B) < 0)
+        return FS_ENOMEM;
+    for (uint32_t k = 0; k <= B->nmade; k++) {
+        btable *T = &B->tab[k];
+        int half = k > 0;
+        uint32_t cap = fs_table_cap((uint32_t)T->n, half);
+        if (sort_table(B, T, cap) < 0 || distinct(B, T, half) < 0)
+            return FS_ENOMEM;
+        cap = fs_table_cap((uint32_t)T->distinct, half);
+        if (cap != T->cap && sort_table(B, T, cap) < 0)
+            return FS_ENOMEM;
+    }
+    return FS_OK;
+}
+
+/* ---- write: each entry made once from its rows */
+
+static int qitem_before(const qitem *a, const qitem *b)
+{
+    uint32_t m = a->qlen < b->qlen ? a->qlen : b->qlen;
+    int c = m ? memcmp(a->q, b->q, m) : 0;
+    if (c || a->qlen != b->qlen)
+        return c ? c < 0 : a->qlen < b->qlen;
+    return a->id < b->id;
+}
+
+static int qitem_same(const qitem *a, const qitem *b)
+{
+    return a->id == b->id && a->qlen == b->qlen && (!a->qlen || memcmp(a->q, b->q, a->qlen) == 0);
+}
+
+/* Sort a[0..n) by (name, id): by insertion while short, by merging. */
+static void sort_queued(qitem *a, qitem *tmp, size_t n)
+{
+    if (n <= 16) {
+        for (size_t i = 1; i < n; i++) {
+            qitem x = a[i];
+            size_t j = i;
+            for (; j > 0 && qitem_before(&x, &a[j - 1]); j--)
+                a[j] = a[j - 1];
+            a[j] = x;
+        }
+        return;
+    }
+    size_t h = n / 2, i = 0, j = h, k = 0;
+    sort_queued(a, tmp, h);
+    sort_queued(a + h, tmp, n - h);
+    while (i < h && j < n)
+        tmp[k++] = qitem_before(&a[j], &a[i]) ? a[j++] : a[i++];
+    while (i < h)
+        tmp[k++] = a[i++];
+    memcpy(a, tmp, k * sizeof(*a));
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sort and deduplicate ids[0..n): how many are left. */
+static size_t ids_set(int64_t *ids, size_t n)
+{
+    if (n <= 16) {
+        for (size_t i = 1; i < n; i++) {
+            int64_t x = ids[i];
+            size_t j = i;
+            for (; j > 0 && x < ids[j - 1]; j--)
+                ids[j] = ids[j - 1];
+            ids[j] = x;
+        }
+    } else {
+        qsort(ids, n, sizeof(int64_t), id_cmp);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!k || ids[k - 1] != ids[i])
+            ids[k++] = ids[i];
+    return k;
+}
+
+/* The rows it[0..n) of one filter: its plain ids (B->ids[0..*np)) and its
+ * (queue, id) pairs in order, each once (B->queued[0..*nq), as qitems in
+ * B->queued).  FS_OK or FS_ENOMEM. */
+static int entry_rows(builder *B, const bitem *it, size_t n, size_t *np, size_t *nq)
+{
+    if (fs_grow(&B->ids, &B->cap_ids, n, sizeof(int64_t)) < 0 ||
+        fs_grow(&B->queued, &B->cap_queued, 2 * n, sizeof(qitem)) < 0)
+        return FS_ENOMEM;
+    qitem *qs = B->queued;
+    size_t p = 0, q = 0;
+    for (size_t i = 0; i < n; i++) {
+        const brow *r = &B->rows[it[i].row];
+        if (r->q)
+            qs[q++] = (qitem){.q = r->q, .qlen = r->qlen, .id = B->specs[it[i].row].id};
+        else
+            B->ids[p++] = B->specs[it[i].row].id;
+    }
+    *np = ids_set(B->ids, p);
+    sort_queued(qs, qs + n, q);
+    size_t k = 0;
+    for (size_t i = 0; i < q; i++)
+        if (!k || !qitem_same(&qs[k - 1], &qs[i]))
+            qs[k++] = qs[i];
+    *nq = k;
+    return FS_OK;
+}
+
+/* The groups of the pairs qs[0..nq) into B->groups, their members after
+ * the plain ids in B->ids (from np).  FS_OK or FS_ENOMEM. */
+static int entry_groups(builder *B, const qitem *qs, size_t np, size_t nq, uint32_t *ng)
+{
+    size_t g = 0;
+    for (size_t i = 0; i < nq; i++)
+        g += !i || qs[i].qlen != qs[i - 1].qlen || memcmp(qs[i].q, qs[i - 1].q, qs[i].qlen) != 0;
+    *ng = (uint32_t)g;
+    if (!g)
+        return FS_OK;
+    if (fs_grow(&B->ids, &B->cap_ids, np + nq, sizeof(int64_t)) < 0 ||
+        fs_grow(&B->groups, &B->cap_groups, fs_groups_bytes((uint32_t)g), 1) < 0)
+        return FS_ENOMEM;
+    B->groups->n = B->groups->cap = (uint32_t)g;
+    size_t k = (size_t)-1;
+    for (size_t i = 0; i < nq; i++) {
+        B->ids[np + i] = qs[i].id;
+        if (i && qs[i].qlen == qs[i - 1].qlen && memcmp(qs[i].q, qs[i - 1].q, qs[i].qlen) == 0) {
+            B->groups->g[k].n++;
+            B->groups->g[k].cap++;
+            continue;
+        }
+        fs_group *x = &B->groups->g[++k];
+        x->name = (char *)(uintptr_t)qs[i].q;
+        x->ids = &B->ids[np + i];
+        x->name_len = qs[i].qlen;
+        x->name_hash = fs_hash(qs[i].q, qs[i].qlen);
+        x->n = x->cap = 1;
+    }
+    return FS_OK;
+}
+
+/* The entry of one filter (rows it[0..n)) as a built index would hold it,
+ * in B->node; *subs: its subscriptions.  FS_OK or FS_ENOMEM. */
+static int make_entry(builder *B, const bitem *it, size_t n, int shaped, uint64_t *subs)
+{
+    size_t np, nq;
+    uint32_t ng;
+    const brow *r = &B->rows[it[0].row];
+    if (fs_grow(&B->node, &B->cap_node, sizeof(fs_node) + FS_TOK_ALLOC(r->flen), 1) < 0 ||
+        entry_rows(B, it, n, &np, &nq) < 0 ||
+        entry_groups(B, B->queued, np, nq, &ng) < 0)
+        return FS_ENOMEM;
+    fs_node *x = B->node;
+    memset(x, 0, sizeof(fs_node));
+    x->nsubs = (uint32_t)np;
+    x->subcap = (uint32_t)np;
+    if (np == 1)
+        x->subs.one = B->ids[0];
+    else if (np > 1)
+        x->subs.many = B->ids;
+    x->groups = ng ? B->groups : NULL;
+    x->hash = (uint32_t)r->key;
+    x->toklen = (uint16_t)r->flen;
+    x->kind = (uint8_t)(shaped ? FS_NODE_SHAPED : FS_TOK_LITERAL);
+    memcpy(x->tok, r->f, r->flen);
+    memset(x->tok + r->flen, 0, FS_TOK_ALLOC(r->flen) - r->flen);
+    *subs = np + nq;
+    return FS_OK;
+}
+
+/* Table T into the level at lv: each filter's entry, then its slot, in
+ * writing order.  *subs grows by its subscriptions.  FS_OK or FS_ENOMEM. */
+static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int shaped, uint64_t *subs)
+{
+    uint64_t slots = fs_imgw_level(X, lv, (uint32_t)T->distinct, shaped);
+    if (T->distinct && !slots)
+        return FS_ENOMEM;
+    uint32_t next = 0;
+    for (size_t i = 0, j; i < T->n; i = j) {
+        for (j = i + 1; j < T->n && item_same(B, &T->items[i], &T->items[j]); j++)
+            ;
+        uint64_t s;
+        if (make_entry(B, &T->items[i], j - i, shaped, &s) < 0)
+            return FS_ENOMEM;
+        uint64_t off = fs_imgw_node(X, B->node);
+        if (!off)
+            return FS_ENOMEM;
+        *subs += s;
+        uint64_t key = T->items[i].key;
+        fs_imgw_place(X, lv, (fs_slot){.hash = (uint32_t)key, .len = (uint32_t)(key >> 32),
+                                       .node = (fs_node *)(uintptr_t)off}, &next);
+    }
+    return FS_OK;
+}
+
+/* About the image's size, for the writer's first room: the trie as sim
+ * holds it, every table's slots and bitmap, and each row's entry and
+ * payload as if no two rows shared a filter. */
+static size_t size_about(const builder *B)
+{
+    uint64_t size = FS_IMG_OBJECTS + B->sim->mem + 4096;
+    for (uint32_t k = 0; k <= B->nmade; k++) {
+        uint64_t cap = B->tab[k].cap;
+        size += sizeof(fs_shape) + cap * sizeof(fs_slot) + (cap ? FS_FILTER_BITS(cap) / 8 : 0);
+    }
+    for (size_t i = 0; i < B->n; i++) {
+        const brow *r = &B->rows[i];
+        if (r->tab != TAB_TRIE)
+            size += sizeof(fs_node) + FS_TOK_ALLOC(r->flen) + 8 +
+                    (r->q ? sizeof(fs_groups) + sizeof(fs_group) + FS_TOK_ALLOC(r->qlen ? r->qlen : 1) : 0);
+    }
+    return size < SIZE_MAX ? (size_t)size : SIZE_MAX;
+}
+
+/* The trie, the literal table and the shapes' tables (sim's canonical
+ * order), then the root block, the header and the checksum. */
+static int write_all(builder *B, fs_imgw *X)
+{
+    const fs_shapes *S = &B->sim->shapes;
+    fs_img_totals T = {.dialect = B->d, .subs = B->sim->count, .literals = B->tab[0].distinct,
+                       .nodes = B->sim->nodes};
+    if (fs_imgw_begin(X, size_about(B)) < 0)
+        return FS_ENOMEM;
+    T.root = fs_imgw_trie(X, B->sim->root);
+    T.lit = T.root ? fs_imgw_alloc(X, sizeof(fs_level)) : 0;
+    if (!T.lit || write_keyed(B, X, T.lit, &B->tab[0], 0, &T.subs) < 0)
+        return FS_ENOMEM;
+    T.nodes += B->tab[0].distinct;
+    for (uint32_t j = 0; j < S->n; j++) {
+        uint32_t k = 0;
+        while (k < B->nmade && B->made[k] != S->shape[j])
+            k++;
+        if (k == B->nmade)
+            return FS_ENOMEM;                   /* cannot be: every shape sim has was made here */
+        T.shapes[j] = fs_imgw_alloc(X, sizeof(fs_shape));
+        if (!T.shapes[j] ||
+            write_keyed(B, X, T.shapes[j] + offsetof(fs_shape, table), &B->tab[1 + k], 1, &T.subs) < 0)
+            return FS_ENOMEM;
+        fs_imgw_shape(X, T.shapes[j], S->shape[j]);
+        T.nodes += B->tab[1 + k].distinct;
+    }
+    return fs_imgw_end(X, &T, S);
+}
+
+static void builder_free(builder *B)
+{
+    for (uint32_t k = 0; k <= FS_SHAPE_MAX; k++)
+        FS_FREE(B->tab[k].items);
+    fs_sublist_free(B->sim);
+    fs_tokens_free(&B->t);
+    FS_FREE(B->rows);
+    FS_FREE(B->node);
+    FS_FREE(B->ids);
+    FS_FREE(B->queued);
+    FS_FREE(B->groups);
+}
+
+/* Parse, route, sort; then the writer (a file's, when path is given). */
+static int build(builder *B, unsigned threads, const char *path, int durable, char **out, size_t *len,
+                 size_t *bad, fs_error *err)
+{
+    int rc = parse_all(B, threads, bad, err);
+    if (rc < 0)
+        return rc;
+    if (route_all(B) < 0 || sort_all(B) < 0)
+        return FS_ENOMEM;
+    fs_imgw *X = fs_imgw_new();
+    if (!X)
+        return FS_ENOMEM;
+    if (path && (rc = fs_imgw_file(X, path)) < 0) {
+        fs_imgw_close(X, 0, 0, NULL, NULL);
+        return rc;
+    }
+    rc = write_all(B, X);
+    int closed = fs_imgw_close(X, rc == FS_OK, durable, out, len);
+    return rc < 0 ? rc : closed;
+}
+
+int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, const char *path,
+                   int durable, char **out, size_t *len, size_t *bad, fs_error *err)
+{
+    *bad = 0;
+    if (out) {
+        *out = NULL;
+        *len = 0;
+    }
+    if (n > UINT32_MAX)                     /* rows are numbered in 32 bits */
+        return FS_ENOMEM;
+    builder B;
+    memset(&B, 0, sizeof(B));
+    B.d = d;
+    B.specs = specs;
+    B.n = n;
+    fs_tokens_init(&B.t);
+    B.rows = FS_MALLOC(sizeof(brow) * (n ? n : 1));
+    B.sim = fs_sublist_new(d);
+    int rc = B.rows && B.sim ? build(&B, threads ? threads : 1, path, durable, out, len, bad, err) : FS_ENOMEM;
+    builder_free(&B);
+    return rc;
+}

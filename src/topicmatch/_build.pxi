@@ -1,0 +1,100 @@
+# The bulk builder: topicmatch.build_image over csrc/serial/fs_build.c
+# (fs_build_image, declared in sublist.h): the image of insert_many's rows
+# written straight from the columns.  Thin: the columns become fs_specs as
+# insert_many's do (_specs_of), the file is made and renamed as save() does
+# (_save_temp), and the first invalid row raises what insert_many raises.
+# Included into _core.pyx, after _serial.pxi.
+
+cdef extern from "sublist.h" nogil:
+    int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, const char *path,
+                       int durable, char **out, size_t *len, size_t *bad, fs_error *err)
+
+
+cdef unsigned _build_threads(object threads) except 0:
+    """build_image's threads=: None, every CPU this process may use; else
+    an int >= 1 (never more than those CPUs: more would take turns)."""
+    if threads is None:
+        return <unsigned>min(_cpus(), 64)
+    cdef Py_ssize_t t = _count_arg(threads, "threads")
+    if t < 1:
+        raise TopicmatchValueError(f"threads must be >= 1, not {threads}")
+    return <unsigned>min(<size_t>t, _cpus(), 64)
+
+
+cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint durable) except -1:
+    """Write the image of sp's rows into the file tmp (through memory where
+    files cannot be mapped).  Raises what insert_many would for a bad row."""
+    cdef bytes ctmp = _os.fsencode(tmp)
+    cdef const char *path = ctmp
+    cdef char *out = NULL
+    cdef size_t n = 0, bad = 0
+    cdef fs_error err
+    cdef int rc, saved_errno = 0
+    cdef int c_durable = 1 if durable else 0
+    with nogil:
+        rc = fs_build_image(d, sp.specs, <size_t>sp.n, threads, path, c_durable, NULL, NULL, &bad, &err)
+        saved_errno = errno
+        if rc == FS_ENOSYS:             # no file mappings here: through memory
+            rc = fs_build_image(d, sp.specs, <size_t>sp.n, threads, NULL, 0, &out, &n, &bad, &err)
+    if rc == FS_EINVAL:
+        e = _spec_error(rc, &err, sp.frows[bad], None if sp.qrows is None else sp.qrows[bad])
+        raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position, bad)
+    if rc == FS_EIO:
+        raise _os_error(saved_errno, f"cannot write the image: {_os.strerror(saved_errno)}", tmp)
+    if rc != FS_OK:
+        raise MemoryError()
+    if out != NULL:
+        try:
+            with open(tmp, "wb") as f:
+                f.write(PyMemoryView_FromMemory(out, <Py_ssize_t>n, 0x100))     # PyBUF_READ
+                f.flush()
+                if durable:
+                    _os.fsync(f.fileno())
+        finally:
+            _serial_free(out)
+    return 0
+
+
+def build_image(path, filters, sub_ids, queues=None, *, dialect="nats", threads=None, durable=True):
+    """build_image(path, filters, sub_ids, queues=None, *, dialect="nats",
+    threads=None, durable=True) -> Sublist
+
+    Write the image of the index that Sublist(dialect).insert_many(filters,
+    sub_ids, queues) would build -- byte for byte what its save(path)
+    writes -- straight from the columns, without building that index, and
+    return it opened (Sublist.open(path, verify=False): this library wrote
+    it).  The columns are insert_many's: sequences, or Arrow string columns
+    (string, large_string, string_view, dictionary, chunked) and an
+    Arrow/numpy integer array of ids.  The rows are parsed on up to
+    `threads` threads (None: every CPU this process may use).  An invalid
+    row raises what insert_many raises (InvalidSubjectError naming the
+    first bad row) and leaves no file.  The file is written as save()
+    writes it: a temporary beside path, on disk (durable=False: not
+    flushed), then renamed over path."""
+    cdef fs_dialect d = _dialect(dialect)
+    cdef unsigned nthreads = _build_threads(threads)
+    cdef _Specs sp = _specs_of(filters, sub_ids, queues)
+    path = _os.fspath(path)
+    folder = _os.path.dirname(_os.path.abspath(path))
+    fd, tmp = _save_temp(folder, _os.path.basename(path), path)
+    _os.close(fd)
+    try:
+        _build_into(d, sp, nthreads, tmp, durable)
+        try:
+            _os.replace(tmp, path)
+        except OSError as e:
+            raise _os_error(e.errno, f"cannot save the image: {e.strerror}", path) from None
+        tmp = None
+        if durable and hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
+            dfd = _os.open(folder, _os.O_RDONLY | _os.O_DIRECTORY)
+            try:
+                _os.fsync(dfd)
+            finally:
+                _os.close(dfd)
+    finally:
+        if tmp is not None:
+            try:
+                _os.unlink(tmp)
+            except OSError:
+                pass
+    return _sublist_open(path, False, 0)
