@@ -18,6 +18,8 @@ is counted:
                size), so the count is the whole check's work whatever the
                machine's cores; the threaded check's total is about the
                same, spread over the threads
+  build        topicmatch.build_image(path, ...) of the same columns, one
+               thread, not durable (the bulk builder, no index built)
   insert_many  insert_many of the same columns into a new index (the
                ratios' denominator)
 Per-function counts: callgrind_annotate on the --keep'd output files.
@@ -33,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from instructions import check_valgrind, toggle_lib  # noqa: E402
 
-OPS = ("to_bytes", "save", "open", "insert_many")
+OPS = ("to_bytes", "save", "open", "build", "insert_many")
 
 CHILD = r"""
 import ctypes, gc, os, sys
@@ -63,12 +65,16 @@ elif op == "save":
     sl.save(path)
 elif op == "open":
     opened = topicmatch.Sublist.open(path)
+elif op == "build":
+    built = topicmatch.build_image(path, *cols, threads=1, durable=False)
 elif op == "insert_many":
     built = topicmatch.Sublist()
     built.insert_many(*cols)         # freed after the count
 lib.cg_stop()
 if op == "open":
     assert len(opened) == len(fs), (len(opened), len(fs))
+if op == "build":
+    assert open(path, "rb").read() == sl.to_bytes()
 print(len(fs))
 """
 

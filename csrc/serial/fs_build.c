@@ -57,14 +57,19 @@ typedef struct {
     const char *f, *q;          /* the filter ("$share/G/" off), the queue (NULL: plain) */
     uint32_t flen, qlen;
     uint64_t onemask;           /* the shape (CLS_SHAPED) */
+    int64_t id;
     uint8_t ntoks, rest, cls;
     uint8_t cand;               /* routed to a table while the trie held its path */
     uint16_t tab;
 } brow;
 
+/* A row of a table, as its sort and its entry read it. */
 typedef struct {
     uint64_t key;
-    uint32_t row, flen;
+    const char *f;
+    uint32_t row;
+    uint16_t flen;              /* a filter is at most 65,535 bytes */
+    uint8_t cand;               /* brow.cand */
 } bitem;
 
 /* A (queue, id) pair of an entry's rows. */
@@ -114,8 +119,9 @@ typedef struct {
     size_t cap_groups;
 } builder;
 
-static void parse_row(brow *r, const fs_parsed *ps)
+static void parse_row(brow *r, const fs_parsed *ps, int64_t id)
 {
+    r->id = id;
     r->key = ps->shape.key;
     r->f = ps->filter;
     r->flen = ps->filter_len;
@@ -145,7 +151,7 @@ static void parse_work(parse_job *J)
         for (size_t i = lo; i < hi; i++) {
             int rc = fs_spec_parse(J->d, &J->specs[i], &t, &ps, &e);
             if (rc == FS_OK) {
-                parse_row(&J->rows[i], &ps);
+                parse_row(&J->rows[i], &ps, J->specs[i].id);
                 continue;
             }
             fs_mutex_lock(&J->mu);
@@ -273,7 +279,7 @@ static int route_all(builder *B)
 
 /* ---- sort: a table's items in writing order */
 
-static int item_before(const builder *B, const bitem *a, const bitem *b, uint32_t mask)
+static int item_before(const bitem *a, const bitem *b, uint32_t mask)
 {
     uint32_t la = (uint32_t)a->key, lb = (uint32_t)b->key;
     if ((la & mask) != (lb & mask))
@@ -281,71 +287,87 @@ static int item_before(const builder *B, const bitem *a, const bitem *b, uint32_
     if (a->key != b->key)
         return la != lb ? la < lb : (a->key >> 32) < (b->key >> 32);
     uint32_t m = a->flen < b->flen ? a->flen : b->flen;
-    int c = m ? memcmp(B->rows[a->row].f, B->rows[b->row].f, m) : 0;
+    int c = m ? memcmp(a->f, b->f, m) : 0;
     return c ? c < 0 : a->flen < b->flen;
 }
 
-static int item_same(const builder *B, const bitem *a, const bitem *b)
+static int item_same(const bitem *a, const bitem *b)
 {
-    return a->key == b->key && a->flen == b->flen &&
-           (a->flen == 0 || memcmp(B->rows[a->row].f, B->rows[b->row].f, a->flen) == 0);
+    return a->key == b->key && a->flen == b->flen && (a->flen == 0 || memcmp(a->f, b->f, a->flen) == 0);
 }
 
 /* Sort a[0..n) by item_before, stably: by insertion while short (a
  * bucket holds about two), by merging when long (keys made to collide). */
-static void sort_items(const builder *B, bitem *a, bitem *tmp, size_t n, uint32_t mask)
+static void sort_items(bitem *a, bitem *tmp, size_t n, uint32_t mask)
 {
     if (n <= 16) {
         for (size_t i = 1; i < n; i++) {
             bitem x = a[i];
             size_t j = i;
-            for (; j > 0 && item_before(B, &x, &a[j - 1], mask); j--)
+            for (; j > 0 && item_before(&x, &a[j - 1], mask); j--)
                 a[j] = a[j - 1];
             a[j] = x;
         }
         return;
     }
     size_t h = n / 2, i = 0, j = h, k = 0;
-    sort_items(B, a, tmp, h, mask);
-    sort_items(B, a + h, tmp, n - h, mask);
+    sort_items(a, tmp, h, mask);
+    sort_items(a + h, tmp, n - h, mask);
     while (i < h && j < n)
-        tmp[k++] = item_before(B, &a[j], &a[i], mask) ? a[j++] : a[i++];
+        tmp[k++] = item_before(&a[j], &a[i], mask) ? a[j++] : a[i++];
     while (i < h)
         tmp[k++] = a[i++];
     memcpy(a, tmp, k * sizeof(*a));
 }
 
-/* T's items into writing order for a table of capacity cap: bucketed by
- * the top bits of their home slot (stable: rows stay in order), each bucket
- * sorted.  FS_OK or FS_ENOMEM. */
-static int sort_table(const builder *B, btable *T, uint32_t cap)
+/* a[0..n) by the bucket of each item's home slot (its top bits: `home >>
+ * shift`, masked by bmask), stable, into out; counts: bmask + 2 zeros. */
+static void scatter(const bitem *a, bitem *out, size_t n, uint32_t mask, uint32_t shift, uint32_t bmask,
+                    uint32_t *counts)
 {
-    size_t n = T->n;
-    uint32_t mask = cap - 1, shift = 0;
-    while ((cap >> shift) > 1 && (cap >> shift) > n / 2)
-        shift++;
-    size_t nb = (size_t)(cap >> shift);
-    uint32_t *counts = FS_CALLOC(nb + 1, sizeof(uint32_t));
-    bitem *out = FS_MALLOC(sizeof(bitem) * (n ? n : 1));
-    if (!counts || !out) {
-        FS_FREE(counts);
-        FS_FREE(out);
-        return FS_ENOMEM;
-    }
     for (size_t i = 0; i < n; i++)
-        counts[(((uint32_t)T->items[i].key & mask) >> shift) + 1]++;
-    for (size_t b = 0; b < nb; b++)
+        counts[((((uint32_t)a[i].key & mask) >> shift) & bmask) + 1]++;
+    for (uint32_t b = 0; b <= bmask; b++)
         counts[b + 1] += counts[b];
     for (size_t i = 0; i < n; i++)
-        out[counts[((uint32_t)T->items[i].key & mask) >> shift]++] = T->items[i];
-    for (size_t b = 0, lo = 0; b < nb; lo = counts[b++])
-        if (counts[b] - lo > 1)
-            sort_items(B, out + lo, T->items, counts[b] - lo, mask);
-    FS_FREE(T->items);
-    FS_FREE(counts);
-    T->items = out;
-    T->cap = cap;
-    return FS_OK;
+        out[counts[(((uint32_t)a[i].key & mask) >> shift) & bmask]++] = a[i];
+}
+
+/* T's items into writing order for a table of capacity cap: into buckets
+ * by the top bits of their home slot (about two a bucket), each bucket
+ * sorted.  In two passes, each in cache: into at most 1,024 parts by the
+ * buckets' top bits, then each part into its buckets.  Stable: a filter's
+ * rows stay in row order.  FS_OK or FS_ENOMEM. */
+static int sort_table(btable *T, uint32_t cap)
+{
+    size_t n = T->n;
+    uint32_t mask = cap - 1, shift = 0, pshift = 0;
+    while ((cap >> shift) > 1 && (cap >> shift) > n / 2)
+        shift++;
+    uint32_t nb = cap >> shift;                 /* buckets, a power of two (0: no rows) */
+    while ((nb >> pshift) > 1024)
+        pshift++;
+    uint32_t parts = nb >> pshift, per = 1u << pshift;
+    uint32_t *pc = FS_CALLOC((size_t)parts + 2, sizeof(uint32_t));
+    uint32_t *bc = FS_MALLOC(((size_t)per + 2) * sizeof(uint32_t));
+    bitem *out = FS_MALLOC(sizeof(bitem) * (n ? n : 1));
+    int rc = pc && bc && out ? FS_OK : FS_ENOMEM;
+    if (rc == FS_OK && n) {
+        scatter(T->items, out, n, mask, shift + pshift, parts - 1, pc);   /* pc[p]: part p's end */
+        for (uint32_t p = 0, lo = 0; p < parts; lo = pc[p++]) {
+            uint32_t m = pc[p] - lo;
+            memset(bc, 0, ((size_t)per + 2) * sizeof(uint32_t));
+            scatter(out + lo, T->items + lo, m, mask, shift, per - 1, bc);
+            for (uint32_t b = 0, blo = 0; b < per && m > 1; blo = bc[b++])
+                if (bc[b] - blo > 1)
+                    sort_items(T->items + lo + blo, out + lo, bc[b] - blo, mask);
+        }
+    }
+    T->cap = rc == FS_OK ? cap : T->cap;
+    FS_FREE(pc);
+    FS_FREE(bc);
+    FS_FREE(out);
+    return rc;
 }
 
 /* The items of each table, in row order.  FS_OK or FS_ENOMEM. */
@@ -364,7 +386,8 @@ static int gather(builder *B)
         const brow *r = &B->rows[i];
         if (r->tab != TAB_TRIE) {
             btable *T = &B->tab[r->tab];
-            T->items[T->n++] = (bitem){.key = r->key, .row = (uint32_t)i, .flen = r->flen};
+            T->items[T->n++] = (bitem){.key = r->key, .f = r->f, .row = (uint32_t)i, .flen = (uint16_t)r->flen,
+                                       .cand = r->cand};
         }
     }
     return FS_OK;
@@ -377,9 +400,9 @@ static int distinct(builder *B, btable *T, int resolve)
 {
     size_t kept = 0, d = 0;
     for (size_t i = 0, j; i < T->n; i = j) {
-        for (j = i + 1; j < T->n && item_same(B, &T->items[i], &T->items[j]); j++)
+        for (j = i + 1; j < T->n && item_same(&T->items[i], &T->items[j]); j++)
             ;
-        if (resolve && B->rows[T->items[i].row].cand) {
+        if (resolve && T->items[i].cand) {
             for (size_t k = i; k < j; k++)
                 if (to_trie(B, T->items[k].row) < 0)
                     return FS_ENOMEM;
@@ -405,10 +428,10 @@ static int sort_all(builder *B)
         btable *T = &B->tab[k];
         int half = k > 0;
         uint32_t cap = fs_table_cap((uint32_t)T->n, half);
-        if (sort_table(B, T, cap) < 0 || distinct(B, T, half) < 0)
+        if (sort_table(T, cap) < 0 || distinct(B, T, half) < 0)
             return FS_ENOMEM;
         cap = fs_table_cap((uint32_t)T->distinct, half);
-        if (cap != T->cap && sort_table(B, T, cap) < 0)
+        if (cap != T->cap && sort_table(T, cap) < 0)
             return FS_ENOMEM;
     }
     return FS_OK;
@@ -493,9 +516,9 @@ static int entry_rows(builder *B, const bitem *it, size_t n, size_t *np, size_t 
     for (size_t i = 0; i < n; i++) {
         const brow *r = &B->rows[it[i].row];
         if (r->q)
-            qs[q++] = (qitem){.q = r->q, .qlen = r->qlen, .id = B->specs[it[i].row].id};
+            qs[q++] = (qitem){.q = r->q, .qlen = r->qlen, .id = r->id};
         else
-            B->ids[p++] = B->specs[it[i].row].id;
+            B->ids[p++] = r->id;
     }
     *np = ids_set(B->ids, p);
     sort_queued(qs, qs + n, q);
@@ -541,14 +564,28 @@ static int entry_groups(builder *B, const qitem *qs, size_t np, size_t nq, uint3
 
 /* The entry of one filter (rows it[0..n)) as a built index would hold it,
  * in B->node; *subs: its subscriptions.  FS_OK or FS_ENOMEM. */
+/* entry_rows and entry_groups for a filter of one row (most filters). */
+static void entry_one(builder *B, const bitem *it, size_t *np, size_t *nq, uint32_t *ng)
+{
+    const brow *r = &B->rows[it->row];
+    B->ids[0] = r->id;
+    *np = !r->q;
+    *nq = *ng = !!r->q;
+    if (r->q) {
+        B->groups->n = B->groups->cap = 1;
+        B->groups->g[0] = (fs_group){.name = (char *)(uintptr_t)r->q, .ids = B->ids, .name_len = r->qlen,
+                                     .name_hash = fs_hash(r->q, r->qlen), .n = 1, .cap = 1};
+    }
+}
+
 static int make_entry(builder *B, const bitem *it, size_t n, int shaped, uint64_t *subs)
 {
     size_t np, nq;
     uint32_t ng;
-    const brow *r = &B->rows[it[0].row];
-    if (fs_grow(&B->node, &B->cap_node, sizeof(fs_node) + FS_TOK_ALLOC(r->flen), 1) < 0 ||
-        entry_rows(B, it, n, &np, &nq) < 0 ||
-        entry_groups(B, B->queued, np, nq, &ng) < 0)
+    const bitem *r = &it[0];
+    if (n == 1)
+        entry_one(B, it, &np, &nq, &ng);
+    else if (entry_rows(B, it, n, &np, &nq) < 0 || entry_groups(B, B->queued, np, nq, &ng) < 0)
         return FS_ENOMEM;
     fs_node *x = B->node;
     memset(x, 0, sizeof(fs_node));
@@ -576,8 +613,15 @@ static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int
     if (T->distinct && !slots)
         return FS_ENOMEM;
     uint32_t next = 0;
+    enum { AHEAD = 8 };
     for (size_t i = 0, j; i < T->n; i = j) {
-        for (j = i + 1; j < T->n && item_same(B, &T->items[i], &T->items[j]); j++)
+        if (i + 2 * AHEAD < T->n) {           /* the rows ahead lie anywhere: fetched early */
+            FS_PREFETCH(&B->rows[T->items[i + 2 * AHEAD].row]);
+            FS_PREFETCH(T->items[i + 2 * AHEAD].f);
+        }
+        if (i + AHEAD < T->n && B->rows[T->items[i + AHEAD].row].q)
+            FS_PREFETCH(B->rows[T->items[i + AHEAD].row].q);
+        for (j = i + 1; j < T->n && item_same(&T->items[i], &T->items[j]); j++)
             ;
         uint64_t s;
         if (make_entry(B, &T->items[i], j - i, shaped, &s) < 0)
@@ -663,6 +707,11 @@ static int build(builder *B, unsigned threads, const char *path, int durable, ch
     if (rc < 0)
         return rc;
     if (route_all(B) < 0 || sort_all(B) < 0)
+        return FS_ENOMEM;
+    /* an entry's room: the longest filter, one id, one group */
+    if (fs_grow(&B->node, &B->cap_node, sizeof(fs_node) + FS_TOK_ALLOC(UINT16_MAX), 1) < 0 ||
+        fs_grow(&B->ids, &B->cap_ids, 1, sizeof(int64_t)) < 0 ||
+        fs_grow(&B->groups, &B->cap_groups, fs_groups_bytes(1), 1) < 0)
         return FS_ENOMEM;
     fs_imgw *X = fs_imgw_new();
     if (!X)
