@@ -372,7 +372,7 @@ bench-instructions-update: build valgrind
 # fatal).  `make fuzz`
 # runs each for FUZZ_SECONDS and fails on any finding; `make fuzz-smoke`
 # (part of `make test`) runs each for FUZZ_SMOKE_SECONDS.
-FUZZ_TARGETS := load ops validate image arrow
+FUZZ_TARGETS := load ops validate image arrow build
 FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 10

@@ -10,6 +10,8 @@ Everything is measured in one run, each figure the median of --reps, and
 reported as ratios to insert_many of the same filters (docs/benchmarks.md,
 "The image"):
 
+    build_image(path), 1 thread / insert_many  target <= 0.25
+    build_image(path), 2 threads / 1 thread    target <= 0.55
     save(path) / insert_many                   target <= 0.30
     to_bytes() / insert_many                   (the same writer, into memory)
     open(path) (verify) / insert_many          target <= 0.05
@@ -114,6 +116,17 @@ def main():
     t_bytes, blob = median_time(built.to_bytes, args.reps)
     with open(path, "rb") as f:
         assert f.read() == blob, "save() and to_bytes() wrote different images"
+    # the bulk builder: the same image straight from the columns (not
+    # durable: no fsync, so that the disk's flush is not in the ratio)
+    bpath = os.path.join(folder, "bulk.fsb")
+
+    def bulk(threads):
+        return lambda: topicmatch.build_image(bpath, *columns, threads=threads, durable=False).close()
+    t_bulk1, _ = median_time(bulk(1), args.reps)
+    t_bulk2, _ = median_time(bulk(2), args.reps)
+    with open(bpath, "rb") as f:
+        assert f.read() == blob, "build_image() and to_bytes() wrote different images"
+    os.unlink(bpath)
     del blob
     v2 = built.to_bytes(version=2)
     t_v2, _ = median_time(lambda: topicmatch.Sublist.from_bytes(v2), args.reps)
@@ -160,6 +173,8 @@ def main():
     mb = 1024 * 1024
     lines = [
         f"build (insert_many)        {t_build:8.3f} s",
+        f"build_image, 1 thread      {t_bulk1:8.3f} s   {t_bulk1 / t_build:6.3f} x insert_many  (target <= 0.25)",
+        f"build_image, 2 threads     {t_bulk2:8.3f} s   {t_bulk2 / t_bulk1:6.3f} x 1 thread     (target <= 0.55)",
         f"save                       {t_save:8.3f} s   {t_save / t_build:6.3f} x insert_many  (target <= 0.30), "
         f"file {size / mb:,.1f} MiB",
         f"to_bytes                   {t_bytes:8.3f} s   {t_bytes / t_build:6.3f} x insert_many",
@@ -176,7 +191,9 @@ def main():
                      f"{', '.join(f'{k / 1024:.1f}' for k in kb)} MiB   worst {worst / size:.3f} x file  (target <= 0.15)")
     print("\n".join(lines))
     if args.markdown:
-        rows = [("`save(path)` / `insert_many`", f"{t_save / t_build:.3f}", "<= 0.30"),
+        rows = [("`build_image(path)`, 1 thread / `insert_many`", f"{t_bulk1 / t_build:.3f}", "<= 0.25"),
+                ("`build_image(path)`, 2 threads / 1 thread", f"{t_bulk2 / t_bulk1:.3f}", "<= 0.55"),
+                ("`save(path)` / `insert_many`", f"{t_save / t_build:.3f}", "<= 0.30"),
                 ("`to_bytes()` / `insert_many`", f"{t_bytes / t_build:.3f}", ""),
                 ("`open(path)` (verify) / `insert_many`", f"{t_open / t_build:.3f}", "<= 0.05"),
                 ("`open(path, verify=False)` / `insert_many`", f"{t_open_nv / t_build:.5f}", "<= 0.01"),

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Run one libFuzzer harness for a number of seconds:
 #     fuzz/run.sh TARGET SECONDS [more libFuzzer flags]
-# TARGET is load, ops, validate, image or arrow (build/fuzz/fuzz_TARGET, from `make
+# TARGET is load, ops, validate, image, arrow or build (build/fuzz/fuzz_TARGET, from `make
 # fuzz-build`).  The working corpus grows in build/fuzz/corpus/TARGET,
 # seeded from fuzz/seeds/TARGET; a finding is written to
 # build/fuzz/artifacts/ and makes this script fail.  Prints the number of

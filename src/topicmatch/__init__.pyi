@@ -24,6 +24,7 @@ from topicmatch._core import CorruptImageError as CorruptImageError
 from topicmatch._core import InvalidSubjectError as InvalidSubjectError
 from topicmatch._core import MatchResult as MatchResult
 from topicmatch._core import Sublist as Sublist
+from topicmatch._core import build_image as build_image
 from topicmatch._core import is_valid_filter as is_valid_filter
 from topicmatch._core import is_valid_subject as is_valid_subject
 from topicmatch._core import release_memory as release_memory
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidSubjectError",
     "MatchResult",
     "Sublist",
+    "build_image",
     "is_valid_filter",
     "is_valid_subject",
     "release_memory",
