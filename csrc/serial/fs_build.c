@@ -417,13 +417,11 @@ static int distinct(builder *B, btable *T, int resolve)
     return FS_OK;
 }
 
-/* Every table's items in writing order, its distinct count known.  The
- * shapes' tables first: the rows they give to the trie are there before
- * it is written.  FS_OK or FS_ENOMEM. */
+/* Every table's items (gathered) in writing order, its distinct count
+ * known; the rows the shapes' tables give to the trie are there before it
+ * is written.  FS_OK or FS_ENOMEM. */
 static int sort_all(builder *B)
 {
-    if (gather(B) < 0)
-        return FS_ENOMEM;
     for (uint32_t k = 0; k <= B->nmade; k++) {
         btable *T = &B->tab[k];
         int half = k > 0;
@@ -639,12 +637,12 @@ static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int
 
 /* About the image's size, for the writer's first room: the trie as sim
  * holds it, every table's slots and bitmap, and each row's entry and
- * payload as if no two rows shared a filter. */
+ * payload, as if no two rows shared a filter (the tables gathered). */
 static size_t size_about(const builder *B)
 {
     uint64_t size = FS_IMG_OBJECTS + B->sim->mem + 4096;
     for (uint32_t k = 0; k <= B->nmade; k++) {
-        uint64_t cap = B->tab[k].cap;
+        uint64_t cap = fs_table_cap((uint32_t)B->tab[k].n, k > 0);     /* its rows all distinct */
         size += sizeof(fs_shape) + cap * sizeof(fs_slot) + (cap ? FS_FILTER_BITS(cap) / 8 : 0);
     }
     for (size_t i = 0; i < B->n; i++) {
@@ -657,14 +655,13 @@ static size_t size_about(const builder *B)
 }
 
 /* The trie, the literal table and the shapes' tables (sim's canonical
- * order), then the root block, the header and the checksum. */
+ * order), then the root block, the header and the checksum, into X made
+ * ready (writer_ready). */
 static int write_all(builder *B, fs_imgw *X)
 {
     const fs_shapes *S = &B->sim->shapes;
     fs_img_totals T = {.dialect = B->d, .subs = B->sim->count, .literals = B->tab[0].distinct,
                        .nodes = B->sim->nodes};
-    if (fs_imgw_begin(X, size_about(B)) < 0)
-        return FS_ENOMEM;
     T.root = fs_imgw_trie(X, B->sim->root);
     T.lit = T.root ? fs_imgw_alloc(X, sizeof(fs_level)) : 0;
     if (!T.lit || write_keyed(B, X, T.lit, &B->tab[0], 0, &T.subs) < 0)
@@ -699,14 +696,54 @@ static void builder_free(builder *B)
     FS_FREE(B->groups);
 }
 
-/* Parse, route, sort; then the writer (a file's, when path is given). */
+/* The writer made ready: its file (path non-NULL) opened, and room for
+ * about size bytes -- for a file, its pages populated (the kernel's work,
+ * as much as the rest of a large build).  FS_OK, FS_ENOMEM, FS_EIO,
+ * FS_ENOSYS. */
+static int writer_ready(fs_imgw *X, const char *path, size_t size)
+{
+    int rc = path ? fs_imgw_file(X, path) : FS_OK;
+    return rc < 0 ? rc : fs_imgw_begin(X, size);
+}
+
+typedef struct {
+    fs_pool_task task;
+    fs_imgw *X;
+    const char *path;
+    size_t size;
+    int rc;
+} ready_job;
+
+static void ready_run(void *arg, unsigned index)
+{
+    ready_job *J = arg;
+    (void)index;
+    J->rc = writer_ready(J->X, J->path, J->size);
+}
+
+/* Sort the tables; on threads, the writer is made ready meanwhile on a
+ * worker of the pool (nothing it touches is the sort's).  FS_OK, or the
+ * first failure. */
+static int sort_and_ready(builder *B, unsigned threads, fs_imgw *X, const char *path)
+{
+    ready_job J = {.task = {.fn = ready_run, .arg = NULL}, .X = X, .path = path, .size = size_about(B)};
+    J.task.arg = &J;
+    int posted = threads > 1 && fs_pool_submit(&J.task, 1) == FS_OK;
+    int rc = sort_all(B);
+    if (!posted || fs_pool_join(&J.task) == 0)      /* no worker took it: here */
+        J.rc = writer_ready(X, path, J.size);
+    return rc < 0 ? rc : J.rc;
+}
+
+/* Parse, route, gather and sort; the writer (a file's, when path is
+ * given) made ready; then the image. */
 static int build(builder *B, unsigned threads, const char *path, int durable, char **out, size_t *len,
                  size_t *bad, fs_error *err)
 {
     int rc = parse_all(B, threads, bad, err);
     if (rc < 0)
         return rc;
-    if (route_all(B) < 0 || sort_all(B) < 0)
+    if (route_all(B) < 0 || gather(B) < 0)
         return FS_ENOMEM;
     /* an entry's room: the longest filter, one id, one group */
     if (fs_grow(&B->node, &B->cap_node, sizeof(fs_node) + FS_TOK_ALLOC(UINT16_MAX), 1) < 0 ||
@@ -716,11 +753,9 @@ static int build(builder *B, unsigned threads, const char *path, int durable, ch
     fs_imgw *X = fs_imgw_new();
     if (!X)
         return FS_ENOMEM;
-    if (path && (rc = fs_imgw_file(X, path)) < 0) {
-        fs_imgw_close(X, 0, 0, NULL, NULL);
-        return rc;
-    }
-    rc = write_all(B, X);
+    rc = sort_and_ready(B, threads, X, path);
+    if (rc == FS_OK)
+        rc = write_all(B, X);
     int closed = fs_imgw_close(X, rc == FS_OK, durable, out, len);
     return rc < 0 ? rc : closed;
 }
