@@ -63,11 +63,13 @@ typedef struct {
     uint16_t tab;
 } brow;
 
-/* A row of a table, as its sort and its entry read it. */
+/* A row of a table, all its sort and its entry read (the rows are freed
+ * once the tables are gathered). */
 typedef struct {
     uint64_t key;
-    const char *f;
-    uint32_t row;
+    const char *f, *q;
+    int64_t id;
+    uint32_t row, qlen;
     uint16_t flen;              /* a filter is at most 65,535 bytes */
     uint8_t cand;               /* brow.cand */
 } bitem;
@@ -210,7 +212,6 @@ static int parse_all(builder *B, unsigned threads, size_t *bad, fs_error *err)
 static int to_trie(builder *B, size_t i)
 {
     fs_error e;
-    B->rows[i].tab = TAB_TRIE;
     int rc = fs_sublist_insert(B->sim, &B->specs[i], &e);
     return rc == FS_EINVAL ? FS_ENOMEM : rc;       /* parsed once already: cannot be invalid */
 }
@@ -262,6 +263,7 @@ static int route_shaped(builder *B, size_t i, uint32_t *last)
             return FS_OK;
         }
     }
+    r->tab = TAB_TRIE;
     return to_trie(B, i) < 0 ? FS_ENOMEM : FS_OK;
 }
 
@@ -270,6 +272,8 @@ static int route_all(builder *B)
     uint32_t last = 0;
     for (size_t i = 0; i < B->n; i++) {
         brow *r = &B->rows[i];
+        if (r->cls == CLS_TRIE)
+            r->tab = TAB_TRIE;
         int rc = r->cls == CLS_LIT ? FS_OK : r->cls == CLS_TRIE ? to_trie(B, i) : route_shaped(B, i, &last);
         if (rc < 0)
             return rc;
@@ -386,8 +390,8 @@ static int gather(builder *B)
         const brow *r = &B->rows[i];
         if (r->tab != TAB_TRIE) {
             btable *T = &B->tab[r->tab];
-            T->items[T->n++] = (bitem){.key = r->key, .f = r->f, .row = (uint32_t)i, .flen = (uint16_t)r->flen,
-                                       .cand = r->cand};
+            T->items[T->n++] = (bitem){.key = r->key, .f = r->f, .q = r->q, .id = r->id, .row = (uint32_t)i,
+                                       .qlen = r->qlen, .flen = (uint16_t)r->flen, .cand = r->cand};
         }
     }
     return FS_OK;
@@ -512,7 +516,7 @@ static int entry_rows(builder *B, const bitem *it, size_t n, size_t *np, size_t 
     qitem *qs = B->queued;
     size_t p = 0, q = 0;
     for (size_t i = 0; i < n; i++) {
-        const brow *r = &B->rows[it[i].row];
+        const bitem *r = &it[i];
         if (r->q)
             qs[q++] = (qitem){.q = r->q, .qlen = r->qlen, .id = r->id};
         else
@@ -565,7 +569,7 @@ static int entry_groups(builder *B, const qitem *qs, size_t np, size_t nq, uint3
 /* entry_rows and entry_groups for a filter of one row (most filters). */
 static void entry_one(builder *B, const bitem *it, size_t *np, size_t *nq, uint32_t *ng)
 {
-    const brow *r = &B->rows[it->row];
+    const bitem *r = it;
     B->ids[0] = r->id;
     *np = !r->q;
     *nq = *ng = !!r->q;
@@ -613,12 +617,11 @@ static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int
     uint32_t next = 0;
     enum { AHEAD = 8 };
     for (size_t i = 0, j; i < T->n; i = j) {
-        if (i + 2 * AHEAD < T->n) {           /* the rows ahead lie anywhere: fetched early */
-            FS_PREFETCH(&B->rows[T->items[i + 2 * AHEAD].row]);
-            FS_PREFETCH(T->items[i + 2 * AHEAD].f);
+        if (i + AHEAD < T->n) {               /* the filters and queues ahead lie anywhere */
+            FS_PREFETCH(T->items[i + AHEAD].f);
+            if (T->items[i + AHEAD].q)
+                FS_PREFETCH(T->items[i + AHEAD].q);
         }
-        if (i + AHEAD < T->n && B->rows[T->items[i + AHEAD].row].q)
-            FS_PREFETCH(B->rows[T->items[i + AHEAD].row].q);
         for (j = i + 1; j < T->n && item_same(&T->items[i], &T->items[j]); j++)
             ;
         uint64_t s;
@@ -642,14 +645,14 @@ static size_t size_about(const builder *B)
 {
     uint64_t size = FS_IMG_OBJECTS + B->sim->mem + 4096;
     for (uint32_t k = 0; k <= B->nmade; k++) {
-        uint64_t cap = fs_table_cap((uint32_t)B->tab[k].n, k > 0);     /* its rows all distinct */
+        const btable *T = &B->tab[k];
+        uint64_t cap = fs_table_cap((uint32_t)T->n, k > 0);     /* its rows all distinct */
         size += sizeof(fs_shape) + cap * sizeof(fs_slot) + (cap ? FS_FILTER_BITS(cap) / 8 : 0);
-    }
-    for (size_t i = 0; i < B->n; i++) {
-        const brow *r = &B->rows[i];
-        if (r->tab != TAB_TRIE)
+        for (size_t i = 0; i < T->n; i++) {
+            const bitem *r = &T->items[i];
             size += sizeof(fs_node) + FS_TOK_ALLOC(r->flen) + 8 +
                     (r->q ? sizeof(fs_groups) + sizeof(fs_group) + FS_TOK_ALLOC(r->qlen ? r->qlen : 1) : 0);
+        }
     }
     return size < SIZE_MAX ? (size_t)size : SIZE_MAX;
 }
@@ -745,6 +748,8 @@ static int build(builder *B, unsigned threads, const char *path, int durable, ch
         return rc;
     if (route_all(B) < 0 || gather(B) < 0)
         return FS_ENOMEM;
+    FS_FREE(B->rows);                       /* the items carry what is left to read */
+    B->rows = NULL;
     /* an entry's room: the longest filter, one id, one group */
     if (fs_grow(&B->node, &B->cap_node, sizeof(fs_node) + FS_TOK_ALLOC(UINT16_MAX), 1) < 0 ||
         fs_grow(&B->ids, &B->cap_ids, 1, sizeof(int64_t)) < 0 ||
