@@ -12,6 +12,9 @@
  * one of a few, MQTT's "$share/G/" instead, or a bad one); an id from a
  * small set (duplicates).
  *
+ * Tables of 8 entries and more are written on the threads (the Makefile's
+ * FS_BUILD_PAR_ENTRIES for the fuzzers).
+ *
  * Checks: fs_sublist_insert_many into a new index then fs_image_write, and
  * fs_build_image of the same rows, give the same status; on success the
  * same bytes; on an invalid row the same row, reason, byte and argument.

@@ -157,6 +157,17 @@ def test_large_input_on_threads():
             assert len(sl) == len(set(zip(fs, ids, qs)))
             sl.close()
             assert got == want
+    # a shape's table past the size written on threads (8,192 entries), its
+    # filters repeated with other ids and groups (entries of several rows)
+    fs = [f"s{i % 20000}.*.e" if i % 4 else f"s{i % 20000}.>" for i in range(50_000)]
+    ids = [i % 7 for i in range(50_000)]
+    qs = [None if i % 3 else f"g{i % 2}" for i in range(50_000)]
+    want = built_bytes(fs, ids, qs)
+    with tempfile.TemporaryDirectory() as d:
+        for threads in (1, 2):
+            got, sl = bulk(d, fs, ids, qs, threads=threads)
+            sl.close()
+            assert got == want
 
 
 def _outcome(fn):

@@ -87,6 +87,18 @@ typedef struct {
     size_t distinct;
 } btable;
 
+/* Room to make one entry in (each writing thread has its own). */
+typedef struct {
+    fs_node *node;
+    size_t cap_node;
+    int64_t *ids;
+    size_t cap_ids;
+    qitem *queued;              /* an entry's (queue, id) pairs, and room to sort them */
+    size_t cap_queued;
+    fs_groups *groups;
+    size_t cap_groups;
+} escratch;
+
 typedef struct {
     fs_pool_task task;
     fs_dialect d;
@@ -110,15 +122,8 @@ typedef struct {
     uint32_t nmade;
     btable tab[1 + FS_SHAPE_MAX];
     fs_tokens t;
-    /* writing an entry */
-    fs_node *node;
-    size_t cap_node;
-    int64_t *ids;
-    size_t cap_ids;
-    qitem *queued;              /* an entry's (queue, id) pairs, and room to sort them */
-    size_t cap_queued;
-    fs_groups *groups;
-    size_t cap_groups;
+    escratch es;                /* the caller's entry scratch */
+    unsigned threads;
 } builder;
 
 static void parse_row(brow *r, const fs_parsed *ps, int64_t id)
@@ -441,6 +446,25 @@ static int sort_all(builder *B)
 
 /* ---- write: each entry made once from its rows */
 
+/* An entry's room: the longest filter, one id, one group.  FS_OK or
+ * FS_ENOMEM. */
+static int escratch_init(escratch *E)
+{
+    if (fs_grow(&E->node, &E->cap_node, sizeof(fs_node) + FS_TOK_ALLOC(UINT16_MAX), 1) < 0 ||
+        fs_grow(&E->ids, &E->cap_ids, 1, sizeof(int64_t)) < 0 ||
+        fs_grow(&E->groups, &E->cap_groups, fs_groups_bytes(1), 1) < 0)
+        return FS_ENOMEM;
+    return FS_OK;
+}
+
+static void escratch_free(escratch *E)
+{
+    FS_FREE(E->node);
+    FS_FREE(E->ids);
+    FS_FREE(E->queued);
+    FS_FREE(E->groups);
+}
+
 static int qitem_before(const qitem *a, const qitem *b)
 {
     uint32_t m = a->qlen < b->qlen ? a->qlen : b->qlen;
@@ -505,24 +529,24 @@ static size_t ids_set(int64_t *ids, size_t n)
     return k;
 }
 
-/* The rows it[0..n) of one filter: its plain ids (B->ids[0..*np)) and its
- * (queue, id) pairs in order, each once (B->queued[0..*nq), as qitems in
- * B->queued).  FS_OK or FS_ENOMEM. */
-static int entry_rows(builder *B, const bitem *it, size_t n, size_t *np, size_t *nq)
+/* The rows it[0..n) of one filter: its plain ids (E->ids[0..*np)) and its
+ * (queue, id) pairs in order, each once (E->queued[0..*nq), as qitems in
+ * E->queued).  FS_OK or FS_ENOMEM. */
+static int entry_rows(escratch *E, const bitem *it, size_t n, size_t *np, size_t *nq)
 {
-    if (fs_grow(&B->ids, &B->cap_ids, n, sizeof(int64_t)) < 0 ||
-        fs_grow(&B->queued, &B->cap_queued, 2 * n, sizeof(qitem)) < 0)
+    if (fs_grow(&E->ids, &E->cap_ids, n, sizeof(int64_t)) < 0 ||
+        fs_grow(&E->queued, &E->cap_queued, 2 * n, sizeof(qitem)) < 0)
         return FS_ENOMEM;
-    qitem *qs = B->queued;
+    qitem *qs = E->queued;
     size_t p = 0, q = 0;
     for (size_t i = 0; i < n; i++) {
         const bitem *r = &it[i];
         if (r->q)
             qs[q++] = (qitem){.q = r->q, .qlen = r->qlen, .id = r->id};
         else
-            B->ids[p++] = r->id;
+            E->ids[p++] = r->id;
     }
-    *np = ids_set(B->ids, p);
+    *np = ids_set(E->ids, p);
     sort_queued(qs, qs + n, q);
     size_t k = 0;
     for (size_t i = 0; i < q; i++)
@@ -532,9 +556,9 @@ static int entry_rows(builder *B, const bitem *it, size_t n, size_t *np, size_t 
     return FS_OK;
 }
 
-/* The groups of the pairs qs[0..nq) into B->groups, their members after
- * the plain ids in B->ids (from np).  FS_OK or FS_ENOMEM. */
-static int entry_groups(builder *B, const qitem *qs, size_t np, size_t nq, uint32_t *ng)
+/* The groups of the pairs qs[0..nq) into E->groups, their members after
+ * the plain ids in E->ids (from np).  FS_OK or FS_ENOMEM. */
+static int entry_groups(escratch *E, const qitem *qs, size_t np, size_t nq, uint32_t *ng)
 {
     size_t g = 0;
     for (size_t i = 0; i < nq; i++)
@@ -542,21 +566,21 @@ static int entry_groups(builder *B, const qitem *qs, size_t np, size_t nq, uint3
     *ng = (uint32_t)g;
     if (!g)
         return FS_OK;
-    if (fs_grow(&B->ids, &B->cap_ids, np + nq, sizeof(int64_t)) < 0 ||
-        fs_grow(&B->groups, &B->cap_groups, fs_groups_bytes((uint32_t)g), 1) < 0)
+    if (fs_grow(&E->ids, &E->cap_ids, np + nq, sizeof(int64_t)) < 0 ||
+        fs_grow(&E->groups, &E->cap_groups, fs_groups_bytes((uint32_t)g), 1) < 0)
         return FS_ENOMEM;
-    B->groups->n = B->groups->cap = (uint32_t)g;
+    E->groups->n = E->groups->cap = (uint32_t)g;
     size_t k = (size_t)-1;
     for (size_t i = 0; i < nq; i++) {
-        B->ids[np + i] = qs[i].id;
+        E->ids[np + i] = qs[i].id;
         if (i && qs[i].qlen == qs[i - 1].qlen && memcmp(qs[i].q, qs[i - 1].q, qs[i].qlen) == 0) {
-            B->groups->g[k].n++;
-            B->groups->g[k].cap++;
+            E->groups->g[k].n++;
+            E->groups->g[k].cap++;
             continue;
         }
-        fs_group *x = &B->groups->g[++k];
+        fs_group *x = &E->groups->g[++k];
         x->name = (char *)(uintptr_t)qs[i].q;
-        x->ids = &B->ids[np + i];
+        x->ids = &E->ids[np + i];
         x->name_len = qs[i].qlen;
         x->name_hash = fs_hash(qs[i].q, qs[i].qlen);
         x->n = x->cap = 1;
@@ -565,39 +589,39 @@ static int entry_groups(builder *B, const qitem *qs, size_t np, size_t nq, uint3
 }
 
 /* The entry of one filter (rows it[0..n)) as a built index would hold it,
- * in B->node; *subs: its subscriptions.  FS_OK or FS_ENOMEM. */
+ * in E->node; *subs: its subscriptions.  FS_OK or FS_ENOMEM. */
 /* entry_rows and entry_groups for a filter of one row (most filters). */
-static void entry_one(builder *B, const bitem *it, size_t *np, size_t *nq, uint32_t *ng)
+static void entry_one(escratch *E, const bitem *it, size_t *np, size_t *nq, uint32_t *ng)
 {
     const bitem *r = it;
-    B->ids[0] = r->id;
+    E->ids[0] = r->id;
     *np = !r->q;
     *nq = *ng = !!r->q;
     if (r->q) {
-        B->groups->n = B->groups->cap = 1;
-        B->groups->g[0] = (fs_group){.name = (char *)(uintptr_t)r->q, .ids = B->ids, .name_len = r->qlen,
+        E->groups->n = E->groups->cap = 1;
+        E->groups->g[0] = (fs_group){.name = (char *)(uintptr_t)r->q, .ids = E->ids, .name_len = r->qlen,
                                      .name_hash = fs_hash(r->q, r->qlen), .n = 1, .cap = 1};
     }
 }
 
-static int make_entry(builder *B, const bitem *it, size_t n, int shaped, uint64_t *subs)
+static int make_entry(escratch *E, const bitem *it, size_t n, int shaped, uint64_t *subs)
 {
     size_t np, nq;
     uint32_t ng;
     const bitem *r = &it[0];
     if (n == 1)
-        entry_one(B, it, &np, &nq, &ng);
-    else if (entry_rows(B, it, n, &np, &nq) < 0 || entry_groups(B, B->queued, np, nq, &ng) < 0)
+        entry_one(E, it, &np, &nq, &ng);
+    else if (entry_rows(E, it, n, &np, &nq) < 0 || entry_groups(E, E->queued, np, nq, &ng) < 0)
         return FS_ENOMEM;
-    fs_node *x = B->node;
+    fs_node *x = E->node;
     memset(x, 0, sizeof(fs_node));
     x->nsubs = (uint32_t)np;
     x->subcap = (uint32_t)np;
     if (np == 1)
-        x->subs.one = B->ids[0];
+        x->subs.one = E->ids[0];
     else if (np > 1)
-        x->subs.many = B->ids;
-    x->groups = ng ? B->groups : NULL;
+        x->subs.many = E->ids;
+    x->groups = ng ? E->groups : NULL;
     x->hash = (uint32_t)r->key;
     x->toklen = (uint16_t)r->flen;
     x->kind = (uint8_t)(shaped ? FS_NODE_SHAPED : FS_TOK_LITERAL);
@@ -607,6 +631,148 @@ static int make_entry(builder *B, const bitem *it, size_t n, int shaped, uint64_
     return FS_OK;
 }
 
+/* A table of this many entries or more is written on threads, each
+ * taking this many entries at a time (the fuzzer sets them small, so that
+ * its few rows take the threaded path). */
+#ifndef FS_BUILD_PAR_ENTRIES
+#define FS_BUILD_PAR_ENTRIES 8192u
+#endif
+#ifndef FS_BUILD_PAR_CHUNK
+#define FS_BUILD_PAR_CHUNK 2048u
+#endif
+#define PAR_ENTRIES FS_BUILD_PAR_ENTRIES
+#define PAR_CHUNK FS_BUILD_PAR_CHUNK
+
+/* The bytes entry x and its payload take, as write_node lays them out
+ * (every object a multiple of 8: they follow each other). */
+static uint64_t entry_bytes(const fs_node *x)
+{
+    uint64_t b = sizeof(fs_node) + FS_TOK_ALLOC(x->toklen) + (x->nsubs > 1 ? sizeof(int64_t) * x->nsubs : 0);
+    for (uint32_t i = 0; x->groups && i < x->groups->n; i++) {
+        const fs_group *g = &x->groups->g[i];
+        b += FS_TOK_ALLOC(g->name_len ? g->name_len : 1) + sizeof(int64_t) * g->n + (i ? 0 : fs_groups_bytes(x->groups->n));
+    }
+    return b;
+}
+
+/* One table's entries written on threads: entry e is T->items[start[e] ..
+ * start[e + 1]), written at off[e] (off[d]: the end). */
+typedef struct {
+    fs_pool_task task;
+    const btable *T;
+    const size_t *start;
+    const uint64_t *off;
+    size_t d;
+    int shaped;
+    const fs_imgw *X;
+    atomic_size_t next;
+    atomic_int failed;
+    atomic_uint_fast64_t subs;
+} wjob;
+
+/* Entries lo..hi into a part of X's bytes of their own.  FS_OK or FS_ENOMEM. */
+static int wjob_chunk(wjob *J, escratch *E, size_t lo, size_t hi, uint64_t *subs)
+{
+    fs_imgw *P = fs_imgw_part(J->X, J->off[lo], J->off[hi]);
+    int rc = P ? FS_OK : FS_ENOMEM;
+    for (size_t e = lo; e < hi && rc == FS_OK; e++) {
+        uint64_t s = 0;
+        if (e + 8 < hi) {
+            FS_PREFETCH(J->T->items[J->start[e + 8]].f);
+            if (J->T->items[J->start[e + 8]].q)
+                FS_PREFETCH(J->T->items[J->start[e + 8]].q);
+        }
+        if (make_entry(E, &J->T->items[J->start[e]], J->start[e + 1] - J->start[e], J->shaped, &s) < 0 ||
+            fs_imgw_node(P, E->node) != J->off[e])
+            rc = FS_ENOMEM;                     /* (a size not as laid out cannot be) */
+        *subs += s;
+    }
+    if (P)
+        fs_imgw_part_free(P);
+    return rc;
+}
+
+static void wjob_run(void *arg, unsigned index)
+{
+    wjob *J = arg;
+    escratch E;
+    uint64_t subs = 0;
+    (void)index;
+    memset(&E, 0, sizeof(E));
+    int rc = escratch_init(&E);
+    for (;;) {
+        size_t lo = atomic_fetch_add(&J->next, 1) * PAR_CHUNK;
+        if (rc < 0 || lo >= J->d || atomic_load_explicit(&J->failed, memory_order_relaxed))
+            break;
+        rc = wjob_chunk(J, &E, lo, J->d - lo < PAR_CHUNK ? J->d : lo + PAR_CHUNK, &subs);
+    }
+    if (rc < 0)
+        atomic_store(&J->failed, 1);
+    atomic_fetch_add(&J->subs, subs);
+    escratch_free(&E);
+}
+
+/* Where each entry of T goes, laid out from the writer's next 8-byte
+ * boundary (allocated in X here): start, off as wjob's.  FS_OK or
+ * FS_ENOMEM. */
+static int entry_places(builder *B, fs_imgw *X, const btable *T, int shaped, size_t *start, uint64_t *off)
+{
+    size_t e = 0;
+    off[0] = 0;
+    for (size_t i = 0, j; i < T->n; i = j, e++) {
+        for (j = i + 1; j < T->n && item_same(&T->items[i], &T->items[j]); j++)
+            ;
+        const bitem *r = &T->items[i];
+        uint64_t b, s;
+        if (j - i == 1)
+            b = sizeof(fs_node) + FS_TOK_ALLOC(r->flen) +
+                (r->q ? fs_groups_bytes(1) + FS_TOK_ALLOC(r->qlen ? r->qlen : 1) + sizeof(int64_t) : 0);
+        else if (make_entry(&B->es, r, j - i, shaped, &s) < 0)
+            return FS_ENOMEM;
+        else
+            b = entry_bytes(B->es.node);
+        start[e] = i;
+        off[e + 1] = off[e] + b;
+    }
+    start[e] = T->n;
+    uint64_t base = fs_imgw_alloc(X, (size_t)off[e]);
+    for (size_t k = 0; base && k <= e; k++)
+        off[k] += base;
+    return base ? FS_OK : FS_ENOMEM;
+}
+
+/* T's entries on B->threads threads (the caller's among them), then their
+ * slots in writing order.  FS_OK or FS_ENOMEM. */
+static int write_keyed_threads(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int shaped, uint64_t *subs)
+{
+    size_t d = T->distinct;
+    size_t *start = FS_MALLOC(sizeof(size_t) * (d + 1));
+    uint64_t *off = FS_MALLOC(sizeof(uint64_t) * (d + 1));
+    int rc = start && off ? entry_places(B, X, T, shaped, start, off) : FS_ENOMEM;
+    if (rc == FS_OK) {
+        wjob J = {.task = {.fn = wjob_run}, .T = T, .start = start, .off = off, .d = d, .shaped = shaped, .X = X};
+        J.task.arg = &J;
+        atomic_init(&J.next, 0);
+        atomic_init(&J.failed, 0);
+        atomic_init(&J.subs, 0);
+        int posted = fs_pool_submit(&J.task, B->threads - 1) == FS_OK;
+        wjob_run(&J, 0);
+        if (posted)
+            fs_pool_join(&J.task);
+        rc = atomic_load(&J.failed) ? FS_ENOMEM : FS_OK;
+        *subs += atomic_load(&J.subs);
+        uint32_t next = 0;
+        for (size_t e = 0; e < d && rc == FS_OK; e++) {
+            uint64_t key = T->items[start[e]].key;
+            fs_imgw_place(X, lv, (fs_slot){.hash = (uint32_t)key, .len = (uint32_t)(key >> 32),
+                                           .node = (fs_node *)(uintptr_t)off[e]}, &next);
+        }
+    }
+    FS_FREE(start);
+    FS_FREE(off);
+    return rc;
+}
+
 /* Table T into the level at lv: each filter's entry, then its slot, in
  * writing order.  *subs grows by its subscriptions.  FS_OK or FS_ENOMEM. */
 static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int shaped, uint64_t *subs)
@@ -614,6 +780,8 @@ static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int
     uint64_t slots = fs_imgw_level(X, lv, (uint32_t)T->distinct, shaped);
     if (T->distinct && !slots)
         return FS_ENOMEM;
+    if (B->threads > 1 && T->distinct >= PAR_ENTRIES)
+        return write_keyed_threads(B, X, lv, T, shaped, subs);
     uint32_t next = 0;
     enum { AHEAD = 8 };
     for (size_t i = 0, j; i < T->n; i = j) {
@@ -625,9 +793,9 @@ static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int
         for (j = i + 1; j < T->n && item_same(&T->items[i], &T->items[j]); j++)
             ;
         uint64_t s;
-        if (make_entry(B, &T->items[i], j - i, shaped, &s) < 0)
+        if (make_entry(&B->es, &T->items[i], j - i, shaped, &s) < 0)
             return FS_ENOMEM;
-        uint64_t off = fs_imgw_node(X, B->node);
+        uint64_t off = fs_imgw_node(X, B->es.node);
         if (!off)
             return FS_ENOMEM;
         *subs += s;
@@ -693,10 +861,7 @@ static void builder_free(builder *B)
     fs_sublist_free(B->sim);
     fs_tokens_free(&B->t);
     FS_FREE(B->rows);
-    FS_FREE(B->node);
-    FS_FREE(B->ids);
-    FS_FREE(B->queued);
-    FS_FREE(B->groups);
+    escratch_free(&B->es);
 }
 
 /* The writer made ready: its file (path non-NULL) opened, and room for
@@ -750,10 +915,7 @@ static int build(builder *B, unsigned threads, const char *path, int durable, ch
         return FS_ENOMEM;
     FS_FREE(B->rows);                       /* the items carry what is left to read */
     B->rows = NULL;
-    /* an entry's room: the longest filter, one id, one group */
-    if (fs_grow(&B->node, &B->cap_node, sizeof(fs_node) + FS_TOK_ALLOC(UINT16_MAX), 1) < 0 ||
-        fs_grow(&B->ids, &B->cap_ids, 1, sizeof(int64_t)) < 0 ||
-        fs_grow(&B->groups, &B->cap_groups, fs_groups_bytes(1), 1) < 0)
+    if (escratch_init(&B->es) < 0)
         return FS_ENOMEM;
     fs_imgw *X = fs_imgw_new();
     if (!X)
@@ -780,6 +942,7 @@ int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned thread
     B.d = d;
     B.specs = specs;
     B.n = n;
+    B.threads = threads ? threads : 1;
     fs_tokens_init(&B.t);
     B.rows = FS_MALLOC(sizeof(brow) * (n ? n : 1));
     B.sim = fs_sublist_new(d);

@@ -25,12 +25,15 @@ typedef struct {
     char *p;
     size_t len, cap;
     int oom;
+    int part;             /* a part of another writer's bytes (fs_imgw_part): never grows */
     fs_filebuf *file;     /* non-NULL: the bytes are this file's pages */
 } wbuf;
 
 /* Make the buffer at least need bytes.  FS_OK, or -1 (wb->oom). */
 static int wb_grow(wbuf *wb, size_t need)
 {
+    if (wb->part)
+        return wb->oom = 1, -1;
     if (wb->file) {
         if (fs_filebuf_grow(wb->file, need) != FS_OK)
             return wb->oom = 1, -1;
@@ -683,6 +686,24 @@ uint64_t fs_imgw_node(fs_imgw *X, const fs_node *n) { return write_node(&X->W, n
 void fs_imgw_place(fs_imgw *X, uint64_t lv_off, fs_slot e, uint32_t *next)
 {
     place_entry(&X->W, lv_off, e, next, 0);
+}
+
+fs_imgw *fs_imgw_part(const fs_imgw *X, uint64_t at, uint64_t end)
+{
+    fs_imgw *P = fs_imgw_new();
+    if (P) {
+        P->W.w.p = X->W.w.p;
+        P->W.w.len = (size_t)at;
+        P->W.w.cap = (size_t)end;
+        P->W.w.part = 1;
+    }
+    return P;
+}
+
+void fs_imgw_part_free(fs_imgw *P)
+{
+    writer_free(&P->W);
+    FS_FREE(P);
 }
 
 void fs_imgw_shape(fs_imgw *X, uint64_t at, const fs_shape *sh) { shape_fields(&X->W, at, sh); }

@@ -55,6 +55,12 @@ uint64_t fs_imgw_level(fs_imgw *X, uint64_t lv_off, uint32_t count, int half_ful
  * fields, token and payload are read, never its links) and its payload:
  * its offset. */
 uint64_t fs_imgw_node(fs_imgw *X, const fs_node *n);
+/* A writer of X's bytes [at, end) (already allocated in X, zeros), for a
+ * thread writing its own run of entries with fs_imgw_node: it never grows
+ * (an object past end fails it: 0).  NULL when out of memory.  Freed with
+ * fs_imgw_part_free, before X. */
+fs_imgw *fs_imgw_part(const fs_imgw *X, uint64_t at, uint64_t end);
+void fs_imgw_part_free(fs_imgw *P);
 /* Slot e (e.node: the entry's offset) into the table at lv_off, by the one
  * probe sequence; entries come in writing order, *next the slot after the
  * last placed (0 at first). */
