@@ -36,7 +36,11 @@
  *
  * Write: through the image writer's parts (fs_image_write.h): each entry
  * is a made-up fs_node (its filter, key, sorted ids, groups in name order
- * with sorted members), written and placed as a built index's would be. */
+ * with sorted members), written and placed as a built index's would be.
+ * On threads, the file's pages are populated (a pool worker) while the
+ * tables sort, and a large table's entries are laid out first (each one's
+ * bytes, so its offset) and written by the threads into parts of the
+ * writer's bytes of their own; the caller then places their slots. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
