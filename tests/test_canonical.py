@@ -1,10 +1,11 @@
 """Canonical index images and order-independent picks (issue 23).
 
 An image written by to_bytes() places every record in one order (by home
-slot, key and bytes: docs/FORMAT.md), so it depends only on the
-subscription set (for indexes whose filter shapes fit the shape budget;
-see docs/FORMAT.md), and a round trip gives the same bytes: a digest of
-the image identifies a subscription set.
+slot, key and bytes: docs/FORMAT.md) and keeps the shaped filters where
+the set's rule puts them, so it depends only on the subscription set
+(tests/test_image_canonical.py holds the sets past the shape budget), and
+a round trip gives the same bytes: a digest of the image identifies a
+subscription set.
 """
 import hashlib
 import os
@@ -69,9 +70,9 @@ def test_equal_sets_give_equal_images_and_picks(dialect, data):
 @pytest.mark.parametrize("name", sorted(f[:-4] for f in os.listdir(GOLDEN) if f.endswith(".fsb")))
 def test_older_images_load_and_then_round_trip_canonically(name):
     """Golden images of earlier versions still load, and what this version
-    writes for them round-trips to the same bytes.  (An old image keeps the
-    placement it was written with -- version 1 kept every wildcard filter in
-    the trie -- so its new image need not equal a fresh build's.)"""
+    writes for them round-trips to the same bytes.  (Version 1 kept every
+    wildcard filter in the trie; the new image places them by the set's
+    rule, as a fresh build does: tests/test_image_canonical.py.)"""
     with open(os.path.join(GOLDEN, name + ".fsb"), "rb") as f:
         old = f.read()
     sl = topicmatch.Sublist.from_bytes(old)

@@ -393,6 +393,11 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     }
     uint32_t slot;
     fs_node *n = find_locked(sl, t, ps, &sh, &slot);
+    /* A trie node without subscriptions is only on the way to longer
+     * filters (AMQP "a.#.b" makes "a.#"): a filter with a shape goes to
+     * its shape's table all the same, whichever came first. */
+    if (n && !sh && ps->shaped && !fs_has_subs(n))
+        n = NULL;
     if (!n) {
         int fresh_shape = 0;
         if (ps->shaped && !(sh = shape_of(sl, ps))) {

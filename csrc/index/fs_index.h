@@ -15,6 +15,32 @@
 
 /* ---- shape tables (fs_shape.c); the write lock is held where they change */
 
+/* THE RULE of which shapes get tables, decided by the set of filters
+ * alone: the one function that the image writer, the thaw and any bulk
+ * builder ask (docs/FORMAT.md, "One image for one set").
+ *
+ * of[0..n): the shapes of a set of filters (fs_shape_classify's; keys
+ * ignored; duplicates allowed), in any order.  Sorts them into the
+ * canonical order (token count, then rest, then the one-level wildcards'
+ * mask, as fs_shapes.shape is kept) and, in that order, keeps a shape --
+ * keep[i] = 1, its filters get a table -- when it fits the budget beside
+ * the shapes kept before it: fewer than FS_SHAPE_MAX kept, and fewer than
+ * FS_SHAPE_MAX_PROBES kept that a subject of any one length probes.  The
+ * others (keep[i] = 0) leave their filters in the trie.  Equal shapes get
+ * the same answer.  Returns the number of distinct shapes kept (at most
+ * FS_SHAPE_MAX).  Never fails, never allocates.
+ *
+ * Where every shape of the set fits the budget, all are kept, which is
+ * what inserts in any order make; past it, inserts keep shapes first come
+ * first served (fs_shape_create) and the image writer places the filters
+ * by this rule instead (fs_shapes_placed_canonically, fs_image_thaw). */
+uint32_t fs_shapes_choose(fs_dialect d, fs_shape_of *of, size_t n, unsigned char *keep);
+/* Is every filter of the built index sl where fs_shapes_choose puts it:
+ * every shape it holds a table for kept, every filter with a shape that
+ * the trie holds (fs_trie_each_shaped) of a shape not kept?  1 yes, 0 no,
+ * FS_ENOMEM.  O(trie nodes) when no shaped filter is in the trie, as in
+ * every set within the budget. */
+int fs_shapes_placed_canonically(const fs_sublist *sl);
 /* The shape like `of`, or NULL. */
 fs_shape *fs_shape_find(const fs_sublist *sl, const fs_shape_of *of);
 /* A new empty shape like `of` (which must not exist yet): FS_OK with *out

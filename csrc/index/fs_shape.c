@@ -2,6 +2,7 @@
  * one table per shape, and probe them for a subject. */
 #include "fs_shape.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "fs_alloc.h"
@@ -104,20 +105,118 @@ fs_shape *fs_shape_find(const fs_sublist *sl, const fs_shape_of *of)
     return NULL;
 }
 
-/* Would one more shape like `of` stay within the budget? */
-static int within_budget(const fs_sublist *sl, const fs_shape_of *of)
+/* The shape budget, one rule for the index's first-come shapes
+ * (within_budget) and the canonical choice (fs_shapes_choose): with
+ * nshapes shapes held already, and nprobed[k] of them probed by a subject
+ * of k tokens, may one more like `of` have a table?  Fewer than
+ * FS_SHAPE_MAX shapes, and fewer than FS_SHAPE_MAX_PROBES probed at every
+ * subject length it applies to. */
+static int shape_fits(const uint32_t *nprobed, uint32_t nshapes, const fs_shape_of *of, int zero_plus)
 {
-    const fs_shapes *S = &sl->shapes;
-    if (S->n >= FS_SHAPE_MAX)
+    if (nshapes >= FS_SHAPE_MAX)
         return 0;
     fs_shape probe_of = {0};
     probe_of.ntoks = of->ntoks;
     probe_of.rest = of->rest;
-    int zero_plus = fs_rules(sl->dialect)->rest_min == 0;
     for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
-        if (applies(&probe_of, k, zero_plus) && fs_popcount64(S->probe[0][k]) >= FS_SHAPE_MAX_PROBES)
+        if (applies(&probe_of, k, zero_plus) && nprobed[k] >= FS_SHAPE_MAX_PROBES)
             return 0;
     return 1;
+}
+
+/* Would one more shape like `of` stay within the budget? */
+static int within_budget(const fs_sublist *sl, const fs_shape_of *of)
+{
+    const fs_shapes *S = &sl->shapes;
+    uint32_t nprobed[FS_SHAPE_MAX_TOKENS + 2];
+    for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
+        nprobed[k] = (uint32_t)fs_popcount64(S->probe[0][k]);
+    return shape_fits(nprobed, S->n, of, fs_rules(sl->dialect)->rest_min == 0);
+}
+
+static int shape_of_cmp(const void *pa, const void *pb)
+{
+    const fs_shape_of *a = pa, *b = pb;
+    if (a->ntoks != b->ntoks) return a->ntoks < b->ntoks ? -1 : 1;
+    if (a->rest != b->rest) return a->rest < b->rest ? -1 : 1;
+    if (a->onemask != b->onemask) return a->onemask < b->onemask ? -1 : 1;
+    return 0;
+}
+
+static int shape_of_same(const fs_shape_of *a, const fs_shape_of *b)
+{
+    return a->ntoks == b->ntoks && a->rest == b->rest && a->onemask == b->onemask;
+}
+
+uint32_t fs_shapes_choose(fs_dialect d, fs_shape_of *of, size_t n, unsigned char *keep)
+{
+    int zero_plus = fs_rules(d)->rest_min == 0;
+    uint32_t k0 = fs_rules(d)->empty_ok ? 0 : 1;
+    uint32_t nprobed[FS_SHAPE_MAX_TOKENS + 2] = {0}, kept = 0;
+    if (n > 1)
+        qsort(of, n, sizeof(*of), shape_of_cmp);
+    for (size_t i = 0; i < n; i++) {
+        if (i && shape_of_same(&of[i], &of[i - 1])) {
+            keep[i] = keep[i - 1];           /* the same shape, the same answer */
+            continue;
+        }
+        keep[i] = (unsigned char)shape_fits(nprobed, kept, &of[i], zero_plus);
+        if (!keep[i])
+            continue;
+        kept++;
+        fs_shape counted = {0};
+        counted.ntoks = of[i].ntoks;
+        counted.rest = of[i].rest;
+        for (uint32_t k = k0; k <= FS_SHAPE_MAX_TOKENS + 1; k++)    /* as fs_shapes_probes counts */
+            nprobed[k] += (uint32_t)applies(&counted, k, zero_plus);
+    }
+    return kept;
+}
+
+/* The shapes of the trie's shaped filters (fs_shapes_placed_canonically). */
+typedef struct {
+    const fs_sublist *sl;
+    fs_shape_of *v;
+    size_t n, cap;
+} trie_shapes;
+
+static int note_trie_shape(void *p, const fs_node *x, const fs_shape_of *of)
+{
+    trie_shapes *c = p;
+    (void)x;
+    if (fs_shape_find(c->sl, of))
+        return 1;                    /* its shape has a table: misplaced, stop */
+    if (c->n == c->cap && fs_grow(&c->v, &c->cap, c->n + 1, sizeof(fs_shape_of)) < 0)
+        return FS_ENOMEM;
+    c->v[c->n++] = *of;
+    return FS_OK;
+}
+
+int fs_shapes_placed_canonically(const fs_sublist *sl)
+{
+    const fs_shapes *S = &sl->shapes;
+    trie_shapes c = {.sl = sl};
+    unsigned char *keep = NULL;
+    int rc = fs_trie_each_shaped(sl, note_trie_shape, &c);
+    if (rc == FS_OK && c.n) {
+        /* the index's tables fit the budget; with the trie's shapes too,
+         * the choice must keep exactly the shapes with tables */
+        size_t n = c.n + S->n;
+        if (fs_grow(&c.v, &c.cap, n, sizeof(fs_shape_of)) < 0 || !(keep = FS_MALLOC(n))) {
+            rc = FS_ENOMEM;
+        } else {
+            for (uint32_t j = 0; j < S->n; j++)
+                c.v[c.n + j] = (fs_shape_of){.onemask = S->shape[j]->onemask, .ntoks = S->shape[j]->ntoks,
+                                             .rest = S->shape[j]->rest};
+            fs_shapes_choose(sl->dialect, c.v, n, keep);
+            for (size_t i = 0; i < n && rc == FS_OK; i++)
+                if (keep[i] != (fs_shape_find(sl, &c.v[i]) != NULL))
+                    rc = 1;
+        }
+    }
+    FS_FREE(keep);
+    FS_FREE(c.v);
+    return rc == 1 ? 0 : rc == FS_OK ? 1 : rc;
 }
 
 int fs_shape_create(fs_sublist *sl, const fs_shape_of *of, fs_shape **out)

@@ -237,6 +237,72 @@ int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const fs_node 
     return FS_OK;
 }
 
+/* A trie node to look at in fs_trie_each_shaped, with what its path
+ * above it says: the token count, the one-level wildcards' positions,
+ * whether a rest wildcard came before. */
+typedef struct {
+    const fs_node *n;
+    uint64_t onemask;
+    uint32_t at;              /* n's token index: its parent's depth */
+    uint32_t rest_above;
+} shaped_frame;
+
+static int push_shaped(shaped_frame **v, size_t *n, size_t *cap, shaped_frame f)
+{
+    if (*n == *cap && fs_grow(v, cap, *n + 1, sizeof(shaped_frame)) < 0)
+        return FS_ENOMEM;
+    (*v)[(*n)++] = f;
+    return FS_OK;
+}
+
+int fs_trie_each_shaped(const fs_sublist *sl, int (*fn)(void *, const fs_node *, const fs_shape_of *),
+                        void *ctx)
+{
+    shaped_frame *stack = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t budget = sl->nodes + 1;
+    int rc = push_shaped(&stack, &n, &cap, (shaped_frame){.n = sl->root});
+    while (rc == FS_OK && n) {
+        shaped_frame f = stack[--n];
+        if (!budget--) {             /* more nodes than the index has: a mapped image's loop */
+            fs_img_bad(sl);
+            rc = FS_EBADDATA;
+            break;
+        }
+        const fs_node *x = f.n;
+        uint32_t depth = 0, rest_above = f.rest_above;
+        uint64_t mask = f.onemask;
+        if (x != sl->root) {
+            uint32_t rest = x->kind == FS_TOK_REST;
+            if (x->kind == FS_TOK_ONE && f.at < 64)
+                mask |= 1ull << f.at;
+            depth = f.at + 1;
+            /* the filter's shape, as fs_shape_classify finds it from its tokens */
+            if (fs_has_subs(x) && !f.rest_above && depth - rest <= FS_SHAPE_MAX_TOKENS && (mask || rest)) {
+                fs_shape_of of = {.onemask = mask, .ntoks = depth - rest, .rest = rest, .key = 0};
+                if ((rc = fn(ctx, x, &of)) != FS_OK)
+                    break;
+            }
+            rest_above |= rest;
+        }
+        const fs_level *L = fs_down(sl, x);
+        if (!L)
+            continue;
+        shaped_frame c = {.onemask = mask, .at = depth, .rest_above = rest_above};
+        const fs_slot *slots;
+        uint32_t ncap = fs_lv_get(sl, L, &slots);      /* once: a mapped level may change */
+        for (uint32_t i = 0; i < ncap && rc == FS_OK; i++)
+            if ((c.n = fs_ref_node(sl, slots[i].node)) != NULL)
+                rc = push_shaped(&stack, &n, &cap, c);
+        if (rc == FS_OK && (c.n = fs_lv_one(sl, L)) != NULL)
+            rc = push_shaped(&stack, &n, &cap, c);
+        if (rc == FS_OK && (c.n = fs_lv_rest(sl, L)) != NULL)
+            rc = push_shaped(&stack, &n, &cap, c);
+    }
+    FS_FREE(stack);
+    return rc;
+}
+
 /* One more node visited by a walk over a whole subtree: 0 once more nodes
  * were visited than the index has (a mapped image's loop: marked damaged). */
 static inline int fs_visit(const fs_sublist *sl, uint64_t *budget)

@@ -10,6 +10,7 @@
 #include "fs_table.h"
 #include "fs_token.h"
 #include "fs_scratch.h"
+#include "fs_shape.h"
 
 /* Create the trie path of filter (tokens t).  FS_OK (*out its last node)
  * or FS_ENOMEM (*out the deepest node reached, for fs_trie_prune); g
@@ -29,6 +30,18 @@ int fs_trie_rwalk_locked(const fs_sublist *sl, const char *q, fs_scratch *sc);
  * v: its literal children, then its one and rest children.  FS_OK or
  * FS_ENOMEM. */
 int fs_trie_push_children(const fs_sublist *sl, const fs_node *x, const fs_node ***v, size_t *n, size_t *cap);
+/* Call fn(ctx, node, its shape) for every trie node holding subscriptions
+ * whose filter has a shape (what fs_shape_classify finds from the
+ * filter's tokens: a wildcard, at most FS_SHAPE_MAX_TOKENS tokens before
+ * a trailing rest wildcard, no AMQP '#' before its end; the shape's key
+ * is left 0) -- a filter that a shape table could hold but the trie
+ * does.  The shape follows from the kinds of the nodes on its path: no
+ * filter is built or tokenized.  A built index's or a mapped image's trie
+ * (masked nodes included).  FS_OK, FS_ENOMEM, FS_EBADDATA (a mapped
+ * image's loop: marked damaged), or the first status of fn that is not
+ * FS_OK (the walk stops there). */
+int fs_trie_each_shaped(const fs_sublist *sl, int (*fn)(void *, const fs_node *, const fs_shape_of *),
+                        void *ctx);
 /* sl->hidden_roots (fs_layout.h): c, a child of the root just read from a
  * stored trie, joins them if no first-level wildcard matches its level
  * (fs_first_level_hidden, the tokenizer's decision); fs_trie_hide_roots

@@ -1,7 +1,9 @@
 /* fs_image_thaw.c - an opened image (and the changes made to it since)
  * back into a built index, by inserting every subscription it holds into
- * a fresh one (fs_image.h, fs_image_thaw): what to_bytes and save write
- * for a changed image, and the version 1-2 dump of an image. */
+ * a fresh one (fs_image.h, fs_image_thaw), each filter placed where the
+ * set's rule puts it (fs_shapes_choose): what to_bytes and save write for
+ * a changed image or a built index placed otherwise, and the version 1-2
+ * dump of an image. */
 #include "fs_image.h"
 
 #include <string.h>
@@ -11,29 +13,21 @@
 
 /* Call add(ctx, n) for every node of sl holding subscriptions -- its
  * trie's, then its literal table's and its shapes' -- except a mapped
- * image's masked ones.  A trie node with children comes after the nodes
- * below it: inserted in this order into an empty index, a filter that a
- * shape could hold but that sits in the trie because its node was there
- * for longer filters (AMQP "#" under "#.c") lands in the trie again.
- * FS_OK or add's failure. */
+ * image's masked ones.  FS_OK or add's failure. */
 static int each_node(const fs_sublist *sl, int (*add)(void *, const fs_sublist *, const fs_node *), void *ctx)
 {
-    const fs_node **stack = NULL, **later = NULL;
-    size_t n = 0, cap = 0, nlater = 0, cap_later = 0;
+    const fs_node **stack = NULL;
+    size_t n = 0, cap = 0;
     uint64_t budget = sl->nodes + 1;
     int rc = fs_push_node(&stack, &n, &cap, sl->root);
     while (rc == FS_OK && n && budget--) {
         const fs_node *x = stack[--n];
-        const fs_level *L = fs_down(sl, x);
         if (x != sl->root && fs_has_subs(x) && !fs_image_masked(sl, x))
-            rc = L && (L->count || L->one || L->rest) ? fs_push_node(&later, &nlater, &cap_later, x) : add(ctx, sl, x);
+            rc = add(ctx, sl, x);
         if (rc == FS_OK)
             rc = fs_trie_push_children(sl, x, &stack, &n, &cap);
     }
-    while (rc == FS_OK && nlater)       /* deepest first: pushed after their ancestors */
-        rc = add(ctx, sl, later[--nlater]);
     FS_FREE(stack);
-    FS_FREE(later);
     for (uint32_t j = 0; j <= sl->shapes.n && rc == FS_OK; j++) {
         const fs_level *L = j < sl->shapes.n ? &sl->shapes.shape[j]->table : sl->lit;
         const fs_slot *slots = fs_lv_slots(sl, L);
@@ -44,6 +38,50 @@ static int each_node(const fs_sublist *sl, int (*add)(void *, const fs_sublist *
         }
     }
     return rc;
+}
+
+/* The shapes of the filters a thaw inserts (the set's shapes, for
+ * fs_shapes_choose). */
+typedef struct {
+    const fs_sublist *sl;
+    fs_shape_of *v;
+    size_t n, cap;
+} shape_list;
+
+static int shape_push(shape_list *c, const fs_shape_of *of)
+{
+    if (c->n == c->cap && fs_grow(&c->v, &c->cap, c->n + 1, sizeof(fs_shape_of)) < 0)
+        return FS_ENOMEM;
+    c->v[c->n++] = *of;
+    return FS_OK;
+}
+
+static int note_trie_shape(void *p, const fs_node *x, const fs_shape_of *of)
+{
+    shape_list *c = p;
+    return fs_image_masked(c->sl, x) ? FS_OK : shape_push(c, of);
+}
+
+/* Add to c the shapes of what sl holds: each shape table with an entry
+ * not masked, each shaped filter in the trie.  FS_OK, FS_ENOMEM,
+ * FS_EBADDATA. */
+static int note_shapes(shape_list *c, const fs_sublist *sl)
+{
+    c->sl = sl;
+    for (uint32_t j = 0; j < sl->shapes.n; j++) {
+        const fs_shape *sh = sl->shapes.shape[j];
+        const fs_slot *slots = fs_lv_slots(sl, &sh->table);
+        for (uint32_t i = 0; i < sh->table.cap; i++) {
+            const fs_node *e = fs_ref_node(sl, slots[i].node);
+            if (e && !fs_image_masked(sl, e)) {
+                fs_shape_of of = {.onemask = sh->onemask, .ntoks = sh->ntoks, .rest = sh->rest};
+                if (shape_push(c, &of) < 0)
+                    return FS_ENOMEM;
+                break;
+            }
+        }
+    }
+    return fs_trie_each_shaped(sl, note_trie_shape, c);
 }
 
 typedef struct {
@@ -110,6 +148,34 @@ static int thaw_add(void *pctx, const fs_sublist *sl, const fs_node *n)
     return rc < 0 ? rc : FS_OK;
 }
 
+/* Give `to` (empty) a table for each shape that fs_shapes_choose keeps of
+ * what sl (and its live part) holds, so that the inserts that follow
+ * place every filter where the rule says, in any order: a kept shape's
+ * filters in its table (an insert does not stop at a trie node that only
+ * leads to longer filters), the others in the trie (a shape not kept does
+ * not fit beside the kept ones, so fs_shape_create refuses it).  FS_OK,
+ * FS_ENOMEM, FS_EBADDATA. */
+static int make_kept_shapes(const fs_sublist *sl, fs_sublist *to)
+{
+    shape_list c = {0};
+    unsigned char *keep = NULL;
+    int rc = note_shapes(&c, sl);
+    if (rc == FS_OK && sl->live)
+        rc = note_shapes(&c, sl->live);
+    if (rc == FS_OK && c.n && !(keep = FS_MALLOC(c.n)))
+        rc = FS_ENOMEM;
+    if (rc == FS_OK && c.n)
+        fs_shapes_choose(sl->dialect, c.v, c.n, keep);
+    for (size_t i = 0; i < c.n && rc == FS_OK; i++) {
+        fs_shape *sh;
+        if (keep[i] && !fs_shape_find(to, &c.v[i]) && (rc = fs_shape_create(to, &c.v[i], &sh)) == FS_OK && !sh)
+            rc = FS_EBADDATA;        /* cannot be: the kept shapes fit the budget */
+    }
+    FS_FREE(keep);
+    FS_FREE(c.v);
+    return rc;
+}
+
 int fs_image_thaw(fs_sublist *sl, fs_sublist **out)
 {
     *out = NULL;
@@ -118,10 +184,12 @@ int fs_image_thaw(fs_sublist *sl, fs_sublist **out)
     int rc = c.to && c.path ? FS_OK : FS_ENOMEM;
     fs_brlock_rdlock_long(&sl->lock);
     if (rc == FS_OK)
+        rc = make_kept_shapes(sl, c.to);
+    if (rc == FS_OK)
         rc = each_node(sl, thaw_add, &c);
     if (rc == FS_OK && sl->live)
         rc = each_node(sl->live, thaw_add, &c);
-    if (rc == FS_EBADDATA)             /* the live part too holds what the image held */
+    if (rc == FS_EBADDATA && sl->img.base)     /* the live part too holds what the image held */
         fs_img_bad(sl);
     if (rc == FS_OK && atomic_load(&sl->damaged))
         rc = FS_EBADDATA;

@@ -584,21 +584,32 @@ static int write_image(fs_sublist *sl, writer *W)
         memcpy(W->w.p + at, sl->img.base, sl->img.len);
         return FS_OK;
     }
-    if (sl->img.base) {                 /* changed: the merged set, built */
-        fs_sublist *merged;
-        int rc = fs_image_thaw(sl, &merged);
-        if (rc == FS_OK) {
-            rc = write_image(merged, W);
-            fs_sublist_free(merged);
-        }
-        return rc;
-    }
     fs_brlock_rdlock_long(&sl->lock);
-    W->sl = sl;
-    int rc = wb_reserve(&W->w, image_size_about(sl));
-    if (rc == FS_OK)
-        rc = write_locked(W, sl);
+    /* A built index whose filters sit where the set's rule puts them
+     * (fs_shapes_choose: every set within the shape budget) is written as
+     * it is; one placed otherwise (shapes past the budget kept first come
+     * first served, a version 1-2 image's placement) and a changed image
+     * are built again, placed by the rule, and that is written. */
+    int placed_here = sl->img.base ? 0 : fs_shapes_placed_canonically(sl), rc = placed_here;
+    if (placed_here == 1) {
+        W->sl = sl;
+        rc = wb_reserve(&W->w, image_size_about(sl));
+        if (rc == FS_OK)
+            rc = write_locked(W, sl);
+    }
     fs_brlock_rdunlock_long(&sl->lock);
+    if (placed_here == 0) {             /* the set, placed by the rule */
+        fs_sublist *placed;
+        if ((rc = fs_image_thaw(sl, &placed)) != FS_OK)
+            return rc;
+        fs_brlock_rdlock_long(&placed->lock);
+        W->sl = placed;
+        rc = wb_reserve(&W->w, image_size_about(placed));
+        if (rc == FS_OK)
+            rc = write_locked(W, placed);
+        fs_brlock_rdunlock_long(&placed->lock);
+        fs_sublist_free(placed);
+    }
     return rc < 0 || W->w.oom ? FS_ENOMEM : FS_OK;
 }
 

@@ -261,10 +261,18 @@ static int dump_locked(fs_sublist *sl, dumper *d, uint64_t *nlit, uint64_t *ntri
 
 int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
 {
-    if (sl->img.base) {       /* a mapped image: its current set, built */
+    int placed = 1;
+    *out = NULL;
+    *len = 0;
+    if (!sl->img.base) {      /* where the set's rule puts each filter (fs_shapes_choose)? */
+        fs_brlock_rdlock_long(&sl->lock);
+        placed = fs_shapes_placed_canonically(sl);
+        fs_brlock_rdunlock_long(&sl->lock);
+        if (placed < 0)
+            return placed;
+    }
+    if (sl->img.base || !placed) {       /* a mapped image, or placed otherwise: the set, built */
         fs_sublist *built;
-        *out = NULL;
-        *len = 0;
         int rc = fs_image_thaw(sl, &built);
         if (rc == FS_OK) {
             rc = fs_sublist_dump(built, out, len);
