@@ -249,3 +249,27 @@ def test_version_1_and_2_blobs_load_into_the_sets_image(name):
             f, q = f"$share/{q}/{f}", None   # a group on a '$share/' filter inserts so
         fresh.insert(f, i, queue=q)
     assert topicmatch.Sublist.from_bytes(old).to_bytes() == fresh.to_bytes()
+
+
+@pytest.mark.parametrize("room", [0, 1, 1024, 5000, None])
+def test_to_bytes_when_the_image_outgrows_its_room(room):
+    """to_bytes() writes the image straight into the bytes object it
+    returns, made at the index's estimate of the size; an image that
+    outgrows it (room: that object made smaller) moves to memory of the
+    writer's own part way and is copied: the same bytes either way, for a
+    built index, an unchanged opened image and a changed one."""
+    from topicmatch import _core
+    subs = [(f"a.{i}.*", i, "q" if i % 3 else None) for i in range(300)] + [("b.>", 7, None)]
+    built = bulk("nats", subs)
+    want = built.to_bytes()
+    opened = topicmatch.Sublist.from_bytes(want)
+    changed = topicmatch.Sublist.from_bytes(want)
+    changed.insert("c.*", 9)
+    changed.remove("c.*", 9)
+    old = _core._set_image_bytes_room(-1 if room is None else room)
+    try:
+        got = [built.to_bytes(), opened.to_bytes(), changed.to_bytes()]
+    finally:
+        _core._set_image_bytes_room(old)
+    assert got == [want] * 3
+    assert len(want) > 5000

@@ -265,6 +265,7 @@ int fs_filebuf_open(fs_filebuf *b, const char *path)
     return FS_ENOSYS;
 }
 int fs_filebuf_grow(fs_filebuf *b, size_t size) { (void)b; (void)size; return -1; }
+void fs_filebuf_start_writeback(fs_filebuf *b, size_t from, size_t to) { (void)b; (void)from; (void)to; }
 int fs_filebuf_close(fs_filebuf *b, size_t len, int durable) { (void)b; (void)len; (void)durable; return -1; }
 #else
 int fs_filebuf_open(fs_filebuf *b, const char *path)
@@ -312,6 +313,24 @@ int fs_filebuf_grow(fs_filebuf *b, size_t size)
     b->p = np;
     b->cap = ncap;
     return FS_OK;
+}
+
+void fs_filebuf_start_writeback(fs_filebuf *b, size_t from, size_t to)
+{
+#ifdef __linux__
+    /* whole pages only: a page written again while it is on its way to the
+     * disk would be written twice (or wait for the first write) */
+    from = (from + 4095) & ~(size_t)4095;
+    to &= ~(size_t)4095;
+    if (to > b->cap)
+        to = b->cap & ~(size_t)4095;
+    if (b->fd >= 0 && to > from)
+        (void)sync_file_range(b->fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
+#else
+    (void)b;
+    (void)from;
+    (void)to;
+#endif
 }
 
 int fs_filebuf_close(fs_filebuf *b, size_t len, int durable)

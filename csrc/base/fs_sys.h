@@ -313,6 +313,11 @@ int fs_filebuf_open(fs_filebuf *b, const char *path);
  * move); the first call makes it size bytes (at least 1 MiB), each later
  * one grows it by half at least.  FS_OK or -1. */
 int fs_filebuf_grow(fs_filebuf *b, size_t size);
+/* Start writing the whole pages of bytes [from, to) to disk, without
+ * waiting (Linux: sync_file_range; elsewhere nothing): for bytes that are
+ * final, so that the disk works while the rest is written and a durable
+ * close has less to wait for.  Never fails (a failure shows at close). */
+void fs_filebuf_start_writeback(fs_filebuf *b, size_t from, size_t to);
 /* Cut the file to len bytes, write it to disk (msync, fsync: when
  * durable) and close it.  Not durable, the bytes are in the page cache,
  * where every reader sees them, and reach the disk when the kernel writes

@@ -39,6 +39,16 @@
  * buffer (FS_MALLOC; free with FS_FREE).  FS_OK, or FS_ENOMEM with *out
  * NULL.  An index opened from an image writes its current set. */
 int fs_image_write(fs_sublist *sl, char **out, size_t *len);
+/* fs_image_write into the caller's memory buf[0..cap) (8-byte aligned,
+ * any contents; the bytes object to_bytes returns, so that the image is
+ * not written once and copied again): FS_OK with *out == buf when the
+ * image fits there, FS_OK with *out a new buffer (FS_MALLOC; buf's bytes
+ * then mean nothing) when it does not, or FS_ENOMEM, FS_EBADDATA with
+ * *out NULL.  buf NULL (or not aligned): fs_image_write. */
+int fs_image_write_in(fs_sublist *sl, char *buf, size_t cap, char **out, size_t *len);
+/* About the size of the index's image (under its read lock): room that
+ * fits it nearly always, for fs_image_write_in. */
+size_t fs_image_size_hint(fs_sublist *sl);
 
 /* Write the index's image into the file at path (created or truncated),
  * through the file's pages: the image is never whole in memory.  The file

@@ -17,17 +17,54 @@
 #include "fs_index.h"
 #include "fs_sys.h"
 
-/* The image being written.  Every byte past len is zero, so that an
- * object is written only where it is not zero: a file's fresh bytes are
- * zeros; memory is zeroed as it is obtained, in one call for all of it,
- * not object by object. */
+/* The image being written.  An object is written only where it is not
+ * zero, so the room wb_alloc hands out reads as zeros: a file's fresh
+ * bytes are zeros, memory of our own is zeroed as it is obtained (in one
+ * call for all of it, not object by object), and a caller's memory
+ * (fs_image_write_in: the bytes object to_bytes returns), which holds
+ * anything, is cleared by wb_alloc as it hands it out -- in order, just
+ * before the writes, so that its pages are touched once, not in a pass
+ * of their own. */
 typedef struct {
     char *p;
     size_t len, cap;
     int oom;
     int part;             /* a part of another writer's bytes (fs_imgw_part): never grows */
+    int borrowed;         /* p is the caller's: never freed, grown or moved; past len, anything */
     fs_filebuf *file;     /* non-NULL: the bytes are this file's pages */
+    int writeback;        /* the file is saved durably: start writing what is final */
 } wbuf;
+
+/* Bytes [from, to) of the image are final: where the file is saved
+ * durably, start writing them to disk now, so that the disk works while
+ * the rest is written and the close's fsync has less left to wait for. */
+static void wb_settled(wbuf *wb, size_t from, size_t to)
+{
+    if (wb->file && wb->writeback && to > from)
+        fs_filebuf_start_writeback(wb->file, from, to);
+}
+
+/* How much of a table's nodes is handed to the disk at a time. */
+#define WRITEBACK_STEP ((size_t)8 << 20)
+
+/* The room of a borrowed buffer too small for need bytes: memory of our
+ * own, zeroed, with what was written so far.  FS_OK, or -1 (wb->oom). */
+static int wb_unborrow(wbuf *wb, size_t need)
+{
+    size_t ncap = wb->cap > 4096 ? wb->cap : 4096;
+    while (ncap < need)
+        ncap *= 2;
+    char *np = FS_CALLOC(ncap, 1);
+    if (!np)
+        return wb->oom = 1, -1;
+    fs_pages_huge(np, ncap);
+    if (wb->len)
+        memcpy(np, wb->p, wb->len);
+    wb->p = np;
+    wb->cap = ncap;
+    wb->borrowed = 0;
+    return FS_OK;
+}
 
 /* Make the buffer at least need bytes.  FS_OK, or -1 (wb->oom). */
 static int wb_grow(wbuf *wb, size_t need)
@@ -41,6 +78,8 @@ static int wb_grow(wbuf *wb, size_t need)
         wb->cap = wb->file->cap;
         return FS_OK;
     }
+    if (wb->borrowed)
+        return wb_unborrow(wb, need);
     size_t ncap = wb->cap ? wb->cap : 4096;
     while (ncap < need)
         ncap *= 2;
@@ -63,7 +102,7 @@ static int wb_reserve(wbuf *wb, size_t size)
 {
     if (wb->cap >= size)
         return FS_OK;
-    if (wb->file)
+    if (wb->file || wb->borrowed)
         return wb_grow(wb, size);
     char *np = FS_CALLOC(size, 1);
     if (!np)
@@ -84,6 +123,8 @@ static inline uint64_t wb_alloc(wbuf *wb, size_t size)
         return wb->oom = 1, 0;
     if (at + size > wb->cap && wb_grow(wb, at + size) < 0)
         return 0;
+    if (wb->borrowed)
+        memset(wb->p + wb->len, 0, at + size - wb->len);
     wb->len = at + size;
     return at;
 }
@@ -395,8 +436,15 @@ static int write_table(writer *W, uint64_t lv_off, const fs_level *L, int half_f
     if (!slots || sorted_entries(W, L, fs_table_cap(L->count, half_full), &n) < 0)
         return FS_ENOMEM;
     int marked = copy_bitmap(W, lv_off, L);
+    /* the nodes follow the slots; each is final once written, the slots
+     * once the last entry is placed */
+    size_t nodes_from = W->w.len, started = nodes_from;
     enum { AHEAD = 8 };
     for (size_t k = 0; k < n; k++) {
+        if (W->w.len - started >= WRITEBACK_STEP) {
+            wb_settled(&W->w, started, W->w.len);
+            started = W->w.len & ~(size_t)4095;    /* a page still being written goes next time */
+        }
         if (k + 2 * AHEAD < n) {
             FS_PREFETCH(W->sorted[k + 2 * AHEAD].node);
             FS_PREFETCH((const char *)W->sorted[k + 2 * AHEAD].node + 64);
@@ -415,6 +463,8 @@ static int write_table(writer *W, uint64_t lv_off, const fs_level *L, int half_f
         e.node = (fs_node *)(uintptr_t)eo;
         place_entry(W, lv_off, e, &next, marked);
     }
+    wb_settled(&W->w, slots, nodes_from);
+    wb_settled(&W->w, started, W->w.len);
     return FS_OK;
 }
 
@@ -524,6 +574,7 @@ static int write_locked(writer *W, const fs_sublist *sl)
     fs_img_totals T = {.dialect = sl->dialect, .subs = sl->count, .literals = sl->literals.count,
                        .nodes = sl->nodes};
     T.root = write_trie(W, sl->root);
+    wb_settled(&W->w, FS_IMG_OBJECTS, W->w.len);
     T.lit = T.root ? wb_alloc(&W->w, sizeof(fs_level)) : 0;
     if (!T.lit || write_table(W, T.lit, &sl->literals, 0) < 0)
         return FS_ENOMEM;
@@ -613,14 +664,20 @@ static int write_image(fs_sublist *sl, writer *W)
     return rc < 0 || W->w.oom ? FS_ENOMEM : FS_OK;
 }
 
-int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+int fs_image_write_in(fs_sublist *sl, char *buf, size_t cap, char **out, size_t *len)
 {
     writer W;
     memset(&W, 0, sizeof(W));
+    if (buf && ((uintptr_t)buf & 7) == 0) {      /* objects are stored 8-aligned */
+        W.w.p = buf;
+        W.w.cap = cap;
+        W.w.borrowed = 1;
+    }
     int rc = write_image(sl, &W);
     writer_free(&W);
     if (rc < 0) {
-        FS_FREE(W.w.p);
+        if (!W.w.borrowed)
+            FS_FREE(W.w.p);
         *out = NULL;
         *len = 0;
         return rc;
@@ -628,6 +685,23 @@ int fs_image_write(fs_sublist *sl, char **out, size_t *len)
     *out = W.w.p;
     *len = W.w.len;
     return FS_OK;
+}
+
+int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+{
+    return fs_image_write_in(sl, NULL, 0, out, len);
+}
+
+size_t fs_image_size_hint(fs_sublist *sl)
+{
+    fs_brlock_rdlock_long(&sl->lock);
+    size_t n = sl->img.base ? (size_t)sl->img.len : image_size_about(sl);
+    if (sl->img.base && sl->live) {              /* a thaw's image: about both */
+        size_t more = image_size_about(sl->live);
+        n = n + more >= n ? n + more : SIZE_MAX;
+    }
+    fs_brlock_rdunlock_long(&sl->lock);
+    return n;
 }
 
 int fs_image_save(fs_sublist *sl, const char *path, int durable)
@@ -641,6 +715,7 @@ int fs_image_save(fs_sublist *sl, const char *path, int durable)
     writer W;
     memset(&W, 0, sizeof(W));
     W.w.file = &fb;
+    W.w.writeback = durable;
     rc = write_image(sl, &W);
     writer_free(&W);
     if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0, durable) != FS_OK && rc == FS_OK)
@@ -707,6 +782,7 @@ fs_imgw *fs_imgw_part(const fs_imgw *X, uint64_t at, uint64_t end)
         P->W.w.len = (size_t)at;
         P->W.w.cap = (size_t)end;
         P->W.w.part = 1;
+        P->W.w.borrowed = X->W.w.borrowed;    /* zero what it takes, as its whole does */
     }
     return P;
 }

@@ -183,6 +183,8 @@ cdef extern from "fs_image.h" nogil:
         FS_VERIFY_FULL
         FS_VERIFY_CHECKSUM
     int fs_image_write(fs_sublist *sl, char **out, size_t *len)
+    int fs_image_write_in(fs_sublist *sl, char *buf, size_t cap, char **out, size_t *len)
+    size_t fs_image_size_hint(fs_sublist *sl)
     int fs_image_save(fs_sublist *sl, const char *path, int durable)
     int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs_sublist **out, fs_error *err)
     size_t fs_image_parallel_min

@@ -30,15 +30,25 @@ cdef extern from "fs_alloc.h" nogil:
 cdef extern from "fs_sys.h" nogil:
     void fs_pages_huge(void *p, size_t size)
 
+cdef extern from "Python.h":
+    PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *v, Py_ssize_t n)
+    char *_bytes_data "PyBytes_AS_STRING"(PyObject *o)
+    int _PyBytes_Resize(PyObject **o, Py_ssize_t n) except -1
+    void Py_XDECREF(PyObject *o)
+    enum: PY_SSIZE_T_MAX
 
-cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
+
+cdef int _write_image(Sublist sl, int version, char **out, size_t *n, char *buf=NULL,
+                      size_t cap=0) except -1:
+    # The image (3) or blob (2) of sl into *out, *n: a new buffer, or
+    # (version 3) buf[0..cap) when it fits there (then *out == buf).
     cdef int rc, st
     if version != 3 and version != 2:
         raise TopicmatchValueError(f"version must be 2 or 3, not {version!r}")
     sl._enter()
     with nogil:
         if version == 3:
-            rc = fs_image_write(sl.sl, out, n)
+            rc = fs_image_write_in(sl.sl, buf, cap, out, n)
         else:
             rc = fs_sublist_dump(sl.sl, out, n)
         st = _written_state(sl, rc)
@@ -47,9 +57,9 @@ cdef int _write_image(Sublist sl, int version, char **out, size_t *n) except -1:
         return _written(rc, st, sl)
     except BaseException:
         # written, then found to hold a changed file's bytes: not returned
-        if out[0] != NULL:
+        if out[0] != NULL and out[0] != buf:
             _serial_free(out[0])
-            out[0] = NULL
+        out[0] = NULL
         raise
 
 
@@ -77,7 +87,10 @@ def _sublist_to_bytes(Sublist sl not None, version=3):
     """The index as bytes (docs/FORMAT.md): an image (3) or version 2."""
     cdef char *out = NULL
     cdef size_t n = 0
-    _write_image(sl, _count_arg(version, "version"), &out, &n)
+    cdef int v = _count_arg(version, "version")
+    if v == 3:
+        return _image_bytes(sl)
+    _write_image(sl, v, &out, &n)
     cdef bytes b
     cdef char *dst
     try:
@@ -91,6 +104,59 @@ def _sublist_to_bytes(Sublist sl not None, version=3):
         return b
     finally:
         _serial_free(out)
+
+
+cdef Py_ssize_t _image_room_override = -1
+
+
+def _set_image_bytes_room(n):
+    """Testing only: to_bytes() writes the image into a bytes object of n
+    bytes (-1: the index's own estimate, fs_image_size_hint), so that a
+    test can make it too small.  Returns the previous n."""
+    global _image_room_override
+    old = _image_room_override
+    _image_room_override = n
+    return old
+
+
+cdef object _image_bytes(Sublist sl):
+    # The image written straight into the bytes object returned: one made
+    # at about the image's size (fs_image_size_hint), cut to it after.
+    # Writing it elsewhere and copying it in touched twice as many fresh
+    # pages, which was most of a large to_bytes().  An image that does
+    # not fit (the index grew meanwhile) comes back in a buffer of its
+    # own and is copied.
+    cdef size_t hint, n = 0
+    cdef char *out = NULL
+    cdef char *dst
+    with nogil:
+        hint = fs_image_size_hint(sl.sl)
+    if _image_room_override >= 0:
+        hint = <size_t>_image_room_override
+    if hint > <size_t>PY_SSIZE_T_MAX:
+        raise MemoryError()
+    cdef PyObject *o = _new_bytes(NULL, <Py_ssize_t>hint)
+    if o == NULL:
+        raise MemoryError()
+    try:
+        dst = _bytes_data(o)
+        with nogil:
+            fs_pages_huge(dst, hint)
+        _write_image(sl, 3, &out, &n, dst, hint)
+        if out != dst:
+            try:
+                _PyBytes_Resize(&o, <Py_ssize_t>n)
+                dst = _bytes_data(o)
+                with nogil:
+                    fs_pages_huge(dst, n)
+                    memcpy(dst, out, n)
+            finally:
+                _serial_free(out)
+        else:
+            _PyBytes_Resize(&o, <Py_ssize_t>n)      # in place: the block is cut, not moved
+        return <object>o
+    finally:
+        Py_XDECREF(o)
 
 
 def _save_mode(mode):
