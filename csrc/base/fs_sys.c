@@ -265,6 +265,13 @@ int fs_filebuf_open(fs_filebuf *b, const char *path)
     return FS_ENOSYS;
 }
 int fs_filebuf_grow(fs_filebuf *b, size_t size) { (void)b; (void)size; return -1; }
+int fs_filebuf_grow_populating(fs_filebuf *b, size_t size, size_t populate)
+{
+    (void)b;
+    (void)size;
+    (void)populate;
+    return -1;
+}
 void fs_filebuf_start_writeback(fs_filebuf *b, size_t from, size_t to) { (void)b; (void)from; (void)to; }
 int fs_filebuf_close(fs_filebuf *b, size_t len, int durable) { (void)b; (void)len; (void)durable; return -1; }
 #else
@@ -277,6 +284,11 @@ int fs_filebuf_open(fs_filebuf *b, const char *path)
 }
 
 int fs_filebuf_grow(fs_filebuf *b, size_t size)
+{
+    return fs_filebuf_grow_populating(b, size, SIZE_MAX);
+}
+
+int fs_filebuf_grow_populating(fs_filebuf *b, size_t size, size_t populate)
 {
     if (size <= b->cap)
         return FS_OK;
@@ -308,7 +320,13 @@ int fs_filebuf_grow(fs_filebuf *b, size_t size)
 #ifdef MADV_POPULATE_WRITE
     /* The new pages in one call, not a fault each as they are written
      * (best effort: older kernels refuse the advice, and fault them). */
-    (void)madvise((char *)np + b->cap, ncap - b->cap, MADV_POPULATE_WRITE);
+    size_t ready = populate < ncap ? (populate + 4095) & ~(size_t)4095 : ncap;
+    if (ready > ncap)
+        ready = ncap;
+    if (ready > b->cap)
+        (void)madvise((char *)np + b->cap, ready - b->cap, MADV_POPULATE_WRITE);
+#else
+    (void)populate;
 #endif
     b->p = np;
     b->cap = ncap;

@@ -313,6 +313,11 @@ int fs_filebuf_open(fs_filebuf *b, const char *path);
  * move); the first call makes it size bytes (at least 1 MiB), each later
  * one grows it by half at least.  FS_OK or -1. */
 int fs_filebuf_grow(fs_filebuf *b, size_t size);
+/* fs_filebuf_grow, the new pages made ready in one call only below byte
+ * `populate` (the size expected; those past it, room in case, are made
+ * when first written, if ever: a page made for nothing is zeroed for
+ * nothing).  FS_OK or -1. */
+int fs_filebuf_grow_populating(fs_filebuf *b, size_t size, size_t populate);
 /* Start writing the whole pages of bytes [from, to) to disk, without
  * waiting (Linux: sync_file_range; elsewhere nothing): for bytes that are
  * final, so that the disk works while the rest is written and a durable

@@ -97,13 +97,22 @@ static int wb_grow(wbuf *wb, size_t need)
  * image that fits is never moved or grown as it is written.  In memory, a
  * large block of fresh pages, which calloc need not write (those the
  * image does not reach are never touched); a file is made that size (and
- * cut to the image's at the end).  FS_OK, or -1 (wb->oom). */
-static int wb_reserve(wbuf *wb, size_t size)
+ * cut to the image's at the end), its pages made ready in one call up to
+ * likely, the size expected (past it, as they are written).  A caller's
+ * room (borrowed) is kept as it is.  FS_OK, or -1 (wb->oom). */
+static int wb_reserve(wbuf *wb, size_t size, size_t likely)
 {
     if (wb->cap >= size)
         return FS_OK;
-    if (wb->file || wb->borrowed)
-        return wb_grow(wb, size);
+    if (wb->file) {             /* only the likely part populated: the margin is zeroed only if used */
+        if (fs_filebuf_grow_populating(wb->file, size, likely) != FS_OK)
+            return wb->oom = 1, -1;
+        wb->p = wb->file->p;
+        wb->cap = wb->file->cap;
+        return FS_OK;
+    }
+    if (wb->borrowed)           /* the caller's room: left only if the image outgrows it (wb_alloc) */
+        return FS_OK;
     char *np = FS_CALLOC(size, 1);
     if (!np)
         return wb->oom = 1, -1;
@@ -611,6 +620,13 @@ static size_t image_size_about(const fs_sublist *sl)
     return m < SIZE_MAX ? (size_t)m : SIZE_MAX;
 }
 
+/* The size expected, without image_size_about's margin (light's image is
+ * 0.999 of the index's memory). */
+static size_t image_size_likely(size_t about)
+{
+    return about / 17 * 16;
+}
+
 static void writer_free(writer *W)
 {
     FS_FREE(W->sorted);
@@ -628,7 +644,7 @@ static int write_image(fs_sublist *sl, writer *W)
     if (unchanged) {                    /* an unchanged image is its own image */
         if (fs_image_damaged(sl))
             return FS_EBADDATA;
-        (void)wb_reserve(&W->w, sl->img.len);     /* its failure is wb_alloc's */
+        (void)wb_reserve(&W->w, sl->img.len, sl->img.len);     /* its failure is wb_alloc's */
         uint64_t at = wb_alloc(&W->w, sl->img.len);
         if (W->w.oom)
             return FS_ENOMEM;
@@ -644,7 +660,8 @@ static int write_image(fs_sublist *sl, writer *W)
     int placed_here = sl->img.base ? 0 : fs_shapes_placed_canonically(sl), rc = placed_here;
     if (placed_here == 1) {
         W->sl = sl;
-        rc = wb_reserve(&W->w, image_size_about(sl));
+        size_t about = image_size_about(sl);
+        rc = wb_reserve(&W->w, about, image_size_likely(about));
         if (rc == FS_OK)
             rc = write_locked(W, sl);
     }
@@ -655,7 +672,8 @@ static int write_image(fs_sublist *sl, writer *W)
             return rc;
         fs_brlock_rdlock_long(&placed->lock);
         W->sl = placed;
-        rc = wb_reserve(&W->w, image_size_about(placed));
+        size_t about = image_size_about(placed);
+        rc = wb_reserve(&W->w, about, image_size_likely(about));
         if (rc == FS_OK)
             rc = write_locked(W, placed);
         fs_brlock_rdunlock_long(&placed->lock);
