@@ -546,3 +546,71 @@ def test_the_cython_function_length_check_can_fail():
     assert cython_function_lengths(bad["_x.pxi"]) == [("m", 3, 2), ("fits", 7, 80), ("too_long", 88, 81),
                                                       ("inner", 90, 2)]
     assert long_cython_functions(bad) == ["_x.pxi:88: too_long, 81 lines"]
+
+
+# -- the Cython layer's C headers ------------------------------------------------
+#: What the extension module may include from csrc/ below the api layer: the
+#: status codes.  Everything else of the layers below reaches it through
+#: api/sublist.h, the whole C API (issue 46); serial/, the layer above
+#: api/, is no lower detail.
+CYTHON_BELOW_API_ALLOWED = {"fs_status.h"}
+_CY_HEADER = re.compile(r'^\s*cdef\s+extern\s+from\s+"([^"]+)"|^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def cython_includes_below_api(cython_sources, c_sources):
+    """"file:line: includes layer/header, below api/" for every csrc/ header
+    a Cython source {name: text} names -- `cdef extern from "h"` or an
+    `#include "h"` in a verbatim C block -- from a layer below api/ (other
+    than CYTHON_BELOW_API_ALLOWED).  Headers outside csrc/ (Python.h, the C
+    library's) are not the core's."""
+    layer_of = {os.path.basename(n): n.replace(os.sep, "/").split("/")[0]
+                for n in c_sources if "/" in n.replace(os.sep, "/")}
+    api = C_LAYERS.index("api")
+    found = []
+    for name, text in sorted(cython_sources.items()):
+        for m in _CY_HEADER.finditer(text):
+            header = m.group(1) or m.group(2)
+            top = layer_of.get(header)
+            if top and C_LAYERS.index(top) < api and header not in CYTHON_BELOW_API_ALLOWED:
+                line = text.count("\n", 0, m.start()) + 1
+                found.append(f"{name}:{line}: includes {top}/{header}, below api/")
+    return found
+
+
+def _cython_sources_with_pxd():
+    return {name: open(os.path.join(CYTHON_SRC, name), encoding="utf-8").read()
+            for name in sorted(os.listdir(CYTHON_SRC)) if name.endswith((".pyx", ".pxi", ".pxd"))}
+
+
+def test_cython_includes_only_the_api():
+    """The extension module names api/sublist.h (and the status header),
+    never a header of a layer below api/ (issue 46: sublist.h is the whole C
+    API, the Cython layer a translation of it)."""
+    sources = _cython_sources_with_pxd()
+    assert {"_core.pyx", "_core.pxd", "_batch.pxi"} <= set(sources), CYTHON_SRC
+    named = {m.group(1) or m.group(2) for t in sources.values() for m in _CY_HEADER.finditer(t)}
+    assert {"sublist.h", "fs_status.h"} <= named          # the scanner finds the includes
+    assert cython_includes_below_api(sources, _c_sources()) == []
+
+
+def test_the_cython_include_check_can_fail():
+    """Fed the real sources with an extern block of a batch header, a
+    verbatim C block including the thread layer, and harmless ones (the
+    status header, sublist.h, the image's header above api/, Python.h, a
+    header in a comment or a string), the check names the two, and only
+    them."""
+    sources = _cython_sources_with_pxd()
+    bad = dict(sources)
+    bad["_x.pxi"] = ('cdef extern from "fs_status.h" nogil:\n    enum: FS_OK\n'
+                     'cdef extern from "sublist.h":\n    pass\n'
+                     'cdef extern from "fs_image.h":\n    pass\n'
+                     'cdef extern from "Python.h":\n    pass\n'
+                     'cdef extern from "fs_batch.h" nogil:\n    void fs_batch_cancel(void *job)\n'
+                     'cdef extern from *:\n    """\n    #include <stdatomic.h>\n'
+                     '    #include "fs_sys.h"\n    """\n'
+                     '# cdef extern from "fs_pool.h": a comment\n'
+                     'x = "cdef extern from \\"fs_pool.h\\""  # not at a line\'s start: no include\n')
+    assert cython_includes_below_api(bad, _c_sources()) == [
+        "_x.pxi:9: includes batch/fs_batch.h, below api/",
+        "_x.pxi:14: includes base/fs_sys.h, below api/",
+    ]

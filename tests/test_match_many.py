@@ -23,7 +23,7 @@ from strategies import (ALL_DIALECTS, DIALECTS, all_ids, is_one_per_group, rows,
 
 pa = pytest.importorskip("pyarrow", reason="these tests feed Arrow columns; pyarrow has no wheels for some platforms (musllinux)")
 
-ROWS_PER_CHUNK = 16384          # _batch.pxi: the threaded path needs >= 2 chunks
+ROWS_PER_CHUNK = 16384          # fs_column.c (FS_COLUMN_CHUNK_ROWS): the threaded path needs >= 2 chunks
 PROPS = settings(max_examples=examples(15), deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

@@ -442,6 +442,16 @@ def _dialect_ops(d):
         ("from_bytes", base, lambda sl: Sublist.from_bytes(_blob(d))),
         ("from_bytes-cached", base, lambda sl: Sublist.from_bytes(_blob(d), cache_size=64)),
     ]
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return ops
+    # dictionary chunks (each one's values matched once, then spread: the
+    # values' row ends and flags, fs_column.c), the second's ids after the
+    # first's
+    text = [x for x in subjects if x != "\udc80"]
+    col = pa.chunked_array([pa.array(text).dictionary_encode(), pa.array(text[::-1]).dictionary_encode()])
+    ops.append(("match_many-dictionary", base, lambda sl: sl.match_many(col, queues="all"), "thread"))
     return ops
 
 

@@ -46,7 +46,9 @@
  *            indexes through this API
  *   api/     sublist.c: this API -- creates and frees an index, validates,
  *            locks and routes the writes (insert, remove, bulk; the cache
- *            invalidated), owns the literal table
+ *            invalidated), owns the literal table; fs_column.c a column
+ *            matched at once (match_many's driver: threads, chunks, the
+ *            CSR gather)
  *   batch/   fs_batch.c the batch pipeline, fs_pool.c the worker threads,
  *            fs_idbuf.c its output buffers and the pool of released big ones
  *   match/   fs_walk.[ch] the one walk (probes; a mapped image's live
@@ -83,11 +85,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The public faces of the layers below, part of this API (the Python
+ * layer includes this header and fs_status.h only, tests/test_layout.py):
+ * the memory door and its fault injection, the compiler built-ins, the
+ * mapped image's SIGBUS guard, threads and pages (base/); tokens, a
+ * column of strings, the route keys (rules/); the Arrow reader (arrow/);
+ * the match calls (match/); the queue modes and the output buffers of a
+ * batch (batch/). */
+#include "fs_alloc.h"
+#include "fs_arrow.h"
+#include "fs_batch.h"
+#include "fs_bits.h"
 #include "fs_cache.h"
+#include "fs_fault.h"
+#include "fs_idbuf.h"
 #include "fs_match.h"
 #include "fs_result.h"
+#include "fs_route.h"
 #include "fs_scratch.h"
 #include "fs_shape.h"
+#include "fs_status.h"
+#include "fs_strings.h"
+#include "fs_sys.h"
 #include "fs_token.h"
 
 /* The match calls (fs_sublist_match, _interest, _has_interest,
@@ -176,5 +195,80 @@ int fs_spec_parse(fs_dialect d, const fs_spec *spec, fs_tokens *t, fs_parsed *ou
  * mappings here: write the bytes made in memory instead). */
 int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, const char *path,
                    int durable, char **out, size_t *len, size_t *bad, fs_error *err);
+/* ---- A column matched at once (match_many; api/fs_column.c) -----------
+ *
+ * The whole batch driver: the thread policy, the chunks, feeding the
+ * threads a column still being filled, cancelling, the parts' ids placed
+ * one after another, a dictionary chunk's values matched once and spread
+ * over its rows.  The caller translates arguments, errors and objects. */
+
+/* One part of a column (a chunk of an Arrow column, or a whole list):
+ * rows.n rows, of which [0, filled) are there now (hooks->fill brings the
+ * rest: a Python list's strings are converted as the threads match).
+ * dict not NULL: a dictionary chunk, its rows dict's indices into values
+ * (filled in whole), each distinct value matched once and its ids given
+ * to every row that names it, a null index a null row (only where no key
+ * picks for the rows: fs_match_column's keys NULL or queues not PICK). */
+typedef struct {
+    fs_strings rows;
+    size_t filled;
+    const fs_arrow_indices *dict;
+    const fs_strings *values;
+} fs_column_part;
+
+typedef struct {
+    int queues;                   /* FS_QUEUES_PICK, _ALL or _NONE (fs_batch.h) */
+    int dedupe;                   /* each id at most once per row */
+    unsigned threads;             /* at most this many (1: the calling thread only) */
+    /* the policy's constants, 0 for their defaults (tests shrink them so
+     * that small batches take the threaded path's every turn): */
+    size_t min_rows_per_thread;   /* FS_COLUMN_CHUNK_ROWS */
+    size_t block_rows;            /* the threads' blocks: sized as the batch runs */
+    unsigned cpus;                /* the processors this process may run on (fs_cpus) */
+    size_t feed_rows;             /* FS_COLUMN_FEED_ROWS */
+} fs_column_options;
+
+/* How the call talks to its caller, on the calling thread; any may be
+ * NULL.  fill: rows [filled, end) of part k made ready, *filled set (to
+ * end, or rows.n); poll: between chunks and waits, the caller's chance to
+ * stop (Ctrl-C); release and acquire: around each chunk matched here and
+ * each wait for the threads, the caller's lock let go and taken back (the
+ * interpreter's).  fill and poll: 0 to go on, non-zero to stop the call
+ * (FS_ECANCELLED; the caller knows why). */
+typedef struct {
+    void *ctx;
+    int (*fill)(void *ctx, size_t k, size_t end, size_t *filled);
+    int (*poll)(void *ctx);
+    void (*release)(void *ctx);
+    void (*acquire)(void *ctx);
+} fs_column_hooks;
+
+/* Rows matched per chunk on the calling thread (poll between), and the
+ * fewest rows per thread worth a thread's wake-up and its blocks'
+ * placement. */
+#define FS_COLUMN_CHUNK_ROWS 16384
+/* A list's rows handed to the threads this many at a time as they are
+ * filled (8 blocks: a mutex and a wake-up per 8,192 rows). */
+#define FS_COLUMN_FEED_ROWS 8192
+
+/* Match the column parts[0..nparts) (its rows one after another; keys NULL,
+ * or a column over all of them) against sl, with also (NULL, or another
+ * index of sl's dialect: fs_match_rows), as opt says, on at most
+ * opt->threads threads: never more than the processors, nor fewer rows a
+ * thread than FS_COLUMN_CHUNK_ROWS.  Output, CSR: row_end[i] (n entries,
+ * n the parts' rows) the ids through row i in *ids (empty on entry),
+ * invalid[i] 1 for a null or invalid row.  FS_OK (*ids fitted:
+ * fs_idbuf_fit), FS_ENOMEM, or FS_ECANCELLED when a hook said stop; on
+ * error *ids is empty. */
+int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *parts, size_t nparts,
+                    const fs_strings *keys, const fs_column_options *opt, const fs_column_hooks *hooks,
+                    int64_t *row_end, uint8_t *invalid, fs_idbuf *ids);
+
+/* The processors this process may run on, as the thread policy counts
+ * them (fs_cpus), at least 1. */
+unsigned fs_column_cpus(void);
+/* Threads in the batch's worker pool (fs_pool.h), and how many of them
+ * are idle now (tests). */
+void fs_column_pool_status(unsigned *threads, unsigned *idle);
 
 #endif

@@ -183,6 +183,33 @@ unsigned long long fs_now_ns(void)
 }
 #endif
 
+#ifdef _WIN32
+unsigned fs_cpus(void)
+{
+    DWORD_PTR mine, all;
+    if (GetProcessAffinityMask(GetCurrentProcess(), &mine, &all) && mine) {
+        unsigned n = 0;
+        for (; mine; mine &= mine - 1)
+            n++;
+        return n;
+    }
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return si.dwNumberOfProcessors ? (unsigned)si.dwNumberOfProcessors : 1;
+}
+#else
+unsigned fs_cpus(void)
+{
+#ifdef __linux__
+    cpu_set_t set;                   /* past its 1,024 processors: those online */
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return (unsigned)CPU_COUNT(&set);
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+#endif
+
 #ifndef _WIN32
 int fs_pthread_rwlock_init(pthread_rwlock_t *l)
 {

@@ -292,6 +292,13 @@ unsigned fs_stripes_used(void);
  * on Linux (~20 ns), QueryPerformanceCounter on Windows. */
 unsigned long long fs_now_ns(void);
 
+/* ------------------------------------------------------------ processors */
+
+/* The processors this process may run on (its affinity mask, where the
+ * system has one; else those online), at least 1: the batch's thread
+ * policy plans for no more threads than these (fs_column.c). */
+unsigned fs_cpus(void);
+
 /* ------------------------------------------------------------ a file as a buffer */
 
 /* A buffer that is a file's pages (the image writer's, so that saving an

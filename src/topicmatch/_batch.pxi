@@ -8,12 +8,23 @@
 # into their own buffers; a Python
 # sequence's strings copied, one after another, into buffers of their own
 # (_Column).  A dictionary column of subjects is matched once per distinct
-# value, and each row takes its value's ids (_spread_dictionary).
+# value, and each row takes its value's ids.  The batch itself -- thread
+# policy, chunks, feeding the threads, cancelling, the CSR gather -- is
+# fs_match_column (csrc/api/fs_column.c); here are its arguments, its
+# hooks (converting a list's rows, Ctrl-C, the GIL) and its result.
 # Output ids are written by C into one buffer that numpy and pyarrow then
 # view without copying.
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.list cimport PyList_GET_ITEM
+from cpython.pystate cimport PyThreadState
+
+cdef extern from "Python.h":
+    # the GIL let go and taken back, as `with nogil` does (fs_match_column's
+    # release and acquire hooks)
+    PyThreadState *PyEval_SaveThread()
+    void PyEval_RestoreThread(PyThreadState *tstate)
 from cpython.mem cimport PyMem_Realloc
 
 cdef extern from "Python.h":
@@ -21,53 +32,25 @@ cdef extern from "Python.h":
     PyObject *PySequence_Fast_GET_ITEM(object o, Py_ssize_t i)
     Py_ssize_t PySequence_Fast_GET_SIZE(object o)
 
-cdef extern from "fs_bits.h":
-    void _prefetch "FS_PREFETCH"(const void *p) nogil
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy
-
-# Rows matched per GIL release on one thread (Ctrl-C is checked between).
-DEF ROWS_PER_CHUNK = 16384
-# A batch of at least this many rows starts its output in the largest
-# buffer the output pool keeps (csrc/batch/fs_idbuf.h); smaller ones never touch
-# the pool, so a loop of tiny batches pays nothing for it.
-DEF KEPT_BUFFER_ROWS = 4096
 
 _QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_NONE}
 
 
-# How batches are cut for threads (_threads_for); tests shrink them with
-# _set_batch_threading so that small batches take the threaded path.
-cdef size_t _min_rows_per_thread = ROWS_PER_CHUNK
-cdef size_t _thread_block_rows = 0          # 0: the C default (fs_batch.c)
+# How batches are cut for threads (fs_column.c's policy, its constants
+# for 0); tests shrink them with _set_batch_threading so that small batches
+# take the threaded path.
+cdef size_t _min_rows_per_thread = FS_COLUMN_CHUNK_ROWS
+cdef size_t _thread_block_rows = 0          # 0: sized as the batch runs (fs_batch.c)
 cdef unsigned _cpus_override = 0            # 0: the CPUs this process may run on
-# A Python list's rows are handed to the threads this many at a time as
-# they are converted (8 blocks: a mutex and a wake-up per 8,192 rows).
-cdef Py_ssize_t _feed_rows = 8192
-
-
-cdef unsigned _threads_for(unsigned asked, size_t rows):
-    """How many threads a batch of rows gets when threads=asked: never more
-    than the CPUs this process may run on (more would only take turns on
-    them, and a block waiting for its turn to be placed holds the others
-    up: heavy at threads=4 on 2 CPUs ran at 0.61x of one thread before
-    this cap), and never fewer than ROWS_PER_CHUNK rows per thread, where
-    handing work to the pool's threads (a wake-up each, and the blocks'
-    placement) would cost more than it gains."""
-    cdef size_t n = min(<size_t>asked, _cpus(), rows // _min_rows_per_thread)
-    return <unsigned>(n if n > 1 else 1)
+cdef Py_ssize_t _feed_rows = FS_COLUMN_FEED_ROWS
 
 
 cdef size_t _cpus():
-    """The CPUs this process may run on (_set_batch_threading's cpus, when
-    a test sets it)."""
-    import os
-    if _cpus_override:
-        return _cpus_override
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The CPUs this process may run on, as the batch's thread policy counts
+    them (_set_batch_threading's cpus, when a test sets it)."""
+    return _cpus_override if _cpus_override else fs_column_cpus()
 
 
 def _pool_status():
@@ -75,7 +58,7 @@ def _pool_status():
     (csrc/batch/fs_pool.h): how many threads it has started, and how many are
     parked waiting for work now."""
     cdef unsigned threads = 0, idle = 0
-    fs_pool_status(&threads, &idle)
+    fs_column_pool_status(&threads, &idle)
     return (threads, idle)
 
 
@@ -172,7 +155,8 @@ cdef class _Column:
     cdef Py_ssize_t filled     # rows converted so far
     cdef str what              # the argument, for a row's TypeError
     cdef str strict            # not None: a lone surrogate is an invalid <strict>, not a null row
-    cdef object dictionary     # a dictionary chunk's _Export, matched by _spread_dictionary (s: no rows)
+    cdef _Column values        # a dictionary chunk's values (s: its rows, not read; x: their indices)
+    cdef fs_arrow_indices x
     cdef const char **ptrs
     cdef size_t *lens
     cdef char **chunks
@@ -551,17 +535,6 @@ def _arrow_indices(arr):
     return out
 
 
-cdef void _sub_strings(const fs_strings *src, size_t base, size_t n, fs_strings *out) noexcept:
-    """Rows [base, base + n) of src, as a column of their own (no copy)."""
-    out[0] = src[0]
-    out.n = n
-    if src.layout == FS_STR_PTRS:
-        out.ptrs = src.ptrs + base
-        out.lens = src.lens + base
-    else:
-        out.offset = src.offset + <int64_t>base
-
-
 # ---------------------------------------------- Arrow columns for insert_many
 
 cdef _Column _bulk_column(object col, str what, str singular):
@@ -639,7 +612,7 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True,
     messages.  fill=False leaves a Python sequence's rows to
     _Column.fill_to (Arrow columns are read in place: always filled).
     spread: a dictionary chunk becomes a segment of its own with no rows
-    read (_Column.dictionary: its export), for _spread_dictionary."""
+    read, its indices and values read instead (_dictionary_column)."""
     cdef _Column c
     cdef _Export e
     if type(col) is list or type(col) is tuple:
@@ -650,13 +623,7 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True,
         for chunk in _arrow_chunks(arrow, what):
             e = _export(chunk, what)
             if spread and e.kind == FS_ARROW_DICTIONARY:
-                c = _Column.__new__(_Column)
-                c.what = what
-                c.dictionary = e
-                c.keep = chunk
-                c.filled = <Py_ssize_t>e.array.length
-                c.s.layout = FS_STR_PTRS
-                c.s.n = <size_t>e.array.length
+                c = _dictionary_column(e, what, row_base + base)
             else:
                 c = _column_of_export(e, what, row_base + base)
             out.append((base, c))
@@ -676,6 +643,22 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True,
         raise TopicmatchTypeError(f"{what} must be a list of str, a numpy array or an Arrow string column, "
                         f"not {_tname(col)}") from None
     return [(0, _column_of_strs(col, what, fill))]
+
+
+cdef _Column _dictionary_column(_Export e, str what, Py_ssize_t row_base):
+    """A dictionary chunk to be matched once per distinct value: its
+    indices checked (then its values, whose errors name the dictionary)."""
+    cdef _Column c = _Column.__new__(_Column)
+    cdef fs_arrow_error err
+    if fs_arrow_indices_of(&e.col, &c.x, &err) != FS_OK:
+        raise _arrow_error(&err, what, row_base)
+    c.values = _column_of_arrow(e.arr.dictionary, what, 0)
+    c.what = what
+    c.keep = e
+    c.filled = <Py_ssize_t>e.array.length
+    c.s.layout = FS_STR_PTRS
+    c.s.n = <size_t>e.array.length
+    return c
 
 
 cdef _Column _checked_keys(object keys):
@@ -817,69 +800,114 @@ cdef Sublist _also_arg(Sublist self, object also):
     return <Sublist>also
 
 
+cdef struct _HookState:
+    PyObject *cols               # match_many's list of _Column, one a part
+    PyThreadState *released      # while the GIL is let go
+
+
+cdef int _fill_hook(void *ctx, size_t k, size_t end, size_t *filled) except -1:
+    """fs_match_column's fill: rows of part k converted through end."""
+    cdef _Column c = <_Column>PyList_GET_ITEM(<object>(<_HookState *>ctx).cols, <Py_ssize_t>k)
+    c.fill_to(<Py_ssize_t>end)
+    filled[0] = <size_t>c.filled
+    return 0
+
+
+cdef int _poll_hook(void *ctx) except -1:
+    """fs_match_column's poll: Ctrl-C (any signal handler's exception)."""
+    return PyErr_CheckSignals()
+
+
+cdef void _release_hook(void *ctx) noexcept:
+    (<_HookState *>ctx).released = PyEval_SaveThread()
+
+
+cdef void _acquire_hook(void *ctx) noexcept:
+    PyEval_RestoreThread((<_HookState *>ctx).released)
+
+
 cdef object _match_many(Sublist self, Sublist also, object subjects, object keys, object queues,
                         object threads, bint dedupe):
     import numpy as np
-    cdef fs_sublist *also_sl = also.sl if also is not None else NULL
-    cdef int mode = _queue_mode(queues)
-    cdef unsigned nthreads = _batch_threads(threads)
+    cdef fs_column_options opt
+    opt.queues = _queue_mode(queues)
+    opt.dedupe = dedupe
+    opt.threads = _batch_threads(threads)
+    opt.min_rows_per_thread = _min_rows_per_thread
+    opt.block_rows = _thread_block_rows
+    opt.cpus = _cpus_override
+    opt.feed_rows = <size_t>_feed_rows
     # a dictionary column is matched once per distinct value, unless each
     # row's pick follows a key of its own
-    segments = _segments(subjects, "subjects", 0, False, keys is None or mode != FS_QUEUES_PICK)
-    cdef Py_ssize_t n = 0
-    cdef _Column col, kcol = None
-    for _, col in segments:
-        n += <Py_ssize_t>col.s.n
+    cdef list cols = [c for _, c in _segments(subjects, "subjects", 0, False,
+                                              keys is None or opt.queues != FS_QUEUES_PICK)]
+    cdef _Parts parts = _Parts.of(cols)
+    cdef _Column kcol = None
     if keys is not None:
         kcol = _checked_keys(keys)
-        if <Py_ssize_t>kcol.s.n != n:
-            raise TopicmatchValueError(f"keys has {kcol.s.n} rows, subjects {n}")
-    offsets = np.empty(n + 1, dtype=np.int64)
-    invalid = np.empty(n, dtype=np.bool_)
+        if kcol.s.n != parts.rows:
+            raise TopicmatchValueError(f"keys has {kcol.s.n} rows, subjects {parts.rows}")
+    offsets = np.empty(parts.rows + 1, dtype=np.int64)
+    invalid = np.empty(parts.rows, dtype=np.bool_)
     offsets[0] = 0
     cdef int64_t[::1] off_view = offsets
     cdef uint8_t[::1] inv_view = invalid.view(np.uint8)
+    cdef _HookState st
+    st.cols = <PyObject *>cols
+    cdef fs_column_hooks hooks
+    hooks.ctx = &st
+    hooks.fill = _fill_hook
+    hooks.poll = _poll_hook
+    hooks.release = _release_hook
+    hooks.acquire = _acquire_hook
     cdef fs_idbuf ids
-    cdef const fs_strings *kp
-    cdef fs_strings kseg
-    cdef size_t base, seg_n
-    cdef unsigned seg_threads
-    cdef BatchResult result
     memset(&ids, 0, sizeof(ids))
-    try:
-        for seg_base, seg in segments:
-            col = seg
-            base = seg_base
-            seg_n = col.s.n
-            if col.dictionary is not None:
-                _spread_dictionary(self, also, col.dictionary, queues, threads, dedupe, &ids,
-                                   &off_view[base + 1], &inv_view[base], <Py_ssize_t>base)
-                continue
-            kp = NULL
-            if kcol is not None:
-                _sub_strings(&kcol.s, base, seg_n, &kseg)
-                kp = &kseg
-            seg_threads = _threads_for(nthreads, seg_n) if nthreads > 1 else 1
-            if seg_threads == 1:
-                if ids.ids == NULL and n >= KEPT_BUFFER_ROWS:
-                    fs_idbuf_start_kept(&ids)
-                _match_segment(self, also_sl, col, kp, mode, dedupe, &off_view[base + 1],
-                               &inv_view[base], &ids)
-            else:
-                _match_segment_threads(self, also_sl, col, kp, mode, dedupe, seg_threads,
-                                       &off_view[base + 1], &inv_view[base], &ids)
-        if fs_idbuf_fit(&ids) != FS_OK:
-            raise MemoryError()
-        result = <BatchResult>BatchResult.__new__(BatchResult)
-        # Read-only, as sub_ids is: a result is a value (it hashes).
-        offsets.flags.writeable = False
-        invalid.flags.writeable = False
-        result.offsets = offsets
-        result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)
-        result.invalid = invalid
-        return result
-    finally:
-        fs_idbuf_free(&ids)
+    if fs_match_column(self.sl, also.sl if also is not None else NULL, parts.p, parts.n,
+                       &kcol.s if kcol is not None else NULL, &opt, &hooks,
+                       &off_view[0] + 1, &inv_view[0] if parts.rows else NULL, &ids) != FS_OK:
+        raise MemoryError()
+    cdef BatchResult result = <BatchResult>BatchResult.__new__(BatchResult)
+    # Read-only, as sub_ids is: a result is a value (it hashes).
+    offsets.flags.writeable = False
+    invalid.flags.writeable = False
+    result.offsets = offsets
+    result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)
+    result.invalid = invalid
+    return result
+
+
+@cython.final
+cdef class _Parts:
+    """match_many's columns as fs_match_column's parts (a dictionary
+    chunk's: its indices and values); the columns themselves stay with the
+    caller."""
+    cdef fs_column_part one
+    cdef fs_column_part *p
+    cdef size_t n, rows
+
+    @staticmethod
+    cdef _Parts of(list cols):
+        cdef _Parts out = _Parts.__new__(_Parts)
+        cdef _Column c
+        cdef size_t k = 0
+        out.n = <size_t>len(cols)
+        out.p = &out.one
+        if out.n > 1:
+            out.p = <fs_column_part *>PyMem_Malloc(sizeof(fs_column_part) * out.n)
+            if out.p == NULL:
+                raise MemoryError()
+        for c in cols:
+            out.p[k].rows = c.s
+            out.p[k].filled = <size_t>c.filled
+            out.p[k].dict = &c.x if c.values is not None else NULL
+            out.p[k].values = &c.values.s if c.values is not None else NULL
+            out.rows += c.s.n
+            k += 1
+        return out
+
+    def __dealloc__(self):
+        if self.p != &self.one:
+            PyMem_Free(self.p)
 
 
 cdef int _queue_mode(object queues) except -1:
@@ -897,132 +925,3 @@ cdef unsigned _batch_threads(object threads) except 0:
     if threads < 1:
         raise TopicmatchValueError(f"threads must be >= 1, not {threads}")
     return <unsigned>min(threads, 256)
-
-
-cdef int _match_segment(Sublist self, fs_sublist *also_sl, _Column col, const fs_strings *kp,
-                        int mode, bint dedupe, int64_t *ends, uint8_t *invalid,
-                        fs_idbuf *ids) except -1:
-    """One segment's rows on this thread, a chunk at a time: the lock let
-    go while each chunk is matched, signals checked between chunks.  ends,
-    invalid: the segment's rows' places in the result."""
-    cdef size_t seg_n = col.s.n
-    cdef size_t begin = 0, end
-    cdef int rc
-    # all rows converted before the lock is first let go: the list as it
-    # was at the call, whatever other threads do to it
-    col.fill_to(seg_n)
-    while begin < seg_n:
-        end = min(begin + ROWS_PER_CHUNK, seg_n)
-        with nogil:
-            rc = fs_match_rows(self.sl, also_sl, &col.s, kp, begin, end, mode, dedupe,
-                               ends + begin, invalid + begin, ids, NULL)
-        if rc != FS_OK:
-            raise MemoryError()
-        PyErr_CheckSignals()
-        begin = end
-    return 0
-
-
-cdef int _match_segment_threads(Sublist self, fs_sublist *also_sl, _Column col,
-                                const fs_strings *kp, int mode, bint dedupe, unsigned nthreads,
-                                int64_t *ends, uint8_t *invalid, fs_idbuf *ids) except -1:
-    """One segment's rows on the pool's threads (fs_batch), its ids
-    appended to ids.  A Python list's rows are converted here, under the
-    interpreter lock throughout (the list as it was at the call): the
-    threads match the converted ones meanwhile."""
-    cdef size_t seg_n = col.s.n, k
-    cdef int64_t shift
-    cdef bint done = False
-    cdef int rc
-    cdef fs_idbuf part
-    memset(&part, 0, sizeof(part))
-    col.fill_to(_feed_rows)
-    cdef fs_batch_job *job = fs_batch_start_blocks(self.sl, also_sl, &col.s, kp, mode, dedupe,
-                                                   nthreads, ends, invalid, _thread_block_rows,
-                                                   <size_t>col.filled)
-    if job == NULL:
-        raise MemoryError()
-    try:
-        try:
-            while col.filled < <Py_ssize_t>seg_n:
-                col.fill_to(col.filled + _feed_rows)
-                fs_batch_feed(job, <size_t>col.filled)
-            while not done:
-                with nogil:
-                    done = fs_batch_wait(job, 50)
-                PyErr_CheckSignals()
-        except BaseException:
-            fs_batch_cancel(job)
-            with nogil:
-                fs_batch_finish(job, &part)
-            raise
-        with nogil:
-            rc = fs_batch_finish(job, &part)
-        if rc != FS_OK:
-            raise MemoryError()
-        # this segment's ids go after what earlier segments produced
-        shift = <int64_t>ids.n
-        if ids.n == 0 and ids.ids == NULL:
-            ids[0] = part
-            memset(&part, 0, sizeof(part))
-        else:
-            _append_ids(ids, &part)
-            for k in range(seg_n):
-                ends[k] += shift
-        return 0
-    finally:
-        fs_idbuf_free(&part)
-
-
-cdef int _append_ids(fs_idbuf *dst, fs_idbuf *src) except -1:
-    if src.n == 0:
-        return 0
-    if fs_idbuf_room(dst, src.n) != FS_OK:
-        raise MemoryError()
-    memcpy(dst.ids + dst.n, src.ids, sizeof(int64_t) * src.n)
-    dst.n += src.n
-    return 0
-
-
-cdef int _spread_dictionary(Sublist self, Sublist also, _Export e, object queues, object threads, bint dedupe,
-                            fs_idbuf *ids, int64_t *row_end, uint8_t *invalid,
-                            Py_ssize_t row_base) except -1:
-    """match_many over one dictionary-encoded chunk (e, its export): its
-    distinct values matched once (a row's ids depend only on its subject
-    when no key picks for it), then each row takes its value's ids,
-    appended to ids; a null index is a null row.  row_end and invalid: the
-    chunk's rows."""
-    import numpy as np
-    cdef fs_arrow_indices x
-    cdef fs_arrow_error err
-    # the indices checked, then the values (their errors name the dictionary)
-    if fs_arrow_indices_of(&e.col, &x, &err) != FS_OK:
-        raise _arrow_error(&err, "subjects", row_base)
-    cdef BatchResult d = _match_many(self, also, e.arr.dictionary, None, queues, threads, dedupe)
-    cdef const int64_t[::1] doff = d.offsets
-    cdef const uint8_t[::1] dinv = d.invalid.view(np.uint8)
-    cdef const int64_t[::1] dids = d.sub_ids
-    cdef const int64_t *src = &dids[0] if dids.shape[0] else NULL
-    cdef const int64_t *offs = &doff[0]
-    cdef int64_t i, n = x.length
-    cdef int64_t k, a, b
-    cdef size_t start = ids.n, total = ids.n
-    for i in range(n):
-        if not fs_arrow_index_at(&x, i, &k):
-            invalid[i] = 1
-        else:
-            invalid[i] = dinv[k]
-            total += <size_t>(doff[k + 1] - doff[k])
-        row_end[i] = <int64_t>total
-    if fs_idbuf_room(ids, total - start) != FS_OK:
-        raise MemoryError()
-    with nogil:
-        for i in range(n):
-            if not fs_arrow_index_at(&x, i, &k):
-                continue
-            a = offs[k]
-            b = offs[k + 1]
-            if b > a:
-                memcpy(ids.ids + ids.n, src + a, sizeof(int64_t) * <size_t>(b - a))
-                ids.n += <size_t>(b - a)
-    return 0

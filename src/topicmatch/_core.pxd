@@ -1,29 +1,42 @@
 # Declarations of the C core (csrc/); see csrc/api/sublist.h for the contract.
+#
+# An include list in pyarrow's manner: the extension module names
+# csrc/api/sublist.h, the whole C API (which includes the public faces of
+# the layers below it), and csrc/base/fs_status.h, the status codes --
+# nothing else of csrc/ (tests/test_layout.py, the api-only rule) but the
+# image's calls, whose layer (serial/) sits above api/.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
-cdef extern from "fs_alloc.h" nogil:
-    void fs_free(void *p)
-    void fs_fault_inject(uint64_t nth)
-    uint64_t fs_fault_injected()
-    uint64_t fs_fault_counted()
-
-cdef extern from "fs_token.h" nogil:
-    ctypedef enum fs_dialect:
-        FS_NATS
-        FS_MQTT
-        FS_AMQP
-    ctypedef struct fs_error:
-        const char *reason
-        size_t pos
-        int in_queue
-    ctypedef struct fs_tokens:
-        pass
+cdef extern from "fs_status.h" nogil:
     enum:
         FS_OK
         FS_ENOMEM
         FS_EINVAL
         FS_ENOTFOUND
         FS_EBADDATA
+        FS_ECANCELLED
+        FS_ENOSYS
+        FS_EIO
+    ctypedef struct fs_error:
+        const char *reason
+        size_t pos
+        int in_queue
+
+cdef extern from "sublist.h" nogil:
+    # the memory door (csrc/base/fs_alloc.h): freeing what C allocated, and
+    # the fault-injection tests' counters
+    void fs_free(void *p)
+    void fs_fault_inject(uint64_t nth)
+    uint64_t fs_fault_injected()
+    uint64_t fs_fault_counted()
+
+    # dialects and tokens (csrc/rules/fs_token.h)
+    ctypedef enum fs_dialect:
+        FS_NATS
+        FS_MQTT
+        FS_AMQP
+    ctypedef struct fs_tokens:
+        pass
     void fs_tokens_init(fs_tokens *t)
     void fs_tokens_free(fs_tokens *t)
     int fs_tokenize(fs_dialect d, const char *s, size_t len, int is_filter, fs_tokens *t, fs_error *err)
@@ -31,7 +44,7 @@ cdef extern from "fs_token.h" nogil:
     int fs_split_share(const char *s, size_t len, const char **group, size_t *glen,
                        const char **filter, size_t *flen, fs_error *err)
 
-cdef extern from "sublist.h" nogil:
+    # the index (csrc/api/sublist.h, the match layer's calls in fs_match.h)
     ctypedef struct fs_sublist:
         pass
     ctypedef struct fs_spec:
@@ -110,31 +123,14 @@ cdef extern from "sublist.h" nogil:
     int fs_subject_matches(fs_dialect d, const char *filter, size_t flen,
                            const char *subject, size_t slen, int *which, fs_error *err)
 
-cdef extern from "fs_idbuf.h" nogil:
-    ctypedef struct fs_idbuf:
-        int64_t *ids
-        size_t n, cap
-    int fs_idbuf_room(fs_idbuf *b, size_t more)
-    void fs_idbuf_free(fs_idbuf *b)
-    void fs_idbuf_start_kept(fs_idbuf *b)
-    int fs_idbuf_fit(fs_idbuf *b)
-    size_t fs_idpool_trim()
-    void fs_idpool_status(size_t *buffers, size_t *bytes)
-    void fs_idpool_hold_for_test(unsigned ms)
+cdef extern from "sublist.h" nogil:
+    # the fast path's compiler built-in (csrc/base/fs_bits.h)
+    void _prefetch "FS_PREFETCH"(const void *p)
 
-cdef extern from "fs_pool.h" nogil:
-    void fs_pool_status(unsigned *threads, unsigned *idle)
-
-cdef extern from "fs_batch.h" nogil:
+    # a column of strings (csrc/rules/fs_strings.h)
     enum:
         FS_STR_PTRS
         FS_STR_ARROW
-        FS_QUEUES_PICK
-        FS_QUEUES_ALL
-        FS_QUEUES_NONE
-        FS_ECANCELLED
-        FS_ENOSYS
-        FS_EIO
     ctypedef struct fs_strings:
         int layout
         size_t n
@@ -145,21 +141,92 @@ cdef extern from "fs_batch.h" nogil:
         const int64_t *off64
         const uint8_t *validity
         int64_t offset
-    ctypedef struct fs_batch_job:
-        pass
     int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
-    int fs_match_rows(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects, const fs_strings *keys,
-                      size_t begin, size_t end, int queues, int dedupe, int64_t *row_end,
-                      uint8_t *invalid, fs_idbuf *out, const void *cancel)
-    fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, fs_sublist *also, const fs_strings *subjects,
-                                        const fs_strings *keys, int queues, int dedupe, unsigned nthreads,
-                                        int64_t *row_end, uint8_t *invalid, size_t block_rows, size_t fed)
-    void fs_batch_feed(fs_batch_job *job, size_t fed)
-    int fs_batch_wait(fs_batch_job *job, unsigned timeout_ms)
-    void fs_batch_cancel(fs_batch_job *job)
-    int fs_batch_finish(fs_batch_job *job, fs_idbuf *out)
 
-cdef extern from "fs_route.h" nogil:
+    # match_many's output buffers and their pool (csrc/batch/fs_idbuf.h)
+    ctypedef struct fs_idbuf:
+        int64_t *ids
+        size_t n, cap
+    void fs_idbuf_free(fs_idbuf *b)
+    size_t fs_idpool_trim()
+    void fs_idpool_status(size_t *buffers, size_t *bytes)
+    void fs_idpool_hold_for_test(unsigned ms)
+
+    # Arrow's C Data Interface (csrc/arrow/fs_arrow.h): pyarrow exports into
+    # these, fs_arrow.c reads them; Cython only allocates and releases them.
+    struct ArrowSchema:
+        pass
+    struct ArrowArray:
+        int64_t length
+    enum:
+        FS_ARROW_NOT_TEXT
+        FS_ARROW_OFFSETS
+        FS_ARROW_VIEWS
+        FS_ARROW_DICTIONARY
+    ctypedef struct fs_arrow_column:
+        const ArrowArray *array
+        const ArrowSchema *schema
+        const int64_t *sizes
+        int64_t n_sizes
+        const int64_t *dict_sizes
+        int64_t n_dict_sizes
+    ctypedef struct fs_arrow_error:
+        int in_dictionary
+    ctypedef struct fs_arrow_indices:
+        int64_t length
+        int64_t values
+    int fs_arrow_kind(const ArrowSchema *schema)
+    int fs_arrow_strings(const fs_arrow_column *col, fs_strings *out, fs_arrow_error *err)
+    int fs_arrow_rows(const fs_arrow_column *col, const char **ptrs, size_t *lens, fs_arrow_error *err)
+    int fs_arrow_indices_of(const fs_arrow_column *col, fs_arrow_indices *out, fs_arrow_error *err)
+    int fs_arrow_index_at(const fs_arrow_indices *x, int64_t i, int64_t *k)
+    void fs_arrow_message(const fs_arrow_error *err, int64_t row_base, char *buf, size_t size)
+    void fs_arrow_release(ArrowArray *array, ArrowSchema *schema)
+
+    ctypedef struct fs_column_hooks
+    # a column matched at once (csrc/api/fs_column.c); the hooks run on the
+    # calling thread: fill and poll stop the call by raising (FS_ECANCELLED
+    # comes back with their exception set)
+    enum:
+        FS_QUEUES_PICK
+        FS_QUEUES_ALL
+        FS_QUEUES_NONE
+    ctypedef struct fs_column_part:
+        fs_strings rows
+        size_t filled
+        const fs_arrow_indices *dict
+        const fs_strings *values
+    ctypedef struct fs_column_options:
+        int queues
+        int dedupe
+        unsigned threads
+        size_t min_rows_per_thread
+        size_t block_rows
+        unsigned cpus
+        size_t feed_rows
+    enum:
+        FS_COLUMN_CHUNK_ROWS
+        FS_COLUMN_FEED_ROWS
+    int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *parts, size_t nparts,
+                        const fs_strings *keys, const fs_column_options *opt, const fs_column_hooks *hooks,
+                        int64_t *row_end, uint8_t *invalid, fs_idbuf *ids) except? -5
+    unsigned fs_column_cpus()
+    void fs_column_pool_status(unsigned *threads, unsigned *idle)
+
+cdef extern from "sublist.h":
+    # fs_match_column's hooks: Python code, run with the GIL held
+    ctypedef int (*fs_column_fill)(void *ctx, size_t k, size_t end, size_t *filled) except -1
+    ctypedef int (*fs_column_poll)(void *ctx) except -1
+    ctypedef void (*fs_column_lock)(void *ctx) noexcept
+    ctypedef struct fs_column_hooks:
+        void *ctx
+        fs_column_fill fill
+        fs_column_poll poll
+        fs_column_lock release
+        fs_column_lock acquire
+
+cdef extern from "sublist.h" nogil:
+    # the sharded fan-out's route keys (csrc/rules/fs_route.h)
     enum:
         FS_ROUTE_KEYED
         FS_ROUTE_ANY
@@ -191,42 +258,10 @@ cdef extern from "fs_image.h" nogil:
     int fs_image_is(const char *data, size_t len)
     int fs_image_damaged(const fs_sublist *sl)
 
-cdef extern from "fs_fault.h" nogil:
+cdef extern from "sublist.h" nogil:
     # the SIGBUS guard of mapped images (csrc/base/fs_fault.h)
     int fs_fault_guard(const void *base, size_t len)
     void fs_fault_unguard(int slot)
     int fs_fault_revoked(int slot)
     uint64_t fs_fault_revocations()
     uint64_t fs_fault_tail(const void *p)
-
-cdef extern from "fs_arrow.h" nogil:
-    # Arrow's C Data Interface (csrc/arrow/fs_arrow.h): pyarrow exports into
-    # these, fs_arrow.c reads them; Cython only allocates and releases them.
-    struct ArrowSchema:
-        pass
-    struct ArrowArray:
-        int64_t length
-    enum:
-        FS_ARROW_NOT_TEXT
-        FS_ARROW_OFFSETS
-        FS_ARROW_VIEWS
-        FS_ARROW_DICTIONARY
-    ctypedef struct fs_arrow_column:
-        const ArrowArray *array
-        const ArrowSchema *schema
-        const int64_t *sizes
-        int64_t n_sizes
-        const int64_t *dict_sizes
-        int64_t n_dict_sizes
-    ctypedef struct fs_arrow_error:
-        int in_dictionary
-    ctypedef struct fs_arrow_indices:
-        int64_t length
-        int64_t values
-    int fs_arrow_kind(const ArrowSchema *schema)
-    int fs_arrow_strings(const fs_arrow_column *col, fs_strings *out, fs_arrow_error *err)
-    int fs_arrow_rows(const fs_arrow_column *col, const char **ptrs, size_t *lens, fs_arrow_error *err)
-    int fs_arrow_indices_of(const fs_arrow_column *col, fs_arrow_indices *out, fs_arrow_error *err)
-    int fs_arrow_index_at(const fs_arrow_indices *x, int64_t i, int64_t *k)
-    void fs_arrow_message(const fs_arrow_error *err, int64_t row_base, char *buf, size_t size)
-    void fs_arrow_release(ArrowArray *array, ArrowSchema *schema)

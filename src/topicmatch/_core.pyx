@@ -57,7 +57,7 @@ cdef extern from *:
 cdef extern from *:
     """
     #include <stdatomic.h>
-    #include "fs_sys.h"
+    #include "sublist.h"     /* fs_sys.h's FS_THREAD_LOCAL and fs_yield */
     /* Sublist.close()'s guard: which calls are inside an index, and whether
      * it is closed.  A call adds one to busy, then reads closed; close()
      * sets closed, then waits for busy to be zero.  Both sequentially

@@ -24,10 +24,8 @@ cdef extern from "fs_serial.h" nogil:
 cdef extern from "sublist.h" nogil:
     fs_dialect _serial_dialect "fs_sublist_dialect"(const fs_sublist *sl)
 
-cdef extern from "fs_alloc.h" nogil:
+cdef extern from "sublist.h" nogil:
     void _serial_free "fs_free"(void *p)
-
-cdef extern from "fs_sys.h" nogil:
     void fs_pages_huge(void *p, size_t size)
 
 cdef extern from "Python.h":
