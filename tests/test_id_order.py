@@ -155,6 +155,39 @@ def test_merged_group_members_ascending():
     assert sl.match_many(["a.b"], queues="all")[0].tolist() == [1, 2, 3, 5, 9]
 
 
+@pytest.mark.parametrize("dialect", ["nats", "amqp"])
+@pytest.mark.parametrize("per_node", [3, 20])
+def test_two_nodes_groups_merge_by_name(dialect, per_node):
+    """A row where two filters hold queue groups, in a dialect that merges
+    them by name: their two name-ordered lists merged, a shared name one
+    group of both's members -- match() (fs_row_groups), match_many's direct
+    emit (fs_group_pair) and an opened image's, against the reference.
+    per_node 20: 40 groups, past the 32 that fs_row_groups once ordered by
+    insertion and sorted otherwise."""
+    rng = random.Random(per_node)
+    names = [f"q{k:02d}" for k in range(2 * per_node)]
+    shared = set(rng.sample(names, per_node // 2))
+    a = sorted(set(rng.sample(names, per_node)) | shared)
+    b = sorted(set(rng.sample(names, per_node)) | shared)
+    subs = [("x.y", q, 1000 + k) for k, q in enumerate(a)] + [("x.*", q, 2000 + k) for k, q in enumerate(b)]
+    subs += [("x.y", None, 7), ("x.*", None, 3)]
+    rng.shuffle(subs)
+    sl, ref = topicmatch.Sublist(dialect), R.ReferenceSublist(dialect)
+    for f, q, i in subs:
+        sl.insert(f, i, queue=q)
+        ref.insert(f, i, queue=q)
+    want = ref.match("x.y")
+    assert len(want.groups) == len(set(a) | set(b))
+    opened = topicmatch.Sublist.from_bytes(sl.to_bytes())
+    for index in (sl, opened):
+        got = index.match("x.y")
+        assert (got.subs, got.groups) == (want.subs, want.groups)
+        for mode in MODES:
+            got = index.match_many(["x.y", "x.y"], keys=["k", "j"], queues=mode)
+            assert got[0].tolist() == R.batch_row(want, mode, "k", dialect, dedupe=dialect == "amqp")
+            assert got[1].tolist() == R.batch_row(want, mode, "j", dialect, dedupe=dialect == "amqp")
+
+
 def test_removal_keeps_the_order():
     """Removing a group from a node keeps the others in name order."""
     a, b = topicmatch.Sublist("nats"), topicmatch.Sublist("nats")

@@ -137,25 +137,19 @@ FS_ALWAYS_INLINE int emit_node_groups_if(const fs_sublist *sl, int mapped, const
 }
 
 /* The groups of a row where two nodes hold them, in a dialect that merges
- * same-named groups (NATS; fs_groups_merge): the two name-ordered lists
- * merged by name, a name both hold one group of both's members (a's part
- * first) -- fs_row_groups' order and parts for such a row (insertion keeps
- * a before b on equal names), without refs or sorting (heavy: 750 rows). */
+ * same-named groups (NATS; fs_groups_merge): the row's order of them
+ * (fs_group_pair, which fs_row_groups takes for such a row too), emitted
+ * as it comes, without refs or sorting (heavy: 750 rows). */
 FS_ALWAYS_INLINE int emit_two_groups_if(const fs_sublist *sl, int mapped, const fs_node *a, const fs_node *b,
                                         int queues, uint32_t keyhash, fs_idbuf *out)
 {
-    uint32_t na = fs_ngroups_of_if(sl, mapped, a), nb = fs_ngroups_of_if(sl, mapped, b), i = 0, j = 0;
-    while (i < na || j < nb) {
-        const fs_group *ga = i < na ? fs_group_of_if(sl, mapped, a, i) : NULL;
-        const fs_group *gb = j < nb ? fs_group_of_if(sl, mapped, b, j) : NULL;
-        int c = !ga ? 1 : !gb ? -1 : fs_group_name_cmp_if(sl, mapped, ga, gb);
+    fs_group_pair pr = fs_group_pair_start(sl, mapped, a, b);
+    while (fs_group_pair_next(sl, mapped, &pr)) {
         group_emit ge;
-        group_start(&ge, sl, c <= 0 ? a : b, c <= 0 ? ga : gb, queues, keyhash);
-        if ((c <= 0 && group_part_if(sl, mapped, &ge, ga, queues, out) < 0) ||
-            (c >= 0 && group_part_if(sl, mapped, &ge, gb, queues, out) < 0) || group_end(&ge, queues, out) < 0)
+        group_start(&ge, sl, pr.ga ? a : b, pr.ga ? pr.ga : pr.gb, queues, keyhash);
+        if ((pr.ga && group_part_if(sl, mapped, &ge, pr.ga, queues, out) < 0) ||
+            (pr.gb && group_part_if(sl, mapped, &ge, pr.gb, queues, out) < 0) || group_end(&ge, queues, out) < 0)
             return FS_ENOMEM;
-        i += c <= 0;
-        j += c >= 0;
     }
     return FS_OK;
 }

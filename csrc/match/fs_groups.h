@@ -6,8 +6,9 @@
  * batch's direct emit (fs_batch.c) take a row's groups from fs_row_groups,
  * in the row's order (fs_result.h: by name, then filter), a merged group's
  * parts side by side (the batch takes those of a row where one node holds
- * groups, or two in a dialect that merges them, straight from the nodes'
- * name-ordered lists, in the same order):
+ * groups straight from its name-ordered list, and of a row where two do,
+ * in a dialect that merges them, from fs_group_pair, the merge
+ * fs_row_groups takes for such a row too):
  *
  *     size_t nrefs;
  *     fs_row_groups(sl, sc, &nrefs);
@@ -43,6 +44,52 @@ FS_ALWAYS_INLINE int fs_group_name_cmp_if(const fs_sublist *sl, int mapped, cons
         if (an[i] != bn[i])
             return (unsigned char)an[i] < (unsigned char)bn[i] ? -1 : 1;
     return na < nb ? -1 : na > nb;
+}
+
+/* The row's order of the groups of two nodes a and b, in a dialect that
+ * merges same-named groups (fs_groups_merge), written once: each node's
+ * groups are in name order with distinct names (fs_node.c), so the row's
+ * groups are the two lists merged by name, a name both hold being one
+ * group whose parts are a's, then b's.  Both fs_row_groups (its refs) and
+ * the batch's direct emit (fs_batch.c) walk it a step at a time:
+ *
+ *     fs_group_pair pr = fs_group_pair_start(sl, mapped, a, b);
+ *     while (fs_group_pair_next(sl, mapped, &pr))
+ *         ... one group: pr.ga (a's part, NULL: none), pr.gb (b's) ...
+ *
+ * na and nb are read once, at the start: a mapped node whose groups
+ * changed since reads as fewer (fs_group_of_if), never as more. */
+typedef struct {
+    const fs_node *a, *b;
+    uint32_t na, nb, i, j;     /* the next group of each: i of na, j of nb */
+    const fs_group *ga, *gb;   /* the step's parts (NULL: that node has none in it) */
+    uint32_t ia, ib;           /* and their numbers in their nodes */
+} fs_group_pair;
+
+FS_ALWAYS_INLINE fs_group_pair fs_group_pair_start(const fs_sublist *sl, int mapped, const fs_node *a,
+                                                   const fs_node *b)
+{
+    fs_group_pair pr = {a, b, fs_ngroups_of_if(sl, mapped, a), fs_ngroups_of_if(sl, mapped, b), 0, 0,
+                        NULL, NULL, 0, 0};
+    return pr;
+}
+
+/* The row's next group: 1 with its parts in pr->ga and pr->gb (one or
+ * both), 0 when both lists are done. */
+FS_ALWAYS_INLINE int fs_group_pair_next(const fs_sublist *sl, int mapped, fs_group_pair *pr)
+{
+    if (pr->i >= pr->na && pr->j >= pr->nb)
+        return 0;
+    const fs_group *ga = pr->i < pr->na ? fs_group_of_if(sl, mapped, pr->a, pr->i) : NULL;
+    const fs_group *gb = pr->j < pr->nb ? fs_group_of_if(sl, mapped, pr->b, pr->j) : NULL;
+    int c = !ga ? 1 : !gb ? -1 : fs_group_name_cmp_if(sl, mapped, ga, gb);
+    pr->ga = c <= 0 ? ga : NULL;
+    pr->gb = c >= 0 ? gb : NULL;
+    pr->ia = pr->i;
+    pr->ib = pr->j;
+    pr->i += c <= 0;
+    pr->j += c >= 0;
+    return 1;
 }
 
 /* The end of the group that starts at ref j: its parts were marked

@@ -277,12 +277,43 @@ FS_ALWAYS_INLINE void mark_parts_if(const fs_sublist *sl, int mapped, const fs_n
     }
 }
 
+/* The refs of a row where two nodes, hits[first] and hits[second], hold
+ * groups, in a dialect that merges same-named groups: their merge by name
+ * (fs_group_pair), a name both hold two refs side by side, the second
+ * marked a part.  Returns how many refs: at most total, the caller's
+ * count (a mapped image that changed since is cut to it, and marked, as
+ * row_groups_if's loop does). */
+FS_ALWAYS_INLINE size_t two_node_refs_if(const fs_sublist *sl, int mapped, const fs_node *const *hits,
+                                         size_t first, size_t second, size_t total, fs_gref *refs)
+{
+    size_t n = 0;
+    fs_group_pair pr = fs_group_pair_start(sl, mapped, hits[first], hits[second]);
+    if (mapped && (size_t)pr.na + pr.nb > total) {
+        fs_img_bad(sl);
+        pr.na = pr.na < total ? pr.na : (uint32_t)total;
+        pr.nb = pr.nb < total - pr.na ? pr.nb : (uint32_t)(total - pr.na);
+    }
+    while (fs_group_pair_next(sl, mapped, &pr)) {
+        if (pr.ga)
+            refs[n++] = (fs_gref){.hit = (uint32_t)first, .group = pr.ia, .part = 0};
+        if (pr.gb)
+            refs[n++] = (fs_gref){.hit = (uint32_t)second, .group = pr.ib, .part = (uint32_t)(pr.ga != NULL)};
+    }
+    return n;
+}
+
 FS_ALWAYS_INLINE int row_groups_if(const fs_sublist *sl, int mapped, fs_scratch *sc, size_t *nrefs)
 {
     const fs_node *const *hits = sc->hits;
-    size_t total = 0, n = 0;
-    for (size_t k = 0; k < sc->nhits; k++)
-        total += fs_ngroups_of_if(sl, mapped, hits[k]);
+    size_t total = 0, n = 0, grouped = 0, first = 0, second = 0;
+    for (size_t k = 0; k < sc->nhits; k++) {
+        uint32_t ng = fs_ngroups_of_if(sl, mapped, hits[k]);
+        total += ng;
+        if (ng) {
+            second = grouped == 1 ? k : second;
+            first = grouped++ ? first : k;
+        }
+    }
     *nrefs = total;
     sc->grefs_merge = 0;
     if (total == 0)
@@ -290,6 +321,12 @@ FS_ALWAYS_INLINE int row_groups_if(const fs_sublist *sl, int mapped, fs_scratch 
     if (total > sc->cap_grefs && fs_grow(&sc->grefs, &sc->cap_grefs, total, sizeof(fs_gref)) < 0)
         return FS_ENOMEM;
     fs_gref *refs = sc->grefs;
+    if (grouped == 2 && fs_groups_merge(sl->dialect)) {
+        /* the order of two nodes' groups is their merge, written once */
+        sc->grefs_merge = 1;
+        *nrefs = two_node_refs_if(sl, mapped, hits, first, second, total, refs);
+        return FS_OK;
+    }
     gref_ctx ctx = {sl, hits};
     unsigned runs = 0;
     for (size_t k = 0; k < sc->nhits; k++) {
