@@ -714,6 +714,58 @@ static void batch_again(rd *r, fs_sublist *index, fs_sublist *also, const fs_str
     fs_idbuf_free(&got);
 }
 
+/* fs_match_column's hooks here: a part's rows are all there, so fill
+ * only says so; poll stops the call at its stop-th turn (0: never). */
+typedef struct {
+    unsigned polls, stop;
+} column_turns;
+
+static int column_fill(void *ctx, size_t k, size_t end, size_t *filled)
+{
+    (void)ctx;
+    (void)k;
+    *filled = end;
+    return 0;
+}
+
+static int column_poll(void *ctx)
+{
+    column_turns *t = ctx;
+    return t->stop && ++t->polls == t->stop;
+}
+
+/* The batch's rows matched again through fs_match_column (match_many's
+ * driver): cut into 1-3 parts at drawn rows, each with a drawn number of
+ * rows filled in at the start (the rest asked for as the threads match),
+ * on 1-4 threads, a thread for every row, blocks of 1-4 rows, fed 1-4
+ * rows at a time; now and then stopped by its poll.  The same output as
+ * want; or FS_ENOMEM, or FS_ECANCELLED when stopped, with nothing out. */
+static void column_again(rd *r, fs_sublist *sl, const fs_strings *col, const fs_strings *keys, int queues,
+                         size_t rows, const fs_idbuf *want, const int64_t *want_end, const uint8_t *want_invalid)
+{
+    fs_column_part parts[3];
+    size_t nparts = 1 + u8(r) % 3, base = 0;
+    for (size_t k = 0; k < nparts; k++) {
+        size_t left = rows - base, n = k + 1 == nparts ? left : u8(r) % (left + 1);
+        parts[k] = (fs_column_part){fs_strings_slice(col, base, n), u8(r) % (n + 1), NULL, NULL};
+        base += n;
+    }
+    fs_column_options opt = {.queues = queues, .dedupe = 0, .threads = 1 + u8(r) % 4, .min_rows_per_thread = 1,
+                             .block_rows = 1 + u8(r) % 4, .cpus = 4, .feed_rows = 1 + u8(r) % 4};
+    column_turns turns = {0, u8(r) % 4 == 0 ? 1 + u8(r) % 3 : 0};
+    fs_column_hooks hooks = {&turns, column_fill, column_poll, NULL, NULL};
+    int64_t end[64];
+    uint8_t invalid[64];
+    fs_idbuf got;
+    memset(&got, 0, sizeof(got));
+    int rc = fs_match_column(sl, NULL, parts, nparts, keys, &opt, &hooks, end, invalid, &got);
+    if (rc == FS_OK)
+        same_batch(&got, end, invalid, want, want_end, want_invalid, rows);
+    else
+        CHECK((rc == FS_ENOMEM || (rc == FS_ECANCELLED && turns.stop)) && got.n == 0 && got.ids == NULL);
+    fs_idbuf_free(&got);
+}
+
 /* The model's subscriptions split between two new indexes, each one's
  * side drawn from the input: matched as one (fs_match_rows' also), they
  * must answer every row exactly as sl does -- the plain ids merged, a
@@ -839,6 +891,7 @@ static void op_batch(rd *r, int threaded)
     } else {
         batch_again(r, sl, NULL, &sc.col, keys, queues, rows, 1, &out, row_end, invalid);
     }
+    column_again(r, sl, &sc.col, keys, queues, rows, &out, row_end, invalid);
     fs_idbuf_free(&out);
 }
 

@@ -81,20 +81,6 @@ static unsigned threads_for(const fs_column_options *opt, size_t rows)
     return n > 1 ? (unsigned)n : 1;
 }
 
-/* Rows [base, base + n) of src, as a column of their own (no copy). */
-static fs_strings slice(const fs_strings *src, size_t base, size_t n)
-{
-    fs_strings out = *src;
-    out.n = n;
-    if (src->layout == FS_STR_PTRS) {
-        out.ptrs = src->ptrs + base;
-        out.lens = src->lens + base;
-    } else {
-        out.offset = src->offset + (int64_t)base;
-    }
-    return out;
-}
-
 /* A part on the calling thread, a chunk at a time: the caller's lock let
  * go while each chunk is matched, polled after each.  Every row is filled
  * in first (a list as it was at the call, whatever the caller's other
@@ -259,8 +245,9 @@ int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *part
     for (size_t k = 0, base = 0; rc == FS_OK && k < nparts; base += parts[k++].rows.n) {
         fs_strings kpart;
         if (keys)
-            kpart = slice(keys, base, parts[k].rows.n);
-        rc = match_part(&c, &parts[k], k, keys ? &kpart : NULL, row_end + base, invalid + base, ids);
+            kpart = fs_strings_slice(keys, base, parts[k].rows.n);
+        rc = match_part(&c, &parts[k], k, keys ? &kpart : NULL, row_end + base, invalid ? invalid + base : NULL,
+                        ids);
     }
     if (rc == FS_OK)
         rc = fs_idbuf_fit(ids);

@@ -257,7 +257,8 @@ typedef struct {
  * opt->threads threads: never more than the processors, nor fewer rows a
  * thread than FS_COLUMN_CHUNK_ROWS.  Output, CSR: row_end[i] (n entries,
  * n the parts' rows) the ids through row i in *ids (empty on entry),
- * invalid[i] 1 for a null or invalid row.  FS_OK (*ids fitted:
+ * invalid[i] 1 for a null or invalid row (invalid may be NULL when n is
+ * 0).  FS_OK (*ids fitted:
  * fs_idbuf_fit), FS_ENOMEM, or FS_ECANCELLED when a hook said stop; on
  * error *ids is empty. */
 int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *parts, size_t nparts,

@@ -46,4 +46,19 @@ static inline int fs_strings_get(const fs_strings *s, size_t i, const char **p, 
     return 1;
 }
 
+/* Rows [base, base + n) of src (base + n <= src->n), as a column of their
+ * own: no copy. */
+static inline fs_strings fs_strings_slice(const fs_strings *src, size_t base, size_t n)
+{
+    fs_strings out = *src;
+    out.n = n;
+    if (src->layout == FS_STR_PTRS) {
+        out.ptrs = src->ptrs + base;
+        out.lens = src->lens + base;
+    } else {
+        out.offset = src->offset + (int64_t)base;
+    }
+    return out;
+}
+
 #endif

@@ -862,18 +862,22 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
     hooks.acquire = _acquire_hook
     cdef fs_idbuf ids
     memset(&ids, 0, sizeof(ids))
-    if fs_match_column(self.sl, also.sl if also is not None else NULL, parts.p, parts.n,
-                       &kcol.s if kcol is not None else NULL, &opt, &hooks,
-                       &off_view[0] + 1, &inv_view[0] if parts.rows else NULL, &ids) != FS_OK:
-        raise MemoryError()
-    cdef BatchResult result = <BatchResult>BatchResult.__new__(BatchResult)
-    # Read-only, as sub_ids is: a result is a value (it hashes).
-    offsets.flags.writeable = False
-    invalid.flags.writeable = False
-    result.offsets = offsets
-    result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)
-    result.invalid = invalid
-    return result
+    cdef BatchResult result
+    try:
+        if fs_match_column(self.sl, also.sl if also is not None else NULL, parts.p, parts.n,
+                           &kcol.s if kcol is not None else NULL, &opt, &hooks,
+                           &off_view[0] + 1, &inv_view[0] if parts.rows else NULL, &ids) != FS_OK:
+            raise MemoryError()
+        result = <BatchResult>BatchResult.__new__(BatchResult)
+        # Read-only, as sub_ids is: a result is a value (it hashes).
+        offsets.flags.writeable = False
+        invalid.flags.writeable = False
+        result.offsets = offsets
+        result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)
+        result.invalid = invalid
+        return result
+    finally:
+        fs_idbuf_free(&ids)           # unless _take_ids took them: a Python allocation failed
 
 
 @cython.final
