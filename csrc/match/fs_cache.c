@@ -227,6 +227,17 @@ static fs_centry *find(const fs_cache *c, const char *s, size_t len, uint32_t ha
     return find_from(atomic_load_explicit(bucket_of(c, hash), memory_order_acquire), s, len, hash);
 }
 
+/* A hit on e: its result, valid while the caller holds the index's lock.
+ * The reference bit is set only when clear, so a hot entry's line stays
+ * shared, unwritten.  Counting the hit is the caller's (a tally, or the
+ * thread's stripe). */
+static inline const fs_result *cache_hit(fs_centry *e)
+{
+    if (!atomic_load_explicit(&e->ref, memory_order_relaxed))
+        atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
+    return &e->r;
+}
+
 const fs_result *fs_cache_get_from(const fs_cache_bucket *bucket, const char *s, size_t len,
                                    uint32_t hash, fs_cache_tally *tally)
 {
@@ -236,30 +247,18 @@ const fs_result *fs_cache_get_from(const fs_cache_bucket *bucket, const char *s,
         return NULL;
     }
     tally->hits++;
-    /* Set only when clear: a hot entry's line stays shared, unwritten. */
-    if (!atomic_load_explicit(&e->ref, memory_order_relaxed))
-        atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
-    return &e->r;
-}
-
-const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t hash,
-                              fs_cache_tally *tally)
-{
-    return fs_cache_get_from(bucket_of(c, hash), s, len, hash, tally);
+    return cache_hit(e);
 }
 
 const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash)
 {
     uint32_t h = fs_hash(s, len);
     *hash = h;
-    fs_centry *e = find_from(atomic_load_explicit(bucket_of(c, h), memory_order_acquire), s, len, h);
+    fs_centry *e = find(c, s, len, h);
     if (!e)
         return NULL;
     atomic_fetch_add_explicit(&c->tally[fs_thread_stripe()].hits, 1, memory_order_relaxed);
-    /* Set only when clear: a hot entry's line stays shared, unwritten. */
-    if (!atomic_load_explicit(&e->ref, memory_order_relaxed))
-        atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
-    return &e->r;
+    return cache_hit(e);
 }
 
 void fs_cache_buckets(const fs_cache *c, const uint32_t *hash, size_t n, const fs_cache_bucket **buckets)

@@ -59,26 +59,25 @@ typedef struct {
 fs_cache *fs_cache_new(size_t capacity);
 void fs_cache_free(fs_cache *c);
 
-/* Look the subject up (under the index's read or write lock).  Returns its
- * result, valid until the caller releases that lock, or NULL on a miss.
- * Counts into *tally. */
-const fs_result *fs_cache_get(fs_cache *c, const char *s, size_t len, uint32_t hash,
-                              fs_cache_tally *tally);
-void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally);
-
-/* One subject's lookup for a single match() (under the read lock): hashes
- * it (*hash: the key a miss is filled under) and looks it up.  A hit is
- * counted at once in the calling thread's stripe, so a cached answer costs
+/* One subject's lookup (under the index's read or write lock), for each
+ * call that asks about one subject (match(), num_interest, has_interest):
+ * hashes it (*hash: the key a miss is filled under) and looks it up.  A
+ * hit is counted at once in the calling thread's stripe, so a cached answer costs
  * one hash, one probe and no tally to flush; a miss is not counted (the
- * caller counts it in its tally, or not at all when it only asked). */
+ * caller counts it in its tally, or not at all when it only asked).  The
+ * result is valid until the caller releases that lock. */
 const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash);
+/* Add a call's tally (its misses; a batch's hits too) to the calling
+ * thread's stripe. */
+void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally);
 
 /* A block of lookups, in two steps, so that the block's misses overlap
  * instead of each lookup waiting on its own.  First the n subjects'
  * buckets (from their hashes), the entries at their heads prefetched;
- * then each lookup starts at its bucket: fs_cache_get_from is
- * fs_cache_get without finding the bucket again.  Both under one hold of
- * the index's read lock. */
+ * then each lookup starts at its bucket: fs_cache_get_from returns the
+ * subject's result (valid until the lock is released) or NULL, counting
+ * the hit or the miss into *tally.  Both under one hold of the index's
+ * read lock. */
 typedef struct fs_centry fs_centry;
 typedef _Atomic(fs_centry *) fs_cache_bucket;
 void fs_cache_buckets(const fs_cache *c, const uint32_t *hash, size_t n, const fs_cache_bucket **buckets);

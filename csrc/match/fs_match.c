@@ -80,7 +80,8 @@ void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
 {
     int reclaim = 0;
     if (sl->cache) {
-        /* (match() counts its hit in the lookup: nothing left to add) */
+        /* (a call about one subject counts its hit in the lookup: only a
+         * miss, or a batch's tally, is left to add) */
         if (tally->hits | tally->misses)
             fs_cache_tally_flush(sl->cache, tally);
         reclaim = fs_cache_should_reclaim(sl->cache);
@@ -90,15 +91,29 @@ void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
         fs_reclaim_cache(sl);
 }
 
+/* The cache lookup of a call about one subject (match(), num_interest,
+ * has_interest), read lock held: its cached answer, or NULL (no cache, or
+ * a miss, counted into *tally); *hash, the key a miss is filled under
+ * (0 without a cache).  A hit is counted by the lookup itself. */
+static inline const fs_result *lookup_one(fs_sublist *sl, const char *s, size_t len, uint32_t *hash,
+                                          fs_cache_tally *tally)
+{
+    *hash = 0;
+    if (!sl->cache)
+        return NULL;
+    const fs_result *cached = fs_cache_get_one(sl->cache, s, len, hash);
+    tally->misses += !cached;
+    return cached;
+}
+
 int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
                      fs_scratch *sc, fs_result *r, fs_error *err)
 {
     int rc;
     fs_cache_tally tally = {0, 0};
+    uint32_t hash;
     fs_brlock_rdlock(&sl->lock);
-    /* The whole-subject hash keys the cache alone. */
-    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;
-    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, &tally) : NULL;
+    const fs_result *cached = lookup_one(sl, subject, len, &hash, &tally);
     if (cached)
         rc = fs_result_copy(r, cached);
     else
@@ -153,12 +168,12 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
         fs_brlock_rdlock(&sl->lock);
     else if (!fs_brlock_tryrdlock(&sl->lock))
         return FS_MATCH_WALK;
-    /* The whole-subject hash keys the cache alone.  A hit is counted by
-     * the lookup itself: a small cached answer then goes straight to ids,
-     * with no workspace, no copy into a result and no tally to flush. */
-    uint32_t hash = 0;
-    const fs_result *cached = sl->cache ? fs_cache_get_one(sl->cache, subject, len, &hash) : NULL;
-    fs_cache_tally tally = {0, (uint64_t)(sl->cache && !cached)};
+    /* A hit is counted by the lookup itself: a small cached answer then
+     * goes straight to ids, with no workspace, no copy into a result and
+     * no tally to flush. */
+    uint32_t hash;
+    fs_cache_tally tally = {0, 0};
+    const fs_result *cached = lookup_one(sl, subject, len, &hash, &tally);
     if (!cached && how == FS_MATCH_CACHE_ONLY) {
         /* The caller walks in a second call: this one leaves no trace
          * (the miss is counted then). */
@@ -204,8 +219,8 @@ static int interest_locked(fs_sublist *sl, const char *subject, size_t len, fs_s
 {
     *nplain = *nqueue = 0;
     int rc = FS_OK;
-    uint32_t hash = sl->cache ? fs_hash(subject, len) : 0;    /* keys the cache alone */
-    const fs_result *cached = sl->cache ? fs_cache_get(sl->cache, subject, len, hash, tally) : NULL;
+    uint32_t hash;
+    const fs_result *cached = lookup_one(sl, subject, len, &hash, tally);
     if (cached) {
         *nplain = cached->nplain;
         *nqueue = cached->nids - cached->nplain;
