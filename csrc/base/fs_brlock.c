@@ -14,25 +14,31 @@ int fs_brlock_init(fs_brlock *l)
 
 void fs_brlock_destroy(fs_brlock *l) { fs_rwlock_destroy(&l->rw); }
 
-int fs_brlock_tryrdlock(fs_brlock *l)
+fs_stripe *fs_brlock_tryrdlock_in(fs_brlock *l)
 {
     fs_stripe *s = fs_brlock_mine(l);
     atomic_fetch_add_explicit(&s->readers, 1, memory_order_seq_cst);
     if (FS_LIKELY(!atomic_load_explicit(&l->writer, memory_order_seq_cst)))
-        return 1;
+        return s;
     /* A writer holds rw (it sets `writer` only then): step back. */
     atomic_fetch_sub_explicit(&s->readers, 1, memory_order_release);
-    return 0;
+    return NULL;
 }
 
-void fs_brlock_rdlock(fs_brlock *l)
+int fs_brlock_tryrdlock(fs_brlock *l) { return fs_brlock_tryrdlock_in(l) != NULL; }
+
+fs_stripe *fs_brlock_rdlock_in(fs_brlock *l)
 {
     /* Met a writer: sleep on rw's read side until it lets go, then again. */
-    while (!fs_brlock_tryrdlock(l)) {
+    fs_stripe *s;
+    while (!(s = fs_brlock_tryrdlock_in(l))) {
         fs_rwlock_rdlock(&l->rw);
         fs_rwlock_rdunlock(&l->rw);
     }
+    return s;
 }
+
+void fs_brlock_rdlock(fs_brlock *l) { (void)fs_brlock_rdlock_in(l); }
 
 void fs_brlock_rdunlock(fs_brlock *l)
 {

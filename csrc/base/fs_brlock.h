@@ -68,6 +68,18 @@ void fs_brlock_rdlock(fs_brlock *l);
  * not wait while it holds something a writer may need (the GIL). */
 int fs_brlock_tryrdlock(fs_brlock *l);
 void fs_brlock_rdunlock(fs_brlock *l);
+/* The two fast read holds for a caller that keeps the stripe its hold is
+ * counted in (match(): its lookup's hit and its match count go to the
+ * same stripe, found once a call): the stripe, or NULL from the try when
+ * a writer is there (nothing held).  fs_brlock_rdunlock_in(stripe) lets
+ * go, inline: it drops the very count the hold added, whichever code
+ * computes thread stripes. */
+fs_stripe *fs_brlock_rdlock_in(fs_brlock *l);
+fs_stripe *fs_brlock_tryrdlock_in(fs_brlock *l);
+static inline void fs_brlock_rdunlock_in(fs_stripe *s)
+{
+    atomic_fetch_sub_explicit(&s->readers, 1, memory_order_release);
+}
 /* Long read hold (a writer sleeps meanwhile). */
 void fs_brlock_rdlock_long(fs_brlock *l);
 void fs_brlock_rdunlock_long(fs_brlock *l);
@@ -78,5 +90,10 @@ void fs_brlock_wrunlock(fs_brlock *l);
 void fs_brlock_child_reset(fs_brlock *l);
 /* The calling thread's stripe. */
 static inline fs_stripe *fs_brlock_mine(fs_brlock *l) { return &l->stripe[fs_thread_stripe()]; }
+/* A stripe's number (fs_sys.h), from its place in l. */
+static inline unsigned fs_brlock_stripe_no(const fs_brlock *l, const fs_stripe *s)
+{
+    return (unsigned)(s - l->stripe);
+}
 
 #endif

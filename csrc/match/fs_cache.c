@@ -250,14 +250,15 @@ const fs_result *fs_cache_get_from(const fs_cache_bucket *bucket, const char *s,
     return cache_hit(e);
 }
 
-const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash)
+const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash, unsigned stripe)
 {
     uint32_t h = fs_hash(s, len);
     *hash = h;
-    fs_centry *e = find(c, s, len, h);
+    /* (find_from inline: find itself is a call here) */
+    fs_centry *e = find_from(atomic_load_explicit(bucket_of(c, h), memory_order_acquire), s, len, h);
     if (!e)
         return NULL;
-    atomic_fetch_add_explicit(&c->tally[fs_thread_stripe()].hits, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->tally[stripe].hits, 1, memory_order_relaxed);
     return cache_hit(e);
 }
 

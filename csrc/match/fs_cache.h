@@ -62,11 +62,12 @@ void fs_cache_free(fs_cache *c);
 /* One subject's lookup (under the index's read or write lock), for each
  * call that asks about one subject (match(), num_interest, has_interest):
  * hashes it (*hash: the key a miss is filled under) and looks it up.  A
- * hit is counted at once in the calling thread's stripe, so a cached answer costs
- * one hash, one probe and no tally to flush; a miss is not counted (the
- * caller counts it in its tally, or not at all when it only asked).  The
- * result is valid until the caller releases that lock. */
-const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash);
+ * hit is counted at once in the stripe given, the calling thread's (the
+ * caller has it from its lock hold: fs_brlock_rdlock_in), so a cached
+ * answer costs one hash, one probe and no tally to flush; a miss is not
+ * counted (the caller counts it in its tally, or not at all when it only
+ * asked).  The result is valid until the caller releases that lock. */
+const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash, unsigned stripe);
 /* Add a call's tally (its misses; a batch's hits too) to the calling
  * thread's stripe. */
 void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally);

@@ -28,12 +28,11 @@ static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scrat
     return rc;
 }
 
-void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
+/* Into the calling thread's stripe sp (fs_brlock.h): a line no other
+ * thread writes (unless more than FS_STRIPES threads match), so match()
+ * from many threads shares nothing here.  stats() sums. */
+static inline void count_in(fs_stripe *sp, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
 {
-    /* Into the calling thread's stripe (fs_brlock.h): a line no other
-     * thread writes (unless more than FS_STRIPES threads match), so
-     * match() from many threads shares nothing here.  stats() sums. */
-    fs_stripe *sp = fs_brlock_mine(&sl->lock);
     atomic_fetch_add_explicit(&sp->matches, matches, memory_order_relaxed);
     /* A locked add costs a match() more than its lookup's arithmetic: none
      * when nothing matched (~40% of subjects in the benchmarks). */
@@ -47,7 +46,13 @@ void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_
         ;
 }
 
-static void count_match(fs_sublist *sl, uint64_t fanout) { fs_count_matches(sl, 1, fanout, fanout); }
+void fs_count_matches(fs_sublist *sl, uint64_t matches, uint64_t fanout, uint64_t fanout_max)
+{
+    count_in(fs_brlock_mine(&sl->lock), matches, fanout, fanout_max);
+}
+
+/* One match of a call about one subject, into the stripe of its hold. */
+static inline void count_match(fs_stripe *mine, uint64_t fanout) { count_in(mine, 1, fanout, fanout); }
 
 int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
                       fs_scratch *sc, fs_result *r, fs_error *err)
@@ -74,9 +79,10 @@ void fs_reclaim_cache(fs_sublist *sl)
 }
 
 /* End of a read-locked call that may have filled the cache: flush its
- * tally, then release the read lock, then free evicted entries if enough
- * wait (that needs the write lock: no reader may still be on them). */
-void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
+ * tally, then release the read lock (held in the stripe mine), then free
+ * evicted entries if enough wait (that needs the write lock: no reader
+ * may still be on them). */
+static inline void read_done_in(fs_sublist *sl, const fs_cache_tally *tally, fs_stripe *mine)
 {
     int reclaim = 0;
     if (sl->cache) {
@@ -86,22 +92,28 @@ void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
             fs_cache_tally_flush(sl->cache, tally);
         reclaim = fs_cache_should_reclaim(sl->cache);
     }
-    fs_brlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock_in(mine);
     if (reclaim)
         fs_reclaim_cache(sl);
 }
 
+void fs_read_done(fs_sublist *sl, const fs_cache_tally *tally)
+{
+    read_done_in(sl, tally, fs_brlock_mine(&sl->lock));
+}
+
 /* The cache lookup of a call about one subject (match(), num_interest,
- * has_interest), read lock held: its cached answer, or NULL (no cache, or
- * a miss, counted into *tally); *hash, the key a miss is filled under
- * (0 without a cache).  A hit is counted by the lookup itself. */
-static inline const fs_result *lookup_one(fs_sublist *sl, const char *s, size_t len, uint32_t *hash,
-                                          fs_cache_tally *tally)
+ * has_interest), read lock held in the stripe mine: its cached answer, or
+ * NULL (no cache, or a miss, counted into *tally); *hash, the key a miss
+ * is filled under (0 without a cache).  A hit is counted by the lookup
+ * itself, in mine's number. */
+static inline const fs_result *lookup_one(fs_sublist *sl, fs_stripe *mine, const char *s, size_t len,
+                                          uint32_t *hash, fs_cache_tally *tally)
 {
     *hash = 0;
     if (!sl->cache)
         return NULL;
-    const fs_result *cached = fs_cache_get_one(sl->cache, s, len, hash);
+    const fs_result *cached = fs_cache_get_one(sl->cache, s, len, hash, fs_brlock_stripe_no(&sl->lock, mine));
     tally->misses += !cached;
     return cached;
 }
@@ -112,15 +124,15 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
     int rc;
     fs_cache_tally tally = {0, 0};
     uint32_t hash;
-    fs_brlock_rdlock(&sl->lock);
-    const fs_result *cached = lookup_one(sl, subject, len, &hash, &tally);
+    fs_stripe *mine = fs_brlock_rdlock_in(&sl->lock);
+    const fs_result *cached = lookup_one(sl, mine, subject, len, &hash, &tally);
     if (cached)
         rc = fs_result_copy(r, cached);
     else
         rc = fs_compute_locked(sl, subject, len, hash, sc, r, err);
-    fs_read_done(sl, &tally);
+    read_done_in(sl, &tally, mine);
     if (rc == FS_OK)
-        count_match(sl, r->nids);
+        count_match(mine, r->nids);
     return rc;
 }
 
@@ -164,21 +176,22 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
     int rc = FS_OK;
     *n = 0;
     *wp = NULL;
-    if (how != FS_MATCH_NO_WAIT)
-        fs_brlock_rdlock(&sl->lock);
-    else if (!fs_brlock_tryrdlock(&sl->lock))
+    /* The stripe is found once: the hold, the hit and the match count go
+     * to it. */
+    fs_stripe *mine = how != FS_MATCH_NO_WAIT ? fs_brlock_rdlock_in(&sl->lock) : fs_brlock_tryrdlock_in(&sl->lock);
+    if (!mine)
         return FS_MATCH_WALK;
     /* A hit is counted by the lookup itself: a small cached answer then
      * goes straight to ids, with no workspace, no copy into a result and
      * no tally to flush. */
     uint32_t hash;
     fs_cache_tally tally = {0, 0};
-    const fs_result *cached = lookup_one(sl, subject, len, &hash, &tally);
+    const fs_result *cached = lookup_one(sl, mine, subject, len, &hash, &tally);
     if (!cached && how == FS_MATCH_CACHE_ONLY) {
         /* The caller walks in a second call: this one leaves no trace
          * (the miss is counted then). */
         tally.misses = 0;
-        fs_read_done(sl, &tally);
+        read_done_in(sl, &tally, mine);
         return FS_MATCH_WALK;
     }
     fs_workspace *w = NULL;
@@ -204,23 +217,23 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
             *wp = w;                  /* lent until the caller releases it */
         }
     }
-    fs_read_done(sl, &tally);
+    read_done_in(sl, &tally, mine);
     if (w && !*wp)
         fs_workspace_release(w, spare);
     if (rc == FS_OK)
-        count_match(sl, *n);
+        count_match(mine, *n);
     return rc;
 }
 
-/* num_interest's answer; caller holds the read lock, then calls
- * fs_read_done with the tally. */
-static int interest_locked(fs_sublist *sl, const char *subject, size_t len, fs_scratch *sc,
+/* num_interest's answer; caller holds the read lock (in the stripe mine),
+ * then calls read_done_in with the tally. */
+static int interest_locked(fs_sublist *sl, fs_stripe *mine, const char *subject, size_t len, fs_scratch *sc,
                            uint64_t *nplain, uint64_t *nqueue, fs_error *err, fs_cache_tally *tally)
 {
     *nplain = *nqueue = 0;
     int rc = FS_OK;
     uint32_t hash;
-    const fs_result *cached = lookup_one(sl, subject, len, &hash, tally);
+    const fs_result *cached = lookup_one(sl, mine, subject, len, &hash, tally);
     if (cached) {
         *nplain = cached->nplain;
         *nqueue = cached->nids - cached->nplain;
@@ -253,36 +266,36 @@ int fs_sublist_interest(fs_sublist *sl, const char *subject, size_t len,
                         fs_error *err)
 {
     fs_cache_tally tally = {0, 0};
-    fs_brlock_rdlock(&sl->lock);
-    int rc = interest_locked(sl, subject, len, sc, nplain, nqueue, err, &tally);
-    fs_read_done(sl, &tally);
+    fs_stripe *mine = fs_brlock_rdlock_in(&sl->lock);
+    int rc = interest_locked(sl, mine, subject, len, sc, nplain, nqueue, err, &tally);
+    read_done_in(sl, &tally, mine);
     if (rc == FS_OK)
-        count_match(sl, *nplain + *nqueue);
+        count_match(mine, *nplain + *nqueue);
     return rc;
 }
 
 int fs_sublist_has_interest(fs_sublist *sl, const char *subject, size_t len,
                             fs_scratch *sc, fs_error *err)
 {
-    fs_brlock_rdlock(&sl->lock);      /* once: a lock pair is ~60 instructions */
+    fs_stripe *mine = fs_brlock_rdlock_in(&sl->lock);      /* once: a lock pair is ~60 instructions */
     if (sl->cache) {
         /* With a cache the whole answer is worth computing: it is kept,
          * and the next question about this subject is one lookup. */
         uint64_t nplain, nqueue;
         fs_cache_tally tally = {0, 0};
-        int rc = interest_locked(sl, subject, len, sc, &nplain, &nqueue, err, &tally);
-        fs_read_done(sl, &tally);
+        int rc = interest_locked(sl, mine, subject, len, sc, &nplain, &nqueue, err, &tally);
+        read_done_in(sl, &tally, mine);
         if (rc < 0)
             return rc;
-        count_match(sl, nplain + nqueue);
+        count_match(mine, nplain + nqueue);
         return nplain + nqueue > 0;
     }
     /* The tables first, stopping at the first entry; the trie only if none. */
     int rc = walk_locked(sl, subject, len, sc, 1, err);
     if (rc == FS_OK)
         rc = sc->nhits > 0;
-    fs_brlock_rdunlock(&sl->lock);
+    fs_brlock_rdunlock_in(mine);
     if (rc >= 0)
-        count_match(sl, 0);
+        count_match(mine, 0);
     return rc;
 }

@@ -28,6 +28,18 @@ void fs_scratch_free(fs_scratch *sc)
 
 static fs_tls_key workspace_key;
 
+/* The key's value, also kept in a thread-local where the compiler has one
+ * that costs a load (GCC and Clang's initial-exec model, fs_sys.h), so
+ * that a match() reads it instead of calling pthread_getspecific (~17
+ * instructions a call).  The key stays the owner: its destructor frees
+ * the workspace when the thread ends, clearing the thread-local first.
+ * Not on Windows, where the key is fiber-local (fs_sys.h): a thread-local
+ * would give one fiber's workspace to the other fibers of its thread. */
+#if defined(__GNUC__) && !defined(_WIN32)
+#define WORKSPACE_THREAD_LOCAL 1
+static FS_THREAD_LOCAL fs_workspace *workspace_mine;
+#endif
+
 static fs_once_flag workspace_once = FS_ONCE_INIT;
 
 static int workspace_key_ok;
@@ -39,6 +51,9 @@ static atomic_int workspace_ready;
 static void FS_TLS_DESTRUCTOR workspace_destroy(void *p)
 {
     fs_workspace *w = p;
+#ifdef WORKSPACE_THREAD_LOCAL
+    workspace_mine = NULL;     /* (this thread's: a destructor runs on the thread that ends) */
+#endif
     fs_scratch_free(&w->sc);
     fs_result_free(&w->r);
     FS_FREE(w);
@@ -52,6 +67,11 @@ static void workspace_key_create(void)
 
 fs_workspace *fs_workspace_get(void)
 {
+#ifdef WORKSPACE_THREAD_LOCAL
+    fs_workspace *mine = workspace_mine;
+    if (FS_LIKELY(mine != NULL))
+        return mine;
+#endif
     if (FS_UNLIKELY(!atomic_load_explicit(&workspace_ready, memory_order_acquire))) {
         fs_once(&workspace_once, workspace_key_create);
         if (!workspace_key_ok)
@@ -70,6 +90,9 @@ fs_workspace *fs_workspace_get(void)
             return NULL;
         }
     }
+#ifdef WORKSPACE_THREAD_LOCAL
+    workspace_mine = w;
+#endif
     return w;
 }
 
@@ -88,6 +111,19 @@ fs_workspace *fs_workspace_acquire(fs_workspace *spare)
     return spare;
 }
 
+/* fs_workspace_trim's two tests: is the result, or the scratch, holding
+ * more than a typical call needs? */
+static inline int result_oversized(const fs_workspace *w)
+{
+    return w->r.cap_ids > 65536 || w->r.cap_arena > 1u << 20 || w->r.cap_groups > 4096;
+}
+
+static inline int scratch_oversized(const fs_workspace *w)
+{
+    return w->sc.cap_front > 65536 || w->sc.cap_next > 65536 || w->sc.cap_hits > 65536 ||
+           w->sc.cap_seen > 131072 || w->sc.cap_grefs > 4096 || w->sc.toks.cap > 4096;
+}
+
 void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
 {
     if (w == spare) {
@@ -96,15 +132,16 @@ void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
         return;
     }
     w->busy = 0;
-    fs_workspace_trim(w);
+    if (FS_UNLIKELY(result_oversized(w)))
+        fs_result_free(&w->r);
+    if (FS_UNLIKELY(scratch_oversized(w)))
+        fs_scratch_free(&w->sc);
 }
 
 void fs_workspace_trim(fs_workspace *w)
 {
-    if (w->r.cap_ids > 65536 || w->r.cap_arena > 1u << 20 || w->r.cap_groups > 4096)
+    if (result_oversized(w))
         fs_result_free(&w->r);
-    if (w->sc.cap_front > 65536 || w->sc.cap_next > 65536 || w->sc.cap_hits > 65536 ||
-        w->sc.cap_seen > 131072 || w->sc.cap_grefs > 4096 ||
-        w->sc.toks.cap > 4096)
+    if (scratch_oversized(w))
         fs_scratch_free(&w->sc);
 }
