@@ -142,3 +142,29 @@ def test_batch_result_arrays_are_read_only():
         with pytest.raises(ValueError, match="read-only"):
             arr[0] = 1
     assert hash(b) == h
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 8, 9, 15, 16, 17, 31])
+@pytest.mark.parametrize("odd_at", [None, 0, "last", "middle"])
+def test_queue_names_and_filters_come_back_as_inserted(n, odd_at):
+    """A group's name (and an MQTT group's filter) is made from the core's
+    bytes by match(): ASCII of two bytes or more is copied whole (a word at a
+    time tested for a byte over 127, then the tail byte by byte), anything
+    else decoded.  A non-ASCII character at the start, the end or within a
+    word of a name of each length must come back as inserted, not as bytes
+    copied into an ASCII str."""
+    name = [chr(ord("a") + i % 26) for i in range(n)]
+    if odd_at is not None and n:
+        i = {0: 0, "last": n - 1, "middle": n // 2}[odd_at]
+        name[i] = "é" if i % 2 else "\u20ac"
+    name = "".join(name) or "q"            # an empty queue is no queue
+    nats = topicmatch.Sublist("nats")
+    nats.insert("a.b", 1, queue=name)
+    nats.insert("a.*", 2, queue=name)
+    assert nats.match("a.b").groups == [(name, None, [1, 2])]
+    mqtt = topicmatch.Sublist("mqtt")
+    flt = "a/" + name.replace("/", "x")
+    mqtt.insert(f"$share/{name}/{flt}", 3)
+    got = mqtt.match(flt).groups
+    assert got == [(name, flt, [3])]
+    assert all(type(s) is str for s in got[0][:2])
