@@ -20,11 +20,6 @@ int fs_grow_counted(uint64_t *account, void *p, size_t *cap, size_t need, size_t
     return FS_OK;
 }
 
-int fs_grow(void *p, size_t *cap, size_t need, size_t elsize)
-{
-    return fs_grow_counted(NULL, p, cap, need, elsize);
-}
-
 void *fs_mem_alloc(uint64_t *account, size_t size)
 {
     void *p = FS_MALLOC(size);

@@ -15,13 +15,18 @@
 
 #include "fs_status.h"
 
-/* Grow the array *p (of elsize-byte items, capacity *cap) to hold need:
- * capacities double from 8.  FS_OK (also when it already holds need), or
- * FS_ENOMEM with *p and *cap unchanged. */
-int fs_grow(void *p, size_t *cap, size_t need, size_t elsize);
 /* fs_grow for an array an index owns: the growth is counted in *account
  * (its sl->mem), as fs_mem_realloc counts. */
 int fs_grow_counted(uint64_t *account, void *p, size_t *cap, size_t need, size_t elsize);
+/* Grow the array *p (of elsize-byte items, capacity *cap) to hold need:
+ * capacities double from 8.  FS_OK (also when it already holds need), or
+ * FS_ENOMEM with *p and *cap unchanged.  Inline: nearly every call finds
+ * the room there (a match() builds its result in a warm workspace), and
+ * the test costs less than the call. */
+static inline int fs_grow(void *p, size_t *cap, size_t need, size_t elsize)
+{
+    return need <= *cap ? FS_OK : fs_grow_counted(NULL, p, cap, need, elsize);
+}
 
 /* size bytes (FS_MALLOC) counted in *account; NULL when out of memory
  * (nothing counted). */
