@@ -206,11 +206,12 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
             rc = fs_compute_locked(sl, subject, len, hash, &w->sc, &w->r, err);
             small = rc == FS_OK && copy_small(&w->r, ids, cap, n);
         } else {
-            /* Nothing to cache: a small answer needs no result built. */
+            /* Nothing to cache: a small answer needs no result built, and
+             * a larger one no queue picks (the caller reads none). */
             rc = walk_locked(sl, subject, len, &w->sc, 0, err);
             small = rc == FS_OK && copy_small_hits(sl, &w->sc, ids, cap, n);
             if (rc == FS_OK && !small)
-                rc = fs_build_result(sl, &w->sc, &w->r);
+                rc = fs_build_result_unpicked(sl, &w->sc, &w->r);
         }
         if (rc == FS_OK && !small) {
             *n = w->r.nids;

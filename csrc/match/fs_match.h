@@ -60,7 +60,8 @@ void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
  * is written to ids[0..*n) and the call is done (*wp NULL); a cached one
  * needs no workspace at all.  Any other answer is left in (*wp)->r, with
  * *wp the thread's workspace (or spare, see fs_workspace_acquire) lent to
- * the caller until fs_workspace_release(*wp, spare).  FS_OK, FS_EINVAL,
+ * the caller until fs_workspace_release(*wp, spare) (its groups' key_hash
+ * is 0 when the index has no cache: no queue pick reads it).  FS_OK, FS_EINVAL,
  * FS_ENOMEM (then *wp is NULL), or FS_MATCH_WALK (below).  how, when the
  * answer is not cached:
  *   FS_MATCH_CACHE_ONLY  return FS_MATCH_WALK having done and counted

@@ -638,8 +638,9 @@ static int dedupe_result(fs_result *r, size_t nhits)
 
 /* Build r from sc->hits, in the row's order (fs_result.h): the plain ids,
  * then each group (fs_walk.h: NATS and AMQP merge by name across nodes,
- * MQTT groups are (name, filter) pairs, one per node). */
-int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
+ * MQTT groups are (name, filter) pairs, one per node); picked: with each
+ * group's key for queue picks (a constant in each copy). */
+static inline int build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r, int picked)
 {
     const fs_node *const *hits = sc->hits;
     size_t nhits = sc->nhits;
@@ -676,7 +677,8 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
         uint32_t gname_len = fs_gname_of(sl, g, &gname);
         o->name_off = r->narena;
         o->name_len = gname_len;
-        o->key_hash = fs_group_key(sl, n, g);
+        if (picked)
+            o->key_hash = fs_group_key(sl, n, g);      /* (else 0, from the memset) */
         if (fs_arena_put(&r->arena, &r->narena, &r->cap_arena, gname, gname_len) < 0)
             return FS_ENOMEM;
         if (!nats) {
@@ -703,6 +705,13 @@ int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
     if (fs_rules(sl->dialect)->once_per_id)
         return dedupe_result(r, nhits);
     return FS_OK;
+}
+
+int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r) { return build_result(sl, sc, r, 1); }
+
+int fs_build_result_unpicked(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
+{
+    return build_result(sl, sc, r, 0);
 }
 
 int fs_result_copy(fs_result *dst, const fs_result *src)

@@ -209,6 +209,10 @@ void fs_result_pick_for_subject(fs_result *r, uint32_t subject_hash);
 /* Build r from the matched nodes in sc->hits, in the row's order
  * (fs_result.h).  FS_OK or FS_ENOMEM. */
 int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
+/* The same without the groups' key_hash (left 0): for a result that no
+ * queue pick will read -- match()'s answer when there is no cache to keep
+ * it -- whose caller then skips a hash per group. */
+int fs_build_result_unpicked(const fs_sublist *sl, fs_scratch *sc, fs_result *r);
 /* fs_hits_plain writes the plain ids of hits (their nsubs summed: room
  * for that many) to ids in the row's order -- ascending (fs_result.h) --
  * and returns how many.  Never fails: it needs no memory.  Inline, so
