@@ -581,3 +581,25 @@ def test_the_cache_grows_under_threads_to_its_capacity():
     h0 = sl.stats()["cache_hits"]
     sl.match_many(hot * 5)
     assert sl.stats()["cache_hits"] - h0 == 1000
+
+
+def test_entries_evicted_by_single_matches_are_freed():
+    """An evicted entry is retired, not freed, until the write lock; the call
+    whose fill made enough of them wait frees them (fs_read_done: a call
+    that missed asks, a call of hits only does not need to).  match() alone,
+    missing on every call of a long run, must keep the cache's memory
+    bounded, not hold every subject it ever evicted."""
+    sl = topicmatch.Sublist("nats", cache_size=64)
+    sl.insert("t.*", 1)
+    for i in range(2000):
+        assert sl.match(f"t.{i}").subs == [1]
+    early = sl.stats()["memory_bytes"]
+    for i in range(2000, 20000):
+        assert sl.match(f"t.{i}").subs == [1]
+    for _ in range(3):                          # hits only: nothing more to free
+        for i in range(19990, 20000):
+            sl.match(f"t.{i}")
+    st_ = sl.stats()
+    assert st_["cache_entries"] <= 64 and st_["cache_misses"] == 20000
+    # 18,000 more entries retired and never freed would be ~2 MB more
+    assert st_["memory_bytes"] < early + 64 * 1024

@@ -90,7 +90,11 @@ static inline void read_done_in(fs_sublist *sl, const fs_cache_tally *tally, fs_
          * miss, or a batch's tally, is left to add) */
         if (tally->hits | tally->misses)
             fs_cache_tally_flush(sl->cache, tally);
-        reclaim = fs_cache_should_reclaim(sl->cache);
+        /* Only a fill retires entries or asks for buckets, and only a miss
+         * fills: a call that missed nothing leaves the reclaim to the call
+         * whose fill made it due (that call asks here after its fill). */
+        if (tally->misses)
+            reclaim = fs_cache_should_reclaim(sl->cache);
     }
     fs_brlock_rdunlock_in(mine);
     if (reclaim)

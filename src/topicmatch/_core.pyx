@@ -601,7 +601,7 @@ cdef list _unique(list ids):
     return out
 
 
-cdef list _id_list(const int64_t *ids, size_t n):
+cdef inline list _id_list(const int64_t *ids, size_t n):
     """ids as a list of ints, made at its final size (match() builds one or
     more per call: no append, no resize)."""
     cdef list out = PyList_New(<Py_ssize_t>n)
