@@ -767,7 +767,7 @@ int fs_imgw_file(fs_imgw *X, const char *path)
 
 int fs_imgw_begin(fs_imgw *X, size_t size_about)
 {
-    if (wb_reserve(&X->W.w, size_about) == FS_OK)
+    if (wb_reserve(&X->W.w, size_about, size_about) == FS_OK)   /* a bound on the size: all of it likely */
         wb_alloc(&X->W.w, FS_IMG_OBJECTS);        /* header and root block: at 0 */
     return X->W.w.oom ? FS_ENOMEM : FS_OK;
 }
