@@ -127,8 +127,10 @@ cdef object _image_bytes(Sublist sl):
     cdef size_t hint, n = 0
     cdef char *out = NULL
     cdef char *dst
+    sl._enter()                 # a closed index refused before its pointer is read
     with nogil:
         hint = fs_image_size_hint(sl.sl)
+        sl._leave()
     if _image_room_override >= 0:
         hint = <size_t>_image_room_override
     if hint > <size_t>PY_SSIZE_T_MAX:
