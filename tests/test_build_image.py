@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 import topicmatch
 from topicmatch import Sublist, _core, _reference as R
+from image_codec import Image
 from strategies import ALL_DIALECTS, ONE, REST, SEP, norm, subjects, subscriptions
 
 
@@ -65,8 +66,8 @@ def test_bytes_equal_insert_many_and_answers_equal_reference(dialect, data):
 
 def _shape_filters(dialect, n):
     """n filters of as many shapes: a wildcard at every position pattern of
-    up to 8 tokens, so that the shape budget (64) runs out and the rest go
-    to the trie, in an order that interleaves them."""
+    up to 8 tokens, far more shapes than the budget (64 shapes, 24 probed
+    per subject length) keeps, in an order that interleaves them."""
     sep, one, rest = SEP[dialect], ONE[dialect], REST[dialect]
     out = []
     for k in range(n):
@@ -80,37 +81,47 @@ def _shape_filters(dialect, n):
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
-def test_shape_budget_spent_as_inserts_spend_it(dialect):
+def test_shapes_past_the_budget_kept_by_the_sets_rule(dialect):
+    """Past the shape budget, the shapes that get tables are the set's
+    rule's (fs_shapes_choose), not the first rows': the builder's bytes are
+    insert_many + to_bytes's (which places by the rule) in any row order,
+    and some shaped filters are in the trie."""
     fs = _shape_filters(dialect, 300)
     fs = fs + fs[::7] + [f.replace("t1", "u") for f in fs[:50]]
     ids = list(range(len(fs)))
     qs = [None if i % 4 else "q" for i in ids]
     assert_same(fs, ids, qs, dialect)
+    assert_same(fs[::-1], ids, qs[::-1], dialect)
+    assert_same(fs[1::2] + fs[::2], ids, qs[1::2] + qs[::2], dialect)
     sl = Sublist(dialect)
     sl.insert_many(fs, ids, qs)
-    assert sl.stats()["nodes"] > 0
+    assert sl.stats()["nodes"] > 0          # shapes not kept: their filters in the trie
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
-def test_filters_an_insert_finds_in_the_trie_first(dialect):
-    """A filter with an admitted shape whose path a deeper filter already
-    made in the trie goes to the trie (an insert finds the node first); one
-    whose first row came before that path stays in its table."""
+def test_shaped_filters_under_a_deeper_filters_trie_path(dialect):
+    """A filter with a kept shape whose trie path a deeper filter (too
+    deep for a shape, or AMQP's '#' before the end) makes is in its shape's
+    table whichever row comes first: the bytes are insert_many's in either
+    order."""
     sep, one = SEP[dialect], ONE[dialect]
     deep = sep.join(["a", one] + [f"d{i}" for i in range(60)])     # too deep for a shape: the trie
-    fs = [sep.join(["z", one]),            # makes shape (2, {1})
-          sep.join(["b", one]),            # in the table: before the path below
+    fs = [sep.join(["z", one]),            # shape (2, {1})
+          sep.join(["b", one]),            # before the trie path below
           deep, deep.replace("a", "b", 1),
-          sep.join(["a", one]),            # its path is in the trie now: there
-          sep.join(["b", one]),            # its first row was in the table: stays
+          sep.join(["a", one]),            # after it
+          sep.join(["b", one]),
           sep.join(["a", one])]
     ids = [1, 2, 3, 4, 5, 6, 7]
     assert_same(fs, ids, None, dialect)
     assert_same(fs[::-1], ids, None, dialect)
+    in_tables = {e.tok for e in Image(built_bytes(fs, ids, None, dialect)).entries}
+    assert {sep.join(["a", one]).encode(), sep.join(["b", one]).encode()} <= in_tables
     if dialect == "amqp":                  # '#' before the end: the trie, always
         g = ["a.#.b", "a.#", "a.*", "a.#.b.#", "x.#", "a.#", "#.a", "#"]
         assert_same(g, list(range(len(g))), None, dialect)
         assert_same(g[::-1], list(range(len(g))), None, dialect)
+        assert {b"a.#", b"#"} <= {e.tok for e in Image(built_bytes(g, list(range(len(g))), None, dialect)).entries}
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)

@@ -3,7 +3,8 @@
 An image depends only on the set of subscriptions, byte for byte, however
 the index was made: insert_many in any order, inserts one by one, a
 history of inserts and removals that ends with the set, an image opened
-(from_bytes, open) and changed, then to_bytes() or save().  The filters
+(from_bytes, open) and changed, then to_bytes() or save(); or no index at
+all: build_image's columns, in any order, with rows repeated.  The filters
 with a shape sit where one rule puts them (fs_shapes_choose,
 csrc/index/fs_index.h; docs/FORMAT.md "One image for one set"), which
 this file restates in plain Python (`kept_shapes`) and checks against the
@@ -133,6 +134,21 @@ def saved(sl, tmp_path, name):
         return f.read()
 
 
+def built_image(dialect, subs, tmp_path, threads=1):
+    """The bytes build_image writes for the rows subs (and the opened
+    index's to_bytes(), which must be the same)."""
+    path = os.path.join(tmp_path, "built")
+    sl = topicmatch.build_image(path, [s[0] for s in subs], [s[1] for s in subs], [s[2] for s in subs],
+                                dialect=dialect, threads=threads)
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+        assert sl.to_bytes() == blob
+    finally:
+        sl.close()
+    return blob
+
+
 # -- tests -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
@@ -188,13 +204,21 @@ def test_one_image_for_one_set(dialect, data, tmp_path_factory):
         assert sl.to_bytes() == blob, how
         assert saved(sl, tmp, "got") == blob, how
         assert sl.to_bytes(version=2) == v2, how
+
+    # no index: build_image, from the rows in the first order, in the
+    # other, and in a third with rows repeated (threads: 1 or 2)
+    again = order + rnd.sample(order, len(order) // 4)
+    rnd.shuffle(again)
+    threads = data.draw(st.sampled_from([1, 2]), label="threads")
+    for how, rows in (("subs", subs), ("shuffled", order), ("repeated", again)):
+        assert built_image(dialect, rows, tmp, threads) == blob, "build_image " + how
     # the image's own round trips keep the bytes
     assert topicmatch.Sublist.from_bytes(blob).to_bytes() == blob
     assert topicmatch.Sublist.from_bytes(v2).to_bytes() == blob
 
 
 @pytest.mark.parametrize("dialect", ALL_DIALECTS)
-def test_more_shapes_than_the_budget_in_two_orders(dialect):
+def test_more_shapes_than_the_budget_in_two_orders(dialect, tmp_path):
     """255 eight-token shapes (every mask of one-level wildcards): inserted
     in mask order and the reverse, the same image, holding the first 24
     shapes of the canonical order (all probed by subjects of 8 tokens)."""
@@ -203,6 +227,8 @@ def test_more_shapes_than_the_budget_in_two_orders(dialect):
     a, b = bulk(dialect, subs), bulk(dialect, subs[::-1])
     blob = a.to_bytes()
     assert b.to_bytes() == blob
+    assert built_image(dialect, subs, str(tmp_path)) == blob
+    assert built_image(dialect, subs[::-1], str(tmp_path)) == blob
     assert image_shapes(blob) == [(8, 0, m) for m in range(1, SHAPE_MAX_PROBES + 1)]
     assert image_shapes(blob) == kept_shapes(dialect, [f for f, _, _ in subs])
     # the first shapes leave: the next ones in the order take their place
@@ -213,13 +239,15 @@ def test_more_shapes_than_the_budget_in_two_orders(dialect):
 
 
 @pytest.mark.parametrize("pair", [("a.#", "a.#.b"), ("#", "#.b"), ("a.*", "a.*.#.b"), ("*.#", "*.#.#")])
-def test_amqp_hash_overlaps_in_either_order(pair):
+def test_amqp_hash_overlaps_in_either_order(pair, tmp_path):
     """AMQP: a filter with a shape and a longer one whose trie path passes
     through its node: the shorter one is in its shape's table either way."""
     short, longer = pair
     subs = [(short, 1, None), (longer, 2, "q")]
     blob = bulk("amqp", subs).to_bytes()
     assert bulk("amqp", subs[::-1]).to_bytes() == blob
+    assert built_image("amqp", subs, str(tmp_path)) == blob
+    assert built_image("amqp", subs[::-1], str(tmp_path)) == blob
     img = Image(blob)
     assert short.encode() in [e.tok for e in img.entries]
     sl = bulk("amqp", subs[::-1])

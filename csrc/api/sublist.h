@@ -184,9 +184,10 @@ typedef struct {
  * set, as insert sets it) or FS_ENOMEM. */
 int fs_spec_parse(fs_dialect d, const fs_spec *spec, fs_tokens *t, fs_parsed *out, fs_error *err);
 
-/* Write the image of the index that inserting specs[0..n) in order into a
- * new index of dialect d would make -- byte for byte what fs_image_write
- * of it gives -- without building that index's tables (fs_build.c), the
+/* Write the image of the index that inserting specs[0..n) (in any order:
+ * the image is the set's) into a new index of dialect d would make -- byte
+ * for byte what fs_image_write of it gives -- without building that
+ * index's tables (fs_build.c; shapes placed by fs_shapes_choose), the
  * rows parsed on up to `threads` threads.  path non-NULL: into that file
  * (created or truncated; durable: written to disk), else into memory
  * (*out, *len; freed with FS_FREE).  FS_OK; FS_EINVAL with *bad the first

@@ -1,11 +1,14 @@
 /* fs_build.c - the bulk builder (fs_build_image, sublist.h): the image of
- * the index that inserting a column of subscriptions in order would make,
- * written straight from the rows, without that index's tables.
+ * the set of subscriptions in a column of rows -- byte for byte what
+ * inserting them, in any order, then writing the index gives -- written
+ * straight from the rows, without that index's tables.
  *
  *   specs ──parse (threads)──► rows: class, key, shape, filter, queue
+ *         ──choose──► the set's rule (fs_shapes_choose) asked which of the
+ *           rows' distinct shapes get tables; those made in `sim`, an
+ *           index that holds only the trie and the kept shapes
  *         ──route (row order)──► each row's table: the literal table, a
- *           shape's, or the trie; the trie rows inserted into `sim`, an
- *           index that holds only the trie and the shapes
+ *           kept shape's, or the trie (the row inserted into sim)
  *         ──per table: sort──► items in writing order (home slot, key,
  *           bytes; rows in order), equal filters side by side
  *         ──write──► header, sim's trie, the literal table, the shapes'
@@ -13,19 +16,21 @@
  *
  * Parse: fs_spec_parse, insert's own parse, on the worker pool's threads
  * and the caller's, in chunks; the first invalid row is the one insert_many
- * reports.  Route: where insert_locked (sublist.c) would put each row.  A
- * literal goes to the literal table.  A filter with a shape goes to its
- * shape's table when the index has that shape -- or makes it, through the
- * index's own admission (fs_shape_create on sim, whose shapes are the
- * index's at that row) -- unless an insert would find it in the trie
- * first: the trie already holds its path (fs_trie_find on sim, whose trie
- * is the index's at that row), or the budget refused its shape.  Such
- * rows, and the wildcard filters without a shape, are inserted into sim
- * (fs_sublist_insert): the trie is built by the index's own insert path.
- * An insert looks in the table before the trie, so a filter whose path
- * appeared in the trie after its first row stays in the table: for a
- * filter whose rows found its path (`cand`), its first row decides,
- * once the table's rows are sorted and grouped.
+ * reports.  Choose: which shaped filters get tables is one rule of the set
+ * (docs/FORMAT.md, "One image for one set"), the one the image writer
+ * places by: the rows' distinct shapes (a hash set) are handed to
+ * fs_shapes_choose, and each shape it keeps is made in sim by
+ * fs_shape_create in the rule's (canonical) order, as the thaw
+ * (fs_image_thaw.c) makes a placed index's: sim's shapes are the ones the
+ * root block lists, their fields and probe sets what the writer writes.
+ * Route: a literal goes to the literal table; a shaped row to its shape's
+ * table when its shape is kept -- even where a deeper filter's trie path
+ * runs through its node (AMQP "a.#" under "a.#.b"), as an insert's does;
+ * every other row (a wildcard filter without a shape, or one of a shape
+ * not kept) is inserted into sim (fs_sublist_insert), whose insert puts
+ * it in the trie: sim has no table for its shape and the budget refuses
+ * one (a shape not kept does not fit beside the kept ones).  The trie is
+ * built by the index's own insert path.
  *
  * Sort: a table's capacity is what an index growing from empty has for
  * its count of distinct filters (fs_table_cap); its items are bucketed by
@@ -63,7 +68,6 @@ typedef struct {
     uint64_t onemask;           /* the shape (CLS_SHAPED) */
     int64_t id;
     uint8_t ntoks, rest, cls;
-    uint8_t cand;               /* routed to a table while the trie held its path */
     uint16_t tab;
 } brow;
 
@@ -73,9 +77,8 @@ typedef struct {
     uint64_t key;
     const char *f, *q;
     int64_t id;
-    uint32_t row, qlen;
+    uint32_t qlen;
     uint16_t flen;              /* a filter is at most 65,535 bytes */
-    uint8_t cand;               /* brow.cand */
 } bitem;
 
 /* A (queue, id) pair of an entry's rows. */
@@ -116,16 +119,23 @@ typedef struct {
     int rc;
 } parse_job;
 
+/* A distinct shape of the shaped rows (shape_pack's), and its table. */
+typedef struct {
+    uint64_t packed;            /* 0: an empty slot */
+    uint16_t tab;               /* 1 + k: the k-th shape kept; TAB_TRIE: not kept */
+} bshape;
+
 typedef struct {
     fs_dialect d;
     const fs_spec *specs;
     size_t n;
     brow *rows;
-    fs_sublist *sim;            /* the trie and the shapes, as the index has them */
+    fs_sublist *sim;            /* the trie, and the kept shapes (their tables empty) */
     fs_shape *made[FS_SHAPE_MAX];
     uint32_t nmade;
+    bshape *shapes;             /* the rows' distinct shapes, open-addressed */
+    size_t shapes_cap, nshapes;
     btable tab[1 + FS_SHAPE_MAX];
-    fs_tokens t;
     escratch es;                /* the caller's entry scratch */
     unsigned threads;
 } builder;
@@ -142,7 +152,6 @@ static void parse_row(brow *r, const fs_parsed *ps, int64_t id)
     r->onemask = ps->shaped ? ps->shape.onemask : 0;
     r->ntoks = (uint8_t)(ps->shaped ? ps->shape.ntoks : 0);
     r->rest = (uint8_t)(ps->shaped ? ps->shape.rest : 0);
-    r->cand = 0;
     r->tab = 0;
 }
 
@@ -214,7 +223,7 @@ static int parse_all(builder *B, unsigned threads, size_t *bad, fs_error *err)
     return J.rc;
 }
 
-/* ---- route: each row's table, in row order */
+/* ---- route: each row's table, by the set's rule, in row order */
 
 /* Row i into sim, whose insert puts it in the trie (its status: 0 or 1;
  * FS_ENOMEM). */
@@ -225,67 +234,127 @@ static int to_trie(builder *B, size_t i)
     return rc == FS_EINVAL ? FS_ENOMEM : rc;       /* parsed once already: cannot be invalid */
 }
 
-/* Does sim's trie hold row r's filter's path (a node, with subscriptions
- * or not)?  1, 0, or FS_ENOMEM. */
-static int trie_holds(builder *B, const brow *r)
+/* A shape in one word, never 0: the one-level wildcards' mask (bits
+ * below FS_SHAPE_MAX_TOKENS), the token count, the rest wildcard. */
+_Static_assert(FS_SHAPE_MAX_TOKENS <= 48, "a shape's mask fits below bit 48");
+static uint64_t shape_pack(uint64_t onemask, uint32_t ntoks, uint32_t rest)
 {
-    const fs_node *root = B->sim->root;
-    if (!fs_tnext(root))                    /* an empty trie: most builds, no tokenizing */
-        return 0;
-    fs_error e;
-    int rc = fs_tokenize(B->d, r->f, r->flen, 1, &B->t, &e);
-    if (rc < 0)
-        return rc == FS_EINVAL ? FS_ENOMEM : rc;
-    return fs_trie_find(B->sim, &B->t, r->f) != NULL;
+    return onemask | (uint64_t)ntoks << 48 | (uint64_t)rest << 56 | 1ull << 63;
 }
 
-/* The table of shaped row i (FS_OK), or FS_ENOMEM.  *last: the shape of the
- * row before, which most rows share. */
-static int route_shaped(builder *B, size_t i, uint32_t *last)
+/* The slot of B->shapes holding packed, or the empty one where it goes. */
+static size_t shape_slot(const builder *B, uint64_t packed)
 {
-    brow *r = &B->rows[i];
-    fs_shape_of of = {.onemask = r->onemask, .ntoks = r->ntoks, .rest = r->rest, .key = r->key};
-    uint32_t k = *last;
-    if (k >= B->nmade || B->made[k]->onemask != of.onemask || B->made[k]->ntoks != of.ntoks ||
-        B->made[k]->rest != of.rest) {
-        fs_shape *sh = fs_shape_find(B->sim, &of);
-        for (k = 0; k < B->nmade && B->made[k] != sh; k++)
-            ;
-    }
-    int found = trie_holds(B, r);
-    if (found < 0)
-        return found;
-    if (k < B->nmade) {                     /* the shape has its table: there, unless `cand` */
-        r->tab = (uint16_t)(1 + k);
-        r->cand = (uint8_t)found;
-        *last = k;
-        return FS_OK;
-    }
-    if (!found) {
-        fs_shape *sh;
-        if (fs_shape_create(B->sim, &of, &sh) < 0)
+    size_t mask = B->shapes_cap - 1, i = (size_t)((packed * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+    while (B->shapes[i].packed && B->shapes[i].packed != packed)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Note packed among the distinct shapes (the set kept at most half
+ * full).  FS_OK or FS_ENOMEM. */
+static int shape_note(builder *B, uint64_t packed)
+{
+    if (2 * (B->nshapes + 1) > B->shapes_cap) {
+        size_t oldcap = B->shapes_cap, cap = oldcap ? 2 * oldcap : 64;
+        bshape *old = B->shapes;
+        B->shapes = FS_CALLOC(cap, sizeof(bshape));
+        if (!B->shapes) {
+            B->shapes = old;
             return FS_ENOMEM;
-        if (sh) {
-            B->made[B->nmade] = sh;
-            r->tab = (uint16_t)(1 + B->nmade);
-            *last = B->nmade++;
-            return FS_OK;
         }
+        B->shapes_cap = cap;
+        for (size_t i = 0; i < oldcap; i++)
+            if (old[i].packed)
+                B->shapes[shape_slot(B, old[i].packed)] = old[i];
+        FS_FREE(old);
     }
-    r->tab = TAB_TRIE;
-    return to_trie(B, i) < 0 ? FS_ENOMEM : FS_OK;
+    size_t i = shape_slot(B, packed);
+    if (!B->shapes[i].packed) {
+        B->shapes[i] = (bshape){.packed = packed, .tab = TAB_TRIE};
+        B->nshapes++;
+    }
+    return FS_OK;
 }
 
+/* Which of the rows' shapes get tables: the set's rule, fs_shapes_choose,
+ * asked about their distinct shapes.  Each kept shape is made in sim in
+ * the rule's (canonical) order, as the thaw makes an index's (sim's
+ * shapes are what the root block lists, their fields what it writes),
+ * and B->made[k] is the k-th.  FS_OK or FS_ENOMEM. */
+static int choose_shapes(builder *B)
+{
+    uint64_t last = 0;
+    for (size_t i = 0; i < B->n; i++) {
+        const brow *r = &B->rows[i];
+        if (r->cls != CLS_SHAPED)
+            continue;
+        uint64_t packed = shape_pack(r->onemask, r->ntoks, r->rest);
+        if (packed != last && shape_note(B, packed) < 0)
+            return FS_ENOMEM;
+        last = packed;
+    }
+    if (!B->nshapes)
+        return FS_OK;
+    fs_shape_of *of = FS_MALLOC(sizeof(fs_shape_of) * B->nshapes);
+    unsigned char *keep = FS_MALLOC(B->nshapes);
+    int rc = of && keep ? FS_OK : FS_ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < B->shapes_cap && rc == FS_OK; i++) {
+        uint64_t p = B->shapes[i].packed;
+        if (p)
+            of[n++] = (fs_shape_of){.onemask = p & ((1ull << 48) - 1), .ntoks = (uint32_t)(p >> 48) & 0xFF,
+                                    .rest = (uint32_t)(p >> 56) & 1, .key = 0};
+    }
+    if (rc == FS_OK)
+        fs_shapes_choose(B->d, of, n, keep);
+    for (size_t i = 0; i < n && rc == FS_OK; i++) {
+        if (!keep[i])
+            continue;
+        fs_shape *sh;
+        if (B->nmade == FS_SHAPE_MAX || fs_shape_create(B->sim, &of[i], &sh) < 0 || !sh) {
+            rc = FS_ENOMEM;                 /* (only the allocation can fail: the kept shapes fit the budget) */
+            break;
+        }
+        uint64_t packed = shape_pack(of[i].onemask, of[i].ntoks, of[i].rest);
+        B->shapes[shape_slot(B, packed)].tab = (uint16_t)(1 + B->nmade);
+        B->made[B->nmade++] = sh;
+    }
+    FS_FREE(of);
+    FS_FREE(keep);
+    return rc;
+}
+
+/* Each row's table: a literal's the literal table, a shaped row's its
+ * shape's when the rule keeps the shape; every other row (a wildcard
+ * filter without a shape, or of a shape not kept) is inserted into sim,
+ * whose insert puts it in the trie (sim has no table for its shape, and
+ * the budget refuses one: a shape not kept does not fit beside the kept
+ * ones).  FS_OK or FS_ENOMEM. */
 static int route_all(builder *B)
 {
-    uint32_t last = 0;
+    if (choose_shapes(B) < 0)
+        return FS_ENOMEM;
+    uint64_t last = 0;
+    uint16_t last_tab = TAB_TRIE;
     for (size_t i = 0; i < B->n; i++) {
         brow *r = &B->rows[i];
-        if (r->cls == CLS_TRIE)
+        if (r->cls == CLS_LIT) {
+            r->tab = 0;
+            continue;
+        }
+        if (r->cls == CLS_SHAPED) {
+            uint64_t packed = shape_pack(r->onemask, r->ntoks, r->rest);
+            if (packed != last) {
+                last = packed;
+                last_tab = B->shapes[shape_slot(B, packed)].tab;
+            }
+            r->tab = last_tab;
+        } else {
             r->tab = TAB_TRIE;
-        int rc = r->cls == CLS_LIT ? FS_OK : r->cls == CLS_TRIE ? to_trie(B, i) : route_shaped(B, i, &last);
-        if (rc < 0)
-            return rc;
+        }
+        if (r->tab == TAB_TRIE && to_trie(B, i) < 0)
+            return FS_ENOMEM;
     }
     return FS_OK;
 }
@@ -399,48 +468,34 @@ static int gather(builder *B)
         const brow *r = &B->rows[i];
         if (r->tab != TAB_TRIE) {
             btable *T = &B->tab[r->tab];
-            T->items[T->n++] = (bitem){.key = r->key, .f = r->f, .q = r->q, .id = r->id, .row = (uint32_t)i,
-                                       .qlen = r->qlen, .flen = (uint16_t)r->flen, .cand = r->cand};
+            T->items[T->n++] = (bitem){.key = r->key, .f = r->f, .q = r->q, .id = r->id,
+                                       .qlen = r->qlen, .flen = (uint16_t)r->flen};
         }
     }
     return FS_OK;
 }
 
-/* Count T's distinct filters; with resolve (a shape's table), move to the
- * trie the filters whose first row found their path there (`cand`: an
- * insert would have found the trie node first), and drop their items. */
-static int distinct(builder *B, btable *T, int resolve)
+/* Count T's distinct filters (its items sorted: a filter's side by side). */
+static void distinct(btable *T)
 {
-    size_t kept = 0, d = 0;
-    for (size_t i = 0, j; i < T->n; i = j) {
+    size_t d = 0;
+    for (size_t i = 0, j; i < T->n; i = j, d++)
         for (j = i + 1; j < T->n && item_same(&T->items[i], &T->items[j]); j++)
             ;
-        if (resolve && T->items[i].cand) {
-            for (size_t k = i; k < j; k++)
-                if (to_trie(B, T->items[k].row) < 0)
-                    return FS_ENOMEM;
-            continue;
-        }
-        memmove(&T->items[kept], &T->items[i], sizeof(bitem) * (j - i));
-        kept += j - i;
-        d++;
-    }
-    T->n = kept;
     T->distinct = d;
-    return FS_OK;
 }
 
 /* Every table's items (gathered) in writing order, its distinct count
- * known; the rows the shapes' tables give to the trie are there before it
- * is written.  FS_OK or FS_ENOMEM. */
+ * known.  FS_OK or FS_ENOMEM. */
 static int sort_all(builder *B)
 {
     for (uint32_t k = 0; k <= B->nmade; k++) {
         btable *T = &B->tab[k];
         int half = k > 0;
         uint32_t cap = fs_table_cap((uint32_t)T->n, half);
-        if (sort_table(T, cap) < 0 || distinct(B, T, half) < 0)
+        if (sort_table(T, cap) < 0)
             return FS_ENOMEM;
+        distinct(T);
         cap = fs_table_cap((uint32_t)T->distinct, half);
         if (cap != T->cap && sort_table(T, cap) < 0)
             return FS_ENOMEM;
@@ -863,7 +918,7 @@ static void builder_free(builder *B)
     for (uint32_t k = 0; k <= FS_SHAPE_MAX; k++)
         FS_FREE(B->tab[k].items);
     fs_sublist_free(B->sim);
-    fs_tokens_free(&B->t);
+    FS_FREE(B->shapes);
     FS_FREE(B->rows);
     escratch_free(&B->es);
 }
@@ -947,7 +1002,6 @@ int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned thread
     B.specs = specs;
     B.n = n;
     B.threads = threads ? threads : 1;
-    fs_tokens_init(&B.t);
     B.rows = FS_MALLOC(sizeof(brow) * (n ? n : 1));
     B.sim = fs_sublist_new(d);
     int rc = B.rows && B.sim ? build(&B, threads ? threads : 1, path, durable, out, len, bad, err) : FS_ENOMEM;
