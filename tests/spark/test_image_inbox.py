@@ -274,3 +274,59 @@ def test_the_servers_result_limit_is_named_with_the_fix(tmp_path):
         RowInbox(str(tmp_path)).rows_of(Failing(text))
     with pytest.raises(RuntimeError, match="^executor lost$"):
         RowInbox(str(tmp_path)).rows_of(Failing("executor lost"))
+
+
+# -- the server's life: no polling, a clean close, its ticket in a closure ------
+
+def test_the_server_waits_without_polling_and_closes_at_once(tmp_path):
+    """The accept blocks (no timeout to wake up for while the driver
+    lives), and close() ends its thread at once, twice harmlessly; a
+    fetch after the close is refused, never hung."""
+    import time
+    from topicmatch.spark.image_inbox import fetch_from_driver
+    src = _image(tmp_path)
+    server, _ = _served(tmp_path, src)
+    assert server._server.gettimeout() is None
+    assert server._accepting.is_alive()
+    t0 = time.perf_counter()
+    server.close()
+    assert time.perf_counter() - t0 < 1.0
+    assert not server._accepting.is_alive()
+    server.close()
+    host = tmp_path / "host"
+    host.mkdir()
+    with pytest.raises(OSError):
+        fetch_from_driver(server.ticket, "spark:topicmatch-nats-x.img", str(host))
+
+
+def test_a_closed_accept_that_no_connection_wakes_still_ends(tmp_path, monkeypatch):
+    """Should the connection that wakes the accept fail, shutting the
+    listening socket down ends the thread."""
+    import time
+    from topicmatch.spark import image_inbox
+    server, _ = _served(tmp_path, _image(tmp_path))
+
+    def refused(*a, **k):
+        raise ConnectionRefusedError("no")
+    monkeypatch.setattr(image_inbox.socket, "create_connection", refused)
+    t0 = time.perf_counter()
+    server.close()
+    assert not server._accepting.is_alive()
+    assert time.perf_counter() - t0 < 5
+    assert server._server.fileno() == -1
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5, "cloudpickle"])
+def test_the_source_travels_in_a_closure(protocol):
+    """FromDriver pickles by its module path and its slot (no __reduce__ of
+    its own), by pickle and by the cloudpickle that ships task closures."""
+    import pickle
+    from topicmatch.spark.image_inbox import FromDriver
+    src = FromDriver(("127.0.0.1", 4242, b"s" * 32))
+    if protocol == "cloudpickle":
+        from pyspark import cloudpickle
+        got = pickle.loads(cloudpickle.dumps(lambda: src))()
+    else:
+        got = pickle.loads(pickle.dumps(src, protocol=protocol))
+    assert type(got) is FromDriver and got.ticket == src.ticket
+    assert not hasattr(got, "__dict__")

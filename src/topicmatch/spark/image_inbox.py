@@ -100,8 +100,9 @@ class _Listener:
     def __init__(self, host: str, cache_dir: str):
         self._cache_dir = cache_dir
         self._secret = os.urandom(_SECRET)
+        # (accept blocks: no timeout to poll, so an ImageServer, which lives
+        # as long as the driver, costs nothing while no host fetches)
         self._server = socket.create_server((host, 0))
-        self._server.settimeout(0.5)
         self.ticket: Ticket = (host, self._server.getsockname()[1], self._secret)
         self._closed = threading.Event()
         self._accepting = threading.Thread(target=self._accept, name=self._thread_name,
@@ -109,22 +110,36 @@ class _Listener:
         self._accepting.start()
 
     def close(self) -> None:
+        """Stop accepting, and return once the accept thread has ended (the
+        connections being served finish on their own threads)."""
+        if self._closed.is_set():
+            return
         self._closed.set()
-        # a connection of our own wakes the accept at once (its timeout
-        # would otherwise be waited out: 0.34 s of a first fan-out's
-        # driver time, measured)
+        # The accept blocks: a connection of our own wakes it at once, and
+        # should that fail, shutting the listening socket down does (Linux:
+        # accept() then fails with EINVAL).
         try:
             socket.create_connection(self.ticket[:2], timeout=1).close()
         except OSError:
             pass
-        self._accepting.join()
+        self._accepting.join(timeout=2)
+        if self._accepting.is_alive():
+            try:
+                self._server.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._accepting.join(timeout=10)
         self._server.close()
 
     def _accept(self) -> None:
         while not self._closed.is_set():
             try:
                 conn, _ = self._server.accept()
-            except (socket.timeout, OSError):
+            except OSError:
+                if self._closed.is_set():
+                    break
+                # (out of descriptors, say: tried again, not in a tight loop)
+                self._closed.wait(0.1)
                 continue
             if self._closed.is_set():
                 conn.close()
@@ -347,9 +362,6 @@ class FromDriver:
 
     def __init__(self, ticket: Ticket):
         self.ticket = ticket
-
-    def __reduce__(self):
-        return (FromDriver, (self.ticket,))
 
     def fetch(self, location: str, cache_dir: str) -> str:
         return fetch_from_driver(self.ticket, location, cache_dir)
