@@ -330,3 +330,87 @@ def test_the_source_travels_in_a_closure(protocol):
         got = pickle.loads(pickle.dumps(src, protocol=protocol))
     assert type(got) is FromDriver and got.ticket == src.ticket
     assert not hasattr(got, "__dict__")
+
+
+# -- prefetch: a host fetches what the others build while the job runs -----------
+
+def test_an_image_is_offered_as_soon_as_it_arrives(tmp_path):
+    """The inbox hands each image on (to the driver's server) when it is in
+    place, not when the job ends; one refused is never handed on."""
+    src = _image(tmp_path)
+    cache = tmp_path / "driver"
+    cache.mkdir()
+    got = []
+    with Inbox("127.0.0.1", str(cache), on_received=lambda loc, local: got.append((loc, local))) \
+            as inbox:
+        send(inbox.ticket, "spark:topicmatch-nats-x.img", src)
+        assert got == [("spark:topicmatch-nats-x.img", str(cache / "topicmatch-nats-x.img"))]
+        data = bytearray(open(src, "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        bad = tmp_path / "bad.img"
+        bad.write_bytes(bytes(data))
+        with pytest.raises(RuntimeError):
+            send(inbox.ticket, "spark:topicmatch-nats-y.img", str(bad))
+    assert len(got) == 1
+
+
+def test_prefetch_fetches_each_image_once_as_it_is_served(tmp_path, monkeypatch):
+    """prefetch (after a build task): a thread fetches the images this host
+    lacks as the driver comes to serve them, once each; one this host holds
+    (it built it) is never fetched; a second prefetch of the same set in
+    the process starts no second thread; the thread ends once it has all."""
+    import threading
+    import time
+
+    from topicmatch.spark import image_inbox
+    from topicmatch.spark.image_inbox import FromDriver, ImageServer, prefetch
+    from topicmatch.spark.ship import LOAD_LOG_ENV
+    log = tmp_path / "loads.log"
+    monkeypatch.setenv(LOAD_LOG_ENV, str(log))
+    src = _image(tmp_path)
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    host = tmp_path / "host"
+    host.mkdir()
+    names = ["topicmatch-nats-a", "topicmatch-nats-b", "topicmatch-nats-own"]
+    for n in names:
+        (driver / (n + ".img")).write_bytes(open(src, "rb").read())
+    (host / "topicmatch-nats-own.img").write_bytes(open(src, "rb").read())   # built here
+    locations = ["spark:" + n + ".img" for n in names]
+    server = ImageServer("127.0.0.1")
+    try:
+        server.offer(locations[0], str(driver / (names[0] + ".img")))
+        before = set(threading.enumerate())
+        prefetch(FromDriver(server.ticket), locations, str(host))
+        prefetch(FromDriver(server.ticket), locations, str(host))
+        started = [t for t in set(threading.enumerate()) - before
+                   if t.name == "topicmatch-image-prefetch"]
+        assert len(started) == 1
+        deadline = time.monotonic() + 10
+        while not (host / "topicmatch-nats-a.img").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (host / "topicmatch-nats-a.img").exists()
+        assert not (host / "topicmatch-nats-b.img").exists()    # not served yet: waited for
+        server.offer(locations[1], str(driver / (names[1] + ".img")))
+        started[0].join(timeout=10)
+        assert not started[0].is_alive()
+    finally:
+        server.close()
+    assert sorted(_fetches(log)) == [("topicmatch-nats-a", str(host)),
+                                     ("topicmatch-nats-b", str(host))]
+    assert open(host / "topicmatch-nats-b.img", "rb").read() == open(src, "rb").read()
+    assert image_inbox.PREFETCH_WAIT_S > 0
+
+
+def test_prefetch_ends_when_the_driver_is_gone(tmp_path):
+    import threading
+
+    from topicmatch.spark.image_inbox import FromDriver, ImageServer, prefetch
+    server = ImageServer("127.0.0.1")
+    server.close()
+    before = set(threading.enumerate())
+    prefetch(FromDriver(server.ticket), ["spark:topicmatch-nats-gone.img"], str(tmp_path))
+    for t in set(threading.enumerate()) - before:
+        t.join(timeout=10)
+        assert not t.is_alive()
+    assert not (tmp_path / "topicmatch-nats-gone.img").exists()

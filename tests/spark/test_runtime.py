@@ -81,3 +81,75 @@ def _loads(log, index_id):
         return []
     with open(log) as f:
         return [line.split()[1] for line in f if line.split()[0] == index_id]
+
+
+# -- the executors' check beside the plan's first job ----------------------------
+
+class _Session:
+    """A stand-in for a classic session not checked yet (weakref-able)."""
+
+
+def _slow_check(seen, error=None):
+    import threading
+    import time
+
+    def check(spark, *, force=False):
+        seen.append(threading.current_thread().name)
+        time.sleep(0.3)
+        if error is not None:
+            raise error
+    return check
+
+
+def test_the_check_runs_beside_the_body_and_is_waited_for(monkeypatch):
+    import threading
+    import time
+
+    from topicmatch.spark import session
+    seen = []
+    monkeypatch.setattr(session, "check_executors", _slow_check(seen))
+    t0 = time.perf_counter()
+    with session.executors_checked(_Session()):
+        body = threading.current_thread().name
+        time.sleep(0.3)
+    # beside the body, not before it: about 0.3 s in all, not 0.6
+    assert time.perf_counter() - t0 < 0.55
+    assert seen == ["topicmatch-executors-check"] and body != seen[0]
+
+
+def test_the_checks_error_replaces_the_bodys(monkeypatch):
+    """A job of the body that ran Python where topicmatch is missing fails
+    with a worker's stack: the check's error, which names the fix, is the
+    one raised; where the body succeeds, the check's error is raised too."""
+    from topicmatch.spark import ExecutorEnvironmentError, session
+    bad = ExecutorEnvironmentError("the executors cannot run topicmatch (No module named x)")
+    monkeypatch.setattr(session, "check_executors", _slow_check([], bad))
+    with pytest.raises(ExecutorEnvironmentError, match="No module named x"):
+        with session.executors_checked(_Session()):
+            raise RuntimeError("a worker's stack")
+    with pytest.raises(ExecutorEnvironmentError, match="No module named x"):
+        with session.executors_checked(_Session()):
+            pass
+    # the check passing, the body's own error is the one raised
+    monkeypatch.setattr(session, "check_executors", _slow_check([]))
+    with pytest.raises(RuntimeError, match="a worker's stack"):
+        with session.executors_checked(_Session()):
+            raise RuntimeError("a worker's stack")
+
+
+def test_a_checked_session_checks_in_line(spark, monkeypatch):
+    """A session checked already (every fan-out of this one was): no thread."""
+    import threading
+
+    from topicmatch.spark import check_executors, session
+    check_executors(spark)
+    seen = []
+    real = session.check_executors
+
+    def counted(s, *, force=False):
+        seen.append(threading.current_thread().name)
+        real(s, force=force)
+    monkeypatch.setattr(session, "check_executors", counted)
+    with session.executors_checked(spark):
+        pass
+    assert seen == [threading.current_thread().name]

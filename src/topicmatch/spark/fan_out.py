@@ -264,10 +264,13 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
         # (before any job: "auto" is told once the plan has counted)
         raise _streaming_sharded()
     # Once per session, local masters included: a session the user built from
-    # a Python without pyarrow gets a clear error instead of a worker's stack.
-    check_executors(spark)
-    if not isinstance(subscriptions, FanoutPlan):
+    # a Python without pyarrow gets a clear error instead of a worker's stack
+    # (plan_fanout checks beside its first job, where it plans)
+    if isinstance(subscriptions, FanoutPlan):
+        check_executors(spark)
+    else:
         plan = plan_fanout(subscriptions, opts, spark=spark)
+        check_executors(spark)      # (a remembered plan: checked when it was made)
     per_event, index = _per_event(events, plan, opts)
     return FanoutResult(per_event, list(events.columns), opts.subject_col, opts.dialect,
                         opts.explode, index, events=events, plan=plan)

@@ -361,7 +361,11 @@ def inbox_for(spark, locations):
     if is_connect(spark):
         yield RowInbox(driver_cache_dir())
         return
-    with Inbox(_driver_host(spark), driver_cache_dir()) as inbox:
+    server = serving(spark)
+    # each image offered by the driver's server as soon as it is in place,
+    # not when the job ends: the other hosts can fetch it meanwhile (prefetch)
+    with Inbox(_driver_host(spark), driver_cache_dir(),
+               on_received=lambda location, local: _offer(server, location, local)) as inbox:
         yield inbox
 
 
@@ -464,7 +468,11 @@ def hand_out(spark, location: str, local: str) -> None:
     if is_connect(spark):
         add_file(spark, local)
         return
-    serving(spark).offer(location, local)
+    _offer(serving(spark), location, local)
+
+
+def _offer(server: ImageServer, location: str, local: str) -> None:
+    server.offer(location, local)
     hold(local)
 
 
@@ -561,14 +569,19 @@ def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox, step
     force = rebuild
     inserts = 0
     row = None
-    if not rebuild:
+    if not rebuild and location is not None and is_spark(location):
+        # (the driver lacks it: a probe task would look on one host only;
+        # the build task looks on its own, checking in full what it finds)
+        steps.append("no probe task: the driver lacks this image; the build task looks for it "
+                     "on its own host first (checked in full under the image's lock)")
+    elif not rebuild:
         row = publish(results(one.mapInArrow(_probe_task(location, name, dialect, ticket), _RESULT),
                               inbox), spark, inbox)[0]
         steps.append(f"probe task: the image is {row['status']} at {row['path']}")
         if row["status"].startswith("damaged"):
             _log.warning("topicmatch: rebuilding the image %s (%s)", row["path"], row["status"])
             force = True
-    if rebuild or row["status"] != "ok":
+    if row is None or row["status"] != "ok":
         rows = index_rows(subscriptions).coalesce(1)
         got = results(rows.mapInArrow(_build_task(location, name, dialect, force, False, ticket),
                                       _RESULT), inbox)
@@ -580,8 +593,12 @@ def _probe_or_build(subscriptions, dialect, location, name, rebuild, inbox, step
             raise bad_subscription(dialect, row["bad_sub_id"], row["bad_filter"],
                                    row["bad_queue"], row=row["bad_row"] + 1)
         inserts = row["inserts"]
-        steps.append(f"build task: the rows in one task, {inserts:,} inserted, "
-                     f"{row['nbytes']:,} bytes saved at {row['path']}")
+        if row["status"] == "there":
+            steps.append(f"build task: the image was on its host already, checked in full, "
+                         f"{row['nbytes']:,} bytes at {row['path']}")
+        else:
+            steps.append(f"build task: the rows in one task, {inserts:,} inserted, "
+                         f"{row['nbytes']:,} bytes saved at {row['path']}")
     return row, inserts
 
 

@@ -43,7 +43,7 @@ from topicmatch.spark.image_hosts import (check_dir_and_ship, connect_host, conn
                                           spark_files, use_images, warn_once)
 from topicmatch.spark.images import image_index, name_of, vanished
 from topicmatch.spark.limits import limit
-from topicmatch.spark.session import check_executors, is_connect, session_key
+from topicmatch.spark.session import check_executors, executors_checked, is_connect, session_key
 from topicmatch.spark.shard import (AUTO_DEPTHS, CANDIDATE_SHARDS, RowStats, ShardPlan, check_depth,
                                    check_rows, check_shards, plan_shards, row_stats)
 from topicmatch.spark.shard_images import shard_images
@@ -378,9 +378,10 @@ def plan_fanout(subscriptions, options: Optional[FanoutOptions] = None, *, spark
         if plan is not None and not plan.is_stale():
             return plan.again(opts, subscriptions)
     # the one-row task that checks the executors can run topicmatch (once
-    # per session): here, so that a plan made ahead leaves no job to the call
-    check_executors(spark)
-    plan = _plan_frame(spark, subscriptions, opts, memo)
+    # per session): here, so that a plan made ahead leaves no job to the
+    # call; beside the plan's first job, which runs no Python
+    with executors_checked(spark):
+        plan = _plan_frame(spark, subscriptions, opts, memo)
     _log.info("%s", plan.explain())
     if memo:
         # (kept without the DataFrame: a strong reference from here would

@@ -2,6 +2,7 @@
 names): a quiet local session (Spark's logging set up from the first line,
 log4j), a Spark Connect session, which kind a session is, and the check
 that a session's executors can run topicmatch."""
+import contextlib
 import os
 import re
 import stat
@@ -245,16 +246,59 @@ def _probe(batches):
                                        "topicmatch": [fs.__file__]})
 
 
+def _checked(spark) -> bool:
+    try:
+        return spark in _CHECKED
+    except TypeError:  # pragma: no cover
+        return False
+
+
+@contextlib.contextmanager
+def executors_checked(spark):
+    """check_executors(spark) around a plan's first jobs: on classic Spark,
+    for a session not checked yet, its one-row task runs on a thread of
+    its own (its job beside the plan's first, which runs no Python: the
+    statistics aggregate), and is waited for on exit.  Where it failed,
+    its error (ExecutorEnvironmentError, which names the fix) is raised in
+    place of the body's: a job of the body that ran Python on executors
+    without topicmatch fails with a worker's stack instead.  (On a loaded
+    two-host rig the check job and the planning of the aggregate after it
+    took 0.5 and 3.4 s in a row.)  Spark Connect, or a session checked
+    already: check_executors in line."""
+    if is_connect(spark) or _checked(spark):
+        check_executors(spark)
+        yield
+        return
+    failed = []
+
+    def run():
+        try:
+            check_executors(spark)
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
+            failed.append(e)
+    # (a plain thread: its one-row job runs without the caller's job group or
+    # pool, which pyspark's InheritableThread would copy, but which asserts a
+    # Connect session wherever SPARK_REMOTE is set in the environment)
+    thread = threading.Thread(target=run, name="topicmatch-executors-check", daemon=True)
+    thread.start()
+    try:
+        yield
+    except BaseException:
+        thread.join()
+        if failed:
+            raise failed[0] from None
+        raise
+    thread.join()
+    if failed:
+        raise failed[0]
+
+
 def check_executors(spark: SparkSession, *, force: bool = False) -> None:
     """Run one one-row task that imports topicmatch and pyarrow on an executor;
     raise ExecutorEnvironmentError naming the fix when it cannot.  Done once
     per session (every fan-out calls it, on any master)."""
-    if not force:
-        try:
-            if spark in _CHECKED:
-                return
-        except TypeError:  # pragma: no cover
-            pass
+    if not force and _checked(spark):
+        return
     try:
         spark.range(1, numPartitions=1).mapInArrow(_probe, "python string, topicmatch string").collect()
     except Exception as e:  # noqa: BLE001 - any failure here is the environment's

@@ -55,11 +55,12 @@ from pyspark.sql import functions as F
 
 from topicmatch import Sublist
 from topicmatch.spark.base import bad_subscription
-from topicmatch.spark.image_store import image_home, location_in, open_location
-from topicmatch.spark.image_inbox import as_rows
+from topicmatch.spark.image_store import image_home, is_spark, location_in, open_location
+from topicmatch.spark.image_inbox import as_rows, prefetch
+from topicmatch.spark.image_hosts import default_dir_works
 from topicmatch.spark.images import (BadRow, _check_dir, build_at, build_rows, driver_has,
-                                     inbox_for, index_rows, name_of, probe_at, publish, results,
-                                     spark_files, task_file, vanished)
+                                     image_source, inbox_for, index_rows, name_of, probe_at,
+                                     publish, results, spark_files, task_file, vanished)
 from topicmatch.spark.session import session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, WorkerCache
 from topicmatch.spark.route import image_column
@@ -117,12 +118,15 @@ def _probe_task(locations, names, dialect, shards, ticket):
     return topicmatch_shard_probe
 
 
-def _build_task(locations, names, dialect, force, ticket):
+def _build_task(locations, names, dialect, force, ticket, source=None):
     """The function of the build job's partitions: their rows (shard,
     sub_id, filter, queue) become the images of the shards in them (one per
     partition, as _placement places them).  This is where the image path
     checks its rows (plan_shards(check=False)): a row the index refuses
-    comes back as status "bad", and the driver raises its error."""
+    comes back as status "bad", and the driver raises its error.  source
+    (the driver's image server, where the executors are on several hosts):
+    once its images are sent, the task's worker fetches the others as the
+    driver comes to serve them (image_inbox.prefetch)."""
     def topicmatch_shard_build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         t0 = time.perf_counter()
         got = [b for b in batches if b.num_rows]
@@ -133,6 +137,8 @@ def _build_task(locations, names, dialect, force, ticket):
         for shard, rows in _runs(table, table.column("shard").to_numpy()):
             row = _build_one(locations, names, dialect, force, ticket, shard,
                              rows.select(["sub_id", "filter", "queue"]), received)
+            if source is not None and row["status"][0].as_py() != "bad":
+                prefetch(source, locations, image_home())
             yield from _returned(ticket, row["status"][0].as_py(), locations[shard], names[shard])
             yield row
     return topicmatch_shard_build
@@ -267,7 +273,7 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     unknown = [k for k, p in enumerate(paths) if p is None]
     with inbox_for(spark, [locations[k] for k in unknown]) as inbox:
         probe, built = _probe_and_build(subscriptions, dialect, plan, names, locations, unknown,
-                                        rebuild, inbox)
+                                        rebuild, inbox, probe=not through_spark)
     for k in unknown:
         paths[k] = (built.get(k) or probe[k])["path"]
     with _KNOWN_LOCK:
@@ -275,7 +281,11 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
             _KNOWN[k] = p
     made = sorted(k for k, r in built.items() if r["status"] == "built")
     inserts = sum(r["inserts"] for r in built.values())
-    if not rebuild:
+    if not rebuild and through_spark:
+        steps.append(f"no probe task: the driver holds {len(paths) - len(unknown)} of the "
+                     f"{len(paths)} images; each build task looks for its image on its own host "
+                     "first (checked in full under the image's lock)")
+    elif not rebuild:
         steps.append(f"probe task: {len(unknown)} of the {len(paths)} images looked for, "
                      f"{len(unknown) - len(built)} found good")
     if built:
@@ -284,15 +294,31 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     return {"paths": paths, "built": made, "inserts": inserts}
 
 
-def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, rebuild, inbox):
+def _prefetch_source(spark, locations):
+    """The driver's image server, for the build tasks to prefetch from,
+    where their images travel through it (spark:) and the executors run on
+    several hosts (on one, each image is on the host that built it); None
+    otherwise (Spark Connect's travel as the session's artifacts)."""
+    if not any(loc is not None and is_spark(loc) for loc in locations) or default_dir_works(spark):
+        return None
+    return image_source(spark, locations)
+
+
+def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, rebuild, inbox,
+                     probe=True):
     """The probe task over the unknown images, then one build job for those
     missing or damaged (and one task for the empty ones): -> ({shard: probe
-    row}, {shard: build row})."""
+    row}, {shard: build row}).  probe=False (spark: images the driver
+    lacks): no probe task, whose one task would look on one host only; the
+    build job's tasks look on their own hosts instead (save_locked: an
+    image found there is checked in full, and built over when damaged)."""
     spark = subscriptions.sparkSession
     ticket = inbox.ticket if inbox is not None else None
     one = spark.range(1, numPartitions=1)
     if rebuild:
         probe = {k: {"status": "rebuild", "path": locations[k]} for k in unknown}
+    elif not probe:
+        probe = {k: {"status": "missing", "path": locations[k]} for k in unknown}
     else:
         # (the shards with the same content, e.g. empty ones, share a name)
         t0 = time.perf_counter()
@@ -310,7 +336,8 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
             rows = rows.where(F.col("shard").isin(todo))
         t0 = time.perf_counter()
         got = results(_one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
-            _build_task(locations, names, dialect, force, ticket), _RESULT), inbox)
+            _build_task(locations, names, dialect, force, ticket, _prefetch_source(spark, locations)),
+            _RESULT), inbox)
         _log.info("topicmatch: the build job of %d shard image(s) took %.2f s", len(todo),
                   time.perf_counter() - t0)
         for r in publish(got, spark, inbox):
