@@ -195,6 +195,15 @@ typedef pthread_key_t fs_tls_key;
 static inline void *fs_tls_get(fs_tls_key k) { return pthread_getspecific(k); }
 static inline int fs_tls_set(fs_tls_key k, void *v) { return pthread_setspecific(k, v) == 0 ? 0 : -1; }
 #endif
+/* 1 where a thread-local (FS_THREAD_LOCAL) may keep a copy of a slot's
+ * value: the slot is the thread's, and the copy costs one load.  Not on
+ * Win32, where the slot is fiber-local: a thread-local copy would hand one
+ * fiber's value to the other fibers of its thread. */
+#if defined(__GNUC__) && !defined(_WIN32)
+#define FS_TLS_COPY_OK 1
+#else
+#define FS_TLS_COPY_OK 0
+#endif
 /* 0, or -1 when the system has no slot left.  Never deleted: the slot
  * lives as long as the process (the extension module is never unloaded). */
 int fs_tls_create(fs_tls_key *k, void (FS_TLS_DESTRUCTOR *destructor)(void *));

@@ -28,14 +28,12 @@ void fs_scratch_free(fs_scratch *sc)
 
 static fs_tls_key workspace_key;
 
-/* The key's value, also kept in a thread-local where the compiler has one
- * that costs a load (GCC and Clang's initial-exec model, fs_sys.h), so
- * that a match() reads it instead of calling pthread_getspecific (~17
+/* The key's value, also kept in a thread-local where that is a safe copy
+ * (FS_TLS_COPY_OK, fs_sys.h: not where the key is fiber-local), so that a
+ * match() reads it with one load instead of asking the key (~17
  * instructions a call).  The key stays the owner: its destructor frees
- * the workspace when the thread ends, clearing the thread-local first.
- * Not on Windows, where the key is fiber-local (fs_sys.h): a thread-local
- * would give one fiber's workspace to the other fibers of its thread. */
-#if defined(__GNUC__) && !defined(_WIN32)
+ * the workspace when the thread ends, clearing the thread-local first. */
+#if FS_TLS_COPY_OK
 #define WORKSPACE_THREAD_LOCAL 1
 static FS_THREAD_LOCAL fs_workspace *workspace_mine;
 #endif
