@@ -16,7 +16,7 @@ import topicmatch
 from topicmatch.cli import main
 from topicmatch.spark import image_cache as ic
 from topicmatch.spark import image_store as st
-from topicmatch.spark.images import build_at
+from topicmatch.spark.images import build_at, sublist_builder
 
 HOUR = 3600.0
 
@@ -154,7 +154,7 @@ def test_a_build_prunes_the_hosts_directory(tmp_path, monkeypatch):
         sl = topicmatch.Sublist()
         sl.insert_many([f"b.{i}" for i in range(100)], list(range(100)))
         return sl
-    status, path, *_ = build_at(None, "topicmatch-nats-v3-new", False, build, dialect="nats")
+    status, path, *_ = build_at(None, "topicmatch-nats-v3-new", False, sublist_builder(build), dialect="nats")
     assert status == "built" and os.path.exists(path)
     assert not os.path.exists(old)      # the least recently used went; the new one, recent, stays
 

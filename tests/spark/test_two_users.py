@@ -204,7 +204,7 @@ def _probe(path):
 
 
 def _lock_and_build(path):
-    return images.save_locked(path, False, lambda: _sublist([">"]), dialect="nats")
+    return images.save_locked(path, False, images.sublist_builder(lambda: _sublist([">"])), dialect="nats")
 
 
 def _sublist(filters):

@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from topicmatch import InvalidSubjectError, Sublist
+from topicmatch import InvalidSubjectError, Sublist, build_image
 from topicmatch._core import TopicmatchRuntimeError, TopicmatchTypeError, TopicmatchValueError
 from topicmatch._dialects import check_dialect
 
@@ -161,10 +161,11 @@ def collect_subscriptions(subscriptions: DataFrame) -> pa.Table:
 
 
 
-def insert_arrow(table: pa.Table, dialect: str) -> Tuple[Optional[Sublist], Optional[tuple]]:
-    """The index of an Arrow table (sub_id, filter[, queue]) as
-    collect_subscriptions returns it: (Sublist, None), or (None, (i, sub_id,
-    filter, queue)) for its first bad row i (0-based), whose error
+def _from_arrow(table: pa.Table, dialect: str, make):
+    """make(filters, ids, queues) over the columns of an Arrow table
+    (sub_id, filter[, queue]) as collect_subscriptions returns it, read in
+    place (no Python object per row): (its result, None), or (None, (i,
+    sub_id, filter, queue)) for the first bad row i (0-based), whose error
     bad_subscription words (a task returns the row; the driver raises)."""
     import pyarrow.compute as pc
     check_dialect(dialect)
@@ -177,16 +178,38 @@ def insert_arrow(table: pa.Table, dialect: str) -> Tuple[Optional[Sublist], Opti
 
     if ids_a.null_count or filters_a.null_count:
         return bad(pc.index(pc.or_(pc.is_null(ids_a), pc.is_null(filters_a)), True).as_py())
-    # insert_many reads the Arrow columns in place: no Python object per row.
     queues = queues_a if queues_a is not None and queues_a.null_count < len(queues_a) else None
-    sl = Sublist(dialect)
     try:
-        sl.insert_many(filters_a, ids_a, queues)
+        return make(filters_a, ids_a, queues), None
     except InvalidSubjectError as e:
         if e.row is None:
             raise
         return bad(e.row)
-    return sl, None
+
+
+def insert_arrow(table: pa.Table, dialect: str) -> Tuple[Optional[Sublist], Optional[tuple]]:
+    """The index of an Arrow table (sub_id, filter[, queue]): (Sublist,
+    None), or (None, the first bad row) as _from_arrow gives it."""
+    def make(filters, ids, queues):
+        sl = Sublist(dialect)
+        sl.insert_many(filters, ids, queues)
+        return sl
+    return _from_arrow(table, dialect, make)
+
+
+def image_from_arrow(table: pa.Table, dialect: str, path: str,
+                     durable: bool) -> Tuple[Optional[int], Optional[tuple]]:
+    """The image of an Arrow table (sub_id, filter[, queue]) written at path
+    by build_image, straight from the columns on one thread (a task's
+    core), without building the index first: (its subscriptions, None), or
+    (None, the first bad row) as _from_arrow gives it, and no file."""
+    def make(filters, ids, queues):
+        sl = build_image(path, filters, ids, queues, dialect=dialect, threads=1, durable=durable)
+        try:
+            return len(sl)
+        finally:
+            sl.close()
+    return _from_arrow(table, dialect, make)
 
 
 def index_from_arrow(table: pa.Table, dialect: str = "nats") -> Sublist:

@@ -68,7 +68,7 @@ from pyspark.sql import functions as F
 from topicmatch._core import IMAGE_FORMAT_VERSION, TopicmatchRuntimeError, _os_error
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
-                                 insert_arrow)
+                                 image_from_arrow)
 from topicmatch.spark.image_inbox import FromDriver, ImageServer, Inbox, RowInbox, as_rows, send
 from topicmatch.spark.image_cache import hold, prune_quietly, touch
 from topicmatch.spark.image_store import (IMAGE_DIR_ENV, cache_path,  # noqa: F401
@@ -221,11 +221,11 @@ def probe_at(location: Optional[str], name: str, dialect: str, ticket=None):
     return status, _driver_path(location, local), nsubs, os.path.getsize(local) if ok else 0
 
 
-def build_at(location: Optional[str], name: str, force: bool, build: Callable[[], Sublist],
+def build_at(location: Optional[str], name: str, force: bool, build: Callable[[str, bool], int],
              ticket=None, *, dialect: str, times: Optional[dict] = None):
-    """Build (unless there, and not force) and publish one image: saved on
-    this host, uploaded to a remote location, or sent to the driver's inbox
-    for a spark: one (ticket: image_inbox).  -> (status, path for the
+    """Build (unless there, and not force; build: save_locked's) and
+    publish one image: saved on this host, uploaded to a remote location,
+    or sent to the driver's inbox for a spark: one (ticket: image_inbox).  -> (status, path for the
     driver, inserts, subscriptions, nbytes); BadRow passes through.
     times: a dict that gets the seconds of "save" (the build and the save
     under the lock) and "send" (the upload, or the send to the driver)."""
@@ -275,18 +275,19 @@ def probe_image(path: str, dialect: str) -> Tuple[str, int]:
 
 class BadRow(Exception):
     """A build met a row the index refuses: args (i, sub_id, filter, queue),
-    as insert_arrow gives it."""
+    as base._from_arrow gives it."""
 
 
-def save_locked(path: str, force: bool, build: Callable[[], Sublist],
+def save_locked(path: str, force: bool, build: Callable[[str, bool], int],
                 durable: bool = True, *, dialect: str) -> Tuple[str, int, int]:
-    """build() -> a Sublist, saved at path under an exclusive lock on a lock
-    file beside it (image_store.locked), unless the image is there by the
-    time the lock is held (another task built it while this one waited)
-    and not `force` (it was found damaged).  durable=False: saved without
-    the fsync (save(durable=False)), for a host's cache.  -> (status
-    "built" or "there", inserts, subscriptions).  build() may raise BadRow, which passes
-    through, the lock released."""
+    """build(path, durable) -> subscriptions, the image written at path
+    (atomically: rows_builder, sublist_builder), under an exclusive lock on
+    a lock file beside it (image_store.locked), unless the image is there
+    by the time the lock is held (another task built it while this one
+    waited) and not `force` (it was found damaged).  durable=False: written
+    without the fsync, for a host's cache.  -> (status "built" or "there",
+    inserts, subscriptions).  build may raise BadRow, which passes through,
+    the lock released."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with locked(path):
         if not force and os.path.exists(path):
@@ -298,18 +299,32 @@ def save_locked(path: str, force: bool, build: Callable[[], Sublist],
             if status == "ok":
                 return "there", 0, nsubs
             _log.warning("topicmatch: rebuilding the image %s (%s)", path, status)
-        sl = build()
+        nsubs = build(path, durable)
+        return "built", nsubs, nsubs        # (a new image: each subscription inserted once)
+
+
+def rows_builder(rows: pa.Table, dialect: str) -> Callable[[str, bool], int]:
+    """save_locked's build for rows (sub_id, filter, queue): their image
+    written by build_image, straight from the Arrow columns, where
+    insert_many then save() built the index and then wrote it (about 1.24x
+    insert_many's time against 1.6x, bench/image.py); BadRow for the first
+    row it refuses, and no file."""
+    def build(path: str, durable: bool) -> int:
+        nsubs, bad = image_from_arrow(rows, dialect, path, durable)
+        if bad is not None:
+            raise BadRow(*bad)
+        return nsubs
+    return build
+
+
+def sublist_builder(make: Callable[[], Sublist]) -> Callable[[str, bool], int]:
+    """save_locked's build for an index made in memory (an empty shard's):
+    make()'s index saved."""
+    def build(path: str, durable: bool) -> int:
+        sl = make()
         sl.save(path, durable=durable)
-        return "built", sl.stats()["inserts"], len(sl)
-
-
-def build_rows(rows: pa.Table, dialect: str) -> Sublist:
-    """The index of rows (sub_id, filter, queue), or BadRow for the first
-    row it refuses."""
-    sl, bad = insert_arrow(rows, dialect)
-    if bad is not None:
-        raise BadRow(*bad)
-    return sl
+        return len(sl)
+    return build
 
 
 def _probe_task(location, name, dialect, ticket=None):
@@ -336,7 +351,7 @@ def _build_task(location, name, dialect, force, empty, ticket=None):
         table = pa.Table.from_batches(got) if got else schema.empty_table()
         try:
             status, path, inserts, nsubs, nbytes = build_at(
-                location, name, force, lambda: build_rows(table, dialect), ticket, dialect=dialect)
+                location, name, force, rows_builder(table, dialect), ticket, dialect=dialect)
         except BadRow as e:
             yield _result("bad", location, bad=e.args)
             return

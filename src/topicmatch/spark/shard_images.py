@@ -58,9 +58,10 @@ from topicmatch.spark.base import bad_subscription
 from topicmatch.spark.image_store import image_home, is_spark, location_in, open_location
 from topicmatch.spark.image_inbox import as_rows, prefetch
 from topicmatch.spark.image_hosts import default_dir_works
-from topicmatch.spark.images import (BadRow, _check_dir, build_at, build_rows, driver_has,
+from topicmatch.spark.images import (BadRow, _check_dir, build_at, driver_has,
                                      image_source, inbox_for, index_rows, name_of, probe_at,
-                                     publish, results, spark_files, task_file, vanished)
+                                     publish, results, rows_builder, spark_files,
+                                     sublist_builder, task_file, vanished)
 from topicmatch.spark.session import session_key
 from topicmatch.spark.ship import LOAD_LOG_ENV, WorkerCache
 from topicmatch.spark.route import image_column
@@ -155,11 +156,11 @@ def _build_one(locations, names, dialect, force, ticket, shard, rows: pa.Table,
     t0 = time.perf_counter()
     times = {}
 
-    def build():
+    def build(path, durable):
         t = time.perf_counter()
-        sl = build_rows(rows, dialect)
+        nsubs = rows_builder(rows, dialect)(path, durable)
         times["insert"] = time.perf_counter() - t
-        return sl
+        return nsubs
     try:
         status, path, inserts, nsubs, _ = build_at(
             locations[shard], names[shard], shard in force, build, ticket, dialect=dialect,
@@ -169,7 +170,8 @@ def _build_one(locations, names, dialect, force, ticket, shard, rows: pa.Table,
     log = os.environ.get(LOAD_LOG_ENV)
     if log and status == "built":
         # as shard.py's builds: "shard-<name> <pid> <subscriptions> <seconds>", then the
-        # split: the task's rows received (all its shards'), inserted, saved, sent
+        # split: the task's rows received (all its shards'), the image built
+        # (build_image: "insert" is the whole build, "save" the lock's rest), sent
         with open(log, "a") as f:
             f.write(f"shard-{names[shard]} {os.getpid()} {inserts} {time.perf_counter() - t0:.3f} "
                     f"received={received:.3f} insert={times.get('insert', 0):.3f} "
@@ -229,7 +231,7 @@ def _empty_task(locations, names, dialect, shards, force, ticket):
             pass
         for k in shards:
             status, path, inserts, nsubs, _ = build_at(
-                locations[k], names[k], k in force, lambda: Sublist(dialect), ticket, dialect=dialect)
+                locations[k], names[k], k in force, sublist_builder(lambda: Sublist(dialect)), ticket, dialect=dialect)
             yield from _returned(ticket, status, locations[k], names[k])
             yield _result(k, status, path, inserts, nsubs)
     return topicmatch_shard_empty
