@@ -375,6 +375,16 @@ static void live_changed(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         fs_cache_invalidate(sl->cache, sl->dialect, ps->filter, ps->filter_len, t, ps->literal);
 }
 
+/* insert_locked on an opened image: into its live part. */
+static int insert_live(fs_sublist *sl, const fs_tokens *t, const parsed_spec *ps, int64_t id,
+                       fs_growth *g, int invalidate)
+{
+    int rc;
+    if ((rc = live_prepare(sl, t, ps)) == FS_OK && (rc = insert_locked(sl->live, t, ps, id, g, 0)) == 1)
+        live_changed(sl, t, ps, 1, invalidate);
+    return rc;
+}
+
 /* Add the subscription, creating its node where it belongs: the literal
  * table, its shape's table (creating the shape while the budget lasts),
  * or the trie.  Caller holds the write lock.  1 new, 0 present,
@@ -386,11 +396,8 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
     int rc = FS_OK;
     g->level = NULL;
     g->cap = 0;
-    if (sl->img.base) {
-        if ((rc = live_prepare(sl, t, ps)) == FS_OK && (rc = insert_locked(sl->live, t, ps, id, g, 0)) == 1)
-            live_changed(sl, t, ps, 1, invalidate);
-        return rc;
-    }
+    if (FS_UNLIKELY(sl->img.base != NULL))
+        return insert_live(sl, t, ps, id, g, invalidate);
     uint32_t slot;
     fs_node *n = find_locked(sl, t, ps, &sh, &slot);
     /* A trie node without subscriptions is only on the way to longer
