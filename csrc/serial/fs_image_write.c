@@ -634,6 +634,16 @@ static void writer_free(writer *W)
     FS_FREE(W->counts);
 }
 
+/* Write the built index sl (its lock held) into W, room reserved first
+ * at about its size.  FS_OK or FS_ENOMEM. */
+static int write_built(writer *W, fs_sublist *sl)
+{
+    W->sl = sl;
+    size_t about = image_size_about(sl);
+    int rc = wb_reserve(&W->w, about, image_size_likely(about));
+    return rc == FS_OK ? write_locked(W, sl) : rc;
+}
+
 /* Write sl's image into W (memory, or a file's pages).  FS_OK, FS_ENOMEM,
  * FS_EBADDATA (a damaged opened image). */
 static int write_image(fs_sublist *sl, writer *W)
@@ -658,24 +668,15 @@ static int write_image(fs_sublist *sl, writer *W)
      * first served, a version 1-2 image's placement) and a changed image
      * are built again, placed by the rule, and that is written. */
     int placed_here = sl->img.base ? 0 : fs_shapes_placed_canonically(sl), rc = placed_here;
-    if (placed_here == 1) {
-        W->sl = sl;
-        size_t about = image_size_about(sl);
-        rc = wb_reserve(&W->w, about, image_size_likely(about));
-        if (rc == FS_OK)
-            rc = write_locked(W, sl);
-    }
+    if (placed_here == 1)
+        rc = write_built(W, sl);
     fs_brlock_rdunlock_long(&sl->lock);
     if (placed_here == 0) {             /* the set, placed by the rule */
         fs_sublist *placed;
         if ((rc = fs_image_thaw(sl, &placed)) != FS_OK)
             return rc;
         fs_brlock_rdlock_long(&placed->lock);
-        W->sl = placed;
-        size_t about = image_size_about(placed);
-        rc = wb_reserve(&W->w, about, image_size_likely(about));
-        if (rc == FS_OK)
-            rc = write_locked(W, placed);
+        rc = write_built(W, placed);
         fs_brlock_rdunlock_long(&placed->lock);
         fs_sublist_free(placed);
     }
