@@ -80,17 +80,8 @@ def build_image(path, filters, sub_ids, queues=None, *, dialect="nats", threads=
     _os.close(fd)
     try:
         _build_into(d, sp, nthreads, tmp, durable)
-        try:
-            _os.replace(tmp, path)
-        except OSError as e:
-            raise _os_error(e.errno, f"cannot save the image: {e.strerror}", path) from None
+        _rename_into_place(tmp, path, folder, durable)
         tmp = None
-        if durable and hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
-            dfd = _os.open(folder, _os.O_RDONLY | _os.O_DIRECTORY)
-            try:
-                _os.fsync(dfd)
-            finally:
-                _os.close(dfd)
     finally:
         if tmp is not None:
             try:

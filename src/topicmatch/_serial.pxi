@@ -190,6 +190,22 @@ def _save_temp(folder, base, path):
     raise _os_error(_errnos.EEXIST, "cannot save the image: no free temporary name beside it", path)
 
 
+def _rename_into_place(tmp, path, folder, durable):
+    """The temporary file tmp, written whole, renamed over path (in folder),
+    and with durable the rename itself on disk: the last step of every
+    image file written (save(), build_image)."""
+    try:
+        _os.replace(tmp, path)
+    except OSError as e:
+        raise _os_error(e.errno, f"cannot save the image: {e.strerror}", path) from None
+    if durable and hasattr(_os, "O_DIRECTORY"):
+        dfd = _os.open(folder, _os.O_RDONLY | _os.O_DIRECTORY)
+        try:
+            _os.fsync(dfd)
+        finally:
+            _os.close(dfd)
+
+
 def _sublist_save(Sublist sl not None, path, mode=None, durable=True):
     """Write the image to path atomically: into a temporary file in the same
     folder (through its pages: the image is never whole in memory), on disk
@@ -243,17 +259,8 @@ def _sublist_save(Sublist sl not None, path, mode=None, durable=True):
             raise _os_error(saved_errno, f"cannot save the image: {_os.strerror(saved_errno)}", path)
         else:
             _written(rc, st, sl)
-        try:
-            _os.replace(tmp, path)
-        except OSError as e:
-            raise _os_error(e.errno, f"cannot save the image: {e.strerror}", path) from None
+        _rename_into_place(tmp, path, folder, durable)
         tmp = None
-        if durable and hasattr(_os, "O_DIRECTORY"):     # the rename itself, on disk
-            dfd = _os.open(folder, _os.O_RDONLY | _os.O_DIRECTORY)
-            try:
-                _os.fsync(dfd)
-            finally:
-                _os.close(dfd)
     finally:
         if tmp is not None:
             try:
