@@ -27,7 +27,12 @@
  * (wrong buffer count, no buffer list, children, released, negative or
  * overflowing length or offset, a size missing or negative, a dictionary
  * missing or extra, a format or an extension type that is not text) is
- * refused or, for a type, reported as not text.
+ * refused or, for a type, reported as not text.  The Python layer's own
+ * path (fs_arrow_export.c: the export held with its sizes, read alone, as
+ * two chunks of one column, a dictionary's values alone, the refusal's
+ * whole message) gives the same verdict and the same rows.  Comparing
+ * with pyarrow's own view of the same buffers needs Python:
+ * tests/test_arrow_reader.py does it (Hypothesis, pyarrow's to_pylist).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -553,6 +558,62 @@ static void check_refusal_is_right(const fs_arrow_error *err, const built *top, 
     CHECK(err->row >= 0 ? err->row == bad : bad == -2);
 }
 
+/* The Python layer's path (fs_arrow_export.c) over the same export: held
+ * in an fs_arrow_export (a copy of the structs, the sizes given as the
+ * layer gives them), read alone and as two chunks of one column (and a
+ * dictionary's values alone), against fs_arrow_rows' verdict and rows;
+ * every refusal's whole message fits. */
+static void check_export_path(const fs_arrow_column *col, int rows_rc, const fs_arrow_error *rows_err,
+                              const char **ptrs, const size_t *lens)
+{
+    fs_arrow_export *e = fs_arrow_exports_new(2);
+    CHECK(e != NULL);
+    for (int k = 0; k < 2; k++) {
+        e[k].array = *col->array;
+        e[k].schema = *col->schema;
+        CHECK(fs_arrow_export_kind(&e[k]) == fs_arrow_kind(col->schema));
+        int64_t *at = fs_arrow_export_sizes(&e[k], col->n_sizes, col->n_dict_sizes);
+        CHECK(at != NULL);
+        if (col->n_sizes)
+            memcpy(at, col->sizes, sizeof(int64_t) * (size_t)col->n_sizes);
+        if (col->n_dict_sizes)
+            memcpy(at + col->n_sizes, col->dict_sizes, sizeof(int64_t) * (size_t)col->n_dict_sizes);
+    }
+    int64_t n = col->array->length;
+    for (size_t chunks = 1; chunks <= 2; chunks++) {
+        fs_arrow_text t;
+        fs_arrow_error err;
+        char msg[512];
+        int rc = fs_arrow_text_read(&t, e, chunks, 0, &err);
+        CHECK(rc == rows_rc || (rows_rc == FS_EBADDATA && rc == FS_EBADDATA));
+        if (rc == FS_OK) {
+            CHECK(t.s.n == (size_t)n * chunks);
+            for (size_t i = 0; i < t.s.n; i++) {
+                const char *p;
+                size_t len;
+                size_t j = i % (size_t)n;
+                int got = fs_strings_get(&t.s, i, &p, &len);
+                CHECK(got == (ptrs[j] != NULL));
+                CHECK(!got || (len == lens[j] && (len == 0 || p == ptrs[j])));
+            }
+        } else {
+            /* a refusal of the first chunk, as fs_arrow_rows made it */
+            CHECK((err.fault == rows_err->fault && err.row == rows_err->row) || err.fault == FS_ARROW_MALFORMED);
+            fs_arrow_describe(&err, "subjects", 7, msg, sizeof msg);
+            CHECK(strncmp(msg, "subjects", 8) == 0 && strlen(msg) < sizeof msg - 1);
+        }
+        fs_arrow_text_free(&t);
+    }
+    if (rows_rc == FS_OK && e[0].kind == FS_ARROW_DICTIONARY) {
+        fs_arrow_text t;
+        fs_arrow_error err;
+        CHECK(fs_arrow_text_read(&t, e, 1, 1, &err) == FS_OK);
+        CHECK((int64_t)t.s.n == col->array->dictionary->length);
+        fs_arrow_text_free(&t);
+    }
+    fs_arrow_exports_free(e, 2);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader r = {data, size, 0};
@@ -616,6 +677,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int64_t i = 0; i < n; i++)
             CHECK(!ptrs[i] || lens[i] == 0 || inside_a_buffer(&pl, ptrs[i], lens[i]));
     }
+    if (n == top.a.length)
+        check_export_path(&col, rc, &err, ptrs, lens);
     fs_arrow_release(&top.a, &schema);
     CHECK(top.a.release == NULL && schema.release == NULL);
     for (int k = 0; k < pl.n; k++)

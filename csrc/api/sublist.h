@@ -65,7 +65,8 @@
  *            growing arrays and an index's memory account (memory_bytes)
  *   arrow/   fs_arrow.c a column of strings read from Arrow's C Data
  *            Interface, every read checked (the Python layer's door for
- *            Arrow columns; nothing in the core calls it)
+ *            Arrow columns; nothing in the core calls it), fs_arrow_export.c
+ *            the exports it holds for that layer, chunks read as one column
  *   rules/   fs_dialect.c the dialects' rules (every difference between
  *            them is a field of the table), fs_token.c tokens (validated as
  *            they are cut) and one filter against a subject or a filter,

@@ -191,4 +191,68 @@ static inline int fs_arrow_index_at(const fs_arrow_indices *x, int64_t i, int64_
     }
 }
 
+/* ---- Exports held, and columns of their rows (fs_arrow_export.c) --------
+ *
+ * The Python layer's whole use of the reader: it hands the producer
+ * (pyarrow's _export_to_c) the two structs of an fs_arrow_export, asks
+ * its kind, writes its buffers' sizes (and its dictionary's) where
+ * fs_arrow_export_sizes says, and reads one or more exports as one column
+ * (fs_arrow_text_read); a refusal is its whole message (fs_arrow_describe).
+ * fuzz/fuzz_arrow.c goes through these too. */
+
+/* A string array has 3 buffers, a dictionary of them 5: their sizes fit
+ * inline; only string_view's variadic buffers can take more. */
+#define FS_ARROW_INLINE_SIZES 8
+
+typedef struct {
+    struct ArrowArray array;      /* the producer's (zeroed: released) */
+    struct ArrowSchema schema;
+    fs_arrow_column col;          /* the two and the sizes, for the reader */
+    int kind;                     /* fs_arrow_export_kind's answer */
+    int64_t *sizes;               /* inline_sizes, or allocated past them */
+    int64_t inline_sizes[FS_ARROW_INLINE_SIZES];
+} fs_arrow_export;
+
+/* n exports, zeroed, for producers to fill; NULL out of memory.  Freed
+ * (each released) by fs_arrow_exports_free. */
+fs_arrow_export *fs_arrow_exports_new(size_t n);
+void fs_arrow_exports_free(fs_arrow_export *e, size_t n);
+
+/* The kind of e's schema once its producer filled it (FS_ARROW_NOT_TEXT ..
+ * FS_ARROW_DICTIONARY), kept in e->kind; e->col then views both structs. */
+int fs_arrow_export_kind(fs_arrow_export *e);
+
+/* Where the sizes in bytes of e's n buffers go, its dictionary's nd
+ * after them (in pyarrow's order: Array.buffers(), then the dictionary's);
+ * the caller writes them there.  NULL out of memory. */
+int64_t *fs_arrow_export_sizes(fs_arrow_export *e, int64_t n, int64_t nd);
+
+/* Release e's structs and free its sizes (e zeroed: freeing it again does
+ * nothing). */
+void fs_arrow_export_free(fs_arrow_export *e);
+
+/* A column of strings read from exports: its rows in place (an offsets
+ * array), or a pointer and a length per row (held here). */
+typedef struct {
+    fs_strings s;
+    const char **ptrs;            /* NULL: in place */
+    size_t *lens;
+} fs_arrow_text;
+
+/* The rows of chunks[0..n) (exports of a text kind), one after another,
+ * into *t: in place when they are one aligned string or large_string
+ * array, else a pointer and a length per row into the chunks' buffers (no
+ * string copied).  values: read the dictionary's values of chunks[0]
+ * instead (n 1; after fs_arrow_indices_of checked them).  FS_OK;
+ * FS_EBADDATA with err filled, a row counted from chunks[0]'s first;
+ * FS_ENOMEM.  *t is freed by fs_arrow_text_free, whatever came back. */
+int fs_arrow_text_read(fs_arrow_text *t, const fs_arrow_export *chunks, size_t n, int values,
+                       fs_arrow_error *err);
+void fs_arrow_text_free(fs_arrow_text *t);
+
+/* err as the whole message of the Python layer's ValueError, NUL-terminated
+ * in buf: "<what>: <fs_arrow_message>", " (dictionary)" after what for a
+ * fault in a dictionary's values; rows counted from row_base. */
+void fs_arrow_describe(const fs_arrow_error *err, const char *what, int64_t row_base, char *buf, size_t size);
+
 #endif

@@ -157,6 +157,7 @@ cdef class _Column:
     cdef str strict            # not None: a lone surrogate is an invalid <strict>, not a null row
     cdef _Column values        # a dictionary chunk's values (s: its rows, not read; x: their indices)
     cdef fs_arrow_indices x
+    cdef fs_arrow_text t       # an Arrow column's rows, as csrc/arrow/ read them
     cdef const char **ptrs
     cdef size_t *lens
     cdef char **chunks
@@ -171,6 +172,7 @@ cdef class _Column:
         PyMem_Free(self.chunks)
         PyMem_Free(self.ptrs)
         PyMem_Free(self.lens)
+        fs_arrow_text_free(&self.t)
 
     cdef const char *_copy(self, const char *p, size_t n) except NULL:
         """A copy of n bytes in the column's chunks (never NULL: NULL is a
@@ -274,10 +276,6 @@ cdef object _row_error(_Column c, Py_ssize_t i, object x):
                                f"(lone surrogate at character {start})", x, "not valid UTF-8", None, i)
 
 
-cdef bint _is_arrow(object x):
-    return type(x).__module__.startswith("pyarrow")
-
-
 cdef _Column _ptrs_column(Py_ssize_t n, str what):
     """An empty FS_STR_PTRS column of n rows, to be filled."""
     cdef _Column c = _Column.__new__(_Column)
@@ -313,202 +311,133 @@ cdef _Column _column_of_strs(object items, str what, bint fill=True):
 # each as an Array or a ChunkedArray.  binary and other types are a
 # TypeError naming the argument (bytes are not text, as in pyarrow).
 #
-# Each array is exported through Arrow's C Data Interface and read by
-# csrc/arrow/fs_arrow.c, which checks every read it makes against the
-# sizes of the array's buffers (pyarrow validates only when asked, and a
-# buffer may be changed in place after it did): here are only the export,
-# the sizes it leaves out, and the exceptions.
-
-cdef str ARROW_STRING_TYPES = "string, large_string, string_view or dictionary<string>"
-
-# Buffer sizes an export carries inline (a string array has 3, a
-# dictionary of them 5; only string_view's variadic buffers need more).
-DEF INLINE_SIZES = 8
+# Each array is exported through Arrow's C Data Interface into structs
+# csrc/arrow/ holds (fs_arrow_export) and reads, checking every read
+# against the sizes of the array's buffers (pyarrow validates only when
+# asked, and a buffer may be changed in place after it did).  Here: the
+# export's call, the sizes (_columns.buffer_sizes), the errors.
 
 
 @cython.final
-cdef class _Export:
-    """One Arrow array exported through the C Data Interface, with its (and
-    its dictionary's) buffers' sizes: what fs_arrow.c reads.  The array
-    object is kept, so its buffers outlive the export; both structs are
-    released with this object."""
-    cdef ArrowArray array
-    cdef ArrowSchema schema
-    cdef fs_arrow_column col
-    cdef int kind
-    cdef object arr
-    cdef int64_t inline_sizes[INLINE_SIZES]
-    cdef int64_t *sizes
+cdef class _Arrow:
+    """Arrow arrays exported (fs_arrow_export, one a chunk), and the arrays
+    themselves, kept so that their buffers outlive the exports."""
+    cdef fs_arrow_export *x
+    cdef size_t n
+    cdef list arrays
 
     def __dealloc__(self):
-        fs_arrow_release(&self.array, &self.schema)
-        if self.sizes != &self.inline_sizes[0]:
-            PyMem_Free(self.sizes)
+        fs_arrow_exports_free(self.x, self.n)
 
 
-cdef object _arrow_type_error(str what, object t):
-    return TopicmatchTypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {t}")
-
-
-cdef _Export _export(object arr, str what):
-    """arr exported, its kind read from its type (TypeError naming what if
-    it is not a column of strings), its buffers' sizes listed."""
-    cdef _Export e = _Export.__new__(_Export)
-    e.arr = arr
-    e.sizes = &e.inline_sizes[0]
-    arr._export_to_c(<uintptr_t>&e.array, <uintptr_t>&e.schema)
-    e.kind = fs_arrow_kind(&e.schema)
-    if e.kind == FS_ARROW_NOT_TEXT:
-        raise _arrow_type_error(what, arr.type)
-    bufs = arr.buffers()
-    values = arr.dictionary.buffers() if e.kind == FS_ARROW_DICTIONARY else ()
-    cdef Py_ssize_t n = len(bufs), nd = len(values), k
-    if n + nd > INLINE_SIZES:
-        e.sizes = <int64_t *>PyMem_Malloc(sizeof(int64_t) * (n + nd))
-        if e.sizes == NULL:
+cdef _Arrow _export(list arrays, str what):
+    """arrays exported, each one's type checked (TypeError naming what if
+    it is not a column of strings) and its buffers' sizes given."""
+    cdef _Arrow a = _Arrow.__new__(_Arrow)
+    cdef fs_arrow_export *x
+    cdef int64_t *at
+    a.x = fs_arrow_exports_new(len(arrays))
+    if a.x == NULL:
+        raise MemoryError()
+    a.arrays = arrays
+    for arr in arrays:
+        x = &a.x[a.n]
+        a.n += 1
+        arr._export_to_c(<uintptr_t>&x.array, <uintptr_t>&x.schema)
+        if fs_arrow_export_kind(x) == FS_ARROW_NOT_TEXT:
+            raise _columns.arrow_type_error(what, arr.type)
+        sizes, own = _columns.buffer_sizes(arr, x.kind == FS_ARROW_DICTIONARY)
+        at = fs_arrow_export_sizes(x, own, len(sizes) - own)
+        if at == NULL:
             raise MemoryError()
-    for k in range(n):
-        b = bufs[k]
-        e.sizes[k] = b.size if b is not None else 0
-    for k in range(nd):
-        b = values[k]
-        e.sizes[n + k] = b.size if b is not None else 0
-    e.col.array = &e.array
-    e.col.schema = &e.schema
-    e.col.sizes = e.sizes
-    e.col.n_sizes = n
-    e.col.dict_sizes = e.sizes + n
-    e.col.n_dict_sizes = nd
-    return e
+        for k in range(len(sizes)):
+            at[k] = sizes[k]
+    return a
+
+
+cdef list _chunks(object col, str what):
+    """The Arrow arrays of col (_columns.arrow_chunks), a column without
+    chunks its type checked (each chunk's is, as it is exported)."""
+    chunks = _columns.arrow_chunks(col, what)
+    if not chunks:
+        _check_arrow_type(col.type, what)
+    return chunks
+
+
+cdef _Arrow _export_column(object col, str what):
+    """A whole Arrow column's chunks exported."""
+    return _export(_chunks(col, what), what)
 
 
 cdef int _check_arrow_type(object t, str what) except -1:
     """TypeError naming what unless the Arrow type t is a column of
     strings (for a column with no chunk to export, and before pyarrow's own
     validation of insert_many's)."""
-    cdef ArrowSchema s
-    memset(&s, 0, sizeof(s))
-    t._export_to_c(<uintptr_t>&s)
-    cdef int kind = fs_arrow_kind(&s)
-    fs_arrow_release(NULL, &s)
+    cdef fs_arrow_export x
+    memset(&x, 0, sizeof(x))
+    t._export_to_c(<uintptr_t>&x.schema)
+    cdef int kind = fs_arrow_export_kind(&x)
+    fs_arrow_export_free(&x)
     if kind == FS_ARROW_NOT_TEXT:
-        raise _arrow_type_error(what, t)
+        raise _columns.arrow_type_error(what, t)
     return 0
 
 
 cdef object _arrow_error(const fs_arrow_error *err, str what, Py_ssize_t row_base):
-    """The ValueError of a column fs_arrow.c refused: what names the
-    argument, row_base the array's first row in the whole column (a fault
-    in a dictionary's values names the dictionary and its own rows)."""
-    cdef char msg[256]
-    fs_arrow_message(err, row_base, msg, sizeof(msg))
-    if err.in_dictionary:
-        what = f"{what} (dictionary)"
-    return TopicmatchValueError(f"{what}: {msg.decode()}")
+    """The ValueError of a column csrc/arrow/ refused (its message, row
+    numbers counted from row_base)."""
+    cdef char msg[512]
+    fs_arrow_describe(err, what.encode(), row_base, msg, sizeof(msg))
+    return TopicmatchValueError(msg.decode())
 
 
-cdef list _arrow_chunks(object col, str what):
-    """The Arrow arrays of col (one, or a ChunkedArray's chunks);
-    TypeError naming the argument otherwise.  Each chunk's type is checked
-    as it is exported (a column without chunks, here)."""
-    import pyarrow as pa
-    if isinstance(col, pa.ChunkedArray):
-        chunks = col.chunks
-        if not chunks:
-            _check_arrow_type(col.type, what)
-        return chunks
-    if isinstance(col, pa.Array):
-        return [col]
-    raise TopicmatchTypeError(f"{what} must be an Arrow Array or ChunkedArray of {ARROW_STRING_TYPES}, "
-                              f"not {type(col).__name__}")
-
-
-cdef object _arrow_input(object col):
-    """col as a pyarrow object when it is one or exports the Arrow PyCapsule
-    interface (a polars Series, say); otherwise None."""
-    if _is_arrow(col):
-        return col
-    tp = type(col)
-    if hasattr(tp, "__arrow_c_stream__") or hasattr(tp, "__arrow_c_array__"):
-        import pyarrow as pa
-        return pa.chunked_array(col) if hasattr(tp, "__arrow_c_stream__") else pa.array(col)
-    return None
-
-
-cdef int _fill_rows(_Column c, Py_ssize_t at, _Export e, str what, Py_ssize_t row_base) except -1:
-    """Rows of an exported array into c.ptrs/c.lens[at:], pointing into the
-    array's own buffers (no string copied)."""
+cdef _Column _arrow_column(_Arrow a, str what, Py_ssize_t row_base, bint values=False):
+    """The rows of a's chunks (or, values, of its one chunk's dictionary)
+    as one column, read by csrc/arrow/ (in place, or a pointer per row)."""
+    cdef _Column c = _Column.__new__(_Column)
     cdef fs_arrow_error err
-    if fs_arrow_rows(&e.col, c.ptrs + at, c.lens + at, &err) != FS_OK:
+    cdef int rc = fs_arrow_text_read(&c.t, a.x, a.n, values, &err)
+    if rc == FS_ENOMEM:
+        raise MemoryError()
+    if rc != FS_OK:
         raise _arrow_error(&err, what, row_base)
-    return 0
-
-
-cdef _Column _column_of_export(_Export e, str what, Py_ssize_t row_base):
-    """One exported array: (large_)string read in place through its
-    offsets; string_view and dictionary arrays (and offsets too misaligned
-    to read in place) as a pointer per row into their buffers."""
-    cdef fs_arrow_error err
-    cdef _Column c
-    cdef int rc
-    if e.kind == FS_ARROW_OFFSETS:
-        c = _Column.__new__(_Column)
-        rc = fs_arrow_strings(&e.col, &c.s, &err)
-        if rc == FS_OK:
-            c.what = what
-            c.keep = e.arr
-            c.filled = <Py_ssize_t>c.s.n
-            return c
-        if rc != FS_ENOSYS:
-            raise _arrow_error(&err, what, row_base)
-    c = _ptrs_column(<Py_ssize_t>e.array.length, what)
-    c.keep = e.arr
-    c.filled = <Py_ssize_t>e.array.length
-    _fill_rows(c, 0, e, what, row_base)
+    c.s = c.t.s
+    c.what = what
+    c.keep = a
+    c.filled = <Py_ssize_t>c.s.n
     return c
 
 
-cdef _Column _column_of_arrow(object arr, str what, Py_ssize_t row_base):
-    """One Arrow array of an accepted type, as _column_of_export reads it."""
-    return _column_of_export(_export(arr, what), what, row_base)
-
-
-cdef _Column _one_arrow_column(object col, str what):
-    """A whole Arrow column (Array or ChunkedArray) as one _Column: a single
-    array as _column_of_arrow reads it, several chunks as a pointer per row
-    into each chunk's buffers (no chunk combined, no string copied)."""
-    chunks = _arrow_chunks(col, what)
-    if len(chunks) == 1:
-        return _column_of_arrow(chunks[0], what, 0)
-    cdef _Column c = _ptrs_column(len(col), what)
-    c.keep = col
-    c.filled = len(col)
-    cdef Py_ssize_t base = 0
-    for chunk in chunks:
-        _fill_rows(c, base, _export(chunk, what), what, base)
-        base += len(chunk)
+cdef _Column _dictionary_column(_Arrow a, str what, Py_ssize_t row_base):
+    """A dictionary chunk to be matched once per distinct value: its
+    indices checked (then its values, whose errors name the dictionary)."""
+    cdef fs_arrow_error err
+    cdef _Column c = _Column.__new__(_Column)
+    if fs_arrow_indices_of(&a.x[0].col, &c.x, &err) != FS_OK:
+        raise _arrow_error(&err, what, row_base)
+    c.values = _arrow_column(a, what, 0, True)
+    c.what = what
+    c.keep = a
+    c.filled = <Py_ssize_t>a.x[0].array.length
+    c.s.layout = FS_STR_PTRS
+    c.s.n = <size_t>a.x[0].array.length
     return c
 
 
 def _arrow_rows(col, shrink=None):
     """Testing: the rows of an Arrow column (Array or ChunkedArray) as the
-    C reader (csrc/arrow/fs_arrow.c) sees them, each bytes or None, with
-    the errors match_many's values would raise; and whether the column was
-    read in place (through its offsets) rather than a pointer per row.
-    shrink ({buffer: bytes}, an Array's; its dictionary's buffers numbered
-    after its own): those buffers said that much shorter than they are,
-    as pyarrow (which checks sizes when it builds an array) never says."""
-    cdef _Column c
-    cdef _Export e
-    if shrink:
-        e = _export(col, "values")
-        for k, less in shrink.items():
-            if not 0 <= k < e.col.n_sizes + e.col.n_dict_sizes:
-                raise TopicmatchIndexError(f"no buffer {k}")
-            e.sizes[k] -= less
-        c = _column_of_export(e, "values", 0)
-    else:
-        c = _one_arrow_column(col, "values")
+    C reader (csrc/arrow/) sees them, each bytes or None, with the errors
+    match_many's values would raise; and whether the column was read in
+    place (through its offsets) rather than a pointer per row.  shrink
+    ({buffer: bytes}, an Array's; its dictionary's buffers numbered after
+    its own): those buffers said that much shorter than they are, as
+    pyarrow (which checks sizes when it builds an array) never says."""
+    cdef _Arrow a = _export_column(col, "values")
+    for k, less in (shrink or {}).items():
+        if not 0 <= k < a.x[0].col.n_sizes + a.x[0].col.n_dict_sizes:
+            raise TopicmatchIndexError(f"no buffer {k}")
+        (<int64_t *>a.x[0].col.sizes)[k] -= less
+    cdef _Column c = _arrow_column(a, "values", 0)
     cdef const char *p
     cdef size_t ln, i
     rows = []
@@ -521,18 +450,15 @@ def _arrow_indices(arr):
     """Testing: a dictionary array's indices as the C reader reads them,
     each an int or None (null), every one checked against the dictionary
     (then its values checked too), with match_many's errors."""
-    cdef _Export e = _export(arr, "values")
+    cdef _Arrow a = _export([arr], "values")
     cdef fs_arrow_indices x
     cdef fs_arrow_error err
     cdef int64_t i, k
-    if e.kind != FS_ARROW_DICTIONARY:
+    if a.x[0].kind != FS_ARROW_DICTIONARY:
         raise TopicmatchTypeError(f"not a dictionary array: {arr.type}")
-    if fs_arrow_indices_of(&e.col, &x, &err) != FS_OK:
+    if fs_arrow_indices_of(&a.x[0].col, &x, &err) != FS_OK:
         raise _arrow_error(&err, "values", 0)
-    out = []
-    for i in range(x.length):
-        out.append(k if fs_arrow_index_at(&x, i, &k) else None)
-    return out
+    return [k if fs_arrow_index_at(&x, i, &k) else None for i in range(x.length)]
 
 
 # ---------------------------------------------- Arrow columns for insert_many
@@ -542,17 +468,11 @@ cdef _Column _bulk_column(object col, str what, str singular):
     column read in place, its offsets and UTF-8 checked (the C core takes
     bytes; pyarrow checks UTF-8 only when asked), or a list of str copied
     (a lone surrogate: InvalidSubjectError, as on the list path)."""
-    import pyarrow as pa
     cdef _Column c
-    if _is_arrow(col):
-        chunks = _arrow_chunks(col, what)
+    if _columns.is_arrow(col):
+        _columns.arrow_chunks(col, what)
         _check_arrow_type(col.type, what)        # before pyarrow's validation
-        for chunk in chunks:
-            try:
-                chunk.validate(full=True)
-            except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
-                raise TopicmatchValueError(f"{what}: {e}") from None
-        return _one_arrow_column(col, what)
+        return _arrow_column(_export_column(_columns.validated(col, what), what), what, 0)
     c = _ptrs_column(len(col), what)
     c.keep = col
     c.strict = singular
@@ -562,28 +482,12 @@ cdef _Column _bulk_column(object col, str what, str singular):
 
 cdef object _int64_column(object ids, str what):
     """ids as a contiguous numpy int64 array: from an Arrow or numpy integer
-    array (no nulls; unsigned values must fit), or item by item from any
-    sequence of int (the errors of the list path, with the item)."""
+    array (_columns.int64_array), or item by item from any sequence of int
+    (the errors of the list path, with the item)."""
     import numpy as np
-    if _is_arrow(ids):
-        import pyarrow as pa
-        if isinstance(ids, pa.ChunkedArray):
-            ids = ids.combine_chunks()
-        if not isinstance(ids, pa.Array) or not pa.types.is_integer(ids.type):
-            raise TopicmatchTypeError(f"{what} must be an integer Arrow array, not {getattr(ids, 'type', _tname(ids))}")
-        if ids.null_count:
-            first = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
-            raise TopicmatchTypeError(f"{what}[{first}] must be int, not None (a null in the Arrow {what})")
-        ids = ids.to_numpy(zero_copy_only=False)
-    if type(ids).__module__ == "numpy" and type(ids).__name__ == "ndarray" and ids.dtype.kind != "O":
-        if ids.dtype.kind not in "iu":
-            raise TopicmatchTypeError(f"{what} must be an integer array, not one of dtype {ids.dtype}")
-        if ids.ndim != 1:
-            raise TopicmatchTypeError(f"{what} must be one-dimensional, not {ids.ndim}-dimensional")
-        if ids.dtype.kind == "u" and ids.size and int(ids.max()) > 0x7FFFFFFFFFFFFFFF:
-            i = int(np.argmax(ids))
-            raise TopicmatchOverflowError(f"item {i}: sub_id {int(ids[i])} is outside the signed 64-bit range")
-        return np.ascontiguousarray(ids, dtype=np.int64)
+    out = _columns.int64_array(ids, what)
+    if out is not None:
+        return out
     seq = _seq(ids, what, "int")
     out = np.empty(len(seq), dtype=np.int64)
     for i, x in enumerate(seq):
@@ -596,16 +500,6 @@ cdef object _int64_column(object ids, str what):
     return out
 
 
-class _Rows:
-    """Row i of a column as a Python object (for error messages)."""
-    def __init__(self, col):
-        self.col = col
-
-    def __getitem__(self, i):
-        x = self.col[i]
-        return x.as_py() if _is_arrow(x) else x
-
-
 cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True, bint spread=False):
     """Split an input column into [(row_base, _Column)]: one segment, or one
     per chunk of a ChunkedArray.  row_base: the first row's number in error
@@ -613,52 +507,36 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True,
     _Column.fill_to (Arrow columns are read in place: always filled).
     spread: a dictionary chunk becomes a segment of its own with no rows
     read, its indices and values read instead (_dictionary_column)."""
-    cdef _Column c
-    cdef _Export e
+    cdef _Arrow a
     if type(col) is list or type(col) is tuple:
         return [(0, _column_of_strs(col, what, fill))]      # the usual call: no probing
-    arrow = _arrow_input(col)
+    arrow = _columns.arrow_input(col)
     if arrow is not None:
         out, base = [], 0
-        for chunk in _arrow_chunks(arrow, what):
-            e = _export(chunk, what)
-            if spread and e.kind == FS_ARROW_DICTIONARY:
-                c = _dictionary_column(e, what, row_base + base)
+        for chunk in _chunks(arrow, what):
+            a = _export([chunk], what)
+            if spread and a.x[0].kind == FS_ARROW_DICTIONARY:
+                out.append((base, _dictionary_column(a, what, row_base + base)))
             else:
-                c = _column_of_export(e, what, row_base + base)
-            out.append((base, c))
+                out.append((base, _arrow_column(a, what, row_base + base)))
             base += len(chunk)
         return out
-    if type(col).__module__ == "numpy" and type(col).__name__ == "ndarray":
-        if col.ndim != 1:
-            raise TopicmatchTypeError(f"{what} must be one-dimensional, not {col.ndim}-dimensional")
-        if col.dtype.kind not in "OUT":
-            raise TopicmatchTypeError(f"{what}: numpy arrays of dtype {col.dtype} are not strings")
-        return [(0, _column_of_strs(col.tolist(), what, fill))]
+    if _columns.is_ndarray(col):
+        return [(0, _column_of_strs(_columns.numpy_strings(col, what), what, fill))]
+    return [(0, _column_of_strs(_iterable(col, what, _tname(col)), what, fill))]
+
+
+cdef object _iterable(object col, str what, str got):
+    """col when it is an iterable other than a single str or bytes; else
+    the TypeError naming what (and got, the type as the message says it)."""
     if isinstance(col, (str, bytes, bytearray)):
         raise TopicmatchTypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
     try:
         iter(col)
     except TypeError:
         raise TopicmatchTypeError(f"{what} must be a list of str, a numpy array or an Arrow string column, "
-                        f"not {_tname(col)}") from None
-    return [(0, _column_of_strs(col, what, fill))]
-
-
-cdef _Column _dictionary_column(_Export e, str what, Py_ssize_t row_base):
-    """A dictionary chunk to be matched once per distinct value: its
-    indices checked (then its values, whose errors name the dictionary)."""
-    cdef _Column c = _Column.__new__(_Column)
-    cdef fs_arrow_error err
-    if fs_arrow_indices_of(&e.col, &c.x, &err) != FS_OK:
-        raise _arrow_error(&err, what, row_base)
-    c.values = _column_of_arrow(e.arr.dictionary, what, 0)
-    c.what = what
-    c.keep = e
-    c.filled = <Py_ssize_t>e.array.length
-    c.s.layout = FS_STR_PTRS
-    c.s.n = <size_t>e.array.length
-    return c
+                                  f"not {got}") from None
+    return col
 
 
 cdef _Column _checked_keys(object keys):
@@ -668,21 +546,12 @@ cdef _Column _checked_keys(object keys):
     wrong thing."""
     if type(keys) is list or type(keys) is tuple:
         return _column_of_strs(keys, "keys")
-    arrow = _arrow_input(keys)
+    arrow = _columns.arrow_input(keys)
     if arrow is not None:
-        return _one_arrow_column(arrow, "keys")
-    if isinstance(keys, (str, bytes, bytearray)):
-        raise TopicmatchTypeError(f"keys must be a sequence of str, not a single {type(keys).__name__}")
-    if type(keys).__module__ == "numpy" and type(keys).__name__ == "ndarray":
-        if keys.ndim != 1 or keys.dtype.kind not in "OUT":
-            raise TopicmatchTypeError(f"keys: numpy arrays of dtype {keys.dtype} are not strings")
-        keys = keys.tolist()
-    try:
-        iter(keys)
-    except TypeError:
-        raise TopicmatchTypeError(f"keys must be a list of str, a numpy array or an Arrow string column, "
-                        f"not {type(keys).__name__}") from None
-    return _column_of_strs(keys, "keys")
+        return _arrow_column(_export_column(arrow, "keys"), "keys", 0)
+    if _columns.is_ndarray(keys):
+        keys = _columns.numpy_keys(keys)
+    return _column_of_strs(_iterable(keys, "keys", type(keys).__name__), "keys")
 
 
 #: BatchResult's repr shows every row up to this many rows and ids, else

@@ -153,7 +153,7 @@ cdef extern from "sublist.h" nogil:
     void fs_idpool_hold_for_test(unsigned ms)
 
     # Arrow's C Data Interface (csrc/arrow/fs_arrow.h): pyarrow exports into
-    # these, fs_arrow.c reads them; Cython only allocates and releases them.
+    # an fs_arrow_export's two structs, csrc/arrow/ holds and reads them.
     struct ArrowSchema:
         pass
     struct ArrowArray:
@@ -176,12 +176,24 @@ cdef extern from "sublist.h" nogil:
         int64_t length
         int64_t values
     int fs_arrow_kind(const ArrowSchema *schema)
-    int fs_arrow_strings(const fs_arrow_column *col, fs_strings *out, fs_arrow_error *err)
-    int fs_arrow_rows(const fs_arrow_column *col, const char **ptrs, size_t *lens, fs_arrow_error *err)
     int fs_arrow_indices_of(const fs_arrow_column *col, fs_arrow_indices *out, fs_arrow_error *err)
     int fs_arrow_index_at(const fs_arrow_indices *x, int64_t i, int64_t *k)
-    void fs_arrow_message(const fs_arrow_error *err, int64_t row_base, char *buf, size_t size)
-    void fs_arrow_release(ArrowArray *array, ArrowSchema *schema)
+    ctypedef struct fs_arrow_export:
+        ArrowArray array
+        ArrowSchema schema
+        fs_arrow_column col
+        int kind
+    fs_arrow_export *fs_arrow_exports_new(size_t n)
+    void fs_arrow_exports_free(fs_arrow_export *e, size_t n)
+    int fs_arrow_export_kind(fs_arrow_export *e)
+    int64_t *fs_arrow_export_sizes(fs_arrow_export *e, int64_t n, int64_t nd)
+    void fs_arrow_export_free(fs_arrow_export *e)
+    ctypedef struct fs_arrow_text:
+        fs_strings s
+    int fs_arrow_text_read(fs_arrow_text *t, const fs_arrow_export *chunks, size_t n, int values,
+                           fs_arrow_error *err)
+    void fs_arrow_text_free(fs_arrow_text *t)
+    void fs_arrow_describe(const fs_arrow_error *err, const char *what, int64_t row_base, char *buf, size_t size)
 
     ctypedef struct fs_column_hooks
     # a column matched at once (csrc/api/fs_column.c); the hooks run on the

@@ -27,6 +27,8 @@ from topicmatch._core cimport *
 
 import operator
 
+from topicmatch import _columns      # what a column argument is, in plain Python
+
 cdef extern from "sublist.h" nogil:
     int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
                                int64_t *ids, size_t cap, size_t *n,
@@ -699,8 +701,8 @@ cdef _Specs _specs_of(filters, sub_ids, queues):
     """insert_many's columns (sequences, or Arrow and numpy columns) as
     fs_specs, every argument and row checked as insert_many checks them."""
     if type(filters) is not list or (queues is not None and type(queues) is not list):
-        af = _arrow_input(filters)
-        aq = _arrow_input(queues) if queues is not None else None
+        af = _columns.arrow_input(filters)
+        aq = _columns.arrow_input(queues) if queues is not None else None
         if af is not None or aq is not None:
             return _specs_of_arrow(filters if af is None else af, sub_ids, queues if aq is None else aq)
     cdef list fl = _seq(filters, "filters", "str"), il, ql = None
@@ -759,9 +761,9 @@ cdef _Specs _specs_of_arrow(filters, sub_ids, queues):
     in place (no Python str per row); the other may be a sequence of str.
     queues: a null row is plain.  sub_ids an Arrow or numpy integer array,
     or any sequence of int."""
-    if not _is_arrow(filters):
+    if not _columns.is_arrow(filters):
         filters = _seq(filters, "filters", "str")
-    if queues is not None and not _is_arrow(queues):
+    if queues is not None and not _columns.is_arrow(queues):
         queues = _seq(queues, "queues", "str or None")
     cdef _Column fcol = _bulk_column(filters, "filters", "filter")
     cdef Py_ssize_t n = <Py_ssize_t>fcol.s.n, i
@@ -777,7 +779,7 @@ cdef _Specs _specs_of_arrow(filters, sub_ids, queues):
     cdef _Specs sp = _Specs()
     sp.alloc(n)
     sp.keep = (fcol, qcol)
-    sp.frows, sp.qrows = _Rows(filters), (_Rows(queues) if queues is not None else None)
+    sp.frows, sp.qrows = _columns.Rows(filters), (_columns.Rows(queues) if queues is not None else None)
     cdef fs_spec *specs = sp.specs
     for i in range(n):
         if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):

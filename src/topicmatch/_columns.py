@@ -1,0 +1,130 @@
+"""What a column argument is, as Python objects: the policy of the Cython
+layer's column arguments (match_many's subjects and keys, insert_many's
+columns, route_keys' values) that needs no C -- which objects are Arrow
+columns, their chunks and their buffers' sizes (what Arrow's C Data
+Interface leaves out, for csrc/arrow/), numpy arrays of strings and of
+integers, the rows of a column for an error message.  The Cython layer
+(_batch.pxi) hands the exports and the sizes to C and translates its
+errors; the type errors here are the same words it has always raised."""
+
+#: The Arrow types read as a column of strings (csrc/arrow/fs_arrow.h).
+ARROW_STRING_TYPES = "string, large_string, string_view or dictionary<string>"
+
+
+def _errors():
+    # the exception classes live in _core, which imports this module
+    from topicmatch import _core
+    return _core
+
+
+def is_arrow(x):
+    return type(x).__module__.startswith("pyarrow")
+
+
+def arrow_input(col):
+    """col as a pyarrow object when it is one or exports the Arrow PyCapsule
+    interface (a polars Series, say); otherwise None."""
+    if is_arrow(col):
+        return col
+    tp = type(col)
+    if hasattr(tp, "__arrow_c_stream__") or hasattr(tp, "__arrow_c_array__"):
+        import pyarrow as pa
+        return pa.chunked_array(col) if hasattr(tp, "__arrow_c_stream__") else pa.array(col)
+    return None
+
+
+def arrow_chunks(col, what):
+    """The Arrow arrays of col (one, or a ChunkedArray's chunks, maybe
+    none); TypeError naming the argument for another object."""
+    import pyarrow as pa
+    if isinstance(col, pa.ChunkedArray):
+        return col.chunks
+    if isinstance(col, pa.Array):
+        return [col]
+    raise _errors().TopicmatchTypeError(f"{what} must be an Arrow Array or ChunkedArray of {ARROW_STRING_TYPES}, "
+                                        f"not {type(col).__name__}")
+
+
+def arrow_type_error(what, t):
+    return _errors().TopicmatchTypeError(f"{what} must be an Arrow column of {ARROW_STRING_TYPES}, not {t}")
+
+
+def buffer_sizes(arr, dictionary):
+    """The sizes in bytes of arr's buffers (0 for a missing one), then its
+    dictionary's when `dictionary`; and how many are arr's own."""
+    own = [b.size if b is not None else 0 for b in arr.buffers()]
+    if dictionary:
+        return own + [b.size if b is not None else 0 for b in arr.dictionary.buffers()], len(own)
+    return own, len(own)
+
+
+def validated(col, what):
+    """insert_many's Arrow column after pyarrow's full validation of each
+    chunk (UTF-8 included, which pyarrow checks only when asked): a
+    ValueError naming the argument."""
+    import pyarrow as pa
+    for chunk in arrow_chunks(col, what):
+        try:
+            chunk.validate(full=True)
+        except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
+            raise _errors().TopicmatchValueError(f"{what}: {e}") from None
+    return col
+
+
+def is_ndarray(x):
+    return type(x).__module__ == "numpy" and type(x).__name__ == "ndarray"
+
+
+def numpy_strings(col, what):
+    """A one-dimensional numpy array of strings (dtype O, U or T) as a list."""
+    if col.ndim != 1:
+        raise _errors().TopicmatchTypeError(f"{what} must be one-dimensional, not {col.ndim}-dimensional")
+    if col.dtype.kind not in "OUT":
+        raise _errors().TopicmatchTypeError(f"{what}: numpy arrays of dtype {col.dtype} are not strings")
+    return col.tolist()
+
+
+def numpy_keys(keys):
+    """match_many's keys given as a numpy array, as a list of str."""
+    if keys.ndim != 1 or keys.dtype.kind not in "OUT":
+        raise _errors().TopicmatchTypeError(f"keys: numpy arrays of dtype {keys.dtype} are not strings")
+    return keys.tolist()
+
+
+def int64_array(ids, what):
+    """ids as a contiguous numpy int64 array when it is an Arrow or numpy
+    integer array (no nulls; unsigned values must fit); None for any other
+    object, which the caller converts item by item."""
+    import numpy as np
+    E = _errors()
+    if is_arrow(ids):
+        import pyarrow as pa
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks()
+        if not isinstance(ids, pa.Array) or not pa.types.is_integer(ids.type):
+            raise E.TopicmatchTypeError(f"{what} must be an integer Arrow array, not "
+                                        f"{getattr(ids, 'type', 'None' if ids is None else type(ids).__name__)}")
+        if ids.null_count:
+            first = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
+            raise E.TopicmatchTypeError(f"{what}[{first}] must be int, not None (a null in the Arrow {what})")
+        ids = ids.to_numpy(zero_copy_only=False)
+    if not is_ndarray(ids) or ids.dtype.kind == "O":
+        return None
+    if ids.dtype.kind not in "iu":
+        raise E.TopicmatchTypeError(f"{what} must be an integer array, not one of dtype {ids.dtype}")
+    if ids.ndim != 1:
+        raise E.TopicmatchTypeError(f"{what} must be one-dimensional, not {ids.ndim}-dimensional")
+    if ids.dtype.kind == "u" and ids.size and int(ids.max()) > 0x7FFFFFFFFFFFFFFF:
+        i = int(np.argmax(ids))
+        raise E.TopicmatchOverflowError(f"item {i}: sub_id {int(ids[i])} is outside the signed 64-bit range")
+    return np.ascontiguousarray(ids, dtype=np.int64)
+
+
+class Rows:
+    """Row i of a column as a Python object (for error messages)."""
+    def __init__(self, col):
+        self.col = col
+
+    def __getitem__(self, i):
+        x = self.col[i]
+        return x.as_py() if is_arrow(x) else x
