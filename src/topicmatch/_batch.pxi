@@ -10,10 +10,10 @@
 # (_Column).  A dictionary column of subjects is matched once per distinct
 # value, and each row takes its value's ids.  The batch itself -- thread
 # policy, chunks, feeding the threads, cancelling, the CSR gather -- is
-# fs_match_column (csrc/api/fs_column.c); here are its arguments, its
-# hooks (converting a list's rows, Ctrl-C, the GIL) and its result.
-# Output ids are written by C into one buffer that numpy and pyarrow then
-# view without copying.
+# fs_match_column (csrc/api/fs_column.c); here are its arguments and its
+# hooks (converting a list's rows, Ctrl-C, the GIL).  Output ids are
+# written by C into one buffer that numpy and pyarrow then view without
+# copying; the result over them is BatchResult (_results.py).
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
@@ -554,106 +554,6 @@ cdef _Column _checked_keys(object keys):
     return _column_of_strs(_iterable(keys, "keys", type(keys).__name__), "keys")
 
 
-#: BatchResult's repr shows every row up to this many rows and ids, else
-#: the first and last REPR_EDGE rows (numpy's arrays summarize alike).
-cdef Py_ssize_t _REPR_ROWS = 20, _REPR_IDS = 200, _REPR_EDGE = 3
-
-
-cdef class BatchResult:
-    """What match_many found, in CSR form.
-
-    offsets: int64 array of n+1; row i's ids are sub_ids[offsets[i]:offsets[i+1]]
-    sub_ids: int64 array (read-only view of the C buffer)
-    invalid: bool array of n; True where the subject was null or invalid
-
-    A value: all three arrays are read-only, two results are equal when
-    their rows are (the same ids in each row, the same rows invalid), and
-    equal results hash alike."""
-    cdef readonly object offsets
-    cdef readonly object sub_ids
-    cdef readonly object invalid
-    cdef Py_hash_t _hash             # 0: not computed yet
-
-    def __eq__(self, other):
-        import numpy as np
-        if not isinstance(other, BatchResult):
-            return NotImplemented
-        cdef BatchResult o = <BatchResult>other
-        # The offsets and the ids together are the rows (CSR: equal rows,
-        # equal arrays); an invalid row has no ids, so the mask is compared too.
-        return (self is o or (len(self.invalid) == len(o.invalid) and len(self.sub_ids) == len(o.sub_ids)
-                              and bool(np.array_equal(self.invalid, o.invalid))
-                              and bool(np.array_equal(self.offsets, o.offsets))
-                              and bool(np.array_equal(self.sub_ids, o.sub_ids))))
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    def __hash__(self):
-        # Over the arrays' bytes in place (CRC-32 reads a buffer without a
-        # copy; hash() of a memoryview asks its owner, and numpy arrays
-        # refuse); kept, the arrays cannot change.
-        import zlib
-        if self._hash == 0:
-            h = hash((len(self.invalid), len(self.sub_ids), zlib.crc32(self.offsets),
-                      zlib.crc32(self.sub_ids), zlib.crc32(self.invalid)))
-            self._hash = h if h != 0 else 1
-        return self._hash
-
-    def __len__(self):
-        return len(self.invalid)
-
-    def __getitem__(self, i):
-        """The ids of row i (a numpy view)."""
-        n = len(self.invalid)
-        i = operator.index(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise TopicmatchIndexError(f"row {i} out of range for {n} rows")
-        return self.sub_ids[self.offsets[i]:self.offsets[i + 1]]
-
-    def counts(self):
-        """counts() -> numpy.ndarray: the number of ids per row (int64)."""
-        import numpy as np
-        return np.diff(self.offsets)
-
-    def to_arrow(self):
-        """to_arrow() -> pyarrow.ListArray: int32 offsets, int64 values, null
-        where invalid.  The values are not copied."""
-        import numpy as np
-        import pyarrow as pa
-        if len(self.sub_ids) > 0x7FFFFFFF:
-            raise TopicmatchOverflowError("more than 2**31-1 ids: split the batch for a 32-bit-offset ListArray")
-        values = pa.Array.from_buffers(pa.int64(), len(self.sub_ids), [None, pa.py_buffer(self.sub_ids)])
-        offsets = pa.array(self.offsets.astype(np.int32))
-        mask = pa.array(self.invalid) if self.invalid.any() else None
-        return pa.ListArray.from_arrays(offsets, values, mask=mask)
-
-    def _row(self, Py_ssize_t i, Py_ssize_t most=-1):
-        """Row i as its repr shows it: None if invalid, else its ids (at
-        most `most` of them and '...', when most >= 0)."""
-        if self.invalid[i]:
-            return "None"
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        if 0 <= most < b - a:
-            return "[" + ", ".join(str(x) for x in self.sub_ids[a:a + most].tolist()) + ", ...]"
-        return repr(self.sub_ids[a:b].tolist())
-
-    def __repr__(self):
-        # Every row of a small result, so that equal reprs mean equal
-        # results (as __eq__ says); a large one shows its edges and sizes.
-        cdef Py_ssize_t n = len(self.invalid), i
-        if n <= _REPR_ROWS and len(self.sub_ids) <= _REPR_IDS:
-            return "BatchResult([" + ", ".join(self._row(i) for i in range(n)) + "])"
-        rows = [self._row(i, 10) for i in range(_REPR_EDGE)] + ["..."] + \
-            [self._row(i, 10) for i in range(n - _REPR_EDGE, n)] if n > 2 * _REPR_EDGE else \
-            [self._row(i, 10) for i in range(n)]
-        return (f"BatchResult([{', '.join(rows)}], rows={n}, ids={len(self.sub_ids)}, "
-                f"invalid={int(self.invalid.sum())})")
-
-
 cdef Sublist _also_arg(Sublist self, object also):
     """match_many's also, checked: None, or another index of self's dialect."""
     if also is None:
@@ -731,20 +631,15 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
     hooks.acquire = _acquire_hook
     cdef fs_idbuf ids
     memset(&ids, 0, sizeof(ids))
-    cdef BatchResult result
     try:
         if fs_match_column(self.sl, also.sl if also is not None else NULL, parts.p, parts.n,
                            &kcol.s if kcol is not None else NULL, &opt, &hooks,
                            &off_view[0] + 1, &inv_view[0] if parts.rows else NULL, &ids) != FS_OK:
             raise MemoryError()
-        result = <BatchResult>BatchResult.__new__(BatchResult)
         # Read-only, as sub_ids is: a result is a value (it hashes).
         offsets.flags.writeable = False
         invalid.flags.writeable = False
-        result.offsets = offsets
-        result.sub_ids = np.frombuffer(_take_ids(&ids), dtype=np.int64)
-        result.invalid = invalid
-        return result
+        return BatchResult._of(offsets, np.frombuffer(_take_ids(&ids), dtype=np.int64), invalid)
     finally:
         fs_idbuf_free(&ids)           # unless _take_ids took them: a Python allocation failed
 

@@ -128,11 +128,11 @@ class MatchResult:
     def __ne__(self, value: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
-@disjoint_base
 class BatchResult:
     """What match_many found, in CSR form: row i's ids are
     ``sub_ids[offsets[i]:offsets[i + 1]]``; ``invalid[i]`` is True where the
     subject was null or invalid (such rows have no ids)."""
+    __slots__ = ("_offsets", "_sub_ids", "_invalid", "_hash")
     @property
     def offsets(self) -> npt.NDArray[np.int64]: ...
     @property

@@ -28,6 +28,7 @@ from topicmatch._core cimport *
 import operator
 
 from topicmatch import _columns      # what a column argument is, in plain Python
+from topicmatch._results import BatchResult     # match_many's result, in plain Python
 
 cdef extern from "sublist.h" nogil:
     int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
