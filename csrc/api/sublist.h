@@ -78,7 +78,8 @@
  *            lock (a reader/writer lock whose readers write only their own
  *            thread's stripe), fs_fork.c the fork registry (any lock
  *            registers with it), fs_xxh64.h XXH64 (borrowed, written from
- *            its specification: the format's checksum, the route key)
+ *            its specification: the format's checksum, the route key),
+ *            fs_guard.h an object's close() against the calls in flight
  */
 #ifndef FS_SUBLIST_H
 #define FS_SUBLIST_H
@@ -89,7 +90,8 @@
 /* The public faces of the layers below, part of this API (the Python
  * layer includes this header and fs_status.h only, tests/test_layout.py):
  * the memory door and its fault injection, the compiler built-ins, the
- * mapped image's SIGBUS guard, threads and pages (base/); tokens, a
+ * mapped image's SIGBUS guard, threads and pages, close()'s guard against
+ * the calls in flight (base/); tokens, a
  * column of strings, the route keys (rules/); the Arrow reader (arrow/);
  * the match calls (match/); the queue modes and the output buffers of a
  * batch (batch/). */
@@ -99,6 +101,7 @@
 #include "fs_bits.h"
 #include "fs_cache.h"
 #include "fs_fault.h"
+#include "fs_guard.h"
 #include "fs_idbuf.h"
 #include "fs_match.h"
 #include "fs_result.h"

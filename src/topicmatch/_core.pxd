@@ -30,6 +30,18 @@ cdef extern from "sublist.h" nogil:
     uint64_t fs_fault_injected()
     uint64_t fs_fault_counted()
 
+    # Sublist.close()'s guard against the calls in flight (csrc/base/fs_guard.h)
+    ctypedef struct fs_guard:
+        pass
+    int fs_guard_enter(fs_guard *g) noexcept
+    void fs_guard_leave(fs_guard *g) noexcept
+    bint fs_guard_closed(fs_guard *g) noexcept
+    bint fs_guard_may_wait(fs_guard *g) noexcept
+    bint fs_guard_start_close(fs_guard *g) noexcept
+    void fs_guard_wait_idle(fs_guard *g) noexcept
+    void fs_guard_set_closed(fs_guard *g) noexcept
+    void fs_guard_wait_closed(fs_guard *g) noexcept
+
     # dialects and tokens (csrc/rules/fs_token.h)
     ctypedef enum fs_dialect:
         FS_NATS

@@ -58,71 +58,6 @@ cdef extern from *:
     """
     const bint TM_FREE_THREADED
 
-cdef extern from *:
-    """
-    #include <stdatomic.h>
-    #include "sublist.h"     /* fs_sys.h's FS_THREAD_LOCAL and fs_yield */
-    /* Sublist.close()'s guard: which calls are inside an index, and whether
-     * it is closed.  A call adds one to busy, then reads closed; close()
-     * sets closed, then waits for busy to be zero.  Both sequentially
-     * consistent (the add before the load, the store before the loads):
-     * either the call sees closed and backs out, or close() sees the call
-     * and waits for it.  closed: 0 open, 1 closing, 2 closed (its memory
-     * gone).  tm_depth: how many guarded calls (on any index) the calling
-     * thread is inside, so that a close() from inside one (a __del__ or a
-     * signal handler run by match_many) refuses rather than waits for
-     * itself. */
-    typedef struct { atomic_uint busy; atomic_int closed; } tm_use;
-    static FS_THREAD_LOCAL unsigned tm_depth;
-    static inline int tm_enter(tm_use *u)
-    {
-        atomic_fetch_add(&u->busy, 1u);
-        if (atomic_load(&u->closed)) {
-            atomic_fetch_sub(&u->busy, 1u);
-            return -1;
-        }
-        tm_depth++;
-        return 0;
-    }
-    static inline void tm_leave(tm_use *u)
-    {
-        tm_depth--;
-        atomic_fetch_sub_explicit(&u->busy, 1u, memory_order_release);
-    }
-    static inline int tm_closed(tm_use *u) { return atomic_load_explicit(&u->closed, memory_order_relaxed) != 0; }
-    static inline int tm_may_wait(tm_use *u) { return tm_depth == 0 || atomic_load(&u->busy) == 0; }
-    /* 1 for the one close() that takes it from open to closing, else 0. */
-    static inline int tm_start_close(tm_use *u)
-    {
-        int open = 0;
-        return atomic_compare_exchange_strong(&u->closed, &open, 1);
-    }
-    /* Until no call is inside (the calls in flight finish; new ones back out). */
-    static inline void tm_wait_idle(tm_use *u)
-    {
-        for (unsigned spins = 0; atomic_load_explicit(&u->busy, memory_order_acquire); spins++)
-            if (spins > 64)
-                fs_yield();
-    }
-    static inline void tm_set_closed(tm_use *u) { atomic_store_explicit(&u->closed, 2, memory_order_release); }
-    /* A second close() while the first one frees: until it is done. */
-    static inline void tm_wait_closed(tm_use *u)
-    {
-        while (atomic_load_explicit(&u->closed, memory_order_acquire) != 2)
-            fs_yield();
-    }
-    """
-    ctypedef struct tm_use:
-        pass
-    int tm_enter(tm_use *u) noexcept nogil
-    void tm_leave(tm_use *u) noexcept nogil
-    bint tm_closed(tm_use *u) noexcept nogil
-    bint tm_may_wait(tm_use *u) noexcept nogil
-    bint tm_start_close(tm_use *u) noexcept nogil
-    void tm_wait_idle(tm_use *u) noexcept nogil
-    void tm_set_closed(tm_use *u) noexcept nogil
-    void tm_wait_closed(tm_use *u) noexcept nogil
-
 cdef extern from "Python.h":
     ctypedef struct PyObject
     # NULL with the error set: _utf8 checks for it itself, so that its hot
@@ -658,7 +593,7 @@ cdef class Sublist:
     the end of a ``with`` block.  Calls after close() raise ClosedError."""
     # First: the guard's counter lies in the object's first cache line,
     # which every call from another thread already writes (its refcount).
-    cdef tm_use _use
+    cdef fs_guard _use
     cdef fs_sublist *sl
     cdef fs_dialect _d
     cdef readonly str dialect
@@ -698,12 +633,12 @@ cdef class Sublist:
     # __del__ could call close() and wait for its own caller.  Errors found
     # inside are raised after _leave().
     cdef inline int _enter(self) except -1:
-        if tm_enter(&self._use):
+        if fs_guard_enter(&self._use):
             raise self._closed_error()
         return 0
 
     cdef inline void _leave(self) noexcept nogil:
-        tm_leave(&self._use)
+        fs_guard_leave(&self._use)
 
     cdef object _closed_error(self):
         return ClosedError(f"this topicmatch.Sublist ({self.dialect}) is closed: close() or the end of its "
@@ -721,31 +656,31 @@ cdef class Sublist:
         an index -- a __del__ or a signal handler that a call of this thread
         runs -- while calls are in flight, close() refuses
         (TopicmatchRuntimeError) rather than wait for its own caller."""
-        if tm_closed(&self._use):
+        if fs_guard_closed(&self._use):
             with nogil:
-                tm_wait_closed(&self._use)
+                fs_guard_wait_closed(&self._use)
             return
-        if not tm_may_wait(&self._use):
+        if not fs_guard_may_wait(&self._use):
             raise TopicmatchRuntimeError(
                 "close() refused: it was called from inside a call on a topicmatch index (a __del__ or a "
                 "signal handler), while calls are in this one: it would wait for its own caller.  "
                 "Close it after that call returns")
-        if not tm_start_close(&self._use):
+        if not fs_guard_start_close(&self._use):
             with nogil:
-                tm_wait_closed(&self._use)      # another thread's close() frees it
+                fs_guard_wait_closed(&self._use)      # another thread's close() frees it
             return
         with nogil:
-            tm_wait_idle(&self._use)
+            fs_guard_wait_idle(&self._use)
         self._free()
-        tm_set_closed(&self._use)
+        fs_guard_set_closed(&self._use)
 
     @property
     def closed(self):
         """True once close() has begun (no call can start any more)."""
-        return tm_closed(&self._use)
+        return fs_guard_closed(&self._use)
 
     def __enter__(self):
-        if tm_closed(&self._use):
+        if fs_guard_closed(&self._use):
             raise self._closed_error()
         return self
 
@@ -811,7 +746,7 @@ cdef class Sublist:
         return n
 
     def __repr__(self):
-        if tm_closed(&self._use):
+        if fs_guard_closed(&self._use):
             return f"<topicmatch.Sublist dialect={self.dialect!r} closed>"
         return f"<topicmatch.Sublist dialect={self.dialect!r} subscriptions={len(self)}>"
 
@@ -868,7 +803,7 @@ cdef class Sublist:
             raise TopicmatchKeyError((filter, sub_id, queue))
 
     cdef object _bulk(self, filters, sub_ids, queues, bint inserting):
-        if tm_closed(&self._use):       # said before any argument's error
+        if fs_guard_closed(&self._use):       # said before any argument's error
             raise self._closed_error()
         cdef _Specs sp = _specs_of(filters, sub_ids, queues)
         return self._apply(sp.specs, sp.n, inserting, sp.frows, sp.qrows)
