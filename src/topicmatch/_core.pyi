@@ -194,7 +194,28 @@ class Sublist:
     def stats(self) -> _Stats: ...
     def to_bytes(self, *, version: int = 3) -> bytes: ...
     @staticmethod
-    def from_bytes(data: _Bytes, *, cache_size: int = 0, verify: _Verify = True) -> Sublist: ...
+    def from_bytes(data: _Bytes, *, cache_size: int = 0, verify: _Verify = True) -> Sublist:
+        """An index over the bytes to_bytes() returned: bytes, memoryview,
+        mmap or any buffer.  An image (version 3) held in bytes (or a
+        memoryview of bytes) is matched in place, not rebuilt: the index
+        keeps the buffer alive.  Any other buffer -- one whose owner could
+        still write it, even through a read-only view or mapping -- is
+        copied first.  Versions 1 and 2 are rebuilt and checked in full,
+        whatever verify says.  verify, for an image:
+          True        the checksum and every invariant, once (linear in
+                      the size): what opens is what inserts make;
+          "checksum"  the checksum alone (XXH64 at memory speed, no
+                      structural pass): accidental damage is refused,
+                      bytes forged with a valid checksum are trusted as
+                      with False;
+          False       the header alone (O(1)), for bytes this library
+                      wrote.
+        At every level no call reads or writes outside the buffer or
+        crashes.  Under "checksum" and False, damage is found only where a
+        bounds or order check meets it (the call raises ValueError, and so
+        does every later one); elsewhere answers may be wrong.  Corrupt,
+        truncated or hostile data raises ValueError.  close(), or the end
+        of a ``with`` block, lets go of the buffer at once."""
     @staticmethod
     def open(path: Union[str, "os.PathLike[str]"], *, verify: _Verify = True, cache_size: int = 0) -> Sublist: ...
     def save(self, path: Union[str, "os.PathLike[str]"], *, mode: Optional[int] = None,

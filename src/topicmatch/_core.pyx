@@ -1049,27 +1049,15 @@ cdef class Sublist:
     def from_bytes(data, *, cache_size=0, verify=True):
         """Sublist.from_bytes(data, *, cache_size=0, verify=True) -> Sublist
 
-        An index over the bytes to_bytes() returned: bytes, memoryview,
-        mmap or any buffer.  An image (version 3) held in bytes (or a
-        memoryview of bytes) is matched in place, not rebuilt: the index
-        keeps the buffer alive.  Any other buffer -- one whose owner could
-        still write it, even through a read-only view or mapping -- is
-        copied first.  Versions 1 and 2 are rebuilt and checked in full,
-        whatever verify says.  verify, for an image:
-          True        the checksum and every invariant, once (linear in
-                      the size): what opens is what inserts make;
-          "checksum"  the checksum alone (XXH64 at memory speed, no
-                      structural pass): accidental damage is refused,
-                      bytes forged with a valid checksum are trusted as
-                      with False;
-          False       the header alone (O(1)), for bytes this library
-                      wrote.
-        At every level no call reads or writes outside the buffer or
-        crashes.  Under "checksum" and False, damage is found only where a
-        bounds or order check meets it (the call raises ValueError, and so
-        does every later one); elsewhere answers may be wrong.  Corrupt,
-        truncated or hostile data raises ValueError.  close(), or the end
-        of a ``with`` block, lets go of the buffer at once."""
+        An index over the bytes to_bytes() returned (bytes, memoryview,
+        mmap or any buffer).  An image held in bytes (or a memoryview of
+        bytes) is matched in place, the buffer kept alive; any other buffer
+        is copied first; versions 1 and 2 are rebuilt and checked in full.
+        verify (True, "checksum" or False): how much of an image is checked
+        before the first match, and what each level guarantees --
+        docs/FORMAT.md, "Opening: three levels of checking" (and the stub,
+        _core.pyi).  Corrupt, truncated or hostile data raises ValueError.
+        close(), or the end of a ``with`` block, lets go of the buffer."""
         return _sublist_from_bytes(data, cache_size, verify)
 
     @staticmethod
