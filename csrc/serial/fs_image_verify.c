@@ -13,6 +13,7 @@
 #include "fs_alloc.h"
 #include "fs_checksum.h"
 #include "fs_entry.h"
+#include "fs_entry_key.h"
 #include "fs_header.h"
 #include "fs_image.h"
 #include "fs_index.h"
@@ -123,9 +124,7 @@ static int verify_subs(verifier *v, const fs_node *n, int shared, const char *em
  * 0 when the filter is not of that table's kind.  A literal table's
  * filter is asked only whether it has a wildcard token, in the pass that
  * sums its key: without one, it has no shape (fs_shape_classify's answer
- * for it is known), which spares most entries the classification and a
- * pass over their tokens (1,225 -> 1,116 instructions a subscription,
- * bench/cg_image.py --prefixes 3 --ops open). */
+ * for it is known). */
 static int entry_key(const fs_tokens *t, const fs_shape *sh, uint64_t *key)
 {
     *key = 0;
@@ -144,6 +143,51 @@ static int entry_key(const fs_tokens *t, const fs_shape *sh, uint64_t *key)
     return 1;
 }
 
+/* Entry e's filter (elen bytes) a valid filter of its table's kind -- the
+ * table of shape sh (want: its fields, read once), or the literal table
+ * (both NULL) -- and its key (*key).  Most entries are proven so by one
+ * pass over their bytes (fs_entry_key: 1,112 -> 958 instructions a
+ * subscription, bench/cg_image.py --prefixes 3 --ops open); the others
+ * are tokenized, and the tokenizer names what is wrong.  FS_OK,
+ * FS_EBADDATA, FS_ENOMEM. */
+static int entry_filter_key(verifier *v, const fs_node *e, uint32_t elen, const fs_shape *sh,
+                            const fs_shape_of *want, uint64_t *key)
+{
+    fs_sublist *sl = v->sl;
+    if (fs_entry_key(sl->dialect, e->tok, elen, want, key))
+        return FS_OK;
+    uint64_t at = fs_img_off(sl, e);
+    fs_error fe;
+    int rc = fs_tokenize(sl->dialect, e->tok, elen, 1, &v->t, &fe);
+    if (rc < 0)
+        return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in a table", at);
+    if (!entry_key(&v->t, sh, key))
+        return vbad(v, sh ? "filter in the wrong shape's table" : "wildcard filter in the literal table", at);
+    return FS_OK;
+}
+
+/* Does the lookup of entry e's filter (elen bytes, its key key) in a
+ * table of cap slots find e, which slot i names -- fs_keyed_find(...) ==
+ * e, without comparing e's filter with itself at slot i?  The probe from
+ * the key's home slot stops at the first empty slot (not found), at the
+ * first slot holding the same filter (its bytes compared only where the
+ * key is the same: found, if that names e too), or at slot i, whose key
+ * was checked against e's already. */
+static int entry_where_key_leads(const fs_sublist *sl, const fs_slot *slots, uint32_t cap, uint32_t i,
+                                 uint64_t key, const fs_node *e, uint32_t elen)
+{
+    fs_tok_probe p = {.sl = sl, .mapped = 1, .a = (uint32_t)key, .b = (uint32_t)(key >> 32), .len = elen,
+                      .tok = e->tok, .end = e->tok + elen, .found = NULL};
+    uint32_t mask = cap - 1;
+    for (uint32_t j = (uint32_t)key & mask; j != i; j = fs_probe_next(j, mask)) {
+        if (!slots[j].node)
+            return 0;
+        if (fs_stop_at_tok(&slots[j], &p))
+            return p.found == e;
+    }
+    return 1;
+}
+
 /* Every slot of a table: count entries, each reached once, each found by
  * its own lookup (so at its place in the probe sequence, its key or token
  * hash right), with its bitmap bits set. */
@@ -156,6 +200,9 @@ static int verify_slots(verifier *v, const fs_level *L, const fs_shape *sh, uint
 {
     fs_sublist *sl = v->sl;
     const fs_slot *slots = fs_lv_slots(sl, L);
+    fs_shape_of want = {.onemask = 0, .ntoks = 0, .rest = 0, .key = 0};
+    if (sh)                    /* read once: the mapped shape is what shape_ok checked */
+        want = (fs_shape_of){.onemask = sh->onemask, .ntoks = sh->ntoks, .rest = sh->rest, .key = 0};
     for (uint32_t i = lo; i < hi; i++) {
         /* This writer lays a table's nodes out in slot order, but an
          * image of an older one (nodes in byte order) or of another
@@ -181,16 +228,13 @@ static int verify_slots(verifier *v, const fs_level *L, const fs_shape *sh, uint
         if (e->linked & FS_LINK_TRIE)
             return vbad(v, "trie node in a table", at);
         uint32_t elen = fs_toklen_of(sl, e);
-        fs_error fe;
-        if ((rc = fs_tokenize(sl->dialect, e->tok, elen, 1, &v->t, &fe)) < 0)
-            return rc == FS_ENOMEM ? rc : vbad(v, "invalid filter in a table", at);
         uint64_t key;
-        if (!entry_key(&v->t, sh, &key))
-            return vbad(v, sh ? "filter in the wrong shape's table" : "wildcard filter in the literal table", at);
+        if ((rc = entry_filter_key(v, e, elen, sh, sh ? &want : NULL, &key)) < 0)
+            return rc;
         if (e->kind != (sh ? FS_NODE_SHAPED : FS_TOK_LITERAL) || e->hash != (uint32_t)key ||
             slots[i].hash != (uint32_t)key || slots[i].len != (uint32_t)(key >> 32))
             return vbad(v, "entry's key does not match its filter", at);
-        if (fs_keyed_find(sl, L, key, e->tok, elen, e->tok + elen) != e || !fs_lv_may_hold(sl, L, key))
+        if (!entry_where_key_leads(sl, slots, L->cap, i, key, e, elen) || !fs_lv_may_hold(sl, L, key))
             return vbad(v, "entry not where its key leads", at);
         const char *empty_why = "table entry without subscriptions";
         if ((rc = verify_subs(v, e, fs_share_prefixed(sl->dialect, e->tok, elen), empty_why)) < 0)
