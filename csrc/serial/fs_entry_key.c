@@ -15,6 +15,8 @@
  * hashes each from one word. */
 #include "fs_entry_key.h"
 
+#include <string.h>
+
 #include "fs_bits.h"
 #include "fs_token.h"
 
@@ -27,6 +29,55 @@
 /* The longest filter the pass takes: its end's bit fits in a mask. */
 #define SHORT_MAX 63u
 
+/* A filter's bytes copied as filter_masks reads them, zeros after: every
+ * token of 1 to 7 bytes is one load from its start, whatever may be read
+ * after the filter in its image. */
+typedef struct {
+    char b[SHORT_MAX + 1 + 16];
+} filter_copy;
+
+/* The masks of a filter f[0..len), 1 <= len <= SHORT_MAX, f[0 ..
+ * FS_TOK_ALLOC(len)) readable, its bytes into copy (zeroed): bit i of
+ * *seps for a separator at i; of
+ * *wild, where the dialect's wildcard characters are errors inside a
+ * token (MQTT) and the table has wildcards (want), for one of them (else
+ * 0: in the literal table there may be none).  0 when a byte needs the
+ * tokenizer's look.  On x86-64 16 bytes at a time (SSE2, as the
+ * tokenizer's vector path), elsewhere a word at a time (the bytes after
+ * len read as PAD); the same masks either way. */
+/* FS_ENTRY_KEY_WORDS: the word-at-a-time path on x86-64 too (to test it). */
+#if (defined(__x86_64__) || defined(_M_X64) || defined(_M_AMD64)) && !defined(FS_ENTRY_KEY_WORDS)
+#include <emmintrin.h>
+
+static inline uint64_t movemask(__m128i v) { return (uint64_t)(unsigned)_mm_movemask_epi8(v); }
+
+FS_ALWAYS_INLINE int filter_masks(fs_dialect d, const char *f, size_t len, int want, filter_copy *copy,
+                                  uint64_t *seps, uint64_t *wild)
+{
+    const fs_dialect_rules *R = fs_rules(d);
+    int mark_wild = R->one_not_whole && want, no_wild = R->one_not_whole && !want;
+    size_t a = FS_TOK_ALLOC(len);
+    uint64_t look = 0, s = 0, w = 0;
+    for (size_t base = 0; base < len; base += 16) {
+        /* 16 bytes, or the last 8 where only they are readable */
+        __m128i v = base + 16 <= a ? _mm_loadu_si128((const __m128i *)(const void *)(f + base))
+                                   : _mm_loadl_epi64((const __m128i *)(const void *)(f + base));
+        _mm_storeu_si128((__m128i *)(void *)(copy->b + base), v);
+        /* signed: non-ASCII bytes are below any scan_below too */
+        look |= movemask(_mm_cmplt_epi8(v, _mm_set1_epi8((char)R->scan_below))) << base;
+        s |= movemask(_mm_cmpeq_epi8(v, _mm_set1_epi8(R->sep))) << base;
+        if (mark_wild || no_wild)
+            w |= movemask(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(R->one)),
+                                       _mm_cmpeq_epi8(v, _mm_set1_epi8(R->rest)))) << base;
+    }
+    uint64_t inside = (1ull << len) - 1;
+    if ((look | (no_wild ? w : 0)) & inside)
+        return 0;
+    *seps = s & inside;
+    *wild = mark_wild ? w & inside : 0;
+    return 1;
+}
+#else
 /* Bit 7 of each byte of x equal to c.  Exact: the cheaper zero-byte test
  * can also flag the byte above a match. */
 static inline uint64_t bytes_equal(uint64_t x, unsigned char c)
@@ -59,20 +110,15 @@ FS_ALWAYS_INLINE uint64_t needs_look(fs_dialect d, uint64_t x, int no_wild)
     return look;
 }
 
-/* The masks of a filter f[0..len), 1 <= len <= SHORT_MAX, read a word at
- * a time (f[0 .. FS_TOK_ALLOC(len)): the bytes after len read as PAD):
- * bit i of *seps for a separator at i; of *wild, where the dialect's
- * wildcard characters are errors inside a token (MQTT) and the table has
- * wildcards (want), for one of them (else 0: in the literal table there
- * may be none).  0 when a byte needs the tokenizer's look. */
-FS_ALWAYS_INLINE int filter_masks(fs_dialect d, const char *f, size_t len, int want, uint64_t *seps,
-                                  uint64_t *wild)
+FS_ALWAYS_INLINE int filter_masks(fs_dialect d, const char *f, size_t len, int want, filter_copy *copy,
+                                  uint64_t *seps, uint64_t *wild)
 {
     const fs_dialect_rules *R = fs_rules(d);
     int mark_wild = R->one_not_whole && want;
     uint64_t s = 0, w = 0;
     for (size_t base = 0; base < len; base += 8) {
         uint64_t x = fs_load_le64(f + base);
+        memcpy(copy->b + base, f + base, 8);
         if (len - base < 8) {
             uint64_t inside = (1ull << (8 * (len - base))) - 1;
             x = (x & inside) | (PAD & ~inside);
@@ -88,17 +134,14 @@ FS_ALWAYS_INLINE int filter_masks(fs_dialect d, const char *f, size_t len, int w
     return 1;
 }
 
-/* The fs_hash of f[start..start + n), f[0..a) readable (a: a multiple of 8,
- * past the token's end): a token shorter than a word from one load -- the
- * word at start, or the filter's last word when that would pass a. */
-static inline uint32_t token_hash(const char *f, size_t start, size_t n, size_t a)
+#endif
+
+/* The fs_hash of the n bytes at start of a filter's copy. */
+static inline uint32_t token_hash(const filter_copy *copy, size_t start, size_t n)
 {
-    if (n >= 8)
-        return fs_hash_between(f, f + start, n, f + a);
-    if (n == 0)                  /* an empty last token may start at a itself */
-        return fs_hash_short(0, 0);
-    uint64_t w = start + 8 <= a ? fs_load_le64(f + start) : fs_load_le64(f + a - 8) >> (8 * (start + 8 - a));
-    return fs_hash_short(w & ((1ull << (8 * n)) - 1), n);
+    if (FS_UNLIKELY(n - 1 >= 7))    /* empty, or a word or longer */
+        return fs_hash_between(copy->b, copy->b + start, n, copy->b + sizeof(copy->b));
+    return fs_hash_short(fs_load_le64(copy->b + start) & ((1ull << (8 * n)) - 1), n);
 }
 
 /* Is the token of n bytes at t what position i of the table allows -- in
@@ -124,24 +167,24 @@ FS_ALWAYS_INLINE int token_fits(fs_dialect d, const fs_shape_of *want, uint32_t 
  * table, MQTT's wildcard characters all whole tokens (as many as the
  * shape's wildcards, all at their places) and the count of tokens the
  * shape's.  1, or 0: not proven. */
-FS_ALWAYS_INLINE int cut_tokens(fs_dialect d, const char *f, size_t len, const fs_shape_of *want, uint64_t seps,
-                                uint64_t wild, uint64_t *key)
+FS_ALWAYS_INLINE int cut_tokens(fs_dialect d, const filter_copy *copy, size_t len, const fs_shape_of *want,
+                                uint64_t seps, uint64_t wild, uint64_t *key)
 {
     const fs_dialect_rules *R = fs_rules(d);
     uint64_t cuts = seps | 1ull << len;          /* every token's end */
     if (!R->empty_tokens && (cuts & (seps << 1 | 1)))
         return 0;                                /* a token that ends where it starts */
-    size_t a = FS_TOK_ALLOC(len), start = 0;
+    size_t start = 0;
     uint64_t sum = 0;
     uint32_t i = 0, wildcards = 0;
     for (uint64_t c = cuts; c; c &= c - 1, i++) {
         size_t end = fs_ctz64(c), n = end - start;
         int literal = 1;
         /* a token of one byte may be a wildcard: only a shape's table has them */
-        if ((want || n == 1) && !token_fits(d, want, i, f + start, n, &literal))
+        if ((want || n == 1) && !token_fits(d, want, i, copy->b + start, n, &literal))
             return 0;
         if (literal)
-            sum += fs_pos_mix(token_hash(f, start, n, a), i);
+            sum += fs_pos_mix(token_hash(copy, start, n), i);
         else
             wildcards++;
         start = end + 1;
@@ -160,30 +203,47 @@ FS_ALWAYS_INLINE int entry_key_in(fs_dialect d, const char *f, uint32_t len, con
         return !want && R->empty_ok;
     }
     uint64_t seps, wild;
+    filter_copy copy = {.b = {0}};
     /* a shape has a wildcard and at most FS_SHAPE_MAX_TOKENS tokens before its rest (shape_ok checked
      * the image's; one that is not could not classify a filter) */
     int shape_ok = !want || (want->ntoks <= FS_SHAPE_MAX_TOKENS && (want->onemask || want->rest));
     return len <= SHORT_MAX && len <= R->max_len && shape_ok &&
-           filter_masks(d, f, len, want != NULL, &seps, &wild) && cut_tokens(d, f, len, want, seps, wild, key);
+           filter_masks(d, f, len, want != NULL, &copy, &seps, &wild) &&
+           cut_tokens(d, &copy, len, want, seps, wild, key);
 }
 
-/* Each dialect's own copy, its rules folded to constants (as the
- * tokenizer's). */
-static int entry_key_nats(const char *f, uint32_t len, const fs_shape_of *want, uint64_t *key)
+/* Each dialect's own copies, for the literal table and for a shape's, the
+ * rules and want's absence folded to constants (as the tokenizer's). */
+static int literal_key_nats(const char *f, uint32_t len, uint64_t *key)
+{
+    return entry_key_in(FS_NATS, f, len, NULL, key);
+}
+static int literal_key_mqtt(const char *f, uint32_t len, uint64_t *key)
+{
+    return entry_key_in(FS_MQTT, f, len, NULL, key);
+}
+static int literal_key_amqp(const char *f, uint32_t len, uint64_t *key)
+{
+    return entry_key_in(FS_AMQP, f, len, NULL, key);
+}
+static int shaped_key_nats(const char *f, uint32_t len, const fs_shape_of *want, uint64_t *key)
 {
     return entry_key_in(FS_NATS, f, len, want, key);
 }
-static int entry_key_mqtt(const char *f, uint32_t len, const fs_shape_of *want, uint64_t *key)
+static int shaped_key_mqtt(const char *f, uint32_t len, const fs_shape_of *want, uint64_t *key)
 {
     return entry_key_in(FS_MQTT, f, len, want, key);
 }
-static int entry_key_amqp(const char *f, uint32_t len, const fs_shape_of *want, uint64_t *key)
+static int shaped_key_amqp(const char *f, uint32_t len, const fs_shape_of *want, uint64_t *key)
 {
     return entry_key_in(FS_AMQP, f, len, want, key);
 }
 
 int fs_entry_key(fs_dialect d, const char *f, uint32_t len, const fs_shape_of *want, uint64_t *key)
 {
-    return FS_PER_DIALECT(d, entry_key_nats(f, len, want, key), entry_key_mqtt(f, len, want, key),
-                          entry_key_amqp(f, len, want, key));
+    if (!want)
+        return FS_PER_DIALECT(d, literal_key_nats(f, len, key), literal_key_mqtt(f, len, key),
+                              literal_key_amqp(f, len, key));
+    return FS_PER_DIALECT(d, shaped_key_nats(f, len, want, key), shaped_key_mqtt(f, len, want, key),
+                          shaped_key_amqp(f, len, want, key));
 }

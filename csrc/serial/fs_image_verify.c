@@ -146,7 +146,7 @@ static int entry_key(const fs_tokens *t, const fs_shape *sh, uint64_t *key)
 /* Entry e's filter (elen bytes) a valid filter of its table's kind -- the
  * table of shape sh (want: its fields, read once), or the literal table
  * (both NULL) -- and its key (*key).  Most entries are proven so by one
- * pass over their bytes (fs_entry_key: 1,112 -> 958 instructions a
+ * pass over their bytes (fs_entry_key: 1,112 -> 801 instructions a
  * subscription, bench/cg_image.py --prefixes 3 --ops open); the others
  * are tokenized, and the tokenizer names what is wrong.  FS_OK,
  * FS_EBADDATA, FS_ENOMEM. */
