@@ -85,6 +85,18 @@ static int verify_subs(verifier *v, const fs_node *n, int shared, const char *em
 {
     const fs_sublist *sl = v->sl;
     uint64_t at = fs_img_off(sl, n);
+    /* Most nodes hold at most one plain id, in the node itself, and no
+     * queue group: then there is no order to check and nothing past the
+     * node, which fs_img_node_checked proved inside the image when it was
+     * reached (the fields read once, as fs_img_subs and fs_img_groups read
+     * them: 86 -> 20 instructions a node, bench/cg_image.py --prefixes 3
+     * --ops open). */
+    uint32_t cap = fs_once32(&n->subcap), cnt = fs_once32(&n->nsubs);
+    if (cap <= 1 && cnt <= cap && !fs_oncep(&n->groups)) {
+        v->subs += cnt;
+        const char *why = fs_subs_why(shared, cnt, 0, empty_why);
+        return why ? vbad(v, why, at) : FS_OK;
+    }
     const int64_t *ids;
     uint32_t nids = fs_subs_of(sl, n, &ids), ng = fs_ngroups_of(sl, n);
     for (uint32_t i = 1; i < nids; i++)
