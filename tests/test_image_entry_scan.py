@@ -126,3 +126,37 @@ def test_a_changed_filter_is_refused_for_what_it_breaks(dialect, name, template,
     one, threads = verdict(data, False), verdict(data, True)
     assert one == threads
     assert one.startswith(f"corrupt topicmatch index: {want[dialect]} at byte "), one
+
+
+def second_entry(d, template, first):
+    """The image with a copy of the entry of the filter spelled by template
+    (a second node of the same filter, key and id) in the first empty slot
+    its lookup reaches after the entry; first: the copy in the entry's
+    slot and the entry in that one."""
+    img = C.Image(image(d))
+    n = img.entry(spell(d, template))
+    size = 32 + C.tok_alloc(n.toklen)
+    copy = img.append(size)
+    img.b[copy:copy + size] = img.b[n.off:n.off + size]
+    L = img.table_of(n)
+    s = img.slot_of(n)
+    i = (s - L.slots) // 16
+    while img.u("<Q", L.slots + 16 * i + 8):
+        i = (i + 1) % L.cap
+    t = L.slots + 16 * i
+    img.b[t:t + 16] = img.b[s:s + 16]
+    img.put64((s if first else t) + 8, copy)
+    return img.seal()
+
+
+@pytest.mark.parametrize("template", ["orders{s}eu{s}created", "ab{s}{o}"])
+@pytest.mark.parametrize("first", [False, True], ids=["after", "before"])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_second_entry_of_one_filter_is_not_where_its_key_leads(dialect, template, first):
+    """The lookup an entry must pass stops at the first slot holding its
+    filter, not at its own: the later of two nodes of one filter is
+    refused, whichever of them comes first."""
+    data = second_entry(dialect, template, first)
+    one, threads = verdict(data, False), verdict(data, True)
+    assert one == threads
+    assert one.startswith("corrupt topicmatch index: entry not where its key leads at byte "), one
