@@ -230,6 +230,12 @@ static inline int fs_walk_collect(const fs_sublist *sl, const fs_walk_row *p, co
         return fs_walk_image_rest(sl, p->s, p->len, t, sc, first_only);
     if (first_only && sc->nhits)
         return FS_OK;
+    /* A root without a level is a trie without filters (the tables hold
+     * them all: light's and heavy's every one), which the walk would
+     * answer with nothing at the price of a call into a large function
+     * (its register saves and restores: ~33 instructions a row). */
+    if (!fs_down(sl, sl->root))
+        return FS_OK;
     return fs_trie_walk_locked(sl, p->s, t, sc);
 }
 
