@@ -17,7 +17,9 @@
 
 /* The walk (fs_walk.h) of one subject: tokenize it into sc->toks, then
  * collect into sc->hits every node whose subscriptions match it (first_only:
- * at least one, if any).  Caller holds the read lock. */
+ * at least one, if any).  Caller holds the read lock.  (A call, not
+ * inline, in fs_sublist_match_small too: inlined there it cost ~15
+ * instructions a match more, callgrind, light.) */
 static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scratch *sc,
                        int first_only, fs_error *err)
 {
@@ -26,6 +28,34 @@ static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scrat
     if (rc == FS_OK)
         rc = fs_walk_collect(sl, &p, &sc->toks, sc, first_only);
     return rc;
+}
+
+/* fs_workspace_acquire, its common case inline: the thread's workspace,
+ * found and not busy (a call less on every uncached match()). */
+#if FS_TLS_COPY_OK
+extern FS_THREAD_LOCAL fs_workspace *fs_workspace_mine;     /* fs_workspace.c's */
+#endif
+static inline fs_workspace *workspace_take(fs_workspace *spare)
+{
+#if FS_TLS_COPY_OK
+    fs_workspace *w = fs_workspace_mine;
+    if (FS_LIKELY(w != NULL && !w->busy)) {
+        w->busy = 1;
+        return w;
+    }
+#endif
+    return fs_workspace_acquire(spare);
+}
+
+/* fs_workspace_release after a walk whose answer was copied out (the
+ * result untouched, so only the scratch may have grown), its common case
+ * inline: the thread's workspace, no buffer oversized. */
+static inline void workspace_give_walked(fs_workspace *w, fs_workspace *spare)
+{
+    if (FS_LIKELY(w != spare && !fs_workspace_scratch_oversized(w)))
+        w->busy = 0;
+    else
+        fs_workspace_release(w, spare);
 }
 
 /* Into the calling thread's stripe sp (fs_brlock.h): a line no other
@@ -199,8 +229,9 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
         return FS_MATCH_WALK;
     }
     fs_workspace *w = NULL;
+    int result_used = 1;              /* 0: w->r untouched (workspace_give_walked) */
     if (!cached || !copy_small(cached, ids, cap, n)) {
-        w = fs_workspace_acquire(spare);
+        w = workspace_take(spare);
         int small = 0;
         if (!w) {
             rc = FS_ENOMEM;
@@ -214,7 +245,8 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
              * a larger one no queue picks (the caller reads none). */
             rc = walk_locked(sl, subject, len, &w->sc, 0, err);
             small = rc == FS_OK && copy_small_hits(sl, &w->sc, ids, cap, n);
-            if (rc == FS_OK && !small)
+            result_used = rc == FS_OK && !small;
+            if (result_used)
                 rc = fs_build_result_unpicked(sl, &w->sc, &w->r);
         }
         if (rc == FS_OK && !small) {
@@ -223,8 +255,12 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
         }
     }
     read_done_in(sl, &tally, mine);
-    if (w && !*wp)
-        fs_workspace_release(w, spare);
+    if (w && !*wp) {
+        if (result_used)
+            fs_workspace_release(w, spare);
+        else
+            workspace_give_walked(w, spare);
+    }
     if (rc == FS_OK)
         count_match(mine, *n);
     return rc;

@@ -35,7 +35,8 @@ static fs_tls_key workspace_key;
  * the workspace when the thread ends, clearing the thread-local first. */
 #if FS_TLS_COPY_OK
 #define WORKSPACE_THREAD_LOCAL 1
-static FS_THREAD_LOCAL fs_workspace *workspace_mine;
+/* (not static: fs_match.c's match() reads it inline, workspace_take) */
+FS_THREAD_LOCAL fs_workspace *fs_workspace_mine;
 #endif
 
 static fs_once_flag workspace_once = FS_ONCE_INIT;
@@ -50,7 +51,7 @@ static void FS_TLS_DESTRUCTOR workspace_destroy(void *p)
 {
     fs_workspace *w = p;
 #ifdef WORKSPACE_THREAD_LOCAL
-    workspace_mine = NULL;     /* (this thread's: a destructor runs on the thread that ends) */
+    fs_workspace_mine = NULL;     /* (this thread's: a destructor runs on the thread that ends) */
 #endif
     fs_scratch_free(&w->sc);
     fs_result_free(&w->r);
@@ -66,7 +67,7 @@ static void workspace_key_create(void)
 fs_workspace *fs_workspace_get(void)
 {
 #ifdef WORKSPACE_THREAD_LOCAL
-    fs_workspace *mine = workspace_mine;
+    fs_workspace *mine = fs_workspace_mine;
     if (FS_LIKELY(mine != NULL))
         return mine;
 #endif
@@ -89,7 +90,7 @@ fs_workspace *fs_workspace_get(void)
         }
     }
 #ifdef WORKSPACE_THREAD_LOCAL
-    workspace_mine = w;
+    fs_workspace_mine = w;
 #endif
     return w;
 }
@@ -109,18 +110,8 @@ fs_workspace *fs_workspace_acquire(fs_workspace *spare)
     return spare;
 }
 
-/* fs_workspace_trim's two tests: is the result, or the scratch, holding
- * more than a typical call needs? */
-static inline int result_oversized(const fs_workspace *w)
-{
-    return w->r.cap_ids > 65536 || w->r.cap_arena > 1u << 20 || w->r.cap_groups > 4096;
-}
-
-static inline int scratch_oversized(const fs_workspace *w)
-{
-    return w->sc.cap_front > 65536 || w->sc.cap_next > 65536 || w->sc.cap_hits > 65536 ||
-           w->sc.cap_seen > 131072 || w->sc.cap_grefs > 4096 || w->sc.toks.cap > 4096;
-}
+static inline int result_oversized(const fs_workspace *w) { return fs_workspace_result_oversized(w); }
+static inline int scratch_oversized(const fs_workspace *w) { return fs_workspace_scratch_oversized(w); }
 
 void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
 {
