@@ -312,7 +312,10 @@ FS_ALWAYS_INLINE int tokenize_vector(fs_dialect d, const char *s, size_t len, in
         sp->len = (uint32_t)j;
         if (FS_LIKELY(j - 1 < 7)) {      /* 1..7 bytes: one word */
             uint64_t w = start + 8 <= len ? fs_load_le64(s + start) : last_word(u, start, len);
-            sp->hash = fs_hash_short(w & ((1ull << (8 * j)) - 1), j);
+            /* the bytes above the token cleared by two shifts (no mask
+             * to make: 2 instructions a token fewer) */
+            unsigned above = (unsigned)(64 - 8 * j);
+            sp->hash = fs_hash_short((w << above) >> above, j);
         } else {
             sp->hash = fs_hash_between(s, s + start, j, s + len);
         }
@@ -322,9 +325,9 @@ FS_ALWAYS_INLINE int tokenize_vector(fs_dialect d, const char *s, size_t len, in
             t->n = sa.n;
             return rc;
         }
-        if (end == len)
+        cuts &= cuts - 1;             /* the last cut is at len: none left is the end */
+        if (!cuts)
             break;
-        cuts &= cuts - 1;
         start = end + 1;
     }
     t->n = sa.n;
