@@ -45,6 +45,14 @@ typedef struct {
     size_t cap_seen, act_seen;   /* allocated / in use (a power of 2) */
 } fs_scratch;
 
+/* Is the scratch holding more than a typical call needs?  (A kept
+ * workspace's is then freed: fs_workspace_release, fs_workspace_trim.) */
+static inline int fs_scratch_oversized(const fs_scratch *sc)
+{
+    return sc->cap_front > 65536 || sc->cap_next > 65536 || sc->cap_hits > 65536 ||
+           sc->cap_seen > 131072 || sc->cap_grefs > 4096 || sc->toks.cap > 4096;
+}
+
 /* One reverse-match hit. */
 typedef struct {
     size_t filter_off, filter_len;

@@ -52,7 +52,7 @@ static inline fs_workspace *workspace_take(fs_workspace *spare)
  * inline: the thread's workspace, no buffer oversized. */
 static inline void workspace_give_walked(fs_workspace *w, fs_workspace *spare)
 {
-    if (FS_LIKELY(w != spare && !fs_workspace_scratch_oversized(w)))
+    if (FS_LIKELY(w != spare && !fs_scratch_oversized(&w->sc)))
         w->busy = 0;
     else
         fs_workspace_release(w, spare);
@@ -176,8 +176,10 @@ static int copy_small(const fs_result *r, int64_t *ids, size_t cap, size_t *n)
 {
     if (r->ngroups || r->nids > cap)
         return 0;
-    if (r->nids)
-        memcpy(ids, r->ids, sizeof(int64_t) * r->nids);
+    /* (a loop, not memcpy: a cached answer is an id or two, and the call
+     * into libc cost more than the copy) */
+    for (size_t i = 0; i < r->nids; i++)
+        ids[i] = r->ids[i];
     *n = r->nids;
     return 1;
 }

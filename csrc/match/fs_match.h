@@ -54,18 +54,6 @@ void fs_workspace_trim(fs_workspace *w);
  * memory.  Give it back with fs_workspace_release(w, spare). */
 fs_workspace *fs_workspace_acquire(fs_workspace *spare);
 void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
-/* fs_workspace_release's (and fs_workspace_trim's) two tests: is the
- * result, or the scratch, holding more than a typical call needs?  (Then
- * it is freed.) */
-static inline int fs_workspace_result_oversized(const fs_workspace *w)
-{
-    return w->r.cap_ids > 65536 || w->r.cap_arena > 1u << 20 || w->r.cap_groups > 4096;
-}
-static inline int fs_workspace_scratch_oversized(const fs_workspace *w)
-{
-    return w->sc.cap_front > 65536 || w->sc.cap_next > 65536 || w->sc.cap_hits > 65536 ||
-           w->sc.cap_seen > 131072 || w->sc.cap_grefs > 4096 || w->sc.toks.cap > 4096;
-}
 
 /* match() for a caller that builds its own objects from the answer (the
  * Python layer): a small answer -- plain ids only, at most cap of them --

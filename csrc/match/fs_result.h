@@ -29,6 +29,13 @@ typedef struct {
     size_t narena, cap_arena;
 } fs_result;
 
+/* Is the result holding more than a typical call needs?  (A kept
+ * workspace's is then freed: fs_workspace_release, fs_workspace_trim.) */
+static inline int fs_result_oversized(const fs_result *r)
+{
+    return r->cap_ids > 65536 || r->cap_arena > 1u << 20 || r->cap_groups > 4096;
+}
+
 /* ---- queue picks (queues="pick"): rendezvous hashing.
  * Each member of a matching group gets a weight from (the row's pick seed,
  * its sub_id); the member with the highest weight is delivered (ties: the

@@ -110,8 +110,9 @@ fs_workspace *fs_workspace_acquire(fs_workspace *spare)
     return spare;
 }
 
-static inline int result_oversized(const fs_workspace *w) { return fs_workspace_result_oversized(w); }
-static inline int scratch_oversized(const fs_workspace *w) { return fs_workspace_scratch_oversized(w); }
+/* fs_workspace_trim's two tests (fs_result.h, fs_scratch.h). */
+static inline int result_oversized(const fs_workspace *w) { return fs_result_oversized(&w->r); }
+static inline int scratch_oversized(const fs_workspace *w) { return fs_scratch_oversized(&w->sc); }
 
 void fs_workspace_release(fs_workspace *w, fs_workspace *spare)
 {
