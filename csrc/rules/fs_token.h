@@ -157,6 +157,33 @@ static inline int fs_tok_eq_within(const char *a, const char *b, uint32_t n, con
     return 1;
 }
 
-static inline uint32_t fs_hash(const char *p, size_t n) { return fs_hash_within(p, n, p + n); }
+/* fs_hash_within(p, n, p + n), written for a whole string: two words a
+ * step, and the tail (after at least one word) as the word that ends at
+ * its end -- the same value with fewer steps (a subject of ~28 bytes:
+ * ~8 instructions fewer; the cache hashes every subject it looks up). */
+static inline uint32_t fs_hash(const char *p, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    const char *q = p;
+    size_t k = n;
+    for (; k >= 16; k -= 16, q += 16) {
+        h = (h ^ fs_load_le64(q)) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        h = (h ^ fs_load_le64(q + 8)) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+    }
+    if (k >= 8) {
+        h = (h ^ fs_load_le64(q)) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        q += 8;
+        k -= 8;
+    }
+    uint64_t v = 0;
+    if (k && n >= 8)
+        v = fs_load_le64(q + k - 8) >> (8 * (8 - k));
+    else
+        for (size_t i = 0; i < k; i++) v |= (uint64_t)(unsigned char)q[i] << (8 * i);
+    return fs_hash_last(h, v);
+}
 
 #endif
