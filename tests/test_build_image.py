@@ -50,7 +50,7 @@ def test_bytes_equal_insert_many_and_answers_equal_reference(dialect, data):
     subs = data.draw(st.lists(subscriptions(dialect), max_size=40))
     subs += data.draw(st.lists(st.sampled_from(subs), max_size=10)) if subs else []    # duplicates
     fs, ids, qs = columns(subs)
-    threads = data.draw(st.sampled_from([1, 2]))
+    threads = data.draw(st.sampled_from([1, 2, 3, 4]))
     want = built_bytes(fs, ids, qs, dialect)
     ref = R.ReferenceSublist(dialect)
     ref.insert_many(fs, ids, qs)
@@ -163,7 +163,7 @@ def test_large_input_on_threads():
     qs = [None if i % 6 else f"g{i % 5}" for i in range(n)]
     want = built_bytes(fs, ids, qs)
     with tempfile.TemporaryDirectory() as d:
-        for threads in (1, 2, 3):
+        for threads in (1, 2, 3, 4):
             got, sl = bulk(d, pa.array(fs), np.asarray(ids), pa.array(qs), threads=threads)
             assert len(sl) == len(set(zip(fs, ids, qs)))
             sl.close()
@@ -175,7 +175,7 @@ def test_large_input_on_threads():
     qs = [None if i % 3 else f"g{i % 2}" for i in range(50_000)]
     want = built_bytes(fs, ids, qs)
     with tempfile.TemporaryDirectory() as d:
-        for threads in (1, 2):
+        for threads in (1, 2, 4):
             got, sl = bulk(d, fs, ids, qs, threads=threads)
             sl.close()
             assert got == want

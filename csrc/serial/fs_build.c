@@ -7,10 +7,11 @@
  *         ──choose──► the set's rule (fs_shapes_choose) asked which of the
  *           rows' distinct shapes get tables; those made in `sim`, an
  *           index that holds only the trie and the kept shapes
- *         ──route (row order)──► each row's table: the literal table, a
- *           kept shape's, or the trie (the row inserted into sim)
- *         ──per table: sort──► items in writing order (home slot, key,
- *           bytes; rows in order), equal filters side by side
+ *         ──route (threads)──► each row's table: the literal table, a
+ *           kept shape's, or the trie; each table's items gathered in row
+ *           order, the trie's rows inserted into sim (in row order)
+ *         ──sort (threads)──► each table's items in writing order (home
+ *           slot, key, bytes; rows in order), equal filters side by side
  *         ──write──► header, sim's trie, the literal table, the shapes'
  *           tables, each entry made once from its rows, the checksum
  *
@@ -42,8 +43,12 @@
  * Write: through the image writer's parts (fs_image_write.h): each entry
  * is a made-up fs_node (its filter, key, sorted ids, groups in name order
  * with sorted members), written and placed as a built index's would be.
- * On threads, the file's pages are populated (a pool worker) while the
- * tables sort, and a large table's entries are laid out first (each one's
+ * On threads (every phase's result the same whichever thread did what):
+ * rows are parsed and routed in chunks -- a table's items placed from the
+ * counts of the chunks before, so in row order; the tables' first sorting
+ * pass is a unit a table, the second runs of parts; the file's pages are
+ * populated by whichever thread takes that unit of the sort's job, beside
+ * the sorting; and a large table's entries are laid out first (each one's
  * bytes, so its offset) and written by the threads into parts of the
  * writer's bytes of their own; the caller then places their slots. */
 #include <stdatomic.h>
@@ -60,6 +65,22 @@
 enum { CLS_LIT, CLS_SHAPED, CLS_TRIE };
 #define TAB_TRIE 0xFFFFu        /* a row's table: 0 the literal table, 1 + k the k-th shape made */
 #define PARSE_CHUNK 4096u
+
+/* A table of this many entries or more is written on threads, each
+ * taking PAR_CHUNK entries at a time; rows are routed in chunks of
+ * ROUTE_CHUNK, and a sort's second pass taken in runs of SORT_RUN parts.
+ * The fuzzer sets the first two small (so the last two follow), so that
+ * its few rows take every threaded path. */
+#ifndef FS_BUILD_PAR_ENTRIES
+#define FS_BUILD_PAR_ENTRIES 8192u
+#endif
+#ifndef FS_BUILD_PAR_CHUNK
+#define FS_BUILD_PAR_CHUNK 2048u
+#endif
+#define PAR_ENTRIES FS_BUILD_PAR_ENTRIES
+#define PAR_CHUNK FS_BUILD_PAR_CHUNK
+#define ROUTE_CHUNK (8u * PAR_CHUNK)                    /* 16,384 rows */
+#define SORT_RUN (PAR_CHUNK >= 64u ? PAR_CHUNK / 32u : 1u)  /* 64 parts */
 
 typedef struct {
     uint64_t key;               /* in the literal table, or in its shape's */
@@ -325,38 +346,144 @@ static int choose_shapes(builder *B)
     return rc;
 }
 
-/* Each row's table: a literal's the literal table, a shaped row's its
- * shape's when the rule keeps the shape; every other row (a wildcard
- * filter without a shape, or of a shape not kept) is inserted into sim,
- * whose insert puts it in the trie (sim has no table for its shape, and
- * the budget refuses one: a shape not kept does not fit beside the kept
- * ones).  FS_OK or FS_ENOMEM. */
-static int route_all(builder *B)
+/* ---- threads: a job's units, taken in turn by the caller and the pool */
+
+/* fn(arg, 0) on the calling thread and on up to threads - 1 of the pool's
+ * workers.  Each call takes the job's units from a counter until none is
+ * left, so the job is done whoever comes (the pool may lend fewer
+ * workers, or none), and its result does not depend on who did what. */
+static void on_threads(unsigned threads, void (*fn)(void *, unsigned), void *arg)
+{
+    fs_pool_task t;
+    memset(&t, 0, sizeof(t));
+    t.fn = fn;
+    t.arg = arg;
+    int posted = threads > 1 && fs_pool_submit(&t, threads - 1) == FS_OK;
+    fn(arg, 0);
+    if (posted)
+        fs_pool_join(&t);
+}
+
+/* ---- route and gather: each row's table, then each table's items in
+ * row order -- in chunks of rows on threads, in two passes: each chunk
+ * counts its rows of each table; then, from each chunk's first place in
+ * each table (the counts summed in chunk order), puts them there.  A
+ * table's items so come in row order whatever the threads. */
+
+typedef struct {
+    builder *B;
+    size_t chunks;
+    uint32_t cols;              /* the tables (nmade + 1), then the trie's rows */
+    size_t *at;                 /* [chunk * cols + col]: the chunk's count, then its next place */
+    uint32_t *trie;             /* the rows the trie takes, in row order */
+    int placing;                /* 0: count, 1: place */
+    atomic_size_t next;
+} route_job;
+
+/* Row r's table: a literal's the literal table, a shaped row's its
+ * shape's when the rule keeps the shape (the last shape seen remembered:
+ * rows of one shape tend to come together); every other row -- a wildcard
+ * filter without a shape, or of a shape not kept -- the trie's. */
+static uint16_t row_table(const builder *B, const brow *r, uint64_t *last, uint16_t *last_tab)
+{
+    if (r->cls == CLS_LIT)
+        return 0;
+    if (r->cls != CLS_SHAPED)
+        return TAB_TRIE;
+    uint64_t packed = shape_pack(r->onemask, r->ntoks, r->rest);
+    if (packed != *last) {
+        *last = packed;
+        *last_tab = B->shapes[shape_slot(B, packed)].tab;
+    }
+    return *last_tab;
+}
+
+static void route_chunk(route_job *J, size_t c)
+{
+    builder *B = J->B;
+    size_t lo = c * ROUTE_CHUNK, hi = B->n - lo < ROUTE_CHUNK ? B->n : lo + ROUTE_CHUNK;
+    size_t *at = &J->at[c * J->cols];
+    uint32_t trie = J->cols - 1;
+    uint64_t last = 0;
+    uint16_t last_tab = TAB_TRIE;
+    for (size_t i = lo; i < hi; i++) {
+        brow *r = &B->rows[i];
+        if (!J->placing) {
+            r->tab = row_table(B, r, &last, &last_tab);
+            at[r->tab == TAB_TRIE ? trie : r->tab]++;
+        } else if (r->tab == TAB_TRIE) {
+            J->trie[at[trie]++] = (uint32_t)i;
+        } else {
+            btable *T = &B->tab[r->tab];
+            T->items[at[r->tab]++] = (bitem){.key = r->key, .f = r->f, .q = r->q, .id = r->id,
+                                             .qlen = r->qlen, .flen = (uint16_t)r->flen};
+        }
+    }
+}
+
+static void route_run(void *arg, unsigned index)
+{
+    route_job *J = arg;
+    (void)index;
+    for (size_t c; (c = atomic_fetch_add(&J->next, 1)) < J->chunks;)
+        route_chunk(J, c);
+}
+
+/* Each chunk's counts into its first places; each table's items and the
+ * trie's rows allocated (*ntrie: how many).  FS_OK or FS_ENOMEM. */
+static int route_places(builder *B, route_job *J, size_t *ntrie)
+{
+    for (uint32_t k = 0; k < J->cols; k++) {
+        size_t sum = 0;
+        for (size_t c = 0; c < J->chunks; c++) {
+            size_t m = J->at[c * J->cols + k];
+            J->at[c * J->cols + k] = sum;
+            sum += m;
+        }
+        if (k + 1 == J->cols) {
+            *ntrie = sum;
+            J->trie = FS_MALLOC(sizeof(uint32_t) * (sum ? sum : 1));
+            if (!J->trie)
+                return FS_ENOMEM;
+        } else {
+            B->tab[k].n = sum;
+            B->tab[k].items = FS_MALLOC(sizeof(bitem) * (sum ? sum : 1));
+            if (!B->tab[k].items)
+                return FS_ENOMEM;
+        }
+    }
+    return FS_OK;
+}
+
+/* Every row routed, each table's items gathered in row order (on up to
+ * `threads` threads), and the trie's rows inserted into sim, in row order,
+ * on this one.  FS_OK or FS_ENOMEM. */
+static int route_all(builder *B, unsigned threads)
 {
     if (choose_shapes(B) < 0)
         return FS_ENOMEM;
-    uint64_t last = 0;
-    uint16_t last_tab = TAB_TRIE;
-    for (size_t i = 0; i < B->n; i++) {
-        brow *r = &B->rows[i];
-        if (r->cls == CLS_LIT) {
-            r->tab = 0;
-            continue;
-        }
-        if (r->cls == CLS_SHAPED) {
-            uint64_t packed = shape_pack(r->onemask, r->ntoks, r->rest);
-            if (packed != last) {
-                last = packed;
-                last_tab = B->shapes[shape_slot(B, packed)].tab;
-            }
-            r->tab = last_tab;
-        } else {
-            r->tab = TAB_TRIE;
-        }
-        if (r->tab == TAB_TRIE && to_trie(B, i) < 0)
-            return FS_ENOMEM;
+    route_job J;
+    memset(&J, 0, sizeof(J));
+    J.B = B;
+    J.chunks = (B->n + ROUTE_CHUNK - 1) / ROUTE_CHUNK;
+    J.cols = B->nmade + 2;
+    J.at = FS_CALLOC(J.chunks ? J.chunks * J.cols : 1, sizeof(size_t));
+    size_t ntrie = 0;
+    int rc = J.at ? FS_OK : FS_ENOMEM;
+    if (rc == FS_OK) {
+        on_threads(threads, route_run, &J);
+        rc = route_places(B, &J, &ntrie);
     }
-    return FS_OK;
+    if (rc == FS_OK) {
+        J.placing = 1;
+        atomic_store(&J.next, 0);
+        on_threads(threads, route_run, &J);
+    }
+    for (size_t i = 0; i < ntrie && rc == FS_OK; i++)
+        rc = to_trie(B, J.trie[i]) < 0 ? FS_ENOMEM : FS_OK;
+    FS_FREE(J.at);
+    FS_FREE(J.trie);
+    return rc;
 }
 
 /* ---- sort: a table's items in writing order */
@@ -415,92 +542,69 @@ static void scatter(const bitem *a, bitem *out, size_t n, uint32_t mask, uint32_
         out[counts[(((uint32_t)a[i].key & mask) >> shift) & bmask]++] = a[i];
 }
 
-/* T's items into writing order for a table of capacity cap: into buckets
- * by the top bits of their home slot (about two a bucket), each bucket
- * sorted.  In two passes, each in cache: into at most 1,024 parts by the
- * buckets' top bits, then each part into its buckets.  Stable: a filter's
- * rows stay in row order.  FS_OK or FS_ENOMEM. */
-static int sort_table(btable *T, uint32_t cap)
+/* A table's sort into writing order for capacity cap: its items into
+ * buckets by the top bits of their home slot (about two a bucket), each
+ * bucket sorted (sort_items).  In two passes, each in cache: into at most
+ * 1,024 parts by the buckets' top bits (the first pass, a table's), then
+ * each part into its buckets (parts taken in runs by the threads).
+ * Stable: a filter's rows stay in row order. */
+typedef struct {
+    uint32_t cap, mask, shift, pshift, parts, per;  /* bucket: (home & mask) >> shift; part: bucket >> pshift */
+    uint32_t *pc;               /* parts + 2: after the first pass, part p's end */
+    bitem *out;                 /* the first pass's result */
+} bsort;
+
+/* T's sort for capacity cap planned, its room allocated.  FS_OK or FS_ENOMEM. */
+static int sort_plan(const btable *T, bsort *S, uint32_t cap)
 {
     size_t n = T->n;
-    uint32_t mask = cap - 1, shift = 0, pshift = 0;
-    while ((cap >> shift) > 1 && (cap >> shift) > n / 2)
-        shift++;
-    uint32_t nb = cap >> shift;                 /* buckets, a power of two (0: no rows) */
-    while ((nb >> pshift) > 1024)
-        pshift++;
-    uint32_t parts = nb >> pshift, per = 1u << pshift;
-    uint32_t *pc = FS_CALLOC((size_t)parts + 2, sizeof(uint32_t));
-    uint32_t *bc = FS_MALLOC(((size_t)per + 2) * sizeof(uint32_t));
-    bitem *out = FS_MALLOC(sizeof(bitem) * (n ? n : 1));
-    int rc = pc && bc && out ? FS_OK : FS_ENOMEM;
-    if (rc == FS_OK && n) {
-        scatter(T->items, out, n, mask, shift + pshift, parts - 1, pc);   /* pc[p]: part p's end */
-        for (uint32_t p = 0, lo = 0; p < parts; lo = pc[p++]) {
-            uint32_t m = pc[p] - lo;
-            memset(bc, 0, ((size_t)per + 2) * sizeof(uint32_t));
-            scatter(out + lo, T->items + lo, m, mask, shift, per - 1, bc);
-            for (uint32_t b = 0, blo = 0; b < per && m > 1; blo = bc[b++])
-                if (bc[b] - blo > 1)
-                    sort_items(T->items + lo + blo, out + lo, bc[b] - blo, mask);
-        }
-    }
-    T->cap = rc == FS_OK ? cap : T->cap;
-    FS_FREE(pc);
-    FS_FREE(bc);
-    FS_FREE(out);
-    return rc;
+    S->cap = cap;
+    S->mask = cap - 1;
+    S->shift = S->pshift = 0;
+    while ((cap >> S->shift) > 1 && (cap >> S->shift) > n / 2)
+        S->shift++;
+    uint32_t nb = cap >> S->shift;              /* buckets, a power of two (0: no rows) */
+    while ((nb >> S->pshift) > 1024)
+        S->pshift++;
+    S->parts = nb >> S->pshift;
+    S->per = 1u << S->pshift;
+    S->pc = FS_CALLOC((size_t)S->parts + 2, sizeof(uint32_t));
+    S->out = FS_MALLOC(sizeof(bitem) * (n ? n : 1));
+    return S->pc && S->out ? FS_OK : FS_ENOMEM;
 }
 
-/* The items of each table, in row order.  FS_OK or FS_ENOMEM. */
-static int gather(builder *B)
+/* The first pass: T's items into S->out by part. */
+static void sort_first(btable *T, bsort *S)
 {
-    size_t count[1 + FS_SHAPE_MAX] = {0};
-    for (size_t i = 0; i < B->n; i++)
-        if (B->rows[i].tab != TAB_TRIE)
-            count[B->rows[i].tab]++;
-    for (uint32_t k = 0; k <= B->nmade; k++) {
-        B->tab[k].items = FS_MALLOC(sizeof(bitem) * (count[k] ? count[k] : 1));
-        if (!B->tab[k].items)
-            return FS_ENOMEM;
-    }
-    for (size_t i = 0; i < B->n; i++) {
-        const brow *r = &B->rows[i];
-        if (r->tab != TAB_TRIE) {
-            btable *T = &B->tab[r->tab];
-            T->items[T->n++] = (bitem){.key = r->key, .f = r->f, .q = r->q, .id = r->id,
-                                       .qlen = r->qlen, .flen = (uint16_t)r->flen};
-        }
-    }
-    return FS_OK;
+    if (T->n)
+        scatter(T->items, S->out, T->n, S->mask, S->shift + S->pshift, S->parts - 1, S->pc);
 }
 
-/* Count T's distinct filters (its items sorted: a filter's side by side). */
-static void distinct(btable *T)
+/* The distinct filters of a[0..n) (sorted: a filter's side by side). */
+static size_t distinct_in(const bitem *a, size_t n)
 {
     size_t d = 0;
-    for (size_t i = 0, j; i < T->n; i = j, d++)
-        for (j = i + 1; j < T->n && item_same(&T->items[i], &T->items[j]); j++)
-            ;
-    T->distinct = d;
+    for (size_t i = 0; i < n; i++)
+        d += !i || !item_same(&a[i - 1], &a[i]);
+    return d;
 }
 
-/* Every table's items (gathered) in writing order, its distinct count
- * known.  FS_OK or FS_ENOMEM. */
-static int sort_all(builder *B)
+/* Parts [plo, phi) of the first pass into their buckets, each sorted, back
+ * in T->items (bc: room for S->per + 2 counts).  Their distinct filters
+ * (a filter's rows share a key, so a bucket, so a part). */
+static size_t sort_parts(btable *T, const bsort *S, uint32_t plo, uint32_t phi, uint32_t *bc)
 {
-    for (uint32_t k = 0; k <= B->nmade; k++) {
-        btable *T = &B->tab[k];
-        int half = k > 0;
-        uint32_t cap = fs_table_cap((uint32_t)T->n, half);
-        if (sort_table(T, cap) < 0)
-            return FS_ENOMEM;
-        distinct(T);
-        cap = fs_table_cap((uint32_t)T->distinct, half);
-        if (cap != T->cap && sort_table(T, cap) < 0)
-            return FS_ENOMEM;
+    size_t d = 0;
+    for (uint32_t p = plo; p < phi && T->n; p++) {
+        uint32_t lo = p ? S->pc[p - 1] : 0, m = S->pc[p] - lo;
+        memset(bc, 0, ((size_t)S->per + 2) * sizeof(uint32_t));
+        scatter(S->out + lo, T->items + lo, m, S->mask, S->shift, S->per - 1, bc);
+        for (uint32_t b = 0, blo = 0; b < S->per && m > 1; blo = bc[b++])
+            if (bc[b] - blo > 1)
+                sort_items(T->items + lo + blo, S->out + lo, bc[b] - blo, S->mask);
+        d += distinct_in(T->items + lo, m);
     }
-    return FS_OK;
+    return d;
 }
 
 /* ---- write: each entry made once from its rows */
@@ -690,17 +794,6 @@ static int make_entry(escratch *E, const bitem *it, size_t n, int shaped, uint64
     return FS_OK;
 }
 
-/* A table of this many entries or more is written on threads, each
- * taking this many entries at a time (the fuzzer sets them small, so that
- * its few rows take the threaded path). */
-#ifndef FS_BUILD_PAR_ENTRIES
-#define FS_BUILD_PAR_ENTRIES 8192u
-#endif
-#ifndef FS_BUILD_PAR_CHUNK
-#define FS_BUILD_PAR_CHUNK 2048u
-#endif
-#define PAR_ENTRIES FS_BUILD_PAR_ENTRIES
-#define PAR_CHUNK FS_BUILD_PAR_CHUNK
 
 /* The bytes entry x and its payload take, as write_node lays them out
  * (every object a multiple of 8: they follow each other). */
@@ -933,33 +1026,169 @@ static int writer_ready(fs_imgw *X, const char *path, size_t size)
     return rc < 0 ? rc : fs_imgw_begin(X, size);
 }
 
+/* The writer made ready, as a unit of the sort's job (its pages the
+ * kernel's work, as much as the sort's on one thread). */
 typedef struct {
-    fs_pool_task task;
     fs_imgw *X;
     const char *path;
     size_t size;
-    int rc;
+    int rc, ran;
 } ready_job;
 
-static void ready_run(void *arg, unsigned index)
+/* A run of parts of the second pass, and the distinct filters it found. */
+typedef struct {
+    uint32_t t, plo, phi;
+    size_t distinct;
+} sort_unit;
+
+/* The sort of some tables on threads.  Units, taken in this order: the
+ * writer made ready (when it is one of the job's); each table's first
+ * pass; runs of SORT_RUN parts of the second pass, which wait for every
+ * first pass to end (those are taken first, so are running: a wait never
+ * waits for a unit not started). */
+typedef struct {
+    builder *B;
+    const uint32_t *which;      /* the tables sorted */
+    bsort *S;                   /* their plans */
+    uint32_t nwhich, maxper;
+    sort_unit *units;           /* the second pass's */
+    size_t nunits;
+    ready_job *ready;
+    atomic_size_t next;
+    atomic_int failed;
+    uint32_t firsts_done;       /* under mu */
+    fs_mutex mu;
+    fs_cond done;
+} sort_job;
+
+static void sort_first_unit(sort_job *J, uint32_t t)
 {
-    ready_job *J = arg;
-    (void)index;
-    J->rc = writer_ready(J->X, J->path, J->size);
+    sort_first(&J->B->tab[J->which[t]], &J->S[t]);
+    fs_mutex_lock(&J->mu);
+    if (++J->firsts_done == J->nwhich)
+        fs_cond_broadcast(&J->done);
+    fs_mutex_unlock(&J->mu);
 }
 
-/* Sort the tables; on threads, the writer is made ready meanwhile on a
- * worker of the pool (nothing it touches is the sort's).  FS_OK, or the
- * first failure. */
+static void sort_run(void *arg, unsigned index)
+{
+    sort_job *J = arg;
+    uint32_t *bc = NULL;
+    size_t nready = J->ready ? 1 : 0;
+    (void)index;
+    for (size_t u; !atomic_load_explicit(&J->failed, memory_order_relaxed) &&
+                   (u = atomic_fetch_add(&J->next, 1)) < nready + J->nwhich + J->nunits;) {
+        if (u < nready) {
+            J->ready->rc = writer_ready(J->ready->X, J->ready->path, J->ready->size);
+            J->ready->ran = 1;
+            continue;
+        }
+        if (u - nready < J->nwhich) {
+            sort_first_unit(J, (uint32_t)(u - nready));
+            continue;
+        }
+        sort_unit *x = &J->units[u - nready - J->nwhich];
+        if (!bc && !(bc = FS_MALLOC(((size_t)J->maxper + 2) * sizeof(uint32_t)))) {
+            atomic_store(&J->failed, 1);
+            break;
+        }
+        fs_mutex_lock(&J->mu);
+        while (J->firsts_done < J->nwhich)
+            fs_cond_wait(&J->done, &J->mu);
+        fs_mutex_unlock(&J->mu);
+        x->distinct = sort_parts(&J->B->tab[J->which[x->t]], &J->S[x->t], x->plo, x->phi, bc);
+    }
+    FS_FREE(bc);
+}
+
+/* The second pass's units of J's tables (planned).  FS_OK or FS_ENOMEM. */
+static int sort_units(sort_job *J)
+{
+    size_t n = 0;
+    for (uint32_t t = 0; t < J->nwhich; t++) {
+        n += (J->S[t].parts + SORT_RUN - 1) / SORT_RUN;
+        J->maxper = J->S[t].per > J->maxper ? J->S[t].per : J->maxper;
+    }
+    J->units = FS_MALLOC(sizeof(sort_unit) * (n ? n : 1));
+    if (!J->units)
+        return FS_ENOMEM;
+    for (uint32_t t = 0; t < J->nwhich; t++)
+        for (uint32_t p = 0; p < J->S[t].parts; p += SORT_RUN)
+            J->units[J->nunits++] = (sort_unit){.t = t, .plo = p,
+                                                .phi = J->S[t].parts - p < SORT_RUN ? J->S[t].parts : p + SORT_RUN};
+    return FS_OK;
+}
+
+/* Tables which[0..n) sorted for capacities caps[], their distinct counts
+ * known, on up to `threads` threads; ready (non-NULL) made ready among
+ * them.  FS_OK or FS_ENOMEM. */
+static int sort_tables(builder *B, unsigned threads, const uint32_t *which, const uint32_t *caps, uint32_t n,
+                       ready_job *ready)
+{
+    sort_job J;
+    memset(&J, 0, sizeof(J));
+    J.B = B;
+    J.which = which;
+    J.nwhich = n;
+    J.ready = ready;
+    atomic_init(&J.next, 0);
+    atomic_init(&J.failed, 0);
+    J.S = FS_CALLOC(n ? n : 1, sizeof(bsort));
+    int rc = J.S ? FS_OK : FS_ENOMEM;
+    for (uint32_t t = 0; t < n && rc == FS_OK; t++)
+        rc = sort_plan(&B->tab[which[t]], &J.S[t], caps[t]);
+    if (rc == FS_OK)
+        rc = sort_units(&J);
+    if (rc == FS_OK) {
+        fs_mutex_init(&J.mu);
+        fs_cond_init(&J.done);
+        on_threads(threads, sort_run, &J);
+        fs_cond_destroy(&J.done);
+        fs_mutex_destroy(&J.mu);
+        rc = atomic_load(&J.failed) ? FS_ENOMEM : FS_OK;
+    }
+    for (uint32_t t = 0; t < n && rc == FS_OK; t++) {
+        B->tab[which[t]].cap = caps[t];
+        B->tab[which[t]].distinct = 0;
+    }
+    for (size_t u = 0; u < J.nunits && rc == FS_OK; u++)
+        B->tab[which[J.units[u].t]].distinct += J.units[u].distinct;
+    for (uint32_t t = 0; J.S && t < n; t++) {
+        FS_FREE(J.S[t].pc);
+        FS_FREE(J.S[t].out);
+    }
+    FS_FREE(J.S);
+    FS_FREE(J.units);
+    return rc;
+}
+
+/* Every table's items in writing order, its distinct count known: sorted
+ * for the capacity its rows give, then, where its distinct filters give
+ * another, again.  On threads, the writer is made ready meanwhile (a unit
+ * of the job: nothing it touches is the sort's); on one, after (the
+ * sort's room freed first).  FS_OK, or the first failure. */
 static int sort_and_ready(builder *B, unsigned threads, fs_imgw *X, const char *path)
 {
-    ready_job J = {.task = {.fn = ready_run, .arg = NULL}, .X = X, .path = path, .size = size_about(B)};
-    J.task.arg = &J;
-    int posted = threads > 1 && fs_pool_submit(&J.task, 1) == FS_OK;
-    int rc = sort_all(B);
-    if (!posted || fs_pool_join(&J.task) == 0)      /* no worker took it: here */
-        J.rc = writer_ready(X, path, J.size);
-    return rc < 0 ? rc : J.rc;
+    ready_job R = {.X = X, .path = path, .size = size_about(B)};
+    uint32_t which[1 + FS_SHAPE_MAX], caps[1 + FS_SHAPE_MAX], n = 0;
+    for (uint32_t k = 0; k <= B->nmade; k++, n++) {
+        which[n] = k;
+        caps[n] = fs_table_cap((uint32_t)B->tab[k].n, k > 0);
+    }
+    int rc = sort_tables(B, threads, which, caps, n, threads > 1 ? &R : NULL);
+    n = 0;
+    for (uint32_t k = 0; k <= B->nmade && rc == FS_OK; k++) {
+        uint32_t cap = fs_table_cap((uint32_t)B->tab[k].distinct, k > 0);
+        if (cap != B->tab[k].cap) {
+            which[n] = k;
+            caps[n++] = cap;
+        }
+    }
+    if (rc == FS_OK && n)
+        rc = sort_tables(B, threads, which, caps, n, NULL);
+    if (!R.ran)
+        R.rc = writer_ready(X, path, R.size);
+    return rc < 0 ? rc : R.rc;
 }
 
 /* Parse, route, gather and sort; the writer (a file's, when path is
@@ -970,7 +1199,7 @@ static int build(builder *B, unsigned threads, const char *path, int durable, ch
     int rc = parse_all(B, threads, bad, err);
     if (rc < 0)
         return rc;
-    if (route_all(B) < 0 || gather(B) < 0)
+    if (route_all(B, threads) < 0)
         return FS_ENOMEM;
     FS_FREE(B->rows);                       /* the items carry what is left to read */
     B->rows = NULL;
