@@ -1,6 +1,7 @@
 """100M subscriptions on one machine: build, save, open and match an image.
 
     python bench/scale_image.py [--prefixes 1000] [--dir DIR] [--workers 2]
+                                [--build both|insert_many|build_image] [--threads N]
 
 Filters: the light workload's 100k (bench/workloads.py) under --prefixes
 first tokens ("p0.<filter>" ...; 1000 gives 100M), inserted a prefix at a
@@ -8,6 +9,14 @@ time so that the input never exists whole in Python.  Steps, each in its
 own process so that each peak RSS is its own (docs/scale.md reports them):
 
     build+save   insert_many chunk by chunk, then save() (the image file)
+    build_image  topicmatch.build_image of the same rows, straight from
+                 columns: an Arrow string column of one chunk a prefix
+                 (made a prefix at a time), the ids a numpy array, the
+                 queues light's column repeated, on --threads threads (the
+                 same bytes as save()'s, compared when both run).  Its
+                 columns are the whole input at once: about 100 bytes a
+                 row with its working memory (the specs, 40 a row, its
+                 rows and items), beside the file's pages
     open+match   Sublist.open(verify=False) and match_many of light's
                  publishes under random prefixes, in --workers processes
                  at once (their private memory is what they add to the
@@ -15,6 +24,7 @@ own process so that each peak RSS is its own (docs/scale.md reports them):
     verify       Sublist.open(verify=True): the full check, once
 """
 import argparse
+import filecmp
 import multiprocessing
 import os
 import random
@@ -62,6 +72,24 @@ def build_and_save(prefixes, path, q):
     q.put(("build+save", len(sl), t_build, time.perf_counter() - t, mem, peak_rss_mib()))
 
 
+def build_image(prefixes, path, threads, q):
+    import numpy as np
+    import pyarrow as pa
+    filters, _, queues, _ = workloads.load("light")
+    n = len(filters)
+    t = time.perf_counter()
+    chunks = [pa.array([f"p{k}.{f}" for f in filters], pa.string()) for k in range(prefixes)]
+    fcol = pa.chunked_array(chunks, pa.string())
+    qcol = pa.chunked_array([pa.array(queues, pa.string())] * prefixes, pa.string())
+    ids = np.arange(prefixes * n, dtype=np.int64)
+    t_cols = time.perf_counter() - t
+    rss_cols = peak_rss_mib()
+    t = time.perf_counter()
+    sl = topicmatch.build_image(path, fcol, ids, qcol, threads=threads, durable=False)
+    t_build = time.perf_counter() - t
+    q.put(("build_image", len(sl), t_cols, t_build, rss_cols, peak_rss_mib()))
+
+
 def open_and_match(path, prefixes, seed, q):
     _, _, _, pubs = workloads.load("light")
     rnd = random.Random(seed)
@@ -98,15 +126,35 @@ def main():
     ap.add_argument("--prefixes", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--build", choices=("both", "insert_many", "build_image"), default="both",
+                    help="how the image is made: insert_many + save(), build_image from columns, or both "
+                         "(compared; the steps after open insert_many's)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="build_image's threads")
     args = ap.parse_args()
     folder = args.dir or tempfile.mkdtemp(prefix="topicmatch-scale-")
     path = os.path.join(folder, "scale.fsb")
+    bpath = os.path.join(folder, "scale-bulk.fsb")
     t0 = time.perf_counter()
-    _, n, t_build, t_save, mem, rss = run(build_and_save, args.prefixes, path)
-    size = os.path.getsize(path)
     gib = 1024 ** 3
-    print(f"build   {n:,} subscriptions: insert_many {t_build:,.1f} s, index {mem / gib:.2f} GiB, "
-          f"save {t_save:,.1f} s, file {size / gib:.2f} GiB, peak RSS {rss / 1024:.2f} GiB", flush=True)
+    if args.build in ("both", "insert_many"):
+        _, n, t_build, t_save, mem, rss = run(build_and_save, args.prefixes, path)
+        size = os.path.getsize(path)
+        print(f"build   {n:,} subscriptions: insert_many {t_build:,.1f} s, index {mem / gib:.2f} GiB, "
+              f"save {t_save:,.1f} s, file {size / gib:.2f} GiB, peak RSS {rss / 1024:.2f} GiB", flush=True)
+    if args.build in ("both", "build_image"):
+        _, n, t_cols, t_bulk, rss_cols, rss = run(build_image, args.prefixes, bpath, args.threads)
+        bsize = os.path.getsize(bpath)
+        same = ""
+        if args.build == "both":
+            same = ", the same bytes as save()'s" if filecmp.cmp(path, bpath, shallow=False) else \
+                ", NOT the bytes save() wrote"
+        print(f"build   {n:,} subscriptions: build_image {t_bulk:,.1f} s on {args.threads} threads "
+              f"(columns made in {t_cols:,.1f} s, peak RSS {rss_cols / 1024:.2f} GiB), file {bsize / gib:.2f} GiB, "
+              f"peak RSS {rss / 1024:.2f} GiB{same}", flush=True)
+        if args.build == "both":
+            os.unlink(bpath)
+        else:
+            path, size = bpath, bsize
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
     ps = [ctx.Process(target=open_and_match, args=(path, args.prefixes, i, q)) for i in range(args.workers)]
