@@ -200,6 +200,18 @@ int fs_spec_parse(fs_dialect d, const fs_spec *spec, fs_tokens *t, fs_parsed *ou
  * mappings here: write the bytes made in memory instead). */
 int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, const char *path,
                    int durable, char **out, size_t *len, size_t *bad, fs_error *err);
+/* fs_build_image in two steps, so that the caller can free the specs
+ * before the image's pages are made.  fs_build_rows parses and routes
+ * specs[0..n) (read only during the call; the filters' and queues' bytes
+ * they point to must stay until fs_build_free): FS_OK with *out, FS_EINVAL
+ * (*bad, err as fs_build_image), FS_ENOMEM.  fs_build_write writes the
+ * image as fs_build_image does (its statuses; after FS_ENOSYS it may be
+ * called again with path NULL). */
+typedef struct fs_build fs_build;
+int fs_build_rows(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, fs_build **out, size_t *bad,
+                  fs_error *err);
+int fs_build_write(fs_build *b, const char *path, int durable, char **out, size_t *len);
+void fs_build_free(fs_build *b);
 /* ---- A column matched at once (match_many; api/fs_column.c) -----------
  *
  * The whole batch driver: the thread policy, the chunks, feeding the

@@ -544,14 +544,18 @@ static void scatter(const bitem *a, bitem *out, size_t n, uint32_t mask, uint32_
 
 /* A table's sort into writing order for capacity cap: its items into
  * buckets by the top bits of their home slot (about two a bucket), each
- * bucket sorted (sort_items).  In two passes, each in cache: into at most
- * 1,024 parts by the buckets' top bits (the first pass, a table's), then
- * each part into its buckets (parts taken in runs by the threads).
- * Stable: a filter's rows stay in row order. */
+ * bucket sorted (sort_items).  In two passes, each in cache: in place
+ * into at most 1,024 parts by the buckets' top bits (the first pass, a
+ * table's), then each part into its buckets through room the size of a
+ * part (parts taken in runs by the threads).  Not stable, and need not
+ * be: an entry is made from the set of its rows (its ids sorted, its
+ * groups in name order), so the order of a filter's rows is not in the
+ * image; the order is a function of the rows all the same, whatever the
+ * threads. */
 typedef struct {
     uint32_t cap, mask, shift, pshift, parts, per;  /* bucket: (home & mask) >> shift; part: bucket >> pshift */
-    uint32_t *pc;               /* parts + 2: after the first pass, part p's end */
-    bitem *out;                 /* the first pass's result */
+    uint32_t *pc;               /* after the first pass, part p's end (room for 2 * (parts + 2)) */
+    uint32_t maxpart;           /* after the first pass, the largest part's items */
 } bsort;
 
 /* T's sort for capacity cap planned, its room allocated.  FS_OK or FS_ENOMEM. */
@@ -568,16 +572,41 @@ static int sort_plan(const btable *T, bsort *S, uint32_t cap)
         S->pshift++;
     S->parts = nb >> S->pshift;
     S->per = 1u << S->pshift;
-    S->pc = FS_CALLOC((size_t)S->parts + 2, sizeof(uint32_t));
-    S->out = FS_MALLOC(sizeof(bitem) * (n ? n : 1));
-    return S->pc && S->out ? FS_OK : FS_ENOMEM;
+    S->pc = FS_CALLOC(2 * ((size_t)S->parts + 2), sizeof(uint32_t));    /* and the parts' bounds */
+    S->maxpart = 0;
+    return S->pc ? FS_OK : FS_ENOMEM;
 }
 
-/* The first pass: T's items into S->out by part. */
+/* The first pass: T's items, in place, by part (each taken to its part's
+ * next free place, the one there taken on in its turn, until one lands in
+ * the part being filled). */
 static void sort_first(btable *T, bsort *S)
 {
-    if (T->n)
-        scatter(T->items, S->out, T->n, S->mask, S->shift + S->pshift, S->parts - 1, S->pc);
+    bitem *a = T->items;
+    uint32_t *next = S->pc, *bound = S->pc + S->parts + 2, sh = S->shift + S->pshift, pm = S->parts - 1;
+    if (!T->n)
+        return;
+    for (size_t i = 0; i < T->n; i++)
+        bound[((((uint32_t)a[i].key & S->mask) >> sh) & pm) + 1]++;
+    for (uint32_t p = 0; p < S->parts; p++)
+        bound[p + 1] += bound[p];       /* bound[p]: part p's start, bound[p + 1] its end */
+    memcpy(next, bound, sizeof(uint32_t) * S->parts);   /* part p's next free place */
+    for (uint32_t p = 0; p < S->parts; p++) {
+        uint32_t stop = bound[p + 1];
+        while (next[p] < stop) {
+            bitem x = a[next[p]];
+            uint32_t q = (((uint32_t)x.key & S->mask) >> sh) & pm;
+            while (q != p) {
+                bitem y = a[next[q]];
+                a[next[q]++] = x;
+                x = y;
+                q = (((uint32_t)x.key & S->mask) >> sh) & pm;
+            }
+            a[next[p]++] = x;
+        }
+        uint32_t m = next[p] - (p ? next[p - 1] : 0);
+        S->maxpart = m > S->maxpart ? m : S->maxpart;
+    }
 }
 
 /* The distinct filters of a[0..n) (sorted: a filter's side by side). */
@@ -589,20 +618,22 @@ static size_t distinct_in(const bitem *a, size_t n)
     return d;
 }
 
-/* Parts [plo, phi) of the first pass into their buckets, each sorted, back
- * in T->items (bc: room for S->per + 2 counts).  Their distinct filters
- * (a filter's rows share a key, so a bucket, so a part). */
-static size_t sort_parts(btable *T, const bsort *S, uint32_t plo, uint32_t phi, uint32_t *bc)
+/* Parts [plo, phi) of the first pass into their buckets, each sorted,
+ * through tmp (room for a part; bc: for S->per + 2 counts).  Their
+ * distinct filters (a filter's rows share a key, so a bucket, so a part). */
+static size_t sort_parts(btable *T, const bsort *S, uint32_t plo, uint32_t phi, bitem *tmp, uint32_t *bc)
 {
     size_t d = 0;
     for (uint32_t p = plo; p < phi && T->n; p++) {
         uint32_t lo = p ? S->pc[p - 1] : 0, m = S->pc[p] - lo;
+        bitem *a = T->items + lo;
         memset(bc, 0, ((size_t)S->per + 2) * sizeof(uint32_t));
-        scatter(S->out + lo, T->items + lo, m, S->mask, S->shift, S->per - 1, bc);
+        scatter(a, tmp, m, S->mask, S->shift, S->per - 1, bc);
         for (uint32_t b = 0, blo = 0; b < S->per && m > 1; blo = bc[b++])
             if (bc[b] - blo > 1)
-                sort_items(T->items + lo + blo, S->out + lo, bc[b] - blo, S->mask);
-        d += distinct_in(T->items + lo, m);
+                sort_items(tmp + blo, a, bc[b] - blo, S->mask);      /* (the part's own room free meanwhile) */
+        memcpy(a, tmp, sizeof(bitem) * m);
+        d += distinct_in(a, m);
     }
     return d;
 }
@@ -1070,10 +1101,27 @@ static void sort_first_unit(sort_job *J, uint32_t t)
     fs_mutex_unlock(&J->mu);
 }
 
+/* The first passes ended: room for a part of the largest and its counts
+ * (the caller's to free).  FS_OK or FS_ENOMEM. */
+static int sort_room(sort_job *J, bitem **tmp, uint32_t **bc)
+{
+    fs_mutex_lock(&J->mu);
+    while (J->firsts_done < J->nwhich)
+        fs_cond_wait(&J->done, &J->mu);
+    fs_mutex_unlock(&J->mu);
+    uint32_t most = 1;
+    for (uint32_t t = 0; t < J->nwhich; t++)
+        most = J->S[t].maxpart > most ? J->S[t].maxpart : most;
+    *tmp = FS_MALLOC(sizeof(bitem) * most);
+    *bc = FS_MALLOC(((size_t)J->maxper + 2) * sizeof(uint32_t));
+    return *tmp && *bc ? FS_OK : FS_ENOMEM;
+}
+
 static void sort_run(void *arg, unsigned index)
 {
     sort_job *J = arg;
     uint32_t *bc = NULL;
+    bitem *tmp = NULL;
     size_t nready = J->ready ? 1 : 0;
     (void)index;
     for (size_t u; !atomic_load_explicit(&J->failed, memory_order_relaxed) &&
@@ -1088,16 +1136,13 @@ static void sort_run(void *arg, unsigned index)
             continue;
         }
         sort_unit *x = &J->units[u - nready - J->nwhich];
-        if (!bc && !(bc = FS_MALLOC(((size_t)J->maxper + 2) * sizeof(uint32_t)))) {
+        if (!tmp && sort_room(J, &tmp, &bc) < 0) {
             atomic_store(&J->failed, 1);
             break;
         }
-        fs_mutex_lock(&J->mu);
-        while (J->firsts_done < J->nwhich)
-            fs_cond_wait(&J->done, &J->mu);
-        fs_mutex_unlock(&J->mu);
-        x->distinct = sort_parts(&J->B->tab[J->which[x->t]], &J->S[x->t], x->plo, x->phi, bc);
+        x->distinct = sort_parts(&J->B->tab[J->which[x->t]], &J->S[x->t], x->plo, x->phi, tmp, bc);
     }
+    FS_FREE(tmp);
     FS_FREE(bc);
 }
 
@@ -1153,10 +1198,8 @@ static int sort_tables(builder *B, unsigned threads, const uint32_t *which, cons
     }
     for (size_t u = 0; u < J.nunits && rc == FS_OK; u++)
         B->tab[which[J.units[u].t]].distinct += J.units[u].distinct;
-    for (uint32_t t = 0; J.S && t < n; t++) {
+    for (uint32_t t = 0; J.S && t < n; t++)
         FS_FREE(J.S[t].pc);
-        FS_FREE(J.S[t].out);
-    }
     FS_FREE(J.S);
     FS_FREE(J.units);
     return rc;
@@ -1191,49 +1234,88 @@ static int sort_and_ready(builder *B, unsigned threads, fs_imgw *X, const char *
     return rc < 0 ? rc : R.rc;
 }
 
-/* Parse, route, gather and sort; the writer (a file's, when path is
- * given) made ready; then the image. */
-static int build(builder *B, unsigned threads, const char *path, int durable, char **out, size_t *len,
-                 size_t *bad, fs_error *err)
+struct fs_build {
+    builder B;
+};
+
+/* Parse and route (the specs read no more after). */
+static int rows_step(builder *B, size_t *bad, fs_error *err)
 {
-    int rc = parse_all(B, threads, bad, err);
+    int rc = parse_all(B, B->threads, bad, err);
     if (rc < 0)
         return rc;
-    if (route_all(B, threads) < 0)
+    if (route_all(B, B->threads) < 0)
         return FS_ENOMEM;
     FS_FREE(B->rows);                       /* the items carry what is left to read */
     B->rows = NULL;
+    B->specs = NULL;
+    return FS_OK;
+}
+
+int fs_build_rows(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, fs_build **out, size_t *bad,
+                  fs_error *err)
+{
+    *bad = 0;
+    *out = NULL;
+    if (n > UINT32_MAX)                     /* rows are numbered in 32 bits */
+        return FS_ENOMEM;
+    fs_build *b = FS_MALLOC(sizeof(fs_build));
+    if (!b)
+        return FS_ENOMEM;
+    builder *B = &b->B;
+    memset(B, 0, sizeof(*B));
+    B->d = d;
+    B->specs = specs;
+    B->n = n;
+    B->threads = threads ? threads : 1;
+    B->rows = FS_MALLOC(sizeof(brow) * (n ? n : 1));
+    B->sim = fs_sublist_new(d);
+    int rc = B->rows && B->sim ? rows_step(B, bad, err) : FS_ENOMEM;
+    if (rc < 0)
+        fs_build_free(b);
+    else
+        *out = b;
+    return rc;
+}
+
+int fs_build_write(fs_build *b, const char *path, int durable, char **out, size_t *len)
+{
+    builder *B = &b->B;
+    if (out) {
+        *out = NULL;
+        *len = 0;
+    }
     if (escratch_init(&B->es) < 0)
         return FS_ENOMEM;
     fs_imgw *X = fs_imgw_new();
     if (!X)
         return FS_ENOMEM;
-    rc = sort_and_ready(B, threads, X, path);
+    int rc = sort_and_ready(B, B->threads, X, path);
     if (rc == FS_OK)
         rc = write_all(B, X);
     int closed = fs_imgw_close(X, rc == FS_OK, durable, out, len);
     return rc < 0 ? rc : closed;
 }
 
+void fs_build_free(fs_build *b)
+{
+    if (b) {
+        builder_free(&b->B);
+        FS_FREE(b);
+    }
+}
+
 int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, const char *path,
                    int durable, char **out, size_t *len, size_t *bad, fs_error *err)
 {
-    *bad = 0;
+    fs_build *b;
     if (out) {
         *out = NULL;
         *len = 0;
     }
-    if (n > UINT32_MAX)                     /* rows are numbered in 32 bits */
-        return FS_ENOMEM;
-    builder B;
-    memset(&B, 0, sizeof(B));
-    B.d = d;
-    B.specs = specs;
-    B.n = n;
-    B.threads = threads ? threads : 1;
-    B.rows = FS_MALLOC(sizeof(brow) * (n ? n : 1));
-    B.sim = fs_sublist_new(d);
-    int rc = B.rows && B.sim ? build(&B, threads ? threads : 1, path, durable, out, len, bad, err) : FS_ENOMEM;
-    builder_free(&B);
+    int rc = fs_build_rows(d, specs, n, threads, &b, bad, err);
+    if (rc == FS_OK)
+        rc = fs_build_write(b, path, durable, out, len);
+    fs_build_free(b);
     return rc;
 }

@@ -1,13 +1,17 @@
 # The bulk builder: topicmatch.build_image over csrc/serial/fs_build.c
-# (fs_build_image, declared in sublist.h): the image of insert_many's rows
+# (fs_build_rows, fs_build_write: sublist.h): the image of insert_many's rows
 # written straight from the columns.  Thin: the columns become fs_specs as
 # insert_many's do (_specs_of), the file is made and renamed as save() does
 # (_save_temp), and the first invalid row raises what insert_many raises.
 # Included into _core.pyx, after _serial.pxi.
 
 cdef extern from "sublist.h" nogil:
-    int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, const char *path,
-                       int durable, char **out, size_t *len, size_t *bad, fs_error *err)
+    ctypedef struct fs_build:
+        pass
+    int fs_build_rows(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, fs_build **out,
+                      size_t *bad, fs_error *err)
+    int fs_build_write(fs_build *b, const char *path, int durable, char **out, size_t *len)
+    void fs_build_free(fs_build *b)
 
 
 cdef unsigned _build_threads(object threads) except 0:
@@ -23,22 +27,33 @@ cdef unsigned _build_threads(object threads) except 0:
 
 cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint durable) except -1:
     """Write the image of sp's rows into the file tmp (through memory where
-    files cannot be mapped).  Raises what insert_many would for a bad row."""
+    files cannot be mapped).  Raises what insert_many would for a bad row.
+    sp's specs are freed once the rows are parsed (sp is used no more):
+    they are read no more, and the image's pages come after."""
     cdef bytes ctmp = _os.fsencode(tmp)
     cdef const char *path = ctmp
     cdef char *out = NULL
     cdef size_t n = 0, bad = 0
     cdef fs_error err
+    cdef fs_build *b = NULL
     cdef int rc, saved_errno = 0
     cdef int c_durable = 1 if durable else 0
     with nogil:
-        rc = fs_build_image(d, sp.specs, <size_t>sp.n, threads, path, c_durable, NULL, NULL, &bad, &err)
-        saved_errno = errno
-        if rc == FS_ENOSYS:             # no file mappings here: through memory
-            rc = fs_build_image(d, sp.specs, <size_t>sp.n, threads, NULL, 0, &out, &n, &bad, &err)
+        rc = fs_build_rows(d, sp.specs, <size_t>sp.n, threads, &b, &bad, &err)
     if rc == FS_EINVAL:
         e = _spec_error(rc, &err, sp.frows[bad], None if sp.qrows is None else sp.qrows[bad])
         raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position, bad)
+    if rc != FS_OK:
+        raise MemoryError()
+    PyMem_Free(sp.specs)
+    sp.specs = NULL
+    sp.n = 0
+    with nogil:
+        rc = fs_build_write(b, path, c_durable, NULL, NULL)
+        saved_errno = errno
+        if rc == FS_ENOSYS:             # no file mappings here: through memory
+            rc = fs_build_write(b, NULL, 0, &out, &n)
+        fs_build_free(b)
     if rc == FS_EIO:
         raise _os_error(saved_errno, f"cannot write the image: {_os.strerror(saved_errno)}", tmp)
     if rc != FS_OK:
