@@ -991,9 +991,12 @@ static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int
 
 /* About the image's size, for the writer's first room: the trie as sim
  * holds it, every table's slots and bitmap, and each row's entry and
- * payload, as if no two rows shared a filter (the tables gathered). */
-static size_t size_about(const builder *B)
+ * payload, as if no two rows shared a filter (the tables gathered).
+ * *likely: that less the room for ids beside a first (a row's 8 bytes),
+ * which only a filter of several rows takes: the pages made ready first. */
+static size_t size_about(const builder *B, size_t *likely)
 {
+    uint64_t rows = 0;
     uint64_t size = FS_IMG_OBJECTS + B->sim->mem + 4096;
     for (uint32_t k = 0; k <= B->nmade; k++) {
         const btable *T = &B->tab[k];
@@ -1004,7 +1007,9 @@ static size_t size_about(const builder *B)
             size += sizeof(fs_node) + FS_TOK_ALLOC(r->flen) + 8 +
                     (r->q ? sizeof(fs_groups) + sizeof(fs_group) + FS_TOK_ALLOC(r->qlen ? r->qlen : 1) : 0);
         }
+        rows += T->n;
     }
+    *likely = size - 8 * rows < SIZE_MAX ? (size_t)(size - 8 * rows) : SIZE_MAX;
     return size < SIZE_MAX ? (size_t)size : SIZE_MAX;
 }
 
@@ -1048,22 +1053,25 @@ static void builder_free(builder *B)
 }
 
 /* The writer made ready: its file (path non-NULL) opened, and room for
- * about size bytes -- for a file, its pages populated (the kernel's work,
- * as much as the rest of a large build).  FS_OK, FS_ENOMEM, FS_EIO,
- * FS_ENOSYS. */
-static int writer_ready(fs_imgw *X, const char *path, size_t size)
+ * about size bytes, its first `now` made ready at once -- for a file, its
+ * pages populated (the kernel's work, as much as the rest of a large
+ * build).  FS_OK, FS_ENOMEM, FS_EIO, FS_ENOSYS. */
+static int writer_ready(fs_imgw *X, const char *path, size_t size, size_t now)
 {
     int rc = path ? fs_imgw_file(X, path) : FS_OK;
-    return rc < 0 ? rc : fs_imgw_begin(X, size);
+    return rc < 0 ? rc : fs_imgw_begin(X, size, now);
 }
 
-/* The writer made ready, as a unit of the sort's job (its pages the
- * kernel's work, as much as the sort's on one thread). */
+/* The writer made ready, as units of the sort's job: the file opened and
+ * its room made, then its pages in runs of TOUCH_RUN bytes up to
+ * `likely`, shared by the threads beside the sorting (each run waits for
+ * the room: taken before them, it is running). */
+#define TOUCH_RUN ((size_t)4 << 20)
 typedef struct {
     fs_imgw *X;
     const char *path;
-    size_t size;
-    int rc, ran;
+    size_t size, likely, runs;
+    int rc, ran;                /* ran: under the sort job's mu */
 } ready_job;
 
 /* A run of parts of the second pass, and the distinct filters it found. */
@@ -1089,8 +1097,31 @@ typedef struct {
     atomic_int failed;
     uint32_t firsts_done;       /* under mu */
     fs_mutex mu;
-    fs_cond done;
+    fs_cond done;               /* broadcast: every first pass done, or the writer's room made */
 } sort_job;
+
+/* The ready job's unit u: 0 the file and its room; after, a run of pages. */
+static void ready_unit(sort_job *J, size_t u)
+{
+    ready_job *R = J->ready;
+    if (u == 0) {
+        int rc = writer_ready(R->X, R->path, R->size, 0);
+        fs_mutex_lock(&J->mu);
+        R->rc = rc;
+        R->ran = 1;
+        fs_cond_broadcast(&J->done);
+        fs_mutex_unlock(&J->mu);
+        return;
+    }
+    fs_mutex_lock(&J->mu);
+    while (!R->ran)
+        fs_cond_wait(&J->done, &J->mu);
+    int rc = R->rc;
+    fs_mutex_unlock(&J->mu);
+    size_t lo = (u - 1) * TOUCH_RUN;
+    if (rc == FS_OK)
+        fs_imgw_touch(R->X, lo, R->likely - lo < TOUCH_RUN ? R->likely : lo + TOUCH_RUN);
+}
 
 static void sort_first_unit(sort_job *J, uint32_t t)
 {
@@ -1122,13 +1153,12 @@ static void sort_run(void *arg, unsigned index)
     sort_job *J = arg;
     uint32_t *bc = NULL;
     bitem *tmp = NULL;
-    size_t nready = J->ready ? 1 : 0;
+    size_t nready = J->ready ? 1 + J->ready->runs : 0;
     (void)index;
     for (size_t u; !atomic_load_explicit(&J->failed, memory_order_relaxed) &&
                    (u = atomic_fetch_add(&J->next, 1)) < nready + J->nwhich + J->nunits;) {
         if (u < nready) {
-            J->ready->rc = writer_ready(J->ready->X, J->ready->path, J->ready->size);
-            J->ready->ran = 1;
+            ready_unit(J, u);
             continue;
         }
         if (u - nready < J->nwhich) {
@@ -1212,7 +1242,9 @@ static int sort_tables(builder *B, unsigned threads, const uint32_t *which, cons
  * sort's room freed first).  FS_OK, or the first failure. */
 static int sort_and_ready(builder *B, unsigned threads, fs_imgw *X, const char *path)
 {
-    ready_job R = {.X = X, .path = path, .size = size_about(B)};
+    ready_job R = {.X = X, .path = path};
+    R.size = size_about(B, &R.likely);
+    R.runs = (R.likely + TOUCH_RUN - 1) / TOUCH_RUN;
     uint32_t which[1 + FS_SHAPE_MAX], caps[1 + FS_SHAPE_MAX], n = 0;
     for (uint32_t k = 0; k <= B->nmade; k++, n++) {
         which[n] = k;
@@ -1229,8 +1261,8 @@ static int sort_and_ready(builder *B, unsigned threads, fs_imgw *X, const char *
     }
     if (rc == FS_OK && n)
         rc = sort_tables(B, threads, which, caps, n, NULL);
-    if (!R.ran)
-        R.rc = writer_ready(X, path, R.size);
+    if (!R.ran)                                     /* one thread, or a failure before */
+        R.rc = writer_ready(X, path, R.size, R.likely);
     return rc < 0 ? rc : R.rc;
 }
 

@@ -766,11 +766,18 @@ int fs_imgw_file(fs_imgw *X, const char *path)
     return rc == FS_OK || rc == FS_ENOSYS ? rc : FS_EIO;
 }
 
-int fs_imgw_begin(fs_imgw *X, size_t size_about)
+int fs_imgw_begin(fs_imgw *X, size_t size_about, size_t now)
 {
-    if (wb_reserve(&X->W.w, size_about, size_about) == FS_OK)   /* a bound on the size: all of it likely */
+    if (wb_reserve(&X->W.w, size_about, now) == FS_OK)
         wb_alloc(&X->W.w, FS_IMG_OBJECTS);        /* header and root block: at 0 */
     return X->W.w.oom ? FS_ENOMEM : FS_OK;
+}
+
+void fs_imgw_touch(const fs_imgw *X, size_t from, size_t to)
+{
+    volatile char *p = X->W.w.p;
+    for (size_t at = from; at < to && at < X->W.w.cap; at += 4096)
+        p[at] = 0;
 }
 
 uint64_t fs_imgw_trie(fs_imgw *X, const fs_node *root) { return write_trie(&X->W, root); }

@@ -38,9 +38,15 @@ fs_imgw *fs_imgw_new(void);
  * instead.  FS_OK, FS_ENOSYS (no file mappings here: the writer stays in
  * memory) or FS_EIO (errno says why). */
 int fs_imgw_file(fs_imgw *X, const char *path);
-/* Room for about size_about bytes, and the header and root block (zeros
- * until fs_imgw_end).  FS_OK or FS_ENOMEM. */
-int fs_imgw_begin(fs_imgw *X, size_t size_about);
+/* Room for about size_about bytes, the first `now` of them made ready at
+ * once (a file's pages populated; the rest as they are written, or by
+ * fs_imgw_touch), and the header and root block (zeros until
+ * fs_imgw_end).  FS_OK or FS_ENOMEM. */
+int fs_imgw_begin(fs_imgw *X, size_t size_about, size_t now);
+/* Make the pages of bytes [from, to) of the room ready (each written a
+ * zero), so that threads can share that work beside other work, before
+ * anything is written there. */
+void fs_imgw_touch(const fs_imgw *X, size_t from, size_t to);
 /* The trie under root, as fs_image_write writes an index's: its root's
  * offset (0: out of memory). */
 uint64_t fs_imgw_trie(fs_imgw *X, const fs_node *root);
