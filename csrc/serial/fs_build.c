@@ -529,25 +529,44 @@ static void sort_items(bitem *a, bitem *tmp, size_t n, uint32_t mask)
     memcpy(a, tmp, k * sizeof(*a));
 }
 
-/* a[0..n) by the bucket of each item's home slot (its top bits: `home >>
- * shift`, masked by bmask), stable, into out; counts: bmask + 2 zeros. */
-static void scatter(const bitem *a, bitem *out, size_t n, uint32_t mask, uint32_t shift, uint32_t bmask,
-                    uint32_t *counts)
+/* a[0..n), in place, by bucket -- an item's: ((key & mask) >> shift) &
+ * bmask, its home slot's top bits -- each item taken to its bucket's next
+ * free place, the one there taken on in its turn, until one lands in the
+ * bucket being filled.  room: 2 * (bmask + 2) counts; after, room[b] is
+ * bucket b's end.  Returns the largest bucket's items. */
+static uint32_t permute(bitem *a, uint32_t n, uint32_t mask, uint32_t shift, uint32_t bmask, uint32_t *room)
 {
-    for (size_t i = 0; i < n; i++)
-        counts[((((uint32_t)a[i].key & mask) >> shift) & bmask) + 1]++;
+    uint32_t *next = room, *bound = room + bmask + 2, most = 0;
+    uint32_t bm = (mask >> shift) & bmask;      /* ((key & mask) >> shift) & bmask, in one mask */
+    memset(bound, 0, ((size_t)bmask + 2) * sizeof(uint32_t));
+    for (uint32_t i = 0; i < n; i++)
+        bound[(((uint32_t)a[i].key >> shift) & bm) + 1]++;
     for (uint32_t b = 0; b <= bmask; b++)
-        counts[b + 1] += counts[b];
-    for (size_t i = 0; i < n; i++)
-        out[counts[(((uint32_t)a[i].key & mask) >> shift) & bmask]++] = a[i];
+        bound[b + 1] += bound[b];       /* bound[b]: bucket b's start, bound[b + 1] its end */
+    memcpy(next, bound, ((size_t)bmask + 1) * sizeof(uint32_t));
+    for (uint32_t b = 0; b <= bmask; b++) {
+        while (next[b] < bound[b + 1]) {
+            bitem x = a[next[b]];
+            uint32_t q = ((uint32_t)x.key >> shift) & bm;
+            while (q != b) {
+                bitem y = a[next[q]];
+                a[next[q]++] = x;
+                x = y;
+                q = ((uint32_t)x.key >> shift) & bm;
+            }
+            a[next[b]++] = x;
+        }
+        most = bound[b + 1] - bound[b] > most ? bound[b + 1] - bound[b] : most;
+    }
+    return most;
 }
 
 /* A table's sort into writing order for capacity cap: its items into
  * buckets by the top bits of their home slot (about two a bucket), each
- * bucket sorted (sort_items).  In two passes, each in cache: in place
- * into at most 1,024 parts by the buckets' top bits (the first pass, a
- * table's), then each part into its buckets through room the size of a
- * part (parts taken in runs by the threads).  Not stable, and need not
+ * bucket sorted (sort_items).  In two passes, in place (permute), the
+ * second in cache: into at most 1,024 parts by the buckets' top bits (the
+ * first pass, a table's), then each part into its buckets (parts taken in
+ * runs by the threads).  Not stable, and need not
  * be: an entry is made from the set of its rows (its ids sorted, its
  * groups in name order), so the order of a filter's rows is not in the
  * image; the order is a function of the rows all the same, whatever the
@@ -555,7 +574,7 @@ static void scatter(const bitem *a, bitem *out, size_t n, uint32_t mask, uint32_
 typedef struct {
     uint32_t cap, mask, shift, pshift, parts, per;  /* bucket: (home & mask) >> shift; part: bucket >> pshift */
     uint32_t *pc;               /* after the first pass, part p's end (room for 2 * (parts + 2)) */
-    uint32_t maxpart;           /* after the first pass, the largest part's items */
+    uint32_t maxpart;           /* after the first pass, the largest part's items (a bucket's bound) */
 } bsort;
 
 /* T's sort for capacity cap planned, its room allocated.  FS_OK or FS_ENOMEM. */
@@ -577,36 +596,11 @@ static int sort_plan(const btable *T, bsort *S, uint32_t cap)
     return S->pc ? FS_OK : FS_ENOMEM;
 }
 
-/* The first pass: T's items, in place, by part (each taken to its part's
- * next free place, the one there taken on in its turn, until one lands in
- * the part being filled). */
+/* The first pass: T's items, in place, by part. */
 static void sort_first(btable *T, bsort *S)
 {
-    bitem *a = T->items;
-    uint32_t *next = S->pc, *bound = S->pc + S->parts + 2, sh = S->shift + S->pshift, pm = S->parts - 1;
-    if (!T->n)
-        return;
-    for (size_t i = 0; i < T->n; i++)
-        bound[((((uint32_t)a[i].key & S->mask) >> sh) & pm) + 1]++;
-    for (uint32_t p = 0; p < S->parts; p++)
-        bound[p + 1] += bound[p];       /* bound[p]: part p's start, bound[p + 1] its end */
-    memcpy(next, bound, sizeof(uint32_t) * S->parts);   /* part p's next free place */
-    for (uint32_t p = 0; p < S->parts; p++) {
-        uint32_t stop = bound[p + 1];
-        while (next[p] < stop) {
-            bitem x = a[next[p]];
-            uint32_t q = (((uint32_t)x.key & S->mask) >> sh) & pm;
-            while (q != p) {
-                bitem y = a[next[q]];
-                a[next[q]++] = x;
-                x = y;
-                q = (((uint32_t)x.key & S->mask) >> sh) & pm;
-            }
-            a[next[p]++] = x;
-        }
-        uint32_t m = next[p] - (p ? next[p - 1] : 0);
-        S->maxpart = m > S->maxpart ? m : S->maxpart;
-    }
+    if (T->n)
+        S->maxpart = permute(T->items, (uint32_t)T->n, S->mask, S->shift + S->pshift, S->parts - 1, S->pc);
 }
 
 /* The distinct filters of a[0..n) (sorted: a filter's side by side). */
@@ -618,21 +612,20 @@ static size_t distinct_in(const bitem *a, size_t n)
     return d;
 }
 
-/* Parts [plo, phi) of the first pass into their buckets, each sorted,
- * through tmp (room for a part; bc: for S->per + 2 counts).  Their
- * distinct filters (a filter's rows share a key, so a bucket, so a part). */
+/* Parts [plo, phi) of the first pass into their buckets, each sorted (tmp:
+ * room for the largest part's items, a merge's; bc: for 2 * (S->per + 2)
+ * counts).  Their distinct filters (a filter's rows share a key, so a
+ * bucket, so a part). */
 static size_t sort_parts(btable *T, const bsort *S, uint32_t plo, uint32_t phi, bitem *tmp, uint32_t *bc)
 {
     size_t d = 0;
     for (uint32_t p = plo; p < phi && T->n; p++) {
         uint32_t lo = p ? S->pc[p - 1] : 0, m = S->pc[p] - lo;
         bitem *a = T->items + lo;
-        memset(bc, 0, ((size_t)S->per + 2) * sizeof(uint32_t));
-        scatter(a, tmp, m, S->mask, S->shift, S->per - 1, bc);
+        permute(a, m, S->mask, S->shift, S->per - 1, bc);
         for (uint32_t b = 0, blo = 0; b < S->per && m > 1; blo = bc[b++])
             if (bc[b] - blo > 1)
-                sort_items(tmp + blo, a, bc[b] - blo, S->mask);      /* (the part's own room free meanwhile) */
-        memcpy(a, tmp, sizeof(bitem) * m);
+                sort_items(a + blo, tmp, bc[b] - blo, S->mask);
         d += distinct_in(a, m);
     }
     return d;
@@ -1144,7 +1137,7 @@ static int sort_room(sort_job *J, bitem **tmp, uint32_t **bc)
     for (uint32_t t = 0; t < J->nwhich; t++)
         most = J->S[t].maxpart > most ? J->S[t].maxpart : most;
     *tmp = FS_MALLOC(sizeof(bitem) * most);
-    *bc = FS_MALLOC(((size_t)J->maxper + 2) * sizeof(uint32_t));
+    *bc = FS_MALLOC(2 * ((size_t)J->maxper + 2) * sizeof(uint32_t));
     return *tmp && *bc ? FS_OK : FS_ENOMEM;
 }
 
