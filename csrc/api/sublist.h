@@ -191,9 +191,11 @@ int fs_spec_parse(fs_dialect d, const fs_spec *spec, fs_tokens *t, fs_parsed *ou
 /* Write the image of the index that inserting specs[0..n) (in any order:
  * the image is the set's) into a new index of dialect d would make -- byte
  * for byte what fs_image_write of it gives -- without building that
- * index's tables (fs_build.c; shapes placed by fs_shapes_choose), the
- * rows parsed on up to `threads` threads.  path non-NULL: into that file
- * (created or truncated; durable: written to disk), else into memory
+ * index's tables (fs_build.c; shapes placed by fs_shapes_choose), its
+ * work (parse, route, sort, the file's pages, large tables' entries) on
+ * up to `threads` threads, the bytes the same for any count.  path
+ * non-NULL: into that file (created or truncated; durable: written to
+ * disk), else into memory
  * (*out, *len; freed with FS_FREE).  FS_OK; FS_EINVAL with *bad the first
  * invalid row and err as fs_sublist_insert_many sets them; FS_ENOMEM;
  * FS_EIO (the file: errno says why; cut to nothing); FS_ENOSYS (no file

@@ -80,8 +80,10 @@ def build_image(path, filters, sub_ids, queues=None, *, dialect="nats", threads=
     return it opened (Sublist.open(path, verify=False): this library wrote
     it).  The columns are insert_many's: sequences, or Arrow string columns
     (string, large_string, string_view, dictionary, chunked) and an
-    Arrow/numpy integer array of ids.  The rows are parsed on up to
-    `threads` threads (None: every CPU this process may use).  An invalid
+    Arrow/numpy integer array of ids.  The rows are parsed, routed and
+    sorted, the file's pages made and the large tables written on up to
+    `threads` threads (None: every CPU this process may use); the bytes
+    are the same for any count.  An invalid
     row raises what insert_many raises (InvalidSubjectError naming the
     first bad row) and leaves no file.  The file is written as save()
     writes it: a temporary beside path, on disk (durable=False: not
