@@ -917,8 +917,10 @@ static int entry_places(builder *B, fs_imgw *X, const btable *T, int shaped, siz
     return base ? FS_OK : FS_ENOMEM;
 }
 
-/* T's entries on B->threads threads (the caller's among them), then their
- * slots in writing order.  FS_OK or FS_ENOMEM. */
+/* T's entries on B->threads threads, the caller's among them once it has
+ * placed their slots in writing order (a slot needs only its entry's key
+ * and offset, laid out first; slots and entries are bytes apart).  FS_OK
+ * or FS_ENOMEM. */
 static int write_keyed_threads(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int shaped, uint64_t *subs)
 {
     size_t d = T->distinct;
@@ -932,17 +934,17 @@ static int write_keyed_threads(builder *B, fs_imgw *X, uint64_t lv, const btable
         atomic_init(&J.failed, 0);
         atomic_init(&J.subs, 0);
         int posted = fs_pool_submit(&J.task, B->threads - 1) == FS_OK;
-        wjob_run(&J, 0);
-        if (posted)
-            fs_pool_join(&J.task);
-        rc = atomic_load(&J.failed) ? FS_ENOMEM : FS_OK;
-        *subs += atomic_load(&J.subs);
         uint32_t next = 0;
-        for (size_t e = 0; e < d && rc == FS_OK; e++) {
+        for (size_t e = 0; e < d; e++) {        /* the slots, beside the workers' entries */
             uint64_t key = T->items[start[e]].key;
             fs_imgw_place(X, lv, (fs_slot){.hash = (uint32_t)key, .len = (uint32_t)(key >> 32),
                                            .node = (fs_node *)(uintptr_t)off[e]}, &next);
         }
+        wjob_run(&J, 0);                        /* then the entries left */
+        if (posted)
+            fs_pool_join(&J.task);
+        rc = atomic_load(&J.failed) ? FS_ENOMEM : FS_OK;
+        *subs += atomic_load(&J.subs);
     }
     FS_FREE(start);
     FS_FREE(off);
