@@ -107,3 +107,25 @@ def test_filter_route_column_is_route_keys(spark, dialect):
                 assert jvm == want, (dialect, d, f, int(kinds[i]))
                 checked[int(kinds[i])] += 1
     assert checked[ROUTE_KEYED] > 500 and checked[ROUTE_ANY] > 1000, checked
+
+
+@pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
+def test_filter_bucket_is_the_route_key_mod_n(spark, dialect):
+    """filter_bucket (the statistics' buckets, the build's images) is
+    filter_key's key mod n in one expression: -1 (or the value given for
+    them) for the filters every shard needs, 0 for a null -- with one
+    bucket too, where the remainder of -1 would be 0."""
+    from pyspark.sql import functions as F
+
+    from topicmatch.spark.route import filter_bucket, filter_inner, filter_route_column
+    filters = _filters(dialect, seed={"nats": 7, "mqtt": 8, "amqp": 9}[dialect], n=1500)
+    for n, replicated in ((1, -1), (4, 4), (4096, -1)):
+        def bucket(col, dialect, d):
+            return filter_bucket(filter_inner(col, dialect), dialect, d, n, replicated)
+        keys = _jvm_keys(spark, filters, filter_route_column, dialect)
+        got = _jvm_keys(spark, filters, bucket, dialect)
+        for i, f in enumerate(filters):
+            for d in DEPTHS:
+                key = keys[i][f"k{d}"]
+                want = 0 if key is None else replicated if key == -1 else key % n
+                assert got[i][f"k{d}"] == want, (dialect, n, d, f, key)

@@ -54,31 +54,60 @@ def filter_inner(filters, dialect: str):
     ).otherwise(filters)
 
 
-def _has_token(prefix, sep: str, token: str):
-    """Column: does `token` stand whole among prefix's tokens?  Compared in
-    place (no array, no new string)."""
-    return ((prefix == F.lit(token)) | prefix.startswith(token + sep) | prefix.endswith(sep + token)
+def _has_token(prefix, sep: str, token: str, depth: int):
+    """Column: does `token` stand whole among the tokens of prefix (a
+    value's first `depth`)?  Compared in place (no array, no new string).
+    At depth 1 the prefix is one token (it stops before the first
+    separator), so only the whole comparison can hold: the other three
+    are left out of the code Spark generates and compiles, on the driver
+    and on each executor, for every query that routes."""
+    whole = prefix == F.lit(token)
+    if depth == 1:
+        return whole
+    return (whole | prefix.startswith(token + sep) | prefix.endswith(sep + token)
             | prefix.contains(sep + token + sep))
 
 
-def filter_key(inner, dialect: str, depth: int):
-    """Column: the route key at `depth` of a filter given by filter_inner,
-    or -1 for one every shard needs: fewer than `depth` tokens, or a
-    wildcard among the first `depth`; null for a null.  Read off the prefix the key hashes,
+def _keyed(inner, dialect: str, depth: int):
+    """(Column: is a filter given by filter_inner keyed at `depth`, null
+    for a null; Column: the prefix its key hashes).  Read off the prefix
     with string comparisons only: splitting each filter into an array cost
     about as much as the rest of the build's routing, on 3M filters.  A
     filter has fewer than `depth` tokens when its first depth - 1 are all
     of it."""
     sep, one, rest, empty_is_none, _ = route_split(dialect)
     prefix = _prefix(inner, sep, depth)
-    keyed = ~_has_token(prefix, sep, one) & ~_has_token(prefix, sep, rest)
+    keyed = ~_has_token(prefix, sep, one, depth) & ~_has_token(prefix, sep, rest, depth)
     if depth > 1:
         keyed = keyed & (_prefix(inner, sep, depth - 1) != inner)
     elif empty_is_none:     # AMQP's empty key has no token at all
         keyed = keyed & (inner != F.lit(""))
+    return keyed, prefix
+
+
+def filter_key(inner, dialect: str, depth: int):
+    """Column: the route key at `depth` of a filter given by filter_inner,
+    or -1 for one every shard needs: fewer than `depth` tokens, or a
+    wildcard among the first `depth`; null for a null."""
+    keyed, prefix = _keyed(inner, dialect, depth)
     # (the prefix in the first condition: Spark computes it once a row for
     # every branch; under an outer null check it was computed per use)
     return F.when(keyed, _key(prefix)).when(inner.isNull(), F.lit(None)).otherwise(F.lit(-1))
+
+
+def filter_bucket(inner, dialect: str, depth: int, n: int, replicated: int = -1):
+    """Column: the bucket of n of a filter given by filter_inner -- its
+    route key at `depth` mod n -- or `replicated` for one every shard
+    needs; a null filter's is 0, the bucket that then refuses it.  One
+    CASE over the key (tested equal to filter_key's values taken mod n):
+    a CASE over filter_key's value repeated the key's whole expression in
+    two branches, code Spark generates and compiles on the driver and on
+    each executor.  (The replicated rows are named, never the remainder of
+    -1: -1 % 1 is 0, so with one shard their digest once went to shard 0's
+    image name and the replicated share's image was named empty.)"""
+    keyed, prefix = _keyed(inner, dialect, depth)
+    return (F.when(keyed, _key(prefix) % F.lit(n)).when(inner.isNull(), F.lit(0))
+            .otherwise(F.lit(replicated)))
 
 
 def filter_route_column(filters, dialect: str, depth: int):
@@ -90,19 +119,8 @@ def filter_route_column(filters, dialect: str, depth: int):
     return filter_key(filter_inner(filters, dialect), dialect, depth)
 
 
-def shard_of(key, n: int):
-    """Column: the shard of n of a filter route key (-1 stays -1: keys are
-    otherwise non-negative); a null filter's is 0, the shard that then
-    refuses it.  (-1 is kept by name, not by the remainder: -1 % 1 is 0, so
-    with one shard the replicated rows' digest went to shard 0's image name
-    and the replicated share's image was named empty.)"""
-    return F.coalesce(F.when(key == F.lit(-1), F.lit(-1)).otherwise(key % F.lit(n)), F.lit(0))
-
-
 def image_column(dialect: str, depth: int, n: int):
     """Column over index_rows' frame: each subscription's image on the
     shard image path: its shard of n, or n, the replicated share's image,
-    for one every shard needs.  (The key in the first condition: Spark
-    computes it once a row.)"""
-    key = filter_route_column(F.col("filter"), dialect, depth)
-    return F.when(key == F.lit(-1), F.lit(n)).otherwise(shard_of(key, n))
+    for one every shard needs (a null filter's: 0, whose build refuses it)."""
+    return filter_bucket(filter_inner(F.col("filter"), dialect), dialect, depth, n, replicated=n)

@@ -54,7 +54,7 @@ from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (bad_subscription, check_depth, check_shards,  # noqa: F401
                                    check_subscriptions_schema, column)
 from topicmatch.spark.images import index_rows, digest_hashes, digest_sums
-from topicmatch.spark.route import filter_inner, filter_key, filter_route_column, route_column, shard_of
+from topicmatch.spark.route import filter_bucket, filter_inner, filter_route_column, route_column
 from topicmatch.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
@@ -318,7 +318,7 @@ def row_stats(subscriptions: DataFrame, dialect: str, depths, modulus: int) -> R
     shaped = index_rows(subscriptions).select(filter_inner(F.col("filter"), dialect).alias("inner"), *hashes)
 
     def bucket(d):
-        return shard_of(filter_key(F.col("inner"), dialect, d), modulus)
+        return filter_bucket(F.col("inner"), dialect, d, modulus)
     if len(depths) == 1:
         got = (shaped.select(bucket(depths[0]).alias("b"), *hcols).groupBy("b").agg(*sums)
                .select(F.lit(depths[0]).alias("d"), "*").collect())
