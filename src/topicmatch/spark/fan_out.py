@@ -23,10 +23,10 @@ from topicmatch.spark.plan import (FanoutOptions, FanoutPlan, event_options, opt
                                    plan_fanout, plan_in)
 from topicmatch.spark.images import image_source
 from topicmatch.spark.shard_images import image_per_event
-from topicmatch.spark.session import check_executors
+from topicmatch.spark.session import check_executors, parallelism
 from topicmatch.spark.shared_index import build_index, ship_sublist  # noqa: F401
 from topicmatch.spark.ship import SharedIndex, invalid_reasons, match_batches, reject_reasons
-from topicmatch.spark.shard import ShardPlan, _parallelism, _salts, sharded_per_event
+from topicmatch.spark.shard import ShardPlan, _salts, sharded_per_event
 
 
 # --------------------------------------------------------------------------
@@ -298,7 +298,7 @@ def _per_event(events: DataFrame, plan: FanoutPlan, opts: FanoutOptions):
         if not isinstance(opts.shards, ShardPlan):
             # the salting follows these events: a sample of them, per call
             sp = dataclasses.replace(sp, salts=_salts(events, opts.subject_col, opts.dialect, sp,
-                                                      _parallelism(events.sparkSession)))
+                                                      parallelism(events.sparkSession)))
             logging.getLogger("topicmatch.spark").info("%s", sp.explain())
         return sharded_per_event(events, plan.subscriptions, sp, **how), sp
     subject = column(opts.subject_col)

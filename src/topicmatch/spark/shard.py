@@ -55,6 +55,7 @@ from topicmatch.spark.base import (bad_subscription, check_depth, check_shards, 
                                    check_subscriptions_schema, column)
 from topicmatch.spark.images import index_rows, digest_hashes, digest_sums
 from topicmatch.spark.route import filter_bucket, filter_inner, filter_route_column, route_column
+from topicmatch.spark.session import parallelism
 from topicmatch.spark.ship import LOAD_LOG_ENV, fork_safe_lock
 
 #: shards="auto" above it: aim at this many subscriptions per shard (~50 MB
@@ -410,20 +411,6 @@ def _subs_schema(batch: pa.RecordBatch) -> pa.Schema:
 # driver: the plan
 # --------------------------------------------------------------------------
 
-def _parallelism(spark) -> int:
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
-        for key in ("spark.default.parallelism", "spark.executor.cores"):
-            try:
-                v = spark.conf.get(key, None)
-                if v:
-                    return max(1, int(v))
-            except Exception:  # noqa: BLE001
-                pass
-        return 2
-
-
 def _subs_columns(subscriptions: DataFrame, has_queue: bool):
     cols = [column("sub_id").cast("long").alias("sub_id"), column("filter").alias("filter")]
     if has_queue:
@@ -460,7 +447,7 @@ def plan_shards(subscriptions: DataFrame, dialect: str = "nats", shards="auto", 
     check_dialect(dialect)
     check_depth(depth)
     check_shards(shards)
-    cores = _parallelism(subscriptions.sparkSession)
+    cores = parallelism(subscriptions.sparkSession)
     depths = AUTO_DEPTHS if depth == "auto" else (depth,)
     # shards="auto" sizes powers of two: buckets mod the largest serve them all
     candidates = CANDIDATE_SHARDS if shards == "auto" else (shards,)
