@@ -240,9 +240,9 @@ _CHECKED = weakref.WeakSet()
 def _probe(batches):
     import pyarrow as pa_
     import topicmatch as fs
-    # (what a fan-out's build and match functions unpickle: imported here,
-    # in each core's worker beside the plan's first job, not in their tasks)
-    import topicmatch.spark  # noqa: F401
+    # (this function is pickled by reference: unpickling it imported
+    # topicmatch.spark, what a fan-out's build and match functions need, in
+    # each core's worker beside the plan's first job, not in their tasks)
     for _ in batches:
         pass
     yield pa_.RecordBatch.from_pydict({"python": [sys.executable],
