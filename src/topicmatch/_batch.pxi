@@ -17,7 +17,6 @@
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.list cimport PyList_GET_ITEM
 from cpython.pystate cimport PyThreadState
 
 cdef extern from "Python.h":
@@ -32,16 +31,6 @@ cdef extern from "Python.h":
     PyObject *PySequence_Fast_GET_ITEM(object o, Py_ssize_t i)
     PyObject **PySequence_Fast_ITEMS(object o)
     Py_ssize_t PySequence_Fast_GET_SIZE(object o)
-
-cdef extern from *:
-    """
-    #define TM_IS_ASCII_STR(o) (Py_IS_TYPE((o), &PyUnicode_Type) && PyUnicode_IS_COMPACT_ASCII(o))
-    """
-    # on a borrowed pointer, as `type(x) is str and PyUnicode_IS_COMPACT_ASCII(x)`
-    # on an object (fill_to's rows)
-    bint _is_ascii_str "TM_IS_ASCII_STR"(PyObject *o)
-    Py_ssize_t _str_len "PyUnicode_GET_LENGTH"(PyObject *o)
-    void *_str_data "PyUnicode_DATA"(PyObject *o)
 
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy

@@ -16,7 +16,7 @@ shared structure", has the whole table.
 cimport cython
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.list cimport PyList_GetSlice
+from cpython.list cimport PyList_GetSlice, PyList_GET_ITEM
 from cpython.sequence cimport PySequence_List
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint64_t
@@ -277,29 +277,66 @@ cdef object _row_type_error(Py_ssize_t i, object f, object sub_id, object q):
     return TopicmatchTypeError(f"queues[{i}] must be str or None, not {_tname(q)}")
 
 
-cdef inline bint _fill_spec_fast(fs_spec *sp, object f, object sub_id, object q) noexcept:
+cdef extern from *:
+    """
+    #define TM_IS_ASCII_STR(o) (Py_IS_TYPE((o), &PyUnicode_Type) && PyUnicode_IS_COMPACT_ASCII(o))
+    /* An exact int's value when it is compact (one digit: below 2**30 in
+     * magnitude), read from the object as Cython's own conversions do:
+     * the usual sub_id, where PyLong_AsLongLongAndOverflow's call was ~25
+     * instructions a row of insert_many (callgrind, light).  0 for any
+     * other int (*v unset): the caller takes the general path. */
+    static inline int tm_compact_int(PyObject *o, long long *v)
+    {
+    #if PY_VERSION_HEX >= 0x030C0000
+        if (!PyUnstable_Long_IsCompact((PyLongObject *)o))
+            return 0;
+        *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+    #else
+        Py_ssize_t size = Py_SIZE(o);
+        if (size < -1 || size > 1)
+            return 0;
+        *v = size == 0 ? 0 : size * (long long)((PyLongObject *)o)->ob_digit[0];
+    #endif
+        return 1;
+    }
+    """
+    # on a borrowed pointer, as `type(x) is str and PyUnicode_IS_COMPACT_ASCII(x)`
+    # on an object (the rows of _specs_of and _Column.fill_to)
+    bint _is_ascii_str "TM_IS_ASCII_STR"(PyObject *o)
+    Py_ssize_t _str_len "PyUnicode_GET_LENGTH"(PyObject *o)
+    void *_str_data "PyUnicode_DATA"(PyObject *o)
+    bint tm_compact_int(PyObject *o, long long *v)
+    bint _is_exact_int "PyLong_CheckExact"(PyObject *o)
+    long long _as_long_long_p "PyLong_AsLongLongAndOverflow"(PyObject *v, int *overflow)
+
+
+cdef inline bint _fill_spec_fast(fs_spec *sp, PyObject *f, PyObject *sub_id, PyObject *q) noexcept:
     """_fill_spec for the common row -- ASCII str filter, int sub_id that
-    fits, no queue or an ASCII str one -- without a call or an exception
-    check.  False (sp untouched or partly set) for any other row: then
-    _fill_spec does it, and raises what it must."""
+    fits, no queue (q NULL or None) or an ASCII str one -- without a call
+    or an exception check, on borrowed pointers (no reference taken and
+    dropped: it runs no Python code).  False (sp untouched or partly set)
+    for any other row: then _fill_spec does it, and raises what it must."""
     cdef int overflow = 0
     cdef long long v
-    if type(f) is not str or not PyUnicode_IS_COMPACT_ASCII(f) or type(sub_id) is not int:
+    if not _is_ascii_str(f) or not _is_exact_int(sub_id):
         return False
-    if q is not None and (type(q) is not str or not PyUnicode_IS_COMPACT_ASCII(q)):
+    if q == <PyObject *>None:
+        q = NULL
+    if q != NULL and not _is_ascii_str(q):
         return False
-    v = _as_long_long(sub_id, &overflow)      # an exact int: cannot fail but overflow
-    if overflow:
-        return False
-    sp.filter = <const char *>PyUnicode_DATA(f)
-    sp.filter_len = <size_t>PyUnicode_GET_LENGTH(f)
+    if not tm_compact_int(sub_id, &v):
+        v = _as_long_long_p(sub_id, &overflow)      # an exact int: cannot fail but overflow
+        if overflow:
+            return False
+    sp.filter = <const char *>_str_data(f)
+    sp.filter_len = <size_t>_str_len(f)
     sp.id = <int64_t>v
-    if q is None:
+    if q == NULL:
         sp.queue = NULL
         sp.queue_len = 0
     else:
-        sp.queue = <const char *>PyUnicode_DATA(q)
-        sp.queue_len = <size_t>PyUnicode_GET_LENGTH(q)
+        sp.queue = <const char *>_str_data(q)
+        sp.queue_len = <size_t>_str_len(q)
     return True
 
 
@@ -604,19 +641,25 @@ cdef _Specs _specs_of(filters, sub_ids, queues):
     sp.alloc(n)
     sp.frows, sp.qrows = fl, ql
     cdef fs_spec *specs = sp.specs
+    # The rows are read below without a bounds check: a lent list checked
+    # again (a collection since, in an allocation, may have run a
+    # finalizer that changed it; the lists made here no one else holds).
+    if len(il) != n:
+        raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
     # One try around the loop, not one per item (each try saves the
     # exception state); i says which item failed.
     try:
         if ql is None:
             for i in range(n):
-                if not _fill_spec_fast(&specs[i], fl[i], il[i], None):
+                if not _fill_spec_fast(&specs[i], PyList_GET_ITEM(fl, i), PyList_GET_ITEM(il, i), NULL):
                     if ids_lent:
                         il = PyList_GetSlice(il, 0, n)
                         ids_lent = False
                     _fill_spec(&specs[i], fl[i], il[i], None)
         else:
             for i in range(n):
-                if not _fill_spec_fast(&specs[i], fl[i], il[i], ql[i]):
+                if not _fill_spec_fast(&specs[i], PyList_GET_ITEM(fl, i), PyList_GET_ITEM(il, i),
+                                       PyList_GET_ITEM(ql, i)):
                     if ids_lent:
                         il = PyList_GetSlice(il, 0, n)
                         ids_lent = False
