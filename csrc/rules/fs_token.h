@@ -86,6 +86,26 @@ static inline uint64_t fs_load_le64(const char *p)
     return v;
 }
 
+/* Fewer than 8 bytes as the low bytes of a word, one byte at a time: a
+ * hash's tail where no whole word around it may be read. */
+static inline uint64_t fs_load_bytes(const char *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+    return v;
+}
+
+/* One step of fs_hash: a whole word w into h.  Every hash of a string
+ * (fs_hash_between, fs_hash) takes its words through this step, so that
+ * they give the same value for the same bytes (the cache's keys depend on
+ * it). */
+static inline uint64_t fs_hash_word(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
+}
+
 /* The last step of fs_hash: the final (partial) word v into h. */
 static inline uint32_t fs_hash_last(uint64_t h, uint64_t v)
 {
@@ -103,8 +123,7 @@ static inline uint32_t fs_hash_between(const char *begin, const char *p, size_t 
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
     while (n >= 8) {
-        h = (h ^ fs_load_le64(p)) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
+        h = fs_hash_word(h, fs_load_le64(p));
         p += 8;
         n -= 8;
     }
@@ -114,7 +133,7 @@ static inline uint32_t fs_hash_between(const char *begin, const char *p, size_t 
     else if (n && p + n - begin >= 8)
         v = fs_load_le64(p + n - 8) >> (8 * (8 - n));
     else
-        for (size_t i = 0; i < n; i++) v |= (uint64_t)(unsigned char)p[i] << (8 * i);
+        v = fs_load_bytes(p, n);
     return fs_hash_last(h, v);
 }
 
@@ -166,15 +185,10 @@ static inline uint32_t fs_hash(const char *p, size_t n)
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
     const char *q = p;
     size_t k = n;
-    for (; k >= 16; k -= 16, q += 16) {
-        h = (h ^ fs_load_le64(q)) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
-        h = (h ^ fs_load_le64(q + 8)) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
-    }
+    for (; k >= 16; k -= 16, q += 16)
+        h = fs_hash_word(fs_hash_word(h, fs_load_le64(q)), fs_load_le64(q + 8));
     if (k >= 8) {
-        h = (h ^ fs_load_le64(q)) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
+        h = fs_hash_word(h, fs_load_le64(q));
         q += 8;
         k -= 8;
     }
@@ -182,7 +196,7 @@ static inline uint32_t fs_hash(const char *p, size_t n)
     if (k && n >= 8)
         v = fs_load_le64(q + k - 8) >> (8 * (8 - k));
     else
-        for (size_t i = 0; i < k; i++) v |= (uint64_t)(unsigned char)q[i] << (8 * i);
+        v = fs_load_bytes(q, k);
     return fs_hash_last(h, v);
 }
 
