@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 #include <time.h>
 #endif
+#include <errno.h>
 
 /* ---------------------------------------------------------- rwlock */
 
@@ -321,6 +322,12 @@ typedef struct {
     size_t cap;          /* bytes mapped, the file's size */
     int fd;
 } fs_filebuf;
+
+/* Why the calling thread's last system call failed (errno), and setting
+ * it: a failure met on a worker thread is handed back to the thread that
+ * reports it (errno is each thread's own). */
+static inline int fs_sys_error(void) { return errno; }
+static inline void fs_sys_set_error(int e) { errno = e; }
 
 /* Create (truncate) the file at path as an empty buffer.  FS_OK, FS_ENOSYS
  * (no file mappings here), or -1 (errno says why). */

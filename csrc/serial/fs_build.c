@@ -1067,6 +1067,8 @@ typedef struct {
     const char *path;
     size_t size, likely, runs;
     int rc, ran;                /* ran: under the sort job's mu */
+    int err;                    /* errno where unit 0 failed: it may run on a worker, and
+                                 * errno is the thread's own, so the caller sets it again */
 } ready_job;
 
 /* A run of parts of the second pass, and the distinct filters it found. */
@@ -1101,8 +1103,10 @@ static void ready_unit(sort_job *J, size_t u)
     ready_job *R = J->ready;
     if (u == 0) {
         int rc = writer_ready(R->X, R->path, R->size, 0);
+        int err = fs_sys_error();
         fs_mutex_lock(&J->mu);
         R->rc = rc;
+        R->err = err;
         R->ran = 1;
         fs_cond_broadcast(&J->done);
         fs_mutex_unlock(&J->mu);
@@ -1258,6 +1262,8 @@ static int sort_and_ready(builder *B, unsigned threads, fs_imgw *X, const char *
         rc = sort_tables(B, threads, which, caps, n, NULL);
     if (!R.ran)                                     /* one thread, or a failure before */
         R.rc = writer_ready(X, path, R.size, R.likely);
+    else if (R.rc == FS_EIO)
+        fs_sys_set_error(R.err);                    /* the reason, on the caller's thread */
     return rc < 0 ? rc : R.rc;
 }
 

@@ -315,6 +315,11 @@ cdef _Column _column_of_strs(object items, str what, bint fill=True):
     to _Column.fill_to."""
     if type(items) is not list and type(items) is not tuple:
         items = _seq(items, what, "str")
+    elif TM_FREE_THREADED and type(items) is list:
+        # fill_to reads the rows as borrowed pointers, safe while no other
+        # thread can change the list: without the GIL another thread can,
+        # so it reads a tuple of them instead (copied under the list's lock)
+        items = tuple(items)
     cdef _Column c = _ptrs_column(len(items), what)
     c.keep = items
     if fill:
