@@ -46,16 +46,7 @@ cdef extern from "sublist.h" nogil:
 # and walks every miss without it.
 cdef fs_match_how _first_match_how = FS_MATCH_NO_WAIT
 
-cdef extern from *:
-    """
-    /* 1 on a free-threaded CPython: another thread may change a list
-     * while this one reads it */
-    #ifdef Py_GIL_DISABLED
-    #define TM_FREE_THREADED 1
-    #else
-    #define TM_FREE_THREADED 0
-    #endif
-    """
+cdef extern from "_pyobjects.h":
     const bint TM_FREE_THREADED
 
 cdef extern from "Python.h":
@@ -216,10 +207,7 @@ cdef fs_dialect _dialect(object d) except *:
     raise TopicmatchValueError(f"dialect must be {_DIALECTS_SAID}, not {d!r}")
 
 
-cdef extern from *:
-    """
-    #define TM_HIGH_BITS 0x8080808080808080ull    /* each byte's top bit */
-    """
+cdef extern from "_pyobjects.h":
     # (a C constant: Cython makes a Python int of a literal this large)
     const uint64_t _HIGH_BITS "TM_HIGH_BITS"
 
@@ -277,29 +265,7 @@ cdef object _row_type_error(Py_ssize_t i, object f, object sub_id, object q):
     return TopicmatchTypeError(f"queues[{i}] must be str or None, not {_tname(q)}")
 
 
-cdef extern from *:
-    """
-    #define TM_IS_ASCII_STR(o) (Py_IS_TYPE((o), &PyUnicode_Type) && PyUnicode_IS_COMPACT_ASCII(o))
-    /* An exact int's value when it is compact (one digit: below 2**30 in
-     * magnitude), read from the object as Cython's own conversions do:
-     * the usual sub_id, where PyLong_AsLongLongAndOverflow's call was ~25
-     * instructions a row of insert_many (callgrind, light).  0 for any
-     * other int (*v unset): the caller takes the general path. */
-    static inline int tm_compact_int(PyObject *o, long long *v)
-    {
-    #if PY_VERSION_HEX >= 0x030C0000
-        if (!PyUnstable_Long_IsCompact((PyLongObject *)o))
-            return 0;
-        *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
-    #else
-        Py_ssize_t size = Py_SIZE(o);
-        if (size < -1 || size > 1)
-            return 0;
-        *v = size == 0 ? 0 : size * (long long)((PyLongObject *)o)->ob_digit[0];
-    #endif
-        return 1;
-    }
-    """
+cdef extern from "_pyobjects.h":
     # on a borrowed pointer, as `type(x) is str and PyUnicode_IS_COMPACT_ASCII(x)`
     # on an object (the rows of _specs_of and _Column.fill_to)
     bint _is_ascii_str "TM_IS_ASCII_STR"(PyObject *o)
@@ -429,81 +395,7 @@ cdef list _unique(list ids):
     return out
 
 
-cdef extern from *:
-    """
-    /* match()'s ints, kept: a direct-mapped table of the last int made for
-     * each of TM_INTS slots (the id's Fibonacci hash picks the slot), so an
-     * id that comes back -- a subscriber matched again, the usual case --
-     * is one probe and a new reference, where making the int and freeing
-     * it with its list cost ~120 instructions (callgrind, match() heavy:
-     * 81 ids a call, ~92% of them found: 18,620 -> ~10,810 a call).  Ints
-     * are immutable, so a shared one is the same value to every caller.
-     * At most TM_INTS ints are held (~200 KiB with the table);
-     * release_memory() lets them go.  With the GIL only: on a
-     * free-threaded build two matches would race on a slot, so each int
-     * is made afresh there.  An int's deallocation runs no Python code,
-     * so replacing a slot's int cannot re-enter. */
-    #define TM_INTS_BITS 12
-    #define TM_INTS (1u << TM_INTS_BITS)
-    typedef struct { long long id; PyObject *o; } tm_int_slot;
-    static tm_int_slot tm_ints[TM_INTS];
-    static inline PyObject *tm_int(long long id)
-    {
-    #ifdef Py_GIL_DISABLED
-        return PyLong_FromLongLong(id);
-    #else
-        tm_int_slot *e = &tm_ints[((unsigned long long)id * 0x9E3779B97F4A7C15ull) >> (64 - TM_INTS_BITS)];
-        PyObject *o = e->o;
-        if (o != NULL && e->id == id) {
-            Py_INCREF(o);
-            return o;
-        }
-        PyObject *made = PyLong_FromLongLong(id);
-        if (made == NULL)
-            return NULL;
-        Py_INCREF(made);
-        e->id = id;
-        e->o = made;
-        Py_XDECREF(o);
-        return made;
-    #endif
-    }
-    /* A list of n slots for its maker to fill at once, every slot set
-     * before anyone else sees it: made as PyList_New(0) (from the free
-     * list) with its slots from PyMem_Malloc, not PyList_New(n)'s
-     * PyMem_Calloc, whose zeroing is a call to memset (~25 instructions
-     * a list of match()'s).  The fields are the default build's list
-     * (ob_item, allocated, freed by list_dealloc with PyMem_Free); a
-     * free-threaded build allocates a list's slots its own way, and gets
-     * PyList_New(n).  NULL with the error set. */
-    static inline PyObject *tm_list_unset(Py_ssize_t n)
-    {
-    #ifdef Py_GIL_DISABLED
-        return PyList_New(n);
-    #else
-        if (n == 0)
-            return PyList_New(0);
-        PyObject **items = (PyObject **)PyMem_Malloc((size_t)n * sizeof(PyObject *));
-        if (items == NULL)
-            return PyErr_NoMemory();
-        PyObject *l = PyList_New(0);
-        if (l == NULL) {
-            PyMem_Free(items);
-            return NULL;
-        }
-        ((PyListObject *)l)->ob_item = items;
-        ((PyListObject *)l)->allocated = n;
-        Py_SET_SIZE(l, n);
-        return l;
-    #endif
-    }
-    /* Drop every kept int (release_memory). */
-    static void tm_ints_clear(void)
-    {
-        for (unsigned i = 0; i < TM_INTS; i++)
-            Py_CLEAR(tm_ints[i].o);
-    }
-    """
+cdef extern from "_pyobjects.h":
     # a new reference, or NULL with MemoryError set
     PyObject *tm_int(long long id)
     void tm_ints_clear()
