@@ -30,34 +30,6 @@ static int walk_locked(const fs_sublist *sl, const char *s, size_t len, fs_scrat
     return rc;
 }
 
-/* fs_workspace_acquire, its common case inline: the thread's workspace,
- * found and not busy (a call less on every uncached match()). */
-#if FS_TLS_COPY_OK
-extern FS_THREAD_LOCAL fs_workspace *fs_workspace_mine;     /* fs_workspace.c's */
-#endif
-static inline fs_workspace *workspace_take(fs_workspace *spare)
-{
-#if FS_TLS_COPY_OK
-    fs_workspace *w = fs_workspace_mine;
-    if (FS_LIKELY(w != NULL && !w->busy)) {
-        w->busy = 1;
-        return w;
-    }
-#endif
-    return fs_workspace_acquire(spare);
-}
-
-/* fs_workspace_release after a walk whose answer was copied out (the
- * result untouched, so only the scratch may have grown), its common case
- * inline: the thread's workspace, no buffer oversized. */
-static inline void workspace_give_walked(fs_workspace *w, fs_workspace *spare)
-{
-    if (FS_LIKELY(w != spare && !fs_scratch_oversized(&w->sc)))
-        w->busy = 0;
-    else
-        fs_workspace_release(w, spare);
-}
-
 /* Into the calling thread's stripe sp (fs_brlock.h): a line no other
  * thread writes (unless more than FS_STRIPES threads match), so match()
  * from many threads shares nothing here.  stats() sums. */
@@ -231,9 +203,9 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
         return FS_MATCH_WALK;
     }
     fs_workspace *w = NULL;
-    int result_used = 1;              /* 0: w->r untouched (workspace_give_walked) */
+    int result_used = 1;              /* 0: w->r untouched (fs_workspace_release_walked) */
     if (!cached || !copy_small(cached, ids, cap, n)) {
-        w = workspace_take(spare);
+        w = fs_workspace_acquire(spare);
         int small = 0;
         if (!w) {
             rc = FS_ENOMEM;
@@ -261,7 +233,7 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
         if (result_used)
             fs_workspace_release(w, spare);
         else
-            workspace_give_walked(w, spare);
+            fs_workspace_release_walked(w, spare);
     }
     if (rc == FS_OK)
         count_match(mine, *n);

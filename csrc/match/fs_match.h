@@ -11,6 +11,7 @@
 #include "fs_cache.h"
 #include "fs_result.h"
 #include "fs_scratch.h"
+#include "fs_sys.h"
 #include "fs_token.h"
 
 void fs_scratch_init(fs_scratch *sc);
@@ -52,8 +53,35 @@ void fs_workspace_trim(fs_workspace *w);
  * Python objects are built from a result can re-enter the index) makes
  * this return spare instead, freshly initialised.  NULL when out of
  * memory.  Give it back with fs_workspace_release(w, spare). */
-fs_workspace *fs_workspace_acquire(fs_workspace *spare);
+fs_workspace *fs_workspace_acquire_slow(fs_workspace *spare);
+#if FS_TLS_COPY_OK
+/* The thread's workspace once made (fs_workspace.c's; its key owns it). */
+extern FS_THREAD_LOCAL fs_workspace *fs_workspace_mine;
+#endif
+static inline fs_workspace *fs_workspace_acquire(fs_workspace *spare)
+{
+#if FS_TLS_COPY_OK
+    /* the common case inline: the thread's workspace, made and not busy
+     * (a call less on every uncached match()) */
+    fs_workspace *w = fs_workspace_mine;
+    if (FS_LIKELY(w != NULL && !w->busy)) {
+        w->busy = 1;
+        return w;
+    }
+#endif
+    return fs_workspace_acquire_slow(spare);
+}
 void fs_workspace_release(fs_workspace *w, fs_workspace *spare);
+/* fs_workspace_release after a call that left w->r untouched (its answer
+ * copied out from the scratch): only the scratch may have grown, so only
+ * its size is tested, inline. */
+static inline void fs_workspace_release_walked(fs_workspace *w, fs_workspace *spare)
+{
+    if (FS_LIKELY(w != spare && !fs_scratch_oversized(&w->sc)))
+        w->busy = 0;
+    else
+        fs_workspace_release(w, spare);
+}
 
 /* match() for a caller that builds its own objects from the answer (the
  * Python layer): a small answer -- plain ids only, at most cap of them --

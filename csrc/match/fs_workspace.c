@@ -35,7 +35,7 @@ static fs_tls_key workspace_key;
  * the workspace when the thread ends, clearing the thread-local first. */
 #if FS_TLS_COPY_OK
 #define WORKSPACE_THREAD_LOCAL 1
-/* (not static: fs_match.c's match() reads it inline, workspace_take) */
+/* (not static: fs_workspace_acquire, fs_match.h, reads it inline) */
 FS_THREAD_LOCAL fs_workspace *fs_workspace_mine;
 #endif
 
@@ -95,7 +95,9 @@ fs_workspace *fs_workspace_get(void)
     return w;
 }
 
-fs_workspace *fs_workspace_acquire(fs_workspace *spare)
+/* fs_workspace_acquire (fs_match.h) past its inline common case: the key
+ * asked, the workspace made, or spare lent. */
+fs_workspace *fs_workspace_acquire_slow(fs_workspace *spare)
 {
     fs_workspace *w = fs_workspace_get();
     if (w && !w->busy) {
