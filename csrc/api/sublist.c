@@ -257,7 +257,12 @@ FS_ALWAYS_INLINE fs_node *find_locked(fs_sublist *sl, const fs_tokens *t, const 
             return e;
         }
     }
-    return (fs_node *)(uintptr_t)fs_trie_find(sl, t, ps->filter);
+    fs_node *n = (fs_node *)(uintptr_t)fs_trie_find(sl, t, ps->filter);
+    /* A trie node without subscriptions only lies on the way to longer
+     * filters (AMQP "a.#.b" makes "a.#"): it holds none of a shaped
+     * filter's, which go to their shape's table all the same, whichever
+     * came first. */
+    return n && ps->shaped && !fs_has_subs(n) ? NULL : n;
 }
 
 /* Drop n if it holds nothing any more: from its shape table (sh), the
@@ -400,11 +405,6 @@ static int insert_locked(fs_sublist *sl, const fs_tokens *t, const parsed_spec *
         return insert_live(sl, t, ps, id, g, invalidate);
     uint32_t slot;
     fs_node *n = find_locked(sl, t, ps, &sh, &slot);
-    /* A trie node without subscriptions is only on the way to longer
-     * filters (AMQP "a.#.b" makes "a.#"): a filter with a shape goes to
-     * its shape's table all the same, whichever came first. */
-    if (n && !sh && ps->shaped && !fs_has_subs(n))
-        n = NULL;
     if (!n) {
         int fresh_shape = 0;
         if (ps->shaped && !(sh = shape_of(sl, ps))) {
