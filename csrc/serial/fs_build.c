@@ -86,9 +86,9 @@ typedef struct {
     uint64_t key;               /* in the literal table, or in its shape's */
     const char *f, *q;          /* the filter ("$share/G/" off), the queue (NULL: plain) */
     uint32_t flen, qlen;
-    uint64_t onemask;           /* the shape (CLS_SHAPED) */
+    uint64_t packed;            /* the shape (CLS_SHAPED), shape_pack's */
     int64_t id;
-    uint8_t ntoks, rest, cls;
+    uint8_t cls;
     uint16_t tab;
 } brow;
 
@@ -161,6 +161,14 @@ typedef struct {
     unsigned threads;
 } builder;
 
+/* A shape in one word, never 0: the one-level wildcards' mask (bits
+ * below FS_SHAPE_MAX_TOKENS), the token count, the rest wildcard. */
+_Static_assert(FS_SHAPE_MAX_TOKENS <= 48, "a shape's mask fits below bit 48");
+static uint64_t shape_pack(uint64_t onemask, uint32_t ntoks, uint32_t rest)
+{
+    return onemask | (uint64_t)ntoks << 48 | (uint64_t)rest << 56 | 1ull << 63;
+}
+
 static void parse_row(brow *r, const fs_parsed *ps, int64_t id)
 {
     r->id = id;
@@ -170,9 +178,7 @@ static void parse_row(brow *r, const fs_parsed *ps, int64_t id)
     r->q = ps->queue;
     r->qlen = ps->queue_len;
     r->cls = ps->literal ? CLS_LIT : ps->shaped ? CLS_SHAPED : CLS_TRIE;
-    r->onemask = ps->shaped ? ps->shape.onemask : 0;
-    r->ntoks = (uint8_t)(ps->shaped ? ps->shape.ntoks : 0);
-    r->rest = (uint8_t)(ps->shaped ? ps->shape.rest : 0);
+    r->packed = ps->shaped ? shape_pack(ps->shape.onemask, ps->shape.ntoks, ps->shape.rest) : 0;
     r->tab = 0;
 }
 
@@ -255,14 +261,6 @@ static int to_trie(builder *B, size_t i)
     return rc == FS_EINVAL ? FS_ENOMEM : rc;       /* parsed once already: cannot be invalid */
 }
 
-/* A shape in one word, never 0: the one-level wildcards' mask (bits
- * below FS_SHAPE_MAX_TOKENS), the token count, the rest wildcard. */
-_Static_assert(FS_SHAPE_MAX_TOKENS <= 48, "a shape's mask fits below bit 48");
-static uint64_t shape_pack(uint64_t onemask, uint32_t ntoks, uint32_t rest)
-{
-    return onemask | (uint64_t)ntoks << 48 | (uint64_t)rest << 56 | 1ull << 63;
-}
-
 /* The slot of B->shapes holding packed, or the empty one where it goes. */
 static size_t shape_slot(const builder *B, uint64_t packed)
 {
@@ -310,10 +308,9 @@ static int choose_shapes(builder *B)
         const brow *r = &B->rows[i];
         if (r->cls != CLS_SHAPED)
             continue;
-        uint64_t packed = shape_pack(r->onemask, r->ntoks, r->rest);
-        if (packed != last && shape_note(B, packed) < 0)
+        if (r->packed != last && shape_note(B, r->packed) < 0)
             return FS_ENOMEM;
-        last = packed;
+        last = r->packed;
     }
     if (!B->nshapes)
         return FS_OK;
@@ -390,10 +387,9 @@ static uint16_t row_table(const builder *B, const brow *r, uint64_t *last, uint1
         return 0;
     if (r->cls != CLS_SHAPED)
         return TAB_TRIE;
-    uint64_t packed = shape_pack(r->onemask, r->ntoks, r->rest);
-    if (packed != *last) {
-        *last = packed;
-        *last_tab = B->shapes[shape_slot(B, packed)].tab;
+    if (r->packed != *last) {
+        *last = r->packed;
+        *last_tab = B->shapes[shape_slot(B, r->packed)].tab;
     }
     return *last_tab;
 }
@@ -614,19 +610,35 @@ static size_t distinct_in(const bitem *a, size_t n)
 
 /* Parts [plo, phi) of the first pass into their buckets, each sorted (tmp:
  * room for the largest part's items, a merge's; bc: for 2 * (S->per + 2)
- * counts).  Their distinct filters (a filter's rows share a key, so a
- * bucket, so a part). */
+ * counts).  Their distinct filters, counted a bucket at a time (a
+ * filter's rows share a key, so a bucket). */
 static size_t sort_parts(btable *T, const bsort *S, uint32_t plo, uint32_t phi, bitem *tmp, uint32_t *bc)
 {
     size_t d = 0;
     for (uint32_t p = plo; p < phi && T->n; p++) {
         uint32_t lo = p ? S->pc[p - 1] : 0, m = S->pc[p] - lo;
         bitem *a = T->items + lo;
+        if (m <= 1) {
+            d += m;
+            continue;
+        }
         permute(a, m, S->mask, S->shift, S->per - 1, bc);
-        for (uint32_t b = 0, blo = 0; b < S->per && m > 1; blo = bc[b++])
-            if (bc[b] - blo > 1)
-                sort_items(a + blo, tmp, bc[b] - blo, S->mask);
-        d += distinct_in(a, m);
+        for (uint32_t b = 0, blo = 0; b < S->per; blo = bc[b++]) {
+            uint32_t k = bc[b] - blo;
+            bitem *x = a + blo;
+            if (k <= 1) {                   /* most buckets: nothing to sort, one filter or none */
+                d += k;
+                continue;
+            }
+            if (k > 2) {
+                sort_items(x, tmp, k, S->mask);
+            } else if (item_before(&x[1], &x[0], S->mask)) {
+                bitem y = x[0];
+                x[0] = x[1];
+                x[1] = y;
+            }
+            d += distinct_in(x, k);
+        }
     }
     return d;
 }
@@ -775,8 +787,6 @@ static int entry_groups(escratch *E, const qitem *qs, size_t np, size_t nq, uint
     return FS_OK;
 }
 
-/* The entry of one filter (rows it[0..n)) as a built index would hold it,
- * in E->node; *subs: its subscriptions.  FS_OK or FS_ENOMEM. */
 /* entry_rows and entry_groups for a filter of one row (most filters). */
 static void entry_one(escratch *E, const bitem *it, size_t *np, size_t *nq, uint32_t *ng)
 {
@@ -791,6 +801,8 @@ static void entry_one(escratch *E, const bitem *it, size_t *np, size_t *nq, uint
     }
 }
 
+/* The entry of one filter (rows it[0..n)) as a built index would hold it,
+ * in E->node; *subs: its subscriptions.  FS_OK or FS_ENOMEM. */
 static int make_entry(escratch *E, const bitem *it, size_t n, int shaped, uint64_t *subs)
 {
     size_t np, nq;
@@ -801,19 +813,18 @@ static int make_entry(escratch *E, const bitem *it, size_t n, int shaped, uint64
     else if (entry_rows(E, it, n, &np, &nq) < 0 || entry_groups(E, E->queued, np, nq, &ng) < 0)
         return FS_ENOMEM;
     fs_node *x = E->node;
-    memset(x, 0, sizeof(fs_node));
-    x->nsubs = (uint32_t)np;
-    x->subcap = (uint32_t)np;
+    *x = (fs_node){.nsubs = (uint32_t)np, .subcap = (uint32_t)np, .groups = ng ? E->groups : NULL,
+                   .hash = (uint32_t)r->key, .toklen = (uint16_t)r->flen,
+                   .kind = (uint8_t)(shaped ? FS_NODE_SHAPED : FS_TOK_LITERAL)};
     if (np == 1)
         x->subs.one = E->ids[0];
     else if (np > 1)
         x->subs.many = E->ids;
-    x->groups = ng ? E->groups : NULL;
-    x->hash = (uint32_t)r->key;
-    x->toklen = (uint16_t)r->flen;
-    x->kind = (uint8_t)(shaped ? FS_NODE_SHAPED : FS_TOK_LITERAL);
-    memcpy(x->tok, r->f, r->flen);
-    memset(x->tok + r->flen, 0, FS_TOK_ALLOC(r->flen) - r->flen);
+    if (r->flen) {              /* the padding: the last word zeroed, then the bytes over it */
+        static const char zero[8];
+        memcpy(x->tok + FS_TOK_ALLOC(r->flen) - 8, zero, 8);
+        memcpy(x->tok, r->f, r->flen);
+    }
     *subs = np + nq;
     return FS_OK;
 }
