@@ -159,6 +159,7 @@ typedef struct {
     btable tab[1 + FS_SHAPE_MAX];
     escratch es;                /* the caller's entry scratch */
     unsigned threads;
+    uint64_t room;              /* the tables' rows' room_of, summed as they are gathered */
 } builder;
 
 /* A shape in one word, never 0: the one-level wildcards' mask (bits
@@ -373,9 +374,19 @@ typedef struct {
     uint32_t cols;              /* the tables (nmade + 1), then the trie's rows */
     size_t *at;                 /* [chunk * cols + col]: the chunk's count, then its next place */
     uint32_t *trie;             /* the rows the trie takes, in row order */
+    uint64_t *room;             /* [chunk]: its placed rows' room_of */
     int placing;                /* 0: count, 1: place */
     atomic_size_t next;
 } route_job;
+
+/* The room a row of a table takes in the image, as if its filter were
+ * its own and its id in a list: its entry and payload (size_about's
+ * part of it). */
+static uint64_t room_of(const brow *r)
+{
+    return sizeof(fs_node) + FS_TOK_ALLOC(r->flen) + 8 +
+           (r->q ? sizeof(fs_groups) + sizeof(fs_group) + FS_TOK_ALLOC(r->qlen ? r->qlen : 1) : 0);
+}
 
 /* Row r's table: a literal's the literal table, a shaped row's its
  * shape's when the rule keeps the shape (the last shape seen remembered:
@@ -400,7 +411,7 @@ static void route_chunk(route_job *J, size_t c)
     size_t lo = c * ROUTE_CHUNK, hi = B->n - lo < ROUTE_CHUNK ? B->n : lo + ROUTE_CHUNK;
     size_t *at = &J->at[c * J->cols];
     uint32_t trie = J->cols - 1;
-    uint64_t last = 0;
+    uint64_t last = 0, room = 0;
     uint16_t last_tab = TAB_TRIE;
     for (size_t i = lo; i < hi; i++) {
         brow *r = &B->rows[i];
@@ -413,8 +424,11 @@ static void route_chunk(route_job *J, size_t c)
             btable *T = &B->tab[r->tab];
             T->items[at[r->tab]++] = (bitem){.key = r->key, .f = r->f, .q = r->q, .id = r->id,
                                              .qlen = r->qlen, .flen = (uint16_t)r->flen};
+            room += room_of(r);
         }
     }
+    if (J->placing)
+        J->room[c] = room;
 }
 
 static void route_run(void *arg, unsigned index)
@@ -464,8 +478,9 @@ static int route_all(builder *B, unsigned threads)
     J.chunks = (B->n + ROUTE_CHUNK - 1) / ROUTE_CHUNK;
     J.cols = B->nmade + 2;
     J.at = FS_CALLOC(J.chunks ? J.chunks * J.cols : 1, sizeof(size_t));
+    J.room = FS_MALLOC(sizeof(uint64_t) * (J.chunks ? J.chunks : 1));
     size_t ntrie = 0;
-    int rc = J.at ? FS_OK : FS_ENOMEM;
+    int rc = J.at && J.room ? FS_OK : FS_ENOMEM;
     if (rc == FS_OK) {
         on_threads(threads, route_run, &J);
         rc = route_places(B, &J, &ntrie);
@@ -474,10 +489,13 @@ static int route_all(builder *B, unsigned threads)
         J.placing = 1;
         atomic_store(&J.next, 0);
         on_threads(threads, route_run, &J);
+        for (size_t c = 0; c < J.chunks; c++)
+            B->room += J.room[c];
     }
     for (size_t i = 0; i < ntrie && rc == FS_OK; i++)
         rc = to_trie(B, J.trie[i]) < 0 ? FS_ENOMEM : FS_OK;
     FS_FREE(J.at);
+    FS_FREE(J.room);
     FS_FREE(J.trie);
     return rc;
 }
@@ -997,22 +1015,18 @@ static int write_keyed(builder *B, fs_imgw *X, uint64_t lv, const btable *T, int
 
 /* About the image's size, for the writer's first room: the trie as sim
  * holds it, every table's slots and bitmap, and each row's entry and
- * payload, as if no two rows shared a filter (the tables gathered).
+ * payload, as if no two rows shared a filter (B->room, summed as the
+ * tables were gathered, on threads).
  * *likely: that less the room for ids beside a first (a row's 8 bytes),
  * which only a filter of several rows takes: the pages made ready first. */
 static size_t size_about(const builder *B, size_t *likely)
 {
     uint64_t rows = 0;
-    uint64_t size = FS_IMG_OBJECTS + B->sim->mem + 4096;
+    uint64_t size = FS_IMG_OBJECTS + B->sim->mem + 4096 + B->room;
     for (uint32_t k = 0; k <= B->nmade; k++) {
         const btable *T = &B->tab[k];
         uint64_t cap = fs_table_cap((uint32_t)T->n, k > 0);     /* its rows all distinct */
         size += sizeof(fs_shape) + cap * sizeof(fs_slot) + (cap ? FS_FILTER_BITS(cap) / 8 : 0);
-        for (size_t i = 0; i < T->n; i++) {
-            const bitem *r = &T->items[i];
-            size += sizeof(fs_node) + FS_TOK_ALLOC(r->flen) + 8 +
-                    (r->q ? sizeof(fs_groups) + sizeof(fs_group) + FS_TOK_ALLOC(r->qlen ? r->qlen : 1) : 0);
-        }
         rows += T->n;
     }
     *likely = size - 8 * rows < SIZE_MAX ? (size_t)(size - 8 * rows) : SIZE_MAX;
