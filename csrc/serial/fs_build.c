@@ -820,8 +820,10 @@ static void entry_one(escratch *E, const bitem *it, size_t *np, size_t *nq, uint
 }
 
 /* The entry of one filter (rows it[0..n)) as a built index would hold it,
- * in E->node; *subs: its subscriptions.  FS_OK or FS_ENOMEM. */
-static int make_entry(escratch *E, const bitem *it, size_t n, int shaped, uint64_t *subs)
+ * in E->node; *subs: its subscriptions.  FS_OK or FS_ENOMEM.  Inline in
+ * its writing loops: most filters have one row, whose entry is a few
+ * stores, less than the call's own cost. */
+FS_ALWAYS_INLINE int make_entry(escratch *E, const bitem *it, size_t n, int shaped, uint64_t *subs)
 {
     size_t np, nq;
     uint32_t ng;
