@@ -82,25 +82,24 @@ enum { CLS_LIT, CLS_SHAPED, CLS_TRIE };
 #define ROUTE_CHUNK (8u * PAR_CHUNK)                    /* 16,384 rows */
 #define SORT_RUN (PAR_CHUNK >= 64u ? PAR_CHUNK / 32u : 1u)  /* 64 parts */
 
-typedef struct {
-    uint64_t key;               /* in the literal table, or in its shape's */
-    const char *f, *q;          /* the filter ("$share/G/" off), the queue (NULL: plain) */
-    uint32_t flen, qlen;
-    uint64_t packed;            /* the shape (CLS_SHAPED), shape_pack's */
-    int64_t id;
-    uint8_t cls;
-    uint16_t tab;
-} brow;
-
 /* A row of a table, all its sort and its entry read (the rows are freed
  * once the tables are gathered). */
 typedef struct {
-    uint64_t key;
-    const char *f, *q;
+    uint64_t key;               /* in the literal table, or in its shape's */
+    const char *f, *q;          /* the filter ("$share/G/" off), the queue (NULL: plain) */
     int64_t id;
     uint32_t qlen;
     uint16_t flen;              /* a filter is at most 65,535 bytes */
 } bitem;
+
+/* A row as parsed: its item, as its table will hold it (gathered by one
+ * copy), and where it goes. */
+typedef struct {
+    bitem it;
+    uint64_t packed;            /* the shape (CLS_SHAPED), shape_pack's */
+    uint8_t cls;
+    uint16_t tab;
+} brow;
 
 /* A (queue, id) pair of an entry's rows. */
 typedef struct {
@@ -172,12 +171,8 @@ static uint64_t shape_pack(uint64_t onemask, uint32_t ntoks, uint32_t rest)
 
 static void parse_row(brow *r, const fs_parsed *ps, int64_t id)
 {
-    r->id = id;
-    r->key = ps->shape.key;
-    r->f = ps->filter;
-    r->flen = ps->filter_len;
-    r->q = ps->queue;
-    r->qlen = ps->queue_len;
+    r->it = (bitem){.key = ps->shape.key, .f = ps->filter, .q = ps->queue, .id = id, .qlen = ps->queue_len,
+                    .flen = (uint16_t)ps->filter_len};
     r->cls = ps->literal ? CLS_LIT : ps->shaped ? CLS_SHAPED : CLS_TRIE;
     r->packed = ps->shaped ? shape_pack(ps->shape.onemask, ps->shape.ntoks, ps->shape.rest) : 0;
     r->tab = 0;
@@ -382,7 +377,7 @@ typedef struct {
 /* The room a row of a table takes in the image, as if its filter were
  * its own and its id in a list: its entry and payload (size_about's
  * part of it). */
-static uint64_t room_of(const brow *r)
+static uint64_t room_of(const bitem *r)
 {
     return sizeof(fs_node) + FS_TOK_ALLOC(r->flen) + 8 +
            (r->q ? sizeof(fs_groups) + sizeof(fs_group) + FS_TOK_ALLOC(r->qlen ? r->qlen : 1) : 0);
@@ -421,10 +416,8 @@ static void route_chunk(route_job *J, size_t c)
         } else if (r->tab == TAB_TRIE) {
             J->trie[at[trie]++] = (uint32_t)i;
         } else {
-            btable *T = &B->tab[r->tab];
-            T->items[at[r->tab]++] = (bitem){.key = r->key, .f = r->f, .q = r->q, .id = r->id,
-                                             .qlen = r->qlen, .flen = (uint16_t)r->flen};
-            room += room_of(r);
+            B->tab[r->tab].items[at[r->tab]++] = r->it;
+            room += room_of(&r->it);
         }
     }
     if (J->placing)
