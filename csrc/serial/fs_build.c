@@ -99,6 +99,7 @@ typedef struct {
     uint64_t packed;            /* the shape (CLS_SHAPED), shape_pack's */
     uint8_t cls;
     uint16_t tab;
+    uint16_t col;               /* route's: its column (route_job) */
 } brow;
 
 /* A (queue, id) pair of an entry's rows. */
@@ -126,6 +127,43 @@ typedef struct {
     size_t cap_groups;
 } escratch;
 
+/* A table's sort into writing order for capacity cap: its items into
+ * buckets by the top bits of their home slot (about two a bucket), each
+ * bucket sorted (sort_items).  In two passes, in place (permute), the
+ * second in cache: into at most 1,024 parts by the buckets' top bits (the
+ * first pass, a table's), then each part into its buckets (parts taken in
+ * runs by the threads).  Not stable, and need not
+ * be: an entry is made from the set of its rows (its ids sorted, its
+ * groups in name order), so the order of a filter's rows is not in the
+ * image; the order is a function of the rows all the same, whatever the
+ * threads. */
+typedef struct {
+    uint32_t cap, mask, shift, pshift, parts, per;  /* bucket: (home & mask) >> shift; part: bucket >> pshift */
+    uint32_t *pc;               /* after the first pass, part p's end (room for 2 * (parts + 2)) */
+    uint32_t maxpart;           /* after the first pass, the largest part's items (a bucket's bound) */
+    int parted;                 /* 1: the first pass done (the literal table's, by route) */
+} bsort;
+
+/* The sort of a table of n items for capacity cap planned, its room
+ * allocated.  FS_OK or FS_ENOMEM. */
+static int sort_plan(size_t n, bsort *S, uint32_t cap)
+{
+    S->cap = cap;
+    S->mask = cap - 1;
+    S->shift = S->pshift = 0;
+    while ((cap >> S->shift) > 1 && (cap >> S->shift) > n / 2)
+        S->shift++;
+    uint32_t nb = cap >> S->shift;              /* buckets, a power of two (0: no rows) */
+    while ((nb >> S->pshift) > 1024)
+        S->pshift++;
+    S->parts = nb >> S->pshift;
+    S->per = 1u << S->pshift;
+    S->pc = FS_CALLOC(2 * ((size_t)S->parts + 2), sizeof(uint32_t));    /* and the parts' bounds */
+    S->maxpart = 0;
+    S->parted = 0;
+    return S->pc ? FS_OK : FS_ENOMEM;
+}
+
 typedef struct {
     fs_pool_task task;
     fs_dialect d;
@@ -137,6 +175,7 @@ typedef struct {
     fs_mutex mu;                /* over err, rc */
     fs_error err;
     int rc;
+    atomic_size_t lits;         /* the literal rows */
 } parse_job;
 
 /* A distinct shape of the shaped rows (shape_pack's), and its table. */
@@ -159,6 +198,8 @@ typedef struct {
     escratch es;                /* the caller's entry scratch */
     unsigned threads;
     uint64_t room;              /* the tables' rows' room_of, summed as they are gathered */
+    size_t nlit;                /* the literal rows, counted as parsed */
+    bsort lit;                  /* the literal table's sort, its first pass done by route */
 } builder;
 
 /* A shape in one word, never 0: the one-level wildcards' mask (bits
@@ -186,6 +227,7 @@ static void parse_work(parse_job *J)
     fs_tokens_init(&t);
     fs_parsed ps;
     fs_error e;
+    size_t lits = 0;
     for (;;) {
         size_t lo = atomic_fetch_add(&J->next, 1) * PARSE_CHUNK;
         if (lo >= J->n || lo >= atomic_load_explicit(&J->bad, memory_order_relaxed))
@@ -195,6 +237,7 @@ static void parse_work(parse_job *J)
             int rc = fs_spec_parse(J->d, &J->specs[i], &t, &ps, &e);
             if (rc == FS_OK) {
                 parse_row(&J->rows[i], &ps, J->specs[i].id);
+                lits += ps.literal != 0;
                 continue;
             }
             fs_mutex_lock(&J->mu);
@@ -207,6 +250,7 @@ static void parse_work(parse_job *J)
             break;
         }
     }
+    atomic_fetch_add(&J->lits, lits);
     fs_tokens_free(&t);
 }
 
@@ -228,6 +272,7 @@ static int parse_all(builder *B, unsigned threads, size_t *bad, fs_error *err)
     J.n = B->n;
     atomic_init(&J.next, 0);
     atomic_init(&J.bad, B->n);
+    atomic_init(&J.lits, 0);
     fs_mutex_init(&J.mu);
     J.task.fn = parse_run;
     J.task.arg = &J;
@@ -239,6 +284,7 @@ static int parse_all(builder *B, unsigned threads, size_t *bad, fs_error *err)
     if (posted)
         fs_pool_join(&J.task);
     fs_mutex_destroy(&J.mu);
+    B->nlit = atomic_load(&J.lits);
     if (atomic_load(&J.bad) == B->n)
         return FS_OK;
     *bad = atomic_load(&J.bad);
@@ -357,16 +403,20 @@ static void on_threads(unsigned threads, void (*fn)(void *, unsigned), void *arg
         fs_pool_join(&t);
 }
 
-/* ---- route and gather: each row's table, then each table's items in
- * row order -- in chunks of rows on threads, in two passes: each chunk
- * counts its rows of each table; then, from each chunk's first place in
- * each table (the counts summed in chunk order), puts them there.  A
- * table's items so come in row order whatever the threads. */
+/* ---- route and gather: each row's table, then each table's items --
+ * in chunks of rows on threads, in two passes: each chunk counts its rows
+ * of each column; then, from each chunk's first place in each column (the
+ * counts summed in column order, then chunk order), puts them there.  A
+ * column is a table, the trie's rows, or a part of the literal table's
+ * sort (B->lit): the literal table, most rows, so comes already in its
+ * parts, its first sorting pass done here, on the way.  Each column's
+ * items come in row order whatever the threads. */
 
 typedef struct {
     builder *B;
     size_t chunks;
-    uint32_t cols;              /* the tables (nmade + 1), then the trie's rows */
+    uint32_t cols;              /* the literal table's parts, the other tables, then the trie's rows */
+    uint32_t parts;             /* the literal table's columns: its sort's parts (one when it has none) */
     size_t *at;                 /* [chunk * cols + col]: the chunk's count, then its next place */
     uint32_t *trie;             /* the rows the trie takes, in row order */
     uint64_t *room;             /* [chunk]: its placed rows' room_of */
@@ -405,18 +455,21 @@ static void route_chunk(route_job *J, size_t c)
     builder *B = J->B;
     size_t lo = c * ROUTE_CHUNK, hi = B->n - lo < ROUTE_CHUNK ? B->n : lo + ROUTE_CHUNK;
     size_t *at = &J->at[c * J->cols];
-    uint32_t trie = J->cols - 1;
+    uint32_t trie = J->cols - 1, parts = J->parts, pshift = B->lit.shift + B->lit.pshift;
     uint64_t last = 0, room = 0;
     uint16_t last_tab = TAB_TRIE;
     for (size_t i = lo; i < hi; i++) {
         brow *r = &B->rows[i];
         if (!J->placing) {
             r->tab = row_table(B, r, &last, &last_tab);
-            at[r->tab == TAB_TRIE ? trie : r->tab]++;
+            r->col = (uint16_t)(r->tab == 0          ? ((uint32_t)r->it.key >> pshift) & (parts - 1)
+                                : r->tab == TAB_TRIE ? trie
+                                                     : parts + r->tab - 1);
+            at[r->col]++;
         } else if (r->tab == TAB_TRIE) {
             J->trie[at[trie]++] = (uint32_t)i;
         } else {
-            B->tab[r->tab].items[at[r->tab]++] = r->it;
+            B->tab[r->tab].items[at[r->col]++] = r->it;
             room += room_of(&r->it);
         }
     }
@@ -432,16 +485,25 @@ static void route_run(void *arg, unsigned index)
         route_chunk(J, c);
 }
 
-/* Each chunk's counts into its first places; each table's items and the
+/* Each chunk's counts into its first places (the literal table's parts
+ * one after another, each's end in B->lit); each table's items and the
  * trie's rows allocated (*ntrie: how many).  FS_OK or FS_ENOMEM. */
 static int route_places(builder *B, route_job *J, size_t *ntrie)
 {
+    uint32_t parts = J->parts;
+    size_t sum = 0;
     for (uint32_t k = 0; k < J->cols; k++) {
-        size_t sum = 0;
+        size_t from = sum = k < parts ? sum : 0;
         for (size_t c = 0; c < J->chunks; c++) {
             size_t m = J->at[c * J->cols + k];
             J->at[c * J->cols + k] = sum;
             sum += m;
+        }
+        if (k < parts) {
+            B->lit.pc[k] = (uint32_t)sum;
+            B->lit.maxpart = sum - from > B->lit.maxpart ? (uint32_t)(sum - from) : B->lit.maxpart;
+            if (k + 1 < parts)
+                continue;
         }
         if (k + 1 == J->cols) {
             *ntrie = sum;
@@ -449,12 +511,14 @@ static int route_places(builder *B, route_job *J, size_t *ntrie)
             if (!J->trie)
                 return FS_ENOMEM;
         } else {
-            B->tab[k].n = sum;
-            B->tab[k].items = FS_MALLOC(sizeof(bitem) * (sum ? sum : 1));
-            if (!B->tab[k].items)
+            btable *T = &B->tab[k < parts ? 0 : k - parts + 1];
+            T->n = sum;
+            T->items = FS_MALLOC(sizeof(bitem) * (sum ? sum : 1));
+            if (!T->items)
                 return FS_ENOMEM;
         }
     }
+    B->lit.parted = B->tab[0].n == B->nlit;      /* (cannot be otherwise: both count the literal rows) */
     return FS_OK;
 }
 
@@ -469,7 +533,10 @@ static int route_all(builder *B, unsigned threads)
     memset(&J, 0, sizeof(J));
     J.B = B;
     J.chunks = (B->n + ROUTE_CHUNK - 1) / ROUTE_CHUNK;
-    J.cols = B->nmade + 2;
+    if (sort_plan(B->nlit, &B->lit, fs_table_cap((uint32_t)B->nlit, 0)) < 0)
+        return FS_ENOMEM;
+    J.parts = B->lit.parts ? B->lit.parts : 1;     /* no literal rows: a capacity of 0, no parts */
+    J.cols = J.parts + B->nmade + 1;
     J.at = FS_CALLOC(J.chunks ? J.chunks * J.cols : 1, sizeof(size_t));
     J.room = FS_MALLOC(sizeof(uint64_t) * (J.chunks ? J.chunks : 1));
     size_t ntrie = 0;
@@ -568,45 +635,10 @@ static uint32_t permute(bitem *a, uint32_t n, uint32_t mask, uint32_t shift, uin
     return most;
 }
 
-/* A table's sort into writing order for capacity cap: its items into
- * buckets by the top bits of their home slot (about two a bucket), each
- * bucket sorted (sort_items).  In two passes, in place (permute), the
- * second in cache: into at most 1,024 parts by the buckets' top bits (the
- * first pass, a table's), then each part into its buckets (parts taken in
- * runs by the threads).  Not stable, and need not
- * be: an entry is made from the set of its rows (its ids sorted, its
- * groups in name order), so the order of a filter's rows is not in the
- * image; the order is a function of the rows all the same, whatever the
- * threads. */
-typedef struct {
-    uint32_t cap, mask, shift, pshift, parts, per;  /* bucket: (home & mask) >> shift; part: bucket >> pshift */
-    uint32_t *pc;               /* after the first pass, part p's end (room for 2 * (parts + 2)) */
-    uint32_t maxpart;           /* after the first pass, the largest part's items (a bucket's bound) */
-} bsort;
-
-/* T's sort for capacity cap planned, its room allocated.  FS_OK or FS_ENOMEM. */
-static int sort_plan(const btable *T, bsort *S, uint32_t cap)
-{
-    size_t n = T->n;
-    S->cap = cap;
-    S->mask = cap - 1;
-    S->shift = S->pshift = 0;
-    while ((cap >> S->shift) > 1 && (cap >> S->shift) > n / 2)
-        S->shift++;
-    uint32_t nb = cap >> S->shift;              /* buckets, a power of two (0: no rows) */
-    while ((nb >> S->pshift) > 1024)
-        S->pshift++;
-    S->parts = nb >> S->pshift;
-    S->per = 1u << S->pshift;
-    S->pc = FS_CALLOC(2 * ((size_t)S->parts + 2), sizeof(uint32_t));    /* and the parts' bounds */
-    S->maxpart = 0;
-    return S->pc ? FS_OK : FS_ENOMEM;
-}
-
 /* The first pass: T's items, in place, by part. */
 static void sort_first(btable *T, bsort *S)
 {
-    if (T->n)
+    if (T->n && !S->parted)
         S->maxpart = permute(T->items, (uint32_t)T->n, S->mask, S->shift + S->pshift, S->parts - 1, S->pc);
 }
 
@@ -1062,6 +1094,7 @@ static void builder_free(builder *B)
     for (uint32_t k = 0; k <= FS_SHAPE_MAX; k++)
         FS_FREE(B->tab[k].items);
     fs_sublist_free(B->sim);
+    FS_FREE(B->lit.pc);
     FS_FREE(B->shapes);
     FS_FREE(B->rows);
     escratch_free(&B->es);
@@ -1230,7 +1263,13 @@ static int sort_tables(builder *B, unsigned threads, const uint32_t *which, cons
     J.S = FS_CALLOC(n ? n : 1, sizeof(bsort));
     int rc = J.S ? FS_OK : FS_ENOMEM;
     for (uint32_t t = 0; t < n && rc == FS_OK; t++)
-        rc = sort_plan(&B->tab[which[t]], &J.S[t], caps[t]);
+        if (which[t] == 0 && B->lit.parted && caps[t] == B->lit.cap) {
+            J.S[t] = B->lit;                    /* its first pass done by route */
+            B->lit.pc = NULL;
+            B->lit.parted = 0;
+        } else {
+            rc = sort_plan(B->tab[which[t]].n, &J.S[t], caps[t]);
+        }
     if (rc == FS_OK)
         rc = sort_units(&J);
     if (rc == FS_OK) {
