@@ -8,8 +8,9 @@
  *           rows' distinct shapes get tables; those made in `sim`, an
  *           index that holds only the trie and the kept shapes
  *         ──route (threads)──► each row's table: the literal table, a
- *           kept shape's, or the trie; each table's items gathered in row
- *           order, the trie's rows inserted into sim (in row order)
+ *           kept shape's, or the trie; each table's items gathered (the
+ *           literal table's already in its sort's parts), the trie's rows
+ *           inserted into sim (in row order)
  *         ──sort (threads)──► each table's items in writing order (home
  *           slot, key, bytes; rows in order), equal filters side by side
  *         ──write──► header, sim's trie, the literal table, the shapes'
@@ -35,18 +36,21 @@
  *
  * Sort: a table's capacity is what an index growing from empty has for
  * its count of distinct filters (fs_table_cap); its items are bucketed by
- * the top bits of their home slot (two a bucket, in row order) and each
- * bucket sorted by insertion (stable): the order fs_image_write.c writes.
- * A table whose distinct count moves its capacity off the one its rows
+ * the top bits of their home slot (about two a bucket) and each bucket
+ * sorted by insertion: the order fs_image_write.c writes.  The literal
+ * table's first pass (into parts by those bits) is route's gathering
+ * itself, its rows counted as parsed so its plan is known before.  A
+ * table whose distinct count moves its capacity off the one its rows
  * gave is sorted again.
  *
  * Write: through the image writer's parts (fs_image_write.h): each entry
  * is a made-up fs_node (its filter, key, sorted ids, groups in name order
  * with sorted members), written and placed as a built index's would be.
  * On threads (every phase's result the same whichever thread did what):
- * rows are parsed and routed in chunks -- a table's items placed from the
- * counts of the chunks before, so in row order; the tables' first sorting
- * pass is a unit a table, the second runs of parts; the file's pages are
+ * rows are parsed and routed in chunks -- a table's items (a literal
+ * part's) placed from the counts of the chunks before, so in row order;
+ * the other tables' first sorting pass is a unit a table, the second runs
+ * of parts; the file's pages are
  * populated by whichever thread takes that unit of the sort's job, beside
  * the sorting; and a large table's entries are laid out first (each one's
  * bytes, so its offset) and written by the threads into parts of the
