@@ -341,33 +341,16 @@ static uint64_t put_bytes(writer *W, const void *src, size_t n, size_t room)
     return off;
 }
 
-/* A node (a trie node when parent_off is not ~0: with its link) and its
- * payload; its offset, 0 when out of memory.  The next level is linked by
- * the caller. */
-static uint64_t write_node(writer *W, const fs_node *n, uint64_t parent_off, int trie)
+/* Node n's payload written for its copy at off: its ids when more than
+ * one (an array; the copy's subs.one its offset from the copy) and its
+ * groups.  off, or 0 when out of memory. */
+static uint64_t write_payload(writer *W, const fs_node *n, uint64_t off)
 {
-    size_t tok = FS_TOK_ALLOC(n->toklen);
-    uint64_t block = wb_alloc(&W->w, (trie ? sizeof(fs_link) : 0) + sizeof(fs_node) + tok);
-    if (!block)
-        return 0;
-    uint64_t off = block + (trie ? sizeof(fs_link) : 0);
-    fs_node *x = AT(&W->w, off, fs_node);
-    memcpy(x, n, sizeof(fs_node) + tok);
-    x->linked = (uint8_t)(FS_LINK_IMAGE | (trie ? FS_LINK_TRIE : 0));
-    x->groups = NULL;
-    if (trie)
-        AT(&W->w, block, fs_link)->parent = (fs_node *)(uintptr_t)parent_off;
-    const int64_t *ids = fs_node_ids(n);
-    if (n->nsubs <= 1) {
-        x->subcap = n->nsubs;
-        x->subs.one = n->nsubs ? ids[0] : 0;
-    } else {
-        uint64_t at = put_bytes(W, ids, sizeof(int64_t) * n->nsubs, sizeof(int64_t) * n->nsubs);
+    if (n->nsubs > 1) {
+        uint64_t at = put_bytes(W, fs_node_ids(n), sizeof(int64_t) * n->nsubs, sizeof(int64_t) * n->nsubs);
         if (!at)
             return 0;
-        x = AT(&W->w, off, fs_node);
-        x->subcap = n->nsubs;
-        x->subs.one = (int64_t)(at - off);
+        AT(&W->w, off, fs_node)->subs.one = (int64_t)(at - off);
     }
     uint32_t ng = fs_ngroups(n);
     if (!ng)
@@ -393,6 +376,30 @@ static uint64_t write_node(writer *W, const fs_node *n, uint64_t parent_off, int
     }
     AT(&W->w, off, fs_node)->groups = (fs_groups *)(uintptr_t)(G - off);
     return off;
+}
+
+/* A node (a trie node when trie: with its link, parent_off its parent's
+ * offset) and its payload; its offset, 0 when out of memory.  The next
+ * level is linked by the caller.  Copied into each caller: a table's
+ * entry, nearly always one id and no groups, is written without a call
+ * (a call an entry was a tenth of a save's instructions); the payload,
+ * where there is one, by write_payload. */
+FS_ALWAYS_INLINE uint64_t write_node(writer *W, const fs_node *n, uint64_t parent_off, int trie)
+{
+    size_t tok = FS_TOK_ALLOC(n->toklen);
+    uint64_t block = wb_alloc(&W->w, (trie ? sizeof(fs_link) : 0) + sizeof(fs_node) + tok);
+    if (!block)
+        return 0;
+    uint64_t off = block + (trie ? sizeof(fs_link) : 0);
+    fs_node *x = AT(&W->w, off, fs_node);
+    memcpy(x, n, sizeof(fs_node) + tok);
+    x->linked = (uint8_t)(FS_LINK_IMAGE | (trie ? FS_LINK_TRIE : 0));
+    x->groups = NULL;
+    x->subcap = n->nsubs;
+    x->subs.one = n->nsubs == 1 ? fs_node_ids(n)[0] : 0;      /* more than one: write_payload's */
+    if (trie)
+        AT(&W->w, block, fs_link)->parent = (fs_node *)(uintptr_t)parent_off;
+    return FS_LIKELY(n->nsubs <= 1 && !n->groups) ? off : write_payload(W, n, off);
 }
 
 /* The level at lv_off for table L: fresh slots of the canonical capacity
