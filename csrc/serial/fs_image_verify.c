@@ -49,14 +49,10 @@ static uint32_t count_literal(const fs_tokens *t)
 }
 
 
-/* The node at offset ref, stored at `from` (a slot, a link), reached once
- * (a second link to it: damaged).  Refusals name the link's position. */
-static int reach(verifier *v, const void *from, const fs_node *ref, const fs_node **out)
+/* Mark the node at offset off (inside the image) in seen; was it marked
+ * already? */
+FS_ALWAYS_INLINE int seen_before(verifier *v, uint64_t off)
 {
-    uint64_t off = (uint64_t)(uintptr_t)ref;
-    const fs_node *n = fs_img_node_checked(v->sl, off);
-    if (!n)
-        return vbad(v, "node outside the image", fs_img_off(v->sl, from));
     _Atomic uint8_t *w = &v->seen[off >> 6];
     uint8_t bit = (uint8_t)(1u << ((off >> 3) & 7)), was;
     if (v->shared) {                  /* of two threads reaching it, one sees the other's bit */
@@ -65,7 +61,18 @@ static int reach(verifier *v, const void *from, const fs_node *ref, const fs_nod
         was = atomic_load_explicit(w, memory_order_relaxed);
         atomic_store_explicit(w, (uint8_t)(was | bit), memory_order_relaxed);
     }
-    if (was & bit)
+    return (was & bit) != 0;
+}
+
+/* The node at offset ref, stored at `from` (a slot, a link), reached once
+ * (a second link to it: damaged).  Refusals name the link's position. */
+static int reach(verifier *v, const void *from, const fs_node *ref, const fs_node **out)
+{
+    uint64_t off = (uint64_t)(uintptr_t)ref;
+    const fs_node *n = fs_img_node_checked(v->sl, off);
+    if (!n)
+        return vbad(v, "node outside the image", fs_img_off(v->sl, from));
+    if (seen_before(v, off))
         return vbad(v, "node reached twice", fs_img_off(v->sl, from));
     v->nodes++;
     *out = n;
@@ -166,7 +173,8 @@ static int entry_filter_key(verifier *v, const fs_node *e, uint32_t elen, const 
                             const fs_shape_of *want, uint64_t *key)
 {
     fs_sublist *sl = v->sl;
-    if (fs_entry_key(sl->dialect, e->tok, elen, want, key))
+    size_t room = (size_t)(sl->img.len - fs_img_off(sl, e->tok));      /* the node's token lies in the image */
+    if (fs_entry_key(sl->dialect, e->tok, elen, room, want, key))
         return FS_OK;
     uint64_t at = fs_img_off(sl, e);
     fs_error fe;
@@ -185,7 +193,7 @@ static int entry_filter_key(verifier *v, const fs_node *e, uint32_t elen, const 
  * first slot holding the same filter (its bytes compared only where the
  * key is the same: found, if that names e too), or at slot i, whose key
  * was checked against e's already. */
-static int entry_where_key_leads(const fs_sublist *sl, const fs_slot *slots, uint32_t cap, uint32_t i,
+FS_ALWAYS_INLINE int entry_where_key_leads(const fs_sublist *sl, const fs_slot *slots, uint32_t cap, uint32_t i,
                                  uint64_t key, const fs_node *e, uint32_t elen)
 {
     fs_tok_probe p = {.sl = sl, .mapped = 1, .a = (uint32_t)key, .b = (uint32_t)(key >> 32), .len = elen,
@@ -200,59 +208,155 @@ static int entry_where_key_leads(const fs_sublist *sl, const fs_slot *slots, uin
     return 1;
 }
 
-/* Every slot of a table: count entries, each reached once, each found by
- * its own lookup (so at its place in the probe sequence, its key or token
- * hash right), with its bitmap bits set. */
+/* The entry at slot i of a table (L: its level, copied out of the image
+ * and checked; sh: its shape, NULL for the literal table; want: its
+ * fields, read once; ref: the slot's node, read once): reached once, a
+ * valid filter of the table's kind, keyed right, where its key leads,
+ * with its subscriptions as inserts leave them.  The general check, which
+ * names what is wrong (entry_proven proves most entries without it). */
+static int verify_entry(verifier *v, const fs_level *L, const fs_shape *sh, const fs_shape_of *want,
+                        const fs_slot *slots, uint32_t i, const fs_node *ref)
+{
+    fs_sublist *sl = v->sl;
+    const fs_node *e;
+    int rc = reach(v, &slots[i], ref, &e);
+    if (rc < 0)
+        return rc;
+    uint64_t at = fs_img_off(sl, e);
+    if (e->linked & FS_LINK_TRIE)
+        return vbad(v, "trie node in a table", at);
+    uint32_t elen = fs_toklen_of(sl, e);
+    uint64_t key;
+    if ((rc = entry_filter_key(v, e, elen, sh, want, &key)) < 0)
+        return rc;
+    if (e->kind != (sh ? FS_NODE_SHAPED : FS_TOK_LITERAL) || e->hash != (uint32_t)key ||
+        slots[i].hash != (uint32_t)key || slots[i].len != (uint32_t)(key >> 32))
+        return vbad(v, "entry's key does not match its filter", at);
+    if (!entry_where_key_leads(sl, slots, L->cap, i, key, e, elen) || !fs_lv_may_hold(sl, L, key))
+        return vbad(v, "entry not where its key leads", at);
+    const char *empty_why = "table entry without subscriptions";
+    return verify_subs(v, e, fs_share_prefixed(sl->dialect, e->tok, elen), empty_why);
+}
+
+/* verify_entry's verdict on an entry whose filter fs_entry_key proves,
+ * from one pass over the node's fields, each read once, in dialect d:
+ * 1 when it is good (and now reached), FS_EBADDATA (or FS_ENOMEM) for
+ * what verify_subs refuses, as verify_entry would, else 0 -- not proven,
+ * nothing marked -- and verify_entry decides.  Each of verify_entry's
+ * checks is here, in its order, or implied:
+ *   - reach (fs_img_node_checked): the node and its token lie in the
+ *     image; linked is exactly FS_LINK_IMAGE (an image's node, and no
+ *     trie link to check: not a trie node either); the payload -- for
+ *     the common node, one id held in the node itself (subcap 1, nsubs 1)
+ *     and no queue group, nothing to bound; else fs_img_node_checked's
+ *     own check; then the seen bit, last before the subscriptions, so that
+ *     a node left to verify_entry is not yet marked by this slot;
+ *   - the filter, its key, the slot's and node's copies of it, where the
+ *     key leads: the same calls (fs_entry_key proves the filter; what it
+ *     leaves is the tokenizer's, in verify_entry);
+ *   - verify_subs: the common node's one plain id has no order to check;
+ *     it is refused on a "$share/" filter (left to verify_entry here);
+ *     any other node is verify_subs's, as in verify_entry. */
+FS_ALWAYS_INLINE int entry_proven(verifier *v, fs_dialect d, const fs_level *L, const fs_shape_of *want,
+                                  const fs_slot *slots, uint32_t i, const fs_node *ref)
+{
+    const fs_sublist *sl = v->sl;
+    uint64_t off = (uint64_t)(uintptr_t)ref;
+    if (!fs_img_holds(sl, off, sizeof(fs_node)))
+        return 0;
+    const fs_node *e = (const fs_node *)(const void *)(sl->img.base + off);
+    uint32_t elen = fs_once16(&e->toklen);
+    if (fs_once8(&e->linked) != FS_LINK_IMAGE || !fs_img_holds(sl, off, sizeof(fs_node) + FS_TOK_ALLOC(elen)))
+        return 0;
+    /* the image goes on past its nodes (its trailer at least): room >= the token's words + 8 */
+    size_t room = (size_t)(sl->img.len - off - sizeof(fs_node));
+    uint64_t key;
+    if (!fs_entry_key_in(d, e->tok, elen, room, want, &key) ||
+        fs_once8(&e->kind) != (want ? FS_NODE_SHAPED : FS_TOK_LITERAL) || fs_once32(&e->hash) != (uint32_t)key ||
+        slots[i].hash != (uint32_t)key || slots[i].len != (uint32_t)(key >> 32) ||
+        !entry_where_key_leads(sl, slots, L->cap, i, key, e, elen) || !fs_lv_may_hold(sl, L, key))
+        return 0;
+    int shared = fs_rules(d)->shares && fs_share_prefixed(d, e->tok, elen);     /* 0 folded where none */
+    int common = fs_once32(&e->subcap) == 1 && fs_once32(&e->nsubs) == 1 && !fs_oncep(&e->groups);
+    if ((common ? shared : !fs_img_node_checked(sl, off)) || seen_before(v, off))
+        return 0;
+    v->nodes++;
+    if (common) {
+        v->subs++;
+        return 1;
+    }
+    int rc = verify_subs(v, e, shared, "table entry without subscriptions");
+    return rc < 0 ? rc : 1;
+}
+
 /* Slots [lo, hi) of a table (L: its level, copied out of the image and
- * checked; sh: its shape, NULL for the literal table): each entry a valid
- * filter of the table's kind, keyed right, where its key leads, with its
- * subscriptions as inserts leave them.  *count: the occupied slots. */
-static int verify_slots(verifier *v, const fs_level *L, const fs_shape *sh, uint32_t lo, uint32_t hi,
-                        uint32_t *count)
+ * checked; sh: its shape, NULL for the literal table; shaped: sh != NULL,
+ * a constant), in dialect d: each entry as verify_entry checks it.
+ * *count: the occupied slots. */
+FS_ALWAYS_INLINE int verify_slots_in(verifier *v, fs_dialect d, int shaped, const fs_level *L, const fs_shape *sh,
+                                     uint32_t lo, uint32_t hi, uint32_t *count)
 {
     fs_sublist *sl = v->sl;
     const fs_slot *slots = fs_lv_slots(sl, L);
+    const uint64_t *filter = L->filter ? fs_lv_filter(sl, L) : NULL;
     fs_shape_of want = {.onemask = 0, .ntoks = 0, .rest = 0, .key = 0};
-    if (sh)                    /* read once: the mapped shape is what shape_ok checked */
+    if (shaped)                /* read once: the mapped shape is what shape_ok checked */
         want = (fs_shape_of){.onemask = sh->onemask, .ntoks = sh->ntoks, .rest = sh->rest, .key = 0};
+    const fs_shape_of *w = shaped ? &want : NULL;
+    uint32_t n = 0;
     for (uint32_t i = lo; i < hi; i++) {
         /* This writer lays a table's nodes out in slot order, but an
          * image of an older one (nodes in byte order) or of another
          * writer may put them anywhere: each node a cache miss.  Fetch
          * some ahead, so that misses overlap (this pass is memory-bound:
          * 2.6x faster on light's 2M filters, with byte-ordered nodes). */
-        if (i + VERIFY_AHEAD < hi && slots[i + VERIFY_AHEAD].node) {
-            uint64_t ahead = (uint64_t)(uintptr_t)slots[i + VERIFY_AHEAD].node;
-            FS_PREFETCH(fs_ref_addr(sl, slots[i + VERIFY_AHEAD].node));
-            FS_PREFETCH(fs_ref_addr(sl, slots[i + VERIFY_AHEAD].node) + 64);     /* its token's tail */
-            FS_PREFETCH((const void *)&v->seen[(ahead >> 6) & (v->nseen - 1)]);
-            if (L->filter)         /* its bitmap word (fs_lv_may_hold), from the slot's key */
-                FS_PREFETCH(&fs_lv_filter(sl, L)[(slots[i + VERIFY_AHEAD].len & L->filter_mask) >> 6]);
+        if (i + VERIFY_AHEAD < hi) {
+            const fs_slot *a = &slots[i + VERIFY_AHEAD];
+            uint64_t ahead = (uint64_t)(uintptr_t)a->node;
+            if (ahead) {
+                FS_PREFETCH(fs_ref_addr(sl, a->node));
+                FS_PREFETCH(fs_ref_addr(sl, a->node) + 64);     /* its token's tail */
+                FS_PREFETCH((const void *)&v->seen[(ahead >> 6) & (v->nseen - 1)]);
+                if (filter)         /* its bitmap word (fs_lv_may_hold), from the slot's key */
+                    FS_PREFETCH(&filter[(a->len & L->filter_mask) >> 6]);
+            }
         }
-        if (!slots[i].node)
+        const fs_node *ref = slots[i].node;
+        if (!ref)
             continue;
-        (*count)++;
-        const fs_node *e;
-        int rc = reach(v, &slots[i], slots[i].node, &e);
+        n++;
+        int rc = entry_proven(v, d, L, w, slots, i, ref);
+        if (rc == 0)
+            rc = verify_entry(v, L, sh, w, slots, i, ref);
         if (rc < 0)
             return rc;
-        uint64_t at = fs_img_off(sl, e);
-        if (e->linked & FS_LINK_TRIE)
-            return vbad(v, "trie node in a table", at);
-        uint32_t elen = fs_toklen_of(sl, e);
-        uint64_t key;
-        if ((rc = entry_filter_key(v, e, elen, sh, sh ? &want : NULL, &key)) < 0)
-            return rc;
-        if (e->kind != (sh ? FS_NODE_SHAPED : FS_TOK_LITERAL) || e->hash != (uint32_t)key ||
-            slots[i].hash != (uint32_t)key || slots[i].len != (uint32_t)(key >> 32))
-            return vbad(v, "entry's key does not match its filter", at);
-        if (!entry_where_key_leads(sl, slots, L->cap, i, key, e, elen) || !fs_lv_may_hold(sl, L, key))
-            return vbad(v, "entry not where its key leads", at);
-        const char *empty_why = "table entry without subscriptions";
-        if ((rc = verify_subs(v, e, fs_share_prefixed(sl->dialect, e->tok, elen), empty_why)) < 0)
-            return rc;
     }
+    *count += n;
     return FS_OK;
+}
+
+/* Each dialect's own copies, its rules and the table's kind folded to
+ * constants. */
+static int verify_slots_nats(verifier *v, const fs_level *L, const fs_shape *sh, uint32_t lo, uint32_t hi,
+                             uint32_t *count)
+{
+    return sh ? verify_slots_in(v, FS_NATS, 1, L, sh, lo, hi, count) : verify_slots_in(v, FS_NATS, 0, L, sh, lo, hi, count);
+}
+static int verify_slots_mqtt(verifier *v, const fs_level *L, const fs_shape *sh, uint32_t lo, uint32_t hi,
+                             uint32_t *count)
+{
+    return sh ? verify_slots_in(v, FS_MQTT, 1, L, sh, lo, hi, count) : verify_slots_in(v, FS_MQTT, 0, L, sh, lo, hi, count);
+}
+static int verify_slots_amqp(verifier *v, const fs_level *L, const fs_shape *sh, uint32_t lo, uint32_t hi,
+                             uint32_t *count)
+{
+    return sh ? verify_slots_in(v, FS_AMQP, 1, L, sh, lo, hi, count) : verify_slots_in(v, FS_AMQP, 0, L, sh, lo, hi, count);
+}
+
+static int verify_slots(verifier *v, const fs_level *L, const fs_shape *sh, uint32_t lo, uint32_t hi, uint32_t *count)
+{
+    return FS_PER_DIALECT(v->sl->dialect, verify_slots_nats(v, L, sh, lo, hi, count),
+                          verify_slots_mqtt(v, L, sh, lo, hi, count), verify_slots_amqp(v, L, sh, lo, hi, count));
 }
 
 /* The level at Lm copied once and the copy checked (the file may be
