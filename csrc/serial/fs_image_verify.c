@@ -642,7 +642,13 @@ static int verify_in_order(fs_sublist *sl, fs_error *err)
  * their slots are cut into units that threads take one by one (the
  * process's worker pool, fs_pool.h, and the opening thread), each with a
  * verifier of its own and the one shared seen bitmap, marked atomically.
- * The checksum (a pending one) runs beside them, on the first worker.
+ * The checksum (a pending one) runs beside them.  It is one chain over
+ * the image's bytes (XXH64 cannot be cut into sums of parts), so it is
+ * fed in pieces, in order, by whichever thread holds it: before each unit
+ * a thread takes the next piece if no other thread holds the chain.  So
+ * the checksum is spread over the threads as the units are, and no thread
+ * is left summing the whole image while the others wait for it (as when
+ * it ran whole on one thread, first).
  * This pass proves an image good; it does not name what is wrong with a
  * bad one.  Where any unit fails, whatever the reason, the whole check
  * runs again in one thread (verify_in_order), so that the error is the
@@ -652,6 +658,9 @@ static int verify_in_order(fs_sublist *sl, fs_error *err)
  * thread (the threads' hand-over would cost more than they gain). */
 #define VERIFY_UNIT_SLOTS 16384
 size_t fs_image_parallel_min = (size_t)16 << 20;
+/* Bytes of the checksum's chain fed at a time: about a unit's time (a
+ * unit's entries read about as many bytes), whole XXH64 stripes. */
+#define VERIFY_SUM_PIECE ((size_t)2 << 20)
 
 typedef struct {
     uint32_t table, lo, hi;
@@ -669,9 +678,36 @@ typedef struct {
     atomic_size_t next;               /* the next unit to take */
     atomic_int failed;
     atomic_uint_fast64_t subs, nodes;
-    int sum_pending, sum_done;        /* sum_done: set by the worker of index 0, read after the join */
+    /* The checksum's chain: its state and the bytes fed (sum_at of
+     * sum_len), read and written only by the thread holding sum_busy;
+     * sum_done (all fed, sum its value) read after the join. */
+    int sum_pending, sum_done;
+    atomic_int sum_busy;
+    fs_checksum_state sum_state;
+    size_t sum_at, sum_len;
     uint64_t sum;
 } vjob;
+
+/* Feed the checksum's next piece, unless another thread holds the chain
+ * (or it is done).  1 when this thread fed one; 0 otherwise. */
+static int vjob_sum_piece(vjob *J)
+{
+    if (!J->sum_pending || atomic_load_explicit(&J->sum_busy, memory_order_relaxed) ||
+        atomic_exchange_explicit(&J->sum_busy, 1, memory_order_acquire))
+        return 0;
+    int fed = !J->sum_done;
+    if (fed) {
+        size_t n = J->sum_len - J->sum_at < VERIFY_SUM_PIECE ? J->sum_len - J->sum_at : VERIFY_SUM_PIECE;
+        fs_checksum_feed(&J->sum_state, J->sl->img.base + J->sum_at, n);
+        J->sum_at += n;
+        if (J->sum_at == J->sum_len) {
+            J->sum = fs_checksum_end(&J->sum_state);
+            J->sum_done = 1;
+        }
+    }
+    atomic_store_explicit(&J->sum_busy, 0, memory_order_release);   /* the state, to the next holder */
+    return fed;
+}
 
 static void vjob_work(vjob *J)
 {
@@ -685,9 +721,17 @@ static void vjob_work(vjob *J)
     v.shared = 1;
     fs_tokens_init(&v.t);
     for (;;) {
+        vjob_sum_piece(J);
         size_t u = atomic_fetch_add(&J->next, 1);
-        if (u >= J->nunits || atomic_load_explicit(&J->failed, memory_order_relaxed))
+        if (u >= J->nunits || atomic_load_explicit(&J->failed, memory_order_relaxed)) {
+            /* No unit left: the checksum's rest.  A thread that finds the
+             * chain held leaves it to its holder, which comes back for the
+             * next piece whenever it has fed one: the last holder feeds
+             * the last piece. */
+            while (!atomic_load_explicit(&J->failed, memory_order_relaxed) && vjob_sum_piece(J))
+                ;
             break;
+        }
         const vunit *U = &J->units[u];
         uint32_t c = 0;
         const fs_shape *sh = U->table ? J->sl->shapes.shape[U->table - 1] : NULL;
@@ -704,13 +748,8 @@ static void vjob_work(vjob *J)
 
 static void vjob_run(void *arg, unsigned index)
 {
-    vjob *J = arg;
-    if (index == 0 && J->sum_pending) {
-        const char *h = J->sl->img.base;
-        J->sum = fs_serial_checksum(h, J->sl->img.len - FS_SERIAL_TRAILER);
-        J->sum_done = 1;
-    }
-    vjob_work(J);
+    (void)index;
+    vjob_work(arg);
 }
 
 /* The image's checksum: FS_OK, or FS_EBADDATA naming it.  sum: of the
@@ -770,6 +809,8 @@ static int verify_threads(fs_sublist *sl, unsigned threads, int *sum_pending, fs
         J.counts = counts;
         J.nunits = nunits;
         J.sum_pending = *sum_pending;
+        fs_checksum_begin(&J.sum_state);
+        J.sum_len = sl->img.len - FS_SERIAL_TRAILER;
         int posted = fs_pool_submit(&J.task, threads - 1) == FS_OK;
         vjob_work(&J);                          /* the opening thread takes units too */
         if (posted)
