@@ -259,8 +259,19 @@ def test_a_host_without_an_image_fetches_it_from_the_driver_once(spark, monkeypa
     assert fetches() == before            # the host built them all: nothing fetched
     names = planned_and_checked(28, lose_copies=True)
     got = fetches()[len(before):]
-    # each image once (two calls, two worker threads), then the host's copy
-    # is used; but not those the workers mapped already for the first rows
-    # (an image of the same content has the same name: the empty one here)
-    assert sorted(got) == [(n, str(image_dir)) for n in names if n not in first], got
-    assert len(got) >= 3
+    # each image at most once (two calls, two worker threads), then the
+    # host's copy is used
+    assert len(got) == len(set(got)), got
+    assert {d for _, d in got} == {str(image_dir)}, got
+    fetched = {n for n, _ in got}
+    # every image new to this call, fetched
+    new = {n for n in names if n not in first}
+    assert new <= fetched, got
+    assert len(new) >= 3
+    # An image of the same content as one of the first call's has the same
+    # name (the empty one here): a worker process that mapped it then keeps
+    # its mapping and fetches nothing, but one that did not fetches it.
+    # Which of Spark's pooled Python workers runs each task is Spark's
+    # choice (after test_runtime.py's tasks the pool holds more of them),
+    # so such an image may or may not be fetched, once at most.
+    assert fetched <= set(names), got
