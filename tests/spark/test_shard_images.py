@@ -275,3 +275,57 @@ def test_a_host_without_an_image_fetches_it_from_the_driver_once(spark, monkeypa
     # choice (after test_runtime.py's tasks the pool holds more of them),
     # so such an image may or may not be fetched, once at most.
     assert fetched <= set(names), got
+
+
+def test_the_match_frame_is_made_while_the_images_build(spark, tmp_path, monkeypatch):
+    """A call that plans shard images makes its match frame on a thread of
+    its own while the build job runs; a call whose plan is remembered (no
+    build job) makes it in line.  The answers are exact either way."""
+    import threading
+
+    from topicmatch.spark import fan_out, fanout
+    made_on = []
+    real = fan_out._shard_image_frame
+
+    def spy(*args, **kwargs):
+        made_on.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(fan_out, "_shard_image_frame", spy)
+    subs, subjects = random_case("nats", n_subs=80, n_events=300, seed=31)
+    events = events_rows(subjects)
+    ev = spark.createDataFrame(spark.sparkContext.parallelize(events, 3), EVENT_SCHEMA)
+    sd = spark.createDataFrame(subs, SUBS_SCHEMA)
+    want = Expected("nats", subs, events)
+    for thread in ("topicmatch-match-ahead", threading.current_thread().name):
+        made_on.clear()
+        got = rows_by_event(fanout(ev, sd, queues="all", shards=_plan(),
+                                   image_dir=str(tmp_path)).collect(), True)
+        for e in want.plain:
+            got.setdefault(e, [])
+        want.check(got, "all")
+        assert made_on == [thread]
+
+
+def test_a_match_frame_made_for_another_plan_is_not_used(monkeypatch):
+    """_MatchAhead's frame serves only the plan it was made for: the same
+    ShardPlan object and paths, on the shard-images route."""
+    from types import SimpleNamespace
+
+    from topicmatch.spark import fan_out
+    monkeypatch.setattr(fan_out, "_shard_image_frame", lambda *a: "frame")
+    sp, paths = _plan(), ["spark:a.img", "spark:b.img"]
+
+    def plan(route="shard-images", shard_plan=sp, shard_paths=paths):
+        return SimpleNamespace(route=route, shard_plan=shard_plan, shard_paths=shard_paths)
+    ahead = fan_out._MatchAhead(None, None)
+    assert ahead.frame_for(plan()) is None        # nothing made ahead
+    ahead.start(sp, paths)
+    assert ahead.frame_for(plan()) == "frame"
+    assert ahead.frame_for(plan(shard_plan=_plan())) is None   # an equal plan, not this one
+    assert ahead.frame_for(plan(shard_paths=paths[:1])) is None
+    assert ahead.frame_for(plan(route="image")) is None
+    # where making it failed: made in line, which raises there
+    monkeypatch.setattr(fan_out, "_shard_image_frame", lambda *a: 1 / 0)
+    failed = fan_out._MatchAhead(None, None)
+    failed.start(sp, paths)
+    assert failed.frame_for(plan()) is None

@@ -339,7 +339,7 @@ def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: b
 # --------------------------------------------------------------------------
 
 def plan_fanout(subscriptions, options: Optional[FanoutOptions] = None, *, spark=None,
-                _remember: bool = True, **keywords) -> FanoutPlan:
+                _remember: bool = True, _while_building=None, **keywords) -> FanoutPlan:
     """plan_fanout(subscriptions, options=None, *, spark=None, **keywords) -> FanoutPlan
 
     Decide now how a fan-out against `subscriptions` (a DataFrame, a
@@ -353,7 +353,13 @@ def plan_fanout(subscriptions, options: Optional[FanoutOptions] = None, *, spark
 
     With reuse_index (the default) a plan of the same DataFrame object is
     remembered: planning it again runs no job, unless an image it names has
-    gone (then it is made again)."""
+    gone (then it is made again).
+
+    (_while_building, fanout_with_rejects': called as f(shard_plan, paths)
+    just before the shard images' build job, with the ShardPlan
+    and the image paths the plan will carry, where those are known before
+    the jobs; it must return at once: the caller makes its match frame on a
+    thread of its own meanwhile.)"""
     opts = options_of(options, **keywords).check()
     if isinstance(opts.shards, ShardPlan) and not isinstance(subscriptions, DataFrame):
         raise TopicmatchValueError("a ShardPlan shards a subscriptions DataFrame, not a "
@@ -381,7 +387,7 @@ def plan_fanout(subscriptions, options: Optional[FanoutOptions] = None, *, spark
     # per session): here, so that a plan made ahead leaves no job to the
     # call; beside the plan's first job, which runs no Python
     with executors_checked(spark):
-        plan = _plan_frame(spark, subscriptions, opts, memo)
+        plan = _plan_frame(spark, subscriptions, opts, memo, _while_building)
     _log.info("%s", plan.explain())
     if memo:
         # (kept without the DataFrame: a strong reference from here would
@@ -450,7 +456,8 @@ def _images_why(spark, opts: FanoutOptions) -> Tuple[bool, str]:
                    "image_dir= storage the executors share)")
 
 
-def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool) -> FanoutPlan:
+def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool,
+                while_building=None) -> FanoutPlan:
     images, images_why = _images_why(spark, opts)
     why, steps = [images_why], []
     nsubs = name = stats = None
@@ -493,8 +500,9 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool
         # (the images are named from the figures just measured, for the
         # same shards and depth: a given plan carries none of its own)
         named = sp if sp.stats is not None else dataclasses.replace(sp, stats=measured.stats)
+        ahead = None if while_building is None else (lambda paths: while_building(sp, paths))
         paths = shard_images(subscriptions, opts.dialect, named, opts.image_dir, rebuild=rebuild,
-                             steps=steps)["paths"]
+                             steps=steps, while_building=ahead)["paths"]
         why.append("every host holds every image it needs, so the events are matched where "
                    "they are: no shuffle, no salting sample")
         return FanoutPlan("shard-images", opts, session, shard_plan=sp, shard_paths=paths,

@@ -244,11 +244,16 @@ _KNOWN_LOCK = threading.Lock()
 
 
 def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_dir=None, *,
-                 rebuild: bool = False, steps: Optional[list] = None) -> dict:
+                 rebuild: bool = False, steps: Optional[list] = None,
+                 while_building=None) -> dict:
     """-> {"paths": [path of image k: shard k's, then (k = N) the
     replicated share's], "built": [the images this call built],
     "inserts": subscriptions they inserted}: every image, built by executor
-    tasks where it is missing or damaged (every one, with rebuild=True)."""
+    tasks where it is missing or damaged (every one, with rebuild=True).
+    while_building(paths): called just before the build job (when there is
+    one) with the paths this returns, where every image has a location
+    (not the default directory's, whose path is the executor's own): a
+    location is the path build_at and probe_at return for it."""
     image_dir = _check_dir(image_dir)
     spark = subscriptions.sparkSession
     steps = [] if steps is None else steps
@@ -273,9 +278,14 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
                      "share's) were found or built before, by this application or its driver")
         return {"paths": paths, "built": [], "inserts": 0}
     unknown = [k for k, p in enumerate(paths) if p is None]
+    before_build = None
+    if while_building is not None and all(loc is not None for loc in locations):
+        ahead = [p or locations[k] for k, p in enumerate(paths)]
+        before_build = lambda: while_building(ahead)  # noqa: E731
     with inbox_for(spark, [locations[k] for k in unknown]) as inbox:
         probe, built = _probe_and_build(subscriptions, dialect, plan, names, locations, unknown,
-                                        rebuild, inbox, probe=not through_spark)
+                                        rebuild, inbox, probe=not through_spark,
+                                        before_build=before_build)
     for k in unknown:
         paths[k] = (built.get(k) or probe[k])["path"]
     with _KNOWN_LOCK:
@@ -307,13 +317,15 @@ def _prefetch_source(spark, locations):
 
 
 def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, rebuild, inbox,
-                     probe=True):
+                     probe=True, before_build=None):
     """The probe task over the unknown images, then one build job for those
     missing or damaged (and one task for the empty ones): -> ({shard: probe
     row}, {shard: build row}).  probe=False (spark: images the driver
     lacks): no probe task, whose one task would look on one host only; the
     build job's tasks look on their own hosts instead (save_locked: an
-    image found there is checked in full, and built over when damaged)."""
+    image found there is checked in full, and built over when damaged).
+    before_build(): called once the build job's query is made, just before
+    it runs (after the driver's own work for it, which it would slow)."""
     spark = subscriptions.sparkSession
     ticket = inbox.ticket if inbox is not None else None
     one = spark.range(1, numPartitions=1)
@@ -336,10 +348,13 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
             image_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
         if len(todo) < len(names):
             rows = rows.where(F.col("shard").isin(todo))
-        t0 = time.perf_counter()
-        got = results(_one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
+        job = _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
             _build_task(locations, names, dialect, force, ticket, _prefetch_source(spark, locations)),
-            _RESULT), inbox)
+            _RESULT)
+        if before_build is not None:
+            before_build()
+        t0 = time.perf_counter()
+        got = results(job, inbox)
         _log.info("topicmatch: the build job of %d shard image(s) took %.2f s", len(todo),
                   time.perf_counter() - t0)
         for r in publish(got, spark, inbox):
