@@ -707,6 +707,11 @@ typedef struct {
     size_t queued_ids;         /* the ids of its count blocks */
     size_t blocked;            /* look_back's: where its last walk stopped */
     pending_block first[PENDING_BLOCKS];     /* the ring until it grows */
+    /* A worker writes its block's count of ids (first[k].ids.n) on every
+     * row, and its ring's fields on every block; the next worker's lie
+     * right after.  64 bytes apart, whatever the allocation's alignment,
+     * no line holds both's: a row writes nothing another thread reads. */
+    char pad[64];
 } batch_worker;
 
 struct fs_batch_job {
@@ -731,6 +736,7 @@ struct fs_batch_job {
     fs_idbuf out;
     fs_pool_task task;
     unsigned nworkers;
+    char pad[64];                  /* workers[0]'s lines hold none of the above (batch_worker) */
     batch_worker workers[];
 };
 

@@ -146,13 +146,15 @@ int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
  * ids[0..*n), 1.  Else 0. */
 static int copy_small(const fs_result *r, int64_t *ids, size_t cap, size_t *n)
 {
-    if (r->ngroups || r->nids > cap)
+    size_t nids = r->nids;        /* once: ids' stores may alias it (long, unsigned long) */
+    if (r->ngroups || nids > cap)
         return 0;
     /* (a loop, not memcpy: a cached answer is an id or two, and the call
      * into libc cost more than the copy) */
-    for (size_t i = 0; i < r->nids; i++)
-        ids[i] = r->ids[i];
-    *n = r->nids;
+    const int64_t *src = r->ids;
+    for (size_t i = 0; i < nids; i++)
+        ids[i] = src[i];
+    *n = nids;
     return 1;
 }
 
@@ -195,6 +197,14 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
     uint32_t hash;
     fs_cache_tally tally = {0, 0};
     const fs_result *cached = lookup_one(sl, mine, subject, len, &hash, &tally);
+    if (cached && copy_small(cached, ids, cap, n)) {
+        /* The common cached answer: its hit is counted, nothing was filled
+         * (no tally to flush, no reclaim due: read_done_in's tests, and
+         * the workspace's, skipped). */
+        fs_brlock_rdunlock_in(mine);
+        count_match(mine, *n);
+        return FS_OK;
+    }
     if (!cached && how == FS_MATCH_CACHE_ONLY) {
         /* The caller walks in a second call: this one leaves no trace
          * (the miss is counted then). */
@@ -202,31 +212,29 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
         read_done_in(sl, &tally, mine);
         return FS_MATCH_WALK;
     }
-    fs_workspace *w = NULL;
+    /* (a cached answer here is not small: it is copied into a result) */
     int result_used = 1;              /* 0: w->r untouched (fs_workspace_release_walked) */
-    if (!cached || !copy_small(cached, ids, cap, n)) {
-        w = fs_workspace_acquire(spare);
-        int small = 0;
-        if (!w) {
-            rc = FS_ENOMEM;
-        } else if (cached) {
-            rc = fs_result_copy(&w->r, cached);
-        } else if (sl->cache) {
-            rc = fs_compute_locked(sl, subject, len, hash, &w->sc, &w->r, err);
-            small = rc == FS_OK && copy_small(&w->r, ids, cap, n);
-        } else {
-            /* Nothing to cache: a small answer needs no result built, and
-             * a larger one no queue picks (the caller reads none). */
-            rc = walk_locked(sl, subject, len, &w->sc, 0, err);
-            small = rc == FS_OK && copy_small_hits(sl, &w->sc, ids, cap, n);
-            result_used = rc == FS_OK && !small;
-            if (result_used)
-                rc = fs_build_result_unpicked(sl, &w->sc, &w->r);
-        }
-        if (rc == FS_OK && !small) {
-            *n = w->r.nids;
-            *wp = w;                  /* lent until the caller releases it */
-        }
+    fs_workspace *w = fs_workspace_acquire(spare);
+    int small = 0;
+    if (!w) {
+        rc = FS_ENOMEM;
+    } else if (cached) {
+        rc = fs_result_copy(&w->r, cached);
+    } else if (sl->cache) {
+        rc = fs_compute_locked(sl, subject, len, hash, &w->sc, &w->r, err);
+        small = rc == FS_OK && copy_small(&w->r, ids, cap, n);
+    } else {
+        /* Nothing to cache: a small answer needs no result built, and
+         * a larger one no queue picks (the caller reads none). */
+        rc = walk_locked(sl, subject, len, &w->sc, 0, err);
+        small = rc == FS_OK && copy_small_hits(sl, &w->sc, ids, cap, n);
+        result_used = rc == FS_OK && !small;
+        if (result_used)
+            rc = fs_build_result_unpicked(sl, &w->sc, &w->r);
+    }
+    if (rc == FS_OK && !small) {
+        *n = w->r.nids;
+        *wp = w;                  /* lent until the caller releases it */
     }
     read_done_in(sl, &tally, mine);
     if (w && !*wp) {
