@@ -2,7 +2,7 @@
 # (fs_build_rows, fs_build_write: sublist.h): the image of insert_many's rows
 # written straight from the columns.  Thin: the columns become fs_specs as
 # insert_many's do (_specs_of), the file is made and renamed as save() does
-# (_save_temp), and the first invalid row raises what insert_many raises.
+# (_imagefiles.save), and the first invalid row raises what insert_many raises.
 # Included into _core.pyx, after _serial.pxi.
 
 cdef extern from "sublist.h" nogil:
@@ -60,11 +60,7 @@ cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint
         raise MemoryError()
     if out != NULL:
         try:
-            with open(tmp, "wb") as f:
-                f.write(PyMemoryView_FromMemory(out, <Py_ssize_t>n, 0x100))     # PyBUF_READ
-                f.flush()
-                if durable:
-                    _os.fsync(f.fileno())
+            _imagefiles.write_whole(tmp, PyMemoryView_FromMemory(out, <Py_ssize_t>n, 0x100), durable)  # PyBUF_READ
         finally:
             _serial_free(out)
     return 0
@@ -92,17 +88,5 @@ def build_image(path, filters, sub_ids, queues=None, *, dialect="nats", threads=
     cdef unsigned nthreads = _build_threads(threads)
     cdef _Specs sp = _specs_of(filters, sub_ids, queues)
     path = _os.fspath(path)
-    folder = _os.path.dirname(_os.path.abspath(path))
-    fd, tmp = _save_temp(folder, _os.path.basename(path), path)
-    _os.close(fd)
-    try:
-        _build_into(d, sp, nthreads, tmp, durable)
-        _rename_into_place(tmp, path, folder, durable)
-        tmp = None
-    finally:
-        if tmp is not None:
-            try:
-                _os.unlink(tmp)
-            except OSError:
-                pass
+    _imagefiles.save(path, None, durable, lambda tmp, _: _build_into(d, sp, nthreads, tmp, durable))
     return _sublist_open(path, False, 0)
