@@ -267,31 +267,14 @@ cdef const char *_other_row(_Column c, Py_ssize_t i, object x, Py_ssize_t *ln) e
         if p != NULL:
             return p
         PyErr_Clear()
-        try:
-            return _utf8_or_raise(x, ln)     # fails the same way, raising
-        except UnicodeEncodeError:
-            if c.strict is not None:
-                raise _row_error(c, i, x)
-            return NULL
-    if x is None:
+        if c.strict is None:
+            try:
+                return _utf8_or_raise(x, ln)     # fails the same way, raising
+            except UnicodeEncodeError:
+                return NULL
+    elif x is None:
         return NULL
-    raise _row_error(c, i, x)
-
-
-cdef object _row_error(_Column c, Py_ssize_t i, object x):
-    """The error of row i of a sequence being converted: a TypeError for a
-    wrong type, InvalidSubjectError for a lone surrogate in a strict column.
-    (Out of fill_to's loop, which stays as lean as before.)"""
-    if not isinstance(x, str):
-        return TopicmatchTypeError(f"{c.what}[{i}] must be {'str' if c.strict == 'filter' else 'str or None'}, "
-                         f"not {_tname(x)}")
-    try:
-        x.encode("utf-8")
-        start = None
-    except UnicodeEncodeError as e:
-        start = e.start
-    return InvalidSubjectError(f"item {i}: invalid {c.strict} {_shown(x)}: not valid UTF-8 "
-                               f"(lone surrogate at character {start})", x, "not valid UTF-8", None, i)
+    raise _args.row_error(c.what, c.strict, i, x)
 
 
 cdef _Column _ptrs_column(Py_ssize_t n, str what):
@@ -503,26 +486,6 @@ cdef _Column _bulk_column(object col, str what, str singular):
     return c
 
 
-cdef object _int64_column(object ids, str what):
-    """ids as a contiguous numpy int64 array: from an Arrow or numpy integer
-    array (_columns.int64_array), or item by item from any sequence of int
-    (the errors of the list path, with the item)."""
-    import numpy as np
-    out = _columns.int64_array(ids, what)
-    if out is not None:
-        return out
-    seq = _seq(ids, what, "int")
-    out = np.empty(len(seq), dtype=np.int64)
-    for i, x in enumerate(seq):
-        try:
-            out[i] = _sub_id(x)
-        except TypeError:
-            raise TopicmatchTypeError(f"{what}[{i}] must be int, not {_tname(x)}") from None
-        except OverflowError as e:
-            raise TopicmatchOverflowError(f"item {i}: {e}") from None
-    return out
-
-
 cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True, bint spread=False):
     """Split an input column into [(row_base, _Column)]: one segment, or one
     per chunk of a ChunkedArray.  row_base: the first row's number in error
@@ -546,20 +509,7 @@ cdef list _segments(object col, str what, Py_ssize_t row_base=0, bint fill=True,
         return out
     if _columns.is_ndarray(col):
         return [(0, _column_of_strs(_columns.numpy_strings(col, what), what, fill))]
-    return [(0, _column_of_strs(_iterable(col, what, _tname(col)), what, fill))]
-
-
-cdef object _iterable(object col, str what, str got):
-    """col when it is an iterable other than a single str or bytes; else
-    the TypeError naming what (and got, the type as the message says it)."""
-    if isinstance(col, (str, bytes, bytearray)):
-        raise TopicmatchTypeError(f"{what} must be a sequence of str, not a single {type(col).__name__}")
-    try:
-        iter(col)
-    except TypeError:
-        raise TopicmatchTypeError(f"{what} must be a list of str, a numpy array or an Arrow string column, "
-                                  f"not {got}") from None
-    return col
+    return [(0, _column_of_strs(_args.iterable(col, what, _args.tname(col)), what, fill))]
 
 
 cdef _Column _checked_keys(object keys):
@@ -574,22 +524,7 @@ cdef _Column _checked_keys(object keys):
         return _arrow_column(_export_column(arrow, "keys"), "keys", 0)
     if _columns.is_ndarray(keys):
         keys = _columns.numpy_keys(keys)
-    return _column_of_strs(_iterable(keys, "keys", type(keys).__name__), "keys")
-
-
-cdef Sublist _also_arg(Sublist self, object also):
-    """match_many's also, checked: None, or another index of self's dialect."""
-    if also is None:
-        return None
-    if not isinstance(also, Sublist):
-        raise TopicmatchTypeError(f"also must be a topicmatch.Sublist or None, not {_tname(also)}")
-    if also is self:
-        raise TopicmatchValueError("also must be another index: an index matched with itself would answer each "
-                         "subscription twice")
-    if (<Sublist>also).dialect != self.dialect:
-        raise TopicmatchValueError(f"also is a {(<Sublist>also).dialect!r} index, this one {self.dialect!r}: "
-                         f"both must be of one dialect")
-    return <Sublist>also
+    return _column_of_strs(_args.iterable(keys, "keys", type(keys).__name__), "keys")
 
 
 cdef struct _HookState:
@@ -622,9 +557,9 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
                         object threads, bint dedupe):
     import numpy as np
     cdef fs_column_options opt
-    opt.queues = _queue_mode(queues)
+    opt.queues = _QUEUE_MODES[_args.queue_mode(queues)]
     opt.dedupe = dedupe
-    opt.threads = _batch_threads(threads)
+    opt.threads = <unsigned>_args.threads(threads, 256)
     opt.min_rows_per_thread = _min_rows_per_thread
     opt.block_rows = _thread_block_rows
     opt.cpus = _cpus_override
@@ -699,20 +634,3 @@ cdef class _Parts:
     def __dealloc__(self):
         if self.p != &self.one:
             PyMem_Free(self.p)
-
-
-cdef int _queue_mode(object queues) except -1:
-    """match_many's queues, checked: its FS_QUEUES_* mode."""
-    if not isinstance(queues, str):
-        raise TopicmatchTypeError(f"queues must be 'pick', 'all' or 'none', not {_tname(queues)}")
-    if queues not in _QUEUE_MODES:
-        raise TopicmatchValueError(f"queues must be 'pick', 'all' or 'none', not {queues!r}")
-    return _QUEUE_MODES[queues]
-
-
-cdef unsigned _batch_threads(object threads) except 0:
-    """match_many's threads, checked: 1 to 256 (more are capped)."""
-    threads = _count_arg(threads, "threads")
-    if threads < 1:
-        raise TopicmatchValueError(f"threads must be >= 1, not {threads}")
-    return <unsigned>min(threads, 256)

@@ -14,17 +14,6 @@ cdef extern from "sublist.h" nogil:
     void fs_build_free(fs_build *b)
 
 
-cdef unsigned _build_threads(object threads) except 0:
-    """build_image's threads=: None, every CPU this process may use; else
-    an int >= 1 (never more than those CPUs: more would take turns)."""
-    if threads is None:
-        return <unsigned>min(_cpus(), 64)
-    cdef Py_ssize_t t = _count_arg(threads, "threads")
-    if t < 1:
-        raise TopicmatchValueError(f"threads must be >= 1, not {threads}")
-    return <unsigned>min(<size_t>t, _cpus(), 64)
-
-
 cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint durable) except -1:
     """Write the image of sp's rows into the file tmp (through memory where
     files cannot be mapped).  Raises what insert_many would for a bad row.
@@ -85,7 +74,10 @@ def build_image(path, filters, sub_ids, queues=None, *, dialect="nats", threads=
     writes it: a temporary beside path, on disk (durable=False: not
     flushed), then renamed over path."""
     cdef fs_dialect d = _dialect(dialect)
-    cdef unsigned nthreads = _build_threads(threads)
+    # (threads None: every CPU this process may use; never more than those
+    # CPUs: more would take turns)
+    cdef unsigned most = <unsigned>min(_cpus(), 64)
+    cdef unsigned nthreads = most if threads is None else <unsigned>_args.threads(threads, most)
     cdef _Specs sp = _specs_of(filters, sub_ids, queues)
     path = _os.fspath(path)
     _imagefiles.save(path, None, durable, lambda tmp, _: _build_into(d, sp, nthreads, tmp, durable))

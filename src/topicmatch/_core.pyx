@@ -28,6 +28,7 @@ from topicmatch._core cimport *
 import operator
 
 from topicmatch import _columns      # what a column argument is, in plain Python
+from topicmatch import _args         # the checks and words of arguments off the hot paths
 from topicmatch._results import BatchResult     # match_many's result, in plain Python
 
 cdef extern from "sublist.h" nogil:
@@ -83,18 +84,8 @@ from topicmatch._errors import *
 globals().update({k.__name__: k for k in _OS_KINDS.values()})     # their home too (pickle)
 
 
-cdef object _shown(object s):
-    """repr of s, shortened for huge inputs."""
-    if len(s) > 80:
-        return repr(s[:60]) + f"... ({len(s)} characters)"
-    return repr(s)
-
-
 cdef object _invalid(str what, object s, fs_error *err):
-    reason = err.reason.decode("ascii")
-    return InvalidSubjectError(
-        f"invalid {what} {_shown(s)}: {reason} (at byte {err.pos})",
-        s, reason, err.pos)
+    return _args.invalid(what, s, err.reason.decode("ascii"), err.pos)
 
 
 cdef inline const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
@@ -108,39 +99,20 @@ cdef inline const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
     return _utf8_any(s, what, n)
 
 
-cdef str _tname(object x):
-    """The type of x as an error message names it ("None" for None)."""
-    return "None" if x is None else type(x).__name__
-
-
 cdef const char *_utf8_any(object s, str what, Py_ssize_t *n) except NULL:
     if type(s) is not str and not isinstance(s, str):
-        # bytes too: a str is text, bytes are not (as in pyarrow's string
-        # and binary types); every argument and row refuses them alike
-        raise TopicmatchTypeError(f"{what} must be str, not {_tname(s)}")
+        raise _args.not_str(what, s)
     cdef const char *p = PyUnicode_AsUTF8AndSize(s, n)
-    if p != NULL:
-        return p
-    PyErr_Clear()
-    try:
-        return _utf8_or_raise(s, n)     # fails the same way, as a Python exception
-    except UnicodeEncodeError as e:
-        raise InvalidSubjectError(
-            f"invalid {what} {_shown(s)}: not valid UTF-8 (lone surrogate at character {e.start})",
-            s, "not valid UTF-8", None) from None
+    if p == NULL:
+        PyErr_Clear()
+        raise _args.utf8_error(what, s)
+    return p
 
 
 cdef int64_t _sub_id(object sub_id) except? -1:
     cdef int overflow = 0
     if type(sub_id) is not int:
-        # a bool is an int to Python, not an id (numpy's bool_ refuses
-        # operator.index by itself)
-        if isinstance(sub_id, bool):
-            raise TopicmatchTypeError("sub_id must be int, not bool")
-        try:
-            sub_id = operator.index(sub_id)
-        except TypeError:
-            raise TopicmatchTypeError(f"sub_id must be int, not {_tname(sub_id)}") from None
+        sub_id = _args.index(sub_id, "sub_id")
     cdef long long v = PyLong_AsLongLongAndOverflow(sub_id, &overflow)
     if overflow:
         raise TopicmatchOverflowError(f"sub_id {sub_id} is outside the signed 64-bit range")
@@ -150,20 +122,12 @@ cdef int64_t _sub_id(object sub_id) except? -1:
 cdef Py_ssize_t _count_arg(object x, str what) except? -1:
     """An int argument (threads, cache_size, depth): TypeError naming it for
     anything else, bool included."""
-    if type(x) is not int:
-        if isinstance(x, bool):
-            raise TopicmatchTypeError(f"{what} must be int, not bool")
-        try:
-            x = operator.index(x)
-        except TypeError:
-            raise TopicmatchTypeError(f"{what} must be int, not {_tname(x)}") from None
-    return x
+    return x if type(x) is int else _args.index(x, what)
 
 
 cdef list _seq(object x, str what, str of):
-    """A sequence argument as a new list; a single str or bytes (which
-    would be taken character by character) and non-iterables are a
-    TypeError naming the argument."""
+    """A sequence argument as a new list (_args.seq, which says what is
+    refused)."""
     # A list or tuple is copied whole (a copy, never the caller's own list:
     # the items' buffers are read after Python code may have run, and
     # without the GIL), not item by item through an iterator.
@@ -171,13 +135,7 @@ cdef list _seq(object x, str what, str of):
         return PyList_GetSlice(x, 0, len(<list>x))
     if type(x) is tuple:
         return PySequence_List(x)
-    if isinstance(x, (str, bytes, bytearray)):
-        raise TopicmatchTypeError(f"{what} must be a sequence of {of}, not a single {_tname(x)}")
-    try:
-        it = iter(x)
-    except TypeError:
-        raise TopicmatchTypeError(f"{what} must be a sequence of {of}, not {_tname(x)}") from None
-    return list(it)
+    return _args.seq(x, what, of)
 
 
 cdef tuple _core_dialect_names():
@@ -193,18 +151,15 @@ cdef tuple _core_dialect_names():
 #: table of them), in the order of its dialect numbers.
 cdef tuple _NAMES = _core_dialect_names()       # read as a C global by _dialect
 DIALECT_NAMES = _NAMES
-_DIALECTS_SAID = ", ".join(map(repr, DIALECT_NAMES[:len(DIALECT_NAMES) - 1])) + " or " + \
-    repr(DIALECT_NAMES[len(DIALECT_NAMES) - 1])
 
 
 cdef fs_dialect _dialect(object d) except *:
-    if not isinstance(d, str):
-        raise TopicmatchTypeError(f"dialect must be str ({_DIALECTS_SAID}), not {_tname(d)}")
     cdef Py_ssize_t i
-    for i in range(len(_NAMES)):
-        if _NAMES[i] == d:
-            return <fs_dialect>i
-    raise TopicmatchValueError(f"dialect must be {_DIALECTS_SAID}, not {d!r}")
+    if isinstance(d, str):
+        for i in range(len(_NAMES)):
+            if _NAMES[i] == d:
+                return <fs_dialect>i
+    raise _args.dialect_error(d, _NAMES)
 
 
 cdef extern from "_pyobjects.h":
@@ -245,24 +200,10 @@ cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
         sp.queue_len = 0
     else:
         if not isinstance(q, str):
-            raise TopicmatchTypeError(f"queue must be str or None, not {_tname(q)}")
+            raise TopicmatchTypeError(f"queue must be str or None, not {_args.tname(q)}")
         sp.queue = _utf8(q, "queue", &n)
         sp.queue_len = <size_t>n
     return 0
-
-
-cdef object _row_type_error(Py_ssize_t i, object f, object sub_id, object q):
-    """The TypeError of insert_many/remove_many's row i, naming the column
-    and the row (the checks of _fill_spec, in its order)."""
-    if not isinstance(f, str):
-        return TopicmatchTypeError(f"filters[{i}] must be str, not {_tname(f)}")
-    try:
-        _sub_id(sub_id)
-    except TypeError:
-        return TopicmatchTypeError(f"sub_ids[{i}] must be int, not {_tname(sub_id)}")
-    except OverflowError:
-        pass
-    return TopicmatchTypeError(f"queues[{i}] must be str or None, not {_tname(q)}")
 
 
 cdef extern from "_pyobjects.h":
@@ -557,7 +498,7 @@ cdef _Specs _specs_of(filters, sub_ids, queues):
                         ids_lent = False
                     _fill_spec(&specs[i], fl[i], il[i], ql[i])
     except TypeError:
-        raise _row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
+        raise _args.row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
     except InvalidSubjectError as e:
         raise InvalidSubjectError(f"item {i}: {e}", e.subject, e.reason, e.position, i) from None
     except OverflowError as e:
@@ -577,7 +518,7 @@ cdef _Specs _specs_of_arrow(filters, sub_ids, queues):
         queues = _seq(queues, "queues", "str or None")
     cdef _Column fcol = _bulk_column(filters, "filters", "filter")
     cdef Py_ssize_t n = <Py_ssize_t>fcol.s.n, i
-    ids = _int64_column(sub_ids, "sub_ids")
+    ids = _args.int64_column(sub_ids, "sub_ids")
     if len(ids) != n:
         raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(ids)})")
     cdef _Column qcol = None
@@ -1037,7 +978,7 @@ cdef class Sublist:
         members), without building it -- e.g. a shard's image and the
         image of the filters every shard needs.  The two should not hold
         the same subscription (two indexes deliver it twice)."""
-        cdef Sublist other = _also_arg(self, also)
+        cdef Sublist other = _args.also(self, also, Sublist)
         cdef int st, other_st = IMG_OK
         # Both indexes are held for the whole call, threads included: it
         # converts rows (under the GIL) while its threads match.
