@@ -19,18 +19,7 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.pystate cimport PyThreadState
 
-cdef extern from "Python.h":
-    # the GIL let go and taken back, as `with nogil` does (fs_match_column's
-    # release and acquire hooks)
-    PyThreadState *PyEval_SaveThread()
-    void PyEval_RestoreThread(PyThreadState *tstate)
 from cpython.mem cimport PyMem_Realloc
-
-cdef extern from "Python.h":
-    # borrowed references, for a list or a tuple
-    PyObject *PySequence_Fast_GET_ITEM(object o, Py_ssize_t i)
-    PyObject **PySequence_Fast_ITEMS(object o)
-    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
 
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy

@@ -5,15 +5,6 @@
 # (_imagefiles.save), and the first invalid row raises what insert_many raises.
 # Included into _core.pyx, after _serial.pxi.
 
-cdef extern from "sublist.h" nogil:
-    ctypedef struct fs_build:
-        pass
-    int fs_build_rows(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, fs_build **out,
-                      size_t *bad, fs_error *err)
-    int fs_build_write(fs_build *b, const char *path, int durable, char **out, size_t *len)
-    void fs_build_free(fs_build *b)
-
-
 cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint durable) except -1:
     """Write the image of sp's rows into the file tmp (through memory where
     files cannot be mapped).  Raises what insert_many would for a bad row.

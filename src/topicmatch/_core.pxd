@@ -289,3 +289,115 @@ cdef extern from "sublist.h" nogil:
     int fs_fault_revoked(int slot)
     uint64_t fs_fault_revocations()
     uint64_t fs_fault_tail(const void *p)
+
+
+# ------------------------------------------------------------------------
+# What the Cython layer itself calls beyond the C API above: the rest of
+# sublist.h it names under other names, the serial/ calls of its image
+# glue, and the CPython API and _pyobjects.h (the C that needs Python.h).
+from cpython.pystate cimport PyThreadState
+
+# (_core.pyx)
+cdef extern from "sublist.h" nogil:
+    int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
+                               int64_t *ids, size_t cap, size_t *n,
+                               fs_workspace *spare, fs_workspace **wp, fs_error *err, fs_match_how how)
+    ctypedef enum fs_match_how:
+        FS_MATCH_CACHE_ONLY
+        FS_MATCH_WAIT
+        FS_MATCH_NO_WAIT
+    enum: FS_MATCH_WALK
+
+cdef extern from "_pyobjects.h":
+    const bint TM_FREE_THREADED
+
+cdef extern from "Python.h":
+    ctypedef struct PyObject
+    # NULL with the error set: _utf8 checks for it itself, so that its hot
+    # path has no try block; the raising twin serves the error path
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size)
+    const char *_utf8_or_raise "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size) except NULL
+    void PyErr_Clear()
+    bint PyUnicode_IS_COMPACT_ASCII(object s)
+    Py_ssize_t PyUnicode_GET_LENGTH(object s)
+    void *PyUnicode_DATA(object s)
+    long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
+    # the same, for an exact int (cannot fail: no exception check)
+    long long _as_long_long "PyLong_AsLongLongAndOverflow"(object v, int *overflow)
+    # a new reference, or NULL with MemoryError set
+    PyObject *PyLong_FromLongLong(long long v)
+    list PyList_New(Py_ssize_t n)
+    # a str of n characters, none above maxchar, not yet written (its
+    # maker fills it before anyone else sees it); NULL: an exception
+    object _new_str "PyUnicode_New"(Py_ssize_t n, Py_UCS4 maxchar)
+    # steals the reference o
+    void PyList_SET_ITEM(object l, Py_ssize_t i, PyObject *o)
+
+cdef extern from "_pyobjects.h":
+    # (a C constant: Cython makes a Python int of a literal this large)
+    const uint64_t _HIGH_BITS "TM_HIGH_BITS"
+
+cdef extern from "_pyobjects.h":
+    # on a borrowed pointer, as `type(x) is str and PyUnicode_IS_COMPACT_ASCII(x)`
+    # on an object (the rows of _specs_of and _Column.fill_to)
+    bint _is_ascii_str "TM_IS_ASCII_STR"(PyObject *o)
+    Py_ssize_t _str_len "PyUnicode_GET_LENGTH"(PyObject *o)
+    void *_str_data "PyUnicode_DATA"(PyObject *o)
+    bint tm_compact_int(PyObject *o, long long *v)
+    bint _is_exact_int "PyLong_CheckExact"(PyObject *o)
+    long long _as_long_long_p "PyLong_AsLongLongAndOverflow"(PyObject *v, int *overflow)
+
+cdef extern from "_pyobjects.h":
+    # a new reference, or NULL with MemoryError set
+    PyObject *tm_int(long long id)
+    void tm_ints_clear()
+    # n slots not yet set (every one must be before the list is seen;
+    # Py_SET_SIZE to the slots set on an error)
+    list tm_list_unset(Py_ssize_t n)
+    void Py_SET_SIZE(object o, Py_ssize_t n)
+
+# (_batch.pxi: match_many)
+cdef extern from "Python.h":
+    # the GIL let go and taken back, as `with nogil` does (fs_match_column's
+    # release and acquire hooks)
+    PyThreadState *PyEval_SaveThread()
+    void PyEval_RestoreThread(PyThreadState *tstate)
+
+cdef extern from "Python.h":
+    # borrowed references, for a list or a tuple
+    PyObject *PySequence_Fast_GET_ITEM(object o, Py_ssize_t i)
+    PyObject **PySequence_Fast_ITEMS(object o)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+
+# (_build.pxi: build_image)
+cdef extern from "sublist.h" nogil:
+    ctypedef struct fs_build:
+        pass
+    int fs_build_rows(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, fs_build **out,
+                      size_t *bad, fs_error *err)
+    int fs_build_write(fs_build *b, const char *path, int durable, char **out, size_t *len)
+    void fs_build_free(fs_build *b)
+
+# (_serial.pxi: to_bytes, from_bytes, open, save)
+cdef extern from "fs_serial.h" nogil:
+    int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
+    int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err)
+    ctypedef struct fs_checksum_state:
+        pass
+    void fs_checksum_begin(fs_checksum_state *s)
+    void fs_checksum_feed(fs_checksum_state *s, const void *data, size_t n)
+    uint64_t fs_checksum_end(const fs_checksum_state *s)
+
+cdef extern from "sublist.h" nogil:
+    fs_dialect _serial_dialect "fs_sublist_dialect"(const fs_sublist *sl)
+
+cdef extern from "sublist.h" nogil:
+    void _serial_free "fs_free"(void *p)
+    void fs_pages_huge(void *p, size_t size)
+
+cdef extern from "Python.h":
+    PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *v, Py_ssize_t n)
+    char *_bytes_data "PyBytes_AS_STRING"(PyObject *o)
+    int _PyBytes_Resize(PyObject **o, Py_ssize_t n) except -1
+    void Py_XDECREF(PyObject *o)
+    enum: PY_SSIZE_T_MAX

@@ -25,53 +25,15 @@ from cpython.ref cimport Py_INCREF
 
 from topicmatch._core cimport *
 
-import operator
-
 from topicmatch import _columns      # what a column argument is, in plain Python
 from topicmatch import _args         # the checks and words of arguments off the hot paths
 from topicmatch._results import BatchResult     # match_many's result, in plain Python
-
-cdef extern from "sublist.h" nogil:
-    int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
-                               int64_t *ids, size_t cap, size_t *n,
-                               fs_workspace *spare, fs_workspace **wp, fs_error *err, fs_match_how how)
-    ctypedef enum fs_match_how:
-        FS_MATCH_CACHE_ONLY
-        FS_MATCH_WAIT
-        FS_MATCH_NO_WAIT
-    enum: FS_MATCH_WALK
 
 # How match()'s first call into the core goes (_set_walk_releases_gil):
 # FS_MATCH_NO_WAIT walks with the GIL held unless a writer is there;
 # FS_MATCH_CACHE_ONLY, for tests, looks a cached answer up with the GIL held
 # and walks every miss without it.
 cdef fs_match_how _first_match_how = FS_MATCH_NO_WAIT
-
-cdef extern from "_pyobjects.h":
-    const bint TM_FREE_THREADED
-
-cdef extern from "Python.h":
-    ctypedef struct PyObject
-    # NULL with the error set: _utf8 checks for it itself, so that its hot
-    # path has no try block; the raising twin serves the error path
-    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size)
-    const char *_utf8_or_raise "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size) except NULL
-    void PyErr_Clear()
-    bint PyUnicode_IS_COMPACT_ASCII(object s)
-    Py_ssize_t PyUnicode_GET_LENGTH(object s)
-    void *PyUnicode_DATA(object s)
-    long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
-    # the same, for an exact int (cannot fail: no exception check)
-    long long _as_long_long "PyLong_AsLongLongAndOverflow"(object v, int *overflow)
-    # a new reference, or NULL with MemoryError set
-    PyObject *PyLong_FromLongLong(long long v)
-    list PyList_New(Py_ssize_t n)
-    # a str of n characters, none above maxchar, not yet written (its
-    # maker fills it before anyone else sees it); NULL: an exception
-    object _new_str "PyUnicode_New"(Py_ssize_t n, Py_UCS4 maxchar)
-    # steals the reference o
-    void PyList_SET_ITEM(object l, Py_ssize_t i, PyObject *o)
-
 
 #: The format version of the images save() and to_bytes() write (the u16
 #: after the magic; docs/FORMAT.md): the core's own constant, so that no
@@ -162,11 +124,6 @@ cdef fs_dialect _dialect(object d) except *:
     raise _args.dialect_error(d, _NAMES)
 
 
-cdef extern from "_pyobjects.h":
-    # (a C constant: Cython makes a Python int of a literal this large)
-    const uint64_t _HIGH_BITS "TM_HIGH_BITS"
-
-
 cdef str _decode(const char *p, size_t n):
     """p[0..n) as str, bytes that are not UTF-8 as surrogates
     (surrogateescape).  ASCII of two bytes or more -- a queue name, nearly
@@ -204,17 +161,6 @@ cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
         sp.queue = _utf8(q, "queue", &n)
         sp.queue_len = <size_t>n
     return 0
-
-
-cdef extern from "_pyobjects.h":
-    # on a borrowed pointer, as `type(x) is str and PyUnicode_IS_COMPACT_ASCII(x)`
-    # on an object (the rows of _specs_of and _Column.fill_to)
-    bint _is_ascii_str "TM_IS_ASCII_STR"(PyObject *o)
-    Py_ssize_t _str_len "PyUnicode_GET_LENGTH"(PyObject *o)
-    void *_str_data "PyUnicode_DATA"(PyObject *o)
-    bint tm_compact_int(PyObject *o, long long *v)
-    bint _is_exact_int "PyLong_CheckExact"(PyObject *o)
-    long long _as_long_long_p "PyLong_AsLongLongAndOverflow"(PyObject *v, int *overflow)
 
 
 cdef inline bint _fill_spec_fast(fs_spec *sp, PyObject *f, PyObject *sub_id, PyObject *q) noexcept:
@@ -334,16 +280,6 @@ cdef list _unique(list ids):
             seen.add(i)
             out.append(i)
     return out
-
-
-cdef extern from "_pyobjects.h":
-    # a new reference, or NULL with MemoryError set
-    PyObject *tm_int(long long id)
-    void tm_ints_clear()
-    # n slots not yet set (every one must be before the list is seen;
-    # Py_SET_SIZE to the slots set on an error)
-    list tm_list_unset(Py_ssize_t n)
-    void Py_SET_SIZE(object o, Py_ssize_t n)
 
 
 cdef inline list _id_list(const int64_t *ids, size_t n):

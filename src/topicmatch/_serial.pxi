@@ -10,30 +10,6 @@ from libc.errno cimport errno
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.string cimport memcpy
 
-cdef extern from "fs_serial.h" nogil:
-    int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
-    int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err)
-    ctypedef struct fs_checksum_state:
-        pass
-    void fs_checksum_begin(fs_checksum_state *s)
-    void fs_checksum_feed(fs_checksum_state *s, const void *data, size_t n)
-    uint64_t fs_checksum_end(const fs_checksum_state *s)
-
-cdef extern from "sublist.h" nogil:
-    fs_dialect _serial_dialect "fs_sublist_dialect"(const fs_sublist *sl)
-
-cdef extern from "sublist.h" nogil:
-    void _serial_free "fs_free"(void *p)
-    void fs_pages_huge(void *p, size_t size)
-
-cdef extern from "Python.h":
-    PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *v, Py_ssize_t n)
-    char *_bytes_data "PyBytes_AS_STRING"(PyObject *o)
-    int _PyBytes_Resize(PyObject **o, Py_ssize_t n) except -1
-    void Py_XDECREF(PyObject *o)
-    enum: PY_SSIZE_T_MAX
-
-
 cdef int _write_image(Sublist sl, int version, char **out, size_t *n, char *buf=NULL,
                       size_t cap=0) except -1:
     # The image (3) or blob (2) of sl into *out, *n: a new buffer, or
