@@ -46,24 +46,8 @@ cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint
     return 0
 
 
-def build_image(path, filters, sub_ids, queues=None, *, dialect="nats", threads=None, durable=True):
-    """build_image(path, filters, sub_ids, queues=None, *, dialect="nats",
-    threads=None, durable=True) -> Sublist
-
-    Write the image of the index that Sublist(dialect).insert_many(filters,
-    sub_ids, queues) would build -- byte for byte what its save(path)
-    writes -- straight from the columns, without building that index, and
-    return it opened (Sublist.open(path, verify=False): this library wrote
-    it).  The columns are insert_many's: sequences, or Arrow string columns
-    (string, large_string, string_view, dictionary, chunked) and an
-    Arrow/numpy integer array of ids.  The rows are parsed, routed and
-    sorted, the file's pages made and the large tables written on up to
-    `threads` threads (None: every CPU this process may use); the bytes
-    are the same for any count.  An invalid
-    row raises what insert_many raises (InvalidSubjectError naming the
-    first bad row) and leaves no file.  The file is written as save()
-    writes it: a temporary beside path, on disk (durable=False: not
-    flushed), then renamed over path."""
+def _build_image(path, filters, sub_ids, queues, dialect, threads, durable):
+    """build_image (_functions.py): the columns parsed, the file written."""
     cdef fs_dialect d = _dialect(dialect)
     # (threads None: every CPU this process may use; never more than those
     # CPUs: more would take turns)

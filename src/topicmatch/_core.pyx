@@ -1116,19 +1116,8 @@ def _mapping_faults():
     return fs_fault_revocations()
 
 
-def release_memory():
-    """release_memory() -> int: give back the output buffers topicmatch keeps.
-
-    match_many writes its ids into buffers of the C core.  When a result of
-    4 MiB or more is freed, its buffer is kept (up to four buffers, 1 GiB in
-    all) with its pages marked discardable: the next big match_many writes
-    into pages already mapped instead of faulting in fresh ones, which was a
-    third of the time on fan-out-heavy workloads.  The system takes those
-    pages back by itself when memory runs short; this call gives the
-    buffers back to malloc at once.  Returns how many bytes it gave back.
-    (On Windows nothing is kept, and this returns 0.)  It also lets go of
-    the ints match() keeps for ids it returns often (at most 4,096; not
-    counted in the bytes)."""
+def _release_memory():
+    """release_memory (_functions.py): the ints and the output buffers let go."""
     tm_ints_clear()
     return fs_idpool_trim()
 
@@ -1146,3 +1135,9 @@ def _idpool_hold(ms):
     cdef unsigned t = ms
     with nogil:
         fs_idpool_hold_for_test(t)
+
+
+# The module-level functions off the hot paths, documented in plain Python
+# over the primitives above (_release_memory, _build_image, _route_keys,
+# _route_split): last, since _functions reads this module.
+from topicmatch._functions import build_image, release_memory, route_keys, route_split

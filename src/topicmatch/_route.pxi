@@ -8,17 +8,8 @@ ROUTE_INVALID = FS_ROUTE_INVALID
 ROUTE_NULL = FS_ROUTE_NULL
 
 
-def route_keys(values, dialect="nats", depth=1, *, filters=False):
-    """route_keys(values, dialect="nats", depth=1, *, filters=False) -> (keys, kinds)
-
-    For each row of `values` (a list of str or None, a numpy array, or an
-    Arrow column of string, large_string, string_view or dictionary<string>,
-    chunked or not; a row of another type is a TypeError): kinds[i] is ROUTE_KEYED (keys[i], >= 0, is a hash of the
-    first `depth` tokens), ROUTE_ANY (a filter with a wildcard or fewer
-    than `depth` tokens, needed by every shard; a subject with fewer than
-    `depth` tokens, which any shard serves: keys[i] spreads them),
-    ROUTE_INVALID or ROUTE_NULL.  keys int64 and kinds uint8, numpy arrays.
-    The same on every machine and in every process."""
+def _route_keys(values, dialect, depth, filters):
+    """route_keys (_functions.py): the keys and kinds, as numpy arrays."""
     import numpy as np
     cdef fs_dialect d = _dialect(dialect)
     depth = _count_arg(depth, "depth")
@@ -47,18 +38,8 @@ def route_keys(values, dialect="nats", depth=1, *, filters=False):
 
 
 
-def route_split(dialect="nats"):
-    """route_split(dialect="nats") -> (separator, one, rest, empty_is_no_tokens, share_prefix)
-
-    How route_keys splits a value that the dialect accepts, for a router
-    written elsewhere (topicmatch.spark.route's route_column and
-    filter_route_column, Spark SQL expressions): split on the separator;
-    `one` and `rest` are the wildcards (whole tokens of a filter); the empty
-    string is zero tokens where empty_is_no_tokens (AMQP's empty key), else
-    invalid; a filter starting with share_prefix ("$share/" in MQTT, else
-    None) and a group name routes as what follows the group.  A key is then
-    Spark's xxhash64 of the first `depth` tokens as they stand in the value
-    (all of it, for a subject with fewer), with the sign bit cleared."""
+def _route_split(dialect):
+    """route_split (_functions.py): fs_route_rules' answer."""
     cdef fs_route_split r = fs_route_rules(_dialect(dialect))
     return (chr(r.sep), chr(r.one), chr(r.rest), bool(r.empty_is_no_tokens),
             r.share_prefix.decode() if r.share_prefix != NULL else None)
