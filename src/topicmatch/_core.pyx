@@ -478,6 +478,14 @@ cdef _Specs _specs_of_arrow(filters, sub_ids, queues):
     return sp
 
 
+cdef Py_ssize_t _cache_arg(object cache_size) except? -1:
+    """cache_size= (Sublist(), from_bytes, open), checked: an int >= 0."""
+    cdef Py_ssize_t n = _count_arg(cache_size, "cache_size")
+    if n < 0:
+        raise TopicmatchValueError(f"cache_size must be >= 0, not {n}")
+    return n
+
+
 cdef class Sublist:
     """Sublist(dialect="nats", *, cache_size=0)
 
@@ -512,15 +520,18 @@ cdef class Sublist:
     def __cinit__(self, dialect="nats", *, cache_size=0):
         self._d = _dialect(dialect)
         self.dialect = _NAMES[self._d]
-        cache_size = _count_arg(cache_size, "cache_size")
-        if cache_size < 0:
-            raise TopicmatchValueError(f"cache_size must be >= 0, not {cache_size}")
-        self._cache_size = cache_size
+        cdef Py_ssize_t n = _cache_arg(cache_size)
         self.sl = fs_sublist_new(self._d)
         if self.sl == NULL:
             raise MemoryError()
-        if cache_size and fs_sublist_set_cache(self.sl, <size_t>cache_size) != FS_OK:
+        self._set_cache(n)
+
+    cdef int _set_cache(self, Py_ssize_t n) except -1:
+        """A cache of n answers (0: none) for this index."""
+        self._cache_size = n
+        if n and fs_sublist_set_cache(self.sl, <size_t>n) != FS_OK:
             raise MemoryError()
+        return 0
 
     def __dealloc__(self):
         self._free()

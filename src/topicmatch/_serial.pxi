@@ -181,9 +181,7 @@ cdef Sublist _new_like(fs_sublist *loaded, Py_ssize_t cache_size):
         raise
     fs_sublist_free(obj.sl)
     obj.sl = loaded
-    obj._cache_size = cache_size
-    if cache_size and fs_sublist_set_cache(obj.sl, <size_t>cache_size) != FS_OK:
-        raise MemoryError()
+    obj._set_cache(cache_size)
     return obj
 
 
@@ -204,9 +202,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     non-buffers.  own_mapping: data is Sublist.open's read-only mapping of
     the file it opened (read in place; any other buffer that can change is
     copied first)."""
-    cache_size = _count_arg(cache_size, "cache_size")
-    if cache_size < 0:
-        raise TopicmatchValueError(f"cache_size must be >= 0, not {cache_size}")
+    cache_size = _cache_arg(cache_size)
     cdef int check = _verify_level(verify)
     cdef Py_buffer view
     try:
