@@ -106,10 +106,21 @@ def _forms(subject):
     return out
 
 
+@pytest.fixture(params=["simd", "scalar"])
+def merge_form(request):
+    """The merge of a row's ids in both its forms: AVX2 where the processor
+    has it, and the scalar one, which a machine with AVX2 would otherwise
+    never run (fs_merge_simd)."""
+    old = topicmatch._core._set_merge_simd(request.param == "simd")
+    yield request.param
+    topicmatch._core._set_merge_simd(old)
+
+
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("cache_size", [0, 8])
-def test_plain_merge_shapes(shape, cache_size):
-    """Run k of the shape is the ids of one matching filter of a.b.c.d."""
+def test_plain_merge_shapes(shape, cache_size, merge_form):
+    """Run k of the shape is the ids of one matching filter of a.b.c.d, in
+    both forms of the merge."""
     forms = _forms("a.b.c.d")
     assert len(forms) == 31
     fs, ids = [], []

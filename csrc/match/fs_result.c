@@ -465,11 +465,14 @@ __attribute__((target("avx2"))) static void merge_gaps_avx2(int64_t *out, const 
 #define FS_MERGE_AVX2 1
 #endif
 
-/* merge_gaps, or merge_gaps_avx2 where the processor has AVX2. */
+int fs_merge_simd = 1;
+
+/* merge_gaps, or merge_gaps_avx2 where the processor has AVX2 (and a test
+ * has not asked for the scalar form, fs_merge_simd). */
 FS_ALWAYS_INLINE void merge_gaps_best(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
 {
 #ifdef FS_MERGE_AVX2
-    if (__builtin_cpu_supports("avx2")) {
+    if (fs_merge_simd && __builtin_cpu_supports("avx2")) {
         merge_gaps_avx2(out, b, nb, s, ns);
         return;
     }

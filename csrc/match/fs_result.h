@@ -229,6 +229,11 @@ int fs_build_result_unpicked(const fs_sublist *sl, fs_scratch *sc, fs_result *r)
  * writes exactly as many, each once, never outside ids: in their stored
  * order, or, where a merge finds the disorder, with sl marked damaged. */
 size_t fs_hits_merge(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, int64_t *ids, size_t room);
+/* 1 (the default): fs_hits_merge uses its AVX2 form where it was built
+ * and the processor has it; 0: its scalar form everywhere.  For tests
+ * alone: both forms must give the same rows, and a machine with AVX2 would
+ * otherwise never run the scalar one. */
+extern int fs_merge_simd;
 /* Put reverse matches in their order: filter bytes, plain before queued,
  * queue name bytes, sub_id.  Never fails. */
 void fs_rresult_sort(fs_rresult *r);

@@ -26,6 +26,8 @@ cdef extern from "sublist.h" nogil:
     # the memory door (csrc/base/fs_alloc.h): freeing what C allocated, and
     # the fault-injection tests' counters
     void fs_free(void *p)
+    # fs_hits_merge's AVX2 form on or off (csrc/match/fs_result.h), for tests
+    int fs_merge_simd
     void fs_fault_inject(uint64_t nth)
     uint64_t fs_fault_injected()
     uint64_t fs_fault_counted()

@@ -1059,6 +1059,16 @@ def _set_image_parallel_min(n):
     return old
 
 
+
+def _set_merge_simd(on):
+    """Testing only: whether the merge of a row's ids from several filters
+    uses its AVX2 form where the processor has it (on, the default) or its
+    scalar form (off).  Returns the previous setting."""
+    global fs_merge_simd
+    old = fs_merge_simd != 0
+    fs_merge_simd = 1 if on else 0
+    return old
+
 include "_batch.pxi"
 include "_serial.pxi"
 include "_build.pxi"
