@@ -96,7 +96,8 @@ def attempt(name, f):
     except ValueError as e:
         out.append([name, "ValueError", str(e)])
 every = []
-for verify, cache in configs:
+for verify, cache, simd in configs:
+    topicmatch._core._set_merge_simd(simd)
     out = []
     sl = topicmatch.Sublist.from_bytes(data, verify=verify, cache_size=cache)
     attempt("match", lambda: norm(sl.match(subject)))
@@ -110,11 +111,13 @@ for verify, cache in configs:
     every.append(out)
 print(json.dumps(every))
 """
-CONFIGS = [[verify, cache] for verify in (False, "checksum") for cache in (0, 64)]
+# simd: the merge's AVX2 form where the processor has it, or its scalar
+# form, which a machine with AVX2 would otherwise never run (fs_merge_simd)
+CONFIGS = [[verify, cache, simd] for verify in (False, "checksum") for cache in (0, 64) for simd in (True, False)]
 
 
 def run_child(data, subject):
-    """Per config (verify, cache_size), the child's outcomes: [call, "ok"
+    """Per config (verify, cache_size, simd), the child's outcomes: [call, "ok"
     or "ValueError", answer or message]."""
     r = subprocess.run([sys.executable, "-c", CHILD, json.dumps([subject, CONFIGS])],
                        input=data.hex(), capture_output=True, text=True, timeout=300)
@@ -147,10 +150,10 @@ def test_descending_run_is_refused_or_answered_right(dialect, size, what):
         topicmatch.Sublist.from_bytes(data, verify=True)
     want = right_answers(dialect, n_lit, others, subject)
     damaged_seen = False
-    for (verify, cache), outcomes in zip(CONFIGS, run_child(data, subject)):
+    for (verify, cache, simd), outcomes in zip(CONFIGS, run_child(data, subject)):
         refused = False
         for call, how, got in outcomes:
-            where = f"verify={verify!r} cache_size={cache} {call}"
+            where = f"verify={verify!r} cache_size={cache} simd={simd} {call}"
             if how == "ValueError":
                 assert "is damaged" in got, f"{where}: {got}"
                 refused = damaged_seen = True
