@@ -259,6 +259,11 @@ def test_arguments():
             topicmatch.build_image(path, ["a"], [1], threads=0)
         with pytest.raises(TypeError, match="threads must be int"):
             topicmatch.build_image(path, ["a"], [1], threads="2")
+        for huge in (2 ** 70, -2 ** 70):        # past the C count it becomes, as match_many's
+            with pytest.raises(OverflowError):
+                topicmatch.build_image(path, ["a"], [1], threads=huge)
+            with pytest.raises(OverflowError):
+                topicmatch.Sublist().match_many(["a"], threads=huge)
         with pytest.raises(ValueError, match="dialect must be"):
             topicmatch.build_image(path, ["a"], [1], dialect="zmq")
         assert os.listdir(d) == []

@@ -80,3 +80,7 @@ def test_pieces_are_bytes_like():
     c.update(memoryview(data)[:100])
     c.update(bytearray(data[100:]))
     c.check("x.img")
+    np = pytest.importorskip("numpy")
+    for wrong in (np.zeros(4, dtype=np.int32), memoryview(b"abcdef")[::2], np.zeros((2, 2), dtype=np.uint8)):
+        with pytest.raises(BufferError, match="contiguous bytes"):     # wider items, gaps, two dimensions
+            _ImageChecksum().update(wrong)

@@ -233,7 +233,13 @@ class ImageChecksum:
         self._seen = 0
 
     def update(self, piece):
-        piece = memoryview(piece).cast("B")
+        view = memoryview(piece)
+        # bytes, as the C sum's buffer of unsigned chars took them: not an
+        # array of wider items read as its bytes, nor a view with gaps
+        if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
+            raise BufferError(f"a piece of an image must be contiguous bytes, not a {view.ndim}-dimensional "
+                              f"{'' if view.c_contiguous else 'non-contiguous '}buffer of {view.format!r}")
+        piece = view.cast("B")
         n = len(piece)
         self._seen += n
         if n >= 8:              # the tail and all but piece's last eight are summed
