@@ -242,7 +242,9 @@ static int verify_entry(verifier *v, const fs_level *L, const fs_shape *sh, cons
  * from one pass over the node's fields, each read once, in dialect d:
  * 1 when it is good (and now reached), FS_EBADDATA (or FS_ENOMEM) for
  * what verify_subs refuses, as verify_entry would, else 0 -- not proven,
- * nothing marked -- and verify_entry decides.  Each of verify_entry's
+ * nothing reached (a node fs_img_node_checked refuses has marked the
+ * image damaged, which verify_entry's reach then refuses in its own
+ * words) -- and verify_entry decides.  Each of verify_entry's
  * checks is here, in its order, or implied:
  *   - reach (fs_img_node_checked): the node and its token lie in the
  *     image; linked is exactly FS_LINK_IMAGE (an image's node, and no

@@ -8,12 +8,11 @@ three take the same inputs and say the same things about them.
 import dataclasses
 from typing import Optional
 
+# IMAGE_MAGIC: the first bytes of every image file (docs/FORMAT.md), which
+# a table never starts with (0x89 is not UTF-8 text, nor Parquet's "PAR1")
+from topicmatch._imagefiles import MAGIC as IMAGE_MAGIC
 from topicmatch.cli.common import CLIError, check_readable, is_local, local_path
 from topicmatch.cli.fanout_io import format_of
-
-#: The first bytes of every image file (docs/FORMAT.md): a table never
-#: starts with them (0x89 is not UTF-8 text, nor Parquet's "PAR1").
-IMAGE_MAGIC = b"\x89FSB\r\n\x1a\n"
 
 
 @dataclasses.dataclass(frozen=True)
