@@ -192,3 +192,81 @@ def test_a_save_that_is_not_durable_writes_the_same_image(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["cache.img", "durable.img"]     # no temporary left
     got = topicmatch.Sublist.open(tmp_path / "cache.img", verify=True)
     assert got.match("t/7/x").subs == [17]
+
+
+# -- durable=True: on disk when save returns -------------------------------------
+
+class _CacheStat:
+    """Linux's cachestat(2) (6.5+): how many of a file's pages in the page
+    cache are dirty or being written back.  None where it is missing."""
+    SYSCALL = 451                   # the same number on every architecture (new syscall table)
+
+    def __init__(self):
+        import ctypes
+        import ctypes.util
+        self.ctypes = ctypes
+        self.libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+    def __call__(self, path):
+        ct = self.ctypes
+        rng = (ct.c_uint64 * 2)(0, 0)           # offset 0, length 0: to the end of the file
+        out = (ct.c_uint64 * 5)()               # nr_cache, nr_dirty, nr_writeback, evicted, recently
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            rc = self.libc.syscall(ct.c_long(self.SYSCALL), ct.c_int(fd), rng, out, ct.c_uint(0))
+        finally:
+            os.close(fd)
+        return None if rc != 0 else (out[0], out[1], out[2])
+
+
+def _unwritten_pages():
+    """A function: path -> that file's pages not yet on disk (dirty or being
+    written), or a skip where that cannot be told: no cachestat (not Linux,
+    a kernel before 6.5), or a file system that keeps its pages dirty
+    (tmpfs), which an fsync'd file of its own shows."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("cachestat(2) is Linux's")
+    stat = _CacheStat()
+    folder = tempfile.mkdtemp(prefix="topicmatch-durable-", dir=os.environ.get("TMPDIR"))
+    probe = os.path.join(folder, "probe")
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"x" * 65536)
+            f.flush()
+            os.fsync(f.fileno())
+        got = stat(probe)
+    finally:
+        os.unlink(probe)
+        os.rmdir(folder)
+    if got is None:
+        pytest.skip("no cachestat(2) here")
+    if got[1] or got[2]:
+        pytest.skip("this file system keeps an fsync'd file's pages dirty")
+    return lambda path: (lambda s: s[1] + s[2])(stat(path))
+
+
+def test_a_durable_save_leaves_no_page_unwritten():
+    """save() and build_image() durable: every page of the file is on disk
+    when they return (fs_filebuf_close: fsync, with no msync before it on
+    Linux, whose page cache tracks the pages written through the file's
+    mapping).  The header's page is written last and never handed to the
+    disk early, so a close without its flush leaves it dirty."""
+    unwritten = _unwritten_pages()
+    folder = tempfile.mkdtemp(prefix="topicmatch-durable-", dir=os.environ.get("TMPDIR"))
+    try:
+        sl = _index()
+        for i in range(20000):
+            sl.insert(f"t/{i}/+", 10 + i)
+        path = os.path.join(folder, "saved.img")
+        sl.save(path)
+        assert unwritten(path) == 0
+        built = os.path.join(folder, "built.img")
+        topicmatch.build_image(built, [f"t/{i}/+" for i in range(20000)], list(range(20000)),
+                               dialect="mqtt").close()
+        assert unwritten(built) == 0
+        with open(path, "rb") as f:
+            assert topicmatch.Sublist.from_bytes(f.read()).match("t/7/x").subs == [17]
+    finally:
+        for name in os.listdir(folder):
+            os.unlink(os.path.join(folder, name))
+        os.rmdir(folder)

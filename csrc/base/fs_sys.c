@@ -381,10 +381,20 @@ void fs_filebuf_start_writeback(fs_filebuf *b, size_t from, size_t to)
 int fs_filebuf_close(fs_filebuf *b, size_t len, int durable)
 {
     int rc = 0;
-    /* only the bytes kept: the rest of the mapping (growth's slack, its
-     * pages written by the populate) is cut off below, unwritten */
+#ifndef __linux__
+    /* POSIX says a shared mapping's writes reach the file by msync: the
+     * fsync below may not see them otherwise.  Only the bytes kept: the
+     * rest of the mapping (growth's slack, its pages written by the
+     * populate) is cut off below, unwritten.  Linux needs no msync: its
+     * page cache tracks the pages written through a shared mapping as
+     * dirty (since 2.6.19: mm/msync.c, "dirty pages are properly
+     * tracked"; msync(2), NOTES), so fsync writes them, and an
+     * msync(MS_SYNC) first is an fdatasync of the same range
+     * (vfs_fsync_range): a second wait and a second journal commit, the
+     * file's size having changed since it was made (grown, then cut). */
     if (durable && b->p && msync(b->p, len < b->cap ? len : b->cap, MS_SYNC) != 0)
         rc = -1;
+#endif
     if (b->p)
         munmap(b->p, b->cap);
     if (rc == 0 && ftruncate(b->fd, (off_t)len) != 0)

@@ -346,8 +346,8 @@ int fs_filebuf_grow_populating(fs_filebuf *b, size_t size, size_t populate);
  * final, so that the disk works while the rest is written and a durable
  * close has less to wait for.  Never fails (a failure shows at close). */
 void fs_filebuf_start_writeback(fs_filebuf *b, size_t from, size_t to);
-/* Cut the file to len bytes, write it to disk (msync, fsync: when
- * durable) and close it.  Not durable, the bytes are in the page cache,
+/* Cut the file to len bytes, write it to disk (fsync, after an msync
+ * where the system needs one: when durable) and close it.  Not durable, the bytes are in the page cache,
  * where every reader sees them, and reach the disk when the kernel writes
  * them back.  FS_OK or -1; the buffer is closed either way. */
 int fs_filebuf_close(fs_filebuf *b, size_t len, int durable);
