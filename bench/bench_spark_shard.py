@@ -333,6 +333,9 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true",
                     help="profile the driver's Python through the fanout pass (cProfile: the "
                          "calls that took the most time, waits on the JVM included)")
+    ap.add_argument("--profile-out", metavar="FILE",
+                    help="with --profile: also write the profile's raw statistics to FILE "
+                         "(pstats; to count the calls by caller)")
     ap.add_argument("--runs", default="warmup,identity,unsharded,sharded",
                     # also: fanout, again, sql-merge, sql-broadcast
                     help="passes in order (warmup: the identity pass, not reported)")
@@ -442,6 +445,8 @@ def main(argv=None):
                     if prof is not None:
                         import pstats
                         prof.disable()
+                        if args.profile_out:
+                            prof.dump_stats(args.profile_out)
                         pstats.Stats(prof).sort_stats("cumulative").print_stats("topicmatch|pyspark", 60)
                 elif name in ("sql-merge", "sql-broadcast"):
                     how = name.split("-")[1]
