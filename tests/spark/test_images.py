@@ -322,6 +322,25 @@ def test_the_digest_is_the_sum_of_the_row_hashes(spark):
     assert images.image_version() == topicmatch.Sublist().to_bytes()[8]
 
 
+def test_index_rows_of_a_frame_in_its_shape_is_that_frame(spark):
+    """index_rows selects the columns an index is built from (sub_id as a
+    long, a null queue where the column is absent); a frame that has
+    exactly those is returned as it is, so a plan that made it once hands
+    it to each of its jobs with no select of its own."""
+    from pyspark.sql import functions as F
+
+    from topicmatch.spark.images import index_rows
+    sdf = spark.createDataFrame([(1, "a.b", None), (2, "c", "q")], SUBS_SCHEMA)
+    rows = index_rows(sdf.select(F.col("sub_id").cast("int").alias("sub_id"), "filter"))
+    assert [(f.name, f.dataType.simpleString()) for f in rows.schema.fields] == [
+        ("sub_id", "bigint"), ("filter", "string"), ("queue", "string")]
+    assert sorted(map(tuple, rows.collect())) == [(1, "a.b", None), (2, "c", None)]
+    assert index_rows(rows) is rows and index_rows(sdf) is sdf
+    # another order or another column is selected again
+    assert index_rows(sdf.select("filter", "sub_id", "queue")).columns == ["sub_id", "filter", "queue"]
+    assert index_rows(sdf.withColumn("x", F.lit(1))).columns == ["sub_id", "filter", "queue"]
+
+
 def test_rows_from_columns_spark_marks_not_null(spark, tmp_path):
     """spark.range's id is `not null` in the task's Arrow batches."""
     from pyspark.sql import functions as F
@@ -371,8 +390,9 @@ def test_connect_decides_images_by_the_servers_master(monkeypatch, master, file_
     s = _FakeConnect(master, file_param)
     assert im.use_images(s, None, "auto") is images
     assert im.spark_files(s, None) is through_spark
-    got, text = _images_why(s, FanoutOptions())
+    got, text, through = _images_why(s, FanoutOptions())
     assert got is images and why in text, text
+    assert through is (through_spark and images)
     if through_spark and images:
         assert repr(master) in text
     # image_dir given: images there, whatever the server

@@ -211,3 +211,30 @@ def test_a_new_dataframe_over_changed_rows_gives_the_new_answers(spark):
     from topicmatch.spark.images import digest_name
     assert third.index.digest == digest_name(sdf2, "nats")
     assert plan_fanout(sdf2, shards=1, reuse_index=False).index.digest == third.index.digest
+
+
+@pytest.mark.parametrize("kw", [{}, {"shards": 2}])
+def test_a_plan_makes_the_rows_frame_once_and_asks_where_the_executors_are_once(
+        spark, monkeypatch, kw):
+    """The columns an index is built from (images.index_rows' select, which
+    costs the driver the JVM's analysis) are made once per plan and handed
+    to each job that reads the rows: the statistics and the build (the one
+    image's, or the shards').  Whether the images travel through Spark
+    (spark_files, which asks the JVM for the executors) is asked once."""
+    from pyspark.sql import functions as F
+
+    from topicmatch.spark import fanout, image_hosts, images, plan_fanout
+    subs, events, sdf, edf = _frames(spark, seed=29)
+    # sub_id an int: not index_rows' shape, so the plan has it select
+    narrow = sdf.select(F.col("sub_id").cast("int").alias("sub_id"), "filter", "queue")
+    made, asked = [], []
+    check, works = images.check_subscriptions_schema, image_hosts.default_dir_works
+    monkeypatch.setattr(images, "check_subscriptions_schema",
+                        lambda df, *a: made.append(df) or check(df, *a))
+    monkeypatch.setattr(image_hosts, "default_dir_works", lambda s: asked.append(s) or works(s))
+    # (reuse_index=False: every image built again, so the build job reads the rows)
+    plan = plan_fanout(narrow, reuse_index=False, **kw)
+    assert [s.split(":")[0] for s in plan.steps][-1].startswith("build"), plan.steps
+    assert len(made) == 1 and len(asked) == 1, (len(made), len(asked), plan.steps)
+    monkeypatch.undo()
+    _check("nats", subs, events, fanout(edf, plan, queues="all", explode=False))

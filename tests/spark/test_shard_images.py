@@ -224,9 +224,12 @@ def test_a_host_without_an_image_fetches_it_from_the_driver_once(spark, monkeypa
 
     from topicmatch.spark import ShardPlan, fanout, plan_fanout
     from topicmatch.spark import images as im
+    from topicmatch.spark import plan as pl
     from topicmatch.spark import shard_images as si
-    monkeypatch.setattr(si, "spark_files", lambda s, d: True)
-    monkeypatch.setattr(im, "spark_files", lambda s, d: True)
+    # (a plan asks once and hands its answer to the builds; the others ask
+    # where they are called without one)
+    for module in (pl, si, im):
+        monkeypatch.setattr(module, "spark_files", lambda s, d: True)
 
     def fetches():
         if not os.path.exists(load_log):

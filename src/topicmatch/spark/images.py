@@ -64,6 +64,7 @@ from typing import Callable, Dict, Optional, Tuple
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from topicmatch._core import IMAGE_FORMAT_VERSION, TopicmatchRuntimeError, _os_error
 from topicmatch import Sublist
@@ -109,9 +110,19 @@ def _check_dir(image_dir) -> Optional[str]:
 # the digest job
 # --------------------------------------------------------------------------
 
+#: index_rows' columns: a frame of exactly these is its own index_rows.
+_INDEX_ROWS = [("sub_id", T.LongType()), ("filter", T.StringType()), ("queue", T.StringType())]
+
+
 def index_rows(subscriptions: DataFrame) -> DataFrame:
     """sub_id (long), filter, queue (string, null when the column is absent):
-    the columns an index is built from, as collect_subscriptions reads them."""
+    the columns an index is built from, as collect_subscriptions reads them.
+    A frame that has exactly these columns (index_rows' own, say) is
+    returned as it is: the select would change nothing, and a plan makes
+    this frame once and hands it to each job that reads the rows (each
+    select costs the driver the JVM's analysis of it)."""
+    if [(f.name, f.dataType) for f in subscriptions.schema.fields] == _INDEX_ROWS:
+        return subscriptions
     has_queue = check_subscriptions_schema(subscriptions)
     queue = column("queue").cast("string") if has_queue else F.lit(None).cast("string")
     return subscriptions.select(column("sub_id").cast("long").alias("sub_id"),
@@ -394,7 +405,10 @@ def results(frame: DataFrame, inbox) -> list:
 def publish(rows, spark, inbox) -> list:
     """The task result rows, once every spark: image they name (built, or
     found by a probe) is in the driver's cache -- sent there by its task
-    before the task ended -- and handed out (hand_out)."""
+    before the task ended -- and handed out: on classic Spark the inbox
+    offered each to the driver's server as it arrived (inbox_for), which
+    its task waited for; a Connect client's are added to its session here
+    (hand_out)."""
     rows = list(rows)
     if inbox is None:
         return rows
@@ -406,7 +420,8 @@ def publish(rows, spark, inbox) -> list:
             if local is None:
                 raise TopicmatchRuntimeError(f"topicmatch: the task that reported the image {r['path']} "
                                    "did not send it to the driver")
-            hand_out(spark, r["path"], local)
+            if is_connect(spark):
+                hand_out(spark, r["path"], local)
             added += 1
     if added:
         _log.info("topicmatch: %d image(s) received by the driver and handed out "
@@ -533,21 +548,26 @@ _KNOWN_LOCK = threading.Lock()
 
 def image_index(subscriptions: DataFrame, dialect: str, image_dir=None, *,
                 rebuild: bool = False, name: Optional[str] = None,
-                steps: Optional[list] = None) -> SharedIndex:
+                steps: Optional[list] = None,
+                through_spark: Optional[bool] = None) -> SharedIndex:
     """The SharedIndex ("image") of `subscriptions`' rows in image_dir (None:
     the executors' default directory), built by an executor task unless an
     image of the same content is there.  rebuild=True builds it again (and
     replaces the file).  A bad row raises its error here, on the driver.
     name: the rows' content name when the caller ran the digest already
     (the plan's first job); steps: a list each job run is told to, in
-    words (the plan's explain())."""
+    words (the plan's explain()); through_spark: whether the image travels
+    through Spark, as the caller's plan found it (spark_files); None: asked
+    here."""
     image_dir = _check_dir(image_dir)
     spark = subscriptions.sparkSession
     steps = [] if steps is None else steps
     if name is None:
         name = digest_name(subscriptions, dialect)
         steps.append("digest job: one aggregate over the rows names the image by its content")
-    location = location_in(image_dir, name, spark_files(spark, image_dir))
+    if through_spark is None:
+        through_spark = spark_files(spark, image_dir)
+    location = location_in(image_dir, name, through_spark)
     key = (session_key(spark), image_dir, location, name)
     with _KNOWN_LOCK:
         row = None if rebuild else _KNOWN.get(key)

@@ -41,7 +41,7 @@ from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import QUEUE_MODES, type_name
 from topicmatch.spark.image_hosts import (check_dir_and_ship, connect_host, connect_master,
                                           spark_files, use_images, warn_once)
-from topicmatch.spark.images import image_index, name_of, vanished
+from topicmatch.spark.images import image_index, index_rows, name_of, vanished
 from topicmatch.spark.limits import limit
 from topicmatch.spark.session import check_executors, executors_checked, is_connect, session_key
 from topicmatch.spark.shard import (AUTO_DEPTHS, CANDIDATE_SHARDS, RowStats, ShardPlan, check_depth,
@@ -305,19 +305,21 @@ def is_sharded(subscriptions: DataFrame, shards, reuse: bool = True) -> bool:
 
 
 def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: bool, *,
-                 images: bool = False, steps: Optional[list] = None,
+                 rows: DataFrame, images: bool = False, steps: Optional[list] = None,
                  stats: Optional[RowStats] = None) -> ShardPlan:
     """plan_shards(subscriptions, dialect, shards, depth): the aggregate that
     measures the shards and names their images, and (not for images, whose
     build checks the rows) the job that checks every row, kept for later
-    calls on the same DataFrame object (with reuse)."""
+    calls on the same DataFrame object (with reuse).  rows: the plan's
+    index_rows frame of subscriptions, which the jobs read (what is kept
+    stays keyed to subscriptions itself)."""
     steps = [] if steps is None else steps
     check = not images
     key = (session_key(subscriptions.sparkSession), dialect, "plan", shards, depth, images)
     checked_key = key + ("checked",)
     plan = remembered(subscriptions, key) if reuse else None
     if plan is None:
-        plan = plan_shards(subscriptions, dialect, shards, depth, check=check, images=images,
+        plan = plan_shards(rows, dialect, shards, depth, check=check, images=images,
                            stats=stats)
         if plan.stats is not stats:
             steps.append("statistics job: one aggregate measures the shards and names each "
@@ -327,7 +329,7 @@ def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: b
         if reuse:
             remember(subscriptions, key, plan)
     elif check and not remembered(subscriptions, checked_key):
-        check_rows(subscriptions, dialect)
+        check_rows(rows, dialect)
         steps.append("check job: every row through the tokenizer")
     if check and reuse:
         remember(subscriptions, checked_key, True)
@@ -422,45 +424,56 @@ def _plan_given(spark, index, opts: FanoutOptions) -> FanoutPlan:
     return FanoutPlan(route, opts, session_key(spark), index=idx, nsubs=idx.nsubs, why=why)
 
 
-def _images_why(spark, opts: FanoutOptions) -> Tuple[bool, str]:
-    """Can this DataFrame's index go through images, and why (or why not)?"""
+def _images_why(spark, opts: FanoutOptions) -> Tuple[bool, str, bool]:
+    """Can this DataFrame's index go through images, and why (or why not);
+    and do they travel through Spark (spark_files)?  That last is asked of
+    the cluster (the JVM's list of executors) once here, and the plan
+    hands the answer to its builds: asked again, it could only cost the
+    driver another round trip, or, were an executor to register meanwhile,
+    give the same plan two answers."""
     if opts.image_dir is not None:
-        return True, f"image_dir={opts.image_dir!r}: images are built there by executor tasks"
+        return True, f"image_dir={opts.image_dir!r}: images are built there by executor tasks", False
     if opts.ship != "auto":
         why = (f"ship={opts.ship!r} was given with a subscriptions DataFrame: its index is built "
                "on the driver and shipped, not as images (leave ship='auto' for images)")
         warn_once(spark, "topicmatch: " + why)
-        return False, why
-    if use_images(spark, None, "auto"):
-        if spark_files(spark, None) and is_connect(spark):
-            return True, ("Spark Connect, no image_dir, and the server's master is "
-                          f"{connect_master(spark) or 'not said'!r}, not local: its executors may "
-                          "run on several hosts, so images are built by executor tasks and "
-                          "returned to this client as rows of the tasks' results (each checked "
-                          "as it arrives), and the client adds them to its session as "
-                          "artifacts, so each host fetches each once through Spark")
-        if spark_files(spark, None):
-            return True, ("no image_dir, executors on several hosts (or dynamic allocation): "
-                          "images are built by executor tasks and sent to the driver, which "
-                          "serves them: each host fetches once only the images it lacks")
-        if is_connect(spark):
-            return True, ("Spark Connect, no image_dir: the server's master is local and a probe "
-                          f"task's executors reported one host ({connect_host(spark)}): images "
-                          "are built by executor tasks into that host's image directory")
-        return True, ("no image_dir, every executor on one host: images are built by executor "
-                      "tasks into that host's image directory")
-    return False, ("Spark Connect without image_dir, the server's executors may run on "
-                   "several hosts (its master is not local), and this client cannot add an "
-                   "image to its session (its PySpark's addArtifacts takes no file=: Spark "
-                   "Connect 3.5+), so the index is built on the driver and shipped (pass "
-                   "image_dir= storage the executors share)")
+        return False, why, False
+    if not use_images(spark, None, "auto"):
+        return False, ("Spark Connect without image_dir, the server's executors may run on "
+                       "several hosts (its master is not local), and this client cannot add an "
+                       "image to its session (its PySpark's addArtifacts takes no file=: Spark "
+                       "Connect 3.5+), so the index is built on the driver and shipped (pass "
+                       "image_dir= storage the executors share)"), False
+    through = spark_files(spark, None)
+    if through and is_connect(spark):
+        return True, ("Spark Connect, no image_dir, and the server's master is "
+                      f"{connect_master(spark) or 'not said'!r}, not local: its executors may "
+                      "run on several hosts, so images are built by executor tasks and "
+                      "returned to this client as rows of the tasks' results (each checked "
+                      "as it arrives), and the client adds them to its session as "
+                      "artifacts, so each host fetches each once through Spark"), True
+    if through:
+        return True, ("no image_dir, executors on several hosts (or dynamic allocation): "
+                      "images are built by executor tasks and sent to the driver, which "
+                      "serves them: each host fetches once only the images it lacks"), True
+    if is_connect(spark):
+        return True, ("Spark Connect, no image_dir: the server's master is local and a probe "
+                      f"task's executors reported one host ({connect_host(spark)}): images "
+                      "are built by executor tasks into that host's image directory"), False
+    return True, ("no image_dir, every executor on one host: images are built by executor "
+                  "tasks into that host's image directory"), False
 
 
 def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool,
                 while_building=None) -> FanoutPlan:
-    images, images_why = _images_why(spark, opts)
+    images, images_why, through_spark = _images_why(spark, opts)
     why, steps = [images_why], []
     nsubs = name = stats = None
+    # The columns an index is built from, made once for every job of this
+    # plan that reads the rows (the statistics, the check, the build):
+    # making it costs the driver the JVM's analysis of a select.  A plan's
+    # own, never kept past it.
+    rows = index_rows(subscriptions) if images else None
     if opts.shards == "auto":
         if images:
             # One pass decides "auto" and names every image either way: the
@@ -468,7 +481,7 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool
             # the whole table's digest (the one image's name), and are the
             # sharded plan's own first aggregate.
             depth = AUTO_DEPTHS[0] if opts.depth == "auto" else opts.depth
-            stats = row_stats(subscriptions, opts.dialect, (depth,), max(CANDIDATE_SHARDS))
+            stats = row_stats(rows, opts.dialect, (depth,), max(CANDIDATE_SHARDS))
             total = stats.total(depth)
             nsubs, name = int(total[0]), name_of(opts.dialect, total)
             steps.append('statistics job: one aggregate counts the rows (for shards="auto"), '
@@ -485,8 +498,9 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool
     if sharded:
         given = opts.shards if isinstance(opts.shards, ShardPlan) else None
         shards, depth = (given.shards, given.depth) if given else (opts.shards, opts.depth)
+        rows = index_rows(subscriptions) if rows is None else rows
         sp = checked_plan(subscriptions, opts.dialect, shards, depth, memo,
-                          images=images, steps=steps, stats=stats)
+                          images=images, steps=steps, stats=stats, rows=rows)
         measured = sp
         if given is not None:
             # the caller's plan runs as given (its salting included); the
@@ -501,15 +515,16 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool
         # same shards and depth: a given plan carries none of its own)
         named = sp if sp.stats is not None else dataclasses.replace(sp, stats=measured.stats)
         ahead = None if while_building is None else (lambda paths: while_building(sp, paths))
-        paths = shard_images(subscriptions, opts.dialect, named, opts.image_dir, rebuild=rebuild,
-                             steps=steps, while_building=ahead)["paths"]
+        paths = shard_images(rows, opts.dialect, named, opts.image_dir, rebuild=rebuild,
+                             steps=steps, while_building=ahead,
+                             through_spark=through_spark)["paths"]
         why.append("every host holds every image it needs, so the events are matched where "
                    "they are: no shuffle, no salting sample")
         return FanoutPlan("shard-images", opts, session, shard_plan=sp, shard_paths=paths,
                           subscriptions=subscriptions, nsubs=nsubs, why=why, steps=steps)
     if images:
-        idx = image_index(subscriptions, opts.dialect, opts.image_dir, rebuild=rebuild,
-                          name=name, steps=steps)
+        idx = image_index(rows, opts.dialect, opts.image_dir, rebuild=rebuild,
+                          name=name, steps=steps, through_spark=through_spark)
         return FanoutPlan("image", opts, session, index=idx, nsubs=idx.nsubs, why=why,
                           steps=steps)
     table_index = build_index(subscriptions, opts.dialect)

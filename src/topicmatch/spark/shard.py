@@ -321,8 +321,10 @@ def row_stats(subscriptions: DataFrame, dialect: str, depths, modulus: int) -> R
     def bucket(d):
         return filter_bucket(F.col("inner"), dialect, d, modulus)
     if len(depths) == 1:
-        got = (shaped.select(bucket(depths[0]).alias("b"), *hcols).groupBy("b").agg(*sums)
-               .select(F.lit(depths[0]).alias("d"), "*").collect())
+        # (the depth is put in here, not by one more select: each costs the
+        # driver the JVM's analysis of it)
+        got = [(depths[0], *r) for r in
+               shaped.select(bucket(depths[0]).alias("b"), *hcols).groupBy("b").agg(*sums).collect()]
     else:
         buckets = F.array(*[F.struct(F.lit(d).alias("d"), bucket(d).alias("b")) for d in depths])
         got = (shaped.select(F.explode(buckets).alias("x"), *hcols)

@@ -57,7 +57,6 @@ from topicmatch import Sublist
 from topicmatch.spark.base import bad_subscription
 from topicmatch.spark.image_store import image_home, is_spark, location_in, open_location
 from topicmatch.spark.image_inbox import as_rows, prefetch
-from topicmatch.spark.image_hosts import default_dir_works
 from topicmatch.spark.images import (BadRow, _check_dir, build_at, driver_has,
                                      image_source, inbox_for, index_rows, name_of, probe_at,
                                      publish, results, rows_builder, spark_files,
@@ -245,7 +244,7 @@ _KNOWN_LOCK = threading.Lock()
 
 def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_dir=None, *,
                  rebuild: bool = False, steps: Optional[list] = None,
-                 while_building=None) -> dict:
+                 while_building=None, through_spark: Optional[bool] = None) -> dict:
     """-> {"paths": [path of image k: shard k's, then (k = N) the
     replicated share's], "built": [the images this call built],
     "inserts": subscriptions they inserted}: every image, built by executor
@@ -253,12 +252,15 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     while_building(paths): called just before the build job (when there is
     one) with the paths this returns, where every image has a location
     (not the default directory's, whose path is the executor's own): a
-    location is the path build_at and probe_at return for it."""
+    location is the path build_at and probe_at return for it.
+    through_spark: whether the images travel through Spark, as the
+    caller's plan found it (images.spark_files); None: asked here."""
     image_dir = _check_dir(image_dir)
     spark = subscriptions.sparkSession
     steps = [] if steps is None else steps
     names = shard_names(subscriptions, dialect, plan)
-    through_spark = spark_files(spark, image_dir)
+    if through_spark is None:
+        through_spark = spark_files(spark, image_dir)
     locations = [location_in(image_dir, name, through_spark) for name in names]
     keys = [(session_key(spark), image_dir, loc, name) for loc, name in zip(locations, names)]
     with _KNOWN_LOCK:
@@ -306,16 +308,6 @@ def shard_images(subscriptions: DataFrame, dialect: str, plan: ShardPlan, image_
     return {"paths": paths, "built": made, "inserts": inserts}
 
 
-def _prefetch_source(spark, locations):
-    """The driver's image server, for the build tasks to prefetch from,
-    where their images travel through it (spark:) and the executors run on
-    several hosts (on one, each image is on the host that built it); None
-    otherwise (Spark Connect's travel as the session's artifacts)."""
-    if not any(loc is not None and is_spark(loc) for loc in locations) or default_dir_works(spark):
-        return None
-    return image_source(spark, locations)
-
-
 def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, rebuild, inbox,
                      probe=True, before_build=None):
     """The probe task over the unknown images, then one build job for those
@@ -349,7 +341,9 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
         if len(todo) < len(names):
             rows = rows.where(F.col("shard").isin(todo))
         job = _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
-            _build_task(locations, names, dialect, force, ticket, _prefetch_source(spark, locations)),
+            # (the driver's image server where the images travel through it:
+            # spark: locations, which the executors on several hosts get)
+            _build_task(locations, names, dialect, force, ticket, image_source(spark, locations)),
             _RESULT)
         if before_build is not None:
             before_build()
