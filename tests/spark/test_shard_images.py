@@ -332,3 +332,29 @@ def test_a_match_frame_made_for_another_plan_is_not_used(monkeypatch):
     failed = fan_out._MatchAhead(None, None)
     failed.start(sp, paths)
     assert failed.frame_for(plan()) is None
+
+
+def test_a_call_whose_planning_fails_leaves_no_match_frame_thread_behind(spark, monkeypatch):
+    """Where planning raises after the match frame's thread started (the
+    build job failed), the call waits for the thread before it raises:
+    nothing of a call that raised runs on after it."""
+    import time
+
+    from topicmatch.spark import fan_out, fanout
+    finished = []
+
+    def slow_frame(*args):
+        time.sleep(0.3)
+        finished.append(True)
+        return "frame"
+
+    def plan_that_fails(subscriptions, opts, spark=None, _while_building=None):
+        _while_building(_plan(), ["spark:a.img"])
+        raise RuntimeError("the build job failed")
+    monkeypatch.setattr(fan_out, "_shard_image_frame", slow_frame)
+    monkeypatch.setattr(fan_out, "plan_fanout", plan_that_fails)
+    subs, subjects = random_case("nats", n_subs=5, n_events=5, seed=3)
+    ev = spark.createDataFrame(events_rows(subjects), EVENT_SCHEMA)
+    with pytest.raises(RuntimeError, match="the build job failed"):
+        fanout(ev, spark.createDataFrame(subs, SUBS_SCHEMA), queues="all")
+    assert finished == [True]

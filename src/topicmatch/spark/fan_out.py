@@ -274,8 +274,13 @@ def fanout_with_rejects(events: DataFrame, subscriptions: Subscriptions,
     else:
         # (a stream's events: _per_event refuses a sharded plan, in line)
         ahead = None if events.isStreaming else _MatchAhead(events, opts)
-        plan = plan_fanout(subscriptions, opts, spark=spark,
-                           _while_building=ahead.start if ahead is not None else None)
+        try:
+            plan = plan_fanout(subscriptions, opts, spark=spark,
+                               _while_building=ahead.start if ahead is not None else None)
+        except BaseException:
+            if ahead is not None:
+                ahead.wait()        # nothing of a call that raised runs on after it
+            raise
         check_executors(spark)      # (a remembered plan: checked when it was made)
     made = ahead.frame_for(plan) if ahead is not None else None
     per_event, index = (made, plan.index) if made is not None else _per_event(events, plan, opts)
@@ -320,6 +325,9 @@ class _MatchAhead:
             try:
                 self._frame = _shard_image_frame(self._events, shard_plan, list(paths), self._opts)
             except Exception:  # noqa: BLE001 - made again in line, where it raises
+                logging.getLogger("topicmatch.spark").debug(
+                    "topicmatch: the match frame made beside the build job failed; made in line",
+                    exc_info=True)
                 self._frame = None
                 return
             logging.getLogger("topicmatch.spark").info(
@@ -328,12 +336,17 @@ class _MatchAhead:
         self._thread = threading.Thread(target=run, name="topicmatch-match-ahead", daemon=True)
         self._thread.start()
 
+    def wait(self) -> None:
+        """Until the thread, if one started, is done."""
+        if self._thread is not None:
+            self._thread.join()
+
     def frame_for(self, plan: FanoutPlan) -> Optional[DataFrame]:
         """The frame made ahead for `plan`, or None (none made, or for
         another plan: made in line)."""
         if self._thread is None:
             return None
-        self._thread.join()
+        self.wait()
         shard_plan, paths = self._for
         if (plan.route != "shard-images" or plan.shard_plan is not shard_plan
                 or list(plan.shard_paths) != paths):
