@@ -163,7 +163,7 @@ def threads(threads, most):
     as `most` when it is more."""
     t = threads if type(threads) is int else index(threads, "threads")
     if not -(1 << 63) <= t < (1 << 63):     # as the C count it was converted to says it
-        raise OverflowError("Python int too large to convert to C ssize_t")
+        raise TopicmatchOverflowError("Python int too large to convert to C ssize_t")
     if t < 1:
         raise TopicmatchValueError(f"threads must be >= 1, not {t}")
     return min(t, most)

@@ -12,7 +12,7 @@ import os
 import secrets
 import stat
 
-from topicmatch._errors import (CorruptImageError, NotAnImageError, TopicmatchTypeError,
+from topicmatch._errors import (CorruptImageError, NotAnImageError, TopicmatchBufferError, TopicmatchTypeError,
                                 TopicmatchValueError, _image_changed, _os_error)
 
 #: The first bytes of every image and serialized index (docs/FORMAT.md).
@@ -237,7 +237,7 @@ class ImageChecksum:
         # bytes, as the C sum's buffer of unsigned chars took them: not an
         # array of wider items read as its bytes, nor a view with gaps
         if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
-            raise BufferError(f"a piece of an image must be contiguous bytes, not a {view.ndim}-dimensional "
+            raise TopicmatchBufferError(f"a piece of an image must be contiguous bytes, not a {view.ndim}-dimensional "
                               f"{'' if view.c_contiguous else 'non-contiguous '}buffer of {view.format!r}")
         piece = view.cast("B")
         n = len(piece)
