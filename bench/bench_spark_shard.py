@@ -25,6 +25,12 @@ unsharded and sharded passes must agree on both figures.
   fanout     fanout(events, subs) with its default arguments (shards="auto"),
              the images built into a new directory (--image-dir): a first call
   again      the same call again on the same subscriptions DataFrame
+  first      a first call each time it runs: fanout over a new DataFrame
+             object of the same rows (so no plan is remembered) into a new
+             image directory (so every image is built); to alternate first
+             calls with the SQL passes in one application.  Needs an image
+             directory (not --image-dir none, where the driver keeps the
+             images it was sent)
   sql-merge, sql-broadcast
              the plain Spark SQL shape-join (bench/sql_join.py: one candidate
              key per filter shape, an equi-join on the filter), sort-merge or
@@ -337,7 +343,7 @@ def main(argv=None):
                     help="with --profile: also write the profile's raw statistics to FILE "
                          "(pstats; to count the calls by caller)")
     ap.add_argument("--runs", default="warmup,identity,unsharded,sharded",
-                    # also: fanout, again, sql-merge, sql-broadcast
+                    # also: fanout, again, first, sql-merge, sql-broadcast
                     help="passes in order (warmup: the identity pass, not reported)")
     ap.add_argument("--shards", default="auto")
     ap.add_argument("--depth", default="auto")
@@ -448,6 +454,12 @@ def main(argv=None):
                         if args.profile_out:
                             prof.dump_stats(args.profile_out)
                         pstats.Stats(prof).sort_stats("cumulative").print_stats("topicmatch|pyspark", 60)
+                elif name == "first":
+                    if image_dir is None:
+                        raise SystemExit("the first pass needs an image directory (not "
+                                         "--image-dir none)")
+                    fresh = tempfile.mkdtemp(prefix="topicmatch-bench-first-", dir=image_dir)
+                    got = agg(fanout(events, subs.select("*"), queues="all", image_dir=fresh))
                 elif name in ("sql-merge", "sql-broadcast"):
                     how = name.split("-")[1]
                     joined = sql_join.sql_fanout(events, subs, "nats", plan=how)
@@ -501,6 +513,15 @@ def main(argv=None):
         for name in p:
             if name not in ("identity", "warmup"):
                 print(f"  {name} / identity = {statistics.median(r['wall_s'] for r in p[name]) / base:.2f}")
+    sql = [name for name in ("sql-merge", "sql-broadcast") if name in p]
+    if "first" in p and sql:
+        # round i: the i-th first call against the better of the i-th SQL
+        # passes (alternated in one application, so each pair saw the same load)
+        rounds = [f["wall_s"] / min(p[name][i]["wall_s"] for name in sql)
+                  for i, f in enumerate(p["first"]) if all(i < len(p[name]) for name in sql)]
+        if rounds:
+            print(f"  first / the better SQL plan, round by round: "
+                  f"{', '.join(f'{r:.2f}' for r in rounds)}; median {statistics.median(rounds):.2f}")
     delivered = [(name, tuple(r["result"])) for name, rows in p.items() if name not in ("identity", "warmup")
                  for r in rows if not isinstance(r["result"], str)]
     if len(delivered) > 1:
