@@ -293,9 +293,41 @@ static inline int text_row(const text *t, int64_t i, const char **p, size_t *len
     return 1;
 }
 
+/* Whether every row of an offsets array is within its data, null rows'
+ * too: offsets in order, the first >= 0, the last within the data.  One
+ * branch-free pass (~3 instructions a row, where text_row's checks cost
+ * ~21 a row on every match_many over Arrow); a column it refuses is
+ * checked row by row, which finds the row to name, or lets a null row's
+ * offsets be what they are. */
+static int offsets_in_order(const text *t)
+{
+    int64_t first, last;
+    int bad = 0;
+    if (t->wide) {
+        const uint8_t *o = t->fixed + 8 * t->off;
+        for (int64_t i = 0; i < t->n; i++) {
+            int64_t a, b;
+            memcpy(&a, o + 8 * i, 8);
+            memcpy(&b, o + 8 * i + 8, 8);
+            bad |= b < a;
+        }
+        memcpy(&first, o, 8);
+        memcpy(&last, o + 8 * t->n, 8);
+    } else {
+        const uint8_t *o = t->fixed + 4 * t->off;
+        for (int64_t i = 0; i < t->n; i++)
+            bad |= read_i32(o + 4 * i + 4) < read_i32(o + 4 * i);
+        first = read_i32(o);
+        last = read_i32(o + 4 * t->n);
+    }
+    return !bad && first >= 0 && last <= t->data_size;
+}
+
 /* Every row of t checked, and written to ptrs/lens when ptrs is set. */
 static int text_rows(const text *t, const char **ptrs, size_t *lens, fs_arrow_error *err)
 {
+    if (!ptrs && t->kind == FS_ARROW_OFFSETS && t->n > 0 && offsets_in_order(t))
+        return FS_OK;
     const char *p = NULL;
     size_t len = 0;
     for (int64_t i = 0; i < t->n; i++) {

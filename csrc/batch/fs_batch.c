@@ -26,19 +26,22 @@ static inline void copy_ids(int64_t *dst, const int64_t *src, size_t n)
         memcpy(dst, src, sizeof(int64_t) * n);
 }
 
-/* Emit a row from a built (or cached) result.  by_subject: the row's pick
- * key is its subject and r's subject_pick are filled (fs_compute_locked):
- * the picks are read, not recomputed over every member. */
-FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, int by_subject,
-                          fs_idbuf *out)
+/* How many ids emit() writes for r: its plain ids, and per queues its
+ * members ("all"), one per group ("pick") or none ("none"). */
+static inline size_t emit_count(const fs_result *r, int queues)
 {
     size_t extra = queues == FS_QUEUES_ALL ? r->nids - r->nplain
                  : queues == FS_QUEUES_PICK ? r->ngroups : 0;
-    if (r->nplain + extra == 0)   /* out->ids may still be NULL: no NULL + 0 */
-        return FS_OK;
-    if (fs_idbuf_room(out, r->nplain + extra) < 0)
-        return FS_ENOMEM;
-    int64_t *dst = out->ids + out->n;
+    return r->nplain + extra;
+}
+
+/* Write r's emit_count(r, queues) ids at dst (room made by the caller);
+ * returns the end of what it wrote.  by_subject: the row's pick key is its
+ * subject and r's subject_pick are filled (fs_compute_locked): the picks
+ * are read, not recomputed over every member. */
+FS_ALWAYS_INLINE int64_t *emit_to(const fs_result *r, int queues, uint32_t keyhash, int by_subject,
+                                  int64_t *dst)
+{
     size_t ncopy = queues == FS_QUEUES_ALL ? r->nids : r->nplain;
     copy_ids(dst, r->ids, ncopy);
     dst += ncopy;
@@ -49,7 +52,19 @@ FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, int 
                                 : fs_pick(fs_pick_seed(keyhash, g->key_hash), r->ids + g->members_off,
                                           g->members_len);
         }
-    out->n = (size_t)(dst - out->ids);
+    return dst;
+}
+
+/* Emit a row from a built (or cached) result (emit_to, room made here). */
+FS_ALWAYS_INLINE int emit(const fs_result *r, int queues, uint32_t keyhash, int by_subject,
+                          fs_idbuf *out)
+{
+    size_t n = emit_count(r, queues);
+    if (n == 0)               /* out->ids may still be NULL: no NULL + 0 */
+        return FS_OK;
+    if (fs_idbuf_room(out, n) < 0)
+        return FS_ENOMEM;
+    out->n = (size_t)(emit_to(r, queues, keyhash, by_subject, out->ids + out->n) - out->ids);
     return FS_OK;
 }
 
@@ -256,7 +271,9 @@ typedef struct {
     fs_tokens toks[BLOCK_ROWS];
     int state[BLOCK_ROWS];
     uint32_t hash[BLOCK_ROWS];              /* with a cache: the subjects' (its key) */
-    const fs_cache_bucket *bucket[BLOCK_ROWS];  /* and their buckets */
+    const fs_cache_bucket *bucket[BLOCK_ROWS];  /* and their buckets, */
+    const fs_result *hit[BLOCK_ROWS];       /* what they found (NULL: a miss or no row) */
+    size_t nemit[BLOCK_ROWS];               /* and how many ids each hit emits */
 } block;
 
 /* With a cache, a block's plan is the rows' subjects and hashes, and the
@@ -264,8 +281,8 @@ typedef struct {
  * in L1 (hot1k, cache_size=4096, 50,000 rows, one thread, interleaved
  * medians: 52.6-53.5 -> 47.0-47.8 ns/subject; prefetching the buckets
  * first as well gained nothing: 46.3-47.5). */
-static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n,
-                             block *b)
+FS_ALWAYS_INLINE void plan_cached_rows_of(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n,
+                                          block *b)
 {
     for (size_t k = 0; k < n; k++) {
         fs_walk_row *r = &b->plan[k];
@@ -273,6 +290,21 @@ static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, s
         b->hash[k] = b->state[k] == ROW_OK ? fs_hash(r->s, r->len) : 0;
     }
     fs_cache_buckets(sl->cache, b->hash, n, b->bucket);
+}
+
+static void plan_cached_rows(const fs_sublist *sl, const fs_strings *subjects, size_t i, size_t n, block *b)
+{
+    /* The common column, Arrow with 32-bit offsets and no nulls, read
+     * through a copy whose layout the compiler sees: fs_strings_get's
+     * tests of it fold away (~10 instructions a row fewer). */
+    if (subjects->layout == FS_STR_ARROW && !subjects->validity && subjects->off32) {
+        fs_strings s = *subjects;
+        s.layout = FS_STR_ARROW;
+        s.validity = NULL;
+        plan_cached_rows_of(sl, &s, i, n, b);
+        return;
+    }
+    plan_cached_rows_of(sl, subjects, i, n, b);
 }
 
 /* The walk's plan and fetch steps over a block of rows (fs_walk.h), in
@@ -424,12 +456,13 @@ static int emit_both(const rows_job *job, const rows_parts *p, uint32_t keyhash)
 }
 
 /* Emit the answer of planned row k (row i) into job->out, by one of three
- * paths: the cached result, a result computed (and cached) now, or the
- * walk's hits directly (an index without a cache, or a job with an also,
- * where a row that only one index matched is emitted from its hits).  FS_OK,
- * FS_EINVAL (nothing emitted) for a subject the tokenizer refused, FS_ENOMEM. */
+ * paths: the cached result (hit: the caller looked it up), a result
+ * computed (and cached) now, or the walk's hits directly (an index without
+ * a cache, or a job with an also, where a row that only one index matched
+ * is emitted from its hits).  FS_OK, FS_EINVAL (nothing emitted) for a
+ * subject the tokenizer refused, FS_ENOMEM. */
 static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, size_t i, int cached_index,
-                           fs_cache_tally *tally)
+                           const fs_result *hit)
 {
     fs_workspace *w = p->w;
     block *b = p->b;
@@ -438,9 +471,8 @@ static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, s
     uint32_t keyhash = row_pick_hash(job, b, k, i, cached_index, &keyed);
     int rc;
     if (cached_index) {
-        const fs_result *cached = fs_cache_get_from(b->bucket[k], r->s, r->len, b->hash[k], tally);
-        if (cached)
-            return emit(cached, job->queues, keyhash, !keyed, job->out);
+        if (hit)
+            return emit(hit, job->queues, keyhash, !keyed, job->out);
         fs_error err;
         rc = fs_compute_locked(job->sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
         return rc == FS_OK ? emit(&w->r, job->queues, keyhash, !keyed, job->out) : rc;
@@ -459,18 +491,33 @@ static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, s
     return emit_walked(job, job->sl, &w->sc, &w->r, keyhash);
 }
 
+/* A valid row is done, its ids at out->ids[before .. out->n): its end, its
+ * flag, and the match counts into c. */
+static inline void row_done(const rows_job *job, rows_counts *c, size_t at, size_t before)
+{
+    size_t end = job->out->n;
+    job->invalid[at] = 0;
+    job->row_end[at] = (int64_t)end;
+    uint64_t f = end - before;
+    c->matched++;
+    c->fanout += f;
+    if (f > c->fanout_max)
+        c->fanout_max = f;
+}
+
 /* Match planned row k of the block, row i of the job: its ids into
  * job->out (deduplicated if asked), its end into row_end, whether it was
- * invalid, and the match counts into c.  FS_OK or FS_ENOMEM. */
+ * invalid, and the match counts into c (hit: the cached answer, when a
+ * cached index had one).  FS_OK or FS_ENOMEM. */
 static inline int match_row(const rows_job *job, const rows_parts *p, rows_counts *c, size_t k, size_t i,
-                            int cached_index, fs_cache_tally *tally)
+                            int cached_index, const fs_result *hit)
 {
     fs_idbuf *out = job->out;
     size_t before = out->n, at = i - job->begin;
     /* A null or invalid row (planned so, or refused by the tokenizer on the
      * cache's path) gets no ids and is not counted: decided here once, so
      * the common row neither reads its invalid flag back nor tests it. */
-    int rc = p->b->state[k] == ROW_OK ? emit_row(job, p, k, i, cached_index, tally) : FS_EINVAL;
+    int rc = p->b->state[k] == ROW_OK ? emit_row(job, p, k, i, cached_index, hit) : FS_EINVAL;
     if (FS_UNLIKELY(rc != FS_OK)) {
         if (rc != FS_EINVAL)
             return rc;
@@ -478,7 +525,6 @@ static inline int match_row(const rows_job *job, const rows_parts *p, rows_count
         job->row_end[at] = (int64_t)out->n;
         return FS_OK;
     }
-    job->invalid[at] = 0;
     /* Only when the row emitted: with nothing emitted yet, out->ids may be
      * NULL, and NULL + 0 is undefined. */
     if (job->dedupe && out->n > before) {
@@ -487,13 +533,78 @@ static inline int match_row(const rows_job *job, const rows_parts *p, rows_count
             return rc;
         out->n = before + kept;
     }
-    job->row_end[at] = (int64_t)out->n;
-    uint64_t f = out->n - before;
-    c->matched++;
-    c->fanout += f;
-    if (f > c->fanout_max)
-        c->fanout_max = f;
+    row_done(job, c, at, before);
     return FS_OK;
+}
+
+/* A planned block of a cached index's rows, queues a constant in each copy
+ * (match_cached_block).  Lookups run ahead, in row order, up to the first
+ * miss (their entries were prefetched by the plan), with the ids their
+ * hits will emit summed, so that one fs_idbuf_room makes room for them
+ * all; then each hit is written by emit_to through a pointer kept in a
+ * register -- no room check, no reload of the output's fields after each
+ * id written (an int64_t store may alias its size_t n).  The miss is then
+ * computed and cached (match_row) before the next row is looked up, so
+ * lookups, fills and the CLOCK bits see the rows in order, as one row at
+ * a time would.  A null or invalid row, and every row of a job that
+ * dedupes, go through match_row too. */
+FS_ALWAYS_INLINE int match_cached_block_if(const rows_job *job, const rows_parts *p, rows_counts *c, size_t i,
+                                           size_t n, int queues, fs_cache_tally *tally)
+{
+    block *b = p->b;
+    fs_idbuf *out = job->out;
+    for (size_t k = 0; k < n;) {
+        size_t need = 0, m = k;
+        for (; m < n; m++) {
+            const fs_walk_row *r = &b->plan[m];
+            b->hit[m] = NULL;
+            b->nemit[m] = 0;
+            if (b->state[m] != ROW_OK)
+                continue;
+            if (!(b->hit[m] = fs_cache_get_from(b->bucket[m], r->s, r->len, b->hash[m], tally)))
+                break;                          /* row m missed: matched in order, below */
+            b->nemit[m] = emit_count(b->hit[m], queues);
+            need += b->nemit[m];
+        }
+        if (need && fs_idbuf_room(out, need) < 0)
+            return FS_ENOMEM;
+        for (; k < m; k++) {
+            const fs_result *hit = b->hit[k];
+            if (!hit || job->dedupe) {
+                int rc = match_row(job, p, c, k, i + k, 1, hit);
+                if (rc != FS_OK)
+                    return rc;
+                continue;
+            }
+            size_t before = out->n;
+            if (b->nemit[k]) {    /* out->ids may still be NULL: no NULL + 0 */
+                int keyed;
+                uint32_t keyhash = row_pick_hash(job, b, k, i + k, 1, &keyed);
+                out->n = (size_t)(emit_to(hit, queues, keyhash, !keyed, out->ids + before) - out->ids);
+            }
+            row_done(job, c, i + k - job->begin, before);
+        }
+        if (k < n) {              /* the miss */
+            int rc = match_row(job, p, c, k, i + k, 1, NULL);
+            if (rc != FS_OK)
+                return rc;
+            k++;
+        }
+    }
+    return FS_OK;
+}
+
+static int match_cached_block(const rows_job *job, const rows_parts *p, rows_counts *c, size_t i, size_t n,
+                              fs_cache_tally *tally)
+{
+    switch (job->queues) {
+    case FS_QUEUES_ALL:
+        return match_cached_block_if(job, p, c, i, n, FS_QUEUES_ALL, tally);
+    case FS_QUEUES_NONE:
+        return match_cached_block_if(job, p, c, i, n, FS_QUEUES_NONE, tally);
+    default:
+        return match_cached_block_if(job, p, c, i, n, FS_QUEUES_PICK, tally);
+    }
 }
 
 /* The most ids room_ahead reserves at once beyond a doubling (4 MiB, where
@@ -556,11 +667,14 @@ static int matcher_run(row_matcher *m, const rows_job *jp)
                 break;
             if (cached_index) {
                 plan_cached_rows(sl, job.subjects, i, nblock, parts.b);
-            } else if ((rc = plan_rows(sl, job.also, job.subjects, i, nblock, parts.b)) < 0) {
-                break;
+                rc = match_cached_block(&job, &parts, &c, i, nblock, &tally);
+                i += nblock;
+                continue;
             }
+            if ((rc = plan_rows(sl, job.also, job.subjects, i, nblock, parts.b)) < 0)
+                break;
             for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++)
-                rc = match_row(&job, &parts, &c, k, i, cached_index, &tally);
+                rc = match_row(&job, &parts, &c, k, i, 0, NULL);
         }
         if (job.also)
             fs_brlock_rdunlock(&job.also->lock);
