@@ -372,94 +372,134 @@ int fs_row_groups(const fs_sublist *sl, fs_scratch *sc, size_t *nrefs)
 }
 
 
-/* Merge the sorted s[0..ns) into the sorted b[0..nb) at out[0..nb + ns).
- * b is the row's big run, most of the row (heavy: ~68 of ~76 ids), so the
- * work is in copying b's stretches between s's ids, eight at a time: while
- * the eighth is not above s's next id, the eight are copied (one
- * comparison for eight ids, where a merge makes one per id, with or
- * without branches); then the eight are copied anyway and how many of
- * them go before it is found by a search of three steps without branches
- * (the ones not taken are written again after).  Safe on runs out of
- * order (a mapped image opened with verify=False): every step takes a
- * prefix of what is left of b, within what is left, so each id of b and s
- * is written once, in its run's order, and every read and write stays in
- * bounds (the eight written: at least eight of b and one of s are still
- * to come).  Runs out of order give out out of order: the caller checks. */
-FS_ALWAYS_INLINE void merge_gaps(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
+/* ---- a row's plain ids from several nodes: the biggest node's run b,
+ * and the others' ids s (sorted, merged on the stack where there are
+ * several), put between b's stretches (merge_gaps): b is most of a row
+ * (heavy: ~68 of ~76 ids), so the work is in copying its stretches eight
+ * at a time, one comparison for eight ids, and in finding where each id
+ * of s goes among the next eight.  Safe on runs out of order (a mapped
+ * image opened with verify=False): every step takes a prefix of what is
+ * left of b, within what is left, so each id of b and s is written once,
+ * in its run's order, and nothing is read or written outside either run
+ * or out.  Runs out of order give out out of order: the caller checks. */
+
+/* n >= 1 ids of b copied to out: four at a time, the last four (or two)
+ * written where they end, over ids this copy wrote already -- the same
+ * ids -- so that a tail of up to seven costs two stores, not a loop. */
+FS_ALWAYS_INLINE void copy_tail(int64_t *out, const int64_t *b, size_t n)
 {
-    size_t i = 0, lim = nb < 8 ? 0 : nb - 7;     /* i < lim: b[i..i + 8) are there */
-    for (size_t j = 0; j < ns; j++) {
+    if (n >= 4) {
+        for (size_t k = 0; k + 4 < n; k += 4)
+            memcpy(out + k, b + k, 4 * sizeof(int64_t));
+        memcpy(out + n - 4, b + n - 4, 4 * sizeof(int64_t));
+    } else if (n >= 2) {
+        memcpy(out, b, 2 * sizeof(int64_t));
+        memcpy(out + n - 2, b + n - 2, 2 * sizeof(int64_t));
+    } else {
+        out[0] = b[0];
+    }
+}
+
+/* The end of a merge_gaps: s[j..ns) between b[i..nb) where fewer than
+ * eight of b are left (a store per id of b), then what is left of b. */
+FS_ALWAYS_INLINE void gaps_tail(int64_t *out, const int64_t *b, size_t i, size_t nb, const int64_t *s, size_t j,
+                                size_t ns)
+{
+    for (; j < ns; j++) {
         int64_t x = s[j];
-        while (i < lim && b[i + 7] <= x) {
-            memcpy(out, b + i, 8 * sizeof(int64_t));
-            out += 8;
-            i += 8;
-        }
-        if (i < lim) {               /* sorted: fewer than eight of b are <= x */
-            size_t c = (size_t)(b[i + 3] <= x) * 4;
-            c += (size_t)(b[i + c + 1] <= x) * 2;
-            c += (size_t)(b[i + c] <= x);
-            memcpy(out, b + i, 8 * sizeof(int64_t));
-            out += c;
-            i += c;
-        } else {
-            while (i < nb && b[i] <= x)
-                *out++ = b[i++];
-        }
+        while (i < nb && b[i] <= x)
+            *out++ = b[i++];
         *out++ = x;
     }
     if (i < nb)
-        memcpy(out, b + i, sizeof(int64_t) * (nb - i));
+        copy_tail(out, b + i, nb - i);
+}
+
+/* Merge the sorted s[0..ns) into the sorted b[0..nb) at out[0..nb + ns),
+ * scalar: while b[i + 7] is below s's next id x, the eight are copied;
+ * else the eight are copied anyway, how many of them are below x found by
+ * a search of three steps without branches (the ones not taken are written
+ * again after: x is written over the first), and x put after them.  The
+ * eight written: at least eight of b and one of s are still to come.  The
+ * count is at most seven on any bytes (b[i + 7] >= x). */
+FS_ALWAYS_INLINE void merge_gaps(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
+{
+    size_t i = 0, j = 0;
+    if (nb >= 8) {
+        size_t lim = nb - 7;                 /* i < lim: b[i..i + 8) are there */
+        for (; j < ns; j++) {
+            int64_t x = s[j];
+            while (b[i + 7] < x) {
+                memcpy(out, b + i, 8 * sizeof(int64_t));
+                out += 8;
+                i += 8;
+                if (i >= lim)
+                    goto tail;
+            }
+            size_t c = (size_t)(b[i + 3] < x) * 4;
+            c += (size_t)(b[i + c + 1] < x) * 2;
+            c += (size_t)(b[i + c] < x);
+            memcpy(out, b + i, 8 * sizeof(int64_t));
+            out[c] = x;
+            out += c + 1;
+            i += c;
+            if (i >= lim) {
+                j++;
+                goto tail;
+            }
+        }
+    }
+tail:
+    gaps_tail(out, b, i, nb, s, j, ns);
 }
 
 /* merge_gaps with AVX2, where the compiler can build it (GCC, clang) and
  * the processor has it (merge_gaps_best asks, per row: a load and a test):
- * the same steps -- eight of b copied as two 32-byte moves, not four
- * 16-byte ones, and how many of the eight go before x found by one compare
- * of the eight against it (the first above x, which b[i + 7] is when
- * nothing before it is: bit 7 set before the count, so it is below eight
- * on any bytes) where the scalar search takes three steps.  Each s id then
- * costs ~25 instructions, not ~34: heavy's match_many 2,618 -> 2,552 a row
- * (bench/instructions.py).  Safe on runs out of order as merge_gaps is: each
- * step takes a prefix of the eight, with at least eight of b and one of s
- * still to come, so every id is written once, in its run's order, and
- * nothing is read or written outside either run or out. */
+ * the same steps, the eight of b moved as two 32-byte registers, and how
+ * many of them are below x counted by one compare of the eight against it
+ * (the two masks packed into one, their bits counted: the same count as
+ * the search's on sorted runs, and at most seven on any, b[i + 7] being
+ * >= x).  Each id of s costs ~22 instructions, not ~34 (scalar).  Ids equal
+ * to x go before or after it alike: equal ids are the same value. */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 
-__attribute__((target("avx2"))) static void merge_gaps_avx2(int64_t *out, const int64_t *b, size_t nb,
-                                                            const int64_t *s, size_t ns)
+__attribute__((target("avx2,popcnt"))) static void merge_gaps_avx2(int64_t *out, const int64_t *b, size_t nb,
+                                                                   const int64_t *s, size_t ns)
 {
-    size_t i = 0, lim = nb < 8 ? 0 : nb - 7;     /* i < lim: b[i..i + 8) are there */
-    for (size_t j = 0; j < ns; j++) {
-        int64_t x = s[j];
-        while (i < lim && b[i + 7] <= x) {
-            __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(b + i));
-            __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(b + i + 4));
-            _mm256_storeu_si256((__m256i *)(void *)out, lo);
-            _mm256_storeu_si256((__m256i *)(void *)(out + 4), hi);
-            out += 8;
-            i += 8;
-        }
-        if (i < lim) {
+    size_t i = 0, j = 0;
+    if (nb >= 8) {
+        size_t lim = nb - 7;                 /* i < lim: b[i..i + 8) are there */
+        for (; j < ns; j++) {
+            int64_t x = s[j];
+            while (b[i + 7] < x) {
+                __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(b + i));
+                __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(b + i + 4));
+                _mm256_storeu_si256((__m256i *)(void *)out, lo);
+                _mm256_storeu_si256((__m256i *)(void *)(out + 4), hi);
+                out += 8;
+                i += 8;
+                if (i >= lim)
+                    goto tail;
+            }
             __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(b + i));
             __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(b + i + 4));
             __m256i v = _mm256_set1_epi64x(x);
-            unsigned above = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(lo, v))) |
-                             (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(hi, v))) << 4;
-            size_t c = (size_t)__builtin_ctz(above | 0x80u);
+            __m256i below = _mm256_packs_epi32(_mm256_cmpgt_epi64(v, lo), _mm256_cmpgt_epi64(v, hi));
+            size_t c = (size_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(below)));
             _mm256_storeu_si256((__m256i *)(void *)out, lo);
             _mm256_storeu_si256((__m256i *)(void *)(out + 4), hi);
-            out += c;
+            out[c] = x;
+            out += c + 1;
             i += c;
-        } else {
-            while (i < nb && b[i] <= x)
-                *out++ = b[i++];
+            if (i >= lim) {
+                j++;
+                goto tail;
+            }
         }
-        *out++ = x;
     }
-    while (i < nb)               /* (fewer than eight, or past every s: a loop, no call) */
-        *out++ = b[i++];
+tail:
+    gaps_tail(out, b, i, nb, s, j, ns);
 }
 
 #define FS_MERGE_AVX2 1
@@ -472,7 +512,7 @@ int fs_merge_simd = 1;
 FS_ALWAYS_INLINE void merge_gaps_best(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
 {
 #ifdef FS_MERGE_AVX2
-    if (fs_merge_simd && __builtin_cpu_supports("avx2")) {
+    if (fs_merge_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) {
         merge_gaps_avx2(out, b, nb, s, ns);
         return;
     }
@@ -493,93 +533,102 @@ static int ids_ascend(const int64_t *ids, size_t n)
  * it (rare), every run is merged in turn in place (fs_runs). */
 #define FEW_SMALL 256
 
-/* A row's second biggest run is merged apart from the rest when it holds
- * this many ids or more (below). */
-#define SECOND_APART 8
+/* The runs of a row other than its biggest, hits[big]: the biggest of
+ * them (sec, at hits[second]), another (one: the only other where there
+ * are two) and how many hold ids, read in one pass; a mapped image's
+ * runs cut to the room ns left for them all. */
+typedef struct {
+    const int64_t *sec, *one;
+    size_t nsec, none, second, seen;
+} other_runs;
 
-/* The ids of the hits other than hits[big], as one sorted run of at most
- * ns ids (a mapped image's runs cut to that): the one run itself where
- * there is one (runs == 2), else merged on the stack.  Of three runs or
- * more, the second biggest, when it holds SECOND_APART ids or more, is
- * merged with the others' merge last, by merge_gaps into two: it is then
- * most of them (heavy: 785 rows of 3,000 hold a second run of 8 ids or
- * more), and fs_runs_add would walk it again for each other run it merged
- * into it (heavy's match_many: 2,552 -> 2,527 instructions a row; 4, 16
- * and 32 as the bound measured no better).  The same writes bounded by the same
- * counts as merge_tallied_if's own, and each run's order kept.  Returns
- * the run; *n: its length. */
-FS_ALWAYS_INLINE const int64_t *small_runs_if(const fs_sublist *sl, int mapped, const fs_node *const *hits,
-                                              size_t nhits, size_t big, size_t runs, size_t ns, int64_t *few,
-                                              int64_t *two, size_t *n)
+FS_ALWAYS_INLINE other_runs others_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
+                                      size_t big, size_t ns)
 {
-    fs_runs r = {0, 0};
-    size_t second = big, nsecond = 0;
-    for (size_t k = 0; runs > 2 && k < nhits; k++) {
-        size_t m = k != big ? fs_nsubs_of_if(sl, mapped, hits[k]) : 0;
-        if (m > nsecond) {
-            nsecond = m;
-            second = k;
+    other_runs o = {NULL, NULL, 0, 0, big, 0};
+    size_t left = ns;
+    for (size_t k = 0; k < nhits; k++) {
+        const int64_t *run;
+        size_t m = k != big ? fs_subs_of_if(sl, mapped, hits[k], &run) : 0;
+        if (mapped) {
+            m = m < left ? m : left;
+            left -= m;
+        }
+        if (!m)
+            continue;
+        o.seen++;
+        if (m > o.nsec) {
+            o.one = o.sec;
+            o.none = o.nsec;
+            o.sec = run;
+            o.nsec = m;
+            o.second = k;
+        } else {
+            o.one = run;
+            o.none = m;
         }
     }
-    if (nsecond < SECOND_APART)
-        second = big;                /* merged with the others, in turn */
+    return o;
+}
+
+/* The ids of the hits other than hits[big] and hits[o->second], merged
+ * into few (room: left ids; fs_runs: merged in turn).  Returns how many. */
+FS_ALWAYS_INLINE size_t rest_merged_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
+                                       size_t big, const other_runs *o, size_t left, int64_t *few)
+{
+    fs_runs r = {0, 0};
     for (size_t k = 0; k < nhits; k++)
-        if (k != big && k != second) {
+        if (k != big && k != o->second) {
             const int64_t *run;
             size_t m = fs_subs_of_if(sl, mapped, hits[k], &run);
-            m = !mapped || m < ns - r.n ? m : ns - r.n;
-            if (runs == 2 && m) {    /* the one other run: merged from its node */
-                *n = m;
-                return run;
-            }
-            fs_runs_add(&r, few, run, m);
+            fs_runs_add(&r, few, run, !mapped || m < left - r.n ? m : left - r.n);
         }
     fs_runs_end(&r, few);
-    *n = r.n;
-    if (second == big)
-        return few;
-    const int64_t *run;
-    size_t m = fs_subs_of_if(sl, mapped, hits[second], &run);
-    m = !mapped || m < ns - r.n ? m : ns - r.n;
-    merge_gaps_best(two, run, m, few, r.n);
-    *n = r.n + m;
-    return two;
+    return r.n;
 }
 
 /* The rows of two nodes or more (fs_hits_plain takes one node inline):
- * the biggest node's ids stay whole, the others' are merged on the stack
- * (a row with one other node: read where they are) and go between its
- * stretches (merge_gaps).  Written for sorted runs, and safe on any: a
- * mapped image opened with verify=False may hold a node's ids out of
- * order, and nothing checks them before this (a check where a node is
- * reached would read all its ids on every match).  So every read and
- * write here is bounded by the counts alone, each id is put in the row
- * once (fs_runs_add's merge of any two runs holds both's values, and so
- * does merge_gaps), and a mapped image's row is checked: merges keep each
- * run's order, so a run out of order leaves the row out of order, and the
- * image is marked damaged (the call then fails).  Only past FEW_SMALL,
- * where more than FS_MERGE_RUNS runs are sorted whole, no check meets it:
- * the row is sorted, verify=False's wrong answer. */
+ * the biggest node's ids stay whole and the others' go between its
+ * stretches (merge_gaps), read where they are when one other node holds
+ * them; else the second biggest run and the rest's merge (read in place
+ * where it is one run; merged on the stack where there are more) are
+ * merged on the stack first, by merge_gaps where the second holds eight
+ * or more, and that merge goes between the biggest's stretches.  Written
+ * for sorted runs, and safe on any: a mapped image opened with
+ * verify=False may hold a node's ids out of order, and nothing checks them
+ * before this (a check where a node is reached would read all its ids on
+ * every match).  So every read and write here is bounded by the counts
+ * alone, each id is put in the row once (fs_runs_add's merge of any two
+ * runs holds both's values, and so does merge_gaps), and a mapped image's
+ * row is checked: merges keep each run's order, so a run out of order
+ * leaves the row out of order, and the image is marked damaged (the call
+ * then fails).  Only past FEW_SMALL, where more than FS_MERGE_RUNS runs
+ * are sorted whole, no check meets it: the row is sorted, verify=False's
+ * wrong answer. */
 FS_ALWAYS_INLINE size_t merge_tallied_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
                                          const fs_hits_tally *t, int64_t *ids)
 {
     /* A mapped image's counts are read again below, and its file may have
      * been rewritten in place since t counted them (fs_once8 in
      * fs_layout.h): each run is cut to what t counted, and the whole to
-     * t->total, the room, so that no write leaves ids or few.  A built
-     * index's (mapped 0) cannot change under the read lock: its counts are
-     * t's, read again as they are. */
-    size_t runs = t->runs, big = t->big, total = t->total;
+     * t->total, the room, so that no write leaves ids, few or two.  A
+     * built index's (mapped 0) cannot change under the read lock: its
+     * counts are t's, read again as they are. */
+    size_t big = t->big, total = t->total;
     uint32_t nbig = t->nbig;
-    const int64_t *b, *s;
+    const int64_t *b;
     size_t nb = fs_subs_of_if(sl, mapped, hits[big], &b), ns = total - nbig;
     if (mapped && nb > nbig)
         nb = nbig;
-    if (runs == 1) {                 /* one node holds ids: they are in order */
+    if (t->runs == 1) {              /* one node holds ids: they are in order */
         memcpy(ids, b, sizeof(int64_t) * nb);
         return nb;
     }
-    if (ns > FEW_SMALL) {            /* rare: every run merged in place */
+    other_runs o = others_if(sl, mapped, hits, nhits, big, ns);
+    const int64_t *s = o.sec;
+    size_t got = o.nsec;
+    int64_t few[FEW_SMALL], two[FEW_SMALL];
+    if (o.seen > 1 && ns > FEW_SMALL) {          /* rare: every run merged in place */
         fs_runs r = {0, 0};
         for (size_t k = 0; k < nhits; k++) {
             const int64_t *run;
@@ -589,9 +638,22 @@ FS_ALWAYS_INLINE size_t merge_tallied_if(const fs_sublist *sl, int mapped, const
         fs_runs_end(&r, ids);
         return r.n;
     }
-    int64_t few[FEW_SMALL], two[FEW_SMALL];
-    size_t got;
-    s = small_runs_if(sl, mapped, hits, nhits, big, runs, ns, few, two, &got);
+    if (o.seen > 1) {
+        const int64_t *rest = o.one;
+        size_t nrest = o.none;
+        if (o.seen > 2) {
+            nrest = rest_merged_if(sl, mapped, hits, nhits, big, &o, ns - o.nsec, few);
+            rest = few;
+        }
+        if (o.nsec >= 8) {
+            merge_gaps_best(two, o.sec, o.nsec, rest, nrest);
+        } else {
+            memcpy(two, rest, sizeof(int64_t) * nrest);
+            fs_ids_merge(two, nrest, o.sec, o.nsec);
+        }
+        s = two;
+        got = o.nsec + nrest;
+    }
     if (mapped && (got != ns || nb != nbig)) {   /* changed under the call: what is there */
         fs_img_bad(sl);
         ns = got;
