@@ -55,7 +55,8 @@ int fs_shape_before(const fs_shape *a, const fs_shape_of *b);
 void fs_shapes_probes(const fs_sublist *sl, uint64_t *probe);
 /* S->probe[1], the probe sets of a subject whose first level no wildcard
  * matches (fs_tokens.hidden: MQTT's '$' topics), from S->probe[0]: less
- * the shapes that start with a wildcard.  Wherever probe[0] is set. */
+ * the shapes that start with a wildcard; and the walk's key recipes
+ * (fs_shapes.key_ntoks), from the shapes.  Wherever probe[0] is set. */
 void fs_shapes_hide_probes(fs_shapes *S);
 /* The entry for filter f (whose key is key), or NULL. */
 fs_node *fs_shape_lookup(const fs_sublist *sl, const fs_shape *sh, const char *f, uint32_t flen, uint64_t key);
@@ -78,16 +79,6 @@ static inline void fs_shape_mixes(const fs_span *tok, uint32_t n, uint64_t *m, u
         m[i] = fs_pos_mix(tok[i].hash, i);
         P[i + 1] = P[i] + m[i];
     }
-}
-
-/* The key a subject (mixes m, prefix sums P) has in shape sh: the sum of
- * the mixes at the shape's literal positions. */
-static inline uint64_t fs_shape_subject_key(const fs_shape *sh, const uint64_t *m, const uint64_t *P)
-{
-    uint64_t key = P[sh->ntoks];
-    for (uint64_t w = sh->onemask; w; w &= w - 1)
-        key -= m[fs_ctz64(w)];
-    return key;
 }
 
 /* fs_probe's test for fs_shape_probe_slots: a slot whose key is (lo, hi)

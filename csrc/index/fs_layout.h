@@ -70,11 +70,14 @@ static inline size_t fs_level_bytes(const fs_level *L, uint32_t cap)
 }
 
 /* Might a filtered table hold an entry of this key?  0: certainly not. */
+static inline int fs_filter_word_holds(uint64_t w, uint32_t h)
+{
+    return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
+}
 static inline int fs_level_may_hold(const fs_level *L, uint64_t key)
 {
     uint32_t h = (uint32_t)(key >> 32);
-    uint64_t w = L->filter[(h & L->filter_mask) >> 6];
-    return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
+    return fs_filter_word_holds(L->filter[(h & L->filter_mask) >> 6], h);
 }
 
 /* The one probe sequence of every table, built or mapped (the image
@@ -204,6 +207,16 @@ typedef struct {
      * probe sets; probe[1] is derived from it in memory
      * (fs_shapes_hide_probes), never written. */
     uint64_t probe[2][FS_SHAPE_MAX_TOKENS + 2];
+    /* The walk's recipe for a subject's key in shape[j], the sum of the
+     * subject's mixes at the shape's literal positions (fs_shape.h):
+     * P[key_ntoks[j]] less m[key_wild[j]], the mix at its first one-level
+     * wildcard (FS_SHAPE_MAX_TOKENS for a shape without one: a mix of 0),
+     * less, for the shapes of key_more, the mixes at its other wildcards.
+     * Derived from the checked shapes with probe[1], in memory only: two
+     * byte loads a shape where the wildcard mask's loop cost ~7
+     * instructions a wildcard and a test. */
+    uint8_t key_ntoks[FS_SHAPE_MAX], key_wild[FS_SHAPE_MAX];
+    uint64_t key_more;
 } fs_shapes;
 
 /* A mapped image (fs_image.c, docs/FORMAT.md version 3): the index's own
@@ -375,9 +388,19 @@ static inline const char *fs_ref_addr(const fs_sublist *sl, const void *ref)
 
 /* The slots and the bitmap of a level the walk holds (checked when the
  * level was reached). */
+/* The _if forms take mapped (fs_img_mapped(sl), or 1: see there) as a
+ * constant.  Mapped 1 adds img.base without testing it (NULL adds
+ * nothing), so a walk's copy for a built index and its copy for a mapped
+ * one differ and stay apart: with the test in both, gcc merged the plan's
+ * two copies into one that tested img.base once a shape (~4 instructions
+ * a shape, ~30 a row on light). */
+FS_ALWAYS_INLINE const fs_slot *fs_lv_slots_if(const fs_sublist *sl, int mapped, const fs_level *L)
+{
+    return mapped ? (const fs_slot *)fs_img_plus(sl->img.base, (uintptr_t)L->slots) : L->slots;
+}
 static inline const fs_slot *fs_lv_slots(const fs_sublist *sl, const fs_level *L)
 {
-    return sl->img.base ? (const fs_slot *)fs_img_plus(sl->img.base, (uintptr_t)L->slots) : L->slots;
+    return fs_lv_slots_if(sl, fs_img_mapped(sl), L);
 }
 static inline const uint64_t *fs_lv_filter(const fs_sublist *sl, const fs_level *L)
 {
@@ -564,13 +587,11 @@ static inline void *fs_sl_realloc(fs_sublist *sl, void *p, size_t old, size_t si
 static inline void fs_sl_free(fs_sublist *sl, void *p, size_t size) { fs_mem_free(&sl->mem, p, size); }
 
 /* Might a filtered table hold an entry of this key?  0: certainly not. */
-static inline int fs_lv_may_hold(const fs_sublist *sl, const fs_level *L, uint64_t key)
+FS_ALWAYS_INLINE int fs_lv_may_hold_if(const fs_sublist *sl, int mapped, const fs_level *L, uint64_t key)
 {
+    if (!mapped)
+        return fs_level_may_hold(L, key);
     uint32_t h = (uint32_t)(key >> 32);
-    if (!sl->img.base) {
-        uint64_t w = L->filter[(h & L->filter_mask) >> 6];
-        return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
-    }
     /* A mapped level's fields are each read once: a file cut shorter under
      * the mapping reads as zeros from one read to the next (csrc/base/
      * fs_fault.h), and a mask read before must not index fs_no_filter's
@@ -580,8 +601,11 @@ static inline int fs_lv_may_hold(const fs_sublist *sl, const fs_level *L, uint64
     uint64_t mask = L->filter_mask;
     if (!cap)
         return 0;
-    uint64_t w = ((const uint64_t *)fs_img_plus(sl->img.base, (uintptr_t)L->filter))[(h & mask) >> 6];
-    return (int)((w >> (h & 63)) & (w >> (h >> 26)) & 1);
+    return fs_filter_word_holds(((const uint64_t *)fs_img_plus(sl->img.base, (uintptr_t)L->filter))[(h & mask) >> 6], h);
+}
+static inline int fs_lv_may_hold(const fs_sublist *sl, const fs_level *L, uint64_t key)
+{
+    return fs_lv_may_hold_if(sl, fs_img_mapped(sl), L, key);
 }
 
 /* A node's payload.  A mapped image's node holds offsets from itself (from

@@ -81,11 +81,22 @@ static uint32_t starts_wild(const fs_shape *sh)
     return (sh->onemask & 1) || (sh->rest && sh->ntoks == 0);
 }
 
+/* fs_shapes.key_ntoks and key_wild hold a token position, or the count */
+_Static_assert(FS_SHAPE_MAX_TOKENS <= UINT8_MAX, "a shape's key recipe holds positions in bytes");
+
 void fs_shapes_hide_probes(fs_shapes *S)
 {
     uint64_t wild = 0;
-    for (uint32_t j = 0; j < S->n; j++)
-        wild |= (uint64_t)starts_wild(S->shape[j]) << j;
+    S->key_more = 0;
+    for (uint32_t j = 0; j < S->n; j++) {
+        const fs_shape *sh = S->shape[j];
+        wild |= (uint64_t)starts_wild(sh) << j;
+        /* ntoks <= FS_SHAPE_MAX_TOKENS and no wildcard past it: checked
+         * where the shape was made or an image's read */
+        S->key_ntoks[j] = (uint8_t)sh->ntoks;
+        S->key_wild[j] = (uint8_t)(sh->onemask ? fs_ctz64(sh->onemask) : FS_SHAPE_MAX_TOKENS);
+        S->key_more |= (uint64_t)((sh->onemask & (sh->onemask - 1)) != 0) << j;
+    }
     for (uint32_t k = 0; k <= FS_SHAPE_MAX_TOKENS + 1; k++)
         S->probe[1][k] = S->probe[0][k] & ~wild;
 }

@@ -38,24 +38,29 @@ typedef struct {
  * literal key and every shape key are made from: the same in any index of
  * the dialect, so a row planned in two indexes (a batch's also) mixes once. */
 typedef struct {
-    uint64_t m[FS_SHAPE_MAX_TOKENS], P[FS_SHAPE_MAX_TOKENS + 1];
+    uint64_t m[FS_SHAPE_MAX_TOKENS + 1], P[FS_SHAPE_MAX_TOKENS + 1];
 } fs_walk_mixes;
 
 static inline void fs_walk_mix(const fs_tokens *t, fs_walk_mixes *x)
 {
     fs_shape_mixes(t->tok, t->n < FS_SHAPE_MAX_TOKENS ? t->n : FS_SHAPE_MAX_TOKENS, x->m, x->P);
+    x->m[FS_SHAPE_MAX_TOKENS] = 0;      /* the wildcard of a shape without one (fs_shapes.key_wild) */
 }
 
-/* A table's bitmap answer and its slots, for mapped = fs_img_mapped(sl), a
- * constant in each copy of the plan: a built index's read as they are
- * (fs_level_may_hold), a mapped image's through the checks (fs_lv_*). */
-FS_ALWAYS_INLINE int fs_walk_may_hold_if(const fs_sublist *sl, int mapped, const fs_level *L, uint64_t key)
+/* The subject's key (mixes m, prefix sums P) in shape j of S, by the
+ * shapes' recipe (fs_shapes.key_ntoks): the sum of its mixes at the
+ * shape's literal positions.  (A plan split on key_more once a row, to
+ * leave this test out of the common copy, cost light 5 instructions a row
+ * more.) */
+static inline uint64_t fs_walk_shape_key(const fs_shapes *S, uint32_t j, const uint64_t *m, const uint64_t *P)
 {
-    return mapped ? fs_lv_may_hold(sl, L, key) : fs_level_may_hold(L, key);
-}
-FS_ALWAYS_INLINE const fs_slot *fs_walk_slots_if(const fs_sublist *sl, int mapped, const fs_level *L)
-{
-    return mapped ? fs_lv_slots(sl, L) : L->slots;
+    uint64_t key = P[S->key_ntoks[j]] - m[S->key_wild[j]];
+    if (FS_UNLIKELY((S->key_more >> j) & 1)) {
+        uint64_t more = S->shape[j]->onemask;
+        for (more &= more - 1; more; more &= more - 1)
+            key -= m[fs_ctz64(more)];
+    }
+    return key;
 }
 
 /* fs_walk_plan_tokens, for mapped = fs_img_mapped(sl), a constant in each
@@ -90,22 +95,23 @@ FS_ALWAYS_INLINE void fs_walk_plan_tokens_if(const fs_sublist *sl, int mapped, c
     if (lit->count) {
         uint64_t key = fs_tokens_key(t->tok, need, nt, P[need]);
         p->literal_key = key;
-        p->literal = fs_walk_may_hold_if(sl, mapped, lit, key);
+        p->literal = fs_lv_may_hold_if(sl, mapped, lit, key);
         if (p->literal)
-            FS_PREFETCH(&fs_walk_slots_if(sl, mapped, lit)[(uint32_t)key & (lit->cap - 1)]);
+            FS_PREFETCH(&fs_lv_slots_if(sl, mapped, lit)[(uint32_t)key & (lit->cap - 1)]);
     }
     /* Only the probes the shape's bitmap lets through go on: most stop
      * here, without touching their table. */
     uint32_t q = 0;
     uint64_t probe = 0;
     for (uint64_t w = bits; w; w &= w - 1) {
-        const fs_shape *sh = S->shape[fs_ctz64(w)];
-        uint64_t key = fs_shape_subject_key(sh, m, P);
-        if (!fs_walk_may_hold_if(sl, mapped, &sh->table, key))
+        uint32_t j = fs_ctz64(w);
+        const fs_shape *sh = S->shape[j];
+        uint64_t key = fs_walk_shape_key(S, j, m, P);
+        if (!fs_lv_may_hold_if(sl, mapped, &sh->table, key))
             continue;
         probe |= w & (0 - w);
         p->keys[q++] = key;
-        FS_PREFETCH(&fs_walk_slots_if(sl, mapped, &sh->table)[(uint32_t)key & (sh->table.cap - 1)]);
+        FS_PREFETCH(&fs_lv_slots_if(sl, mapped, &sh->table)[(uint32_t)key & (sh->table.cap - 1)]);
     }
     p->shapes = probe;
 }
@@ -217,8 +223,12 @@ int fs_walk_image_rest(const fs_sublist *sl, const char *s, size_t len, const fs
 
 /* sc->hits = every node whose subscriptions match the planned subject.
  * first_only: at least one, if any (has_interest): the trie is walked
- * only when no entry matched. */
-static inline int fs_walk_collect(const fs_sublist *sl, const fs_walk_row *p, const fs_tokens *t,
+ * only when no entry matched.  Always inlined: gcc made it a function of
+ * its own, whose call, register saves and restores cost more than the
+ * call to fs_walk_entries that it leaves (light: ~5 instructions a row of
+ * the batch; fs_walk_entries always inlined too made emit_row a function,
+ * +20). */
+FS_ALWAYS_INLINE int fs_walk_collect(const fs_sublist *sl, const fs_walk_row *p, const fs_tokens *t,
                                   fs_scratch *sc, int first_only)
 {
     sc->nhits = 0;
