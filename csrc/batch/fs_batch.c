@@ -455,29 +455,36 @@ static int emit_both(const rows_job *job, const rows_parts *p, uint32_t keyhash)
     return rc == FS_OK ? emit(p->both, job->queues, keyhash, 0, job->out) : rc;
 }
 
-/* Emit the answer of planned row k (row i) into job->out, by one of three
- * paths: the cached result (hit: the caller looked it up), a result
- * computed (and cached) now, or the walk's hits directly (an index without
- * a cache, or a job with an also, where a row that only one index matched
- * is emitted from its hits).  FS_OK, FS_EINVAL (nothing emitted) for a
+/* Emit the answer of planned row k (row i) of a cached index into
+ * job->out: the cached result (hit: the caller looked it up), or a result
+ * computed (and cached) now.  FS_OK, FS_EINVAL (nothing emitted) for a
  * subject the tokenizer refused, FS_ENOMEM. */
-static inline int emit_row(const rows_job *job, const rows_parts *p, size_t k, size_t i, int cached_index,
-                           const fs_result *hit)
+static inline int emit_cached_row(const rows_job *job, const rows_parts *p, size_t k, size_t i,
+                                  const fs_result *hit)
 {
     fs_workspace *w = p->w;
     block *b = p->b;
     const fs_walk_row *r = &b->plan[k];
     int keyed;
-    uint32_t keyhash = row_pick_hash(job, b, k, i, cached_index, &keyed);
-    int rc;
-    if (cached_index) {
-        if (hit)
-            return emit(hit, job->queues, keyhash, !keyed, job->out);
-        fs_error err;
-        rc = fs_compute_locked(job->sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
-        return rc == FS_OK ? emit(&w->r, job->queues, keyhash, !keyed, job->out) : rc;
-    }
-    rc = fs_walk_collect(job->sl, r, &b->toks[k], &w->sc, 0);
+    uint32_t keyhash = row_pick_hash(job, b, k, i, 1, &keyed);
+    if (hit)
+        return emit(hit, job->queues, keyhash, !keyed, job->out);
+    fs_error err;
+    int rc = fs_compute_locked(job->sl, r->s, r->len, b->hash[k], &w->sc, &w->r, &err);
+    return rc == FS_OK ? emit(&w->r, job->queues, keyhash, !keyed, job->out) : rc;
+}
+
+/* Emit the answer of planned row k (row i) from the walk's hits (an index
+ * without a cache, or a job with an also, where a row that only one index
+ * matched is emitted from its hits).  FS_OK or FS_ENOMEM. */
+static inline int emit_walked_row(const rows_job *job, const rows_parts *p, size_t k, size_t i)
+{
+    fs_workspace *w = p->w;
+    block *b = p->b;
+    const fs_walk_row *r = &b->plan[k];
+    int keyed;
+    uint32_t keyhash = row_pick_hash(job, b, k, i, 0, &keyed);
+    int rc = fs_walk_collect(job->sl, r, &b->toks[k], &w->sc, 0);
     if (FS_UNLIKELY(rc != FS_OK))
         return rc;
     if (job->also) {
@@ -505,19 +512,16 @@ static inline void row_done(const rows_job *job, rows_counts *c, size_t at, size
         c->fanout_max = f;
 }
 
-/* Match planned row k of the block, row i of the job: its ids into
- * job->out (deduplicated if asked), its end into row_end, whether it was
- * invalid, and the match counts into c (hit: the cached answer, when a
- * cached index had one).  FS_OK or FS_ENOMEM. */
-static inline int match_row(const rows_job *job, const rows_parts *p, rows_counts *c, size_t k, size_t i,
-                            int cached_index, const fs_result *hit)
+/* Row i of the job, whose emit (from out->n = before) returned rc: a
+ * null or invalid row (FS_EINVAL: planned so, or refused by the tokenizer
+ * on the cache's path) gets no ids and is not counted; a valid row's ids
+ * are deduplicated if asked, and its end, flag and counts written.  FS_OK
+ * or rc, an FS_ENOMEM. */
+static inline int row_finish(const rows_job *job, const rows_parts *p, rows_counts *c, size_t i, size_t before,
+                             int rc)
 {
     fs_idbuf *out = job->out;
-    size_t before = out->n, at = i - job->begin;
-    /* A null or invalid row (planned so, or refused by the tokenizer on the
-     * cache's path) gets no ids and is not counted: decided here once, so
-     * the common row neither reads its invalid flag back nor tests it. */
-    int rc = p->b->state[k] == ROW_OK ? emit_row(job, p, k, i, cached_index, hit) : FS_EINVAL;
+    size_t at = i - job->begin;
     if (FS_UNLIKELY(rc != FS_OK)) {
         if (rc != FS_EINVAL)
             return rc;
@@ -537,6 +541,37 @@ static inline int match_row(const rows_job *job, const rows_parts *p, rows_count
     return FS_OK;
 }
 
+/* Match planned row k of the block, row i of the job, from the walk's hits
+ * (emit_walked_row, then row_finish).  The state is decided here once, so
+ * the common row neither reads its invalid flag back nor tests it.
+ *
+ * The walk's rows and the cache's have a function each (this one and
+ * match_cached_row), each emit path with one caller.  When one match_row
+ * served both (a flag saying which), match_cached_block_if's three copies
+ * and matcher_run's loop made four callers of it, and GCC 12 -O3 no
+ * longer inlined the emit of both paths into matcher_run: the uncached
+ * rows of match_many light and heavy paid a call to it (76 instructions
+ * a row in it alone, callgrind; light 1,145.1 -> 1,178.6 a row). */
+static inline int match_walked_row(const rows_job *job, const rows_parts *p, rows_counts *c, size_t k, size_t i)
+{
+    size_t before = job->out->n;
+    int rc = p->b->state[k] == ROW_OK ? emit_walked_row(job, p, k, i) : FS_EINVAL;
+    return row_finish(job, p, c, i, before, rc);
+}
+
+/* match_walked_row's counterpart for a cached index's row (hit: its
+ * cached answer, or NULL for a miss or a null or invalid row).  Not
+ * inlined (GCC 12 keeps it one function for match_cached_block_if's three
+ * copies): the rows that are not a plain hit (a miss, a null or invalid
+ * row, a deduped job's row) are the rare ones. */
+static int match_cached_row(const rows_job *job, const rows_parts *p, rows_counts *c, size_t k, size_t i,
+                            const fs_result *hit)
+{
+    size_t before = job->out->n;
+    int rc = p->b->state[k] == ROW_OK ? emit_cached_row(job, p, k, i, hit) : FS_EINVAL;
+    return row_finish(job, p, c, i, before, rc);
+}
+
 /* A planned block of a cached index's rows, queues a constant in each copy
  * (match_cached_block).  Lookups run ahead, in row order, up to the first
  * miss (their entries were prefetched by the plan), with the ids their
@@ -544,10 +579,10 @@ static inline int match_row(const rows_job *job, const rows_parts *p, rows_count
  * all; then each hit is written by emit_to through a pointer kept in a
  * register -- no room check, no reload of the output's fields after each
  * id written (an int64_t store may alias its size_t n).  The miss is then
- * computed and cached (match_row) before the next row is looked up, so
- * lookups, fills and the CLOCK bits see the rows in order, as one row at
- * a time would.  A null or invalid row, and every row of a job that
- * dedupes, go through match_row too. */
+ * computed and cached (match_cached_row) before the next row is looked
+ * up, so lookups, fills and the CLOCK bits see the rows in order, as one
+ * row at a time would.  A null or invalid row, and every row of a job that
+ * dedupes, go through match_cached_row too. */
 FS_ALWAYS_INLINE int match_cached_block_if(const rows_job *job, const rows_parts *p, rows_counts *c, size_t i,
                                            size_t n, int queues, fs_cache_tally *tally)
 {
@@ -571,7 +606,7 @@ FS_ALWAYS_INLINE int match_cached_block_if(const rows_job *job, const rows_parts
         for (; k < m; k++) {
             const fs_result *hit = b->hit[k];
             if (!hit || job->dedupe) {
-                int rc = match_row(job, p, c, k, i + k, 1, hit);
+                int rc = match_cached_row(job, p, c, k, i + k, hit);
                 if (rc != FS_OK)
                     return rc;
                 continue;
@@ -585,7 +620,7 @@ FS_ALWAYS_INLINE int match_cached_block_if(const rows_job *job, const rows_parts
             row_done(job, c, i + k - job->begin, before);
         }
         if (k < n) {              /* the miss */
-            int rc = match_row(job, p, c, k, i + k, 1, NULL);
+            int rc = match_cached_row(job, p, c, k, i + k, NULL);
             if (rc != FS_OK)
                 return rc;
             k++;
@@ -594,8 +629,13 @@ FS_ALWAYS_INLINE int match_cached_block_if(const rows_job *job, const rows_parts
     return FS_OK;
 }
 
-static int match_cached_block(const rows_job *job, const rows_parts *p, rows_counts *c, size_t i, size_t n,
-                              fs_cache_tally *tally)
+/* Always inlined into its one caller, matcher_run: once the walk's path
+ * was inlined there whole, GCC 12 made this a function of its own, which
+ * cost hot1k 5.1 instructions a row (callgrind; its three copies read the
+ * job through a pointer, and a copy of the job into locals there cost
+ * more still, +3.3). */
+FS_ALWAYS_INLINE int match_cached_block(const rows_job *job, const rows_parts *p, rows_counts *c, size_t i,
+                                        size_t n, fs_cache_tally *tally)
 {
     switch (job->queues) {
     case FS_QUEUES_ALL:
@@ -674,7 +714,7 @@ static int matcher_run(row_matcher *m, const rows_job *jp)
             if ((rc = plan_rows(sl, job.also, job.subjects, i, nblock, parts.b)) < 0)
                 break;
             for (size_t k = 0; k < nblock && rc == FS_OK; k++, i++)
-                rc = match_row(&job, &parts, &c, k, i, 0, NULL);
+                rc = match_walked_row(&job, &parts, &c, k, i);
         }
         if (job.also)
             fs_brlock_rdunlock(&job.also->lock);
