@@ -56,7 +56,10 @@ static inline uint64_t fs_walk_shape_key(const fs_shapes *S, uint32_t j, const u
 {
     uint64_t key = P[S->key_ntoks[j]] - m[S->key_wild[j]];
     if (FS_UNLIKELY((S->key_more >> j) & 1)) {
-        uint64_t more = S->shape[j]->onemask;
+        /* (read again from the shape, which a mapped image's file holds:
+         * cut to the positions m has, so that a file rewritten under its
+         * mapping after the open's checks cannot send the read past m) */
+        uint64_t more = S->shape[j]->onemask & ((UINT64_C(1) << FS_SHAPE_MAX_TOKENS) - 1);
         for (more &= more - 1; more; more &= more - 1)
             key -= m[fs_ctz64(more)];
     }
