@@ -143,10 +143,21 @@ SAN_SKIP := tests/test_amqtt.py tests/test_amqtt_hostile.py tests/test_docs_embe
 	$(NO_NATIVE_TESTS)
 SAN_DIR := build/asan-clang
 # pytest captures fd 2, so the report of a process the sanitizer stops would
-# be lost with it: reports go to files (log_path), printed when the run fails.
-SAN_REPORTS = sh -c 'for f in "$$0"/report.*; do [ -f "$$f" ] && { echo "== $$f"; head -c 20000 "$$f"; }; done; true'
+# be lost with it: reports go to files (log_path), and those that report an
+# error are printed when the run fails (not the clean exits' suppression
+# tallies, nor the leaks of git and coreutils run under the preloaded
+# runtime, which crowded the one that mattered out of the CI log).
+# intercept_tls_get_addr=0: clang 14's __tls_get_addr interceptor takes a
+# malloc'd dynamic TLS block that happens to start 16 bytes into a page for
+# a pre-2.25 glibc header and reads the words before it, and LSan's tracer
+# then dies at exit ("Tracer caught signal 11 ... LeakSanitizer has
+# encountered a fatal error": 2 of 8 loaded runs of test_no_leak here, none
+# of 8 with it off).  Our own thread-locals are initial-exec (static TLS,
+# FS_THREAD_LOCAL), which the option does not touch.
+SAN_REPORTS = sh -c 'for f in "$$0"/report.*; do [ -f "$$f" ] && grep -q -E "ERROR|runtime error|fatal error" "$$f" \
+	&& ! grep -q -E "\(/usr/bin/(git|tail|sort|head|cat)\+" "$$f" && { echo "== $$f"; head -c 20000 "$$f"; }; done; true'
 SAN_ENV = PYTHONPATH=$(CURDIR)/$(SAN_DIR)/src PYTHONMALLOC=malloc \
-	ASAN_OPTIONS=detect_leaks=1:log_path=$(CURDIR)/$(SAN_DIR)/report \
+	ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0:log_path=$(CURDIR)/$(SAN_DIR)/report \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$(CURDIR)/tests/ubsan.supp:log_path=$(CURDIR)/$(SAN_DIR)/report \
 	LD_PRELOAD="$$(clang -print-file-name=libclang_rt.asan-x86_64.so)"
