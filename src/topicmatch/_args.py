@@ -6,6 +6,7 @@ dialect or queue mode or thread count, match_many's also -- and for the
 error of a refused argument or row.  The messages are the ones the Cython
 layer has always raised."""
 import operator
+import sys
 
 from topicmatch import _columns
 from topicmatch._errors import (InvalidSubjectError, TopicmatchOverflowError, TopicmatchTypeError,
@@ -63,6 +64,41 @@ def index(x, what):
         return operator.index(x)
     except TypeError:
         raise TopicmatchTypeError(f"{what} must be int, not {tname(x)}") from None
+
+
+def ssize(x, what):
+    """An int argument (a count, a version) as a C ssize_t holds it: an
+    exact int, or one through index(); OverflowError beyond, in the words
+    of Cython's conversion, which took these arguments before."""
+    n = x if type(x) is int else index(x, what)
+    if not -sys.maxsize - 1 <= n <= sys.maxsize:
+        raise TopicmatchOverflowError("Python int too large to convert to C ssize_t")
+    return n
+
+
+def cache_size(x):
+    """cache_size= (Sublist(), from_bytes, open), checked: an int >= 0."""
+    n = ssize(x, "cache_size")
+    if n < 0:
+        raise TopicmatchValueError(f"cache_size must be >= 0, not {n}")
+    return n
+
+
+def image_version(x):
+    """to_bytes()'s version=, checked: 2 or 3 (docs/FORMAT.md)."""
+    v = ssize(x, "version")
+    if v != 3 and v != 2:
+        raise TopicmatchValueError(f"version must be 2 or 3, not {v!r}")
+    return v
+
+
+def depth(x, most):
+    """route_keys's depth=, checked: an int from 1 to most (the core's
+    FS_ROUTE_MAX_DEPTH)."""
+    d = ssize(x, "depth")
+    if not 1 <= d <= most:
+        raise TopicmatchValueError(f"depth must be an integer from 1 to {most}, not {d!r}")
+    return d
 
 
 def seq(x, what, of):
@@ -161,9 +197,7 @@ def queue_mode(queues):
 def threads(threads, most):
     """threads= of match_many and build_image, checked: an int >= 1, taken
     as `most` when it is more."""
-    t = threads if type(threads) is int else index(threads, "threads")
-    if not -(1 << 63) <= t < (1 << 63):     # as the C count it was converted to says it
-        raise TopicmatchOverflowError("Python int too large to convert to C ssize_t")
+    t = ssize(threads, "threads")
     if t < 1:
         raise TopicmatchValueError(f"threads must be >= 1, not {t}")
     return min(t, most)

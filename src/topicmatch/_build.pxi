@@ -56,4 +56,4 @@ def _build_image(path, filters, sub_ids, queues, dialect, threads, durable):
     cdef _Specs sp = _specs_of(filters, sub_ids, queues)
     path = _os.fspath(path)
     _imagefiles.save(path, None, durable, lambda tmp, _: _build_into(d, sp, nthreads, tmp, durable))
-    return _sublist_open(path, False, 0)
+    return Sublist.open(path, verify=False)

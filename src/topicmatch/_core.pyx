@@ -27,6 +27,7 @@ from topicmatch._core cimport *
 
 from topicmatch import _columns      # what a column argument is, in plain Python
 from topicmatch import _args         # the checks and words of arguments off the hot paths
+from topicmatch import _stats        # stats()'s dict, from the core's counters
 from topicmatch._results import BatchResult     # match_many's result, in plain Python
 
 # How match()'s first call into the core goes (_set_walk_releases_gil):
@@ -79,12 +80,6 @@ cdef int64_t _sub_id(object sub_id) except? -1:
     if overflow:
         raise TopicmatchOverflowError(f"sub_id {sub_id} is outside the signed 64-bit range")
     return <int64_t>v
-
-
-cdef Py_ssize_t _count_arg(object x, str what) except? -1:
-    """An int argument (threads, cache_size, depth): TypeError naming it for
-    anything else, bool included."""
-    return x if type(x) is int else _args.index(x, what)
 
 
 cdef list _seq(object x, str what, str of):
@@ -478,14 +473,6 @@ cdef _Specs _specs_of_arrow(filters, sub_ids, queues):
     return sp
 
 
-cdef Py_ssize_t _cache_arg(object cache_size) except? -1:
-    """cache_size= (Sublist(), from_bytes, open), checked: an int >= 0."""
-    cdef Py_ssize_t n = _count_arg(cache_size, "cache_size")
-    if n < 0:
-        raise TopicmatchValueError(f"cache_size must be >= 0, not {n}")
-    return n
-
-
 cdef class Sublist:
     """Sublist(dialect="nats", *, cache_size=0)
 
@@ -520,7 +507,7 @@ cdef class Sublist:
     def __cinit__(self, dialect="nats", *, cache_size=0):
         self._d = _dialect(dialect)
         self.dialect = _NAMES[self._d]
-        cdef Py_ssize_t n = _cache_arg(cache_size)
+        cdef Py_ssize_t n = _args.cache_size(cache_size)
         self.sl = fs_sublist_new(self._d)
         if self.sl == NULL:
             raise MemoryError()
@@ -550,9 +537,7 @@ cdef class Sublist:
         fs_guard_leave(&self._use)
 
     cdef object _closed_error(self):
-        return ClosedError(f"this topicmatch.Sublist ({self.dialect}) is closed: close() or the end of its "
-                           f"with block freed it{'' if self._img_source is None else ' and let go of its image ' + self._img_source}; "
-                           f"open or build the index again")
+        return _closed(self.dialect, self._img_source)
 
     def close(self):
         """close() -> None
@@ -570,10 +555,7 @@ cdef class Sublist:
                 fs_guard_wait_closed(&self._use)
             return
         if not fs_guard_may_wait(&self._use):
-            raise TopicmatchRuntimeError(
-                "close() refused: it was called from inside a call on a topicmatch index (a __del__ or a "
-                "signal handler), while calls are in this one: it would wait for its own caller.  "
-                "Close it after that call returns")
+            raise _close_refused()
         if not fs_guard_start_close(&self._use):
             with nogil:
                 fs_guard_wait_closed(&self._use)      # another thread's close() frees it
@@ -643,9 +625,7 @@ cdef class Sublist:
         if st == IMG_CHANGED or st == IMG_FAULTED:
             raise _image_changed(self._img_path, st == IMG_FAULTED)
         if st == IMG_DAMAGED:
-            raise CorruptImageError(f"topicmatch image {self._img_source} is damaged: an offset in it leads outside "
-                             f"it, a walk in it loops or its ids are out of order (open it with verify=True "
-                             f"to find where)")
+            raise _image_damaged(self._img_source)
         return 0
 
     def __len__(self):
@@ -989,7 +969,7 @@ cdef class Sublist:
         raise ImageChangedError (from the one that meets it on), not kill
         the process.  close(), or the end of a ``with`` block, unmaps the
         file at once."""
-        return _sublist_open(path, verify, cache_size)
+        return _imagefiles.open_mapped(path, verify, cache_size, _sublist_from_bytes, _MapGuard)
 
     def save(self, path, *, mode=None, durable=True):
         """save(path, *, mode=None, durable=True) -> None
@@ -1011,31 +991,12 @@ cdef class Sublist:
         return (_sublist_from_bytes, (self.to_bytes(), self._cache_size))
 
     def stats(self):
-        """stats() -> dict of counters and sizes."""
+        """stats() -> dict of counters and sizes (_stats.as_dict names them)."""
         cdef fs_stats st
         self._enter()
         fs_sublist_stats(self.sl, &st)
         self._leave()
-        return {
-            "subscriptions": st.subscriptions,
-            "nodes": st.nodes,
-            "memory_bytes": st.memory_bytes,
-            "cache_entries": st.cache.entries,
-            "cache_capacity": st.cache.capacity,
-            "inserts": st.inserts,
-            "removes": st.removes,
-            "matches": st.matches,
-            "cache_hits": st.cache.hits,
-            "cache_misses": st.cache.misses,
-            "cache_hit_rate": (st.cache.hits / (st.cache.hits + st.cache.misses)
-                               if st.cache.hits + st.cache.misses else 0.0),
-            "max_fanout": st.fanout_max,
-            "avg_fanout": (st.fanout_total / st.matches) if st.matches else 0.0,
-            "generation": st.generation,
-            "mapped_bytes": st.mapped_bytes,
-            "live_subscriptions": st.live_subscriptions,
-            "live_bytes": st.live_bytes,
-        }
+        return _stats.as_dict(st)
 
 
 def _set_walk_releases_gil(on):

@@ -161,11 +161,37 @@ def _image_changed(path, faulted):
         f"does), never rewrite one in place", path)
 
 
+def _closed(dialect, source):
+    """The ClosedError of a call on an index after its close(); source: the
+    image it let go of, as _imagefiles.describe names it (None: none)."""
+    return ClosedError(f"this topicmatch.Sublist ({dialect}) is closed: close() or the end of its "
+                       f"with block freed it{'' if source is None else ' and let go of its image ' + source}; "
+                       f"open or build the index again")
+
+
+def _close_refused():
+    """The error of a close() called from inside a call on an index (a
+    __del__ or a signal handler) while calls are in flight: waiting would
+    wait for its own caller."""
+    return TopicmatchRuntimeError(
+        "close() refused: it was called from inside a call on a topicmatch index (a __del__ or a "
+        "signal handler), while calls are in this one: it would wait for its own caller.  "
+        "Close it after that call returns")
+
+
+def _image_damaged(source):
+    """The CorruptImageError of a mapped image whose damage a call met (the
+    offsets are checked when followed, not all at open with verify=False)."""
+    return CorruptImageError(f"topicmatch image {source} is damaged: an offset in it leads outside "
+                             f"it, a walk in it loops or its ids are out of order (open it with verify=True "
+                             f"to find where)")
+
 
 __all__ = ["TopicmatchError", "TopicmatchValueError", "TopicmatchTypeError", "TopicmatchOSError",
            "TopicmatchOverflowError", "TopicmatchKeyError", "TopicmatchIndexError", "TopicmatchRuntimeError",
            "TopicmatchBufferError", "TopicmatchImportError", "ImageChangedError", "ImageError", "NotAnImageError",
-           "CorruptImageError", "ClosedError", "InvalidSubjectError", "_OS_KINDS", "_os_error", "_image_changed"]
+           "CorruptImageError", "ClosedError", "InvalidSubjectError", "_OS_KINDS", "_os_error", "_image_changed",
+           "_closed", "_close_refused", "_image_damaged"]
 for _name in __all__:
     if isinstance(globals()[_name], type):
         globals()[_name].__module__ = _HOME

@@ -204,14 +204,45 @@ def not_an_image(source, head):
                            f"starts with")
 
 
-def corrupt_message(reason, pos):
-    """The text of a refused image: the reason and where (docs/FORMAT.md).
-    A checksum is stored right after the bytes it sums ([0, 48 + P)): its
-    mismatch names that range, not only the byte where it is stored."""
+def corrupt(source, reason, pos):
+    """The CorruptImageError of a refused image: its source (a path, or None
+    for bytes), the reason and where (docs/FORMAT.md).  A checksum is stored
+    right after the bytes it sums ([0, 48 + P)): its mismatch names that
+    range, not only the byte where it is stored."""
+    what = f"{source!r}: " if source is not None else ""
     if reason == "checksum mismatch":
-        return (f"corrupt topicmatch index: checksum mismatch: the XXH64 of bytes [0, {pos}) "
-                f"is not the checksum stored at byte {pos}")
-    return f"corrupt topicmatch index: {reason} at byte {pos}"
+        return CorruptImageError(f"{what}corrupt topicmatch index: checksum mismatch: the XXH64 of bytes "
+                                 f"[0, {pos}) is not the checksum stored at byte {pos}")
+    return CorruptImageError(f"{what}corrupt topicmatch index: {reason} at byte {pos}")
+
+
+def verify_level(verify):
+    """open() and from_bytes()'s verify=, checked: "checksum" (the checksum
+    alone), or its truth (True: the whole image, False: neither; fs_verify
+    in csrc/serial/fs_image.h)."""
+    if isinstance(verify, str):
+        if verify == "checksum":
+            return "checksum"
+        raise TopicmatchValueError(f"verify must be True, False or 'checksum', not {verify!r}")
+    return bool(verify)
+
+
+def contiguous(data):
+    """from_bytes()'s data as an object whose bytes can be read as one run:
+    itself, or a copy of a buffer that is not contiguous.  TypeError for
+    what is not a buffer at all."""
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TopicmatchTypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
+    with view:
+        return data if view.c_contiguous else view.tobytes()
+
+
+def describe(source, data, n):
+    """How messages name an index's image: the path it was opened from
+    (source), else the buffer's type and size (n bytes)."""
+    return repr(source) if source is not None else f"<{type(data).__name__} of {n} bytes>"
 
 
 class ImageChecksum:
@@ -259,4 +290,4 @@ class ImageChecksum:
             reason, pos = "checksum mismatch", self._seen - 8
         else:
             reason, pos = "image shorter than its header and root block", self._seen
-        raise CorruptImageError(f"{source!r}: {corrupt_message(reason, pos)}")
+        raise corrupt(source, reason, pos)

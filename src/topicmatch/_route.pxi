@@ -12,10 +12,7 @@ def _route_keys(values, dialect, depth, filters):
     """route_keys (_functions.py): the keys and kinds, as numpy arrays."""
     import numpy as np
     cdef fs_dialect d = _dialect(dialect)
-    depth = _count_arg(depth, "depth")
-    if not 1 <= depth <= FS_ROUTE_MAX_DEPTH:
-        raise TopicmatchValueError(f"depth must be an integer from 1 to {FS_ROUTE_MAX_DEPTH}, not {depth!r}")
-    cdef unsigned dep = depth
+    cdef unsigned dep = _args.depth(depth, FS_ROUTE_MAX_DEPTH)
     cdef int is_filter = 1 if filters else 0
     segments = _segments(values, "values")
     cdef _Column col

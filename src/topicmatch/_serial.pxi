@@ -15,8 +15,6 @@ cdef int _write_image(Sublist sl, int version, char **out, size_t *n, char *buf=
     # The image (3) or blob (2) of sl into *out, *n: a new buffer, or
     # (version 3) buf[0..cap) when it fits there (then *out == buf).
     cdef int rc, st
-    if version != 3 and version != 2:
-        raise TopicmatchValueError(f"version must be 2 or 3, not {version!r}")
     sl._enter()
     with nogil:
         if version == 3:
@@ -59,7 +57,7 @@ def _sublist_to_bytes(Sublist sl not None, version=3):
     """The index as bytes (docs/FORMAT.md): an image (3) or version 2."""
     cdef char *out = NULL
     cdef size_t n = 0
-    cdef int v = _count_arg(version, "version")
+    cdef int v = _args.image_version(version)
     if v == 3:
         return _image_bytes(sl)
     _write_image(sl, v, &out, &n)
@@ -185,16 +183,6 @@ cdef Sublist _new_like(fs_sublist *loaded, Py_ssize_t cache_size):
     return obj
 
 
-cdef int _verify_level(object verify) except -1:
-    """verify= as fs_image_open's level (fs_image.h, fs_verify): True
-    checks everything, "checksum" the checksum alone, False neither."""
-    if isinstance(verify, str):
-        if verify == "checksum":
-            return FS_VERIFY_CHECKSUM
-        raise TopicmatchValueError(f"verify must be True, False or 'checksum', not {verify!r}")
-    return FS_VERIFY_FULL if verify else FS_VERIFY_NONE
-
-
 def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mapping=False):
     """An index over data: an image matched in place (the buffer held), or
     a version 1/2 blob rebuilt.  NotAnImageError for data that does not start
@@ -202,17 +190,13 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     non-buffers.  own_mapping: data is Sublist.open's read-only mapping of
     the file it opened (read in place; any other buffer that can change is
     copied first)."""
-    cache_size = _cache_arg(cache_size)
-    cdef int check = _verify_level(verify)
+    cache_size = _args.cache_size(cache_size)
+    # (fs_image.h, fs_verify: the level _imagefiles.verify_level names)
+    level = _imagefiles.verify_level(verify)
+    cdef int check = FS_VERIFY_CHECKSUM if level == "checksum" else FS_VERIFY_FULL if level else FS_VERIFY_NONE
     cdef Py_buffer view
-    try:
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    except TypeError:
-        raise TopicmatchTypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
-    except BufferError:
-        # A buffer, but not a contiguous one: copy it once.
-        data = memoryview(data).tobytes()
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    data = _imagefiles.contiguous(data)
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     cdef fs_sublist *loaded = NULL
     cdef fs_error err
     cdef int rc
@@ -249,8 +233,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     if rc != FS_OK or not image:
         PyBuffer_Release(&view)
     if rc == FS_EBADDATA:
-        what = f"{source!r}: " if source is not None else ""
-        raise CorruptImageError(f"{what}{_imagefiles.corrupt_message(err.reason.decode('ascii'), err.pos)}")
+        raise _imagefiles.corrupt(source, err.reason.decode("ascii"), err.pos)
     if rc != FS_OK:
         raise MemoryError()
     if not image:
@@ -262,7 +245,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
         raise
     obj._img_view = view
     obj._img_held = True
-    obj._img_source = repr(source) if source is not None else f"<{type(data).__name__} of {view.len} bytes>"
+    obj._img_source = _imagefiles.describe(source, data, view.len)
     return obj
 
 
@@ -320,11 +303,6 @@ cdef class _MapGuard:
 
     def __dealloc__(self):
         self._release()
-
-
-def _sublist_open(path, verify=True, cache_size=0):
-    """Sublist.open: map the file read-only; an image is matched in place."""
-    return _imagefiles.open_mapped(path, verify, cache_size, _sublist_from_bytes, _MapGuard)
 
 
 cdef class _Checksum:
