@@ -1,8 +1,9 @@
 # The bulk builder: topicmatch.build_image over csrc/serial/fs_build.c
 # (fs_build_rows, fs_build_write: sublist.h): the image of insert_many's rows
 # written straight from the columns.  Thin: the columns become fs_specs as
-# insert_many's do (_specs_of), the file is made and renamed as save() does
-# (_imagefiles.save), and the first invalid row raises what insert_many raises.
+# insert_many's do (_specs_of), and the first invalid row raises what
+# insert_many raises; _functions.build_image has the file made and renamed as
+# save() does (_imagefiles.save) and opens it.
 # Included into _core.pyx, after _serial.pxi.
 
 cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint durable) except -1:
@@ -46,14 +47,14 @@ cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint
     return 0
 
 
-def _build_image(path, filters, sub_ids, queues, dialect, threads, durable):
-    """build_image (_functions.py): the columns parsed, the file written."""
+def _build_writer(filters, sub_ids, queues, dialect, threads, durable):
+    """build_image (_functions.py): the arguments checked and the columns
+    read, in its order; returns write(tmp, path), which writes the image
+    into the file tmp (_imagefiles.save's writer)."""
     cdef fs_dialect d = _dialect(dialect)
     # (threads None: every CPU this process may use; never more than those
     # CPUs: more would take turns)
     cdef unsigned most = <unsigned>min(_cpus(), 64)
     cdef unsigned nthreads = most if threads is None else <unsigned>_args.threads(threads, most)
     cdef _Specs sp = _specs_of(filters, sub_ids, queues)
-    path = _os.fspath(path)
-    _imagefiles.save(path, None, durable, lambda tmp, _: _build_into(d, sp, nthreads, tmp, durable))
-    return Sublist.open(path, verify=False)
+    return lambda tmp, _: _build_into(d, sp, nthreads, tmp, durable)

@@ -381,26 +381,16 @@ cdef _Specs _specs_of(filters, sub_ids, queues):
         aq = _columns.arrow_input(queues) if queues is not None else None
         if af is not None or aq is not None:
             return _specs_of_arrow(filters if af is None else af, sub_ids, queues if aq is None else aq)
-    cdef list fl = _seq(filters, "filters", "str"), il, ql = None
+    cdef list fl, il, ql
+    cdef bint ids_lent
+    # The columns as lists of one length, checked once (_args.insert_rows,
+    # which says when the caller's list of sub_ids is lent, not copied: its
+    # ids are converted before any Python code can run, in _fill_spec_fast,
+    # and nothing keeps a reference to one after).  The first row that needs
+    # _fill_spec, which may run an __index__ that changes a lent list,
+    # copies it first: as it was given, since no Python code has run.
+    fl, il, ql, ids_lent = _args.insert_rows(filters, sub_ids, queues, TM_FREE_THREADED)
     cdef Py_ssize_t n = len(fl), i = 0
-    # A list of sub_ids is read in place, not copied (the copy and its
-    # release were ~13 instructions a row of insert_many): each id is
-    # converted before any Python code can run (an exact int, in
-    # _fill_spec_fast), and nothing keeps a reference to one after.  The
-    # first row that needs _fill_spec, which may run an __index__ that
-    # changes the list, copies it first: as it was given, since no
-    # Python code has run.  Only where nothing else can change the list
-    # meanwhile: queues a list, tuple or None (_seq runs no Python code
-    # for those), and not on a free-threaded build.
-    cdef bint ids_lent = (not TM_FREE_THREADED and type(sub_ids) is list and
-                          (queues is None or type(queues) is list or type(queues) is tuple))
-    il = <list>sub_ids if ids_lent else _seq(sub_ids, "sub_ids", "int")
-    if len(il) != n:
-        raise TopicmatchValueError(f"filters and sub_ids differ in length ({n} != {len(il)})")
-    if queues is not None:
-        ql = _seq(queues, "queues", "str or None")
-        if len(ql) != n:
-            raise TopicmatchValueError(f"filters and queues differ in length ({n} != {len(ql)})")
     cdef _Specs sp = _Specs()
     sp.alloc(n)
     sp.frows, sp.qrows = fl, ql
@@ -1120,6 +1110,6 @@ def _idpool_hold(ms):
 
 
 # The module-level functions off the hot paths, documented in plain Python
-# over the primitives above (_release_memory, _build_image, _route_keys,
+# over the primitives above (_release_memory, _build_writer, _route_keys,
 # _route_split): last, since _functions reads this module.
 from topicmatch._functions import build_image, release_memory, route_keys, route_split

@@ -1,9 +1,12 @@
 """The package's module-level functions that are not on a hot path, in
 plain Python over the Cython layer's primitives (each _core's function of
 the same name with a leading underscore, which converts the arguments,
-calls C and raises): their signatures and documents live here.
+calls C and raises; build_image's writes the file that _imagefiles.save
+makes and renames): their signatures and documents live here.
 topicmatch._core names each of them too, as it always has."""
-from topicmatch import _core
+import os
+
+from topicmatch import _core, _imagefiles
 
 
 def build_image(path, filters, sub_ids, queues=None, *, dialect="nats", threads=None, durable=True):
@@ -24,7 +27,10 @@ def build_image(path, filters, sub_ids, queues=None, *, dialect="nats", threads=
     first bad row) and leaves no file.  The file is written as save()
     writes it: a temporary beside path, on disk (durable=False: not
     flushed), then renamed over path."""
-    return _core._build_image(path, filters, sub_ids, queues, dialect, threads, durable)
+    write = _core._build_writer(filters, sub_ids, queues, dialect, threads, durable)
+    path = os.fspath(path)
+    _imagefiles.save(path, None, durable, write)
+    return _core.Sublist.open(path, verify=False)
 
 
 def route_keys(values, dialect="nats", depth=1, *, filters=False):
