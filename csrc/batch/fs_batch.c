@@ -272,8 +272,7 @@ typedef struct {
     int state[BLOCK_ROWS];
     uint32_t hash[BLOCK_ROWS];              /* with a cache: the subjects' (its key) */
     const fs_cache_bucket *bucket[BLOCK_ROWS];  /* and their buckets, */
-    const fs_result *hit[BLOCK_ROWS];       /* what they found (NULL: a miss or no row) */
-    size_t nemit[BLOCK_ROWS];               /* and how many ids each hit emits */
+    const fs_result *hit[BLOCK_ROWS];       /* what they found (NULL: no row) */
 } block;
 
 /* With a cache, a block's plan is the rows' subjects and hashes, and the
@@ -576,49 +575,78 @@ static int match_cached_row(const rows_job *job, const rows_parts *p, rows_count
  * (match_cached_block).  Lookups run ahead, in row order, up to the first
  * miss (their entries were prefetched by the plan), with the ids their
  * hits will emit summed, so that one fs_idbuf_room makes room for them
- * all; then each hit is written by emit_to through a pointer kept in a
- * register -- no room check, no reload of the output's fields after each
- * id written (an int64_t store may alias its size_t n).  The miss is then
- * computed and cached (match_cached_row) before the next row is looked
- * up, so lookups, fills and the CLOCK bits see the rows in order, as one
- * row at a time would.  A null or invalid row, and every row of a job that
- * dedupes, go through match_cached_row too. */
+ * all, and the hits' match counts (rows, ids, the most ids a row) added
+ * once for the run; then each hit is written by emit_to with the output's
+ * end, its ids and the rows' arrays in locals -- no room check, no reload
+ * of them after each id or flag written (an int64_t store may alias the
+ * output's size_t n, a uint8_t store anything).  The miss is then computed
+ * and cached (match_cached_row) before the next row is looked up, so
+ * lookups, fills and the CLOCK bits see the rows in order, as one row at a
+ * time would.  A null or invalid row goes through match_cached_row too,
+ * and so does every row of a job that dedupes, each looked up just
+ * before it is matched. */
 FS_ALWAYS_INLINE int match_cached_block_if(const rows_job *job, const rows_parts *p, rows_counts *c, size_t i,
                                            size_t n, int queues, fs_cache_tally *tally)
 {
     block *b = p->b;
     fs_idbuf *out = job->out;
+    if (job->dedupe) {
+        for (size_t k = 0; k < n; k++) {
+            const fs_walk_row *r = &b->plan[k];
+            const fs_result *hit = b->state[k] == ROW_OK
+                                 ? fs_cache_get_from(b->bucket[k], r->s, r->len, b->hash[k], tally) : NULL;
+            int rc = match_cached_row(job, p, c, k, i + k, hit);
+            if (rc != FS_OK)
+                return rc;
+        }
+        return FS_OK;
+    }
+    int64_t *row_end = job->row_end;
+    uint8_t *invalid = job->invalid;
+    size_t at0 = i - job->begin;
     for (size_t k = 0; k < n;) {
-        size_t need = 0, m = k;
+        size_t need = 0, most = 0, nhits = 0, m = k;
         for (; m < n; m++) {
             const fs_walk_row *r = &b->plan[m];
-            b->hit[m] = NULL;
-            b->nemit[m] = 0;
-            if (b->state[m] != ROW_OK)
-                continue;
-            if (!(b->hit[m] = fs_cache_get_from(b->bucket[m], r->s, r->len, b->hash[m], tally)))
+            const fs_result *hit = NULL;
+            if (b->state[m] == ROW_OK &&
+                !(hit = fs_cache_get_from(b->bucket[m], r->s, r->len, b->hash[m], tally)))
                 break;                          /* row m missed: matched in order, below */
-            b->nemit[m] = emit_count(b->hit[m], queues);
-            need += b->nemit[m];
+            b->hit[m] = hit;
+            if (hit) {
+                size_t e = emit_count(hit, queues);
+                need += e;
+                most = e > most ? e : most;
+                nhits++;
+            }
         }
         if (need && fs_idbuf_room(out, need) < 0)
             return FS_ENOMEM;
+        c->matched += nhits;
+        c->fanout += need;
+        if (most > c->fanout_max)
+            c->fanout_max = most;
+        size_t end = out->n;
+        int64_t *ids = out->ids;      /* NULL while nothing was emitted: then need is 0 */
         for (; k < m; k++) {
             const fs_result *hit = b->hit[k];
-            if (!hit || job->dedupe) {
-                int rc = match_cached_row(job, p, c, k, i + k, hit);
+            if (FS_UNLIKELY(!hit)) {  /* a null row (no lookup) */
+                out->n = end;
+                int rc = match_cached_row(job, p, c, k, i + k, NULL);
                 if (rc != FS_OK)
                     return rc;
+                end = out->n;
                 continue;
             }
-            size_t before = out->n;
-            if (b->nemit[k]) {    /* out->ids may still be NULL: no NULL + 0 */
+            if (need) {               /* ids may be NULL: no NULL + 0 */
                 int keyed;
                 uint32_t keyhash = row_pick_hash(job, b, k, i + k, 1, &keyed);
-                out->n = (size_t)(emit_to(hit, queues, keyhash, !keyed, out->ids + before) - out->ids);
+                end = (size_t)(emit_to(hit, queues, keyhash, !keyed, ids + end) - ids);
             }
-            row_done(job, c, i + k - job->begin, before);
+            invalid[at0 + k] = 0;
+            row_end[at0 + k] = (int64_t)end;
         }
+        out->n = end;
         if (k < n) {              /* the miss */
             int rc = match_cached_row(job, p, c, k, i + k, NULL);
             if (rc != FS_OK)

@@ -2,24 +2,13 @@
 #include "fs_cache.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "fs_alloc.h"
 #include "fs_bits.h"
 #include "fs_result.h"
 #include "fs_sys.h"
-
-typedef struct fs_centry fs_centry;
-struct fs_centry {
-    _Atomic(fs_centry *) hnext;       /* bucket chain; readers follow it unlocked */
-    fs_centry *retired_next;          /* on the shard's retired list */
-    atomic_uchar ref;                 /* CLOCK reference bit */
-    uint32_t hash, len;
-    uint32_t slot;                    /* index in the shard's ring (shard lock) */
-    size_t bytes;                     /* size of this allocation */
-    const char *subject;              /* inside this allocation */
-    fs_result r;                      /* its buffers are inside this allocation */
-};
 
 /* What invalidation needs to rule an entry out without touching it: the
  * hashes of its first and last tokens and its token count, in one dense
@@ -52,7 +41,11 @@ typedef struct {
 } fs_tally_stripe;
 
 struct fs_cache {
-    uint32_t nshards, shard_bits;
+    uint32_t nshards;                 /* 1 << bits */
+    /* 32 - bits: a 64-bit shift of the hash by it is its shard's index
+     * (its top bits), 0 with one shard, without a test for that case (a
+     * 32-bit shift by 32 is undefined). */
+    uint32_t shard_shift;
     size_t capacity;
     char pad0[64];
     atomic_size_t nretired;
@@ -79,7 +72,7 @@ static void shard_unlock(fs_cache_shard *sh)
 
 static uint32_t shard_index(const fs_cache *c, uint32_t hash)
 {
-    return c->shard_bits ? hash >> (32 - c->shard_bits) : 0;
+    return (uint32_t)((uint64_t)hash >> c->shard_shift);
 }
 
 static fs_cache_shard *shard_of(fs_cache *c, uint32_t hash)
@@ -127,7 +120,7 @@ fs_cache *fs_cache_new(size_t capacity)
         return NULL;
     memset(c, 0, size);
     c->nshards = nshards;
-    c->shard_bits = bits;
+    c->shard_shift = 32 - bits;
     c->capacity = capacity;
     atomic_init(&c->reclaim_at, RECLAIM_AT(c));
     for (uint32_t i = 0; i < nshards; i++) {
@@ -213,53 +206,21 @@ static void evict_one(fs_cache *c, fs_cache_shard *sh)
     }
 }
 
-/* The entry for the subject in the chain from e on, or NULL. */
-static inline fs_centry *find_from(const fs_centry *e, const char *s, size_t len, uint32_t hash)
-{
-    for (; e; e = atomic_load_explicit(&e->hnext, memory_order_acquire))
-        if (e->hash == hash && e->len == len && fs_tok_eq_within(e->subject, s, (uint32_t)len, s + len))
-            return (fs_centry *)e;
-    return NULL;
-}
-
 static fs_centry *find(const fs_cache *c, const char *s, size_t len, uint32_t hash)
 {
-    return find_from(atomic_load_explicit(bucket_of(c, hash), memory_order_acquire), s, len, hash);
-}
-
-/* A hit on e: its result, valid while the caller holds the index's lock.
- * The reference bit is set only when clear, so a hot entry's line stays
- * shared, unwritten.  Counting the hit is the caller's (a tally, or the
- * thread's stripe). */
-static inline const fs_result *cache_hit(fs_centry *e)
-{
-    if (!atomic_load_explicit(&e->ref, memory_order_relaxed))
-        atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
-    return &e->r;
-}
-
-const fs_result *fs_cache_get_from(const fs_cache_bucket *bucket, const char *s, size_t len,
-                                   uint32_t hash, fs_cache_tally *tally)
-{
-    fs_centry *e = find_from(atomic_load_explicit(bucket, memory_order_acquire), s, len, hash);
-    if (!e) {
-        tally->misses++;
-        return NULL;
-    }
-    tally->hits++;
-    return cache_hit(e);
+    return fs_cache_find_from(atomic_load_explicit(bucket_of(c, hash), memory_order_acquire), s, len, hash);
 }
 
 const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash, unsigned stripe)
 {
     uint32_t h = fs_hash(s, len);
     *hash = h;
-    /* (find_from inline: find itself is a call here) */
-    fs_centry *e = find_from(atomic_load_explicit(bucket_of(c, h), memory_order_acquire), s, len, h);
+    /* (fs_cache_find_from inline: find itself is a call here) */
+    fs_centry *e = fs_cache_find_from(atomic_load_explicit(bucket_of(c, h), memory_order_acquire), s, len, h);
     if (!e)
         return NULL;
     atomic_fetch_add_explicit(&c->tally[stripe].hits, 1, memory_order_relaxed);
-    return cache_hit(e);
+    return fs_cache_hit(e);
 }
 
 void fs_cache_buckets(const fs_cache *c, const uint32_t *hash, size_t n, const fs_cache_bucket **buckets)
@@ -269,8 +230,8 @@ void fs_cache_buckets(const fs_cache *c, const uint32_t *hash, size_t n, const f
         const fs_centry *e = atomic_load_explicit(b, memory_order_acquire);
         buckets[k] = b;
         if (e) {
-            /* A hit reads the header (two lines), then the ids and the
-             * subject that follow it in the same allocation (a prefetch
+            /* A hit reads the header (two lines), then the subject and
+             * the ids that follow it in the same allocation (a prefetch
              * past a small entry's end is harmless: prefetches never fault). */
             FS_PREFETCH(e);
             FS_PREFETCH((const char *)e + 64);
@@ -293,10 +254,14 @@ void fs_cache_tally_flush(fs_cache *c, const fs_cache_tally *tally)
 void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
                   const fs_tokens *t, const fs_result *r)
 {
-    size_t ids_off = ALIGN8(sizeof(fs_centry));
+    /* The subject first, where a lookup reads it right after the header,
+     * word-padded for comparisons; then the result's buffers. */
+    if (len > UINT32_MAX)                  /* (its length would not fit the entry's) */
+        return;
+    size_t subj_off = offsetof(fs_centry, subject);
+    size_t ids_off = ALIGN8(subj_off + FS_TOK_ALLOC(len));
     size_t groups_off = ids_off + sizeof(int64_t) * r->nids;
-    size_t subj_off = groups_off + sizeof(fs_group_out) * r->ngroups;
-    size_t arena_off = subj_off + FS_TOK_ALLOC(len);   /* word-padded for comparisons */
+    size_t arena_off = groups_off + sizeof(fs_group_out) * r->ngroups;
     size_t bytes = arena_off + r->narena;
     char *mem = FS_MALLOC(bytes);
     if (!mem)
@@ -318,7 +283,6 @@ void fs_cache_put(fs_cache *c, const char *s, size_t len, uint32_t hash,
     if (r->narena) memcpy(e->r.arena, r->arena, r->narena);
     memcpy(mem + subj_off, s, len);
     memset(mem + subj_off + len, 0, FS_TOK_ALLOC(len) - len);
-    e->subject = mem + subj_off;
 
     fs_cache_shard *sh = shard_of(c, hash);
     shard_lock(sh);
