@@ -96,6 +96,9 @@ static inline uint64_t fs_load_bytes(const char *p, size_t n)
     return v;
 }
 
+/* fs_hash's starting state for a string of n bytes. */
+#define FS_HASH_SEED(n) (0x9E3779B97F4A7C15ull ^ (uint64_t)(n))
+
 /* One step of fs_hash: a whole word w into h.  Every hash of a string
  * (fs_hash_between, fs_hash) takes its words through this step, so that
  * they give the same value for the same bytes (the cache's keys depend on
@@ -121,7 +124,7 @@ static inline uint32_t fs_hash_last(uint64_t h, uint64_t v)
  * that stays before end, else backwards when it stays after begin. */
 static inline uint32_t fs_hash_between(const char *begin, const char *p, size_t n, const char *end)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    uint64_t h = FS_HASH_SEED(n);
     while (n >= 8) {
         h = fs_hash_word(h, fs_load_le64(p));
         p += 8;
@@ -141,7 +144,7 @@ static inline uint32_t fs_hash_between(const char *begin, const char *p, size_t 
  * above them): the tokenizer's common case, without reloading them. */
 static inline uint32_t fs_hash_short(uint64_t v, size_t n)
 {
-    return fs_hash_last(0x9E3779B97F4A7C15ull ^ (uint64_t)n, v);
+    return fs_hash_last(FS_HASH_SEED(n), v);
 }
 
 static inline uint32_t fs_hash_within(const char *p, size_t n, const char *end)
@@ -182,7 +185,7 @@ static inline int fs_tok_eq_within(const char *a, const char *b, uint32_t n, con
  * ~8 instructions fewer; the cache hashes every subject it looks up). */
 static inline uint32_t fs_hash(const char *p, size_t n)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    uint64_t h = FS_HASH_SEED(n);
     const char *q = p;
     size_t k = n;
     for (; k >= 16; k -= 16, q += 16)
