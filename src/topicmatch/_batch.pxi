@@ -183,7 +183,7 @@ cdef class _Column:
         """Convert rows [filled, end) of the sequence.  No Python code runs
         here, so the list cannot change under it; match_many calls it with
         the interpreter lock held throughout, between feeds too."""
-        cdef Py_ssize_t i, ln
+        cdef Py_ssize_t i, other_len
         cdef const char *p
         cdef PyObject *x
         cdef object items = self.keep, held = None
@@ -197,8 +197,16 @@ cdef class _Column:
         # dropped per row: nothing here runs Python code until the loop
         # ends or raises), and the copies' cursor in locals, written back
         # before anything that can raise reads or moves it (~25
-        # instructions a row of match_many hot1k, callgrind).
+        # instructions a row of match_many hot1k, callgrind).  The arrays
+        # of pointers and lengths in locals too, which nothing here
+        # reallocates: read from self, they were read again after every
+        # copy (a char store may alias them), and an ASCII row's length
+        # goes straight to n, where one shared with _other_row's &ln lived
+        # on the stack (~3 instructions a row of match_many, callgrind,
+        # light).
         cdef PyObject **rows = PySequence_Fast_ITEMS(items)
+        cdef const char **ptrs = self.ptrs
+        cdef size_t *lens = self.lens
         cdef char *cur = self.cur
         cdef size_t room = self.room, n
         for i in range(self.filled, end):
@@ -210,22 +218,22 @@ cdef class _Column:
             x = rows[i]
             if _is_ascii_str(x):
                 # the usual row: an ASCII str's characters are its UTF-8 bytes
-                ln = _str_len(x)
+                n = <size_t>_str_len(x)
                 p = _ascii_chars(x)
             else:
                 self.cur, self.room = cur, room
                 held = <object>x               # p may point into it: kept until copied
-                p = _other_row(self, i, held, &ln)
+                p = _other_row(self, i, held, &other_len)
                 # (the error it may make and catch may run a collection,
                 # and a finalizer change the list: read again, and checked)
                 if end > PySequence_Fast_GET_SIZE(items):
                     raise TopicmatchRuntimeError("the subjects list changed size during match_many")
                 rows = PySequence_Fast_ITEMS(items)
                 if p == NULL:
-                    self.ptrs[i] = NULL         # a null row
-                    self.lens[i] = 0
+                    ptrs[i] = NULL              # a null row
+                    lens[i] = 0
                     continue
-            n = <size_t>ln
+                n = <size_t>other_len
             # (a copy is never NULL, which is a null row: hence a chunk
             # even for an empty first string)
             if n > room or cur == NULL:
@@ -233,8 +241,8 @@ cdef class _Column:
                 self._new_chunk(n)
                 cur, room = self.cur, self.room
             _copy_row(cur, p, n)
-            self.ptrs[i] = cur
-            self.lens[i] = n
+            ptrs[i] = cur
+            lens[i] = n
             cur += n
             room -= n
         self.cur, self.room = cur, room
