@@ -14,6 +14,7 @@
 #include "fs_cache.h"
 #include "fs_index.h"
 #include "fs_node.h"
+#include "fs_pairs.h"
 #include "fs_sys.h"
 #include "fs_table.h"
 #include "fs_trie.h"
@@ -54,6 +55,7 @@ void fs_sublist_free(fs_sublist *sl)
 {
     if (!sl)
         return;
+    fs_pairs_forget_index();     /* its nodes' addresses may come back in another index */
     fs_sl_fork_untrack(sl);
     fs_sublist_free(sl->live);
     FS_FREE(sl->masked);

@@ -11,6 +11,7 @@
 #include "fs_alloc.h"
 #include "fs_groups.h"
 #include "fs_index.h"
+#include "fs_pairs.h"
 #include "fs_result.h"
 
 void fs_result_init(fs_result *r) { memset(r, 0, sizeof(*r)); }
@@ -587,6 +588,42 @@ FS_ALWAYS_INLINE size_t rest_merged_if(const fs_sublist *sl, int mapped, const f
     return r.n;
 }
 
+/* A second biggest run of this many ids or more is merged with the
+ * biggest once per thread and kept (fs_pairs.h): heavy's rows of such runs
+ * hit few distinct pairs of nodes. */
+#define PAIR_MIN 8
+
+/* The row of a built index's hits whose biggest run b and second biggest
+ * o->sec (at least PAIR_MIN ids) are merged in this thread's pair cache:
+ * their merge copied from there (merged into it first where it is new),
+ * the rest (room: ns ids in all) merged between its stretches.  Returns
+ * how many ids, or 0 where the cache has no room (the caller merges). */
+FS_ALWAYS_INLINE size_t merge_cached_pair(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, size_t big,
+                                          const int64_t *b, size_t nb, const other_runs *o, size_t ns, int64_t *ids)
+{
+    fs_pair_key key = {sl, sl->generation, hits[big], hits[o->second], nb, o->nsec};
+    int fresh;
+    int64_t *pair = fs_pairs_find(&key, &fresh);
+    size_t npair = nb + o->nsec;
+    if (!pair)
+        return 0;
+    if (fresh)
+        merge_gaps_best(pair, b, nb, o->sec, o->nsec);
+    if (o->seen == 1) {
+        memcpy(ids, pair, sizeof(int64_t) * npair);
+        return npair;
+    }
+    int64_t few[FEW_SMALL];
+    const int64_t *rest = o->one;
+    size_t nrest = o->none;
+    if (o->seen > 2) {
+        nrest = rest_merged_if(sl, 0, hits, nhits, big, o, ns - o->nsec, few);
+        rest = few;
+    }
+    merge_gaps_best(ids, pair, npair, rest, nrest);
+    return npair + nrest;
+}
+
 /* The rows of two nodes or more (fs_hits_plain takes one node inline):
  * the biggest node's ids stay whole and the others' go between its
  * stretches (merge_gaps), read where they are when one other node holds
@@ -639,6 +676,11 @@ FS_ALWAYS_INLINE size_t merge_tallied_if(const fs_sublist *sl, int mapped, const
         }
         fs_runs_end(&r, ids);
         return r.n;
+    }
+    if (!mapped && o.nsec >= PAIR_MIN) {         /* the two biggest merged before? */
+        size_t n = merge_cached_pair(sl, hits, nhits, big, b, nb, &o, ns, ids);
+        if (n)
+            return n;
     }
     if (o.seen > 1) {
         const int64_t *rest = o.one;

@@ -7,6 +7,7 @@
 
 #include "fs_alloc.h"
 #include "fs_bits.h"
+#include "fs_pairs.h"
 #include "fs_sys.h"
 
 void fs_scratch_init(fs_scratch *sc)
@@ -56,6 +57,7 @@ static void FS_TLS_DESTRUCTOR workspace_destroy(void *p)
     fs_scratch_free(&w->sc);
     fs_result_free(&w->r);
     FS_FREE(w);
+    fs_pairs_free_mine();    /* made only where this thread has a workspace (fs_pairs.c) */
 }
 
 static void workspace_key_create(void)

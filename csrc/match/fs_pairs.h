@@ -1,0 +1,57 @@
+/* fs_pairs.h - each thread's cache of merged node pairs: the ids of a
+ * row's two biggest runs (two nodes of a built index) merged once and kept,
+ * so that the next row hitting the same two nodes copies them and merges
+ * only the rest (fs_hits_merge, fs_result.c).  Heavy's rows: 16,007 of the
+ * 25,750 small ids of 3,000 rows sit in second-biggest runs of eight or
+ * more, and those 785 rows hit only 23 distinct pairs.
+ *
+ *   fs_pairs (one a thread: a thread-local of fs_pairs.c)
+ *     slot[FS_PAIRS_SLOTS]: key (index, its generation, the epoch of
+ *                           freed indexes, the two nodes and their counts)
+ *                           -> ids[na + nb], the two runs merged
+ *
+ * Never stale: an entry serves only the index it was made from at the
+ * generation it was made at (every insert and remove that changes the set
+ * bumps it: api/sublist.c), and only while no index has been freed since
+ * (fs_pairs_forget_index, from fs_sublist_free): a new index at a freed
+ * one's address, with nodes at the freed one's node addresses, would
+ * otherwise match an old key.  A mapped image's nodes are never cached
+ * (its bytes may change under a read; fs_layout.h), only a built index's.
+ * Bounded: FS_PAIRS_SLOTS entries of at most FS_PAIRS_MAX_IDS ids each
+ * (1 MiB a thread), freed with the thread's workspace (fs_workspace.c). */
+#ifndef FS_PAIRS_H
+#define FS_PAIRS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs_sys.h"
+
+#define FS_PAIRS_SLOTS 32
+#define FS_PAIRS_MAX_IDS 4096
+
+typedef struct {
+    const void *index;          /* the fs_sublist */
+    uint64_t generation;        /* its generation when merged */
+    const void *a, *b;          /* the nodes: the biggest run's, the second's */
+    size_t na, nb;              /* their counts */
+} fs_pair_key;
+
+typedef struct fs_pairs fs_pairs;
+
+/* The buffer of key's merged ids (na + nb of them), or NULL where no
+ * cache can hold them (too many ids, out of memory, no workspace on this
+ * thread, or a platform without a thread-local copy: FS_TLS_COPY_OK): the
+ * caller then merges as it would without one.  *fresh = 1: the buffer is
+ * the key's new entry, and the caller fills it before its next call here
+ * (the slot's former entry is gone); 0: it holds the merge already. */
+int64_t *fs_pairs_find(const fs_pair_key *key, int *fresh);
+
+/* Every thread's entries made before this call are stale (an index was
+ * freed).  Never fails; one atomic add. */
+void fs_pairs_forget_index(void);
+
+/* Free this thread's cache (the workspace's destructor: the thread ends). */
+void fs_pairs_free_mine(void);
+
+#endif
