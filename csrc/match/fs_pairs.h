@@ -3,7 +3,7 @@
  * so that the next row hitting the same two nodes copies them and merges
  * only the rest (fs_hits_merge, fs_result.c).  Heavy's rows: 16,007 of the
  * 25,750 small ids of 3,000 rows sit in second-biggest runs of eight or
- * more, and those 785 rows hit only 23 distinct pairs.
+ * more, and those 785 rows hit only 23 distinct pairs (51 from four ids).
  *
  *   fs_pairs (one a thread: a thread-local of fs_pairs.c)
  *     slot[FS_PAIRS_SLOTS]: key (index, its generation, the epoch of
@@ -18,7 +18,8 @@
  * otherwise match an old key.  A mapped image's nodes are never cached
  * (its bytes may change under a read; fs_layout.h), only a built index's.
  * Bounded: FS_PAIRS_SLOTS entries of at most FS_PAIRS_MAX_IDS ids each
- * (1 MiB a thread), freed with the thread's workspace (fs_workspace.c). */
+ * (1 MiB a thread; heavy's biggest pair holds 215), freed with the
+ * thread's workspace (fs_workspace.c). */
 #ifndef FS_PAIRS_H
 #define FS_PAIRS_H
 
@@ -27,8 +28,8 @@
 
 #include "fs_sys.h"
 
-#define FS_PAIRS_SLOTS 32
-#define FS_PAIRS_MAX_IDS 4096
+#define FS_PAIRS_SLOTS 64
+#define FS_PAIRS_MAX_IDS 2048
 
 typedef struct {
     const void *index;          /* the fs_sublist */
