@@ -6,18 +6,21 @@
 
 #include "fs_alloc.h"
 #include "fs_bits.h"
-#include "fs_match.h"
+#include "fs_status.h"
 
 typedef struct {
     fs_pair_key key;
     uint64_t epoch;            /* fs_pairs_forget_index's count when merged */
-    int64_t *ids;
-    size_t cap;
     int used;
 } pair_slot;
 
+/* One block, made with the thread's workspace: a call never allocates
+ * here, so a match that runs out of memory fails where it always did (the
+ * workspace), never silently in the cache.  The ids' pages are touched
+ * only where a slot is used. */
 struct fs_pairs {
     pair_slot slot[FS_PAIRS_SLOTS];
+    int64_t ids[FS_PAIRS_SLOTS][FS_PAIRS_MAX_IDS];
 };
 
 /* Bumped when an index is freed: entries merged before it are stale. */
@@ -33,7 +36,7 @@ void fs_pairs_forget_index(void)
 
 #if FS_TLS_COPY_OK
 
-/* The thread's cache, made on its first use: freed by fs_pairs_free_mine. */
+/* The thread's cache, made with its workspace (fs_pairs_make_mine). */
 static FS_THREAD_LOCAL fs_pairs *pairs_mine;
 
 static int key_eq(const fs_pair_key *x, const fs_pair_key *y)
@@ -48,38 +51,35 @@ static size_t slot_of(const fs_pair_key *k)
     return (size_t)(h >> 58) & (FS_PAIRS_SLOTS - 1);   /* the top six bits: 64 slots */
 }
 
+int fs_pairs_make_mine(void)
+{
+    if (pairs_mine)
+        return FS_OK;
+    fs_pairs *p = FS_MALLOC(sizeof(fs_pairs));
+    if (!p)
+        return FS_ENOMEM;
+    memset(p->slot, 0, sizeof(p->slot));
+    pairs_mine = p;
+    return FS_OK;
+}
+
 int64_t *fs_pairs_find(const fs_pair_key *key, int *fresh)
 {
-    size_t n = key->na + key->nb;
     fs_pairs *p = pairs_mine;
-    if (FS_UNLIKELY(p == NULL)) {
-        /* only a thread with a workspace, whose destructor frees this */
-        if (fs_workspace_mine == NULL || n > FS_PAIRS_MAX_IDS || !(p = FS_MALLOC(sizeof(fs_pairs))))
-            return NULL;
-        memset(p, 0, sizeof(*p));
-        pairs_mine = p;
-    }
+    if (FS_UNLIKELY(p == NULL) || key->na + key->nb > FS_PAIRS_MAX_IDS)
+        return NULL;
     uint64_t epoch = atomic_load_explicit(&freed_epoch, memory_order_relaxed);
-    pair_slot *s = &p->slot[slot_of(key)];
+    size_t k = slot_of(key);
+    pair_slot *s = &p->slot[k];
     if (s->used && s->epoch == epoch && key_eq(&s->key, key)) {
         *fresh = 0;
-        return s->ids;
-    }
-    if (n > FS_PAIRS_MAX_IDS)
-        return NULL;
-    if (n > s->cap) {
-        int64_t *ids = FS_MALLOC(sizeof(int64_t) * n);
-        if (!ids)
-            return NULL;
-        FS_FREE(s->ids);
-        s->ids = ids;
-        s->cap = n;
+        return p->ids[k];
     }
     s->key = *key;
     s->epoch = epoch;
     s->used = 1;
     *fresh = 1;
-    return s->ids;
+    return p->ids[k];
 }
 
 void fs_pairs_free_mine(void)
@@ -88,12 +88,12 @@ void fs_pairs_free_mine(void)
     if (!p)
         return;
     pairs_mine = NULL;
-    for (size_t k = 0; k < FS_PAIRS_SLOTS; k++)
-        FS_FREE(p->slot[k].ids);
     FS_FREE(p);
 }
 
 #else   /* no thread-local copy (fs_sys.h): no cache; every row merges */
+
+int fs_pairs_make_mine(void) { return FS_OK; }
 
 int64_t *fs_pairs_find(const fs_pair_key *key, int *fresh)
 {

@@ -18,8 +18,8 @@
  * otherwise match an old key.  A mapped image's nodes are never cached
  * (its bytes may change under a read; fs_layout.h), only a built index's.
  * Bounded: FS_PAIRS_SLOTS entries of at most FS_PAIRS_MAX_IDS ids each
- * (1 MiB a thread; heavy's biggest pair holds 215), freed with the
- * thread's workspace (fs_workspace.c). */
+ * (512 KiB a thread, made and freed with its workspace: fs_workspace.c;
+ * heavy's biggest pair holds 215). */
 #ifndef FS_PAIRS_H
 #define FS_PAIRS_H
 
@@ -29,7 +29,7 @@
 #include "fs_sys.h"
 
 #define FS_PAIRS_SLOTS 64
-#define FS_PAIRS_MAX_IDS 2048
+#define FS_PAIRS_MAX_IDS 1024
 
 typedef struct {
     const void *index;          /* the fs_sublist */
@@ -40,9 +40,13 @@ typedef struct {
 
 typedef struct fs_pairs fs_pairs;
 
+/* Make this thread's cache, if it has none (fs_workspace_get, with the
+ * workspace).  FS_OK or FS_ENOMEM. */
+int fs_pairs_make_mine(void);
+
 /* The buffer of key's merged ids (na + nb of them), or NULL where no
- * cache can hold them (too many ids, out of memory, no workspace on this
- * thread, or a platform without a thread-local copy: FS_TLS_COPY_OK): the
+ * cache can hold them (too many ids, no cache made on this thread, or a
+ * platform without a thread-local copy: FS_TLS_COPY_OK): the
  * caller then merges as it would without one.  *fresh = 1: the buffer is
  * the key's new entry, and the caller fills it before its next call here
  * (the slot's former entry is gone); 0: it holds the merge already. */
@@ -52,7 +56,8 @@ int64_t *fs_pairs_find(const fs_pair_key *key, int *fresh);
  * freed).  Never fails; one atomic add. */
 void fs_pairs_forget_index(void);
 
-/* Free this thread's cache (the workspace's destructor: the thread ends). */
+/* Free this thread's cache (the workspace's destructor: the thread ends).
+ * Never fails. */
 void fs_pairs_free_mine(void);
 
 #endif

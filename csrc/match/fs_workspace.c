@@ -57,7 +57,7 @@ static void FS_TLS_DESTRUCTOR workspace_destroy(void *p)
     fs_scratch_free(&w->sc);
     fs_result_free(&w->r);
     FS_FREE(w);
-    fs_pairs_free_mine();    /* made only where this thread has a workspace (fs_pairs.c) */
+    fs_pairs_free_mine();    /* made with it (fs_workspace_get) */
 }
 
 static void workspace_key_create(void)
@@ -86,7 +86,9 @@ fs_workspace *fs_workspace_get(void)
         fs_scratch_init(&w->sc);
         fs_result_init(&w->r);
         w->busy = 0;
-        if (fs_tls_set(workspace_key, w) != 0) {
+        /* the thread's pair cache (fs_pairs.h) with it: freed with it */
+        if (fs_pairs_make_mine() < 0 || fs_tls_set(workspace_key, w) != 0) {
+            fs_pairs_free_mine();
             FS_FREE(w);
             return NULL;
         }
