@@ -455,7 +455,7 @@ tail:
 }
 
 /* merge_gaps with AVX2, where the compiler can build it (GCC, clang) and
- * the processor has it (merge_gaps_best asks, per row: a load and a test):
+ * the processor has it (merge_ask_cpu, once; merge_gaps_best tests it):
  * the same steps, the eight of b moved as two 32-byte registers, and how
  * many of them are below x counted by one compare of the eight against it
  * (the two masks packed into one, their bits counted: the same count as
@@ -504,6 +504,18 @@ tail:
 }
 
 #define FS_MERGE_AVX2 1
+
+/* Whether the processor has AVX2 and POPCNT, asked once when the library
+ * is loaded: two __builtin_cpu_supports per merged row were a load and a
+ * test each, on every heavy row.  A constructor may run before libgcc's
+ * own, hence __builtin_cpu_init first. */
+static int merge_cpu_avx2;
+
+__attribute__((constructor)) static void merge_ask_cpu(void)
+{
+    __builtin_cpu_init();
+    merge_cpu_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+}
 #endif
 
 int fs_merge_simd = 1;
@@ -513,7 +525,7 @@ int fs_merge_simd = 1;
 FS_ALWAYS_INLINE void merge_gaps_best(int64_t *out, const int64_t *b, size_t nb, const int64_t *s, size_t ns)
 {
 #ifdef FS_MERGE_AVX2
-    if (fs_merge_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) {
+    if (fs_merge_simd & merge_cpu_avx2) {
         merge_gaps_avx2(out, b, nb, s, ns);
         return;
     }
