@@ -497,18 +497,32 @@ static inline int emit_walked_row(const rows_job *job, const rows_parts *p, size
     return emit_walked(job, job->sl, &w->sc, &w->r, keyhash);
 }
 
+/* A valid row's flag and end (its ids end at end).  The arrays are
+ * arguments so that match_cached_block_if can pass the copies it keeps in
+ * registers. */
+static inline void row_close(uint8_t *invalid, int64_t *row_end, size_t at, size_t end)
+{
+    invalid[at] = 0;
+    row_end[at] = (int64_t)end;
+}
+
+/* rows valid rows matched, with ids ids in all and at most most in one:
+ * into the match counts c. */
+static inline void count_rows(rows_counts *c, uint64_t rows, uint64_t ids, uint64_t most)
+{
+    c->matched += rows;
+    c->fanout += ids;
+    if (most > c->fanout_max)
+        c->fanout_max = most;
+}
+
 /* A valid row is done, its ids at out->ids[before .. out->n): its end, its
  * flag, and the match counts into c. */
 static inline void row_done(const rows_job *job, rows_counts *c, size_t at, size_t before)
 {
     size_t end = job->out->n;
-    job->invalid[at] = 0;
-    job->row_end[at] = (int64_t)end;
-    uint64_t f = end - before;
-    c->matched++;
-    c->fanout += f;
-    if (f > c->fanout_max)
-        c->fanout_max = f;
+    row_close(job->invalid, job->row_end, at, end);
+    count_rows(c, 1, end - before, end - before);
 }
 
 /* Row i of the job, whose emit (from out->n = before) returned rc: a
@@ -622,10 +636,7 @@ FS_ALWAYS_INLINE int match_cached_block_if(const rows_job *job, const rows_parts
         }
         if (need && fs_idbuf_room(out, need) < 0)
             return FS_ENOMEM;
-        c->matched += nhits;
-        c->fanout += need;
-        if (most > c->fanout_max)
-            c->fanout_max = most;
+        count_rows(c, nhits, need, most);
         size_t end = out->n;
         int64_t *ids = out->ids;      /* NULL while nothing was emitted: then need is 0 */
         for (; k < m; k++) {
@@ -643,8 +654,7 @@ FS_ALWAYS_INLINE int match_cached_block_if(const rows_job *job, const rows_parts
                 uint32_t keyhash = row_pick_hash(job, b, k, i + k, 1, &keyed);
                 end = (size_t)(emit_to(hit, queues, keyhash, !keyed, ids + end) - ids);
             }
-            invalid[at0 + k] = 0;
-            row_end[at0 + k] = (int64_t)end;
+            row_close(invalid, row_end, at0 + k, end);
         }
         out->n = end;
         if (k < n) {              /* the miss */
