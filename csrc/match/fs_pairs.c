@@ -47,7 +47,7 @@ static int key_eq(const fs_pair_key *x, const fs_pair_key *y)
 
 static size_t slot_of(const fs_pair_key *k)
 {
-    uint64_t h = ((uint64_t)(uintptr_t)k->a ^ ((uint64_t)(uintptr_t)k->b >> 4)) * 0x9E3779B97F4A7C15ull;
+    uint64_t h = k->place * 0x9E3779B97F4A7C15ull;
     return (size_t)(h >> (64 - FS_PAIRS_SLOT_BITS));   /* the top bits: a slot */
 }
 

@@ -27,11 +27,13 @@
 
 #include "fs_sys.h"
 
-/* 256 slots of 256 ids: the slot is chosen by the nodes' addresses, so
- * with 64 slots heavy's ~51 pairs collided by where malloc put them (the
- * gate's heavy count was 2,229.0 here and 2,237.0 in a clean clone);
- * 256 make collisions rare at the same 512 KiB, and no pair of heavy's
- * holds more than 215 ids (a bigger pair merges as without a cache). */
+/* 256 slots of 256 ids: no pair of heavy's holds more than 215 ids (a
+ * bigger pair merges as without a cache).  The slot is chosen by the
+ * runs' contents (fs_pair_key.place), not the nodes' addresses: by
+ * address, which of heavy's ~51 pairs shared a slot depended on where
+ * malloc put the nodes, and so did the gate's count (match_many heavy
+ * 2,229.0 here against 2,237.0 in a clean clone with 64 slots; 2,205.4
+ * against 2,224.9 from one build to the next with 256). */
 #define FS_PAIRS_SLOT_BITS 8
 #define FS_PAIRS_SLOTS (1u << FS_PAIRS_SLOT_BITS)
 #define FS_PAIRS_MAX_IDS 256
@@ -41,6 +43,7 @@ typedef struct {
     uint64_t generation;        /* its generation when merged */
     const void *a, *b;          /* the nodes: the biggest run's, the second's */
     size_t na, nb;              /* their counts */
+    uint64_t place;             /* picks the slot (not compared): the runs' first ids and counts */
 } fs_pair_key;
 
 typedef struct fs_pairs fs_pairs;
