@@ -273,6 +273,26 @@ def _stage_rows(spark, jobs_before):
     return lines
 
 
+def _sql_rows(spark, since):
+    """The SQL queries submitted since `since` (REST API): when each was
+    submitted (seconds after `since`), how long it ran and its jobs.  With
+    the jobs' times this splits a driver's gap in two: before a query's
+    submission, building it (PySpark and the JVM's analysis); from its
+    submission to its first job, the rest of the driver's work for it
+    (planning its stages, compiling their generated code)."""
+    out = []
+    for q in _rest(spark, "sql?details=false"):
+        start = _rest_time(q["submissionTime"])
+        if start < since:
+            continue
+        jobs = sorted(q.get("successJobIds", []) + q.get("runningJobIds", [])
+                      + q.get("failedJobIds", []))
+        out.append(f"      sql {q['id']:>4} submitted at {start - since:6.2f}, "
+                   f"{q.get('duration', 0) / 1000:6.2f} s, jobs {jobs}  "
+                   f"{q.get('description', '')[:60]}")
+    return out
+
+
 def _rest_time(text):
     """Seconds of a REST API time ("2026-11-28T13:33:05.123GMT")."""
     import datetime
@@ -331,7 +351,8 @@ def main(argv=None):
                          "a 1-core worker on each of 127.0.0.2, 127.0.0.3, ..., each with its own "
                          "temporary and local directories) and run on it")
     ap.add_argument("--jobs", action="store_true",
-                    help="after each pass, list the Spark jobs it ran with their wall seconds (REST API)")
+                    help="after each pass, list the Spark jobs it ran with their wall seconds, "
+                         "and its SQL queries with when each was submitted (REST API)")
     ap.add_argument("--stages", action="store_true",
                     help="after each pass, its stages' task metrics (REST API): deserialization "
                          "(with the fetches of added files), run and GC time, shuffle bytes; and "
@@ -493,6 +514,8 @@ def main(argv=None):
                     # (from/to: seconds since the pass began; the gaps are the driver's)
                     print(f"      job {jid:>4} {secs:7.2f} s  from {start - epoch0:6.2f} to "
                           f"{end - epoch0:6.2f}  {what}", flush=True)
+            for line in _sql_rows(spark, epoch0):
+                print(line, flush=True)
         if args.stages:
             print("\n".join(_stage_rows(spark, jobs_before)), flush=True)
     if plan is not None:
