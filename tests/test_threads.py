@@ -10,6 +10,8 @@ import _thread
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -506,3 +508,40 @@ def test_an_idle_pool_uses_no_cpu():
     assert cpu < 0.05 * wall, (cpu, wall)
     threads, idle = _core._pool_status()
     assert idle == threads, (threads, idle)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_crowded_workers_leave_and_lose_no_row():
+    """More workers than processors (a child process held to one
+    processor, eight workers asked for and allowed by the thread policy's
+    processor count): workers that wait for the processor more than they
+    run stop claiming blocks, down to one a processor (fs_batch.c,
+    crowded_out), and every row still gets one thread's answer.  A second
+    child on as many processors as workers leaves no worker."""
+    code = r"""
+import os, sys
+import pyarrow as pa
+import topicmatch
+from topicmatch import _core
+ncpu = int(sys.argv[1])
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:ncpu])   # before the pool's threads start
+sl = topicmatch.Sublist("nats")
+sl.insert_many([f"a.{i}.*" for i in range(2000)] + ["a.>", "*.*.x"], list(range(2002)))
+col = pa.array([f"a.{i % 3000}.x" if i % 97 else None for i in range(300000)])
+want = sl.match_many(col, threads=1)
+_core._set_batch_threading(min_rows_per_thread=1, cpus=8)
+before = _core._workers_crowded_out()
+for _ in range(3):
+    got = sl.match_many(col, threads=8)
+    assert (got.offsets == want.offsets).all() and (got.sub_ids == want.sub_ids).all()
+    assert (got.invalid == want.invalid).all()
+print(_core._workers_crowded_out() - before)
+"""
+    def left(ncpu):
+        out = subprocess.run([sys.executable, "-c", code, str(ncpu)], capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.split()[-1])
+    assert left(1) > 0
+    if len(os.sched_getaffinity(0)) >= 8:
+        assert left(8) == 0

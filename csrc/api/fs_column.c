@@ -265,3 +265,8 @@ void fs_column_pool_status(unsigned *threads, unsigned *idle)
 {
     fs_pool_status(threads, idle);
 }
+
+unsigned long long fs_column_workers_crowded_out(void)
+{
+    return fs_batch_workers_crowded_out();
+}

@@ -290,5 +290,9 @@ unsigned fs_column_cpus(void);
 /* Threads in the batch's worker pool (fs_pool.h), and how many of them
  * are idle now (tests). */
 void fs_column_pool_status(unsigned *threads, unsigned *idle);
+/* How many batch workers have left their batch crowded out by its other
+ * threads (more threads than processors: fs_batch.c), since the process
+ * started (tests). */
+unsigned long long fs_column_workers_crowded_out(void);
 
 #endif

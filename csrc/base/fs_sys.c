@@ -174,11 +174,24 @@ unsigned long long fs_now_ns(void)
     unsigned long long q = (unsigned long long)c.QuadPart, f = (unsigned long long)freq.QuadPart;
     return q / f * 1000000000ULL + q % f * 1000000000ULL / f;
 }
+
+unsigned long long fs_thread_cpu_ns(void)
+{
+    return 0;
+}
 #else
 unsigned long long fs_now_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
+}
+
+unsigned long long fs_thread_cpu_ns(void)
+{
+    struct timespec t;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0)
+        return 0;
     return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
 }
 #endif

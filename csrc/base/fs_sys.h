@@ -302,6 +302,13 @@ unsigned fs_stripes_used(void);
  * on Linux (~20 ns), QueryPerformanceCounter on Windows. */
 unsigned long long fs_now_ns(void);
 
+/* The processor time the calling thread has used, in nanoseconds, set
+ * against fs_now_ns to tell a thread that runs from one that waits for a
+ * processor (a batch's workers, with more threads than processors).  0
+ * where the system cannot say finely: Windows counts it in clock ticks
+ * (~15.6 ms), too coarse for spans of a few milliseconds. */
+unsigned long long fs_thread_cpu_ns(void);
+
 /* ------------------------------------------------------------ processors */
 
 /* The processors this process may run on (its affinity mask, where the

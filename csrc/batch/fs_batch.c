@@ -898,6 +898,8 @@ typedef struct {
     unsigned cap, head, count;
     size_t queued_ids;         /* the ids of its count blocks */
     size_t blocked;            /* look_back's: where its last walk stopped */
+    unsigned long long ran_ns;   /* its blocks' matching (wall) since crowded_out last judged */
+    unsigned long long cpu_at;   /* its thread's processor time then (0: unknown) */
     pending_block first[PENDING_BLOCKS];     /* the ring until it grows */
     /* A worker writes its block's count of ids (first[k].ids.n) on every
      * row, and its ring's fields on every block; the next worker's lie
@@ -917,6 +919,8 @@ struct fs_batch_job {
     atomic_int cancel;
     atomic_int rc;                 /* the first error, FS_OK */
     atomic_size_t next_unit;       /* the next unit to claim */
+    atomic_uint claiming;          /* workers in worker_run that have not left crowded out */
+    unsigned processors;           /* the processors this process may run on (fs_cpus) */
     atomic_size_t units_done;      /* units matched (fs_batch_wait) */
     atomic_size_t fed;             /* rows [0, fed) may be read; written under mu */
     fs_mutex mu;                   /* for the waits on more and done */
@@ -1165,6 +1169,55 @@ static int wait_fed(fs_batch_job *job, size_t end)
     return rc;
 }
 
+/* With more threads than processors, every worker waits its turn for one,
+ * and a block being matched when its thread is preempted holds up the
+ * placing of every block after it: heavy at threads=16 on 2 processors
+ * ran 1.15-1.17x as long as at threads=2 (bench/run_batch.py --threads
+ * 2,16, which sets the thread policy's processor count to 16), with more
+ * of the queues' copying, page faults and cache misses.  So a worker
+ * whose matching, over RETIRE_SPAN_NS of it at least, had a processor less
+ * than half of the time stops claiming blocks (the others take them), so
+ * long as more workers claim than the process has processors: only
+ * crowding by the job's own threads is relieved by leaving (another
+ * process's load is not, and a job never drops below a worker a
+ * processor).  The wall time is matcher_run's alone (not the waits for
+ * rows or to place a block, which use no processor), set against all the
+ * thread's processor time over the span (its placing too: a worker is
+ * judged crowded a little later, not sooner), read once a span: the
+ * processor clock is a system call (~3 us here; read twice a block, it
+ * cost heavy's threads=2 7.8 ms of system time a 1M-row batch).  Nothing
+ * is judged where the thread's processor time is unknown
+ * (fs_thread_cpu_ns: 0) or blocks are fixed.  heavy, threads=16 / threads=2
+ * (bench/ab_scaling.py --threads 2,16 --only heavy): 1.13 judged over 10 ms
+ * spans, 1.09 over 2 ms, against 1.13-1.20 without. */
+#define RETIRE_SPAN_NS 2000000ULL
+
+static atomic_ullong workers_crowded_out;   /* fs_batch_workers_crowded_out */
+
+unsigned long long fs_batch_workers_crowded_out(void)
+{
+    return atomic_load_explicit(&workers_crowded_out, memory_order_relaxed);
+}
+
+static int crowded_out(fs_batch_job *job, batch_worker *w, unsigned long long wall)
+{
+    w->ran_ns += wall;
+    if (w->ran_ns < RETIRE_SPAN_NS)
+        return 0;
+    unsigned long long cpu = fs_thread_cpu_ns();
+    int crowded = cpu != 0 && (cpu - w->cpu_at) * 2 < w->ran_ns;
+    w->ran_ns = 0;
+    w->cpu_at = cpu;
+    unsigned n = atomic_load_explicit(&job->claiming, memory_order_relaxed);
+    while (crowded && n > job->processors)
+        if (atomic_compare_exchange_weak_explicit(&job->claiming, &n, n - 1, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            atomic_fetch_add_explicit(&workers_crowded_out, 1, memory_order_relaxed);
+            return 1;
+        }
+    return 0;
+}
+
 /* The next block's size, in units, from the last one's rows, time and
  * ids; *cost: the thread's estimate of ns per 1,024 rows (0: none yet). */
 static size_t next_block_units(const fs_batch_job *job, size_t rows, unsigned long long ns, size_t ids,
@@ -1191,7 +1244,10 @@ static int worker_run(fs_batch_job *job, batch_worker *w, row_matcher *m)
     const fs_strings *keys = job->has_keys ? &job->keys : NULL;
     size_t units = job->fixed ? 1 : (FIRST_BLOCK_ROWS + job->unit_rows - 1) / job->unit_rows;
     unsigned long long cost = 0;
+    int leave = 0;
     for (;;) {
+        if (leave)
+            return place_queued(job, w, PLACE_END);
         int rc = place_queued(job, w, PLACE_ROOM);
         if (rc != FS_OK)
             return rc;
@@ -1219,8 +1275,12 @@ static int worker_run(fs_batch_job *job, batch_worker *w, row_matcher *m)
         rc = matcher_run(m, &rows);
         if (rc != FS_OK)
             return rc;
-        if (!job->fixed)
-            units = next_block_units(job, end - begin, fs_now_ns() - t0, p->ids.n, &cost);
+        if (!job->fixed) {
+            unsigned long long wall = fs_now_ns() - t0;
+            units = next_block_units(job, end - begin, wall, p->ids.n, &cost);
+            if (w->cpu_at != 0)
+                leave = crowded_out(job, w, wall);
+        }
         job->slots[last].first = first;
         publish(job, last, ST_AGG | p->ids.n);
         w->count++;
@@ -1243,6 +1303,8 @@ static void worker_main(void *arg, unsigned index)
     row_matcher m;
     int rc = matcher_open(&m);
     if (rc == FS_OK) {
+        atomic_fetch_add_explicit(&job->claiming, 1, memory_order_relaxed);
+        w->cpu_at = job->fixed ? 0 : fs_thread_cpu_ns();
         rc = worker_run(job, w, &m);
         matcher_close(job->sl, &m);
     }
@@ -1317,6 +1379,8 @@ fs_batch_job *fs_batch_start_blocks(fs_sublist *sl, fs_sublist *also, const fs_s
     atomic_init(&job->cancel, 0);
     atomic_init(&job->rc, FS_OK);
     atomic_init(&job->next_unit, 0);
+    atomic_init(&job->claiming, 0);
+    job->processors = fs_cpus();
     atomic_init(&job->units_done, 0);
     atomic_init(&job->fed, fed);
     fs_mutex_init(&job->mu);

@@ -80,4 +80,9 @@ void fs_batch_cancel(fs_batch_job *job);
  * is empty. */
 int fs_batch_finish(fs_batch_job *job, fs_idbuf *out);
 
+/* How many workers of this process's batches have stopped claiming blocks
+ * because other threads of their batch kept them from a processor
+ * (fs_batch.c, crowded_out); tests. */
+unsigned long long fs_batch_workers_crowded_out(void);
+
 #endif

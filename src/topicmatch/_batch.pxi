@@ -51,6 +51,13 @@ def _pool_status():
     return (threads, idle)
 
 
+def _workers_crowded_out():
+    """Testing: how many batch workers of this process have stopped
+    claiming blocks, crowded out by their batch's other threads (more
+    threads than processors; csrc/batch/fs_batch.c, crowded_out)."""
+    return fs_column_workers_crowded_out()
+
+
 def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None, feed_rows=None):
     """Testing only: cut batches for threads at min_rows_per_thread rows
     per thread (default 16,384), in blocks of block_rows (0: sized as

@@ -238,6 +238,7 @@ cdef extern from "sublist.h" nogil:
                         int64_t *row_end, uint8_t *invalid, fs_idbuf *ids) except? -5
     unsigned fs_column_cpus()
     void fs_column_pool_status(unsigned *threads, unsigned *idle)
+    unsigned long long fs_column_workers_crowded_out()
 
 cdef extern from "sublist.h":
     # fs_match_column's hooks: Python code, run with the GIL held
