@@ -1184,10 +1184,9 @@ static int wait_fed(fs_batch_job *job, size_t end)
  * rows or to place a block, which use no processor), set against all the
  * thread's processor time over the span (its placing too: a worker is
  * judged crowded a little later, not sooner), read once a span: the
- * processor clock is a system call (~3 us here; read twice a block, it
- * cost heavy's threads=2 7.8 ms of system time a 1M-row batch).  Nothing
- * is judged where the thread's processor time is unknown
- * (fs_thread_cpu_ns: 0) or blocks are fixed.  heavy, threads=16 / threads=2
+ * processor clock is a system call (~200 ns here; a block is ~100 us,
+ * BLOCK_TARGET_NS).  Nothing is judged where the thread's processor time
+ * is unknown (fs_thread_cpu_ns: 0) or blocks are fixed.  heavy, threads=16 / threads=2
  * (bench/ab_scaling.py --threads 2,16 --only heavy): 1.13 judged over 10 ms
  * spans, 1.09 over 2 ms, against 1.13-1.20 without. */
 #define RETIRE_SPAN_NS 2000000ULL
