@@ -615,7 +615,8 @@ FS_ALWAYS_INLINE size_t rest_merged_if(const fs_sublist *sl, int mapped, const f
 FS_ALWAYS_INLINE size_t merge_cached_pair(const fs_sublist *sl, const fs_node *const *hits, size_t nhits, size_t big,
                                           const int64_t *b, size_t nb, const other_runs *o, size_t ns, int64_t *ids)
 {
-    /* Both runs are non-empty (the biggest two of a row with a third). */
+    /* Both runs hold PAIR_MIN ids at least (the caller's test on the
+     * second; the biggest holds no fewer), so b[0] and o->sec[0] exist. */
     uint64_t place = ((uint64_t)b[0] * 0xC2B2AE3D27D4EB4Full) ^ (uint64_t)o->sec[0] ^ ((uint64_t)nb << 40) ^
                      ((uint64_t)o->nsec << 20);
     fs_pair_key key = {sl, sl->generation, hits[big], hits[o->second], nb, o->nsec, place};
