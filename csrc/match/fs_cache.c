@@ -206,7 +206,9 @@ static void evict_one(fs_cache *c, fs_cache_shard *sh)
     }
 }
 
-static fs_centry *find(const fs_cache *c, const char *s, size_t len, uint32_t hash)
+/* Inline: fs_cache_get_one's lookup is match()'s hot path, where a call
+ * would cost its frame. */
+static inline fs_centry *find(const fs_cache *c, const char *s, size_t len, uint32_t hash)
 {
     return fs_cache_find_from(atomic_load_explicit(bucket_of(c, hash), memory_order_acquire), s, len, hash);
 }
@@ -215,8 +217,7 @@ const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32
 {
     uint32_t h = fs_hash(s, len);
     *hash = h;
-    /* (fs_cache_find_from inline: find itself is a call here) */
-    fs_centry *e = fs_cache_find_from(atomic_load_explicit(bucket_of(c, h), memory_order_acquire), s, len, h);
+    fs_centry *e = find(c, s, len, h);
     if (!e)
         return NULL;
     atomic_fetch_add_explicit(&c->tally[stripe].hits, 1, memory_order_relaxed);

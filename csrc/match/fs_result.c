@@ -600,6 +600,20 @@ FS_ALWAYS_INLINE size_t rest_merged_if(const fs_sublist *sl, int mapped, const f
     return r.n;
 }
 
+/* The runs other than the two biggest, as one run for merge_gaps: o->one
+ * where it is the only one (seen == 2), else all of them merged into few
+ * (room for FEW_SMALL).  Returns its count; *rest: where it is. */
+FS_ALWAYS_INLINE size_t rest_of_if(const fs_sublist *sl, int mapped, const fs_node *const *hits, size_t nhits,
+                                   size_t big, const other_runs *o, size_t ns, int64_t *few, const int64_t **rest)
+{
+    if (o->seen <= 2) {
+        *rest = o->one;
+        return o->none;
+    }
+    *rest = few;
+    return rest_merged_if(sl, mapped, hits, nhits, big, o, ns - o->nsec, few);
+}
+
 /* A second biggest run of this many ids or more is merged with the
  * biggest once per thread and kept (fs_pairs.h): heavy's 1,213 rows of such
  * runs (of 2,551 merged rows in 3,000) hit 51 distinct pairs of nodes;
@@ -632,12 +646,8 @@ FS_ALWAYS_INLINE size_t merge_cached_pair(const fs_sublist *sl, const fs_node *c
         return npair;
     }
     int64_t few[FEW_SMALL];
-    const int64_t *rest = o->one;
-    size_t nrest = o->none;
-    if (o->seen > 2) {
-        nrest = rest_merged_if(sl, 0, hits, nhits, big, o, ns - o->nsec, few);
-        rest = few;
-    }
+    const int64_t *rest;
+    size_t nrest = rest_of_if(sl, 0, hits, nhits, big, o, ns, few, &rest);
     merge_gaps_best(ids, pair, npair, rest, nrest);
     return npair + nrest;
 }
@@ -701,12 +711,8 @@ FS_ALWAYS_INLINE size_t merge_tallied_if(const fs_sublist *sl, int mapped, const
             return n;
     }
     if (o.seen > 1) {
-        const int64_t *rest = o.one;
-        size_t nrest = o.none;
-        if (o.seen > 2) {
-            nrest = rest_merged_if(sl, mapped, hits, nhits, big, &o, ns - o.nsec, few);
-            rest = few;
-        }
+        const int64_t *rest;
+        size_t nrest = rest_of_if(sl, mapped, hits, nhits, big, &o, ns, few, &rest);
         merge_gaps_best(two, o.sec, o.nsec, rest, nrest);
         s = two;
         got = o.nsec + nrest;
