@@ -231,6 +231,18 @@ def test_bad_queues_and_shares_raise_as_insert_many():
 
 def test_hostile_columns_raise_as_insert_many():
     assert_same_error(pa.array(["a", None, "b"]), [1, 2, 3])                  # a null filter
+    # a null filter in every Arrow form the builder reads in place (no spec
+    # array: fs_strings_first_null finds it), past whole bytes of the
+    # validity bitmap, before an invalid row: the null is named first
+    fs = [f"a.{i}" for i in range(40)]
+    fs[3] = "a..b"
+    fs[29] = None
+    for col in (pa.array(fs), pa.array(fs, pa.large_string()), pa.array(fs, pa.string_view()),
+                pa.array(fs).dictionary_encode(), pa.chunked_array([fs[:17], fs[17:]]),
+                pa.array(fs).slice(5)):
+        n = len(col)
+        err = assert_same_error(col, np.arange(n), pa.array(["q"] * n))
+        assert err[0] is topicmatch.TopicmatchTypeError and str(n - 40 + 29) in err[1], err
     assert_same_error(["a", 5], [1, 2])                                        # not a str
     assert_same_error(["a", "b"], [1, True])                                   # a bool id
     assert_same_error(["a", "b"], [1, 2 ** 63])                                # outside int64

@@ -212,6 +212,14 @@ int fs_build_image(fs_dialect d, const fs_spec *specs, size_t n, unsigned thread
 typedef struct fs_build fs_build;
 int fs_build_rows(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, fs_build **out, size_t *bad,
                   fs_error *err);
+/* fs_build_rows of the rows of columns read in place, no spec array made
+ * of them: row i is filter i of `filters` (its n rows), id ids[i] and
+ * queue i of `queues` (NULL, or a null row: plain).  The caller refuses
+ * null filters first (fs_strings_first_null): here one is the empty
+ * filter, refused as invalid.  The columns' bytes must stay until
+ * fs_build_free, as the specs' must. */
+int fs_build_columns(fs_dialect d, const fs_strings *filters, const int64_t *ids, const fs_strings *queues,
+                     unsigned threads, fs_build **out, size_t *bad, fs_error *err);
 int fs_build_write(fs_build *b, const char *path, int durable, char **out, size_t *len);
 void fs_build_free(fs_build *b);
 /* ---- A column matched at once (match_many; api/fs_column.c) -----------

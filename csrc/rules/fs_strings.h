@@ -46,6 +46,34 @@ static inline int fs_strings_get(const fs_strings *s, size_t i, const char **p, 
     return 1;
 }
 
+/* The first null row of a column (s->n: none): a NULL pointer, or a
+ * cleared validity bit.  The bulk builder's caller names it before any
+ * row is parsed, as insert_many's spec pass does.  (fs_strings_get also
+ * takes an Arrow row whose offsets run backwards for a null; the Arrow
+ * reader refuses such a column before.) */
+static inline size_t fs_strings_first_null(const fs_strings *s)
+{
+    if (s->layout == FS_STR_PTRS) {
+        for (size_t i = 0; i < s->n; i++)
+            if (!s->ptrs[i])
+                return i;
+        return s->n;
+    }
+    if (!s->validity)
+        return s->n;
+    for (size_t i = 0; i < s->n;) {
+        int64_t j = s->offset + (int64_t)i;
+        if ((j & 7) == 0 && s->n - i >= 8 && s->validity[j >> 3] == 0xFF) {
+            i += 8;                 /* eight valid rows at once */
+            continue;
+        }
+        if (!((s->validity[j >> 3] >> (j & 7)) & 1))
+            return i;
+        i++;
+    }
+    return s->n;
+}
+
 /* Rows [base, base + n) of src (base + n <= src->n), as a column of their
  * own: no copy. */
 static inline fs_strings fs_strings_slice(const fs_strings *src, size_t base, size_t n)

@@ -1,6 +1,7 @@
 # The bulk builder: topicmatch.build_image over csrc/serial/fs_build.c
-# (fs_build_rows, fs_build_write: sublist.h): the image of insert_many's rows
-# written straight from the columns.  Thin: the columns become fs_specs as
+# (fs_build_rows or fs_build_columns, fs_build_write: sublist.h): the image
+# of insert_many's rows written straight from the columns.  Thin: Arrow
+# columns are handed to C as they are, other columns become fs_specs as
 # insert_many's do (_specs_of), and the first invalid row raises what
 # insert_many raises; _functions.build_image has the file made and renamed as
 # save() does (_imagefiles.save) and opens it.
@@ -19,8 +20,20 @@ cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint
     cdef fs_build *b = NULL
     cdef int rc, saved_errno = 0
     cdef int c_durable = 1 if durable else 0
-    with nogil:
-        rc = fs_build_rows(d, sp.specs, <size_t>sp.n, threads, &b, &bad, &err)
+    cdef const int64_t[::1] idv
+    cdef const int64_t *ids = NULL
+    cdef const fs_strings *queues = NULL
+    if sp.fcol is not None:         # Arrow columns, read in place
+        idv = sp.ids
+        if sp.n:
+            ids = &idv[0]
+        if sp.qcol is not None:
+            queues = &sp.qcol.s
+        with nogil:
+            rc = fs_build_columns(d, &sp.fcol.s, ids, queues, threads, &b, &bad, &err)
+    else:
+        with nogil:
+            rc = fs_build_rows(d, sp.specs, <size_t>sp.n, threads, &b, &bad, &err)
     if rc == FS_EINVAL:
         e = _spec_error(rc, &err, sp.frows[bad], None if sp.qrows is None else sp.qrows[bad])
         raise InvalidSubjectError(f"item {bad}: {e}", e.subject, e.reason, e.position, bad)
@@ -56,5 +69,5 @@ def _build_writer(filters, sub_ids, queues, dialect, threads, durable):
     # CPUs: more would take turns)
     cdef unsigned most = <unsigned>min(_cpus(), 64)
     cdef unsigned nthreads = most if threads is None else <unsigned>_args.threads(threads, most)
-    cdef _Specs sp = _specs_of(filters, sub_ids, queues)
+    cdef _Specs sp = _specs_of(filters, sub_ids, queues, True)
     return lambda tmp, _: _build_into(d, sp, nthreads, tmp, durable)

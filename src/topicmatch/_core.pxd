@@ -156,6 +156,7 @@ cdef extern from "sublist.h" nogil:
         const uint8_t *validity
         int64_t offset
     int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
+    size_t fs_strings_first_null(const fs_strings *s)
 
     # match_many's output buffers and their pool (csrc/batch/fs_idbuf.h)
     ctypedef struct fs_idbuf:
@@ -378,6 +379,8 @@ cdef extern from "sublist.h" nogil:
         pass
     int fs_build_rows(fs_dialect d, const fs_spec *specs, size_t n, unsigned threads, fs_build **out,
                       size_t *bad, fs_error *err)
+    int fs_build_columns(fs_dialect d, const fs_strings *filters, const int64_t *ids, const fs_strings *queues,
+                         unsigned threads, fs_build **out, size_t *bad, fs_error *err)
     int fs_build_write(fs_build *b, const char *path, int durable, char **out, size_t *len)
     void fs_build_free(fs_build *b)
 

@@ -356,11 +356,15 @@ cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
 
 cdef class _Specs:
     """The rows of insert_many's columns as fs_specs (read in place: the
-    columns are kept alive here while the specs point into them), and row
-    i back as Python objects for an error message (frows[i], qrows[i])."""
+    columns are kept alive here while the specs point into them), or, for
+    the bulk builder, Arrow columns as they are (fcol, qcol, ids: no specs
+    made); and row i back as Python objects for an error message
+    (frows[i], qrows[i])."""
     cdef fs_spec *specs
     cdef Py_ssize_t n
     cdef object frows, qrows, keep
+    cdef _Column fcol, qcol
+    cdef object ids
 
     def __dealloc__(self):
         PyMem_Free(self.specs)
@@ -373,14 +377,17 @@ cdef class _Specs:
         return 0
 
 
-cdef _Specs _specs_of(filters, sub_ids, queues):
+cdef _Specs _specs_of(filters, sub_ids, queues, bint columns=False):
     """insert_many's columns (sequences, or Arrow and numpy columns) as
-    fs_specs, every argument and row checked as insert_many checks them."""
+    fs_specs, every argument and row checked as insert_many checks them.
+    columns: where there is an Arrow column, keep the columns instead of
+    making specs (the bulk builder reads them in place)."""
     if type(filters) is not list or (queues is not None and type(queues) is not list):
         af = _columns.arrow_input(filters)
         aq = _columns.arrow_input(queues) if queues is not None else None
         if af is not None or aq is not None:
-            return _specs_of_arrow(filters if af is None else af, sub_ids, queues if aq is None else aq)
+            return _specs_of_arrow(filters if af is None else af, sub_ids, queues if aq is None else aq,
+                                   columns)
     cdef list fl, il, ql
     cdef bint ids_lent
     # The columns as lists of one length, checked once (_args.insert_rows,
@@ -427,7 +434,7 @@ cdef _Specs _specs_of(filters, sub_ids, queues):
     return sp
 
 
-cdef _Specs _specs_of_arrow(filters, sub_ids, queues):
+cdef _Specs _specs_of_arrow(filters, sub_ids, queues, bint columns):
     """_specs_of where filters or queues is an Arrow column (string,
     large_string, string_view, dictionary of these, chunked or not), read
     in place (no Python str per row); the other may be a sequence of str.
@@ -449,9 +456,15 @@ cdef _Specs _specs_of_arrow(filters, sub_ids, queues):
             raise TopicmatchValueError(f"filters and queues differ in length ({n} != {qcol.s.n})")
     cdef const int64_t[::1] idv = ids
     cdef _Specs sp = _Specs()
-    sp.alloc(n)
     sp.keep = (fcol, qcol)
     sp.frows, sp.qrows = _columns.Rows(filters), (_columns.Rows(queues) if queues is not None else None)
+    if columns:
+        i = <Py_ssize_t>fs_strings_first_null(&fcol.s)
+        if i < n:
+            raise TopicmatchTypeError(f"filters[{i}] must be str, not None")
+        sp.n, sp.fcol, sp.qcol, sp.ids = n, fcol, qcol, ids
+        return sp
+    sp.alloc(n)
     cdef fs_spec *specs = sp.specs
     for i in range(n):
         if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):
