@@ -286,7 +286,7 @@ FS_ALWAYS_INLINE void plan_cached_rows_of(const fs_sublist *sl, const fs_strings
     for (size_t k = 0; k < n; k++) {
         fs_walk_row *r = &b->plan[k];
         b->state[k] = fs_strings_get(subjects, i + k, &r->s, &r->len) ? ROW_OK : ROW_NULL;
-        b->hash[k] = b->state[k] == ROW_OK ? fs_hash(r->s, r->len) : 0;
+        b->hash[k] = b->state[k] == ROW_OK ? fs_cache_hash(r->s, r->len) : 0;
     }
     fs_cache_buckets(sl->cache, b->hash, n, b->bucket);
 }
@@ -411,8 +411,9 @@ typedef struct {
 } rows_counts;
 
 /* The hash that row i's queue picks are made from: its key's, or its
- * subject's (the cache's key; without a cache, hashed for picks alone);
- * *keyed 1 when the row has a key.  0 unless picking. */
+ * subject's -- none for a row of a cached index without a key, whose
+ * result holds its subject's picks (emit_to's by_subject); *keyed 1 when
+ * the row has a key.  0 unless picking. */
 static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t k, size_t i, int cached_index,
                                      int *keyed)
 {
@@ -423,7 +424,7 @@ static inline uint32_t row_pick_hash(const rows_job *job, const block *b, size_t
     const char *key;
     size_t klen;
     *keyed = job->keys && fs_strings_get(job->keys, i, &key, &klen);
-    return *keyed ? fs_hash(key, klen) : cached_index ? b->hash[k] : fs_hash(r->s, r->len);
+    return *keyed ? fs_hash(key, klen) : cached_index ? 0 : fs_hash(r->s, r->len);
 }
 
 /* Emit a row from the hits of a walk of sl (sl: the job's index or its

@@ -215,7 +215,7 @@ static inline fs_centry *find(const fs_cache *c, const char *s, size_t len, uint
 
 const fs_result *fs_cache_get_one(fs_cache *c, const char *s, size_t len, uint32_t *hash, unsigned stripe)
 {
-    uint32_t h = fs_hash(s, len);
+    uint32_t h = fs_cache_hash(s, len);
     *hash = h;
     fs_centry *e = find(c, s, len, h);
     if (!e)
@@ -378,7 +378,7 @@ void fs_cache_invalidate(fs_cache *c, fs_dialect d, const char *filter, size_t f
      * freed at once, and the retired ones with them. */
     fs_cache_reclaim(c);
     if (literal) {
-        uint32_t hash = fs_hash(filter, flen);
+        uint32_t hash = fs_cache_hash(filter, flen);
         fs_cache_shard *sh = shard_of(c, hash);
         fs_centry *e = find(c, filter, flen, hash);
         if (e) {

@@ -64,9 +64,12 @@ int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
         rc = fs_build_result(sl, sc, r);
     /* A cached result remembers its picks for its own subject: a batch row
      * without a key then picks from the cache in O(1).  (match() without a
-     * cache makes no picks: nothing to compute.) */
+     * cache makes no picks: nothing to compute.)  The picks hash the
+     * subject with fs_hash, as an uncached row's do; hash is the cache's
+     * (fs_cache_hash). */
     if (rc == FS_OK && sl->cache) {
-        fs_result_pick_for_subject(r, hash);
+        if (r->ngroups)
+            fs_result_pick_for_subject(r, fs_hash(s, len));
         fs_cache_put(sl->cache, s, len, hash, &sc->toks, r);
     }
     return rc;

@@ -117,7 +117,8 @@ int fs_sublist_match_small(fs_sublist *sl, const char *subject, size_t len,
 
 /* ---- internals (fs_match.c) */
 /* Tokenize, walk and build the full result of a subject (filling the cache
- * if there is one).  Read lock held.  FS_OK, FS_EINVAL, FS_ENOMEM. */
+ * if there is one, under hash: its fs_cache_hash).  Read lock held.  FS_OK,
+ * FS_EINVAL, FS_ENOMEM. */
 int fs_compute_locked(fs_sublist *sl, const char *s, size_t len, uint32_t hash,
                       fs_scratch *sc, fs_result *r, fs_error *err);
 /* Release the read lock at the end of a call that used the cache: flush the
