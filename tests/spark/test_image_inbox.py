@@ -85,6 +85,113 @@ def test_a_damaged_image_is_refused_and_not_kept(tmp_path):
     assert _kept(cache) == []
 
 
+@pytest.mark.parametrize("piece", [3, 11])
+def test_an_image_read_in_pieces_of_one_reused_buffer_arrives_whole(tmp_path, monkeypatch, piece):
+    """The socket's pieces are views of one buffer that each read overwrites:
+    each is summed and written before the next read (pieces of fewer bytes
+    than the checksum's last eight, held back across pieces, and of more)."""
+    from topicmatch.spark import image_inbox
+    monkeypatch.setattr(image_inbox, "_PIECE", piece)
+    src = _image(tmp_path, n=40)
+    cache = tmp_path / "driver"
+    cache.mkdir()
+    with Inbox("127.0.0.1", str(cache)) as inbox:
+        send(inbox.ticket, "spark:topicmatch-nats-x.img", src)
+        local = inbox.received("spark:topicmatch-nats-x.img")
+    assert open(local, "rb").read() == open(src, "rb").read()
+    server = image_inbox.ImageServer("127.0.0.1")
+    server.offer("spark:topicmatch-nats-x.img", local)
+    host = tmp_path / "host"
+    host.mkdir()
+    try:
+        got = image_inbox.fetch_from_driver(server.ticket, "spark:topicmatch-nats-x.img", str(host))
+    finally:
+        server.close()
+    assert open(got, "rb").read() == open(src, "rb").read()
+
+
+def test_short_writes_are_written_on(tmp_path, monkeypatch):
+    """A write that takes only part of a piece (a signal, a nearly full
+    disk) is followed by one for the rest: the file is whole."""
+    from topicmatch.spark import image_inbox
+    src = _image(tmp_path, n=40)
+    data = open(src, "rb").read()
+    cache = tmp_path / "driver"
+    cache.mkdir()
+    real_write, calls = os.write, []
+
+    def short_write(fd, piece):
+        calls.append(len(piece))
+        return real_write(fd, memoryview(piece)[:5])
+    monkeypatch.setattr(image_inbox.os, "write", short_write)
+    local = image_inbox.receive([data[:100], data[100:]], "spark:topicmatch-nats-x.img", str(cache))
+    monkeypatch.undo()
+    assert open(local, "rb").read() == data
+    assert len(calls) == -(-100 // 5) + -(-(len(data) - 100) // 5)
+
+
+@pytest.mark.parametrize("piece", [3, 1 << 20])
+def test_a_sender_that_stops_mid_image_leaves_nothing(tmp_path, monkeypatch, piece):
+    """The size announced, then only part of the image, then the connection
+    closed: refused with the bytes missing said, no file kept (in one read,
+    or over many of the reused buffer)."""
+    import socket
+    from topicmatch.spark import image_inbox
+    monkeypatch.setattr(image_inbox, "_PIECE", piece)
+    src = _image(tmp_path, n=40)
+    data = open(src, "rb").read()
+    half = len(data) // 2
+    cache = tmp_path / "driver"
+    cache.mkdir()
+    location = "spark:topicmatch-nats-x.img"
+    name = location.encode()
+    with Inbox("127.0.0.1", str(cache)) as inbox:
+        host, port, secret = inbox.ticket
+        with socket.create_connection((host, port), timeout=30) as conn:
+            conn.sendall(secret + image_inbox._HEADER.pack(len(name), len(data)) + name + data[:half])
+            conn.shutdown(socket.SHUT_WR)
+            assert conn.recv(1) == image_inbox._FAILED
+        with pytest.raises(ValueError, match=f"was refused: the sender closed with "
+                                             f"{len(data) - half} of {len(data)} bytes to come"):
+            inbox.received(location)
+    assert _kept(cache) == []
+
+
+@pytest.mark.parametrize("piece", [3, 1 << 20])
+def test_a_driver_that_stops_mid_image_leaves_nothing(tmp_path, monkeypatch, piece):
+    """The fetch's side of the same: the driver's answer and size, part of
+    the image, then the connection closed: ConnectionError, no copy kept."""
+    import socket
+    import threading
+    from topicmatch.spark import image_inbox
+    monkeypatch.setattr(image_inbox, "_PIECE", piece)
+    src = _image(tmp_path, n=40)
+    data = open(src, "rb").read()
+    half = len(data) // 2
+    location = "spark:topicmatch-nats-x.img"
+    listener = socket.create_server(("127.0.0.1", 0))
+    secret = bytes(range(32))
+
+    def driver():
+        conn, _ = listener.accept()
+        with conn:
+            image_inbox._read_exactly(conn, len(secret) + 2 + len(location))
+            conn.sendall(image_inbox._OK + image_inbox._SIZE.pack(len(data)) + data[:half])
+    serving = threading.Thread(target=driver, daemon=True)
+    serving.start()
+    host = tmp_path / "host"
+    host.mkdir()
+    try:
+        with pytest.raises(ConnectionError, match=f"the sender closed with {len(data) - half} "
+                                                  f"of {len(data)} bytes to come"):
+            image_inbox.fetch_from_driver(("127.0.0.1", listener.getsockname()[1], secret),
+                                          location, str(host))
+    finally:
+        serving.join(timeout=30)
+        listener.close()
+    assert [n for n in _kept(host) if not n.endswith(".lock")] == []
+
+
 # -- the driver's image server: a host fetches what it lacks, once -------------
 
 def _served(tmp_path, src, location="spark:topicmatch-nats-x.img"):
