@@ -46,23 +46,33 @@ typedef struct fs_cache fs_cache;
 /* The cache's own hash of a subject, its key's: held in memory only -- no
  * image stores it, and no pick is made from it (a pick hashes with
  * fs_hash, whose values images store: fs_compute_locked) -- so it is
- * chosen for speed alone: a word a step, (h ^ word) * M, the tail as the
- * word that ends at the string's end (a shorter string byte by byte), and
- * one avalanche whose high half is the hash.  fs_hash mixes every word
+ * chosen for speed alone: (h ^ word) * M a word, two words a step, the
+ * last 16 bytes as the last step (overlapping the words before; a string
+ * under 16 bytes as its first and last word, one under 8 byte by byte),
+ * and one avalanche whose high half is the hash.  fs_hash mixes every word
  * fully (a shift and a multiply each), as the index's tables need; a
  * lookup needs only buckets spread and keys told apart, which the key's
- * comparison does: match_many of hot1k over Arrow, 190.6 -> 174.0
- * instructions a row (its subjects 29.5 bytes). */
+ * comparison does: match_many of hot1k over Arrow, 190.6 -> 160.0
+ * instructions a row (its subjects 29.5 bytes; a word a step with a
+ * word-by-word tail: 174.0).  Its buckets are as even as random ones on
+ * light's subjects and filters and on runs of numbered keys (chi-square
+ * per degree of freedom 0.98-1.01, 4,096 and 65,536 buckets). */
 static inline uint32_t fs_cache_hash(const char *p, size_t n)
 {
     const uint64_t m = 0x9E3779B97F4A7C15ull;
     uint64_t h = (uint64_t)n * m;
-    const char *q = p;
-    size_t k = n;
-    for (; k >= 8; k -= 8, q += 8)
-        h = (h ^ fs_load_le64(q)) * m;
-    if (k)
-        h = (h ^ (n >= 8 ? fs_load_le64(p + n - 8) : fs_load_bytes(p, n))) * m;
+    if (n >= 16) {
+        /* words in pairs up to the last 16 bytes, then those 16 as a pair
+         * (overlapping what came before): no word-by-word tail */
+        const char *q = p, *last = p + n - 16;
+        for (; q < last; q += 16)
+            h = (((h ^ fs_load_le64(q)) * m) ^ fs_load_le64(q + 8)) * m;
+        h = (((h ^ fs_load_le64(last)) * m) ^ fs_load_le64(last + 8)) * m;
+    } else if (n >= 8) {
+        h = (((h ^ fs_load_le64(p)) * m) ^ fs_load_le64(p + n - 8)) * m;
+    } else {
+        h = (h ^ fs_load_bytes(p, n)) * m;
+    }
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ull;
     return (uint32_t)(h >> 32);
