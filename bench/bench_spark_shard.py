@@ -50,8 +50,10 @@ sharded pass: the plan (d, N, replicated share, largest shard), and the CPU
 seconds spent building shard indexes in the workers (their build log).
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -376,6 +378,10 @@ def main(argv=None):
                     help="where the shard images go (default: a new temporary directory, so "
                          "that the first fanout pass builds them: a first call); 'none': no "
                          "image_dir, the fan-out's default arguments")
+    ap.add_argument("--keep-files", action="store_true",
+                    help="keep the run's temporary directory (the cluster's work and local "
+                         "directories, the images, the build log), removed at exit otherwise: "
+                         "a two-host run leaves ~0.9 GB there")
     ap.add_argument("--verbose", action="store_true",
                     help="log topicmatch.spark's steps (the plan, builds, images received) to stderr")
     args = ap.parse_args(argv)
@@ -391,8 +397,17 @@ def main(argv=None):
 
     from topicmatch.spark import LOAD_LOG_ENV, IndexTooLargeError, fanout, local_session, plan_shards
 
-    build_log = tempfile.mktemp(prefix="topicmatch-shard-builds-")
-    image_dir = args.image_dir or tempfile.mkdtemp(prefix="topicmatch-bench-images-")
+    # Everything the run writes goes under one directory, removed at exit
+    # (atexit: after the cluster's servers are stopped, also where a pass
+    # fails), so that runs do not fill the disk: a two-host run's workers
+    # leave ~0.9 GB of images and shuffle files.
+    work = tempfile.mkdtemp(prefix="topicmatch-bench-shard-")
+    if args.keep_files:
+        print(f"files kept in {work}", flush=True)
+    else:
+        atexit.register(shutil.rmtree, work, True)
+    build_log = os.path.join(work, "builds.log")
+    image_dir = args.image_dir or tempfile.mkdtemp(prefix="images-", dir=work)
     if image_dir == "none":
         image_dir = None
     os.environ[LOAD_LOG_ENV] = build_log
@@ -401,10 +416,12 @@ def main(argv=None):
     if args.cluster:
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "spark"))
         import servers
-        cluster_dir = tempfile.mkdtemp(prefix="topicmatch-bench-cluster-")
+        cluster_dir = tempfile.mkdtemp(prefix="cluster-", dir=work)
         master, cluster = servers.standalone_cluster(cluster_dir, workers=args.hosts,
                                                      extra_env={LOAD_LOG_ENV: build_log},
                                                      worker_memory=args.executor_memory)
+        for server in cluster:      # (stop is idempotent: the end stops them too)
+            atexit.register(server.stop)
     conf = {"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": args.partitions,
             "spark.driver.maxResultSize": "4g", "spark.ui.enabled": "true"}
     if args.cluster:
