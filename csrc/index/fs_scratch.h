@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fs_strings.h"
 #include "fs_token.h"
 
 typedef struct fs_sublist fs_sublist;
@@ -23,6 +24,22 @@ typedef struct {
     size_t queue_len;
     int64_t id;
 } fs_spec;
+
+/* Row i of columns as a spec: filter i of `filters`, ids[i], queue i of
+ * `queues` (NULL, or a null row: plain).  0 when the filter is null (then
+ * out's filter is not set): the one rule by which insert_many's Arrow
+ * columns (the Python layer's spec pass) and the bulk builder (fs_build.c,
+ * reading them in place) make a row's spec. */
+static inline int fs_spec_of_row(fs_spec *out, const fs_strings *filters, const int64_t *ids,
+                                 const fs_strings *queues, size_t i)
+{
+    out->id = ids[i];
+    if (!queues || !fs_strings_get(queues, i, &out->queue, &out->queue_len)) {
+        out->queue = NULL;
+        out->queue_len = 0;
+    }
+    return fs_strings_get(filters, i, &out->filter, &out->filter_len);
+}
 
 /* A queue group of a row, by where its first part is: hits[hit]'s group
  * number group (fs_row_groups, fs_result.c).  part: 1 when it is a later

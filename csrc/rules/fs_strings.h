@@ -23,6 +23,13 @@ typedef struct {
     int64_t offset;               /* the Arrow array's offset */
 } fs_strings;
 
+/* Is the Arrow column's row at position j (its array offset added) valid
+ * by its bitmap (none: every row)? */
+static inline int fs_strings_valid_at(const fs_strings *s, int64_t j)
+{
+    return !s->validity || ((s->validity[j >> 3] >> (j & 7)) & 1);
+}
+
 /* Row i of a column: 1 with its bytes, 0 for a null (or a corrupt Arrow
  * offset pair, which is treated the same). */
 static inline int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
@@ -35,7 +42,7 @@ static inline int fs_strings_get(const fs_strings *s, size_t i, const char **p, 
         return 1;
     }
     int64_t j = s->offset + (int64_t)i;
-    if (s->validity && !((s->validity[j >> 3] >> (j & 7)) & 1))
+    if (!fs_strings_valid_at(s, j))
         return 0;
     int64_t a = s->off32 ? s->off32[j] : s->off64[j];
     int64_t b = s->off32 ? s->off32[j + 1] : s->off64[j + 1];
@@ -67,7 +74,7 @@ static inline size_t fs_strings_first_null(const fs_strings *s)
             i += 8;                 /* eight valid rows at once */
             continue;
         }
-        if (!((s->validity[j >> 3] >> (j & 7)) & 1))
+        if (!fs_strings_valid_at(s, j))
             return i;
         i++;
     }

@@ -181,22 +181,17 @@ typedef struct {
     const int64_t *ids;
 } brows_in;
 
-/* Row i as a spec: in->specs[i], or made from the columns in *tmp.  A
- * null filter -- which the callers refuse before, with its row -- is the
- * empty one, which the parse refuses; a null queue is plain. */
+/* Row i as a spec: in->specs[i], or made from the columns in *tmp
+ * (fs_spec_of_row).  A null filter -- which the callers refuse before,
+ * with its row -- is the empty one, which the parse refuses. */
 FS_ALWAYS_INLINE const fs_spec *row_spec(const brows_in *in, size_t i, fs_spec *tmp)
 {
     if (in->specs)
         return &in->specs[i];
-    if (!fs_strings_get(in->filters, i, &tmp->filter, &tmp->filter_len)) {
+    if (!fs_spec_of_row(tmp, in->filters, in->ids, in->queues, i)) {
         tmp->filter = "";
         tmp->filter_len = 0;
     }
-    if (!in->queues || !fs_strings_get(in->queues, i, &tmp->queue, &tmp->queue_len)) {
-        tmp->queue = NULL;
-        tmp->queue_len = 0;
-    }
-    tmp->id = in->ids[i];
     return tmp;
 }
 

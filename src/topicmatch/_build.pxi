@@ -23,7 +23,7 @@ cdef int _build_into(fs_dialect d, _Specs sp, unsigned threads, object tmp, bint
     cdef const int64_t[::1] idv
     cdef const int64_t *ids = NULL
     cdef const fs_strings *queues = NULL
-    if sp.fcol is not None:         # Arrow columns, read in place
+    if sp.specs == NULL:            # Arrow columns, read in place
         idv = sp.ids
         if sp.n:
             ids = &idv[0]

@@ -356,13 +356,13 @@ cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
 
 cdef class _Specs:
     """The rows of insert_many's columns as fs_specs (read in place: the
-    columns are kept alive here while the specs point into them), or, for
-    the bulk builder, Arrow columns as they are (fcol, qcol, ids: no specs
-    made); and row i back as Python objects for an error message
-    (frows[i], qrows[i])."""
+    columns -- fcol, qcol, ids, where they are Arrow -- are kept alive here
+    while the specs point into them), or, for the bulk builder, those
+    columns as they are (specs NULL: none made); and row i back as Python
+    objects for an error message (frows[i], qrows[i])."""
     cdef fs_spec *specs
     cdef Py_ssize_t n
-    cdef object frows, qrows, keep
+    cdef object frows, qrows
     cdef _Column fcol, qcol
     cdef object ids
 
@@ -454,25 +454,22 @@ cdef _Specs _specs_of_arrow(filters, sub_ids, queues, bint columns):
         qcol = _bulk_column(queues, "queues", "queue")
         if <Py_ssize_t>qcol.s.n != n:
             raise TopicmatchValueError(f"filters and queues differ in length ({n} != {qcol.s.n})")
-    cdef const int64_t[::1] idv = ids
     cdef _Specs sp = _Specs()
-    sp.keep = (fcol, qcol)
+    sp.n, sp.fcol, sp.qcol, sp.ids = n, fcol, qcol, ids
     sp.frows, sp.qrows = _columns.Rows(filters), (_columns.Rows(queues) if queues is not None else None)
     if columns:
         i = <Py_ssize_t>fs_strings_first_null(&fcol.s)
         if i < n:
             raise TopicmatchTypeError(f"filters[{i}] must be str, not None")
-        sp.n, sp.fcol, sp.qcol, sp.ids = n, fcol, qcol, ids
         return sp
     sp.alloc(n)
     cdef fs_spec *specs = sp.specs
+    cdef const int64_t[::1] idv = ids
+    cdef const int64_t *idp = &idv[0] if n else NULL
+    cdef const fs_strings *qs = &qcol.s if qcol is not None else NULL
     for i in range(n):
-        if not fs_strings_get(&fcol.s, <size_t>i, &specs[i].filter, &specs[i].filter_len):
+        if not fs_spec_of_row(&specs[i], &fcol.s, idp, qs, <size_t>i):
             raise TopicmatchTypeError(f"filters[{i}] must be str, not None")
-        specs[i].id = idv[i]
-        if qcol is None or not fs_strings_get(&qcol.s, <size_t>i, &specs[i].queue, &specs[i].queue_len):
-            specs[i].queue = NULL
-            specs[i].queue_len = 0
     return sp
 
 
