@@ -397,7 +397,7 @@ FUZZ_OBJS := $(patsubst csrc/%.c,$(FUZZ_DIR)/obj/%.o,$(CORE_C))
 $(FUZZ_DIR)/obj/%.o: csrc/%.c $(CORE_H) | clang-deps
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) -c $< -o $@
-$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/oracle.h $(FUZZ_OBJS) $(CORE_H) | clang-deps
+$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c fuzz/oracle.h fuzz/columns.h $(FUZZ_OBJS) $(CORE_H) | clang-deps
 	clang $(FUZZ_CFLAGS) $(FUZZ_OBJS) $< -o $@
 .SECONDARY: $(FUZZ_OBJS)
 fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)

@@ -3,8 +3,9 @@
  *
  * Input: byte 0 picks the dialect (bits 0-1: NATS, MQTT, AMQP, AMQP), the
  * threads (bits 2-3: 1 to 4) and the entry (bit 4: fs_build_rows -- or,
- * with bit 5, fs_build_columns of the same rows as Arrow-laid columns,
- * the queues' nulls in a validity bitmap -- then fs_build_write twice, as
+ * with bit 5, fs_build_columns of the same rows as columns (columns.h;
+ * bits 6-7: pointers, or Arrow with int32 or int64 offsets; a plain row's
+ * queue null) -- then fs_build_write twice, as
  * after FS_ENOSYS, both writes the same bytes; else fs_build_image); then
  * rows until the input runs out,
  * each a control byte and its arguments: a filter of up to 12 tokens from
@@ -29,6 +30,7 @@
 #include <string.h>
 
 #include "fs_alloc.h"
+#include "columns.h"
 #include "fs_image.h"
 #include "sublist.h"
 
@@ -87,47 +89,6 @@ static size_t make_filter(rd *r, int d, char *buf)
     return len;
 }
 
-/* The rows as Arrow-laid columns (fs_build_columns' input): the filters'
- * and queues' bytes one after another, int32 offsets, the queues' nulls
- * cleared in a validity bitmap; the ids as they are. */
-typedef struct {
-    char data[2][MAX_ROWS * MAX_BYTES / 4 + MAX_ROWS * 8];
-    int32_t off[2][MAX_ROWS + 1];
-    uint8_t valid[(MAX_ROWS + 7) / 8];
-    int64_t ids[MAX_ROWS];
-    fs_strings filters, queues;
-} columns;
-
-/* specs[0..n) as columns in *c; 0 when their bytes do not fit c's room
- * (then the rows go as specs). */
-static int as_columns(const fs_spec *specs, size_t n, columns *c)
-{
-    size_t at[2] = {0, 0};
-    memset(c->valid, 0, sizeof(c->valid));
-    for (size_t i = 0; i < n; i++) {
-        const char *p[2] = {specs[i].filter, specs[i].queue};
-        size_t len[2] = {specs[i].filter_len, specs[i].queue ? specs[i].queue_len : 0};
-        for (int k = 0; k < 2; k++) {
-            if (len[k] > sizeof(c->data[k]) - at[k])
-                return 0;
-            c->off[k][i] = (int32_t)at[k];
-            if (len[k])             /* (a plain row's queue is NULL) */
-                memcpy(c->data[k] + at[k], p[k], len[k]);
-            at[k] += len[k];
-        }
-        if (specs[i].queue)
-            c->valid[i >> 3] = (uint8_t)(c->valid[i >> 3] | 1u << (i & 7));
-        c->ids[i] = specs[i].id;
-    }
-    for (int k = 0; k < 2; k++) {
-        c->off[k][n] = (int32_t)at[k];
-        fs_strings *s = k ? &c->queues : &c->filters;
-        *s = (fs_strings){.layout = FS_STR_ARROW, .n = n, .data = c->data[k], .off32 = c->off[k],
-                          .validity = k ? c->valid : NULL};
-    }
-    return 1;
-}
-
 /* The image of the rows through the insert path: status, bytes, *bad. */
 static int by_inserts(fs_dialect d, const fs_spec *specs, size_t n, char **out, size_t *len, size_t *bad,
                       fs_error *err)
@@ -169,11 +130,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int grc;
     if (head & 16) {            /* in two steps, the image written twice (as after FS_ENOSYS): the same bytes */
         fs_build *b = NULL;
-        static columns cols;
-        if ((head & 32) && as_columns(specs, n, &cols))
-            grc = fs_build_columns((fs_dialect)d, &cols.filters, cols.ids, &cols.queues, threads, &b, &gbad, &gerr);
-        else
+        fz_column fc, qc;
+        if (head & 32) {            /* the same rows as columns, read in place */
+            static const char *f[MAX_ROWS], *q[MAX_ROWS];
+            static size_t fl[MAX_ROWS], ql[MAX_ROWS];
+            static int64_t ids[MAX_ROWS];
+            for (size_t i = 0; i < n; i++) {
+                f[i] = specs[i].filter;
+                fl[i] = specs[i].filter_len;
+                q[i] = specs[i].queue;
+                ql[i] = specs[i].queue_len;
+                ids[i] = specs[i].id;
+            }
+            int layout = (head >> 6) % 3;
+            fz_column_make(&fc, f, fl, n, layout);
+            fz_column_make(&qc, q, ql, n, layout);
+            grc = fs_build_columns((fs_dialect)d, &fc.col, ids, &qc.col, threads, &b, &gbad, &gerr);
+        } else {
             grc = fs_build_rows((fs_dialect)d, specs, n, threads, &b, &gbad, &gerr);
+        }
         CHECK((grc == FS_OK) == (b != NULL));
         if (grc == FS_OK) {
             char *first = NULL;
@@ -184,6 +159,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FS_FREE(first);
         }
         fs_build_free(b);
+        if (head & 32) {
+            fz_column_free(&fc);
+            fz_column_free(&qc);
+        }
     } else {
         grc = fs_build_image((fs_dialect)d, specs, n, threads, NULL, 0, &got, &glen, &gbad, &gerr);
     }

@@ -26,6 +26,7 @@
 #include "fs_alloc.h"
 #include "fs_batch.h"
 #include "fs_serial.h"
+#include "columns.h"
 #include "oracle.h"
 #include "sublist.h"
 
@@ -555,58 +556,6 @@ static void op_cache(rd *r)
     else CHECK(rc == FS_ENOMEM);
 }
 
-/* A column of rows as fs_strings: pointers, or Arrow (int32 or int64
- * offsets, a validity bitmap, a nonzero array offset).  Row i is null when
- * s[i] is NULL. */
-typedef struct {
-    fs_strings col;
-    const char *ptrs[64];
-    size_t lens[64];
-    char *data;
-    int32_t off32[66];
-    int64_t off64[66];
-    uint8_t bits[9];
-} column;
-
-static void make_column(column *c, const char *const *s, const size_t *n, size_t rows, int layout)
-{
-    memset(c, 0, sizeof(*c));
-    c->col.n = rows;
-    if (layout == 0) {
-        for (size_t i = 0; i < rows; i++) {
-            c->ptrs[i] = s[i];
-            c->lens[i] = s[i] ? n[i] : 0;
-        }
-        c->col.layout = FS_STR_PTRS;
-        c->col.ptrs = c->ptrs;
-        c->col.lens = c->lens;
-        return;
-    }
-    size_t total = 1;
-    for (size_t i = 0; i < rows; i++) total += s[i] ? n[i] : 0;
-    c->data = keep(malloc(total));
-    size_t at = 1;                                  /* row "-1", before the array's offset */
-    c->data[0] = 'z';
-    c->off32[0] = c->off64[0] = 0;
-    c->off32[1] = c->off64[1] = 1;
-    c->bits[0] = 1;
-    for (size_t i = 0; i < rows; i++) {
-        if (s[i]) {
-            if (n[i]) memcpy(c->data + at, s[i], n[i]);
-            at += n[i];
-            c->bits[(i + 1) >> 3] |= (uint8_t)(1u << ((i + 1) & 7));
-        }
-        c->off32[i + 2] = (int32_t)at;
-        c->off64[i + 2] = (int64_t)at;
-    }
-    c->col.layout = FS_STR_ARROW;
-    c->col.data = c->data;
-    c->col.off32 = layout == 1 ? c->off32 : NULL;
-    c->col.off64 = layout == 1 ? NULL : c->off64;
-    c->col.validity = c->bits;
-    c->col.offset = 1;
-}
-
 /* AMQP rows: each id once; every plain id there, and (queues "all")
  * every member, (queues "pick") at least one member of each group, nothing
  * else. */
@@ -833,9 +782,9 @@ static void op_batch(rd *r, int threaded)
         rows = 64;
         fs_fault_inject(0);                         /* the countdown is not for threads */
     }
-    column sc, kc;
-    make_column(&sc, s, n, rows, layout);
-    make_column(&kc, k, kn, rows, 0);
+    fz_column sc, kc;
+    fz_column_make(&sc, s, n, rows, layout);
+    fz_column_make(&kc, k, kn, rows, FZ_PTRS);
     const fs_strings *keys = with_keys ? &kc.col : NULL;
     int64_t row_end[64];
     uint8_t invalid[64];
@@ -844,6 +793,8 @@ static void op_batch(rd *r, int threaded)
     int rc = fs_match_rows(sl, NULL, &sc.col, keys, 0, rows, queues, 0, row_end, invalid, &out, NULL);
     if (rc == FS_ENOMEM) {
         fs_idbuf_free(&out);
+        fz_column_free(&sc);
+        fz_column_free(&kc);
         return;
     }
     CHECK(rc == FS_OK);
@@ -893,6 +844,8 @@ static void op_batch(rd *r, int threaded)
     }
     column_again(r, sl, &sc.col, keys, queues, rows, &out, row_end, invalid);
     fs_idbuf_free(&out);
+    fz_column_free(&sc);
+    fz_column_free(&kc);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
