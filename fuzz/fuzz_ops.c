@@ -699,8 +699,13 @@ static void column_again(rd *r, fs_sublist *sl, const fs_strings *col, const fs_
         parts[k] = (fs_column_part){fs_strings_slice(col, base, n), u8(r) % (n + 1), NULL, NULL};
         base += n;
     }
-    fs_column_options opt = {.queues = queues, .dedupe = 0, .threads = 1 + u8(r) % 4, .min_rows_per_thread = 1,
-                             .block_rows = 1 + u8(r) % 4, .cpus = 4, .feed_rows = 1 + u8(r) % 4};
+    fs_column_options opt = {.queues = queues, .dedupe = 0, .threads = 1 + u8(r) % 4};
+    /* the thread policy shrunk so that a few rows take every turn of it */
+    fs_column_policy policy = fs_column_tuned;
+    fs_column_tuned.min_rows_per_thread = 1;
+    fs_column_tuned.block_rows = 1 + u8(r) % 4;
+    fs_column_tuned.cpus = 4;
+    fs_column_tuned.feed_rows = 1 + u8(r) % 4;
     column_turns turns = {0, u8(r) % 4 == 0 ? 1 + u8(r) % 3 : 0};
     fs_column_hooks hooks = {&turns, column_fill, column_poll, NULL, NULL};
     int64_t end[64];
@@ -708,6 +713,7 @@ static void column_again(rd *r, fs_sublist *sl, const fs_strings *col, const fs_
     fs_idbuf got;
     memset(&got, 0, sizeof(got));
     int rc = fs_match_column(sl, NULL, parts, nparts, keys, &opt, &hooks, end, invalid, &got);
+    fs_column_tuned = policy;
     if (rc == FS_OK)
         same_batch(&got, end, invalid, want, want_end, want_invalid, rows);
     else

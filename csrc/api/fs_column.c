@@ -71,9 +71,9 @@ static unsigned threads_for(const fs_column_options *opt, size_t rows)
 {
     if (opt->threads <= 1)
         return 1;
-    size_t per = opt->min_rows_per_thread ? opt->min_rows_per_thread : FS_COLUMN_CHUNK_ROWS;
+    size_t per = fs_column_tuned.min_rows_per_thread ? fs_column_tuned.min_rows_per_thread : FS_COLUMN_CHUNK_ROWS;
     size_t n = opt->threads;
-    size_t cpus = opt->cpus ? opt->cpus : fs_column_cpus();
+    size_t cpus = fs_column_cpus();
     if (n > cpus)
         n = cpus;
     if (n > rows / per)
@@ -137,11 +137,11 @@ static int match_threads(const column_call *c, const fs_column_part *p, size_t k
                          unsigned nthreads, int64_t *ends, uint8_t *invalid, fs_idbuf *ids)
 {
     size_t n = p->rows.n, filled = p->filled;
-    size_t feed = c->opt->feed_rows ? c->opt->feed_rows : FS_COLUMN_FEED_ROWS;
+    size_t feed = fs_column_tuned.feed_rows ? fs_column_tuned.feed_rows : FS_COLUMN_FEED_ROWS;
     if (fill(c, p, k, feed, &filled) != FS_OK)
         return FS_ECANCELLED;
     fs_batch_job *job = fs_batch_start_blocks(c->sl, c->also, &p->rows, keys, c->opt->queues, c->opt->dedupe,
-                                              nthreads, ends, invalid, c->opt->block_rows, filled);
+                                              nthreads, ends, invalid, fs_column_tuned.block_rows, filled);
     if (!job)
         return FS_ENOMEM;
     int stop = 0;
@@ -258,7 +258,7 @@ int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *part
 
 unsigned fs_column_cpus(void)
 {
-    return fs_cpus();
+    return fs_column_tuned.cpus ? fs_column_tuned.cpus : fs_cpus();
 }
 
 void fs_column_pool_status(unsigned *threads, unsigned *idle)

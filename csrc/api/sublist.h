@@ -48,7 +48,8 @@
  *            locks and routes the writes (insert, remove, bulk; the cache
  *            invalidated), owns the literal table; fs_column.c a column
  *            matched at once (match_many's driver: threads, chunks, the
- *            CSR gather)
+ *            CSR gather); fs_tuning.c the settings and counters of tests
+ *            and measurements, one table by name
  *   batch/   fs_batch.c the batch pipeline, fs_pool.c the worker threads,
  *            fs_idbuf.c its output buffers and the pool of released big ones
  *   match/   fs_walk.[ch] the one walk (probes; a mapped image's live
@@ -112,6 +113,7 @@
 #include "fs_strings.h"
 #include "fs_sys.h"
 #include "fs_token.h"
+#include "fs_tuning.h"
 
 /* The match calls (fs_sublist_match, _interest, _has_interest,
  * _reverse_match, _match_small) and the per-thread workspace are the match
@@ -247,13 +249,7 @@ typedef struct {
     int queues;                   /* FS_QUEUES_PICK, _ALL or _NONE (fs_batch.h) */
     int dedupe;                   /* each id at most once per row */
     unsigned threads;             /* at most this many (1: the calling thread only) */
-    /* the policy's constants, 0 for their defaults (tests shrink them so
-     * that small batches take the threaded path's every turn): */
-    size_t min_rows_per_thread;   /* FS_COLUMN_CHUNK_ROWS */
-    size_t block_rows;            /* the threads' blocks: sized as the batch runs */
-    unsigned cpus;                /* the processors this process may run on (fs_cpus) */
-    size_t feed_rows;             /* FS_COLUMN_FEED_ROWS */
-} fs_column_options;
+} fs_column_options;              /* (the policy's constants: fs_tuning.h's fs_column_tuned) */
 
 /* How the call talks to its caller, on the calling thread; any may be
  * NULL.  fill: rows [filled, end) of part k made ready, *filled set (to
@@ -293,7 +289,7 @@ int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *part
                     int64_t *row_end, uint8_t *invalid, fs_idbuf *ids);
 
 /* The processors this process may run on, as the thread policy counts
- * them (fs_cpus), at least 1. */
+ * them (fs_cpus, or fs_column_tuned.cpus where a test set it), at least 1. */
 unsigned fs_column_cpus(void);
 /* Threads in the batch's worker pool (fs_pool.h), and how many of them
  * are idle now (tests). */

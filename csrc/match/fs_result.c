@@ -831,15 +831,13 @@ int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set)
     return FS_OK;
 }
 
-/* AMQP: each sub_id once among the plain ids and once in each group (the
- * first occurrence kept, in the row's order).  Ids of one node are unique
- * already, so one hit needs nothing.  The hash set is sized for the
- * longest run up front: FS_OK or FS_ENOMEM (r is then left as built, and
- * the caller fails the whole call). */
-static int dedupe_result(fs_result *r, size_t nhits)
+/* Each sub_id once among the plain ids and once in each group (the first
+ * occurrence kept, in the row's order): AMQP's every row, and match()'s
+ * with dedupe.  The hash set is sized for the longest run up front: FS_OK
+ * or FS_ENOMEM (r is then left as built, and the caller fails the whole
+ * call). */
+int fs_result_dedupe(fs_result *r)
 {
-    if (nhits < 2)
-        return FS_OK;
     int64_t *set = NULL;
     size_t cap_set = 0, longest = r->nplain;
     for (size_t gi = 0; gi < r->ngroups; gi++)
@@ -870,6 +868,14 @@ static int dedupe_result(fs_result *r, size_t nhits)
     return FS_OK;
 }
 
+/* Does a row of nhits hits need fs_result_dedupe?  AMQP delivers once per
+ * sub_id, and the ids of one node are unique already, so one hit needs
+ * nothing. */
+static inline int once_per_id(const fs_sublist *sl, size_t nhits)
+{
+    return nhits >= 2 && fs_rules(sl->dialect)->once_per_id;
+}
+
 /* Build r from sc->hits, in the row's order (fs_result.h): the plain ids,
  * then each group (fs_walk.h: NATS and AMQP merge by name across nodes,
  * MQTT groups are (name, filter) pairs, one per node); picked: with each
@@ -893,7 +899,7 @@ static inline int build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *
     r->nplain = r->nids;
     if (!grouped) {                  /* most rows: no groups to order */
         sc->grefs_merge = 0;
-        return fs_rules(sl->dialect)->once_per_id ? dedupe_result(r, nhits) : FS_OK;
+        return once_per_id(sl, nhits) ? fs_result_dedupe(r) : FS_OK;
     }
     size_t nrefs;
     if (fs_row_groups(sl, sc, &nrefs) < 0)
@@ -936,9 +942,7 @@ static inline int build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *
         r->nids += runs.n;
         r->ngroups++;
     }
-    if (fs_rules(sl->dialect)->once_per_id)
-        return dedupe_result(r, nhits);
-    return FS_OK;
+    return once_per_id(sl, nhits) ? fs_result_dedupe(r) : FS_OK;
 }
 
 int fs_build_result(const fs_sublist *sl, fs_scratch *sc, fs_result *r) { return build_result(sl, sc, r, 1); }

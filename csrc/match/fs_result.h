@@ -252,6 +252,10 @@ int fs_result_merge(fs_result *r, const fs_result *a, const fs_result *b, int by
  * the caller frees it) as a hash set.  FS_OK, or FS_ENOMEM with ids and
  * *n unchanged. */
 int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set);
+/* Each id at most once among r's plain ids and once in each group's
+ * members (fs_ids_dedupe on each, the first occurrence kept), the groups'
+ * members moved up to stay packed.  FS_OK or FS_ENOMEM (r unchanged). */
+int fs_result_dedupe(fs_result *r);
 /* Append one reverse-match row (n's filter, g's name or none, id). */
 int fs_rhit_add(const fs_sublist *sl, const fs_node *n, const fs_group *g, int64_t id, fs_rresult *r);
 int fs_put_path(const fs_sublist *sl, const fs_node *n, char **arena, size_t *len, size_t *cap);

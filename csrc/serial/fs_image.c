@@ -17,6 +17,7 @@
 #include "fs_image_root.h"
 #include "fs_image_verify.h"
 #include "fs_index.h"
+#include "fs_tuning.h"
 
 static int host_little_endian(void)
 {

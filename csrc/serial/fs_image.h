@@ -87,10 +87,9 @@ typedef enum {
  * mismatch is at the checksum's own offset, 48 + P, the end of the bytes
  * [0, 48 + P) it sums), FS_ENOMEM. */
 int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs_sublist **out, fs_error *err);
-/* FS_VERIFY_FULL's check runs on up to `threads` threads (the process's
- * worker pool, fs_pool.h, and the caller's), the checksum beside the
- * tables, for images of this many bytes and more (tests set it lower). */
-extern size_t fs_image_parallel_min;
+/* (FS_VERIFY_FULL's check runs on up to `threads` threads, the process's
+ * worker pool, fs_pool.h, and the caller's, the checksum beside the
+ * tables, for images of fs_image_parallel_min bytes and more: fs_tuning.h.) */
 
 /* A built index holding what sl holds now (an opened image and the changes
  * made to it since).  FS_OK, FS_ENOMEM, FS_EBADDATA (a damaged image). */

@@ -17,6 +17,7 @@
 #include "fs_header.h"
 #include "fs_image.h"
 #include "fs_index.h"
+#include "fs_tuning.h"
 #include "fs_pool.h"
 
 /* Table slots fetched ahead by verify_table. */
@@ -656,10 +657,9 @@ static int verify_in_order(fs_sublist *sl, fs_error *err)
  * runs again in one thread (verify_in_order), so that the error is the
  * one the order of the checks gives, whatever the threads' timing. */
 
-/* Slots of a unit; and below this many bytes an image is checked in one
- * thread (the threads' hand-over would cost more than they gain). */
+/* Slots of a unit (below fs_image_parallel_min bytes, fs_tuning.h, an
+ * image is checked in one thread). */
 #define VERIFY_UNIT_SLOTS 16384
-size_t fs_image_parallel_min = (size_t)16 << 20;
 /* Bytes of the checksum's chain fed at a time: about a unit's time (a
  * unit's entries read about as many bytes), whole XXH64 stripes. */
 #define VERIFY_SUM_PIECE ((size_t)2 << 20)

@@ -27,58 +27,6 @@ from libc.string cimport memcpy
 _QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_NONE}
 
 
-# How batches are cut for threads (fs_column.c's policy, its constants
-# for 0); tests shrink them with _set_batch_threading so that small batches
-# take the threaded path.
-cdef size_t _min_rows_per_thread = FS_COLUMN_CHUNK_ROWS
-cdef size_t _thread_block_rows = 0          # 0: sized as the batch runs (fs_batch.c)
-cdef unsigned _cpus_override = 0            # 0: the CPUs this process may run on
-cdef Py_ssize_t _feed_rows = FS_COLUMN_FEED_ROWS
-
-
-cdef size_t _cpus():
-    """The CPUs this process may run on, as the batch's thread policy counts
-    them (_set_batch_threading's cpus, when a test sets it)."""
-    return _cpus_override if _cpus_override else fs_column_cpus()
-
-
-def _pool_status():
-    """Testing: (threads, idle) of the process's batch worker pool
-    (csrc/batch/fs_pool.h): how many threads it has started, and how many are
-    parked waiting for work now."""
-    cdef unsigned threads = 0, idle = 0
-    fs_column_pool_status(&threads, &idle)
-    return (threads, idle)
-
-
-def _workers_crowded_out():
-    """Testing: how many batch workers of this process have stopped
-    claiming blocks, crowded out by their batch's other threads (more
-    threads than processors; csrc/batch/fs_batch.c, crowded_out)."""
-    return fs_column_workers_crowded_out()
-
-
-def _set_batch_threading(min_rows_per_thread=None, block_rows=None, cpus=None, feed_rows=None):
-    """Testing only: cut batches for threads at min_rows_per_thread rows
-    per thread (default 16,384), in blocks of block_rows (0: sized as
-    the batch runs, from what the rows cost), as if
-    the process had cpus CPUs (0: as it has), a Python list's rows handed
-    to the threads feed_rows at a time (default 8,192).  Returns the
-    previous settings, as a dict to pass back."""
-    global _min_rows_per_thread, _thread_block_rows, _cpus_override, _feed_rows
-    old = {"min_rows_per_thread": _min_rows_per_thread, "block_rows": _thread_block_rows,
-           "cpus": _cpus_override, "feed_rows": _feed_rows}
-    if feed_rows is not None:
-        _feed_rows = max(1, int(feed_rows))
-    if min_rows_per_thread is not None:
-        _min_rows_per_thread = max(1, int(min_rows_per_thread))
-    if block_rows is not None:
-        _thread_block_rows = max(0, int(block_rows))
-    if cpus is not None:
-        _cpus_override = max(0, int(cpus))
-    return old
-
-
 cdef class _IdBuffer:
     """Owns the int64 id buffer the C core filled; exposes it read-only
     through the buffer protocol so numpy/pyarrow view it in place."""
@@ -591,10 +539,6 @@ cdef object _match_many(Sublist self, Sublist also, object subjects, object keys
     opt.queues = _QUEUE_MODES[_args.queue_mode(queues)]
     opt.dedupe = dedupe
     opt.threads = <unsigned>_args.threads(threads, 256)
-    opt.min_rows_per_thread = _min_rows_per_thread
-    opt.block_rows = _thread_block_rows
-    opt.cpus = _cpus_override
-    opt.feed_rows = <size_t>_feed_rows
     # a dictionary column is matched once per distinct value, unless each
     # row's pick follows a key of its own
     cdef list cols = [c for _, c in _segments(subjects, "subjects", 0, False,

@@ -23,14 +23,13 @@ cdef extern from "fs_status.h" nogil:
         int in_queue
 
 cdef extern from "sublist.h" nogil:
-    # the memory door (csrc/base/fs_alloc.h): freeing what C allocated, and
-    # the fault-injection tests' counters
+    # the memory door (csrc/base/fs_alloc.h): freeing what C allocated
     void fs_free(void *p)
-    # fs_hits_merge's AVX2 form on or off (csrc/match/fs_result.h), for tests
-    int fs_merge_simd
-    void fs_fault_inject(uint64_t nth)
-    uint64_t fs_fault_injected()
-    uint64_t fs_fault_counted()
+    # the settings and counters of tests and measurements, by name
+    # (csrc/api/fs_tuning.h)
+    int fs_tuning_get(const char *name, int64_t *value)
+    int fs_tuning_set(const char *name, int64_t value)
+    int64_t fs_image_room
 
     # Sublist.close()'s guard against the calls in flight (csrc/base/fs_guard.h)
     ctypedef struct fs_guard:
@@ -113,6 +112,8 @@ cdef extern from "sublist.h" nogil:
     void fs_scratch_free(fs_scratch *sc)
     void fs_result_init(fs_result *r)
     void fs_result_free(fs_result *r)
+    int fs_result_dedupe(fs_result *r)
+    int fs_ids_dedupe(int64_t *ids, size_t *n, int64_t **set, size_t *cap_set)
     void fs_rresult_init(fs_rresult *r)
     void fs_rresult_free(fs_rresult *r)
     int fs_sublist_match(fs_sublist *sl, const char *subject, size_t len,
@@ -166,7 +167,6 @@ cdef extern from "sublist.h" nogil:
         size_t n, cap
     void fs_idbuf_free(fs_idbuf *b)
     size_t fs_idpool_trim()
-    void fs_idpool_status(size_t *buffers, size_t *bytes)
     void fs_idpool_hold_for_test(unsigned ms)
 
     # Arrow's C Data Interface (csrc/arrow/fs_arrow.h): pyarrow exports into
@@ -229,19 +229,10 @@ cdef extern from "sublist.h" nogil:
         int queues
         int dedupe
         unsigned threads
-        size_t min_rows_per_thread
-        size_t block_rows
-        unsigned cpus
-        size_t feed_rows
-    enum:
-        FS_COLUMN_CHUNK_ROWS
-        FS_COLUMN_FEED_ROWS
     int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *parts, size_t nparts,
                         const fs_strings *keys, const fs_column_options *opt, const fs_column_hooks *hooks,
                         int64_t *row_end, uint8_t *invalid, fs_idbuf *ids) except? -5
     unsigned fs_column_cpus()
-    void fs_column_pool_status(unsigned *threads, unsigned *idle)
-    unsigned long long fs_column_workers_crowded_out()
 
 cdef extern from "sublist.h":
     # fs_match_column's hooks: Python code, run with the GIL held
@@ -284,7 +275,6 @@ cdef extern from "fs_image.h" nogil:
     size_t fs_image_size_hint(fs_sublist *sl)
     int fs_image_save(fs_sublist *sl, const char *path, int durable)
     int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs_sublist **out, fs_error *err)
-    size_t fs_image_parallel_min
     int fs_image_is(const char *data, size_t len)
     int fs_image_damaged(const fs_sublist *sl)
 
@@ -293,7 +283,6 @@ cdef extern from "sublist.h" nogil:
     int fs_fault_guard(const void *base, size_t len)
     void fs_fault_unguard(int slot)
     int fs_fault_revoked(int slot)
-    uint64_t fs_fault_revocations()
     uint64_t fs_fault_tail(const void *p)
 
 
@@ -313,6 +302,7 @@ cdef extern from "sublist.h" nogil:
         FS_MATCH_WAIT
         FS_MATCH_NO_WAIT
     enum: FS_MATCH_WALK
+    fs_match_how fs_match_first_how     # (csrc/api/fs_tuning.h)
 
 cdef extern from "_pyobjects.h":
     const bint TM_FREE_THREADED

@@ -30,12 +30,6 @@ from topicmatch import _args         # the checks and words of arguments off the
 from topicmatch import _stats        # stats()'s dict, from the core's counters
 from topicmatch._results import BatchResult     # match_many's result, in plain Python
 
-# How match()'s first call into the core goes (_set_walk_releases_gil):
-# FS_MATCH_NO_WAIT walks with the GIL held unless a writer is there;
-# FS_MATCH_CACHE_ONLY, for tests, looks a cached answer up with the GIL held
-# and walks every miss without it.
-cdef fs_match_how _first_match_how = FS_MATCH_NO_WAIT
-
 #: The format version of the images save() and to_bytes() write (the u16
 #: after the magic; docs/FORMAT.md): the core's own constant, so that no
 #: module learns it by writing an image.
@@ -266,17 +260,6 @@ cdef class MatchResult:
     __hash__ = None
 
 
-cdef list _unique(list ids):
-    """ids without repeats, first occurrences kept in order."""
-    seen = set()
-    out = []
-    for i in ids:
-        if i not in seen:
-            seen.add(i)
-            out.append(i)
-    return out
-
-
 cdef inline list _id_list(const int64_t *ids, size_t n):
     """ids as a list of ints, made at its final size (match() builds one or
     more per call: no append, no resize); each int from tm_int's table
@@ -305,37 +288,19 @@ cdef enum:
     SMALL_IDS = 32      # match(): answers of up to this many plain ids come back on the stack
 
 
-cdef size_t _unique_small(int64_t *ids, size_t n) noexcept:
-    """ids[0..n) without repeats, first occurrences kept in order, in
-    place; the new count (n is small: a quadratic scan)."""
-    cdef size_t i, j, k = 0
-    for i in range(n):
-        for j in range(k):
-            if ids[j] == ids[i]:
-                break
-        else:
-            ids[k] = ids[i]
-            k += 1
-    return k
-
-
-cdef inline MatchResult _small_result(int64_t *ids, size_t n, bint dedupe):
+cdef inline MatchResult _small_result(int64_t *ids, size_t n):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
-    if dedupe and n > 1:
-        n = _unique_small(ids, n)
     if n:
         m._subs = _id_list(ids, n)
     return m
 
 
-cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
+cdef MatchResult _to_match_result(fs_result *r, bint mqtt):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
     cdef size_t i
     cdef fs_group_out *g
     if r.nplain:
         m._subs = _id_list(r.ids, r.nplain)
-        if dedupe:
-            m._subs = _unique(m._subs)
     if r.ngroups == 0:
         return m
     # made at its final size, as _id_list's (no append, no resize)
@@ -343,8 +308,6 @@ cdef MatchResult _to_match_result(fs_result *r, bint mqtt, bint dedupe):
     for i in range(r.ngroups):
         g = &r.groups[i]
         members = _id_list(r.ids + g.members_off, g.members_len)
-        if dedupe:
-            members = _unique(members)
         name = _decode(r.arena + g.name_off, g.name_len)
         filt = _decode(r.arena + g.filter_off, g.filter_len) if mqtt else None
         one = (name, filt, members)
@@ -757,7 +720,8 @@ cdef class Sublist:
         cdef Py_ssize_t n
         cdef const char *s = _utf8(subject, "subject", &n)
         cdef int64_t ids[SMALL_IDS]
-        cdef size_t k
+        cdef size_t k, seen_cap = 0
+        cdef int64_t *seen = NULL       # (SMALL_IDS ids are deduplicated without a set)
         cdef fs_workspace spare
         cdef fs_workspace *w
         cdef fs_error err
@@ -772,13 +736,13 @@ cdef class Sublist:
         # design.md, "When match() lets go of the GIL").  Waiting is what
         # the GIL is let go for: where a writer holds the index, the first
         # call returns FS_MATCH_WALK before waiting, and the second waits
-        # and walks without it.  (_set_walk_releases_gil, for tests: a
-        # cached answer is looked up with the GIL held, a miss walks
-        # without it.)
+        # and walks without it.  (fs_match_first_how, which a test may set
+        # to FS_MATCH_CACHE_ONLY: a cached answer is looked up with the GIL
+        # held, a miss walks without it.)
         cdef int rc, st = IMG_OK
         self._enter()
         rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
-                                    _first_match_how)
+                                    fs_match_first_how)
         if rc == FS_MATCH_WALK:
             with nogil:
                 rc = fs_sublist_match_small(self.sl, s, <size_t>n, ids, SMALL_IDS, &k, &spare, &w, &err,
@@ -794,10 +758,18 @@ cdef class Sublist:
             if w != NULL:
                 fs_workspace_release(w, &spare)
             self._raise_state(st)
+        # dedupe: C's rule (fs_ids_dedupe), on the answer lent to this call
         if w == NULL:
-            return _small_result(ids, k, dedupe)
+            if dedupe:
+                rc = fs_ids_dedupe(ids, &k, &seen, &seen_cap)
+                fs_free(seen)
+                if rc != FS_OK:
+                    raise MemoryError()
+            return _small_result(ids, k)
         try:
-            return _to_match_result(&w.r, self._d == FS_MQTT, dedupe)
+            if dedupe and fs_result_dedupe(&w.r) != FS_OK:
+                raise MemoryError()
+            return _to_match_result(&w.r, self._d == FS_MQTT)
         finally:
             fs_workspace_release(w, &spare)
 
@@ -999,35 +971,16 @@ cdef class Sublist:
         return _stats.as_dict(st)
 
 
-def _set_walk_releases_gil(on):
-    """Testing and measuring only: every match() walk lets go of the GIL
-    (True), or keeps it and lets go only to wait for a writer (False, the
-    default).  Not for use while other threads match.  Returns the previous
-    setting."""
-    global _first_match_how
-    old = _first_match_how == FS_MATCH_CACHE_ONLY
-    _first_match_how = FS_MATCH_CACHE_ONLY if on else FS_MATCH_NO_WAIT
-    return old
-
-
-def _set_image_parallel_min(n):
-    """Testing only: a full check of an image of n bytes or more
-    (open(verify=True), from_bytes) runs on threads, the checksum beside
-    the tables (0: every image).  Returns the previous n."""
-    old = fs_image_parallel_min
-    global fs_image_parallel_min
-    fs_image_parallel_min = <size_t>n
-    return old
-
-
-
-def _set_merge_simd(on):
-    """Testing only: whether the merge of a row's ids from several filters
-    uses its AVX2 form where the processor has it (on, the default) or its
-    scalar form (off).  Returns the previous setting."""
-    global fs_merge_simd
-    old = fs_merge_simd != 0
-    fs_merge_simd = 1 if on else 0
+def _tuning(name, value=None):
+    """Testing and measuring: the core's setting or counter called name
+    (csrc/api/fs_tuning.c's table; _tuning.py names each); with value, set
+    it first.  Returns the value before."""
+    cdef bytes key = name.encode("ascii")
+    cdef int64_t old
+    if fs_tuning_get(key, &old) != FS_OK:
+        raise TopicmatchValueError(f"no setting or counter {name!r}")
+    if value is not None and fs_tuning_set(key, value) != FS_OK:
+        raise TopicmatchValueError(f"{name!r} cannot be set to {value!r}")
     return old
 
 include "_batch.pxi"
@@ -1079,36 +1032,10 @@ def is_valid_filter(filter, dialect="nats"):
     return _valid(filter, "filter", dialect, True)
 
 
-def _fault_inject(nth):
-    """Testing hook: make the nth allocation of the C core from now fail
-    (0 turns it off).  Not thread-safe; for the fault-injection tests."""
-    fs_fault_inject(nth)
-
-
-def _fault_status():
-    """Testing hook: (allocations attempted, failures injected) since the
-    last _fault_inject call."""
-    return (fs_fault_counted(), fs_fault_injected())
-
-
-def _mapping_faults():
-    """Testing hook: how many faults in a mapped image file cut shorter
-    under its index were turned into zeros in this process
-    (csrc/base/fs_fault.h)."""
-    return fs_fault_revocations()
-
-
 def _release_memory():
     """release_memory (_functions.py): the ints and the output buffers let go."""
     tm_ints_clear()
     return fs_idpool_trim()
-
-
-def _idpool_status():
-    """Testing hook: (buffers kept, bytes kept) by the output pool."""
-    cdef size_t buffers, nbytes
-    fs_idpool_status(&buffers, &nbytes)
-    return (buffers, nbytes)
 
 
 def _idpool_hold(ms):
@@ -1123,3 +1050,6 @@ def _idpool_hold(ms):
 # over the primitives above (_release_memory, _build_writer, _route_keys,
 # _route_split): last, since _functions reads this module.
 from topicmatch._functions import build_image, release_memory, route_keys, route_split
+# The testing hooks over _tuning, under the names tests and benchmarks
+# call (older trees' too: bench/ab_scaling.py loads them side by side).
+from topicmatch._tuning import *

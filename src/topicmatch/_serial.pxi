@@ -76,19 +76,6 @@ def _sublist_to_bytes(Sublist sl not None, version=3):
         _serial_free(out)
 
 
-cdef Py_ssize_t _image_room_override = -1
-
-
-def _set_image_bytes_room(n):
-    """Testing only: to_bytes() writes the image into a bytes object of n
-    bytes (-1: the index's own estimate, fs_image_size_hint), so that a
-    test can make it too small.  Returns the previous n."""
-    global _image_room_override
-    old = _image_room_override
-    _image_room_override = n
-    return old
-
-
 cdef object _image_bytes(Sublist sl):
     # The image written straight into the bytes object returned: one made
     # at about the image's size (fs_image_size_hint), cut to it after.
@@ -103,8 +90,8 @@ cdef object _image_bytes(Sublist sl):
     with nogil:
         hint = fs_image_size_hint(sl.sl)
         sl._leave()
-    if _image_room_override >= 0:
-        hint = <size_t>_image_room_override
+    if fs_image_room >= 0:             # (a test's: csrc/api/fs_tuning.h)
+        hint = <size_t>fs_image_room
     if hint > <size_t>PY_SSIZE_T_MAX:
         raise MemoryError()
     cdef PyObject *o = _new_bytes(NULL, <Py_ssize_t>hint)
@@ -204,7 +191,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     cdef bint image = fs_image_is(<const char *>view.buf, <size_t>view.len)
     # a full check runs on every CPU this process may use (C decides from
     # the image's size whether threads pay: fs_image_parallel_min)
-    cdef size_t threads = _cpus() if check == FS_VERIFY_FULL else 1
+    cdef size_t threads = fs_column_cpus() if check == FS_VERIFY_FULL else 1
     threads = threads if threads < 64 else 64
     head = (<const char *>view.buf)[:view.len if view.len < 8 else 8]
     if not image and not _imagefiles.has_magic(head):
