@@ -19,7 +19,7 @@ def _public_callables():
         if inspect.isclass(obj):
             if issubclass(obj, BaseException):
                 continue
-            for meth in sorted(vars(obj)):
+            for meth in sorted(set(dir(obj)) - set(dir(object))):     # its C side's too
                 if not meth.startswith("_") and callable(getattr(obj, meth)):
                     yield f"{name}.{meth}", meth, getattr(obj, meth)
         else:

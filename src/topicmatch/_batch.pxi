@@ -532,7 +532,7 @@ cdef void _acquire_hook(void *ctx) noexcept:
     PyEval_RestoreThread((<_HookState *>ctx).released)
 
 
-cdef object _match_many(Sublist self, Sublist also, object subjects, object keys, object queues,
+cdef object _match_many(_Sublist self, _Sublist also, object subjects, object keys, object queues,
                         object threads, bint dedupe):
     import numpy as np
     cdef fs_column_options opt

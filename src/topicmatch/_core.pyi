@@ -168,7 +168,8 @@ class _Stats(TypedDict):
     live_subscriptions: int
     live_bytes: int
 
-@disjoint_base
+# (not a disjoint base: its C side, _core._Sublist, is, and Sublist adds no
+# layout of its own: _sublist.py)
 class Sublist:
     """An index of subscriptions (filter, sub_id, queue) answering "which
     subscriptions match this subject?".  Safe to use from many threads."""

@@ -10,7 +10,7 @@ from libc.errno cimport errno
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.string cimport memcpy
 
-cdef int _write_image(Sublist sl, int version, char **out, size_t *n, char *buf=NULL,
+cdef int _write_image(_Sublist sl, int version, char **out, size_t *n, char *buf=NULL,
                       size_t cap=0) except -1:
     # The image (3) or blob (2) of sl into *out, *n: a new buffer, or
     # (version 3) buf[0..cap) when it fits there (then *out == buf).
@@ -33,7 +33,7 @@ cdef int _write_image(Sublist sl, int version, char **out, size_t *n, char *buf=
         raise
 
 
-cdef int _written_state(Sublist sl, int rc) noexcept nogil:
+cdef int _written_state(_Sublist sl, int rc) noexcept nogil:
     # After a writer, inside sl's _enter/_leave: what its image says.  An
     # opened file that changed while it was read comes first (what was
     # written may hold its zeros or its new bytes); a damaged opened image
@@ -44,7 +44,7 @@ cdef int _written_state(Sublist sl, int rc) noexcept nogil:
     return st
 
 
-cdef int _written(int rc, int st, Sublist sl) except -1:
+cdef int _written(int rc, int st, _Sublist sl) except -1:
     # A writer's status, after sl's _leave: the image's error (st), else
     # anything left is memory.
     sl._raise_state(st)
@@ -53,7 +53,7 @@ cdef int _written(int rc, int st, Sublist sl) except -1:
     return 0
 
 
-def _sublist_to_bytes(Sublist sl not None, version=3):
+def _sublist_to_bytes(_Sublist sl not None, version=3):
     """The index as bytes (docs/FORMAT.md): an image (3) or version 2."""
     cdef char *out = NULL
     cdef size_t n = 0
@@ -76,7 +76,7 @@ def _sublist_to_bytes(Sublist sl not None, version=3):
         _serial_free(out)
 
 
-cdef object _image_bytes(Sublist sl):
+cdef object _image_bytes(_Sublist sl):
     # The image written straight into the bytes object returned: one made
     # at about the image's size (fs_image_size_hint), cut to it after.
     # Writing it elsewhere and copying it in touched twice as many fresh
@@ -118,7 +118,7 @@ cdef object _image_bytes(Sublist sl):
         Py_XDECREF(o)
 
 
-def _sublist_save(Sublist sl not None, path, mode=None, durable=True):
+def _sublist_save(_Sublist sl not None, path, mode=None, durable=True):
     """Write the image to path atomically (_imagefiles.save: a temporary
     file beside it, renamed over it)."""
     if sl.closed:                       # before any temporary file is made
@@ -126,7 +126,7 @@ def _sublist_save(Sublist sl not None, path, mode=None, durable=True):
     _imagefiles.save(path, mode, durable, lambda tmp, path: _save_into(sl, tmp, path, durable))
 
 
-cdef int _save_into(Sublist sl, object tmp, object path, bint durable) except -1:
+cdef int _save_into(_Sublist sl, object tmp, object path, bint durable) except -1:
     """sl's image written into the file tmp through its pages (durable: on
     disk), or through memory where files cannot be mapped; an error names
     path, the file saved."""
@@ -155,9 +155,9 @@ cdef int _save_into(Sublist sl, object tmp, object path, bint durable) except -1
     return 0
 
 
-cdef Sublist _new_like(fs_sublist *loaded, Py_ssize_t cache_size):
+cdef _Sublist _new_like(fs_sublist *loaded, Py_ssize_t cache_size):
     """A Sublist object owning the C index `loaded` (freed on failure)."""
-    cdef Sublist obj
+    cdef _Sublist obj
     try:
         d = _serial_dialect(loaded)
         obj = Sublist.__new__(Sublist, _NAMES[d])
@@ -187,7 +187,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     cdef fs_sublist *loaded = NULL
     cdef fs_error err
     cdef int rc
-    cdef Sublist obj
+    cdef _Sublist obj
     cdef bint image = fs_image_is(<const char *>view.buf, <size_t>view.len)
     # a full check runs on every CPU this process may use (C decides from
     # the image's size whether threads pay: fs_image_parallel_min)
@@ -269,7 +269,7 @@ cdef class _MapGuard:
     def changed(self):
         return self.revoked() or (self.len >= 8 and fs_fault_tail(self.buf + self.len - 8) != self.tail)
 
-    def hand_to(self, Sublist obj not None, path):
+    def hand_to(self, _Sublist obj not None, path):
         # obj matches from the mapping: it checks it after every call and
         # releases the guard when it goes (Sublist.__dealloc__).
         if obj._img_held and <const char *>obj._img_view.buf == self.buf and self.len >= 8:
