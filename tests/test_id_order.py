@@ -62,6 +62,35 @@ def test_plain_ids_ascending():
         assert ref.match("a.b").subs == want
 
 
+
+@pytest.mark.parametrize("dialect,sep,one", [("nats", ".", "*"), ("mqtt", "/", "+")])
+def test_dedupe_of_a_long_answer_keeps_first_occurrences(dialect, sep, one):
+    """match(dedupe=True) is C's dedupe (fs_ids_dedupe, fs_result_dedupe):
+    a set past 48 ids, a short scan below; both keep each id's first
+    occurrence, in the row's order, in subs and in each group's members,
+    as the reference and match_many(dedupe=True) do."""
+    sl = topicmatch.Sublist(dialect)
+    ref = R.ReferenceSublist(dialect)
+    rows = []
+    for i in range(70):
+        rows += [(f"a{sep}b", i, None), (f"a{sep}{one}", i, None), (f"a{sep}{one}", i % 9, "q")]
+        rows += [(f"a{sep}b", 100 + i % 5, "q")]
+    for f, i, q in rows:
+        sl.insert(f, i, queue=q)
+        ref.insert(f, i, queue=q)
+    for e in (sl, topicmatch.Sublist.from_bytes(sl.to_bytes())):
+        got, want = e.match(f"a{sep}b", dedupe=True), ref.match(f"a{sep}b", dedupe=True)
+        assert got.subs == want.subs == list(range(70))
+        assert got.groups == want.groups
+        assert all(len(set(m)) == len(m) for _, _, m in got.groups)
+        assert e.match_many([f"a{sep}b"], dedupe=True, queues="all")[0].tolist() == R.batch_row(
+            want, "all", key=f"a{sep}b", dialect=dialect, dedupe=True)
+    small = topicmatch.Sublist(dialect)
+    for f in (f"a{sep}b", f"a{sep}{one}"):
+        small.insert_many([f] * 5, [5, 3, 9, 1, 7])
+    assert small.match(f"a{sep}b").subs == [1, 1, 3, 3, 5, 5, 7, 7, 9, 9]
+    assert small.match(f"a{sep}b", dedupe=True).subs == [1, 3, 5, 7, 9]
+
 # The shapes of a row's plain ids that fs_hits_plain treats apart: one
 # node; a big node and a few others (each placed by binary search); a big
 # node and up to 64 others (merged); more (every node merged in place);
