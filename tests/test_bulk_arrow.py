@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from topicmatch import InvalidSubjectError, Sublist
+from topicmatch import InvalidSubjectError, Sublist, TopicmatchValueError
 from examples import examples
 from strategies import ALL_DIALECTS, subjects, subscriptions
 
@@ -73,10 +73,33 @@ def test_bad_arrow_input_names_the_item_and_changes_nothing(filters, ids, queues
     assert (sl.to_bytes(), sl.stats()["memory_bytes"]) == before
 
 
-def test_invalid_utf8_in_an_arrow_column_is_refused():
-    offsets = np.array([0, 3, 5], np.int32)
-    bad = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offsets), pa.py_buffer(b"a.b\xff\xfe")])
-    sl = Sublist("mqtt")
-    with pytest.raises(ValueError, match="filters: .*UTF8|filters: .*utf8|filters: .*UTF-8"):
-        sl.insert_many(bad, [1, 2])
+def _utf8_column(rows):
+    """A string column of these bytes rows, built past pyarrow's checks."""
+    offsets = np.cumsum([0] + [len(r) for r in rows]).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(rows), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(rows))])
+
+
+@pytest.mark.parametrize("dialect", ["nats", "mqtt", "amqp"])
+def test_invalid_utf8_in_an_arrow_column_is_refused(dialect):
+    """Checked by C, not by pyarrow's serial validation: a filter by the
+    tokenizer, naming its row as the list path names a lone surrogate's; a
+    queue column before any row is applied, in every dialect (the core
+    takes a NATS or MQTT queue name's bytes as they are).  Overlong forms
+    and encoded surrogates are not UTF-8 either (fs_utf8.h)."""
+    sl = Sublist(dialect)
+    for bad in (b"a.b\xff\xfe", b"\xc0\xae", b"\xed\xa0\x80"):
+        with pytest.raises(InvalidSubjectError) as ei:
+            sl.insert_many(_utf8_column([b"a", bad, b"c"]), [1, 2, 3])
+        assert ei.value.row == 1 and ei.value.reason == "invalid UTF-8" and str(ei.value).startswith("item 1: ")
+        assert ei.value.subject.encode("utf-8", "surrogateescape") == bad
+        coded = pa.DictionaryArray.from_arrays(pa.array([0, 0, 1], pa.int32()), _utf8_column([b"a", bad]))
+        with pytest.raises(InvalidSubjectError) as ei:
+            sl.insert_many(coded, [1, 2, 3])
+        assert ei.value.row == 2 and ei.value.subject.encode("utf-8", "surrogateescape") == bad
+        queues = _utf8_column([b"ok", b"q\xe2\x82\xacq", b"q" * 20 + bad])
+        with pytest.raises(TopicmatchValueError, match=re.escape("queues[2] is not valid UTF-8 (byte ")):
+            sl.insert_many(pa.array(["a", "b", "c"]), [1, 2, 3], queues)
     assert len(sl) == 0
+    good = _utf8_column([b"ok", b"q\xe2\x82\xacq", b"qq"])
+    assert sl.insert_many(pa.array(["a", "b", "c"]), [1, 2, 3], good) == 3
+    assert sl.match("b").groups[0][0] == "q\u20acq"

@@ -8,6 +8,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "fs_utf8.h"
 
 enum { FS_STR_PTRS = 0, FS_STR_ARROW = 1 };
 
@@ -77,6 +80,38 @@ static inline size_t fs_strings_first_null(const fs_strings *s)
         if (!fs_strings_valid_at(s, j))
             return i;
         i++;
+    }
+    return s->n;
+}
+
+/* The first row of a column whose bytes are not well-formed UTF-8
+ * (fs_utf8.h), with *at its first bad byte; s->n where every row is (a
+ * null row is).  A Python str's bytes always are; an Arrow string
+ * column's must be by Arrow's rule, which pyarrow checks only when asked,
+ * so the binding asks here of the column whose bytes no other check
+ * reads: queue names (the tokenizer checks a filter's, on the builder's
+ * threads).  ASCII is passed eight bytes at a time. */
+static inline size_t fs_strings_first_not_utf8(const fs_strings *s, size_t *at)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const char *p;
+        size_t len, k = 0;
+        if (!fs_strings_get(s, i, &p, &len))
+            continue;
+        const unsigned char *u = (const unsigned char *)p;
+        while (k < len) {
+            uint64_t w;
+            if (len - k >= 8 && (memcpy(&w, u + k, 8), (w & 0x8080808080808080ull) == 0)) {
+                k += 8;
+                continue;
+            }
+            size_t n = fs_utf8_seq(u, k, len);
+            if (!n) {
+                *at = k;
+                return i;
+            }
+            k += n;
+        }
     }
     return s->n;
 }

@@ -450,14 +450,20 @@ def _arrow_indices(arr):
 
 cdef _Column _bulk_column(object col, str what, str singular):
     """insert_many/remove_many's filters or queues as one _Column: an Arrow
-    column read in place, its offsets and UTF-8 checked (the C core takes
-    bytes; pyarrow checks UTF-8 only when asked), or a list of str copied
+    column read in place, its offsets checked by csrc/arrow/ and its UTF-8
+    by C (a filter's by the tokenizer, as each row is parsed, naming the
+    row as the list path does; a queue column's here: the core takes a
+    NATS or MQTT queue name's bytes as they are), or a list of str copied
     (a lone surrogate: InvalidSubjectError, as on the list path)."""
     cdef _Column c
+    cdef size_t i, at = 0
     if _columns.is_arrow(col):
-        _columns.arrow_chunks(col, what)
-        _check_arrow_type(col.type, what)        # before pyarrow's validation
-        return _arrow_column(_export_column(_columns.validated(col, what), what), what, 0)
+        c = _arrow_column(_export_column(col, what), what, 0)
+        if singular == "queue":
+            i = fs_strings_first_not_utf8(&c.s, &at)
+            if i < c.s.n:
+                raise TopicmatchValueError(f"{what}[{i}] is not valid UTF-8 (byte {at})")
+        return c
     c = _ptrs_column(len(col), what)
     c.keep = col
     c.strict = singular

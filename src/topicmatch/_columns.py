@@ -58,19 +58,6 @@ def buffer_sizes(arr, dictionary):
     return own, len(own)
 
 
-def validated(col, what):
-    """insert_many's Arrow column after pyarrow's full validation of each
-    chunk (UTF-8 included, which pyarrow checks only when asked): a
-    ValueError naming the argument."""
-    import pyarrow as pa
-    for chunk in arrow_chunks(col, what):
-        try:
-            chunk.validate(full=True)
-        except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
-            raise _errors().TopicmatchValueError(f"{what}: {e}") from None
-    return col
-
-
 def is_ndarray(x):
     return type(x).__module__ == "numpy" and type(x).__name__ == "ndarray"
 
@@ -127,4 +114,12 @@ class Rows:
 
     def __getitem__(self, i):
         x = self.col[i]
-        return x.as_py() if is_arrow(x) else x
+        if not is_arrow(x):
+            return x
+        try:
+            return x.as_py()
+        except UnicodeDecodeError:
+            # bytes that are not UTF-8 (refused by C, which names them):
+            # as a str whose other bytes are surrogates, as results are
+            x = getattr(x, "value", x)            # a dictionary row's value
+            return x.as_buffer().to_pybytes().decode("utf-8", "surrogateescape")

@@ -158,6 +158,7 @@ cdef extern from "sublist.h" nogil:
         int64_t offset
     int fs_strings_get(const fs_strings *s, size_t i, const char **p, size_t *len)
     size_t fs_strings_first_null(const fs_strings *s)
+    size_t fs_strings_first_not_utf8(const fs_strings *s, size_t *at)
     int fs_spec_of_row(fs_spec *out, const fs_strings *filters, const int64_t *ids,
                        const fs_strings *queues, size_t i)
 
