@@ -1,7 +1,8 @@
 /* The C that the extension module needs Python.h for: shortcuts to the
  * objects it makes and reads by hand on its hot paths (match()'s ints and
- * lists, insert_many's rows).  It is here, not in csrc/, because the core
- * has no Python.h; it is included by _core.pyx alone, after Python.h. */
+ * lists, insert_many's ints; match_many's rows are _pyrows.h's).  It is
+ * here, not in csrc/, because the core has no Python.h; it is included by
+ * _core.pyx alone, after Python.h. */
 #ifndef TOPICMATCH_PYOBJECTS_H
 #define TOPICMATCH_PYOBJECTS_H
 
@@ -18,7 +19,6 @@
 
 #define TM_HIGH_BITS 0x8080808080808080ull    /* each byte's top bit */
 
-#define TM_IS_ASCII_STR(o) (Py_IS_TYPE((o), &PyUnicode_Type) && PyUnicode_IS_COMPACT_ASCII(o))
 /* An exact int's value when it is compact (one digit: below 2**30 in
  * magnitude), read from the object as Cython's own conversions do:
  * the usual sub_id, where PyLong_AsLongLongAndOverflow's call was ~25
