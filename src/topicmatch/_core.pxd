@@ -342,11 +342,9 @@ cdef extern from "_pyobjects.h":
     const uint64_t _HIGH_BITS "TM_HIGH_BITS"
 
 cdef extern from "_pyrows.h":
-    # on a borrowed pointer, as `type(x) is str and PyUnicode_IS_COMPACT_ASCII(x)`
-    # on an object (the rows of _specs_of)
-    bint _is_ascii_str "TM_IS_ASCII_STR"(PyObject *o)
-    # match_many's usual rows copied in C (_Column.fill_to): the first row
-    # not taken, or -1 with MemoryError set
+    # a list's usual rows read as C (_Column.fill_to, _specs_of): each
+    # returns the first row it did not take (tm_copies_fill: or -1, with
+    # MemoryError set)
     ctypedef struct tm_copies:
         const char **ptrs
         size_t *lens
@@ -354,14 +352,8 @@ cdef extern from "_pyrows.h":
     void tm_copies_free(tm_copies *c)
     Py_ssize_t tm_copies_fill(tm_copies *c, PyObject **rows, Py_ssize_t i, Py_ssize_t end) except -1
     int tm_copies_put(tm_copies *c, Py_ssize_t i, const char *p, size_t n) except -1
-
-cdef extern from "_pyobjects.h":
-    # the rows of _specs_of, on borrowed pointers
-    Py_ssize_t _str_len "PyUnicode_GET_LENGTH"(PyObject *o)
-    void *_str_data "PyUnicode_DATA"(PyObject *o)
-    bint tm_compact_int(PyObject *o, long long *v)
-    bint _is_exact_int "PyLong_CheckExact"(PyObject *o)
-    long long _as_long_long_p "PyLong_AsLongLongAndOverflow"(PyObject *v, int *overflow)
+    Py_ssize_t tm_specs_fill(fs_spec *specs, PyObject *filters, PyObject *ids, PyObject *queues,
+                             Py_ssize_t i, Py_ssize_t n)
 
 cdef extern from "_pyobjects.h":
     # a new reference, or NULL with MemoryError set

@@ -1,9 +1,10 @@
-/* A Python list's rows read as C, on the extension's bulk path:
- * match_many's subjects copied into a column's own chunks (tm_copies).  It
- * takes the usual row -- a compact ASCII str -- on borrowed pointers,
- * running no Python code, and stops at the first other row: the Cython
- * layer converts that one (it may raise, or run Python code, which may
- * change the list) and calls again from the row after.
+/* A Python list's rows read as C, on the extension's two bulk paths:
+ * match_many's subjects copied into a column's own chunks (tm_copies),
+ * insert_many's rows made fs_specs (tm_specs_fill).  Each takes the usual
+ * row -- a compact ASCII str; an exact int that fits in 64 bits -- on
+ * borrowed pointers, running no Python code, and stops at the first other
+ * row: the Cython layer converts that one (it may raise, or run Python
+ * code, which may change the list) and calls again from the row after.
  * Here, not in csrc/, because the core has no Python.h; included by
  * _core.pyx alone, after Python.h. */
 #ifndef TOPICMATCH_PYROWS_H
@@ -13,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sublist.h"             /* FS_PREFETCH */
+#include "sublist.h"             /* fs_spec, FS_PREFETCH */
 
 /* x is a str whose characters are its UTF-8 bytes: `type(x) is str and
  * PyUnicode_IS_COMPACT_ASCII(x)`, on a borrowed pointer. */
@@ -26,6 +27,26 @@
 static inline const char *tm_ascii_chars(PyObject *x)
 {
     return (const char *)((PyASCIIObject *)x + 1);
+}
+
+/* An exact int's value when it is compact (one digit: below 2**30 in
+ * magnitude), read from the object as Cython's own conversions do:
+ * the usual sub_id, where PyLong_AsLongLongAndOverflow's call was ~25
+ * instructions a row of insert_many (callgrind, light).  0 for any
+ * other int (*v unset): the caller takes the general path. */
+static inline int tm_compact_int(PyObject *o, long long *v)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)o))
+        return 0;
+    *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+#else
+    Py_ssize_t size = Py_SIZE(o);
+    if (size < -1 || size > 1)
+        return 0;
+    *v = size == 0 ? 0 : size * (long long)((PyLongObject *)o)->ob_digit[0];
+#endif
+    return 1;
 }
 
 /* ------------------------------------------------ match_many's subjects
@@ -191,6 +212,64 @@ static int tm_copies_put(tm_copies *c, Py_ssize_t i, const char *p, size_t n)
     c->cur += n;
     c->room -= n;
     return 0;
+}
+
+/* ------------------------------------------------ insert_many's rows */
+
+/* Row (f, sub_id, q) as *sp when it is the common row -- an ASCII str
+ * filter, an exact int sub_id that fits, no queue (q NULL or None) or an
+ * ASCII str one -- without a call or an exception check.  0 (sp untouched
+ * or partly set) for any other row: the caller's general path converts
+ * it, and raises what it must. */
+static inline int tm_spec_fast(fs_spec *sp, PyObject *f, PyObject *sub_id, PyObject *q)
+{
+    int overflow = 0;
+    long long v;
+    if (!TM_IS_ASCII_STR(f) || !PyLong_CheckExact(sub_id))
+        return 0;
+    if (q == Py_None)
+        q = NULL;
+    if (q != NULL && !TM_IS_ASCII_STR(q))
+        return 0;
+    if (!tm_compact_int(sub_id, &v)) {
+        v = PyLong_AsLongLongAndOverflow(sub_id, &overflow);   /* an exact int: cannot fail but overflow */
+        if (overflow)
+            return 0;
+    }
+    sp->filter = tm_ascii_chars(f);
+    sp->filter_len = (size_t)PyUnicode_GET_LENGTH(f);
+    sp->id = (int64_t)v;
+    if (q == NULL) {
+        sp->queue = NULL;
+        sp->queue_len = 0;
+    } else {
+        sp->queue = tm_ascii_chars(q);
+        sp->queue_len = (size_t)PyUnicode_GET_LENGTH(q);
+    }
+    return 1;
+}
+
+/* specs[i, n) from rows [i, n) of the lists filters, ids and queues (NULL:
+ * none), each of n rows at least, while each row is the common one
+ * (tm_spec_fast).  Returns the first row that is not, for the caller to
+ * convert, or n.  The lists' item arrays are read once a call: the
+ * caller's conversion may run Python code, and calls again after it. */
+static inline Py_ssize_t tm_specs_fill(fs_spec *specs, PyObject *filters, PyObject *ids,
+                                       PyObject *queues, Py_ssize_t i, Py_ssize_t n)
+{
+    PyObject *const *f = PySequence_Fast_ITEMS(filters);
+    PyObject *const *id = PySequence_Fast_ITEMS(ids);
+    if (queues == NULL) {
+        for (; i < n; i++)
+            if (!tm_spec_fast(&specs[i], f[i], id[i], NULL))
+                break;
+    } else {
+        PyObject *const *q = PySequence_Fast_ITEMS(queues);
+        for (; i < n; i++)
+            if (!tm_spec_fast(&specs[i], f[i], id[i], q[i]))
+                break;
+    }
+    return i;
 }
 
 #endif
