@@ -155,7 +155,7 @@ ext = Extension(
     "topicmatch._core",
     sources=["src/topicmatch/_core.pyx"],
     # relink when the core library changes
-    depends=sorted(glob.glob("csrc/*/*.[ch]")) + ["src/topicmatch/_pyobjects.h"],
+    depends=sorted(glob.glob("csrc/*/*.[ch]")) + ["src/topicmatch/_pyobjects.h", "src/topicmatch/_pyrows.h"],
     include_dirs=core_dirs,
     define_macros=defines,
     extra_compile_args=opt + instrument,

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import sysconfig
 from collections import Counter
 
 import numpy as np
@@ -483,6 +484,46 @@ def test_bytes_and_other_objects_in_a_list_are_type_errors():
                 sl.match_many(["a.b", None, bad, "a.b"], queues="all", threads=threads)
     b = sl.match_many(["a.b", None, "a..b"], queues="all")
     assert b.invalid.tolist() == [False, True, True]
+
+
+def test_a_list_shrunk_while_a_row_is_converted_is_refused():
+    # A row that is not an ASCII str is converted outside the C loop that
+    # copies the others (_other_row), and the error a lone surrogate makes
+    # and catches there may run a collection, whose callback (a finalizer
+    # alike) may shrink the list: the rows past its end are then not read,
+    # and match_many says why.  Which collection falls there is found by
+    # shrinking the list at each in turn; any other gives the whole list's
+    # answer, as it was when match_many took its length.  (A free-threaded
+    # build reads a tuple copied from the list: a change is never seen.)
+    sl = build("nats", [("a.*", 1, None)])
+    outcomes = set()
+    for at in range(1, 40):
+        rows = ["a.b"] * 10 + ["a.\ud800"] + ["a.c"] * 10
+        seen = [0]
+
+        def shrink(phase, info):
+            if phase == "start":
+                seen[0] += 1
+                if seen[0] == at and len(rows) == 21:
+                    rows.pop()
+        threshold = gc.get_threshold()
+        gc.callbacks.append(shrink)
+        gc.set_threshold(1)
+        try:
+            b = sl.match_many(rows, threads=1)
+        except RuntimeError as e:
+            assert str(e) == "the subjects list changed size during match_many"
+            outcomes.add("refused")
+        else:
+            assert b.invalid.tolist() == [i == 10 for i in range(len(b))]
+            outcomes.add(len(b))
+        finally:
+            gc.set_threshold(*threshold)
+            gc.callbacks.remove(shrink)
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        assert outcomes <= {20, 21}, outcomes
+    else:
+        assert "refused" in outcomes and outcomes <= {"refused", 20, 21}, outcomes
 
 
 # --- queue groups ----------------------------------------------------------------

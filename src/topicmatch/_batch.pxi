@@ -19,10 +19,7 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.pystate cimport PyThreadState
 
-from cpython.mem cimport PyMem_Realloc
-
 from libc.stdint cimport uintptr_t
-from libc.string cimport memcpy
 
 _QUEUE_MODES = {"pick": FS_QUEUES_PICK, "all": FS_QUEUES_ALL, "none": FS_QUEUES_NONE}
 
@@ -75,12 +72,6 @@ cdef _IdBuffer _take_ids(fs_idbuf *b):
     return out
 
 
-cdef enum:
-    # A Python sequence's strings are copied into chunks of this size (or
-    # of one longer string): see _Column.fill_to.
-    STR_CHUNK_BYTES = 1 << 20
-
-
 @cython.final
 cdef class _Column:
     """A C view (fs_strings) of one column of strings, and what must outlive
@@ -88,12 +79,9 @@ cdef class _Column:
     sequence's strings.
 
     A sequence's rows are converted by fill_to, which copies each string's
-    UTF-8 bytes into the column's own chunks.  Copied, they need no
-    reference to the str objects (the tuple copy and the decref pass that
-    holding references cost took a third of a cached batch's time), the
-    matcher reads them one after another, and a list another thread
-    mutates later changes nothing here.  match_many's threads may match
-    the first rows while fill_to converts the rest (fs_batch_feed)."""
+    UTF-8 bytes into the column's own chunks (tm_copies, _pyrows.h: why
+    copied).  match_many's threads may match the first rows while fill_to
+    converts the rest (fs_batch_feed)."""
     cdef fs_strings s
     cdef object keep           # the Arrow array; or the sequence, until filled
     cdef Py_ssize_t filled     # rows converted so far
@@ -102,141 +90,47 @@ cdef class _Column:
     cdef _Column values        # a dictionary chunk's values (s: its rows, not read; x: their indices)
     cdef fs_arrow_indices x
     cdef fs_arrow_text t       # an Arrow column's rows, as csrc/arrow/ read them
-    cdef const char **ptrs
-    cdef size_t *lens
-    cdef char **chunks
-    cdef size_t nchunks
-    cdef char *cur             # where the next string's copy goes
-    cdef size_t room           # bytes left at cur
+    cdef tm_copies copies      # a sequence's rows, copied
 
     def __dealloc__(self):
-        cdef size_t k
-        for k in range(self.nchunks):
-            PyMem_Free(self.chunks[k])
-        PyMem_Free(self.chunks)
-        PyMem_Free(self.ptrs)
-        PyMem_Free(self.lens)
+        tm_copies_free(&self.copies)
         fs_arrow_text_free(&self.t)
-
-    cdef int _new_chunk(self, size_t n) except -1:
-        """Start a chunk of room for n bytes at least (self.cur, self.room)."""
-        cdef size_t size = max(<size_t>STR_CHUNK_BYTES, n)
-        cdef char **grown = <char **>PyMem_Realloc(self.chunks, sizeof(char *) * (self.nchunks + 1))
-        if grown == NULL:
-            raise MemoryError()
-        self.chunks = grown
-        self.cur = <char *>PyMem_Malloc(size)
-        if self.cur == NULL:
-            self.room = 0
-            raise MemoryError()
-        self.chunks[self.nchunks] = self.cur
-        self.nchunks += 1
-        self.room = size
-        return 0
 
     cdef int fill_to(self, Py_ssize_t end) except -1:
         """Convert rows [filled, end) of the sequence.  No Python code runs
         here, so the list cannot change under it; match_many calls it with
         the interpreter lock held throughout, between feeds too."""
-        cdef Py_ssize_t i, other_len
+        cdef Py_ssize_t i = self.filled, other_len = 0
         cdef const char *p
-        cdef PyObject *x
-        cdef object items = self.keep, held = None
+        cdef object items = self.keep, held
         if end > <Py_ssize_t>self.s.n:
             end = <Py_ssize_t>self.s.n
         if end <= self.filled:
             return 0
         if end > PySequence_Fast_GET_SIZE(items):
             raise TopicmatchRuntimeError("the subjects list changed size during match_many")
-        # The rows read as borrowed pointers (no reference taken and
-        # dropped per row: nothing here runs Python code until the loop
-        # ends or raises), and the copies' cursor in locals, written back
-        # before anything that can raise reads or moves it (~25
-        # instructions a row of match_many hot1k, callgrind).  The arrays
-        # of pointers and lengths in locals too, which nothing here
-        # reallocates: read from self, they were read again after every
-        # copy (a char store may alias them), and an ASCII row's length
-        # goes straight to n, where one shared with _other_row's &ln lived
-        # on the stack (~3 instructions a row of match_many, callgrind,
-        # light).
-        cdef PyObject **rows = PySequence_Fast_ITEMS(items)
-        cdef const char **ptrs = self.ptrs
-        cdef size_t *lens = self.lens
-        cdef char *cur = self.cur
-        cdef size_t room = self.room, n
-        for i in range(self.filled, end):
-            if i + 8 < end:
-                # the str 8 rows on: its header and characters (one or two
-                # lines) are the loop's misses
-                _prefetch(rows[i + 8])
-                _prefetch(<const char *>rows[i + 8] + 64)
-            x = rows[i]
-            if _is_ascii_str(x):
-                # the usual row: an ASCII str's characters are its UTF-8 bytes
-                n = <size_t>_str_len(x)
-                p = _ascii_chars(x)
-            else:
-                self.cur, self.room = cur, room
-                held = <object>x               # p may point into it: kept until copied
-                p = _other_row(self, i, held, &other_len)
-                # (the error it may make and catch may run a collection,
-                # and a finalizer change the list: read again, and checked)
-                if end > PySequence_Fast_GET_SIZE(items):
-                    raise TopicmatchRuntimeError("the subjects list changed size during match_many")
-                rows = PySequence_Fast_ITEMS(items)
-                if p == NULL:
-                    ptrs[i] = NULL              # a null row
-                    lens[i] = 0
-                    continue
-                n = <size_t>other_len
-            # (a copy is never NULL, which is a null row: hence a chunk
-            # even for an empty first string)
-            if n > room or cur == NULL:
-                self.cur, self.room = cur, room
-                self._new_chunk(n)
-                cur, room = self.cur, self.room
-            _copy_row(cur, p, n)
-            ptrs[i] = cur
-            lens[i] = n
-            cur += n
-            room -= n
-        self.cur, self.room = cur, room
+        while True:
+            # the usual rows (ASCII str) in C, up to the first other one
+            i = tm_copies_fill(&self.copies, PySequence_Fast_ITEMS(items), i, end)
+            if i == end:
+                break
+            held = <object>PySequence_Fast_ITEMS(items)[i]    # p may point into it: kept until copied
+            p = _other_row(self, i, held, &other_len)
+            # (the error it may make and catch may run a collection, and a
+            # finalizer change the list: checked, and read again above)
+            if end > PySequence_Fast_GET_SIZE(items):
+                raise TopicmatchRuntimeError("the subjects list changed size during match_many")
+            tm_copies_put(&self.copies, i, p, <size_t>other_len)
+            i += 1
         self.filled = end
         if end == <Py_ssize_t>self.s.n:
             self.keep = None           # every string is copied
         return 0
 
 
-cdef extern from "Python.h":
-    ctypedef struct PyASCIIObject:
-        pass
-
-
-cdef inline const char *_ascii_chars(PyObject *x) noexcept nogil:
-    """The characters of x, a compact ASCII str (_is_ascii_str): right after
-    its header, in every CPython since 3.3.  (PyUnicode_DATA tests
-    compactness and ASCII again to choose between two places: three
-    instructions a row of match_many, callgrind, light.)"""
-    return <const char *>(<PyASCIIObject *>x + 1)
-
-
-cdef inline void _copy_row(char *dst, const char *src, size_t n) noexcept nogil:
-    """memcpy(dst, src, n) for fill_to.  The usual subject (16 to 32 bytes:
-    every row of light's and heavy's publishes) is copied as two 16-byte
-    blocks that may overlap, each a fixed-size copy the compiler writes in
-    place: no call into libc, whose dispatch on n, with the registers the
-    call makes fill_to save and reload, cost ~11 instructions a row of
-    match_many (callgrind, light).  Nothing outside src[0, n) is read."""
-    if n - 16 <= 16:                 # 16 <= n <= 32 (n < 16 wraps: above)
-        memcpy(dst, src, 16)
-        memcpy(dst + n - 16, src + n - 16, 16)
-    else:
-        memcpy(dst, src, n)
-
-
 cdef const char *_other_row(_Column c, Py_ssize_t i, object x, Py_ssize_t *ln) except? NULL:
-    """fill_to's row i when it is not an ASCII str (out of its loop, which
-    stays as lean as before): a str's UTF-8 bytes; NULL for a null row (None,
+    """fill_to's row i when it is not an ASCII str (tm_copies_fill's loop
+    stops at it): a str's UTF-8 bytes; NULL for a null row (None,
     or a lone surrogate: an invalid row, unless the column is strict); a
     wrong type is a mistake in the caller's code, not data to flag: a
     TypeError (bytes included: str only, as everywhere)."""
@@ -260,14 +154,11 @@ cdef _Column _ptrs_column(Py_ssize_t n, str what):
     """An empty FS_STR_PTRS column of n rows, to be filled."""
     cdef _Column c = _Column.__new__(_Column)
     c.what = what
-    c.ptrs = <const char **>PyMem_Malloc(sizeof(char *) * (n if n else 1))
-    c.lens = <size_t *>PyMem_Malloc(sizeof(size_t) * (n if n else 1))
-    if c.ptrs == NULL or c.lens == NULL:
-        raise MemoryError()
+    tm_copies_init(&c.copies, <size_t>n)
     c.s.layout = FS_STR_PTRS
     c.s.n = <size_t>n
-    c.s.ptrs = c.ptrs
-    c.s.lens = c.lens
+    c.s.ptrs = c.copies.ptrs
+    c.s.lens = c.copies.lens
     return c
 
 

@@ -139,9 +139,6 @@ cdef extern from "sublist.h" nogil:
                            const char *subject, size_t slen, int *which, fs_error *err)
 
 cdef extern from "sublist.h" nogil:
-    # the fast path's compiler built-in (csrc/base/fs_bits.h)
-    void _prefetch "FS_PREFETCH"(const void *p)
-
     # a column of strings (csrc/rules/fs_strings.h)
     enum:
         FS_STR_PTRS
@@ -290,7 +287,8 @@ cdef extern from "sublist.h" nogil:
 # ------------------------------------------------------------------------
 # What the Cython layer itself calls beyond the C API above: the rest of
 # sublist.h it names under other names, the serial/ calls of its image
-# glue, and the CPython API and _pyobjects.h (the C that needs Python.h).
+# glue, and the CPython API, _pyobjects.h and _pyrows.h (the C that needs
+# Python.h).
 from cpython.pystate cimport PyThreadState
 
 # (_core.pyx)
@@ -334,15 +332,19 @@ cdef extern from "_pyobjects.h":
     # (a C constant: Cython makes a Python int of a literal this large)
     const uint64_t _HIGH_BITS "TM_HIGH_BITS"
 
-cdef extern from "_pyobjects.h":
-    # on a borrowed pointer, as `type(x) is str and PyUnicode_IS_COMPACT_ASCII(x)`
-    # on an object (the rows of _specs_of and _Column.fill_to)
-    bint _is_ascii_str "TM_IS_ASCII_STR"(PyObject *o)
-    Py_ssize_t _str_len "PyUnicode_GET_LENGTH"(PyObject *o)
-    void *_str_data "PyUnicode_DATA"(PyObject *o)
-    bint tm_compact_int(PyObject *o, long long *v)
-    bint _is_exact_int "PyLong_CheckExact"(PyObject *o)
-    long long _as_long_long_p "PyLong_AsLongLongAndOverflow"(PyObject *v, int *overflow)
+cdef extern from "_pyrows.h":
+    # a list's usual rows read as C (_Column.fill_to, _specs_of): each
+    # returns the first row it did not take (tm_copies_fill: or -1, with
+    # MemoryError set)
+    ctypedef struct tm_copies:
+        const char **ptrs
+        size_t *lens
+    int tm_copies_init(tm_copies *c, size_t n) except -1
+    void tm_copies_free(tm_copies *c)
+    Py_ssize_t tm_copies_fill(tm_copies *c, PyObject **rows, Py_ssize_t i, Py_ssize_t end) except -1
+    int tm_copies_put(tm_copies *c, Py_ssize_t i, const char *p, size_t n) except -1
+    Py_ssize_t tm_specs_fill(fs_spec *specs, PyObject *filters, PyObject *ids, PyObject *queues,
+                             Py_ssize_t i, Py_ssize_t n)
 
 cdef extern from "_pyobjects.h":
     # a new reference, or NULL with MemoryError set

@@ -152,36 +152,6 @@ cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
     return 0
 
 
-cdef inline bint _fill_spec_fast(fs_spec *sp, PyObject *f, PyObject *sub_id, PyObject *q) noexcept:
-    """_fill_spec for the common row -- ASCII str filter, int sub_id that
-    fits, no queue (q NULL or None) or an ASCII str one -- without a call
-    or an exception check, on borrowed pointers (no reference taken and
-    dropped: it runs no Python code).  False (sp untouched or partly set)
-    for any other row: then _fill_spec does it, and raises what it must."""
-    cdef int overflow = 0
-    cdef long long v
-    if not _is_ascii_str(f) or not _is_exact_int(sub_id):
-        return False
-    if q == <PyObject *>None:
-        q = NULL
-    if q != NULL and not _is_ascii_str(q):
-        return False
-    if not tm_compact_int(sub_id, &v):
-        v = _as_long_long_p(sub_id, &overflow)      # an exact int: cannot fail but overflow
-        if overflow:
-            return False
-    sp.filter = <const char *>_str_data(f)
-    sp.filter_len = <size_t>_str_len(f)
-    sp.id = <int64_t>v
-    if q == NULL:
-        sp.queue = NULL
-        sp.queue_len = 0
-    else:
-        sp.queue = <const char *>_str_data(q)
-        sp.queue_len = <size_t>_str_len(q)
-    return True
-
-
 cdef object _spec_error(int rc, fs_error *err, object f, object q):
     if rc == FS_ENOMEM:
         return MemoryError()
@@ -355,7 +325,7 @@ cdef _Specs _specs_of(filters, sub_ids, queues, bint columns=False):
     cdef bint ids_lent
     # The columns as lists of one length, checked once (_args.insert_rows,
     # which says when the caller's list of sub_ids is lent, not copied: its
-    # ids are converted before any Python code can run, in _fill_spec_fast,
+    # ids are converted before any Python code can run, in tm_specs_fill,
     # and nothing keeps a reference to one after).  The first row that needs
     # _fill_spec, which may run an __index__ that changes a lent list,
     # copies it first: as it was given, since no Python code has run.
@@ -373,21 +343,17 @@ cdef _Specs _specs_of(filters, sub_ids, queues, bint columns=False):
     # One try around the loop, not one per item (each try saves the
     # exception state); i says which item failed.
     try:
-        if ql is None:
-            for i in range(n):
-                if not _fill_spec_fast(&specs[i], PyList_GET_ITEM(fl, i), PyList_GET_ITEM(il, i), NULL):
-                    if ids_lent:
-                        il = PyList_GetSlice(il, 0, n)
-                        ids_lent = False
-                    _fill_spec(&specs[i], fl[i], il[i], None)
-        else:
-            for i in range(n):
-                if not _fill_spec_fast(&specs[i], PyList_GET_ITEM(fl, i), PyList_GET_ITEM(il, i),
-                                       PyList_GET_ITEM(ql, i)):
-                    if ids_lent:
-                        il = PyList_GetSlice(il, 0, n)
-                        ids_lent = False
-                    _fill_spec(&specs[i], fl[i], il[i], ql[i])
+        while True:
+            # the usual rows in C (_pyrows.h), up to the first other one
+            i = tm_specs_fill(specs, <PyObject *>fl, <PyObject *>il,
+                              <PyObject *>ql if ql is not None else NULL, i, n)
+            if i == n:
+                break
+            if ids_lent:
+                il = PyList_GetSlice(il, 0, n)
+                ids_lent = False
+            _fill_spec(&specs[i], fl[i], il[i], None if ql is None else ql[i])
+            i += 1
     except TypeError:
         raise _args.row_type_error(i, fl[i], il[i], None if ql is None else ql[i]) from None
     except InvalidSubjectError as e:

@@ -1,7 +1,8 @@
 /* The C that the extension module needs Python.h for: shortcuts to the
- * objects it makes and reads by hand on its hot paths (match()'s ints and
- * lists, insert_many's rows).  It is here, not in csrc/, because the core
- * has no Python.h; it is included by _core.pyx alone, after Python.h. */
+ * objects it makes by hand on its hot paths (match()'s ints and lists;
+ * the rows it reads are _pyrows.h's).  It is here, not in csrc/, because
+ * the core has no Python.h; it is included by _core.pyx alone, after
+ * Python.h. */
 #ifndef TOPICMATCH_PYOBJECTS_H
 #define TOPICMATCH_PYOBJECTS_H
 
@@ -17,27 +18,6 @@
 #endif
 
 #define TM_HIGH_BITS 0x8080808080808080ull    /* each byte's top bit */
-
-#define TM_IS_ASCII_STR(o) (Py_IS_TYPE((o), &PyUnicode_Type) && PyUnicode_IS_COMPACT_ASCII(o))
-/* An exact int's value when it is compact (one digit: below 2**30 in
- * magnitude), read from the object as Cython's own conversions do:
- * the usual sub_id, where PyLong_AsLongLongAndOverflow's call was ~25
- * instructions a row of insert_many (callgrind, light).  0 for any
- * other int (*v unset): the caller takes the general path. */
-static inline int tm_compact_int(PyObject *o, long long *v)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    if (!PyUnstable_Long_IsCompact((PyLongObject *)o))
-        return 0;
-    *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
-#else
-    Py_ssize_t size = Py_SIZE(o);
-    if (size < -1 || size > 1)
-        return 0;
-    *v = size == 0 ? 0 : size * (long long)((PyLongObject *)o)->ob_digit[0];
-#endif
-    return 1;
-}
 
 /* match()'s ints, kept: a direct-mapped table of the last int made for
  * each of TM_INTS slots (the id's Fibonacci hash picks the slot), so an
