@@ -553,6 +553,40 @@ def test_python_allocations_failing_in_match_many_over_a_list(threads):
     assert again.offsets.tolist() == want.offsets.tolist() and again.sub_ids.tolist() == want.sub_ids.tolist()
 
 
+@pytest.mark.parametrize("dialect", ["nats", "mqtt"])
+def test_python_allocations_failing_in_match_with_groups(dialect):
+    """The Python allocator's failures, each in turn, while match() and
+    reverse_match() make their objects in C (_pyobjects.h: the ids' lists,
+    the names, each group's tuple and the groups' list): a MemoryError or
+    the right answer, never a crash or a leaked half-made group, and the
+    index answers exactly afterwards."""
+    _testcapi = pytest.importorskip("_testcapi")
+    sep, one = (".", "*") if dialect == "nats" else ("/", "+")
+    sl = Sublist(dialect, cache_size=64)
+    for i in range(40):
+        sl.insert(f"a{sep}b", i)
+        for q in ("q\u00e9", "workers", "x"):
+            if dialect == "mqtt":
+                sl.insert(f"$share/{q}/a{sep}{one}", 100 + i)
+            else:
+                sl.insert(f"a{sep}{one}", 100 + i, queue=q)
+    want = (sl.match(f"a{sep}b"), sl.match(f"a{sep}b", dedupe=True), sl.reverse_match(f"a{sep}{one}"))
+    assert len(want[0].groups) == 3
+    failed = 0
+    for nth in range(80):
+        _testcapi.set_nomemory(nth, nth + 1)
+        try:
+            got = (sl.match(f"a{sep}b"), sl.match(f"a{sep}b", dedupe=True), sl.reverse_match(f"a{sep}{one}"))
+        except MemoryError:
+            failed += 1
+            continue
+        finally:
+            _testcapi.remove_mem_hooks()
+        assert got == want
+    assert failed > 0
+    assert (sl.match(f"a{sep}b"), sl.match(f"a{sep}b", dedupe=True), sl.reverse_match(f"a{sep}{one}")) == want
+
+
 def _four_children(dialect):
     """An index whose one shape table ("x.*") holds 4 entries in 4 slots:
     one more grows the table to 8."""

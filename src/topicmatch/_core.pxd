@@ -317,20 +317,6 @@ cdef extern from "Python.h":
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
     void *PyUnicode_DATA(object s)
     long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
-    # the same, for an exact int (cannot fail: no exception check)
-    long long _as_long_long "PyLong_AsLongLongAndOverflow"(object v, int *overflow)
-    # a new reference, or NULL with MemoryError set
-    PyObject *PyLong_FromLongLong(long long v)
-    list PyList_New(Py_ssize_t n)
-    # a str of n characters, none above maxchar, not yet written (its
-    # maker fills it before anyone else sees it); NULL: an exception
-    object _new_str "PyUnicode_New"(Py_ssize_t n, Py_UCS4 maxchar)
-    # steals the reference o
-    void PyList_SET_ITEM(object l, Py_ssize_t i, PyObject *o)
-
-cdef extern from "_pyobjects.h":
-    # (a C constant: Cython makes a Python int of a literal this large)
-    const uint64_t _HIGH_BITS "TM_HIGH_BITS"
 
 cdef extern from "_pyrows.h":
     # a list's usual rows read as C (_Column.fill_to, _specs_of): each
@@ -347,13 +333,12 @@ cdef extern from "_pyrows.h":
                              Py_ssize_t i, Py_ssize_t n)
 
 cdef extern from "_pyobjects.h":
-    # a new reference, or NULL with MemoryError set
-    PyObject *tm_int(long long id)
-    void tm_ints_clear()
-    # n slots not yet set (every one must be before the list is seen;
-    # Py_SET_SIZE to the slots set on an error)
-    list tm_list_unset(Py_ssize_t n)
-    void Py_SET_SIZE(object o, Py_ssize_t n)
+    void tm_ints_clear()         # release_memory: the kept ints let go
+    # match()'s and reverse_match()'s objects made in C: a name (bytes not
+    # UTF-8 as surrogates), a list of ids, the groups' list
+    str tm_str(const char *p, size_t n)
+    list tm_id_list(const int64_t *ids, size_t n)
+    list tm_groups(const fs_result *r, int with_filter)
 
 # (_batch.pxi: match_many)
 cdef extern from "Python.h":

@@ -14,14 +14,12 @@ module's C globals are testing hooks.  docs/design.md, "What protects each
 shared structure", has the whole table.
 """
 cimport cython
-from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.list cimport PyList_GetSlice, PyList_GET_ITEM
 from cpython.sequence cimport PySequence_List
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint64_t
-from libc.string cimport memcpy, memset
-from cpython.ref cimport Py_INCREF
+from libc.string cimport memset
 
 from topicmatch._core cimport *
 
@@ -111,29 +109,6 @@ cdef fs_dialect _dialect(object d) except *:
             if _NAMES[i] == d:
                 return <fs_dialect>i
     raise _args.dialect_error(d, _NAMES)
-
-
-cdef str _decode(const char *p, size_t n):
-    """p[0..n) as str, bytes that are not UTF-8 as surrogates
-    (surrogateescape).  ASCII of two bytes or more -- a queue name, nearly
-    always -- is copied into a str made at its size: the UTF-8 decoder's
-    own passes cost about twice as much (callgrind, match() heavy: ~200
-    instructions a name against ~110)."""
-    cdef uint64_t acc = 0, w
-    cdef size_t i = 0
-    while i + 8 <= n:
-        memcpy(&w, p + i, 8)
-        acc |= w
-        i += 8
-    while i < n:
-        acc |= <unsigned char>p[i]
-        i += 1
-    if n < 2 or acc & _HIGH_BITS:
-        # (0 and 1 bytes: the decoder's shared strs)
-        return PyUnicode_DecodeUTF8(p, <Py_ssize_t>n, "surrogateescape")
-    out = _new_str(<Py_ssize_t>n, 127)
-    memcpy(PyUnicode_DATA(out), p, n)
-    return <str>out
 
 
 cdef int _fill_spec(fs_spec *sp, object f, object sub_id, object q) except -1:
@@ -230,22 +205,6 @@ cdef class MatchResult:
     __hash__ = None
 
 
-cdef inline list _id_list(const int64_t *ids, size_t n):
-    """ids as a list of ints, made at its final size (match() builds one or
-    more per call: no append, no resize); each int from tm_int's table
-    when that id was made lately."""
-    cdef list out = tm_list_unset(<Py_ssize_t>n)
-    cdef PyObject *o
-    cdef size_t i
-    for i in range(n):
-        o = tm_int(ids[i])
-        if o == NULL:
-            Py_SET_SIZE(out, <Py_ssize_t>i)     # the slots set so far: freed cleanly
-            raise MemoryError()
-        PyList_SET_ITEM(out, <Py_ssize_t>i, o)
-    return out
-
-
 cdef enum:
     # what Sublist._file_state / _image_state found
     IMG_OK = 0
@@ -261,29 +220,16 @@ cdef enum:
 cdef inline MatchResult _small_result(int64_t *ids, size_t n):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
     if n:
-        m._subs = _id_list(ids, n)
+        m._subs = tm_id_list(ids, n)
     return m
 
 
 cdef MatchResult _to_match_result(fs_result *r, bint mqtt):
     cdef MatchResult m = MatchResult.__new__(MatchResult)
-    cdef size_t i
-    cdef fs_group_out *g
     if r.nplain:
-        m._subs = _id_list(r.ids, r.nplain)
-    if r.ngroups == 0:
-        return m
-    # made at its final size, as _id_list's (no append, no resize)
-    cdef list groups = PyList_New(<Py_ssize_t>r.ngroups)
-    for i in range(r.ngroups):
-        g = &r.groups[i]
-        members = _id_list(r.ids + g.members_off, g.members_len)
-        name = _decode(r.arena + g.name_off, g.name_len)
-        filt = _decode(r.arena + g.filter_off, g.filter_len) if mqtt else None
-        one = (name, filt, members)
-        Py_INCREF(one)          # the list takes this reference
-        PyList_SET_ITEM(groups, <Py_ssize_t>i, <PyObject *>one)
-    m._groups = groups
+        m._subs = tm_id_list(r.ids, r.nplain)
+    if r.ngroups:
+        m._groups = tm_groups(r, mqtt)
     return m
 
 
@@ -769,8 +715,8 @@ cdef class _Sublist:
             for i in range(r.nhits):
                 h = &r.hits[i]
                 # (an AMQP "" filter alone leaves the arena NULL: no NULL + 0)
-                out.append((_decode(r.arena + h.filter_off, h.filter_len) if h.filter_len else "", h.id,
-                            _decode(r.arena + h.queue_off, h.queue_len) if h.has_queue else None))
+                out.append((tm_str(r.arena + h.filter_off, h.filter_len) if h.filter_len else "", h.id,
+                            tm_str(r.arena + h.queue_off, h.queue_len) if h.has_queue else None))
             return out
         finally:
             fs_scratch_free(&sc)

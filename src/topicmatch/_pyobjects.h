@@ -1,5 +1,6 @@
 /* The C that the extension module needs Python.h for: shortcuts to the
- * objects it makes by hand on its hot paths (match()'s ints and lists;
+ * objects it makes by hand on its hot paths (match()'s ints, lists, names
+ * and groups;
  * the rows it reads are _pyrows.h's).  It is here, not in csrc/, because
  * the core has no Python.h; it is included by _core.pyx alone, after
  * Python.h. */
@@ -8,6 +9,9 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "sublist.h"             /* fs_result */
 
 /* 1 on a free-threaded CPython: another thread may change a list
  * while this one reads it */
@@ -90,6 +94,81 @@ static void tm_ints_clear(void)
 {
     for (unsigned i = 0; i < TM_INTS; i++)
         Py_CLEAR(tm_ints[i].o);
+}
+
+/* p[0..n) as a str, bytes that are not UTF-8 as surrogates
+ * (surrogateescape), as every name match() and reverse_match() return is
+ * made; NULL with the error set.  ASCII of two bytes or more -- a queue
+ * name, nearly always -- is copied into a str made at its size: the UTF-8
+ * decoder's own passes cost about twice as much (callgrind, match()
+ * heavy: ~200 instructions a name against ~110).  (0 and 1 bytes: the
+ * decoder's shared strs.) */
+static inline PyObject *tm_str(const char *p, size_t n)
+{
+    uint64_t acc = 0, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        acc |= w;
+    }
+    for (; i < n; i++)
+        acc |= (unsigned char)p[i];
+    if (n < 2 || (acc & TM_HIGH_BITS))
+        return PyUnicode_DecodeUTF8(p, (Py_ssize_t)n, "surrogateescape");
+    PyObject *s = PyUnicode_New((Py_ssize_t)n, 127);
+    if (s != NULL)
+        memcpy(PyUnicode_DATA(s), p, n);
+    return s;
+}
+
+/* ids[0..n) as a list of ints, made at its final size (match() builds one
+ * or more a call: no append, no resize), each int tm_int's; NULL with the
+ * error set. */
+static inline PyObject *tm_id_list(const int64_t *ids, size_t n)
+{
+    PyObject *out = tm_list_unset((Py_ssize_t)n);
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *o = tm_int(ids[i]);
+        if (o == NULL) {
+            Py_SET_SIZE(out, (Py_ssize_t)i);     /* the slots set so far: freed cleanly */
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, o);
+    }
+    return out;
+}
+
+/* r's groups as match() returns them: a list, made at its final size, of
+ * (name, filter, members) -- filter the group's own where with_filter
+ * (MQTT, whose groups are (name, filter) pairs), else None; NULL with the
+ * error set. */
+static PyObject *tm_groups(const fs_result *r, int with_filter)
+{
+    PyObject *groups = PyList_New((Py_ssize_t)r->ngroups);
+    for (size_t i = 0; groups != NULL && i < r->ngroups; i++) {
+        const fs_group_out *g = &r->groups[i];
+        PyObject *one = PyTuple_New(3);
+        PyObject *name = one ? tm_str(r->arena + g->name_off, g->name_len) : NULL;
+        PyObject *filt = !name ? NULL : with_filter ? tm_str(r->arena + g->filter_off, g->filter_len) : Py_None;
+        PyObject *members = filt ? tm_id_list(r->ids + g->members_off, g->members_len) : NULL;
+        if (filt == Py_None)
+            Py_INCREF(Py_None);
+        if (one != NULL) {          /* the tuple takes each reference (a NULL slot: none) */
+            PyTuple_SET_ITEM(one, 0, name);
+            PyTuple_SET_ITEM(one, 1, filt);
+            PyTuple_SET_ITEM(one, 2, members);
+        }
+        if (members == NULL) {
+            Py_XDECREF(one);
+            Py_CLEAR(groups);       /* the slots not yet set are NULL: freed cleanly */
+            break;
+        }
+        PyList_SET_ITEM(groups, (Py_ssize_t)i, one);
+    }
+    return groups;
 }
 
 #endif
