@@ -845,8 +845,9 @@ static void ready_run(void *arg, unsigned index)
         size_t hi = J->to - lo < READY_RUN ? J->to : lo + READY_RUN;
         if (J->w->file)
             fs_filebuf_populate(J->w->file, lo, hi);
-        else
-            memset(J->w->p + lo, 0, hi - lo);
+        else                            /* in wb_zero_to's steps (ZERO_STEP says why) */
+            for (size_t at = lo; at < hi; at += ZERO_STEP)
+                memset(J->w->p + at, 0, hi - at < ZERO_STEP ? hi - at : ZERO_STEP);
     }
 }
 
