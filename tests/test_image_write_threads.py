@@ -83,17 +83,19 @@ def test_threaded_writer_writes_the_one_thread_bytes(dialect, threaded, tmp_path
 
 
 def test_threaded_writer_into_a_room_too_small(threaded):
-    # to_bytes' room outgrown: the writer moves to memory of its own, the
-    # table still threaded, the bytes the same.
+    # to_bytes' room outgrown before a table (the writer moves to memory of
+    # its own), inside one (the chunks past the room written by the caller,
+    # after the threads' parts), at its last bytes: the bytes the same.
     sl = _index("nats", _filters("nats", random.Random(3), 3000))
     threaded(0)
     want = sl.to_bytes()
     threaded(10)
-    old = _core._tuning("image_room", 4096)
     try:
-        assert sl.to_bytes() == want
+        for room in (4096, len(want) // 2, len(want) - 5000, len(want) - 8, len(want)):
+            _core._tuning("image_room", room)
+            assert sl.to_bytes() == want, room
     finally:
-        _core._tuning("image_room", old)
+        _core._tuning("image_room", -1)
 
 
 def test_threaded_writer_out_of_memory_is_clean(threaded, tmp_path):

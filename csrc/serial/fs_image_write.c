@@ -181,9 +181,8 @@ typedef struct {
     uint32_t *counts;         /* their buckets' sizes */
     size_t cap_counts;
     unsigned threads;         /* the process's, for a large table (write_table); 0 or 1: this one */
-    const fs_level *pre_of;   /* the largest table, sorted already (write_built) into pre, */
+    const fs_level *pre_of;   /* the largest table, sorted already (write_built) into pre */
     fs_slot *pre;
-    uint64_t *pre_off;        /* and, where it is written on threads, laid out (from 0) */
 } writer;
 
 static int node_tok_cmp(const fs_node *a, const fs_node *b)
@@ -465,19 +464,30 @@ static int copy_bitmap(writer *W, uint64_t lv_off, const fs_level *L)
     return 1;
 }
 
-/* ---- a large table on threads.  Its entries are laid out first (each
- * node's bytes, so its offset), then written by the process's threads
- * (the worker pool's and this one) into parts of the writer's bytes of
- * their own (wb_part), while this thread places the slots -- a slot
- * needs only its entry's key and offset, and slots and nodes are bytes
- * apart.  The bytes are the one-thread writer's: the same write_node at
- * the same offsets.  (The bulk builder, fs_build.c, writes its large
- * tables the same way, through fs_imgw_part.) */
+/* ---- a large table on threads.  Its entries are cut into chunks that the
+ * process's threads (the worker pool's and this one) take in turn; a
+ * thread lays its chunk out (each node's bytes, so its offset from the
+ * chunk's start: node_bytes), learns where the chunk starts once the
+ * chunk before has, and writes it into a part of the writer's bytes of
+ * its own (wb_part), its nodes still in its cache from the layout -- a
+ * layout pass of its own, apart from the writing, read each node from
+ * memory twice and was 14-16% of a threaded to_bytes (perf).  This thread
+ * then places the slots: a slot needs only its entry's key and offset.
+ * The bytes are the one-thread writer's: the same write_node at the same
+ * offsets.  (The bulk builder, fs_build.c, writes its large tables into
+ * parts too, through fs_imgw_part.) */
+
+/* Writing a table on threads pays from this many entries (the tuning
+ * table's image_write_par_entries), on a machine of more than one. */
+static int on_threads(const writer *W, size_t n)
+{
+    return W->threads > 1 && fs_image_write_par_entries && n >= fs_image_write_par_entries;
+}
 
 /* Entries es[0..n) are written in turn, read where the index holds
  * them (anywhere in memory): entry k + 16's node, k + 8's payload, are
  * fetched as entry k is written. */
-static inline void fetch_ahead(const fs_slot *es, size_t k, size_t n)
+FS_ALWAYS_INLINE void fetch_ahead(const fs_slot *es, size_t k, size_t n)
 {
     enum { AHEAD = 8 };
     if (k + 2 * AHEAD < n) {
@@ -491,13 +501,6 @@ static inline void fetch_ahead(const fs_slot *es, size_t k, size_t n)
         if (a->groups)
             FS_PREFETCH(a->groups);
     }
-}
-
-/* Writing a table on threads pays from this many entries (the tuning
- * table's image_write_par_entries), on a machine of more than one. */
-static int on_threads(const writer *W, size_t n)
-{
-    return W->threads > 1 && fs_image_write_par_entries && n >= fs_image_write_par_entries;
 }
 
 /* The bytes write_node takes for table entry n and its payload (every
@@ -517,32 +520,26 @@ FS_ALWAYS_INLINE uint64_t node_bytes(const fs_node *n)
 _Static_assert(sizeof(fs_node) % 8 == 0 && sizeof(fs_group) % 8 == 0 && sizeof(fs_groups) % 8 == 0,
                "node_bytes adds objects that wb_alloc aligns to 8");
 
-/* Entries es[0..n) laid out from 0: entry k at off[k], off[n] the end. */
-static void table_layout(const fs_slot *es, size_t n, uint64_t *off)
+/* Entries es[0..n) laid out from 0: entry k at off[k].  Their bytes. */
+static uint64_t table_layout(const fs_slot *es, size_t n, uint64_t *off)
 {
     enum { AHEAD = 16 };
-    off[0] = 0;
+    uint64_t at = 0;
     for (size_t k = 0; k < n; k++) {
-        if (k + AHEAD < n)
-            FS_PREFETCH(es[k + AHEAD].node);
-        off[k + 1] = off[k] + node_bytes(es[k].node);
+        if (k + 2 * AHEAD < n)
+            FS_PREFETCH(es[k + 2 * AHEAD].node);
+        if (k + AHEAD < n && es[k + AHEAD].node->groups)     /* fetched by now: its groups */
+            FS_PREFETCH(es[k + AHEAD].node->groups);
+        off[k] = at;
+        at += node_bytes(es[k].node);
     }
+    return at;
 }
 
-/* The n entries laid out in off (from 0) moved to the writer's next 8-byte
- * boundary, their bytes allocated.  FS_OK or FS_ENOMEM. */
-static int table_room(writer *W, uint64_t *off, size_t n)
-{
-    if (off[n] > SIZE_MAX)
-        return W->w.oom = 1, FS_ENOMEM;
-    uint64_t base = wb_alloc(&W->w, (size_t)off[n]);
-    for (size_t k = 0; base && k <= n; k++)
-        off[k] += base;
-    return base ? FS_OK : FS_ENOMEM;
-}
-
-/* A part of w's bytes [at, end) (allocated, zeros) for one thread's
- * run of objects: it never grows (an object past end fails it). */
+/* A part of w's bytes [at, end) (allocated in w, or room past its end that
+ * no one else writes) for one thread's run of objects: it never grows (an
+ * object past end fails it).  Bytes w has not zeroed (a borrowed buffer's)
+ * are zeroed by the part as it allocates them, as w's own are. */
 static void wb_part(wbuf *P, const wbuf *w, uint64_t at, uint64_t end)
 {
     memset(P, 0, sizeof(*P));
@@ -551,73 +548,119 @@ static void wb_part(wbuf *P, const wbuf *w, uint64_t at, uint64_t end)
     P->cap = (size_t)end;
     P->part = 1;
     P->borrowed = w->borrowed;
-    P->zeroed = (size_t)end;          /* w zeroed its bytes as it allocated them */
+    P->zeroed = w->borrowed && w->zeroed < end ? (w->zeroed > at ? w->zeroed : (size_t)at) : (size_t)end;
 }
 
 typedef struct {
     fs_pool_task task;
     const wbuf *w;
     const fs_slot *es;
-    const uint64_t *off;
+    uint64_t *off;              /* entry k's offset */
+    uint64_t *ends;             /* ends[c]: where chunk c - 1 ends (ends[0]: the first's start) */
+    uint64_t room;              /* parts end by here (the writer's room); a chunk past it is not written */
     size_t n, chunk;
+    size_t known;               /* ends[0..known] are known; under mu */
     atomic_size_t next;
     atomic_int failed;
+    fs_mutex mu;
+    fs_cond cv;
 } table_job;
 
-/* Chunks of entries, taken in turn, each written into a part of its own. */
+/* Chunk c laid out (at its start, once chunk c - 1's end is known) and
+ * written, where it fits in the room. */
+static void table_chunk(table_job *J, size_t c)
+{
+    size_t lo = c * J->chunk, hi = J->n - lo < J->chunk ? J->n : lo + J->chunk;
+    uint64_t bytes = table_layout(J->es + lo, hi - lo, J->off + lo);
+    fs_mutex_lock(&J->mu);
+    while (J->known < c)                /* chunk c - 1 was taken before: it is running */
+        fs_cond_wait(&J->cv, &J->mu);
+    uint64_t at = J->ends[c];
+    J->ends[c + 1] = at + bytes;
+    J->known = c + 1;
+    fs_cond_broadcast(&J->cv);
+    fs_mutex_unlock(&J->mu);
+    for (size_t k = lo; k < hi; k++)
+        J->off[k] += at;
+    if (at + bytes > J->room)
+        return;                         /* this thread's caller writes it (table_threads) */
+    writer P;
+    memset(&P, 0, sizeof(P));
+    wb_part(&P.w, J->w, at, at + bytes);
+    for (size_t k = lo; k < hi; k++) {
+        fetch_ahead(J->es, k, hi);
+        if (write_node(&P, J->es[k].node, 0, 0) != J->off[k]) {
+            atomic_store(&J->failed, 1);          /* cannot be: a size not as laid out */
+            return;
+        }
+    }
+    wb_settled(J->w, (size_t)at, (size_t)(at + bytes));      /* to disk now, where durable */
+}
+
 static void table_run(void *arg, unsigned index)
 {
     table_job *J = arg;
-    writer P;
-    memset(&P, 0, sizeof(P));
     (void)index;
-    for (size_t lo; (lo = atomic_fetch_add(&J->next, 1) * J->chunk) < J->n &&
-                    !atomic_load_explicit(&J->failed, memory_order_relaxed);) {
-        size_t hi = J->n - lo < J->chunk ? J->n : lo + J->chunk;
-        wb_part(&P.w, J->w, J->off[lo], J->off[hi]);
-        for (size_t k = lo; k < hi; k++) {
-            fetch_ahead(J->es, k, hi);
-            if (write_node(&P, J->es[k].node, 0, 0) != J->off[k]) {
-                atomic_store(&J->failed, 1);          /* cannot be: a size not as laid out */
-                break;
-            }
-        }
-        wb_settled(J->w, (size_t)J->off[lo], (size_t)J->off[hi]);    /* to disk now, where durable */
-    }
+    for (size_t c; (c = atomic_fetch_add(&J->next, 1)) * J->chunk < J->n;)
+        table_chunk(J, c);              /* every chunk taken is laid out: the next waits for it */
 }
 
-/* Entries es[0..n) written on the writer's threads, this one placing the
- * slots first.  Chunks of at most 2,048 entries (the builder's), at least
- * four a thread.  FS_OK or FS_ENOMEM. */
+/* The entries the job's parts did not write (past the room, rare: the room
+ * is about the image's size), from entry k on, by this thread, the room
+ * growing as they are written.  FS_OK or FS_ENOMEM. */
+static int table_rest(writer *W, const fs_slot *es, size_t k, size_t n, const uint64_t *off)
+{
+    for (; k < n; k++)
+        if (write_node(W, es[k].node, 0, 0) != off[k])
+            return FS_ENOMEM;
+    return FS_OK;
+}
+
+/* Entries es[0..n) written on the writer's threads, this one among them,
+ * then their slots placed.  Chunks of at most 2,048 entries (the
+ * builder's), at least four a thread.  FS_OK or FS_ENOMEM. */
 static int table_threads(writer *W, uint64_t lv_off, const fs_slot *es, size_t n, int marked)
 {
-    uint64_t *off = es == W->pre ? W->pre_off : NULL;
-    if (!off && (off = FS_MALLOC(sizeof(uint64_t) * (n + 1))) != NULL)
-        table_layout(es, n, off);
-    int rc = off ? table_room(W, off, n) : FS_ENOMEM;
-    if (rc == FS_OK) {
-        size_t chunk = n / (4 * (size_t)W->threads);
-        table_job J = {.task = {.fn = table_run}, .w = &W->w, .es = es, .off = off, .n = n,
-                       .chunk = chunk < 1 ? 1 : chunk > 2048 ? 2048 : chunk};
-        J.task.arg = &J;
-        atomic_init(&J.next, 0);
-        atomic_init(&J.failed, 0);
-        int posted = fs_pool_submit(&J.task, W->threads - 1) == FS_OK;
-        uint32_t next = 0;
-        for (size_t k = 0; k < n; k++) {
-            fs_slot e = es[k];
-            e.node = (fs_node *)(uintptr_t)off[k];
-            place_entry(W, lv_off, e, &next, marked);
-        }
-        table_run(&J, 0);                       /* then the entries left */
-        if (posted)
-            fs_pool_join(&J.task);
-        rc = atomic_load(&J.failed) ? FS_ENOMEM : FS_OK;
-        fs_image_write_threaded++;
+    size_t chunk = n / (4 * (size_t)W->threads), nchunks;
+    chunk = chunk < 1 ? 1 : chunk > 2048 ? 2048 : chunk;
+    nchunks = (n + chunk - 1) / chunk;
+    table_job J = {.task = {.fn = table_run}, .w = &W->w, .es = es, .n = n, .chunk = chunk, .room = W->w.cap};
+    J.off = FS_MALLOC(sizeof(uint64_t) * n);
+    J.ends = FS_MALLOC(sizeof(uint64_t) * (nchunks + 1));
+    if (!J.off || !J.ends || W->w.oom) {
+        FS_FREE(J.off);
+        FS_FREE(J.ends);
+        return W->w.oom = 1, FS_ENOMEM;
     }
-    if (off == W->pre_off)
-        W->pre_off = NULL;
-    FS_FREE(off);
+    J.task.arg = &J;
+    J.ends[0] = (W->w.len + 7) & ~(uint64_t)7;            /* where wb_alloc puts the first */
+    atomic_init(&J.next, 0);
+    atomic_init(&J.failed, 0);
+    fs_mutex_init(&J.mu);
+    fs_cond_init(&J.cv);
+    int posted = fs_pool_submit(&J.task, W->threads - 1) == FS_OK;
+    table_run(&J, 0);
+    if (posted)
+        fs_pool_join(&J.task);
+    fs_cond_destroy(&J.cv);
+    fs_mutex_destroy(&J.mu);
+    size_t c = 0;                       /* the chunks written: those within the room */
+    while (c < nchunks && J.ends[c + 1] <= J.room)
+        c++;
+    W->w.len = (size_t)J.ends[c];       /* theirs, written by the parts (and zeroed) */
+    if (W->w.borrowed && W->w.zeroed < W->w.len)
+        W->w.zeroed = W->w.len;
+    int rc = atomic_load(&J.failed) ? FS_ENOMEM : table_rest(W, es, c * chunk, n, J.off);
+    uint32_t next = 0;
+    for (size_t k = 0; k < n && rc == FS_OK; k++) {
+        fs_slot e = es[k];
+        e.node = (fs_node *)(uintptr_t)J.off[k];
+        place_entry(W, lv_off, e, &next, marked);
+    }
+    if (rc == FS_OK)
+        fs_image_write_threaded++;
+    FS_FREE(J.off);
+    FS_FREE(J.ends);
     return rc;
 }
 
@@ -819,7 +862,6 @@ static size_t image_size_likely(size_t about)
 static void writer_free(writer *W)
 {
     FS_FREE(W->pre);
-    FS_FREE(W->pre_off);
     FS_FREE(W->sorted);
     FS_FREE(W->scratch);
     FS_FREE(W->counts);
@@ -880,10 +922,6 @@ static int ready_beside_sort(writer *W, size_t about, size_t likely, const fs_le
     int posted = fs_pool_submit(&J.task, W->threads - 1) == FS_OK;
     size_t n;
     int rc = sorted_entries(W, L, fs_table_cap(L->count, half_full), &n);
-    if (rc == FS_OK && (W->pre_off = FS_MALLOC(sizeof(uint64_t) * (n + 1))) == NULL)
-        rc = FS_ENOMEM;
-    if (rc == FS_OK)
-        table_layout(W->sorted, n, W->pre_off);
     ready_run(&J, 0);
     if (posted)
         fs_pool_join(&J.task);
