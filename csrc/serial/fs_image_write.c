@@ -1,7 +1,8 @@
 /* fs_image_write.c - the index written as a mapped image (fs_image.h;
  * docs/FORMAT.md, version 3): the index's structs laid out in one buffer,
  * or a file's pages, with offsets for pointers, every table in one order
- * that depends only on its entries.  The reader and its checks are
+ * that depends only on its entries; a large table on the worker pool's
+ * threads (table_threads), the same bytes.  The reader and its checks are
  * fs_image.c and fs_image_verify.c; the root block's layout, shared with
  * the reader, fs_image_root.h. */
 #include "fs_image.h"
