@@ -389,9 +389,10 @@ FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -fno-omit-frame-pointer $(CORE_INC) \
 	-fsanitize=fuzzer,address,undefined,nullability -fno-sanitize-recover=all \
-	-DFS_BUILD_PAR_ENTRIES=8u -DFS_BUILD_PAR_CHUNK=3u
+	-DFS_BUILD_PAR_ENTRIES=8u -DFS_BUILD_PAR_CHUNK=3u -DFS_IMAGE_WRITE_PAR_ENTRIES=8u
 # (fs_build.c writes tables of 8 entries and more on threads, 3 entries a
-# take: fuzz_build's few rows reach its threaded path.)
+# take, and fs_image_write.c those of 8 entries and more: fuzz_build's and
+# fuzz_image's few rows reach their threaded paths.)
 # The core is compiled once (build/fuzz/obj) and linked into each harness.
 FUZZ_OBJS := $(patsubst csrc/%.c,$(FUZZ_DIR)/obj/%.o,$(CORE_C))
 $(FUZZ_DIR)/obj/%.o: csrc/%.c $(CORE_H) | clang-deps

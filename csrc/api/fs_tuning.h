@@ -35,6 +35,15 @@ extern fs_column_policy fs_column_tuned;
  * it, the threads' hand-over would cost more than they gain. */
 extern size_t fs_image_parallel_min;
 
+/* save() and to_bytes() of a built index write a keyed table of this
+ * many entries or more (131,072) on threads (the process's,
+ * fs_column_cpus), and make the image's pages ready on a thread beside
+ * sorting the largest table, where one is that large (fs_image_write.c;
+ * tests set it lower, so that a small index takes that path).  0: never. */
+extern size_t fs_image_write_par_entries;
+/* How many tables were written so (a counter: tests show the path taken). */
+extern uint64_t fs_image_write_threaded;
+
 /* The room the binding's to_bytes() writes an image into, in bytes;
  * -1: fs_image_size_hint's (tests make it too small). */
 extern int64_t fs_image_room;

@@ -305,6 +305,7 @@ int fs_filebuf_open(fs_filebuf *b, const char *path)
     return FS_ENOSYS;
 }
 int fs_filebuf_grow(fs_filebuf *b, size_t size) { (void)b; (void)size; return -1; }
+void fs_filebuf_populate(const fs_filebuf *b, size_t from, size_t to) { (void)b; (void)from; (void)to; }
 int fs_filebuf_grow_populating(fs_filebuf *b, size_t size, size_t populate)
 {
     (void)b;
@@ -357,20 +358,29 @@ int fs_filebuf_grow_populating(fs_filebuf *b, size_t size, size_t populate)
 #endif
         return -1;
     }
-#ifdef MADV_POPULATE_WRITE
-    /* The new pages in one call, not a fault each as they are written
-     * (best effort: older kernels refuse the advice, and fault them). */
-    size_t ready = populate < ncap ? (populate + 4095) & ~(size_t)4095 : ncap;
-    if (ready > ncap)
-        ready = ncap;
-    if (ready > b->cap)
-        (void)madvise((char *)np + b->cap, ready - b->cap, MADV_POPULATE_WRITE);
-#else
-    (void)populate;
-#endif
+    size_t from = b->cap;
     b->p = np;
     b->cap = ncap;
+    fs_filebuf_populate(b, from, populate);
     return FS_OK;
+}
+
+void fs_filebuf_populate(const fs_filebuf *b, size_t from, size_t to)
+{
+#ifdef MADV_POPULATE_WRITE
+    /* The pages in one call, not a fault each as they are written (best
+     * effort: older kernels refuse the advice, and fault them). */
+    from &= ~(size_t)4095;
+    to = to < b->cap ? (to + 4095) & ~(size_t)4095 : b->cap;
+    if (to > b->cap)
+        to = b->cap;
+    if (b->p && to > from)
+        (void)madvise(b->p + from, to - from, MADV_POPULATE_WRITE);
+#else
+    (void)b;
+    (void)from;
+    (void)to;
+#endif
 }
 
 void fs_filebuf_start_writeback(fs_filebuf *b, size_t from, size_t to)

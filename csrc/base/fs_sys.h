@@ -348,6 +348,12 @@ int fs_filebuf_grow(fs_filebuf *b, size_t size);
  * when first written, if ever: a page made for nothing is zeroed for
  * nothing).  FS_OK or -1. */
 int fs_filebuf_grow_populating(fs_filebuf *b, size_t size, size_t populate);
+/* Make the pages of bytes [from, to) ready (Linux: populated in one call,
+ * as fs_filebuf_grow_populating's; elsewhere nothing: they are made as
+ * they are written), so that a thread can do it beside other work before
+ * they are written.  Never fails (a page it could not make is made when
+ * written). */
+void fs_filebuf_populate(const fs_filebuf *b, size_t from, size_t to);
 /* Start writing the whole pages of bytes [from, to) to disk, without
  * waiting (Linux: sync_file_range; elsewhere nothing): for bytes that are
  * final, so that the disk works while the rest is written and a durable

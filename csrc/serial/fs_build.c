@@ -908,19 +908,6 @@ FS_ALWAYS_INLINE int make_entry(escratch *E, const bitem *it, size_t n, int shap
     return FS_OK;
 }
 
-
-/* The bytes entry x and its payload take, as write_node lays them out
- * (every object a multiple of 8: they follow each other). */
-static uint64_t entry_bytes(const fs_node *x)
-{
-    uint64_t b = sizeof(fs_node) + FS_TOK_ALLOC(x->toklen) + (x->nsubs > 1 ? sizeof(int64_t) * x->nsubs : 0);
-    for (uint32_t i = 0; x->groups && i < x->groups->n; i++) {
-        const fs_group *g = &x->groups->g[i];
-        b += FS_TOK_ALLOC(g->name_len ? g->name_len : 1) + sizeof(int64_t) * g->n + (i ? 0 : fs_groups_bytes(x->groups->n));
-    }
-    return b;
-}
-
 /* One table's entries written on threads: entry e is T->items[start[e] ..
  * start[e + 1]), written at off[e] (off[d]: the end). */
 typedef struct {
@@ -996,7 +983,7 @@ static int entry_places(builder *B, fs_imgw *X, const btable *T, int shaped, siz
         else if (make_entry(&B->es, r, j - i, shaped, &s) < 0)
             return FS_ENOMEM;
         else
-            b = entry_bytes(B->es.node);
+            b = fs_imgw_node_bytes(B->es.node);
         start[e] = i;
         off[e + 1] = off[e] + b;
     }

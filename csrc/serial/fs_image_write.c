@@ -1,12 +1,14 @@
 /* fs_image_write.c - the index written as a mapped image (fs_image.h;
  * docs/FORMAT.md, version 3): the index's structs laid out in one buffer,
  * or a file's pages, with offsets for pointers, every table in one order
- * that depends only on its entries.  The reader and its checks are
+ * that depends only on its entries; a large table on the worker pool's
+ * threads (table_threads), the same bytes.  The reader and its checks are
  * fs_image.c and fs_image_verify.c; the root block's layout, shared with
  * the reader, fs_image_root.h. */
 #include "fs_image.h"
 #include "fs_image_write.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +17,10 @@
 #include "fs_header.h"
 #include "fs_image_root.h"
 #include "fs_index.h"
+#include "fs_pool.h"
 #include "fs_sys.h"
+#include "fs_tuning.h"
+#include "sublist.h"
 
 /* The image being written.  An object is written only where it is not
  * zero, so the room wb_alloc hands out reads as zeros: a file's fresh
@@ -39,7 +44,7 @@ typedef struct {
 /* Bytes [from, to) of the image are final: where the file is saved
  * durably, start writing them to disk now, so that the disk works while
  * the rest is written and the close's fsync has less left to wait for. */
-static void wb_settled(wbuf *wb, size_t from, size_t to)
+static void wb_settled(const wbuf *wb, size_t from, size_t to)
 {
     if (wb->file && wb->writeback && to > from)
         fs_filebuf_start_writeback(wb->file, from, to);
@@ -176,6 +181,9 @@ typedef struct {
     size_t cap_scratch;
     uint32_t *counts;         /* their buckets' sizes */
     size_t cap_counts;
+    unsigned threads;         /* the process's, for a large table (write_table); 0 or 1: this one */
+    const fs_level *pre_of;   /* the largest table, sorted already (write_built) into pre */
+    fs_slot *pre;
 } writer;
 
 static int node_tok_cmp(const fs_node *a, const fs_node *b)
@@ -457,49 +465,249 @@ static int copy_bitmap(writer *W, uint64_t lv_off, const fs_level *L)
     return 1;
 }
 
-/* A keyed table (the literal table, a shape's) into the level at lv_off:
- * each entry's node, then its slot, in writing order.  The next nodes are
- * fetched ahead: the index holds them anywhere in memory. */
-static int write_table(writer *W, uint64_t lv_off, const fs_level *L, int half_full)
+/* ---- a large table on threads.  Its entries are cut into chunks that the
+ * process's threads (the worker pool's and this one) take in turn; a
+ * thread lays its chunk out (each node's bytes, so its offset from the
+ * chunk's start: node_bytes), learns where the chunk starts once the
+ * chunk before has, and writes it into a part of the writer's bytes of
+ * its own (wb_part), its nodes still in its cache from the layout -- a
+ * layout pass of its own, apart from the writing, read each node from
+ * memory twice and was 14-16% of a threaded to_bytes (perf).  This thread
+ * then places the slots: a slot needs only its entry's key and offset.
+ * The bytes are the one-thread writer's: the same write_node at the same
+ * offsets.  (The bulk builder, fs_build.c, writes its large tables into
+ * parts too, through fs_imgw_part.) */
+
+/* Writing a table on threads pays from this many entries (the tuning
+ * table's image_write_par_entries), on a machine of more than one. */
+static int on_threads(const writer *W, size_t n)
 {
-    uint64_t slots = level_begin(W, lv_off, L, half_full);
-    if (!L->count)
-        return FS_OK;
-    size_t n;
-    uint32_t next = 0;
-    if (!slots || sorted_entries(W, L, fs_table_cap(L->count, half_full), &n) < 0)
-        return FS_ENOMEM;
-    int marked = copy_bitmap(W, lv_off, L);
-    /* the nodes follow the slots; each is final once written, the slots
-     * once the last entry is placed */
-    size_t nodes_from = W->w.len, started = nodes_from;
+    return W->threads > 1 && fs_image_write_par_entries && n >= fs_image_write_par_entries;
+}
+
+/* Entries es[0..n) are written in turn, read where the index holds
+ * them (anywhere in memory): entry k + 16's node, k + 8's payload, are
+ * fetched as entry k is written. */
+FS_ALWAYS_INLINE void fetch_ahead(const fs_slot *es, size_t k, size_t n)
+{
     enum { AHEAD = 8 };
+    if (k + 2 * AHEAD < n) {
+        FS_PREFETCH(es[k + 2 * AHEAD].node);
+        FS_PREFETCH((const char *)es[k + 2 * AHEAD].node + 64);
+    }
+    if (k + AHEAD < n) {          /* fetched by now: what it points to */
+        const fs_node *a = es[k + AHEAD].node;
+        if (a->subcap > 1)
+            FS_PREFETCH(a->subs.many);
+        if (a->groups)
+            FS_PREFETCH(a->groups);
+    }
+}
+
+/* The bytes write_node takes for table entry n and its payload (every
+ * object a multiple of 8 bytes: they follow each other). */
+FS_ALWAYS_INLINE uint64_t node_bytes(const fs_node *n)
+{
+    uint64_t b = sizeof(fs_node) + FS_TOK_ALLOC(n->toklen) + (n->nsubs > 1 ? sizeof(int64_t) * n->nsubs : 0);
+    uint32_t ng = fs_ngroups(n);
+    if (ng)
+        b += fs_groups_bytes(ng);
+    for (uint32_t i = 0; i < ng; i++) {
+        const fs_group *g = fs_node_group(n, i);
+        b += FS_TOK_ALLOC(g->name_len ? g->name_len : 1) + sizeof(int64_t) * g->n;
+    }
+    return b;
+}
+_Static_assert(sizeof(fs_node) % 8 == 0 && sizeof(fs_group) % 8 == 0 && sizeof(fs_groups) % 8 == 0,
+               "node_bytes adds objects that wb_alloc aligns to 8");
+
+/* Entries es[0..n) laid out from 0: entry k at off[k].  Their bytes. */
+static uint64_t table_layout(const fs_slot *es, size_t n, uint64_t *off)
+{
+    enum { AHEAD = 16 };
+    uint64_t at = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (k + 2 * AHEAD < n)
+            FS_PREFETCH(es[k + 2 * AHEAD].node);
+        if (k + AHEAD < n && es[k + AHEAD].node->groups)     /* fetched by now: its groups */
+            FS_PREFETCH(es[k + AHEAD].node->groups);
+        off[k] = at;
+        at += node_bytes(es[k].node);
+    }
+    return at;
+}
+
+/* A part of w's bytes [at, end) (allocated in w, or room past its end that
+ * no one else writes) for one thread's run of objects: it never grows (an
+ * object past end fails it).  Bytes w has not zeroed (a borrowed buffer's)
+ * are zeroed by the part as it allocates them, as w's own are. */
+static void wb_part(wbuf *P, const wbuf *w, uint64_t at, uint64_t end)
+{
+    memset(P, 0, sizeof(*P));
+    P->p = w->p;
+    P->len = (size_t)at;
+    P->cap = (size_t)end;
+    P->part = 1;
+    P->borrowed = w->borrowed;
+    P->zeroed = w->borrowed && w->zeroed < end ? (w->zeroed > at ? w->zeroed : (size_t)at) : (size_t)end;
+}
+
+typedef struct {
+    fs_pool_task task;
+    const wbuf *w;
+    const fs_slot *es;
+    uint64_t *off;              /* entry k's offset */
+    uint64_t *ends;             /* ends[c]: where chunk c - 1 ends (ends[0]: the first's start) */
+    uint64_t room;              /* parts end by here (the writer's room); a chunk past it is not written */
+    size_t n, chunk;
+    size_t known;               /* ends[0..known] are known; under mu */
+    atomic_size_t next;
+    atomic_int failed;
+    fs_mutex mu;
+    fs_cond cv;
+} table_job;
+
+/* Chunk c laid out (at its start, once chunk c - 1's end is known) and
+ * written, where it fits in the room. */
+static void table_chunk(table_job *J, size_t c)
+{
+    size_t lo = c * J->chunk, hi = J->n - lo < J->chunk ? J->n : lo + J->chunk;
+    uint64_t bytes = table_layout(J->es + lo, hi - lo, J->off + lo);
+    fs_mutex_lock(&J->mu);
+    while (J->known < c)                /* chunk c - 1 was taken before: it is running */
+        fs_cond_wait(&J->cv, &J->mu);
+    uint64_t at = J->ends[c];
+    J->ends[c + 1] = at + bytes;
+    J->known = c + 1;
+    fs_cond_broadcast(&J->cv);
+    fs_mutex_unlock(&J->mu);
+    for (size_t k = lo; k < hi; k++)
+        J->off[k] += at;
+    if (at + bytes > J->room)
+        return;                         /* this thread's caller writes it (table_threads) */
+    writer P;
+    memset(&P, 0, sizeof(P));
+    wb_part(&P.w, J->w, at, at + bytes);
+    for (size_t k = lo; k < hi; k++) {
+        fetch_ahead(J->es, k, hi);
+        if (write_node(&P, J->es[k].node, 0, 0) != J->off[k]) {
+            atomic_store(&J->failed, 1);          /* cannot be: a size not as laid out */
+            return;
+        }
+    }
+    wb_settled(J->w, (size_t)at, (size_t)(at + bytes));      /* to disk now, where durable */
+}
+
+static void table_run(void *arg, unsigned index)
+{
+    table_job *J = arg;
+    (void)index;
+    for (size_t c; (c = atomic_fetch_add(&J->next, 1)) * J->chunk < J->n;)
+        table_chunk(J, c);              /* every chunk taken is laid out: the next waits for it */
+}
+
+/* The entries the job's parts did not write (past the room, rare: the room
+ * is about the image's size), from entry k on, by this thread, the room
+ * growing as they are written.  FS_OK or FS_ENOMEM. */
+static int table_rest(writer *W, const fs_slot *es, size_t k, size_t n, const uint64_t *off)
+{
+    for (; k < n; k++)
+        if (write_node(W, es[k].node, 0, 0) != off[k])
+            return FS_ENOMEM;
+    return FS_OK;
+}
+
+/* Entries es[0..n) written on the writer's threads, this one among them,
+ * then their slots placed.  Chunks of at most 2,048 entries (the
+ * builder's), at least four a thread.  FS_OK or FS_ENOMEM. */
+static int table_threads(writer *W, uint64_t lv_off, const fs_slot *es, size_t n, int marked)
+{
+    size_t chunk = n / (4 * (size_t)W->threads), nchunks;
+    chunk = chunk < 1 ? 1 : chunk > 2048 ? 2048 : chunk;
+    nchunks = (n + chunk - 1) / chunk;
+    table_job J = {.task = {.fn = table_run}, .w = &W->w, .es = es, .n = n, .chunk = chunk, .room = W->w.cap};
+    J.off = FS_MALLOC(sizeof(uint64_t) * n);
+    J.ends = FS_MALLOC(sizeof(uint64_t) * (nchunks + 1));
+    if (!J.off || !J.ends || W->w.oom) {
+        FS_FREE(J.off);
+        FS_FREE(J.ends);
+        return W->w.oom = 1, FS_ENOMEM;
+    }
+    J.task.arg = &J;
+    J.ends[0] = (W->w.len + 7) & ~(uint64_t)7;            /* where wb_alloc puts the first */
+    atomic_init(&J.next, 0);
+    atomic_init(&J.failed, 0);
+    fs_mutex_init(&J.mu);
+    fs_cond_init(&J.cv);
+    int posted = fs_pool_submit(&J.task, W->threads - 1) == FS_OK;
+    table_run(&J, 0);
+    if (posted)
+        fs_pool_join(&J.task);
+    fs_cond_destroy(&J.cv);
+    fs_mutex_destroy(&J.mu);
+    size_t c = 0;                       /* the chunks written: those within the room */
+    while (c < nchunks && J.ends[c + 1] <= J.room)
+        c++;
+    W->w.len = (size_t)J.ends[c];       /* theirs, written by the parts (and zeroed) */
+    if (W->w.borrowed && W->w.zeroed < W->w.len)
+        W->w.zeroed = W->w.len;
+    int rc = atomic_load(&J.failed) ? FS_ENOMEM : table_rest(W, es, c * chunk, n, J.off);
+    uint32_t next = 0;
+    for (size_t k = 0; k < n && rc == FS_OK; k++) {
+        fs_slot e = es[k];
+        e.node = (fs_node *)(uintptr_t)J.off[k];
+        place_entry(W, lv_off, e, &next, marked);
+    }
+    if (rc == FS_OK)
+        fs_image_write_threaded++;
+    FS_FREE(J.off);
+    FS_FREE(J.ends);
+    return rc;
+}
+
+/* Entries es[0..n) written, each node then its slot, on this thread.
+ * The next nodes are fetched ahead: the index holds them anywhere in
+ * memory. */
+static int table_here(writer *W, uint64_t lv_off, const fs_slot *es, size_t n, int marked)
+{
+    uint32_t next = 0;
+    /* each node is final once written */
+    size_t started = W->w.len;
     for (size_t k = 0; k < n; k++) {
         if (W->w.len - started >= WRITEBACK_STEP) {
             wb_settled(&W->w, started, W->w.len);
             started = W->w.len & ~(size_t)4095;    /* a page still being written goes next time */
         }
-        if (k + 2 * AHEAD < n) {
-            FS_PREFETCH(W->sorted[k + 2 * AHEAD].node);
-            FS_PREFETCH((const char *)W->sorted[k + 2 * AHEAD].node + 64);
-        }
-        if (k + AHEAD < n) {          /* fetched by now: what it points to */
-            const fs_node *a = W->sorted[k + AHEAD].node;
-            if (a->subcap > 1)
-                FS_PREFETCH(a->subs.many);
-            if (a->groups)
-                FS_PREFETCH(a->groups);
-        }
-        fs_slot e = W->sorted[k];
+        fetch_ahead(es, k, n);
+        fs_slot e = es[k];
         uint64_t eo = write_node(W, e.node, 0, 0);
         if (!eo)
             return FS_ENOMEM;
         e.node = (fs_node *)(uintptr_t)eo;
         place_entry(W, lv_off, e, &next, marked);
     }
-    wb_settled(&W->w, slots, nodes_from);
     wb_settled(&W->w, started, W->w.len);
     return FS_OK;
+}
+
+/* A keyed table (the literal table, a shape's) into the level at lv_off:
+ * each entry's node, then its slot, in writing order; a large one on
+ * threads (table_threads). */
+static int write_table(writer *W, uint64_t lv_off, const fs_level *L, int half_full)
+{
+    uint64_t slots = level_begin(W, lv_off, L, half_full);
+    if (!L->count)
+        return FS_OK;
+    size_t n = L->count;
+    if (!slots || (L != W->pre_of && sorted_entries(W, L, fs_table_cap(L->count, half_full), &n) < 0))
+        return FS_ENOMEM;
+    const fs_slot *es = L == W->pre_of ? W->pre : W->sorted;
+    int marked = copy_bitmap(W, lv_off, L);
+    /* the slots are final once the last entry is placed */
+    size_t nodes_from = W->w.len;
+    int rc = on_threads(W, n) ? table_threads(W, lv_off, es, n, marked) : table_here(W, lv_off, es, n, marked);
+    wb_settled(&W->w, slots, nodes_from);
+    return rc;
 }
 
 /* One trie node to write: where it goes in its parent's level. */
@@ -654,9 +862,79 @@ static size_t image_size_likely(size_t about)
 
 static void writer_free(writer *W)
 {
+    FS_FREE(W->pre);
     FS_FREE(W->sorted);
     FS_FREE(W->scratch);
     FS_FREE(W->counts);
+}
+
+/* The image's pages made ready on threads, in runs taken in turn: a
+ * file's populated (fs_filebuf_populate), memory's zeroed (a borrowed
+ * buffer's zeros are the writer's to make; memory of our own is calloc's
+ * fresh pages, zeros already, touched). */
+#define READY_RUN ((size_t)4 << 20)
+typedef struct {
+    fs_pool_task task;
+    const wbuf *w;
+    size_t to;
+    atomic_size_t next;
+} ready_job;
+
+static void ready_run(void *arg, unsigned index)
+{
+    ready_job *J = arg;
+    (void)index;
+    for (size_t lo; (lo = atomic_fetch_add(&J->next, 1) * READY_RUN) < J->to;) {
+        size_t hi = J->to - lo < READY_RUN ? J->to : lo + READY_RUN;
+        if (J->w->file)
+            fs_filebuf_populate(J->w->file, lo, hi);
+        else                            /* in wb_zero_to's steps (ZERO_STEP says why) */
+            for (size_t at = lo; at < hi; at += ZERO_STEP)
+                memset(J->w->p + at, 0, hi - at < ZERO_STEP ? hi - at : ZERO_STEP);
+    }
+}
+
+/* The largest keyed table of sl (*half_full: a shape's). */
+static const fs_level *largest_table(const fs_sublist *sl, int *half_full)
+{
+    const fs_level *big = &sl->literals;
+    *half_full = 0;
+    for (uint32_t j = 0; j < sl->shapes.n; j++)
+        if (sl->shapes.shape[j]->table.count > big->count) {
+            big = &sl->shapes.shape[j]->table;
+            *half_full = 1;
+        }
+    return big;
+}
+
+/* Room for about `about` bytes, its first `likely` made ready by the pool's
+ * threads while this one sorts table L into writing order (W->pre; the
+ * sort reads only the index, the pages only the kernel and the writer's
+ * zeros), then helps them.  Measured on 2M light-like filters, 2 threads:
+ * the populating was 28% of save, the sort 12% (perf, cpu-clock); to_bytes'
+ * first touch of its bytes 37%.  FS_OK or FS_ENOMEM. */
+static int ready_beside_sort(writer *W, size_t about, size_t likely, const fs_level *L, int half_full)
+{
+    if (wb_reserve(&W->w, about, 0) < 0)
+        return FS_ENOMEM;
+    ready_job J = {.task = {.fn = ready_run}, .w = &W->w, .to = likely < W->w.cap ? likely : W->w.cap};
+    J.task.arg = &J;
+    atomic_init(&J.next, 0);
+    int posted = fs_pool_submit(&J.task, W->threads - 1) == FS_OK;
+    size_t n;
+    int rc = sorted_entries(W, L, fs_table_cap(L->count, half_full), &n);
+    ready_run(&J, 0);
+    if (posted)
+        fs_pool_join(&J.task);
+    if (W->w.borrowed && J.to > W->w.zeroed)
+        W->w.zeroed = J.to;
+    if (rc == FS_OK) {                  /* the trie's levels sort into W->sorted meanwhile */
+        W->pre = W->sorted;
+        W->pre_of = L;
+        W->sorted = NULL;
+        W->cap_sorted = 0;
+    }
+    return rc;
 }
 
 /* Write the built index sl (its lock held) into W, room reserved first
@@ -664,9 +942,20 @@ static void writer_free(writer *W)
 static int write_built(writer *W, fs_sublist *sl)
 {
     W->sl = sl;
-    size_t about = image_size_about(sl);
-    int rc = wb_reserve(&W->w, about, image_size_likely(about));
+    size_t about = image_size_about(sl), likely = image_size_likely(about);
+    int half_full;
+    const fs_level *big = largest_table(sl, &half_full);
+    int rc = on_threads(W, big->count) ? ready_beside_sort(W, about, likely, big, half_full)
+                                       : wb_reserve(&W->w, about, likely);
     return rc == FS_OK ? write_locked(W, sl) : rc;
+}
+
+/* The threads a save or to_bytes may use: the processors this process
+ * may run on, as open(verify=True) has (at most 64, as it does). */
+static unsigned write_threads(void)
+{
+    unsigned t = fs_column_cpus();
+    return t < 64 ? t : 64;
 }
 
 /* Write sl's image into W (memory, or a file's pages).  FS_OK, FS_ENOMEM,
@@ -712,6 +1001,7 @@ int fs_image_write_in(fs_sublist *sl, char *buf, size_t cap, char **out, size_t 
 {
     writer W;
     memset(&W, 0, sizeof(W));
+    W.threads = write_threads();
     if (buf && ((uintptr_t)buf & 7) == 0) {      /* objects are stored 8-aligned */
         W.w.p = buf;
         W.w.cap = cap;
@@ -760,6 +1050,7 @@ int fs_image_save(fs_sublist *sl, const char *path, int durable)
     memset(&W, 0, sizeof(W));
     W.w.file = &fb;
     W.w.writeback = durable;
+    W.threads = write_threads();
     rc = write_image(sl, &W);
     writer_free(&W);
     if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0, durable) != FS_OK && rc == FS_OK)
@@ -820,6 +1111,8 @@ uint64_t fs_imgw_level(fs_imgw *X, uint64_t lv_off, uint32_t count, int half_ful
 
 uint64_t fs_imgw_node(fs_imgw *X, const fs_node *n) { return write_node(&X->W, n, 0, 0); }
 
+uint64_t fs_imgw_node_bytes(const fs_node *n) { return node_bytes(n); }
+
 void fs_imgw_place(fs_imgw *X, uint64_t lv_off, fs_slot e, uint32_t *next)
 {
     place_entry(&X->W, lv_off, e, next, 0);
@@ -828,14 +1121,8 @@ void fs_imgw_place(fs_imgw *X, uint64_t lv_off, fs_slot e, uint32_t *next)
 fs_imgw *fs_imgw_part(const fs_imgw *X, uint64_t at, uint64_t end)
 {
     fs_imgw *P = fs_imgw_new();
-    if (P) {
-        P->W.w.p = X->W.w.p;
-        P->W.w.len = (size_t)at;
-        P->W.w.cap = (size_t)end;
-        P->W.w.part = 1;
-        P->W.w.borrowed = X->W.w.borrowed;
-        P->W.w.zeroed = (size_t)end;          /* X zeroed its bytes as it allocated them */
-    }
+    if (P)
+        wb_part(&P->W.w, &X->W.w, at, end);
     return P;
 }
 

@@ -61,6 +61,9 @@ uint64_t fs_imgw_level(fs_imgw *X, uint64_t lv_off, uint32_t count, int half_ful
  * fields, token and payload are read, never its links) and its payload:
  * its offset. */
 uint64_t fs_imgw_node(fs_imgw *X, const fs_node *n);
+/* The bytes fs_imgw_node takes for n and its payload, so that entries
+ * can be laid out before they are written (on threads, into parts). */
+uint64_t fs_imgw_node_bytes(const fs_node *n);
 /* A writer of X's bytes [at, end) (already allocated in X, zeros), for a
  * thread writing its own run of entries with fs_imgw_node: it never grows
  * (an object past end fails it: 0).  NULL when out of memory.  Freed with
