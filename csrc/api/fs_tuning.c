@@ -20,7 +20,7 @@ size_t fs_image_parallel_min = (size_t)16 << 20;
 #define FS_IMAGE_WRITE_PAR_ENTRIES 131072u
 #endif
 size_t fs_image_write_par_entries = FS_IMAGE_WRITE_PAR_ENTRIES;
-uint64_t fs_image_write_threaded;
+atomic_uint_least64_t fs_image_write_threaded;
 
 /* The n passed to fs_fault_inject last, for reading back. */
 static int64_t alloc_fail_nth;
@@ -50,7 +50,7 @@ static void set_fail_nth(int64_t v)
     fs_fault_inject((uint64_t)v);
 }
 
-static int64_t get_image_write_threaded(void) { return (int64_t)fs_image_write_threaded; }
+static int64_t get_image_write_threaded(void) { return (int64_t)atomic_load(&fs_image_write_threaded); }
 static int64_t get_alloc_counted(void) { return (int64_t)fs_fault_counted(); }
 static int64_t get_alloc_failed(void) { return (int64_t)fs_fault_injected(); }
 static int64_t get_mapping_faults(void) { return (int64_t)fs_fault_revocations(); }

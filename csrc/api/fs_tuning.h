@@ -9,6 +9,7 @@
 #ifndef FS_TUNING_H
 #define FS_TUNING_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,8 +42,9 @@ extern size_t fs_image_parallel_min;
  * sorting the largest table, where one is that large (fs_image_write.c;
  * tests set it lower, so that a small index takes that path).  0: never. */
 extern size_t fs_image_write_par_entries;
-/* How many tables were written so (a counter: tests show the path taken). */
-extern uint64_t fs_image_write_threaded;
+/* How many tables were written so (a counter: tests show the path taken;
+ * atomic, as two threads may each save an index at once). */
+extern atomic_uint_least64_t fs_image_write_threaded;
 
 /* The room the binding's to_bytes() writes an image into, in bytes;
  * -1: fs_image_size_hint's (tests make it too small). */

@@ -659,7 +659,7 @@ static int table_threads(writer *W, uint64_t lv_off, const fs_slot *es, size_t n
         place_entry(W, lv_off, e, &next, marked);
     }
     if (rc == FS_OK)
-        fs_image_write_threaded++;
+        atomic_fetch_add_explicit(&fs_image_write_threaded, 1, memory_order_relaxed);
     FS_FREE(J.off);
     FS_FREE(J.ends);
     return rc;
