@@ -13,6 +13,7 @@ import pytest
 import topicmatch
 from topicmatch import _core
 from topicmatch._dialects import DIALECTS
+from image_helpers import build
 
 
 @pytest.fixture
@@ -51,13 +52,6 @@ def _filters(dialect, rnd, n):
     return rows
 
 
-def _index(dialect, rows):
-    sl = topicmatch.Sublist(dialect)
-    for f, i, q in rows:
-        sl.insert(f, i, queue=q)
-    return sl
-
-
 def _written(sl, tmp_path, name):
     path = os.path.join(tmp_path, name)
     sl.save(path, durable=False)
@@ -67,7 +61,7 @@ def _written(sl, tmp_path, name):
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_threaded_writer_writes_the_one_thread_bytes(dialect, threaded, tmp_path):
-    sl = _index(dialect, _filters(dialect, random.Random(dialect), 6000))
+    sl = build(dialect, _filters(dialect, random.Random(dialect), 6000))
     threaded(0)
     want, saved = _written(sl, tmp_path, "one.img")
     assert saved == want
@@ -86,7 +80,7 @@ def test_threaded_writer_into_a_room_too_small(threaded):
     # to_bytes' room outgrown before a table (the writer moves to memory of
     # its own), inside one (the chunks past the room written by the caller,
     # after the threads' parts), at its last bytes: the bytes the same.
-    sl = _index("nats", _filters("nats", random.Random(3), 3000))
+    sl = build("nats", _filters("nats", random.Random(3), 3000))
     threaded(0)
     want = sl.to_bytes()
     threaded(10)
@@ -101,7 +95,7 @@ def test_threaded_writer_into_a_room_too_small(threaded):
 def test_threaded_writer_out_of_memory_is_clean(threaded, tmp_path):
     # Every allocation of a threaded to_bytes and save failed in turn: a
     # clean MemoryError, and the index writes the same bytes after.
-    sl = _index("amqp", _filters("amqp", random.Random(5), 400))
+    sl = build("amqp", _filters("amqp", random.Random(5), 400))
     threaded(0)
     want = sl.to_bytes()
     threaded(10)
