@@ -261,6 +261,12 @@ unsigned fs_column_cpus(void)
     return fs_column_tuned.cpus ? fs_column_tuned.cpus : fs_cpus();
 }
 
+unsigned fs_index_threads(void)
+{
+    unsigned t = fs_column_cpus();
+    return t < FS_INDEX_THREADS_MAX ? t : FS_INDEX_THREADS_MAX;
+}
+
 void fs_column_pool_status(unsigned *threads, unsigned *idle)
 {
     fs_pool_status(threads, idle);

@@ -38,7 +38,7 @@ extern size_t fs_image_parallel_min;
 
 /* save() and to_bytes() of a built index write a keyed table of this
  * many entries or more (131,072) on threads (the process's,
- * fs_column_cpus), and make the image's pages ready on a thread beside
+ * fs_index_threads), and make the image's pages ready on a thread beside
  * sorting the largest table, where one is that large (fs_image_write.c;
  * tests set it lower, so that a small index takes that path).  0: never. */
 extern size_t fs_image_write_par_entries;

@@ -291,6 +291,12 @@ int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *part
 /* The processors this process may run on, as the thread policy counts
  * them (fs_cpus, or fs_column_tuned.cpus where a test set it), at least 1. */
 unsigned fs_column_cpus(void);
+/* The threads a step over a whole index may use -- build_image, a full
+ * image check (open(verify=True)), save() and to_bytes() of a large
+ * index: the processors fs_column_cpus counts, at most
+ * FS_INDEX_THREADS_MAX. */
+#define FS_INDEX_THREADS_MAX 64u
+unsigned fs_index_threads(void);
 /* Threads in the batch's worker pool (fs_pool.h), and how many of them
  * are idle now (tests). */
 void fs_column_pool_status(unsigned *threads, unsigned *idle);

@@ -950,14 +950,6 @@ static int write_built(writer *W, fs_sublist *sl)
     return rc == FS_OK ? write_locked(W, sl) : rc;
 }
 
-/* The threads a save or to_bytes may use: the processors this process
- * may run on, as open(verify=True) has (at most 64, as it does). */
-static unsigned write_threads(void)
-{
-    unsigned t = fs_column_cpus();
-    return t < 64 ? t : 64;
-}
-
 /* Write sl's image into W (memory, or a file's pages).  FS_OK, FS_ENOMEM,
  * FS_EBADDATA (a damaged opened image). */
 static int write_image(fs_sublist *sl, writer *W)
@@ -1001,7 +993,7 @@ int fs_image_write_in(fs_sublist *sl, char *buf, size_t cap, char **out, size_t 
 {
     writer W;
     memset(&W, 0, sizeof(W));
-    W.threads = write_threads();
+    W.threads = fs_index_threads();
     if (buf && ((uintptr_t)buf & 7) == 0) {      /* objects are stored 8-aligned */
         W.w.p = buf;
         W.w.cap = cap;
@@ -1050,7 +1042,7 @@ int fs_image_save(fs_sublist *sl, const char *path, int durable)
     memset(&W, 0, sizeof(W));
     W.w.file = &fb;
     W.w.writeback = durable;
-    W.threads = write_threads();
+    W.threads = fs_index_threads();
     rc = write_image(sl, &W);
     writer_free(&W);
     if (fs_filebuf_close(&fb, rc == FS_OK ? W.w.len : 0, durable) != FS_OK && rc == FS_OK)

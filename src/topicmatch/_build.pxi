@@ -67,7 +67,7 @@ def _build_writer(filters, sub_ids, queues, dialect, threads, durable):
     cdef fs_dialect d = _dialect(dialect)
     # (threads None: every CPU this process may use; never more than those
     # CPUs: more would take turns)
-    cdef unsigned most = <unsigned>min(fs_column_cpus(), <unsigned>64)
+    cdef unsigned most = fs_index_threads()
     cdef unsigned nthreads = most if threads is None else <unsigned>_args.threads(threads, most)
     cdef _Specs sp = _specs_of(filters, sub_ids, queues, True)
     return lambda tmp, _: _build_into(d, sp, nthreads, tmp, durable)

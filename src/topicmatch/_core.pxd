@@ -230,7 +230,7 @@ cdef extern from "sublist.h" nogil:
     int fs_match_column(fs_sublist *sl, fs_sublist *also, const fs_column_part *parts, size_t nparts,
                         const fs_strings *keys, const fs_column_options *opt, const fs_column_hooks *hooks,
                         int64_t *row_end, uint8_t *invalid, fs_idbuf *ids) except? -5
-    unsigned fs_column_cpus()
+    unsigned fs_index_threads()
 
 cdef extern from "sublist.h":
     # fs_match_column's hooks: Python code, run with the GIL held

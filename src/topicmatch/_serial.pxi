@@ -191,8 +191,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     cdef bint image = fs_image_is(<const char *>view.buf, <size_t>view.len)
     # a full check runs on every CPU this process may use (C decides from
     # the image's size whether threads pay: fs_image_parallel_min)
-    cdef size_t threads = fs_column_cpus() if check == FS_VERIFY_FULL else 1
-    threads = threads if threads < 64 else 64
+    cdef unsigned threads = fs_index_threads() if check == FS_VERIFY_FULL else 1
     head = (<const char *>view.buf)[:view.len if view.len < 8 else 8]
     if not image and not _imagefiles.has_magic(head):
         # Not an image nor a serialized index at all (a CSV, say): said
