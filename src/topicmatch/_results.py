@@ -4,6 +4,7 @@ everything a caller does with it -- rows, equality, hashing, its repr,
 Arrow -- is numpy and pyarrow over those arrays."""
 import operator
 
+from topicmatch import _columns
 from topicmatch._errors import TopicmatchIndexError, TopicmatchOverflowError
 
 #: BatchResult's repr shows every row up to this many rows and ids, else
@@ -95,8 +96,8 @@ class BatchResult:
         if len(self.sub_ids) > 0x7FFFFFFF:
             raise TopicmatchOverflowError("more than 2**31-1 ids: split the batch for a 32-bit-offset ListArray")
         values = pa.Array.from_buffers(pa.int64(), len(self.sub_ids), [None, pa.py_buffer(self.sub_ids)])
-        offsets = pa.array(self.offsets.astype(np.int32))
-        mask = pa.array(self.invalid) if self.invalid.any() else None
+        offsets = _columns.numpy_as_arrow(self.offsets.astype(np.int32), pa.int32())
+        mask = _columns.numpy_as_arrow(self.invalid, pa.bool_()) if self.invalid.any() else None
         return pa.ListArray.from_arrays(offsets, values, mask=mask)
 
     def _row(self, i, most=-1):
