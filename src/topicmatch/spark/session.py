@@ -242,7 +242,9 @@ def _probe(batches):
     import topicmatch as fs
     # (this function is pickled by reference: unpickling it imported
     # topicmatch.spark, what a fan-out's build and match functions need, in
-    # each core's worker beside the plan's first job, not in their tasks)
+    # each core's worker beside the plan's first job, not in their tasks;
+    # and from_pydict below, as any conversion of Python values by pyarrow,
+    # imports pandas where it is installed: ~1 s here, in this job too)
     for _ in batches:
         pass
     yield pa_.RecordBatch.from_pydict({"python": [sys.executable],
