@@ -94,17 +94,19 @@ def _ints_view(arr):
 
 
 def numpy_as_arrow(values, type_):
-    """A one-dimensional numpy array as an Arrow array of type_ (an
-    integer type of its width, or bool_ for a bool array), without
-    pa.array(), which imports pandas the first time (see _ints_view)."""
+    """A one-dimensional numpy array as an Arrow array of type_ (a
+    numeric type of the array's own dtype, or bool_ for a bool array),
+    without pa.array(), which imports pandas the first time (see
+    _ints_view; and without DataType.to_pandas_dtype(), which some pyarrow
+    versions make import it too)."""
     import numpy as np
     import pyarrow as pa
     n = len(values)
     if type_ == pa.bool_():
         values = np.packbits(values, bitorder="little")      # Arrow's bits, least significant first
-    else:
-        values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
-    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
+    elif values.dtype.itemsize * 8 != type_.bit_width:
+        raise _errors().TopicmatchTypeError(f"a {values.dtype} array is not {type_}")
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(np.ascontiguousarray(values))])
 
 
 def int64_array(ids, what):
