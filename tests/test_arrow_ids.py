@@ -51,6 +51,8 @@ def test_to_arrow_offsets_and_nulls():
     assert got.type == pa.list_(pa.int64())
     assert got.to_pylist() == [None if r.invalid[i] else r[i].tolist() for i in range(len(r))]
     assert got.null_count == 5
+    # the ids are the result's own buffer, not a copy
+    assert got.values.buffers()[1].address == r.sub_ids.__array_interface__["data"][0]
 
 
 def test_arrow_columns_do_not_import_pandas(tmp_path):

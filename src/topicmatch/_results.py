@@ -95,7 +95,7 @@ class BatchResult:
         import pyarrow as pa
         if len(self.sub_ids) > 0x7FFFFFFF:
             raise TopicmatchOverflowError("more than 2**31-1 ids: split the batch for a 32-bit-offset ListArray")
-        values = pa.Array.from_buffers(pa.int64(), len(self.sub_ids), [None, pa.py_buffer(self.sub_ids)])
+        values = _columns.numpy_as_arrow(self.sub_ids, pa.int64())
         offsets = _columns.numpy_as_arrow(self.offsets.astype(np.int32), pa.int32())
         mask = _columns.numpy_as_arrow(self.invalid, pa.bool_()) if self.invalid.any() else None
         return pa.ListArray.from_arrays(offsets, values, mask=mask)
