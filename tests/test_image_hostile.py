@@ -1042,7 +1042,8 @@ def _(img, d):
     img.put32(sh.off + C.SH_FIRST_WILD, sh.first_wild ^ 1)
 
 
-@forged("a shape's ntoks + 1", ("invalid shape", "canonical order", "wrong shape's table"))
+@forged("a shape's ntoks + 1", ("invalid shape", "canonical order", "wrong shape's table",
+                                "probe sets do not match the shapes"))
 def _(img, d):
     sh = img.shapes[1]
     img.put32(sh.off + C.SH_NTOKS, sh.ntoks + 1)
@@ -1073,13 +1074,13 @@ def _(img, d):
     img.put64(C.ROOT_PROBE + 8 * 49, img.probe[49] | 1 << 63)
 
 
-@forged("a probe set with a shape bit cleared", "probe sets do not match the shapes")
+@forged("a probe set with a shape bit cleared", "probe sets do not match the shapes", "open")
 def _(img, d):
     k = next(k for k, p in enumerate(img.probe) if p)
     img.put64(C.ROOT_PROBE + 8 * k, img.probe[k] & (img.probe[k] - 1))
 
 
-@forged("a probe set naming a longer shape", "probe sets do not match the shapes")
+@forged("a probe set naming a longer shape", "probe sets do not match the shapes", "open")
 def _(img, d):
     j = max(range(img.nshapes), key=lambda j: (img.shapes[j].ntoks, -img.shapes[j].rest))
     img.put64(C.ROOT_PROBE + 8 * 1, img.probe[1] | 1 << j)

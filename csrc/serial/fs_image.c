@@ -36,10 +36,12 @@ uint64_t fs_image_bytes(const fs_sublist *sl) { return sl->img.base ? sl->img.le
 
 /* Copy the literal table's level and the shapes out of the mapping into
  * sl (check_and_copy says why), checking the copies as the open checked the
- * mapping.  FS_OK, FS_ENOMEM, or FS_EBADDATA when the copy differs from
- * what was checked (the file changed meanwhile). */
-static int copy_tables(fs_sublist *sl)
+ * mapping, and the probe sets against the copies.  FS_OK, FS_ENOMEM, or
+ * FS_EBADDATA with *why: the copy differs from what was checked (the file
+ * changed meanwhile), or the probe sets are not the shapes'. */
+static int copy_tables(fs_sublist *sl, const char **why)
 {
+    *why = "root block's offsets outside the image";
     memcpy(&sl->literals, sl->lit, sizeof(fs_level));
     if (!fs_img_level_ok(sl, &sl->literals) || !(sl->literals.filter || !sl->literals.cap))
         return FS_EBADDATA;
@@ -53,6 +55,18 @@ static int copy_tables(fs_sublist *sl)
         if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->onemask >> sh->ntoks) ||
             (!sh->table.filter && sh->table.cap) || !fs_img_level_ok(sl, &sh->table))
             return FS_EBADDATA;
+    }
+    /* A subject probes the shapes its length's set names, reading its own
+     * tokens at each shape's positions: a set naming a longer shape would
+     * send those reads past them.  So the sets must be the ones the shapes
+     * imply at every level of the check, not only the full one: a function
+     * of at most 64 shapes' fields, a few microseconds. */
+    uint64_t want[FS_SHAPE_MAX_TOKENS + 2];
+    _Static_assert(sizeof(want) == sizeof(sl->shapes.probe[0]), "a probe set a subject length");
+    fs_shapes_probes(sl, want);
+    if (memcmp(want, sl->shapes.probe[0], sizeof(want)) != 0) {
+        *why = "probe sets do not match the shapes";
+        return FS_EBADDATA;
     }
     fs_shapes_hide_probes(&sl->shapes);      /* from the copies, as checked */
     return FS_OK;
@@ -186,9 +200,10 @@ static int check_and_copy(fs_sublist *sl, int verify, unsigned threads, int sum_
      * file rewritten in place under the mapping cannot change them between
      * a check and a use (fs_once8 in fs_layout.h says why).  The copies
      * live in the index's slab, freed with it. */
-    int rc = copy_tables(sl);
+    const char *why;
+    int rc = copy_tables(sl, &why);
     if (rc == FS_EBADDATA) {
-        err->reason = "root block's offsets outside the image";
+        err->reason = why;
         err->pos = FS_SERIAL_HEADER;
     }
     return rc;
