@@ -146,6 +146,28 @@ static void wb_zero_to(wbuf *wb, size_t to)
     wb->zeroed = end;
 }
 
+/* Bytes [lo, hi) of the room (cut to it) made ready before anything is
+ * written there, so that a thread can do it beside other work: a file's
+ * pages populated (fs_filebuf_populate), a borrowed buffer zeroed (its
+ * zeros are the writer's to make; in wb_zero_to's steps), memory of our
+ * own (calloc's fresh pages, zeros already) touched a byte a page.  The
+ * caller of a borrowed buffer's says how far it is zeroed (wb->zeroed). */
+static void wb_ready(const wbuf *wb, size_t lo, size_t hi)
+{
+    if (hi > wb->cap)
+        hi = wb->cap;
+    if (wb->file) {
+        fs_filebuf_populate(wb->file, lo, hi);
+    } else if (wb->borrowed) {
+        for (size_t at = lo; at < hi; at += ZERO_STEP)
+            memset(wb->p + at, 0, hi - at < ZERO_STEP ? hi - at : ZERO_STEP);
+    } else {
+        volatile char *p = wb->p;
+        for (size_t at = lo; at < hi; at += 4096)
+            p[at] = 0;
+    }
+}
+
 /* Room for size more bytes at an 8-byte boundary, zeros: its offset (0
  * when out of memory, or the file cannot grow: wb->oom). */
 static inline uint64_t wb_alloc(wbuf *wb, size_t size)
@@ -868,10 +890,8 @@ static void writer_free(writer *W)
     FS_FREE(W->counts);
 }
 
-/* The image's pages made ready on threads, in runs taken in turn: a
- * file's populated (fs_filebuf_populate), memory's zeroed (a borrowed
- * buffer's zeros are the writer's to make; memory of our own is calloc's
- * fresh pages, zeros already, touched). */
+/* The image's pages made ready on threads, in runs taken in turn
+ * (wb_ready). */
 #define READY_RUN ((size_t)4 << 20)
 typedef struct {
     fs_pool_task task;
@@ -884,14 +904,8 @@ static void ready_run(void *arg, unsigned index)
 {
     ready_job *J = arg;
     (void)index;
-    for (size_t lo; (lo = atomic_fetch_add(&J->next, 1) * READY_RUN) < J->to;) {
-        size_t hi = J->to - lo < READY_RUN ? J->to : lo + READY_RUN;
-        if (J->w->file)
-            fs_filebuf_populate(J->w->file, lo, hi);
-        else                            /* in wb_zero_to's steps (ZERO_STEP says why) */
-            for (size_t at = lo; at < hi; at += ZERO_STEP)
-                memset(J->w->p + at, 0, hi - at < ZERO_STEP ? hi - at : ZERO_STEP);
-    }
+    for (size_t lo; (lo = atomic_fetch_add(&J->next, 1) * READY_RUN) < J->to;)
+        wb_ready(J->w, lo, J->to - lo < READY_RUN ? J->to : lo + READY_RUN);
 }
 
 /* The largest keyed table of sl (*half_full: a shape's). */
@@ -1081,12 +1095,7 @@ int fs_imgw_begin(fs_imgw *X, size_t size_about, size_t now)
     return X->W.w.oom ? FS_ENOMEM : FS_OK;
 }
 
-void fs_imgw_touch(const fs_imgw *X, size_t from, size_t to)
-{
-    volatile char *p = X->W.w.p;
-    for (size_t at = from; at < to && at < X->W.w.cap; at += 4096)
-        p[at] = 0;
-}
+void fs_imgw_touch(const fs_imgw *X, size_t from, size_t to) { wb_ready(&X->W.w, from, to); }
 
 uint64_t fs_imgw_trie(fs_imgw *X, const fs_node *root) { return write_trie(&X->W, root); }
 

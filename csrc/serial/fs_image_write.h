@@ -43,9 +43,10 @@ int fs_imgw_file(fs_imgw *X, const char *path);
  * fs_imgw_touch), and the header and root block (zeros until
  * fs_imgw_end).  FS_OK or FS_ENOMEM. */
 int fs_imgw_begin(fs_imgw *X, size_t size_about, size_t now);
-/* Make the pages of bytes [from, to) of the room ready (each written a
- * zero), so that threads can share that work beside other work, before
- * anything is written there. */
+/* Make the pages of bytes [from, to) of the room ready (a file's
+ * populated, memory's touched: save's rule, wb_ready), so that threads
+ * can share that work beside other work, before anything is written
+ * there. */
 void fs_imgw_touch(const fs_imgw *X, size_t from, size_t to);
 /* The trie under root, as fs_image_write writes an index's: its root's
  * offset (0: out of memory). */
