@@ -313,12 +313,14 @@ cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size)
     const char *_utf8_or_raise "PyUnicode_AsUTF8AndSize"(object s, Py_ssize_t *size) except NULL
     void PyErr_Clear()
-    bint PyUnicode_IS_COMPACT_ASCII(object s)
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
-    void *PyUnicode_DATA(object s)
     long long PyLong_AsLongLongAndOverflow(object v, int *overflow) except? -1
 
 cdef extern from "_pyrows.h":
+    # a compact ASCII str, whose characters are its UTF-8 bytes, and those
+    # characters (_utf8's fast path: the rule the list paths use)
+    bint TM_IS_ASCII_STR(object s)
+    const char *tm_ascii_chars(object s)
     # a list's usual rows read as C (_Column.fill_to, _specs_of): each
     # returns the first row it did not take (tm_copies_fill: or -1, with
     # MemoryError set)

@@ -46,11 +46,11 @@ cdef object _invalid(str what, object s, fs_error *err):
 cdef inline const char *_utf8(object s, str what, Py_ssize_t *n) except NULL:
     """The UTF-8 bytes of a str; TypeError for non-str, InvalidSubjectError
     for strings that cannot be encoded (lone surrogates)."""
-    if type(s) is str and PyUnicode_IS_COMPACT_ASCII(s):
+    if TM_IS_ASCII_STR(s):
         # ASCII is its own UTF-8, stored right after the object header:
         # no call (every subject and filter of the benchmarks takes this)
         n[0] = PyUnicode_GET_LENGTH(s)
-        return <const char *>PyUnicode_DATA(s)
+        return tm_ascii_chars(s)
     return _utf8_any(s, what, n)
 
 
