@@ -23,7 +23,9 @@ unsharded and sharded passes must agree on both figures.
   sharded    fanout(shards=...): one stats job, the events' salting sample,
              the cogroup that builds each shard's index on the executors
   fanout     fanout(events, subs) with its default arguments (shards="auto"),
-             the images built into a new directory (--image-dir): a first call
+             the images built into a new directory (--image-dir; with none,
+             the driver's image directory is the run's own unless
+             --host-cache): a first call
   again      the same call again on the same subscriptions DataFrame
   first      a first call each time it runs: fanout over a new DataFrame
              object of the same rows (so no plan is remembered) into a new
@@ -378,6 +380,13 @@ def main(argv=None):
                     help="where the shard images go (default: a new temporary directory, so "
                          "that the first fanout pass builds them: a first call); 'none': no "
                          "image_dir, the fan-out's default arguments")
+    ap.add_argument("--host-cache", action="store_true",
+                    help="with --image-dir none: keep the driver's usual image directory "
+                         "(topicmatch-images-<uid> in the system's temporary directory, or "
+                         "$TOPICMATCH_IMAGE_DIR), where the images of earlier runs are found, so "
+                         "that a fanout pass is a new application on the same rows (images "
+                         "fetched, none built); by default the run's own new directory: a first "
+                         "call")
     ap.add_argument("--keep-files", action="store_true",
                     help="keep the run's temporary directory (the cluster's work and local "
                          "directories, the images, the build log), removed at exit otherwise: "
@@ -396,6 +405,7 @@ def main(argv=None):
     from pyspark.sql import functions as F
 
     from topicmatch.spark import LOAD_LOG_ENV, IndexTooLargeError, fanout, local_session, plan_shards
+    from topicmatch.spark.image_store import IMAGE_DIR_ENV
 
     # Everything the run writes goes under one directory, removed at exit
     # (atexit: after the cluster's servers are stopped, also where a pass
@@ -410,6 +420,13 @@ def main(argv=None):
     image_dir = args.image_dir or tempfile.mkdtemp(prefix="images-", dir=work)
     if image_dir == "none":
         image_dir = None
+        if not args.host_cache:
+            # Without image_dir the driver keeps every image it was sent in
+            # its own directory, which outlives the run; a later run on the
+            # same rows would find them there and build nothing.  (The
+            # JVM, and in local mode the Python workers it starts, inherit
+            # this; a cluster's hosts have directories of their own.)
+            os.environ[IMAGE_DIR_ENV] = tempfile.mkdtemp(prefix="driver-images-", dir=work)
     os.environ[LOAD_LOG_ENV] = build_log
     cluster = None
     master = args.master
@@ -513,7 +530,8 @@ def main(argv=None):
         shuffled = _shuffle_bytes(spark) - before
         with open(build_log) as f:
             f.seek(log_at)
-            builds = [ln.split() for ln in f if ln.startswith("shard-")]
+            logged = [ln.split() for ln in f if ln.strip()]
+        builds = [b for b in logged if b[0].startswith("shard-")]
         row = {"wall_s": round(wall, 2), "events_per_s": round(args.events / wall),
                "result": got, "shuffle_bytes_per_event": round(shuffled / args.events, 1),
                "driver_python_peak_rss_mb": rss.driver_peak >> 20,
@@ -523,6 +541,11 @@ def main(argv=None):
             row["shard_builds"] = len(builds)
             row["shard_build_cpu_s"] = round(sum(float(b[3]) for b in builds if len(b) > 3), 2)
             row["largest_shard_built"] = max(int(b[2]) for b in builds)
+        elif name in ("fanout", "first"):
+            # no shard image built: an unsharded one, or every image found
+            # (then this was not what a first call pays)
+            row["images_built"] = sum(1 for b in logged if b[2:3] == ["build"])
+            row["images_fetched"] = sum(1 for b in logged if b[2:3] == ["fetch"])
         results["passes"].setdefault(name, []).append(row)
         print(f"  {name:<10} {wall:8.1f} s  {args.events / wall:>12,.0f} events/s  {row}", flush=True)
         if args.jobs:
