@@ -37,12 +37,9 @@
  * Subjects: fixed probes, the filters a verified image lists (wildcards
  * replaced by words), and words taken from the input's printable runs.
  *
- * Known, reported library bugs (tests/test_image_hostile.py, KNOWN_BUGS
- * and its strict-xfail reproducers) are screened out here, each narrowly
- * (screen_* below), so that the run looks for new ones; FUZZ_IMAGE_STRICT=1
- * in the environment turns every screen off (and finds them), a comma-
- * separated list of bug names only theirs.  Drop a screen when its bug is
- * fixed.  Seeds: fuzz/seeds/image (made by
+ * The library bugs it found are fixed, and the harness screens none: each
+ * one's forged image is a seed (regress-*) and a test
+ * (tests/test_image_hostile.py).  Seeds: fuzz/seeds/image (made by
  * fuzz/make_image_seeds.py).
  */
 #include <stdint.h>
@@ -68,65 +65,12 @@
 
 #define ROOT_OBJECTS_END (FS_SERIAL_HEADER + 24)   /* img_root.objects_end (fs_image_root.h) */
 
-static const char *strict_env;
+/* ------------------------------------------------------------ invariants */
 
-/* Is the screen for this bug off?  FUZZ_IMAGE_STRICT=1 (or "all"): every
- * screen; a comma-separated list of the names below: those. */
-static int strict_for(const char *bug)
-{
-    const char *e = strict_env;
-    if (!e || !*e || strcmp(e, "0") == 0)
-        return 0;
-    if (strcmp(e, "1") == 0 || strcmp(e, "all") == 0)
-        return 1;
-    size_t n = strlen(bug);
-    for (const char *p = strstr(e, bug); p; p = strstr(p + 1, bug))
-        if ((p == e || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
-            return 1;
-    return 0;
-}
-
-/* ------------------------------------------------------------ screens
- * Each names a known bug (tests/test_image_hostile.py KNOWN_BUGS) and says
- * whether this index could hit it; then the harness steps around it. */
-
-/* shape-fields-unchecked: the walks use a shape's ntoks and onemask
- * unchecked; a verify=0 index with a shape no insert makes (ntoks over 48,
- * onemask bits past ntoks) crashes the first match. */
-static int screen_shapes(const fs_sublist *sl)
-{
-    if (strict_for("shape-fields-unchecked"))
-        return 0;
-    for (uint32_t j = 0; j < sl->shapes.n; j++) {
-        const fs_shape *sh = sl->shapes.shape[j];
-        if (sh->ntoks > FS_SHAPE_MAX_TOKENS || sh->rest > 1 || (sh->onemask >> sh->ntoks) != 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* loop-budget-trusts-the-header: the walks stop a trie loop after
- * sl->nodes + 1 visits, a count open takes from the header unchecked. */
-static int screen_node_count(const fs_sublist *sl)
-{
-    return !strict_for("loop-budget-trusts-the-header") && sl->nodes > (sl->img.len - FS_IMG_OBJECTS) / 8;
-}
-
-/* thaw-path-overflow: fs_image_thaw writes a trie node's filter into a
- * 64 KiB buffer unchecked: thaw only verified indexes unless strict. */
-static int screen_thaw(int verified) { return !strict_for("thaw-path-overflow") && !verified; }
-
-/* reverse-match-einval-from-stored-filter: reverse_match returns FS_EINVAL
- * (err unset) for a valid query when a table entry's filter is invalid. */
-static int screen_reverse_einval(int verified)
-{
-    return !strict_for("reverse-match-einval-from-stored-filter") && !verified;
-}
-
-/* verify-skips-wildcard-tokens: verify=1 accepts a wildcard trie node
- * whose token is not its wildcard; the thawed index then holds another
- * filter.  A verified index's trie is a tree: walked here without checks. */
-static int screen_wildcard_tokens(const fs_sublist *sl)
+/* A wildcard trie node's token is its wildcard (verify=1 once accepted
+ * another, and the thawed index then held another filter).  For a verified
+ * index only: its trie is a tree, walked here without checks. */
+static int wildcard_tokens_bad(const fs_sublist *sl)
 {
     const fs_dialect_rules *R = fs_rules(sl->dialect);
     const fs_node *stack[4096];
@@ -152,93 +96,6 @@ static int screen_wildcard_tokens(const fs_sublist *sl)
             stack[n++] = fs_lv_rest(sl, L);
     }
     return bad;
-}
-
-/* image-write-qsort-null: fs_image_write's sorted_entries calls qsort(NULL,
- * 0, ...) (undefined: qsort's first argument is declared nonnull) when the
- * first table it writes -- the trie root's level, else the literal table --
- * is empty; UBSan stops there.  t: a built index. */
-static int screen_write_empty(const fs_sublist *t)
-{
-    const fs_level *first = fs_next(t->root) ? fs_next(t->root) : &t->literals;
-    return !strict_for("image-write-qsort-null") && first->count == 0;
-}
-
-/* backward-payload-offsets: a mapped node's queue groups, and a group's
- * name and ids, are found by adding an offset -- stored unsigned -- to the
- * node's (group's) address (fs_node_groups, fs_group_name, fs_group_ids);
- * the writer only makes forward ones, but open and verify accept one that
- * points backwards (still inside the image), and adding it overflows the
- * pointer (undefined; UBSan's pointer-overflow stops there).  Found by a
- * walk of a separate verify=0 index of the same bytes (its damage marks
- * stay its own), bounded against loops. */
-static int has_backward(const fs_node *n)
-{
-    if (!n->groups)
-        return 0;
-    if ((int64_t)(uintptr_t)n->groups < 0)
-        return 1;
-    const fs_groups *gs = fs_node_groups(n);
-    for (uint32_t i = 0; i < gs->n; i++)
-        if ((int64_t)(uintptr_t)gs->g[i].name < 0 || (int64_t)(uintptr_t)gs->g[i].ids < 0)
-            return 1;
-    return 0;
-}
-
-static int screen_backward(const unsigned char *buf, size_t size)
-{
-    if (strict_for("backward-payload-offsets"))
-        return 0;
-    fs_sublist *sl = NULL;
-    fs_error err;
-    if (fs_image_open((const char *)buf, size, 0, 1, &sl, &err) != FS_OK)
-        return 0;
-    enum { CAP = 1 << 14 };
-    const fs_node **stack = malloc(sizeof(fs_node *) * CAP);
-    CHECK(stack != NULL);
-    size_t n = 0, budget = 4 * CAP;
-    int found = 0;
-    stack[n++] = sl->root;
-    for (uint32_t j = 0; j <= sl->shapes.n; j++) {
-        const fs_level *L = j < sl->shapes.n ? &sl->shapes.shape[j]->table : sl->lit;
-        const fs_slot *slots = fs_lv_slots(sl, L);
-        for (uint32_t i = 0; i < L->cap && n < CAP; i++) {
-            const fs_node *e = fs_ref_node(sl, slots[i].node);
-            if (e)
-                stack[n++] = e;
-        }
-    }
-    while (n && budget-- && !found) {
-        const fs_node *x = stack[--n];
-        if ((found = has_backward(x)))
-            break;
-        const fs_level *L = fs_down(sl, x);
-        if (!L)
-            continue;
-        const fs_slot *slots = fs_lv_slots(sl, L);
-        for (uint32_t i = 0; i < L->cap && n < CAP; i++) {
-            const fs_node *c = fs_ref_node(sl, slots[i].node);
-            if (c)
-                stack[n++] = c;
-        }
-        const fs_node *one = fs_lv_one(sl, L), *rest = fs_lv_rest(sl, L);
-        if (one && n < CAP)
-            stack[n++] = one;
-        if (rest && n < CAP)
-            stack[n++] = rest;
-    }
-    free(stack);
-    fs_sublist_free(sl);
-    return found;
-}
-
-/* error-position-is-the-offset: verify reports "node outside the image" and
- * "level outside the image" at the bad offset's value, not at a byte of
- * the image (the field holding it). */
-static int screen_error_position(const fs_error *err)
-{
-    return !strict_for("error-position-is-the-offset") && (strcmp(err->reason, "node outside the image") == 0 ||
-                       strcmp(err->reason, "level outside the image") == 0);
 }
 
 /* ------------------------------------------------------------ subjects */
@@ -384,7 +241,7 @@ static void ask(fs_sublist *sl, const char *s, size_t n, int verified, int rever
         goto done;
     rc = fs_sublist_reverse_match(sl, s, n, &sc, &rr, &err);
     int valid = fs_validate(fs_sublist_dialect(sl), s, n, 1, &err) == FS_OK;
-    if (valid && !screen_reverse_einval(verified))
+    if (valid)
         CHECK(rc != FS_EINVAL);
     CHECK(rc == FS_OK || rc == FS_EINVAL || rc == FS_ENOMEM);
     a->nrev = rc == FS_OK ? rr.nhits : (size_t)-1;
@@ -394,7 +251,7 @@ done:
     fs_scratch_free(&sc);
 }
 
-static void reverse_all(fs_sublist *sl, int verified, size_t *nrows)
+static void reverse_all(fs_sublist *sl, size_t *nrows)
 {
     static const char *const Q[] = {">", "#", "*", "+", "a.*", "a/+", "*.*", "a.#", "#.b", "a.>"};
     fs_scratch sc;
@@ -405,7 +262,7 @@ static void reverse_all(fs_sublist *sl, int verified, size_t *nrows)
     for (size_t i = 0; i < sizeof(Q) / sizeof(Q[0]); i++) {
         int rc = fs_sublist_reverse_match(sl, Q[i], strlen(Q[i]), &sc, &rr, &err);
         CHECK(rc == FS_OK || rc == FS_EINVAL || rc == FS_ENOMEM);
-        if (rc == FS_EINVAL && !screen_reverse_einval(verified))
+        if (rc == FS_EINVAL)
             CHECK(fs_validate(fs_sublist_dialect(sl), Q[i], strlen(Q[i]), 1, &err) != FS_OK);
         nrows[i] = rc == FS_OK ? rr.nhits : (size_t)-1;
     }
@@ -444,7 +301,7 @@ static void exercise(fs_sublist *sl, const subjects *S, int verified, answer *A,
     for (size_t i = 0; i < S->count; i++)
         ask(sl, S->s[i], S->n[i], verified, i % 8 == 0, A ? &A[i] : &scratch);
     size_t rows[16];
-    reverse_all(sl, verified, nrev ? nrev : rows);
+    reverse_all(sl, nrev ? nrev : rows);
     batch(sl, S);
 }
 
@@ -642,7 +499,7 @@ static void run_disorder(const fs_sublist *sl1, const unsigned char *buf, size_t
             }
         }
         size_t rows[16];
-        reverse_all(sl, 0, rows);
+        reverse_all(sl, rows);
         batch(sl, S);
         fs_sublist_free(sl);
     }
@@ -657,15 +514,14 @@ static void check_refusal(int rc, fs_sublist *sl, const fs_error *err, size_t si
     CHECK(sl == NULL);
     if (rc == FS_EBADDATA) {
         CHECK(err->reason != NULL);
-        if (err->pos > size && !screen_error_position(err))
+        if (err->pos > size)
             fprintf(stderr, "fuzz_image: refused (%s) at byte %zu of %zu\n", err->reason, err->pos, size);
-        CHECK(err->pos <= size || screen_error_position(err));
+        CHECK(err->pos <= size);
     }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    strict_env = getenv("FUZZ_IMAGE_STRICT");
     uint8_t ctl = size ? data[size - 1] : 0;
     /* exactly the input's size, so that ASan sees any read past it */
     unsigned char *buf = malloc(size ? size : 1);
@@ -680,10 +536,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     fs_error err = {NULL, 0, 0};
     fs_sublist *sl1 = NULL, *sl0 = NULL;
-    if (screen_backward(buf, size)) {       /* (verify=1 itself reads them) */
-        free(buf);
-        return 0;
-    }
 
     if ((ctl & 2) && size) {               /* at an odd address: refused */
         unsigned char *odd = malloc(size + 1);
@@ -747,12 +599,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(rc == FS_OK || rc == FS_ENOMEM);
         if (rc == FS_OK) {
             CHECK(fs_sublist_count(t) == fs_sublist_count(sl1));
-            int wild_bad = screen_wildcard_tokens(sl1);
-            if (wild_bad && strict_for("verify-skips-wildcard-tokens")) {
-                fprintf(stderr, "fuzz_image: verify=1 opened an image with a wildcard node whose token is not it\n");
-                CHECK(!wild_bad);
-            }
-            if (!wild_bad) {
+            CHECK(!wildcard_tokens_bad(sl1));
+            {
                 size_t revt[16];
                 exercise(t, &S, 1, AT, revt);
                 same_answers(A1, AT, S.count);
@@ -760,7 +608,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     CHECK(rev1[i] == revt[i] || rev1[i] == (size_t)-1 || revt[i] == (size_t)-1);
                 char *w2 = NULL;
                 size_t wn2 = 0;
-                if (!screen_write_empty(t) && fs_image_write(t, &w2, &wn2) == FS_OK) {
+                if (fs_image_write(t, &w2, &wn2) == FS_OK) {
                     fs_sublist *again = NULL;
                     rc = fs_image_open(w2, wn2, 1, 1, &again, &err);
                     CHECK(rc == FS_OK || rc == FS_ENOMEM);
@@ -779,7 +627,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (ctl & 4)
             run_disorder(sl1, buf, size, &S, A1);
     }
-    if (sl0 && !screen_shapes(sl0) && !screen_node_count(sl0)) {
+    if (sl0) {
         exercise(sl0, &S, sl1 != NULL, A0, rev0);
         if (sl1 && !fs_image_damaged(sl0))
             same_answers(A1, A0, S.count);
@@ -797,7 +645,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         exercise(sl0, &S, sl1 != NULL, NULL, NULL);
         if (was_damaged)
             CHECK(fs_image_damaged(sl0));          /* damage stays reported */
-        if (!screen_thaw(sl1 != NULL)) {
+        {
             fs_sublist *t = NULL;
             rc = fs_image_thaw(sl0, &t);
             CHECK(rc == FS_OK || rc == FS_ENOMEM || rc == FS_EBADDATA);

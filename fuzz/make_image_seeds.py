@@ -63,10 +63,10 @@ def seeds(d):
 
 
 def regressions():
-    """Forged images that reproduce the bugs fuzz_image found or screens
-    (tests/test_image_hostile.py KNOWN_BUGS), each under
-    FUZZ_IMAGE_STRICT=<its name> (the empty seeds reproduce
-    image-write-qsort-null)."""
+    """Forged images that reproduced the bugs fuzz_image and
+    tests/test_image_hostile.py found, each named by its bug (the empty
+    seeds reproduced image-write-qsort-null); all fixed, kept as seeds so
+    that a return is found at once."""
     C = H.C
     sl = index("nats", [("a.*", 1, None)])
     img = C.Image(sl.to_bytes())
