@@ -102,6 +102,10 @@ def regressions():
     img.b[next(n for n in img.trie_nodes if n.kind == C.TOK_ONE).off + 32] = ord("x")
     yield "verify-skips-wildcard-tokens", img.raw()
 
+    img = C.Image(index("nats", [("a", 1, None), ("b.*", 2, None)]).to_bytes())
+    img.b[img.root + C.ND_KIND] = C.TOK_REST
+    yield "root-marked-a-wildcard", img.raw()        # (a root of another kind or hash: verify=1 opened it)
+
 
 def write(name, b):
     b = bytearray(b)

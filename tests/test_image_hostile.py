@@ -1170,6 +1170,16 @@ def _(img, d):
     img.put32(img.root + C.ND_SUBCAP, 1)
 
 
+@forged("the root marked a wildcard", "the trie's root is not a bare root node")
+def _(img, d):
+    img.b[img.root + C.ND_KIND] = C.TOK_REST
+
+
+@forged("the root given a hash", "the trie's root is not a bare root node")
+def _(img, d):
+    img.put32(img.root + C.ND_HASH, 1)
+
+
 @forged("an invalid queue name (hash made to fit)", "NUL in queue name")
 def _(img, d):
     g, name, _, _ = img.entry(f"a{SEP[d]}b").group_list[0]

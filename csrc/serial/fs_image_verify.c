@@ -566,11 +566,17 @@ static int seen_init(verifier *v)
     return FS_OK;
 }
 
+/* The root as fs_sublist_new makes it: a literal node with no token (so
+ * hash 0), no subscriptions and no parent.  Its kind and hash are read by
+ * no walk, but an image with others would not be the one image of its
+ * set. */
 static int root_ok(verifier *v)
 {
     const fs_sublist *sl = v->sl;
-    if (!(sl->root->linked & FS_LINK_TRIE) || fs_up(sl, sl->root) || fs_has_subs(sl->root) || sl->root->toklen)
-        return vbad(v, "the trie's root is not a bare root node", fs_img_off(sl, sl->root));
+    const fs_node *r = sl->root;
+    if (!(r->linked & FS_LINK_TRIE) || fs_up(sl, r) || fs_has_subs(r) || r->toklen || r->kind != FS_TOK_LITERAL ||
+        r->hash)
+        return vbad(v, "the trie's root is not a bare root node", fs_img_off(sl, r));
     return FS_OK;
 }
 
