@@ -567,9 +567,9 @@ static int seen_init(verifier *v)
 }
 
 /* The root as fs_sublist_new makes it: a literal node with no token (so
- * hash 0), no subscriptions and no parent.  Its kind and hash are read by
- * no walk, but an image with others would not be the one image of its
- * set. */
+ * hash 0), no subscriptions and no parent.  No walk reads its kind or
+ * hash; they are checked so that a verified trie holds no node marked a
+ * wildcard that is not one (fuzz_image's invariant), the root included. */
 static int root_ok(verifier *v)
 {
     const fs_sublist *sl = v->sl;
