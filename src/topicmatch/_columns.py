@@ -94,11 +94,12 @@ def _ints_view(arr):
 
 
 def numpy_as_arrow(values, type_):
-    """A one-dimensional numpy array as an Arrow array of type_ (a
-    numeric type of the array's own dtype, over the array's own buffer
-    where it is contiguous; or bool_ for a bool array), without pa.array(), which imports pandas the first time (see
-    _ints_view; and without DataType.to_pandas_dtype(), which some pyarrow
-    versions make import it too)."""
+    """A one-dimensional numpy array as an Arrow array of type_: a numeric
+    type of the array's own width, over the array's buffer (a strided
+    array's contiguous copy), or bool_ for a bool array (its bits packed).
+    Without pa.array(), which imports pandas the first time (see
+    _ints_view), and without DataType.to_pandas_dtype(), which some pyarrow
+    versions make import it too."""
     import numpy as np
     import pyarrow as pa
     n = len(values)
