@@ -87,3 +87,35 @@ def test_arrow_columns_do_not_import_pandas(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split() == ["10"]
     assert not marker.exists(), "pandas was imported:\n" + marker.read_text()
+
+
+def test_python_values_to_arrow_without_pandas_agree_with_pyarrow():
+    # _columns.python_array and batch_of (the rows Spark tasks return) make
+    # what pa.array makes, nulls included, from buffers of their own
+    from topicmatch import _columns
+    cases = [([1, None, -3, 2 ** 63 - 1], pa.int64()), ([None, 2, 3], pa.int32()), ([255, None, 0], pa.uint8()),
+             (["x", None, "é", ""], pa.string()), (["a", "bb", None], pa.large_string()),
+             ([b"\x00", None, b""], pa.binary()), ([True, None, False], pa.bool_()),
+             ([1.5, None, 2.0], pa.float64()), ([None, None], pa.null()), ([], pa.string()), ([], pa.int64())]
+    for values, t in cases:
+        got = _columns.python_array(values, t)
+        got.validate(full=True)
+        assert got.equals(pa.array(values, t)), (values, t)
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.binary())])
+    b = _columns.batch_of({"a": [7], "b": ["x"]}, schema)          # c left out: null
+    assert b.schema == schema and b.to_pylist() == [{"a": 7, "b": "x", "c": None}]
+    with pytest.raises(topicmatch.TopicmatchTypeError, match="list<item: int64>"):
+        _columns.python_array([[1]], pa.list_(pa.int64()))
+
+
+def test_arrow_ints_and_bools_to_numpy_without_pandas():
+    from topicmatch import _columns
+    ints = pa.chunked_array([pa.array([1, 2], pa.int32()), pa.array([3], pa.int32())])
+    assert _columns.int_values(ints).tolist() == [1, 2, 3]
+    assert _columns.int_values(pa.array([4, 5, 6], pa.int64()).slice(1)).tolist() == [5, 6]
+    assert _columns.int_values(pa.chunked_array([], pa.int16())).dtype == np.int16
+    bools = pa.array([i % 3 == 0 for i in range(19)]).slice(5)       # an offset inside a byte
+    assert _columns.bool_values(bools).tolist() == bools.to_pylist()
+    assert _columns.bool_values(pa.chunked_array([bools, bools.slice(2, 3)])).tolist() == \
+        bools.to_pylist() + bools.to_pylist()[2:5]
+    assert _columns.bool_values(pa.array([], pa.bool_())).tolist() == []

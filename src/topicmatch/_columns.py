@@ -3,7 +3,9 @@ layer's column arguments (match_many's subjects and keys, insert_many's
 columns, route_keys' values) that needs no C -- which objects are Arrow
 columns, their chunks and their buffers' sizes (what Arrow's C Data
 Interface leaves out, for csrc/arrow/), numpy arrays of strings and of
-integers, the rows of a column for an error message.  The Cython layer
+integers, the rows of a column for an error message -- and the
+conversions between Arrow, numpy and Python values that do without
+pyarrow's own, which import pandas (int_values, python_array, batch_of).  The Cython layer
 (_batch.pxi) hands the exports and the sizes to C and translates its
 errors; the type errors here are the same words it has always raised."""
 
@@ -108,6 +110,75 @@ def numpy_as_arrow(values, type_):
     elif values.dtype.itemsize * 8 != type_.bit_width:
         raise _errors().TopicmatchTypeError(f"a {values.dtype} array is not {type_}")
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(np.ascontiguousarray(values))])
+
+
+def int_values(col):
+    """An Arrow integer column without nulls (an Array or a ChunkedArray)
+    as a numpy array: over its buffer where it is one array, its chunks
+    joined otherwise.  Without to_numpy() (see _ints_view)."""
+    import numpy as np
+    import pyarrow as pa
+    if not isinstance(col, pa.ChunkedArray):
+        return _ints_view(col)
+    parts = [_ints_view(c) for c in col.chunks]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else _ints_view(pa.Array.from_buffers(col.type, 0, [None, None]))
+
+
+def bool_values(arr):
+    """An Arrow bool array without nulls (is_null()'s, say) as a numpy bool
+    array: its bits unpacked.  Without to_numpy() (see _ints_view)."""
+    import numpy as np
+    import pyarrow as pa
+    if isinstance(arr, pa.ChunkedArray):
+        return np.concatenate([bool_values(c) for c in arr.chunks]) if arr.num_chunks else np.empty(0, bool)
+    data, n = arr.buffers()[1], len(arr)
+    if data is None or n == 0:
+        return np.empty(0, bool)
+    bits = np.unpackbits(np.frombuffer(data, np.uint8), count=arr.offset + n, bitorder="little")
+    return bits[arr.offset:].astype(bool)
+
+
+def python_array(values, type_):
+    """A list of Python values (None: null) as an Arrow array of type_ --
+    an integer, floating point, bool, string or binary type (large ones
+    too), or null -- made from its buffers.  For the small batches of
+    rows that Spark tasks return: pa.array() and RecordBatch.from_pydict
+    import pandas the first time in a process, where it is installed,
+    which cost each fresh Python worker about a second (see _ints_view)."""
+    import numpy as np
+    import pyarrow as pa
+    n = len(values)
+    if pa.types.is_null(type_):
+        return pa.nulls(n)
+    valid = np.fromiter((v is not None for v in values), bool, n)
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    t = pa.types
+    if t.is_string(type_) or t.is_large_string(type_) or t.is_binary(type_) or t.is_large_binary(type_):
+        text = t.is_string(type_) or t.is_large_string(type_)
+        data = [b"" if v is None else v.encode("utf-8") if text else bytes(v) for v in values]
+        wide = t.is_large_string(type_) or t.is_large_binary(type_)
+        offsets = np.zeros(n + 1, np.int64 if wide else np.int32)
+        np.cumsum(np.fromiter((len(d) for d in data), np.int64, n), out=offsets[1:])
+        return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+    if t.is_boolean(type_):
+        bits = np.packbits(np.fromiter((bool(v) for v in values), bool, n), bitorder="little")
+        return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(bits)])
+    if t.is_integer(type_) or t.is_floating(type_):
+        kind = "f" if t.is_floating(type_) else "i" if t.is_signed_integer(type_) else "u"
+        data = np.fromiter((0 if v is None else v for v in values), np.dtype(f"={kind}{type_.bit_width // 8}"), n)
+        return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(data)])
+    raise _errors().TopicmatchTypeError(f"no Arrow array of {type_} is made from Python values here")
+
+
+def batch_of(columns, schema):
+    """A RecordBatch of schema from {name: list of Python values} (a name
+    left out: nulls), through python_array (no pandas)."""
+    import pyarrow as pa
+    n = len(next(iter(columns.values()))) if columns else 0
+    return pa.RecordBatch.from_arrays([python_array(columns.get(f.name, [None] * n), f.type) for f in schema],
+                                      schema=schema)
 
 
 def int64_array(ids, what):

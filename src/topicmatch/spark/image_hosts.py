@@ -12,6 +12,7 @@ from typing import Optional
 
 import pyarrow as pa
 
+from topicmatch._columns import batch_of
 from topicmatch._core import TopicmatchValueError
 from topicmatch.spark.image_store import check_image_dir, default_image_dir
 from topicmatch.spark.session import check_executors, is_connect, is_local_master, session_key
@@ -69,10 +70,13 @@ _CONNECT_HOSTS = {}
 _CONNECT_LOCK = threading.Lock()
 
 
+_HOST_SCHEMA = pa.schema([("host", pa.string()), ("home", pa.string())])
+
+
 def _host_probe(batches):
     for b in batches:
-        yield pa.RecordBatch.from_pydict({"host": [socket.gethostname()] * b.num_rows,
-                                          "home": [default_image_dir()] * b.num_rows})
+        yield batch_of({"host": [socket.gethostname()] * b.num_rows,
+                        "home": [default_image_dir()] * b.num_rows}, _HOST_SCHEMA)
 
 
 def connect_one_host(spark) -> bool:

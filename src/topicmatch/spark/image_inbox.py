@@ -59,6 +59,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Un
 
 import pyarrow as pa
 
+from topicmatch._columns import batch_of
 from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError, _ImageChecksum, _os_error
 from topicmatch import Sublist
 from topicmatch.spark.image_cache import open_regular, prune_quietly
@@ -507,10 +508,7 @@ def as_rows(ticket, status: str, location: Optional[str], path: str,
         return
     with open(path, "rb") as f:
         for part, data in enumerate(iter(lambda: f.read(ROW_BYTES), b"")):
-            values = {"status": CHUNK, "path": location, "part": part, "data": data}
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([values.get(field.name)], field.type) for field in schema],
-                schema=schema)
+            yield batch_of({"status": [CHUNK], "path": [location], "part": [part], "data": [data]}, schema)
 
 
 def _in_order(rows, location: str) -> Iterator[bytes]:

@@ -66,6 +66,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from topicmatch._columns import batch_of
 from topicmatch._core import IMAGE_FORMAT_VERSION, TopicmatchRuntimeError, _os_error
 from topicmatch import Sublist
 from topicmatch.spark.base import (bad_subscription, check_subscriptions_schema, column,
@@ -187,11 +188,10 @@ _RESULT_SCHEMA = pa.schema([
 
 def _result(status, path, inserts=0, nsubs=0, nbytes=0, bad=None) -> pa.RecordBatch:
     i, sub_id, filter_, queue = bad if bad is not None else (None,) * 4
-    return pa.RecordBatch.from_pydict({
+    return batch_of({
         "status": [status], "path": [path], "host": [socket.gethostname()],
         "inserts": [inserts], "nsubs": [nsubs], "nbytes": [nbytes], "bad_row": [i],
-        "bad_sub_id": [sub_id], "bad_filter": [filter_], "bad_queue": [queue], "part": [None],
-        "data": [None]}, schema=_RESULT_SCHEMA)
+        "bad_sub_id": [sub_id], "bad_filter": [filter_], "bad_queue": [queue]}, _RESULT_SCHEMA)
 
 
 def task_file(location: Optional[str], name: str) -> str:

@@ -240,15 +240,16 @@ _CHECKED = weakref.WeakSet()
 def _probe(batches):
     import pyarrow as pa_
     import topicmatch as fs
+    from topicmatch._columns import batch_of
     # (this function is pickled by reference: unpickling it imported
     # topicmatch.spark, what a fan-out's build and match functions need, in
-    # each core's worker beside the plan's first job, not in their tasks;
-    # and from_pydict below, as any conversion of Python values by pyarrow,
-    # imports pandas where it is installed: ~1 s here, in this job too)
+    # each core's worker beside the plan's first job, not in their tasks.
+    # Its row is made without pyarrow's conversion of Python values, which
+    # imports pandas where it is installed: ~1 s of each fresh worker)
     for _ in batches:
         pass
-    yield pa_.RecordBatch.from_pydict({"python": [sys.executable],
-                                       "topicmatch": [fs.__file__]})
+    yield batch_of({"python": [sys.executable], "topicmatch": [fs.__file__]},
+                   pa_.schema([("python", pa_.string()), ("topicmatch", pa_.string())]))
 
 
 def _checked(spark) -> bool:

@@ -49,6 +49,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from topicmatch import InvalidSubjectError, Sublist
+from topicmatch._columns import batch_of, bool_values, int_values, numpy_as_arrow
 from topicmatch._core import ROUTE_ANY, route_keys, TopicmatchRuntimeError, TopicmatchValueError
 from topicmatch._dialects import check_dialect
 from topicmatch.spark.base import (bad_subscription, check_depth, check_shards,  # noqa: F401
@@ -236,13 +237,12 @@ def _check_fn(dialect: str):
         for b in batches:
             ids, filters, queues = b.column(0), b.column(1), b.column(2)
             _, kinds = route_keys(filters, dialect, 1, filters=True)
-            bad = (kinds > ROUTE_ANY) | ids.is_null().to_numpy(zero_copy_only=False)
+            bad = (kinds > ROUTE_ANY) | bool_values(ids.is_null())
             bad |= _bad_queues(dialect, filters, queues)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                yield pa.RecordBatch.from_pydict(
-                    {"bad_id": [ids[i].as_py()], "bad_filter": [filters[i].as_py()],
-                     "bad_queue": [queues[i].as_py()]}, schema=_CHECK_SCHEMA)
+                yield batch_of({"bad_id": [ids[i].as_py()], "bad_filter": [filters[i].as_py()],
+                                "bad_queue": [queues[i].as_py()]}, _CHECK_SCHEMA)
                 return
     return topicmatch_sub_check
 
@@ -343,8 +343,8 @@ def _shard_index(dialect: str, subs: pa.Table) -> Sublist:
     _H2), built once per distinct content per worker process.  The digest is
     order-independent (sums and xor of two row hashes Spark computed),
     because a shuffle delivers rows in any order."""
-    h1 = subs.column(_H1).to_numpy().view(np.uint64)
-    h2 = subs.column(_H2).to_numpy().astype(np.int64).view(np.uint64)
+    h1 = int_values(subs.column(_H1)).view(np.uint64)
+    h2 = int_values(subs.column(_H2)).astype(np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
         digest = (dialect, subs.num_rows, int(h1.sum(dtype=np.uint64)),
                   int(np.bitwise_xor.reduce(h1)) if len(h1) else 0,
@@ -385,9 +385,9 @@ def _match_fn(dialect, queues, dedupe, subject_col, event_cols, out_schema):
     def topicmatch_shard_match(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         subs, sl = [], None
         for b in batches:
-            kinds = b.column(_KIND).to_numpy(zero_copy_only=False)
+            kinds = int_values(b.column(_KIND))
             if (kinds == 0).any():
-                is_sub = pa.array(kinds == 0)
+                is_sub = numpy_as_arrow(kinds == 0, pa.bool_())
                 if sl is not None:
                     raise TopicmatchRuntimeError("topicmatch: a shard's subscriptions arrived after its events "
                                        "(the group's rows must come sorted by kind)")

@@ -49,11 +49,11 @@ from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from topicmatch import Sublist
+from topicmatch._columns import batch_of, int_values, numpy_as_arrow
 from topicmatch.spark.base import bad_subscription
 from topicmatch.spark.image_store import image_home, is_spark, location_in, open_location
 from topicmatch.spark.image_inbox import as_rows, prefetch
@@ -97,11 +97,9 @@ def shard_names(subscriptions: DataFrame, dialect: str, plan: ShardPlan) -> List
 
 
 def _result(shard, status, path, inserts=0, nsubs=0, bad=(None, None, None)) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"shard": [shard], "status": [status], "path": [path],
-                                       "inserts": [inserts], "nsubs": [nsubs],
-                                       "bad_sub_id": [bad[0]], "bad_filter": [bad[1]],
-                                       "bad_queue": [bad[2]], "part": [None], "data": [None]},
-                                      schema=_RESULT_SCHEMA)
+    return batch_of({"shard": [shard], "status": [status], "path": [path], "inserts": [inserts],
+                     "nsubs": [nsubs], "bad_sub_id": [bad[0]], "bad_filter": [bad[1]],
+                     "bad_queue": [bad[2]]}, _RESULT_SCHEMA)
 
 
 def _probe_task(locations, names, dialect, shards, ticket):
@@ -134,7 +132,7 @@ def _build_task(locations, names, dialect, force, ticket, source=None):
             return
         table = pa.Table.from_batches(got)
         received = time.perf_counter() - t0
-        for shard, rows in _runs(table, table.column("shard").to_numpy()):
+        for shard, rows in _runs(table, int_values(table.column("shard"))):
             row = _build_one(locations, names, dialect, force, ticket, shard,
                              rows.select(["sub_id", "filter", "queue"]), received)
             if source is not None and row["status"][0].as_py() != "bad":
@@ -392,7 +390,7 @@ def _runs(rows, keys: np.ndarray):
     if (keys == keys[0]).all():
         return [(int(keys[0]), rows)]
     order = np.argsort(keys, kind="stable")
-    rows, keys = rows.take(pa.array(order)), keys[order]
+    rows, keys = rows.take(numpy_as_arrow(order.astype(np.int64), pa.int64())), keys[order]
     starts = np.concatenate(([0], np.flatnonzero(np.diff(keys)) + 1))
     ends = np.concatenate((starts[1:], [len(keys)]))
     return [(int(keys[i]), rows.slice(i, j - i)) for i, j in zip(starts, ends)]
@@ -434,7 +432,7 @@ def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols,
         replicated = _open_shard(paths[-1], source)
         replicated = replicated if len(replicated) else None
         for table in _gathered(batches, MATCH_ROWS):
-            shards = pc.divide(table.column(_GROUP), width).to_numpy()
+            shards = int_values(table.column(_GROUP)) // width     # (groups are >= 0)
             for k, rows in _runs(table, shards):
                 ids = _open_shard(paths[k], source).match_many(
                     rows.column(subject), keys=pick_keys(rows), queues=queues,

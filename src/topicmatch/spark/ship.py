@@ -30,6 +30,7 @@ import os
 import threading
 from typing import Tuple
 
+from topicmatch._columns import python_array
 from topicmatch._core import TopicmatchRuntimeError, TopicmatchValueError
 from topicmatch import Sublist
 
@@ -241,7 +242,7 @@ def reject_reason(subject, checker: Sublist) -> str:
 def reject_reasons(dialect, subjects):
     import pyarrow as pa
     checker = Sublist(dialect)
-    return pa.array([reject_reason(s, checker) for s in subjects.to_pylist()], pa.string())
+    return python_array([reject_reason(s, checker) for s in subjects.to_pylist()], pa.string())
 
 
 def invalid_reasons(dialect, subjects):
@@ -256,4 +257,4 @@ def invalid_reasons(dialect, subjects):
     out = [None] * len(subjects)
     for i in bad.tolist():
         out[i] = reject_reason(subjects[i].as_py(), checker)
-    return pa.array(out, pa.string())
+    return python_array(out, pa.string())
