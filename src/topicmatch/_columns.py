@@ -3,11 +3,13 @@ layer's column arguments (match_many's subjects and keys, insert_many's
 columns, route_keys' values) that needs no C -- which objects are Arrow
 columns, their chunks and their buffers' sizes (what Arrow's C Data
 Interface leaves out, for csrc/arrow/), numpy arrays of strings and of
-integers, the rows of a column for an error message -- and the
-conversions between Arrow, numpy and Python values that do without
-pyarrow's own, which import pandas (int_values, python_array, batch_of).  The Cython layer
+integers, the rows of a column for an error message.  The Cython layer
 (_batch.pxi) hands the exports and the sizes to C and translates its
-errors; the type errors here are the same words it has always raised."""
+errors; the type errors here are the same words it has always raised.
+
+Also the conversions between Arrow, numpy and Python values that do
+without pyarrow's own, which import pandas (int_values, bool_values,
+python_array, batch_of, numpy_as_arrow): the Spark workers' too."""
 
 #: The Arrow types read as a column of strings (csrc/arrow/fs_arrow.h).
 ARROW_STRING_TYPES = "string, large_string, string_view or dictionary<string>"
