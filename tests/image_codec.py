@@ -1,11 +1,11 @@
 """A plain-Python reader and forger of topicmatch's mapped image (file format
-version 3, csrc/serial/fs_image_write.c), for the hostile-image tests.
+versions 3 and 4, csrc/serial/fs_image_write.c), for the hostile-image tests.
 
 It knows the layout from csrc/serial/fs_image_root.h, csrc/serial/fs_header.h and
 csrc/index/fs_layout.h, not from the library: a 48-byte header, the root block at 48 (struct img_root), the
 objects from 1024 (fs_level, fs_slot arrays with their bitmaps, fs_node with
-an fs_link before trie nodes, ids, queue groups), then the XXH64 of
-[0, 48 + P).  `Image.parse` walks every object reachable from the root
+an fs_link before trie nodes, ids, queue groups), then the checksum of
+[0, 48 + P) (image_checksum: version 3's one XXH64, version 4's of blocks).  `Image.parse` walks every object reachable from the root
 block and records where each field lies, so that a test can change one
 field and `seal()` the image again with a valid checksum.
 """
@@ -14,6 +14,19 @@ import struct
 from xxh64 import M64, xxh64
 
 MAGIC = b"\x89FSB\r\n\x1a\n"
+CHECKSUM_BLOCK = 1 << 20         # version 4's (docs/FORMAT.md, "Checksum")
+
+
+def image_checksum(data):
+    """The checksum of data, an image's bytes before its checksum, as the
+    version in its header sums them: version 3 in one XXH64; version 4 the
+    XXH64 of the XXH64s of its 1 MiB blocks, each as 8 little-endian bytes."""
+    data = bytes(data)
+    version = struct.unpack_from("<H", data, 8)[0] if len(data) >= 10 else 0
+    if version < 4:
+        return xxh64(data)
+    return xxh64(b"".join(struct.pack("<Q", xxh64(data[k:k + CHECKSUM_BLOCK]))
+                          for k in range(0, len(data), CHECKSUM_BLOCK)))
 HEADER = 48
 OBJECTS = 1024
 SHAPE_MAX = 64
@@ -175,7 +188,7 @@ class Image:
     def seal(self):
         """The bytes with the checksum recomputed (a forged, 'valid' image)."""
         end = len(self.b) - 8
-        struct.pack_into("<Q", self.b, end, xxh64(self.b[:end]))
+        struct.pack_into("<Q", self.b, end, image_checksum(self.b[:end]))
         return bytes(self.b)
 
     def raw(self):
@@ -282,12 +295,12 @@ def truncate_sealed(data, length):
     P = length - HEADER - 8
     struct.pack_into("<Q", b, 16, P)
     struct.pack_into("<Q", b, ROOT_OBJECTS_END, HEADER + P)
-    struct.pack_into("<Q", b, HEADER + P, xxh64(b[:HEADER + P]))
+    struct.pack_into("<Q", b, HEADER + P, image_checksum(b[:HEADER + P]))
     return bytes(b)
 
 
 def reseal(data):
     """data with only its checksum recomputed (over [0, len - 8))."""
     b = bytearray(data)
-    struct.pack_into("<Q", b, len(b) - 8, xxh64(b[:-8]))
+    struct.pack_into("<Q", b, len(b) - 8, image_checksum(b[:-8]))
     return bytes(b)

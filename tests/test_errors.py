@@ -303,7 +303,7 @@ def _bad_calls(tmp_path):
         ("threads", lambda: sl.match_many(["a.b"], threads=0), ValueError, "threads must be >= 1"),
         ("queues", lambda: sl.match_many(["a.b"], queues="most"), ValueError, "queues must be"),
         ("row", lambda: sl.match_many(["a.b"])[5], IndexError, "row 5 out of range"),
-        ("version", lambda: sl.to_bytes(version=7), ValueError, "version must be 2 or 3"),
+        ("version", lambda: sl.to_bytes(version=7), ValueError, "version must be 2, 3 or 4"),
         ("verify", lambda: topicmatch.Sublist.from_bytes(image(), verify="all"), ValueError, "verify must be"),
         ("from_bytes type", lambda: topicmatch.Sublist.from_bytes("text"), TypeError, "data must be"),
         ("not an image", lambda: topicmatch.Sublist.open(garbage), ValueError, repr(str(garbage))),

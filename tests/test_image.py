@@ -707,7 +707,7 @@ def test_version_2_loads_and_opens(dialect):
     sl = build(dialect, subs)
     want = _answers(sl, ss)
     v2 = sl.to_bytes(version=2)
-    assert v2[8:10] == b"\x02\x00" and sl.to_bytes()[8:10] == b"\x03\x00"
+    assert v2[8:10] == b"\x02\x00" and sl.to_bytes()[8:10] == b"\x04\x00"
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "v2.fsb")
         with open(path, "wb") as f:
@@ -726,7 +726,7 @@ def test_version_2_loads_and_opens(dialect):
         img.insert(subs[0][0], 50)
         sl.insert(subs[0][0], 50)
         assert _answers(topicmatch.Sublist.from_bytes(img.to_bytes(version=2)), ss) == _answers(sl, ss)
-    for bad in (1, 4, 0):
+    for bad in (1, 5, 0):
         with pytest.raises(ValueError):
             sl.to_bytes(version=bad)
 

@@ -84,3 +84,48 @@ def test_pieces_are_bytes_like():
     for wrong in (np.zeros(4, dtype=np.int32), memoryview(b"abcdef")[::2], np.zeros((2, 2), dtype=np.uint8)):
         with pytest.raises(BufferError, match="contiguous bytes"):     # wider items, gaps, two dimensions
             _ImageChecksum().update(wrong)
+
+
+def _large_image():
+    """An image of more than one checksum block (1 MiB): version 4 sums
+    each block on its own, then the blocks' sums (docs/FORMAT.md)."""
+    sl = topicmatch.Sublist()
+    sl.insert_many([f"big.b{i}.t{i % 13}" for i in range(22_000)], list(range(22_000)))
+    data = sl.to_bytes()
+    assert 1 << 20 < len(data) < 3 << 20 and data[8:10] == b"\x04\x00"
+    return data
+
+
+def test_version_4_checksum_of_blocks_is_the_documented_one():
+    # the C writer's checksum, against image_codec's, written from FORMAT.md
+    import struct
+    from image_codec import image_checksum
+    data = _large_image()
+    assert struct.unpack_from("<Q", data, len(data) - 8)[0] == image_checksum(data[:-8])
+    # version 3 of the same image: one chain (the same bytes but the
+    # header's version and the checksum), as readers before 4 check it
+    v3 = topicmatch.Sublist.from_bytes(data).to_bytes(version=3)
+    assert v3[8:10] == b"\x03\x00" and v3[10:-8] == data[10:-8] and v3[:8] == data[:8]
+    assert struct.unpack_from("<Q", v3, len(v3) - 8)[0] == image_checksum(v3[:-8])
+    # an opened version 3 image writes version 4, and version 3 on request, byte for byte
+    assert topicmatch.Sublist.from_bytes(v3).to_bytes() == data
+    assert topicmatch.Sublist.from_bytes(v3).to_bytes(version=3) == v3
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_version_4_blocks_on_threads_find_a_flip_in_any_block(threads):
+    data = _large_image()
+    rng = random.Random(5)
+    old = topicmatch._core._tuning("column_cpus", threads)
+    try:
+        for verify in ("checksum", True):
+            topicmatch.Sublist.from_bytes(data, verify=verify)
+        for at in (11, 30, (1 << 20) - 1, 1 << 20, len(data) - 9):
+            bad = bytearray(data)
+            bad[at] ^= 0x20
+            with pytest.raises(CorruptImageError, match="checksum mismatch|dialect|payload"):
+                topicmatch.Sublist.from_bytes(bytes(bad), verify="checksum")
+        for _ in range(3):
+            _streamed(data, rng)
+    finally:
+        topicmatch._core._tuning("column_cpus", old)

@@ -518,6 +518,7 @@ def test_golden_files_present():
     assert {"nats_small_v1", "mqtt_small_v1", "nats_empty_v1"} <= set(GOLDEN_NAMES)
     # images (version 3) written before the rename from fastsub
     assert {"nats_small_v3", "mqtt_small_v3", "nats_empty_v3", "amqp_small_v3"} <= set(GOLDEN_NAMES)
+    assert {"nats_small_v4", "mqtt_small_v4", "nats_empty_v4", "amqp_small_v4"} <= set(GOLDEN_NAMES)
 
 
 @pytest.mark.parametrize("name", GOLDEN_NAMES)
@@ -528,8 +529,8 @@ def test_golden_file_loads_and_answers_as_recorded(name):
         want = json.load(f)
     path = os.path.join(GOLDEN, name + ".fsb")
     loaded = [topicmatch.Sublist.from_bytes(blob), topicmatch.Sublist.open(path), topicmatch.Sublist.open(path, verify=False)]
-    if name.endswith("_v3"):
-        # images written before the package was renamed: mapped as they are
+    if name.endswith(("_v3", "_v4")):
+        # images (version 3's written before the package was renamed): mapped as they are
         assert all(sl.stats()["mapped_bytes"] == len(blob) for sl in loaded)
     for sl in loaded:
         assert sl.dialect == want["dialect"]
@@ -540,7 +541,7 @@ def test_golden_file_loads_and_answers_as_recorded(name):
             assert list(sl.num_interest(s)) == n, s
         for f, rows in want["reverse_match"].items():
             assert norm_reverse(sl.reverse_match(f)) == [tuple(r) for r in rows], f
-    if blob[8] == 3:
+    if blob[8] >= 3:
         return   # the codec below reads versions 1 and 2 (images: image_codec.py)
     # the independent codec agrees with the recorded subscriptions
     d, _, lits, root = decode(blob)
@@ -554,8 +555,8 @@ def refusal(reason, pos):
     """The ValueError text for a refused blob: the reason and its byte; a
     checksum mismatch names the bytes summed, which end where it is stored."""
     if reason == "checksum mismatch":
-        return (f"corrupt topicmatch index: checksum mismatch: the XXH64 of bytes [0, {pos}) "
-                f"is not the checksum stored at byte {pos}")
+        return (f"corrupt topicmatch index: checksum mismatch: the checksum of bytes [0, {pos}) "
+                f"is not the one stored at byte {pos}")
     return f"corrupt topicmatch index: {reason} at byte {pos}"
 
 
@@ -580,7 +581,7 @@ def test_envelope_errors_exact():
     assert corrupt(b"") == "not a topicmatch image: it is empty"
     assert corrupt(blob[:20]) == "corrupt topicmatch index: truncated header at byte 20"
     assert corrupt(b"PK\x03\x04" + blob[4:]).startswith("not a topicmatch image: bad magic: it starts with b'PK\\x03\\x04")
-    assert corrupt(blob[:8] + b"\x04\x00" + blob[10:]) == "corrupt topicmatch index: unsupported format version at byte 8"
+    assert corrupt(blob[:8] + b"\x05\x00" + blob[10:]) == "corrupt topicmatch index: unsupported format version at byte 8"
     assert corrupt(blob[:8] + b"\x00\x00" + blob[10:]) == "corrupt topicmatch index: unsupported format version at byte 8"
     # flags: the dialect in bits 0-1 (0 NATS, 1 MQTT, 2 AMQP); 3 and higher bits are refused
     assert corrupt(blob[:10] + b"\x04\x00" + blob[12:]) == "corrupt topicmatch index: unknown flags at byte 10"
@@ -998,7 +999,7 @@ def invariant_cases(dialect):
     plen = len(good) - HEADER - 8
     add(1, "short", good[:40], "truncated header", 40)
     add(2, "magic", b"\x88" + good[1:], "bad magic (not a topicmatch index)", 0)
-    add(3, "version 4", good[:8] + b"\x04\x00" + good[10:], "unsupported format version", 8)
+    add(3, "version 5", good[:8] + b"\x05\x00" + good[10:], "unsupported format version", 8)
     add(4, "flag bit 2", good[:10] + bytes([good[10] | 4]) + good[11:], "unknown flags", 10)
     add(4, "dialect 3", good[:10] + b"\x03" + good[11:], "unknown dialect", 10)
     add(5, "reserved", good[:13] + b"\x01" + good[14:], "nonzero reserved field", 12)

@@ -37,7 +37,7 @@
  * call each other -- tests/test_layout.py checks it, docs/design.md's
  * "Layers of the C core" draws it):
  *
- *   serial/  the mapped image (version 3): fs_image.c opens it,
+ *   serial/  the mapped image (version 4): fs_image.c opens it,
  *            fs_image_write.c writes it, fs_image_verify.c checks it in
  *            full, fs_image_thaw.c turns it back into a built index;
  *            versions 1 and 2: fs_serial.c loads, fs_serial_dump.c writes;

@@ -219,7 +219,7 @@ typedef struct {
     uint64_t key_more;
 } fs_shapes;
 
-/* A mapped image (fs_image.c, docs/FORMAT.md version 3): the index's own
+/* A mapped image (fs_image.c, docs/FORMAT.md version 4): the index's own
  * structs, laid out in one buffer, with offsets where a built index has
  * pointers.  base NULL: the index is built in memory. */
 typedef struct {

@@ -1107,7 +1107,7 @@ static int write_all(builder *B, fs_imgw *X)
         fs_imgw_shape(X, T.shapes[j], S->shape[j]);
         T.nodes += B->tab[1 + k].distinct;
     }
-    return fs_imgw_end(X, &T, S);
+    return fs_imgw_end(X, &T, S, B->threads);
 }
 
 static void builder_free(builder *B)

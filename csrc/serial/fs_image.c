@@ -29,7 +29,10 @@ int fs_image_damaged(const fs_sublist *sl) { return atomic_load(&((fs_sublist *)
 
 int fs_image_is(const char *data, size_t len)
 {
-    return fs_header_is((const unsigned char *)data, len, FS_IMAGE_VERSION);
+    for (unsigned v = FS_IMAGE_VERSION_MIN; v <= FS_IMAGE_VERSION; v++)
+        if (fs_header_is((const unsigned char *)data, len, v))
+            return 1;
+    return 0;
 }
 
 uint64_t fs_image_bytes(const fs_sublist *sl) { return sl->img.base ? sl->img.len : 0; }
@@ -77,7 +80,7 @@ static int copy_tables(fs_sublist *sl, const char **why)
  * a checksum checked first would have been the error. */
 static int refuse(const char *data, size_t len, int sum_pending, const char *why, size_t at, fs_error *err)
 {
-    if (sum_pending && fs_image_checksum_check(data, len, NULL, err) < 0)
+    if (sum_pending && fs_image_checksum_check(data, len, NULL, 1, err) < 0)
         return FS_EBADDATA;
     err->reason = why;
     err->pos = at;
@@ -85,15 +88,15 @@ static int refuse(const char *data, size_t len, int sum_pending, const char *why
     return FS_EBADDATA;
 }
 
-/* How version 3 refuses a header (docs/FORMAT.md, "Invariants of an
- * image", 1): a flag outside the dialect's bits is an unknown dialect. */
-static const fs_header_rules V3_HEADER = {
+/* How versions 3 and 4 refuse a header (docs/FORMAT.md, "Invariants of
+ * an image", 1): a flag outside the dialect's bits is an unknown dialect. */
+static const fs_header_rules IMAGE_HEADER = {
     .min_len = FS_IMG_OBJECTS + FS_SERIAL_TRAILER,
-    .vmin = FS_IMAGE_VERSION,
+    .vmin = FS_IMAGE_VERSION_MIN,
     .vmax = FS_IMAGE_VERSION,
     .short_why = "image shorter than its header and root block",
     .magic_why = "bad magic",
-    .version_why = "not a version 3 image",
+    .version_why = "not a version 3 or 4 image",
     .flags_why = "unknown dialect",
     .dialect_why = "unknown dialect",
     .reserved_why = "reserved field not zero",
@@ -114,10 +117,10 @@ static int check_header(const char *data, size_t len, int verify, unsigned threa
     const unsigned char *h = (const unsigned char *)data;
     int sum_pending = 0;
     if (!host_little_endian())
-        FAIL("a version 3 image maps only on little-endian hosts", FS_HDR_VERSION);
+        FAIL("an image maps only on little-endian hosts", FS_HDR_VERSION);
     if (((uintptr_t)data & 7) != 0)
         FAIL("image not 8-byte aligned in memory", 0);
-    if (fs_header_get(h, len, &V3_HEADER, hd, d, err) < 0)
+    if (fs_header_get(h, len, &IMAGE_HEADER, hd, d, err) < 0)
         return FS_EBADDATA;
     uint64_t P = hd->payload;
     if (P != len - FS_SERIAL_HEADER - FS_SERIAL_TRAILER)
@@ -127,7 +130,7 @@ static int check_header(const char *data, size_t len, int verify, unsigned threa
      * first (refuse). */
     sum_pending = verify == FS_VERIFY_FULL && threads > 1 && len >= fs_image_parallel_min;
     *sum_pending_out = sum_pending;
-    if (verify != FS_VERIFY_NONE && !sum_pending && fs_image_checksum_check(data, len, NULL, err) < 0)
+    if (verify != FS_VERIFY_NONE && !sum_pending && fs_image_checksum_check(data, len, NULL, threads, err) < 0)
         return FS_EBADDATA;
     memcpy(R, h + FS_SERIAL_HEADER, sizeof(*R));
     if (R->objects_end != FS_SERIAL_HEADER + P)

@@ -1,4 +1,4 @@
-/* fs_image.h - the index as a mapped image (docs/FORMAT.md, version 3):
+/* fs_image.h - the index as a mapped image (docs/FORMAT.md, version 4):
  * written once, then matched from its bytes by every process that maps
  * it, with nothing rebuilt.
  *
@@ -33,9 +33,12 @@
 #include "fs_token.h"
 #include "sublist.h"
 
-#define FS_IMAGE_VERSION 3
+/* The version the writers write, and the oldest one read: 3 differs from
+ * 4 only in its checksum (one XXH64 chain, not blocks: fs_checksum.h). */
+#define FS_IMAGE_VERSION 4
+#define FS_IMAGE_VERSION_MIN 3
 
-/* Write the index (under its read lock) as a version 3 image into a new
+/* Write the index (under its read lock) as a version 4 image into a new
  * buffer (FS_MALLOC; free with FS_FREE).  FS_OK, or FS_ENOMEM with *out
  * NULL.  An index opened from an image writes its current set. */
 int fs_image_write(fs_sublist *sl, char **out, size_t *len);
@@ -78,7 +81,7 @@ typedef enum {
                                * checksum are trusted as with FS_VERIFY_NONE. */
 } fs_verify;
 
-/* An index that matches straight from data[0..len), a version 3 image,
+/* An index that matches straight from data[0..len), a version 3 or 4 image,
  * which must stay readable and unchanged, at the same address, until the
  * index is freed (the caller keeps it alive; nothing is copied).  data
  * must be 8-byte aligned.  verify: an fs_verify, what is checked first;
@@ -99,7 +102,12 @@ int fs_image_thaw(fs_sublist *sl, fs_sublist **out);
  * and every later call fails)? */
 int fs_image_damaged(const fs_sublist *sl);
 
-/* Is data a version 3 image (by its header's magic and version)? */
+/* The image img[0..len) (one the writers wrote: version 4) made a version
+ * 3 image, which readers before version 4 open: its header's version and
+ * its checksum (summed in one chain) rewritten in place. */
+void fs_image_as_v3(char *img, size_t len);
+
+/* Is data a version 3 or 4 image (by its header's magic and version)? */
 int fs_image_is(const char *data, size_t len);
 
 /* Bytes of the image an index matches from (0: a built index). */

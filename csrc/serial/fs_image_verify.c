@@ -758,10 +758,12 @@ static void vjob_run(void *arg, unsigned index)
 }
 
 /* The image's checksum: FS_OK, or FS_EBADDATA naming it.  sum: of the
- * bytes before it (computed here when *have is 0). */
-int fs_image_checksum_check(const char *data, size_t len, const uint64_t *sum, fs_error *err)
+ * bytes before it (computed here, on `threads` threads, when NULL), as
+ * the header's version sums them (its header read already). */
+int fs_image_checksum_check(const char *data, size_t len, const uint64_t *sum, unsigned threads, fs_error *err)
 {
-    uint64_t got = sum ? *sum : fs_serial_checksum(data, len - FS_SERIAL_TRAILER);
+    unsigned version = (unsigned)fs_le_get((const unsigned char *)data + FS_HDR_VERSION, 2);
+    uint64_t got = sum ? *sum : fs_checksum_blocks(version, data, len - FS_SERIAL_TRAILER, threads);
     if (fs_le_get((const unsigned char *)data + len - FS_SERIAL_TRAILER, FS_SERIAL_TRAILER) == got)
         return FS_OK;
     err->reason = "checksum mismatch";      /* of [0, len - 8): what it sums ends here */
@@ -821,7 +823,7 @@ static int verify_threads(fs_sublist *sl, unsigned threads, int *sum_pending, fs
         if (posted)
             fs_pool_join(&J.task);
         if (*sum_pending) {
-            rc = fs_image_checksum_check(sl->img.base, sl->img.len, J.sum_done ? &J.sum : NULL, err);
+            rc = fs_image_checksum_check(sl->img.base, sl->img.len, J.sum_done ? &J.sum : NULL, threads, err);
             *sum_pending = 0;
         }
         if (rc == FS_OK && atomic_load(&J.failed))
@@ -858,7 +860,7 @@ int fs_image_verify(fs_sublist *sl, unsigned threads, int sum_pending, fs_error 
         rc = verify_threads(sl, threads, &sum_pending, err);
     if (rc != 1)
         return rc;
-    if (sum_pending && (rc = fs_image_checksum_check(sl->img.base, sl->img.len, NULL, err)) < 0)
+    if (sum_pending && (rc = fs_image_checksum_check(sl->img.base, sl->img.len, NULL, threads, err)) < 0)
         return rc;
     return verify_in_order(sl, err);
 }

@@ -22,6 +22,6 @@ int fs_image_verify(fs_sublist *sl, unsigned threads, int sum_pending, fs_error 
 /* The image's checksum: FS_OK, or FS_EBADDATA naming it (at its own
  * offset, len - 8).  sum: of the bytes before it, or NULL to compute it
  * here. */
-int fs_image_checksum_check(const char *data, size_t len, const uint64_t *sum, fs_error *err);
+int fs_image_checksum_check(const char *data, size_t len, const uint64_t *sum, unsigned threads, fs_error *err);
 
 #endif

@@ -1,5 +1,5 @@
 /* fs_image_write.c - the index written as a mapped image (fs_image.h;
- * docs/FORMAT.md, version 3): the index's structs laid out in one buffer,
+ * docs/FORMAT.md, version 4): the index's structs laid out in one buffer,
  * or a file's pages, with offsets for pointers, every table in one order
  * that depends only on its entries; a large table on the worker pool's
  * threads (table_threads), the same bytes.  The reader and its checks are
@@ -825,9 +825,16 @@ static int write_end(writer *W, const fs_img_totals *T, const fs_shapes *shapes)
                                        .subs = T->subs,
                                        .literals = T->literals,
                                        .nodes = T->nodes});
-    fs_le_put(h + W->w.len, fs_serial_checksum(h, W->w.len), FS_SERIAL_TRAILER);
+    fs_le_put(h + W->w.len, fs_checksum_blocks(FS_IMAGE_VERSION, h, W->w.len, W->threads), FS_SERIAL_TRAILER);
     W->w.len += FS_SERIAL_TRAILER;
     return FS_OK;
+}
+
+void fs_image_as_v3(char *img, size_t len)
+{
+    unsigned char *h = (unsigned char *)img;
+    fs_le_put(h + FS_HDR_VERSION, 3, 2);
+    fs_le_put(h + len - FS_SERIAL_TRAILER, fs_checksum_of(3, h, len - FS_SERIAL_TRAILER), FS_SERIAL_TRAILER);
 }
 
 static int write_locked(writer *W, const fs_sublist *sl)
@@ -964,6 +971,18 @@ static int write_built(writer *W, fs_sublist *sl)
     return rc == FS_OK ? write_locked(W, sl) : rc;
 }
 
+/* An image copied as it was opened, made the version the writers write:
+ * a version 3 image differs only in its header's version and its
+ * checksum (fs_checksum.h). */
+static void as_current(unsigned char *img, size_t len, unsigned threads)
+{
+    if (fs_le_get(img + FS_HDR_VERSION, 2) == FS_IMAGE_VERSION)
+        return;
+    fs_le_put(img + FS_HDR_VERSION, FS_IMAGE_VERSION, 2);
+    fs_le_put(img + len - FS_SERIAL_TRAILER,
+              fs_checksum_blocks(FS_IMAGE_VERSION, img, len - FS_SERIAL_TRAILER, threads), FS_SERIAL_TRAILER);
+}
+
 /* Write sl's image into W (memory, or a file's pages).  FS_OK, FS_ENOMEM,
  * FS_EBADDATA (a damaged opened image). */
 static int write_image(fs_sublist *sl, writer *W)
@@ -979,6 +998,7 @@ static int write_image(fs_sublist *sl, writer *W)
         if (W->w.oom)
             return FS_ENOMEM;
         memcpy(W->w.p + at, sl->img.base, sl->img.len);
+        as_current((unsigned char *)W->w.p + at, sl->img.len, W->threads);
         return FS_OK;
     }
     fs_brlock_rdlock_long(&sl->lock);
@@ -1135,8 +1155,9 @@ void fs_imgw_part_free(fs_imgw *P)
 
 void fs_imgw_shape(fs_imgw *X, uint64_t at, const fs_shape *sh) { shape_fields(&X->W, at, sh); }
 
-int fs_imgw_end(fs_imgw *X, const fs_img_totals *T, const fs_shapes *shapes)
+int fs_imgw_end(fs_imgw *X, const fs_img_totals *T, const fs_shapes *shapes, unsigned threads)
 {
+    X->W.threads = threads;
     return X->W.w.oom ? FS_ENOMEM : write_end(&X->W, T, shapes);
 }
 

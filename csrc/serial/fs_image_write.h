@@ -4,7 +4,7 @@
  * entries, and writes everything else -- the trie, a node and its payload,
  * a level and its slots, the root block, the header and the checksum --
  * through these, so that each byte of an image is written by one piece
- * of code whichever way the image was made (docs/FORMAT.md, version 3).
+ * of code whichever way the image was made (docs/FORMAT.md, version 4).
  *
  *   fs_imgw_new ─► [fs_imgw_file] ─► fs_imgw_begin ─► fs_imgw_trie
  *     ─► fs_imgw_alloc (a level) ─► fs_imgw_level ─► per entry, in
@@ -78,8 +78,9 @@ void fs_imgw_place(fs_imgw *X, uint64_t lv_off, fs_slot e, uint32_t *next);
 /* The fs_shape at `at` takes sh's fields (its table written already). */
 void fs_imgw_shape(fs_imgw *X, uint64_t at, const fs_shape *sh);
 /* The root block (T, and shapes' count and probe sets), the header and the
- * checksum.  FS_OK or FS_ENOMEM (some write failed). */
-int fs_imgw_end(fs_imgw *X, const fs_img_totals *T, const fs_shapes *shapes);
+ * checksum, summed on `threads` threads (fs_checksum_blocks).  FS_OK or
+ * FS_ENOMEM (some write failed). */
+int fs_imgw_end(fs_imgw *X, const fs_img_totals *T, const fs_shapes *shapes, unsigned threads);
 /* Free the writer.  ok: keep what it wrote -- a file is cut to the image
  * (and written to disk when durable), memory handed to *out and *len (the
  * caller frees it with FS_FREE); not ok: a file is cut to nothing, memory

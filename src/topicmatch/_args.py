@@ -85,10 +85,10 @@ def cache_size(x):
 
 
 def image_version(x):
-    """to_bytes()'s version=, checked: 2 or 3 (docs/FORMAT.md)."""
+    """to_bytes()'s version=, checked: 2, 3 or 4 (docs/FORMAT.md)."""
     v = ssize(x, "version")
-    if v != 3 and v != 2:
-        raise TopicmatchValueError(f"version must be 2 or 3, not {v!r}")
+    if not 2 <= v <= 4:
+        raise TopicmatchValueError(f"version must be 2, 3 or 4, not {v!r}")
     return v
 
 

@@ -211,8 +211,8 @@ def corrupt(source, reason, pos):
     range, not only the byte where it is stored."""
     what = f"{source!r}: " if source is not None else ""
     if reason == "checksum mismatch":
-        return CorruptImageError(f"{what}corrupt topicmatch index: checksum mismatch: the XXH64 of bytes "
-                                 f"[0, {pos}) is not the checksum stored at byte {pos}")
+        return CorruptImageError(f"{what}corrupt topicmatch index: checksum mismatch: the checksum of bytes "
+                                 f"[0, {pos}) is not the one stored at byte {pos}")
     return CorruptImageError(f"{what}corrupt topicmatch index: {reason} at byte {pos}")
 
 

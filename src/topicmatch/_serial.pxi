@@ -1,5 +1,5 @@
 # Serialization glue: Sublist.to_bytes / from_bytes / open / save / pickle
-# over csrc/serial/fs_image.c (version 3: the image, matched in place) and
+# over csrc/serial/fs_image.c (versions 3 and 4: the image, matched in place) and
 # csrc/serial/fs_serial.c (versions 1 and 2: rebuilt).  Format: docs/FORMAT.md.
 # The file handling around them, and the words of a refused image, are plain
 # Python (_imagefiles.py).  Included into _core.pyx.
@@ -12,12 +12,13 @@ from libc.string cimport memcpy
 
 cdef int _write_image(_Sublist sl, int version, char **out, size_t *n, char *buf=NULL,
                       size_t cap=0) except -1:
-    # The image (3) or blob (2) of sl into *out, *n: a new buffer, or
-    # (version 3) buf[0..cap) when it fits there (then *out == buf).
+    # The image (version >= 3: the writers' own, 4) or blob (2) of sl into
+    # *out, *n: a new buffer, or (an image) buf[0..cap) when it fits there
+    # (then *out == buf).
     cdef int rc, st
     sl._enter()
     with nogil:
-        if version == 3:
+        if version >= 3:
             rc = fs_image_write_in(sl.sl, buf, cap, out, n)
         else:
             rc = fs_sublist_dump(sl.sl, out, n)
@@ -53,13 +54,14 @@ cdef int _written(int rc, int st, _Sublist sl) except -1:
     return 0
 
 
-def _sublist_to_bytes(_Sublist sl not None, version=3):
-    """The index as bytes (docs/FORMAT.md): an image (3) or version 2."""
+def _sublist_to_bytes(_Sublist sl not None, version=4):
+    """The index as bytes (docs/FORMAT.md): an image (4, or 3: its older
+    checksum) or version 2."""
     cdef char *out = NULL
     cdef size_t n = 0
     cdef int v = _args.image_version(version)
-    if v == 3:
-        return _image_bytes(sl)
+    if v >= 3:
+        return _image_bytes(sl, v)
     _write_image(sl, v, &out, &n)
     cdef bytes b
     cdef char *dst
@@ -76,7 +78,7 @@ def _sublist_to_bytes(_Sublist sl not None, version=3):
         _serial_free(out)
 
 
-cdef object _image_bytes(_Sublist sl):
+cdef object _image_bytes(_Sublist sl, int version):
     # The image written straight into the bytes object returned: one made
     # at about the image's size (fs_image_size_hint), cut to it after.
     # Writing it elsewhere and copying it in touched twice as many fresh
@@ -113,6 +115,10 @@ cdef object _image_bytes(_Sublist sl):
                 _serial_free(out)
         else:
             _PyBytes_Resize(&o, <Py_ssize_t>n)      # in place: the block is cut, not moved
+        if version == 3:                # (before anyone holds it: a bytes object is immutable)
+            dst = _bytes_data(o)
+            with nogil:
+                fs_image_as_v3(dst, n)
         return <object>o
     finally:
         Py_XDECREF(o)
@@ -189,9 +195,9 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     cdef int rc
     cdef _Sublist obj
     cdef bint image = fs_image_is(<const char *>view.buf, <size_t>view.len)
-    # a full check runs on every CPU this process may use (C decides from
-    # the image's size whether threads pay: fs_image_parallel_min)
-    cdef unsigned threads = fs_index_threads() if check == FS_VERIFY_FULL else 1
+    # a check (full, or the checksum alone) runs on every CPU this process
+    # may use (C decides from the image's size whether threads pay)
+    cdef unsigned threads = fs_index_threads() if check != FS_VERIFY_NONE else 1
     head = (<const char *>view.buf)[:view.len if view.len < 8 else 8]
     if not image and not _imagefiles.has_magic(head):
         # Not an image nor a serialized index at all (a CSV, say): said

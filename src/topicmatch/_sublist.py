@@ -89,11 +89,13 @@ class Sublist(_core._Sublist):
         twice)."""
         return self._match_column(subjects, keys, queues, threads, dedupe, also)
 
-    def to_bytes(self, *, version=3):
-        """to_bytes(*, version=3) -> bytes: the index as an image
+    def to_bytes(self, *, version=4):
+        """to_bytes(*, version=4) -> bytes: the index as an image
         (docs/FORMAT.md), the bytes Sublist.save() writes, which
         Sublist.from_bytes() and Sublist.open() match from in place.
-        version=2: the older compact format, which every reader rebuilds."""
+        version=3: the same image with the checksum that readers before
+        version 4 check (one chain, not blocks); version=2: the older
+        compact format, which every reader rebuilds."""
         return _core._sublist_to_bytes(self, version)
 
     @staticmethod
