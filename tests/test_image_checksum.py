@@ -116,16 +116,19 @@ def test_version_4_checksum_of_blocks_is_the_documented_one():
 def test_version_4_blocks_on_threads_find_a_flip_in_any_block(threads):
     data = _large_image()
     rng = random.Random(5)
-    old = topicmatch._core._tuning("column_cpus", threads)
+    # (the full check on threads from any size: its blocks beside the tables)
+    old = topicmatch._core._tuning("column_cpus", threads), topicmatch._core._tuning("image_parallel_min", 1)
     try:
         for verify in ("checksum", True):
             topicmatch.Sublist.from_bytes(data, verify=verify)
         for at in (11, 30, (1 << 20) - 1, 1 << 20, len(data) - 9):
             bad = bytearray(data)
             bad[at] ^= 0x20
-            with pytest.raises(CorruptImageError, match="checksum mismatch|dialect|payload"):
-                topicmatch.Sublist.from_bytes(bytes(bad), verify="checksum")
+            for verify in ("checksum", True):
+                with pytest.raises(CorruptImageError, match="checksum mismatch|dialect|payload"):
+                    topicmatch.Sublist.from_bytes(bytes(bad), verify=verify)
         for _ in range(3):
             _streamed(data, rng)
     finally:
-        topicmatch._core._tuning("column_cpus", old)
+        topicmatch._core._tuning("column_cpus", old[0])
+        topicmatch._core._tuning("image_parallel_min", old[1])

@@ -691,6 +691,11 @@ typedef struct {
     fs_checksum_state sum_state;
     size_t sum_at, sum_len;
     uint64_t sum;
+    /* A version 4 image's checksum instead (fs_checksum.h): its blocks
+     * taken in turn, each block's sum into its own place (NULL: the chain). */
+    uint64_t *block_sums;
+    size_t nblocks;
+    atomic_size_t next_block;
 } vjob;
 
 /* Feed the checksum's next piece, unless another thread holds the chain
@@ -714,6 +719,51 @@ static int vjob_sum_piece(vjob *J)
     return fed;
 }
 
+/* Sum a version 4 image's next block, if one is left.  1 when this thread
+ * summed one; 0 otherwise. */
+static int vjob_sum_block(vjob *J)
+{
+    size_t k = atomic_fetch_add_explicit(&J->next_block, 1, memory_order_relaxed);
+    if (k >= J->nblocks)
+        return 0;
+    J->block_sums[k] = fs_checksum_block(J->sl->img.base, J->sum_len, k);
+    return 1;
+}
+
+/* One step of the checksum beside the tables: a block, or the chain's
+ * next piece. */
+static int vjob_sum_step(vjob *J)
+{
+    return J->block_sums ? vjob_sum_block(J) : vjob_sum_piece(J);
+}
+
+/* A version 4 image's checksum in blocks (when memory for their sums is
+ * there; the chain otherwise). */
+static void vjob_blocks_begin(vjob *J)
+{
+    if (J->sum_pending && fs_le_get((const unsigned char *)J->sl->img.base + FS_HDR_VERSION, 2) >=
+                              FS_CHECKSUM_BLOCKED_FROM) {
+        J->nblocks = fs_checksum_nblocks(J->sum_len);
+        J->block_sums = FS_MALLOC(sizeof(uint64_t) * (J->nblocks ? J->nblocks : 1));
+    }
+}
+
+/* After the join: the blocks' sums summed, when every block was (a failed
+ * table stops the threads early: then the check sums it again itself). */
+static void vjob_blocks_end(vjob *J)
+{
+    if (J->block_sums && atomic_load(&J->next_block) >= J->nblocks) {
+        fs_xxh64_state sums;
+        fs_xxh64_begin(&sums, FS_CHECKSUM_SEED);
+        for (size_t b = 0; b < J->nblocks; b++)
+            fs_checksum_add(&sums, J->block_sums[b]);
+        J->sum = fs_xxh64_end(&sums);
+        J->sum_done = 1;
+    }
+    FS_FREE(J->block_sums);
+    J->block_sums = NULL;
+}
+
 static void vjob_work(vjob *J)
 {
     fs_error e;
@@ -726,14 +776,14 @@ static void vjob_work(vjob *J)
     v.shared = 1;
     fs_tokens_init(&v.t);
     for (;;) {
-        vjob_sum_piece(J);
+        vjob_sum_step(J);
         size_t u = atomic_fetch_add(&J->next, 1);
         if (u >= J->nunits || atomic_load_explicit(&J->failed, memory_order_relaxed)) {
             /* No unit left: the checksum's rest.  A thread that finds the
              * chain held leaves it to its holder, which comes back for the
              * next piece whenever it has fed one: the last holder feeds
              * the last piece. */
-            while (!atomic_load_explicit(&J->failed, memory_order_relaxed) && vjob_sum_piece(J))
+            while (!atomic_load_explicit(&J->failed, memory_order_relaxed) && vjob_sum_step(J))
                 ;
             break;
         }
@@ -818,10 +868,12 @@ static int verify_threads(fs_sublist *sl, unsigned threads, int *sum_pending, fs
         J.sum_pending = *sum_pending;
         fs_checksum_begin(&J.sum_state);
         J.sum_len = sl->img.len - FS_SERIAL_TRAILER;
+        vjob_blocks_begin(&J);
         int posted = fs_pool_submit(&J.task, threads - 1) == FS_OK;
         vjob_work(&J);                          /* the opening thread takes units too */
         if (posted)
             fs_pool_join(&J.task);
+        vjob_blocks_end(&J);
         if (*sum_pending) {
             rc = fs_image_checksum_check(sl->img.base, sl->img.len, J.sum_done ? &J.sum : NULL, threads, err);
             *sum_pending = 0;
