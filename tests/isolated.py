@@ -25,3 +25,20 @@ def run_isolated(code, timeout=600, env=None):
                      f"{' (signal %d)' % -rc if rc < 0 else ''}\n"
                      f"--- stdout (tail)\n{stdout[-3000:]}\n--- stderr (tail)\n{stderr[-8000:]}")
     return stdout
+
+
+def pandas_stand_in(folder):
+    """A stand-in "pandas" package for a child process, whose path entry
+    goes first on its sys.path: importing it appends the importer's stack
+    (under its pid) to the marker file, then fails as an absent pandas
+    does, which pyarrow allows -- so a test of "no pandas imported" holds
+    whether or not pandas is installed.  Returns (the path entry, the
+    marker file, not there until an import)."""
+    fake = os.path.join(str(folder), "fake")
+    os.makedirs(os.path.join(fake, "pandas"))
+    marker = os.path.join(str(folder), "imported")
+    with open(os.path.join(fake, "pandas", "__init__.py"), "w") as f:
+        f.write("import os, traceback\n"
+                f"open({marker!r}, 'a').write(f'--- pid {{os.getpid()}}\\n' + ''.join(traceback.format_stack()))\n"
+                "raise ImportError('the test stand-in for pandas')\n")
+    return fake, marker

@@ -13,6 +13,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 import topicmatch  # noqa: E402
+from isolated import pandas_stand_in  # noqa: E402
 
 INT_TYPES = [pa.int8(), pa.uint8(), pa.int16(), pa.uint16(), pa.int32(), pa.uint32(), pa.int64(), pa.uint64()]
 
@@ -65,13 +66,7 @@ def test_arrow_columns_do_not_import_pandas(tmp_path):
     rows = str(tmp_path / "rows.arrow")
     with pa.ipc.new_file(rows, table.schema) as w:
         w.write_table(table)
-    fake = tmp_path / "fake" / "pandas"
-    fake.mkdir(parents=True)
-    marker = tmp_path / "imported"
-    (fake / "__init__.py").write_text(
-        "import traceback\n"
-        f"open({str(marker)!r}, 'a').write(''.join(traceback.format_stack()))\n"
-        "raise ImportError('the test stand-in for pandas')\n")
+    fake, marker = pandas_stand_in(tmp_path)
     child = textwrap.dedent(f"""
         import pyarrow.ipc
         import topicmatch
@@ -82,11 +77,11 @@ def test_arrow_columns_do_not_import_pandas(tmp_path):
         img = topicmatch.build_image({str(tmp_path / 'x.img')!r}, t["f"], t["id"], t["q"])
         print(img.match_many(t["f"], queues="all").to_arrow().null_count)
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake.parent)] + sys.path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([fake] + sys.path))
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split() == ["10"]
-    assert not marker.exists(), "pandas was imported:\n" + marker.read_text()
+    assert not os.path.exists(marker), "pandas was imported:\n" + open(marker).read()
 
 
 def test_python_values_to_arrow_without_pandas_agree_with_pyarrow():

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from isolated import pandas_stand_in
+
 pytestmark = pytest.mark.spark
 
 
@@ -21,16 +23,10 @@ def test_fanout_workers_do_not_import_pandas(tmp_path):
     # path, which notes each import and then is not there, as pyarrow
     # allows: the check holds whether or not pandas is installed.  The rows
     # are made by Spark SQL, so no Python value is converted on the way in.
-    fake = tmp_path / "fake" / "pandas"
-    fake.mkdir(parents=True)
-    marker = tmp_path / "imported"
-    (fake / "__init__.py").write_text(
-        "import os, traceback\n"
-        f"open({str(marker)!r}, 'a').write(f'--- pid {{os.getpid()}}\\n' + ''.join(traceback.format_stack()))\n"
-        "raise ImportError('the test stand-in for pandas')\n")
+    fake, marker = pandas_stand_in(tmp_path)
     driver = textwrap.dedent(f"""
         import os, sys
-        os.environ["PYTHONPATH"] = os.pathsep.join([{str(fake.parent)!r}] + sys.path)
+        os.environ["PYTHONPATH"] = os.pathsep.join([{fake!r}] + sys.path)
         os.environ["TOPICMATCH_IMAGE_DIR"] = {str(tmp_path / "images")!r}
         from pyspark.sql import functions as F
         from topicmatch.spark import fanout, fanout_with_rejects, local_session
@@ -46,19 +42,19 @@ def test_fanout_workers_do_not_import_pandas(tmp_path):
         good, rejects = fanout_with_rejects(bad, subs, shards=2)
         counts += [good.count(), rejects.count()]
         print("counts", *counts)
-        print("before", os.path.exists({str(marker)!r}))
+        print("before", os.path.exists({marker!r}))
         def control(batches):
             import pyarrow as pa
             for b in batches:
                 yield pa.RecordBatch.from_pydict({{"x": [1] * b.num_rows}})
         spark.range(2, numPartitions=1).mapInArrow(control, "x long").collect()
-        print("after", os.path.exists({str(marker)!r}))
+        print("after", os.path.exists({marker!r}))
     """)
     out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr[-4000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     n = lines["counts"].split()
     assert n[0] == n[1] == n[2] == n[3] != "0" and n[4] == "1", lines["counts"]
-    assert lines["before"] == "False", "a worker imported pandas:\n" + marker.read_text()
+    assert lines["before"] == "False", "a worker imported pandas:\n" + open(marker).read()
     # the stand-in is on the workers' path: a worker converting Python values is caught
     assert lines["after"] == "True", out.stdout
