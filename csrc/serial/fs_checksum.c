@@ -47,10 +47,7 @@ uint64_t fs_checksum_blocks(unsigned version, const void *data, size_t len, unsi
     sum_work(&J);
     if (posted)
         fs_pool_join(&J.task);
-    fs_xxh64_state sums;
-    fs_xxh64_begin(&sums, FS_CHECKSUM_SEED);
-    for (size_t k = 0; k < nblocks; k++)
-        fs_checksum_add(&sums, J.sums[k]);
+    uint64_t sum = fs_checksum_of_sums(J.sums, nblocks);
     FS_FREE(J.sums);
-    return fs_xxh64_end(&sums);
+    return sum;
 }

@@ -45,8 +45,19 @@ static inline void fs_checksum_add(fs_xxh64_state *sums, uint64_t block_sum)
     fs_xxh64_feed(sums, le, 8);
 }
 
+/* Version 4's checksum from its blocks' sums, in order. */
+static inline uint64_t fs_checksum_of_sums(const uint64_t *block_sums, size_t n)
+{
+    fs_xxh64_state sums;
+    fs_xxh64_begin(&sums, FS_CHECKSUM_SEED);
+    for (size_t k = 0; k < n; k++)
+        fs_checksum_add(&sums, block_sums[k]);
+    return fs_xxh64_end(&sums);
+}
+
 /* The checksum of a version's image data[0..len) (the bytes before the
- * checksum), on one thread. */
+ * checksum), on one thread (no memory for the blocks' sums: each added as
+ * it is made). */
 static inline uint64_t fs_checksum_of(unsigned version, const void *data, size_t len)
 {
     if (version < FS_CHECKSUM_BLOCKED_FROM)

@@ -753,11 +753,7 @@ static void vjob_blocks_begin(vjob *J)
 static void vjob_blocks_end(vjob *J)
 {
     if (J->block_sums && atomic_load(&J->next_block) >= J->nblocks) {
-        fs_xxh64_state sums;
-        fs_xxh64_begin(&sums, FS_CHECKSUM_SEED);
-        for (size_t b = 0; b < J->nblocks; b++)
-            fs_checksum_add(&sums, J->block_sums[b]);
-        J->sum = fs_xxh64_end(&sums);
+        J->sum = fs_checksum_of_sums(J->block_sums, J->nblocks);
         J->sum_done = 1;
     }
     FS_FREE(J->block_sums);
