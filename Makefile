@@ -190,7 +190,8 @@ TSAN_TESTS := tests/test_threads.py tests/test_cache.py tests/test_ft.py \
 	tests/test_match_many.py::test_threads_give_identical_arrays_on_big_batches \
 	tests/test_serial.py::test_dump_while_others_write tests/test_memory.py::test_threads_hammering_one_index \
 	tests/test_image.py::test_full_check_on_threads_gives_the_one_thread_verdict \
-	tests/test_image_write_threads.py::test_threaded_writer_writes_the_one_thread_bytes
+	tests/test_image_write_threads.py::test_threaded_writer_writes_the_one_thread_bytes \
+	tests/test_image_checksum.py::test_version_4_blocks_on_threads_find_a_flip_in_any_block
 test-tsan: venv
 	rm -rf $(TSAN_DIR) && mkdir -p $(TSAN_DIR)
 	cp -r setup.py pyproject.toml README.md MANIFEST.in csrc src $(wildcard LICENSE) $(TSAN_DIR)/
