@@ -82,15 +82,21 @@ def numpy_keys(keys):
     return keys.tolist()
 
 
+def _int_dtype(t):
+    """The numpy dtype of the Arrow integer type t (not
+    t.to_pandas_dtype(), which some pyarrow versions make import pandas)."""
+    import numpy as np
+    import pyarrow as pa
+    return np.dtype(("=i" if pa.types.is_signed_integer(t) else "=u") + str(t.bit_width // 8))
+
+
 def _ints_view(arr):
     """An Arrow integer array without nulls as a numpy array over its own
     buffer (no copy).  Not arr.to_numpy(): pyarrow imports pandas for that
     the first time, where pandas is installed, which took about a second
     of the first insert_many or build_image given Arrow ids."""
     import numpy as np
-    import pyarrow as pa
-    t = arr.type
-    dt = np.dtype(("=i" if pa.types.is_signed_integer(t) else "=u") + str(t.bit_width // 8))
+    dt = _int_dtype(arr.type)
     data = arr.buffers()[1]
     if data is None or len(arr) == 0:
         return np.empty(0, dt)
@@ -125,7 +131,7 @@ def int_values(col):
     parts = [_ints_view(c) for c in col.chunks]
     if len(parts) == 1:
         return parts[0]
-    return np.concatenate(parts) if parts else _ints_view(pa.Array.from_buffers(col.type, 0, [None, None]))
+    return np.concatenate(parts) if parts else np.empty(0, _int_dtype(col.type))
 
 
 def bool_values(arr):
