@@ -102,10 +102,13 @@ int fs_image_thaw(fs_sublist *sl, fs_sublist **out);
  * and every later call fails)? */
 int fs_image_damaged(const fs_sublist *sl);
 
-/* The image img[0..len) (one the writers wrote: version 4) made a version
- * 3 image, which readers before version 4 open: its header's version and
- * its checksum (summed in one chain) rewritten in place. */
-void fs_image_as_v3(char *img, size_t len);
+/* The image img[0..len) made the given version, 3 or 4, in place: the
+ * two differ only in the header's version and the checksum (fs_checksum.h),
+ * summed on `threads` threads.  Nothing is written when it is that
+ * version already.  Version 3 is what readers before version 4 open
+ * (to_bytes(version=3)); a version 3 image opened and written unchanged
+ * becomes the writers' version. */
+void fs_image_as_version(char *img, size_t len, unsigned version, unsigned threads);
 
 /* Is data a version 3 or 4 image (by its header's magic and version)? */
 int fs_image_is(const char *data, size_t len);

@@ -830,11 +830,14 @@ static int write_end(writer *W, const fs_img_totals *T, const fs_shapes *shapes)
     return FS_OK;
 }
 
-void fs_image_as_v3(char *img, size_t len)
+void fs_image_as_version(char *img, size_t len, unsigned version, unsigned threads)
 {
     unsigned char *h = (unsigned char *)img;
-    fs_le_put(h + FS_HDR_VERSION, 3, 2);
-    fs_le_put(h + len - FS_SERIAL_TRAILER, fs_checksum_of(3, h, len - FS_SERIAL_TRAILER), FS_SERIAL_TRAILER);
+    if (fs_le_get(h + FS_HDR_VERSION, 2) == version)
+        return;
+    fs_le_put(h + FS_HDR_VERSION, version, 2);
+    fs_le_put(h + len - FS_SERIAL_TRAILER, fs_checksum_blocks(version, h, len - FS_SERIAL_TRAILER, threads),
+              FS_SERIAL_TRAILER);
 }
 
 static int write_locked(writer *W, const fs_sublist *sl)
@@ -971,18 +974,6 @@ static int write_built(writer *W, fs_sublist *sl)
     return rc == FS_OK ? write_locked(W, sl) : rc;
 }
 
-/* An image copied as it was opened, made the version the writers write:
- * a version 3 image differs only in its header's version and its
- * checksum (fs_checksum.h). */
-static void as_current(unsigned char *img, size_t len, unsigned threads)
-{
-    if (fs_le_get(img + FS_HDR_VERSION, 2) == FS_IMAGE_VERSION)
-        return;
-    fs_le_put(img + FS_HDR_VERSION, FS_IMAGE_VERSION, 2);
-    fs_le_put(img + len - FS_SERIAL_TRAILER,
-              fs_checksum_blocks(FS_IMAGE_VERSION, img, len - FS_SERIAL_TRAILER, threads), FS_SERIAL_TRAILER);
-}
-
 /* Write sl's image into W (memory, or a file's pages).  FS_OK, FS_ENOMEM,
  * FS_EBADDATA (a damaged opened image). */
 static int write_image(fs_sublist *sl, writer *W)
@@ -998,7 +989,8 @@ static int write_image(fs_sublist *sl, writer *W)
         if (W->w.oom)
             return FS_ENOMEM;
         memcpy(W->w.p + at, sl->img.base, sl->img.len);
-        as_current((unsigned char *)W->w.p + at, sl->img.len, W->threads);
+        /* (an image opened as version 3: written as the writers' version) */
+        fs_image_as_version(W->w.p + at, sl->img.len, FS_IMAGE_VERSION, W->threads);
         return FS_OK;
     }
     fs_brlock_rdlock_long(&sl->lock);

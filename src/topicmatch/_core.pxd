@@ -275,7 +275,7 @@ cdef extern from "fs_image.h" nogil:
     int fs_image_open(const char *data, size_t len, int verify, unsigned threads, fs_sublist **out, fs_error *err)
     int fs_image_is(const char *data, size_t len)
     int fs_image_damaged(const fs_sublist *sl)
-    void fs_image_as_v3(char *img, size_t len)
+    void fs_image_as_version(char *img, size_t len, unsigned version, unsigned threads)
 
 cdef extern from "sublist.h" nogil:
     # the SIGBUS guard of mapped images (csrc/base/fs_fault.h)

@@ -115,10 +115,11 @@ cdef object _image_bytes(_Sublist sl, int version):
                 _serial_free(out)
         else:
             _PyBytes_Resize(&o, <Py_ssize_t>n)      # in place: the block is cut, not moved
-        if version == 3:                # (before anyone holds it: a bytes object is immutable)
-            dst = _bytes_data(o)
-            with nogil:
-                fs_image_as_v3(dst, n)
+        # the version asked for (4 is what was written: nothing to do), in
+        # place before anyone holds the bytes object
+        dst = _bytes_data(o)
+        with nogil:
+            fs_image_as_version(dst, n, <unsigned>version, 1)
         return <object>o
     finally:
         Py_XDECREF(o)
