@@ -33,6 +33,10 @@ unsharded and sharded passes must agree on both figures.
              calls with the SQL passes in one application.  Needs an image
              directory (not --image-dir none, where the driver keeps the
              images it was sent)
+  subs-in    the subscriptions' rows into Python (mapInArrow), each task's
+             only counted: their one trip from the JVM, which any first call
+             that builds from the rows pays at least (its floor, beside
+             identity's)
   sql-merge, sql-broadcast
              the plain Spark SQL shape-join (bench/sql_join.py: one candidate
              key per filter shape, an equi-join on the filter), sort-merge or
@@ -473,6 +477,15 @@ def main(argv=None):
             F.count(F.lit(1)), F.sum(F.length("subject"))).first()
         return int(r[0]), int(r[1])
 
+    def subs_in():
+        # each task's rows only counted, one row back: the rows' one trip
+        # into Python, the least a first call that builds from them pays
+        def count(batches):
+            import pyarrow as pa
+            n = sum(b.num_rows for b in batches)
+            yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], ["n"])
+        return int(subs.mapInArrow(count, "n long").agg(F.sum("n")).first()[0])
+
     results = {"subs": args.subs, "events": args.events, "where": where, "passes": {}}
     explained = {}
     plan = None
@@ -488,6 +501,8 @@ def main(argv=None):
             try:
                 if name in ("identity", "warmup"):
                     got = identity()
+                elif name == "subs-in":
+                    got = subs_in()
                 elif name == "unsharded":
                     got = agg(fanout(events, subs, shards=1, reuse_index=False, queues="all",
                                      image_dir=image_dir))
@@ -585,7 +600,7 @@ def main(argv=None):
         if rounds:
             print(f"  first / the better SQL plan, round by round: "
                   f"{', '.join(f'{r:.2f}' for r in rounds)}; median {statistics.median(rounds):.2f}")
-    delivered = [(name, tuple(r["result"])) for name, rows in p.items() if name not in ("identity", "warmup")
+    delivered = [(name, tuple(r["result"])) for name, rows in p.items() if name not in ("identity", "warmup", "subs-in")
                  for r in rows if not isinstance(r["result"], str)]
     if len(delivered) > 1:
         same = {got for _, got in delivered}
