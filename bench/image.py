@@ -26,8 +26,9 @@ Private memory is the growth of Private_Clean + Private_Dirty in
 Then the floors under those targets, in the same run and folder
 (bench/image_floors.py): the file's pages on 1 and 2 threads, tokenizing
 every filter once, a write + fsync of the image's bytes, and the
-checksum-only open (verify="checksum").  A ratio below its floor's cannot
-be had on this machine, whatever the code.
+checksum (open(verify="checksum")) on 1 thread and on all.  Each is one
+kind of work timed alone; a figure cannot go below the floors of the work
+it must do (the tokenizing: with this library's tokenizer).
 """
 import argparse
 import gc

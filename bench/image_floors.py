@@ -1,6 +1,7 @@
 """The floors under bench/image.py's targets: what any code that writes or
 checks an image file of this size pays on this machine, measured in the
-same run and the same folder as the figures they bound.
+same run and the same folder as the figures they bound.  Each function
+gives the median seconds of `reps` runs.
 
     pages(folder, size, threads)  a new file of `size` bytes made writable
                                   through a shared mapping, every page
@@ -19,9 +20,9 @@ same run and the same folder as the figures they bound.
                                   and one hash a row)
 
 A builder, a save or a check cannot cost less than the floors of the work
-it must do; docs/benchmarks.md ("The image") reads the targets against
-them.  Linux only (pages needs the madvise of Linux 5.14); elsewhere
-pages is None.
+it must do (tokenize: with this library's tokenizer); docs/benchmarks.md
+("The image") reads the targets against them.  Linux only (pages needs
+the madvise of Linux 5.14); elsewhere pages is None.
 """
 import ctypes
 import mmap
