@@ -10,7 +10,7 @@ static const unsigned char MAGIC[8] = {0x89, 'F', 'S', 'B', '\r', '\n', 0x1a, '\
 void fs_header_put(unsigned char *h, const fs_file_header *f)
 {
     memcpy(h + FS_HDR_MAGIC, MAGIC, sizeof(MAGIC));
-    fs_le_put(h + FS_HDR_VERSION, f->version, 2);
+    fs_header_set_version(h, f->version);
     fs_le_put(h + FS_HDR_FLAGS, f->flags, 2);
     fs_le_put(h + FS_HDR_RESERVED, f->reserved, 4);
     fs_le_put(h + FS_HDR_PAYLOAD, f->payload, 8);
@@ -21,7 +21,7 @@ void fs_header_put(unsigned char *h, const fs_file_header *f)
 
 void fs_header_read(const unsigned char *h, fs_file_header *f)
 {
-    f->version = (uint16_t)fs_le_get(h + FS_HDR_VERSION, 2);
+    f->version = (uint16_t)fs_header_version(h);
     f->flags = (uint16_t)fs_le_get(h + FS_HDR_FLAGS, 2);
     f->reserved = (uint32_t)fs_le_get(h + FS_HDR_RESERVED, 4);
     f->payload = fs_le_get(h + FS_HDR_PAYLOAD, 8);
@@ -30,10 +30,20 @@ void fs_header_read(const unsigned char *h, fs_file_header *f)
     f->nodes = fs_le_get(h + FS_HDR_NODES, 8);
 }
 
+unsigned fs_header_version(const unsigned char *h)
+{
+    return (unsigned)fs_le_get(h + FS_HDR_VERSION, 2);
+}
+
+void fs_header_set_version(unsigned char *h, unsigned version)
+{
+    fs_le_put(h + FS_HDR_VERSION, version, 2);
+}
+
 int fs_header_is(const unsigned char *h, size_t len, unsigned version)
 {
     return len >= FS_SERIAL_HEADER && memcmp(h + FS_HDR_MAGIC, MAGIC, sizeof(MAGIC)) == 0 &&
-           fs_le_get(h + FS_HDR_VERSION, 2) == version;
+           fs_header_version(h) == version;
 }
 
 static int refused(fs_error *err, const char *why, size_t at)

@@ -83,6 +83,12 @@ void fs_header_put(unsigned char *h, const fs_file_header *f);
 /* Read h[0, 48)'s fields into *f, checking nothing (h holds 48 bytes). */
 void fs_header_read(const unsigned char *h, fs_file_header *f);
 
+/* The version field of h (which holds at least the header's first 10
+ * bytes), read and written: an image made another version in place
+ * (fs_image_as_version), a check that sums as its version does. */
+unsigned fs_header_version(const unsigned char *h);
+void fs_header_set_version(unsigned char *h, unsigned version);
+
 /* Do h[0, len) start with the magic and this version? */
 int fs_header_is(const unsigned char *h, size_t len, unsigned version);
 

@@ -741,8 +741,7 @@ static int vjob_sum_step(vjob *J)
  * there; the chain otherwise). */
 static void vjob_blocks_begin(vjob *J)
 {
-    if (J->sum_pending && fs_le_get((const unsigned char *)J->sl->img.base + FS_HDR_VERSION, 2) >=
-                              FS_CHECKSUM_BLOCKED_FROM) {
+    if (J->sum_pending && fs_header_version((const unsigned char *)J->sl->img.base) >= FS_CHECKSUM_BLOCKED_FROM) {
         J->nblocks = fs_checksum_nblocks(J->sum_len);
         J->block_sums = FS_MALLOC(sizeof(uint64_t) * (J->nblocks ? J->nblocks : 1));
     }
@@ -808,7 +807,7 @@ static void vjob_run(void *arg, unsigned index)
  * the header's version sums them (its header read already). */
 int fs_image_checksum_check(const char *data, size_t len, const uint64_t *sum, unsigned threads, fs_error *err)
 {
-    unsigned version = (unsigned)fs_le_get((const unsigned char *)data + FS_HDR_VERSION, 2);
+    unsigned version = fs_header_version((const unsigned char *)data);
     uint64_t got = sum ? *sum : fs_checksum_blocks(version, data, len - FS_SERIAL_TRAILER, threads);
     if (fs_le_get((const unsigned char *)data + len - FS_SERIAL_TRAILER, FS_SERIAL_TRAILER) == got)
         return FS_OK;

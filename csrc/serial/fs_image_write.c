@@ -833,9 +833,9 @@ static int write_end(writer *W, const fs_img_totals *T, const fs_shapes *shapes)
 void fs_image_as_version(char *img, size_t len, unsigned version, unsigned threads)
 {
     unsigned char *h = (unsigned char *)img;
-    if (fs_le_get(h + FS_HDR_VERSION, 2) == version)
+    if (fs_header_version(h) == version)
         return;
-    fs_le_put(h + FS_HDR_VERSION, version, 2);
+    fs_header_set_version(h, version);
     fs_le_put(h + len - FS_SERIAL_TRAILER, fs_checksum_blocks(version, h, len - FS_SERIAL_TRAILER, threads),
               FS_SERIAL_TRAILER);
 }
