@@ -37,6 +37,22 @@ unsharded and sharded passes must agree on both figures.
              only counted: their one trip from the JVM, which any first call
              that builds from the rows pays at least (its floor, beside
              identity's)
+  stats      the plan's statistics aggregate alone (row_stats at the first
+             depth, as a first call's plan runs it), in the JVM: the one pass
+             over the rows that counts them and names the images
+  routed-in  the build job's rows without the builds: routed to one
+             partition per image as the plan of the last stats pass (or a
+             new one) places them (the library's own image_column and
+             placement, the largest first), shuffled, and into Python, each
+             task's only counted.
+  shuffled-in
+             routed-in with no routing expression: the rows repartitioned by
+             sub_id into as many partitions (Spark's own hash), the least a
+             build job that gathers each image's rows pays.
+             stats, routed-in and shuffled-in are first-of-their-kind in an
+             application of their own: in one with a fanout pass, whichever
+             ran second would find its query's code compiled (run them apart
+             for a first call's floor)
   sql-merge, sql-broadcast
              the plain Spark SQL shape-join (bench/sql_join.py: one candidate
              key per filter shape, an equi-join on the filter), sort-merge or
@@ -486,6 +502,38 @@ def main(argv=None):
             yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], ["n"])
         return int(subs.mapInArrow(count, "n long").agg(F.sum("n")).first()[0])
 
+    floor_plan = []     # the stats pass's ShardPlan, which routed-in routes by
+
+    def stats_pass():
+        from topicmatch.spark.images import index_rows
+        from topicmatch.spark.shard import AUTO_DEPTHS, CANDIDATE_SHARDS, row_stats
+        rows = index_rows(subs)
+        d = AUTO_DEPTHS[0] if depth == "auto" else depth
+        st = row_stats(rows, "nats", (d,), max(CANDIDATE_SHARDS) if shards == "auto" else shards)
+        floor_plan[:] = [plan_shards(rows, "nats", shards, depth, check=False, images=True, stats=st)]
+        return int(st.total(d)[0])
+
+    def routed_in(routing=True):
+        from topicmatch.spark.images import index_rows
+        from topicmatch.spark.route import image_column
+        from topicmatch.spark.shard_images import _largest_first, _one_per_partition
+        if not floor_plan:
+            stats_pass()
+        sp = floor_plan[0]
+
+        def count(batches):
+            import pyarrow as pa
+            n = sum(b.num_rows for b in batches)
+            yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], ["n"])
+        if routing:
+            rows = index_rows(subs).select(image_column("nats", sp.depth, sp.shards).alias("shard"),
+                                           "sub_id", "filter", "queue")
+            # (the build job's order: the largest image's partition first)
+            routed = _one_per_partition(rows, "shard", _largest_first(list(range(sp.shards + 1)), sp))
+        else:
+            routed = index_rows(subs).repartition(sp.shards + 1, "sub_id")
+        return int(routed.mapInArrow(count, "n long").agg(F.sum("n")).first()[0])
+
     results = {"subs": args.subs, "events": args.events, "where": where, "passes": {}}
     explained = {}
     plan = None
@@ -503,6 +551,12 @@ def main(argv=None):
                     got = identity()
                 elif name == "subs-in":
                     got = subs_in()
+                elif name == "stats":
+                    got = stats_pass()
+                elif name == "routed-in":
+                    got = routed_in()
+                elif name == "shuffled-in":
+                    got = routed_in(routing=False)
                 elif name == "unsharded":
                     got = agg(fanout(events, subs, shards=1, reuse_index=False, queues="all",
                                      image_dir=image_dir))
@@ -600,7 +654,8 @@ def main(argv=None):
         if rounds:
             print(f"  first / the better SQL plan, round by round: "
                   f"{', '.join(f'{r:.2f}' for r in rounds)}; median {statistics.median(rounds):.2f}")
-    delivered = [(name, tuple(r["result"])) for name, rows in p.items() if name not in ("identity", "warmup", "subs-in")
+    floors = ("identity", "warmup", "subs-in", "stats", "routed-in", "shuffled-in")    # no deliveries
+    delivered = [(name, tuple(r["result"])) for name, rows in p.items() if name not in floors
                  for r in rows if not isinstance(r["result"], str)]
     if len(delivered) > 1:
         same = {got for _, got in delivered}
