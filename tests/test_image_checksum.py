@@ -132,3 +132,17 @@ def test_version_4_blocks_on_threads_find_a_flip_in_any_block(threads):
     finally:
         topicmatch._core._tuning("column_cpus", old[0])
         topicmatch._core._tuning("image_parallel_min", old[1])
+
+
+def test_a_stream_without_memory_is_a_memory_error_and_the_next_one_sums():
+    # the stream's one allocation (sublist.h's fs_checksum_stream) failed:
+    # MemoryError before any byte, and a later stream sums as ever
+    data = _image()
+    topicmatch._core._tuning("alloc_fail_nth", 1)
+    try:
+        with pytest.raises(MemoryError):
+            _ImageChecksum()
+        assert topicmatch._core._tuning("alloc_failed") == 1
+    finally:
+        topicmatch._core._tuning("alloc_fail_nth", 0)
+    _streamed(data, random.Random(7))

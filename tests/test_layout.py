@@ -549,31 +549,28 @@ def test_the_cython_function_length_check_can_fail():
 
 
 # -- the Cython layer's C headers ------------------------------------------------
-#: What the extension module may include from csrc/ below the api layer: the
-#: status codes.  Everything else of the layers below reaches it through
-#: api/sublist.h, the whole C API (issue 46); serial/, the layer above
-#: api/, is no lower detail.
-CYTHON_BELOW_API_ALLOWED = {"fs_status.h"}
+#: The csrc/ headers the extension module may name: api/sublist.h, the whole
+#: C API (issue 46: it includes the public faces of the layers below, and
+#: declares the image's calls of serial/, the layer above), and the status
+#: codes.  No other header of any layer.
+CYTHON_HEADERS_ALLOWED = {"sublist.h", "fs_status.h"}
 _CY_HEADER = re.compile(r'^\s*cdef\s+extern\s+from\s+"([^"]+)"|^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
-def cython_includes_below_api(cython_sources, c_sources):
-    """"file:line: includes layer/header, below api/" for every csrc/ header
-    a Cython source {name: text} names -- `cdef extern from "h"` or an
-    `#include "h"` in a verbatim C block -- from a layer below api/ (other
-    than CYTHON_BELOW_API_ALLOWED).  Headers outside csrc/ (Python.h, the C
-    library's) are not the core's."""
-    layer_of = {os.path.basename(n): n.replace(os.sep, "/").split("/")[0]
-                for n in c_sources if "/" in n.replace(os.sep, "/")}
-    api = C_LAYERS.index("api")
+def cython_includes_beside_the_api(cython_sources, c_sources):
+    """"file:line: includes layer/header, not the api" for every csrc/
+    header a Cython source {name: text} names -- `cdef extern from "h"` or
+    an `#include "h"` in a verbatim C block -- other than
+    CYTHON_HEADERS_ALLOWED, whatever its layer.  Headers outside csrc/
+    (Python.h, the C library's, the extension's own) are not the core's."""
+    path_of = {os.path.basename(n): n.replace(os.sep, "/") for n in c_sources if "/" in n.replace(os.sep, "/")}
     found = []
     for name, text in sorted(cython_sources.items()):
         for m in _CY_HEADER.finditer(text):
             header = m.group(1) or m.group(2)
-            top = layer_of.get(header)
-            if top and C_LAYERS.index(top) < api and header not in CYTHON_BELOW_API_ALLOWED:
+            if header in path_of and header not in CYTHON_HEADERS_ALLOWED:
                 line = text.count("\n", 0, m.start()) + 1
-                found.append(f"{name}:{line}: includes {top}/{header}, below api/")
+                found.append(f"{name}:{line}: includes {path_of[header]}, not the api")
     return found
 
 
@@ -583,34 +580,37 @@ def _cython_sources_with_pxd():
 
 
 def test_cython_includes_only_the_api():
-    """The extension module names api/sublist.h (and the status header),
-    never a header of a layer below api/ (issue 46: sublist.h is the whole C
-    API, the Cython layer a translation of it)."""
+    """The extension module names api/sublist.h and the status header, and
+    no other header of csrc/, of a layer below api/ or of serial/ above it
+    (issue 46: sublist.h is the whole C API, the Cython layer a translation
+    of it)."""
     sources = _cython_sources_with_pxd()
     assert {"_core.pyx", "_core.pxd", "_batch.pxi"} <= set(sources), CYTHON_SRC
     named = {m.group(1) or m.group(2) for t in sources.values() for m in _CY_HEADER.finditer(t)}
     assert {"sublist.h", "fs_status.h"} <= named          # the scanner finds the includes
-    assert cython_includes_below_api(sources, _c_sources()) == []
+    assert cython_includes_beside_the_api(sources, _c_sources()) == []
 
 
 def test_the_cython_include_check_can_fail():
-    """Fed the real sources with an extern block of a batch header, a
-    verbatim C block including the thread layer, and harmless ones (the
-    status header, sublist.h, the image's header above api/, Python.h, a
-    header in a comment or a string), the check names the two, and only
-    them."""
+    """Fed the real sources with an extern block of a batch header, one of
+    the image's header (serial/, above api/), a verbatim C block including
+    the thread layer, and harmless ones (the status header, sublist.h,
+    Python.h, the extension's own _pyrows.h, a header in a comment or a
+    string), the check names the three, and only them."""
     sources = _cython_sources_with_pxd()
     bad = dict(sources)
     bad["_x.pxi"] = ('cdef extern from "fs_status.h" nogil:\n    enum: FS_OK\n'
                      'cdef extern from "sublist.h":\n    pass\n'
                      'cdef extern from "fs_image.h":\n    pass\n'
                      'cdef extern from "Python.h":\n    pass\n'
+                     'cdef extern from "_pyrows.h":\n    pass\n'
                      'cdef extern from "fs_batch.h" nogil:\n    void fs_batch_cancel(void *job)\n'
                      'cdef extern from *:\n    """\n    #include <stdatomic.h>\n'
                      '    #include "fs_sys.h"\n    """\n'
                      '# cdef extern from "fs_pool.h": a comment\n'
                      'x = "cdef extern from \\"fs_pool.h\\""  # not at a line\'s start: no include\n')
-    assert cython_includes_below_api(bad, _c_sources()) == [
-        "_x.pxi:9: includes batch/fs_batch.h, below api/",
-        "_x.pxi:14: includes base/fs_sys.h, below api/",
+    assert cython_includes_beside_the_api(bad, _c_sources()) == [
+        "_x.pxi:5: includes serial/fs_image.h, not the api",
+        "_x.pxi:11: includes batch/fs_batch.h, not the api",
+        "_x.pxi:16: includes base/fs_sys.h, not the api",
     ]

@@ -41,17 +41,7 @@
 
 #define FS_SERIAL_VERSION 2      /* writes 2; reads 1 and 2 */
 
-/* Serialize the index (under its read lock) into a new buffer.
- * FS_OK: *out (from FS_MALLOC; the caller frees it with FS_FREE) holds *len
- * bytes.  FS_ENOMEM: *out is NULL, nothing leaked, the index is unchanged. */
-int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len);
-
-/* Build a new index from data[0..len) (not retained; may be read-only).
- * FS_OK: *out is the index (free it with fs_sublist_free).
- * FS_EBADDATA: the data is corrupt; err->reason (a static string) says what
- *   is wrong and err->pos at which byte; *out is NULL.
- * FS_ENOMEM: *out is NULL.  On either error nothing is leaked. */
-int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err);
-
+/* fs_sublist_dump (writes version 2) and fs_sublist_load (reads 1 and 2)
+ * are declared in sublist.h, the whole C API. */
 
 #endif

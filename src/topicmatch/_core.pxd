@@ -2,9 +2,9 @@
 #
 # An include list in pyarrow's manner: the extension module names
 # csrc/api/sublist.h, the whole C API (which includes the public faces of
-# the layers below it), and csrc/base/fs_status.h, the status codes --
-# nothing else of csrc/ (tests/test_layout.py, the api-only rule) but the
-# image's calls, whose layer (serial/) sits above api/.
+# the layers below it, and declares the image's calls, whose layer,
+# serial/, sits above it), and csrc/base/fs_status.h, the status codes --
+# nothing else of csrc/ (tests/test_layout.py, the api-only rule).
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "fs_status.h" nogil:
@@ -262,7 +262,8 @@ cdef extern from "sublist.h" nogil:
         const char *share_prefix
     fs_route_split fs_route_rules(fs_dialect d)
 
-cdef extern from "fs_image.h" nogil:
+cdef extern from "sublist.h" nogil:
+    # the image (serial/)
     enum: FS_IMAGE_VERSION
     ctypedef enum fs_verify:
         FS_VERIFY_NONE
@@ -287,9 +288,9 @@ cdef extern from "sublist.h" nogil:
 
 # ------------------------------------------------------------------------
 # What the Cython layer itself calls beyond the C API above: the rest of
-# sublist.h it names under other names, the serial/ calls of its image
-# glue, and the CPython API, _pyobjects.h and _pyrows.h (the C that needs
-# Python.h).
+# sublist.h it names under other names or uses in one file (the image
+# glue's versions 1 and 2 and its streamed checksum among them), and the
+# CPython API, _pyobjects.h and _pyrows.h (the C that needs Python.h).
 from cpython.pystate cimport PyThreadState
 
 # (_core.pyx)
@@ -368,14 +369,15 @@ cdef extern from "sublist.h" nogil:
     void fs_build_free(fs_build *b)
 
 # (_serial.pxi: to_bytes, from_bytes, open, save)
-cdef extern from "fs_serial.h" nogil:
+cdef extern from "sublist.h" nogil:
     int fs_sublist_dump(fs_sublist *sl, char **out, size_t *len)
     int fs_sublist_load(const char *data, size_t len, fs_sublist **out, fs_error *err)
-    ctypedef struct fs_checksum_state:
+    ctypedef struct fs_checksum_stream:
         pass
-    void fs_checksum_begin(fs_checksum_state *s)
-    void fs_checksum_feed(fs_checksum_state *s, const void *data, size_t n)
-    uint64_t fs_checksum_end(const fs_checksum_state *s)
+    fs_checksum_stream *fs_checksum_stream_new()
+    void fs_checksum_stream_feed(fs_checksum_stream *s, const void *data, size_t n)
+    uint64_t fs_checksum_stream_end(const fs_checksum_stream *s)
+    void fs_checksum_stream_free(fs_checksum_stream *s)
 
 cdef extern from "sublist.h" nogil:
     fs_dialect _serial_dialect "fs_sublist_dialect"(const fs_sublist *sl)

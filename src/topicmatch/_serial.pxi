@@ -1,6 +1,7 @@
 # Serialization glue: Sublist.to_bytes / from_bytes / open / save / pickle
-# over csrc/serial/fs_image.c (versions 3 and 4: the image, matched in place) and
-# csrc/serial/fs_serial.c (versions 1 and 2: rebuilt).  Format: docs/FORMAT.md.
+# over sublist.h's image calls (serial/fs_image*.c: versions 3 and 4, the
+# image, matched in place) and its versions 1 and 2 (serial/fs_serial*.c:
+# rebuilt).  Format: docs/FORMAT.md.
 # The file handling around them, and the words of a refused image, are plain
 # Python (_imagefiles.py).  Included into _core.pyx.
 import os as _os
@@ -301,19 +302,24 @@ cdef class _MapGuard:
 cdef class _Checksum:
     """The format's checksum (XXH64, fs_checksum.h) of the bytes fed, for
     _imagefiles.ImageChecksum, which sums an image as its bytes arrive."""
-    cdef fs_checksum_state st
+    cdef fs_checksum_stream *st
 
     def __cinit__(self):
-        fs_checksum_begin(&self.st)
+        self.st = fs_checksum_stream_new()
+        if self.st == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        fs_checksum_stream_free(self.st)
 
     def feed(self, const unsigned char[::1] piece not None):
         cdef size_t n = piece.shape[0]
         if n:
             with nogil:
-                fs_checksum_feed(&self.st, &piece[0], n)
+                fs_checksum_stream_feed(self.st, &piece[0], n)
 
     def end(self):
-        return fs_checksum_end(&self.st)
+        return fs_checksum_stream_end(self.st)
 
 
 from topicmatch._imagefiles import ImageChecksum as _ImageChecksum    # spark's driver's, and the tests'
