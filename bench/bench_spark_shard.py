@@ -37,18 +37,20 @@ unsharded and sharded passes must agree on both figures.
              only counted: their one trip from the JVM, which any first call
              that builds from the rows pays at least (its floor, beside
              identity's)
-  stats      the plan's statistics aggregate alone (row_stats at the first
-             depth, as a first call's plan runs it), in the JVM: the one pass
-             over the rows that counts them and names the images
+  stats      the plan's statistics alone, as a first call's plan runs them
+             (the aggregate at the first depth, in the JVM: the one pass over
+             the rows that counts them and names the images; the other depths
+             only where the plan asks for them)
   routed-in  the build job's rows without the builds: routed to one
-             partition per image as the plan of the last stats pass (or a
-             new one) places them (the library's own image_column and
-             placement, the largest first), shuffled, and into Python, each
-             task's only counted.
+             partition per image as the plan of an earlier stats pass places
+             them (shard_images.routed_rows, the build job's own frame: the
+             largest image's partition first), shuffled, and into Python,
+             each task's only counted.
   shuffled-in
              routed-in with no routing expression: the rows repartitioned by
-             sub_id into as many partitions (Spark's own hash), the least a
-             build job that gathers each image's rows pays.
+             sub_id into as many partitions (Spark's own hash), a baseline
+             for routed-in: what a shuffle of the rows costs with the
+             plainest key and even partitions.
              stats, routed-in and shuffled-in are first-of-their-kind in an
              application of their own: in one with a fanout pass, whichever
              ran second would find its query's code compiled (run them apart
@@ -362,6 +364,18 @@ def _reset_peaks(pids):
             pass
 
 
+def _count_rows(frame):
+    """The rows of frame moved into Python (mapInArrow), each task's only
+    counted and one row returned: the floor passes' work."""
+    from pyspark.sql import functions as F
+
+    def count(batches):
+        import pyarrow as pa
+        n = sum(b.num_rows for b in batches)
+        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], ["n"])
+    return int(frame.mapInArrow(count, "n long").agg(F.sum("n")).first()[0])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--subs", type=int, default=1_000_000)
@@ -494,17 +508,16 @@ def main(argv=None):
         return int(r[0]), int(r[1])
 
     def subs_in():
-        # each task's rows only counted, one row back: the rows' one trip
-        # into Python, the least a first call that builds from them pays
-        def count(batches):
-            import pyarrow as pa
-            n = sum(b.num_rows for b in batches)
-            yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], ["n"])
-        return int(subs.mapInArrow(count, "n long").agg(F.sum("n")).first()[0])
+        # the rows' one trip into Python, the least a first call that
+        # builds from them pays
+        return _count_rows(subs)
 
     floor_plan = []     # the stats pass's ShardPlan, which routed-in routes by
 
     def stats_pass():
+        # the plan's statistics as a first call's plan_fanout runs them: the
+        # aggregate at the first depth, then plan_shards with it (which asks
+        # for the other depths only where the first leaves room to do better)
         from topicmatch.spark.images import index_rows
         from topicmatch.spark.shard import AUTO_DEPTHS, CANDIDATE_SHARDS, row_stats
         rows = index_rows(subs)
@@ -515,24 +528,17 @@ def main(argv=None):
 
     def routed_in(routing=True):
         from topicmatch.spark.images import index_rows
-        from topicmatch.spark.route import image_column
-        from topicmatch.spark.shard_images import _largest_first, _one_per_partition
+        from topicmatch.spark.shard_images import routed_rows
         if not floor_plan:
-            stats_pass()
+            # (planning here would time the stats pass inside this one)
+            raise SystemExit("the routed-in and shuffled-in passes route by the plan of an "
+                             "earlier stats pass: --runs ...,stats,routed-in")
         sp = floor_plan[0]
-
-        def count(batches):
-            import pyarrow as pa
-            n = sum(b.num_rows for b in batches)
-            yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], ["n"])
         if routing:
-            rows = index_rows(subs).select(image_column("nats", sp.depth, sp.shards).alias("shard"),
-                                           "sub_id", "filter", "queue")
-            # (the build job's order: the largest image's partition first)
-            routed = _one_per_partition(rows, "shard", _largest_first(list(range(sp.shards + 1)), sp))
+            routed = routed_rows(subs, "nats", sp, list(range(sp.shards + 1)))
         else:
             routed = index_rows(subs).repartition(sp.shards + 1, "sub_id")
-        return int(routed.mapInArrow(count, "n long").agg(F.sum("n")).first()[0])
+        return _count_rows(routed)
 
     results = {"subs": args.subs, "events": args.events, "where": where, "passes": {}}
     explained = {}

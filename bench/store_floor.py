@@ -1,15 +1,16 @@
 """What the storage under image_dir costs for a first call's images, with no
-index work: their bytes put once and read back once, through the client and
-the chunking the image store itself uses (topicmatch.spark.image_store's
-upload and pyarrow.fs), nothing built, checked or mapped.
+index work: their bytes put once and read back once, one object at a time,
+through the image store's own transfers (topicmatch.spark.image_store's
+upload and copy_down, over pyarrow.fs), nothing built, checked or mapped.
 
     .venv/bin/python bench/store_floor.py s3://bench/floor --mb 305.6 --objects 5 [--reps 3]
 
 A first call with image_dir=s3://... puts each image once (its build task)
 and reads each once on every other host that needs it: on two hosts with
 nothing built twice, every image's bytes go up once and come down once.
-This is the floor of those two transfers against the same store, to read
-beside the benchmark's first call (bench/bench_spark_shard.py --image-dir
+These are those two transfers against the same store, one after the other
+(a first call's build tasks and fetches on several hosts may overlap them),
+to read beside the benchmark's first call (bench/bench_spark_shard.py --image-dir
 s3://...).  The S3 endpoint and keys come from the usual AWS variables
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), as the library's own client
 reads them.  The objects are removed at the end.
@@ -31,7 +32,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args(argv)
 
-    from topicmatch.spark.image_store import CHUNK_BYTES, _filesystem, upload
+    from topicmatch.spark.image_store import _filesystem, copy_down, upload
 
     size = int(args.mb * 1e6 / args.objects)
     work = tempfile.mkdtemp(prefix="topicmatch-store-floor-")
@@ -48,11 +49,8 @@ def main(argv=None):
             puts.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             for uri in uris:
-                filesystem, path = _filesystem(uri)
-                with open(os.path.join(work, "back"), "wb") as out, \
-                        filesystem.open_input_stream(path) as src:
-                    for chunk in iter(lambda: src.read(CHUNK_BYTES), b""):
-                        out.write(chunk)
+                with open(os.path.join(work, "back"), "wb") as out:
+                    copy_down(uri, out)
             gets.append(time.perf_counter() - t0)
     finally:
         for uri in uris:

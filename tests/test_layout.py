@@ -567,7 +567,8 @@ def cython_includes_beside_the_api(cython_sources, c_sources):
     found = []
     for name, text in sorted(cython_sources.items()):
         for m in _CY_HEADER.finditer(text):
-            header = m.group(1) or m.group(2)
+            # (by its file name: "serial/fs_image.h" or "../csrc/..." is the same header)
+            header = os.path.basename((m.group(1) or m.group(2)).replace("\\", "/"))
             if header in path_of and header not in CYTHON_HEADERS_ALLOWED:
                 line = text.count("\n", 0, m.start()) + 1
                 found.append(f"{name}:{line}: includes {path_of[header]}, not the api")
@@ -575,8 +576,10 @@ def cython_includes_beside_the_api(cython_sources, c_sources):
 
 
 def _cython_sources_with_pxd():
+    """The extension's sources: its Cython (.pyx, .pxi, .pxd) and its own C
+    headers (_pyrows.h, _pyobjects.h: the C that needs Python.h)."""
     return {name: open(os.path.join(CYTHON_SRC, name), encoding="utf-8").read()
-            for name in sorted(os.listdir(CYTHON_SRC)) if name.endswith((".pyx", ".pxi", ".pxd"))}
+            for name in sorted(os.listdir(CYTHON_SRC)) if name.endswith((".pyx", ".pxi", ".pxd", ".h"))}
 
 
 def test_cython_includes_only_the_api():
@@ -593,10 +596,11 @@ def test_cython_includes_only_the_api():
 
 def test_the_cython_include_check_can_fail():
     """Fed the real sources with an extern block of a batch header, one of
-    the image's header (serial/, above api/), a verbatim C block including
-    the thread layer, and harmless ones (the status header, sublist.h,
-    Python.h, the extension's own _pyrows.h, a header in a comment or a
-    string), the check names the three, and only them."""
+    the image's header (serial/, above api/), one of serial/'s by a path, a
+    verbatim C block including the thread layer, and harmless ones (the
+    status header, sublist.h, Python.h, the extension's own _pyrows.h, a
+    header in a comment or a string), the check names the four, and only
+    them."""
     sources = _cython_sources_with_pxd()
     bad = dict(sources)
     bad["_x.pxi"] = ('cdef extern from "fs_status.h" nogil:\n    enum: FS_OK\n'
@@ -604,6 +608,7 @@ def test_the_cython_include_check_can_fail():
                      'cdef extern from "fs_image.h":\n    pass\n'
                      'cdef extern from "Python.h":\n    pass\n'
                      'cdef extern from "_pyrows.h":\n    pass\n'
+                     'cdef extern from "../csrc/serial/fs_serial.h":\n    pass\n'
                      'cdef extern from "fs_batch.h" nogil:\n    void fs_batch_cancel(void *job)\n'
                      'cdef extern from *:\n    """\n    #include <stdatomic.h>\n'
                      '    #include "fs_sys.h"\n    """\n'
@@ -611,6 +616,7 @@ def test_the_cython_include_check_can_fail():
                      'x = "cdef extern from \\"fs_pool.h\\""  # not at a line\'s start: no include\n')
     assert cython_includes_beside_the_api(bad, _c_sources()) == [
         "_x.pxi:5: includes serial/fs_image.h, not the api",
-        "_x.pxi:11: includes batch/fs_batch.h, not the api",
-        "_x.pxi:16: includes base/fs_sys.h, not the api",
+        "_x.pxi:11: includes serial/fs_serial.h, not the api",
+        "_x.pxi:13: includes batch/fs_batch.h, not the api",
+        "_x.pxi:18: includes base/fs_sys.h, not the api",
     ]

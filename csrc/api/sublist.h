@@ -42,8 +42,9 @@
  *            full, fs_image_thaw.c turns it back into a built index;
  *            versions 1 and 2: fs_serial.c loads, fs_serial_dump.c writes;
  *            fs_header.c the file header, fs_entry.h the checks of a
- *            stored entry, fs_checksum.h the format's checksum; they build
- *            indexes through this API
+ *            stored entry, fs_checksum.[ch] the format's checksum (and
+ *            its stream, fed piece by piece); they build indexes through
+ *            this API, which declares their calls
  *   api/     sublist.c: this API -- creates and frees an index, validates,
  *            locks and routes the writes (insert, remove, bulk; the cache
  *            invalidated), owns the literal table; fs_column.c a column
@@ -308,7 +309,8 @@ int fs_image_is(const char *data, size_t len);
 /* The checksum of an image that arrives in pieces (a receiver checks it
  * as it streams in, without holding or mapping it; serial/fs_checksum.c):
  * new, feed each piece in order, end (what the image's own checksum must
- * equal, whatever its version), free.  new: NULL when memory is short. */
+ * equal, whatever its version), free (NULL: nothing).  new: NULL when
+ * memory is short. */
 typedef struct fs_checksum_stream fs_checksum_stream;
 fs_checksum_stream *fs_checksum_stream_new(void);
 void fs_checksum_stream_feed(fs_checksum_stream *s, const void *data, size_t n);

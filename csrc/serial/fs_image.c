@@ -1,4 +1,4 @@
-/* fs_image.c - opening a mapped image (fs_image.h; docs/FORMAT.md,
+/* fs_image.c - opening a mapped image (sublist.h; docs/FORMAT.md,
  * version 3): an index pointed at the image's bytes, after the header and
  * the root block are checked (O(1)) and, as asked, the checksum or every
  * invariant (fs_image_verify.c); the literal table's and the shapes'

@@ -1,4 +1,4 @@
-/* fs_image_write.c - the index written as a mapped image (fs_image.h;
+/* fs_image_write.c - the index written as a mapped image (sublist.h;
  * docs/FORMAT.md, version 4): the index's structs laid out in one buffer,
  * or a file's pages, with offsets for pointers, every table in one order
  * that depends only on its entries; a large table on the worker pool's

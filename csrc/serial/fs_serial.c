@@ -1,5 +1,5 @@
 /* fs_serial.c - load an index from the format's versions 1 and 2
- * (docs/FORMAT.md; fs_serial.h, fs_sublist_load), validating everything:
+ * (docs/FORMAT.md; sublist.h, fs_sublist_load), validating everything:
  * every invariant of "Invariants a reader checks".  The writer is
  * fs_serial_dump.c. */
 #include "fs_serial.h"

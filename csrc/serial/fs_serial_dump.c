@@ -1,5 +1,5 @@
 /* fs_serial_dump.c - an index written in the format's version 2
- * (docs/FORMAT.md; fs_serial.h, fs_sublist_dump): the literal table, the
+ * (docs/FORMAT.md; sublist.h, fs_sublist_dump): the literal table, the
  * shape section and the trie, every list in one sorted order, so that
  * equal indexes give equal bytes.  The loader is fs_serial.c. */
 #include "fs_serial.h"

@@ -219,7 +219,7 @@ def corrupt(source, reason, pos):
 def verify_level(verify):
     """open() and from_bytes()'s verify=, checked: "checksum" (the checksum
     alone), or its truth (True: the whole image, False: neither; fs_verify
-    in csrc/serial/fs_image.h)."""
+    in csrc/api/sublist.h)."""
     if isinstance(verify, str):
         if verify == "checksum":
             return "checksum"

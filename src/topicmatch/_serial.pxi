@@ -186,7 +186,7 @@ def _sublist_from_bytes(data, cache_size=0, verify=True, source=None, own_mappin
     the file it opened (read in place; any other buffer that can change is
     copied first)."""
     cache_size = _args.cache_size(cache_size)
-    # (fs_image.h, fs_verify: the level _imagefiles.verify_level names)
+    # (sublist.h's fs_verify: the level _imagefiles.verify_level names)
     level = _imagefiles.verify_level(verify)
     cdef int check = FS_VERIFY_CHECKSUM if level == "checksum" else FS_VERIFY_FULL if level else FS_VERIFY_NONE
     cdef Py_buffer view
@@ -310,7 +310,8 @@ cdef class _Checksum:
             raise MemoryError()
 
     def __dealloc__(self):
-        fs_checksum_stream_free(self.st)
+        if self.st != NULL:         # (NULL: __cinit__ found no memory)
+            fs_checksum_stream_free(self.st)
 
     def feed(self, const unsigned char[::1] piece not None):
         cdef size_t n = piece.shape[0]

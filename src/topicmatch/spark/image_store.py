@@ -250,15 +250,22 @@ def fetch(uri: str, cache_dir: str, lock) -> str:
     return local
 
 
+def copy_down(uri: str, out) -> None:
+    """The remote object at uri written into the open file out, CHUNK_BYTES
+    at a time (nothing checked: _download checks what it fetched)."""
+    filesystem, path = _filesystem(uri)
+    with filesystem.open_input_stream(path) as src:
+        for chunk in iter(lambda: src.read(CHUNK_BYTES), b""):
+            out.write(chunk)
+
+
 def _download(uri: str, local: str, cache_dir: str) -> None:
     """The remote image at uri into a temporary file in cache_dir, checked
     in full, then renamed to local."""
-    filesystem, path = _filesystem(uri)
     fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".fetch-", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as out, filesystem.open_input_stream(path) as src:
-            for chunk in iter(lambda: src.read(CHUNK_BYTES), b""):
-                out.write(chunk)
+        with os.fdopen(fd, "wb") as out:
+            copy_down(uri, out)
         Sublist.open(tmp, verify=True)      # a damaged object is never mapped
         os.chmod(tmp, 0o644)
         os.replace(tmp, local)

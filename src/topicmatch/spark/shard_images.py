@@ -334,11 +334,7 @@ def _probe_and_build(subscriptions, dialect, plan, names, locations, unknown, re
     force = {k for k in todo if probe[k]["status"] != "missing"}
     built = {}
     if todo:
-        rows = index_rows(subscriptions).select(
-            image_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
-        if len(todo) < len(names):
-            rows = rows.where(F.col("shard").isin(todo))
-        job = _one_per_partition(rows, "shard", _largest_first(todo, plan)).mapInArrow(
+        job = routed_rows(subscriptions, dialect, plan, todo).mapInArrow(
             # (the driver's image server where the images travel through it:
             # spark: locations, which the executors on several hosts get)
             _build_task(locations, names, dialect, force, ticket, image_source(spark, locations)),
@@ -440,6 +436,19 @@ def _match_fn(paths: List[str], width: int, queues, dedupe, subject, event_cols,
                 yield from pa.Table.from_arrays([rows.column(c) for c in event_cols] + [ids],
                                                 schema=out_schema).to_batches()
     return topicmatch_shard_image_match
+
+
+def routed_rows(subscriptions: DataFrame, dialect: str, plan: ShardPlan, todo: List[int]) -> DataFrame:
+    """The build job's rows: each subscription with its image (`shard`:
+    image_column's, the replicated share's being plan.shards), those of the
+    images `todo` only, each image's rows in a partition of their own, the
+    largest image's first (bench/bench_spark_shard.py's routed-in pass
+    times this frame alone)."""
+    rows = index_rows(subscriptions).select(
+        image_column(dialect, plan.depth, plan.shards).alias("shard"), "sub_id", "filter", "queue")
+    if len(todo) < plan.shards + 1:
+        rows = rows.where(F.col("shard").isin(todo))
+    return _one_per_partition(rows, "shard", _largest_first(todo, plan))
 
 
 def _one_per_partition(frame: DataFrame, column: str, values: List[int]) -> DataFrame:
