@@ -515,16 +515,17 @@ def main(argv=None):
     floor_plan = []     # the stats pass's ShardPlan, which routed-in routes by
 
     def stats_pass():
-        # the plan's statistics as a first call's plan_fanout runs them: the
-        # aggregate at the first depth, then plan_shards with it (which asks
-        # for the other depths only where the first leaves room to do better)
+        # the plan's statistics as a first call's plan_fanout runs them: with
+        # shards="auto", its one aggregate at the first depth, then
+        # plan_shards with it (which asks for the other depths only where the
+        # first leaves room to do better); with a count given, plan_shards'
+        # own aggregate
         from topicmatch.spark.images import index_rows
-        from topicmatch.spark.shard import AUTO_DEPTHS, CANDIDATE_SHARDS, row_stats
+        from topicmatch.spark.plan import auto_statistics
         rows = index_rows(subs)
-        d = AUTO_DEPTHS[0] if depth == "auto" else depth
-        st = row_stats(rows, "nats", (d,), max(CANDIDATE_SHARDS) if shards == "auto" else shards)
+        st = auto_statistics(rows, "nats", depth)[1] if shards == "auto" else None
         floor_plan[:] = [plan_shards(rows, "nats", shards, depth, check=False, images=True, stats=st)]
-        return int(st.total(d)[0])
+        return floor_plan[0].nsubs
 
     def routed_in(routing=True):
         from topicmatch.spark.images import index_rows

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fs_header.h"
 #include "fs_xxh64.h"
 
 /* The format's checksum: XXH64 with seed 0 (never fails). */
@@ -76,16 +77,16 @@ uint64_t fs_checksum_blocks(unsigned version, const void *data, size_t len, unsi
 
 /* The checksum of bytes that arrive in pieces (a receiver checks an image
  * as it streams in, without holding or mapping it): begin, feed each piece
- * in order, end.  The version is read from the bytes (the u16 at 8, as
- * every version's header has it): until it is known, both ways are
- * summed. */
+ * in order, end.  The version is read from the bytes (the header's
+ * version field, as every version's header has it: fs_header_version):
+ * until it is known, both ways are summed. */
 typedef struct {
     fs_xxh64_state whole;       /* versions 1 to 3 */
     fs_xxh64_state block, sums; /* version 4: the block being summed, the sum of sums */
     size_t in_block;            /* bytes of the block fed so far */
     uint64_t fed;
-    unsigned version;           /* 0 until byte 10 has been fed */
-    unsigned char head[10];
+    unsigned version;           /* 0 until the version field has been fed */
+    unsigned char head[FS_HDR_VERSION + 2];     /* the header up to its version */
 } fs_checksum_state;
 
 static inline void fs_checksum_begin(fs_checksum_state *s)
@@ -105,7 +106,7 @@ static inline void fs_checksum_feed(fs_checksum_state *s, const void *data, size
         s->head[s->fed + i] = p[i];
     s->fed += n;
     if (!s->version && s->fed >= sizeof(s->head))
-        s->version = (unsigned)s->head[8] | (unsigned)s->head[9] << 8;
+        s->version = fs_header_version(s->head);
     if (s->version && s->version < FS_CHECKSUM_BLOCKED_FROM) {
         fs_xxh64_feed(&s->whole, p, n);
         return;
@@ -128,7 +129,7 @@ static inline void fs_checksum_feed(fs_checksum_state *s, const void *data, size
 
 static inline uint64_t fs_checksum_end(const fs_checksum_state *s)
 {
-    if (s->version < FS_CHECKSUM_BLOCKED_FROM)       /* (fewer than 10 bytes: no image at all) */
+    if (s->version < FS_CHECKSUM_BLOCKED_FROM)       /* (the version field not fed: no image at all) */
         return fs_xxh64_end(&s->whole);
     fs_xxh64_state sums = s->sums;
     if (s->in_block)

@@ -304,6 +304,15 @@ def is_sharded(subscriptions: DataFrame, shards, reuse: bool = True) -> bool:
     return shard_rule(shards, n)[0]
 
 
+def auto_statistics(rows: DataFrame, dialect: str, depth) -> Tuple[int, RowStats]:
+    """The one aggregate a shards="auto" plan of images starts from: row_stats
+    of index_rows' frame `rows` at the first depth (depth "auto": the first of
+    AUTO_DEPTHS), buckets mod the largest candidate count, which serve every
+    count "auto" weighs.  -> (that depth, the statistics)."""
+    d = AUTO_DEPTHS[0] if depth == "auto" else depth
+    return d, row_stats(rows, dialect, (d,), max(CANDIDATE_SHARDS))
+
+
 def checked_plan(subscriptions: DataFrame, dialect: str, shards, depth, reuse: bool, *,
                  rows: DataFrame, images: bool = False, steps: Optional[list] = None,
                  stats: Optional[RowStats] = None) -> ShardPlan:
@@ -480,8 +489,7 @@ def _plan_frame(spark, subscriptions: DataFrame, opts: FanoutOptions, memo: bool
             # shards' statistics at the first depth count the rows, sum to
             # the whole table's digest (the one image's name), and are the
             # sharded plan's own first aggregate.
-            depth = AUTO_DEPTHS[0] if opts.depth == "auto" else opts.depth
-            stats = row_stats(rows, opts.dialect, (depth,), max(CANDIDATE_SHARDS))
+            depth, stats = auto_statistics(rows, opts.dialect, opts.depth)
             total = stats.total(depth)
             nsubs, name = int(total[0]), name_of(opts.dialect, total)
             steps.append('statistics job: one aggregate counts the rows (for shards="auto"), '
